@@ -1,0 +1,2714 @@
+/* dcp.h - dynamic context parallelism for long-context training. v0.1.0
+   Single-header C99 library in the stb style; no dependencies beyond libc and libm.
+
+   WHAT IT DOES
+   Long-context training batches mix sequences of a few hundred tokens with sequences of
+   hundreds of thousands. Static context parallelism (CP) runs every sequence on the same
+   number of GPUs, so short sequences pay ring communication for nothing and packed
+   microbatches are unbalanced because attention cost grows with L^2. dcp.h decides, for one
+   global batch, which sample runs on how many ranks (its CP size c, a power of two) and in
+   which microbatch, so that the D ranks of the DP x CP pool finish the step together. It then
+   gives each rank its THD packing metadata. The library computes plans; the caller moves data.
+
+   QUICK START
+       #define DCP_IMPLEMENTATION      // in exactly one C, C++ or CUDA file
+       #include "dcp.h"
+
+       int64_t lengths[256];
+       dcp_lognormal dist = {4096.0, 1.1, 1024, 8192};     // mean, sigma, min, max
+       dcp_lengths_lognormal(&dist, 42, lengths, 256, NULL);
+
+       dcp_config config = {0};                // zero means "the documented default"
+       config.ranks = 16;                      // D: the DP x CP ranks
+       config.max_tokens_per_rank = 4096;      // M: padded tokens one rank holds per microbatch
+       dcp_plan *plan = NULL;
+       dcp_error error;
+       if (dcp_plan_create(&config, lengths, 256, &plan, &error) != DCP_OK) {
+           fprintf(stderr, "%s\n", error.message);
+           return 1;
+       }
+       dcp_plan_stats stats;
+       dcp_plan_simulate(plan, NULL, &stats, NULL);
+       printf("%d microbatches, step %.3f ms, efficiency %.3f\n",
+              plan->num_microbatches, stats.step_seconds * 1e3, stats.efficiency);
+       dcp_plan_destroy(plan);
+
+   BUILDING
+   Include dcp.h wherever you need it; in exactly one translation unit define
+   DCP_IMPLEMENTATION before the include. It compiles as C99, as C++11 and under nvcc.
+   Link with -lm. Option macros, defined before the implementation include:
+       DCP_STATIC          make every function static (private copy per translation unit)
+       DCP_MALLOC(size)    default allocation when no allocator is given (malloc)
+       DCP_FREE(ptr)       matching free (free); define both or neither
+   An allocator may also be passed at run time (dcp_config.allocator, dcp_allocator).
+
+   CONVENTIONS
+   - Every fallible function returns a dcp_status (DCP_OK = 0). When the dcp_error pointer is
+     not NULL it receives a message naming the argument and the value at fault, e.g.
+     "sample 17 has length 70000 > max_cp 16 x max_tokens_per_rank 4096". No global state:
+     every function is thread-safe on distinct objects; a plan may be read by many threads.
+   - Lengths and token sums are int64_t; costs are double seconds. Bad input never crashes,
+     never asserts, never truncates silently.
+   - Memory: functions that allocate say so below; what they return is freed with the matching
+     destroy/free function and the same allocator.
+
+   REFERENCE (grouped by layer, in the order data flows)
+   Basics
+       dcp_status_string(status)                  constant text for a status code
+       dcp_rng_seed / dcp_rng_next / dcp_rng_uniform / dcp_rng_normal / dcp_rng_below
+                                                  xoshiro256** generator; identical streams
+                                                  on every platform (integer core, own exp/log)
+   Workload model (DESIGN.md section 3)
+       dcp_config_resolve(config, out, err)       fill defaults, validate; no allocation
+       dcp_padded_length(config, L, c, out, err)  storage length of a sample at CP size c
+       dcp_cp_size_min(config, L, out, err)       smallest CP size whose padded share fits M
+       dcp_cost_sample_seconds(cost, L, P, c)     per-rank compute time (a L^2 + b P) / c
+       dcp_cost_ring_seconds(cost, c)             ring overhead of one group for one microbatch
+       dcp_lower_bound(config, lengths, n, out, err)
+   Planner
+       dcp_plan_create(config, lengths, n, &plan, err)   allocates the plan (config.allocator)
+       dcp_plan_destroy(plan)
+       dcp_plan_validate(plan, err)               every invariant of section 1 of DESIGN.md
+       dcp_plan_simulate(plan, cost, &stats, err) DAG and barrier step times, lower bound;
+                                                  allocates scratch and frees it before return
+       dcp_strategy_name(strategy)
+   Sequence-length sources
+       dcp_lengths_lognormal(dist, seed, out, n, err)    Megatron's convention, caller's array
+       dcp_rng_lognormal_length / dcp_rng_loguniform_length  one draw from a caller's rng
+       dcp_lengths_parse(text, size, alloc, &out, &n, err)  length files; allocates *out
+       dcp_lengths_read_file(path, alloc, &out, &n, err)    reads and parses; allocates *out
+       dcp_free(alloc, ptr)                        frees arrays the library returned
+
+   VERSION HISTORY
+       0.1.0  planner, baselines, validator, simulator, length sources
+
+   LICENSE
+   MIT. See the end of this file.
+*/
+#ifndef DCP_H
+#define DCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef DCP_STATIC
+#define DCPDEF static
+#else
+#define DCPDEF extern
+#endif
+
+#define DCP_VERSION_MAJOR 0
+#define DCP_VERSION_MINOR 1
+#define DCP_VERSION_PATCH 0
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ==================================================================================== basics
+   Status codes, error messages, allocator hooks and the generator. */
+
+typedef enum dcp_status {
+    DCP_OK = 0,
+    DCP_ERROR_INVALID_ARGUMENT = 1, /* a parameter outside its documented range */
+    DCP_ERROR_INFEASIBLE = 2,       /* no plan can respect the constraints */
+    DCP_ERROR_OVERFLOW = 3,         /* a size, sum or product exceeds what is supported */
+    DCP_ERROR_OUT_OF_MEMORY = 4,
+    DCP_ERROR_PARSE = 5,            /* malformed text input */
+    DCP_ERROR_IO = 6,               /* a file could not be read */
+    DCP_ERROR_INVALID_PLAN = 7,     /* a plan breaks an invariant */
+    DCP_ERROR_CORRUPT_DATA = 8,     /* a serialized buffer fails validation */
+    DCP_ERROR_UNSUPPORTED = 9,      /* valid request this build cannot serve */
+    DCP_ERROR_CUDA = 10,
+    DCP_ERROR_NCCL = 11
+} dcp_status;
+
+#define DCP_ERROR_MESSAGE_CAPACITY 256
+
+/* Filled by failing calls when the caller passes a non-NULL pointer. */
+typedef struct dcp_error {
+    dcp_status status;
+    char message[DCP_ERROR_MESSAGE_CAPACITY];
+} dcp_error;
+
+DCPDEF const char *dcp_status_string(dcp_status status);
+
+/* Both functions or neither (then DCP_MALLOC / DCP_FREE). alloc returns NULL on failure. */
+typedef struct dcp_allocator {
+    void *(*alloc)(void *user, size_t size);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} dcp_allocator;
+
+DCPDEF void dcp_free(const dcp_allocator *allocator, void *ptr);
+
+/* xoshiro256** seeded through splitmix64: integer-only, so every platform draws the same. */
+typedef struct dcp_rng {
+    uint64_t state[4];
+} dcp_rng;
+
+DCPDEF void dcp_rng_seed(dcp_rng *rng, uint64_t seed);
+DCPDEF uint64_t dcp_rng_next(dcp_rng *rng);
+DCPDEF double dcp_rng_uniform(dcp_rng *rng);               /* [0, 1), 53 random bits */
+DCPDEF uint64_t dcp_rng_below(dcp_rng *rng, uint64_t bound); /* [0, bound), unbiased; 0 if bound 0 */
+DCPDEF double dcp_rng_normal(dcp_rng *rng);                /* standard normal (polar method) */
+
+/* ============================================================================ workload model
+   t(L, c) = (attn_coeff L^2 + linear_coeff P)/c per rank for a sample of valid length L and
+   padded length P on c ranks, plus ring_step_cost (c - 1) once per group and microbatch.
+   The linear term uses the padded length because linear layers run on padding tokens too;
+   the attention term uses the valid length because padding is never a key. */
+
+/* Defaults: a dense model of hidden 4096 at 400 TFLOP/s (forward FLOPs 24 h^2 per token and
+   2 h per causal token pair); ring latency 15 us per step that compute cannot hide. */
+#define DCP_DEFAULT_ATTN_COEFF 2.048e-11
+#define DCP_DEFAULT_LINEAR_COEFF 1.00663e-6
+#define DCP_DEFAULT_RING_STEP_COST 15e-6
+
+/* Longest sample and most ranks accepted: lengths fit 31 bits so that L^2 fits int64_t. */
+#define DCP_MAX_SAMPLE_LENGTH INT64_C(2147483647)
+#define DCP_MAX_RANKS (1 << 20)
+#define DCP_MAX_PAD_MULTIPLE (1 << 20)
+/* CP sizes are powers of two up to DCP_MAX_RANKS: 21 levels. */
+#define DCP_CP_LEVELS 21
+
+/* All three zero means the default model (an all-zero model would make every plan free). */
+typedef struct dcp_cost_model {
+    double attn_coeff;     /* seconds per (valid token)^2 */
+    double linear_coeff;   /* seconds per stored token */
+    double ring_step_cost; /* seconds per ring step that compute does not hide */
+} dcp_cost_model;
+
+typedef enum dcp_strategy {
+    DCP_STRATEGY_DYNAMIC = 0, /* our planner: global view, minimises the simulated step */
+    DCP_STRATEGY_STATIC = 1,  /* baseline: one CP size for all, THD packing per DP replica */
+    DCP_STRATEGY_GREEDY = 2   /* baseline: Megatron's one-microbatch-at-a-time greedy */
+} dcp_strategy;
+
+/* Zero-initialise, set ranks and max_tokens_per_rank; every zero field takes its default. */
+typedef struct dcp_config {
+    int32_t ranks;               /* D >= 1: DP x CP ranks of the pool. Required. */
+    int64_t max_tokens_per_rank; /* M >= 1: padded tokens per rank per microbatch. Required. */
+    int32_t min_cp;              /* power of two; default 1 */
+    int32_t max_cp;              /* power of two <= ranks; default the largest such */
+    int32_t microbatch_multiple; /* microbatch count is a multiple of this (VPP); default 1 */
+    int32_t pad_multiple_cp1;    /* padding multiple of a sample at c = 1; default 1 */
+    int32_t pad_multiple;        /* every padded length is also a multiple of this (for
+                                    example the TP size with sequence parallelism); default 1 */
+    dcp_cost_model cost;         /* all zero: DCP_DEFAULT_* */
+    dcp_strategy strategy;       /* default DCP_STRATEGY_DYNAMIC */
+    int32_t improve_moves;       /* local-search budget in evaluated moves: 0 = default
+                                    (DCP_DEFAULT_IMPROVE_MOVES_PER_SAMPLE per sample plus
+                                    DCP_DEFAULT_IMPROVE_MOVES_BASE), negative = none */
+    dcp_allocator allocator;     /* zero: DCP_MALLOC / DCP_FREE */
+} dcp_config;
+
+#define DCP_DEFAULT_IMPROVE_MOVES_PER_SAMPLE 8
+#define DCP_DEFAULT_IMPROVE_MOVES_BASE 256
+
+DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resolved,
+                                     dcp_error *error);
+/* Padded (storage) length: L rounded up to lcm(c > 1 ? 2c : pad_multiple_cp1, pad_multiple). */
+DCPDEF dcp_status dcp_padded_length(const dcp_config *config, int64_t length, int32_t cp,
+                                    int64_t *padded, dcp_error *error);
+/* Smallest power of two c >= min_cp with padded(L, c)/c <= M; DCP_ERROR_INFEASIBLE when
+   even max_cp does not fit. */
+DCPDEF dcp_status dcp_cp_size_min(const dcp_config *config, int64_t length, int32_t *cp,
+                                  dcp_error *error);
+DCPDEF double dcp_cost_sample_seconds(const dcp_cost_model *cost, int64_t length,
+                                      int64_t padded_length, int32_t cp);
+DCPDEF double dcp_cost_ring_seconds(const dcp_cost_model *cost, int32_t cp);
+/* max(total work / usable ranks, the largest sample at its best CP size) where total work
+   counts a L^2 + b L per sample plus the ring overhead the memory cap forces on it. */
+DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengths,
+                                  int32_t count, double *seconds, dcp_error *error);
+
+/* =================================================================================== planner
+   A plan lists K microbatches; microbatch k holds groups (first_rank, cp) that are aligned
+   (first_rank % cp == 0) and disjoint; ranks in no group are idle in that microbatch. The
+   samples of group g are group_samples[g.sample_offset .. + g.sample_count), as 0-based
+   positions in the caller's lengths array. Groups of microbatch k are
+   groups[microbatch_offsets[k] .. microbatch_offsets[k + 1]), sorted by first_rank. */
+
+typedef struct dcp_group {
+    int32_t first_rank;
+    int32_t cp;
+    int32_t sample_offset;
+    int32_t sample_count;
+} dcp_group;
+
+typedef struct dcp_plan {
+    dcp_config config;          /* resolved: no zero defaults left */
+    int32_t num_samples;
+    int64_t *sample_lengths;    /* [num_samples], copied from the input */
+    int32_t num_microbatches;   /* K, a multiple of config.microbatch_multiple */
+    int32_t num_groups;
+    int32_t *microbatch_offsets; /* [K + 1] */
+    dcp_group *groups;          /* [num_groups] */
+    int32_t *group_samples;     /* [num_samples] */
+} dcp_plan;
+
+typedef struct dcp_plan_stats {
+    double step_seconds;        /* DAG model: a group starts when all its ranks are free */
+    double barrier_seconds;     /* sum over microbatches of the slowest group */
+    double lower_bound_seconds; /* dcp_lower_bound of the plan's input */
+    double efficiency;          /* lower bound / step */
+    double busy_seconds;        /* sum over ranks of time spent computing */
+    int32_t num_microbatches;
+    int32_t num_groups;
+    int32_t idle_rank_microbatches; /* (rank, microbatch) pairs with no group */
+    int32_t samples_per_cp_level[DCP_CP_LEVELS]; /* index log2(c) */
+    int64_t valid_tokens;
+    int64_t padded_tokens;
+    int64_t max_rank_tokens;    /* largest padded local token count of a rank in a microbatch */
+} dcp_plan_stats;
+
+DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengths,
+                                  int32_t count, dcp_plan **plan, dcp_error *error);
+DCPDEF void dcp_plan_destroy(dcp_plan *plan);
+DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error);
+/* cost NULL: the plan's own model. */
+DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *cost,
+                                    dcp_plan_stats *stats, dcp_error *error);
+DCPDEF const char *dcp_strategy_name(dcp_strategy strategy);
+
+/* ================================================================== sequence-length sources */
+
+/* Megatron's convention: mu = ln(mean) - sigma^2 / 2, L = exp(mu + sigma Z) rounded to the
+   nearest integer and clipped to [min_length, max_length]. */
+typedef struct dcp_lognormal {
+    double mean;
+    double sigma;
+    int64_t min_length;
+    int64_t max_length;
+} dcp_lognormal;
+
+DCPDEF dcp_status dcp_lengths_lognormal(const dcp_lognormal *distribution, uint64_t seed,
+                                        int64_t *lengths, int32_t count, dcp_error *error);
+DCPDEF dcp_status dcp_rng_lognormal_length(dcp_rng *rng, const dcp_lognormal *distribution,
+                                           int64_t *length, dcp_error *error);
+/* Log-uniform integer in [min_length, max_length]; DCP_ERROR_INVALID_ARGUMENT unless
+   1 <= min <= max <= DCP_MAX_SAMPLE_LENGTH. */
+DCPDEF dcp_status dcp_rng_loguniform_length(dcp_rng *rng, int64_t min_length,
+                                            int64_t max_length, int64_t *length,
+                                            dcp_error *error);
+/* Text with one positive integer per line ('#' starts a comment; blank lines skipped), or
+   CSV whose first row is a header with a column named length, seq_len, seqlen,
+   sequence_length, seq_length, num_tokens or tokens (or a single column). */
+DCPDEF dcp_status dcp_lengths_parse(const char *text, size_t size,
+                                    const dcp_allocator *allocator, int64_t **lengths,
+                                    int32_t *count, dcp_error *error);
+DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *allocator,
+                                        int64_t **lengths, int32_t *count, dcp_error *error);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_H */
+
+/* ============================================================================================
+   IMPLEMENTATION
+   ========================================================================================= */
+#ifdef DCP_IMPLEMENTATION
+#ifndef DCP_IMPLEMENTATION_INCLUDED
+#define DCP_IMPLEMENTATION_INCLUDED
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(DCP_MALLOC) != defined(DCP_FREE)
+#error "define both DCP_MALLOC and DCP_FREE, or neither"
+#endif
+#ifndef DCP_MALLOC
+#define DCP_MALLOC(size) malloc(size)
+#define DCP_FREE(ptr) free(ptr)
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DCP__PRINTF_LIKE(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define DCP__PRINTF_LIKE(fmt, args)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------ basics */
+
+DCPDEF const char *dcp_status_string(dcp_status status)
+{
+    switch (status) {
+    case DCP_OK: return "ok";
+    case DCP_ERROR_INVALID_ARGUMENT: return "invalid argument";
+    case DCP_ERROR_INFEASIBLE: return "infeasible";
+    case DCP_ERROR_OVERFLOW: return "overflow";
+    case DCP_ERROR_OUT_OF_MEMORY: return "out of memory";
+    case DCP_ERROR_PARSE: return "parse error";
+    case DCP_ERROR_IO: return "i/o error";
+    case DCP_ERROR_INVALID_PLAN: return "invalid plan";
+    case DCP_ERROR_CORRUPT_DATA: return "corrupt data";
+    case DCP_ERROR_UNSUPPORTED: return "unsupported";
+    case DCP_ERROR_CUDA: return "cuda error";
+    case DCP_ERROR_NCCL: return "nccl error";
+    }
+    return "unknown status";
+}
+
+static dcp_status dcp__fail(dcp_error *error, dcp_status status, const char *format, ...)
+    DCP__PRINTF_LIKE(3, 4);
+
+static dcp_status dcp__fail(dcp_error *error, dcp_status status, const char *format, ...)
+{
+    if (error) {
+        va_list args;
+        va_start(args, format);
+        vsnprintf(error->message, sizeof error->message, format, args);
+        va_end(args);
+        error->status = status;
+    }
+    return status;
+}
+
+static dcp_status dcp__ok(dcp_error *error)
+{
+    if (error) {
+        error->status = DCP_OK;
+        error->message[0] = '\0';
+    }
+    return DCP_OK;
+}
+
+static void *dcp__alloc(const dcp_allocator *allocator, size_t size)
+{
+    if (size == 0) size = 1;
+    if (allocator && allocator->alloc) return allocator->alloc(allocator->user, size);
+    return DCP_MALLOC(size);
+}
+
+DCPDEF void dcp_free(const dcp_allocator *allocator, void *ptr)
+{
+    if (!ptr) return;
+    if (allocator && allocator->free) {
+        allocator->free(allocator->user, ptr);
+        return;
+    }
+    DCP_FREE(ptr);
+}
+
+/* Allocates count elements of element_size, failing cleanly on overflow or exhaustion. */
+static void *dcp__alloc_array(const dcp_allocator *allocator, size_t count, size_t element_size,
+                              const char *what, dcp_error *error)
+{
+    void *ptr;
+    if (element_size != 0 && count > SIZE_MAX / element_size) {
+        dcp__fail(error, DCP_ERROR_OVERFLOW, "%s: %zu elements of %zu bytes overflow size_t",
+                  what, count, element_size);
+        return NULL;
+    }
+    ptr = dcp__alloc(allocator, count * element_size);
+    if (!ptr)
+        dcp__fail(error, DCP_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what,
+                  count * element_size);
+    return ptr;
+}
+
+static int dcp__is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+static int dcp__log2_int(int64_t x) /* x a power of two */
+{
+    int level = 0;
+    while (x > 1) {
+        x >>= 1;
+        level++;
+    }
+    return level;
+}
+
+static int64_t dcp__gcd(int64_t a, int64_t b)
+{
+    while (b != 0) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Forces a double through memory so that the compiler cannot fuse it into an FMA with the
+   next operation: plans and generated lengths must be bit-identical on every machine. */
+static double dcp__exact(double x)
+{
+    volatile double stored = x;
+    return stored;
+}
+
+static uint64_t dcp__splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+DCPDEF void dcp_rng_seed(dcp_rng *rng, uint64_t seed)
+{
+    int i;
+    if (!rng) return;
+    for (i = 0; i < 4; i++) rng->state[i] = dcp__splitmix64(&seed);
+}
+
+static uint64_t dcp__rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+DCPDEF uint64_t dcp_rng_next(dcp_rng *rng)
+{
+    uint64_t *s = rng->state;
+    uint64_t result = dcp__rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = dcp__rotl(s[3], 45);
+    return result;
+}
+
+DCPDEF double dcp_rng_uniform(dcp_rng *rng)
+{
+    return (double)(dcp_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+DCPDEF uint64_t dcp_rng_below(dcp_rng *rng, uint64_t bound)
+{
+    uint64_t threshold, x;
+    if (bound == 0) return 0;
+    threshold = (0 - bound) % bound; /* reject the low values that would bias the modulo */
+    do {
+        x = dcp_rng_next(rng);
+    } while (x < threshold);
+    return x % bound;
+}
+
+/* exp and log from + - * / only (each product forced to double), so results do not depend on
+   the platform's libm; accurate to a few ulp, which is all a length generator needs. */
+static const double dcp__ln2_hi = 6.93147180369123816490e-01;
+static const double dcp__ln2_lo = 1.90821492927058770002e-10;
+
+static double dcp__exp(double x)
+{
+    double k, r, term, sum;
+    int i;
+    if (x > 709.0) return HUGE_VAL;
+    if (x < -745.0) return 0.0;
+    k = floor(dcp__exact(x / dcp__ln2_hi) + 0.5);
+    r = dcp__exact(x - dcp__exact(k * dcp__ln2_hi)) - dcp__exact(k * dcp__ln2_lo);
+    /* |r| <= ln2/2: the Taylor series to r^17 is exact to double precision */
+    term = 1.0;
+    sum = 1.0;
+    for (i = 1; i <= 17; i++) {
+        term = dcp__exact(term * r) / (double)i;
+        sum += term;
+    }
+    return ldexp(sum, (int)k);
+}
+
+static double dcp__log(double x) /* x > 0 and finite */
+{
+    int exponent;
+    double m = frexp(x, &exponent), s, s2, power, sum;
+    int i;
+    if (m < 0.70710678118654752440) { /* keep m in [sqrt(1/2), sqrt(2)) */
+        m *= 2.0;
+        exponent--;
+    }
+    s = (m - 1.0) / (m + 1.0); /* log m = 2 atanh(s), |s| <= 0.1716 */
+    s2 = dcp__exact(s * s);
+    power = s;
+    sum = s;
+    for (i = 3; i <= 41; i += 2) {
+        power = dcp__exact(power * s2);
+        sum += power / (double)i;
+    }
+    return dcp__exact((double)exponent * dcp__ln2_hi) +
+           (dcp__exact((double)exponent * dcp__ln2_lo) + dcp__exact(2.0 * sum));
+}
+
+DCPDEF double dcp_rng_normal(dcp_rng *rng)
+{
+    for (;;) {
+        double u = dcp__exact(2.0 * dcp_rng_uniform(rng)) - 1.0;
+        double v = dcp__exact(2.0 * dcp_rng_uniform(rng)) - 1.0;
+        double s = dcp__exact(u * u) + dcp__exact(v * v);
+        if (s > 0.0 && s < 1.0)
+            return dcp__exact(u * sqrt(dcp__exact(-2.0 * dcp__log(s)) / s));
+    }
+}
+
+/* ---------------------------------------------------------------------- workload model */
+
+static int dcp__all_zero_cost(const dcp_cost_model *cost)
+{
+    return cost->attn_coeff == 0.0 && cost->linear_coeff == 0.0 && cost->ring_step_cost == 0.0;
+}
+
+static dcp_status dcp__check_cost(const dcp_cost_model *cost, dcp_error *error)
+{
+    const double values[3] = {cost->attn_coeff, cost->linear_coeff, cost->ring_step_cost};
+    const char *names[3] = {"attn_coeff", "linear_coeff", "ring_step_cost"};
+    int i;
+    for (i = 0; i < 3; i++) /* the negated test also rejects NaN */
+        if (!(values[i] >= 0.0 && values[i] <= 1e300))
+            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cost model %s must be finite and >= 0, got %g", names[i],
+                             values[i]);
+    return DCP_OK;
+}
+
+static dcp_status dcp__check_pow2_field(const char *name, int32_t value, dcp_error *error)
+{
+    if (!dcp__is_pow2(value))
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "%s must be a power of two >= 1, got %d", name, (int)value);
+    return DCP_OK;
+}
+
+static dcp_status dcp__check_multiple_field(const char *name, int32_t value, dcp_error *error)
+{
+    if (value < 1 || value > DCP_MAX_PAD_MULTIPLE)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [1, %d], got %d",
+                         name, DCP_MAX_PAD_MULTIPLE, (int)value);
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resolved,
+                                     dcp_error *error)
+{
+    dcp_config c;
+    dcp_status status;
+    if (!config || !resolved)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "config and resolved must not be NULL");
+    c = *config;
+    if (c.ranks < 1 || c.ranks > DCP_MAX_RANKS)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "ranks must be in [1, %d], got %d",
+                         DCP_MAX_RANKS, (int)c.ranks);
+    if (c.max_tokens_per_rank < 1 || c.max_tokens_per_rank > DCP_MAX_SAMPLE_LENGTH)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "max_tokens_per_rank must be in [1, %lld], got %lld",
+                         (long long)DCP_MAX_SAMPLE_LENGTH, (long long)c.max_tokens_per_rank);
+    if (c.min_cp == 0) c.min_cp = 1;
+    if (c.max_cp == 0) {
+        c.max_cp = 1;
+        while (c.max_cp * 2 <= c.ranks) c.max_cp *= 2;
+    }
+    if ((status = dcp__check_pow2_field("min_cp", c.min_cp, error)) != DCP_OK) return status;
+    if ((status = dcp__check_pow2_field("max_cp", c.max_cp, error)) != DCP_OK) return status;
+    if (c.max_cp > c.ranks)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "max_cp %d exceeds ranks %d",
+                         (int)c.max_cp, (int)c.ranks);
+    if (c.min_cp > c.max_cp)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "min_cp %d exceeds max_cp %d",
+                         (int)c.min_cp, (int)c.max_cp);
+    if (c.microbatch_multiple == 0) c.microbatch_multiple = 1;
+    if (c.pad_multiple_cp1 == 0) c.pad_multiple_cp1 = 1;
+    if (c.pad_multiple == 0) c.pad_multiple = 1;
+    if ((status = dcp__check_multiple_field("microbatch_multiple", c.microbatch_multiple,
+                                            error)) != DCP_OK)
+        return status;
+    if ((status = dcp__check_multiple_field("pad_multiple_cp1", c.pad_multiple_cp1, error)) !=
+        DCP_OK)
+        return status;
+    if ((status = dcp__check_multiple_field("pad_multiple", c.pad_multiple, error)) != DCP_OK)
+        return status;
+    if ((status = dcp__check_cost(&c.cost, error)) != DCP_OK) return status;
+    if (dcp__all_zero_cost(&c.cost)) {
+        c.cost.attn_coeff = DCP_DEFAULT_ATTN_COEFF;
+        c.cost.linear_coeff = DCP_DEFAULT_LINEAR_COEFF;
+        c.cost.ring_step_cost = DCP_DEFAULT_RING_STEP_COST;
+    }
+    if (c.strategy != DCP_STRATEGY_DYNAMIC && c.strategy != DCP_STRATEGY_STATIC &&
+        c.strategy != DCP_STRATEGY_GREEDY)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "strategy %d is not a dcp_strategy",
+                         (int)c.strategy);
+    if ((c.allocator.alloc == NULL) != (c.allocator.free == NULL))
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "allocator needs both alloc and free, or neither");
+    *resolved = c;
+    return dcp__ok(error);
+}
+
+/* lcm(c > 1 ? 2c : pad_multiple_cp1, pad_multiple) of a resolved config. For c > 1 the base
+   is a power of two, whose gcd with any number is a power of two too: no loop on the hot path. */
+static int64_t dcp__pad_multiple(const dcp_config *config, int32_t cp)
+{
+    int64_t user = config->pad_multiple;
+    if (cp > 1) {
+        int64_t base = 2 * (int64_t)cp, lowest_bit = user & -user;
+        return base / (lowest_bit < base ? lowest_bit : base) * user;
+    }
+    return config->pad_multiple_cp1 / dcp__gcd(config->pad_multiple_cp1, user) * user;
+}
+
+static int64_t dcp__padded(const dcp_config *config, int64_t length, int32_t cp)
+{
+    int64_t multiple = dcp__pad_multiple(config, cp);
+    return (length + multiple - 1) / multiple * multiple;
+}
+
+static dcp_status dcp__check_length(int64_t length, dcp_error *error)
+{
+    if (length < 1 || length > DCP_MAX_SAMPLE_LENGTH)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "length must be in [1, %lld], got %lld",
+                         (long long)DCP_MAX_SAMPLE_LENGTH, (long long)length);
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_padded_length(const dcp_config *config, int64_t length, int32_t cp,
+                                    int64_t *padded, dcp_error *error)
+{
+    dcp_config c;
+    dcp_status status;
+    if (!padded) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "padded must not be NULL");
+    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    if ((status = dcp__check_length(length, error)) != DCP_OK) return status;
+    if (!dcp__is_pow2(cp) || cp > c.max_cp)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "cp must be a power of two <= max_cp %d, got %d", (int)c.max_cp, (int)cp);
+    *padded = dcp__padded(&c, length, cp);
+    return dcp__ok(error);
+}
+
+/* Smallest feasible CP size of a resolved config, or 0 when none fits. */
+static int32_t dcp__cp_min(const dcp_config *config, int64_t length)
+{
+    int32_t cp;
+    for (cp = config->min_cp; cp <= config->max_cp; cp *= 2) {
+        if (dcp__padded(config, length, cp) / cp <= config->max_tokens_per_rank) return cp;
+        if (cp > INT32_MAX / 2) break;
+    }
+    return 0;
+}
+
+DCPDEF dcp_status dcp_cp_size_min(const dcp_config *config, int64_t length, int32_t *cp,
+                                  dcp_error *error)
+{
+    dcp_config c;
+    dcp_status status;
+    if (!cp) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "cp must not be NULL");
+    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    if ((status = dcp__check_length(length, error)) != DCP_OK) return status;
+    *cp = dcp__cp_min(&c, length);
+    if (*cp == 0)
+        return dcp__fail(error, DCP_ERROR_INFEASIBLE,
+                         "length %lld > max_cp %d x max_tokens_per_rank %lld after padding",
+                         (long long)length, (int)c.max_cp, (long long)c.max_tokens_per_rank);
+    return dcp__ok(error);
+}
+
+static double dcp__attention_seconds(const dcp_cost_model *cost, int64_t length)
+{
+    double l = (double)length;
+    return dcp__exact(cost->attn_coeff * dcp__exact(l * l));
+}
+
+/* Every per-rank compute time goes through here, so the planner's tables, the lower bound
+   and the simulator agree to the last bit. */
+static double dcp__sample_seconds(const dcp_cost_model *cost, double attention,
+                                  int64_t padded_length, int32_t cp)
+{
+    double linear = dcp__exact(cost->linear_coeff * (double)padded_length);
+    return (attention + linear) / (double)(cp > 0 ? cp : 1);
+}
+
+DCPDEF double dcp_cost_sample_seconds(const dcp_cost_model *cost, int64_t length,
+                                      int64_t padded_length, int32_t cp)
+{
+    return dcp__sample_seconds(cost, dcp__attention_seconds(cost, length), padded_length, cp);
+}
+
+DCPDEF double dcp_cost_ring_seconds(const dcp_cost_model *cost, int32_t cp)
+{
+    return cp > 1 ? dcp__exact(cost->ring_step_cost * (double)(cp - 1)) : 0.0;
+}
+
+/* Validates the planner's inputs and computes every sample's minimum CP size. The message of
+   an infeasible sample names it. cp_min may be NULL. */
+static dcp_status dcp__check_samples(const dcp_config *config, const int64_t *lengths,
+                                     int32_t count, int32_t *cp_min, dcp_error *error)
+{
+    int32_t i;
+    if (!lengths) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "lengths must not be NULL");
+    if (count < 1)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "count must be >= 1 (an empty batch has no plan), got %d", (int)count);
+    for (i = 0; i < count; i++) {
+        int32_t cp;
+        if (lengths[i] < 1 || lengths[i] > DCP_MAX_SAMPLE_LENGTH)
+            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "sample %d has length %lld; lengths must be in [1, %lld]", (int)i,
+                             (long long)lengths[i], (long long)DCP_MAX_SAMPLE_LENGTH);
+        cp = dcp__cp_min(config, lengths[i]);
+        if (cp == 0)
+            return dcp__fail(error, DCP_ERROR_INFEASIBLE,
+                             "sample %d has length %lld > max_cp %d x max_tokens_per_rank %lld "
+                             "(after padding to a multiple of %lld)",
+                             (int)i, (long long)lengths[i], (int)config->max_cp,
+                             (long long)config->max_tokens_per_rank,
+                             (long long)dcp__pad_multiple(config, config->max_cp));
+        if (cp_min) cp_min[i] = cp;
+    }
+    return DCP_OK;
+}
+
+/* Per-rank time of one sample alone at CP size cp: compute plus one ring. */
+static double dcp__alone_seconds(const dcp_config *config, int64_t length, int32_t cp)
+{
+    return dcp_cost_sample_seconds(&config->cost, length, dcp__padded(config, length, cp), cp) +
+           dcp_cost_ring_seconds(&config->cost, cp);
+}
+
+/* The sample's best per-rank time over its feasible CP sizes. */
+static double dcp__best_alone_seconds(const dcp_config *config, int64_t length, int32_t cp_min)
+{
+    double best = dcp__alone_seconds(config, length, cp_min);
+    int32_t cp;
+    for (cp = cp_min * 2; cp <= config->max_cp && cp > 0; cp *= 2) {
+        double t = dcp__alone_seconds(config, length, cp);
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+/* Ranks that belong to at least one aligned block of size min_cp. */
+static int32_t dcp__usable_ranks(const dcp_config *config)
+{
+    return config->ranks / config->min_cp * config->min_cp;
+}
+
+/* A sample's share of the total work in the lower bound. A group of size c >= 2 holds at
+   most c M padded tokens and pays c (c - 1) G of ring work per microbatch, so each of its
+   tokens carries at least G (c - 1) / M of ring work: an unavoidable share of total work. */
+static double dcp__bound_work(const dcp_config *config, int64_t length, int32_t cp_min)
+{
+    double l = (double)length;
+    double work = dcp__attention_seconds(&config->cost, length) +
+                  dcp__exact(config->cost.linear_coeff * l);
+    double ring = dcp__exact(config->cost.ring_step_cost * (double)(cp_min - 1)) * l /
+                  (double)config->max_tokens_per_rank;
+    return work + ring;
+}
+
+/* max(summed work / usable ranks, the largest best single-sample time). */
+static double dcp__bound_combine(const dcp_config *config, double work, double largest)
+{
+    work /= (double)dcp__usable_ranks(config);
+    return work > largest ? work : largest;
+}
+
+/* Lower bound of a resolved config over validated samples. */
+static double dcp__lower_bound(const dcp_config *config, const int64_t *lengths, int32_t count,
+                               const int32_t *cp_min)
+{
+    double work = 0.0, largest = 0.0;
+    int32_t i;
+    for (i = 0; i < count; i++) {
+        double alone = dcp__best_alone_seconds(config, lengths[i], cp_min[i]);
+        work += dcp__bound_work(config, lengths[i], cp_min[i]);
+        if (alone > largest) largest = alone;
+    }
+    return dcp__bound_combine(config, work, largest);
+}
+
+DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengths,
+                                  int32_t count, double *seconds, dcp_error *error)
+{
+    dcp_config c;
+    dcp_status status;
+    int32_t *cp_min;
+    if (!seconds) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "seconds must not be NULL");
+    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    if (count < 1 || !lengths) return dcp__check_samples(&c, lengths, count, NULL, error);
+    cp_min = (int32_t *)dcp__alloc_array(&c.allocator, (size_t)count, sizeof *cp_min,
+                                         "lower bound cp sizes", error);
+    if (!cp_min) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    status = dcp__check_samples(&c, lengths, count, cp_min, error);
+    if (status == DCP_OK) *seconds = dcp__lower_bound(&c, lengths, count, cp_min);
+    dcp_free(&c.allocator, cp_min);
+    return status == DCP_OK ? dcp__ok(error) : status;
+}
+
+/* ---------------------------------------------------------------------- plan assembly
+   Every strategy produces, per sample, (microbatch, first_rank, cp) and an order key; one
+   function turns that into the plan arrays, so all strategies share one output path. */
+
+typedef struct dcp__placement {
+    int32_t microbatch;
+    int32_t first_rank;
+    int32_t cp;
+    int32_t order; /* position of the sample inside its group; ties broken by sample id */
+    int32_t sample;
+} dcp__placement;
+
+static int dcp__placement_compare(const void *a, const void *b)
+{
+    const dcp__placement *x = (const dcp__placement *)a, *y = (const dcp__placement *)b;
+    if (x->microbatch != y->microbatch) return x->microbatch < y->microbatch ? -1 : 1;
+    if (x->first_rank != y->first_rank) return x->first_rank < y->first_rank ? -1 : 1;
+    if (x->order != y->order) return x->order < y->order ? -1 : 1;
+    if (x->sample != y->sample) return x->sample < y->sample ? -1 : 1;
+    return 0;
+}
+
+DCPDEF void dcp_plan_destroy(dcp_plan *plan)
+{
+    dcp_allocator allocator;
+    if (!plan) return;
+    allocator = plan->config.allocator;
+    dcp_free(&allocator, plan->sample_lengths);
+    dcp_free(&allocator, plan->microbatch_offsets);
+    dcp_free(&allocator, plan->groups);
+    dcp_free(&allocator, plan->group_samples);
+    dcp_free(&allocator, plan);
+}
+
+static dcp_plan *dcp__plan_alloc(const dcp_config *config, int32_t num_samples,
+                                 int32_t num_microbatches, int32_t num_groups, dcp_error *error)
+{
+    const dcp_allocator *allocator = &config->allocator;
+    dcp_plan *plan = (dcp_plan *)dcp__alloc_array(allocator, 1, sizeof *plan, "plan", error);
+    if (!plan) return NULL;
+    memset(plan, 0, sizeof *plan);
+    plan->config = *config;
+    plan->num_samples = num_samples;
+    plan->num_microbatches = num_microbatches;
+    plan->num_groups = num_groups;
+    plan->sample_lengths = (int64_t *)dcp__alloc_array(allocator, (size_t)num_samples,
+                                                       sizeof(int64_t), "plan lengths", error);
+    plan->microbatch_offsets = (int32_t *)dcp__alloc_array(
+        allocator, (size_t)num_microbatches + 1, sizeof(int32_t), "plan microbatches", error);
+    plan->groups = (dcp_group *)dcp__alloc_array(allocator, (size_t)num_groups,
+                                                 sizeof(dcp_group), "plan groups", error);
+    plan->group_samples = (int32_t *)dcp__alloc_array(allocator, (size_t)num_samples,
+                                                      sizeof(int32_t), "plan samples", error);
+    if (!plan->sample_lengths || !plan->microbatch_offsets || !plan->groups ||
+        !plan->group_samples) {
+        dcp_plan_destroy(plan);
+        return NULL;
+    }
+    return plan;
+}
+
+/* Sorts the placements (in place) and builds the plan; K is rounded up to the multiple. */
+static dcp_status dcp__plan_build(const dcp_config *config, const int64_t *lengths,
+                                  dcp__placement *placements, int32_t count,
+                                  int32_t num_microbatches, dcp_plan **out, dcp_error *error)
+{
+    int32_t i, groups = 0, k, multiple = config->microbatch_multiple;
+    dcp_plan *plan;
+    if (num_microbatches > INT32_MAX - multiple)
+        return dcp__fail(error, DCP_ERROR_OVERFLOW, "microbatch count %d overflows",
+                         (int)num_microbatches);
+    num_microbatches = (num_microbatches + multiple - 1) / multiple * multiple;
+    qsort(placements, (size_t)count, sizeof *placements, dcp__placement_compare);
+    for (i = 0; i < count; i++)
+        if (i == 0 || placements[i].microbatch != placements[i - 1].microbatch ||
+            placements[i].first_rank != placements[i - 1].first_rank)
+            groups++;
+    plan = dcp__plan_alloc(config, count, num_microbatches, groups, error);
+    if (!plan) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    memcpy(plan->sample_lengths, lengths, (size_t)count * sizeof *lengths);
+    groups = 0;
+    k = 0;
+    plan->microbatch_offsets[0] = 0;
+    for (i = 0; i < count; i++) {
+        const dcp__placement *p = &placements[i];
+        if (i == 0 || p->microbatch != placements[i - 1].microbatch ||
+            p->first_rank != placements[i - 1].first_rank) {
+            dcp_group *g = &plan->groups[groups];
+            while (k < p->microbatch) plan->microbatch_offsets[++k] = groups;
+            g->first_rank = p->first_rank;
+            g->cp = p->cp;
+            g->sample_offset = i;
+            g->sample_count = 0;
+            groups++;
+        }
+        plan->groups[groups - 1].sample_count++;
+        plan->group_samples[i] = p->sample;
+    }
+    while (k < num_microbatches) plan->microbatch_offsets[++k] = groups;
+    *out = plan;
+    return DCP_OK;
+}
+
+/* ------------------------------------------------------------------------ shared tables
+   The planners compare costs in integer ticks: the per-sample costs are computed once in
+   double (FMA-proof), then scaled by a power of two so that every sum of the batch stays below
+   2^DCP__TICK_BITS. Integer sums are exact and associative, so the same input gives the same
+   plan on every compiler and CPU. */
+
+#define DCP__TICK_BITS 60
+#define DCP__TICKS_INF (INT64_MAX / 4)
+
+typedef struct dcp__batch {
+    const dcp_config *config;
+    const int64_t *lengths;
+    int32_t count;
+    int32_t levels;          /* CP levels 0 .. log2(max_cp) */
+    int32_t *cp_min;         /* [count] */
+    int64_t *tokens;         /* [count * levels]: padded per-rank tokens P(c)/c, 0 below cp_min */
+    int64_t *ticks;          /* [count * levels]: per-rank compute ticks at each level */
+    int64_t ring_ticks[DCP_CP_LEVELS]; /* one group, one microbatch */
+    double tick_seconds;     /* seconds per tick */
+    double lower_bound;      /* seconds */
+} dcp__batch;
+
+static void dcp__batch_free(dcp__batch *batch)
+{
+    const dcp_allocator *allocator = &batch->config->allocator;
+    dcp_free(allocator, batch->cp_min);
+    dcp_free(allocator, batch->tokens);
+    dcp_free(allocator, batch->ticks);
+}
+
+static int64_t dcp__to_ticks(double seconds, double scale)
+{
+    return (int64_t)(dcp__exact(seconds * scale) + 0.5);
+}
+
+static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
+                                  const int64_t *lengths, int32_t count, dcp_error *error)
+{
+    const dcp_allocator *allocator = &config->allocator;
+    size_t cells;
+    double total = 0.0, scale, work = 0.0, largest = 0.0;
+    int32_t i, level, exponent;
+    memset(batch, 0, sizeof *batch);
+    batch->config = config;
+    batch->lengths = lengths;
+    batch->count = count;
+    batch->levels = dcp__log2_int(config->max_cp) + 1;
+    cells = (size_t)count * (size_t)batch->levels;
+    batch->cp_min = (int32_t *)dcp__alloc_array(allocator, (size_t)count, sizeof(int32_t),
+                                                "cp sizes", error);
+    batch->tokens = (int64_t *)dcp__alloc_array(allocator, cells, sizeof(int64_t), "tokens", error);
+    batch->ticks = (int64_t *)dcp__alloc_array(allocator, cells, sizeof(int64_t), "ticks", error);
+    if (!batch->cp_min || !batch->tokens || !batch->ticks) {
+        dcp__batch_free(batch);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    if (dcp__check_samples(config, lengths, count, batch->cp_min, error) != DCP_OK) {
+        dcp__batch_free(batch);
+        return error ? error->status : DCP_ERROR_INVALID_ARGUMENT;
+    }
+    for (i = 0; i < count; i++)
+        total += dcp__alone_seconds(config, lengths[i], batch->cp_min[i]);
+    total += (double)count * dcp_cost_ring_seconds(&config->cost, config->max_cp);
+    (void)frexp(total, &exponent); /* total < 2^exponent */
+    scale = total > 0.0 ? ldexp(1.0, DCP__TICK_BITS - exponent) : 1.0;
+    batch->tick_seconds = 1.0 / scale;
+    for (level = 0; level < batch->levels; level++)
+        batch->ring_ticks[level] =
+            dcp__to_ticks(dcp_cost_ring_seconds(&config->cost, (int32_t)1 << level), scale);
+    for (i = 0; i < count; i++) {
+        double attention = dcp__attention_seconds(&config->cost, lengths[i]), best = 0.0;
+        int32_t lowest = dcp__log2_int(batch->cp_min[i]);
+        for (level = 0; level < batch->levels; level++) {
+            int32_t cp = (int32_t)1 << level;
+            size_t cell = (size_t)i * (size_t)batch->levels + (size_t)level;
+            int64_t padded = dcp__padded(config, lengths[i], cp);
+            double seconds, alone;
+            batch->tokens[cell] = 0;
+            batch->ticks[cell] = 0;
+            if (level < lowest) continue;
+            seconds = dcp__sample_seconds(&config->cost, attention, padded, cp);
+            alone = seconds + dcp_cost_ring_seconds(&config->cost, cp);
+            if (level == lowest || alone < best) best = alone;
+            batch->tokens[cell] = padded / cp;
+            batch->ticks[cell] = dcp__to_ticks(seconds, scale);
+        }
+        work += dcp__bound_work(config, lengths[i], batch->cp_min[i]);
+        if (best > largest) largest = best;
+    }
+    batch->lower_bound = dcp__bound_combine(config, work, largest);
+    return DCP_OK;
+}
+
+static int64_t dcp__sample_ticks(const dcp__batch *batch, int32_t sample, int32_t level)
+{
+    return batch->ticks[(size_t)sample * (size_t)batch->levels + (size_t)level];
+}
+
+static int64_t dcp__sample_tokens(const dcp__batch *batch, int32_t sample, int32_t level)
+{
+    return batch->tokens[(size_t)sample * (size_t)batch->levels + (size_t)level];
+}
+
+/* Sample ids sorted by decreasing key, ties by increasing id (a total order: qsort is then
+   deterministic everywhere). */
+typedef struct dcp__keyed {
+    int64_t key;
+    int32_t id;
+} dcp__keyed;
+
+static int dcp__keyed_descending(const void *a, const void *b)
+{
+    const dcp__keyed *x = (const dcp__keyed *)a, *y = (const dcp__keyed *)b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+/* ---------------------------------------------------------------- baseline: static CP
+   Every sample at the CP size the longest needs; D / c data-parallel replicas; samples dealt
+   in input order to the replica with the fewest tokens so far (token-balanced THD packing),
+   then packed first-fit in order into microbatches of M padded tokens per rank. */
+
+static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t *num_microbatches, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const dcp_allocator *allocator = &config->allocator;
+    int32_t cp = config->min_cp, level, replicas, i, r, k, most = 0;
+    int64_t *replica_tokens, *bin_used;
+    int32_t *replica_bins;
+    for (i = 0; i < batch->count; i++)
+        if (batch->cp_min[i] > cp) cp = batch->cp_min[i];
+    level = dcp__log2_int(cp);
+    replicas = config->ranks / cp;
+    replica_tokens = (int64_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int64_t),
+                                                 "static replicas", error);
+    replica_bins = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int32_t),
+                                               "static replica bins", error);
+    /* a replica never has more microbatches than samples */
+    bin_used = (int64_t *)dcp__alloc_array(allocator, (size_t)replicas * (size_t)batch->count,
+                                           sizeof(int64_t), "static bins", error);
+    if (!replica_tokens || !replica_bins || !bin_used) {
+        dcp_free(allocator, replica_tokens);
+        dcp_free(allocator, replica_bins);
+        dcp_free(allocator, bin_used);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    memset(replica_tokens, 0, (size_t)replicas * sizeof(int64_t));
+    memset(replica_bins, 0, (size_t)replicas * sizeof(int32_t));
+    for (i = 0; i < batch->count; i++) {
+        int64_t tokens = dcp__sample_tokens(batch, i, level);
+        int64_t *bins;
+        int32_t best = 0;
+        for (r = 1; r < replicas; r++)
+            if (replica_tokens[r] < replica_tokens[best]) best = r;
+        bins = bin_used + (size_t)best * (size_t)batch->count;
+        for (k = 0; k < replica_bins[best]; k++)
+            if (bins[k] + tokens <= config->max_tokens_per_rank) break;
+        if (k == replica_bins[best]) bins[replica_bins[best]++] = 0;
+        bins[k] += tokens;
+        replica_tokens[best] += tokens;
+        placements[i].microbatch = k;
+        placements[i].first_rank = best * cp;
+        placements[i].cp = cp;
+        placements[i].order = i;
+        placements[i].sample = i;
+        if (replica_bins[best] > most) most = replica_bins[best];
+    }
+    dcp_free(allocator, replica_tokens);
+    dcp_free(allocator, replica_bins);
+    dcp_free(allocator, bin_used);
+    *num_microbatches = most;
+    return DCP_OK;
+}
+
+/* ---------------------------------------------------------------- baseline: greedy
+   Megatron's manner: build one microbatch at a time. Samples are taken longest-work first at
+   their minimum CP size; each goes to a new group on a free aligned block when one exists
+   (load 0 is the least load), else to the least-loaded open group of its size with room.
+   A microbatch closes when no remaining sample fits. Free blocks come from a buddy tree. */
+
+typedef struct dcp__buddy {
+    int32_t leaf_base; /* power of two >= ranks */
+    int32_t ranks;
+    int8_t *free_level; /* [2 leaf_base]: largest level of a fully free block below, -1 none */
+    int8_t *node_level;
+} dcp__buddy;
+
+static void dcp__buddy_reset(dcp__buddy *buddy)
+{
+    int32_t n;
+    for (n = 2 * buddy->leaf_base - 1; n >= 1; n--) {
+        int32_t level = buddy->node_level[n];
+        int64_t start = ((int64_t)n - ((int64_t)buddy->leaf_base >> level)) << level;
+        if (start + ((int64_t)1 << level) <= buddy->ranks)
+            buddy->free_level[n] = (int8_t)level;
+        else if (level == 0)
+            buddy->free_level[n] = -1;
+        else
+            buddy->free_level[n] = buddy->free_level[2 * n] > buddy->free_level[2 * n + 1]
+                                       ? buddy->free_level[2 * n]
+                                       : buddy->free_level[2 * n + 1];
+    }
+}
+
+/* Takes the lowest free aligned block of the level; returns its first rank or -1. */
+static int32_t dcp__buddy_take(dcp__buddy *buddy, int32_t level)
+{
+    int32_t n = 1, m;
+    if (buddy->free_level[1] < level) return -1;
+    while (buddy->node_level[n] > level)
+        n = buddy->free_level[2 * n] >= level ? 2 * n : 2 * n + 1;
+    buddy->free_level[n] = -1;
+    for (m = n / 2; m >= 1; m /= 2) {
+        int8_t a = buddy->free_level[2 * m], b = buddy->free_level[2 * m + 1];
+        buddy->free_level[m] = a > b ? a : b;
+    }
+    return (int32_t)(((int64_t)n - ((int64_t)buddy->leaf_base >> level)) << level);
+}
+
+/* Node n of an implicit tree over leaf_base leaves has level log2(leaf_base) - depth(n). */
+static int8_t *dcp__node_levels(const dcp_allocator *allocator, int32_t leaf_base, dcp_error *error)
+{
+    int32_t n, levels = dcp__log2_int(leaf_base);
+    int8_t *node_level = (int8_t *)dcp__alloc_array(allocator, 2 * (size_t)leaf_base,
+                                                     sizeof(int8_t), "tree levels", error);
+    if (!node_level) return NULL;
+    node_level[0] = (int8_t)(levels + 1);
+    for (n = 1; n < 2 * leaf_base; n++) {
+        int32_t depth = 0, x = n;
+        while (x > 1) {
+            x >>= 1;
+            depth++;
+        }
+        node_level[n] = (int8_t)(levels - depth);
+    }
+    return node_level;
+}
+
+static int32_t dcp__leaf_base(int32_t ranks)
+{
+    int32_t base = 1;
+    while (base < ranks) base *= 2;
+    return base;
+}
+
+/* Samples by decreasing per-rank ticks at the given levels (NULL: their minimum levels). */
+static dcp_status dcp__order_by_ticks(const dcp__batch *batch, const int32_t *levels,
+                                      int level_major, int32_t *order, dcp_error *error)
+{
+    const dcp_allocator *allocator = &batch->config->allocator;
+    int32_t i;
+    dcp__keyed *keyed = (dcp__keyed *)dcp__alloc_array(allocator, (size_t)batch->count,
+                                                       sizeof *keyed, "sample order", error);
+    if (!keyed) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    for (i = 0; i < batch->count; i++) {
+        int32_t level = levels ? levels[i] : dcp__log2_int(batch->cp_min[i]);
+        int64_t ticks = dcp__sample_ticks(batch, i, level);
+        /* level-major keys put all samples of a wider CP size first; ticks < 2^60 */
+        keyed[i].key = level_major ? ((int64_t)level << 58) + (ticks >> 3) : ticks;
+        keyed[i].id = i;
+    }
+    qsort(keyed, (size_t)batch->count, sizeof *keyed, dcp__keyed_descending);
+    for (i = 0; i < batch->count; i++) order[i] = keyed[i].id;
+    dcp_free(allocator, keyed);
+    return DCP_OK;
+}
+
+typedef struct dcp__open_group {
+    int32_t first_rank;
+    int32_t level;
+    int64_t load;
+    int64_t used;
+} dcp__open_group;
+
+static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t *num_microbatches, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const dcp_allocator *allocator = &config->allocator;
+    int32_t remaining = batch->count, microbatch = 0, placed_order = 0;
+    dcp__buddy buddy;
+    dcp_status status = DCP_OK;
+    int32_t *pending = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count,
+                                                   sizeof(int32_t), "greedy order", error);
+    dcp__open_group *groups = (dcp__open_group *)dcp__alloc_array(
+        allocator, (size_t)config->ranks, sizeof *groups, "greedy groups", error);
+    buddy.ranks = config->ranks;
+    buddy.leaf_base = dcp__leaf_base(config->ranks);
+    buddy.node_level = dcp__node_levels(allocator, buddy.leaf_base, error);
+    buddy.free_level = (int8_t *)dcp__alloc_array(allocator, 2 * (size_t)buddy.leaf_base,
+                                                  sizeof(int8_t), "greedy buddy", error);
+    if (!pending || !groups || !buddy.node_level || !buddy.free_level) {
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if ((status = dcp__order_by_ticks(batch, NULL, 0, pending, error)) != DCP_OK) goto done;
+    while (remaining > 0) {
+        int32_t kept = 0, open = 0, i, g;
+        dcp__buddy_reset(&buddy);
+        for (i = 0; i < remaining; i++) {
+            int32_t s = pending[i], level = dcp__log2_int(batch->cp_min[s]);
+            int64_t tokens = dcp__sample_tokens(batch, s, level);
+            int64_t ticks = dcp__sample_ticks(batch, s, level);
+            int32_t first = dcp__buddy_take(&buddy, level), best = -1;
+            if (first >= 0) {
+                groups[open].first_rank = first;
+                groups[open].level = level;
+                groups[open].load = batch->ring_ticks[level];
+                groups[open].used = 0;
+                best = open++;
+            } else {
+                for (g = 0; g < open; g++)
+                    if (groups[g].level == level &&
+                        groups[g].used + tokens <= config->max_tokens_per_rank &&
+                        (best < 0 || groups[g].load < groups[best].load))
+                        best = g;
+            }
+            if (best < 0) {
+                pending[kept++] = s;
+                continue;
+            }
+            groups[best].load += ticks;
+            groups[best].used += tokens;
+            placements[s].microbatch = microbatch;
+            placements[s].first_rank = groups[best].first_rank;
+            placements[s].cp = (int32_t)1 << level;
+            placements[s].order = placed_order++;
+            placements[s].sample = s;
+        }
+        if (kept == remaining) { /* cannot happen: a fresh microbatch takes its first sample */
+            status = dcp__fail(error, DCP_ERROR_INFEASIBLE, "greedy planner made no progress");
+            goto done;
+        }
+        remaining = kept;
+        microbatch++;
+    }
+    *num_microbatches = microbatch;
+done:
+    dcp_free(allocator, pending);
+    dcp_free(allocator, groups);
+    dcp_free(allocator, buddy.node_level);
+    dcp_free(allocator, buddy.free_level);
+    return status;
+}
+
+/* ---------------------------------------------------------------- dynamic planner
+   Why it works. Aligned groups nest like a buddy allocator, so the ranks form a binary tree
+   whose nodes at level j are the aligned blocks of 2^j ranks. If every microbatch of a node
+   runs before any microbatch of its children (wide groups first), no group ever waits: all
+   ranks of a block finish the block's work together, and a rank's finish time is the sum of
+   the work on the nodes from the root down to it. The step time is then the largest
+   root-to-leaf sum, and planning is load balancing on a tree: put every sample on a node of a
+   level at least its minimum CP size so that the largest path sum is small, while the
+   microbatches ("bins" of M tokens per rank) along each path stay within K.
+
+   Construction: longest-work-first, each sample to the node whose placement finishes earliest
+   (best-first search over the tree with per-level aggregates, so a placement costs
+   O(log^2 D)); samples too large for the target step are given more ranks than their
+   minimum. Several such candidates (how eagerly large samples are widened, K) are built and
+   the best is improved by a bounded local search that moves samples off the critical path.
+
+   Per node n: add[n] = ticks of the groups at n (per rank); bins_used[n] = its non-empty
+   microbatches; mx_time[n] = largest path sum from n down to one of its ranks; mx_bins[n]
+   likewise for microbatches; for each level j: best_time[n][j] = smallest mx_time among the
+   level-j nodes below n (counted from n), min_bins[n][j] and max_free[n][j] (largest room in
+   a non-empty bin) the same way. These let the search prune whole subtrees. */
+
+#define DCP__TICKS_NONE (INT64_MIN / 4)
+#define DCP__BINS_INF (INT32_MAX / 4)
+#define DCP__BINS_NONE (INT32_MIN / 4)
+
+typedef struct dcp__bin {
+    int64_t used;
+    int32_t samples;
+    int32_t next;
+} dcp__bin;
+
+typedef struct dcp__heap_entry {
+    int64_t key;
+    int64_t above_time;
+    int32_t above_bins;
+    int32_t node;
+} dcp__heap_entry;
+
+typedef struct dcp__tree {
+    const dcp__batch *batch;
+    const dcp_allocator *allocator;
+    int32_t leaf_base;
+    int32_t levels;          /* group levels: 0 .. log2(max_cp) */
+    int32_t ranks;
+    int32_t microbatch_limit; /* K */
+    int64_t capacity;         /* M */
+    int8_t *node_level;
+    int64_t *add;
+    int32_t *bins_used;
+    int64_t *node_free;       /* largest room in a non-empty bin of the node, -1 if none */
+    int64_t *mx_time;
+    int32_t *mx_bins;
+    int64_t *best_time;       /* [node * levels + level] */
+    int32_t *min_bins;
+    int64_t *max_free;
+    int32_t *bin_head;
+    int32_t *bin_tail;
+    dcp__bin *bins;
+    int32_t bin_count, bin_capacity;
+    int32_t *sample_node;
+    int32_t *sample_bin;
+    int32_t *sample_level;
+    int32_t *node_first;      /* samples of a node as a doubly linked list */
+    int32_t *sample_next;
+    int32_t *sample_prev;
+    dcp__heap_entry *heap;
+    int32_t heap_size;
+} dcp__tree;
+
+static void dcp__tree_free(dcp__tree *tree)
+{
+    const dcp_allocator *a = tree->allocator;
+    dcp_free(a, tree->node_level);
+    dcp_free(a, tree->add);
+    dcp_free(a, tree->bins_used);
+    dcp_free(a, tree->node_free);
+    dcp_free(a, tree->mx_time);
+    dcp_free(a, tree->mx_bins);
+    dcp_free(a, tree->best_time);
+    dcp_free(a, tree->min_bins);
+    dcp_free(a, tree->max_free);
+    dcp_free(a, tree->bin_head);
+    dcp_free(a, tree->bin_tail);
+    dcp_free(a, tree->bins);
+    dcp_free(a, tree->sample_node);
+    dcp_free(a, tree->sample_bin);
+    dcp_free(a, tree->sample_level);
+    dcp_free(a, tree->node_first);
+    dcp_free(a, tree->sample_next);
+    dcp_free(a, tree->sample_prev);
+    dcp_free(a, tree->heap);
+}
+
+static dcp_status dcp__tree_init(dcp__tree *tree, const dcp__batch *batch, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    size_t nodes, cells, count = (size_t)batch->count;
+    memset(tree, 0, sizeof *tree);
+    tree->batch = batch;
+    tree->allocator = a;
+    tree->ranks = batch->config->ranks;
+    tree->leaf_base = dcp__leaf_base(tree->ranks);
+    tree->levels = batch->levels;
+    tree->capacity = batch->config->max_tokens_per_rank;
+    nodes = 2 * (size_t)tree->leaf_base;
+    cells = nodes * (size_t)tree->levels;
+    tree->bin_capacity = batch->count + 1;
+    tree->node_level = dcp__node_levels(a, tree->leaf_base, error);
+    tree->add = (int64_t *)dcp__alloc_array(a, nodes, sizeof(int64_t), "tree", error);
+    tree->bins_used = (int32_t *)dcp__alloc_array(a, nodes, sizeof(int32_t), "tree", error);
+    tree->node_free = (int64_t *)dcp__alloc_array(a, nodes, sizeof(int64_t), "tree", error);
+    tree->mx_time = (int64_t *)dcp__alloc_array(a, nodes, sizeof(int64_t), "tree", error);
+    tree->mx_bins = (int32_t *)dcp__alloc_array(a, nodes, sizeof(int32_t), "tree", error);
+    tree->best_time = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "tree", error);
+    tree->min_bins = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "tree", error);
+    tree->max_free = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "tree", error);
+    tree->bin_head = (int32_t *)dcp__alloc_array(a, nodes, sizeof(int32_t), "tree", error);
+    tree->bin_tail = (int32_t *)dcp__alloc_array(a, nodes, sizeof(int32_t), "tree", error);
+    tree->bins = (dcp__bin *)dcp__alloc_array(a, (size_t)tree->bin_capacity, sizeof(dcp__bin),
+                                              "tree bins", error);
+    tree->sample_node = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "tree", error);
+    tree->sample_bin = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "tree", error);
+    tree->sample_level = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "tree", error);
+    tree->node_first = (int32_t *)dcp__alloc_array(a, nodes, sizeof(int32_t), "tree", error);
+    tree->sample_next = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "tree", error);
+    tree->sample_prev = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "tree", error);
+    /* each pop pushes at most two children and each node is pushed at most once */
+    tree->heap = (dcp__heap_entry *)dcp__alloc_array(a, nodes + 1, sizeof(dcp__heap_entry),
+                                                     "tree heap", error);
+    if (!tree->node_level || !tree->add || !tree->bins_used || !tree->node_free ||
+        !tree->mx_time || !tree->mx_bins || !tree->best_time || !tree->min_bins ||
+        !tree->max_free || !tree->bin_head || !tree->bin_tail || !tree->bins ||
+        !tree->sample_node || !tree->sample_bin || !tree->sample_level || !tree->node_first ||
+        !tree->sample_next || !tree->sample_prev || !tree->heap) {
+        dcp__tree_free(tree);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    /* refresh compares before it writes: start from defined values */
+    memset(tree->mx_time, 0, nodes * sizeof(int64_t));
+    memset(tree->mx_bins, 0, nodes * sizeof(int32_t));
+    memset(tree->best_time, 0, cells * sizeof(int64_t));
+    memset(tree->min_bins, 0, cells * sizeof(int32_t));
+    memset(tree->max_free, 0, cells * sizeof(int64_t));
+    return DCP_OK;
+}
+
+static int64_t dcp__node_start(const dcp__tree *tree, int32_t n)
+{
+    int32_t level = tree->node_level[n];
+    return ((int64_t)n - ((int64_t)tree->leaf_base >> level)) << level;
+}
+
+/* Recomputes the aggregates of node n: its path maxima always, its per-level minima only for
+   the levels in `levels` (a bit per level) plus its own level. Returns the levels whose
+   values changed, with DCP__MAX_CHANGED set when a path maximum changed: the caller stops
+   climbing once nothing changes, and a placement usually changes one level per ancestor. */
+#define DCP__ALL_LEVELS 0x7fffffffu
+#define DCP__MAX_CHANGED 0x80000000u
+
+static uint32_t dcp__tree_refresh(dcp__tree *tree, int32_t n, uint32_t levels)
+{
+    int32_t level = tree->node_level[n], j, top, L = tree->levels;
+    int64_t start = dcp__node_start(tree, n), mx_time;
+    int has_ranks = start < tree->ranks;
+    int valid = start + ((int64_t)1 << level) <= tree->ranks;
+    size_t cell = (size_t)n * (size_t)L;
+    int32_t mx_bins;
+    uint32_t changed = 0;
+    if (level == 0) {
+        mx_time = has_ranks ? tree->add[n] : DCP__TICKS_NONE;
+        mx_bins = has_ranks ? tree->bins_used[n] : DCP__BINS_NONE;
+    } else {
+        int32_t a = 2 * n, b = 2 * n + 1;
+        size_t ca = (size_t)a * (size_t)L, cb = (size_t)b * (size_t)L;
+        int64_t ta = tree->mx_time[a], tb = tree->mx_time[b];
+        int32_t ba = tree->mx_bins[a], bb = tree->mx_bins[b];
+        mx_time = has_ranks ? tree->add[n] + (ta > tb ? ta : tb) : DCP__TICKS_NONE;
+        mx_bins = has_ranks ? tree->bins_used[n] + (ba > bb ? ba : bb) : DCP__BINS_NONE;
+        top = level < L ? level : L;
+        for (j = 0; j < top; j++) {
+            int64_t t, f;
+            int32_t m;
+            if (!(levels >> j & 1u)) continue;
+            t = tree->best_time[ca + j] < tree->best_time[cb + j] ? tree->best_time[ca + j]
+                                                                  : tree->best_time[cb + j];
+            m = tree->min_bins[ca + j] < tree->min_bins[cb + j] ? tree->min_bins[ca + j]
+                                                                : tree->min_bins[cb + j];
+            f = tree->max_free[ca + j] > tree->max_free[cb + j] ? tree->max_free[ca + j]
+                                                                : tree->max_free[cb + j];
+            t = t >= DCP__TICKS_INF ? DCP__TICKS_INF : t + tree->add[n];
+            m = m >= DCP__BINS_INF ? DCP__BINS_INF : m + tree->bins_used[n];
+            if (t != tree->best_time[cell + j] || m != tree->min_bins[cell + j] ||
+                f != tree->max_free[cell + j]) {
+                tree->best_time[cell + j] = t;
+                tree->min_bins[cell + j] = m;
+                tree->max_free[cell + j] = f;
+                changed |= 1u << j;
+            }
+        }
+    }
+    if (mx_time != tree->mx_time[n] || mx_bins != tree->mx_bins[n]) {
+        tree->mx_time[n] = mx_time;
+        tree->mx_bins[n] = mx_bins;
+        changed |= DCP__MAX_CHANGED;
+    }
+    if (level < L) {
+        int64_t t = valid ? mx_time : DCP__TICKS_INF, f = valid ? tree->node_free[n] : -1;
+        int32_t m = valid ? mx_bins : DCP__BINS_INF;
+        if (t != tree->best_time[cell + level] || m != tree->min_bins[cell + level] ||
+            f != tree->max_free[cell + level]) {
+            tree->best_time[cell + level] = t;
+            tree->min_bins[cell + level] = m;
+            tree->max_free[cell + level] = f;
+            changed |= 1u << level;
+        }
+    }
+    return changed;
+}
+
+/* After node n itself changed (its add, bins or room): every level below it shifts. */
+static void dcp__tree_refresh_path(dcp__tree *tree, int32_t n)
+{
+    uint32_t changed = dcp__tree_refresh(tree, n, DCP__ALL_LEVELS);
+    for (n /= 2; n >= 1 && changed != 0; n /= 2)
+        changed = dcp__tree_refresh(tree, n, changed & ~DCP__MAX_CHANGED);
+}
+
+static void dcp__tree_reset(dcp__tree *tree, int32_t microbatch_limit)
+{
+    int32_t n;
+    tree->microbatch_limit = microbatch_limit;
+    tree->bin_count = 0;
+    for (n = 2 * tree->leaf_base - 1; n >= 1; n--) {
+        tree->add[n] = 0;
+        tree->bins_used[n] = 0;
+        tree->node_free[n] = -1;
+        tree->bin_head[n] = -1;
+        tree->bin_tail[n] = -1;
+        tree->node_first[n] = -1;
+        (void)dcp__tree_refresh(tree, n, DCP__ALL_LEVELS);
+    }
+}
+
+/* Heap order: smaller key first; among equal keys the deeper node (so that ties dive to a
+   candidate instead of expanding the tree breadth-first), then the lower index. */
+static int dcp__heap_before(const dcp__tree *tree, const dcp__heap_entry *x,
+                            const dcp__heap_entry *y)
+{
+    if (x->key != y->key) return x->key < y->key;
+    if (tree->node_level[x->node] != tree->node_level[y->node])
+        return tree->node_level[x->node] < tree->node_level[y->node];
+    return x->node < y->node;
+}
+
+static void dcp__heap_push(dcp__tree *tree, dcp__heap_entry entry)
+{
+    int32_t i = tree->heap_size++;
+    while (i > 0) {
+        int32_t parent = (i - 1) / 2;
+        if (!dcp__heap_before(tree, &entry, &tree->heap[parent])) break;
+        tree->heap[i] = tree->heap[parent];
+        i = parent;
+    }
+    tree->heap[i] = entry;
+}
+
+static dcp__heap_entry dcp__heap_pop(dcp__tree *tree)
+{
+    dcp__heap_entry top = tree->heap[0], last = tree->heap[--tree->heap_size];
+    int32_t i = 0;
+    for (;;) {
+        int32_t child = 2 * i + 1;
+        if (child >= tree->heap_size) break;
+        if (child + 1 < tree->heap_size &&
+            dcp__heap_before(tree, &tree->heap[child + 1], &tree->heap[child]))
+            child++;
+        if (!dcp__heap_before(tree, &tree->heap[child], &last)) break;
+        tree->heap[i] = tree->heap[child];
+        i = child;
+    }
+    tree->heap[i] = last;
+    return top;
+}
+
+/* The level-j node where a sample of the given per-rank tokens and ticks finishes earliest
+   (ties: lower node index), or -1 when no node has room. *finish receives that finish.
+   A heap key is the earliest finish any node below could offer: its best time, plus the ring
+   cost of a new microbatch when no bin below has room. Keys never exceed what they bound, so
+   the first level-j node popped with a feasible finish <= every remaining key is the best. */
+static int64_t dcp__tree_key(const dcp__tree *tree, size_t cell, int64_t above_time,
+                             int64_t tokens, int32_t j)
+{
+    int64_t ring = tree->max_free[cell] < tokens ? tree->batch->ring_ticks[j] : 0;
+    return above_time + tree->best_time[cell] + ring;
+}
+
+/* The finish of a sample at level-j node n given what lies above it, or DCP__TICKS_INF when
+   the node has neither room in a bin nor a free microbatch. */
+static int64_t dcp__tree_finish(const dcp__tree *tree, int32_t n, int32_t j, int64_t above_time,
+                                int32_t above_bins, int64_t tokens, int64_t ticks)
+{
+    int64_t base = above_time + tree->mx_time[n] + ticks;
+    if (tree->node_free[n] >= tokens) return base;
+    if (above_bins + tree->mx_bins[n] < tree->microbatch_limit)
+        return base + tree->batch->ring_ticks[j];
+    return DCP__TICKS_INF;
+}
+
+/* Follows the smaller key from the root. When the node reached meets the root's key, no
+   node can beat it and the heap is not needed; the common case, so it comes first. */
+static int32_t dcp__tree_dive(const dcp__tree *tree, int32_t j, int64_t tokens, int64_t ticks,
+                              int64_t *finish)
+{
+    const size_t L = (size_t)tree->levels;
+    int64_t above_time = 0, bound = dcp__tree_key(tree, L + (size_t)j, 0, tokens, j);
+    int32_t above_bins = 0, n = 1;
+    if (tree->best_time[L + (size_t)j] >= DCP__TICKS_INF) return -1;
+    while (tree->node_level[n] != j) {
+        int32_t a = 2 * n, b = 2 * n + 1;
+        int64_t ka, kb;
+        above_time += tree->add[n];
+        above_bins += tree->bins_used[n];
+        ka = tree->best_time[(size_t)a * L + j] >= DCP__TICKS_INF
+                 ? DCP__TICKS_INF
+                 : dcp__tree_key(tree, (size_t)a * L + j, above_time, tokens, j);
+        kb = tree->best_time[(size_t)b * L + j] >= DCP__TICKS_INF
+                 ? DCP__TICKS_INF
+                 : dcp__tree_key(tree, (size_t)b * L + j, above_time, tokens, j);
+        n = kb < ka ? b : a;
+    }
+    *finish = dcp__tree_finish(tree, n, j, above_time, above_bins, tokens, ticks);
+    return *finish == bound + ticks ? n : -1;
+}
+
+static int32_t dcp__tree_find(dcp__tree *tree, int32_t j, int64_t tokens, int64_t ticks,
+                              int64_t *finish)
+{
+    const int32_t L = tree->levels, limit = tree->microbatch_limit;
+    int32_t best = -1;
+    int64_t best_finish = DCP__TICKS_INF;
+    dcp__heap_entry root;
+    int32_t dived = dcp__tree_dive(tree, j, tokens, ticks, &best_finish);
+    if (dived >= 0) {
+        if (finish) *finish = best_finish;
+        return dived;
+    }
+    best_finish = DCP__TICKS_INF;
+    tree->heap_size = 0;
+    root.above_time = 0;
+    root.above_bins = 0;
+    root.node = 1;
+    if (tree->best_time[(size_t)L + (size_t)j] < DCP__TICKS_INF) {
+        root.key = dcp__tree_key(tree, (size_t)L + (size_t)j, 0, tokens, j);
+        dcp__heap_push(tree, root);
+    }
+    while (tree->heap_size > 0) {
+        dcp__heap_entry e = dcp__heap_pop(tree);
+        int32_t n = e.node, c;
+        if (e.key + ticks >= best_finish) break;
+        if (tree->node_level[n] == j) {
+            int64_t f = dcp__tree_finish(tree, n, j, e.above_time, e.above_bins, tokens, ticks);
+            if (f < best_finish) {
+                best_finish = f;
+                best = n;
+            }
+            continue;
+        }
+        for (c = 2 * n; c <= 2 * n + 1; c++) {
+            size_t cell = (size_t)c * (size_t)L + (size_t)j;
+            dcp__heap_entry child;
+            if (tree->best_time[cell] >= DCP__TICKS_INF) continue;
+            child.above_time = e.above_time + tree->add[n];
+            child.above_bins = e.above_bins + tree->bins_used[n];
+            if (tree->max_free[cell] < tokens &&
+                child.above_bins + tree->min_bins[cell] >= limit)
+                continue; /* no node below has room in a bin or a free microbatch */
+            child.key = dcp__tree_key(tree, cell, child.above_time, tokens, j);
+            child.node = c;
+            dcp__heap_push(tree, child);
+        }
+    }
+    if (finish) *finish = best_finish;
+    return best;
+}
+
+static void dcp__tree_update_free(dcp__tree *tree, int32_t n)
+{
+    int64_t best = -1;
+    int32_t b;
+    for (b = tree->bin_head[n]; b >= 0; b = tree->bins[b].next)
+        if (tree->bins[b].samples > 0 && tree->capacity - tree->bins[b].used > best)
+            best = tree->capacity - tree->bins[b].used;
+    tree->node_free[n] = best;
+}
+
+/* First fit among the node's non-empty bins, else an empty one (reused or new). */
+static int32_t dcp__tree_bin_for(dcp__tree *tree, int32_t n, int64_t tokens, dcp_error *error)
+{
+    int32_t b, empty = -1;
+    for (b = tree->bin_head[n]; b >= 0; b = tree->bins[b].next) {
+        if (tree->bins[b].samples > 0 && tree->bins[b].used + tokens <= tree->capacity) return b;
+        if (tree->bins[b].samples == 0 && empty < 0) empty = b;
+    }
+    if (empty >= 0) return empty;
+    if (tree->bin_count == tree->bin_capacity) { /* local search can strand empty bins */
+        int32_t capacity = tree->bin_capacity * 2;
+        dcp__bin *bins = (dcp__bin *)dcp__alloc_array(tree->allocator, (size_t)capacity,
+                                                      sizeof(dcp__bin), "tree bins", error);
+        if (!bins) return -1;
+        memcpy(bins, tree->bins, (size_t)tree->bin_count * sizeof(dcp__bin));
+        dcp_free(tree->allocator, tree->bins);
+        tree->bins = bins;
+        tree->bin_capacity = capacity;
+    }
+    b = tree->bin_count++;
+    tree->bins[b].used = 0;
+    tree->bins[b].samples = 0;
+    tree->bins[b].next = -1;
+    if (tree->bin_tail[n] >= 0)
+        tree->bins[tree->bin_tail[n]].next = b;
+    else
+        tree->bin_head[n] = b;
+    tree->bin_tail[n] = b;
+    return b;
+}
+
+static dcp_status dcp__tree_place(dcp__tree *tree, int32_t s, int32_t n, dcp_error *error)
+{
+    int32_t j = tree->node_level[n];
+    int64_t tokens = dcp__sample_tokens(tree->batch, s, j);
+    int32_t b = dcp__tree_bin_for(tree, n, tokens, error);
+    if (b < 0) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    if (tree->bins[b].samples == 0) {
+        tree->bins_used[n]++;
+        tree->add[n] += tree->batch->ring_ticks[j];
+    }
+    tree->bins[b].used += tokens;
+    tree->bins[b].samples++;
+    tree->add[n] += dcp__sample_ticks(tree->batch, s, j);
+    tree->sample_node[s] = n;
+    tree->sample_bin[s] = b;
+    tree->sample_level[s] = j;
+    tree->sample_prev[s] = -1;
+    tree->sample_next[s] = tree->node_first[n];
+    if (tree->node_first[n] >= 0) tree->sample_prev[tree->node_first[n]] = s;
+    tree->node_first[n] = s;
+    dcp__tree_update_free(tree, n);
+    dcp__tree_refresh_path(tree, n);
+    return DCP_OK;
+}
+
+static void dcp__tree_remove(dcp__tree *tree, int32_t s)
+{
+    int32_t n = tree->sample_node[s], b = tree->sample_bin[s], j = tree->sample_level[s];
+    tree->bins[b].used -= dcp__sample_tokens(tree->batch, s, j);
+    tree->bins[b].samples--;
+    tree->add[n] -= dcp__sample_ticks(tree->batch, s, j);
+    if (tree->bins[b].samples == 0) {
+        tree->bins_used[n]--;
+        tree->add[n] -= tree->batch->ring_ticks[j];
+    }
+    tree->sample_node[s] = -1;
+    if (tree->sample_prev[s] >= 0)
+        tree->sample_next[tree->sample_prev[s]] = tree->sample_next[s];
+    else
+        tree->node_first[n] = tree->sample_next[s];
+    if (tree->sample_next[s] >= 0) tree->sample_prev[tree->sample_next[s]] = tree->sample_prev[s];
+    dcp__tree_update_free(tree, n);
+    dcp__tree_refresh_path(tree, n);
+}
+
+/* Places the samples in the given order at the given levels. The microbatch limit starts at
+   the given value and grows by the multiple whenever a sample finds no room: earlier
+   placements stay valid under a looser limit, so nothing is rebuilt. */
+static dcp_status dcp__tree_build(dcp__tree *tree, const int32_t *order, const int32_t *levels,
+                                  int32_t microbatch_limit, dcp_error *error)
+{
+    const int32_t multiple = tree->batch->config->microbatch_multiple;
+    int32_t i;
+    dcp__tree_reset(tree, microbatch_limit);
+    for (i = 0; i < tree->batch->count; i++) {
+        int32_t s = order[i], j = levels[s], n;
+        dcp_status status;
+        while ((n = dcp__tree_find(tree, j, dcp__sample_tokens(tree->batch, s, j),
+                                   dcp__sample_ticks(tree->batch, s, j), NULL)) < 0) {
+            /* once the limit exceeds every path's count, every node can open a microbatch */
+            int32_t needed = tree->mx_bins[1] + 1;
+            int32_t grown = tree->microbatch_limit + multiple;
+            if (grown < needed) grown = (needed + multiple - 1) / multiple * multiple;
+            if (grown > INT32_MAX / 2)
+                return dcp__fail(error, DCP_ERROR_OVERFLOW, "microbatch count overflows");
+            tree->microbatch_limit = grown;
+        }
+        if ((status = dcp__tree_place(tree, s, n, error)) != DCP_OK) return status;
+    }
+    return DCP_OK;
+}
+
+/* ------------------------------------------------ dynamic planner: local search
+   Takes a rank on the critical path (largest path sum T) and tries, for each sample on the
+   nodes above it, a move to the node (of its level, one wider or one narrower) where it would
+   finish earliest, then a swap with a smaller sample of the least-loaded node of its level.
+   A change is kept only if every rank it touches ends below T, so each kept change removes
+   one rank from the set at T (or lowers T) and the search cannot cycle. */
+
+static int64_t dcp__tree_above(const dcp__tree *tree, int32_t n)
+{
+    int64_t above = 0;
+    for (n /= 2; n >= 1; n /= 2) above += tree->add[n];
+    return above;
+}
+
+static int32_t dcp__tree_above_bins(const dcp__tree *tree, int32_t n)
+{
+    int32_t above = 0;
+    for (n /= 2; n >= 1; n /= 2) above += tree->bins_used[n];
+    return above;
+}
+
+static int dcp__tree_fits(const dcp__tree *tree, int32_t n, int64_t tokens)
+{
+    return tree->node_free[n] >= tokens ||
+           dcp__tree_above_bins(tree, n) + tree->mx_bins[n] < tree->microbatch_limit;
+}
+
+static int64_t dcp__tree_node_max(const dcp__tree *tree, int32_t n)
+{
+    return dcp__tree_above(tree, n) + tree->mx_time[n];
+}
+
+static int32_t dcp__tree_critical_path(const dcp__tree *tree, int32_t *path)
+{
+    int32_t n = 1, length = 0;
+    for (;;) {
+        path[length++] = n;
+        if (tree->node_level[n] == 0) return length;
+        n = tree->mx_time[2 * n] >= tree->mx_time[2 * n + 1] ? 2 * n : 2 * n + 1;
+    }
+}
+
+/* Moves sample s (removed by the caller) to the best node of a nearby level if it finishes
+   below T there; returns 1 when moved, 0 when it should be put back. */
+static int dcp__try_move(dcp__tree *tree, int32_t s, int32_t from_level, int64_t T,
+                         int32_t *budget, dcp_status *status, dcp_error *error)
+{
+    const dcp__batch *batch = tree->batch;
+    int32_t lowest = dcp__log2_int(batch->cp_min[s]), j, best_node = -1;
+    int64_t best_finish = T;
+    for (j = from_level - 1; j <= from_level + 1; j++) {
+        int64_t finish;
+        int32_t n;
+        if (j < lowest || j >= tree->levels || *budget <= 0) continue;
+        (*budget)--;
+        n = dcp__tree_find(tree, j, dcp__sample_tokens(batch, s, j),
+                           dcp__sample_ticks(batch, s, j), &finish);
+        if (n >= 0 && finish < best_finish) {
+            best_finish = finish;
+            best_node = n;
+        }
+    }
+    if (best_node < 0) return 0;
+    *status = dcp__tree_place(tree, s, best_node, error);
+    return 1;
+}
+
+/* Places x at node n if it fits there; returns 1 when placed. */
+static int dcp__try_place(dcp__tree *tree, int32_t x, int32_t n, int32_t level,
+                          dcp_status *status, dcp_error *error)
+{
+    if (!dcp__tree_fits(tree, n, dcp__sample_tokens(tree->batch, x, level))) return 0;
+    *status = dcp__tree_place(tree, x, n, error);
+    return *status == DCP_OK;
+}
+
+/* Swaps s (on node a) with a smaller sample of the least-loaded node b of its level when
+   both nodes then end below T; returns 1 when swapped, else leaves both where they were. */
+static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32_t *budget,
+                         dcp_status *status, dcp_error *error)
+{
+    const dcp__batch *batch = tree->batch;
+    int32_t j = tree->node_level[a], b, other, best = -1;
+    int64_t ws = dcp__sample_ticks(batch, s, j), b_max, ideal, best_gap = DCP__TICKS_INF;
+    if (*budget <= 0) return 0;
+    (*budget)--;
+    b = dcp__tree_find(tree, j, 0, 0, &b_max);
+    if (b < 0 || b == a) return 0;
+    /* after the swap a's max is about T - ws + w and b's is b_max + ws - w: aim between */
+    ideal = ws - (T - b_max) / 2;
+    for (other = tree->node_first[b]; other >= 0; other = tree->sample_next[other]) {
+        int64_t w = dcp__sample_ticks(batch, other, j), gap = w > ideal ? w - ideal : ideal - w;
+        if (w < ws && b_max + ws - w < T && gap < best_gap) {
+            best_gap = gap;
+            best = other;
+        }
+    }
+    if (best < 0) return 0;
+    dcp__tree_remove(tree, s);
+    dcp__tree_remove(tree, best);
+    if (dcp__try_place(tree, best, a, j, status, error)) {
+        if (dcp__try_place(tree, s, b, j, status, error)) {
+            if (dcp__tree_node_max(tree, a) < T && dcp__tree_node_max(tree, b) < T) return 1;
+            dcp__tree_remove(tree, s);
+        }
+        if (*status == DCP_OK) dcp__tree_remove(tree, best);
+    }
+    if (*status == DCP_OK) *status = dcp__tree_place(tree, s, a, error);
+    if (*status == DCP_OK) *status = dcp__tree_place(tree, best, b, error);
+    return 0;
+}
+
+static dcp_status dcp__tree_improve(dcp__tree *tree, int32_t budget, dcp_error *error)
+{
+    int32_t path[DCP_CP_LEVELS + 2];
+    dcp_status status = DCP_OK;
+    while (budget > 0) {
+        int64_t T = tree->mx_time[1];
+        int32_t length = dcp__tree_critical_path(tree, path), p, improved = 0;
+        for (p = length - 1; p >= 0 && !improved && budget > 0; p--) {
+            int32_t a = path[p], s, next;
+            for (s = tree->node_first[a]; s >= 0 && !improved && budget > 0; s = next) {
+                int32_t level = tree->sample_level[s];
+                next = tree->sample_next[s];
+                dcp__tree_remove(tree, s);
+                improved = dcp__try_move(tree, s, level, T, &budget, &status, error);
+                if (!improved && status == DCP_OK) status = dcp__tree_place(tree, s, a, error);
+                if (!improved && status == DCP_OK)
+                    improved = dcp__try_swap(tree, s, a, T, &budget, &status, error);
+                if (status != DCP_OK) return status;
+            }
+        }
+        if (!improved) break;
+    }
+    return DCP_OK;
+}
+
+/* ------------------------------------------------ dynamic planner: from tree to plan
+   Microbatches run top-down: a node's microbatches follow all of its ancestors'. A rank's
+   single-rank samples may be spread over the microbatches its path leaves free, which changes
+   no time but evens out microbatch sizes and avoids empty ones. */
+
+typedef struct dcp__extract {
+    int32_t *offset;    /* [nodes]: first microbatch of the node */
+    int32_t *bin_index; /* [bins]: microbatch of a bin */
+    int64_t *spread_used;
+    int32_t *spread_bin; /* [count]: microbatch of a spread sample, -1 otherwise */
+    dcp__keyed *keyed;
+} dcp__extract;
+
+/* Spreads a leaf's samples over up to `available` microbatches by fewest-tokens-first;
+   leaves them in their bins if that ever runs out of room. */
+static void dcp__spread_leaf(const dcp__tree *tree, int32_t n, int32_t available,
+                             dcp__extract *x)
+{
+    int32_t count = 0, s, i, bins;
+    for (s = tree->node_first[n]; s >= 0; s = tree->sample_next[s]) {
+        x->keyed[count].key = dcp__sample_tokens(tree->batch, s, 0);
+        x->keyed[count].id = s;
+        count++;
+    }
+    if (count <= tree->bins_used[n] || available <= tree->bins_used[n]) return;
+    bins = count < available ? count : available;
+    qsort(x->keyed, (size_t)count, sizeof *x->keyed, dcp__keyed_descending);
+    for (i = 0; i < bins; i++) x->spread_used[i] = 0;
+    for (i = 0; i < count; i++) {
+        int32_t b, best = 0;
+        for (b = 1; b < bins; b++)
+            if (x->spread_used[b] < x->spread_used[best]) best = b;
+        if (x->spread_used[best] + x->keyed[i].key > tree->capacity) {
+            for (i = 0; i < count; i++) x->spread_bin[x->keyed[i].id] = -1;
+            return;
+        }
+        x->spread_used[best] += x->keyed[i].key;
+        x->spread_bin[x->keyed[i].id] = best;
+    }
+}
+
+static dcp_status dcp__tree_extract(const dcp__tree *tree, const int32_t *order,
+                                    dcp__placement *placements, int32_t *num_microbatches,
+                                    dcp_error *error)
+{
+    const dcp__batch *batch = tree->batch;
+    const dcp_allocator *a = tree->allocator;
+    const int32_t multiple = batch->config->microbatch_multiple;
+    int32_t nodes = 2 * tree->leaf_base, n, b, s, i, k;
+    dcp__extract x;
+    dcp_status status = DCP_OK;
+    x.offset = (int32_t *)dcp__alloc_array(a, (size_t)nodes, sizeof(int32_t), "extract", error);
+    x.bin_index = (int32_t *)dcp__alloc_array(a, (size_t)tree->bin_count + 1, sizeof(int32_t),
+                                              "extract", error);
+    x.spread_used = (int64_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int64_t),
+                                                "extract", error);
+    x.spread_bin = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t),
+                                               "extract", error);
+    x.keyed = (dcp__keyed *)dcp__alloc_array(a, (size_t)batch->count, sizeof(dcp__keyed),
+                                             "extract", error);
+    if (!x.offset || !x.bin_index || !x.spread_used || !x.spread_bin || !x.keyed) {
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    k = (tree->mx_bins[1] + multiple - 1) / multiple * multiple;
+    if (k < multiple) k = multiple;
+    x.offset[1] = 0;
+    for (n = 2; n < nodes; n++) x.offset[n] = x.offset[n / 2] + tree->bins_used[n / 2];
+    for (n = 1; n < nodes; n++) {
+        int32_t next = x.offset[n];
+        for (b = tree->bin_head[n]; b >= 0; b = tree->bins[b].next)
+            if (tree->bins[b].samples > 0) x.bin_index[b] = next++;
+    }
+    for (s = 0; s < batch->count; s++) x.spread_bin[s] = -1;
+    for (n = tree->leaf_base; n < nodes; n++)
+        if (tree->node_first[n] >= 0)
+            dcp__spread_leaf(tree, n, k - x.offset[n], &x);
+    for (i = 0; i < batch->count; i++) {
+        dcp__placement *p;
+        s = order[i];
+        n = tree->sample_node[s];
+        p = &placements[s];
+        p->microbatch = x.spread_bin[s] >= 0 ? x.offset[n] + x.spread_bin[s]
+                                             : x.bin_index[tree->sample_bin[s]];
+        p->first_rank = (int32_t)dcp__node_start(tree, n);
+        p->cp = (int32_t)1 << tree->node_level[n];
+        p->order = i;
+        p->sample = s;
+    }
+    *num_microbatches = k;
+done:
+    dcp_free(a, x.offset);
+    dcp_free(a, x.bin_index);
+    dcp_free(a, x.spread_used);
+    dcp_free(a, x.spread_bin);
+    dcp_free(a, x.keyed);
+    return status;
+}
+
+/* ------------------------------------------------ dynamic planner: construction
+   Longest-work-first is within one sample of the target step, so a sample whose per-rank
+   time alone exceeds target / DCP__WIDEN_DIVISOR is widened (its CP size doubled while that
+   shortens it): large samples are the rocks that longest-work-first cannot balance, and the
+   local search may widen or narrow any sample further. */
+
+#define DCP__WIDEN_DIVISOR 2
+
+static void dcp__widen_levels(const dcp__batch *batch, int64_t target, int32_t *levels)
+{
+    int32_t s;
+    for (s = 0; s < batch->count; s++) {
+        int32_t j = dcp__log2_int(batch->cp_min[s]);
+        while (j + 1 < batch->levels) {
+            int64_t now = dcp__sample_ticks(batch, s, j) + batch->ring_ticks[j];
+            int64_t wider = dcp__sample_ticks(batch, s, j + 1) + batch->ring_ticks[j + 1];
+            if (now <= target || wider >= now) break;
+            j++;
+        }
+        levels[s] = j;
+    }
+}
+
+/* Smallest microbatch count the memory cap allows for these levels, rounded to the multiple. */
+static int32_t dcp__microbatch_floor(const dcp__batch *batch, const int32_t *levels)
+{
+    const dcp_config *config = batch->config;
+    int64_t tokens = 0, capacity = (int64_t)dcp__usable_ranks(config) * config->max_tokens_per_rank;
+    int64_t floor_count;
+    int32_t s, multiple = config->microbatch_multiple;
+    for (s = 0; s < batch->count; s++)
+        tokens += dcp__sample_tokens(batch, s, levels[s]) * ((int64_t)1 << levels[s]);
+    floor_count = (tokens + capacity - 1) / capacity;
+    if (floor_count < 1) floor_count = 1;
+    floor_count = (floor_count + multiple - 1) / multiple * multiple;
+    return floor_count > INT32_MAX / 2 ? INT32_MAX / 2 : (int32_t)floor_count;
+}
+
+static int32_t dcp__improve_budget(const dcp_config *config, int32_t count)
+{
+    int64_t budget;
+    if (config->improve_moves != 0) return config->improve_moves < 0 ? 0 : config->improve_moves;
+    budget = (int64_t)count * DCP_DEFAULT_IMPROVE_MOVES_PER_SAMPLE + DCP_DEFAULT_IMPROVE_MOVES_BASE;
+    return budget > INT32_MAX ? INT32_MAX : (int32_t)budget;
+}
+
+static dcp_status dcp__plan_dynamic(const dcp__batch *batch, dcp__placement *placements,
+                                    int32_t *num_microbatches, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const dcp_allocator *a = &config->allocator;
+    const int64_t target = dcp__to_ticks(batch->lower_bound, 1.0 / batch->tick_seconds);
+    size_t count = (size_t)batch->count;
+    dcp__tree tree;
+    dcp_status status;
+    int32_t *levels, *order;
+    if ((status = dcp__tree_init(&tree, batch, error)) != DCP_OK) return status;
+    levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "dynamic levels", error);
+    order = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "dynamic order", error);
+    if (!levels || !order) {
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    dcp__widen_levels(batch, target / DCP__WIDEN_DIVISOR, levels);
+    if ((status = dcp__order_by_ticks(batch, levels, 1, order, error)) != DCP_OK ||
+        (status = dcp__tree_build(&tree, order, levels, dcp__microbatch_floor(batch, levels),
+                                  error)) != DCP_OK ||
+        (status = dcp__tree_improve(&tree, dcp__improve_budget(config, batch->count), error)) !=
+            DCP_OK)
+        goto done;
+    status = dcp__tree_extract(&tree, order, placements, num_microbatches, error);
+done:
+    dcp__tree_free(&tree);
+    dcp_free(a, levels);
+    dcp_free(a, order);
+    return status;
+}
+
+/* ------------------------------------------------------------------------ public planner */
+
+DCPDEF const char *dcp_strategy_name(dcp_strategy strategy)
+{
+    switch (strategy) {
+    case DCP_STRATEGY_DYNAMIC: return "dynamic";
+    case DCP_STRATEGY_STATIC: return "static";
+    case DCP_STRATEGY_GREEDY: return "greedy";
+    }
+    return "unknown";
+}
+
+DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengths,
+                                  int32_t count, dcp_plan **plan, dcp_error *error)
+{
+    dcp_config c;
+    dcp__batch batch;
+    dcp__placement *placements;
+    int32_t num_microbatches = 0;
+    dcp_status status;
+    if (!plan) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
+    *plan = NULL;
+    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    if (count < 1 || !lengths) return dcp__check_samples(&c, lengths, count, NULL, error);
+    if ((status = dcp__batch_init(&batch, &c, lengths, count, error)) != DCP_OK) return status;
+    placements = (dcp__placement *)dcp__alloc_array(&c.allocator, (size_t)count,
+                                                    sizeof *placements, "placements", error);
+    if (!placements) {
+        dcp__batch_free(&batch);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    switch (c.strategy) {
+    case DCP_STRATEGY_STATIC:
+        status = dcp__plan_static(&batch, placements, &num_microbatches, error);
+        break;
+    case DCP_STRATEGY_GREEDY:
+        status = dcp__plan_greedy(&batch, placements, &num_microbatches, error);
+        break;
+    default: status = dcp__plan_dynamic(&batch, placements, &num_microbatches, error); break;
+    }
+    if (status == DCP_OK)
+        status = dcp__plan_build(&c, lengths, placements, count, num_microbatches, plan, error);
+    dcp_free(&c.allocator, placements);
+    dcp__batch_free(&batch);
+    return status == DCP_OK ? dcp__ok(error) : status;
+}
+
+/* --------------------------------------------------------------------------- validator */
+
+static dcp_status dcp__validate_shape(const dcp_plan *plan, dcp_error *error)
+{
+    int32_t k;
+    if (plan->num_samples < 1 || !plan->sample_lengths || !plan->group_samples)
+        return dcp__fail(error, DCP_ERROR_INVALID_PLAN, "plan has %d samples (need >= 1)",
+                         (int)plan->num_samples);
+    if (plan->num_microbatches < 1 || !plan->microbatch_offsets ||
+        plan->num_microbatches % plan->config.microbatch_multiple != 0)
+        return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
+                         "plan has %d microbatches; need a positive multiple of %d",
+                         (int)plan->num_microbatches, (int)plan->config.microbatch_multiple);
+    if (plan->num_groups < 1 || plan->num_groups > plan->num_samples || !plan->groups)
+        return dcp__fail(error, DCP_ERROR_INVALID_PLAN, "plan has %d groups for %d samples",
+                         (int)plan->num_groups, (int)plan->num_samples);
+    if (plan->microbatch_offsets[0] != 0 ||
+        plan->microbatch_offsets[plan->num_microbatches] != plan->num_groups)
+        return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
+                         "microbatch offsets must run from 0 to num_groups %d",
+                         (int)plan->num_groups);
+    for (k = 0; k < plan->num_microbatches; k++)
+        if (plan->microbatch_offsets[k + 1] < plan->microbatch_offsets[k])
+            return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
+                             "microbatch %d has a negative group count", (int)k);
+    return DCP_OK;
+}
+
+static dcp_status dcp__validate_group(const dcp_plan *plan, int32_t k, const dcp_group *g,
+                                      int32_t expected_offset, unsigned char *seen,
+                                      dcp_error *error)
+{
+    const dcp_config *c = &plan->config;
+    int64_t tokens = 0;
+    int32_t i;
+    if (!dcp__is_pow2(g->cp) || g->cp < c->min_cp || g->cp > c->max_cp)
+        return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
+                         "microbatch %d: group at rank %d has cp %d outside powers of two in "
+                         "[%d, %d]", (int)k, (int)g->first_rank, (int)g->cp, (int)c->min_cp,
+                         (int)c->max_cp);
+    if (g->first_rank < 0 || g->first_rank % g->cp != 0 || g->first_rank > c->ranks - g->cp)
+        return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
+                         "microbatch %d: group at rank %d with cp %d is not an aligned block "
+                         "of the %d ranks", (int)k, (int)g->first_rank, (int)g->cp,
+                         (int)c->ranks);
+    if (g->sample_count < 1 || g->sample_offset != expected_offset ||
+        g->sample_count > plan->num_samples - expected_offset)
+        return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
+                         "microbatch %d: group at rank %d holds samples [%d, +%d); expected a "
+                         "non-empty range from %d", (int)k, (int)g->first_rank,
+                         (int)g->sample_offset, (int)g->sample_count, (int)expected_offset);
+    for (i = g->sample_offset; i < g->sample_offset + g->sample_count; i++) {
+        int32_t s = plan->group_samples[i];
+        int64_t length;
+        if (s < 0 || s >= plan->num_samples)
+            return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
+                             "microbatch %d: sample id %d outside [0, %d)", (int)k, (int)s,
+                             (int)plan->num_samples);
+        if (seen[s])
+            return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
+                             "sample %d appears twice (again in microbatch %d)", (int)s, (int)k);
+        seen[s] = 1;
+        length = plan->sample_lengths[s];
+        if (length < 1 || length > DCP_MAX_SAMPLE_LENGTH)
+            return dcp__fail(error, DCP_ERROR_INVALID_PLAN, "sample %d has length %lld",
+                             (int)s, (long long)length);
+        tokens += dcp__padded(c, length, g->cp) / g->cp;
+        if (tokens > c->max_tokens_per_rank)
+            return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
+                             "microbatch %d: group at rank %d (cp %d) holds more than "
+                             "max_tokens_per_rank %lld padded tokens per rank at sample %d",
+                             (int)k, (int)g->first_rank, (int)g->cp,
+                             (long long)c->max_tokens_per_rank, (int)s);
+    }
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error)
+{
+    dcp_config resolved;
+    unsigned char *seen;
+    int32_t k, g, expected = 0;
+    dcp_status status;
+    if (!plan) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
+    if ((status = dcp_config_resolve(&plan->config, &resolved, error)) != DCP_OK) return status;
+    if ((status = dcp__validate_shape(plan, error)) != DCP_OK) return status;
+    seen = (unsigned char *)dcp__alloc_array(&plan->config.allocator, (size_t)plan->num_samples,
+                                             1, "validator", error);
+    if (!seen) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    memset(seen, 0, (size_t)plan->num_samples);
+    for (k = 0; k < plan->num_microbatches && status == DCP_OK; k++) {
+        int32_t next_free_rank = 0;
+        for (g = plan->microbatch_offsets[k];
+             g < plan->microbatch_offsets[k + 1] && status == DCP_OK; g++) {
+            const dcp_group *group = &plan->groups[g];
+            status = dcp__validate_group(plan, k, group, expected, seen, error);
+            if (status == DCP_OK && group->first_rank < next_free_rank)
+                status = dcp__fail(error, DCP_ERROR_INVALID_PLAN,
+                                   "microbatch %d: group at rank %d overlaps or precedes the "
+                                   "previous group (ranks must increase)",
+                                   (int)k, (int)group->first_rank);
+            next_free_rank = group->first_rank + group->cp;
+            expected += group->sample_count;
+        }
+    }
+    if (status == DCP_OK && expected != plan->num_samples)
+        status = dcp__fail(error, DCP_ERROR_INVALID_PLAN, "groups hold %d of %d samples",
+                           (int)expected, (int)plan->num_samples);
+    dcp_free(&plan->config.allocator, seen);
+    return status == DCP_OK ? dcp__ok(error) : status;
+}
+
+/* --------------------------------------------------------------------------- simulator */
+
+static double dcp__group_seconds(const dcp_plan *plan, const dcp_cost_model *cost,
+                                 const dcp_group *g, int64_t *tokens)
+{
+    double seconds = dcp_cost_ring_seconds(cost, g->cp);
+    int32_t i;
+    *tokens = 0;
+    for (i = g->sample_offset; i < g->sample_offset + g->sample_count; i++) {
+        int64_t length = plan->sample_lengths[plan->group_samples[i]];
+        int64_t padded = dcp__padded(&plan->config, length, g->cp);
+        seconds += dcp_cost_sample_seconds(cost, length, padded, g->cp);
+        *tokens += padded / g->cp;
+    }
+    return seconds;
+}
+
+DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *cost,
+                                    dcp_plan_stats *stats, dcp_error *error)
+{
+    const dcp_allocator *a;
+    dcp_config config;
+    double *finish;
+    int32_t *cp_min;
+    int32_t k, g, r, i, covered = 0;
+    dcp_status status;
+    if (!stats) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "stats must not be NULL");
+    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    config = plan->config;
+    if (cost) {
+        if ((status = dcp__check_cost(cost, error)) != DCP_OK) return status;
+        config.cost = *cost;
+    }
+    a = &config.allocator;
+    finish = (double *)dcp__alloc_array(a, (size_t)config.ranks, sizeof(double), "simulator",
+                                        error);
+    cp_min = (int32_t *)dcp__alloc_array(a, (size_t)plan->num_samples, sizeof(int32_t),
+                                         "simulator", error);
+    if (!finish || !cp_min) {
+        dcp_free(a, finish);
+        dcp_free(a, cp_min);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    memset(stats, 0, sizeof *stats);
+    for (r = 0; r < config.ranks; r++) finish[r] = 0.0;
+    for (k = 0; k < plan->num_microbatches; k++) {
+        double slowest = 0.0;
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
+            const dcp_group *group = &plan->groups[g];
+            int64_t tokens;
+            double seconds = dcp__group_seconds(plan, &config.cost, group, &tokens), start = 0.0;
+            for (r = group->first_rank; r < group->first_rank + group->cp; r++)
+                if (finish[r] > start) start = finish[r];
+            for (r = group->first_rank; r < group->first_rank + group->cp; r++)
+                finish[r] = start + seconds;
+            if (seconds > slowest) slowest = seconds;
+            if (tokens > stats->max_rank_tokens) stats->max_rank_tokens = tokens;
+            stats->busy_seconds += seconds * group->cp;
+            stats->samples_per_cp_level[dcp__log2_int(group->cp)] += group->sample_count;
+            stats->padded_tokens += tokens * group->cp;
+            covered += group->cp;
+        }
+        stats->barrier_seconds += slowest;
+    }
+    for (r = 0; r < config.ranks; r++)
+        if (finish[r] > stats->step_seconds) stats->step_seconds = finish[r];
+    for (i = 0; i < plan->num_samples; i++) {
+        stats->valid_tokens += plan->sample_lengths[i];
+        cp_min[i] = dcp__cp_min(&config, plan->sample_lengths[i]);
+    }
+    stats->lower_bound_seconds = dcp__lower_bound(&config, plan->sample_lengths,
+                                                  plan->num_samples, cp_min);
+    stats->efficiency = stats->step_seconds > 0.0
+                            ? stats->lower_bound_seconds / stats->step_seconds
+                            : 1.0;
+    stats->num_microbatches = plan->num_microbatches;
+    stats->num_groups = plan->num_groups;
+    stats->idle_rank_microbatches =
+        (int32_t)((int64_t)config.ranks * plan->num_microbatches - covered);
+    dcp_free(a, finish);
+    dcp_free(a, cp_min);
+    return dcp__ok(error);
+}
+
+/* ------------------------------------------------------------- sequence-length sources */
+
+static dcp_status dcp__check_lognormal(const dcp_lognormal *d, dcp_error *error)
+{
+    if (!d) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "distribution must not be NULL");
+    if (!(d->mean > 0.0 && d->mean <= 1e18))
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "lognormal mean must be in (0, 1e18], got %g", d->mean);
+    if (!(d->sigma >= 0.0 && d->sigma <= 16.0))
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "lognormal sigma must be in [0, 16], got %g", d->sigma);
+    if (d->min_length < 1 || d->max_length < d->min_length ||
+        d->max_length > DCP_MAX_SAMPLE_LENGTH)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "lognormal needs 1 <= min %lld <= max %lld <= %lld",
+                         (long long)d->min_length, (long long)d->max_length,
+                         (long long)DCP_MAX_SAMPLE_LENGTH);
+    return DCP_OK;
+}
+
+/* Rounds to the nearest integer and clips to [lo, hi]; NaN clips to lo. */
+static int64_t dcp__round_clip(double x, int64_t lo, int64_t hi)
+{
+    if (!(x >= (double)lo)) return lo;
+    if (x >= (double)hi) return hi;
+    x = floor(x + 0.5);
+    return x > (double)hi ? hi : (int64_t)x;
+}
+
+DCPDEF dcp_status dcp_rng_lognormal_length(dcp_rng *rng, const dcp_lognormal *d,
+                                           int64_t *length, dcp_error *error)
+{
+    dcp_status status;
+    double mu;
+    if (!rng || !length)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
+    if ((status = dcp__check_lognormal(d, error)) != DCP_OK) return status;
+    mu = dcp__log(d->mean) - dcp__exact(d->sigma * d->sigma) / 2.0;
+    *length = dcp__round_clip(dcp__exp(mu + dcp__exact(d->sigma * dcp_rng_normal(rng))),
+                              d->min_length, d->max_length);
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_lengths_lognormal(const dcp_lognormal *d, uint64_t seed,
+                                        int64_t *lengths, int32_t count, dcp_error *error)
+{
+    dcp_rng rng;
+    dcp_status status;
+    int32_t i;
+    if (!lengths || count < 0)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "lengths must not be NULL and count must be >= 0, got %d", (int)count);
+    if ((status = dcp__check_lognormal(d, error)) != DCP_OK) return status;
+    dcp_rng_seed(&rng, seed);
+    for (i = 0; i < count; i++)
+        if ((status = dcp_rng_lognormal_length(&rng, d, &lengths[i], error)) != DCP_OK)
+            return status;
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_rng_loguniform_length(dcp_rng *rng, int64_t min_length,
+                                            int64_t max_length, int64_t *length,
+                                            dcp_error *error)
+{
+    double lo, hi;
+    if (!rng || !length)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
+    if (min_length < 1 || max_length < min_length || max_length > DCP_MAX_SAMPLE_LENGTH)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "log-uniform needs 1 <= min %lld <= max %lld <= %lld",
+                         (long long)min_length, (long long)max_length,
+                         (long long)DCP_MAX_SAMPLE_LENGTH);
+    /* uniform in log over [min, max + 1), floored: every integer gets its share */
+    lo = dcp__log((double)min_length);
+    hi = dcp__log((double)max_length + 1.0);
+    *length = dcp__round_clip(floor(dcp__exp(lo + dcp__exact((hi - lo) * dcp_rng_uniform(rng)))),
+                              min_length, max_length);
+    return dcp__ok(error);
+}
+
+/* Length files. */
+
+typedef struct dcp__cursor {
+    const char *text;
+    size_t size;
+    size_t position;
+    int64_t line;
+} dcp__cursor;
+
+static int dcp__is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+
+/* Next line without its comment and surrounding blanks; 0 at the end of the text. */
+static int dcp__next_line(dcp__cursor *cursor, const char **begin, const char **end)
+{
+    const char *b, *e, *stop;
+    if (cursor->position >= cursor->size) return 0;
+    b = cursor->text + cursor->position;
+    stop = (const char *)memchr(b, '\n', cursor->size - cursor->position);
+    if (!stop) stop = cursor->text + cursor->size;
+    cursor->position = (size_t)(stop - cursor->text) + 1;
+    cursor->line++;
+    e = (const char *)memchr(b, '#', (size_t)(stop - b));
+    if (!e) e = stop;
+    while (b < e && dcp__is_space(*b)) b++;
+    while (e > b && dcp__is_space(e[-1])) e--;
+    *begin = b;
+    *end = e;
+    return 1;
+}
+
+/* Copies at most 40 bytes of a field for a message, replacing unprintable bytes with '?'. */
+static void dcp__quote(const char *begin, const char *end, char *out, size_t capacity)
+{
+    size_t i = 0;
+    while (begin < end && i + 4 < capacity && i < 40) {
+        unsigned char c = (unsigned char)*begin++;
+        out[i++] = (c >= 32 && c < 127) ? (char)c : '?';
+    }
+    if (begin < end && i + 4 <= capacity) {
+        out[i++] = '.';
+        out[i++] = '.';
+        out[i++] = '.';
+    }
+    out[i] = '\0';
+}
+
+static dcp_status dcp__parse_length(const char *begin, const char *end, int64_t line,
+                                    int64_t *value, dcp_error *error)
+{
+    char quoted[48];
+    const char *p = begin;
+    int64_t v = 0;
+    dcp__quote(begin, end, quoted, sizeof quoted);
+    if (p < end && *p == '+') p++;
+    if (p < end && *p == '-' && p + 1 < end && p[1] >= '0' && p[1] <= '9')
+        return dcp__fail(error, DCP_ERROR_PARSE, "line %lld: length %s must be >= 1",
+                         (long long)line, quoted);
+    if (p == end)
+        return dcp__fail(error, DCP_ERROR_PARSE, "line %lld: empty length field", (long long)line);
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return dcp__fail(error, DCP_ERROR_PARSE,
+                             "line %lld: length \"%s\" is not a positive integer",
+                             (long long)line, quoted);
+        v = v * 10 + (*p - '0');
+        if (v > DCP_MAX_SAMPLE_LENGTH)
+            return dcp__fail(error, DCP_ERROR_PARSE, "line %lld: length %s exceeds the maximum %lld",
+                             (long long)line, quoted, (long long)DCP_MAX_SAMPLE_LENGTH);
+    }
+    if (v == 0)
+        return dcp__fail(error, DCP_ERROR_PARSE, "line %lld: length %s must be >= 1",
+                         (long long)line, quoted);
+    *value = v;
+    return DCP_OK;
+}
+
+/* Field `index` of a comma-separated line, trimmed and without surrounding quotes; returns
+   the number of fields. */
+static int32_t dcp__csv_field(const char *begin, const char *end, int32_t index,
+                              const char **field_begin, const char **field_end)
+{
+    int32_t fields = 0;
+    const char *p = begin;
+    for (;;) {
+        const char *comma = (const char *)memchr(p, ',', (size_t)(end - p));
+        const char *fe = comma ? comma : end, *fb = p;
+        if (fields == index) {
+            while (fb < fe && dcp__is_space(*fb)) fb++;
+            while (fe > fb && dcp__is_space(fe[-1])) fe--;
+            if (fe - fb >= 2 && *fb == '"' && fe[-1] == '"') {
+                fb++;
+                fe--;
+            }
+            *field_begin = fb;
+            *field_end = fe;
+        }
+        fields++;
+        if (!comma) return fields;
+        p = comma + 1;
+    }
+}
+
+static int dcp__names_length_column(const char *b, const char *e)
+{
+    static const char *const names[] = {"length", "seq_len", "seqlen", "sequence_length",
+                                        "seq_length", "num_tokens", "tokens"};
+    size_t i, n = (size_t)(e - b), k;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strlen(names[i]) != n) continue;
+        for (k = 0; k < n; k++) {
+            char c = b[k];
+            if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+            if (c != names[i][k]) break;
+        }
+        if (k == n) return 1;
+    }
+    return 0;
+}
+
+/* Reads the CSV header: *column gets the length column, *fields the column count. */
+static dcp_status dcp__csv_header(const char *b, const char *e, int64_t line, int32_t *column,
+                                  int32_t *fields, dcp_error *error)
+{
+    const char *fb = NULL, *fe = NULL;
+    int32_t i;
+    *fields = dcp__csv_field(b, e, 0, &fb, &fe);
+    for (i = 0; i < *fields; i++) {
+        dcp__csv_field(b, e, i, &fb, &fe);
+        if (dcp__names_length_column(fb, fe)) {
+            *column = i;
+            return DCP_OK;
+        }
+    }
+    if (*fields == 1) {
+        *column = 0;
+        return DCP_OK;
+    }
+    return dcp__fail(error, DCP_ERROR_PARSE,
+                     "line %lld: CSV header has no length column (expected length, seq_len, "
+                     "seqlen, sequence_length, seq_length, num_tokens or tokens)",
+                     (long long)line);
+}
+
+static int dcp__is_plain_integer(const char *b, const char *e)
+{
+    if (b < e && (*b == '+' || *b == '-')) b++;
+    if (b == e) return 0;
+    for (; b < e; b++)
+        if (*b < '0' || *b > '9') return 0;
+    return 1;
+}
+
+static dcp_status dcp__parse_lines(dcp__cursor *cursor, int64_t *out, int32_t *count,
+                                   dcp_error *error)
+{
+    const char *b, *e;
+    int32_t column = -1, fields = 0;
+    dcp_status status;
+    *count = 0;
+    while (dcp__next_line(cursor, &b, &e)) {
+        const char *fb = b, *fe = e;
+        if (b == e) continue;
+        if (column < 0 && *count == 0 && !dcp__is_plain_integer(b, e)) {
+            if ((status = dcp__csv_header(b, e, cursor->line, &column, &fields, error)) != DCP_OK)
+                return status;
+            continue;
+        }
+        if (column >= 0) {
+            int32_t have = dcp__csv_field(b, e, column, &fb, &fe);
+            if (have != fields)
+                return dcp__fail(error, DCP_ERROR_PARSE,
+                                 "line %lld: %d CSV fields, the header has %d",
+                                 (long long)cursor->line, (int)have, (int)fields);
+        }
+        if (*count == INT32_MAX)
+            return dcp__fail(error, DCP_ERROR_OVERFLOW, "more than %d lengths", INT32_MAX);
+        if ((status = dcp__parse_length(fb, fe, cursor->line, &out[*count], error)) != DCP_OK)
+            return status;
+        (*count)++;
+    }
+    if (*count == 0)
+        return dcp__fail(error, DCP_ERROR_PARSE, "no lengths found (empty input)");
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_lengths_parse(const char *text, size_t size,
+                                    const dcp_allocator *allocator, int64_t **lengths,
+                                    int32_t *count, dcp_error *error)
+{
+    dcp__cursor cursor;
+    size_t lines = 1, i;
+    int64_t *out;
+    dcp_status status;
+    if (!lengths || !count)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "lengths and count must not be NULL");
+    *lengths = NULL;
+    *count = 0;
+    if (!text && size > 0)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "text is NULL with size %zu", size);
+    if (allocator && ((allocator->alloc == NULL) != (allocator->free == NULL)))
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "allocator needs both alloc and free, or neither");
+    for (i = 0; i < size; i++) lines += text[i] == '\n';
+    out = (int64_t *)dcp__alloc_array(allocator, lines, sizeof(int64_t), "lengths", error);
+    if (!out) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    cursor.text = text;
+    cursor.size = size;
+    cursor.position = 0;
+    cursor.line = 0;
+    status = dcp__parse_lines(&cursor, out, count, error);
+    if (status != DCP_OK) {
+        dcp_free(allocator, out);
+        *count = 0;
+        return status;
+    }
+    *lengths = out;
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *allocator,
+                                        int64_t **lengths, int32_t *count, dcp_error *error)
+{
+    FILE *file;
+    char *text = NULL;
+    size_t size = 0, capacity = 0;
+    dcp_status status;
+    if (!path) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "path must not be NULL");
+    if (allocator && ((allocator->alloc == NULL) != (allocator->free == NULL)))
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "allocator needs both alloc and free, or neither");
+    file = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!file) return dcp__fail(error, DCP_ERROR_IO, "cannot open %s", path);
+    for (;;) { /* grow by doubling: works for pipes, where the size is unknown */
+        size_t got;
+        if (size == capacity) {
+            size_t grown = capacity ? capacity * 2 : 65536;
+            char *bigger = grown > capacity ? (char *)dcp__alloc(allocator, grown) : NULL;
+            if (!bigger) {
+                dcp_free(allocator, text);
+                if (file != stdin) fclose(file);
+                return dcp__fail(error, DCP_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes",
+                                 path, grown);
+            }
+            if (size) memcpy(bigger, text, size);
+            dcp_free(allocator, text);
+            text = bigger;
+            capacity = grown;
+        }
+        got = fread(text + size, 1, capacity - size, file);
+        size += got;
+        if (got == 0) break;
+    }
+    status = ferror(file) ? dcp__fail(error, DCP_ERROR_IO, "error reading %s", path) : DCP_OK;
+    if (file != stdin) fclose(file);
+    if (status == DCP_OK) status = dcp_lengths_parse(text, size, allocator, lengths, count, error);
+    dcp_free(allocator, text);
+    return status;
+}
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_IMPLEMENTATION_INCLUDED */
+#endif /* DCP_IMPLEMENTATION */
+
+/*
+MIT License
+
+Copyright (c) 2026 the libdcp authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software
+and associated documentation files (the "Software"), to deal in the Software without
+restriction, including without limitation the rights to use, copy, modify, merge, publish,
+distribute, sublicense, and/or sell copies of the Software, and to permit persons to whom the
+Software is furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all copies or
+substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING
+BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND
+NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM,
+DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+*/
