@@ -71,6 +71,7 @@
        dcp_plan_validate(plan, err)               every invariant of section 1 of DESIGN.md
        dcp_plan_simulate(plan, cost, &stats, err) DAG and barrier step times, lower bound;
                                                   allocates scratch and frees it before return
+       dcp_plan_schedule(plan, cost, start, end, err)  each group's start and end (DAG model)
        dcp_strategy_name(strategy)
    Sequence-length sources
        dcp_lengths_lognormal(dist, seed, out, n, err)    Megatron's convention, caller's array
@@ -267,9 +268,13 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
                                   int32_t count, dcp_plan **plan, dcp_error *error);
 DCPDEF void dcp_plan_destroy(dcp_plan *plan);
 DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error);
-/* cost NULL: the plan's own model. */
+/* cost NULL: the plan's own model. Allocates scratch (the plan's allocator), frees it. */
 DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *cost,
                                     dcp_plan_stats *stats, dcp_error *error);
+/* Start and end (seconds) of every group under the DAG model, into caller arrays of
+   plan->num_groups entries. cost NULL: the plan's own model. */
+DCPDEF dcp_status dcp_plan_schedule(const dcp_plan *plan, const dcp_cost_model *cost,
+                                    double *group_start, double *group_end, dcp_error *error);
 DCPDEF const char *dcp_strategy_name(dcp_strategy strategy);
 
 /* ================================================================== sequence-length sources */
@@ -1313,6 +1318,11 @@ done:
    level-j nodes below n (counted from n), min_bins[n][j] and max_free[n][j] (largest room in
    a non-empty bin) the same way. These let the search prune whole subtrees. */
 
+/* A plan whose step is within 1 / DCP__BALANCED_EFFICIENCY of the lower bound is balanced:
+   below that the planner spends more effort (more candidates, more microbatches, the
+   baselines as a fallback); above it, it keeps the cheapest result. */
+#define DCP__BALANCED_EFFICIENCY 0.98
+
 #define DCP__TICKS_NONE (INT64_MIN / 4)
 #define DCP__BINS_INF (INT32_MAX / 4)
 #define DCP__BINS_NONE (INT32_MIN / 4)
@@ -1832,28 +1842,45 @@ static int32_t dcp__tree_critical_path(const dcp__tree *tree, int32_t *path)
     }
 }
 
-/* Moves sample s (removed by the caller) to the best node of a nearby level if it finishes
-   below T there; returns 1 when moved, 0 when it should be put back. */
-static int dcp__try_move(dcp__tree *tree, int32_t s, int32_t from_level, int64_t T,
-                         int32_t *budget, dcp_status *status, dcp_error *error)
+/* The best node over every level the sample may take, or -1 if none finishes below T. */
+static int32_t dcp__best_move(dcp__tree *tree, int32_t s, int64_t T, int32_t *budget)
 {
     const dcp__batch *batch = tree->batch;
-    int32_t lowest = dcp__log2_int(batch->cp_min[s]), j, best_node = -1;
+    int32_t j, best_node = -1;
     int64_t best_finish = T;
-    for (j = from_level - 1; j <= from_level + 1; j++) {
+    for (j = dcp__log2_int(batch->cp_min[s]); j < tree->levels && *budget > 0; j++) {
         int64_t finish;
-        int32_t n;
-        if (j < lowest || j >= tree->levels || *budget <= 0) continue;
+        int32_t n = dcp__tree_find(tree, j, dcp__sample_tokens(batch, s, j),
+                                   dcp__sample_ticks(batch, s, j), &finish);
         (*budget)--;
-        n = dcp__tree_find(tree, j, dcp__sample_tokens(batch, s, j),
-                           dcp__sample_ticks(batch, s, j), &finish);
         if (n >= 0 && finish < best_finish) {
             best_finish = finish;
             best_node = n;
         }
     }
-    if (best_node < 0) return 0;
-    *status = dcp__tree_place(tree, s, best_node, error);
+    return best_node;
+}
+
+/* Moves sample s (removed by the caller) to the node, of any level it may take, where it
+   finishes earliest, if that is below T; returns 1 when moved. When only one more
+   microbatch would let it move and the step is more than 1 / DCP__BALANCED_EFFICIENCY above
+   the lower bound, the limit grows by the microbatch multiple. The model charges nothing per
+   microbatch but real steps do, so a well-balanced plan keeps the memory floor. */
+
+static int dcp__try_move(dcp__tree *tree, int32_t s, int64_t T, int32_t *budget,
+                         dcp_status *status, dcp_error *error)
+{
+    const int32_t multiple = tree->batch->config->microbatch_multiple;
+    const double step_seconds = (double)T * tree->batch->tick_seconds;
+    int32_t n = dcp__best_move(tree, s, T, budget);
+    if (n < 0 && tree->batch->lower_bound < DCP__BALANCED_EFFICIENCY * step_seconds &&
+        tree->microbatch_limit <= INT32_MAX / 2 - multiple) {
+        tree->microbatch_limit += multiple;
+        n = dcp__best_move(tree, s, T, budget);
+        if (n < 0) tree->microbatch_limit -= multiple;
+    }
+    if (n < 0) return 0;
+    *status = dcp__tree_place(tree, s, n, error);
     return 1;
 }
 
@@ -1912,10 +1939,9 @@ static dcp_status dcp__tree_improve(dcp__tree *tree, int32_t budget, dcp_error *
         for (p = length - 1; p >= 0 && !improved && budget > 0; p--) {
             int32_t a = path[p], s, next;
             for (s = tree->node_first[a]; s >= 0 && !improved && budget > 0; s = next) {
-                int32_t level = tree->sample_level[s];
                 next = tree->sample_next[s];
                 dcp__tree_remove(tree, s);
-                improved = dcp__try_move(tree, s, level, T, &budget, &status, error);
+                improved = dcp__try_move(tree, s, T, &budget, &status, error);
                 if (!improved && status == DCP_OK) status = dcp__tree_place(tree, s, a, error);
                 if (!improved && status == DCP_OK)
                     improved = dcp__try_swap(tree, s, a, T, &budget, &status, error);
@@ -2027,18 +2053,28 @@ done:
 }
 
 /* ------------------------------------------------ dynamic planner: construction
-   Longest-work-first is within one sample of the target step, so a sample whose per-rank
-   time alone exceeds target / DCP__WIDEN_DIVISOR is widened (its CP size doubled while that
-   shortens it): large samples are the rocks that longest-work-first cannot balance, and the
-   local search may widen or narrow any sample further. */
+   Longest-work-first is within one sample of the target step, so large samples are the rocks
+   it cannot balance: the first candidate widens a sample whose per-rank time alone exceeds
+   target / 2 (doubling its CP size while that shortens it). When that tree is more than
+   1 / DCP__BALANCED_EFFICIENCY above the lower bound, which happens when a few samples
+   dominate the batch, the other candidates are built too and the best is kept: every sample at
+   its minimum CP size (widening can serialise groups that could run side by side), every
+   sample at the largest minimum (one shared ring per microbatch, a balanced static CP), and
+   stronger widening. The local search then moves, widens and narrows single samples. */
 
-#define DCP__WIDEN_DIVISOR 2
+typedef enum dcp__candidate {
+    DCP__WIDEN_HALF,
+    DCP__MINIMAL,
+    DCP__UNIFORM,
+    DCP__WIDEN_EIGHTH,
+    DCP__CANDIDATE_COUNT
+} dcp__candidate;
 
 static void dcp__widen_levels(const dcp__batch *batch, int64_t target, int32_t *levels)
 {
     int32_t s;
     for (s = 0; s < batch->count; s++) {
-        int32_t j = dcp__log2_int(batch->cp_min[s]);
+        int32_t j = levels[s];
         while (j + 1 < batch->levels) {
             int64_t now = dcp__sample_ticks(batch, s, j) + batch->ring_ticks[j];
             int64_t wider = dcp__sample_ticks(batch, s, j + 1) + batch->ring_ticks[j + 1];
@@ -2047,6 +2083,23 @@ static void dcp__widen_levels(const dcp__batch *batch, int64_t target, int32_t *
         }
         levels[s] = j;
     }
+}
+
+static void dcp__candidate_levels(const dcp__batch *batch, dcp__candidate candidate,
+                                  int32_t *levels)
+{
+    const int64_t target = dcp__to_ticks(batch->lower_bound, 1.0 / batch->tick_seconds);
+    int32_t s, top = 0;
+    for (s = 0; s < batch->count; s++) {
+        levels[s] = dcp__log2_int(batch->cp_min[s]);
+        if (levels[s] > top) top = levels[s];
+    }
+    if (candidate == DCP__UNIFORM)
+        for (s = 0; s < batch->count; s++) levels[s] = top;
+    else if (candidate == DCP__WIDEN_HALF)
+        dcp__widen_levels(batch, target / 2, levels);
+    else if (candidate == DCP__WIDEN_EIGHTH)
+        dcp__widen_levels(batch, target / 8, levels);
 }
 
 /* Smallest microbatch count the memory cap allows for these levels, rounded to the multiple. */
@@ -2072,36 +2125,120 @@ static int32_t dcp__improve_budget(const dcp_config *config, int32_t count)
     return budget > INT32_MAX ? INT32_MAX : (int32_t)budget;
 }
 
+static int dcp__balanced(const dcp__batch *batch, int64_t step_ticks)
+{
+    return batch->lower_bound >= DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
+}
+
+/* One candidate: built longest work first at its levels, then improved. */
+static dcp_status dcp__dynamic_candidate(dcp__tree *tree, const int32_t *levels, int32_t *order,
+                                         dcp_error *error)
+{
+    const dcp__batch *batch = tree->batch;
+    dcp_status status = dcp__order_by_ticks(batch, levels, 1, order, error);
+    if (status == DCP_OK)
+        status = dcp__tree_build(tree, order, levels, dcp__microbatch_floor(batch, levels), error);
+    if (status == DCP_OK)
+        status = dcp__tree_improve(tree, dcp__improve_budget(batch->config, batch->count), error);
+    return status;
+}
+
+/* Runs the widened and the minimal candidate (when they differ), then the others until the
+   best is balanced; candidates are compared after their local search, which can change the
+   ranking. Leaves the best in the tree and its order (rebuilt: every step is deterministic). */
+static dcp_status dcp__dynamic_search(dcp__tree *tree, int32_t *levels, int32_t *best_levels,
+                                      int32_t *order, dcp_error *error)
+{
+    size_t bytes = (size_t)tree->batch->count * sizeof(int32_t);
+    int64_t best_time = DCP__TICKS_INF;
+    int holds_best = 0, c;
+    dcp_status status;
+    for (c = 0; c < DCP__CANDIDATE_COUNT; c++) {
+        if (c > DCP__MINIMAL && dcp__balanced(tree->batch, best_time)) break;
+        dcp__candidate_levels(tree->batch, (dcp__candidate)c, levels);
+        if (c > 0 && memcmp(levels, best_levels, bytes) == 0) continue;
+        if ((status = dcp__dynamic_candidate(tree, levels, order, error)) != DCP_OK) return status;
+        holds_best = tree->mx_time[1] < best_time;
+        if (holds_best) {
+            best_time = tree->mx_time[1];
+            memcpy(best_levels, levels, bytes);
+        }
+    }
+    return holds_best ? DCP_OK : dcp__dynamic_candidate(tree, best_levels, order, error);
+}
+
 static dcp_status dcp__plan_dynamic(const dcp__batch *batch, dcp__placement *placements,
                                     int32_t *num_microbatches, dcp_error *error)
 {
-    const dcp_config *config = batch->config;
-    const dcp_allocator *a = &config->allocator;
-    const int64_t target = dcp__to_ticks(batch->lower_bound, 1.0 / batch->tick_seconds);
+    const dcp_allocator *a = &batch->config->allocator;
     size_t count = (size_t)batch->count;
     dcp__tree tree;
     dcp_status status;
-    int32_t *levels, *order;
+    int32_t *levels, *best_levels, *order;
     if ((status = dcp__tree_init(&tree, batch, error)) != DCP_OK) return status;
     levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "dynamic levels", error);
+    best_levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "dynamic levels", error);
     order = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "dynamic order", error);
-    if (!levels || !order) {
+    if (!levels || !best_levels || !order)
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-        goto done;
-    }
-    dcp__widen_levels(batch, target / DCP__WIDEN_DIVISOR, levels);
-    if ((status = dcp__order_by_ticks(batch, levels, 1, order, error)) != DCP_OK ||
-        (status = dcp__tree_build(&tree, order, levels, dcp__microbatch_floor(batch, levels),
-                                  error)) != DCP_OK ||
-        (status = dcp__tree_improve(&tree, dcp__improve_budget(config, batch->count), error)) !=
-            DCP_OK)
-        goto done;
-    status = dcp__tree_extract(&tree, order, placements, num_microbatches, error);
-done:
+    else if ((status = dcp__dynamic_search(&tree, levels, best_levels, order, error)) == DCP_OK)
+        status = dcp__tree_extract(&tree, order, placements, num_microbatches, error);
     dcp__tree_free(&tree);
     dcp_free(a, levels);
+    dcp_free(a, best_levels);
     dcp_free(a, order);
     return status;
+}
+
+/* ------------------------------------------------------------------- simulator core */
+
+static double dcp__group_seconds(const dcp_plan *plan, const dcp_cost_model *cost,
+                                 const dcp_group *g, int64_t *tokens)
+{
+    double seconds = dcp_cost_ring_seconds(cost, g->cp);
+    int32_t i;
+    *tokens = 0;
+    for (i = g->sample_offset; i < g->sample_offset + g->sample_count; i++) {
+        int64_t length = plan->sample_lengths[plan->group_samples[i]];
+        int64_t padded = dcp__padded(&plan->config, length, g->cp);
+        seconds += dcp_cost_sample_seconds(cost, length, padded, g->cp);
+        *tokens += padded / g->cp;
+    }
+    return seconds;
+}
+
+/* Runs the DAG model: each group starts when all its ranks are free. Fills the per-group
+   times when the arrays are given, and the stats that follow from the schedule. */
+static void dcp__schedule(const dcp_plan *plan, const dcp_cost_model *cost, double *finish,
+                          double *group_start, double *group_end, dcp_plan_stats *stats)
+{
+    int32_t k, g, r, covered = 0;
+    for (r = 0; r < plan->config.ranks; r++) finish[r] = 0.0;
+    for (k = 0; k < plan->num_microbatches; k++) {
+        double slowest = 0.0;
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
+            const dcp_group *group = &plan->groups[g];
+            int64_t tokens;
+            double seconds = dcp__group_seconds(plan, cost, group, &tokens), start = 0.0;
+            for (r = group->first_rank; r < group->first_rank + group->cp; r++)
+                if (finish[r] > start) start = finish[r];
+            for (r = group->first_rank; r < group->first_rank + group->cp; r++)
+                finish[r] = start + seconds;
+            if (group_start) group_start[g] = start;
+            if (group_end) group_end[g] = start + seconds;
+            if (seconds > slowest) slowest = seconds;
+            if (tokens > stats->max_rank_tokens) stats->max_rank_tokens = tokens;
+            stats->busy_seconds += seconds * group->cp;
+            stats->samples_per_cp_level[dcp__log2_int(group->cp)] += group->sample_count;
+            stats->padded_tokens += tokens * group->cp;
+            covered += group->cp;
+        }
+        stats->barrier_seconds += slowest;
+    }
+    for (r = 0; r < plan->config.ranks; r++)
+        if (finish[r] > stats->step_seconds) stats->step_seconds = finish[r];
+    stats->idle_rank_microbatches =
+        (int32_t)((int64_t)plan->config.ranks * plan->num_microbatches - covered);
 }
 
 /* ------------------------------------------------------------------------ public planner */
@@ -2116,13 +2253,78 @@ DCPDEF const char *dcp_strategy_name(dcp_strategy strategy)
     return "unknown";
 }
 
+static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strategy,
+                                     dcp__placement *placements, dcp_plan **plan,
+                                     dcp_error *error)
+{
+    int32_t num_microbatches = 0;
+    dcp_status status;
+    switch (strategy) {
+    case DCP_STRATEGY_STATIC:
+        status = dcp__plan_static(batch, placements, &num_microbatches, error);
+        break;
+    case DCP_STRATEGY_GREEDY:
+        status = dcp__plan_greedy(batch, placements, &num_microbatches, error);
+        break;
+    default: status = dcp__plan_dynamic(batch, placements, &num_microbatches, error); break;
+    }
+    if (status != DCP_OK) return status;
+    return dcp__plan_build(batch->config, batch->lengths, placements, batch->count,
+                           num_microbatches, plan, error);
+}
+
+static double dcp__plan_step_seconds(const dcp_plan *plan, double *finish)
+{
+    dcp_plan_stats stats;
+    memset(&stats, 0, sizeof stats);
+    dcp__schedule(plan, &plan->config.cost, finish, NULL, NULL, &stats);
+    return stats.step_seconds;
+}
+
+/* A dynamic plan that is not balanced is compared with both baselines and the fastest is
+   returned (ties keep the dynamic plan): the planner never returns a step slower than a plan
+   it could have built. Balanced plans skip this, as the baselines cost more than planning. */
+static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *placements,
+                                     dcp_plan **plan, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    dcp_strategy baselines[2] = {DCP_STRATEGY_GREEDY, DCP_STRATEGY_STATIC};
+    double *finish, best;
+    dcp_status status = DCP_OK;
+    int i;
+    finish = (double *)dcp__alloc_array(a, (size_t)batch->config->ranks, sizeof(double),
+                                        "fallback", error);
+    if (!finish) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    else if ((best = dcp__plan_step_seconds(*plan, finish)) * DCP__BALANCED_EFFICIENCY >
+             batch->lower_bound) {
+        for (i = 0; i < 2 && status == DCP_OK; i++) {
+            dcp_plan *other = NULL;
+            double step;
+            status = dcp__plan_strategy(batch, baselines[i], placements, &other, error);
+            if (status != DCP_OK) break;
+            step = dcp__plan_step_seconds(other, finish);
+            if (step < best) {
+                best = step;
+                dcp_plan_destroy(*plan);
+                *plan = other;
+            } else
+                dcp_plan_destroy(other);
+        }
+    }
+    if (status != DCP_OK) {
+        dcp_plan_destroy(*plan);
+        *plan = NULL;
+    }
+    dcp_free(a, finish);
+    return status;
+}
+
 DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengths,
                                   int32_t count, dcp_plan **plan, dcp_error *error)
 {
     dcp_config c;
     dcp__batch batch;
     dcp__placement *placements;
-    int32_t num_microbatches = 0;
     dcp_status status;
     if (!plan) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
     *plan = NULL;
@@ -2135,17 +2337,9 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
         dcp__batch_free(&batch);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
-    switch (c.strategy) {
-    case DCP_STRATEGY_STATIC:
-        status = dcp__plan_static(&batch, placements, &num_microbatches, error);
-        break;
-    case DCP_STRATEGY_GREEDY:
-        status = dcp__plan_greedy(&batch, placements, &num_microbatches, error);
-        break;
-    default: status = dcp__plan_dynamic(&batch, placements, &num_microbatches, error); break;
-    }
-    if (status == DCP_OK)
-        status = dcp__plan_build(&c, lengths, placements, count, num_microbatches, plan, error);
+    status = dcp__plan_strategy(&batch, c.strategy, placements, plan, error);
+    if (status == DCP_OK && c.strategy == DCP_STRATEGY_DYNAMIC)
+        status = dcp__plan_fallback(&batch, placements, plan, error);
     dcp_free(&c.allocator, placements);
     dcp__batch_free(&batch);
     return status == DCP_OK ? dcp__ok(error) : status;
@@ -2265,70 +2459,58 @@ DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error)
 
 /* --------------------------------------------------------------------------- simulator */
 
-static double dcp__group_seconds(const dcp_plan *plan, const dcp_cost_model *cost,
-                                 const dcp_group *g, int64_t *tokens)
+/* Validates the plan and the optional cost override; *config gets the model to use. */
+static dcp_status dcp__simulation_setup(const dcp_plan *plan, const dcp_cost_model *cost,
+                                        dcp_config *config, double **finish, dcp_error *error)
 {
-    double seconds = dcp_cost_ring_seconds(cost, g->cp);
-    int32_t i;
-    *tokens = 0;
-    for (i = g->sample_offset; i < g->sample_offset + g->sample_count; i++) {
-        int64_t length = plan->sample_lengths[plan->group_samples[i]];
-        int64_t padded = dcp__padded(&plan->config, length, g->cp);
-        seconds += dcp_cost_sample_seconds(cost, length, padded, g->cp);
-        *tokens += padded / g->cp;
+    dcp_status status;
+    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    *config = plan->config;
+    if (cost) {
+        if ((status = dcp__check_cost(cost, error)) != DCP_OK) return status;
+        config->cost = *cost;
     }
-    return seconds;
+    *finish = (double *)dcp__alloc_array(&config->allocator, (size_t)config->ranks,
+                                         sizeof(double), "simulator", error);
+    return *finish ? DCP_OK : (error ? error->status : DCP_ERROR_OUT_OF_MEMORY);
+}
+
+DCPDEF dcp_status dcp_plan_schedule(const dcp_plan *plan, const dcp_cost_model *cost,
+                                    double *group_start, double *group_end, dcp_error *error)
+{
+    dcp_config config;
+    dcp_plan_stats stats;
+    double *finish;
+    dcp_status status;
+    if (!group_start || !group_end)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "group_start and group_end must not be NULL");
+    if ((status = dcp__simulation_setup(plan, cost, &config, &finish, error)) != DCP_OK)
+        return status;
+    memset(&stats, 0, sizeof stats);
+    dcp__schedule(plan, &config.cost, finish, group_start, group_end, &stats);
+    dcp_free(&config.allocator, finish);
+    return dcp__ok(error);
 }
 
 DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *cost,
                                     dcp_plan_stats *stats, dcp_error *error)
 {
-    const dcp_allocator *a;
     dcp_config config;
     double *finish;
-    int32_t *cp_min;
-    int32_t k, g, r, i, covered = 0;
+    int32_t *cp_min, i;
     dcp_status status;
     if (!stats) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "stats must not be NULL");
-    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
-    config = plan->config;
-    if (cost) {
-        if ((status = dcp__check_cost(cost, error)) != DCP_OK) return status;
-        config.cost = *cost;
-    }
-    a = &config.allocator;
-    finish = (double *)dcp__alloc_array(a, (size_t)config.ranks, sizeof(double), "simulator",
-                                        error);
-    cp_min = (int32_t *)dcp__alloc_array(a, (size_t)plan->num_samples, sizeof(int32_t),
-                                         "simulator", error);
-    if (!finish || !cp_min) {
-        dcp_free(a, finish);
-        dcp_free(a, cp_min);
+    if ((status = dcp__simulation_setup(plan, cost, &config, &finish, error)) != DCP_OK)
+        return status;
+    cp_min = (int32_t *)dcp__alloc_array(&config.allocator, (size_t)plan->num_samples,
+                                         sizeof(int32_t), "simulator", error);
+    if (!cp_min) {
+        dcp_free(&config.allocator, finish);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     memset(stats, 0, sizeof *stats);
-    for (r = 0; r < config.ranks; r++) finish[r] = 0.0;
-    for (k = 0; k < plan->num_microbatches; k++) {
-        double slowest = 0.0;
-        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
-            const dcp_group *group = &plan->groups[g];
-            int64_t tokens;
-            double seconds = dcp__group_seconds(plan, &config.cost, group, &tokens), start = 0.0;
-            for (r = group->first_rank; r < group->first_rank + group->cp; r++)
-                if (finish[r] > start) start = finish[r];
-            for (r = group->first_rank; r < group->first_rank + group->cp; r++)
-                finish[r] = start + seconds;
-            if (seconds > slowest) slowest = seconds;
-            if (tokens > stats->max_rank_tokens) stats->max_rank_tokens = tokens;
-            stats->busy_seconds += seconds * group->cp;
-            stats->samples_per_cp_level[dcp__log2_int(group->cp)] += group->sample_count;
-            stats->padded_tokens += tokens * group->cp;
-            covered += group->cp;
-        }
-        stats->barrier_seconds += slowest;
-    }
-    for (r = 0; r < config.ranks; r++)
-        if (finish[r] > stats->step_seconds) stats->step_seconds = finish[r];
+    dcp__schedule(plan, &config.cost, finish, NULL, NULL, stats);
     for (i = 0; i < plan->num_samples; i++) {
         stats->valid_tokens += plan->sample_lengths[i];
         cp_min[i] = dcp__cp_min(&config, plan->sample_lengths[i]);
@@ -2340,10 +2522,8 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
                             : 1.0;
     stats->num_microbatches = plan->num_microbatches;
     stats->num_groups = plan->num_groups;
-    stats->idle_rank_microbatches =
-        (int32_t)((int64_t)config.ranks * plan->num_microbatches - covered);
-    dcp_free(a, finish);
-    dcp_free(a, cp_min);
+    dcp_free(&config.allocator, finish);
+    dcp_free(&config.allocator, cp_min);
     return dcp__ok(error);
 }
 

@@ -1,0 +1,101 @@
+/* test.h - the tiny test harness of libdcp's tests.
+
+   A test is a void function; checks print file:line and both values when they fail and let
+   the test continue. test_main() runs the tests named on the command line (substring match;
+   all when none), prints one line per test and ends with the plain line "N passed, M failed"
+   that tests/run_tests.sh adds up. A test may call test_skip("why") to count as skipped. */
+#ifndef DCP_TEST_H
+#define DCP_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test_current_failures;
+static const char *test_skip_reason;
+
+#define CHECK(condition)                                                                       \
+    do {                                                                                       \
+        if (!(condition)) {                                                                    \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition);      \
+            test_current_failures++;                                                           \
+        }                                                                                      \
+    } while (0)
+
+#define CHECK_EQ(actual, expected)                                                             \
+    do {                                                                                       \
+        long long check_a_ = (long long)(actual), check_e_ = (long long)(expected);            \
+        if (check_a_ != check_e_) {                                                            \
+            fprintf(stderr, "%s:%d: %s == %s failed: got %lld, expected %lld\n", __FILE__,     \
+                    __LINE__, #actual, #expected, check_a_, check_e_);                         \
+            test_current_failures++;                                                           \
+        }                                                                                      \
+    } while (0)
+
+/* |actual - expected| <= tolerance * max(1, |expected|) */
+#define CHECK_NEAR(actual, expected, tolerance)                                                \
+    do {                                                                                       \
+        double check_a_ = (double)(actual), check_e_ = (double)(expected);                     \
+        double check_scale_ = fabs(check_e_) > 1.0 ? fabs(check_e_) : 1.0;                     \
+        if (!(fabs(check_a_ - check_e_) <= (tolerance) * check_scale_)) {                      \
+            fprintf(stderr, "%s:%d: %s ~= %s failed: got %.17g, expected %.17g (tol %g)\n",    \
+                    __FILE__, __LINE__, #actual, #expected, check_a_, check_e_,                \
+                    (double)(tolerance));                                                      \
+            test_current_failures++;                                                           \
+        }                                                                                      \
+    } while (0)
+
+#define CHECK_CONTAINS(text, needle)                                                           \
+    do {                                                                                       \
+        const char *check_t_ = (text), *check_n_ = (needle);                                   \
+        if (!check_t_ || !strstr(check_t_, check_n_)) {                                        \
+            fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__,     \
+                    check_t_ ? check_t_ : "(null)", check_n_);                                 \
+            test_current_failures++;                                                           \
+        }                                                                                      \
+    } while (0)
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TEST_MAYBE_UNUSED __attribute__((unused))
+#else
+#define TEST_MAYBE_UNUSED
+#endif
+
+static TEST_MAYBE_UNUSED void test_skip(const char *reason) { test_skip_reason = reason; }
+
+typedef struct test_case {
+    const char *name;
+    void (*run)(void);
+} test_case;
+
+static int test_main(const test_case *tests, int count, int argc, char **argv)
+{
+    int i, a, passed = 0, failed = 0, skipped = 0;
+    for (i = 0; i < count; i++) {
+        int selected = argc <= 1;
+        for (a = 1; a < argc; a++)
+            if (strstr(tests[i].name, argv[a])) selected = 1;
+        if (!selected) continue;
+        test_current_failures = 0;
+        test_skip_reason = NULL;
+        tests[i].run();
+        if (test_current_failures > 0) {
+            printf("FAIL %s\n", tests[i].name);
+            failed++;
+        } else if (test_skip_reason) {
+            printf("skip %s: %s\n", tests[i].name, test_skip_reason);
+            skipped++;
+        } else {
+            printf("ok   %s\n", tests[i].name);
+            passed++;
+        }
+    }
+    if (skipped) printf("%d skipped\n", skipped);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+#define TEST_COUNT(tests) ((int)(sizeof(tests) / sizeof((tests)[0])))
+
+#endif
