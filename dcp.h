@@ -79,6 +79,8 @@
        dcp_lengths_parse(text, size, alloc, &out, &n, err)  length files; allocates *out
        dcp_lengths_read_file(path, alloc, &out, &n, err)    reads and parses; allocates *out
        dcp_free(alloc, ptr)                        frees arrays the library returned
+   THD layout (DESIGN.md section 4)
+       dcp_zigzag_position(P, c, r, i)             global position of local row i of rank r
 
    VERSION HISTORY
        0.1.0  planner, baselines, validator, simulator, length sources
@@ -305,6 +307,30 @@ DCPDEF dcp_status dcp_lengths_parse(const char *text, size_t size,
                                     int32_t *count, dcp_error *error);
 DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *allocator,
                                         int64_t **lengths, int32_t *count, dcp_error *error);
+
+/* ================================================== THD layout and the load-balanced CP split
+   A sample in a group of c > 1 ranks is padded to P (a multiple of 2c) and cut into 2c chunks
+   of h = P / (2c) tokens; rank r holds chunks r and 2c-1-r, so causal attention work is equal
+   on every rank. Local row i < h is global position r h + i, else (2c-1-r) h + (i - h). */
+
+/* Global position (0-based within the sample) of local row local_index on rank `rank` of a
+   group of cp ranks; padded_length is the sample's padded length (a multiple of 2 cp when
+   cp > 1). The position is a padding slot when it is >= the sample's valid length. Returns -1
+   for arguments outside those ranges. */
+DCPDEF int64_t dcp_zigzag_position(int64_t padded_length, int32_t cp, int32_t rank,
+                                   int64_t local_index);
+
+/* ======================================================================= CUDA declarations
+   Defined in dcp_cuda.cu (compile it with nvcc and link it); never behind DCP_STATIC, because
+   that translation unit is separate. Device pointers and a stream in, a dcp_status out. */
+
+#ifndef DCP_CUDA_DEF
+#define DCP_CUDA_DEF extern
+#endif
+
+/* Number of CUDA devices visible (0 when there is no driver or no device: not an error, so
+   that callers and tests can skip the GPU path and say why). */
+DCP_CUDA_DEF dcp_status dcp_cuda_device_count(int32_t *count, dcp_error *error);
 
 #ifdef __cplusplus
 }
@@ -1728,17 +1754,15 @@ static int32_t dcp__tree_bin_for(dcp__tree *tree, int32_t n, int64_t tokens, dcp
     return b;
 }
 
-static dcp_status dcp__tree_place(dcp__tree *tree, int32_t s, int32_t n, dcp_error *error)
+/* Puts sample s into bin b of node n (a bin of that node). */
+static void dcp__tree_place_in(dcp__tree *tree, int32_t s, int32_t n, int32_t b)
 {
     int32_t j = tree->node_level[n];
-    int64_t tokens = dcp__sample_tokens(tree->batch, s, j);
-    int32_t b = dcp__tree_bin_for(tree, n, tokens, error);
-    if (b < 0) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     if (tree->bins[b].samples == 0) {
         tree->bins_used[n]++;
         tree->add[n] += tree->batch->ring_ticks[j];
     }
-    tree->bins[b].used += tokens;
+    tree->bins[b].used += dcp__sample_tokens(tree->batch, s, j);
     tree->bins[b].samples++;
     tree->add[n] += dcp__sample_ticks(tree->batch, s, j);
     tree->sample_node[s] = n;
@@ -1750,6 +1774,14 @@ static dcp_status dcp__tree_place(dcp__tree *tree, int32_t s, int32_t n, dcp_err
     tree->node_first[n] = s;
     dcp__tree_update_free(tree, n);
     dcp__tree_refresh_path(tree, n);
+}
+
+static dcp_status dcp__tree_place(dcp__tree *tree, int32_t s, int32_t n, dcp_error *error)
+{
+    int32_t b = dcp__tree_bin_for(tree, n, dcp__sample_tokens(tree->batch, s, tree->node_level[n]),
+                                  error);
+    if (b < 0) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    dcp__tree_place_in(tree, s, n, b);
     return DCP_OK;
 }
 
@@ -1899,7 +1931,7 @@ static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32
                          dcp_status *status, dcp_error *error)
 {
     const dcp__batch *batch = tree->batch;
-    int32_t j = tree->node_level[a], b, other, best = -1;
+    int32_t j = tree->node_level[a], b, other, best = -1, s_bin, best_bin;
     int64_t ws = dcp__sample_ticks(batch, s, j), b_max, ideal, best_gap = DCP__TICKS_INF;
     if (*budget <= 0) return 0;
     (*budget)--;
@@ -1915,6 +1947,8 @@ static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32
         }
     }
     if (best < 0) return 0;
+    s_bin = tree->sample_bin[s];
+    best_bin = tree->sample_bin[best];
     dcp__tree_remove(tree, s);
     dcp__tree_remove(tree, best);
     if (dcp__try_place(tree, best, a, j, status, error)) {
@@ -1924,11 +1958,78 @@ static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32
         }
         if (*status == DCP_OK) dcp__tree_remove(tree, best);
     }
-    if (*status == DCP_OK) *status = dcp__tree_place(tree, s, a, error);
-    if (*status == DCP_OK) *status = dcp__tree_place(tree, best, b, error);
+    if (*status != DCP_OK) return 0;
+    dcp__tree_place_in(tree, s, a, s_bin);
+    dcp__tree_place_in(tree, best, b, best_bin);
     return 0;
 }
 
+/* Empties node a and re-places its samples, largest first: SPLIT puts each on the less
+   loaded of a's two children (one level narrower), SCATTER where it finishes earliest at any
+   level it may take. These split a crowded wide group into narrower ones, or spread or merge
+   samples, which no single move can do. Kept if every rank it touched ends below T; otherwise
+   every sample returns to its own bin. */
+#define DCP__REPACK_MAX_SAMPLES 16
+
+typedef enum dcp__repack_mode { DCP__SPLIT, DCP__SCATTER } dcp__repack_mode;
+
+/* Where a repacked sample goes, or -1 when it cannot go anywhere. */
+static int32_t dcp__repack_target(dcp__tree *tree, int32_t s, int32_t a, dcp__repack_mode mode,
+                                  int32_t *budget)
+{
+    int32_t j = tree->node_level[a] - 1, left = 2 * a, right = 2 * a + 1, n;
+    if (mode == DCP__SCATTER) return dcp__best_move(tree, s, DCP__TICKS_INF, budget);
+    if (j < dcp__log2_int(tree->batch->cp_min[s]) || *budget <= 0) return -1;
+    (*budget)--;
+    if (tree->best_time[(size_t)right * (size_t)tree->levels + (size_t)j] >= DCP__TICKS_INF)
+        n = left; /* the right half lies beyond the last rank */
+    else
+        n = dcp__tree_node_max(tree, right) < dcp__tree_node_max(tree, left) ? right : left;
+    return dcp__tree_fits(tree, n, dcp__sample_tokens(tree->batch, s, j)) ? n : -1;
+}
+
+static int dcp__try_repack(dcp__tree *tree, int32_t a, dcp__repack_mode mode, int64_t T,
+                           int32_t *budget, dcp_status *status, dcp_error *error)
+{
+    int32_t samples[DCP__REPACK_MAX_SAMPLES], bins[DCP__REPACK_MAX_SAMPLES];
+    int32_t count = 0, placed, i, k, s;
+    int ok = 1;
+    if (mode == DCP__SPLIT && tree->node_level[a] == 0) return 0;
+    for (s = tree->node_first[a]; s >= 0; s = tree->sample_next[s]) {
+        if (count == DCP__REPACK_MAX_SAMPLES) return 0;
+        samples[count++] = s;
+    }
+    if (count < 2 || *budget <= 0) return 0;
+    for (i = 1; i < count; i++) /* largest work first; ties by id */
+        for (k = i; k > 0; k--) {
+            int32_t x = samples[k - 1], y = samples[k];
+            int64_t wx = dcp__sample_ticks(tree->batch, x, tree->sample_level[x]);
+            int64_t wy = dcp__sample_ticks(tree->batch, y, tree->sample_level[y]);
+            if (wx > wy || (wx == wy && x < y)) break;
+            samples[k - 1] = y;
+            samples[k] = x;
+        }
+    for (i = 0; i < count; i++) {
+        bins[i] = tree->sample_bin[samples[i]];
+        dcp__tree_remove(tree, samples[i]);
+    }
+    for (placed = 0; placed < count && ok; placed++) {
+        int32_t n = dcp__repack_target(tree, samples[placed], a, mode, budget);
+        ok = n >= 0 && (*status = dcp__tree_place(tree, samples[placed], n, error)) == DCP_OK;
+        if (!ok) break;
+    }
+    if (*status != DCP_OK) return 0;
+    if (ok) ok = dcp__tree_node_max(tree, a) < T;
+    for (i = 0; i < count && ok; i++) ok = dcp__tree_node_max(tree, tree->sample_node[samples[i]]) < T;
+    if (ok) return 1;
+    for (i = 0; i < placed; i++) dcp__tree_remove(tree, samples[i]);
+    for (i = 0; i < count; i++) dcp__tree_place_in(tree, samples[i], a, bins[i]);
+    return 0;
+}
+
+/* Tries, for the samples on the critical rank's path from the leaf up, a move, then a swap;
+   then a split and a scatter of each node on the path. Stops when the critical rank cannot be improved or
+   the budget is spent. */
 static dcp_status dcp__tree_improve(dcp__tree *tree, int32_t budget, dcp_error *error)
 {
     int32_t path[DCP_CP_LEVELS + 2];
@@ -1939,14 +2040,22 @@ static dcp_status dcp__tree_improve(dcp__tree *tree, int32_t budget, dcp_error *
         for (p = length - 1; p >= 0 && !improved && budget > 0; p--) {
             int32_t a = path[p], s, next;
             for (s = tree->node_first[a]; s >= 0 && !improved && budget > 0; s = next) {
+                int32_t bin = tree->sample_bin[s];
                 next = tree->sample_next[s];
                 dcp__tree_remove(tree, s);
                 improved = dcp__try_move(tree, s, T, &budget, &status, error);
-                if (!improved && status == DCP_OK) status = dcp__tree_place(tree, s, a, error);
-                if (!improved && status == DCP_OK)
+                if (!improved && status == DCP_OK) {
+                    dcp__tree_place_in(tree, s, a, bin);
                     improved = dcp__try_swap(tree, s, a, T, &budget, &status, error);
+                }
                 if (status != DCP_OK) return status;
             }
+        }
+        for (p = length - 1; p >= 0 && !improved && budget > 0; p--) {
+            improved = dcp__try_repack(tree, path[p], DCP__SPLIT, T, &budget, &status, error);
+            if (!improved && status == DCP_OK)
+                improved = dcp__try_repack(tree, path[p], DCP__SCATTER, T, &budget, &status, error);
+            if (status != DCP_OK) return status;
         }
         if (!improved) break;
     }
@@ -2527,6 +2636,22 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
     return dcp__ok(error);
 }
 
+/* ------------------------------------------------------------------------- THD layout */
+
+DCPDEF int64_t dcp_zigzag_position(int64_t padded_length, int32_t cp, int32_t rank,
+                                   int64_t local_index)
+{
+    int64_t half;
+    if (cp < 1 || rank < 0 || rank >= cp || padded_length < 0 ||
+        (cp > 1 && padded_length % (2 * (int64_t)cp) != 0) || local_index < 0 ||
+        local_index >= padded_length / cp)
+        return -1;
+    if (cp == 1) return local_index;
+    half = padded_length / (2 * (int64_t)cp);
+    return local_index < half ? rank * half + local_index
+                              : (2 * (int64_t)cp - 1 - rank) * half + (local_index - half);
+}
+
 /* ------------------------------------------------------------- sequence-length sources */
 
 static dcp_status dcp__check_lognormal(const dcp_lognormal *d, dcp_error *error)
@@ -2750,13 +2875,18 @@ static dcp_status dcp__csv_header(const char *b, const char *e, int64_t line, in
                      (long long)line);
 }
 
-static int dcp__is_plain_integer(const char *b, const char *e)
+/* A header row is printable text with a letter, not starting like a number: anything else on
+   the first line is data, so "12a" or binary bytes are errors rather than a silent header. */
+static int dcp__looks_like_header(const char *b, const char *e)
 {
-    if (b < e && (*b == '+' || *b == '-')) b++;
-    if (b == e) return 0;
-    for (; b < e; b++)
-        if (*b < '0' || *b > '9') return 0;
-    return 1;
+    int letters = 0;
+    if (b == e || (*b >= '0' && *b <= '9') || *b == '+' || *b == '-' || *b == '.') return 0;
+    for (; b < e; b++) {
+        unsigned char c = (unsigned char)*b;
+        if (c < 32 || c > 126) return 0;
+        letters += (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    }
+    return letters > 0;
 }
 
 static dcp_status dcp__parse_lines(dcp__cursor *cursor, int64_t *out, int32_t *count,
@@ -2769,7 +2899,7 @@ static dcp_status dcp__parse_lines(dcp__cursor *cursor, int64_t *out, int32_t *c
     while (dcp__next_line(cursor, &b, &e)) {
         const char *fb = b, *fe = e;
         if (b == e) continue;
-        if (column < 0 && *count == 0 && !dcp__is_plain_integer(b, e)) {
+        if (column < 0 && *count == 0 && dcp__looks_like_header(b, e)) {
             if ((status = dcp__csv_header(b, e, cursor->line, &column, &fields, error)) != DCP_OK)
                 return status;
             continue;

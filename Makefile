@@ -1,0 +1,89 @@
+# libdcp. `make` builds everything that can be built here (CUDA code compiles without a GPU);
+# `make test` builds and runs all tests, a sanitizer build of them included; `make demo` plans a
+# generated batch and writes build/demo.svg; `make bench` runs the benches; `make fuzz` runs the
+# libFuzzer harnesses (clang) for FUZZ_SECONDS each.
+
+CC ?= cc
+CXX ?= c++
+NVCC ?= nvcc
+CLANG ?= clang
+CUDA_HOME ?= /usr/local/cuda
+BUILD := build
+FUZZ_SECONDS ?= 60
+
+WARNINGS := -Wall -Wextra -Wpedantic -Werror
+OPT ?= -O2
+C_FLAGS := -std=c99 $(OPT) $(WARNINGS)
+CXX_FLAGS := -std=c++11 $(OPT) $(WARNINGS)
+SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
+# sm_80 runs on Ampere and later; sm_90a adds Hopper's wgmma and TMA paths.
+CUDA_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a
+NVCC_FLAGS := -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror
+CUDA_INCLUDE := -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart
+
+CPU_TESTS := test_core test_lengths test_planner
+HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-nvcc
+TEST_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(HEADER_CHECKS) \
+                 $(BUILD)/test_cuda
+COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o
+
+.PHONY: all test demo bench fuzz clean
+
+all: $(BUILD)/dcp-plan $(BUILD)/plan_bench $(TEST_PROGRAMS) $(COMPILE_CHECKS)
+
+$(BUILD):
+	mkdir -p $(BUILD)
+
+$(BUILD)/dcp-plan: examples/dcp_plan.c dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) $< -o $@ -lm
+
+$(BUILD)/plan_bench: bench/plan_bench.c dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) $< -o $@ -lm
+
+$(BUILD)/test_%: tests/test_%.c tests/test.h dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) $< -o $@ -lm
+
+$(BUILD)/test_%-san: tests/test_%.c tests/test.h dcp.h | $(BUILD)
+	$(CC) -std=c99 $(WARNINGS) $(SANITIZE) $< -o $@ -lm
+
+# dcp.h as C99, as C++ and under nvcc, all warnings as errors.
+$(BUILD)/header-c99: tests/test_header.c tests/test.h dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) $< -o $@ -lm
+$(BUILD)/header-cxx: tests/test_header.c tests/test.h dcp.h | $(BUILD)
+	$(CXX) $(CXX_FLAGS) -x c++ $< -o $@ -lm
+$(BUILD)/header-nvcc: tests/test_header.c tests/test.h dcp.h | $(BUILD)
+	$(NVCC) -std=c++14 -O2 -Xcompiler -Wall,-Wextra,-Werror -x cu $< -o $@
+
+$(BUILD)/dcp_cuda.o: dcp_cuda.cu dcp.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(BUILD)/test_cuda: tests/test_cuda.cu tests/test.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
+
+# dcp_nccl.h as C and under nvcc (compile only: running NCCL needs a GPU).
+$(BUILD)/nccl-c.o: tests/test_nccl_compile.c dcp_nccl.h dcp.h | $(BUILD)
+	$(CC) -std=c99 -O2 -Wall -Wextra -Werror $(CUDA_INCLUDE) -c $< -o $@
+$(BUILD)/nccl-nvcc.o: tests/test_nccl_compile.c dcp_nccl.h dcp.h | $(BUILD)
+	$(NVCC) -std=c++14 -O2 -Xcompiler -Wall,-Wextra,-Werror -x cu -c $< -o $@
+
+test: all
+	sh tests/run_tests.sh $(TEST_PROGRAMS) tests/test_cli.sh
+
+demo: $(BUILD)/dcp-plan
+	$(BUILD)/dcp-plan --lognormal 4096,1.1,1024,8192,256 --seed 1 --ranks 16 \
+	    --max-tokens-per-rank 4096 --svg $(BUILD)/demo.svg
+	@echo "timeline written to $(BUILD)/demo.svg"
+
+bench: $(BUILD)/plan_bench
+	$(BUILD)/plan_bench
+
+fuzz: | $(BUILD)
+	$(CLANG) -std=c99 -g -O1 -fsanitize=fuzzer,address,undefined tests/fuzz_lengths.c \
+	    -o $(BUILD)/fuzz_lengths -lm
+	mkdir -p $(BUILD)/fuzz-corpus-lengths
+	$(BUILD)/fuzz_lengths -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    $(BUILD)/fuzz-corpus-lengths tests/fuzz-seeds/lengths
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,31 @@
+#!/bin/sh
+# Runs every test program given on the command line, shows their output, and ends with the
+# plain line "N passed, M failed" summed over all of them (skipped tests are counted apart).
+# A program that crashes or exits non-zero without a summary line counts as one failure.
+passed=0 failed=0 skipped=0
+for program in "$@"; do
+    echo "== $program"
+    output=$("$program" 2>&1)
+    status=$?
+    printf '%s\n' "$output"
+    summary=$(printf '%s\n' "$output" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    skips=$(printf '%s\n' "$output" | grep -E '^[0-9]+ skipped$' | tail -n 1 | cut -d' ' -f1)
+    if [ -z "$summary" ]; then
+        echo "$program: exited with status $status and no summary line"
+        failed=$((failed + 1))
+        continue
+    fi
+    p=$(echo "$summary" | cut -d' ' -f1)
+    f=$(echo "$summary" | cut -d' ' -f3)
+    passed=$((passed + p))
+    failed=$((failed + f))
+    skipped=$((skipped + ${skips:-0}))
+    if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "$program: exited with status $status"
+        failed=$((failed + 1))
+    fi
+done
+echo "== total"
+[ "$skipped" -gt 0 ] && echo "$skipped skipped"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

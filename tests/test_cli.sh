@@ -1,0 +1,145 @@
+#!/bin/sh
+# dcp-plan end to end: the summary, the JSON object, the SVG, and one-line errors with a
+# non-zero exit for every kind of bad input. Ends with "N passed, M failed".
+cd "$(dirname "$0")/.." || exit 1
+plan=build/dcp-plan
+work=build/cli-test
+mkdir -p "$work"
+passed=0 failed=0
+
+pass() { passed=$((passed + 1)); echo "ok   $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL $1"; }
+
+# expect_error NAME EXIT NEEDLE ARGS...: exits with EXIT, prints exactly one stderr line
+# containing NEEDLE, and nothing on stdout.
+expect_error() {
+    name=$1 code=$2 needle=$3
+    shift 3
+    "$plan" "$@" >"$work/out" 2>"$work/err"
+    status=$?
+    lines=$(wc -l <"$work/err")
+    if [ "$status" -eq "$code" ] && [ "$lines" -eq 1 ] && grep -qF -- "$needle" "$work/err" &&
+        [ ! -s "$work/out" ]; then
+        pass "$name"
+    else
+        fail "$name (exit $status, $lines stderr lines: $(cat "$work/err"))"
+    fi
+}
+
+common="--ranks 16 --max-tokens-per-rank 4096"
+# shellcheck disable=SC2086
+if "$plan" --lognormal 4096,1.1,1024,8192,256 $common --svg "$work/plan.svg" >"$work/out" &&
+    grep -q "efficiency" "$work/out" && grep -q "speed-up over static" "$work/out" &&
+    grep -q "cp histogram" "$work/out" && grep -q "plan time" "$work/out"; then
+    pass "summary"
+else
+    fail "summary"
+fi
+if grep -q "<svg" "$work/plan.svg" && grep -q "<rect" "$work/plan.svg" &&
+    grep -q "time (ms)" "$work/plan.svg" && grep -q "</svg>" "$work/plan.svg"; then
+    pass "svg timeline"
+else
+    fail "svg timeline"
+fi
+
+# shellcheck disable=SC2086
+"$plan" --lognormal 4096,1.1,1024,8192,64 --seed 3 $common --json >"$work/plan.json"
+if command -v python3 >/dev/null 2>&1; then
+    if python3 - "$work/plan.json" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+plan = json.loads(text)
+assert text.count("\n") == 1, "one line"
+assert set(plan) == {"ranks", "max_tokens_per_rank", "strategy", "samples", "microbatches",
+                     "step_seconds", "barrier_seconds", "lower_bound_seconds", "efficiency",
+                     "plan_seconds"}, sorted(plan)
+assert plan["ranks"] == 16 and plan["max_tokens_per_rank"] == 4096
+assert plan["strategy"] == "dynamic" and plan["samples"] == 64
+seen = sorted(s for mb in plan["microbatches"] for g in mb for s in g["samples"])
+assert seen == list(range(64)), "every sample exactly once"
+for mb in plan["microbatches"]:
+    end = 0
+    for g in mb:
+        assert g["first_rank"] % g["cp"] == 0 and g["first_rank"] >= end
+        end = g["first_rank"] + g["cp"]
+    assert end <= 16
+assert plan["step_seconds"] >= plan["lower_bound_seconds"] > 0
+assert 0 < plan["efficiency"] <= 1
+PY
+    then pass "json schema"; else fail "json schema"; fi
+else
+    echo "skip json schema: python3 not found"
+fi
+
+printf '# lengths\n4096\n9000\n100\n' >"$work/lengths.txt"
+printf 'id,seq_len\n0,4096\n1,9000\n2,100\n' >"$work/lengths.csv"
+a=$("$plan" --lengths "$work/lengths.txt" $common --json | sed 's/"plan_seconds":[^}]*//')
+b=$("$plan" --lengths "$work/lengths.csv" $common --json | sed 's/"plan_seconds":[^}]*//')
+if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "text and csv files agree"; else fail "text and csv files agree"; fi
+for strategy in static greedy; do
+    if "$plan" --lengths "$work/lengths.txt" $common --strategy $strategy --json |
+        grep -q "\"strategy\":\"$strategy\""; then
+        pass "strategy $strategy"
+    else
+        fail "strategy $strategy"
+    fi
+done
+
+# sums beyond 32 bits: three samples of 2^31 - 1 tokens plan and report their tokens
+printf '2147483647\n2147483647\n2147483647\n' >"$work/huge.txt"
+if "$plan" --lengths "$work/huge.txt" --ranks 4 --max-tokens-per-rank 2147483647 |
+    grep -q "6442450941 valid tokens"; then
+    pass "sums beyond 32 bits"
+else
+    fail "sums beyond 32 bits"
+fi
+
+: >"$work/empty.txt"
+printf '10\n0\n' >"$work/zero.txt"
+printf '10\n-3\n' >"$work/negative.txt"
+printf '10\nten\n' >"$work/word.txt"
+printf '4294967296\n' >"$work/overflow.txt"
+printf '70000\n' >"$work/long.txt"
+expect_error "empty input" 2 "empty input" --lengths "$work/empty.txt" $common
+expect_error "zero length" 2 "line 2: length 0 must be >= 1" --lengths "$work/zero.txt" $common
+expect_error "negative length" 2 "length -3 must be >= 1" --lengths "$work/negative.txt" $common
+expect_error "non-numeric length" 2 "not a positive integer" --lengths "$work/word.txt" $common
+expect_error "length beyond 32 bits" 2 "exceeds the maximum" --lengths "$work/overflow.txt" $common
+expect_error "missing file" 2 "cannot open" --lengths "$work/none.txt" $common
+expect_error "length above max_cp x M" 1 "sample 0 has length 70000 > max_cp 16 x max_tokens_per_rank 4096" \
+    --lengths "$work/long.txt" $common
+expect_error "min_cp not a power of two" 1 "min_cp must be a power of two" \
+    --lengths "$work/lengths.txt" $common --min-cp 3
+expect_error "max_cp not a power of two" 1 "max_cp must be a power of two" \
+    --lengths "$work/lengths.txt" $common --max-cp 12
+expect_error "max_cp above ranks" 1 "max_cp 32 exceeds ranks 16" \
+    --lengths "$work/lengths.txt" $common --max-cp 32
+expect_error "ranks zero" 2 "--ranks must be >= 1" --lengths "$work/lengths.txt" \
+    --ranks 0 --max-tokens-per-rank 4096
+expect_error "ranks negative" 1 "ranks must be in [1," --lengths "$work/lengths.txt" \
+    --ranks -4 --max-tokens-per-rank 4096
+expect_error "max tokens zero" 2 "--max-tokens-per-rank must be >= 1" \
+    --lengths "$work/lengths.txt" --ranks 4 --max-tokens-per-rank 0
+expect_error "ranks not a number" 2 "--ranks expects an integer, got '4x'" \
+    --lengths "$work/lengths.txt" --ranks 4x --max-tokens-per-rank 4096
+expect_error "ranks beyond 32 bits" 2 "--ranks must be in" \
+    --lengths "$work/lengths.txt" --ranks 99999999999 --max-tokens-per-rank 4096
+expect_error "bad strategy" 2 "--strategy must be dynamic, static or greedy" \
+    --lengths "$work/lengths.txt" $common --strategy best
+expect_error "bad coefficient" 2 "--attn-coeff expects a finite number" \
+    --lengths "$work/lengths.txt" $common --attn-coeff nan
+expect_error "negative coefficient" 1 "attn_coeff must be finite and >= 0" \
+    --lengths "$work/lengths.txt" $common --attn-coeff -1
+expect_error "both sources" 2 "exactly one of --lengths" \
+    --lengths "$work/lengths.txt" --lognormal 1,1,1,1,1 $common
+expect_error "no source" 2 "exactly one of --lengths" $common
+expect_error "bad lognormal" 2 "--lognormal expects MEAN,SIGMA,MIN,MAX,COUNT" \
+    --lognormal 4096,1.1 $common
+expect_error "lognormal count zero" 2 "--lognormal COUNT must be in [1," \
+    --lognormal 4096,1.1,1,10,0 $common
+expect_error "lognormal min above max" 2 "min 10 <= max 5" --lognormal 4096,1.1,10,5,8 $common
+expect_error "unknown option" 2 "unknown option --frobnicate" --frobnicate 1 $common
+expect_error "missing value" 2 "--ranks needs a value" --lengths "$work/lengths.txt" --ranks
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
