@@ -22,7 +22,7 @@ NVCC_FLAGS := -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror
 CUDA_INCLUDE := -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart
 
-CPU_TESTS := test_core test_lengths test_planner
+CPU_TESTS := test_core test_lengths test_planner test_thd
 HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-nvcc
 TEST_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(HEADER_CHECKS) \
                  $(BUILD)/test_cuda
@@ -78,12 +78,19 @@ demo: $(BUILD)/dcp-plan
 bench: $(BUILD)/plan_bench
 	$(BUILD)/plan_bench
 
-fuzz: | $(BUILD)
-	$(CLANG) -std=c99 -g -O1 -fsanitize=fuzzer,address,undefined tests/fuzz_lengths.c \
-	    -o $(BUILD)/fuzz_lengths -lm
-	mkdir -p $(BUILD)/fuzz-corpus-lengths
-	$(BUILD)/fuzz_lengths -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	    $(BUILD)/fuzz-corpus-lengths tests/fuzz-seeds/lengths
+FUZZERS := lengths exchange
+
+# Each harness runs FUZZ_SECONDS on a corpus kept in build/ and seeded from tests/fuzz-seeds/.
+fuzz: $(FUZZERS:%=$(BUILD)/fuzz_%)
+	for name in $(FUZZERS); do \
+	    mkdir -p $(BUILD)/fuzz-corpus-$$name && \
+	    $(BUILD)/fuzz_$$name -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	        $(BUILD)/fuzz-corpus-$$name tests/fuzz-seeds/$$name || exit 1; \
+	done
+
+$(BUILD)/fuzz_%: tests/fuzz_%.c dcp.h | $(BUILD)
+	$(CLANG) -std=c99 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	    $< -o $@ -lm
 
 clean:
 	rm -rf $(BUILD)

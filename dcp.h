@@ -320,6 +320,128 @@ DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *a
 DCPDEF int64_t dcp_zigzag_position(int64_t padded_length, int32_t cp, int32_t rank,
                                    int64_t local_index);
 
+/* What one rank receives for one microbatch: its group, its samples in order and the THD
+   metadata a training step needs. cu_seqlens and cu_seqlens_padded describe the whole (global)
+   sequences of the group; the rank's local buffer holds padded / cp rows of each sample, at
+   local_offsets[i] = cu_seqlens_padded[i] / cp. An idle rank has no samples and cp 1. Arrays
+   belong to the view (dcp_rank_view_create allocates them; dcp_rank_view_destroy frees). */
+typedef struct dcp_rank_view {
+    int32_t rank;
+    int32_t microbatch;
+    int32_t first_rank;         /* of the group */
+    int32_t cp;                 /* group size */
+    int32_t rank_in_group;      /* rank - first_rank */
+    int32_t idle;               /* 1 when the rank has no group in this microbatch */
+    int32_t num_samples;
+    int32_t *samples;           /* [num_samples] sample ids, in buffer order */
+    int64_t *sample_lengths;    /* [num_samples] valid lengths */
+    int64_t pad_multiple;       /* every padded length is a multiple of it */
+    int32_t *cu_seqlens;        /* [num_samples + 1] valid, cumulative, global */
+    int32_t *cu_seqlens_padded; /* [num_samples + 1] storage, cumulative, global */
+    int32_t *local_offsets;     /* [num_samples + 1] cu_seqlens_padded / cp */
+    int32_t max_seqlen;         /* largest padded length */
+    int64_t local_tokens;       /* rows of the local buffer: local_offsets[num_samples] */
+    dcp_allocator allocator;
+} dcp_rank_view;
+
+/* The view of `rank` in `microbatch`. cu arrays are int32 as FlashAttention and
+   TransformerEngine take them: a group whose padded tokens exceed INT32_MAX is
+   DCP_ERROR_OVERFLOW, never truncated. Allocates with the plan's allocator. */
+DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32_t microbatch,
+                                       dcp_rank_view **view, dcp_error *error);
+DCPDEF void dcp_rank_view_destroy(dcp_rank_view *view);
+DCPDEF dcp_status dcp_rank_view_validate(const dcp_rank_view *view, dcp_error *error);
+/* For every local row: the index of its sample in the view (slot_sample, may be NULL) and its
+   global position in that sample, -1 for a padding row (positions, may be NULL). Arrays of
+   view->local_tokens entries; the position ids of a training step are the non-negative ones. */
+DCPDEF dcp_status dcp_rank_view_positions(const dcp_rank_view *view, int32_t *slot_sample,
+                                          int64_t *positions, dcp_error *error);
+/* Gathers the rank's rows from whole per-sample buffers into its THD buffer: sample_data[id]
+   holds sample id's valid tokens, element_size bytes each (tokens, labels, loss masks or any
+   per-token record). Padding rows are zero bytes (token 0, label 0, loss mask 0). local has
+   view->local_tokens * element_size bytes. */
+DCPDEF dcp_status dcp_rank_view_pack(const dcp_rank_view *view, const void *const *sample_data,
+                                     size_t element_size, void *local, dcp_error *error);
+/* The inverse: scatters the valid rows of a local buffer back into per-sample buffers. */
+DCPDEF dcp_status dcp_rank_view_unpack(const dcp_rank_view *view, const void *local,
+                                       size_t element_size, void *const *sample_data,
+                                       dcp_error *error);
+/* Pads a packed buffer's row count up to a multiple of `alignment` by extending its last
+   sequence: cu_seqlens_padded[num_sequences] grows, *added_rows receives the rows added (0 when
+   already aligned). For a layout without CP (cp 1), or a CP rank's local_offsets array.
+   Fixed-shape kernels and CUDA graphs need it; libdcp's own kernels do not. */
+DCPDEF dcp_status dcp_pad_to_alignment(int32_t *cu_seqlens_padded, int32_t num_sequences,
+                                       int64_t alignment, int64_t *added_rows, dcp_error *error);
+
+/* ============================================================== exchange: reroute and format
+   Reroute: the data loader leaves sample s on rank holders[s]; the plan wants its chunks on
+   the ranks of its group. A rank's reroute list says exactly what it sends, receives and copies
+   locally: valid tokens only (padding is zero-filled by the receiver), each token once, ranges
+   in the sample's global positions, destinations as rows of the receiver's local buffer of a
+   microbatch. Every rank derives the lists from the same plan, in the same global order, so the
+   sends of A to B and the receives of B from A pair up one to one, in order. */
+
+typedef enum dcp_transfer_kind {
+    DCP_TRANSFER_SEND = 0, /* to peer */
+    DCP_TRANSFER_RECV = 1, /* from peer */
+    DCP_TRANSFER_COPY = 2  /* local: holder and destination are this rank (peer == rank) */
+} dcp_transfer_kind;
+
+typedef struct dcp_transfer {
+    dcp_transfer_kind kind;
+    int32_t peer;
+    int32_t microbatch;         /* of the destination buffer */
+    int32_t sample;
+    int64_t source_begin;       /* global positions [source_begin, source_end) of the sample */
+    int64_t source_end;
+    int64_t destination_row;    /* first row in the destination rank's local buffer */
+} dcp_transfer;
+
+typedef struct dcp_reroute {
+    int32_t rank;
+    int32_t count;
+    dcp_transfer *transfers;    /* [count], by (microbatch, sample, destination, range) */
+    int64_t send_tokens, recv_tokens, copy_tokens;
+    dcp_allocator allocator;
+} dcp_reroute;
+
+/* holders[s] in [0, ranks) for every sample. Allocates with the plan's allocator. */
+DCPDEF dcp_status dcp_reroute_create(const dcp_plan *plan, const int32_t *holders, int32_t rank,
+                                     dcp_reroute **reroute, dcp_error *error);
+DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute);
+
+/* Plan exchange format, version DCP_FORMAT_VERSION: one self-describing buffer of
+   little-endian fixed-width integers: magic, version, total size, explicit counts, the arrays,
+   and a 64-bit FNV-1a checksum of everything before it. The deserializer checks every byte and
+   every invariant and names what is wrong (DCP_ERROR_CORRUPT_DATA); it never looks for sentinel
+   values. Sizes: *size receives the bytes needed; a NULL buffer only queries it. */
+#define DCP_FORMAT_VERSION 1
+
+DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
+                                     size_t *size, dcp_error *error);
+DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
+                                       const dcp_allocator *allocator, dcp_plan **plan,
+                                       dcp_error *error);
+/* One microbatch's metadata for one rank, for TP ranks and pipeline stages that did not plan. */
+DCPDEF dcp_status dcp_rank_view_serialize(const dcp_rank_view *view, void *buffer,
+                                          size_t capacity, size_t *size, dcp_error *error);
+DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
+                                            const dcp_allocator *allocator, dcp_rank_view **view,
+                                            dcp_error *error);
+
+/* FLOPs accounting of a global batch, for MFU with a variable microbatch count: valid and
+   padded tokens, and the sums of L^2 over valid lengths and over padded lengths (at each
+   sample's CP size in the plan). DCP_ERROR_OVERFLOW if a sum exceeds int64_t. */
+typedef struct dcp_flops_stats {
+    int64_t valid_tokens;
+    int64_t padded_tokens;
+    int64_t sum_squared_valid;
+    int64_t sum_squared_padded;
+} dcp_flops_stats;
+
+DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *stats,
+                                       dcp_error *error);
+
 /* ======================================================================= CUDA declarations
    Defined in dcp_cuda.cu (compile it with nvcc and link it); never behind DCP_STATIC, because
    that translation unit is separate. Device pointers and a stream in, a dcp_status out. */
@@ -2550,7 +2672,8 @@ DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error)
              g < plan->microbatch_offsets[k + 1] && status == DCP_OK; g++) {
             const dcp_group *group = &plan->groups[g];
             status = dcp__validate_group(plan, k, group, expected, seen, error);
-            if (status == DCP_OK && group->first_rank < next_free_rank)
+            if (status != DCP_OK) break; /* its fields are not safe to add up */
+            if (group->first_rank < next_free_rank)
                 status = dcp__fail(error, DCP_ERROR_INVALID_PLAN,
                                    "microbatch %d: group at rank %d overlaps or precedes the "
                                    "previous group (ranks must increase)",
@@ -2650,6 +2773,841 @@ DCPDEF int64_t dcp_zigzag_position(int64_t padded_length, int32_t cp, int32_t ra
     half = padded_length / (2 * (int64_t)cp);
     return local_index < half ? rank * half + local_index
                               : (2 * (int64_t)cp - 1 - rank) * half + (local_index - half);
+}
+
+/* A contiguous run of a sample's local rows: rows [row, row + rows) hold global positions
+   [position, position + rows), of which the first `valid` are real tokens. */
+typedef struct dcp__run {
+    int64_t row;
+    int64_t position;
+    int64_t rows;
+    int64_t valid;
+} dcp__run;
+
+/* The runs of rank `member` of a cp group for one sample (one run for cp 1, two otherwise;
+   the two chunks of the middle rank are adjacent and become one run). Returns their count. */
+static int dcp__sample_runs(int64_t length, int64_t padded, int32_t cp, int32_t member,
+                            dcp__run runs[2])
+{
+    int64_t chunk = cp > 1 ? padded / (2 * (int64_t)cp) : padded;
+    int64_t starts[2];
+    int count = cp > 1 ? 2 : 1, i;
+    starts[0] = cp > 1 ? member * chunk : 0;
+    starts[1] = (2 * (int64_t)cp - 1 - member) * chunk;
+    for (i = 0; i < count; i++) {
+        int64_t valid = length - starts[i];
+        runs[i].row = i * chunk;
+        runs[i].position = starts[i];
+        runs[i].rows = chunk;
+        runs[i].valid = valid < 0 ? 0 : valid > chunk ? chunk : valid;
+    }
+    if (count == 2 && starts[1] == starts[0] + chunk) {
+        runs[0].rows = 2 * chunk;
+        runs[0].valid = runs[0].valid + runs[1].valid;
+        count = 1;
+    }
+    return count;
+}
+
+/* Index of the group of microbatch k that contains rank, or -1 when the rank is idle. */
+static int32_t dcp__group_of(const dcp_plan *plan, int32_t rank, int32_t k)
+{
+    int32_t lo = plan->microbatch_offsets[k], hi = plan->microbatch_offsets[k + 1];
+    while (lo < hi) { /* groups are sorted by first_rank */
+        int32_t mid = lo + (hi - lo) / 2;
+        const dcp_group *g = &plan->groups[mid];
+        if (rank < g->first_rank)
+            hi = mid;
+        else if (rank >= g->first_rank + g->cp)
+            lo = mid + 1;
+        else
+            return mid;
+    }
+    return -1;
+}
+
+DCPDEF void dcp_rank_view_destroy(dcp_rank_view *view)
+{
+    dcp_allocator allocator;
+    if (!view) return;
+    allocator = view->allocator;
+    dcp_free(&allocator, view->samples);
+    dcp_free(&allocator, view->sample_lengths);
+    dcp_free(&allocator, view->cu_seqlens);
+    dcp_free(&allocator, view->cu_seqlens_padded);
+    dcp_free(&allocator, view->local_offsets);
+    dcp_free(&allocator, view);
+}
+
+static dcp_rank_view *dcp__view_alloc(const dcp_allocator *allocator, int32_t num_samples,
+                                      dcp_error *error)
+{
+    size_t n = (size_t)num_samples;
+    dcp_rank_view *view = (dcp_rank_view *)dcp__alloc_array(allocator, 1, sizeof *view,
+                                                            "rank view", error);
+    if (!view) return NULL;
+    memset(view, 0, sizeof *view);
+    if (allocator) view->allocator = *allocator;
+    view->num_samples = num_samples;
+    view->samples = (int32_t *)dcp__alloc_array(allocator, n, sizeof(int32_t), "view", error);
+    view->sample_lengths = (int64_t *)dcp__alloc_array(allocator, n, sizeof(int64_t), "view", error);
+    view->cu_seqlens = (int32_t *)dcp__alloc_array(allocator, n + 1, sizeof(int32_t), "view", error);
+    view->cu_seqlens_padded =
+        (int32_t *)dcp__alloc_array(allocator, n + 1, sizeof(int32_t), "view", error);
+    view->local_offsets = (int32_t *)dcp__alloc_array(allocator, n + 1, sizeof(int32_t), "view",
+                                                      error);
+    if (!view->samples || !view->sample_lengths || !view->cu_seqlens || !view->cu_seqlens_padded ||
+        !view->local_offsets) {
+        dcp_rank_view_destroy(view);
+        return NULL;
+    }
+    return view;
+}
+
+/* Fills the view's arrays from its samples and lengths; the sums must fit int32. */
+static dcp_status dcp__view_fill(dcp_rank_view *view, const dcp_config *config, dcp_error *error)
+{
+    int64_t valid = 0, padded = 0;
+    int32_t i;
+    view->pad_multiple = dcp__pad_multiple(config, view->cp);
+    view->cu_seqlens[0] = view->cu_seqlens_padded[0] = view->local_offsets[0] = 0;
+    view->max_seqlen = 0;
+    for (i = 0; i < view->num_samples; i++) {
+        int64_t p = dcp__padded(config, view->sample_lengths[i], view->cp);
+        valid += view->sample_lengths[i];
+        padded += p;
+        if (padded > INT32_MAX)
+            return dcp__fail(error, DCP_ERROR_OVERFLOW,
+                             "microbatch %d, rank %d: %lld padded tokens overflow the int32 "
+                             "cu_seqlens", (int)view->microbatch, (int)view->rank, (long long)padded);
+        view->cu_seqlens[i + 1] = (int32_t)valid;
+        view->cu_seqlens_padded[i + 1] = (int32_t)padded;
+        view->local_offsets[i + 1] = (int32_t)(padded / view->cp);
+        if (p > view->max_seqlen) view->max_seqlen = (int32_t)p;
+    }
+    view->local_tokens = view->local_offsets[view->num_samples];
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32_t microbatch,
+                                       dcp_rank_view **view, dcp_error *error)
+{
+    const dcp_group *group = NULL;
+    dcp_rank_view *v;
+    dcp_status status;
+    int32_t g, i;
+    if (!view) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
+    *view = NULL;
+    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    if (rank < 0 || rank >= plan->config.ranks)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)", (int)rank,
+                         (int)plan->config.ranks);
+    if (microbatch < 0 || microbatch >= plan->num_microbatches)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "microbatch %d outside [0, %d)",
+                         (int)microbatch, (int)plan->num_microbatches);
+    g = dcp__group_of(plan, rank, microbatch);
+    if (g >= 0) group = &plan->groups[g];
+    v = dcp__view_alloc(&plan->config.allocator, group ? group->sample_count : 0, error);
+    if (!v) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    v->rank = rank;
+    v->microbatch = microbatch;
+    v->idle = group == NULL;
+    v->first_rank = group ? group->first_rank : rank;
+    v->cp = group ? group->cp : 1;
+    v->rank_in_group = rank - v->first_rank;
+    for (i = 0; i < v->num_samples; i++) {
+        v->samples[i] = plan->group_samples[group->sample_offset + i];
+        v->sample_lengths[i] = plan->sample_lengths[v->samples[i]];
+    }
+    if ((status = dcp__view_fill(v, &plan->config, error)) != DCP_OK) {
+        dcp_rank_view_destroy(v);
+        return status;
+    }
+    *view = v;
+    return dcp__ok(error);
+}
+
+static dcp_status dcp__view_check_header(const dcp_rank_view *v, dcp_error *error)
+{
+    if (v->rank < 0 || !dcp__is_pow2(v->cp) || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
+        v->first_rank % v->cp != 0 || v->rank_in_group != v->rank - v->first_rank ||
+        v->rank_in_group < 0 || v->rank_in_group >= v->cp)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "view of rank %d: group (first_rank %d, cp %d, rank_in_group %d) is not "
+                         "an aligned group containing the rank", (int)v->rank, (int)v->first_rank,
+                         (int)v->cp, (int)v->rank_in_group);
+    if (v->microbatch < 0 || v->num_samples < 0 || (v->idle != 0 && v->idle != 1) ||
+        (v->idle && (v->num_samples != 0 || v->cp != 1)) || (!v->idle && v->num_samples == 0))
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "view of rank %d: microbatch %d, %d samples, idle %d are inconsistent",
+                         (int)v->rank, (int)v->microbatch, (int)v->num_samples, (int)v->idle);
+    if (v->pad_multiple < 1 || (v->cp > 1 && v->pad_multiple % (2 * (int64_t)v->cp) != 0))
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "view of rank %d: pad_multiple %lld is not a positive multiple of 2 cp",
+                         (int)v->rank, (long long)v->pad_multiple);
+    if (!v->samples || !v->sample_lengths || !v->cu_seqlens || !v->cu_seqlens_padded ||
+        !v->local_offsets)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "view of rank %d: NULL array",
+                         (int)v->rank);
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_rank_view_validate(const dcp_rank_view *v, dcp_error *error)
+{
+    int32_t i, longest = 0;
+    dcp_status status;
+    if (!v) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
+    if ((status = dcp__view_check_header(v, error)) != DCP_OK) return status;
+    if (v->cu_seqlens[0] != 0 || v->cu_seqlens_padded[0] != 0 || v->local_offsets[0] != 0)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "view cu arrays must start at 0");
+    for (i = 0; i < v->num_samples; i++) {
+        int64_t valid = (int64_t)v->cu_seqlens[i + 1] - v->cu_seqlens[i];
+        int64_t padded = (int64_t)v->cu_seqlens_padded[i + 1] - v->cu_seqlens_padded[i];
+        if (v->samples[i] < 0 || valid < 1 || valid != v->sample_lengths[i] || padded < valid ||
+            padded % v->pad_multiple != 0 ||
+            v->local_offsets[i + 1] != v->cu_seqlens_padded[i + 1] / v->cp)
+            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "view of rank %d, sample %d (id %d): valid %lld, padded %lld, local "
+                             "offset %d are inconsistent", (int)v->rank, (int)i, (int)v->samples[i],
+                             (long long)valid, (long long)padded, (int)v->local_offsets[i + 1]);
+        if (padded > longest) longest = (int32_t)padded;
+    }
+    if (v->max_seqlen != longest || v->local_tokens != v->local_offsets[v->num_samples])
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "view of rank %d: max_seqlen %d or local_tokens %lld do not match the "
+                         "arrays", (int)v->rank, (int)v->max_seqlen, (long long)v->local_tokens);
+    return dcp__ok(error);
+}
+
+/* The runs of sample i of a validated view. */
+static int dcp__view_runs(const dcp_rank_view *v, int32_t i, dcp__run runs[2])
+{
+    int64_t padded = (int64_t)v->cu_seqlens_padded[i + 1] - v->cu_seqlens_padded[i];
+    return dcp__sample_runs(v->sample_lengths[i], padded, v->cp, v->rank_in_group, runs);
+}
+
+DCPDEF dcp_status dcp_rank_view_positions(const dcp_rank_view *view, int32_t *slot_sample,
+                                          int64_t *positions, dcp_error *error)
+{
+    dcp_status status = dcp_rank_view_validate(view, error);
+    int32_t i;
+    if (status != DCP_OK) return status;
+    for (i = 0; i < view->num_samples; i++) {
+        dcp__run runs[2];
+        int count = dcp__view_runs(view, i, runs), r;
+        int64_t base = view->local_offsets[i], k;
+        for (r = 0; r < count; r++)
+            for (k = 0; k < runs[r].rows; k++) {
+                int64_t row = base + runs[r].row + k;
+                if (slot_sample) slot_sample[row] = i;
+                if (positions) positions[row] = k < runs[r].valid ? runs[r].position + k : -1;
+            }
+    }
+    return dcp__ok(error);
+}
+
+static dcp_status dcp__check_transfer_args(const dcp_rank_view *view, const void *data,
+                                           size_t element_size, const void *local,
+                                           dcp_error *error)
+{
+    dcp_status status = dcp_rank_view_validate(view, error);
+    if (status != DCP_OK) return status;
+    if (element_size == 0 || (!data && view->num_samples > 0) ||
+        (!local && view->local_tokens > 0))
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "element_size must be > 0 and buffers non-NULL (element_size %zu)",
+                         element_size);
+    if ((uint64_t)view->local_tokens > SIZE_MAX / element_size)
+        return dcp__fail(error, DCP_ERROR_OVERFLOW, "%lld rows of %zu bytes overflow size_t",
+                         (long long)view->local_tokens, element_size);
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_rank_view_pack(const dcp_rank_view *view, const void *const *sample_data,
+                                     size_t element_size, void *local, dcp_error *error)
+{
+    unsigned char *out = (unsigned char *)local;
+    int32_t i;
+    dcp_status status = dcp__check_transfer_args(view, sample_data, element_size, local, error);
+    if (status != DCP_OK) return status;
+    for (i = 0; i < view->num_samples; i++) {
+        const unsigned char *in = (const unsigned char *)sample_data[view->samples[i]];
+        dcp__run runs[2];
+        int count = dcp__view_runs(view, i, runs), r;
+        for (r = 0; r < count; r++) {
+            unsigned char *row = out + ((size_t)view->local_offsets[i] + (size_t)runs[r].row) *
+                                           element_size;
+            if (runs[r].valid > 0 && !in)
+                return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "sample_data[%d] is NULL", (int)view->samples[i]);
+            if (runs[r].valid > 0)
+                memcpy(row, in + (size_t)runs[r].position * element_size,
+                       (size_t)runs[r].valid * element_size);
+            memset(row + (size_t)runs[r].valid * element_size, 0,
+                   (size_t)(runs[r].rows - runs[r].valid) * element_size);
+        }
+    }
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_rank_view_unpack(const dcp_rank_view *view, const void *local,
+                                       size_t element_size, void *const *sample_data,
+                                       dcp_error *error)
+{
+    const unsigned char *in = (const unsigned char *)local;
+    int32_t i;
+    dcp_status status = dcp__check_transfer_args(view, sample_data, element_size, local, error);
+    if (status != DCP_OK) return status;
+    for (i = 0; i < view->num_samples; i++) {
+        unsigned char *out = (unsigned char *)sample_data[view->samples[i]];
+        dcp__run runs[2];
+        int count = dcp__view_runs(view, i, runs), r;
+        for (r = 0; r < count; r++) {
+            if (runs[r].valid == 0) continue;
+            if (!out)
+                return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "sample_data[%d] is NULL",
+                                 (int)view->samples[i]);
+            memcpy(out + (size_t)runs[r].position * element_size,
+                   in + ((size_t)view->local_offsets[i] + (size_t)runs[r].row) * element_size,
+                   (size_t)runs[r].valid * element_size);
+        }
+    }
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_pad_to_alignment(int32_t *cu_seqlens_padded, int32_t num_sequences,
+                                       int64_t alignment, int64_t *added_rows, dcp_error *error)
+{
+    int64_t total, aligned;
+    if (!cu_seqlens_padded || !added_rows || num_sequences < 1)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "need cu_seqlens_padded and added_rows and num_sequences >= 1, got %d",
+                         (int)num_sequences);
+    if (alignment < 1 || alignment > INT32_MAX)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "alignment must be in [1, %d], got %lld",
+                         INT32_MAX, (long long)alignment);
+    total = cu_seqlens_padded[num_sequences];
+    if (total < cu_seqlens_padded[num_sequences - 1] || cu_seqlens_padded[0] != 0)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "cu_seqlens_padded must start at 0 and end non-decreasing, ends %d, %d",
+                         (int)cu_seqlens_padded[num_sequences - 1], (int)total);
+    aligned = (total + alignment - 1) / alignment * alignment;
+    if (aligned > INT32_MAX)
+        return dcp__fail(error, DCP_ERROR_OVERFLOW, "%lld rows aligned to %lld overflow int32",
+                         (long long)total, (long long)alignment);
+    cu_seqlens_padded[num_sequences] = (int32_t)aligned;
+    *added_rows = aligned - total;
+    return dcp__ok(error);
+}
+
+/* ----------------------------------------------------------------- exchange: reroute */
+
+DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute)
+{
+    dcp_allocator allocator;
+    if (!reroute) return;
+    allocator = reroute->allocator;
+    dcp_free(&allocator, reroute->transfers);
+    dcp_free(&allocator, reroute);
+}
+
+/* Visits every (microbatch, sample, destination rank, run) of the plan in one global order and
+   records the transfers that involve `rank`; with out NULL it only counts them. */
+static int32_t dcp__reroute_walk(const dcp_plan *plan, const int32_t *holders, int32_t rank,
+                                 dcp_reroute *out)
+{
+    int32_t k, g, i, member, count = 0;
+    for (k = 0; k < plan->num_microbatches; k++)
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
+            const dcp_group *group = &plan->groups[g];
+            int64_t local_offset = 0;
+            for (i = 0; i < group->sample_count; i++) {
+                int32_t s = plan->group_samples[group->sample_offset + i];
+                int64_t length = plan->sample_lengths[s];
+                int64_t padded = dcp__padded(&plan->config, length, group->cp);
+                for (member = 0; member < group->cp; member++) {
+                    int32_t destination = group->first_rank + member;
+                    dcp__run runs[2];
+                    int runs_count = dcp__sample_runs(length, padded, group->cp, member, runs), r;
+                    if (rank != destination && rank != holders[s]) continue;
+                    for (r = 0; r < runs_count; r++) {
+                        dcp_transfer *t;
+                        if (runs[r].valid == 0) continue; /* padding is never sent */
+                        if (out) {
+                            t = &out->transfers[count];
+                            t->kind = holders[s] == destination ? DCP_TRANSFER_COPY
+                                      : rank == destination     ? DCP_TRANSFER_RECV
+                                                                : DCP_TRANSFER_SEND;
+                            t->peer = t->kind == DCP_TRANSFER_SEND ? destination : holders[s];
+                            t->microbatch = k;
+                            t->sample = s;
+                            t->source_begin = runs[r].position;
+                            t->source_end = runs[r].position + runs[r].valid;
+                            t->destination_row = local_offset + runs[r].row;
+                            if (t->kind == DCP_TRANSFER_SEND) out->send_tokens += runs[r].valid;
+                            else if (t->kind == DCP_TRANSFER_RECV) out->recv_tokens += runs[r].valid;
+                            else out->copy_tokens += runs[r].valid;
+                        }
+                        count++;
+                    }
+                }
+                local_offset += padded / group->cp;
+            }
+        }
+    return count;
+}
+
+DCPDEF dcp_status dcp_reroute_create(const dcp_plan *plan, const int32_t *holders, int32_t rank,
+                                     dcp_reroute **reroute, dcp_error *error)
+{
+    const dcp_allocator *allocator;
+    dcp_reroute *r;
+    dcp_status status;
+    int32_t s;
+    if (!reroute) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "reroute must not be NULL");
+    *reroute = NULL;
+    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    if (!holders) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "holders must not be NULL");
+    if (rank < 0 || rank >= plan->config.ranks)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)", (int)rank,
+                         (int)plan->config.ranks);
+    for (s = 0; s < plan->num_samples; s++)
+        if (holders[s] < 0 || holders[s] >= plan->config.ranks)
+            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "holders[%d] = %d outside [0, %d)", (int)s, (int)holders[s],
+                             (int)plan->config.ranks);
+    allocator = &plan->config.allocator;
+    r = (dcp_reroute *)dcp__alloc_array(allocator, 1, sizeof *r, "reroute", error);
+    if (!r) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    memset(r, 0, sizeof *r);
+    r->allocator = *allocator;
+    r->rank = rank;
+    r->count = dcp__reroute_walk(plan, holders, rank, NULL);
+    r->transfers = (dcp_transfer *)dcp__alloc_array(allocator, (size_t)r->count,
+                                                    sizeof(dcp_transfer), "reroute", error);
+    if (!r->transfers) {
+        dcp_reroute_destroy(r);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    (void)dcp__reroute_walk(plan, holders, rank, r);
+    *reroute = r;
+    return dcp__ok(error);
+}
+
+/* ---------------------------------------------------------- exchange: the binary format */
+
+static const unsigned char dcp__plan_magic[8] = {'D', 'C', 'P', 'P', 'L', 'A', 'N', 0};
+static const unsigned char dcp__view_magic[8] = {'D', 'C', 'P', 'V', 'I', 'E', 'W', 0};
+/* magic, version, reserved, total size */
+#define DCP__PREAMBLE_BYTES 24
+#define DCP__CHECKSUM_BYTES 8
+
+static uint64_t dcp__fnv1a(const unsigned char *data, size_t size)
+{
+    uint64_t hash = UINT64_C(14695981039346656037);
+    size_t i;
+    for (i = 0; i < size; i++) hash = (hash ^ data[i]) * UINT64_C(1099511628211);
+    return hash;
+}
+
+/* Appends little-endian integers; counts the size always, writes only while it fits. */
+typedef struct dcp__writer {
+    unsigned char *data;
+    size_t capacity;
+    size_t size;
+} dcp__writer;
+
+static void dcp__put(dcp__writer *w, uint64_t value, int bytes)
+{
+    int i;
+    for (i = 0; i < bytes; i++, w->size++)
+        if (w->data && w->size < w->capacity) w->data[w->size] = (unsigned char)(value >> (8 * i));
+}
+
+static void dcp__put_i32(dcp__writer *w, int32_t v) { dcp__put(w, (uint32_t)v, 4); }
+static void dcp__put_i64(dcp__writer *w, int64_t v) { dcp__put(w, (uint64_t)v, 8); }
+
+static void dcp__put_f64(dcp__writer *w, double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    dcp__put(w, bits, 8);
+}
+
+/* Reads little-endian integers; once past the end every read fails and returns 0. */
+typedef struct dcp__reader {
+    const unsigned char *data;
+    size_t size;
+    size_t position;
+    int overrun;
+} dcp__reader;
+
+static uint64_t dcp__get(dcp__reader *r, int bytes)
+{
+    uint64_t value = 0;
+    int i;
+    if (r->overrun || r->size - r->position < (size_t)bytes) {
+        r->overrun = 1;
+        return 0;
+    }
+    for (i = 0; i < bytes; i++) value |= (uint64_t)r->data[r->position + (size_t)i] << (8 * i);
+    r->position += (size_t)bytes;
+    return value;
+}
+
+static int32_t dcp__get_i32(dcp__reader *r) { return (int32_t)(uint32_t)dcp__get(r, 4); }
+static int64_t dcp__get_i64(dcp__reader *r) { return (int64_t)dcp__get(r, 8); }
+
+static double dcp__get_f64(dcp__reader *r)
+{
+    uint64_t bits = dcp__get(r, 8);
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+static void dcp__put_preamble(dcp__writer *w, const unsigned char magic[8], uint64_t total)
+{
+    int i;
+    for (i = 0; i < 8; i++) dcp__put(w, magic[i], 1);
+    dcp__put(w, DCP_FORMAT_VERSION, 4);
+    dcp__put(w, 0, 4); /* reserved: must be zero */
+    dcp__put(w, total, 8);
+}
+
+/* Appends the checksum and reports the size (or that the buffer is too small). */
+static dcp_status dcp__writer_finish(dcp__writer *w, size_t *size, dcp_error *error)
+{
+    if (w->data && w->size + DCP__CHECKSUM_BYTES <= w->capacity)
+        dcp__put(w, dcp__fnv1a(w->data, w->size), 8);
+    else
+        w->size += DCP__CHECKSUM_BYTES;
+    if (size) *size = w->size;
+    if (w->data && w->size > w->capacity)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "buffer of %zu bytes is too small: %zu needed", w->capacity, w->size);
+    return dcp__ok(error);
+}
+
+/* Checks magic, version, reserved word, total size and checksum; leaves the reader after the
+   preamble, with its size shortened to exclude the checksum. */
+static dcp_status dcp__read_preamble(dcp__reader *r, const unsigned char magic[8],
+                                     const char *what, dcp_error *error)
+{
+    uint64_t version, reserved, total;
+    int i;
+    if (!r->data || r->size < DCP__PREAMBLE_BYTES + DCP__CHECKSUM_BYTES)
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "%s: %zu bytes is shorter than a header",
+                         what, r->size);
+    for (i = 0; i < 8; i++)
+        if (r->data[i] != magic[i])
+            return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "%s: bad magic at byte %d", what, i);
+    r->position = 8;
+    version = dcp__get(r, 4);
+    reserved = dcp__get(r, 4);
+    total = dcp__get(r, 8);
+    if (version != DCP_FORMAT_VERSION)
+        return dcp__fail(error, DCP_ERROR_UNSUPPORTED, "%s: format version %llu, this build reads %d",
+                         what, (unsigned long long)version, DCP_FORMAT_VERSION);
+    if (reserved != 0)
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "%s: reserved word is %llu, not 0", what,
+                         (unsigned long long)reserved);
+    if (total != r->size)
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "%s: header says %llu bytes, buffer has %zu",
+                         what, (unsigned long long)total, r->size);
+    {
+        dcp__reader tail = *r;
+        uint64_t stored;
+        tail.position = r->size - DCP__CHECKSUM_BYTES;
+        stored = dcp__get(&tail, 8);
+        if (stored != dcp__fnv1a(r->data, r->size - DCP__CHECKSUM_BYTES))
+            return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "%s: checksum mismatch", what);
+    }
+    r->size -= DCP__CHECKSUM_BYTES;
+    return DCP_OK;
+}
+
+static void dcp__put_config(dcp__writer *w, const dcp_config *c)
+{
+    dcp__put_i32(w, c->ranks);
+    dcp__put_i64(w, c->max_tokens_per_rank);
+    dcp__put_i32(w, c->min_cp);
+    dcp__put_i32(w, c->max_cp);
+    dcp__put_i32(w, c->microbatch_multiple);
+    dcp__put_i32(w, c->pad_multiple_cp1);
+    dcp__put_i32(w, c->pad_multiple);
+    dcp__put_i32(w, (int32_t)c->strategy);
+    dcp__put_i32(w, c->improve_moves);
+    dcp__put_f64(w, c->cost.attn_coeff);
+    dcp__put_f64(w, c->cost.linear_coeff);
+    dcp__put_f64(w, c->cost.ring_step_cost);
+}
+
+static void dcp__get_config(dcp__reader *r, dcp_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->ranks = dcp__get_i32(r);
+    c->max_tokens_per_rank = dcp__get_i64(r);
+    c->min_cp = dcp__get_i32(r);
+    c->max_cp = dcp__get_i32(r);
+    c->microbatch_multiple = dcp__get_i32(r);
+    c->pad_multiple_cp1 = dcp__get_i32(r);
+    c->pad_multiple = dcp__get_i32(r);
+    c->strategy = (dcp_strategy)dcp__get_i32(r);
+    c->improve_moves = dcp__get_i32(r);
+    c->cost.attn_coeff = dcp__get_f64(r);
+    c->cost.linear_coeff = dcp__get_f64(r);
+    c->cost.ring_step_cost = dcp__get_f64(r);
+}
+
+static void dcp__put_plan_body(dcp__writer *w, const dcp_plan *plan)
+{
+    int32_t i;
+    dcp__put_config(w, &plan->config);
+    dcp__put_i32(w, plan->num_samples);
+    dcp__put_i32(w, plan->num_microbatches);
+    dcp__put_i32(w, plan->num_groups);
+    for (i = 0; i < plan->num_samples; i++) dcp__put_i64(w, plan->sample_lengths[i]);
+    for (i = 0; i <= plan->num_microbatches; i++) dcp__put_i32(w, plan->microbatch_offsets[i]);
+    for (i = 0; i < plan->num_groups; i++) {
+        dcp__put_i32(w, plan->groups[i].first_rank);
+        dcp__put_i32(w, plan->groups[i].cp);
+        dcp__put_i32(w, plan->groups[i].sample_offset);
+        dcp__put_i32(w, plan->groups[i].sample_count);
+    }
+    for (i = 0; i < plan->num_samples; i++) dcp__put_i32(w, plan->group_samples[i]);
+}
+
+DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
+                                     size_t *size, dcp_error *error)
+{
+    dcp__writer counter = {NULL, 0, 0}, w;
+    dcp_status status = dcp_plan_validate(plan, error);
+    if (status != DCP_OK) return status;
+    if (!buffer && !size)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "need a buffer or a size to fill");
+    dcp__put_plan_body(&counter, plan);
+    w.data = (unsigned char *)buffer;
+    w.capacity = buffer ? capacity : 0;
+    w.size = 0;
+    dcp__put_preamble(&w, dcp__plan_magic,
+                      DCP__PREAMBLE_BYTES + counter.size + DCP__CHECKSUM_BYTES);
+    dcp__put_plan_body(&w, plan);
+    return dcp__writer_finish(&w, size, error);
+}
+
+/* The config must be exactly a resolved one: nothing left to a default. */
+static dcp_status dcp__check_serialized_config(const dcp_config *c, dcp_error *error)
+{
+    dcp_config resolved;
+    dcp_status status = dcp_config_resolve(c, &resolved, error);
+    if (status != DCP_OK)
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "plan config: %s",
+                         error ? error->message : "invalid");
+    if (resolved.min_cp != c->min_cp || resolved.max_cp != c->max_cp ||
+        resolved.microbatch_multiple != c->microbatch_multiple ||
+        resolved.pad_multiple_cp1 != c->pad_multiple_cp1 ||
+        resolved.pad_multiple != c->pad_multiple || dcp__all_zero_cost(&c->cost))
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "plan config holds unresolved defaults");
+    return DCP_OK;
+}
+
+/* Reads counts and checks that the arrays they announce are exactly what the buffer holds. */
+static dcp_status dcp__read_plan_counts(dcp__reader *r, int32_t counts[3], dcp_error *error)
+{
+    uint64_t needed;
+    int i;
+    for (i = 0; i < 3; i++) counts[i] = dcp__get_i32(r);
+    if (r->overrun || counts[0] < 1 || counts[1] < 1 || counts[2] < 1 || counts[2] > counts[0])
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA,
+                         "plan counts: %d samples, %d microbatches, %d groups", (int)counts[0],
+                         (int)counts[1], (int)counts[2]);
+    needed = 12 * (uint64_t)counts[0] + 4 * ((uint64_t)counts[1] + 1) + 16 * (uint64_t)counts[2];
+    if (needed != r->size - r->position)
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA,
+                         "plan counts announce %llu bytes of arrays, the buffer holds %zu",
+                         (unsigned long long)needed, r->size - r->position);
+    return DCP_OK;
+}
+
+static void dcp__get_plan_arrays(dcp__reader *r, dcp_plan *plan)
+{
+    int32_t i;
+    for (i = 0; i < plan->num_samples; i++) plan->sample_lengths[i] = dcp__get_i64(r);
+    for (i = 0; i <= plan->num_microbatches; i++) plan->microbatch_offsets[i] = dcp__get_i32(r);
+    for (i = 0; i < plan->num_groups; i++) {
+        plan->groups[i].first_rank = dcp__get_i32(r);
+        plan->groups[i].cp = dcp__get_i32(r);
+        plan->groups[i].sample_offset = dcp__get_i32(r);
+        plan->groups[i].sample_count = dcp__get_i32(r);
+    }
+    for (i = 0; i < plan->num_samples; i++) plan->group_samples[i] = dcp__get_i32(r);
+}
+
+DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
+                                       const dcp_allocator *allocator, dcp_plan **plan,
+                                       dcp_error *error)
+{
+    dcp__reader r;
+    dcp_config config;
+    int32_t counts[3];
+    dcp_plan *p;
+    dcp_status status;
+    if (!plan) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
+    *plan = NULL;
+    r.data = (const unsigned char *)buffer;
+    r.size = size;
+    r.position = 0;
+    r.overrun = 0;
+    if ((status = dcp__read_preamble(&r, dcp__plan_magic, "plan", error)) != DCP_OK) return status;
+    dcp__get_config(&r, &config);
+    if (allocator) config.allocator = *allocator;
+    if (r.overrun)
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "plan: truncated configuration");
+    if ((status = dcp__check_serialized_config(&config, error)) != DCP_OK) return status;
+    if ((status = dcp__read_plan_counts(&r, counts, error)) != DCP_OK) return status;
+    p = dcp__plan_alloc(&config, counts[0], counts[1], counts[2], error);
+    if (!p) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    dcp__get_plan_arrays(&r, p);
+    if ((status = dcp_plan_validate(p, error)) != DCP_OK) {
+        dcp_plan_destroy(p);
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "plan: %s",
+                         error ? error->message : "invalid");
+    }
+    *plan = p;
+    return dcp__ok(error);
+}
+
+static void dcp__put_view_body(dcp__writer *w, const dcp_rank_view *v)
+{
+    int32_t i;
+    dcp__put_i32(w, v->rank);
+    dcp__put_i32(w, v->microbatch);
+    dcp__put_i32(w, v->first_rank);
+    dcp__put_i32(w, v->cp);
+    dcp__put_i32(w, v->rank_in_group);
+    dcp__put_i32(w, v->idle);
+    dcp__put_i32(w, v->num_samples);
+    dcp__put_i32(w, v->max_seqlen);
+    dcp__put_i64(w, v->pad_multiple);
+    dcp__put_i64(w, v->local_tokens);
+    for (i = 0; i < v->num_samples; i++) dcp__put_i32(w, v->samples[i]);
+    for (i = 0; i < v->num_samples; i++) dcp__put_i64(w, v->sample_lengths[i]);
+    for (i = 0; i <= v->num_samples; i++) dcp__put_i32(w, v->cu_seqlens[i]);
+    for (i = 0; i <= v->num_samples; i++) dcp__put_i32(w, v->cu_seqlens_padded[i]);
+    for (i = 0; i <= v->num_samples; i++) dcp__put_i32(w, v->local_offsets[i]);
+}
+
+DCPDEF dcp_status dcp_rank_view_serialize(const dcp_rank_view *view, void *buffer,
+                                          size_t capacity, size_t *size, dcp_error *error)
+{
+    dcp__writer counter = {NULL, 0, 0}, w;
+    dcp_status status = dcp_rank_view_validate(view, error);
+    if (status != DCP_OK) return status;
+    if (!buffer && !size)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "need a buffer or a size to fill");
+    dcp__put_view_body(&counter, view);
+    w.data = (unsigned char *)buffer;
+    w.capacity = buffer ? capacity : 0;
+    w.size = 0;
+    dcp__put_preamble(&w, dcp__view_magic,
+                      DCP__PREAMBLE_BYTES + counter.size + DCP__CHECKSUM_BYTES);
+    dcp__put_view_body(&w, view);
+    return dcp__writer_finish(&w, size, error);
+}
+
+/* Fixed fields of a view record: seven int32, max_seqlen, pad_multiple and local_tokens. */
+#define DCP__VIEW_FIXED_BYTES (8 * 4 + 2 * 8)
+
+DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
+                                            const dcp_allocator *allocator, dcp_rank_view **view,
+                                            dcp_error *error)
+{
+    dcp__reader r;
+    dcp_rank_view header, *v;
+    dcp_status status;
+    int32_t i;
+    if (!view) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
+    *view = NULL;
+    r.data = (const unsigned char *)buffer;
+    r.size = size;
+    r.position = 0;
+    r.overrun = 0;
+    if ((status = dcp__read_preamble(&r, dcp__view_magic, "view", error)) != DCP_OK) return status;
+    memset(&header, 0, sizeof header);
+    header.rank = dcp__get_i32(&r);
+    header.microbatch = dcp__get_i32(&r);
+    header.first_rank = dcp__get_i32(&r);
+    header.cp = dcp__get_i32(&r);
+    header.rank_in_group = dcp__get_i32(&r);
+    header.idle = dcp__get_i32(&r);
+    header.num_samples = dcp__get_i32(&r);
+    header.max_seqlen = dcp__get_i32(&r);
+    header.pad_multiple = dcp__get_i64(&r);
+    header.local_tokens = dcp__get_i64(&r);
+    if (r.overrun || header.num_samples < 0 ||
+        24 * (uint64_t)header.num_samples + 12 != r.size - r.position)
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA,
+                         "view: %d samples do not match the %zu bytes of arrays",
+                         (int)header.num_samples, r.size - r.position);
+    v = dcp__view_alloc(allocator, header.num_samples, error);
+    if (!v) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    header.allocator = v->allocator;
+    header.samples = v->samples;
+    header.sample_lengths = v->sample_lengths;
+    header.cu_seqlens = v->cu_seqlens;
+    header.cu_seqlens_padded = v->cu_seqlens_padded;
+    header.local_offsets = v->local_offsets;
+    *v = header;
+    for (i = 0; i < v->num_samples; i++) v->samples[i] = dcp__get_i32(&r);
+    for (i = 0; i < v->num_samples; i++) v->sample_lengths[i] = dcp__get_i64(&r);
+    for (i = 0; i <= v->num_samples; i++) v->cu_seqlens[i] = dcp__get_i32(&r);
+    for (i = 0; i <= v->num_samples; i++) v->cu_seqlens_padded[i] = dcp__get_i32(&r);
+    for (i = 0; i <= v->num_samples; i++) v->local_offsets[i] = dcp__get_i32(&r);
+    if ((status = dcp_rank_view_validate(v, error)) != DCP_OK) {
+        dcp_rank_view_destroy(v);
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "view: %s",
+                         error ? error->message : "invalid");
+    }
+    *view = v;
+    return dcp__ok(error);
+}
+
+/* ------------------------------------------------------------------- FLOPs statistics */
+
+/* The largest value whose square fits int64_t. */
+#define DCP__SQUARE_MAX INT64_C(3037000499)
+
+static int dcp__add_checked(int64_t *sum, int64_t value)
+{
+    if (value > INT64_MAX - *sum) return 0;
+    *sum += value;
+    return 1;
+}
+
+DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *stats,
+                                       dcp_error *error)
+{
+    int32_t g, i;
+    dcp_status status;
+    if (!stats) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "stats must not be NULL");
+    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    memset(stats, 0, sizeof *stats);
+    for (g = 0; g < plan->num_groups; g++) {
+        const dcp_group *group = &plan->groups[g];
+        for (i = 0; i < group->sample_count; i++) {
+            int64_t length = plan->sample_lengths[plan->group_samples[group->sample_offset + i]];
+            int64_t padded = dcp__padded(&plan->config, length, group->cp);
+            /* lengths are below 2^31, so their squares fit; padded lengths can reach M cp */
+            if (padded > DCP__SQUARE_MAX || !dcp__add_checked(&stats->valid_tokens, length) ||
+                !dcp__add_checked(&stats->padded_tokens, padded) ||
+                !dcp__add_checked(&stats->sum_squared_valid, length * length) ||
+                !dcp__add_checked(&stats->sum_squared_padded, padded * padded))
+                return dcp__fail(error, DCP_ERROR_OVERFLOW,
+                                 "FLOPs sums of the batch exceed int64 at group %d", (int)g);
+        }
+    }
+    return dcp__ok(error);
 }
 
 /* ------------------------------------------------------------- sequence-length sources */

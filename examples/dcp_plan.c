@@ -4,6 +4,10 @@
             --ranks D --max-tokens-per-rank M [--min-cp K] [--max-cp K]
             [--microbatch-multiple K] [--strategy dynamic|static|greedy]
             [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G] [--json] [--svg FILE]
+            [--rank R --microbatch K]
+
+   With --rank and --microbatch it prints what that rank receives for that microbatch (its
+   group, samples and THD metadata) instead of the plan.
 
    Build: cc -std=c99 -O2 examples/dcp_plan.c -o dcp-plan -lm   (or `make`, as build/dcp-plan)
    Exit status: 0 on success, 1 when planning fails, 2 on bad usage. Every error is one line on
@@ -37,6 +41,7 @@ typedef struct options {
     uint64_t seed;
     int json;
     int have_ranks, have_max_tokens, have_min_cp, have_max_cp, have_multiple;
+    int32_t view_rank, view_microbatch; /* -1 when not asked for */
     dcp_config config;
 } options;
 
@@ -46,7 +51,7 @@ static void usage(FILE *out)
           "                --ranks D --max-tokens-per-rank M [--min-cp K] [--max-cp K]\n"
           "                [--microbatch-multiple K] [--strategy dynamic|static|greedy]\n"
           "                [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G]\n"
-          "                [--json] [--svg FILE]\n",
+          "                [--json] [--svg FILE] [--rank R --microbatch K]\n",
           out);
 }
 
@@ -149,6 +154,10 @@ static int parse_valued_flag(options *o, const char *flag, const char *value)
         ok = parse_double(flag, value, &c->cost.linear_coeff);
     else if (strcmp(flag, "--ring-step-cost") == 0)
         ok = parse_double(flag, value, &c->cost.ring_step_cost);
+    else if (strcmp(flag, "--rank") == 0)
+        ok = parse_int32(flag, value, 0, &o->view_rank);
+    else if (strcmp(flag, "--microbatch") == 0)
+        ok = parse_int32(flag, value, 0, &o->view_microbatch);
     else
         return fail_usage("unknown option %s%s (see --help)", flag, "");
     return ok ? EXIT_SUCCESS : EXIT_USAGE;
@@ -174,6 +183,7 @@ static int parse_options(int argc, char **argv, options *o)
     int i, status;
     memset(o, 0, sizeof *o);
     o->seed = DEFAULT_SEED;
+    o->view_rank = o->view_microbatch = -1;
     o->config.cost.attn_coeff = DCP_DEFAULT_ATTN_COEFF;
     o->config.cost.linear_coeff = DCP_DEFAULT_LINEAR_COEFF;
     o->config.cost.ring_step_cost = DCP_DEFAULT_RING_STEP_COST;
@@ -196,6 +206,8 @@ static int parse_options(int argc, char **argv, options *o)
     if (!o->have_ranks) return fail_usage("--ranks D is required%s%s", "", "");
     if (!o->have_max_tokens) return fail_usage("--max-tokens-per-rank M is required%s%s", "", "");
     if ((i = check_explicit_zeros(o)) != EXIT_SUCCESS) return i;
+    if ((o->view_rank < 0) != (o->view_microbatch < 0))
+        return fail_usage("--rank and --microbatch go together%s%s", "", "");
     if (o->config.cost.attn_coeff == 0.0 && o->config.cost.linear_coeff == 0.0 &&
         o->config.cost.ring_step_cost == 0.0)
         return fail_usage("the cost model cannot be all zero%s%s", "", "");
@@ -347,6 +359,111 @@ static void print_summary(const options *o, const result *r, const result *stati
     printf("  plan time       %.3f ms\n", r->plan_seconds * 1e3);
 }
 
+static void print_int32_array(const char *key, const int32_t *values, int32_t count)
+{
+    int32_t i;
+    printf("\"%s\":[", key);
+    for (i = 0; i < count; i++) printf("%s%d", i ? "," : "", (int)values[i]);
+    printf("]");
+}
+
+static void print_view_json(const dcp_rank_view *v, const int64_t *positions)
+{
+    int64_t row;
+    printf("{\"rank\":%d,\"microbatch\":%d,\"first_rank\":%d,\"cp\":%d,\"rank_in_group\":%d,"
+           "\"idle\":%s,",
+           (int)v->rank, (int)v->microbatch, (int)v->first_rank, (int)v->cp,
+           (int)v->rank_in_group, v->idle ? "true" : "false");
+    print_int32_array("samples", v->samples, v->num_samples);
+    printf(",");
+    print_int32_array("cu_seqlens", v->cu_seqlens, v->num_samples + 1);
+    printf(",");
+    print_int32_array("cu_seqlens_padded", v->cu_seqlens_padded, v->num_samples + 1);
+    printf(",");
+    print_int32_array("local_offsets", v->local_offsets, v->num_samples + 1);
+    printf(",\"max_seqlen\":%d,\"local_tokens\":%lld,\"pad_multiple\":%lld,\"positions\":[",
+           (int)v->max_seqlen, (long long)v->local_tokens, (long long)v->pad_multiple);
+    for (row = 0; row < v->local_tokens; row++)
+        printf("%s%lld", row ? "," : "", (long long)positions[row]);
+    printf("]}\n");
+}
+
+/* Rows grouped into runs of consecutive positions (or of padding) per sample. */
+static void print_view_rows(const dcp_rank_view *v, const int32_t *owner, const int64_t *positions)
+{
+    int64_t row = 0;
+    while (row < v->local_tokens) {
+        int64_t end = row + 1;
+        while (end < v->local_tokens && owner[end] == owner[row] &&
+               (positions[row] < 0 ? positions[end] < 0
+                                   : positions[end] == positions[end - 1] + 1))
+            end++;
+        if (positions[row] < 0)
+            printf("    rows %lld-%lld: sample %d, padding\n", (long long)row, (long long)end - 1,
+                   (int)v->samples[owner[row]]);
+        else
+            printf("    rows %lld-%lld: sample %d, positions %lld-%lld\n", (long long)row,
+                   (long long)end - 1, (int)v->samples[owner[row]], (long long)positions[row],
+                   (long long)positions[end - 1]);
+        row = end;
+    }
+}
+
+static void print_view_summary(const dcp_rank_view *v, const int32_t *owner,
+                               const int64_t *positions)
+{
+    int32_t i;
+    if (v->idle)
+        printf("rank %d, microbatch %d: idle (no group)\n", (int)v->rank, (int)v->microbatch);
+    else
+        printf("rank %d, microbatch %d: group of ranks %d-%d (cp %d), rank %d in the group\n",
+               (int)v->rank, (int)v->microbatch, (int)v->first_rank,
+               (int)(v->first_rank + v->cp - 1), (int)v->cp, (int)v->rank_in_group);
+    printf("  samples           ");
+    for (i = 0; i < v->num_samples; i++) printf(" %d", (int)v->samples[i]);
+    printf("\n  cu_seqlens        ");
+    for (i = 0; i <= v->num_samples; i++) printf(" %d", (int)v->cu_seqlens[i]);
+    printf("\n  cu_seqlens_padded ");
+    for (i = 0; i <= v->num_samples; i++) printf(" %d", (int)v->cu_seqlens_padded[i]);
+    printf("\n  local_offsets     ");
+    for (i = 0; i <= v->num_samples; i++) printf(" %d", (int)v->local_offsets[i]);
+    printf("\n  max_seqlen         %d (padded)\n  local_tokens       %lld\n"
+           "  pad multiple       %lld\n  local rows:\n",
+           (int)v->max_seqlen, (long long)v->local_tokens, (long long)v->pad_multiple);
+    print_view_rows(v, owner, positions);
+}
+
+/* The THD metadata one rank receives for one microbatch. */
+static int print_view(const options *o, const dcp_plan *plan)
+{
+    dcp_rank_view *view = NULL;
+    int64_t *positions;
+    int32_t *owner;
+    dcp_error error;
+    if (dcp_rank_view_create(plan, o->view_rank, o->view_microbatch, &view, &error) != DCP_OK) {
+        fprintf(stderr, "dcp-plan: %s\n", error.message);
+        return EXIT_USAGE;
+    }
+    positions = (int64_t *)malloc(((size_t)view->local_tokens + 1) * sizeof *positions);
+    owner = (int32_t *)malloc(((size_t)view->local_tokens + 1) * sizeof *owner);
+    if (!positions || !owner ||
+        dcp_rank_view_positions(view, owner, positions, &error) != DCP_OK) {
+        fprintf(stderr, "dcp-plan: %s\n", positions && owner ? error.message : "out of memory");
+        free(positions);
+        free(owner);
+        dcp_rank_view_destroy(view);
+        return EXIT_PLAN_FAILED;
+    }
+    if (o->json)
+        print_view_json(view, positions);
+    else
+        print_view_summary(view, owner, positions);
+    free(positions);
+    free(owner);
+    dcp_rank_view_destroy(view);
+    return EXIT_SUCCESS;
+}
+
 /* SVG timeline: one row per rank, one box per group and microbatch, coloured by CP size. */
 static const char *const cp_colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
                                         "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
@@ -471,7 +588,9 @@ int main(int argc, char **argv)
         return EXIT_PLAN_FAILED;
     }
     status = EXIT_SUCCESS;
-    if (o.json)
+    if (o.view_rank >= 0)
+        status = print_view(&o, chosen.plan);
+    else if (o.json)
         print_json(&o, &chosen);
     else if (plan_with(&o.config, DCP_STRATEGY_STATIC, lengths, count, &static_plan)) {
         if (plan_with(&o.config, DCP_STRATEGY_GREEDY, lengths, count, &greedy_plan)) {

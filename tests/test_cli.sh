@@ -85,6 +85,49 @@ for strategy in static greedy; do
     fi
 done
 
+# --rank/--microbatch: the view's keys, and over a group's ranks each valid position of each
+# sample appears exactly once
+view_args="--lognormal 3000,1.2,100,30000,40 --seed 7 --ranks 8 --max-tokens-per-rank 4096"
+# shellcheck disable=SC2086
+"$plan" $view_args --json >"$work/view-plan.json"
+for r in 0 1 2 3 4 5 6 7; do
+    # shellcheck disable=SC2086
+    "$plan" $view_args --rank $r --microbatch 0 --json >"$work/view-$r.json" || fail "view rank $r"
+done
+# shellcheck disable=SC2086
+if "$plan" $view_args --rank 3 --microbatch 0 | grep -q "local rows:"; then
+    pass "view summary"
+else
+    fail "view summary"
+fi
+if command -v python3 >/dev/null 2>&1; then
+    if python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+plan = json.load(open(f"{work}/view-plan.json"))
+views = [json.load(open(f"{work}/view-{r}.json")) for r in range(8)]
+keys = {"rank", "microbatch", "first_rank", "cp", "rank_in_group", "samples", "cu_seqlens",
+        "cu_seqlens_padded", "local_offsets", "max_seqlen", "local_tokens", "positions"}
+for v in views:
+    assert keys <= set(v), sorted(keys - set(v))
+    assert len(v["positions"]) == v["local_tokens"] == v["local_offsets"][-1]
+    assert v["cu_seqlens_padded"][-1] == v["cp"] * v["local_tokens"]
+for group in plan["microbatches"][0]:
+    members = views[group["first_rank"]:group["first_rank"] + group["cp"]]
+    assert all(m["samples"] == group["samples"] for m in members)
+    for i, s in enumerate(group["samples"]):
+        length = members[0]["cu_seqlens"][i + 1] - members[0]["cu_seqlens"][i]
+        held = []
+        for m in members:
+            lo, hi = m["local_offsets"][i], m["local_offsets"][i + 1]
+            held += [p for p in m["positions"][lo:hi] if p >= 0]
+        assert sorted(held) == list(range(length)), (s, len(held), length)
+PY
+    then pass "views cover each sample once"; else fail "views cover each sample once"; fi
+else
+    echo "skip views cover each sample once: python3 not found"
+fi
+
 # sums beyond 32 bits: three samples of 2^31 - 1 tokens plan and report their tokens
 printf '2147483647\n2147483647\n2147483647\n' >"$work/huge.txt"
 if "$plan" --lengths "$work/huge.txt" --ranks 4 --max-tokens-per-rank 2147483647 |
@@ -140,6 +183,12 @@ expect_error "lognormal count zero" 2 "--lognormal COUNT must be in [1," \
 expect_error "lognormal min above max" 2 "min 10 <= max 5" --lognormal 4096,1.1,10,5,8 $common
 expect_error "unknown option" 2 "unknown option --frobnicate" --frobnicate 1 $common
 expect_error "missing value" 2 "--ranks needs a value" --lengths "$work/lengths.txt" --ranks
+expect_error "rank without microbatch" 2 "--rank and --microbatch go together" \
+    --lengths "$work/lengths.txt" $common --rank 1
+expect_error "rank out of range" 2 "rank 16 outside [0, 16)" \
+    --lengths "$work/lengths.txt" $common --rank 16 --microbatch 0
+expect_error "microbatch out of range" 2 "microbatch 9 outside" \
+    --lengths "$work/lengths.txt" $common --rank 0 --microbatch 9
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

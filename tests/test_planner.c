@@ -133,6 +133,12 @@ static void microbatch_multiple_broken(dcp_plan *p) { p->config.microbatch_multi
 static void sample_out_of_range(dcp_plan *p) { p->group_samples[3] = 9; }
 static void offsets_not_monotone(dcp_plan *p) { p->microbatch_offsets[1] = 5; }
 static void empty_group(dcp_plan *p) { p->groups[3].sample_count = 0; }
+/* found by the exchange fuzzer: a rejected group's fields must not be added up */
+static void group_at_int_max(dcp_plan *p)
+{
+    p->groups[1].first_rank = INT32_MAX;
+    p->groups[1].sample_count = INT32_MAX;
+}
 
 static void validator_catches_every_broken_invariant(void)
 {
@@ -147,6 +153,7 @@ static void validator_catches_every_broken_invariant(void)
     expect_invalid(sample_out_of_range, "sample id 9");
     expect_invalid(offsets_not_monotone, "microbatch");
     expect_invalid(empty_group, "non-empty");
+    expect_invalid(group_at_int_max, "not an aligned block");
     CHECK_EQ(dcp_plan_validate(NULL, NULL), DCP_ERROR_INVALID_ARGUMENT);
 }
 
