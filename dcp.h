@@ -81,9 +81,25 @@
        dcp_free(alloc, ptr)                        frees arrays the library returned
    THD layout (DESIGN.md section 4)
        dcp_zigzag_position(P, c, r, i)             global position of local row i of rank r
+       dcp_rank_view_create(plan, r, k, &view, err)  rank r's group, samples and cu_seqlens,
+                                                  cu_seqlens_padded, local offsets, max_seqlen
+                                                  for microbatch k; allocates (plan allocator)
+       dcp_rank_view_destroy / dcp_rank_view_validate
+       dcp_rank_view_positions(view, slot, pos, err)  per local row: sample and global position
+                                                  (-1: padding); caller's arrays
+       dcp_rank_view_pack / dcp_rank_view_unpack  per-sample buffers <-> the rank's THD buffer,
+                                                  any element size, padding rows zero
+       dcp_pad_to_alignment(cu, n, a, &added, err)  grow the last sequence to an aligned total
+   Exchange
+       dcp_reroute_create(plan, holders, r, &list, err)  rank r's sends, receives, local copies
+       dcp_reroute_destroy
+       dcp_plan_serialize / dcp_plan_deserialize  versioned, checksummed buffer; the reader
+       dcp_rank_view_serialize / _deserialize     validates everything (fuzzed); allocates
+       dcp_plan_flops_stats(plan, &stats, err)    tokens and sums of L^2 for MFU
 
    VERSION HISTORY
-       0.1.0  planner, baselines, validator, simulator, length sources
+       0.1.0  planner, baselines, validator, simulator, length sources; THD views, reroute
+              lists, exchange format, FLOPs statistics
 
    LICENSE
    MIT. See the end of this file.
