@@ -22,8 +22,9 @@ NVCC_FLAGS := -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror
 CUDA_INCLUDE := -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart
 
-CPU_TESTS := test_core test_lengths test_planner test_thd
-HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-nvcc
+CPU_TESTS := test_core test_lengths test_planner test_thd test_reference
+HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-nvcc \
+                 $(BUILD)/header-no-reference
 TEST_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(HEADER_CHECKS) \
                  $(BUILD)/test_cuda
 COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o
@@ -54,6 +55,9 @@ $(BUILD)/header-cxx: tests/test_header.c tests/test.h dcp.h | $(BUILD)
 	$(CXX) $(CXX_FLAGS) -x c++ $< -o $@ -lm
 $(BUILD)/header-nvcc: tests/test_header.c tests/test.h dcp.h | $(BUILD)
 	$(NVCC) -std=c++14 -O2 -Xcompiler -Wall,-Wextra,-Werror -x cu $< -o $@
+# DCP_NO_REFERENCE: the planner without the CPU references (the file defines their names).
+$(BUILD)/header-no-reference: tests/test_no_reference.c tests/test.h dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) $< -o $@ -lm
 
 $(BUILD)/dcp_cuda.o: dcp_cuda.cu dcp.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
