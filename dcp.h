@@ -690,6 +690,74 @@ DCPDEF dcp_status dcp_conv1d_backward(const dcp_conv1d_params *params,
    that callers and tests can skip the GPU path and say why). */
 DCP_CUDA_DEF dcp_status dcp_cuda_device_count(int32_t *count, dcp_error *error);
 
+#ifndef DCP_NO_REFERENCE /* the device entry points share the CPU references' contracts */
+
+/* Element type of a device tensor. */
+typedef enum dcp_dtype {
+    DCP_DTYPE_FLOAT32 = 0,
+    DCP_DTYPE_BFLOAT16 = 1,
+    DCP_DTYPE_FLOAT16 = 2
+} dcp_dtype;
+
+/* A THD layout for device kernels: thd.cu_seqlens and thd.cu_seqlens_padded point to DEVICE
+   memory (int32, as FlashAttention and TransformerEngine take them); the host-side sizes let a
+   launch size its grid over real rows without reading device memory back. dcp_rank_view gives
+   all three numbers. */
+typedef struct dcp_cuda_layout {
+    dcp_thd_layout thd;
+    int64_t local_rows;        /* cu_seqlens_padded[num_sequences] / cp */
+    int32_t max_seqlen_padded; /* largest cu_seqlens_padded[i + 1] - cu_seqlens_padded[i] */
+} dcp_cuda_layout;
+
+/* Device scratch the attention entry points need for a layout (its tile schedule). Callers
+   allocate it once per shape bound and reuse it: no entry point allocates. */
+DCP_CUDA_DEF dcp_status dcp_cuda_attention_workspace_size(const dcp_attention_params *params,
+                                                          const dcp_cuda_layout *layout,
+                                                          size_t *bytes, dcp_error *error);
+
+/* One attention step on the device, the contract of dcp_attention_forward: q of rank
+   view->q_rank (its q_half rows) against k, v of rank view->kv_rank (its kv_half rows); q, k,
+   v in dtype (bfloat16 or float16); out in out_dtype (float32 for ring partials that are then
+   merged, or dtype); lse float32 [num_heads, local_rows]. stream is a cudaStream_t (NULL: the
+   default stream); the call only enqueues work. */
+DCP_CUDA_DEF dcp_status dcp_cuda_attention_forward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout,
+    const dcp_attention_view *view, dcp_dtype dtype, const void *q, const void *k, const void *v,
+    dcp_dtype out_dtype, void *out, float *lse, void *workspace, size_t workspace_bytes,
+    void *stream, dcp_error *error);
+
+/* The gradient of one step, the contract of dcp_attention_backward: out and dout (dtype) are
+   the final merged output and its gradient, lse the final float32 LSE; ADDS into float32 dq,
+   dk, dv. deterministic 1: bitwise reproducible (no float atomics on the result). */
+DCP_CUDA_DEF dcp_status dcp_cuda_attention_backward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout,
+    const dcp_attention_view *view, dcp_dtype dtype, const void *q, const void *k, const void *v,
+    const void *out, const void *dout, const float *lse, float *dq, float *dk, float *dv,
+    int32_t deterministic, void *workspace, size_t workspace_bytes, void *stream,
+    dcp_error *error);
+
+/* LSE merge on the device, the contracts of dcp_attention_acc_init / _merge / _finalize:
+   float32 accumulators; merge folds a float32 partial into the rows of `half`; finalize
+   writes out in out_dtype and lse float32, padding rows 0 and -inf. */
+DCP_CUDA_DEF dcp_status dcp_cuda_acc_init(const dcp_attention_params *params,
+                                          const dcp_cuda_layout *layout, float *acc_out,
+                                          float *acc_lse, void *stream, dcp_error *error);
+DCP_CUDA_DEF dcp_status dcp_cuda_acc_merge(const dcp_attention_params *params,
+                                           const dcp_cuda_layout *layout, dcp_half half,
+                                           const float *out, const float *lse, float *acc_out,
+                                           float *acc_lse, void *stream, dcp_error *error);
+DCP_CUDA_DEF dcp_status dcp_cuda_acc_finalize(const dcp_attention_params *params,
+                                              const dcp_cuda_layout *layout, int32_t rank,
+                                              const float *acc_out, const float *acc_lse,
+                                              dcp_dtype out_dtype, void *out, float *lse,
+                                              void *stream, dcp_error *error);
+
+/* count float32 values to dtype (gradients accumulated in float32, for example). */
+DCP_CUDA_DEF dcp_status dcp_cuda_convert(const float *in, dcp_dtype dtype, void *out,
+                                         int64_t count, void *stream, dcp_error *error);
+
+#endif /* DCP_NO_REFERENCE */
+
 #ifdef __cplusplus
 }
 #endif
