@@ -3653,6 +3653,8 @@ static dcp_status dcp__read_preamble(dcp__reader *r, const unsigned char magic[8
 {
     uint64_t version, reserved, total;
     int i;
+    r->position = 0;
+    r->overrun = 0;
     if (!r->data || r->size < DCP__PREAMBLE_BYTES + DCP__CHECKSUM_BYTES)
         return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "%s: %zu bytes is shorter than a header",
                          what, r->size);
@@ -3735,22 +3737,36 @@ static void dcp__put_plan_body(dcp__writer *w, const dcp_plan *plan)
     for (i = 0; i < plan->num_samples; i++) dcp__put_i32(w, plan->group_samples[i]);
 }
 
-DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
-                                     size_t *size, dcp_error *error)
+/* Writes magic, version, size, the body and the checksum: body() runs twice, once to count. */
+typedef void (*dcp__body_writer)(dcp__writer *w, const void *object);
+
+static dcp_status dcp__serialize(const unsigned char magic[8], dcp__body_writer body,
+                                 const void *object, void *buffer, size_t capacity, size_t *size,
+                                 dcp_error *error)
 {
     dcp__writer counter = {NULL, 0, 0}, w;
-    dcp_status status = dcp_plan_validate(plan, error);
-    if (status != DCP_OK) return status;
     if (!buffer && !size)
         return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "need a buffer or a size to fill");
-    dcp__put_plan_body(&counter, plan);
+    body(&counter, object);
     w.data = (unsigned char *)buffer;
     w.capacity = buffer ? capacity : 0;
     w.size = 0;
-    dcp__put_preamble(&w, dcp__plan_magic,
-                      DCP__PREAMBLE_BYTES + counter.size + DCP__CHECKSUM_BYTES);
-    dcp__put_plan_body(&w, plan);
+    dcp__put_preamble(&w, magic, DCP__PREAMBLE_BYTES + counter.size + DCP__CHECKSUM_BYTES);
+    body(&w, object);
     return dcp__writer_finish(&w, size, error);
+}
+
+static void dcp__put_plan(dcp__writer *w, const void *plan)
+{
+    dcp__put_plan_body(w, (const dcp_plan *)plan);
+}
+
+DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
+                                     size_t *size, dcp_error *error)
+{
+    dcp_status status = dcp_plan_validate(plan, error);
+    if (status != DCP_OK) return status;
+    return dcp__serialize(dcp__plan_magic, dcp__put_plan, plan, buffer, capacity, size, error);
 }
 
 /* The config must be exactly a resolved one: nothing left to a default. */
@@ -3814,8 +3830,6 @@ DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
     *plan = NULL;
     r.data = (const unsigned char *)buffer;
     r.size = size;
-    r.position = 0;
-    r.overrun = 0;
     if ((status = dcp__read_preamble(&r, dcp__plan_magic, "plan", error)) != DCP_OK) return status;
     dcp__get_config(&r, &config);
     if (allocator) config.allocator = *allocator;
@@ -3855,26 +3869,22 @@ static void dcp__put_view_body(dcp__writer *w, const dcp_rank_view *v)
     for (i = 0; i <= v->num_samples; i++) dcp__put_i32(w, v->local_offsets[i]);
 }
 
+static void dcp__put_view(dcp__writer *w, const void *view)
+{
+    dcp__put_view_body(w, (const dcp_rank_view *)view);
+}
+
 DCPDEF dcp_status dcp_rank_view_serialize(const dcp_rank_view *view, void *buffer,
                                           size_t capacity, size_t *size, dcp_error *error)
 {
-    dcp__writer counter = {NULL, 0, 0}, w;
     dcp_status status = dcp_rank_view_validate(view, error);
     if (status != DCP_OK) return status;
-    if (!buffer && !size)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "need a buffer or a size to fill");
-    dcp__put_view_body(&counter, view);
-    w.data = (unsigned char *)buffer;
-    w.capacity = buffer ? capacity : 0;
-    w.size = 0;
-    dcp__put_preamble(&w, dcp__view_magic,
-                      DCP__PREAMBLE_BYTES + counter.size + DCP__CHECKSUM_BYTES);
-    dcp__put_view_body(&w, view);
-    return dcp__writer_finish(&w, size, error);
+    return dcp__serialize(dcp__view_magic, dcp__put_view, view, buffer, capacity, size, error);
 }
 
-/* Fixed fields of a view record: seven int32, max_seqlen, pad_multiple and local_tokens. */
-#define DCP__VIEW_FIXED_BYTES (8 * 4 + 2 * 8)
+/* Bytes of a view's arrays after its fixed fields: samples (int32) and lengths (int64) of
+   each sample, and three cumulative int32 arrays of num_samples + 1 entries. */
+#define DCP__VIEW_ARRAY_BYTES(num_samples) (24 * (uint64_t)(num_samples) + 12)
 
 DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
                                             const dcp_allocator *allocator, dcp_rank_view **view,
@@ -3888,8 +3898,6 @@ DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
     *view = NULL;
     r.data = (const unsigned char *)buffer;
     r.size = size;
-    r.position = 0;
-    r.overrun = 0;
     if ((status = dcp__read_preamble(&r, dcp__view_magic, "view", error)) != DCP_OK) return status;
     memset(&header, 0, sizeof header);
     header.rank = dcp__get_i32(&r);
@@ -3903,7 +3911,7 @@ DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
     header.pad_multiple = dcp__get_i64(&r);
     header.local_tokens = dcp__get_i64(&r);
     if (r.overrun || header.num_samples < 0 ||
-        24 * (uint64_t)header.num_samples + 12 != r.size - r.position)
+        DCP__VIEW_ARRAY_BYTES(header.num_samples) != r.size - r.position)
         return dcp__fail(error, DCP_ERROR_CORRUPT_DATA,
                          "view: %d samples do not match the %zu bytes of arrays",
                          (int)header.num_samples, r.size - r.position);
