@@ -22,7 +22,7 @@ NVCC_FLAGS := -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror
 CUDA_INCLUDE := -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart
 
-CPU_TESTS := test_core test_lengths test_planner test_thd test_reference
+CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_comm
 HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-nvcc \
                  $(BUILD)/header-no-reference
 TEST_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(HEADER_CHECKS) \
