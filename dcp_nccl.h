@@ -53,8 +53,8 @@
    CONVENTIONS
    - Every function returns a dcp_status. Every CUDA and NCCL result is checked by one macro
      and becomes DCP_ERROR_CUDA or DCP_ERROR_NCCL with file:line, the error text, its code and
-     the call's text in the dcp_error message. Argument errors are found before the first
-     NCCL call of a function, so a bad argument fails that rank alone; but a rank that leaves
+     the call's text in the dcp_error message. Argument errors are found before a function's
+     first collective or send/receive, so a bad argument fails that rank alone; but a rank that leaves
      a collective (or a ring) early makes its peers wait: on any NCCL or CUDA error, poll
      dcp_nccl_set_check on every rank and call dcp_nccl_set_abort (ncclCommAbort on every
      communicator of the set, and on the pool if asked) rather than dcp_nccl_set_destroy.
