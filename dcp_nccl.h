@@ -1055,9 +1055,12 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(dcp_nccl_set *set, const dcp_nccl_
     cp = binding->cp;
     workspace = ring.workspace_bytes ? dcp_nccl__at(scratch, ring.workspace_offset) : NULL;
     if (layout->local_rows == 0) return dcp_nccl__ok(error); /* the whole group has none */
-    if (cp == 1) /* no ring: one step of the whole buffer against itself, straight to dtype */
-        return dcp_cuda_attention_forward(params, layout, NULL, dtype, q, k, v, dtype, out, lse,
+    if (cp == 1) { /* no ring: one step of the whole buffer against itself, straight to dtype */
+        dcp_attention_view whole;
+        memset(&whole, 0, sizeof whole);
+        return dcp_cuda_attention_forward(params, layout, &whole, dtype, q, k, v, dtype, out, lse,
                                           workspace, ring.workspace_bytes, (void *)stream, error);
+    }
     partial_out = (float *)dcp_nccl__at(scratch, ring.regions.partial_out.offset);
     partial_lse = (float *)dcp_nccl__at(scratch, ring.regions.partial_lse.offset);
     acc_out = (float *)dcp_nccl__at(scratch, ring.regions.acc_out.offset);

@@ -194,6 +194,7 @@ static void check_group(const dcp_rank_view *view, const dcp_attention_params *p
     const int64_t local = view->local_tokens;
     dcp_thd_layout thd;
     dcp_cuda_layout full;
+    dcp_attention_view whole_view; /* all zero: the whole buffer against itself */
     int32_t *d_cu = (int32_t *)device_alloc((size_t)(view->num_samples + 1) * 4);
     int32_t *d_cu_padded = (int32_t *)device_alloc((size_t)(view->num_samples + 1) * 4);
     void *whole[TENSORS], *out_dtype;
@@ -205,6 +206,7 @@ static void check_group(const dcp_rank_view *view, const dcp_attention_params *p
     double scale[5] = {1, 1, 1, 1, 1}, worst_abs[5] = {0, 0, 0, 0, 0}, lse_err = 0.0;
     int t, j;
     int64_t row;
+    memset(&whole_view, 0, sizeof whole_view);
     CUDA(cudaMemcpy(d_cu, view->cu_seqlens, (size_t)(view->num_samples + 1) * 4,
                     cudaMemcpyHostToDevice));
     CUDA(cudaMemcpy(d_cu_padded, view->cu_seqlens_padded, (size_t)(view->num_samples + 1) * 4,
@@ -232,12 +234,12 @@ static void check_group(const dcp_rank_view *view, const dcp_attention_params *p
     }
     TRY(dcp_cuda_attention_workspace_size(params, &full, &workspace_bytes, &err));
     workspace = device_alloc(workspace_bytes);
-    TRY(dcp_cuda_attention_forward(params, &full, NULL, DCP_DTYPE_BFLOAT16, whole[T_Q],
+    TRY(dcp_cuda_attention_forward(params, &full, &whole_view, DCP_DTYPE_BFLOAT16, whole[T_Q],
                                    whole[T_K], whole[T_V], DCP_DTYPE_FLOAT32, out32, lse,
                                    workspace, workspace_bytes, (void *)stream, &err));
     TRY(dcp_cuda_convert(out32, DCP_DTYPE_BFLOAT16, out_dtype, total * kWidth[T_Q],
                          (void *)stream, &err));
-    TRY(dcp_cuda_attention_backward(params, &full, NULL, DCP_DTYPE_BFLOAT16, whole[T_Q],
+    TRY(dcp_cuda_attention_backward(params, &full, &whole_view, DCP_DTYPE_BFLOAT16, whole[T_Q],
                                     whole[T_K], whole[T_V], out_dtype, whole[T_DOUT], lse,
                                     grad[0], grad[1], grad[2], 1, workspace, workspace_bytes,
                                     (void *)stream, &err));

@@ -424,6 +424,8 @@ static void broadcast_plan_and_view(void)
         CHECK(memcmp(a, b, size_a) == 0);
         free(a), free(b);
     }
+    dcp_plan_destroy(copy);
+    copy = NULL;
     CHECK_EQ(dcp_rank_view_create(plan, 0, 0, &view, NULL), DCP_OK);
     CHECK_EQ(dcp_nccl_broadcast_view(set, pool, 0, view, &view_copy, 0, &error), DCP_OK);
     CHECK(view_copy && view_copy->local_tokens == view->local_tokens &&
