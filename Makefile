@@ -21,15 +21,17 @@ CUDA_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=
 NVCC_FLAGS := -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror
 CUDA_INCLUDE := -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart
+NCCL_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lnccl
 
-CPU_TESTS := test_core test_lengths test_planner test_thd test_reference
+CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_comm
 HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-nvcc \
                  $(BUILD)/header-no-reference
 TEST_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(HEADER_CHECKS) \
                  $(BUILD)/test_cuda
-COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o
+COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o $(BUILD)/test_nccl_gpu.o \
+                  $(BUILD)/ring_attention_nccl.o
 
-.PHONY: all test demo bench fuzz clean
+.PHONY: all test demo bench fuzz clean test-gpu ring-example
 
 all: $(BUILD)/dcp-plan $(BUILD)/plan_bench $(TEST_PROGRAMS) $(COMPILE_CHECKS)
 
@@ -70,6 +72,24 @@ $(BUILD)/nccl-c.o: tests/test_nccl_compile.c dcp_nccl.h dcp.h | $(BUILD)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror $(CUDA_INCLUDE) -c $< -o $@
 $(BUILD)/nccl-nvcc.o: tests/test_nccl_compile.c dcp_nccl.h dcp.h | $(BUILD)
 	$(NVCC) -std=c++14 -O2 -Xcompiler -Wall,-Wextra,-Werror -x cu -c $< -o $@
+
+# dcp_nccl.h's one-rank GPU test and the multi-GPU example: `make` compiles both to objects;
+# linking them needs dcp_cuda.o's attention kernels and running them a GPU, so `make test-gpu`
+# (prints "no CUDA device: skipped" without one) and `make ring-example` are not part of
+# `all` or `test`.
+$(BUILD)/test_nccl_gpu.o: tests/test_nccl_gpu.cu tests/test.h dcp.h dcp_nccl.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+$(BUILD)/test_nccl_gpu: $(BUILD)/test_nccl_gpu.o $(BUILD)/dcp_cuda.o
+	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(NCCL_LIBS)
+$(BUILD)/ring_attention_nccl.o: examples/ring_attention_nccl.cu dcp.h dcp_nccl.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+$(BUILD)/ring_attention_nccl: $(BUILD)/ring_attention_nccl.o $(BUILD)/dcp_cuda.o
+	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(NCCL_LIBS)
+
+test-gpu: $(BUILD)/test_nccl_gpu
+	sh tests/run_tests.sh $(BUILD)/test_nccl_gpu
+
+ring-example: $(BUILD)/ring_attention_nccl
 
 test: all
 	sh tests/run_tests.sh $(TEST_PROGRAMS) tests/test_cli.sh

@@ -100,6 +100,24 @@
        dcp_plan_serialize / dcp_plan_deserialize  versioned, checksummed buffer; the reader
        dcp_rank_view_serialize / _deserialize     validates everything (fuzzed); allocates
        dcp_plan_flops_stats(plan, &stats, err)    tokens and sums of L^2 for MFU
+   Distributed logic (DESIGN.md section 6: what dcp_nccl.h decides, as pure functions; no
+   allocation)
+       dcp_comm_slot_count(max_cp) / dcp_comm_slot(cp)   communicator slots: one per CP size
+                                                  2..max_cp (slot log2(cp) - 1); cp 1: -1
+       dcp_comm_split_args(D, r, cp, &split, err)  ncclCommSplit's color (r / cp) and key
+                                                  (r % cp); DCP_COMM_NO_COLOR past the last
+                                                  full block
+       dcp_comm_choose(D, max_cp, r, first, cp, idle, &choice, err)   a group's slot and index
+       dcp_comm_choose_static(D, max_cp, r, cp, &choice, err)        static CP (evaluation)
+       dcp_plan_rank_group(plan, r, k, &where, err)   r's group and local rows, no view
+       dcp_comm_state_init / dcp_comm_state_switch    the communicator a rank uses now
+       dcp_comm_override_begin / _end / _run      scoped CP size for evaluation, nested,
+                                                  restored on every path (run: callback form)
+       dcp_reroute_op_get(list, i, elem, &op, err)  a transfer in bytes and buffer offsets
+       dcp_reroute_check(list, n, rows, K, rows, err)  transfers against the caller's buffers
+       dcp_ring_exchange_plan(cp, r, s, &x, err)  peers, KV and dK/dV slots of a ring step
+       dcp_ring_scratch_layout(shape, pass, &s, err)  scratch regions of a ring pass
+       dcp_metadata_chunks(length, chunk, &n, err)  length check of a metadata broadcast
    CPU references (DESIGN.md section 5; the contracts of the CUDA kernels; fp32 buffers,
    double sums, deterministic; no allocation except the ring forward; thread-safe on
    distinct output buffers; absent with DCP_NO_REFERENCE)
@@ -509,6 +527,200 @@ typedef struct dcp_flops_stats {
 
 DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *stats,
                                        dcp_error *error);
+
+/* ========================================================================= distributed logic
+   Everything dcp_nccl.h decides, as pure functions that tests run on simulated ranks (DESIGN.md
+   section 6): which communicator slot serves a CP size and how ncclCommSplit builds it, which
+   communicator a rank uses in a microbatch and under an evaluation override (restored on every
+   exit path), the byte ranges of a reroute list, the peers and buffer slots of every ring step,
+   the scratch a ring needs, and the framing of a metadata broadcast. The NCCL layer only maps
+   these answers to calls. No allocation; thread-safe on distinct objects. */
+
+/* The color ncclCommSplit takes for "no communicator" (NCCL_SPLIT_NOCOLOR). */
+#define DCP_COMM_NO_COLOR (-1)
+
+/* Slots of a communicator set: one per CP size 2, 4, ..., max_cp (log2(max_cp) of them; CP
+   size 1 needs none). Slot of a CP size: log2(cp) - 1, or -1 for cp 1 and for anything that is
+   not a power of two in [2, DCP_MAX_RANKS]. */
+DCPDEF int32_t dcp_comm_slot_count(int32_t max_cp);
+DCPDEF int32_t dcp_comm_slot(int32_t cp);
+
+/* ncclCommSplit's arguments that build the communicator of CP size cp from a pool of `ranks`:
+   color rank / cp and key rank % cp for the ranks of the full aligned blocks of cp ranks;
+   DCP_COMM_NO_COLOR (and key 0) for the ranks past the last full block (ranks not a multiple
+   of cp). size: the ranks the rank's new communicator will have (cp, or 0 with no color). */
+typedef struct dcp_comm_split {
+    int32_t color;
+    int32_t key;
+    int32_t size;
+} dcp_comm_split;
+
+DCPDEF dcp_status dcp_comm_split_args(int32_t ranks, int32_t rank, int32_t cp,
+                                      dcp_comm_split *split, dcp_error *error);
+
+/* The communicator a rank uses: slot -1 means none (cp 1 or idle: the no-op path). */
+typedef struct dcp_comm_choice {
+    int32_t slot;         /* dcp_comm_slot(cp), or -1 */
+    int32_t cp;           /* group size; 1 when idle */
+    int32_t first_rank;   /* pool rank of the group's member 0 */
+    int32_t rank_in_comm; /* rank - first_rank: the rank in the group and in its communicator */
+    int32_t idle;         /* 1: no group (no samples) */
+} dcp_comm_choice;
+
+/* For a group (first_rank, cp) of a plan or a rank view (idle: cp 1, first_rank = rank):
+   checks that the group is aligned, inside the pool, contains rank and fits max_cp. */
+DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
+                                  int32_t first_rank, int32_t cp, int32_t idle,
+                                  dcp_comm_choice *choice, dcp_error *error);
+/* Static CP size cp for every rank (evaluation): the aligned block of cp ranks holding rank;
+   idle when that block is not full (ranks not a multiple of cp). */
+DCPDEF dcp_status dcp_comm_choose_static(int32_t ranks, int32_t max_cp, int32_t rank, int32_t cp,
+                                         dcp_comm_choice *choice, dcp_error *error);
+/* The group of `rank` in `microbatch` without building a view (no allocation): group is the
+   index into plan->groups or -1 when idle; local_rows the rows of its local buffer. */
+typedef struct dcp_rank_group {
+    int32_t group;
+    dcp_comm_choice choice;
+    int64_t local_rows;
+} dcp_rank_group;
+
+DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_t microbatch,
+                                      dcp_rank_group *where, dcp_error *error);
+
+/* Which communicator a rank uses now, and the overrides that pin a CP size for a scope
+   (evaluation at another CP size than training: seed 003). The per-microbatch switch sets
+   `current` from the plan's group; an override sets it to dcp_comm_choose_static(cp) and, while
+   it is open, refuses a group of another CP size (an idle rank is always accepted). Overrides
+   nest. dcp_comm_override_end restores exactly the state its begin saved, whatever happened in
+   between: call it on every exit path (or use dcp_comm_override_run, whose end is guaranteed). */
+typedef struct dcp_comm_state {
+    int32_t ranks, rank, max_cp;
+    dcp_comm_choice current;
+    int32_t override_cp; /* 0: no override open */
+    int32_t depth;       /* overrides open */
+} dcp_comm_state;
+
+/* The caller's record of one open override: zero-initialise it; begin fills it; end closes it. */
+typedef struct dcp_comm_scope {
+    dcp_comm_choice saved;
+    int32_t saved_override_cp;
+    int32_t depth; /* 0: not open */
+} dcp_comm_scope;
+
+/* current: the rank alone (cp 1, not idle), no override. */
+DCPDEF dcp_status dcp_comm_state_init(dcp_comm_state *state, int32_t ranks, int32_t rank,
+                                      int32_t max_cp, dcp_error *error);
+/* Switches to a group; on error the state is unchanged. choice may be NULL. */
+DCPDEF dcp_status dcp_comm_state_switch(dcp_comm_state *state, int32_t first_rank, int32_t cp,
+                                        int32_t idle, dcp_comm_choice *choice, dcp_error *error);
+/* On error (cp not a power of two in [1, max_cp]) neither state nor scope changes. */
+DCPDEF dcp_status dcp_comm_override_begin(dcp_comm_state *state, int32_t cp,
+                                          dcp_comm_scope *scope, dcp_error *error);
+/* Restores the state saved by begin and closes the scope. Ending a scope that is not the
+   innermost one also closes every scope opened inside it and returns
+   DCP_ERROR_INVALID_ARGUMENT after restoring; a scope that is not open changes nothing and
+   returns DCP_ERROR_INVALID_ARGUMENT. */
+DCPDEF dcp_status dcp_comm_override_end(dcp_comm_state *state, dcp_comm_scope *scope,
+                                        dcp_error *error);
+/* begin, fn(state, user, error), end: the state is restored whatever fn returns. Returns fn's
+   status when it failed, else end's. */
+typedef dcp_status (*dcp_comm_scoped_fn)(dcp_comm_state *state, void *user, dcp_error *error);
+DCPDEF dcp_status dcp_comm_override_run(dcp_comm_state *state, int32_t cp, dcp_comm_scoped_fn fn,
+                                        void *user, dcp_error *error);
+
+/* A reroute transfer in bytes, for element_size bytes per token: where it reads in the
+   sample's buffer (SEND, COPY), where it writes in the microbatch buffer (RECV, COPY), how many
+   bytes. Both sides of a SEND/RECV pair compute the same bytes from the same plan; a transfer of
+   0 bytes is skipped by both. DCP_ERROR_OVERFLOW when a byte count exceeds size_t. */
+typedef struct dcp_reroute_op {
+    dcp_transfer_kind kind;
+    int32_t peer;
+    int32_t sample;
+    int32_t microbatch;
+    size_t source_offset;
+    size_t destination_offset;
+    size_t bytes;
+} dcp_reroute_op;
+
+DCPDEF dcp_status dcp_reroute_op_get(const dcp_reroute *reroute, int32_t index,
+                                     size_t element_size, dcp_reroute_op *op, dcp_error *error);
+/* Checks every transfer against buffers the caller holds: samples in [0, num_samples),
+   microbatches in [0, num_microbatches), and, when microbatch_rows is not NULL, destination
+   rows inside microbatch_rows[k]; sample_rows likewise for source positions (may be NULL). */
+DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samples,
+                                    const int64_t *sample_rows, int32_t num_microbatches,
+                                    const int64_t *microbatch_rows, dcp_error *error);
+
+/* The ring of a group of cp ranks, as the NCCL layer runs it: step s of rank r computes with
+   the KV of rank (r - s) mod cp (dcp_ring_step_plan's kv_rank) while the KV of step s + 1
+   travels from prev to this rank, so every step but the first finds its KV in one of two
+   scratch slots (double buffering). In the backward pass the dK, dV of a KV travel with it one
+   hop behind: step s adds into an accumulator (zero at step 0: the rank's own), sends it to
+   next and receives the one of step s + 1 from prev; after the last step the accumulator
+   received is the rank's own, complete (it has visited every rank once). Slots never clash: a
+   step never receives into the slot it reads or sends. */
+typedef struct dcp_ring_exchange {
+    int32_t next, prev;       /* ranks in the group this rank sends to and receives from */
+    int32_t kv_source;        /* the rank whose KV the step reads */
+    int32_t kv_slot;          /* -1: the caller's k, v; else the scratch KV slot */
+    int32_t kv_send;          /* 1: send the step's KV to next (for its step + 1) */
+    int32_t kv_recv_slot;     /* slot the KV of step + 1 arrives in, -1: no transfer */
+    int32_t kv_recv_source;   /* whose KV arrives, -1: none */
+    int32_t dkv_slot;         /* backward: the accumulator slot the step adds into */
+    int32_t dkv_zero;         /* 1: zero that accumulator before the step */
+    int32_t dkv_send;         /* 1: after the step, send the accumulator to next */
+    int32_t dkv_recv_slot;    /* after the step, receive an accumulator into it; -1: none */
+    int32_t dkv_recv_source;  /* whose accumulator arrives (rank itself after the last step) */
+    int32_t dkv_home_slot;    /* last step: the slot holding this rank's finished dK, dV */
+} dcp_ring_exchange;
+
+DCPDEF dcp_status dcp_ring_exchange_plan(int32_t cp, int32_t rank, int32_t step,
+                                         dcp_ring_exchange *exchange, dcp_error *error);
+
+typedef enum dcp_ring_pass { DCP_RING_FORWARD = 0, DCP_RING_BACKWARD = 1 } dcp_ring_pass;
+
+/* The buffers of one ring pass on one rank; q heads [rows, num_heads, head_dim], k and v
+   [rows, num_kv_heads, head_dim] of element_size bytes (the input dtype). */
+typedef struct dcp_ring_shape {
+    int32_t cp;
+    int64_t local_rows;
+    int32_t num_heads;
+    int32_t num_kv_heads;
+    int32_t head_dim;
+    size_t element_size;
+} dcp_ring_shape;
+
+/* A region of the scratch buffer: bytes 0 when the pass does not need it. */
+typedef struct dcp_ring_region {
+    size_t offset;
+    size_t bytes;
+} dcp_ring_region;
+
+/* Every region starts at a multiple of DCP_RING_SCRATCH_ALIGN. kv[i]: k then v of slot i in the
+   input dtype (k at offset, v at offset + bytes / 2). Forward (cp > 1): partial out and lse and
+   the accumulator, float32. Backward: dq accumulator float32 and dkv[i] (dk then dv) float32.
+   cp 1 forward needs nothing; cp 1 backward dq and dkv[0]. total: the sum with alignment. */
+#define DCP_RING_SCRATCH_ALIGN 256
+typedef struct dcp_ring_scratch {
+    dcp_ring_region kv[2];
+    dcp_ring_region dkv[2];
+    dcp_ring_region partial_out, partial_lse, acc_out, acc_lse;
+    dcp_ring_region dq;
+    size_t total;
+} dcp_ring_scratch;
+
+DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_pass pass,
+                                          dcp_ring_scratch *scratch, dcp_error *error);
+
+/* Metadata broadcast (plan or rank view to TP ranks and pipeline stages): the root sends the
+   length as one uint64 first, then the serialized buffer in chunks of a staging buffer; every
+   rank checks the length here (the same answer everywhere, so all ranks go on or all stop and
+   none hangs) and the receiver validates the buffer with dcp_plan_deserialize or
+   dcp_rank_view_deserialize. Never a sentinel value. */
+#define DCP_METADATA_MIN_BYTES 32                   /* preamble and checksum of the format */
+#define DCP_METADATA_MAX_BYTES (UINT64_C(1) << 32) /* 4 GiB */
+DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uint64_t *chunks,
+                                      dcp_error *error);
 
 #ifndef DCP_NO_REFERENCE
 /* ========================================================================== CPU references
@@ -4961,6 +5173,453 @@ DCPDEF dcp_status dcp_conv1d_backward(const dcp_conv1d_params *params,
     return dcp__ok(error);
 }
 #endif /* DCP_NO_REFERENCE */
+
+/* ------------------------------------------------------------------- distributed logic */
+
+static int dcp__is_cp(int32_t cp) { return dcp__is_pow2(cp) && cp <= DCP_MAX_RANKS; }
+
+DCPDEF int32_t dcp_comm_slot_count(int32_t max_cp)
+{
+    return dcp__is_cp(max_cp) ? (int32_t)dcp__log2_int(max_cp) : 0;
+}
+
+DCPDEF int32_t dcp_comm_slot(int32_t cp)
+{
+    return dcp__is_cp(cp) && cp >= 2 ? (int32_t)dcp__log2_int(cp) - 1 : -1;
+}
+
+static dcp_status dcp__check_pool(int32_t ranks, int32_t rank, dcp_error *error)
+{
+    if (ranks < 1 || ranks > DCP_MAX_RANKS)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "ranks must be in [1, %d], got %d",
+                         DCP_MAX_RANKS, (int)ranks);
+    if (rank < 0 || rank >= ranks)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)", (int)rank,
+                         (int)ranks);
+    return DCP_OK;
+}
+
+static dcp_status dcp__check_cp(const char *name, int32_t cp, int32_t max_cp, dcp_error *error)
+{
+    if (!dcp__is_cp(cp) || cp > max_cp)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "%s must be a power of two in [1, max_cp %d], got %d", name, (int)max_cp,
+                         (int)cp);
+    return DCP_OK;
+}
+
+static dcp_status dcp__check_max_cp(int32_t ranks, int32_t max_cp, dcp_error *error)
+{
+    if (!dcp__is_cp(max_cp) || max_cp > ranks)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "max_cp must be a power of two in [1, ranks %d], got %d", (int)ranks,
+                         (int)max_cp);
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_comm_split_args(int32_t ranks, int32_t rank, int32_t cp,
+                                      dcp_comm_split *split, dcp_error *error)
+{
+    dcp_status status;
+    if (!split) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "split must not be NULL");
+    if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
+        (status = dcp__check_cp("cp", cp, ranks, error)) != DCP_OK)
+        return status;
+    if (rank < ranks / cp * cp) {
+        split->color = rank / cp;
+        split->key = rank % cp;
+        split->size = cp;
+    } else { /* past the last full block: in no communicator of this size */
+        split->color = DCP_COMM_NO_COLOR;
+        split->key = 0;
+        split->size = 0;
+    }
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
+                                  int32_t first_rank, int32_t cp, int32_t idle,
+                                  dcp_comm_choice *choice, dcp_error *error)
+{
+    dcp_status status;
+    if (!choice) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
+    if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
+        (status = dcp__check_max_cp(ranks, max_cp, error)) != DCP_OK ||
+        (status = dcp__check_cp("cp", cp, max_cp, error)) != DCP_OK)
+        return status;
+    if (idle != 0 && idle != 1)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "idle must be 0 or 1, got %d",
+                         (int)idle);
+    if (idle && (cp != 1 || first_rank != rank))
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "an idle rank %d must have cp 1 and first_rank %d, got cp %d and "
+                         "first_rank %d", (int)rank, (int)rank, (int)cp, (int)first_rank);
+    if (first_rank < 0 || first_rank % cp != 0 || first_rank > ranks - cp || rank < first_rank ||
+        rank - first_rank >= cp)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "group (first_rank %d, cp %d) is not an aligned group of the %d ranks "
+                         "that contains rank %d", (int)first_rank, (int)cp, (int)ranks, (int)rank);
+    choice->slot = dcp_comm_slot(cp);
+    choice->cp = cp;
+    choice->first_rank = first_rank;
+    choice->rank_in_comm = rank - first_rank;
+    choice->idle = idle;
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_comm_choose_static(int32_t ranks, int32_t max_cp, int32_t rank, int32_t cp,
+                                         dcp_comm_choice *choice, dcp_error *error)
+{
+    dcp_status status;
+    int32_t first;
+    if (!choice) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
+    if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
+        (status = dcp__check_max_cp(ranks, max_cp, error)) != DCP_OK ||
+        (status = dcp__check_cp("cp", cp, max_cp, error)) != DCP_OK)
+        return status;
+    first = rank / cp * cp;
+    if (first > ranks - cp) /* the block is not full: the rank sits this CP size out */
+        return dcp_comm_choose(ranks, max_cp, rank, rank, 1, 1, choice, error);
+    return dcp_comm_choose(ranks, max_cp, rank, first, cp, 0, choice, error);
+}
+
+DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_t microbatch,
+                                      dcp_rank_group *where, dcp_error *error)
+{
+    const dcp_group *group;
+    dcp_status status;
+    int32_t g, i;
+    if (!where) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "where must not be NULL");
+    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    if (rank < 0 || rank >= plan->config.ranks)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)", (int)rank,
+                         (int)plan->config.ranks);
+    if (microbatch < 0 || microbatch >= plan->num_microbatches)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "microbatch %d outside [0, %d)",
+                         (int)microbatch, (int)plan->num_microbatches);
+    g = dcp__group_of(plan, rank, microbatch);
+    where->group = g;
+    where->local_rows = 0;
+    if (g < 0)
+        return dcp_comm_choose(plan->config.ranks, plan->config.max_cp, rank, rank, 1, 1,
+                               &where->choice, error);
+    group = &plan->groups[g];
+    for (i = 0; i < group->sample_count; i++) /* a valid plan keeps these sums in range */
+        where->local_rows +=
+            dcp__padded(&plan->config,
+                        plan->sample_lengths[plan->group_samples[group->sample_offset + i]],
+                        group->cp) / group->cp;
+    return dcp_comm_choose(plan->config.ranks, plan->config.max_cp, rank, group->first_rank,
+                           group->cp, 0, &where->choice, error);
+}
+
+DCPDEF dcp_status dcp_comm_state_init(dcp_comm_state *state, int32_t ranks, int32_t rank,
+                                      int32_t max_cp, dcp_error *error)
+{
+    dcp_comm_state s;
+    dcp_status status;
+    if (!state) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "state must not be NULL");
+    memset(&s, 0, sizeof s);
+    s.ranks = ranks, s.rank = rank, s.max_cp = max_cp;
+    if ((status = dcp_comm_choose(ranks, max_cp, rank, rank, 1, 0, &s.current, error)) != DCP_OK)
+        return status;
+    *state = s;
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_comm_state_switch(dcp_comm_state *state, int32_t first_rank, int32_t cp,
+                                        int32_t idle, dcp_comm_choice *choice, dcp_error *error)
+{
+    dcp_comm_choice c;
+    dcp_status status;
+    if (!state) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "state must not be NULL");
+    status = dcp_comm_choose(state->ranks, state->max_cp, state->rank, first_rank, cp, idle, &c,
+                             error);
+    if (status != DCP_OK) return status;
+    if (state->override_cp != 0 && !idle && cp != state->override_cp)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "a group of cp %d while an override pins cp %d: end the override, or "
+                         "plan with min_cp = max_cp = %d", (int)cp, (int)state->override_cp,
+                         (int)state->override_cp);
+    state->current = c;
+    if (choice) *choice = c;
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_comm_override_begin(dcp_comm_state *state, int32_t cp,
+                                          dcp_comm_scope *scope, dcp_error *error)
+{
+    dcp_comm_choice c;
+    dcp_status status;
+    if (!state || !scope)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "state and scope must not be NULL");
+    if (scope->depth != 0)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "scope is already open (depth %d): use a fresh, zeroed scope",
+                         (int)scope->depth);
+    status = dcp_comm_choose_static(state->ranks, state->max_cp, state->rank, cp, &c, error);
+    if (status != DCP_OK) return status;
+    scope->saved = state->current;
+    scope->saved_override_cp = state->override_cp;
+    scope->depth = state->depth + 1;
+    state->current = c;
+    state->override_cp = cp;
+    state->depth = scope->depth;
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_comm_override_end(dcp_comm_state *state, dcp_comm_scope *scope,
+                                        dcp_error *error)
+{
+    int32_t depth;
+    if (!state || !scope)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "state and scope must not be NULL");
+    depth = scope->depth;
+    if (depth < 1 || depth > state->depth)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "override scope is not open (its depth %d, %d open)", (int)depth,
+                         (int)state->depth);
+    state->current = scope->saved;
+    state->override_cp = scope->saved_override_cp;
+    scope->depth = 0;
+    if (depth != state->depth) {
+        int32_t inner = state->depth - depth;
+        state->depth = depth - 1;
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "override scope of depth %d ended while %d scope(s) inside it were "
+                         "open: they are closed too, the state of depth %d is restored",
+                         (int)depth, (int)inner, (int)(depth - 1));
+    }
+    state->depth = depth - 1;
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_comm_override_run(dcp_comm_state *state, int32_t cp, dcp_comm_scoped_fn fn,
+                                        void *user, dcp_error *error)
+{
+    dcp_comm_scope scope;
+    dcp_status status, end_status;
+    dcp_error end_error;
+    if (!fn) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "fn must not be NULL");
+    memset(&scope, 0, sizeof scope);
+    if ((status = dcp_comm_override_begin(state, cp, &scope, error)) != DCP_OK) return status;
+    status = fn(state, user, error);
+    end_status = dcp_comm_override_end(state, &scope, &end_error); /* on every path */
+    if (status != DCP_OK) return status; /* fn's error message stays in *error */
+    if (end_status != DCP_OK) return dcp__fail(error, end_status, "%s", end_error.message);
+    return dcp__ok(error);
+}
+
+/* count * element_size as size_t, or 0 with *overflow set. */
+static size_t dcp__bytes(int64_t count, size_t element_size, int *overflow)
+{
+    if (count < 0 || (element_size != 0 && (uint64_t)count > SIZE_MAX / element_size)) {
+        *overflow = 1;
+        return 0;
+    }
+    return (size_t)count * element_size;
+}
+
+DCPDEF dcp_status dcp_reroute_op_get(const dcp_reroute *reroute, int32_t index,
+                                     size_t element_size, dcp_reroute_op *op, dcp_error *error)
+{
+    const dcp_transfer *t;
+    int overflow = 0;
+    if (!reroute || !op)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "reroute and op must not be NULL");
+    if (index < 0 || index >= reroute->count)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "index %d outside [0, %d)",
+                         (int)index, (int)reroute->count);
+    if (element_size == 0)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "element_size must be > 0");
+    t = &reroute->transfers[index];
+    if (t->source_begin < 0 || t->source_end < t->source_begin || t->destination_row < 0)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "transfer %d: range [%lld, %lld) to row %lld is not a valid range",
+                         (int)index, (long long)t->source_begin, (long long)t->source_end,
+                         (long long)t->destination_row);
+    op->kind = t->kind;
+    op->peer = t->peer;
+    op->sample = t->sample;
+    op->microbatch = t->microbatch;
+    op->source_offset = dcp__bytes(t->source_begin, element_size, &overflow);
+    op->destination_offset = dcp__bytes(t->destination_row, element_size, &overflow);
+    op->bytes = dcp__bytes(t->source_end - t->source_begin, element_size, &overflow);
+    if (!overflow && op->destination_offset > SIZE_MAX - op->bytes) overflow = 1;
+    if (overflow)
+        return dcp__fail(error, DCP_ERROR_OVERFLOW,
+                         "transfer %d: rows [%lld, %lld) of %zu bytes overflow size_t", (int)index,
+                         (long long)t->source_begin, (long long)t->source_end, element_size);
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samples,
+                                    const int64_t *sample_rows, int32_t num_microbatches,
+                                    const int64_t *microbatch_rows, dcp_error *error)
+{
+    int32_t i;
+    if (!reroute) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "reroute must not be NULL");
+    if (num_samples < 0 || num_microbatches < 0)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "num_samples %d and num_microbatches %d must be >= 0", (int)num_samples,
+                         (int)num_microbatches);
+    for (i = 0; i < reroute->count; i++) {
+        const dcp_transfer *t = &reroute->transfers[i];
+        if (t->kind != DCP_TRANSFER_SEND && t->kind != DCP_TRANSFER_RECV &&
+            t->kind != DCP_TRANSFER_COPY)
+            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "transfer %d: kind %d", (int)i,
+                             (int)t->kind);
+        if (t->sample < 0 || t->sample >= num_samples)
+            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "transfer %d: sample %d outside [0, num_samples %d)", (int)i,
+                             (int)t->sample, (int)num_samples);
+        if (t->microbatch < 0 || t->microbatch >= num_microbatches)
+            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "transfer %d: microbatch %d outside [0, num_microbatches %d)",
+                             (int)i, (int)t->microbatch, (int)num_microbatches);
+        if (t->source_begin < 0 || t->source_end < t->source_begin || t->destination_row < 0 ||
+            t->destination_row > INT64_MAX - (t->source_end - t->source_begin))
+            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "transfer %d: range [%lld, %lld) to row %lld is not a valid range",
+                             (int)i, (long long)t->source_begin, (long long)t->source_end,
+                             (long long)t->destination_row);
+        if (sample_rows && t->kind != DCP_TRANSFER_RECV && t->source_end > sample_rows[t->sample])
+            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "transfer %d: positions up to %lld of sample %d, which has %lld rows",
+                             (int)i, (long long)t->source_end, (int)t->sample,
+                             (long long)sample_rows[t->sample]);
+        if (microbatch_rows && t->kind != DCP_TRANSFER_SEND &&
+            t->destination_row + (t->source_end - t->source_begin) > microbatch_rows[t->microbatch])
+            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "transfer %d: rows [%lld, %lld) of microbatch %d, which has %lld rows",
+                             (int)i, (long long)t->destination_row,
+                             (long long)(t->destination_row + t->source_end - t->source_begin),
+                             (int)t->microbatch, (long long)microbatch_rows[t->microbatch]);
+    }
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_ring_exchange_plan(int32_t cp, int32_t rank, int32_t step,
+                                         dcp_ring_exchange *exchange, dcp_error *error)
+{
+    dcp_ring_exchange x;
+    const int last = step == cp - 1;
+    if (!exchange) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "exchange must not be NULL");
+    if (!dcp__is_cp(cp))
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS, (int)cp);
+    if (rank < 0 || rank >= cp)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rank must be in [0, cp %d), got %d",
+                         (int)cp, (int)rank);
+    if (step < 0 || step >= cp)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "step must be in [0, cp %d), got %d",
+                         (int)cp, (int)step);
+    x.next = (rank + 1) % cp;
+    x.prev = (rank + cp - 1) % cp;
+    x.kv_source = (rank - step + cp) % cp;
+    /* KV of step s >= 1 sits in slot (s - 1) % 2; step s receives step s + 1's into s % 2,
+       which step s - 1 read: the receive waits for that step's compute. */
+    x.kv_slot = step == 0 ? -1 : (step - 1) % 2;
+    x.kv_send = !last;
+    x.kv_recv_slot = last ? -1 : step % 2;
+    x.kv_recv_source = last ? -1 : (rank - step - 1 + 2 * cp) % cp;
+    /* dK, dV of the step's KV add into slot s % 2 and leave for next; s + 1's arrive in the
+       other slot; with cp 1 the only accumulator never moves. */
+    x.dkv_slot = step % 2;
+    x.dkv_zero = step == 0;
+    x.dkv_send = cp > 1;
+    x.dkv_recv_slot = cp > 1 ? (step + 1) % 2 : -1;
+    x.dkv_recv_source = cp > 1 ? (rank - step - 1 + 2 * cp) % cp : -1;
+    x.dkv_home_slot = !last ? -1 : cp > 1 ? x.dkv_recv_slot : x.dkv_slot;
+    *exchange = x;
+    return dcp__ok(error);
+}
+
+/* Appends a region of count elements of element_size bytes at the next aligned offset. */
+static void dcp__region(size_t *end, uint64_t count, size_t element_size, dcp_ring_region *region,
+                        int *overflow)
+{
+    size_t offset = (*end + DCP_RING_SCRATCH_ALIGN - 1) / DCP_RING_SCRATCH_ALIGN *
+                    DCP_RING_SCRATCH_ALIGN;
+    region->offset = 0;
+    region->bytes = 0;
+    if (count == 0 || *overflow) return;
+    if (*end > SIZE_MAX - DCP_RING_SCRATCH_ALIGN || count > SIZE_MAX / element_size ||
+        offset > SIZE_MAX - count * element_size) {
+        *overflow = 1;
+        return;
+    }
+    region->offset = offset;
+    region->bytes = (size_t)count * element_size;
+    *end = offset + region->bytes;
+}
+
+DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_pass pass,
+                                          dcp_ring_scratch *scratch, dcp_error *error)
+{
+    dcp_ring_scratch s;
+    uint64_t q_values, kv_values, lse_values;
+    size_t end = 0;
+    int overflow = 0, slots;
+    if (!shape || !scratch)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "shape and scratch must not be NULL");
+    if (!dcp__is_cp(shape->cp) || shape->local_rows < 0 || shape->num_heads < 1 ||
+        shape->num_kv_heads < 1 || shape->num_heads % shape->num_kv_heads != 0 ||
+        shape->head_dim < 1 || shape->element_size < 1 || shape->element_size > 8)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "ring shape: cp %d, local_rows %lld, heads %d, kv heads %d, head_dim %d, "
+                         "element_size %zu", (int)shape->cp, (long long)shape->local_rows,
+                         (int)shape->num_heads, (int)shape->num_kv_heads, (int)shape->head_dim,
+                         shape->element_size);
+    if (pass != DCP_RING_FORWARD && pass != DCP_RING_BACKWARD)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "pass must be forward or backward");
+    if ((uint64_t)shape->local_rows > (UINT64_C(1) << 40) ||
+        (uint64_t)shape->num_heads * (uint64_t)shape->head_dim > (UINT64_C(1) << 20))
+        return dcp__fail(error, DCP_ERROR_OVERFLOW, "ring shape of %lld rows overflows",
+                         (long long)shape->local_rows);
+    lse_values = (uint64_t)shape->local_rows * (uint64_t)shape->num_heads;
+    q_values = lse_values * (uint64_t)shape->head_dim;
+    kv_values = (uint64_t)shape->local_rows * (uint64_t)shape->num_kv_heads *
+                (uint64_t)shape->head_dim;
+    memset(&s, 0, sizeof s);
+    /* KV slots: none for cp 1, one for cp 2 (only step 1 reads a received KV), else two. */
+    slots = shape->cp == 1 ? 0 : shape->cp == 2 ? 1 : 2;
+    if (slots >= 1) dcp__region(&end, 2 * kv_values, shape->element_size, &s.kv[0], &overflow);
+    if (slots >= 2) dcp__region(&end, 2 * kv_values, shape->element_size, &s.kv[1], &overflow);
+    if (pass == DCP_RING_FORWARD && shape->cp > 1) {
+        dcp__region(&end, q_values, sizeof(float), &s.partial_out, &overflow);
+        dcp__region(&end, lse_values, sizeof(float), &s.partial_lse, &overflow);
+        dcp__region(&end, q_values, sizeof(float), &s.acc_out, &overflow);
+        dcp__region(&end, lse_values, sizeof(float), &s.acc_lse, &overflow);
+    }
+    if (pass == DCP_RING_BACKWARD) {
+        dcp__region(&end, q_values, sizeof(float), &s.dq, &overflow);
+        dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv[0], &overflow);
+        if (shape->cp > 1) dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv[1], &overflow);
+    }
+    if (overflow)
+        return dcp__fail(error, DCP_ERROR_OVERFLOW, "ring scratch of %lld rows overflows size_t",
+                         (long long)shape->local_rows);
+    s.total = end;
+    *scratch = s;
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uint64_t *chunks,
+                                      dcp_error *error)
+{
+    if (!chunks) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "chunks must not be NULL");
+    *chunks = 0;
+    if (chunk_bytes == 0)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "chunk_bytes must be > 0");
+    if (length < DCP_METADATA_MIN_BYTES || length > DCP_METADATA_MAX_BYTES)
+        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA,
+                         "metadata length %llu outside [%d, %llu]: not a libdcp buffer",
+                         (unsigned long long)length, DCP_METADATA_MIN_BYTES,
+                         (unsigned long long)DCP_METADATA_MAX_BYTES);
+    *chunks = (length + chunk_bytes - 1) / chunk_bytes;
+    return dcp__ok(error);
+}
 
 /* ------------------------------------------------------------- sequence-length sources */
 

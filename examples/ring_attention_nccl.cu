@@ -1,0 +1,470 @@
+/* ring_attention_nccl - dynamic CP end to end with dcp_nccl.h: one process per GPU.
+
+   Rank 0 plans a generated batch and broadcasts the plan; every rank reroutes the samples it
+   holds (sample s starts on rank s % WORLD_SIZE, as a data loader would leave it) into its
+   microbatch buffers, then runs ring attention forward and backward on each group of each
+   microbatch, switching communicators per microbatch. Each rank then recomputes its groups'
+   samples whole with the single-rank attention call (cp 1) and compares its rows of out, lse,
+   dq, dk and dv. The same binary runs on 1 GPU and on N GPUs of a node unchanged.
+
+   Build (from the repository root; or `make ring-example`):
+       nvcc -std=c++14 -O2 -arch=sm_90a examples/ring_attention_nccl.cu dcp_cuda.cu \
+            -o ring_attention_nccl -lnccl
+   Run: ranks come from RANK, WORLD_SIZE and LOCAL_RANK (torchrun's names; default one rank);
+   the NCCL unique id goes through a file named by the first argument or by DCP_NCCL_ID_FILE
+   (default /tmp/dcp_nccl_id): rank 0 writes it, the others wait for it; use a fresh path per
+   run. One GPU:        ./ring_attention_nccl
+   Eight GPUs (bash):   for r in 0 1 2 3 4 5 6 7; do
+                            RANK=$r LOCAL_RANK=$r WORLD_SIZE=8 ./ring_attention_nccl /tmp/id.$$ &
+                        done; wait
+   or torchrun --nproc-per-node 8 --no-python ./ring_attention_nccl /tmp/id.$$ .
+   NCCL refuses two ranks on one GPU: WORLD_SIZE ranks need WORLD_SIZE GPUs.
+   Exit status 0 when every rank's results match, 1 otherwise. */
+#define DCP_IMPLEMENTATION
+#include "../dcp.h"
+#define DCP_NCCL_IMPLEMENTATION
+#include "../dcp_nccl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The workload: lognormal lengths, a GQA model, bf16. */
+#define SAMPLES 24
+#define SEED 7
+#define MAX_TOKENS_PER_RANK 4096
+#define HEADS 8
+#define KV_HEADS 2
+#define HEAD_DIM 128
+#define FORWARD_TOLERANCE 2e-2  /* bf16 outputs against a float32 single-rank reference */
+#define BACKWARD_TOLERANCE 5e-2 /* bf16 gradients, different summation order */
+
+static int g_rank;
+static dcp_nccl_set *g_set;
+static ncclComm_t g_pool;
+
+/* Any failure: say where, abort every communicator (the peers would wait forever), exit. */
+static void die(const char *what, const char *detail)
+{
+    fprintf(stderr, "rank %d: %s: %s\n", g_rank, what, detail);
+    if (g_set) (void)dcp_nccl_set_abort(g_set, 1, NULL);
+    else if (g_pool) (void)ncclCommAbort(g_pool);
+    exit(1);
+}
+
+/* The error every dcp call of this program fills. */
+static dcp_error err;
+#define TRY(call)                                                                              \
+    do {                                                                                       \
+        err.message[0] = '\0';                                                                 \
+        if ((call) != DCP_OK) die(#call, err.message);                                         \
+    } while (0)
+#define CUDA(call)                                                                             \
+    do {                                                                                       \
+        cudaError_t cuda_result_ = (call);                                                     \
+        if (cuda_result_ != cudaSuccess) die(#call, cudaGetErrorString(cuda_result_));         \
+    } while (0)
+#define NCCL(call)                                                                             \
+    do {                                                                                       \
+        ncclResult_t nccl_result_ = (call);                                                    \
+        if (nccl_result_ != ncclSuccess) die(#call, ncclGetErrorString(nccl_result_));         \
+    } while (0)
+
+static int env_int(const char *name, int fallback)
+{
+    const char *value = getenv(name);
+    return value && *value ? atoi(value) : fallback;
+}
+
+/* Rank 0 writes the id to path (atomically, through a rename); the others wait for it. */
+static ncclUniqueId exchange_id(const char *path, int rank)
+{
+    ncclUniqueId id;
+    char temporary[4096];
+    int waited_ms = 0;
+    if (rank == 0) {
+        FILE *f;
+        NCCL(ncclGetUniqueId(&id));
+        snprintf(temporary, sizeof temporary, "%s.tmp.%d", path, (int)getpid());
+        f = fopen(temporary, "wb");
+        if (!f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0)
+            die("writing the NCCL id", temporary);
+        if (rename(temporary, path) != 0) die("renaming the NCCL id file to", path);
+        return id;
+    }
+    for (;;) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            size_t got = fread(&id, sizeof id, 1, f);
+            fclose(f);
+            if (got == 1) return id;
+        }
+        if (waited_ms > 120000) die("no NCCL id file after 120 s", path);
+        usleep(10000);
+        waited_ms += 10;
+    }
+}
+
+/* The generated value of element i of row `position` of sample s in tensor t, as bf16. */
+static uint16_t element(int t, int32_t s, int64_t position, int64_t i)
+{
+    uint64_t x = ((uint64_t)t << 60) ^ ((uint64_t)(uint32_t)s << 36) ^ ((uint64_t)position << 12) ^
+                 (uint64_t)i;
+    float f;
+    uint32_t bits;
+    x = (x ^ (x >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94D049BB133111EB);
+    x ^= x >> 31;
+    f = (float)((double)(x >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+    memcpy(&bits, &f, sizeof bits);
+    bits += 0x7FFFu + ((bits >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(bits >> 16);
+}
+
+static float bf16_value(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+enum { T_Q, T_K, T_V, T_DOUT, TENSORS };
+static const int kWidth[TENSORS] = {HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM,
+                                    HEADS * HEAD_DIM};
+
+/* count rows of sample s from `first`, generated on the host and copied to the device. */
+static void upload_rows(int t, int32_t s, int64_t first, int64_t count, void *device)
+{
+    const int64_t width = kWidth[t];
+    uint16_t *host = (uint16_t *)malloc((size_t)(count * width) * 2 + 2);
+    int64_t r, i;
+    for (r = 0; r < count; r++)
+        for (i = 0; i < width; i++) host[r * width + i] = element(t, s, first + r, i);
+    CUDA(cudaMemcpy(device, host, (size_t)(count * width) * 2, cudaMemcpyHostToDevice));
+    free(host);
+}
+
+static float *download_floats(const void *device, int64_t count, int bf16)
+{
+    float *out = (float *)malloc((size_t)count * 4 + 4);
+    if (bf16) {
+        uint16_t *h = (uint16_t *)malloc((size_t)count * 2 + 2);
+        int64_t i;
+        CUDA(cudaMemcpy(h, device, (size_t)count * 2, cudaMemcpyDeviceToHost));
+        for (i = 0; i < count; i++) out[i] = bf16_value(h[i]);
+        free(h);
+    } else
+        CUDA(cudaMemcpy(out, device, (size_t)count * 4, cudaMemcpyDeviceToHost));
+    return out;
+}
+
+static void *device_alloc(size_t bytes)
+{
+    void *p = NULL;
+    CUDA(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+
+/* Worst |ring - single| / max(1, max |single|) over this rank's valid rows, per tensor. */
+typedef struct errors {
+    double out, lse, dq, dk, dv;
+} errors;
+
+static double row_error(const float *ring, const float *single, int64_t width, double *scale)
+{
+    double worst = 0.0;
+    int64_t i;
+    for (i = 0; i < width; i++) {
+        double e = fabs((double)ring[i] - (double)single[i]);
+        if (fabs(single[i]) > *scale) *scale = fabs(single[i]);
+        if (!(e <= worst)) worst = e; /* NaN counts as the worst */
+    }
+    return worst;
+}
+
+/* The group's samples whole on this GPU (cp 1), and this rank's rows of the ring compared. */
+static void check_group(const dcp_rank_view *view, const dcp_attention_params *params,
+                        void *const ring[5], const float *ring_lse, cudaStream_t stream,
+                        errors *worst)
+{
+    const int64_t total = view->cu_seqlens_padded[view->num_samples];
+    const int64_t local = view->local_tokens;
+    dcp_thd_layout thd;
+    dcp_cuda_layout full;
+    dcp_attention_view whole_view; /* all zero: the whole buffer against itself */
+    int32_t *d_cu = (int32_t *)device_alloc((size_t)(view->num_samples + 1) * 4);
+    int32_t *d_cu_padded = (int32_t *)device_alloc((size_t)(view->num_samples + 1) * 4);
+    void *whole[TENSORS], *out_dtype;
+    float *out32, *lse, *grad[3], *host[5], *single[5], *single_lse, *ring_lse_host;
+    int32_t *slot = (int32_t *)malloc((size_t)local * 4 + 4);
+    int64_t *position = (int64_t *)malloc((size_t)local * 8 + 8);
+    size_t workspace_bytes = 0;
+    void *workspace;
+    double scale[5] = {1, 1, 1, 1, 1}, worst_abs[5] = {0, 0, 0, 0, 0}, lse_err = 0.0;
+    int t, j;
+    int64_t row;
+    memset(&whole_view, 0, sizeof whole_view);
+    CUDA(cudaMemcpy(d_cu, view->cu_seqlens, (size_t)(view->num_samples + 1) * 4,
+                    cudaMemcpyHostToDevice));
+    CUDA(cudaMemcpy(d_cu_padded, view->cu_seqlens_padded, (size_t)(view->num_samples + 1) * 4,
+                    cudaMemcpyHostToDevice));
+    thd.num_sequences = view->num_samples;
+    thd.cu_seqlens = d_cu;
+    thd.cu_seqlens_padded = d_cu_padded;
+    thd.cp = 1;
+    full.thd = thd;
+    full.local_rows = total;
+    full.max_seqlen_padded = view->max_seqlen;
+    for (t = 0; t < TENSORS; t++) { /* whole samples, valid rows; padding rows zero */
+        whole[t] = device_alloc((size_t)(total * kWidth[t]) * 2);
+        CUDA(cudaMemset(whole[t], 0, (size_t)(total * kWidth[t]) * 2));
+        for (j = 0; j < view->num_samples; j++)
+            upload_rows(t, view->samples[j], 0, view->sample_lengths[j],
+                        (uint16_t *)whole[t] + (int64_t)view->cu_seqlens_padded[j] * kWidth[t]);
+    }
+    out32 = (float *)device_alloc((size_t)(total * kWidth[T_Q]) * 4);
+    out_dtype = device_alloc((size_t)(total * kWidth[T_Q]) * 2);
+    lse = (float *)device_alloc((size_t)(total * HEADS) * 4);
+    for (t = 0; t < 3; t++) {
+        grad[t] = (float *)device_alloc((size_t)(total * kWidth[t]) * 4);
+        CUDA(cudaMemsetAsync(grad[t], 0, (size_t)(total * kWidth[t]) * 4, stream));
+    }
+    TRY(dcp_cuda_attention_workspace_size(params, &full, &workspace_bytes, &err));
+    workspace = device_alloc(workspace_bytes);
+    TRY(dcp_cuda_attention_forward(params, &full, &whole_view, DCP_DTYPE_BFLOAT16, whole[T_Q],
+                                   whole[T_K], whole[T_V], DCP_DTYPE_FLOAT32, out32, lse,
+                                   workspace, workspace_bytes, (void *)stream, &err));
+    TRY(dcp_cuda_convert(out32, DCP_DTYPE_BFLOAT16, out_dtype, total * kWidth[T_Q],
+                         (void *)stream, &err));
+    TRY(dcp_cuda_attention_backward(params, &full, &whole_view, DCP_DTYPE_BFLOAT16, whole[T_Q],
+                                    whole[T_K], whole[T_V], out_dtype, whole[T_DOUT], lse,
+                                    grad[0], grad[1], grad[2], 1, workspace, workspace_bytes,
+                                    (void *)stream, &err));
+    CUDA(cudaStreamSynchronize(stream));
+    single[0] = download_floats(out32, total * kWidth[T_Q], 0);
+    for (t = 0; t < 3; t++) single[2 + t] = download_floats(grad[t], total * kWidth[t], 0);
+    single_lse = download_floats(lse, total * HEADS, 0);
+    host[0] = download_floats(ring[0], local * kWidth[T_Q], 1);
+    for (t = 0; t < 3; t++) host[2 + t] = download_floats(ring[2 + t], local * kWidth[t], 1);
+    ring_lse_host = download_floats(ring_lse, local * HEADS, 0);
+    TRY(dcp_rank_view_positions(view, slot, position, &err));
+    for (row = 0; row < local; row++) {
+        int64_t global;
+        int h;
+        if (position[row] < 0) continue; /* padding */
+        global = view->cu_seqlens_padded[slot[row]] + position[row];
+        for (t = 0; t < 5; t++) {
+            const int64_t width = t == 0 ? kWidth[T_Q] : t == 1 ? 0 : kWidth[t - 2];
+            double e;
+            if (t == 1) continue;
+            e = row_error(host[t] + row * width, single[t] + global * width, width, &scale[t]);
+            if (!(e <= worst_abs[t])) worst_abs[t] = e;
+        }
+        for (h = 0; h < HEADS; h++) { /* lse is [heads, rows] */
+            double e = fabs((double)ring_lse_host[(int64_t)h * local + row] -
+                            (double)single_lse[(int64_t)h * total + global]);
+            if (!(e <= lse_err)) lse_err = e;
+        }
+    }
+    if (!(worst_abs[0] / scale[0] <= worst->out)) worst->out = worst_abs[0] / scale[0];
+    if (!(lse_err <= worst->lse)) worst->lse = lse_err;
+    if (!(worst_abs[2] / scale[2] <= worst->dq)) worst->dq = worst_abs[2] / scale[2];
+    if (!(worst_abs[3] / scale[3] <= worst->dk)) worst->dk = worst_abs[3] / scale[3];
+    if (!(worst_abs[4] / scale[4] <= worst->dv)) worst->dv = worst_abs[4] / scale[4];
+    for (t = 0; t < 5; t++)
+        if (t != 1) free(host[t]), free(single[t]);
+    free(single_lse), free(ring_lse_host), free(slot), free(position);
+    for (t = 0; t < TENSORS; t++) CUDA(cudaFree(whole[t]));
+    for (t = 0; t < 3; t++) CUDA(cudaFree(grad[t]));
+    CUDA(cudaFree(out32));
+    CUDA(cudaFree(out_dtype));
+    CUDA(cudaFree(lse));
+    CUDA(cudaFree(workspace));
+    CUDA(cudaFree(d_cu));
+    CUDA(cudaFree(d_cu_padded));
+}
+
+int main(int argc, char **argv)
+{
+    const int rank = env_int("RANK", 0), ranks = env_int("WORLD_SIZE", 1);
+    const int local_rank = env_int("LOCAL_RANK", 0);
+    const char *id_path = argc > 1 ? argv[1]
+                          : getenv("DCP_NCCL_ID_FILE") ? getenv("DCP_NCCL_ID_FILE")
+                                                       : "/tmp/dcp_nccl_id";
+    ncclUniqueId id;
+    cudaStream_t stream;
+    dcp_plan *plan = NULL;
+    dcp_reroute *moves = NULL;
+    dcp_attention_params params;
+    int32_t holders[SAMPLES], s, k, K, t, max_cp = 1;
+    void **samples[TENSORS], **micro[TENSORS];
+    int64_t *rows;
+    size_t scratch_bytes = 0;
+    void *scratch = NULL;
+    errors worst = {0, 0, 0, 0, 0};
+    int failed, *d_failed;
+    g_rank = rank;
+    if (rank < 0 || rank >= ranks) die("RANK and WORLD_SIZE", "need 0 <= RANK < WORLD_SIZE");
+    CUDA(cudaSetDevice(local_rank));
+    CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    id = exchange_id(id_path, rank);
+    NCCL(ncclCommInitRank(&g_pool, ranks, id, rank));
+    if (rank == 0) unlink(id_path); /* every rank has joined: the file has served */
+    TRY(dcp_nccl_set_create(g_pool, NULL, &g_set, &err));
+    max_cp = g_set->max_cp;
+
+    /* plan on rank 0, broadcast, and check it equals the plan this rank would make */
+    {
+        dcp_config config;
+        dcp_lognormal dist;
+        int64_t lengths[SAMPLES];
+        dcp_plan *mine = NULL;
+        size_t a = 0, b = 0;
+        dist.mean = 0.4 * MAX_TOKENS_PER_RANK * max_cp;
+        dist.sigma = 1.0;
+        dist.min_length = 16;
+        dist.max_length = (int64_t)MAX_TOKENS_PER_RANK * max_cp;
+        TRY(dcp_lengths_lognormal(&dist, SEED, lengths, SAMPLES, &err));
+        memset(&config, 0, sizeof config);
+        config.ranks = ranks;
+        config.max_tokens_per_rank = MAX_TOKENS_PER_RANK;
+        config.pad_multiple = 8;
+        TRY(dcp_plan_create(&config, lengths, SAMPLES, &mine, &err));
+        TRY(dcp_nccl_broadcast_plan(g_set, g_pool, 0, mine, &plan, stream, &err));
+        TRY(dcp_plan_serialize(mine, NULL, 0, &a, &err));
+        TRY(dcp_plan_serialize(plan, NULL, 0, &b, &err));
+        if (a != b) die("broadcast plan", "differs from the local plan");
+        if (rank == 0)
+            printf("%d ranks (max cp %d), %d samples, %d microbatches, %d groups\n", ranks,
+                   max_cp, SAMPLES, plan->num_microbatches, plan->num_groups);
+        dcp_plan_destroy(mine);
+    }
+    K = plan->num_microbatches;
+
+    /* the data loader's placement, then the reroute of q, k, v and dout */
+    for (s = 0; s < SAMPLES; s++) holders[s] = s % ranks;
+    TRY(dcp_reroute_create(plan, holders, rank, &moves, &err));
+    rows = (int64_t *)malloc((size_t)K * sizeof(int64_t));
+    for (k = 0; k < K; k++) {
+        dcp_rank_group where;
+        TRY(dcp_plan_rank_group(plan, rank, k, &where, &err));
+        rows[k] = where.local_rows;
+    }
+    for (t = 0; t < TENSORS; t++) {
+        dcp_nccl_reroute_buffers buffers;
+        samples[t] = (void **)calloc(SAMPLES, sizeof(void *));
+        micro[t] = (void **)calloc((size_t)K, sizeof(void *));
+        for (s = 0; s < SAMPLES; s++)
+            if (holders[s] == rank) {
+                samples[t][s] = device_alloc((size_t)(plan->sample_lengths[s] * kWidth[t]) * 2);
+                upload_rows(t, s, 0, plan->sample_lengths[s], samples[t][s]);
+            }
+        for (k = 0; k < K; k++) micro[t][k] = device_alloc((size_t)(rows[k] * kWidth[t]) * 2);
+        memset(&buffers, 0, sizeof buffers);
+        buffers.element_size = (size_t)kWidth[t] * 2;
+        buffers.num_samples = SAMPLES;
+        buffers.sample_data = samples[t];
+        buffers.sample_rows = plan->sample_lengths;
+        buffers.num_microbatches = K;
+        buffers.microbatch_data = micro[t];
+        buffers.microbatch_rows = rows;
+        TRY(dcp_nccl_reroute_execute(g_set, moves, &buffers, stream, &err));
+    }
+
+    memset(&params, 0, sizeof params);
+    params.num_heads = HEADS;
+    params.num_kv_heads = KV_HEADS;
+    params.head_dim = HEAD_DIM;
+    params.causal = 1;
+    for (k = 0; k < K; k++) {
+        dcp_rank_view *view = NULL;
+        dcp_nccl_binding group;
+        dcp_cuda_layout layout;
+        int32_t *d_cu, *d_cu_padded;
+        void *ring[5];
+        float *lse;
+        size_t forward_bytes = 0, backward_bytes = 0;
+        TRY(dcp_rank_view_create(plan, rank, k, &view, &err));
+        TRY(dcp_nccl_set_switch(g_set, view, &group, &err)); /* this microbatch's communicator */
+        if (view->idle) {
+            dcp_rank_view_destroy(view);
+            continue;
+        }
+        d_cu = (int32_t *)device_alloc((size_t)(view->num_samples + 1) * 4);
+        d_cu_padded = (int32_t *)device_alloc((size_t)(view->num_samples + 1) * 4);
+        CUDA(cudaMemcpy(d_cu, view->cu_seqlens, (size_t)(view->num_samples + 1) * 4,
+                        cudaMemcpyHostToDevice));
+        CUDA(cudaMemcpy(d_cu_padded, view->cu_seqlens_padded,
+                        (size_t)(view->num_samples + 1) * 4, cudaMemcpyHostToDevice));
+        layout.thd.num_sequences = view->num_samples;
+        layout.thd.cu_seqlens = d_cu;
+        layout.thd.cu_seqlens_padded = d_cu_padded;
+        layout.thd.cp = view->cp;
+        layout.local_rows = view->local_tokens;
+        layout.max_seqlen_padded = view->max_seqlen;
+        TRY(dcp_nccl_ring_scratch_size(&params, &layout, DCP_DTYPE_BFLOAT16, DCP_RING_FORWARD,
+                                       &forward_bytes, &err));
+        TRY(dcp_nccl_ring_scratch_size(&params, &layout, DCP_DTYPE_BFLOAT16, DCP_RING_BACKWARD,
+                                       &backward_bytes, &err));
+        if (forward_bytes > scratch_bytes || backward_bytes > scratch_bytes) {
+            /* grows to the largest microbatch once; a trainer sizes it for M up front */
+            if (scratch) CUDA(cudaFree(scratch));
+            scratch_bytes = forward_bytes > backward_bytes ? forward_bytes : backward_bytes;
+            scratch = device_alloc(scratch_bytes);
+        }
+        ring[0] = device_alloc((size_t)(view->local_tokens * kWidth[T_Q]) * 2);
+        ring[1] = NULL;
+        for (t = 0; t < 3; t++)
+            ring[2 + t] = device_alloc((size_t)(view->local_tokens * kWidth[t]) * 2);
+        lse = (float *)device_alloc((size_t)(view->local_tokens * HEADS) * 4);
+        TRY(dcp_nccl_ring_forward(g_set, &group, &params, &layout, DCP_DTYPE_BFLOAT16,
+                                  micro[T_Q][k], micro[T_K][k], micro[T_V][k], ring[0], lse,
+                                  scratch, scratch_bytes, stream, &err));
+        TRY(dcp_nccl_ring_backward(g_set, &group, &params, &layout, DCP_DTYPE_BFLOAT16,
+                                   micro[T_Q][k], micro[T_K][k], micro[T_V][k], ring[0],
+                                   micro[T_DOUT][k], lse, ring[2], ring[3], ring[4], 1, scratch,
+                                   scratch_bytes, stream, &err));
+        CUDA(cudaStreamSynchronize(stream));
+        TRY(dcp_nccl_set_check(g_set, &err));
+        check_group(view, &params, ring, lse, stream, &worst);
+        CUDA(cudaFree(ring[0]));
+        for (t = 2; t < 5; t++) CUDA(cudaFree(ring[t]));
+        CUDA(cudaFree(lse));
+        CUDA(cudaFree(d_cu));
+        CUDA(cudaFree(d_cu_padded));
+        dcp_rank_view_destroy(view);
+    }
+
+    failed = !(worst.out <= FORWARD_TOLERANCE && worst.lse <= FORWARD_TOLERANCE &&
+               worst.dq <= BACKWARD_TOLERANCE && worst.dk <= BACKWARD_TOLERANCE &&
+               worst.dv <= BACKWARD_TOLERANCE);
+    printf("rank %d: max error against one GPU: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g: %s\n",
+           rank, worst.out, worst.lse, worst.dq, worst.dk, worst.dv, failed ? "FAIL" : "ok");
+    /* every rank learns whether any failed */
+    d_failed = (int *)device_alloc(sizeof(int));
+    CUDA(cudaMemcpy(d_failed, &failed, sizeof(int), cudaMemcpyHostToDevice));
+    NCCL(ncclAllReduce(d_failed, d_failed, 1, ncclInt32, ncclMax, g_pool, stream));
+    CUDA(cudaMemcpyAsync(&failed, d_failed, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    CUDA(cudaStreamSynchronize(stream));
+    if (rank == 0) printf("%s\n", failed ? "FAILED" : "all ranks match the single-GPU results");
+
+    for (t = 0; t < TENSORS; t++) {
+        for (s = 0; s < SAMPLES; s++)
+            if (samples[t][s]) CUDA(cudaFree(samples[t][s]));
+        for (k = 0; k < K; k++) CUDA(cudaFree(micro[t][k]));
+        free(samples[t]), free(micro[t]);
+    }
+    if (scratch) CUDA(cudaFree(scratch));
+    CUDA(cudaFree(d_failed));
+    free(rows);
+    dcp_reroute_destroy(moves);
+    dcp_plan_destroy(plan);
+    TRY(dcp_nccl_set_destroy(g_set, &err)); /* the split communicators before the pool */
+    g_set = NULL;
+    NCCL(ncclCommDestroy(g_pool));
+    CUDA(cudaStreamDestroy(stream));
+    return failed ? 1 : 0;
+}

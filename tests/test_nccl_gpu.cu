@@ -1,0 +1,524 @@
+/* make test-gpu: every path of dcp_nccl.h on one rank and one GPU (NCCL refuses two ranks on
+   one GPU; the multi-rank logic is tests/test_comm.c's, on simulated ranks). A set on a pool of
+   one (no split communicators), the switch and the evaluation override, a reroute to itself,
+   a ring of one against the CPU reference, plan and view broadcasts through a small staging
+   buffer, the async-error poll, the abort path and the checking macro. Where no CUDA device
+   exists every test says "no CUDA device: skipped" and the program exits 0. */
+#define DCP_IMPLEMENTATION
+#include "../dcp.h"
+#define DCP_NCCL_IMPLEMENTATION
+#include "../dcp_nccl.h"
+#include "test.h"
+
+#define GPU_SEED 9009
+#define SKIP_REASON "no CUDA device: skipped"
+
+static int gpu_available(void)
+{
+    static int known = -1;
+    int32_t devices = 0;
+    dcp_error error;
+    if (known >= 0) return known;
+    if (dcp_cuda_device_count(&devices, &error) != DCP_OK) {
+        fprintf(stderr, "%s\n", error.message);
+        devices = 0;
+    }
+    known = devices > 0;
+    if (known) cudaSetDevice(0);
+    return known;
+}
+
+#define REQUIRE_GPU()                                                                          \
+    do {                                                                                       \
+        if (!gpu_available()) {                                                                \
+            test_skip(SKIP_REASON);                                                            \
+            return;                                                                            \
+        }                                                                                      \
+    } while (0)
+
+/* A pool of one rank on device 0. */
+static ncclComm_t pool_of_one(void)
+{
+    ncclComm_t comm = NULL;
+    int device = 0;
+    CHECK_EQ(ncclCommInitAll(&comm, 1, &device), ncclSuccess);
+    return comm;
+}
+
+static dcp_plan *plan_of_one(int32_t count, int64_t max_tokens)
+{
+    dcp_config config;
+    int64_t lengths[16];
+    dcp_plan *plan = NULL;
+    int32_t i;
+    memset(&config, 0, sizeof config);
+    config.ranks = 1;
+    config.max_tokens_per_rank = max_tokens;
+    config.pad_multiple_cp1 = 8;
+    for (i = 0; i < count; i++) lengths[i] = 1 + (23 * i + 5) % (max_tokens - 8); /* fit cp 1 */
+    CHECK_EQ(dcp_plan_create(&config, lengths, count, &plan, NULL), DCP_OK);
+    return plan;
+}
+
+static dcp_status failing_body(dcp_nccl_set *set, const dcp_nccl_binding *binding, void *user,
+                               dcp_error *error)
+{
+    (void)set;
+    *(int32_t *)user = binding->cp;
+    snprintf(error->message, sizeof error->message, "evaluation failed");
+    error->status = DCP_ERROR_CUDA;
+    return DCP_ERROR_CUDA;
+}
+
+static void set_switch_and_override(void)
+{
+    ncclComm_t pool;
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_options options;
+    dcp_nccl_binding b;
+    dcp_comm_scope scope;
+    dcp_error error;
+    dcp_plan *plan;
+    int32_t seen = 0;
+    REQUIRE_GPU();
+    pool = pool_of_one();
+    memset(&options, 0, sizeof options);
+    options.max_cp = 2; /* more than the pool: refused before any collective */
+    CHECK_EQ(dcp_nccl_set_create(pool, &options, &set, &error), DCP_ERROR_INVALID_ARGUMENT);
+    options.max_cp = 0;
+    options.staging_bytes = 8;
+    CHECK_EQ(dcp_nccl_set_create(pool, &options, &set, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK(set == NULL);
+    CHECK_EQ(dcp_nccl_set_create(pool, NULL, &set, &error), DCP_OK);
+    if (!set) return;
+    CHECK_EQ(set->ranks, 1);
+    CHECK_EQ(set->max_cp, 1);
+    CHECK_EQ(set->num_slots, 0); /* no size-1 communicator */
+    CHECK(dcp_nccl_set_comm(set, 1) == NULL);
+    CHECK(dcp_nccl_set_comm(set, 2) == NULL);
+    CHECK_EQ(dcp_nccl_set_check(set, &error), DCP_OK);
+    plan = plan_of_one(6, 64);
+    CHECK_EQ(dcp_nccl_set_switch_plan(set, plan, 0, &b, &error), DCP_OK);
+    CHECK(b.comm == NULL);
+    CHECK_EQ(b.cp, 1);
+    CHECK_EQ(b.rank, 0);
+    CHECK_EQ(dcp_nccl_set_switch_plan(set, plan, plan->num_microbatches, &b, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    memset(&scope, 0, sizeof scope);
+    CHECK_EQ(dcp_nccl_override_begin(set, 2, &scope, &b, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ(dcp_nccl_override_begin(set, 1, &scope, &b, &error), DCP_OK);
+    CHECK_EQ(set->state.depth, 1);
+    CHECK_EQ(dcp_nccl_override_end(set, &scope, &error), DCP_OK);
+    CHECK_EQ(set->state.depth, 0);
+    CHECK_EQ(dcp_nccl_override_run(set, 1, failing_body, &seen, &error), DCP_ERROR_CUDA);
+    CHECK_CONTAINS(error.message, "evaluation failed");
+    CHECK_EQ(seen, 1);
+    CHECK_EQ(set->state.depth, 0); /* restored on the error path */
+    {
+        dcp_nccl_cp_guard guard(set, 1, &error);
+        CHECK_EQ(guard.status(), DCP_OK);
+        CHECK_EQ(set->state.depth, 1);
+    }
+    CHECK_EQ(set->state.depth, 0);
+    dcp_plan_destroy(plan);
+    CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
+    CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
+}
+
+static void token_record(int32_t s, int64_t position, size_t bytes, unsigned char *out)
+{
+    uint64_t x = ((uint64_t)(uint32_t)s << 32) ^ (uint64_t)position ^ UINT64_C(0x9E3779B97F4A7C15);
+    size_t i;
+    for (i = 0; i < bytes; i++) {
+        x = x * UINT64_C(6364136223846793005) + 1442695040888963407u;
+        out[i] = (unsigned char)(x >> 56) | 1;
+    }
+}
+
+/* Every sample is held by rank 0 and planned on rank 0: the list is local copies only. */
+static void reroute_to_itself(void)
+{
+    const size_t bytes = 6;
+    ncclComm_t pool;
+    dcp_nccl_set *set = NULL;
+    dcp_plan *plan;
+    dcp_reroute *list = NULL;
+    dcp_nccl_reroute_buffers buffers;
+    dcp_error error;
+    int32_t s, k, holders[16];
+    void *samples[16], *micro[64];
+    int64_t rows[64];
+    REQUIRE_GPU();
+    pool = pool_of_one();
+    CHECK_EQ(dcp_nccl_set_create(pool, NULL, &set, &error), DCP_OK);
+    plan = plan_of_one(9, 48);
+    if (!set || !plan) return;
+    CHECK(plan->num_microbatches <= 64);
+    for (s = 0; s < plan->num_samples; s++) {
+        size_t n = (size_t)plan->sample_lengths[s] * bytes;
+        unsigned char *host = (unsigned char *)malloc(n);
+        int64_t p;
+        for (p = 0; p < plan->sample_lengths[s]; p++)
+            token_record(s, p, bytes, host + (size_t)p * bytes);
+        holders[s] = 0;
+        CHECK_EQ(cudaMalloc(&samples[s], n), cudaSuccess);
+        CHECK_EQ(cudaMemcpy(samples[s], host, n, cudaMemcpyHostToDevice), cudaSuccess);
+        free(host);
+    }
+    for (k = 0; k < plan->num_microbatches; k++) {
+        dcp_rank_group where;
+        CHECK_EQ(dcp_plan_rank_group(plan, 0, k, &where, NULL), DCP_OK);
+        rows[k] = where.local_rows;
+        CHECK_EQ(cudaMalloc(&micro[k], (size_t)rows[k] * bytes + 1), cudaSuccess);
+        CHECK_EQ(cudaMemset(micro[k], 0xAB, (size_t)rows[k] * bytes), cudaSuccess); /* stale */
+    }
+    CHECK_EQ(dcp_reroute_create(plan, holders, 0, &list, &error), DCP_OK);
+    CHECK(list && list->send_tokens == 0 && list->recv_tokens == 0 && list->copy_tokens > 0);
+    memset(&buffers, 0, sizeof buffers);
+    buffers.element_size = bytes;
+    buffers.num_samples = plan->num_samples;
+    buffers.sample_data = samples;
+    buffers.sample_rows = plan->sample_lengths;
+    buffers.num_microbatches = plan->num_microbatches;
+    buffers.microbatch_data = micro;
+    buffers.microbatch_rows = rows;
+    CHECK_EQ(dcp_nccl_reroute_execute(set, list, &buffers, 0, &error), DCP_OK);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (k = 0; k < plan->num_microbatches; k++) {
+        dcp_rank_view *view = NULL;
+        size_t n = (size_t)rows[k] * bytes;
+        unsigned char *got = (unsigned char *)malloc(n + 1), *want = (unsigned char *)malloc(n + 1);
+        void *host_samples[16];
+        for (s = 0; s < plan->num_samples; s++) {
+            host_samples[s] = malloc((size_t)plan->sample_lengths[s] * bytes);
+            int64_t p;
+            for (p = 0; p < plan->sample_lengths[s]; p++)
+                token_record(s, p, bytes, (unsigned char *)host_samples[s] + (size_t)p * bytes);
+        }
+        CHECK_EQ(dcp_rank_view_create(plan, 0, k, &view, NULL), DCP_OK);
+        CHECK_EQ(dcp_rank_view_pack(view, (const void *const *)host_samples, bytes, want, NULL),
+                 DCP_OK);
+        CHECK_EQ(cudaMemcpy(got, micro[k], n, cudaMemcpyDeviceToHost), cudaSuccess);
+        CHECK(memcmp(got, want, n) == 0); /* padding rows zero, tokens in place */
+        dcp_rank_view_destroy(view);
+        for (s = 0; s < plan->num_samples; s++) free(host_samples[s]);
+        free(got);
+        free(want);
+    }
+    /* a destination past its buffer is refused before anything is enqueued */
+    rows[0] -= 1;
+    CHECK_EQ(dcp_nccl_reroute_execute(set, list, &buffers, 0, &error), DCP_ERROR_INVALID_ARGUMENT);
+    for (s = 0; s < plan->num_samples; s++) cudaFree(samples[s]);
+    for (k = 0; k < plan->num_microbatches; k++) cudaFree(micro[k]);
+    dcp_reroute_destroy(list);
+    dcp_plan_destroy(plan);
+    CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
+    CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
+}
+
+/* bfloat16 on the host: round to nearest even. */
+static uint16_t to_bf16(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* count random bf16 values on the device and, rounded the same way, on the host. */
+static void *random_bf16(dcp_rng *rng, int64_t count, float *host)
+{
+    uint16_t *h = (uint16_t *)malloc((size_t)count * 2 + 2);
+    void *device = NULL;
+    int64_t i;
+    for (i = 0; i < count; i++) {
+        h[i] = to_bf16((float)(2.0 * dcp_rng_uniform(rng) - 1.0));
+        host[i] = from_bf16(h[i]);
+    }
+    CHECK_EQ(cudaMalloc(&device, (size_t)count * 2 + 2), cudaSuccess);
+    CHECK_EQ(cudaMemcpy(device, h, (size_t)count * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    free(h);
+    return device;
+}
+
+static void download_bf16(const void *device, int64_t count, float *host)
+{
+    uint16_t *h = (uint16_t *)malloc((size_t)count * 2 + 2);
+    int64_t i;
+    CHECK_EQ(cudaMemcpy(h, device, (size_t)count * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (i = 0; i < count; i++) host[i] = from_bf16(h[i]);
+    free(h);
+}
+
+/* max |a - b| / max(1, max |b|), infinities equal only to themselves */
+static double scaled_error(const float *a, const float *b, int64_t count)
+{
+    double worst = 0.0, scale = 1.0;
+    int64_t i;
+    for (i = 0; i < count; i++)
+        if (!isinf(b[i]) && fabs(b[i]) > scale) scale = fabs(b[i]);
+    for (i = 0; i < count; i++) {
+        double e;
+        if (isinf(a[i]) || isinf(b[i])) {
+            if (a[i] != b[i]) return INFINITY;
+            continue;
+        }
+        e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= worst)) worst = e;
+    }
+    return worst / scale;
+}
+
+/* A ring of one (cp 1: no communicator) against dcp_attention_forward/backward on the same
+   bf16-rounded inputs. */
+static void ring_of_one_matches_reference(int32_t causal, int32_t heads, int32_t kv_heads)
+{
+    static const int32_t cu[4] = {0, 37, 38, 101}, cu_padded[4] = {0, 40, 48, 112};
+    const int32_t dim = 64;
+    const int64_t rows = 112, q_values = rows * heads * dim, kv_values = rows * kv_heads * dim;
+    ncclComm_t pool;
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding b;
+    dcp_attention_params params;
+    dcp_thd_layout host_layout;
+    dcp_cuda_layout layout;
+    dcp_error error;
+    dcp_rng rng;
+    float *hq = (float *)malloc((size_t)q_values * 4), *hk = (float *)malloc((size_t)kv_values * 4);
+    float *hv = (float *)malloc((size_t)kv_values * 4), *hdo = (float *)malloc((size_t)q_values * 4);
+    float *ref_out = (float *)malloc((size_t)q_values * 4), *ref_lse = (float *)malloc((size_t)rows * heads * 4);
+    float *got = (float *)malloc((size_t)q_values * 4), *got_lse = (float *)malloc((size_t)rows * heads * 4);
+    float *ref_dq = (float *)calloc((size_t)q_values, 4), *ref_dk = (float *)calloc((size_t)kv_values, 4);
+    float *ref_dv = (float *)calloc((size_t)kv_values, 4);
+    void *q, *k, *v, *dout, *out = NULL, *dq = NULL, *dk = NULL, *dv = NULL, *scratch = NULL;
+    float *lse = NULL;
+    int32_t *d_cu = NULL, *d_cu_padded = NULL;
+    size_t forward_bytes = 0, backward_bytes = 0;
+    dcp_rng_seed(&rng, GPU_SEED + (uint64_t)(causal * 16 + heads * 4 + kv_heads));
+    pool = pool_of_one();
+    CHECK_EQ(dcp_nccl_set_create(pool, NULL, &set, &error), DCP_OK);
+    if (!set) return;
+    dcp_nccl_set_current(set, &b);
+    memset(&params, 0, sizeof params);
+    params.num_heads = heads;
+    params.num_kv_heads = kv_heads;
+    params.head_dim = dim;
+    params.causal = causal;
+    host_layout.num_sequences = 3;
+    host_layout.cu_seqlens = cu;
+    host_layout.cu_seqlens_padded = cu_padded;
+    host_layout.cp = 1;
+    CHECK_EQ(cudaMalloc((void **)&d_cu, sizeof cu), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&d_cu_padded, sizeof cu_padded), cudaSuccess);
+    CHECK_EQ(cudaMemcpy(d_cu, cu, sizeof cu, cudaMemcpyHostToDevice), cudaSuccess);
+    CHECK_EQ(cudaMemcpy(d_cu_padded, cu_padded, sizeof cu_padded, cudaMemcpyHostToDevice),
+             cudaSuccess);
+    layout.thd = host_layout;
+    layout.thd.cu_seqlens = d_cu;
+    layout.thd.cu_seqlens_padded = d_cu_padded;
+    layout.local_rows = rows;
+    layout.max_seqlen_padded = 64;
+    q = random_bf16(&rng, q_values, hq);
+    k = random_bf16(&rng, kv_values, hk);
+    v = random_bf16(&rng, kv_values, hv);
+    dout = random_bf16(&rng, q_values, hdo);
+    CHECK_EQ(cudaMalloc(&out, (size_t)q_values * 2), cudaSuccess);
+    CHECK_EQ(cudaMalloc((void **)&lse, (size_t)rows * heads * 4), cudaSuccess);
+    CHECK_EQ(cudaMalloc(&dq, (size_t)q_values * 2), cudaSuccess);
+    CHECK_EQ(cudaMalloc(&dk, (size_t)kv_values * 2), cudaSuccess);
+    CHECK_EQ(cudaMalloc(&dv, (size_t)kv_values * 2), cudaSuccess);
+    CHECK_EQ(dcp_nccl_ring_scratch_size(&params, &layout, DCP_DTYPE_BFLOAT16, DCP_RING_FORWARD,
+                                        &forward_bytes, &error), DCP_OK);
+    CHECK_EQ(dcp_nccl_ring_scratch_size(&params, &layout, DCP_DTYPE_BFLOAT16, DCP_RING_BACKWARD,
+                                        &backward_bytes, &error), DCP_OK);
+    CHECK(backward_bytes >= (size_t)(q_values + 2 * kv_values) * 4);
+    CHECK_EQ(cudaMalloc(&scratch, backward_bytes > forward_bytes ? backward_bytes : forward_bytes),
+             cudaSuccess);
+    /* too little scratch is refused before anything runs */
+    if (backward_bytes > 0)
+        CHECK_EQ(dcp_nccl_ring_backward(set, &b, &params, &layout, DCP_DTYPE_BFLOAT16, q, k, v, out,
+                                        dout, lse, dq, dk, dv, 1, scratch, backward_bytes - 1, 0,
+                                        &error),
+                 DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ(dcp_nccl_ring_forward(set, &b, &params, &layout, DCP_DTYPE_BFLOAT16, q, k, v, out, lse,
+                                   scratch, forward_bytes, 0, &error), DCP_OK);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    CHECK_EQ(dcp_attention_forward(&params, &host_layout, NULL, hq, hk, hv, ref_out, ref_lse,
+                                   NULL), DCP_OK);
+    download_bf16(out, q_values, got);
+    CHECK_EQ(cudaMemcpy(got_lse, lse, (size_t)rows * heads * 4, cudaMemcpyDeviceToHost),
+             cudaSuccess);
+    CHECK(scaled_error(got, ref_out, q_values) <= 2e-2);
+    CHECK(scaled_error(got_lse, ref_lse, rows * heads) <= 1e-3);
+    /* backward from the GPU's own out and lse, the reference from the same values */
+    CHECK_EQ(dcp_nccl_ring_backward(set, NULL, &params, &layout, DCP_DTYPE_BFLOAT16, q, k, v, out,
+                                    dout, lse, dq, dk, dv, 1, scratch, backward_bytes, 0, &error),
+             DCP_OK);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    CHECK_EQ(dcp_attention_backward(&params, &host_layout, NULL, hq, hk, hv, got, hdo, got_lse,
+                                    ref_dq, ref_dk, ref_dv, NULL), DCP_OK);
+    download_bf16(dq, q_values, got);
+    CHECK(scaled_error(got, ref_dq, q_values) <= 3e-2);
+    download_bf16(dk, kv_values, got);
+    CHECK(scaled_error(got, ref_dk, kv_values) <= 3e-2);
+    download_bf16(dv, kv_values, got);
+    CHECK(scaled_error(got, ref_dv, kv_values) <= 3e-2);
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(dout), cudaFree(out), cudaFree(lse);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(scratch), cudaFree(d_cu);
+    cudaFree(d_cu_padded);
+    free(hq), free(hk), free(hv), free(hdo), free(ref_out), free(ref_lse), free(got);
+    free(got_lse), free(ref_dq), free(ref_dk), free(ref_dv);
+    CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
+    CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
+}
+
+static void ring_of_one_causal_gqa(void)
+{
+    REQUIRE_GPU();
+    ring_of_one_matches_reference(1, 4, 2);
+}
+
+static void ring_of_one_full_mha(void)
+{
+    REQUIRE_GPU();
+    ring_of_one_matches_reference(0, 2, 2);
+}
+
+/* Plan and view through the pool with a 64-byte staging buffer: many chunks. */
+static void broadcast_plan_and_view(void)
+{
+    ncclComm_t pool;
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_options options;
+    dcp_plan *plan, *copy = NULL;
+    dcp_rank_view *view = NULL, *view_copy = NULL;
+    dcp_error error;
+    unsigned char *a, *b;
+    size_t size_a = 0, size_b = 0;
+    void *raw = NULL;
+    size_t raw_size = 0;
+    REQUIRE_GPU();
+    pool = pool_of_one();
+    memset(&options, 0, sizeof options);
+    options.staging_bytes = DCP_NCCL_MIN_STAGING_BYTES;
+    CHECK_EQ(dcp_nccl_set_create(pool, &options, &set, &error), DCP_OK);
+    plan = plan_of_one(12, 96);
+    if (!set || !plan) return;
+    CHECK_EQ(dcp_nccl_broadcast_plan(set, pool, 0, plan, &copy, 0, &error), DCP_OK);
+    CHECK(copy != NULL);
+    if (copy) {
+        CHECK_EQ(dcp_plan_serialize(plan, NULL, 0, &size_a, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_serialize(copy, NULL, 0, &size_b, NULL), DCP_OK);
+        CHECK_EQ(size_a, size_b);
+        a = (unsigned char *)malloc(size_a), b = (unsigned char *)malloc(size_b);
+        CHECK_EQ(dcp_plan_serialize(plan, a, size_a, &size_a, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_serialize(copy, b, size_b, &size_b, NULL), DCP_OK);
+        CHECK(memcmp(a, b, size_a) == 0);
+        free(a), free(b);
+    }
+    dcp_plan_destroy(copy);
+    copy = NULL;
+    CHECK_EQ(dcp_rank_view_create(plan, 0, 0, &view, NULL), DCP_OK);
+    CHECK_EQ(dcp_nccl_broadcast_view(set, pool, 0, view, &view_copy, 0, &error), DCP_OK);
+    CHECK(view_copy && view_copy->local_tokens == view->local_tokens &&
+          view_copy->num_samples == view->num_samples);
+    /* bytes that are no libdcp buffer are rejected by length on every rank */
+    CHECK_EQ(dcp_nccl_broadcast_bytes(set, pool, 0, "tiny", 4, &raw, &raw_size, 0, &error),
+             DCP_ERROR_CORRUPT_DATA);
+    CHECK_CONTAINS(error.message, "metadata length 4");
+    CHECK_EQ(dcp_nccl_broadcast_plan(set, pool, 1, plan, &copy, 0, &error),
+             DCP_ERROR_INVALID_ARGUMENT); /* root outside the communicator */
+    dcp_plan_destroy(copy);
+    dcp_rank_view_destroy(view);
+    dcp_rank_view_destroy(view_copy);
+    dcp_plan_destroy(plan);
+    CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
+    CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
+}
+
+static void async_poll_and_abort(void)
+{
+    ncclComm_t pool;
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding b;
+    dcp_comm_scope scope;
+    dcp_error error;
+    REQUIRE_GPU();
+    pool = pool_of_one();
+    CHECK_EQ(dcp_nccl_set_create(pool, NULL, &set, &error), DCP_OK);
+    if (!set) return;
+    CHECK_EQ(dcp_nccl_set_check(set, &error), DCP_OK);
+    memset(&scope, 0, sizeof scope);
+    CHECK_EQ(dcp_nccl_override_begin(set, 1, &scope, &b, &error), DCP_OK);
+    CHECK_EQ(dcp_nccl_set_abort(set, 1, &error), DCP_OK); /* the pool too: it is gone after */
+    CHECK(set->pool == NULL);
+    CHECK_EQ(dcp_nccl_set_check(set, &error), DCP_ERROR_NCCL);
+    CHECK_CONTAINS(error.message, "aborted");
+    CHECK_EQ(dcp_nccl_set_switch_plan(set, NULL, 0, &b, &error), DCP_ERROR_NCCL);
+    CHECK_EQ(dcp_nccl_override_end(set, &scope, &error), DCP_OK); /* still restores */
+    CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
+}
+
+/* A failing CUDA call comes back as DCP_ERROR_CUDA naming the call and its code. */
+static void checking_macro_names_the_call(void)
+{
+    ncclComm_t pool;
+    dcp_nccl_set *set = NULL;
+    dcp_plan *plan;
+    dcp_reroute *list = NULL;
+    dcp_nccl_reroute_buffers buffers;
+    dcp_error error;
+    int32_t holders[4] = {0, 0, 0, 0}, k;
+    void *samples[4], *micro[16];
+    int64_t rows[16];
+    REQUIRE_GPU();
+    pool = pool_of_one();
+    CHECK_EQ(dcp_nccl_set_create(pool, NULL, &set, &error), DCP_OK);
+    plan = plan_of_one(4, 64);
+    if (!set || !plan) return;
+    CHECK_EQ(dcp_reroute_create(plan, holders, 0, &list, &error), DCP_OK);
+    for (k = 0; k < 4; k++) samples[k] = (void *)(uintptr_t)0x10; /* not device memory */
+    for (k = 0; k < plan->num_microbatches && k < 16; k++) {
+        dcp_rank_group where;
+        CHECK_EQ(dcp_plan_rank_group(plan, 0, k, &where, NULL), DCP_OK);
+        rows[k] = where.local_rows;
+        micro[k] = (void *)(uintptr_t)0x10;
+    }
+    memset(&buffers, 0, sizeof buffers);
+    buffers.element_size = 4;
+    buffers.num_samples = plan->num_samples;
+    buffers.sample_data = samples;
+    buffers.num_microbatches = plan->num_microbatches;
+    buffers.microbatch_data = micro;
+    buffers.microbatch_rows = rows;
+    CHECK_EQ(dcp_nccl_reroute_execute(set, list, &buffers, 0, &error), DCP_ERROR_CUDA);
+    CHECK_CONTAINS(error.message, "cudaMemsetAsync");
+    CHECK_CONTAINS(error.message, "dcp_nccl.h:");
+    dcp_reroute_destroy(list);
+    dcp_plan_destroy(plan);
+    CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
+    CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case tests[] = {
+        {"set_switch_and_override", set_switch_and_override},
+        {"reroute_to_itself", reroute_to_itself},
+        {"ring_of_one_causal_gqa", ring_of_one_causal_gqa},
+        {"ring_of_one_full_mha", ring_of_one_full_mha},
+        {"broadcast_plan_and_view", broadcast_plan_and_view},
+        {"async_poll_and_abort", async_poll_and_abort},
+        {"checking_macro_names_the_call", checking_macro_names_the_call},
+    };
+    if (!gpu_available()) printf("%s\n", SKIP_REASON);
+    return test_main(tests, TEST_COUNT(tests), argc, argv);
+}
