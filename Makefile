@@ -25,13 +25,16 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart
 CPU_TESTS := test_core test_lengths test_planner test_thd test_reference
 HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-nvcc \
                  $(BUILD)/header-no-reference
+GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels
 TEST_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(HEADER_CHECKS) \
-                 $(BUILD)/test_cuda
+                 $(GPU_TESTS)
 COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o
 
-.PHONY: all test demo bench fuzz clean
+.PHONY: all test demo bench fuzz clean sanitize-gpu
 
-all: $(BUILD)/dcp-plan $(BUILD)/plan_bench $(TEST_PROGRAMS) $(COMPILE_CHECKS)
+GPU_BENCHES := $(BUILD)/kernels_bench $(BUILD)/libdcp_cuda.so
+
+all: $(BUILD)/dcp-plan $(BUILD)/plan_bench $(TEST_PROGRAMS) $(COMPILE_CHECKS) $(GPU_BENCHES)
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -64,6 +67,32 @@ $(BUILD)/dcp_cuda.o: dcp_cuda.cu dcp.h | $(BUILD)
 
 $(BUILD)/test_cuda: tests/test_cuda.cu tests/test.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
+
+$(BUILD)/test_cuda_%: tests/test_cuda_%.cu tests/test.h tests/cuda_test_util.h dcp.h \
+                      $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
+
+# GPU benches (built by `make`, run by hand where a GPU exists; see bench/RESULTS.md).
+$(BUILD)/kernels_bench: bench/kernels_bench.cu bench/bench_util.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
+
+# dcp_cuda.cu and the dcp.h implementation as one shared library, for the Python benches.
+$(BUILD)/dcp_cuda-pic.o: dcp_cuda.cu dcp.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fPIC -c $< -o $@
+$(BUILD)/dcp_impl-pic.o: bench/dcp_impl.c dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) -fPIC -c $< -o $@
+$(BUILD)/libdcp_cuda.so: $(BUILD)/dcp_impl-pic.o $(BUILD)/dcp_cuda-pic.o | $(BUILD)
+	$(NVCC) -shared $^ -o $@ -lcudart
+
+# The GPU tests under compute-sanitizer (memcheck, racecheck), where a GPU exists.
+COMPUTE_SANITIZER ?= compute-sanitizer
+sanitize-gpu: $(GPU_TESTS)
+	for program in $(GPU_TESTS); do \
+	    $(COMPUTE_SANITIZER) --tool memcheck --leak-check full --error-exitcode 1 \
+	        $$program || exit 1; \
+	    $(COMPUTE_SANITIZER) --tool racecheck --racecheck-report all --error-exitcode 1 \
+	        $$program || exit 1; \
+	done
 
 # dcp_nccl.h as C and under nvcc (compile only: running NCCL needs a GPU).
 $(BUILD)/nccl-c.o: tests/test_nccl_compile.c dcp_nccl.h dcp.h | $(BUILD)
