@@ -139,6 +139,12 @@
                                                   width <= 4; deterministic dweight, dbias
        dcp_cuda_acc_init / _acc_merge / _acc_finalize, dcp_cuda_convert
                                                   LSE merge of ring steps; float32 -> dtype
+       dcp_cuda_attention_workspace_size / _forward / _backward
+                                                  varlen THD attention step (a view of ranks
+                                                  and halves), bf16/fp16, head dim 64 or 128,
+                                                  GQA, causal by global position; backward
+                                                  adds into float32 dq, dk, dv
+       dcp_cuda_virtual_ring_forward / _backward  a ring of cp ranks on one device
 
    VERSION HISTORY
        0.1.0  planner, baselines, validator, simulator, length sources; THD views, reroute
@@ -790,6 +796,29 @@ DCP_CUDA_DEF dcp_status dcp_cuda_acc_finalize(const dcp_attention_params *params
 /* count float32 values to dtype (gradients accumulated in float32, for example). */
 DCP_CUDA_DEF dcp_status dcp_cuda_convert(const float *in, dcp_dtype dtype, void *out,
                                          int64_t count, void *stream, dcp_error *error);
+
+/* The ring of layout->cp ranks simulated on one device, mirroring dcp_ring_attention_forward
+   and _backward: q[r], k[r], v[r], ... are rank r's device buffers (host arrays of cp device
+   pointers). Forward runs, per rank, exactly the steps of dcp_ring_step_plan through
+   dcp_cuda_attention_forward (a float32 partial) and dcp_cuda_acc_merge, as a real ring
+   would, then dcp_cuda_acc_finalize writes out[r] (out_dtype) and lse[r]. Scratch for one
+   rank at a time comes from the caller (no allocation): partial_out and acc_out of
+   local_rows x num_heads x head_dim floats, partial_lse and acc_lse of num_heads x local_rows
+   floats, and the workspace of dcp_cuda_attention_workspace_size. Backward zeroes the float32
+   dq[r], dk[r], dv[r], then adds each step's gradient (dcp_cuda_attention_backward; out and
+   dout in dtype): dq into rank r, dk and dv into the KV's source rank. */
+DCP_CUDA_DEF dcp_status dcp_cuda_virtual_ring_forward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout, dcp_dtype dtype,
+    const void *const *q, const void *const *k, const void *const *v, dcp_dtype out_dtype,
+    void *const *out, float *const *lse, float *partial_out, float *partial_lse,
+    float *acc_out, float *acc_lse, void *workspace, size_t workspace_bytes, void *stream,
+    dcp_error *error);
+DCP_CUDA_DEF dcp_status dcp_cuda_virtual_ring_backward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout, dcp_dtype dtype,
+    const void *const *q, const void *const *k, const void *const *v, const void *const *out,
+    const void *const *dout, const float *const *lse, float *const *dq, float *const *dk,
+    float *const *dv, int32_t deterministic, void *workspace, size_t workspace_bytes,
+    void *stream, dcp_error *error);
 
 /* A device layout from the host copy of the arrays (checked with dcp_thd_layout_validate;
    local_rows and max_seqlen_padded are computed from it) and the device copies the kernels

@@ -1383,3 +1383,883 @@ extern "C" dcp_status dcp_cuda_convert(const float *in, dcp_dtype dtype, void *o
     }
     return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
 }
+
+/* ================================================================================= attention
+   Shared by forward and backward: one sequence's rows of a view. A rank's valid local rows
+   of a sequence are a prefix of its rows (dcp.h, THD layout), so the valid rows of a half
+   are [begin, min(end, valid)) and local order is position order. */
+
+struct dcp_cuda__attn_args {
+    const int32_t *cu_seqlens, *cu_seqlens_padded;
+    int32_t num_sequences, cp;
+    int32_t q_rank, q_half, kv_rank, kv_half, causal;
+    int64_t rows;
+    int32_t heads, kv_heads, group;
+    float scale;      /* softmax scale */
+    float scale_log2; /* softmax scale x log2(e) */
+    const void *q, *k, *v, *out, *dout;
+    const float *lse;
+    void *o;          /* forward output */
+    int32_t out_fp32; /* forward: o is float32 (else dtype) */
+    float *lse_out;
+    float *dq, *dk, *dv, *delta;
+    const int32_t *count; /* schedule: number of entries, then the entries */
+    const int2 *entries;
+};
+
+struct dcp_cuda__seq_view {
+    int64_t offset;            /* first local row of the sequence */
+    int64_t padded;            /* P */
+    int64_t q_begin, q_end, q_valid;  /* the q view rows; valid ones end at q_valid */
+    int64_t k_begin, k_end, k_valid;  /* the kv view rows; valid ones end at k_valid */
+};
+
+/* Valid local rows of rank `rank`: a prefix of the sequence's P / cp rows. */
+__device__ __forceinline__ int64_t dcp_cuda__valid_rows(int64_t padded, int64_t valid, int32_t cp,
+                                                        int32_t rank)
+{
+    if (cp == 1) return valid < padded ? valid : padded;
+    const int64_t h = padded / (2 * (int64_t)cp);
+    int64_t first = valid - rank * h, second = valid - (2 * (int64_t)cp - 1 - rank) * h;
+    first = first < 0 ? 0 : first > h ? h : first;
+    second = second < 0 ? 0 : second > h ? h : second;
+    return first + second;
+}
+
+__device__ __forceinline__ void dcp_cuda__half_rows(int64_t rows, int32_t half, int64_t *begin,
+                                                    int64_t *end)
+{
+    *begin = half == DCP_HALF_SECOND ? rows / 2 : 0;
+    *end = half == DCP_HALF_FIRST ? rows / 2 : rows;
+}
+
+/* Sequence j of the layout as the step sees it; rows are clamped to the buffer. */
+__device__ __forceinline__ dcp_cuda__seq_view dcp_cuda__seq_of(const dcp_cuda__attn_args &a,
+                                                               int32_t j)
+{
+    dcp_cuda__seq_view s;
+    const int64_t valid = (int64_t)a.cu_seqlens[j + 1] - a.cu_seqlens[j];
+    int64_t rows, limit;
+    s.padded = (int64_t)a.cu_seqlens_padded[j + 1] - a.cu_seqlens_padded[j];
+    s.offset = a.cu_seqlens_padded[j] / a.cp;
+    rows = s.padded / a.cp;
+    limit = a.rows - s.offset; /* a malformed layout never reaches past the buffer */
+    if (rows > limit) rows = limit < 0 ? 0 : limit;
+    dcp_cuda__half_rows(rows, a.q_half, &s.q_begin, &s.q_end);
+    dcp_cuda__half_rows(rows, a.kv_half, &s.k_begin, &s.k_end);
+    const int64_t qv = dcp_cuda__valid_rows(s.padded, valid, a.cp, a.q_rank);
+    const int64_t kv = dcp_cuda__valid_rows(s.padded, valid, a.cp, a.kv_rank);
+    s.q_valid = qv < s.q_end ? qv : s.q_end;
+    s.k_valid = kv < s.k_end ? kv : s.k_end;
+    if (s.q_valid < s.q_begin) s.q_valid = s.q_begin;
+    if (s.k_valid < s.k_begin) s.k_valid = s.k_begin;
+    return s;
+}
+
+/* ----------------------------------------------------------------------- tile schedule
+   Design. One block of 1024 threads lists the (sequence, tile of 64 view rows) pairs of a
+   step, longest sequences first: sequences go to 32 buckets by log2 of their tile count,
+   buckets are laid out from the largest, and within a sequence the last tile (the most keys
+   under a causal mask) comes first. The order inside a bucket depends on shared-memory
+   atomics, which is harmless: every tile is computed by exactly one block and results do not
+   depend on the order. The attention grid is sized on the host by the bound
+   local_rows / 64 + num_sequences (no read-back); blocks past the count exit at once. */
+
+#define DCP_CUDA__TILE 64
+
+__global__ void __launch_bounds__(1024)
+    dcp_cuda__schedule_kernel(const dcp_cuda__attn_args a, int32_t use_kv, int32_t *count,
+                              int2 *entries, int64_t capacity)
+{
+    __shared__ int32_t bucket_tiles[32], cursor[32];
+    if (threadIdx.x < 32) bucket_tiles[threadIdx.x] = 0;
+    __syncthreads();
+    for (int32_t j = threadIdx.x; j < a.num_sequences; j += blockDim.x) {
+        const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, j);
+        const int64_t rows = use_kv ? s.k_end - s.k_begin : s.q_end - s.q_begin;
+        const int32_t tiles = (int32_t)((rows + DCP_CUDA__TILE - 1) / DCP_CUDA__TILE);
+        if (tiles > 0) atomicAdd(&bucket_tiles[31 - __clz(tiles)], tiles);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int64_t offset = 0;
+        for (int32_t b = 31; b >= 0; b--) {
+            cursor[b] = (int32_t)offset;
+            offset += bucket_tiles[b];
+        }
+        *count = (int32_t)(offset < capacity ? offset : capacity);
+    }
+    __syncthreads();
+    for (int32_t j = threadIdx.x; j < a.num_sequences; j += blockDim.x) {
+        const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, j);
+        const int64_t rows = use_kv ? s.k_end - s.k_begin : s.q_end - s.q_begin;
+        const int32_t tiles = (int32_t)((rows + DCP_CUDA__TILE - 1) / DCP_CUDA__TILE);
+        if (tiles <= 0) continue;
+        const int32_t base = atomicAdd(&cursor[31 - __clz(tiles)], tiles);
+        for (int32_t t = 0; t < tiles && base + t < capacity; t++)
+            entries[base + t] = make_int2(j, tiles - 1 - t);
+    }
+}
+
+/* --------------------------------------------------------------- tensor-core primitives */
+
+__device__ __forceinline__ uint32_t dcp_cuda__smem_address(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared without registers; src_bytes 0 writes zeros and reads nothing. */
+__device__ __forceinline__ void dcp_cuda__cp_async16(void *shared, const void *global,
+                                                     int32_t src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     dcp_cuda__smem_address(shared)),
+                 "l"(global), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void dcp_cuda__cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N> __device__ __forceinline__ void dcp_cuda__cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. */
+__device__ __forceinline__ void dcp_cuda__ldmatrix_x4(uint32_t (&r)[4], const void *row)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(dcp_cuda__smem_address(row)));
+}
+
+__device__ __forceinline__ void dcp_cuda__ldmatrix_x4_trans(uint32_t (&r)[4], const void *row)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(dcp_cuda__smem_address(row)));
+}
+
+/* c += a b, m16n8k16, float32 accumulators. */
+template <typename T>
+__device__ __forceinline__ void dcp_cuda__mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                              uint32_t b1);
+
+template <>
+__device__ __forceinline__ void dcp_cuda__mma<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
+                                                             uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void dcp_cuda__mma<__half>(float (&c)[4], const uint32_t (&a)[4],
+                                                      uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two floats as one register of two 16-bit values, the first in the low half. */
+template <typename T> __device__ __forceinline__ uint32_t dcp_cuda__pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t dcp_cuda__pack2<__nv_bfloat16>(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+template <> __device__ __forceinline__ uint32_t dcp_cuda__pack2<__half>(float lo, float hi)
+{
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* ------------------------------------------------------------------- attention forward
+   Design (FlashAttention-2 on mma.sync). A block of 4 warps owns one schedule entry: a tile
+   of 64 rows of one sequence's q view, for one query head (grid.y). Each warp owns 16 query
+   rows: their Q fragments stay in registers (ldmatrix from a shared tile loaded once), their
+   output (16 x D floats) and running max / sum in registers. Keys and values stream through
+   shared memory in tiles of 64 rows, two stages deep with cp.async (the load of tile i + 1
+   overlaps the math of tile i); rows past the view's valid keys are zero-filled by cp.async
+   (src-size 0), so a padding row is never read. Per tile: S = Q K^T (m16n8k16, bf16/fp16 in,
+   float32 accumulate; K fragments by ldmatrix, rows padded by 16 bytes so the 8 row reads of
+   an ldmatrix hit distinct banks), the mask by global position (zigzag of the q and kv
+   ranks: valid query, valid key in the kv view, causal key position <= query position),
+   online softmax in base 2 (the scale folded into log2(e)), P rounded to the input type and
+   reused as the A operand of O += P V straight from the S accumulators, V fragments by
+   ldmatrix.trans. The key loop stops at the last key a causal tile can see (positions are
+   monotone in local order). Rows with no visible key (padding rows included) get 0 and LSE
+   -inf; rows outside the q view are not touched; tiles come longest sequence first from the
+   schedule, so a pack of many short documents fills the GPU without any host round trip. */
+
+#define DCP_CUDA__ATTN_THREADS 128
+
+template <int D> constexpr size_t dcp_cuda__attn_smem(size_t element)
+{
+    return (size_t)5 * DCP_CUDA__TILE * (D + 8) * element; /* Q, 2 x K, 2 x V */
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
+    dcp_cuda__attn_forward_kernel(const dcp_cuda__attn_args a)
+{
+    constexpr int STRIDE = D + 8, CHUNKS = D / 8, TILE = DCP_CUDA__TILE;
+    T *sq = reinterpret_cast<T *>(dcp_cuda__smem);
+    T *sk = sq + TILE * STRIDE;     /* [2][TILE][STRIDE] */
+    T *sv = sk + 2 * TILE * STRIDE; /* [2][TILE][STRIDE] */
+    if ((int32_t)blockIdx.x >= *a.count) return;
+    const int2 entry = a.entries[blockIdx.x];
+    const int32_t head = blockIdx.y, kv_head = head / a.group;
+    const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, entry.x);
+    const int64_t q0 = s.q_begin + (int64_t)entry.y * TILE;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3, m8 = lane >> 3, r8 = lane & 7;
+    const int64_t q_stride = (int64_t)a.heads * D, kv_stride = (int64_t)a.kv_heads * D;
+    const T *qg = static_cast<const T *>(a.q) + (int64_t)head * D;
+    const T *kg = static_cast<const T *>(a.k) + (int64_t)kv_head * D;
+    const T *vg = static_cast<const T *>(a.v) + (int64_t)kv_head * D;
+
+    /* the keys this tile can see: the valid kv view rows, cut by causality */
+    const int64_t q_last = (q0 + TILE < s.q_valid ? q0 + TILE : s.q_valid) - 1;
+    int64_t k_stop = q_last >= q0 ? s.k_valid : s.k_begin;
+    if (a.causal && q_last >= q0) {
+        const int64_t q_max = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, q_last);
+        int64_t seen;
+        if (a.cp == 1) seen = q_max + 1;
+        else {
+            const int64_t h = s.padded / (2 * (int64_t)a.cp);
+            int64_t first = q_max - (int64_t)a.kv_rank * h + 1;
+            int64_t second = q_max - (2 * (int64_t)a.cp - 1 - a.kv_rank) * h + 1;
+            first = first < 0 ? 0 : first > h ? h : first;
+            second = second < 0 ? 0 : second > h ? h : second;
+            seen = first + second;
+        }
+        if (seen < k_stop) k_stop = seen;
+    }
+    const int32_t tiles =
+        k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + TILE - 1) / TILE) : 0;
+
+    for (int i = tid; i < TILE * CHUNKS; i += DCP_CUDA__ATTN_THREADS) {
+        const int r = i / CHUNKS, c = i - r * CHUNKS;
+        const int64_t local = q0 + r;
+        const bool ok = local < s.q_valid;
+        dcp_cuda__cp_async16(sq + r * STRIDE + c * 8,
+                             qg + (ok ? (s.offset + local) * q_stride + c * 8 : 0), ok ? 16 : 0);
+    }
+    dcp_cuda__cp_async_commit();
+    auto load_kv = [&](int32_t tile, int stage) {
+        const int64_t k0 = s.k_begin + (int64_t)tile * TILE;
+        for (int i = tid; i < TILE * CHUNKS; i += DCP_CUDA__ATTN_THREADS) {
+            const int r = i / CHUNKS, c = i - r * CHUNKS;
+            const int64_t local = k0 + r;
+            const bool ok = local < s.k_valid;
+            const int64_t at = ok ? (s.offset + local) * kv_stride + c * 8 : 0;
+            dcp_cuda__cp_async16(sk + (stage * TILE + r) * STRIDE + c * 8, kg + at, ok ? 16 : 0);
+            dcp_cuda__cp_async16(sv + (stage * TILE + r) * STRIDE + c * 8, vg + at, ok ? 16 : 0);
+        }
+    };
+    if (tiles > 0) load_kv(0, 0);
+    dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
+    dcp_cuda__cp_async_wait<1>(); /* Q has landed */
+    __syncthreads();
+
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < D / 16; kc++)
+        dcp_cuda__ldmatrix_x4(qf[kc], sq + (warp * 16 + (m8 & 1) * 8 + r8) * STRIDE + kc * 16 +
+                                          (m8 >> 1) * 8);
+    /* this lane's two query rows */
+    int64_t q_index[2], q_pos[2];
+    bool q_ok[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        q_index[e] = q0 + warp * 16 + g + 8 * e;
+        q_ok[e] = q_index[e] < s.q_valid;
+        q_pos[e] = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, q_index[e]);
+    }
+    float o[D / 8][4], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int d = 0; d < D / 8; d++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[d][e] = 0.0f;
+
+    for (int32_t tile = 0; tile < tiles; tile++) {
+        const int stage = tile & 1;
+        if (tile + 1 < tiles) load_kv(tile + 1, stage ^ 1);
+        dcp_cuda__cp_async_commit();
+        dcp_cuda__cp_async_wait<1>(); /* tile `tile` has landed */
+        __syncthreads();
+        const T *ks = sk + stage * TILE * STRIDE, *vs = sv + stage * TILE * STRIDE;
+        const int64_t k0 = s.k_begin + (int64_t)tile * TILE;
+        float sc[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[n][e] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++)
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t b[4];
+                dcp_cuda__ldmatrix_x4(b, ks + (np * 16 + (m8 >> 1) * 8 + r8) * STRIDE + kc * 16 +
+                                             (m8 & 1) * 8);
+                dcp_cuda__mma<T>(sc[2 * np], qf[kc], b[0], b[1]);
+                dcp_cuda__mma<T>(sc[2 * np + 1], qf[kc], b[2], b[3]);
+            }
+        /* mask by position and scale into base 2 */
+        float tile_max[2] = {row_max[0], row_max[1]};
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t key = k0 + n * 8 + 2 * t + (e & 1);
+                const int row = e >> 1;
+                bool visible = q_ok[row] && key < s.k_valid;
+                if (visible && a.causal)
+                    visible = dcp_cuda__zigzag(s.padded, a.cp, a.kv_rank, key) <= q_pos[row];
+                sc[n][e] = visible ? sc[n][e] * a.scale_log2 : -INFINITY;
+                tile_max[row] = fmaxf(tile_max[row], sc[n][e]);
+            }
+        float base[2], alpha[2];
+#pragma unroll
+        for (int row = 0; row < 2; row++) {
+            tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 1));
+            tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 2));
+            base[row] = tile_max[row] == -INFINITY ? 0.0f : tile_max[row];
+            alpha[row] = exp2f(row_max[row] - base[row]);
+            row_max[row] = tile_max[row];
+            row_sum[row] *= alpha[row];
+        }
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                sc[n][e] = exp2f(sc[n][e] - base[e >> 1]);
+                row_sum[e >> 1] += sc[n][e];
+            }
+#pragma unroll
+        for (int d = 0; d < D / 8; d++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[d][e] *= alpha[e >> 1];
+        /* O += P V, P from the S accumulators (C layout = A layout of the next mma) */
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) {
+            uint32_t pa[4];
+            pa[0] = dcp_cuda__pack2<T>(sc[2 * kc][0], sc[2 * kc][1]);
+            pa[1] = dcp_cuda__pack2<T>(sc[2 * kc][2], sc[2 * kc][3]);
+            pa[2] = dcp_cuda__pack2<T>(sc[2 * kc + 1][0], sc[2 * kc + 1][1]);
+            pa[3] = dcp_cuda__pack2<T>(sc[2 * kc + 1][2], sc[2 * kc + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t b[4];
+                dcp_cuda__ldmatrix_x4_trans(b, vs + (kc * 16 + (m8 & 1) * 8 + r8) * STRIDE +
+                                                   dp * 16 + (m8 >> 1) * 8);
+                dcp_cuda__mma<T>(o[2 * dp], pa, b[0], b[1]);
+                dcp_cuda__mma<T>(o[2 * dp + 1], pa, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* this stage is free for the load two tiles ahead */
+    }
+    dcp_cuda__cp_async_wait<0>();
+
+    /* normalise and write the rows of the view */
+#pragma unroll
+    for (int row = 0; row < 2; row++) {
+        float sum = row_sum[row];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (q_index[row] >= s.q_end) continue;
+        const int64_t out_row = s.offset + q_index[row];
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int64_t at = (out_row * a.heads + head) * D + 2 * t;
+#pragma unroll
+        for (int d = 0; d < D / 8; d++) {
+            const float x = o[d][2 * row] * inv, y = o[d][2 * row + 1] * inv;
+            if (a.out_fp32)
+                *reinterpret_cast<float2 *>(static_cast<float *>(a.o) + at + d * 8) =
+                    make_float2(x, y);
+            else
+                *reinterpret_cast<uint32_t *>(static_cast<T *>(a.o) + at + d * 8) =
+                    dcp_cuda__pack2<T>(x, y);
+        }
+        if (t == 0)
+            a.lse_out[(int64_t)head * a.rows + out_row] =
+                sum > 0.0f ? (row_max[row] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+    }
+}
+
+/* ------------------------------------------------------------------ attention backward
+   Design (version 0: correctness first, CUDA cores, no tensor cores yet; see
+   bench/ATTENTION_NOTES.md). The reference's structure on the GPU, so that every gradient
+   element is one float32 sum in a fixed order, added once to its float32 buffer: no atomics,
+   bitwise reproducible whatever `deterministic` says. (1) delta[h, i] = dO_i . O_i, a warp
+   per (head, query row) of the q view, into the workspace. (2) dQ: a warp per (head, query
+   row), its lanes holding D / 32 dims of q and dO; it walks the visible keys of its row in
+   order (stopping at the causal bound: positions are monotone), recomputes s = scale q.k and
+   P = exp(s - lse) from the final LSE, dP = dO.v, and sums dS k. (3) dK, dV: a warp per (kv
+   head, key row) walks the query rows of every head of its GQA group and sums dS q and P dO.
+   Dot products are warp reductions (shuffles). Rows whose LSE is -inf contribute nothing; keys
+   past the valid rows of the kv view are never read. */
+
+template <int E> __device__ __forceinline__ float dcp_cuda__warp_dot(const float (&x)[E],
+                                                                     const float (&y)[E])
+{
+    float sum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++) sum = fmaf(x[e], y[e], sum);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    return sum;
+}
+
+/* The (head, row) of a warp of a row kernel and the row's sequence as the step sees it;
+   false when the row is outside the view (kv: key rows) or not valid there. */
+__device__ __forceinline__ bool dcp_cuda__attn_row(const dcp_cuda__attn_args &a, int32_t heads,
+                                                   bool kv, int32_t *head, int64_t *row,
+                                                   dcp_cuda__seq_view *s, int64_t *index)
+{
+    const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (unit >= (int64_t)heads * a.rows) return false;
+    *head = (int32_t)(unit / a.rows);
+    *row = unit - (int64_t)*head * a.rows;
+    const int32_t j = dcp_cuda__find_sequence(a.cu_seqlens_padded, a.num_sequences, *row * a.cp);
+    if (j < 0 || j >= a.num_sequences) return false;
+    *s = dcp_cuda__seq_of(a, j);
+    *index = *row - s->offset;
+    return kv ? *index >= s->k_begin && *index < s->k_valid
+              : *index >= s->q_begin && *index < s->q_valid;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256) dcp_cuda__attn_delta_kernel(const dcp_cuda__attn_args a)
+{
+    constexpr int E = D / 32;
+    int32_t head;
+    int64_t row, index;
+    dcp_cuda__seq_view s;
+    if (!dcp_cuda__attn_row(a, a.heads, false, &head, &row, &s, &index)) return;
+    const int lane = threadIdx.x & 31;
+    const int64_t at = (row * a.heads + head) * D + lane * E;
+    float o[E], d[E];
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.out) + at, o);
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.dout) + at, d);
+    const float delta = dcp_cuda__warp_dot<E>(o, d);
+    if (lane == 0) a.delta[(int64_t)head * a.rows + row] = delta;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256) dcp_cuda__attn_dq_kernel(const dcp_cuda__attn_args a)
+{
+    constexpr int E = D / 32;
+    int32_t head;
+    int64_t row, index;
+    dcp_cuda__seq_view s;
+    if (!dcp_cuda__attn_row(a, a.heads, false, &head, &row, &s, &index)) return;
+    const float lse = a.lse[(int64_t)head * a.rows + row];
+    if (lse == -INFINITY) return;
+    const int lane = threadIdx.x & 31;
+    const int32_t kv_head = head / a.group;
+    const int64_t at = (row * a.heads + head) * D + lane * E;
+    const int64_t q_pos = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, index);
+    const float delta = a.delta[(int64_t)head * a.rows + row];
+    float q[E], d[E], acc[E];
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.q) + at, q);
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.dout) + at, d);
+#pragma unroll
+    for (int e = 0; e < E; e++) acc[e] = 0.0f;
+    for (int64_t key = s.k_begin; key < s.k_valid; key++) {
+        if (a.causal && dcp_cuda__zigzag(s.padded, a.cp, a.kv_rank, key) > q_pos) break;
+        const int64_t kat = ((s.offset + key) * a.kv_heads + kv_head) * D + lane * E;
+        float k[E], v[E];
+        dcp_cuda__load<T, E>(static_cast<const T *>(a.k) + kat, k);
+        dcp_cuda__load<T, E>(static_cast<const T *>(a.v) + kat, v);
+        const float p = expf(a.scale * dcp_cuda__warp_dot<E>(q, k) - lse);
+        const float ds = p * (dcp_cuda__warp_dot<E>(d, v) - delta);
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[e] = fmaf(ds, k[e], acc[e]);
+    }
+#pragma unroll
+    for (int e = 0; e < E; e++) a.dq[at + e] += a.scale * acc[e];
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256) dcp_cuda__attn_dkv_kernel(const dcp_cuda__attn_args a)
+{
+    constexpr int E = D / 32;
+    int32_t kv_head;
+    int64_t row, index;
+    dcp_cuda__seq_view s;
+    if (!dcp_cuda__attn_row(a, a.kv_heads, true, &kv_head, &row, &s, &index)) return;
+    const int lane = threadIdx.x & 31;
+    const int64_t kat = (row * a.kv_heads + kv_head) * D + lane * E;
+    const int64_t k_pos = dcp_cuda__zigzag(s.padded, a.cp, a.kv_rank, index);
+    float k[E], v[E], dk[E], dv[E];
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.k) + kat, k);
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.v) + kat, v);
+#pragma unroll
+    for (int e = 0; e < E; e++) dk[e] = dv[e] = 0.0f;
+    for (int32_t head = kv_head * a.group; head < (kv_head + 1) * a.group; head++)
+        for (int64_t qi = s.q_begin; qi < s.q_valid; qi++) {
+            if (a.causal && dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, qi) < k_pos) continue;
+            const int64_t q_row = s.offset + qi;
+            const float lse = a.lse[(int64_t)head * a.rows + q_row];
+            if (lse == -INFINITY) continue;
+            const int64_t at = (q_row * a.heads + head) * D + lane * E;
+            float q[E], d[E];
+            dcp_cuda__load<T, E>(static_cast<const T *>(a.q) + at, q);
+            dcp_cuda__load<T, E>(static_cast<const T *>(a.dout) + at, d);
+            const float p = expf(a.scale * dcp_cuda__warp_dot<E>(q, k) - lse);
+            const float ds = p * (dcp_cuda__warp_dot<E>(d, v) -
+                                  a.delta[(int64_t)head * a.rows + q_row]);
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                dk[e] = fmaf(ds, q[e], dk[e]);
+                dv[e] = fmaf(p, d[e], dv[e]);
+            }
+        }
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        a.dk[kat + e] += a.scale * dk[e];
+        a.dv[kat + e] += dv[e];
+    }
+}
+
+/* ------------------------------------------------------------------ attention: host side */
+
+/* Schedule capacity (entries) of a layout: sum over sequences of ceil(view rows / 64) is at
+   most local_rows / 64 + num_sequences. */
+static int64_t dcp_cuda__attn_capacity(const dcp_cuda_layout *layout)
+{
+    return layout->local_rows / DCP_CUDA__TILE + layout->thd.num_sequences + 1;
+}
+
+#define DCP_CUDA__ALIGN(x) (((x) + 255) & ~(size_t)255)
+
+static size_t dcp_cuda__attn_schedule_bytes(const dcp_cuda_layout *layout)
+{
+    return DCP_CUDA__ALIGN(16 + (size_t)dcp_cuda__attn_capacity(layout) * sizeof(int2));
+}
+
+static dcp_status dcp_cuda__attn_check(const dcp_attention_params *params,
+                                       const dcp_cuda_layout *layout,
+                                       const dcp_attention_view *view, dcp_dtype dtype,
+                                       dcp_attention_params *p, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_attention_params_resolve(params, p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
+        (status = dcp_attention_view_validate(view, layout->thd.cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_dtype("dtype", dtype, 0, error)) != DCP_OK)
+        return status;
+    if (p->head_dim != 64 && p->head_dim != 128)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
+                              "head_dim %d: the CUDA attention serves 64 and 128",
+                              (int)p->head_dim);
+    if (p->num_heads > 65535)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED, "num_heads %d > 65535",
+                              (int)p->num_heads);
+    if ((status = dcp_cuda__check_elements("q", layout->local_rows,
+                                           (int64_t)p->num_heads * p->head_dim, sizeof(float),
+                                           error)) != DCP_OK)
+        return status;
+    if ((int64_t)p->num_heads * layout->local_rows > (int64_t)INT32_MAX / 32 * 8)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
+                              "%lld rows x %d heads are too many for one launch",
+                              (long long)layout->local_rows, (int)p->num_heads);
+    return DCP_OK;
+}
+
+static dcp_cuda__attn_args dcp_cuda__attn_args_of(const dcp_attention_params *p,
+                                                  const dcp_cuda_layout *layout,
+                                                  const dcp_attention_view *view)
+{
+    dcp_cuda__attn_args a;
+    memset(&a, 0, sizeof a);
+    a.cu_seqlens = layout->thd.cu_seqlens;
+    a.cu_seqlens_padded = layout->thd.cu_seqlens_padded;
+    a.num_sequences = layout->thd.num_sequences;
+    a.cp = layout->thd.cp;
+    if (view) {
+        a.q_rank = view->q_rank, a.q_half = view->q_half;
+        a.kv_rank = view->kv_rank, a.kv_half = view->kv_half;
+    }
+    a.causal = p->causal;
+    a.rows = layout->local_rows;
+    a.heads = p->num_heads;
+    a.kv_heads = p->num_kv_heads;
+    a.group = p->num_heads / p->num_kv_heads;
+    a.scale = (float)p->softmax_scale;
+    a.scale_log2 = (float)(p->softmax_scale * 1.4426950408889634);
+    return a;
+}
+
+static dcp_status dcp_cuda__check_workspace(void *workspace, size_t bytes, size_t needed,
+                                            dcp_error *error)
+{
+    if (!workspace || bytes < needed || !dcp_cuda__aligned(workspace, 256))
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "workspace %p of %zu bytes: need %zu bytes, 256-byte aligned "
+                              "(dcp_cuda_attention_workspace_size)",
+                              workspace, bytes, needed);
+    return DCP_OK;
+}
+
+extern "C" dcp_status dcp_cuda_attention_workspace_size(const dcp_attention_params *params,
+                                                        const dcp_cuda_layout *layout,
+                                                        size_t *bytes, dcp_error *error)
+{
+    dcp_attention_params p;
+    dcp_status status;
+    if (!bytes) return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
+    if ((status = dcp_attention_params_resolve(params, &p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_layout(layout, error)) != DCP_OK)
+        return status;
+    /* the tile schedule, then the backward's delta [num_heads, local_rows] */
+    *bytes = dcp_cuda__attn_schedule_bytes(layout) +
+             DCP_CUDA__ALIGN((size_t)layout->local_rows * (size_t)p.num_heads * sizeof(float));
+    return dcp_cuda__ok(error);
+}
+
+template <typename T, int D>
+static dcp_status dcp_cuda__attn_forward_launch(dcp_cuda__attn_args a, int64_t capacity,
+                                                cudaStream_t s, dcp_error *error)
+{
+    const size_t shared = dcp_cuda__attn_smem<D>(sizeof(T));
+    const dim3 grid((unsigned)capacity, (unsigned)a.heads);
+    dcp_cuda__schedule_kernel<<<1, 1024, 0, s>>>(a, 0, (int32_t *)a.count, (int2 *)a.entries,
+                                                 capacity);
+    DCP_CUDA_CHECK_LAUNCH();
+    DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_forward_kernel<T, D>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)shared));
+    dcp_cuda__attn_forward_kernel<T, D><<<grid, DCP_CUDA__ATTN_THREADS, shared, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_cuda__ok(error);
+}
+
+extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *params,
+                                                 const dcp_cuda_layout *layout,
+                                                 const dcp_attention_view *view, dcp_dtype dtype,
+                                                 const void *q, const void *k, const void *v,
+                                                 dcp_dtype out_dtype, void *out, float *lse,
+                                                 void *workspace, size_t workspace_bytes,
+                                                 void *stream, dcp_error *error)
+{
+    dcp_attention_params p;
+    dcp_cuda__attn_args a;
+    size_t needed;
+    cudaStream_t s = (cudaStream_t)stream;
+    dcp_status status;
+    if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
+        return status;
+    if (out_dtype != DCP_DTYPE_FLOAT32 && out_dtype != dtype)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "out_dtype %s must be float32 or dtype %s",
+                              dcp_cuda__dtype_name(out_dtype), dcp_cuda__dtype_name(dtype));
+    if (!q || !k || !v || !out || !lse)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "q, k, v, out and lse must not be NULL");
+    if (!dcp_cuda__aligned(q, 16) || !dcp_cuda__aligned(k, 16) || !dcp_cuda__aligned(v, 16) ||
+        !dcp_cuda__aligned(out, 8) || !dcp_cuda__aligned(lse, 4))
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "q, k, v must be 16-byte aligned and out 8-byte aligned (got %p, "
+                              "%p, %p, %p)",
+                              q, k, v, out);
+    if ((status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
+        (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
+        return status;
+    a = dcp_cuda__attn_args_of(&p, layout, view);
+    a.q = q, a.k = k, a.v = v, a.o = out, a.lse_out = lse;
+    a.out_fp32 = out_dtype == DCP_DTYPE_FLOAT32;
+    a.count = (const int32_t *)workspace;
+    a.entries = (const int2 *)((char *)workspace + 16);
+    if (layout->local_rows == 0) return dcp_cuda__ok(error);
+    if (dtype == DCP_DTYPE_BFLOAT16)
+        return p.head_dim == 64
+                   ? dcp_cuda__attn_forward_launch<__nv_bfloat16, 64>(a, dcp_cuda__attn_capacity(layout), s, error)
+                   : dcp_cuda__attn_forward_launch<__nv_bfloat16, 128>(a, dcp_cuda__attn_capacity(layout), s, error);
+    return p.head_dim == 64
+               ? dcp_cuda__attn_forward_launch<__half, 64>(a, dcp_cuda__attn_capacity(layout), s, error)
+               : dcp_cuda__attn_forward_launch<__half, 128>(a, dcp_cuda__attn_capacity(layout), s, error);
+}
+
+template <typename T, int D>
+static dcp_status dcp_cuda__attn_backward_launch(const dcp_cuda__attn_args &a, cudaStream_t s,
+                                                 dcp_error *error)
+{
+    const unsigned q_blocks = (unsigned)(((int64_t)a.heads * a.rows + 7) / 8);
+    const unsigned kv_blocks = (unsigned)(((int64_t)a.kv_heads * a.rows + 7) / 8);
+    dcp_cuda__attn_delta_kernel<T, D><<<q_blocks, 256, 0, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    dcp_cuda__attn_dq_kernel<T, D><<<q_blocks, 256, 0, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    dcp_cuda__attn_dkv_kernel<T, D><<<kv_blocks, 256, 0, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_cuda__ok(error);
+}
+
+extern "C" dcp_status dcp_cuda_attention_backward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout,
+    const dcp_attention_view *view, dcp_dtype dtype, const void *q, const void *k, const void *v,
+    const void *out, const void *dout, const float *lse, float *dq, float *dk, float *dv,
+    int32_t deterministic, void *workspace, size_t workspace_bytes, void *stream,
+    dcp_error *error)
+{
+    dcp_attention_params p;
+    dcp_cuda__attn_args a;
+    size_t needed;
+    cudaStream_t s = (cudaStream_t)stream;
+    dcp_status status;
+    if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
+        return status;
+    if (deterministic != 0 && deterministic != 1)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "deterministic must be 0 or 1, got %d", (int)deterministic);
+    if (!q || !k || !v || !out || !dout || !lse || !dq || !dk || !dv)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "q, k, v, out, dout, lse, dq, dk and dv must not be NULL");
+    if (!dcp_cuda__aligned(q, 8) || !dcp_cuda__aligned(k, 8) || !dcp_cuda__aligned(v, 8) ||
+        !dcp_cuda__aligned(out, 8) || !dcp_cuda__aligned(dout, 8))
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "q, k, v, out and dout must be 8-byte aligned");
+    if ((status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
+        (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
+        return status;
+    a = dcp_cuda__attn_args_of(&p, layout, view);
+    a.q = q, a.k = k, a.v = v, a.out = out, a.dout = dout, a.lse = lse;
+    a.dq = dq, a.dk = dk, a.dv = dv;
+    a.delta = (float *)((char *)workspace + dcp_cuda__attn_schedule_bytes(layout));
+    if (layout->local_rows == 0) return dcp_cuda__ok(error);
+    if (dtype == DCP_DTYPE_BFLOAT16)
+        return p.head_dim == 64 ? dcp_cuda__attn_backward_launch<__nv_bfloat16, 64>(a, s, error)
+                                : dcp_cuda__attn_backward_launch<__nv_bfloat16, 128>(a, s, error);
+    return p.head_dim == 64 ? dcp_cuda__attn_backward_launch<__half, 64>(a, s, error)
+                            : dcp_cuda__attn_backward_launch<__half, 128>(a, s, error);
+}
+
+/* ------------------------------------------------------------------- virtual ring driver
+   The steps of dcp_ring_step_plan, rank after rank, through the same entry points a real
+   ring calls (dcp_nccl.h does the same with the KV received from the neighbour); the CPU
+   reference dcp_ring_attention_forward / _backward has the same structure. */
+
+static dcp_status dcp_cuda__check_rank_pointers(const char *name, const void *const *buffers,
+                                                int32_t cp, dcp_error *error)
+{
+    int32_t r;
+    if (!buffers)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
+    for (r = 0; r < cp; r++)
+        if (!buffers[r])
+            return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s[%d] must not be NULL",
+                                  name, (int)r);
+    return DCP_OK;
+}
+
+extern "C" dcp_status dcp_cuda_virtual_ring_forward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout, dcp_dtype dtype,
+    const void *const *q, const void *const *k, const void *const *v, dcp_dtype out_dtype,
+    void *const *out, float *const *lse, float *partial_out, float *partial_lse,
+    float *acc_out, float *acc_lse, void *workspace, size_t workspace_bytes, void *stream,
+    dcp_error *error)
+{
+    dcp_attention_params p;
+    int32_t rank, step, cp;
+    dcp_status status;
+    if ((status = dcp_cuda__attn_check(params, layout, NULL, dtype, &p, error)) != DCP_OK)
+        return status;
+    cp = layout->thd.cp;
+    if ((status = dcp_cuda__check_rank_pointers("q", q, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("k", k, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("v", v, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("out", (const void *const *)out, cp, error)) !=
+            DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("lse", (const void *const *)lse, cp, error)) !=
+            DCP_OK)
+        return status;
+    if (!partial_out || !partial_lse || !acc_out || !acc_lse)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "partial_out, partial_lse, acc_out and acc_lse must not be NULL");
+    for (rank = 0; rank < cp; rank++) {
+        if ((status = dcp_cuda_acc_init(&p, layout, acc_out, acc_lse, stream, error)) != DCP_OK)
+            return status;
+        for (step = 0; step < cp; step++) {
+            dcp_ring_step plan;
+            dcp_attention_params step_params = p;
+            if ((status = dcp_ring_step_plan(cp, rank, step, p.causal, &plan, error)) != DCP_OK)
+                return status;
+            step_params.causal = plan.causal;
+            if ((status = dcp_cuda_attention_forward(
+                     &step_params, layout, &plan.view, dtype, q[rank], k[plan.view.kv_rank],
+                     v[plan.view.kv_rank], DCP_DTYPE_FLOAT32, partial_out, partial_lse,
+                     workspace, workspace_bytes, stream, error)) != DCP_OK ||
+                (status = dcp_cuda_acc_merge(&p, layout, plan.view.q_half, partial_out,
+                                             partial_lse, acc_out, acc_lse, stream, error)) !=
+                    DCP_OK)
+                return status;
+        }
+        if ((status = dcp_cuda_acc_finalize(&p, layout, rank, acc_out, acc_lse, out_dtype,
+                                            out[rank], lse[rank], stream, error)) != DCP_OK)
+            return status;
+    }
+    return dcp_cuda__ok(error);
+}
+
+extern "C" dcp_status dcp_cuda_virtual_ring_backward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout, dcp_dtype dtype,
+    const void *const *q, const void *const *k, const void *const *v, const void *const *out,
+    const void *const *dout, const float *const *lse, float *const *dq, float *const *dk,
+    float *const *dv, int32_t deterministic, void *workspace, size_t workspace_bytes,
+    void *stream, dcp_error *error)
+{
+    dcp_attention_params p;
+    int32_t rank, step, cp;
+    cudaStream_t s = (cudaStream_t)stream;
+    dcp_status status;
+    if ((status = dcp_cuda__attn_check(params, layout, NULL, dtype, &p, error)) != DCP_OK)
+        return status;
+    cp = layout->thd.cp;
+    if ((status = dcp_cuda__check_rank_pointers("q", q, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("k", k, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("v", v, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("out", out, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("dout", dout, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("lse", (const void *const *)lse, cp, error)) !=
+            DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("dq", (const void *const *)dq, cp, error)) !=
+            DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("dk", (const void *const *)dk, cp, error)) !=
+            DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("dv", (const void *const *)dv, cp, error)) !=
+            DCP_OK)
+        return status;
+    for (rank = 0; rank < cp; rank++) {
+        const size_t q_bytes = (size_t)layout->local_rows * p.num_heads * p.head_dim * 4;
+        const size_t kv_bytes = (size_t)layout->local_rows * p.num_kv_heads * p.head_dim * 4;
+        DCP_CUDA_CHECK(cudaMemsetAsync(dq[rank], 0, q_bytes, s));
+        DCP_CUDA_CHECK(cudaMemsetAsync(dk[rank], 0, kv_bytes, s));
+        DCP_CUDA_CHECK(cudaMemsetAsync(dv[rank], 0, kv_bytes, s));
+    }
+    for (rank = 0; rank < cp; rank++)
+        for (step = 0; step < cp; step++) {
+            dcp_ring_step plan;
+            dcp_attention_params step_params = p;
+            int32_t source;
+            if ((status = dcp_ring_step_plan(cp, rank, step, p.causal, &plan, error)) != DCP_OK)
+                return status;
+            step_params.causal = plan.causal;
+            source = plan.view.kv_rank;
+            if ((status = dcp_cuda_attention_backward(
+                     &step_params, layout, &plan.view, dtype, q[rank], k[source], v[source],
+                     out[rank], dout[rank], lse[rank], dq[rank], dk[source], dv[source],
+                     deterministic, workspace, workspace_bytes, stream, error)) != DCP_OK)
+                return status;
+        }
+    return dcp_cuda__ok(error);
+}
