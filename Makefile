@@ -25,14 +25,14 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart
 CPU_TESTS := test_core test_lengths test_planner test_thd test_reference
 HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-nvcc \
                  $(BUILD)/header-no-reference
-GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels
+GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels $(BUILD)/test_cuda_attention
 TEST_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(HEADER_CHECKS) \
                  $(GPU_TESTS)
 COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o
 
 .PHONY: all test demo bench fuzz clean sanitize-gpu
 
-GPU_BENCHES := $(BUILD)/kernels_bench $(BUILD)/libdcp_cuda.so
+GPU_BENCHES := $(BUILD)/kernels_bench $(BUILD)/attention_bench $(BUILD)/libdcp_cuda.so
 
 all: $(BUILD)/dcp-plan $(BUILD)/plan_bench $(TEST_PROGRAMS) $(COMPILE_CHECKS) $(GPU_BENCHES)
 
@@ -74,6 +74,8 @@ $(BUILD)/test_cuda_%: tests/test_cuda_%.cu tests/test.h tests/cuda_test_util.h d
 
 # GPU benches (built by `make`, run by hand where a GPU exists; see bench/RESULTS.md).
 $(BUILD)/kernels_bench: bench/kernels_bench.cu bench/bench_util.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
+$(BUILD)/attention_bench: bench/attention_bench.cu bench/bench_util.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
 
 # dcp_cuda.cu and the dcp.h implementation as one shared library, for the Python benches.

@@ -30,6 +30,12 @@
         }                                                                                      \
     } while (0)
 
+#if defined(__GNUC__)
+#define BENCH_MAYBE_UNUSED __attribute__((unused))
+#else
+#define BENCH_MAYBE_UNUSED
+#endif
+
 #define BENCH_FLUSH_BYTES ((size_t)256 << 20)
 #define BENCH_MAX_REPEAT 101
 
@@ -88,7 +94,7 @@ static void bench_copy_run(void *context)
 }
 
 /* GB/s of a device-to-device copy of `bytes` (counting bytes read plus bytes written). */
-static double bench_copy_bandwidth(size_t bytes, int repeat)
+static BENCH_MAYBE_UNUSED double bench_copy_bandwidth(size_t bytes, int repeat)
 {
     bench_copy c;
     double ms;

@@ -122,7 +122,7 @@ static void cuda_arena_free(cuda_arena *a)
     while (a->hosts > 0) free(a->host[--a->hosts]);
 }
 
-static void poison(void *device, size_t bytes) { CUDA_TEST_CALL(cudaMemset(device, 0xFF, bytes)); }
+static TEST_MAYBE_UNUSED void poison(void *device, size_t bytes) { CUDA_TEST_CALL(cudaMemset(device, 0xFF, bytes)); }
 
 /* ----------------------------------------------------------------- element types on the host */
 
