@@ -26,14 +26,17 @@ NCCL_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lnccl
 CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_comm
 HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-nvcc \
                  $(BUILD)/header-no-reference
+GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels $(BUILD)/test_cuda_attention
 TEST_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(HEADER_CHECKS) \
-                 $(BUILD)/test_cuda
-COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o $(BUILD)/test_nccl_gpu.o \
-                  $(BUILD)/ring_attention_nccl.o
+                 $(GPU_TESTS) $(BUILD)/test_nccl_gpu
+COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o
 
-.PHONY: all test demo bench fuzz clean test-gpu ring-example
+.PHONY: all test demo bench fuzz clean sanitize-gpu test-gpu ring-example
 
-all: $(BUILD)/dcp-plan $(BUILD)/plan_bench $(TEST_PROGRAMS) $(COMPILE_CHECKS)
+GPU_BENCHES := $(BUILD)/kernels_bench $(BUILD)/attention_bench $(BUILD)/libdcp_cuda.so
+
+all: $(BUILD)/dcp-plan $(BUILD)/plan_bench $(TEST_PROGRAMS) $(COMPILE_CHECKS) $(GPU_BENCHES) \
+     $(BUILD)/ring_attention_nccl
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -67,16 +70,42 @@ $(BUILD)/dcp_cuda.o: dcp_cuda.cu dcp.h | $(BUILD)
 $(BUILD)/test_cuda: tests/test_cuda.cu tests/test.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
 
+$(BUILD)/test_cuda_%: tests/test_cuda_%.cu tests/test.h tests/cuda_test_util.h dcp.h \
+                      $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
+
+# GPU benches (built by `make`, run by hand where a GPU exists; see bench/RESULTS.md).
+$(BUILD)/kernels_bench: bench/kernels_bench.cu bench/bench_util.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
+$(BUILD)/attention_bench: bench/attention_bench.cu bench/bench_util.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
+
+# dcp_cuda.cu and the dcp.h implementation as one shared library, for the Python benches.
+$(BUILD)/dcp_cuda-pic.o: dcp_cuda.cu dcp.h | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fPIC -c $< -o $@
+$(BUILD)/dcp_impl-pic.o: bench/dcp_impl.c dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) -fPIC -c $< -o $@
+$(BUILD)/libdcp_cuda.so: $(BUILD)/dcp_impl-pic.o $(BUILD)/dcp_cuda-pic.o | $(BUILD)
+	$(NVCC) -shared $^ -o $@ -lcudart
+
+# The GPU tests under compute-sanitizer (memcheck, racecheck), where a GPU exists.
+COMPUTE_SANITIZER ?= compute-sanitizer
+sanitize-gpu: $(GPU_TESTS)
+	for program in $(GPU_TESTS); do \
+	    $(COMPUTE_SANITIZER) --tool memcheck --leak-check full --error-exitcode 1 \
+	        $$program || exit 1; \
+	    $(COMPUTE_SANITIZER) --tool racecheck --racecheck-report all --error-exitcode 1 \
+	        $$program || exit 1; \
+	done
+
 # dcp_nccl.h as C and under nvcc (compile only: running NCCL needs a GPU).
 $(BUILD)/nccl-c.o: tests/test_nccl_compile.c dcp_nccl.h dcp.h | $(BUILD)
 	$(CC) -std=c99 -O2 -Wall -Wextra -Werror $(CUDA_INCLUDE) -c $< -o $@
 $(BUILD)/nccl-nvcc.o: tests/test_nccl_compile.c dcp_nccl.h dcp.h | $(BUILD)
 	$(NVCC) -std=c++14 -O2 -Xcompiler -Wall,-Wextra,-Werror -x cu -c $< -o $@
 
-# dcp_nccl.h's one-rank GPU test and the multi-GPU example: `make` compiles both to objects;
-# linking them needs dcp_cuda.o's attention kernels and running them a GPU, so `make test-gpu`
-# (prints "no CUDA device: skipped" without one) and `make ring-example` are not part of
-# `all` or `test`.
+# dcp_nccl.h's one-rank GPU test (in `make test`; it prints "no CUDA device: skipped" without
+# a GPU) and the multi-GPU ring-attention example (built by `make`; run one process per GPU).
 $(BUILD)/test_nccl_gpu.o: tests/test_nccl_gpu.cu tests/test.h dcp.h dcp_nccl.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 $(BUILD)/test_nccl_gpu: $(BUILD)/test_nccl_gpu.o $(BUILD)/dcp_cuda.o
@@ -86,8 +115,9 @@ $(BUILD)/ring_attention_nccl.o: examples/ring_attention_nccl.cu dcp.h dcp_nccl.h
 $(BUILD)/ring_attention_nccl: $(BUILD)/ring_attention_nccl.o $(BUILD)/dcp_cuda.o
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(NCCL_LIBS)
 
-test-gpu: $(BUILD)/test_nccl_gpu
-	sh tests/run_tests.sh $(BUILD)/test_nccl_gpu
+# Only the GPU programs: where a GPU exists they run instead of skipping.
+test-gpu: $(GPU_TESTS) $(BUILD)/test_nccl_gpu
+	sh tests/run_tests.sh $(GPU_TESTS) $(BUILD)/test_nccl_gpu
 
 ring-example: $(BUILD)/ring_attention_nccl
 

@@ -141,6 +141,28 @@
        dcp_conv1d_forward(params, layout, total_rows, x, weight, bias, y, err)
        dcp_conv1d_backward(params, layout, total_rows, x, weight, bias, dy, dx, dweight,
                            dbias, err)            causal depthwise conv1d, optional SiLU
+       dcp_attention_params_resolve / dcp_attention_view_validate / dcp_rope_options_resolve /
+       dcp_conv1d_params_resolve                  the argument checks every entry point, CPU
+                                                  or CUDA, shares; no allocation
+   CUDA (dcp_cuda.cu; device pointers, a cudaStream_t as void *; never allocate or
+   synchronise; check every argument on the host first; CUDA errors -> DCP_ERROR_CUDA with
+   file, line and call; absent with DCP_NO_REFERENCE, except the device count)
+       dcp_cuda_device_count(&count, err)         0 without driver or device (not an error)
+       dcp_cuda_layout_init(host, d_cu, d_cu_padded, &layout, err)
+                                                  device layout from checked host arrays
+       dcp_cuda_rope_forward / _backward(options, layout, rank, dtype, head_dim, q_heads, q,
+                                         q_out, k_heads, k, k_out, stream, err)
+                                                  q and k in one launch, bf16/fp16/fp32
+       dcp_cuda_conv1d_workspace_size / _forward / _backward
+                                                  width <= 4; deterministic dweight, dbias
+       dcp_cuda_acc_init / _acc_merge / _acc_finalize, dcp_cuda_convert
+                                                  LSE merge of ring steps; float32 -> dtype
+       dcp_cuda_attention_workspace_size / _forward / _backward
+                                                  varlen THD attention step (a view of ranks
+                                                  and halves), bf16/fp16, head dim 64 or 128,
+                                                  GQA, causal by global position; backward
+                                                  adds into float32 dq, dk, dv
+       dcp_cuda_virtual_ring_forward / _backward  a ring of cp ranks on one device
 
    VERSION HISTORY
        0.1.0  planner, baselines, validator, simulator, length sources; THD views, reroute
@@ -782,6 +804,16 @@ DCPDEF dcp_status dcp_attention_backward(const dcp_attention_params *params,
                                          const float *dout, const float *lse, float *dq,
                                          float *dk, float *dv, dcp_error *error);
 
+/* Checks params and fills their defaults (num_kv_heads, softmax_scale) into *resolved, as
+   every attention entry point, CPU or CUDA, does first; view NULL means all zero, and
+   dcp_attention_view_validate checks its ranks against cp and its halves (which need cp > 1).
+   No allocation. */
+DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *params,
+                                               dcp_attention_params *resolved,
+                                               dcp_error *error);
+DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, int32_t cp,
+                                              dcp_error *error);
+
 /* Merging partial results through their LSEs (only num_heads and head_dim of params are
    read). An accumulator (acc_out like out, acc_lse like lse) starts at 0 and -inf on every
    local row; merge folds in a partial (out, lse) on the rows of `half` of every sequence,
@@ -850,6 +882,11 @@ typedef struct dcp_rope_options {
                                frequencies (YaRN and the like) come as this table */
 } dcp_rope_options;
 
+/* Checks options for a head_dim and fills the defaults into *resolved (options NULL: all
+   defaults). A table given in options->inv_freq is read (each entry must be finite). */
+DCPDEF dcp_status dcp_rope_options_resolve(const dcp_rope_options *options, int32_t head_dim,
+                                           dcp_rope_options *resolved, dcp_error *error);
+
 /* y = RoPE(x) on the local buffer x [rows, num_heads, head_dim] of rank `rank`; padding rows
    give 0. y may be x. Backward applies the inverse rotation: dx from dy, likewise. */
 DCPDEF dcp_status dcp_rope_forward(const dcp_rope_options *options,
@@ -870,6 +907,10 @@ typedef struct dcp_conv1d_params {
     int32_t width;    /* W in [1, DCP_CONV1D_MAX_WIDTH]; default DCP_DEFAULT_CONV1D_WIDTH */
     int32_t silu;     /* 0 or 1: y = silu(pre-activation) */
 } dcp_conv1d_params;
+
+/* Checks params and fills the default width into *resolved. */
+DCPDEF dcp_status dcp_conv1d_params_resolve(const dcp_conv1d_params *params,
+                                           dcp_conv1d_params *resolved, dcp_error *error);
 
 /* Causal depthwise conv1d on a cp 1 layout, causal-conv1d's convention: x and y are
    [total_rows, channels] with total_rows >= cu_seqlens_padded[n] (a buffer tail may follow the
@@ -967,6 +1008,88 @@ DCP_CUDA_DEF dcp_status dcp_cuda_acc_finalize(const dcp_attention_params *params
 /* count float32 values to dtype (gradients accumulated in float32, for example). */
 DCP_CUDA_DEF dcp_status dcp_cuda_convert(const float *in, dcp_dtype dtype, void *out,
                                          int64_t count, void *stream, dcp_error *error);
+
+/* The ring of layout->cp ranks simulated on one device, mirroring dcp_ring_attention_forward
+   and _backward: q[r], k[r], v[r], ... are rank r's device buffers (host arrays of cp device
+   pointers). Forward runs, per rank, exactly the steps of dcp_ring_step_plan through
+   dcp_cuda_attention_forward (a float32 partial) and dcp_cuda_acc_merge, as a real ring
+   would, then dcp_cuda_acc_finalize writes out[r] (out_dtype) and lse[r]. Scratch for one
+   rank at a time comes from the caller (no allocation): partial_out and acc_out of
+   local_rows x num_heads x head_dim floats, partial_lse and acc_lse of num_heads x local_rows
+   floats, and the workspace of dcp_cuda_attention_workspace_size. Backward zeroes the float32
+   dq[r], dk[r], dv[r], then adds each step's gradient (dcp_cuda_attention_backward; out and
+   dout in dtype): dq into rank r, dk and dv into the KV's source rank. */
+DCP_CUDA_DEF dcp_status dcp_cuda_virtual_ring_forward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout, dcp_dtype dtype,
+    const void *const *q, const void *const *k, const void *const *v, dcp_dtype out_dtype,
+    void *const *out, float *const *lse, float *partial_out, float *partial_lse,
+    float *acc_out, float *acc_lse, void *workspace, size_t workspace_bytes, void *stream,
+    dcp_error *error);
+DCP_CUDA_DEF dcp_status dcp_cuda_virtual_ring_backward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout, dcp_dtype dtype,
+    const void *const *q, const void *const *k, const void *const *v, const void *const *out,
+    const void *const *dout, const float *const *lse, float *const *dq, float *const *dk,
+    float *const *dv, int32_t deterministic, void *workspace, size_t workspace_bytes,
+    void *stream, dcp_error *error);
+
+/* A device layout from the host copy of the arrays (checked with dcp_thd_layout_validate;
+   local_rows and max_seqlen_padded are computed from it) and the device copies the kernels
+   read, which must hold the same values. Host-only: no CUDA call, no allocation. */
+DCP_CUDA_DEF dcp_status dcp_cuda_layout_init(const dcp_thd_layout *host,
+                                             const int32_t *device_cu_seqlens,
+                                             const int32_t *device_cu_seqlens_padded,
+                                             dcp_cuda_layout *layout, dcp_error *error);
+
+/* RoPE on the device, the contract of dcp_rope_forward / dcp_rope_backward, for q and k in
+   one launch: q [local_rows, num_q_heads, head_dim] into q_out and k [local_rows,
+   num_k_heads, head_dim] into k_out, in dtype (float32, bfloat16 or float16; float32 math,
+   angles in double), on rank `rank` of the layout's CP split (positions are computed on the
+   device from cu_seqlens_padded). Either tensor may be absent: its input and output NULL (its
+   head count is then ignored). An output may be its input. options->inv_freq, when not NULL,
+   is a DEVICE array of rotary_dim / 2 doubles (never read on the host). Padding rows give 0.
+   Backward takes the output gradients as q, k and writes the input gradients. */
+DCP_CUDA_DEF dcp_status dcp_cuda_rope_forward(const dcp_rope_options *options,
+                                              const dcp_cuda_layout *layout, int32_t rank,
+                                              dcp_dtype dtype, int32_t head_dim,
+                                              int32_t num_q_heads, const void *q, void *q_out,
+                                              int32_t num_k_heads, const void *k, void *k_out,
+                                              void *stream, dcp_error *error);
+DCP_CUDA_DEF dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
+                                               const dcp_cuda_layout *layout, int32_t rank,
+                                               dcp_dtype dtype, int32_t head_dim,
+                                               int32_t num_q_heads, const void *dq_out,
+                                               void *dq, int32_t num_k_heads,
+                                               const void *dk_out, void *dk, void *stream,
+                                               dcp_error *error);
+
+/* Widest conv1d the device kernels serve (wider: DCP_ERROR_UNSUPPORTED), and the most row
+   slices of the backward: each slice leaves one float partial per channel and weight/bias
+   gradient in the workspace, summed in slice order afterwards (deterministic). */
+#define DCP_CUDA_CONV1D_MAX_WIDTH 4
+#define DCP_CUDA_CONV1D_SLICES 64
+
+/* Bytes of device workspace dcp_cuda_conv1d_backward needs for params (any row count). */
+DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_workspace_size(const dcp_conv1d_params *params,
+                                                       size_t *bytes, dcp_error *error);
+/* Causal depthwise conv1d on the device, the contracts of dcp_conv1d_forward / _backward:
+   x, y, dy, dx [total_rows, channels] in dtype (float32, bfloat16 or float16), weight
+   [channels, width] and bias [channels] (or NULL) float32, float32 math; dweight and dbias
+   (float32) are written, not added, and bitwise reproducible (per-slice partials in the
+   workspace, then an ordered sum; no atomics). A layout of cp 1. */
+DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_forward(const dcp_conv1d_params *params,
+                                                const dcp_cuda_layout *layout,
+                                                int64_t total_rows, dcp_dtype dtype,
+                                                const void *x, const float *weight,
+                                                const float *bias, void *y, void *stream,
+                                                dcp_error *error);
+DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
+                                                 const dcp_cuda_layout *layout,
+                                                 int64_t total_rows, dcp_dtype dtype,
+                                                 const void *x, const float *weight,
+                                                 const float *bias, const void *dy, void *dx,
+                                                 float *dweight, float *dbias,
+                                                 void *workspace, size_t workspace_bytes,
+                                                 void *stream, dcp_error *error);
 
 #endif /* DCP_NO_REFERENCE */
 
@@ -4365,6 +4488,37 @@ static dcp_status dcp__attn_setup(dcp__attn *a, const dcp_attention_params *para
     return dcp__check_half("view.kv_half", a->view.kv_half, layout->cp, error);
 }
 
+DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *params,
+                                               dcp_attention_params *resolved,
+                                               dcp_error *error)
+{
+    dcp_attention_params p;
+    dcp_status status;
+    if (!resolved)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    if ((status = dcp__attention_resolve(params, &p, error)) != DCP_OK) return status;
+    *resolved = p;
+    return dcp__ok(error);
+}
+
+DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, int32_t cp,
+                                              dcp_error *error)
+{
+    dcp_attention_view v;
+    dcp_status status;
+    if (!dcp__is_pow2(cp) || cp > DCP_MAX_RANKS)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS, (int)cp);
+    if (view) v = *view;
+    else memset(&v, 0, sizeof v);
+    if ((status = dcp__check_rank("view.q_rank", v.q_rank, cp, error)) != DCP_OK ||
+        (status = dcp__check_half("view.q_half", v.q_half, cp, error)) != DCP_OK ||
+        (status = dcp__check_rank("view.kv_rank", v.kv_rank, cp, error)) != DCP_OK ||
+        (status = dcp__check_half("view.kv_half", v.kv_half, cp, error)) != DCP_OK)
+        return status;
+    return dcp__ok(error);
+}
+
 static int64_t dcp__q_at(const dcp__attn *a, int64_t row, int32_t head)
 {
     return (row * a->p.num_heads + head) * a->p.head_dim;
@@ -4888,6 +5042,21 @@ static dcp_status dcp__rope_resolve(const dcp_rope_options *options, int32_t hea
     return DCP_OK;
 }
 
+DCPDEF dcp_status dcp_rope_options_resolve(const dcp_rope_options *options, int32_t head_dim,
+                                           dcp_rope_options *resolved, dcp_error *error)
+{
+    dcp_rope_options o;
+    dcp_status status;
+    if (!resolved)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    if (head_dim < 1)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "head_dim must be >= 1, got %d",
+                         (int)head_dim);
+    if ((status = dcp__rope_resolve(options, head_dim, &o, error)) != DCP_OK) return status;
+    *resolved = o;
+    return dcp__ok(error);
+}
+
 static double dcp__rope_inv_freq(const dcp_rope_options *o, int32_t i)
 {
     return o->inv_freq ? o->inv_freq[i] : pow(o->theta_base, -2.0 * i / o->rotary_dim);
@@ -5003,13 +5172,10 @@ typedef struct dcp__conv {
     const float *x, *weight, *bias, *dy;
 } dcp__conv;
 
-static dcp_status dcp__conv_setup(dcp__conv *cv, const dcp_conv1d_params *params,
-                                  const dcp_thd_layout *layout, int64_t total_rows,
-                                  dcp_error *error)
+static dcp_status dcp__conv_resolve(const dcp_conv1d_params *params, dcp_conv1d_params *out,
+                                    dcp_error *error)
 {
     dcp_conv1d_params p;
-    int64_t rows;
-    dcp_status status;
     if (!params) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
     p = *params;
     if (p.width == 0) p.width = DCP_DEFAULT_CONV1D_WIDTH;
@@ -5019,7 +5185,30 @@ static dcp_status dcp__conv_setup(dcp__conv *cv, const dcp_conv1d_params *params
     if (p.width < 1 || p.width > DCP_CONV1D_MAX_WIDTH)
         return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "width must be in [1, %d], got %d",
                          DCP_CONV1D_MAX_WIDTH, (int)p.width);
-    if ((status = dcp__check_flag("silu", p.silu, error)) != DCP_OK ||
+    *out = p;
+    return dcp__check_flag("silu", p.silu, error);
+}
+
+DCPDEF dcp_status dcp_conv1d_params_resolve(const dcp_conv1d_params *params,
+                                           dcp_conv1d_params *resolved, dcp_error *error)
+{
+    dcp_conv1d_params p;
+    dcp_status status;
+    if (!resolved)
+        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    if ((status = dcp__conv_resolve(params, &p, error)) != DCP_OK) return status;
+    *resolved = p;
+    return dcp__ok(error);
+}
+
+static dcp_status dcp__conv_setup(dcp__conv *cv, const dcp_conv1d_params *params,
+                                  const dcp_thd_layout *layout, int64_t total_rows,
+                                  dcp_error *error)
+{
+    dcp_conv1d_params p;
+    int64_t rows;
+    dcp_status status;
+    if ((status = dcp__conv_resolve(params, &p, error)) != DCP_OK ||
         (status = dcp_thd_layout_validate(layout, &rows, error)) != DCP_OK)
         return status;
     if (layout->cp != 1)

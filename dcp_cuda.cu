@@ -2,16 +2,40 @@
 
    Build: nvcc -O2 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a \
           -c dcp_cuda.cu -o dcp_cuda.o      (or `make`, as build/dcp_cuda.o)
-   and link it with the file that defines DCP_IMPLEMENTATION. Every kernel has a CPU reference
-   in dcp.h with the same contract; tests/test_cuda.cu compares them. Entry points take device
-   pointers and a stream and return a dcp_status; none allocates in a hot path. */
+   and link it with the file that defines DCP_IMPLEMENTATION (this unit calls public dcp_
+   functions of dcp.h, so that file must not define DCP_STATIC or DCP_NO_REFERENCE). Every
+   kernel has a CPU reference in dcp.h with the same contract; tests/test_cuda_kernels.cu and
+   tests/test_cuda_attention.cu compare them. Entry points take device pointers and a stream,
+   check every argument on the host (a failing call enqueues nothing) and return a
+   dcp_status; none allocates, none synchronises.
+
+   Device-side robustness: the cu_seqlens arrays live in device memory, so the host cannot
+   check them without a copy. Kernels bound every row they touch by layout.local_rows (and
+   total_rows), so arrays that disagree with the host sizes give wrong values but never an
+   access outside the buffers. dcp_cuda_layout_init builds a layout from checked host arrays.
+
+   Sections: basics (errors, dtypes, vectors, rows of a layout) -> RoPE -> conv1d -> LSE merge
+   and conversion -> attention. */
 #include "dcp.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+
+/* ==================================================================================== basics */
 
 /* dcp.h's helpers live in the user's implementation file; this unit fills errors itself. */
+static dcp_status dcp_cuda__fail(dcp_error *error, dcp_status status, const char *format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 static dcp_status dcp_cuda__fail(dcp_error *error, dcp_status status, const char *format, ...)
 {
     if (error) {
@@ -23,6 +47,30 @@ static dcp_status dcp_cuda__fail(dcp_error *error, dcp_status status, const char
     }
     return status;
 }
+
+static dcp_status dcp_cuda__ok(dcp_error *error)
+{
+    if (error) {
+        error->status = DCP_OK;
+        error->message[0] = '\0';
+    }
+    return DCP_OK;
+}
+
+/* The one checking macro: a failing CUDA call becomes DCP_ERROR_CUDA with file, line and the
+   call's text. Used in functions that have a `dcp_error *error` in scope. */
+#define DCP_CUDA_CHECK(call)                                                                   \
+    do {                                                                                       \
+        const cudaError_t dcp_cuda_result_ = (call);                                           \
+        if (dcp_cuda_result_ != cudaSuccess)                                                   \
+            return dcp_cuda__fail(error, DCP_ERROR_CUDA, "%s:%d: %s: %s (%s)", __FILE__,       \
+                                  __LINE__, #call, cudaGetErrorString(dcp_cuda_result_),      \
+                                  cudaGetErrorName(dcp_cuda_result_));                         \
+    } while (0)
+
+/* After a launch: configuration errors are reported at once (asynchronous faults surface at
+   the caller's next synchronisation, as with every CUDA library). */
+#define DCP_CUDA_CHECK_LAUNCH() DCP_CUDA_CHECK(cudaGetLastError())
 
 extern "C" dcp_status dcp_cuda_device_count(int32_t *count, dcp_error *error)
 {
@@ -39,9 +87,2179 @@ extern "C" dcp_status dcp_cuda_device_count(int32_t *count, dcp_error *error)
         return dcp_cuda__fail(error, DCP_ERROR_CUDA, "cudaGetDeviceCount: %s (%d)",
                               cudaGetErrorString(result), (int)result);
     *count = devices;
-    if (error) {
-        error->status = DCP_OK;
-        error->message[0] = '\0';
+    return dcp_cuda__ok(error);
+}
+
+/* ------------------------------------------------------------------------- host checks */
+
+static const char *dcp_cuda__dtype_name(dcp_dtype dtype)
+{
+    switch (dtype) {
+    case DCP_DTYPE_FLOAT32: return "float32";
+    case DCP_DTYPE_BFLOAT16: return "bfloat16";
+    case DCP_DTYPE_FLOAT16: return "float16";
     }
+    return "unknown";
+}
+
+static size_t dcp_cuda__dtype_size(dcp_dtype dtype) { return dtype == DCP_DTYPE_FLOAT32 ? 4 : 2; }
+
+static dcp_status dcp_cuda__check_dtype(const char *name, dcp_dtype dtype, int allow_float32,
+                                        dcp_error *error)
+{
+    if (dtype == DCP_DTYPE_BFLOAT16 || dtype == DCP_DTYPE_FLOAT16 ||
+        (allow_float32 && dtype == DCP_DTYPE_FLOAT32))
+        return DCP_OK;
+    return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s %d is not %s", name, (int)dtype,
+                          allow_float32 ? "DCP_DTYPE_FLOAT32, _BFLOAT16 or _FLOAT16"
+                                        : "DCP_DTYPE_BFLOAT16 or DCP_DTYPE_FLOAT16");
+}
+
+static int dcp_cuda__is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+static int dcp_cuda__aligned(const void *p, size_t bytes)
+{
+    return ((uintptr_t)p % bytes) == 0;
+}
+
+/* The host-side facts of a device layout: what can be checked without reading the device. */
+static dcp_status dcp_cuda__check_layout(const dcp_cuda_layout *layout, dcp_error *error)
+{
+    int32_t n;
+    if (!layout) return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "layout must not be NULL");
+    n = layout->thd.num_sequences;
+    if (n < 0)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "layout num_sequences must be >= 0, got %d", (int)n);
+    if (!dcp_cuda__is_pow2(layout->thd.cp) || layout->thd.cp > DCP_MAX_RANKS)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "layout cp must be a power of two in [1, %d], got %d",
+                              DCP_MAX_RANKS, (int)layout->thd.cp);
+    if (!layout->thd.cu_seqlens || !layout->thd.cu_seqlens_padded)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "layout cu_seqlens and cu_seqlens_padded (device arrays) must not "
+                              "be NULL");
+    if (layout->local_rows < 0 || layout->local_rows > INT32_MAX / layout->thd.cp)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "layout local_rows %lld x cp %d must be in [0, INT32_MAX]",
+                              (long long)layout->local_rows, (int)layout->thd.cp);
+    if (layout->max_seqlen_padded < 0 ||
+        (int64_t)layout->max_seqlen_padded > layout->local_rows * layout->thd.cp ||
+        (int64_t)layout->max_seqlen_padded * n < layout->local_rows * layout->thd.cp)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "layout max_seqlen_padded %d is inconsistent with %d sequences "
+                              "of %lld local rows at cp %d",
+                              (int)layout->max_seqlen_padded, (int)n,
+                              (long long)layout->local_rows, (int)layout->thd.cp);
     return DCP_OK;
+}
+
+static dcp_status dcp_cuda__check_rank(const char *name, int32_t rank, int32_t cp,
+                                       dcp_error *error)
+{
+    if (rank < 0 || rank >= cp)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "%s must be in [0, cp %d), got %d", name, (int)cp, (int)rank);
+    return DCP_OK;
+}
+
+/* rows x width elements of `element` bytes must be addressable (width >= 1). */
+static dcp_status dcp_cuda__check_elements(const char *name, int64_t rows, int64_t width,
+                                           size_t element, dcp_error *error)
+{
+    const int64_t limit = (int64_t)(SIZE_MAX / 8 < INT64_MAX / 8 ? SIZE_MAX / 8 : INT64_MAX / 8);
+    if (width < 1 || rows > limit / width / (int64_t)element)
+        return dcp_cuda__fail(error, DCP_ERROR_OVERFLOW,
+                              "%s: %lld rows x %lld elements of %zu bytes are too many", name,
+                              (long long)rows, (long long)width, element);
+    return DCP_OK;
+}
+
+extern "C" dcp_status dcp_cuda_layout_init(const dcp_thd_layout *host,
+                                           const int32_t *device_cu_seqlens,
+                                           const int32_t *device_cu_seqlens_padded,
+                                           dcp_cuda_layout *layout, dcp_error *error)
+{
+    int64_t rows = 0;
+    int32_t i, longest = 0;
+    dcp_status status;
+    if (!layout) return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "layout must not be NULL");
+    if (!device_cu_seqlens || !device_cu_seqlens_padded)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "device_cu_seqlens and device_cu_seqlens_padded must not be NULL");
+    if ((status = dcp_thd_layout_validate(host, &rows, error)) != DCP_OK) return status;
+    for (i = 0; i < host->num_sequences; i++) {
+        const int32_t padded = host->cu_seqlens_padded[i + 1] - host->cu_seqlens_padded[i];
+        if (padded > longest) longest = padded;
+    }
+    memset(layout, 0, sizeof *layout);
+    layout->thd = *host;
+    layout->thd.cu_seqlens = device_cu_seqlens;
+    layout->thd.cu_seqlens_padded = device_cu_seqlens_padded;
+    layout->local_rows = rows;
+    layout->max_seqlen_padded = longest;
+    return dcp_cuda__ok(error);
+}
+
+/* ------------------------------------------------------------------ device: element types */
+
+__device__ __forceinline__ float dcp_cuda__to_float(float x) { return x; }
+__device__ __forceinline__ float dcp_cuda__to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float dcp_cuda__to_float(__half x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T dcp_cuda__from_float(float x);
+template <> __device__ __forceinline__ float dcp_cuda__from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 dcp_cuda__from_float<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half dcp_cuda__from_float<__half>(float x)
+{
+    return __float2half_rn(x);
+}
+
+/* V consecutive elements moved as one access: 16 bytes when V * sizeof(T) == 16 (the
+   pointer must then be 16-byte aligned, which every launcher checks before choosing V). */
+template <typename T, int V> struct alignas(sizeof(T) * V) dcp_cuda__pack {
+    T v[V];
+};
+
+template <typename T, int V>
+__device__ __forceinline__ void dcp_cuda__load(const T *p, float (&out)[V])
+{
+    const dcp_cuda__pack<T, V> pack = *reinterpret_cast<const dcp_cuda__pack<T, V> *>(p);
+#pragma unroll
+    for (int i = 0; i < V; i++) out[i] = dcp_cuda__to_float(pack.v[i]);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void dcp_cuda__store(T *p, const float (&in)[V])
+{
+    dcp_cuda__pack<T, V> pack;
+#pragma unroll
+    for (int i = 0; i < V; i++) pack.v[i] = dcp_cuda__from_float<T>(in[i]);
+    *reinterpret_cast<dcp_cuda__pack<T, V> *>(p) = pack;
+}
+
+template <typename T, int V> __device__ __forceinline__ void dcp_cuda__store_zero(T *p)
+{
+    float zero[V];
+#pragma unroll
+    for (int i = 0; i < V; i++) zero[i] = 0.0f;
+    dcp_cuda__store<T, V>(p, zero);
+}
+
+/* One dynamic shared-memory symbol for every kernel (each casts it to its own layout). */
+extern __shared__ __align__(16) unsigned char dcp_cuda__smem[];
+
+/* -------------------------------------------------------------- device: rows of a layout
+   A local row's sequence is found by binary search in cu_seqlens_padded (sequence j holds
+   local rows [cu_padded[j] / cp, cu_padded[j + 1] / cp)); the arrays are small and stay in
+   L1/L2, so a search per row (or per block of rows) costs a few cached loads. */
+
+/* The largest j in [0, n] with cu_padded[j] <= scaled_row (scaled_row = row x cp), or -1. */
+__device__ __forceinline__ int32_t dcp_cuda__find_sequence(const int32_t *cu_padded, int32_t n,
+                                                           int64_t scaled_row)
+{
+    int32_t lo = 0, hi = n;
+    if ((int64_t)cu_padded[0] > scaled_row) return -1;
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo + 1) / 2;
+        if ((int64_t)cu_padded[mid] <= scaled_row) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* dcp_zigzag_position for a well-formed layout (checked by the caller's layout). */
+__host__ __device__ __forceinline__ int64_t dcp_cuda__zigzag(int64_t padded, int32_t cp,
+                                                             int32_t rank, int64_t index)
+{
+    int64_t half;
+    if (cp == 1) return index;
+    half = padded / (2 * (int64_t)cp);
+    return index < half ? rank * half + index : (2 * (int64_t)cp - 1 - rank) * half + index - half;
+}
+
+/* One local row: its sequence (-1 past the last one), the sequence's first local row and
+   local row count, and the row's global position (-1 for a padding row). */
+struct dcp_cuda__row {
+    int32_t seq;
+    int64_t offset;
+    int64_t rows;
+    int64_t position;
+};
+
+__device__ __forceinline__ dcp_cuda__row dcp_cuda__row_info(const int32_t *cu,
+                                                            const int32_t *cu_padded, int32_t n,
+                                                            int32_t cp, int32_t rank,
+                                                            int64_t row)
+{
+    dcp_cuda__row info;
+    const int32_t j = dcp_cuda__find_sequence(cu_padded, n, row * cp);
+    info.seq = -1, info.offset = row, info.rows = 0, info.position = -1;
+    if (j < 0 || j >= n) return info;
+    const int64_t padded = (int64_t)cu_padded[j + 1] - cu_padded[j];
+    const int64_t valid = (int64_t)cu[j + 1] - cu[j];
+    info.seq = j;
+    info.offset = cu_padded[j] / cp;
+    info.rows = padded / cp;
+    const int64_t position = dcp_cuda__zigzag(padded, cp, rank, row - info.offset);
+    info.position = position < valid ? position : -1;
+    return info;
+}
+
+/* ====================================================================================== RoPE
+   Design. A block owns `rows_per_block` consecutive local rows (chosen so that a block has
+   about DCP_CUDA__ROPE_UNITS pieces of work; the grid covers the local rows, real tokens and
+   their padding, never max_seqlen x sequences). First its threads find each row's global
+   position (binary search in cu_seqlens_padded, then the zigzag map of the CP split), then
+   compute every (row, frequency) angle once in double -- position x inv_freq, with sincos in
+   double, so the angle is exact to ~1e-16 relative even at positions of millions -- and keep
+   cos and +-sin as floats in shared memory for all the heads of q and k. Then each thread
+   takes units of work: a rotated unit is V pairs (rotate-half: V elements of the first half
+   and the V matching ones of the second half, two 16-byte loads; interleaved: V elements, V/2
+   adjacent pairs, one 16-byte load), a copy unit is V elements past rotary_dim. V is 16 bytes
+   of elements when every size and pointer allows it, else 1 (a slower, general path). Each
+   input element is read once and each output element written once; a unit reads all its
+   inputs before writing, so an output may be its input. Padding rows are written 0. */
+
+#define DCP_CUDA__ROPE_THREADS 256
+#define DCP_CUDA__ROPE_MAX_ROWS 64    /* rows per block, at most */
+#define DCP_CUDA__ROPE_UNITS 2048     /* units of work a block aims at */
+#define DCP_CUDA__ROPE_MAX_ANGLES 4096 /* rows x pairs of (cos, sin) per block: 32 KB */
+
+struct dcp_cuda__rope_args {
+    const int32_t *cu_seqlens, *cu_seqlens_padded;
+    int32_t num_sequences, cp, rank;
+    int64_t rows;
+    int32_t head_dim, rotary_dim, pairs; /* pairs = rotary_dim / 2 */
+    int32_t q_heads, k_heads;            /* 0 for an absent tensor */
+    int32_t rows_per_block;
+    int32_t pair_units, copy_units;      /* per head */
+    const void *q, *k;
+    void *q_out, *k_out;
+    const double *inv_freq;              /* device table or NULL */
+    double theta_base;
+    double direction;                    /* +1 forward, -1 backward */
+};
+
+/* Rotated unit `unit` of one head: x and y point at the head's first element. */
+template <typename T, int STYLE, int V>
+__device__ __forceinline__ void dcp_cuda__rope_pairs(const dcp_cuda__rope_args &a, const T *x,
+                                                     T *y, int32_t unit, const float2 *angle)
+{
+    if (STYLE == DCP_ROPE_ROTATE_HALF) {
+        const int32_t first = unit * V, second = a.pairs + unit * V;
+        if (!angle) {
+            dcp_cuda__store_zero<T, V>(y + first);
+            dcp_cuda__store_zero<T, V>(y + second);
+            return;
+        }
+        float u[V], w[V];
+        dcp_cuda__load<T, V>(x + first, u);
+        dcp_cuda__load<T, V>(x + second, w);
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            const float2 cs = angle[first + i];
+            const float p = u[i], q = w[i];
+            u[i] = p * cs.x - q * cs.y;
+            w[i] = q * cs.x + p * cs.y;
+        }
+        dcp_cuda__store<T, V>(y + first, u);
+        dcp_cuda__store<T, V>(y + second, w);
+    } else {
+        /* interleaved: a unit of PV elements holds PV / 2 adjacent pairs; the general path
+           (V = 1) moves its pair as two single elements, which need no alignment */
+        constexpr int PV = V == 1 ? 2 : V;
+        constexpr int LOADS = V == 1 ? 2 : 1;
+        const int32_t first = unit * PV;
+        float u[PV];
+        if (!angle) {
+#pragma unroll
+            for (int i = 0; i < PV; i++) u[i] = 0.0f;
+        } else {
+#pragma unroll
+            for (int l = 0; l < LOADS; l++)
+                dcp_cuda__load<T, PV / LOADS>(x + first + l * (PV / LOADS),
+                                              *reinterpret_cast<float(*)[PV / LOADS]>(
+                                                  u + l * (PV / LOADS)));
+#pragma unroll
+            for (int i = 0; i < PV / 2; i++) {
+                const float2 cs = angle[first / 2 + i];
+                const float p = u[2 * i], q = u[2 * i + 1];
+                u[2 * i] = p * cs.x - q * cs.y;
+                u[2 * i + 1] = q * cs.x + p * cs.y;
+            }
+        }
+#pragma unroll
+        for (int l = 0; l < LOADS; l++)
+            dcp_cuda__store<T, PV / LOADS>(y + first + l * (PV / LOADS),
+                                           *reinterpret_cast<const float(*)[PV / LOADS]>(
+                                               u + l * (PV / LOADS)));
+    }
+}
+
+template <typename T, int STYLE, int V>
+__global__ void __launch_bounds__(DCP_CUDA__ROPE_THREADS)
+    dcp_cuda__rope_kernel(const dcp_cuda__rope_args a)
+{
+    __shared__ long long position[DCP_CUDA__ROPE_MAX_ROWS];
+    float2 *angles = reinterpret_cast<float2 *>(dcp_cuda__smem);
+    const int64_t first_row = (int64_t)blockIdx.x * a.rows_per_block;
+    for (int32_t r = threadIdx.x; r < a.rows_per_block; r += blockDim.x) {
+        const int64_t row = first_row + r;
+        position[r] = row < a.rows ? dcp_cuda__row_info(a.cu_seqlens, a.cu_seqlens_padded,
+                                                        a.num_sequences, a.cp, a.rank, row)
+                                         .position
+                                   : -1;
+    }
+    __syncthreads();
+    for (int32_t i = threadIdx.x; i < a.rows_per_block * a.pairs; i += blockDim.x) {
+        const int32_t r = i / a.pairs, f = i - r * a.pairs;
+        const long long p = position[r];
+        if (p < 0) continue;
+        const double inv_freq = a.inv_freq ? a.inv_freq[f]
+                                           : pow(a.theta_base, -2.0 * f / a.rotary_dim);
+        double s, c;
+        sincos((double)p * inv_freq, &s, &c);
+        angles[i] = make_float2((float)c, (float)(a.direction * s));
+    }
+    __syncthreads();
+    const int32_t heads = a.q_heads + a.k_heads, units = a.pair_units + a.copy_units;
+    const int32_t row_units = heads * units, total = a.rows_per_block * row_units;
+    for (int32_t u = threadIdx.x; u < total; u += blockDim.x) {
+        const int32_t r = u / row_units, rest = u - r * row_units;
+        const int32_t h = rest / units, unit = rest - h * units;
+        const int64_t row = first_row + r;
+        if (row >= a.rows) break; /* u only grows, and so does row */
+        const bool is_q = h < a.q_heads;
+        const int32_t head = is_q ? h : h - a.q_heads, count = is_q ? a.q_heads : a.k_heads;
+        const int64_t at = (row * count + head) * (int64_t)a.head_dim;
+        const T *x = static_cast<const T *>(is_q ? a.q : a.k) + at;
+        T *y = static_cast<T *>(is_q ? a.q_out : a.k_out) + at;
+        const bool valid = position[r] >= 0;
+        if (unit < a.pair_units) {
+            dcp_cuda__rope_pairs<T, STYLE, V>(a, x, y, unit,
+                                              valid ? angles + (int64_t)r * a.pairs : NULL);
+        } else {
+            const int32_t d = a.rotary_dim + (unit - a.pair_units) * V;
+            if (valid) {
+                float v[V];
+                dcp_cuda__load<T, V>(x + d, v);
+                dcp_cuda__store<T, V>(y + d, v);
+            } else {
+                dcp_cuda__store_zero<T, V>(y + d);
+            }
+        }
+    }
+}
+
+template <typename T>
+static dcp_status dcp_cuda__rope_launch(dcp_cuda__rope_args a, int32_t style, int vector,
+                                        cudaStream_t stream, dcp_error *error)
+{
+    const unsigned blocks = (unsigned)((a.rows + a.rows_per_block - 1) / a.rows_per_block);
+    const size_t shared = (size_t)a.rows_per_block * a.pairs * sizeof(float2);
+    constexpr int V = (int)(16 / sizeof(T));
+    if (style == DCP_ROPE_ROTATE_HALF && vector)
+        dcp_cuda__rope_kernel<T, DCP_ROPE_ROTATE_HALF, V>
+            <<<blocks, DCP_CUDA__ROPE_THREADS, shared, stream>>>(a);
+    else if (style == DCP_ROPE_ROTATE_HALF)
+        dcp_cuda__rope_kernel<T, DCP_ROPE_ROTATE_HALF, 1>
+            <<<blocks, DCP_CUDA__ROPE_THREADS, shared, stream>>>(a);
+    else if (vector)
+        dcp_cuda__rope_kernel<T, DCP_ROPE_INTERLEAVED, V>
+            <<<blocks, DCP_CUDA__ROPE_THREADS, shared, stream>>>(a);
+    else
+        dcp_cuda__rope_kernel<T, DCP_ROPE_INTERLEAVED, 1>
+            <<<blocks, DCP_CUDA__ROPE_THREADS, shared, stream>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_cuda__ok(error);
+}
+
+static dcp_status dcp_cuda__rope(const dcp_rope_options *options, const dcp_cuda_layout *layout,
+                                 int32_t rank, dcp_dtype dtype, int32_t head_dim,
+                                 int32_t num_q_heads, const void *q, void *q_out,
+                                 int32_t num_k_heads, const void *k, void *k_out,
+                                 double direction, const char *const *names, void *stream,
+                                 dcp_error *error)
+{
+    dcp_rope_options o, host_options;
+    dcp_cuda__rope_args a;
+    size_t element;
+    int32_t V, heads, units;
+    int vector;
+    dcp_status status;
+    /* the table is a device array: resolve the rest, then put it back */
+    if (options) host_options = *options;
+    else memset(&host_options, 0, sizeof host_options);
+    host_options.inv_freq = NULL;
+    if ((status = dcp_rope_options_resolve(&host_options, head_dim, &o, error)) != DCP_OK)
+        return status;
+    o.inv_freq = options ? options->inv_freq : NULL;
+    if ((status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank("rank", rank, layout->thd.cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
+        return status;
+    if (!q != !q_out || !k != !k_out)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "%s and %s, and %s and %s, must both be given or both be NULL",
+                              names[0], names[1], names[2], names[3]);
+    if (!q && !k)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "at least one of %s and %s must be given", names[0], names[2]);
+    if ((q && num_q_heads < 1) || (k && num_k_heads < 1))
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "num_q_heads and num_k_heads of given tensors must be >= 1, got "
+                              "%d and %d", (int)num_q_heads, (int)num_k_heads);
+    element = dcp_cuda__dtype_size(dtype);
+    if ((q && (status = dcp_cuda__check_elements(names[0], layout->local_rows,
+                                                 (int64_t)num_q_heads * head_dim, element,
+                                                 error)) != DCP_OK) ||
+        (k && (status = dcp_cuda__check_elements(names[2], layout->local_rows,
+                                                 (int64_t)num_k_heads * head_dim, element,
+                                                 error)) != DCP_OK))
+        return status;
+    if (o.rotary_dim / 2 > DCP_CUDA__ROPE_MAX_ANGLES)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
+                              "rotary_dim %d: the kernel keeps at most %d pairs per row",
+                              (int)o.rotary_dim, DCP_CUDA__ROPE_MAX_ANGLES);
+    memset(&a, 0, sizeof a);
+    a.cu_seqlens = layout->thd.cu_seqlens;
+    a.cu_seqlens_padded = layout->thd.cu_seqlens_padded;
+    a.num_sequences = layout->thd.num_sequences;
+    a.cp = layout->thd.cp;
+    a.rank = rank;
+    a.rows = layout->local_rows;
+    a.head_dim = head_dim;
+    a.rotary_dim = o.rotary_dim;
+    a.pairs = o.rotary_dim / 2;
+    a.q_heads = q ? num_q_heads : 0;
+    a.k_heads = k ? num_k_heads : 0;
+    a.q = q, a.q_out = q_out, a.k = k, a.k_out = k_out;
+    a.inv_freq = o.inv_freq;
+    a.theta_base = o.theta_base;
+    a.direction = direction;
+    /* 16-byte units when every size and pointer allows */
+    V = (int32_t)(16 / element);
+    vector = (o.style == DCP_ROPE_ROTATE_HALF ? a.pairs % V == 0 : a.rotary_dim % V == 0) &&
+             (head_dim - a.rotary_dim) % V == 0 && dcp_cuda__aligned(q, 16) &&
+             dcp_cuda__aligned(q_out, 16) && dcp_cuda__aligned(k, 16) &&
+             dcp_cuda__aligned(k_out, 16);
+    if (!vector) V = 1;
+    a.pair_units = o.style == DCP_ROPE_ROTATE_HALF ? a.pairs / V
+                                                   : a.rotary_dim / (V == 1 ? 2 : V);
+    a.copy_units = (head_dim - a.rotary_dim) / V;
+    heads = a.q_heads + a.k_heads;
+    units = a.pair_units + a.copy_units;
+    if ((int64_t)heads * units > (1 << 30))
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
+                              "RoPE rows of %d heads x %d units are too wide", (int)heads,
+                              (int)units);
+    a.rows_per_block = DCP_CUDA__ROPE_UNITS / (heads * units);
+    if (a.rows_per_block > DCP_CUDA__ROPE_MAX_ROWS) a.rows_per_block = DCP_CUDA__ROPE_MAX_ROWS;
+    if (a.rows_per_block > DCP_CUDA__ROPE_MAX_ANGLES / a.pairs)
+        a.rows_per_block = DCP_CUDA__ROPE_MAX_ANGLES / a.pairs;
+    if (a.rows_per_block < 1) a.rows_per_block = 1;
+    if (a.rows == 0) return dcp_cuda__ok(error);
+    if ((a.rows + a.rows_per_block - 1) / a.rows_per_block > INT32_MAX)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED, "%lld local rows are too many",
+                              (long long)a.rows);
+    switch (dtype) {
+    case DCP_DTYPE_FLOAT32:
+        return dcp_cuda__rope_launch<float>(a, o.style, vector, (cudaStream_t)stream, error);
+    case DCP_DTYPE_BFLOAT16:
+        return dcp_cuda__rope_launch<__nv_bfloat16>(a, o.style, vector, (cudaStream_t)stream,
+                                                    error);
+    case DCP_DTYPE_FLOAT16:
+        return dcp_cuda__rope_launch<__half>(a, o.style, vector, (cudaStream_t)stream, error);
+    }
+    return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
+}
+
+extern "C" dcp_status dcp_cuda_rope_forward(const dcp_rope_options *options,
+                                            const dcp_cuda_layout *layout, int32_t rank,
+                                            dcp_dtype dtype, int32_t head_dim,
+                                            int32_t num_q_heads, const void *q, void *q_out,
+                                            int32_t num_k_heads, const void *k, void *k_out,
+                                            void *stream, dcp_error *error)
+{
+    static const char *const names[] = {"q", "q_out", "k", "k_out"};
+    return dcp_cuda__rope(options, layout, rank, dtype, head_dim, num_q_heads, q, q_out,
+                          num_k_heads, k, k_out, 1.0, names, stream, error);
+}
+
+extern "C" dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
+                                             const dcp_cuda_layout *layout, int32_t rank,
+                                             dcp_dtype dtype, int32_t head_dim,
+                                             int32_t num_q_heads, const void *dq_out, void *dq,
+                                             int32_t num_k_heads, const void *dk_out, void *dk,
+                                             void *stream, dcp_error *error)
+{
+    static const char *const names[] = {"dq_out", "dq", "dk_out", "dk"};
+    return dcp_cuda__rope(options, layout, rank, dtype, head_dim, num_q_heads, dq_out, dq,
+                          num_k_heads, dk_out, dk, -1.0, names, stream, error);
+}
+
+/* ==================================================================================== conv1d
+   Design (forward and backward share it). A block is 32 x 8 threads: threadIdx.x picks a
+   vector of V channels (V x sizeof(T) = 16 bytes when channels and pointers allow, else 1),
+   threadIdx.y a run of DCP_CUDA__CONV_RUN consecutive rows, so a warp reads 32 x 16 = 512
+   contiguous bytes of one row and a block covers DCP_CUDA__CONV_ROWS rows. The block first
+   classifies its rows and a halo of 3 on each side (shared memory: per row how many earlier
+   rows of its sequence it may tap, -1 for padding, and how many later valid rows tap it),
+   then each thread slides a register window of the last 4 input rows down its run, so every
+   x row is loaded once per thread (plus the 3-row halo, 9% extra, from L1/L2). The window
+   and the weights are indexed by compile-time slots (unrolled loops), the width W <= 4 is a
+   run-time value (weights padded with zeros in front, taps masked by select so a NaN or Inf
+   outside a sequence can never leak), so one kernel serves every shape.
+   Forward: y = act(bias + sum of taps), padding rows 0, padding rows of x never read.
+   Backward: each thread recomputes the pre-activation of its rows and of the 3 rows after
+   its run (needed by dx), in the same sweep: dpre[r] = dy[r] silu'(pre[r]); dx[t] =
+   sum_d w[W-1-d] dpre[t+d] over the later rows of t's sequence that tap t. The weight and
+   bias gradients of the rows it owns go to registers; the grid's y dimension has at most
+   DCP_CUDA_CONV1D_SLICES slices, each striding over row blocks, and a block sums its 8 row
+   lanes in a fixed order into one partial per slice and channel (workspace); a second
+   kernel sums the slices in order in double. No atomics: bitwise reproducible. */
+
+#define DCP_CUDA__CONV_VECS 32
+#define DCP_CUDA__CONV_LANES 8
+#define DCP_CUDA__CONV_RUN 32
+#define DCP_CUDA__CONV_ROWS (DCP_CUDA__CONV_LANES * DCP_CUDA__CONV_RUN)
+#define DCP_CUDA__CONV_TAPS 4 /* register window: DCP_CUDA_CONV1D_MAX_WIDTH */
+#define DCP_CUDA__CONV_HALO (DCP_CUDA__CONV_TAPS - 1)
+#define DCP_CUDA__CONV_META (DCP_CUDA__CONV_ROWS + 2 * DCP_CUDA__CONV_HALO)
+
+struct dcp_cuda__conv_args {
+    const int32_t *cu_seqlens, *cu_seqlens_padded;
+    int32_t num_sequences;
+    int64_t total_rows;
+    int32_t channels, width, silu;
+    const void *x, *dy;
+    const float *weight, *bias;
+    void *out;      /* y (forward) or dx (backward) */
+    float *partial; /* backward: [slices][width + 1][channels] */
+};
+
+/* Row r's taps: x = earlier rows of its sequence it may read (capped at 3; -1 = padding or
+   outside the buffer), y = later valid rows of its sequence (capped at 3). */
+__device__ __forceinline__ char2 dcp_cuda__conv_row(const dcp_cuda__conv_args &a, int64_t r)
+{
+    if (r < 0 || r >= a.total_rows) return make_char2(-1, -1);
+    const int32_t j = dcp_cuda__find_sequence(a.cu_seqlens_padded, a.num_sequences, r);
+    if (j < 0 || j >= a.num_sequences) return make_char2(-1, -1);
+    const int64_t index = r - a.cu_seqlens_padded[j];
+    const int64_t valid = (int64_t)a.cu_seqlens[j + 1] - a.cu_seqlens[j];
+    if (index >= valid) return make_char2(-1, -1);
+    const int64_t later = valid - 1 - index;
+    return make_char2((signed char)(index < DCP_CUDA__CONV_HALO ? index : DCP_CUDA__CONV_HALO),
+                      (signed char)(later < DCP_CUDA__CONV_HALO ? later : DCP_CUDA__CONV_HALO));
+}
+
+/* meta[i] describes row first_row - HALO + i, for the block's rows and both halos. */
+__device__ __forceinline__ void dcp_cuda__conv_classify(const dcp_cuda__conv_args &a,
+                                                        int64_t first_row, char2 *meta)
+{
+    const int32_t tid = threadIdx.y * blockDim.x + threadIdx.x;
+    for (int32_t i = tid; i < DCP_CUDA__CONV_META; i += blockDim.x * blockDim.y)
+        meta[i] = dcp_cuda__conv_row(a, first_row - DCP_CUDA__CONV_HALO + i);
+}
+
+/* Weights padded to 4 slots: slot j holds tap j - (4 - W) (zero in front). */
+template <int V>
+__device__ __forceinline__ void dcp_cuda__conv_weights(const dcp_cuda__conv_args &a, int64_t c0,
+                                                       float (&w)[DCP_CUDA__CONV_TAPS][V],
+                                                       float (&b)[V])
+{
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+#pragma unroll
+        for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++) {
+            const int k = j - (DCP_CUDA__CONV_TAPS - a.width);
+            w[j][v] = k >= 0 ? a.weight[(c0 + v) * a.width + k] : 0.0f;
+        }
+        b[v] = a.bias ? a.bias[c0 + v] : 0.0f;
+    }
+}
+
+/* Whether window slot j (row r - 3 + j) is a tap of row r, whose meta.x is `back`. */
+__device__ __forceinline__ bool dcp_cuda__conv_tap(int j, int width, int back)
+{
+    return j >= DCP_CUDA__CONV_TAPS - width && DCP_CUDA__CONV_HALO - j <= back;
+}
+
+template <int V>
+__device__ __forceinline__ float dcp_cuda__conv_pre(const float (&w)[DCP_CUDA__CONV_TAPS][V],
+                                                    const float (&b)[V],
+                                                    const float (&xw)[DCP_CUDA__CONV_TAPS][V],
+                                                    int v, int width, int back)
+{
+    float pre = b[v];
+#pragma unroll
+    for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++)
+        if (dcp_cuda__conv_tap(j, width, back)) pre = fmaf(w[j][v], xw[j][v], pre);
+    return pre;
+}
+
+template <int V>
+__device__ __forceinline__ void dcp_cuda__conv_shift(float (&window)[DCP_CUDA__CONV_TAPS][V])
+{
+#pragma unroll
+    for (int j = 0; j + 1 < DCP_CUDA__CONV_TAPS; j++)
+#pragma unroll
+        for (int v = 0; v < V; v++) window[j][v] = window[j + 1][v];
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(DCP_CUDA__CONV_VECS *DCP_CUDA__CONV_LANES)
+    dcp_cuda__conv_forward_kernel(const dcp_cuda__conv_args a)
+{
+    __shared__ char2 meta[DCP_CUDA__CONV_META];
+    const int64_t first_row = (int64_t)blockIdx.x * DCP_CUDA__CONV_ROWS;
+    dcp_cuda__conv_classify(a, first_row, meta);
+    __syncthreads();
+    const int64_t c0 = ((int64_t)blockIdx.y * DCP_CUDA__CONV_VECS + threadIdx.x) * V;
+    if (c0 >= a.channels) return;
+    const T *x = static_cast<const T *>(a.x) + c0;
+    T *y = static_cast<T *>(a.out) + c0;
+    float w[DCP_CUDA__CONV_TAPS][V], b[V], xw[DCP_CUDA__CONV_TAPS][V];
+    dcp_cuda__conv_weights<V>(a, c0, w, b);
+    const int32_t lane_first = threadIdx.y * DCP_CUDA__CONV_RUN; /* in the block's rows */
+    /* the rows before the run fill slots 1..3; the loop shifts them down */
+#pragma unroll
+    for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++)
+#pragma unroll
+        for (int v = 0; v < V; v++) xw[j][v] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DCP_CUDA__CONV_HALO; i++) {
+        const int32_t m = lane_first + i; /* meta index of row lane_first - 3 + i */
+        if (meta[m].x >= 0)
+            dcp_cuda__load<T, V>(x + (first_row + lane_first - DCP_CUDA__CONV_HALO + i) *
+                                         a.channels,
+                                 xw[i + 1]);
+    }
+#pragma unroll
+    for (int i = 0; i < DCP_CUDA__CONV_RUN; i++) {
+        const int64_t t = first_row + lane_first + i;
+        const char2 m = meta[lane_first + i + DCP_CUDA__CONV_HALO];
+        dcp_cuda__conv_shift<V>(xw);
+        if (m.x >= 0) dcp_cuda__load<T, V>(x + t * a.channels, xw[DCP_CUDA__CONV_HALO]);
+        else {
+#pragma unroll
+            for (int v = 0; v < V; v++) xw[DCP_CUDA__CONV_HALO][v] = 0.0f;
+        }
+        if (t >= a.total_rows) continue;
+        float out[V];
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+            const float pre = dcp_cuda__conv_pre<V>(w, b, xw, v, a.width, m.x);
+            out[v] = m.x < 0 ? 0.0f : a.silu ? pre / (1.0f + expf(-pre)) : pre;
+        }
+        dcp_cuda__store<T, V>(y + t * a.channels, out);
+    }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(DCP_CUDA__CONV_VECS *DCP_CUDA__CONV_LANES)
+    dcp_cuda__conv_backward_kernel(const dcp_cuda__conv_args a)
+{
+    __shared__ char2 meta[DCP_CUDA__CONV_META];
+    __shared__ float lanes[DCP_CUDA__CONV_LANES][DCP_CUDA__CONV_VECS * V];
+    const int64_t c0 = ((int64_t)blockIdx.x * DCP_CUDA__CONV_VECS + threadIdx.x) * V;
+    const bool active = c0 < a.channels;
+    const T *x = static_cast<const T *>(a.x) + (active ? c0 : 0);
+    const T *dy = static_cast<const T *>(a.dy) + (active ? c0 : 0);
+    T *dx = static_cast<T *>(a.out) + (active ? c0 : 0);
+    const int32_t lane_first = threadIdx.y * DCP_CUDA__CONV_RUN;
+    const int64_t groups = (a.total_rows + DCP_CUDA__CONV_ROWS - 1) / DCP_CUDA__CONV_ROWS;
+    float w[DCP_CUDA__CONV_TAPS][V], b[V], dw[DCP_CUDA__CONV_TAPS][V], db[V];
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        db[v] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++) dw[j][v] = w[j][v] = 0.0f;
+        b[v] = 0.0f;
+    }
+    if (active) dcp_cuda__conv_weights<V>(a, c0, w, b);
+    for (int64_t g = blockIdx.y; g < groups; g += gridDim.y) {
+        const int64_t first_row = g * DCP_CUDA__CONV_ROWS;
+        __syncthreads(); /* the previous group's meta is no longer read */
+        dcp_cuda__conv_classify(a, first_row, meta);
+        __syncthreads();
+        if (!active) continue;
+        float xw[DCP_CUDA__CONV_TAPS][V], dp[DCP_CUDA__CONV_TAPS][V];
+#pragma unroll
+        for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++)
+#pragma unroll
+            for (int v = 0; v < V; v++) xw[j][v] = dp[j][v] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DCP_CUDA__CONV_HALO; i++)
+            if (meta[lane_first + i].x >= 0)
+                dcp_cuda__load<T, V>(x + (first_row + lane_first - DCP_CUDA__CONV_HALO + i) *
+                                             a.channels,
+                                     xw[i + 1]);
+        /* rows r of the run and the 3 after it: dpre[r]; dx of row r - 3 once it is known */
+#pragma unroll
+        for (int i = 0; i < DCP_CUDA__CONV_RUN + DCP_CUDA__CONV_HALO; i++) {
+            const int64_t r = first_row + lane_first + i;
+            const char2 m = meta[lane_first + i + DCP_CUDA__CONV_HALO];
+            dcp_cuda__conv_shift<V>(xw);
+            dcp_cuda__conv_shift<V>(dp);
+            float g_[V];
+            if (m.x >= 0) {
+                float gy[V];
+                dcp_cuda__load<T, V>(x + r * a.channels, xw[DCP_CUDA__CONV_HALO]);
+                dcp_cuda__load<T, V>(dy + r * a.channels, gy);
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    float grad = gy[v];
+                    if (a.silu) {
+                        const float pre = dcp_cuda__conv_pre<V>(w, b, xw, v, a.width, m.x);
+                        const float s = 1.0f / (1.0f + expf(-pre));
+                        grad = gy[v] * s * (1.0f + pre * (1.0f - s));
+                    }
+                    g_[v] = grad;
+                }
+            } else {
+#pragma unroll
+                for (int v = 0; v < V; v++) xw[DCP_CUDA__CONV_HALO][v] = g_[v] = 0.0f;
+            }
+#pragma unroll
+            for (int v = 0; v < V; v++) dp[DCP_CUDA__CONV_HALO][v] = g_[v];
+            if (i < DCP_CUDA__CONV_RUN && m.x >= 0) {
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    db[v] += g_[v];
+#pragma unroll
+                    for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++)
+                        if (dcp_cuda__conv_tap(j, a.width, m.x))
+                            dw[j][v] = fmaf(g_[v], xw[j][v], dw[j][v]);
+                }
+            }
+            if (i >= DCP_CUDA__CONV_HALO && r - DCP_CUDA__CONV_HALO < a.total_rows) {
+                /* row t = r - 3: its readers t + d sit in slot d, tapping it with slot 3 - d */
+                const char2 mt = meta[lane_first + i];
+                float out[V];
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int d = 0; d < DCP_CUDA__CONV_TAPS; d++)
+                        if (d < a.width && d <= mt.y)
+                            sum = fmaf(w[DCP_CUDA__CONV_HALO - d][v], dp[d][v], sum);
+                    out[v] = mt.x >= 0 ? sum : 0.0f;
+                }
+                dcp_cuda__store<T, V>(dx + (r - DCP_CUDA__CONV_HALO) * a.channels, out);
+            }
+        }
+    }
+    /* this slice's partials: the 8 row lanes summed in order (double), one row per value */
+#pragma unroll
+    for (int j = 0; j <= DCP_CUDA__CONV_TAPS; j++) {
+        if (j < DCP_CUDA__CONV_TAPS && j < DCP_CUDA__CONV_TAPS - a.width) continue;
+        const int32_t q = j < DCP_CUDA__CONV_TAPS ? j - (DCP_CUDA__CONV_TAPS - a.width) : a.width;
+        __syncthreads();
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            lanes[threadIdx.y][threadIdx.x * V + v] = j < DCP_CUDA__CONV_TAPS ? dw[j][v] : db[v];
+        __syncthreads();
+        if (threadIdx.y == 0 && active)
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                double sum = 0.0;
+                for (int l = 0; l < DCP_CUDA__CONV_LANES; l++) sum += lanes[l][threadIdx.x * V + v];
+                a.partial[((int64_t)blockIdx.y * (a.width + 1) + q) * a.channels + c0 + v] =
+                    (float)sum;
+            }
+    }
+}
+
+/* Thread i sums value i / channels (weight taps, then the bias) of channel i % channels over
+   the slices, in slice order. */
+__global__ void dcp_cuda__conv_reduce_kernel(const float *partial, int32_t slices,
+                                             int32_t channels, int32_t width, float *dweight,
+                                             float *dbias)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)(width + 1) * channels) return;
+    const int32_t q = (int32_t)(i / channels), c = (int32_t)(i - (int64_t)q * channels);
+    double sum = 0.0;
+    for (int32_t s = 0; s < slices; s++)
+        sum += partial[((int64_t)s * (width + 1) + q) * channels + c];
+    if (q < width) dweight[(int64_t)c * width + q] = (float)sum;
+    else if (dbias) dbias[c] = (float)sum;
+}
+
+static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
+                                       const dcp_cuda_layout *layout, int64_t total_rows,
+                                       dcp_dtype dtype, dcp_conv1d_params *p, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_conv1d_params_resolve(params, p, error)) != DCP_OK) return status;
+    if (p->width > DCP_CUDA_CONV1D_MAX_WIDTH)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
+                              "conv1d width %d: the CUDA kernels serve widths 1 to %d",
+                              (int)p->width, DCP_CUDA_CONV1D_MAX_WIDTH);
+    if ((status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
+        (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
+        return status;
+    if (layout->thd.cp != 1)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "conv1d needs a layout of whole sequences (cp 1), got layout cp %d",
+                              (int)layout->thd.cp);
+    if (total_rows < layout->local_rows)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "total_rows %lld < the layout's local_rows %lld",
+                              (long long)total_rows, (long long)layout->local_rows);
+    if ((status = dcp_cuda__check_elements("x", total_rows, p->channels,
+                                           dcp_cuda__dtype_size(dtype), error)) != DCP_OK)
+        return status;
+    if ((total_rows + DCP_CUDA__CONV_ROWS - 1) / DCP_CUDA__CONV_ROWS > INT32_MAX)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED, "total_rows %lld is too many",
+                              (long long)total_rows);
+    return DCP_OK;
+}
+
+static dcp_cuda__conv_args dcp_cuda__conv_args_of(const dcp_conv1d_params *p,
+                                                  const dcp_cuda_layout *layout,
+                                                  int64_t total_rows)
+{
+    dcp_cuda__conv_args a;
+    memset(&a, 0, sizeof a);
+    a.cu_seqlens = layout->thd.cu_seqlens;
+    a.cu_seqlens_padded = layout->thd.cu_seqlens_padded;
+    a.num_sequences = layout->thd.num_sequences;
+    a.total_rows = total_rows;
+    a.channels = p->channels;
+    a.width = p->width;
+    a.silu = p->silu;
+    return a;
+}
+
+template <typename T>
+static dcp_status dcp_cuda__conv_forward_launch(const dcp_cuda__conv_args &a, int vector,
+                                                cudaStream_t stream, dcp_error *error)
+{
+    constexpr int V = (int)(16 / sizeof(T));
+    const int64_t vecs = vector ? a.channels / V : a.channels;
+    const dim3 block(DCP_CUDA__CONV_VECS, DCP_CUDA__CONV_LANES);
+    const dim3 grid((unsigned)((a.total_rows + DCP_CUDA__CONV_ROWS - 1) / DCP_CUDA__CONV_ROWS),
+                    (unsigned)((vecs + DCP_CUDA__CONV_VECS - 1) / DCP_CUDA__CONV_VECS));
+    if (vector) dcp_cuda__conv_forward_kernel<T, V><<<grid, block, 0, stream>>>(a);
+    else dcp_cuda__conv_forward_kernel<T, 1><<<grid, block, 0, stream>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_cuda__ok(error);
+}
+
+template <typename T>
+static dcp_status dcp_cuda__conv_backward_launch(const dcp_cuda__conv_args &a, int vector,
+                                                 int32_t slices, cudaStream_t stream,
+                                                 dcp_error *error)
+{
+    constexpr int V = (int)(16 / sizeof(T));
+    const int64_t vecs = vector ? a.channels / V : a.channels;
+    const dim3 block(DCP_CUDA__CONV_VECS, DCP_CUDA__CONV_LANES);
+    const dim3 grid((unsigned)((vecs + DCP_CUDA__CONV_VECS - 1) / DCP_CUDA__CONV_VECS),
+                    (unsigned)slices);
+    if (vector) dcp_cuda__conv_backward_kernel<T, V><<<grid, block, 0, stream>>>(a);
+    else dcp_cuda__conv_backward_kernel<T, 1><<<grid, block, 0, stream>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_cuda__ok(error);
+}
+
+extern "C" dcp_status dcp_cuda_conv1d_workspace_size(const dcp_conv1d_params *params,
+                                                     size_t *bytes, dcp_error *error)
+{
+    dcp_conv1d_params p;
+    dcp_status status;
+    if (!bytes) return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
+    if ((status = dcp_conv1d_params_resolve(params, &p, error)) != DCP_OK) return status;
+    if (p.width > DCP_CUDA_CONV1D_MAX_WIDTH)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
+                              "conv1d width %d: the CUDA kernels serve widths 1 to %d",
+                              (int)p.width, DCP_CUDA_CONV1D_MAX_WIDTH);
+    *bytes = (size_t)DCP_CUDA_CONV1D_SLICES * (size_t)(p.width + 1) * (size_t)p.channels *
+             sizeof(float);
+    return dcp_cuda__ok(error);
+}
+
+extern "C" dcp_status dcp_cuda_conv1d_forward(const dcp_conv1d_params *params,
+                                              const dcp_cuda_layout *layout, int64_t total_rows,
+                                              dcp_dtype dtype, const void *x,
+                                              const float *weight, const float *bias, void *y,
+                                              void *stream, dcp_error *error)
+{
+    dcp_conv1d_params p;
+    dcp_cuda__conv_args a;
+    int vector;
+    dcp_status status;
+    if ((status = dcp_cuda__conv_check(params, layout, total_rows, dtype, &p, error)) != DCP_OK)
+        return status;
+    if (!x || !weight || !y)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "x, weight and y must not be NULL");
+    a = dcp_cuda__conv_args_of(&p, layout, total_rows);
+    a.x = x, a.weight = weight, a.bias = bias, a.out = y;
+    vector = p.channels % (int32_t)(16 / dcp_cuda__dtype_size(dtype)) == 0 &&
+             dcp_cuda__aligned(x, 16) && dcp_cuda__aligned(y, 16);
+    if ((int64_t)(vector ? p.channels / (16 / dcp_cuda__dtype_size(dtype)) : p.channels) >
+        (int64_t)DCP_CUDA__CONV_VECS * 65535)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED, "conv1d channels %d are too many",
+                              (int)p.channels);
+    if (total_rows == 0) return dcp_cuda__ok(error);
+    switch (dtype) {
+    case DCP_DTYPE_FLOAT32:
+        return dcp_cuda__conv_forward_launch<float>(a, vector, (cudaStream_t)stream, error);
+    case DCP_DTYPE_BFLOAT16:
+        return dcp_cuda__conv_forward_launch<__nv_bfloat16>(a, vector, (cudaStream_t)stream,
+                                                            error);
+    case DCP_DTYPE_FLOAT16:
+        return dcp_cuda__conv_forward_launch<__half>(a, vector, (cudaStream_t)stream, error);
+    }
+    return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
+}
+
+extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
+                                               const dcp_cuda_layout *layout,
+                                               int64_t total_rows, dcp_dtype dtype,
+                                               const void *x, const float *weight,
+                                               const float *bias, const void *dy, void *dx,
+                                               float *dweight, float *dbias, void *workspace,
+                                               size_t workspace_bytes, void *stream,
+                                               dcp_error *error)
+{
+    dcp_conv1d_params p;
+    dcp_cuda__conv_args a;
+    int64_t groups;
+    int32_t slices;
+    size_t needed;
+    int vector;
+    cudaStream_t s = (cudaStream_t)stream;
+    dcp_status status;
+    if ((status = dcp_cuda__conv_check(params, layout, total_rows, dtype, &p, error)) != DCP_OK)
+        return status;
+    if (!x || !weight || !dy || !dx || !dweight)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "x, weight, dy, dx and dweight must not be NULL");
+    if (bias && !dbias)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "dbias must not be NULL when bias is given");
+    groups = (total_rows + DCP_CUDA__CONV_ROWS - 1) / DCP_CUDA__CONV_ROWS;
+    slices = groups < DCP_CUDA_CONV1D_SLICES ? (int32_t)groups : DCP_CUDA_CONV1D_SLICES;
+    needed = (size_t)slices * (size_t)(p.width + 1) * (size_t)p.channels * sizeof(float);
+    if (needed > 0 && (!workspace || workspace_bytes < needed || !dcp_cuda__aligned(workspace, 16)))
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "workspace %p of %zu bytes: need %zu bytes, 16-byte aligned "
+                              "(dcp_cuda_conv1d_workspace_size)",
+                              workspace, workspace_bytes, needed);
+    a = dcp_cuda__conv_args_of(&p, layout, total_rows);
+    a.x = x, a.weight = weight, a.bias = bias, a.dy = dy, a.out = dx;
+    a.partial = (float *)workspace;
+    vector = p.channels % (int32_t)(16 / dcp_cuda__dtype_size(dtype)) == 0 &&
+             dcp_cuda__aligned(x, 16) && dcp_cuda__aligned(dy, 16) && dcp_cuda__aligned(dx, 16);
+    if (slices > 0) {
+        switch (dtype) {
+        case DCP_DTYPE_FLOAT32:
+            status = dcp_cuda__conv_backward_launch<float>(a, vector, slices, s, error);
+            break;
+        case DCP_DTYPE_BFLOAT16:
+            status = dcp_cuda__conv_backward_launch<__nv_bfloat16>(a, vector, slices, s, error);
+            break;
+        case DCP_DTYPE_FLOAT16:
+            status = dcp_cuda__conv_backward_launch<__half>(a, vector, slices, s, error);
+            break;
+        }
+        if (status != DCP_OK) return status;
+    }
+    {
+        const int64_t values = (int64_t)(p.width + 1) * p.channels;
+        dcp_cuda__conv_reduce_kernel<<<(unsigned)((values + 255) / 256), 256, 0, s>>>(
+            a.partial, slices, p.channels, p.width, dweight, dbias);
+        DCP_CUDA_CHECK_LAUNCH();
+    }
+    return dcp_cuda__ok(error);
+}
+
+/* ================================================================= LSE merge and conversion
+   Design. A warp owns one (head, row) of the [rows, heads, dim] tensors, its lanes 4 (merge)
+   or 8 (finalize) consecutive floats each with 16-byte accesses (1 when dim or a pointer does
+   not allow it); consecutive warps take consecutive rows of one head, so the LSE [heads, rows]
+   accesses of a block are contiguous too. The row's sequence comes from a binary search in
+   cu_seqlens_padded (cached). Merge: every lane reads both LSEs, computes the weights in
+   float32 as 1 / (1 + e) and e / (1 + e) with e = exp(low - high) (accurate whatever the
+   LSEs' magnitude), a side at -inf is skipped (a row nothing saw stays 0 and -inf), and lane
+   0 writes the merged LSE after __syncwarp, when every lane has read the old one. Finalize:
+   valid rows (zigzag position of `rank` below the valid length) are converted to out_dtype,
+   padding rows written 0 and -inf; out may be acc_out (float32), each element is read by the
+   lane that writes it. Init: cudaMemsetAsync for the zeros and a fill for -inf. Convert: a
+   grid-stride loop, 8 floats per thread per step. */
+
+#define DCP_CUDA__WARPS 8 /* warps per block of the row kernels */
+
+struct dcp_cuda__merge_args {
+    const int32_t *cu_seqlens, *cu_seqlens_padded;
+    int32_t num_sequences, cp, rank;
+    int64_t rows;
+    int32_t heads, dim;
+    int32_t half;
+    const float *out, *lse; /* merge: the partial; finalize: the accumulator */
+    float *acc_out, *acc_lse;
+    void *final_out;
+    float *final_lse;
+};
+
+__global__ void dcp_cuda__fill_kernel(float *p, int64_t count, float value)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+         i += (int64_t)gridDim.x * blockDim.x)
+        p[i] = value;
+}
+
+template <int V>
+__global__ void __launch_bounds__(DCP_CUDA__WARPS * 32)
+    dcp_cuda__merge_kernel(const dcp_cuda__merge_args a)
+{
+    const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int32_t lane = threadIdx.x & 31;
+    if (unit >= (int64_t)a.heads * a.rows) return; /* whole warps leave together */
+    const int32_t head = (int32_t)(unit / a.rows);
+    const int64_t row = unit - (int64_t)head * a.rows;
+    const dcp_cuda__row info = dcp_cuda__row_info(a.cu_seqlens, a.cu_seqlens_padded,
+                                                  a.num_sequences, a.cp, 0, row);
+    if (info.seq < 0) return;
+    const int64_t index = row - info.offset;
+    if ((a.half == DCP_HALF_FIRST && index >= info.rows / 2) ||
+        (a.half == DCP_HALF_SECOND && index < info.rows / 2))
+        return;
+    const int64_t lse_at = (int64_t)head * a.rows + row;
+    const float lse = a.lse[lse_at], acc = a.acc_lse[lse_at];
+    if (lse == -INFINITY) return;
+    const bool copy = acc == -INFINITY;
+    const float high = fmaxf(acc, lse), low = fminf(acc, lse);
+    const float e = expf(low - high), inv = 1.0f / (1.0f + e);
+    const float w_acc = acc >= lse ? inv : e * inv, w_out = acc >= lse ? e * inv : inv;
+    const float merged = high + log1pf(e);
+    const int64_t at = (row * a.heads + head) * (int64_t)a.dim;
+    for (int32_t d = lane * V; d < a.dim; d += 32 * V) {
+        float o[V], c[V];
+        dcp_cuda__load<float, V>(a.out + at + d, o);
+        if (!copy) {
+            dcp_cuda__load<float, V>(a.acc_out + at + d, c);
+#pragma unroll
+            for (int i = 0; i < V; i++) o[i] = w_acc * c[i] + w_out * o[i];
+        }
+        dcp_cuda__store<float, V>(a.acc_out + at + d, o);
+    }
+    __syncwarp();
+    if (lane == 0) a.acc_lse[lse_at] = copy ? lse : merged;
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(DCP_CUDA__WARPS * 32)
+    dcp_cuda__finalize_kernel(const dcp_cuda__merge_args a)
+{
+    const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int32_t lane = threadIdx.x & 31;
+    if (unit >= (int64_t)a.heads * a.rows) return;
+    const int32_t head = (int32_t)(unit / a.rows);
+    const int64_t row = unit - (int64_t)head * a.rows;
+    const bool valid = dcp_cuda__row_info(a.cu_seqlens, a.cu_seqlens_padded, a.num_sequences,
+                                          a.cp, a.rank, row)
+                           .position >= 0;
+    const int64_t at = (row * a.heads + head) * (int64_t)a.dim;
+    T *out = static_cast<T *>(a.final_out) + at;
+    for (int32_t d = lane * V; d < a.dim; d += 32 * V) {
+        float v[V];
+        if (valid) dcp_cuda__load<float, V>(a.acc_out + at + d, v);
+        else {
+#pragma unroll
+            for (int i = 0; i < V; i++) v[i] = 0.0f;
+        }
+        dcp_cuda__store<T, V>(out + d, v);
+    }
+    if (lane == 0) {
+        const int64_t lse_at = (int64_t)head * a.rows + row;
+        a.final_lse[lse_at] = valid ? a.acc_lse[lse_at] : -INFINITY;
+    }
+}
+
+template <typename T, int V>
+__global__ void dcp_cuda__convert_kernel(const float *in, T *out, int64_t count)
+{
+    const int64_t vectors = count / V, stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int64_t i = first; i < vectors; i += stride) {
+        float v[V];
+        dcp_cuda__load<float, V>(in + i * V, v);
+        dcp_cuda__store<T, V>(out + i * V, v);
+    }
+    for (int64_t i = vectors * V + first; i < count; i += stride)
+        out[i] = dcp_cuda__from_float<T>(in[i]);
+}
+
+/* Checks shared by the merge entry points: params (num_heads, head_dim), layout, sizes. */
+static dcp_status dcp_cuda__merge_check(const dcp_attention_params *params,
+                                        const dcp_cuda_layout *layout,
+                                        dcp_attention_params *p, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_attention_params_resolve(params, p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
+        (status = dcp_cuda__check_elements("acc_out", layout->local_rows,
+                                           (int64_t)p->num_heads * p->head_dim, sizeof(float),
+                                           error)) != DCP_OK)
+        return status;
+    if ((int64_t)p->num_heads * layout->local_rows > (int64_t)INT32_MAX / 32 * DCP_CUDA__WARPS)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
+                              "%lld rows x %d heads are too many for one launch",
+                              (long long)layout->local_rows, (int)p->num_heads);
+    return DCP_OK;
+}
+
+static dcp_cuda__merge_args dcp_cuda__merge_args_of(const dcp_attention_params *p,
+                                                    const dcp_cuda_layout *layout)
+{
+    dcp_cuda__merge_args a;
+    memset(&a, 0, sizeof a);
+    a.cu_seqlens = layout->thd.cu_seqlens;
+    a.cu_seqlens_padded = layout->thd.cu_seqlens_padded;
+    a.num_sequences = layout->thd.num_sequences;
+    a.cp = layout->thd.cp;
+    a.rows = layout->local_rows;
+    a.heads = p->num_heads;
+    a.dim = p->head_dim;
+    return a;
+}
+
+static unsigned dcp_cuda__row_blocks(const dcp_cuda__merge_args &a)
+{
+    return (unsigned)(((int64_t)a.heads * a.rows + DCP_CUDA__WARPS - 1) / DCP_CUDA__WARPS);
+}
+
+extern "C" dcp_status dcp_cuda_acc_init(const dcp_attention_params *params,
+                                        const dcp_cuda_layout *layout, float *acc_out,
+                                        float *acc_lse, void *stream, dcp_error *error)
+{
+    dcp_attention_params p;
+    cudaStream_t s = (cudaStream_t)stream;
+    int64_t values, lses;
+    dcp_status status;
+    if ((status = dcp_cuda__merge_check(params, layout, &p, error)) != DCP_OK) return status;
+    if (!acc_out || !acc_lse)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "acc_out and acc_lse must not be NULL");
+    values = layout->local_rows * p.num_heads * p.head_dim;
+    lses = layout->local_rows * p.num_heads;
+    if (values == 0) return dcp_cuda__ok(error);
+    DCP_CUDA_CHECK(cudaMemsetAsync(acc_out, 0, (size_t)values * sizeof(float), s));
+    {
+        const int64_t blocks = (lses + 255) / 256;
+        dcp_cuda__fill_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(
+            acc_lse, lses, -INFINITY);
+        DCP_CUDA_CHECK_LAUNCH();
+    }
+    return dcp_cuda__ok(error);
+}
+
+extern "C" dcp_status dcp_cuda_acc_merge(const dcp_attention_params *params,
+                                         const dcp_cuda_layout *layout, dcp_half half,
+                                         const float *out, const float *lse, float *acc_out,
+                                         float *acc_lse, void *stream, dcp_error *error)
+{
+    dcp_attention_params p;
+    dcp_cuda__merge_args a;
+    cudaStream_t s = (cudaStream_t)stream;
+    dcp_status status;
+    if ((status = dcp_cuda__merge_check(params, layout, &p, error)) != DCP_OK) return status;
+    if (half != DCP_HALF_ALL && half != DCP_HALF_FIRST && half != DCP_HALF_SECOND)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "half %d is not a dcp_half",
+                              (int)half);
+    if (half != DCP_HALF_ALL && layout->thd.cp == 1)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "half %d needs cp > 1 (at layout cp 1 a sequence has no halves)",
+                              (int)half);
+    if (!out || !lse || !acc_out || !acc_lse)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "out, lse, acc_out and acc_lse must not be NULL");
+    a = dcp_cuda__merge_args_of(&p, layout);
+    a.half = half;
+    a.out = out, a.lse = lse, a.acc_out = acc_out, a.acc_lse = acc_lse;
+    if (a.rows == 0) return dcp_cuda__ok(error);
+    if (p.head_dim % 4 == 0 && dcp_cuda__aligned(out, 16) && dcp_cuda__aligned(acc_out, 16))
+        dcp_cuda__merge_kernel<4><<<dcp_cuda__row_blocks(a), DCP_CUDA__WARPS * 32, 0, s>>>(a);
+    else
+        dcp_cuda__merge_kernel<1><<<dcp_cuda__row_blocks(a), DCP_CUDA__WARPS * 32, 0, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_cuda__ok(error);
+}
+
+template <typename T>
+static dcp_status dcp_cuda__finalize_launch(const dcp_cuda__merge_args &a, cudaStream_t s,
+                                            dcp_error *error)
+{
+    if (a.dim % 8 == 0 && dcp_cuda__aligned(a.acc_out, 32) &&
+        dcp_cuda__aligned(a.final_out, 8 * sizeof(T)))
+        dcp_cuda__finalize_kernel<T, 8><<<dcp_cuda__row_blocks(a), DCP_CUDA__WARPS * 32, 0, s>>>(a);
+    else
+        dcp_cuda__finalize_kernel<T, 1><<<dcp_cuda__row_blocks(a), DCP_CUDA__WARPS * 32, 0, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_cuda__ok(error);
+}
+
+extern "C" dcp_status dcp_cuda_acc_finalize(const dcp_attention_params *params,
+                                            const dcp_cuda_layout *layout, int32_t rank,
+                                            const float *acc_out, const float *acc_lse,
+                                            dcp_dtype out_dtype, void *out, float *lse,
+                                            void *stream, dcp_error *error)
+{
+    dcp_attention_params p;
+    dcp_cuda__merge_args a;
+    cudaStream_t s = (cudaStream_t)stream;
+    dcp_status status;
+    if ((status = dcp_cuda__merge_check(params, layout, &p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank("rank", rank, layout->thd.cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_dtype("out_dtype", out_dtype, 1, error)) != DCP_OK)
+        return status;
+    if (!acc_out || !acc_lse || !out || !lse)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "acc_out, acc_lse, out and lse must not be NULL");
+    if (out_dtype != DCP_DTYPE_FLOAT32 && (const void *)out == (const void *)acc_out)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "out may be acc_out only when out_dtype is float32, got %s",
+                              dcp_cuda__dtype_name(out_dtype));
+    a = dcp_cuda__merge_args_of(&p, layout);
+    a.rank = rank;
+    a.acc_out = (float *)acc_out, a.acc_lse = (float *)acc_lse;
+    a.final_out = out, a.final_lse = lse;
+    if (a.rows == 0) return dcp_cuda__ok(error);
+    switch (out_dtype) {
+    case DCP_DTYPE_FLOAT32: return dcp_cuda__finalize_launch<float>(a, s, error);
+    case DCP_DTYPE_BFLOAT16: return dcp_cuda__finalize_launch<__nv_bfloat16>(a, s, error);
+    case DCP_DTYPE_FLOAT16: return dcp_cuda__finalize_launch<__half>(a, s, error);
+    }
+    return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "out_dtype %d", (int)out_dtype);
+}
+
+template <typename T>
+static dcp_status dcp_cuda__convert_launch(const float *in, T *out, int64_t count,
+                                           cudaStream_t s, dcp_error *error)
+{
+    const int64_t threads = (count + 7) / 8, blocks = (threads + 255) / 256;
+    const unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536);
+    if (dcp_cuda__aligned(in, 32) && dcp_cuda__aligned(out, 8 * sizeof(T)))
+        dcp_cuda__convert_kernel<T, 8><<<grid, 256, 0, s>>>(in, out, count);
+    else
+        dcp_cuda__convert_kernel<T, 1><<<grid, 256, 0, s>>>(in, out, count);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_cuda__ok(error);
+}
+
+extern "C" dcp_status dcp_cuda_convert(const float *in, dcp_dtype dtype, void *out,
+                                       int64_t count, void *stream, dcp_error *error)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    dcp_status status;
+    if ((status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK) return status;
+    if (count < 0)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "count must be >= 0, got %lld",
+                              (long long)count);
+    if (count == 0) return dcp_cuda__ok(error);
+    if (!in || !out)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "in and out must not be NULL");
+    if ((uint64_t)count > SIZE_MAX / sizeof(float))
+        return dcp_cuda__fail(error, DCP_ERROR_OVERFLOW, "count %lld is too large",
+                              (long long)count);
+    switch (dtype) {
+    case DCP_DTYPE_FLOAT32:
+        if ((const void *)in != out)
+            DCP_CUDA_CHECK(cudaMemcpyAsync(out, in, (size_t)count * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, s));
+        return dcp_cuda__ok(error);
+    case DCP_DTYPE_BFLOAT16:
+        return dcp_cuda__convert_launch<__nv_bfloat16>(in, (__nv_bfloat16 *)out, count, s, error);
+    case DCP_DTYPE_FLOAT16:
+        return dcp_cuda__convert_launch<__half>(in, (__half *)out, count, s, error);
+    }
+    return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
+}
+
+/* ================================================================================= attention
+   Shared by forward and backward: one sequence's rows of a view. A rank's valid local rows
+   of a sequence are a prefix of its rows (dcp.h, THD layout), so the valid rows of a half
+   are [begin, min(end, valid)) and local order is position order. */
+
+struct dcp_cuda__attn_args {
+    const int32_t *cu_seqlens, *cu_seqlens_padded;
+    int32_t num_sequences, cp;
+    int32_t q_rank, q_half, kv_rank, kv_half, causal;
+    int64_t rows;
+    int32_t heads, kv_heads, group;
+    float scale;      /* softmax scale */
+    float scale_log2; /* softmax scale x log2(e) */
+    const void *q, *k, *v, *out, *dout;
+    const float *lse;
+    void *o;          /* forward output */
+    int32_t out_fp32; /* forward: o is float32 (else dtype) */
+    float *lse_out;
+    float *dq, *dk, *dv, *delta;
+    const int32_t *count; /* schedule: number of entries, then the entries */
+    const int2 *entries;
+};
+
+struct dcp_cuda__seq_view {
+    int64_t offset;            /* first local row of the sequence */
+    int64_t padded;            /* P */
+    int64_t q_begin, q_end, q_valid;  /* the q view rows; valid ones end at q_valid */
+    int64_t k_begin, k_end, k_valid;  /* the kv view rows; valid ones end at k_valid */
+};
+
+/* Valid local rows of rank `rank`: a prefix of the sequence's P / cp rows. */
+__device__ __forceinline__ int64_t dcp_cuda__valid_rows(int64_t padded, int64_t valid, int32_t cp,
+                                                        int32_t rank)
+{
+    if (cp == 1) return valid < padded ? valid : padded;
+    const int64_t h = padded / (2 * (int64_t)cp);
+    int64_t first = valid - rank * h, second = valid - (2 * (int64_t)cp - 1 - rank) * h;
+    first = first < 0 ? 0 : first > h ? h : first;
+    second = second < 0 ? 0 : second > h ? h : second;
+    return first + second;
+}
+
+__device__ __forceinline__ void dcp_cuda__half_rows(int64_t rows, int32_t half, int64_t *begin,
+                                                    int64_t *end)
+{
+    *begin = half == DCP_HALF_SECOND ? rows / 2 : 0;
+    *end = half == DCP_HALF_FIRST ? rows / 2 : rows;
+}
+
+/* Sequence j of the layout as the step sees it; rows are clamped to the buffer. */
+__device__ __forceinline__ dcp_cuda__seq_view dcp_cuda__seq_of(const dcp_cuda__attn_args &a,
+                                                               int32_t j)
+{
+    dcp_cuda__seq_view s;
+    const int64_t valid = (int64_t)a.cu_seqlens[j + 1] - a.cu_seqlens[j];
+    int64_t rows, limit;
+    s.padded = (int64_t)a.cu_seqlens_padded[j + 1] - a.cu_seqlens_padded[j];
+    s.offset = a.cu_seqlens_padded[j] / a.cp;
+    rows = s.padded / a.cp;
+    limit = a.rows - s.offset; /* a malformed layout never reaches past the buffer */
+    if (rows > limit) rows = limit < 0 ? 0 : limit;
+    dcp_cuda__half_rows(rows, a.q_half, &s.q_begin, &s.q_end);
+    dcp_cuda__half_rows(rows, a.kv_half, &s.k_begin, &s.k_end);
+    const int64_t qv = dcp_cuda__valid_rows(s.padded, valid, a.cp, a.q_rank);
+    const int64_t kv = dcp_cuda__valid_rows(s.padded, valid, a.cp, a.kv_rank);
+    s.q_valid = qv < s.q_end ? qv : s.q_end;
+    s.k_valid = kv < s.k_end ? kv : s.k_end;
+    if (s.q_valid < s.q_begin) s.q_valid = s.q_begin;
+    if (s.k_valid < s.k_begin) s.k_valid = s.k_begin;
+    return s;
+}
+
+/* ----------------------------------------------------------------------- tile schedule
+   Design. One block of 1024 threads lists the (sequence, tile of 64 view rows) pairs of a
+   step, longest sequences first: sequences go to 32 buckets by log2 of their tile count,
+   buckets are laid out from the largest, and within a sequence the last tile (the most keys
+   under a causal mask) comes first. The order inside a bucket depends on shared-memory
+   atomics, which is harmless: every tile is computed by exactly one block and results do not
+   depend on the order. The attention grid is sized on the host by the bound
+   local_rows / 64 + num_sequences (no read-back); blocks past the count exit at once. */
+
+#define DCP_CUDA__TILE 64
+
+__global__ void __launch_bounds__(1024)
+    dcp_cuda__schedule_kernel(const dcp_cuda__attn_args a, int32_t use_kv, int32_t *count,
+                              int2 *entries, int64_t capacity)
+{
+    __shared__ int32_t bucket_tiles[32], cursor[32];
+    if (threadIdx.x < 32) bucket_tiles[threadIdx.x] = 0;
+    __syncthreads();
+    for (int32_t j = threadIdx.x; j < a.num_sequences; j += blockDim.x) {
+        const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, j);
+        const int64_t rows = use_kv ? s.k_end - s.k_begin : s.q_end - s.q_begin;
+        const int32_t tiles = (int32_t)((rows + DCP_CUDA__TILE - 1) / DCP_CUDA__TILE);
+        if (tiles > 0) atomicAdd(&bucket_tiles[31 - __clz(tiles)], tiles);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int64_t offset = 0;
+        for (int32_t b = 31; b >= 0; b--) {
+            cursor[b] = (int32_t)offset;
+            offset += bucket_tiles[b];
+        }
+        *count = (int32_t)(offset < capacity ? offset : capacity);
+    }
+    __syncthreads();
+    for (int32_t j = threadIdx.x; j < a.num_sequences; j += blockDim.x) {
+        const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, j);
+        const int64_t rows = use_kv ? s.k_end - s.k_begin : s.q_end - s.q_begin;
+        const int32_t tiles = (int32_t)((rows + DCP_CUDA__TILE - 1) / DCP_CUDA__TILE);
+        if (tiles <= 0) continue;
+        const int32_t base = atomicAdd(&cursor[31 - __clz(tiles)], tiles);
+        for (int32_t t = 0; t < tiles && base + t < capacity; t++)
+            entries[base + t] = make_int2(j, tiles - 1 - t);
+    }
+}
+
+/* --------------------------------------------------------------- tensor-core primitives */
+
+__device__ __forceinline__ uint32_t dcp_cuda__smem_address(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared without registers; src_bytes 0 writes zeros and reads nothing. */
+__device__ __forceinline__ void dcp_cuda__cp_async16(void *shared, const void *global,
+                                                     int32_t src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     dcp_cuda__smem_address(shared)),
+                 "l"(global), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void dcp_cuda__cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N> __device__ __forceinline__ void dcp_cuda__cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. */
+__device__ __forceinline__ void dcp_cuda__ldmatrix_x4(uint32_t (&r)[4], const void *row)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(dcp_cuda__smem_address(row)));
+}
+
+__device__ __forceinline__ void dcp_cuda__ldmatrix_x4_trans(uint32_t (&r)[4], const void *row)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(dcp_cuda__smem_address(row)));
+}
+
+/* c += a b, m16n8k16, float32 accumulators. */
+template <typename T>
+__device__ __forceinline__ void dcp_cuda__mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                              uint32_t b1);
+
+template <>
+__device__ __forceinline__ void dcp_cuda__mma<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
+                                                             uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void dcp_cuda__mma<__half>(float (&c)[4], const uint32_t (&a)[4],
+                                                      uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two floats as one register of two 16-bit values, the first in the low half. */
+template <typename T> __device__ __forceinline__ uint32_t dcp_cuda__pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t dcp_cuda__pack2<__nv_bfloat16>(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+template <> __device__ __forceinline__ uint32_t dcp_cuda__pack2<__half>(float lo, float hi)
+{
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* ------------------------------------------------------------------- attention forward
+   Design (FlashAttention-2 on mma.sync). A block of 4 warps owns one schedule entry: a tile
+   of 64 rows of one sequence's q view, for one query head (grid.y). Each warp owns 16 query
+   rows: their Q fragments stay in registers (ldmatrix from a shared tile loaded once), their
+   output (16 x D floats) and running max / sum in registers. Keys and values stream through
+   shared memory in tiles of 64 rows, two stages deep with cp.async (the load of tile i + 1
+   overlaps the math of tile i); rows past the view's valid keys are zero-filled by cp.async
+   (src-size 0), so a padding row is never read. Per tile: S = Q K^T (m16n8k16, bf16/fp16 in,
+   float32 accumulate; K fragments by ldmatrix, rows padded by 16 bytes so the 8 row reads of
+   an ldmatrix hit distinct banks), the mask by global position (zigzag of the q and kv
+   ranks: valid query, valid key in the kv view, causal key position <= query position),
+   online softmax in base 2 (the scale folded into log2(e)), P rounded to the input type and
+   reused as the A operand of O += P V straight from the S accumulators, V fragments by
+   ldmatrix.trans. The key loop stops at the last key a causal tile can see (positions are
+   monotone in local order). Rows with no visible key (padding rows included) get 0 and LSE
+   -inf; rows outside the q view are not touched; tiles come longest sequence first from the
+   schedule, so a pack of many short documents fills the GPU without any host round trip. */
+
+#define DCP_CUDA__ATTN_THREADS 128
+
+template <int D> constexpr size_t dcp_cuda__attn_smem(size_t element)
+{
+    return (size_t)5 * DCP_CUDA__TILE * (D + 8) * element; /* Q, 2 x K, 2 x V */
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
+    dcp_cuda__attn_forward_kernel(const dcp_cuda__attn_args a)
+{
+    constexpr int STRIDE = D + 8, CHUNKS = D / 8, TILE = DCP_CUDA__TILE;
+    T *sq = reinterpret_cast<T *>(dcp_cuda__smem);
+    T *sk = sq + TILE * STRIDE;     /* [2][TILE][STRIDE] */
+    T *sv = sk + 2 * TILE * STRIDE; /* [2][TILE][STRIDE] */
+    if ((int32_t)blockIdx.x >= *a.count) return;
+    const int2 entry = a.entries[blockIdx.x];
+    const int32_t head = blockIdx.y, kv_head = head / a.group;
+    const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, entry.x);
+    const int64_t q0 = s.q_begin + (int64_t)entry.y * TILE;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3, m8 = lane >> 3, r8 = lane & 7;
+    const int64_t q_stride = (int64_t)a.heads * D, kv_stride = (int64_t)a.kv_heads * D;
+    const T *qg = static_cast<const T *>(a.q) + (int64_t)head * D;
+    const T *kg = static_cast<const T *>(a.k) + (int64_t)kv_head * D;
+    const T *vg = static_cast<const T *>(a.v) + (int64_t)kv_head * D;
+
+    /* the keys this tile can see: the valid kv view rows, cut by causality */
+    const int64_t q_last = (q0 + TILE < s.q_valid ? q0 + TILE : s.q_valid) - 1;
+    int64_t k_stop = q_last >= q0 ? s.k_valid : s.k_begin;
+    if (a.causal && q_last >= q0) {
+        const int64_t q_max = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, q_last);
+        int64_t seen;
+        if (a.cp == 1) seen = q_max + 1;
+        else {
+            const int64_t h = s.padded / (2 * (int64_t)a.cp);
+            int64_t first = q_max - (int64_t)a.kv_rank * h + 1;
+            int64_t second = q_max - (2 * (int64_t)a.cp - 1 - a.kv_rank) * h + 1;
+            first = first < 0 ? 0 : first > h ? h : first;
+            second = second < 0 ? 0 : second > h ? h : second;
+            seen = first + second;
+        }
+        if (seen < k_stop) k_stop = seen;
+    }
+    const int32_t tiles =
+        k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + TILE - 1) / TILE) : 0;
+
+    for (int i = tid; i < TILE * CHUNKS; i += DCP_CUDA__ATTN_THREADS) {
+        const int r = i / CHUNKS, c = i - r * CHUNKS;
+        const int64_t local = q0 + r;
+        const bool ok = local < s.q_valid;
+        dcp_cuda__cp_async16(sq + r * STRIDE + c * 8,
+                             qg + (ok ? (s.offset + local) * q_stride + c * 8 : 0), ok ? 16 : 0);
+    }
+    dcp_cuda__cp_async_commit();
+    auto load_kv = [&](int32_t tile, int stage) {
+        const int64_t k0 = s.k_begin + (int64_t)tile * TILE;
+        for (int i = tid; i < TILE * CHUNKS; i += DCP_CUDA__ATTN_THREADS) {
+            const int r = i / CHUNKS, c = i - r * CHUNKS;
+            const int64_t local = k0 + r;
+            const bool ok = local < s.k_valid;
+            const int64_t at = ok ? (s.offset + local) * kv_stride + c * 8 : 0;
+            dcp_cuda__cp_async16(sk + (stage * TILE + r) * STRIDE + c * 8, kg + at, ok ? 16 : 0);
+            dcp_cuda__cp_async16(sv + (stage * TILE + r) * STRIDE + c * 8, vg + at, ok ? 16 : 0);
+        }
+    };
+    if (tiles > 0) load_kv(0, 0);
+    dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
+    dcp_cuda__cp_async_wait<1>(); /* Q has landed */
+    __syncthreads();
+
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < D / 16; kc++)
+        dcp_cuda__ldmatrix_x4(qf[kc], sq + (warp * 16 + (m8 & 1) * 8 + r8) * STRIDE + kc * 16 +
+                                          (m8 >> 1) * 8);
+    /* this lane's two query rows */
+    int64_t q_index[2], q_pos[2];
+    bool q_ok[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        q_index[e] = q0 + warp * 16 + g + 8 * e;
+        q_ok[e] = q_index[e] < s.q_valid;
+        q_pos[e] = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, q_index[e]);
+    }
+    float o[D / 8][4], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int d = 0; d < D / 8; d++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[d][e] = 0.0f;
+
+    for (int32_t tile = 0; tile < tiles; tile++) {
+        const int stage = tile & 1;
+        if (tile + 1 < tiles) load_kv(tile + 1, stage ^ 1);
+        dcp_cuda__cp_async_commit();
+        dcp_cuda__cp_async_wait<1>(); /* tile `tile` has landed */
+        __syncthreads();
+        const T *ks = sk + stage * TILE * STRIDE, *vs = sv + stage * TILE * STRIDE;
+        const int64_t k0 = s.k_begin + (int64_t)tile * TILE;
+        float sc[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[n][e] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++)
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t b[4];
+                dcp_cuda__ldmatrix_x4(b, ks + (np * 16 + (m8 >> 1) * 8 + r8) * STRIDE + kc * 16 +
+                                             (m8 & 1) * 8);
+                dcp_cuda__mma<T>(sc[2 * np], qf[kc], b[0], b[1]);
+                dcp_cuda__mma<T>(sc[2 * np + 1], qf[kc], b[2], b[3]);
+            }
+        /* mask by position and scale into base 2 */
+        float tile_max[2] = {row_max[0], row_max[1]};
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t key = k0 + n * 8 + 2 * t + (e & 1);
+                const int row = e >> 1;
+                bool visible = q_ok[row] && key < s.k_valid;
+                if (visible && a.causal)
+                    visible = dcp_cuda__zigzag(s.padded, a.cp, a.kv_rank, key) <= q_pos[row];
+                sc[n][e] = visible ? sc[n][e] * a.scale_log2 : -INFINITY;
+                tile_max[row] = fmaxf(tile_max[row], sc[n][e]);
+            }
+        float base[2], alpha[2];
+#pragma unroll
+        for (int row = 0; row < 2; row++) {
+            tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 1));
+            tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 2));
+            base[row] = tile_max[row] == -INFINITY ? 0.0f : tile_max[row];
+            alpha[row] = exp2f(row_max[row] - base[row]);
+            row_max[row] = tile_max[row];
+            row_sum[row] *= alpha[row];
+        }
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                sc[n][e] = exp2f(sc[n][e] - base[e >> 1]);
+                row_sum[e >> 1] += sc[n][e];
+            }
+#pragma unroll
+        for (int d = 0; d < D / 8; d++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[d][e] *= alpha[e >> 1];
+        /* O += P V, P from the S accumulators (C layout = A layout of the next mma) */
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) {
+            uint32_t pa[4];
+            pa[0] = dcp_cuda__pack2<T>(sc[2 * kc][0], sc[2 * kc][1]);
+            pa[1] = dcp_cuda__pack2<T>(sc[2 * kc][2], sc[2 * kc][3]);
+            pa[2] = dcp_cuda__pack2<T>(sc[2 * kc + 1][0], sc[2 * kc + 1][1]);
+            pa[3] = dcp_cuda__pack2<T>(sc[2 * kc + 1][2], sc[2 * kc + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t b[4];
+                dcp_cuda__ldmatrix_x4_trans(b, vs + (kc * 16 + (m8 & 1) * 8 + r8) * STRIDE +
+                                                   dp * 16 + (m8 >> 1) * 8);
+                dcp_cuda__mma<T>(o[2 * dp], pa, b[0], b[1]);
+                dcp_cuda__mma<T>(o[2 * dp + 1], pa, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* this stage is free for the load two tiles ahead */
+    }
+    dcp_cuda__cp_async_wait<0>();
+
+    /* normalise and write the rows of the view */
+#pragma unroll
+    for (int row = 0; row < 2; row++) {
+        float sum = row_sum[row];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (q_index[row] >= s.q_end) continue;
+        const int64_t out_row = s.offset + q_index[row];
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int64_t at = (out_row * a.heads + head) * D + 2 * t;
+#pragma unroll
+        for (int d = 0; d < D / 8; d++) {
+            const float x = o[d][2 * row] * inv, y = o[d][2 * row + 1] * inv;
+            if (a.out_fp32)
+                *reinterpret_cast<float2 *>(static_cast<float *>(a.o) + at + d * 8) =
+                    make_float2(x, y);
+            else
+                *reinterpret_cast<uint32_t *>(static_cast<T *>(a.o) + at + d * 8) =
+                    dcp_cuda__pack2<T>(x, y);
+        }
+        if (t == 0)
+            a.lse_out[(int64_t)head * a.rows + out_row] =
+                sum > 0.0f ? (row_max[row] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+    }
+}
+
+/* ------------------------------------------------------------------ attention backward
+   Design (version 0: correctness first, CUDA cores, no tensor cores yet; see
+   bench/ATTENTION_NOTES.md). The reference's structure on the GPU, so that every gradient
+   element is one float32 sum in a fixed order, added once to its float32 buffer: no atomics,
+   bitwise reproducible whatever `deterministic` says. (1) delta[h, i] = dO_i . O_i, a warp
+   per (head, query row) of the q view, into the workspace. (2) dQ: a warp per (head, query
+   row), its lanes holding D / 32 dims of q and dO; it walks the visible keys of its row in
+   order (stopping at the causal bound: positions are monotone), recomputes s = scale q.k and
+   P = exp(s - lse) from the final LSE, dP = dO.v, and sums dS k. (3) dK, dV: a warp per (kv
+   head, key row) walks the query rows of every head of its GQA group and sums dS q and P dO.
+   Dot products are warp reductions (shuffles). Rows whose LSE is -inf contribute nothing; keys
+   past the valid rows of the kv view are never read. */
+
+template <int E> __device__ __forceinline__ float dcp_cuda__warp_dot(const float (&x)[E],
+                                                                     const float (&y)[E])
+{
+    float sum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++) sum = fmaf(x[e], y[e], sum);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    return sum;
+}
+
+/* The (head, row) of a warp of a row kernel and the row's sequence as the step sees it;
+   false when the row is outside the view (kv: key rows) or not valid there. */
+__device__ __forceinline__ bool dcp_cuda__attn_row(const dcp_cuda__attn_args &a, int32_t heads,
+                                                   bool kv, int32_t *head, int64_t *row,
+                                                   dcp_cuda__seq_view *s, int64_t *index)
+{
+    const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (unit >= (int64_t)heads * a.rows) return false;
+    *head = (int32_t)(unit / a.rows);
+    *row = unit - (int64_t)*head * a.rows;
+    const int32_t j = dcp_cuda__find_sequence(a.cu_seqlens_padded, a.num_sequences, *row * a.cp);
+    if (j < 0 || j >= a.num_sequences) return false;
+    *s = dcp_cuda__seq_of(a, j);
+    *index = *row - s->offset;
+    return kv ? *index >= s->k_begin && *index < s->k_valid
+              : *index >= s->q_begin && *index < s->q_valid;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256) dcp_cuda__attn_delta_kernel(const dcp_cuda__attn_args a)
+{
+    constexpr int E = D / 32;
+    int32_t head;
+    int64_t row, index;
+    dcp_cuda__seq_view s;
+    if (!dcp_cuda__attn_row(a, a.heads, false, &head, &row, &s, &index)) return;
+    const int lane = threadIdx.x & 31;
+    const int64_t at = (row * a.heads + head) * D + lane * E;
+    float o[E], d[E];
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.out) + at, o);
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.dout) + at, d);
+    const float delta = dcp_cuda__warp_dot<E>(o, d);
+    if (lane == 0) a.delta[(int64_t)head * a.rows + row] = delta;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256) dcp_cuda__attn_dq_kernel(const dcp_cuda__attn_args a)
+{
+    constexpr int E = D / 32;
+    int32_t head;
+    int64_t row, index;
+    dcp_cuda__seq_view s;
+    if (!dcp_cuda__attn_row(a, a.heads, false, &head, &row, &s, &index)) return;
+    const float lse = a.lse[(int64_t)head * a.rows + row];
+    if (lse == -INFINITY) return;
+    const int lane = threadIdx.x & 31;
+    const int32_t kv_head = head / a.group;
+    const int64_t at = (row * a.heads + head) * D + lane * E;
+    const int64_t q_pos = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, index);
+    const float delta = a.delta[(int64_t)head * a.rows + row];
+    float q[E], d[E], acc[E];
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.q) + at, q);
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.dout) + at, d);
+#pragma unroll
+    for (int e = 0; e < E; e++) acc[e] = 0.0f;
+    for (int64_t key = s.k_begin; key < s.k_valid; key++) {
+        if (a.causal && dcp_cuda__zigzag(s.padded, a.cp, a.kv_rank, key) > q_pos) break;
+        const int64_t kat = ((s.offset + key) * a.kv_heads + kv_head) * D + lane * E;
+        float k[E], v[E];
+        dcp_cuda__load<T, E>(static_cast<const T *>(a.k) + kat, k);
+        dcp_cuda__load<T, E>(static_cast<const T *>(a.v) + kat, v);
+        const float p = expf(a.scale * dcp_cuda__warp_dot<E>(q, k) - lse);
+        const float ds = p * (dcp_cuda__warp_dot<E>(d, v) - delta);
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[e] = fmaf(ds, k[e], acc[e]);
+    }
+#pragma unroll
+    for (int e = 0; e < E; e++) a.dq[at + e] += a.scale * acc[e];
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256) dcp_cuda__attn_dkv_kernel(const dcp_cuda__attn_args a)
+{
+    constexpr int E = D / 32;
+    int32_t kv_head;
+    int64_t row, index;
+    dcp_cuda__seq_view s;
+    if (!dcp_cuda__attn_row(a, a.kv_heads, true, &kv_head, &row, &s, &index)) return;
+    const int lane = threadIdx.x & 31;
+    const int64_t kat = (row * a.kv_heads + kv_head) * D + lane * E;
+    const int64_t k_pos = dcp_cuda__zigzag(s.padded, a.cp, a.kv_rank, index);
+    float k[E], v[E], dk[E], dv[E];
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.k) + kat, k);
+    dcp_cuda__load<T, E>(static_cast<const T *>(a.v) + kat, v);
+#pragma unroll
+    for (int e = 0; e < E; e++) dk[e] = dv[e] = 0.0f;
+    for (int32_t head = kv_head * a.group; head < (kv_head + 1) * a.group; head++)
+        for (int64_t qi = s.q_begin; qi < s.q_valid; qi++) {
+            if (a.causal && dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, qi) < k_pos) continue;
+            const int64_t q_row = s.offset + qi;
+            const float lse = a.lse[(int64_t)head * a.rows + q_row];
+            if (lse == -INFINITY) continue;
+            const int64_t at = (q_row * a.heads + head) * D + lane * E;
+            float q[E], d[E];
+            dcp_cuda__load<T, E>(static_cast<const T *>(a.q) + at, q);
+            dcp_cuda__load<T, E>(static_cast<const T *>(a.dout) + at, d);
+            const float p = expf(a.scale * dcp_cuda__warp_dot<E>(q, k) - lse);
+            const float ds = p * (dcp_cuda__warp_dot<E>(d, v) -
+                                  a.delta[(int64_t)head * a.rows + q_row]);
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                dk[e] = fmaf(ds, q[e], dk[e]);
+                dv[e] = fmaf(p, d[e], dv[e]);
+            }
+        }
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        a.dk[kat + e] += a.scale * dk[e];
+        a.dv[kat + e] += dv[e];
+    }
+}
+
+/* ------------------------------------------------------------------ attention: host side */
+
+/* Schedule capacity (entries) of a layout: sum over sequences of ceil(view rows / 64) is at
+   most local_rows / 64 + num_sequences. */
+static int64_t dcp_cuda__attn_capacity(const dcp_cuda_layout *layout)
+{
+    return layout->local_rows / DCP_CUDA__TILE + layout->thd.num_sequences + 1;
+}
+
+#define DCP_CUDA__ALIGN(x) (((x) + 255) & ~(size_t)255)
+
+static size_t dcp_cuda__attn_schedule_bytes(const dcp_cuda_layout *layout)
+{
+    return DCP_CUDA__ALIGN(16 + (size_t)dcp_cuda__attn_capacity(layout) * sizeof(int2));
+}
+
+static dcp_status dcp_cuda__attn_check(const dcp_attention_params *params,
+                                       const dcp_cuda_layout *layout,
+                                       const dcp_attention_view *view, dcp_dtype dtype,
+                                       dcp_attention_params *p, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_attention_params_resolve(params, p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
+        (status = dcp_attention_view_validate(view, layout->thd.cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_dtype("dtype", dtype, 0, error)) != DCP_OK)
+        return status;
+    if (p->head_dim != 64 && p->head_dim != 128)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
+                              "head_dim %d: the CUDA attention serves 64 and 128",
+                              (int)p->head_dim);
+    if (p->num_heads > 65535)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED, "num_heads %d > 65535",
+                              (int)p->num_heads);
+    if ((status = dcp_cuda__check_elements("q", layout->local_rows,
+                                           (int64_t)p->num_heads * p->head_dim, sizeof(float),
+                                           error)) != DCP_OK)
+        return status;
+    if ((int64_t)p->num_heads * layout->local_rows > (int64_t)INT32_MAX / 32 * 8)
+        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
+                              "%lld rows x %d heads are too many for one launch",
+                              (long long)layout->local_rows, (int)p->num_heads);
+    return DCP_OK;
+}
+
+static dcp_cuda__attn_args dcp_cuda__attn_args_of(const dcp_attention_params *p,
+                                                  const dcp_cuda_layout *layout,
+                                                  const dcp_attention_view *view)
+{
+    dcp_cuda__attn_args a;
+    memset(&a, 0, sizeof a);
+    a.cu_seqlens = layout->thd.cu_seqlens;
+    a.cu_seqlens_padded = layout->thd.cu_seqlens_padded;
+    a.num_sequences = layout->thd.num_sequences;
+    a.cp = layout->thd.cp;
+    if (view) {
+        a.q_rank = view->q_rank, a.q_half = view->q_half;
+        a.kv_rank = view->kv_rank, a.kv_half = view->kv_half;
+    }
+    a.causal = p->causal;
+    a.rows = layout->local_rows;
+    a.heads = p->num_heads;
+    a.kv_heads = p->num_kv_heads;
+    a.group = p->num_heads / p->num_kv_heads;
+    a.scale = (float)p->softmax_scale;
+    a.scale_log2 = (float)(p->softmax_scale * 1.4426950408889634);
+    return a;
+}
+
+static dcp_status dcp_cuda__check_workspace(void *workspace, size_t bytes, size_t needed,
+                                            dcp_error *error)
+{
+    if (!workspace || bytes < needed || !dcp_cuda__aligned(workspace, 256))
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "workspace %p of %zu bytes: need %zu bytes, 256-byte aligned "
+                              "(dcp_cuda_attention_workspace_size)",
+                              workspace, bytes, needed);
+    return DCP_OK;
+}
+
+extern "C" dcp_status dcp_cuda_attention_workspace_size(const dcp_attention_params *params,
+                                                        const dcp_cuda_layout *layout,
+                                                        size_t *bytes, dcp_error *error)
+{
+    dcp_attention_params p;
+    dcp_status status;
+    if (!bytes) return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
+    if ((status = dcp_attention_params_resolve(params, &p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_layout(layout, error)) != DCP_OK)
+        return status;
+    /* the tile schedule, then the backward's delta [num_heads, local_rows] */
+    *bytes = dcp_cuda__attn_schedule_bytes(layout) +
+             DCP_CUDA__ALIGN((size_t)layout->local_rows * (size_t)p.num_heads * sizeof(float));
+    return dcp_cuda__ok(error);
+}
+
+template <typename T, int D>
+static dcp_status dcp_cuda__attn_forward_launch(dcp_cuda__attn_args a, int64_t capacity,
+                                                cudaStream_t s, dcp_error *error)
+{
+    const size_t shared = dcp_cuda__attn_smem<D>(sizeof(T));
+    const dim3 grid((unsigned)capacity, (unsigned)a.heads);
+    dcp_cuda__schedule_kernel<<<1, 1024, 0, s>>>(a, 0, (int32_t *)a.count, (int2 *)a.entries,
+                                                 capacity);
+    DCP_CUDA_CHECK_LAUNCH();
+    DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_forward_kernel<T, D>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)shared));
+    dcp_cuda__attn_forward_kernel<T, D><<<grid, DCP_CUDA__ATTN_THREADS, shared, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_cuda__ok(error);
+}
+
+extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *params,
+                                                 const dcp_cuda_layout *layout,
+                                                 const dcp_attention_view *view, dcp_dtype dtype,
+                                                 const void *q, const void *k, const void *v,
+                                                 dcp_dtype out_dtype, void *out, float *lse,
+                                                 void *workspace, size_t workspace_bytes,
+                                                 void *stream, dcp_error *error)
+{
+    dcp_attention_params p;
+    dcp_cuda__attn_args a;
+    size_t needed;
+    cudaStream_t s = (cudaStream_t)stream;
+    dcp_status status;
+    if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
+        return status;
+    if (out_dtype != DCP_DTYPE_FLOAT32 && out_dtype != dtype)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "out_dtype %s must be float32 or dtype %s",
+                              dcp_cuda__dtype_name(out_dtype), dcp_cuda__dtype_name(dtype));
+    if (!q || !k || !v || !out || !lse)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "q, k, v, out and lse must not be NULL");
+    if (!dcp_cuda__aligned(q, 16) || !dcp_cuda__aligned(k, 16) || !dcp_cuda__aligned(v, 16) ||
+        !dcp_cuda__aligned(out, 8) || !dcp_cuda__aligned(lse, 4))
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "q, k, v must be 16-byte aligned and out 8-byte aligned (got %p, "
+                              "%p, %p, %p)",
+                              q, k, v, out);
+    if ((status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
+        (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
+        return status;
+    a = dcp_cuda__attn_args_of(&p, layout, view);
+    a.q = q, a.k = k, a.v = v, a.o = out, a.lse_out = lse;
+    a.out_fp32 = out_dtype == DCP_DTYPE_FLOAT32;
+    a.count = (const int32_t *)workspace;
+    a.entries = (const int2 *)((char *)workspace + 16);
+    if (layout->local_rows == 0) return dcp_cuda__ok(error);
+    if (dtype == DCP_DTYPE_BFLOAT16)
+        return p.head_dim == 64
+                   ? dcp_cuda__attn_forward_launch<__nv_bfloat16, 64>(a, dcp_cuda__attn_capacity(layout), s, error)
+                   : dcp_cuda__attn_forward_launch<__nv_bfloat16, 128>(a, dcp_cuda__attn_capacity(layout), s, error);
+    return p.head_dim == 64
+               ? dcp_cuda__attn_forward_launch<__half, 64>(a, dcp_cuda__attn_capacity(layout), s, error)
+               : dcp_cuda__attn_forward_launch<__half, 128>(a, dcp_cuda__attn_capacity(layout), s, error);
+}
+
+template <typename T, int D>
+static dcp_status dcp_cuda__attn_backward_launch(const dcp_cuda__attn_args &a, cudaStream_t s,
+                                                 dcp_error *error)
+{
+    const unsigned q_blocks = (unsigned)(((int64_t)a.heads * a.rows + 7) / 8);
+    const unsigned kv_blocks = (unsigned)(((int64_t)a.kv_heads * a.rows + 7) / 8);
+    dcp_cuda__attn_delta_kernel<T, D><<<q_blocks, 256, 0, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    dcp_cuda__attn_dq_kernel<T, D><<<q_blocks, 256, 0, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    dcp_cuda__attn_dkv_kernel<T, D><<<kv_blocks, 256, 0, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_cuda__ok(error);
+}
+
+extern "C" dcp_status dcp_cuda_attention_backward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout,
+    const dcp_attention_view *view, dcp_dtype dtype, const void *q, const void *k, const void *v,
+    const void *out, const void *dout, const float *lse, float *dq, float *dk, float *dv,
+    int32_t deterministic, void *workspace, size_t workspace_bytes, void *stream,
+    dcp_error *error)
+{
+    dcp_attention_params p;
+    dcp_cuda__attn_args a;
+    size_t needed;
+    cudaStream_t s = (cudaStream_t)stream;
+    dcp_status status;
+    if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
+        return status;
+    if (deterministic != 0 && deterministic != 1)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "deterministic must be 0 or 1, got %d", (int)deterministic);
+    if (!q || !k || !v || !out || !dout || !lse || !dq || !dk || !dv)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "q, k, v, out, dout, lse, dq, dk and dv must not be NULL");
+    if (!dcp_cuda__aligned(q, 8) || !dcp_cuda__aligned(k, 8) || !dcp_cuda__aligned(v, 8) ||
+        !dcp_cuda__aligned(out, 8) || !dcp_cuda__aligned(dout, 8))
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "q, k, v, out and dout must be 8-byte aligned");
+    if ((status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
+        (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
+        return status;
+    a = dcp_cuda__attn_args_of(&p, layout, view);
+    a.q = q, a.k = k, a.v = v, a.out = out, a.dout = dout, a.lse = lse;
+    a.dq = dq, a.dk = dk, a.dv = dv;
+    a.delta = (float *)((char *)workspace + dcp_cuda__attn_schedule_bytes(layout));
+    if (layout->local_rows == 0) return dcp_cuda__ok(error);
+    if (dtype == DCP_DTYPE_BFLOAT16)
+        return p.head_dim == 64 ? dcp_cuda__attn_backward_launch<__nv_bfloat16, 64>(a, s, error)
+                                : dcp_cuda__attn_backward_launch<__nv_bfloat16, 128>(a, s, error);
+    return p.head_dim == 64 ? dcp_cuda__attn_backward_launch<__half, 64>(a, s, error)
+                            : dcp_cuda__attn_backward_launch<__half, 128>(a, s, error);
+}
+
+/* ------------------------------------------------------------------- virtual ring driver
+   The steps of dcp_ring_step_plan, rank after rank, through the same entry points a real
+   ring calls (dcp_nccl.h does the same with the KV received from the neighbour); the CPU
+   reference dcp_ring_attention_forward / _backward has the same structure. */
+
+static dcp_status dcp_cuda__check_rank_pointers(const char *name, const void *const *buffers,
+                                                int32_t cp, dcp_error *error)
+{
+    int32_t r;
+    if (!buffers)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
+    for (r = 0; r < cp; r++)
+        if (!buffers[r])
+            return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s[%d] must not be NULL",
+                                  name, (int)r);
+    return DCP_OK;
+}
+
+extern "C" dcp_status dcp_cuda_virtual_ring_forward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout, dcp_dtype dtype,
+    const void *const *q, const void *const *k, const void *const *v, dcp_dtype out_dtype,
+    void *const *out, float *const *lse, float *partial_out, float *partial_lse,
+    float *acc_out, float *acc_lse, void *workspace, size_t workspace_bytes, void *stream,
+    dcp_error *error)
+{
+    dcp_attention_params p;
+    int32_t rank, step, cp;
+    dcp_status status;
+    if ((status = dcp_cuda__attn_check(params, layout, NULL, dtype, &p, error)) != DCP_OK)
+        return status;
+    cp = layout->thd.cp;
+    if ((status = dcp_cuda__check_rank_pointers("q", q, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("k", k, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("v", v, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("out", (const void *const *)out, cp, error)) !=
+            DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("lse", (const void *const *)lse, cp, error)) !=
+            DCP_OK)
+        return status;
+    if (!partial_out || !partial_lse || !acc_out || !acc_lse)
+        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
+                              "partial_out, partial_lse, acc_out and acc_lse must not be NULL");
+    for (rank = 0; rank < cp; rank++) {
+        if ((status = dcp_cuda_acc_init(&p, layout, acc_out, acc_lse, stream, error)) != DCP_OK)
+            return status;
+        for (step = 0; step < cp; step++) {
+            dcp_ring_step plan;
+            dcp_attention_params step_params = p;
+            if ((status = dcp_ring_step_plan(cp, rank, step, p.causal, &plan, error)) != DCP_OK)
+                return status;
+            step_params.causal = plan.causal;
+            if ((status = dcp_cuda_attention_forward(
+                     &step_params, layout, &plan.view, dtype, q[rank], k[plan.view.kv_rank],
+                     v[plan.view.kv_rank], DCP_DTYPE_FLOAT32, partial_out, partial_lse,
+                     workspace, workspace_bytes, stream, error)) != DCP_OK ||
+                (status = dcp_cuda_acc_merge(&p, layout, plan.view.q_half, partial_out,
+                                             partial_lse, acc_out, acc_lse, stream, error)) !=
+                    DCP_OK)
+                return status;
+        }
+        if ((status = dcp_cuda_acc_finalize(&p, layout, rank, acc_out, acc_lse, out_dtype,
+                                            out[rank], lse[rank], stream, error)) != DCP_OK)
+            return status;
+    }
+    return dcp_cuda__ok(error);
+}
+
+extern "C" dcp_status dcp_cuda_virtual_ring_backward(
+    const dcp_attention_params *params, const dcp_cuda_layout *layout, dcp_dtype dtype,
+    const void *const *q, const void *const *k, const void *const *v, const void *const *out,
+    const void *const *dout, const float *const *lse, float *const *dq, float *const *dk,
+    float *const *dv, int32_t deterministic, void *workspace, size_t workspace_bytes,
+    void *stream, dcp_error *error)
+{
+    dcp_attention_params p;
+    int32_t rank, step, cp;
+    cudaStream_t s = (cudaStream_t)stream;
+    dcp_status status;
+    if ((status = dcp_cuda__attn_check(params, layout, NULL, dtype, &p, error)) != DCP_OK)
+        return status;
+    cp = layout->thd.cp;
+    if ((status = dcp_cuda__check_rank_pointers("q", q, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("k", k, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("v", v, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("out", out, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("dout", dout, cp, error)) != DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("lse", (const void *const *)lse, cp, error)) !=
+            DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("dq", (const void *const *)dq, cp, error)) !=
+            DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("dk", (const void *const *)dk, cp, error)) !=
+            DCP_OK ||
+        (status = dcp_cuda__check_rank_pointers("dv", (const void *const *)dv, cp, error)) !=
+            DCP_OK)
+        return status;
+    for (rank = 0; rank < cp; rank++) {
+        const size_t q_bytes = (size_t)layout->local_rows * p.num_heads * p.head_dim * 4;
+        const size_t kv_bytes = (size_t)layout->local_rows * p.num_kv_heads * p.head_dim * 4;
+        DCP_CUDA_CHECK(cudaMemsetAsync(dq[rank], 0, q_bytes, s));
+        DCP_CUDA_CHECK(cudaMemsetAsync(dk[rank], 0, kv_bytes, s));
+        DCP_CUDA_CHECK(cudaMemsetAsync(dv[rank], 0, kv_bytes, s));
+    }
+    for (rank = 0; rank < cp; rank++)
+        for (step = 0; step < cp; step++) {
+            dcp_ring_step plan;
+            dcp_attention_params step_params = p;
+            int32_t source;
+            if ((status = dcp_ring_step_plan(cp, rank, step, p.causal, &plan, error)) != DCP_OK)
+                return status;
+            step_params.causal = plan.causal;
+            source = plan.view.kv_rank;
+            if ((status = dcp_cuda_attention_backward(
+                     &step_params, layout, &plan.view, dtype, q[rank], k[source], v[source],
+                     out[rank], dout[rank], lse[rank], dq[rank], dk[source], dv[source],
+                     deterministic, workspace, workspace_bytes, stream, error)) != DCP_OK)
+                return status;
+        }
+    return dcp_cuda__ok(error);
 }

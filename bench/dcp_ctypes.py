@@ -1,0 +1,73 @@
+"""ctypes bindings of build/libdcp_cuda.so for the Python benches (torch tensors in, their
+data_ptr() passed as device pointers; the default stream). Build the library with
+`make build/libdcp_cuda.so`."""
+import ctypes
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LIBRARY = os.path.join(HERE, "..", "build", "libdcp_cuda.so")
+
+FLOAT32, BFLOAT16, FLOAT16 = 0, 1, 2
+HALF_ALL, HALF_FIRST, HALF_SECOND = 0, 1, 2
+
+
+class Error(ctypes.Structure):
+    _fields_ = [("status", ctypes.c_int), ("message", ctypes.c_char * 256)]
+
+
+class ThdLayout(ctypes.Structure):
+    _fields_ = [("num_sequences", ctypes.c_int32), ("cu_seqlens", ctypes.c_void_p),
+                ("cu_seqlens_padded", ctypes.c_void_p), ("cp", ctypes.c_int32)]
+
+
+class CudaLayout(ctypes.Structure):
+    _fields_ = [("thd", ThdLayout), ("local_rows", ctypes.c_int64),
+                ("max_seqlen_padded", ctypes.c_int32)]
+
+
+class RopeOptions(ctypes.Structure):
+    _fields_ = [("style", ctypes.c_int), ("rotary_dim", ctypes.c_int32),
+                ("theta_base", ctypes.c_double), ("inv_freq", ctypes.c_void_p)]
+
+
+class Conv1dParams(ctypes.Structure):
+    _fields_ = [("channels", ctypes.c_int32), ("width", ctypes.c_int32), ("silu", ctypes.c_int32)]
+
+
+class AttentionParams(ctypes.Structure):
+    _fields_ = [("num_heads", ctypes.c_int32), ("num_kv_heads", ctypes.c_int32),
+                ("head_dim", ctypes.c_int32), ("causal", ctypes.c_int32),
+                ("softmax_scale", ctypes.c_double)]
+
+
+class AttentionView(ctypes.Structure):
+    _fields_ = [("q_rank", ctypes.c_int32), ("q_half", ctypes.c_int), ("kv_rank", ctypes.c_int32),
+                ("kv_half", ctypes.c_int)]
+
+
+class Library:
+    def __init__(self, path=LIBRARY):
+        if not os.path.exists(path):
+            raise SystemExit(f"{path} is missing: run `make build/libdcp_cuda.so` first")
+        self.lib = ctypes.CDLL(path)
+        self.error = Error()
+
+    def call(self, name, *args):
+        status = getattr(self.lib, name)(*args, ctypes.byref(self.error))
+        if status != 0:
+            raise RuntimeError(f"{name}: {self.error.message.decode()}")
+
+    def layout(self, cu_host, cu_padded_host, cu_device, cu_padded_device, cp=1):
+        """A CudaLayout from host lists and device int32 tensors (kept alive by the caller)."""
+        n = len(cu_host) - 1
+        cu = (ctypes.c_int32 * (n + 1))(*cu_host)
+        cu_padded = (ctypes.c_int32 * (n + 1))(*cu_padded_host)
+        host = ThdLayout(n, ctypes.cast(cu, ctypes.c_void_p), ctypes.cast(cu_padded, ctypes.c_void_p), cp)
+        layout = CudaLayout()
+        self.call("dcp_cuda_layout_init", ctypes.byref(host), ctypes.c_void_p(cu_device.data_ptr()),
+                  ctypes.c_void_p(cu_padded_device.data_ptr()), ctypes.byref(layout))
+        return layout
+
+
+def ptr(tensor):
+    return ctypes.c_void_p(0 if tensor is None else tensor.data_ptr())

@@ -1,0 +1,191 @@
+"""kernels_bench.py - dcp_cuda.cu part 1 against PyTorch implementations of the same ops, in
+the same run, on the same device.
+
+    make build/libdcp_cuda.so && python3 bench/kernels_bench.py [--repeat N]
+
+Shapes (issue 5): 64K local tokens in documents of 1K or 16K tokens (cp 1); RoPE on q (32
+heads) and k (8 heads), head dim 128, bfloat16; causal depthwise conv1d over 8192 channels,
+width 4, bias and SiLU, bfloat16 (weights float32); LSE merge of a float32 partial into the
+accumulator (32 heads x 128). Every op is validated against PyTorch before it is timed.
+Timing: CUDA events, L2 flushed (256 MB write) before each repetition, median. Bytes: each
+input read once and each output written once. The table: figure, ours, baseline (PyTorch
+eager), ratio (baseline time / our time: > 1 means ours is faster), our GB/s and its fraction
+of a device-to-device copy measured in the same run.
+"""
+import argparse
+import ctypes
+
+import torch
+import torch.nn.functional as F
+
+from dcp_ctypes import BFLOAT16, FLOAT32, HALF_ALL, AttentionParams, Conv1dParams, Library, RopeOptions, ptr
+
+TOKENS, Q_HEADS, KV_HEADS, HEAD_DIM, CHANNELS, WIDTH = 65536, 32, 8, 128, 8192, 4
+THETA = 10000.0
+
+
+def timed(fn, repeat):
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeat):
+        flush.zero_()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def positions_of(document):
+    return torch.arange(TOKENS, device="cuda") % document
+
+
+# ------------------------------------------------------------------------------ PyTorch ops
+
+def torch_rope(x, pos, inv_freq):
+    angle = pos[:, None].double() * inv_freq[None, :]
+    cos, sin = angle.cos().float()[:, None, :], angle.sin().float()[:, None, :]
+    half = x.shape[-1] // 2
+    xf = x.float()
+    x1, x2 = xf[..., :half], xf[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+def torch_conv(x, weight, bias, index):
+    """Varlen causal depthwise conv1d: taps masked where they would cross a sequence start."""
+    xf = x.float()
+    y = bias.expand(x.shape[0], -1).clone()
+    for k in range(WIDTH):
+        shift = WIDTH - 1 - k
+        shifted = F.pad(xf, (0, 0, shift, 0))[: x.shape[0]]
+        y = y + torch.where((index >= shift)[:, None], shifted, 0.0) * weight[:, k]
+    return F.silu(y).to(x.dtype)
+
+
+def torch_merge(out, lse, acc, acc_lse):
+    merged = torch.logaddexp(acc_lse, lse)
+    w_acc = torch.exp(acc_lse - merged).nan_to_num(0.0).t()[..., None]
+    w_out = torch.exp(lse - merged).nan_to_num(0.0).t()[..., None]
+    acc.mul_(w_acc).add_(out * w_out)
+    acc_lse.copy_(merged)
+
+
+# ------------------------------------------------------------------------------------ bench
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=21)
+    args = parser.parse_args()
+    lib = Library()
+    torch.manual_seed(0)
+    dev = torch.cuda.get_device_properties(0)
+    print(f"device: {dev.name}, {dev.multi_processor_count} SMs; torch {torch.__version__}")
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    copy_gbs = 2 * src.numel() / (timed(lambda: dst.copy_(src), args.repeat) * 1e-3) / 1e9
+    print(f"device-to-device copy of 1 GiB: {copy_gbs:.1f} GB/s (read + write)")
+
+    q = torch.randn(TOKENS, Q_HEADS, HEAD_DIM, device="cuda").bfloat16()
+    k = torch.randn(TOKENS, KV_HEADS, HEAD_DIM, device="cuda").bfloat16()
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    x = torch.randn(TOKENS, CHANNELS, device="cuda").bfloat16()
+    dy = torch.randn_like(x)
+    y, dx = torch.empty_like(x), torch.empty_like(x)
+    weight = torch.randn(CHANNELS, WIDTH, device="cuda") * 0.5
+    bias = torch.randn(CHANNELS, device="cuda")
+    dweight, dbias = torch.empty_like(weight), torch.empty_like(bias)
+    conv = Conv1dParams(CHANNELS, WIDTH, 1)
+    workspace_bytes = ctypes.c_size_t()
+    lib.call("dcp_cuda_conv1d_workspace_size", ctypes.byref(conv), ctypes.byref(workspace_bytes))
+    workspace = torch.empty(workspace_bytes.value, dtype=torch.uint8, device="cuda")
+    part = torch.randn(TOKENS, Q_HEADS, HEAD_DIM, device="cuda")
+    part_lse = torch.randn(Q_HEADS, TOKENS, device="cuda") * 3
+    acc0 = torch.randn_like(part)
+    acc_lse0 = torch.randn_like(part_lse) * 3
+    attn = AttentionParams(Q_HEADS, Q_HEADS, HEAD_DIM, 1, 0.0)
+    rope = RopeOptions(0, 0, THETA, None)
+    inv_freq = THETA ** (-2.0 * torch.arange(HEAD_DIM // 2, device="cuda", dtype=torch.float64) / HEAD_DIM)
+
+    rows = []
+    for document in (1024, 16384):
+        cu = list(range(0, TOKENS + 1, document))
+        cu_dev = torch.tensor(cu, dtype=torch.int32, device="cuda")
+        layout = lib.layout(cu, cu, cu_dev, cu_dev)
+        pos = positions_of(document)
+        index = pos
+
+        def ours_rope():
+            lib.call("dcp_cuda_rope_forward", ctypes.byref(rope), ctypes.byref(layout), 0, BFLOAT16,
+                     HEAD_DIM, Q_HEADS, ptr(q), ptr(q_out), KV_HEADS, ptr(k), ptr(k_out), None)
+
+        def base_rope():
+            return torch_rope(q, pos, inv_freq), torch_rope(k, pos, inv_freq)
+
+        def ours_conv():
+            lib.call("dcp_cuda_conv1d_forward", ctypes.byref(conv), ctypes.byref(layout),
+                     ctypes.c_int64(TOKENS), BFLOAT16, ptr(x), ptr(weight), ptr(bias), ptr(y), None)
+
+        def ours_conv_bwd():
+            lib.call("dcp_cuda_conv1d_backward", ctypes.byref(conv), ctypes.byref(layout),
+                     ctypes.c_int64(TOKENS), BFLOAT16, ptr(x), ptr(weight), ptr(bias), ptr(dy),
+                     ptr(dx), ptr(dweight), ptr(dbias), ptr(workspace), workspace_bytes, None)
+
+        xg = x.clone().requires_grad_(True)
+        wg = weight.clone().requires_grad_(True)
+        bg = bias.clone().requires_grad_(True)
+        yg = torch_conv(xg, wg, bg, index)
+
+        def base_conv_bwd():
+            return torch.autograd.grad(yg, (xg, wg, bg), dy, retain_graph=True)
+
+        acc, acc_lse = acc0.clone(), acc_lse0.clone()
+        acc_t, acc_lse_t = acc0.clone(), acc_lse0.clone()
+
+        def ours_merge():
+            lib.call("dcp_cuda_acc_merge", ctypes.byref(attn), ctypes.byref(layout), HALF_ALL,
+                     ptr(part), ptr(part_lse), ptr(acc), ptr(acc_lse), None)
+
+        def base_merge():
+            torch_merge(part, part_lse, acc_t, acc_lse_t)
+
+        # validate first (one call each, same inputs)
+        ours_rope()
+        rq, rk = base_rope()
+        torch.testing.assert_close(q_out.float(), rq.float(), rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(k_out.float(), rk.float(), rtol=1e-2, atol=1e-2)
+        ours_conv()
+        torch.testing.assert_close(y.float(), torch_conv(x, weight, bias, index).float(), rtol=2e-2, atol=2e-2)
+        ours_conv_bwd()
+        gx, gw, gb = base_conv_bwd()
+        torch.testing.assert_close(dx.float(), gx.float(), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(dweight, gw, rtol=1e-3, atol=1e-2)
+        torch.testing.assert_close(dbias, gb, rtol=1e-3, atol=1e-2)
+        ours_merge()
+        base_merge()
+        torch.testing.assert_close(acc, acc_t, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(acc_lse, acc_lse_t, rtol=1e-5, atol=1e-5)
+
+        qk_bytes = 2 * TOKENS * (Q_HEADS + KV_HEADS) * HEAD_DIM * 2
+        x_bytes = TOKENS * CHANNELS * 2
+        merge_bytes = 3 * TOKENS * Q_HEADS * HEAD_DIM * 4 + 3 * TOKENS * Q_HEADS * 4
+        for figure, ours, base, nbytes in (
+                ("rope fwd bf16", ours_rope, base_rope, qk_bytes),
+                ("conv1d fwd bf16", ours_conv, lambda: torch_conv(x, weight, bias, index), 2 * x_bytes),
+                ("conv1d bwd bf16", ours_conv_bwd, base_conv_bwd, 3 * x_bytes),
+                ("merge fp32", ours_merge, base_merge, merge_bytes)):
+            t_ours, t_base = timed(ours, args.repeat), timed(base, args.repeat)
+            gbs = nbytes / (t_ours * 1e-3) / 1e9
+            rows.append((f"{figure} doc {document}", t_ours, t_base, gbs))
+
+    print(f"{'figure':<28} {'ours ms':>9} {'torch ms':>9} {'ratio':>7} {'GB/s':>8} {'vs copy':>8}")
+    for figure, t_ours, t_base, gbs in rows:
+        print(f"{figure:<28} {t_ours:9.3f} {t_base:9.3f} {t_base / t_ours:7.2f} {gbs:8.1f} {gbs / copy_gbs:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

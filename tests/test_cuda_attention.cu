@@ -1,0 +1,564 @@
+/* GPU tests of dcp_cuda.cu part 2: varlen THD attention steps (forward and backward) against
+   the CPU references of dcp.h, a long mixed pack against a double row reference, and the
+   virtual ring (c = 2, 4, 8) against single-GPU attention. Built by `make` everywhere; without
+   a CUDA device the GPU tests report "no CUDA device: skipped" and only the host-side
+   argument checks run.
+
+   Fresh random inputs each run (seed printed first; DCP_TEST_SEED=N repeats), NaN on every
+   padding row of q, k, v and dout (a kernel that reads one fails), outputs poisoned with NaN
+   before each launch (and the reference's outputs start as NaN too, so rows outside the q
+   view must stay untouched on both sides). Tolerances (cuda_test_util.h's relative bound):
+   out bfloat16 1e-2, float16 3e-3; LSE 1e-3; float32 gradients 1e-3. */
+#define DCP_IMPLEMENTATION
+#include "../dcp.h"
+#include "cuda_test_util.h"
+
+#define LSE_RTOL 1e-3
+#define GRAD_RTOL 1e-3
+
+static double out_rtol(dcp_dtype dtype) { return dtype == DCP_DTYPE_BFLOAT16 ? 1e-2 : 3e-3; }
+
+static float *nan_floats(cuda_arena *a, int64_t count)
+{
+    float *p = host_floats(a, count);
+    int64_t i;
+    for (i = 0; i < count; i++) p[i] = NAN;
+    return p;
+}
+
+static void *workspace_for(cuda_arena *a, const dcp_attention_params *p,
+                           const dcp_cuda_layout *layout, size_t *bytes)
+{
+    dcp_error error;
+    if (dcp_cuda_attention_workspace_size(p, layout, bytes, &error) != DCP_OK) {
+        fprintf(stderr, "workspace: %s\n", error.message);
+        exit(1);
+    }
+    return dev_alloc(a, *bytes); /* cudaMalloc: 256-byte aligned */
+}
+
+/* ============================================================ one step against the reference */
+
+typedef struct step_case {
+    dcp_dtype dtype, out_dtype;
+    int32_t head_dim, heads, kv_heads, cp, causal;
+    int32_t sequences;
+    int64_t max_length;
+} step_case;
+
+static void step_run(const step_case *c, uint64_t stream)
+{
+    cuda_arena a;
+    test_layout t;
+    dcp_rng rng = cuda_test_rng(stream);
+    dcp_attention_params p;
+    dcp_attention_view view;
+    dcp_error error;
+    int64_t rows, qn, kn, ln;
+    float *q, *k, *v, *out_ref, *lse_ref, *dout, *dq, *dk, *dv;
+    void *dq_in, *dk_in, *dv_in, *d_out, *d_lse, *workspace, *d_outx, *d_dout;
+    void *dq_dev, *dk_dev, *dv_dev;
+    size_t workspace_bytes;
+    char label[200];
+    memset(&a, 0, sizeof a);
+    layout_random(&t, &a, &rng, c->sequences, c->max_length, c->cp);
+    memset(&view, 0, sizeof view);
+    view.q_rank = (int32_t)dcp_rng_below(&rng, (uint64_t)c->cp);
+    view.kv_rank = (int32_t)dcp_rng_below(&rng, (uint64_t)c->cp);
+    if (c->cp > 1) {
+        view.q_half = (dcp_half)dcp_rng_below(&rng, 3);
+        view.kv_half = (dcp_half)dcp_rng_below(&rng, 3);
+    }
+    memset(&p, 0, sizeof p);
+    p.num_heads = c->heads;
+    p.num_kv_heads = c->kv_heads;
+    p.head_dim = c->head_dim;
+    p.causal = c->causal;
+    if (dcp_rng_below(&rng, 2)) p.softmax_scale = 0.05 + 0.2 * dcp_rng_uniform(&rng);
+    rows = t.device.local_rows;
+    qn = rows * c->heads * c->head_dim;
+    kn = rows * c->kv_heads * c->head_dim;
+    ln = rows * c->heads;
+    snprintf(label, sizeof label,
+             "attention %s->%s d%d h%d/%d cp%d causal%d view q%d/%d kv%d/%d rows %lld",
+             dtype_name(c->dtype), dtype_name(c->out_dtype), (int)c->head_dim, (int)c->heads,
+             (int)c->kv_heads, (int)c->cp, (int)c->causal, (int)view.q_rank, (int)view.q_half,
+             (int)view.kv_rank, (int)view.kv_half, (long long)rows);
+    q = random_values(&a, &rng, c->dtype, qn);
+    k = random_values(&a, &rng, c->dtype, kn);
+    v = random_values(&a, &rng, c->dtype, kn);
+    nan_padding_rows(&t, view.q_rank, q, (int64_t)c->heads * c->head_dim);
+    nan_padding_rows(&t, view.kv_rank, k, (int64_t)c->kv_heads * c->head_dim);
+    nan_padding_rows(&t, view.kv_rank, v, (int64_t)c->kv_heads * c->head_dim);
+    out_ref = nan_floats(&a, qn);
+    lse_ref = nan_floats(&a, ln);
+    CHECK_EQ(dcp_attention_forward(&p, &t.host, &view, q, k, v, out_ref, lse_ref, &error), DCP_OK);
+
+    workspace = workspace_for(&a, &p, &t.device, &workspace_bytes);
+    dq_in = upload(&a, c->dtype, q, qn);
+    dk_in = upload(&a, c->dtype, k, kn);
+    dv_in = upload(&a, c->dtype, v, kn);
+    d_out = dev_alloc(&a, (size_t)qn * dtype_size(c->out_dtype));
+    d_lse = dev_alloc(&a, (size_t)ln * 4);
+    {
+        const dcp_status status = dcp_cuda_attention_forward(
+            &p, &t.device, &view, c->dtype, dq_in, dk_in, dv_in, c->out_dtype, d_out,
+            (float *)d_lse, workspace, workspace_bytes, NULL, &error);
+        if (status != DCP_OK) fprintf(stderr, "%s: %s\n", label, error.message);
+        CHECK_EQ(status, DCP_OK);
+    }
+    CHECK(compare(label, download(&a, c->out_dtype, d_out, qn), out_ref, qn, out_rtol(c->dtype)));
+    CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, d_lse, ln), lse_ref, ln, LSE_RTOL));
+
+    /* backward from the reference's out (rounded to dtype, as the GPU stores it) and LSE;
+       the gradients start random, both sides add into them */
+    {
+        float *out_rounded = host_floats(&a, qn);
+        float *dq0, *dk0, *dv0, *again;
+        int64_t i;
+        for (i = 0; i < qn; i++) out_rounded[i] = out_ref[i] == out_ref[i] ? round_to(c->dtype, out_ref[i]) : 0.0f;
+        dout = random_values(&a, &rng, c->dtype, qn);
+        nan_padding_rows(&t, view.q_rank, dout, (int64_t)c->heads * c->head_dim);
+        dq0 = random_values(&a, &rng, DCP_DTYPE_FLOAT32, qn);
+        dk0 = random_values(&a, &rng, DCP_DTYPE_FLOAT32, kn);
+        dv0 = random_values(&a, &rng, DCP_DTYPE_FLOAT32, kn);
+        for (i = 0; i < ln; i++)
+            if (lse_ref[i] != lse_ref[i]) lse_ref[i] = -INFINITY; /* rows outside the view */
+        dq = host_floats(&a, qn), dk = host_floats(&a, kn), dv = host_floats(&a, kn);
+        memcpy(dq, dq0, (size_t)qn * 4), memcpy(dk, dk0, (size_t)kn * 4), memcpy(dv, dv0, (size_t)kn * 4);
+        CHECK_EQ(dcp_attention_backward(&p, &t.host, &view, q, k, v, out_rounded, dout, lse_ref,
+                                        dq, dk, dv, &error),
+                 DCP_OK);
+        d_outx = upload(&a, c->dtype, out_rounded, qn);
+        d_dout = upload(&a, c->dtype, dout, qn);
+        d_lse = upload(&a, DCP_DTYPE_FLOAT32, lse_ref, ln);
+        dq_dev = upload(&a, DCP_DTYPE_FLOAT32, dq0, qn);
+        dk_dev = upload(&a, DCP_DTYPE_FLOAT32, dk0, kn);
+        dv_dev = upload(&a, DCP_DTYPE_FLOAT32, dv0, kn);
+        CHECK_EQ(dcp_cuda_attention_backward(&p, &t.device, &view, c->dtype, dq_in, dk_in, dv_in,
+                                             d_outx, d_dout, (const float *)d_lse,
+                                             (float *)dq_dev, (float *)dk_dev, (float *)dv_dev,
+                                             1, workspace, workspace_bytes, NULL, &error),
+                 DCP_OK);
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dq_dev, qn), dq, qn, GRAD_RTOL));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn), dk, kn, GRAD_RTOL));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dv_dev, kn), dv, kn, GRAD_RTOL));
+        /* bitwise reproducible: the same call from the same start gives the same bits */
+        again = download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn);
+        CUDA_TEST_CALL(cudaMemcpy(dq_dev, dq0, (size_t)qn * 4, cudaMemcpyHostToDevice));
+        CUDA_TEST_CALL(cudaMemcpy(dk_dev, dk0, (size_t)kn * 4, cudaMemcpyHostToDevice));
+        CUDA_TEST_CALL(cudaMemcpy(dv_dev, dv0, (size_t)kn * 4, cudaMemcpyHostToDevice));
+        CHECK_EQ(dcp_cuda_attention_backward(&p, &t.device, &view, c->dtype, dq_in, dk_in, dv_in,
+                                             d_outx, d_dout, (const float *)d_lse,
+                                             (float *)dq_dev, (float *)dk_dev, (float *)dv_dev,
+                                             0, workspace, workspace_bytes, NULL, &error),
+                 DCP_OK);
+        CHECK(same_bits(download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn), again, kn));
+    }
+    cuda_arena_free(&a);
+}
+
+static void attention_steps(void)
+{
+    static const int32_t gqa[][2] = {{4, 4}, {8, 2}, {8, 1}};
+    static const int32_t cps[] = {1, 2, 4};
+    uint64_t stream = 5000;
+    int dt, d, g, cp, causal;
+    CUDA_TEST_REQUIRE_GPU();
+    for (dt = 0; dt < 2; dt++)
+        for (d = 0; d < 2; d++)
+            for (g = 0; g < 3; g++)
+                for (cp = 0; cp < 3; cp++)
+                    for (causal = 0; causal < 2; causal++) {
+                        step_case c;
+                        memset(&c, 0, sizeof c);
+                        c.dtype = dt ? DCP_DTYPE_FLOAT16 : DCP_DTYPE_BFLOAT16;
+                        c.out_dtype = stream % 2 ? DCP_DTYPE_FLOAT32 : c.dtype;
+                        c.head_dim = d ? 128 : 64;
+                        c.heads = gqa[g][0];
+                        c.kv_heads = gqa[g][1];
+                        c.cp = cps[cp];
+                        c.causal = causal;
+                        c.sequences = 1 + (int32_t)(stream % 7);
+                        c.max_length = stream % 5 == 0 ? 700 : 200;
+                        step_run(&c, stream++);
+                    }
+}
+
+/* ================================================= a long mixed pack, rows against doubles */
+
+/* Output row and LSE of (row, head) in double, cp 1, from float inputs. */
+static void reference_row(const dcp_attention_params *p, const float *q, const float *k,
+                          const float *v, int64_t begin, int64_t valid, int64_t row, int32_t head,
+                          double *o, double *lse)
+{
+    const int32_t group = p->num_heads / p->num_kv_heads, D = p->head_dim;
+    const double scale = 1.0 / sqrt((double)D);
+    const float *qr = q + (row * p->num_heads + head) * D;
+    double max = -INFINITY, sum = 0.0;
+    int64_t key, end = p->causal ? row + 1 : begin + valid;
+    int32_t d;
+    for (d = 0; d < D; d++) o[d] = 0.0;
+    for (key = begin; key < end; key++) {
+        const float *kr = k + (key * p->num_kv_heads + head / group) * D;
+        double s = 0.0;
+        for (d = 0; d < D; d++) s += (double)qr[d] * kr[d];
+        if (s * scale > max) max = s * scale;
+    }
+    for (key = begin; key < end; key++) {
+        const float *kr = k + (key * p->num_kv_heads + head / group) * D;
+        const float *vr = v + (key * p->num_kv_heads + head / group) * D;
+        double s = 0.0, w;
+        for (d = 0; d < D; d++) s += (double)qr[d] * kr[d];
+        w = exp(s * scale - max);
+        sum += w;
+        for (d = 0; d < D; d++) o[d] += w * vr[d];
+    }
+    for (d = 0; d < D; d++) o[d] /= sum;
+    *lse = max + log(sum);
+}
+
+static void attention_long_pack(void)
+{
+    static const int64_t lengths[] = {16384, 1, 2, 4097, 129, 1000, 63, 64, 65};
+    const int32_t n = 9;
+    int causal;
+    CUDA_TEST_REQUIRE_GPU();
+    for (causal = 0; causal < 2; causal++) {
+        cuda_arena a;
+        test_layout t;
+        dcp_rng rng = cuda_test_rng(6000 + causal);
+        dcp_attention_params p;
+        dcp_error error;
+        int32_t extra[9] = {0, 3, 1, 0, 2, 0, 1, 0, 5}; /* padding between sequences */
+        int64_t rows, qn, kn, i;
+        size_t workspace_bytes;
+        void *workspace, *dq_, *dk_, *dv_, *d_out, *d_lse;
+        float *q, *k, *v, *out, *lse;
+        memset(&a, 0, sizeof a);
+        layout_make(&t, &a, lengths, n, 1, extra);
+        memset(&p, 0, sizeof p);
+        p.num_heads = 4;
+        p.num_kv_heads = 1;
+        p.head_dim = 128;
+        p.causal = causal;
+        rows = t.device.local_rows;
+        qn = rows * 4 * 128;
+        kn = rows * 1 * 128;
+        q = random_values(&a, &rng, DCP_DTYPE_BFLOAT16, qn);
+        k = random_values(&a, &rng, DCP_DTYPE_BFLOAT16, kn);
+        v = random_values(&a, &rng, DCP_DTYPE_BFLOAT16, kn);
+        nan_padding_rows(&t, 0, q, 4 * 128);
+        nan_padding_rows(&t, 0, k, 128);
+        nan_padding_rows(&t, 0, v, 128);
+        dq_ = upload(&a, DCP_DTYPE_BFLOAT16, q, qn);
+        dk_ = upload(&a, DCP_DTYPE_BFLOAT16, k, kn);
+        dv_ = upload(&a, DCP_DTYPE_BFLOAT16, v, kn);
+        d_out = dev_alloc(&a, (size_t)qn * 4);
+        d_lse = dev_alloc(&a, (size_t)rows * 4 * 4);
+        workspace = workspace_for(&a, &p, &t.device, &workspace_bytes);
+        CHECK_EQ(dcp_cuda_attention_forward(&p, &t.device, NULL, DCP_DTYPE_BFLOAT16, dq_, dk_, dv_,
+                                            DCP_DTYPE_FLOAT32, d_out, (float *)d_lse, workspace,
+                                            workspace_bytes, NULL, &error),
+                 DCP_OK);
+        out = download(&a, DCP_DTYPE_FLOAT32, d_out, qn);
+        lse = download(&a, DCP_DTYPE_FLOAT32, d_lse, rows * 4);
+        /* every padding row 0 and -inf; 300 sampled valid (row, head) against doubles */
+        for (i = 0; i < n; i++) {
+            int64_t row, d;
+            int32_t h;
+            for (row = t.cu_padded[i] + lengths[i]; row < t.cu_padded[i + 1]; row++)
+                for (h = 0; h < 4; h++) {
+                    CHECK(lse[h * rows + row] == -INFINITY);
+                    for (d = 0; d < 128; d++) CHECK(out[(row * 4 + h) * 128 + d] == 0.0f);
+                }
+        }
+        for (i = 0; i < 300; i++) {
+            const int32_t s = i < 100 ? 0 : (int32_t)dcp_rng_below(&rng, (uint64_t)n);
+            const int64_t row = t.cu_padded[s] + (int64_t)dcp_rng_below(&rng, (uint64_t)lengths[s]);
+            const int32_t h = (int32_t)dcp_rng_below(&rng, 4);
+            double o[128], l;
+            float ref[129], got[129];
+            int d;
+            reference_row(&p, q, k, v, t.cu_padded[s], lengths[s], row, h, o, &l);
+            for (d = 0; d < 128; d++) ref[d] = (float)o[d], got[d] = out[(row * 4 + h) * 128 + d];
+            ref[128] = (float)l, got[128] = lse[h * rows + row];
+            CHECK(compare("long pack row", got, ref, 129, 1e-2));
+        }
+        cuda_arena_free(&a);
+    }
+}
+
+/* =================================================== the virtual ring against a single GPU */
+
+/* Rank r's local buffer of a global [tokens, width] tensor: rows by zigzag position, NaN on
+   padding rows. */
+static float *to_rank(cuda_arena *a, const test_layout *ring, const test_layout *whole,
+                      int32_t rank, const float *global, int64_t width)
+{
+    float *local = nan_floats(a, ring->device.local_rows * width);
+    int32_t i;
+    int64_t l;
+    for (i = 0; i < ring->host.num_sequences; i++) {
+        const int64_t padded = ring->cu_padded[i + 1] - ring->cu_padded[i];
+        const int64_t valid = ring->cu[i + 1] - ring->cu[i];
+        for (l = 0; l < padded / ring->host.cp; l++) {
+            const int64_t pos = dcp_zigzag_position(padded, ring->host.cp, rank, l);
+            if (pos < valid)
+                memcpy(local + (ring->cu_padded[i] / ring->host.cp + l) * width,
+                       global + (whole->cu_padded[i] + pos) * width, (size_t)width * 4);
+        }
+    }
+    return local;
+}
+
+/* The [heads, rows] LSE layout of to_rank. */
+static float *lse_to_rank(cuda_arena *a, const test_layout *ring, const test_layout *whole,
+                          int32_t rank, const float *global, int32_t heads)
+{
+    const int64_t rows = ring->device.local_rows, total = whole->device.local_rows;
+    float *local = nan_floats(a, rows * heads);
+    int32_t i, h;
+    int64_t l;
+    for (i = 0; i < ring->host.num_sequences; i++) {
+        const int64_t padded = ring->cu_padded[i + 1] - ring->cu_padded[i];
+        const int64_t valid = ring->cu[i + 1] - ring->cu[i];
+        for (l = 0; l < padded / ring->host.cp; l++) {
+            const int64_t pos = dcp_zigzag_position(padded, ring->host.cp, rank, l);
+            for (h = 0; h < heads; h++)
+                local[h * rows + ring->cu_padded[i] / ring->host.cp + l] =
+                    pos < valid ? global[h * total + whole->cu_padded[i] + pos] : -INFINITY;
+        }
+    }
+    return local;
+}
+
+static void ring_run(int32_t cp, dcp_dtype dtype, int32_t causal, uint64_t stream)
+{
+    cuda_arena a;
+    test_layout whole, ring;
+    dcp_rng rng = cuda_test_rng(stream);
+    dcp_attention_params p;
+    dcp_error error;
+    int64_t lengths[6], total, qn, kn, rows, rqn, rkn;
+    const int32_t n = 6, heads = 8, kv_heads = 2, D = 128;
+    float *q, *k, *v, *dout, *out1, *lse1, *dq1, *dk1, *dv1;
+    void *d_q, *d_k, *d_v, *d_out, *d_lse, *d_dout, *d_dq, *d_dk, *d_dv, *ws1, *wsr;
+    const void *rq[8], *rk[8], *rv[8], *rout[8], *rdout[8];
+    void *rout_w[8];
+    float *rlse[8], *rdq[8], *rdk[8], *rdv[8];
+    const float *rlse_c[8];
+    size_t ws1_bytes, wsr_bytes;
+    int32_t i, r;
+    char label[96];
+    memset(&a, 0, sizeof a);
+    for (i = 0; i < n; i++) lengths[i] = 1 + (int64_t)dcp_rng_below(&rng, i == 0 ? 1500 : 300);
+    layout_make(&whole, &a, lengths, n, 1, NULL);
+    layout_make(&ring, &a, lengths, n, cp, NULL);
+    memset(&p, 0, sizeof p);
+    p.num_heads = heads;
+    p.num_kv_heads = kv_heads;
+    p.head_dim = D;
+    p.causal = causal;
+    total = whole.device.local_rows;
+    rows = ring.device.local_rows;
+    qn = total * heads * D, kn = total * kv_heads * D;
+    rqn = rows * heads * D, rkn = rows * kv_heads * D;
+    snprintf(label, sizeof label, "ring cp%d %s causal%d", (int)cp, dtype_name(dtype), (int)causal);
+    q = random_values(&a, &rng, dtype, qn);
+    k = random_values(&a, &rng, dtype, kn);
+    v = random_values(&a, &rng, dtype, kn);
+    dout = random_values(&a, &rng, dtype, qn);
+
+    /* single GPU: forward, then backward from its own out and LSE */
+    d_q = upload(&a, dtype, q, qn), d_k = upload(&a, dtype, k, kn), d_v = upload(&a, dtype, v, kn);
+    d_out = dev_alloc(&a, (size_t)qn * dtype_size(dtype));
+    d_lse = dev_alloc(&a, (size_t)total * heads * 4);
+    ws1 = workspace_for(&a, &p, &whole.device, &ws1_bytes);
+    CHECK_EQ(dcp_cuda_attention_forward(&p, &whole.device, NULL, dtype, d_q, d_k, d_v, dtype, d_out,
+                                        (float *)d_lse, ws1, ws1_bytes, NULL, &error),
+             DCP_OK);
+    out1 = download(&a, dtype, d_out, qn);
+    lse1 = download(&a, DCP_DTYPE_FLOAT32, d_lse, total * heads);
+    d_dout = upload(&a, dtype, dout, qn);
+    d_dq = dev_alloc(&a, (size_t)qn * 4), d_dk = dev_alloc(&a, (size_t)kn * 4);
+    d_dv = dev_alloc(&a, (size_t)kn * 4);
+    CUDA_TEST_CALL(cudaMemset(d_dq, 0, (size_t)qn * 4));
+    CUDA_TEST_CALL(cudaMemset(d_dk, 0, (size_t)kn * 4));
+    CUDA_TEST_CALL(cudaMemset(d_dv, 0, (size_t)kn * 4));
+    CHECK_EQ(dcp_cuda_attention_backward(&p, &whole.device, NULL, dtype, d_q, d_k, d_v, d_out,
+                                         d_dout, (const float *)d_lse, (float *)d_dq,
+                                         (float *)d_dk, (float *)d_dv, 1, ws1, ws1_bytes, NULL,
+                                         &error),
+             DCP_OK);
+    dq1 = download(&a, DCP_DTYPE_FLOAT32, d_dq, qn);
+    dk1 = download(&a, DCP_DTYPE_FLOAT32, d_dk, kn);
+    dv1 = download(&a, DCP_DTYPE_FLOAT32, d_dv, kn);
+
+    /* the ring: forward compared with the single GPU's out and LSE */
+    wsr = workspace_for(&a, &p, &ring.device, &wsr_bytes);
+    for (r = 0; r < cp; r++) {
+        rq[r] = upload(&a, dtype, to_rank(&a, &ring, &whole, r, q, (int64_t)heads * D), rqn);
+        rk[r] = upload(&a, dtype, to_rank(&a, &ring, &whole, r, k, (int64_t)kv_heads * D), rkn);
+        rv[r] = upload(&a, dtype, to_rank(&a, &ring, &whole, r, v, (int64_t)kv_heads * D), rkn);
+        rout_w[r] = dev_alloc(&a, (size_t)rqn * dtype_size(dtype));
+        rlse[r] = (float *)dev_alloc(&a, (size_t)rows * heads * 4);
+    }
+    {
+        float *partial = (float *)dev_alloc(&a, (size_t)rqn * 4);
+        float *partial_lse = (float *)dev_alloc(&a, (size_t)rows * heads * 4);
+        float *acc = (float *)dev_alloc(&a, (size_t)rqn * 4);
+        float *acc_lse = (float *)dev_alloc(&a, (size_t)rows * heads * 4);
+        CHECK_EQ(dcp_cuda_virtual_ring_forward(&p, &ring.device, dtype, rq, rk, rv, dtype, rout_w,
+                                               rlse, partial, partial_lse, acc, acc_lse, wsr,
+                                               wsr_bytes, NULL, &error),
+                 DCP_OK);
+    }
+    for (r = 0; r < cp; r++) {
+        float *expected = to_rank(&a, &ring, &whole, r, out1, (int64_t)heads * D);
+        float *expected_lse = lse_to_rank(&a, &ring, &whole, r, lse1, heads);
+        int64_t j;
+        for (j = 0; j < rqn; j++)
+            if (expected[j] != expected[j]) expected[j] = 0.0f; /* padding rows: 0 */
+        CHECK(compare(label, download(&a, dtype, rout_w[r], rqn), expected, rqn,
+                      2 * out_rtol(dtype)));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, rlse[r], rows * heads), expected_lse,
+                      rows * heads, LSE_RTOL));
+    }
+
+    /* backward from the single GPU's out and LSE, so both sides see the same inputs */
+    for (r = 0; r < cp; r++) {
+        float *o = to_rank(&a, &ring, &whole, r, out1, (int64_t)heads * D);
+        int64_t j;
+        for (j = 0; j < rqn; j++)
+            if (o[j] != o[j]) o[j] = 0.0f;
+        rout[r] = upload(&a, dtype, o, rqn);
+        rdout[r] = upload(&a, dtype, to_rank(&a, &ring, &whole, r, dout, (int64_t)heads * D), rqn);
+        rlse_c[r] = (const float *)upload(&a, DCP_DTYPE_FLOAT32,
+                                          lse_to_rank(&a, &ring, &whole, r, lse1, heads),
+                                          rows * heads);
+        rdq[r] = (float *)dev_alloc(&a, (size_t)rqn * 4);
+        rdk[r] = (float *)dev_alloc(&a, (size_t)rkn * 4);
+        rdv[r] = (float *)dev_alloc(&a, (size_t)rkn * 4);
+    }
+    CHECK_EQ(dcp_cuda_virtual_ring_backward(&p, &ring.device, dtype, rq, rk, rv, rout, rdout,
+                                            rlse_c, rdq, rdk, rdv, 1, wsr, wsr_bytes, NULL, &error),
+             DCP_OK);
+    for (r = 0; r < cp; r++) {
+        float *eq = to_rank(&a, &ring, &whole, r, dq1, (int64_t)heads * D);
+        float *ek = to_rank(&a, &ring, &whole, r, dk1, (int64_t)kv_heads * D);
+        float *ev = to_rank(&a, &ring, &whole, r, dv1, (int64_t)kv_heads * D);
+        int64_t j;
+        for (j = 0; j < rqn; j++)
+            if (eq[j] != eq[j]) eq[j] = 0.0f;
+        for (j = 0; j < rkn; j++) {
+            if (ek[j] != ek[j]) ek[j] = 0.0f;
+            if (ev[j] != ev[j]) ev[j] = 0.0f;
+        }
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, rdq[r], rqn), eq, rqn, GRAD_RTOL));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, rdk[r], rkn), ek, rkn, GRAD_RTOL));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, rdv[r], rkn), ev, rkn, GRAD_RTOL));
+    }
+    cuda_arena_free(&a);
+}
+
+static void virtual_ring(void)
+{
+    uint64_t stream = 7000;
+    int32_t cp, causal;
+    CUDA_TEST_REQUIRE_GPU();
+    for (cp = 2; cp <= 8; cp *= 2)
+        for (causal = 0; causal < 2; causal++) {
+            ring_run(cp, stream % 2 ? DCP_DTYPE_FLOAT16 : DCP_DTYPE_BFLOAT16, causal, stream);
+            stream++;
+        }
+}
+
+/* ===================================================== argument checks (no GPU needed) */
+
+static void arguments_attention(void)
+{
+    static const int32_t cu[] = {0, 10}, cu_padded[] = {0, 16};
+    dcp_cuda_layout layout;
+    dcp_attention_params p;
+    dcp_attention_view view;
+    dcp_error error;
+    size_t bytes = 0;
+    char buffer[256] = {0};
+    void *b = buffer + (16 - (uintptr_t)buffer % 16) % 16;
+    memset(&layout, 0, sizeof layout);
+    layout.thd.num_sequences = 1;
+    layout.thd.cu_seqlens = cu;
+    layout.thd.cu_seqlens_padded = cu_padded;
+    layout.thd.cp = 2;
+    layout.local_rows = 8;
+    layout.max_seqlen_padded = 16;
+    memset(&p, 0, sizeof p);
+    memset(&view, 0, sizeof view);
+    p.num_heads = 4;
+    p.head_dim = 128;
+    CHECK_EQ(dcp_cuda_attention_workspace_size(&p, &layout, &bytes, &error), DCP_OK);
+    CHECK(bytes > 0);
+    view.kv_rank = 2;
+    CHECK_EQ(dcp_cuda_attention_forward(&p, &layout, &view, DCP_DTYPE_BFLOAT16, b, b, b,
+                                        DCP_DTYPE_FLOAT32, b, (float *)b, b, bytes, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "view.kv_rank");
+    view.kv_rank = 0;
+    CHECK_EQ(dcp_cuda_attention_forward(&p, &layout, &view, DCP_DTYPE_FLOAT32, b, b, b,
+                                        DCP_DTYPE_FLOAT32, b, (float *)b, b, bytes, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "dtype");
+    CHECK_EQ(dcp_cuda_attention_forward(&p, &layout, &view, DCP_DTYPE_BFLOAT16, b, b, b,
+                                        DCP_DTYPE_FLOAT16, b, (float *)b, b, bytes, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "out_dtype");
+    CHECK_EQ(dcp_cuda_attention_forward(&p, &layout, &view, DCP_DTYPE_BFLOAT16, b, b, b,
+                                        DCP_DTYPE_FLOAT32, b, (float *)b, b, 16, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "workspace");
+    CHECK_EQ(dcp_cuda_attention_forward(&p, &layout, &view, DCP_DTYPE_BFLOAT16, (char *)b + 2, b,
+                                        b, DCP_DTYPE_FLOAT32, b, (float *)b, b, bytes, NULL,
+                                        &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "aligned");
+    CHECK_EQ(dcp_cuda_attention_backward(&p, &layout, &view, DCP_DTYPE_BFLOAT16, b, b, b, b, b,
+                                         (float *)b, (float *)b, (float *)b, (float *)b, 2, b,
+                                         bytes, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "deterministic");
+    p.head_dim = 96;
+    CHECK_EQ(dcp_cuda_attention_forward(&p, &layout, &view, DCP_DTYPE_BFLOAT16, b, b, b,
+                                        DCP_DTYPE_FLOAT32, b, (float *)b, b, bytes, NULL, &error),
+             DCP_ERROR_UNSUPPORTED);
+    CHECK_CONTAINS(error.message, "head_dim 96");
+    p.head_dim = 128;
+    p.num_kv_heads = 3;
+    CHECK_EQ(dcp_cuda_attention_workspace_size(&p, &layout, &bytes, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "num_kv_heads");
+    p.num_kv_heads = 0;
+    {
+        const void *ranks[2] = {b, NULL};
+        void *outs[2] = {b, b};
+        float *lses[2] = {(float *)b, (float *)b};
+        CHECK_EQ(dcp_cuda_virtual_ring_forward(&p, &layout, DCP_DTYPE_BFLOAT16, ranks, ranks, ranks,
+                                               DCP_DTYPE_FLOAT32, outs, lses, (float *)b,
+                                               (float *)b, (float *)b, (float *)b, b, bytes, NULL,
+                                               &error),
+                 DCP_ERROR_INVALID_ARGUMENT);
+        CHECK_CONTAINS(error.message, "q[1]");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case tests[] = {
+        {"arguments_attention", arguments_attention},
+        {"attention_steps", attention_steps},
+        {"attention_long_pack", attention_long_pack},
+        {"virtual_ring", virtual_ring},
+    };
+    if (cuda_test_gpu()) cuda_test_seed();
+    return test_main(tests, TEST_COUNT(tests), argc, argv);
+}

@@ -1,0 +1,663 @@
+/* GPU tests of dcp_cuda.cu part 1: RoPE, causal conv1d, LSE merge and conversion, against
+   the CPU references of dcp.h. Built by `make` everywhere; where no CUDA device exists the GPU
+   tests report "no CUDA device: skipped" and only the host-side argument checks run.
+
+   Every GPU test draws fresh random inputs (the run's seed is printed first; DCP_TEST_SEED=N
+   repeats a run), never zeros; inputs hold NaN on padding rows that must never be read;
+   outputs are poisoned with NaN (0xFF bytes) before each launch, so an element left unwritten
+   fails. Tolerances are relative (see cuda_test_util.h): float32 1e-6, float16 1e-3,
+   bfloat16 1e-2 on element outputs; sums over many rows (conv1d weight and bias gradients)
+   1e-5. */
+#define DCP_IMPLEMENTATION
+#include "../dcp.h"
+#include "cuda_test_util.h"
+
+static double rtol_of(dcp_dtype dtype)
+{
+    return dtype == DCP_DTYPE_FLOAT32 ? 1e-6 : dtype == DCP_DTYPE_FLOAT16 ? 1e-3 : 1e-2;
+}
+
+#define SUM_RTOL 1e-5
+
+/* ================================================================================= RoPE */
+
+typedef struct rope_case {
+    dcp_dtype dtype;
+    dcp_rope_style style;
+    int32_t head_dim, rotary_dim; /* rotary_dim 0: head_dim */
+    int32_t q_heads, k_heads;     /* 0: that tensor absent */
+    int32_t cp;
+    int32_t sequences;
+    int64_t max_length;
+    int use_table, in_place, backward;
+    const int64_t *lengths;       /* optional fixed lengths (sequences of them) */
+} rope_case;
+
+static void rope_run(const rope_case *c, uint64_t stream)
+{
+    cuda_arena a;
+    test_layout t;
+    dcp_rng rng = cuda_test_rng(stream);
+    dcp_rope_options host_options, device_options;
+    double table[DCP_MAX_HEAD_DIM / 2];
+    int32_t rank, i, rotary;
+    int64_t rows, q_count, k_count;
+    float *q = NULL, *k = NULL, *q_ref = NULL, *k_ref = NULL;
+    void *dq = NULL, *dk = NULL, *dq_out = NULL, *dk_out = NULL;
+    dcp_error error;
+    char label[160];
+    memset(&a, 0, sizeof a);
+    if (c->lengths) layout_make(&t, &a, c->lengths, c->sequences, c->cp, NULL);
+    else layout_random(&t, &a, &rng, c->sequences, c->max_length, c->cp);
+    rank = (int32_t)dcp_rng_below(&rng, (uint64_t)c->cp);
+    rows = t.device.local_rows;
+    rotary = c->rotary_dim ? c->rotary_dim : c->head_dim;
+    q_count = rows * c->q_heads * c->head_dim;
+    k_count = rows * c->k_heads * c->head_dim;
+    memset(&host_options, 0, sizeof host_options);
+    host_options.style = c->style;
+    host_options.rotary_dim = c->rotary_dim;
+    host_options.theta_base = dcp_rng_below(&rng, 2) ? 10000.0 : 500000.0;
+    device_options = host_options;
+    if (c->use_table) {
+        const double scale = 0.25 + 0.75 * dcp_rng_uniform(&rng); /* a YaRN-like rescale */
+        for (i = 0; i < rotary / 2; i++)
+            table[i] = scale * pow(host_options.theta_base, -2.0 * i / rotary);
+        host_options.inv_freq = table;
+        device_options.inv_freq =
+            (const double *)upload_bytes(&a, table, (size_t)(rotary / 2) * sizeof(double));
+    }
+    snprintf(label, sizeof label, "rope %s %s %s d%d r%d q%d k%d cp%d rank%d%s%s",
+             c->backward ? "bwd" : "fwd", dtype_name(c->dtype),
+             c->style == DCP_ROPE_INTERLEAVED ? "interleaved" : "rotate-half", (int)c->head_dim,
+             (int)rotary, (int)c->q_heads, (int)c->k_heads, (int)c->cp, (int)rank,
+             c->use_table ? " table" : "", c->in_place ? " in-place" : "");
+    if (c->q_heads) {
+        q = random_values(&a, &rng, c->dtype, q_count);
+        nan_padding_rows(&t, rank, q, (int64_t)c->q_heads * c->head_dim);
+        q_ref = host_floats(&a, q_count);
+        CHECK_EQ((c->backward ? dcp_rope_backward : dcp_rope_forward)(
+                     &host_options, &t.host, rank, c->q_heads, c->head_dim, q, q_ref, &error),
+                 DCP_OK);
+        dq = upload(&a, c->dtype, q, q_count);
+        dq_out = c->in_place ? dq : dev_alloc(&a, (size_t)q_count * dtype_size(c->dtype));
+    }
+    if (c->k_heads) {
+        k = random_values(&a, &rng, c->dtype, k_count);
+        nan_padding_rows(&t, rank, k, (int64_t)c->k_heads * c->head_dim);
+        k_ref = host_floats(&a, k_count);
+        CHECK_EQ((c->backward ? dcp_rope_backward : dcp_rope_forward)(
+                     &host_options, &t.host, rank, c->k_heads, c->head_dim, k, k_ref, &error),
+                 DCP_OK);
+        dk = upload(&a, c->dtype, k, k_count);
+        dk_out = c->in_place ? dk : dev_alloc(&a, (size_t)k_count * dtype_size(c->dtype));
+    }
+    {
+        const dcp_status status =
+            (c->backward ? dcp_cuda_rope_backward : dcp_cuda_rope_forward)(
+                &device_options, &t.device, rank, c->dtype, c->head_dim, c->q_heads, dq,
+                dq_out, c->k_heads, dk, dk_out, NULL, &error);
+        if (status != DCP_OK) fprintf(stderr, "%s: %s\n", label, error.message);
+        CHECK_EQ(status, DCP_OK);
+    }
+    if (c->q_heads)
+        CHECK(compare(label, download(&a, c->dtype, dq_out, q_count), q_ref, q_count,
+                      rtol_of(c->dtype)));
+    if (c->k_heads)
+        CHECK(compare(label, download(&a, c->dtype, dk_out, k_count), k_ref, k_count,
+                      rtol_of(c->dtype)));
+    cuda_arena_free(&a);
+}
+
+static void rope_shapes(void)
+{
+    static const dcp_dtype dtypes[] = {DCP_DTYPE_FLOAT32, DCP_DTYPE_BFLOAT16, DCP_DTYPE_FLOAT16};
+    /* head_dim, rotary_dim: full, partial, and sizes that force the general (unaligned) path */
+    static const int32_t dims[][2] = {{128, 0}, {64, 32}, {128, 64}, {36, 20}, {6, 2}, {80, 0}};
+    static const int32_t cps[] = {1, 2, 4, 8};
+    uint64_t stream = 100;
+    int d, s, style, b;
+    CUDA_TEST_REQUIRE_GPU();
+    for (d = 0; d < 3; d++)
+        for (s = 0; s < 6; s++)
+            for (style = 0; style < 2; style++)
+                for (b = 0; b < 2; b++) {
+                    rope_case c;
+                    memset(&c, 0, sizeof c);
+                    c.dtype = dtypes[d];
+                    c.style = (dcp_rope_style)style;
+                    c.head_dim = dims[s][0];
+                    c.rotary_dim = dims[s][1];
+                    c.q_heads = 1 + (int32_t)(stream % 5);
+                    c.k_heads = 1 + (int32_t)(stream % 2);
+                    c.cp = cps[stream % 4];
+                    c.sequences = 1 + (int32_t)(stream % 9);
+                    c.max_length = 300;
+                    c.backward = b;
+                    c.use_table = (int)(stream % 3 == 0);
+                    c.in_place = (int)(stream % 4 == 1);
+                    rope_run(&c, stream++);
+                }
+}
+
+/* One tensor absent (each way), and many one-token sequences. */
+static void rope_single_tensor(void)
+{
+    rope_case c;
+    CUDA_TEST_REQUIRE_GPU();
+    memset(&c, 0, sizeof c);
+    c.dtype = DCP_DTYPE_BFLOAT16;
+    c.head_dim = 128;
+    c.q_heads = 8;
+    c.cp = 2;
+    c.sequences = 40;
+    c.max_length = 3;
+    rope_run(&c, 200);
+    c.q_heads = 0;
+    c.k_heads = 3;
+    c.style = DCP_ROPE_INTERLEAVED;
+    c.dtype = DCP_DTYPE_FLOAT16;
+    rope_run(&c, 201);
+}
+
+/* A single 64K-token sequence (positions to 65535), and one of 128K on 2 ranks (positions to
+   131071): float32 must stay within 1e-6 of the double reference at the far end. */
+static void rope_long_sequence(void)
+{
+    static const int64_t length64[] = {65536};
+    static const int64_t length128[] = {131072};
+    rope_case c;
+    CUDA_TEST_REQUIRE_GPU();
+    memset(&c, 0, sizeof c);
+    c.dtype = DCP_DTYPE_FLOAT32;
+    c.head_dim = 128;
+    c.q_heads = 2;
+    c.k_heads = 1;
+    c.cp = 1;
+    c.sequences = 1;
+    c.lengths = length64;
+    rope_run(&c, 300);
+    c.cp = 2;
+    c.lengths = length128;
+    c.style = DCP_ROPE_INTERLEAVED;
+    c.backward = 1;
+    rope_run(&c, 301);
+    c.dtype = DCP_DTYPE_BFLOAT16;
+    c.use_table = 1;
+    rope_run(&c, 302);
+}
+
+/* =============================================================================== conv1d */
+
+typedef struct conv_case {
+    dcp_dtype dtype;
+    int32_t channels, width, silu, bias;
+    int32_t sequences;
+    int64_t max_length;
+    int64_t tail; /* rows after the last sequence */
+    const int64_t *lengths;
+} conv_case;
+
+static void conv_run(const conv_case *c, uint64_t stream)
+{
+    cuda_arena a;
+    test_layout t;
+    dcp_rng rng = cuda_test_rng(stream);
+    dcp_conv1d_params p;
+    dcp_error error;
+    int64_t total, count, i;
+    float *x, *w, *bias = NULL, *dy, *y_ref, *dx_ref, *dw_ref, *db_ref = NULL;
+    void *dxv, *dyv, *dy_dev, *ddx;
+    float *dw_dev, *db_dev = NULL, *w_dev, *b_dev = NULL, *dw_again;
+    void *workspace;
+    size_t workspace_bytes = 0;
+    char label[160];
+    memset(&a, 0, sizeof a);
+    if (c->lengths) layout_make(&t, &a, c->lengths, c->sequences, 1, NULL);
+    else layout_random(&t, &a, &rng, c->sequences, c->max_length, 1);
+    memset(&p, 0, sizeof p);
+    p.channels = c->channels;
+    p.width = c->width;
+    p.silu = c->silu;
+    total = t.device.local_rows + c->tail;
+    count = total * c->channels;
+    snprintf(label, sizeof label, "conv1d %s C%d W%d silu%d bias%d rows%lld", dtype_name(c->dtype),
+             (int)c->channels, (int)c->width, (int)c->silu, (int)c->bias, (long long)total);
+    x = random_values(&a, &rng, c->dtype, count);
+    dy = random_values(&a, &rng, c->dtype, count);
+    nan_padding_rows(&t, 0, x, c->channels);
+    nan_padding_rows(&t, 0, dy, c->channels);
+    for (i = t.device.local_rows * c->channels; i < count; i++) x[i] = dy[i] = NAN; /* tail */
+    w = random_values(&a, &rng, DCP_DTYPE_FLOAT32, (int64_t)c->channels * c->width);
+    if (c->bias) bias = random_values(&a, &rng, DCP_DTYPE_FLOAT32, c->channels);
+    y_ref = host_floats(&a, count);
+    dx_ref = host_floats(&a, count);
+    dw_ref = host_floats(&a, (int64_t)c->channels * c->width);
+    db_ref = host_floats(&a, c->channels);
+    CHECK_EQ(dcp_conv1d_forward(&p, &t.host, total, x, w, bias, y_ref, &error), DCP_OK);
+    CHECK_EQ(dcp_conv1d_backward(&p, &t.host, total, x, w, bias, dy, dx_ref, dw_ref, db_ref,
+                                 &error),
+             DCP_OK);
+
+    dxv = upload(&a, c->dtype, x, count);
+    dy_dev = upload(&a, c->dtype, dy, count);
+    w_dev = (float *)upload(&a, DCP_DTYPE_FLOAT32, w, (int64_t)c->channels * c->width);
+    if (bias) b_dev = (float *)upload(&a, DCP_DTYPE_FLOAT32, bias, c->channels);
+    dyv = dev_alloc(&a, (size_t)count * dtype_size(c->dtype));
+    ddx = dev_alloc(&a, (size_t)count * dtype_size(c->dtype));
+    dw_dev = (float *)dev_alloc(&a, (size_t)c->channels * c->width * sizeof(float));
+    db_dev = (float *)dev_alloc(&a, (size_t)c->channels * sizeof(float));
+    CHECK_EQ(dcp_cuda_conv1d_workspace_size(&p, &workspace_bytes, &error), DCP_OK);
+    workspace = dev_alloc(&a, workspace_bytes);
+
+    CHECK_EQ(dcp_cuda_conv1d_forward(&p, &t.device, total, c->dtype, dxv, w_dev, b_dev, dyv, NULL,
+                                     &error),
+             DCP_OK);
+    CHECK(compare(label, download(&a, c->dtype, dyv, count), y_ref, count, rtol_of(c->dtype)));
+    /* backward; dbias is asked for even without a bias (the gradient a bias would get) */
+    CHECK_EQ(dcp_cuda_conv1d_backward(&p, &t.device, total, c->dtype, dxv, w_dev, b_dev, dy_dev,
+                                      ddx, dw_dev, db_dev, workspace, workspace_bytes, NULL,
+                                      &error),
+             DCP_OK);
+    CHECK(compare(label, download(&a, c->dtype, ddx, count), dx_ref, count, rtol_of(c->dtype)));
+    CHECK(compare("conv1d dweight", download(&a, DCP_DTYPE_FLOAT32, dw_dev,
+                                             (int64_t)c->channels * c->width),
+                  dw_ref, (int64_t)c->channels * c->width, SUM_RTOL));
+    CHECK(compare("conv1d dbias", download(&a, DCP_DTYPE_FLOAT32, db_dev, c->channels), db_ref,
+                  c->channels, SUM_RTOL));
+    /* deterministic: a second run gives the same bits */
+    dw_again = download(&a, DCP_DTYPE_FLOAT32, dw_dev, (int64_t)c->channels * c->width);
+    poison(dw_dev, (size_t)c->channels * c->width * sizeof(float));
+    CHECK_EQ(dcp_cuda_conv1d_backward(&p, &t.device, total, c->dtype, dxv, w_dev, b_dev, dy_dev,
+                                      ddx, dw_dev, db_dev, workspace, workspace_bytes, NULL,
+                                      &error),
+             DCP_OK);
+    CHECK(same_bits(download(&a, DCP_DTYPE_FLOAT32, dw_dev, (int64_t)c->channels * c->width),
+                    dw_again, (int64_t)c->channels * c->width));
+    cuda_arena_free(&a);
+}
+
+static void conv1d_shapes(void)
+{
+    static const dcp_dtype dtypes[] = {DCP_DTYPE_FLOAT32, DCP_DTYPE_BFLOAT16, DCP_DTYPE_FLOAT16};
+    /* vector and general paths, one and several channel blocks */
+    static const int32_t channels[] = {64, 40, 36, 7, 264, 512};
+    uint64_t stream = 1000;
+    int d, ch, width;
+    CUDA_TEST_REQUIRE_GPU();
+    for (d = 0; d < 3; d++)
+        for (ch = 0; ch < 6; ch++)
+            for (width = 1; width <= DCP_CUDA_CONV1D_MAX_WIDTH; width++) {
+                conv_case c;
+                memset(&c, 0, sizeof c);
+                c.dtype = dtypes[d];
+                c.channels = channels[ch];
+                c.width = width;
+                c.silu = (int32_t)(stream % 2);
+                c.bias = (int32_t)(stream % 3 != 0);
+                c.sequences = 1 + (int32_t)(stream % 12);
+                c.max_length = stream % 5 == 0 ? 2000 : 300;
+                c.tail = (int64_t)(stream % 4) * 5;
+                conv_run(&c, stream++);
+            }
+}
+
+/* One-token sequences (no tap has a predecessor) and a single 64K-token sequence (many row
+   blocks and all 64 slices of the backward). */
+static void conv1d_edges(void)
+{
+    static const int64_t ones[] = {1, 1, 2, 1, 3, 1};
+    static const int64_t long_one[] = {65536};
+    conv_case c;
+    CUDA_TEST_REQUIRE_GPU();
+    memset(&c, 0, sizeof c);
+    c.dtype = DCP_DTYPE_BFLOAT16;
+    c.channels = 128;
+    c.width = 4;
+    c.silu = 1;
+    c.bias = 1;
+    c.sequences = 6;
+    c.lengths = ones;
+    c.tail = 3;
+    conv_run(&c, 2000);
+    c.sequences = 1;
+    c.lengths = long_one;
+    c.tail = 0;
+    c.dtype = DCP_DTYPE_FLOAT32;
+    conv_run(&c, 2001);
+    c.dtype = DCP_DTYPE_FLOAT16;
+    c.silu = 0;
+    c.width = 3;
+    conv_run(&c, 2002);
+}
+
+/* ========================================================================== LSE merge */
+
+static void merge_run(int32_t cp, int32_t heads, int32_t dim, dcp_dtype out_dtype, int in_place,
+                      uint64_t stream)
+{
+    cuda_arena a;
+    test_layout t;
+    dcp_rng rng = cuda_test_rng(stream);
+    dcp_attention_params p;
+    dcp_error error;
+    int64_t rows, values, lses, i;
+    float *acc_out, *acc_lse, *dev_acc_out, *dev_acc_lse, *dev_part, *dev_part_lse, *dev_lse;
+    void *dev_out;
+    int32_t rank, step;
+    char label[128];
+    memset(&a, 0, sizeof a);
+    layout_random(&t, &a, &rng, 1 + (int32_t)dcp_rng_below(&rng, 10), 200, cp);
+    rank = (int32_t)dcp_rng_below(&rng, (uint64_t)cp);
+    memset(&p, 0, sizeof p);
+    p.num_heads = heads;
+    p.head_dim = dim;
+    rows = t.device.local_rows;
+    values = rows * heads * dim;
+    lses = rows * heads;
+    snprintf(label, sizeof label, "merge cp%d h%d d%d %s%s", (int)cp, (int)heads, (int)dim,
+             dtype_name(out_dtype), in_place ? " in-place" : "");
+    acc_out = host_floats(&a, values);
+    acc_lse = host_floats(&a, lses);
+    CHECK_EQ(dcp_attention_acc_init(&p, &t.host, acc_out, acc_lse, &error), DCP_OK);
+    dev_acc_out = (float *)dev_alloc(&a, (size_t)values * 4);
+    dev_acc_lse = (float *)dev_alloc(&a, (size_t)lses * 4);
+    CHECK_EQ(dcp_cuda_acc_init(&p, &t.device, dev_acc_out, dev_acc_lse, NULL, &error), DCP_OK);
+    CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_out, values), acc_out, values,
+                  0.0));
+    CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_lse, lses), acc_lse, lses, 0.0));
+    /* four partials on random halves; LSEs around +-10 with a fifth of them -inf */
+    for (step = 0; step < 4; step++) {
+        const dcp_half half = cp == 1 ? DCP_HALF_ALL : (dcp_half)dcp_rng_below(&rng, 3);
+        float *part = random_values(&a, &rng, DCP_DTYPE_FLOAT32, values);
+        float *part_lse = host_floats(&a, lses);
+        for (i = 0; i < lses; i++)
+            part_lse[i] = dcp_rng_below(&rng, 5) == 0 ? -INFINITY
+                                                      : (float)(4.0 * dcp_rng_normal(&rng));
+        CHECK_EQ(dcp_attention_acc_merge(&p, &t.host, half, part, part_lse, acc_out, acc_lse,
+                                         &error),
+                 DCP_OK);
+        dev_part = (float *)upload(&a, DCP_DTYPE_FLOAT32, part, values);
+        dev_part_lse = (float *)upload(&a, DCP_DTYPE_FLOAT32, part_lse, lses);
+        CHECK_EQ(dcp_cuda_acc_merge(&p, &t.device, half, dev_part, dev_part_lse, dev_acc_out,
+                                    dev_acc_lse, NULL, &error),
+                 DCP_OK);
+    }
+    CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_out, values), acc_out, values,
+                  1e-6));
+    CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_lse, lses), acc_lse, lses,
+                  1e-6));
+    /* finalize into out_dtype; the reference's out in float, rounded as the GPU stores it */
+    {
+        float *out_ref = host_floats(&a, values), *lse_ref = host_floats(&a, lses);
+        CHECK_EQ(dcp_attention_acc_finalize(&p, &t.host, rank, acc_out, acc_lse, out_ref,
+                                            lse_ref, &error),
+                 DCP_OK);
+        dev_out = in_place ? (void *)dev_acc_out
+                           : dev_alloc(&a, (size_t)values * dtype_size(out_dtype));
+        dev_lse = in_place ? dev_acc_lse : (float *)dev_alloc(&a, (size_t)lses * 4);
+        CHECK_EQ(dcp_cuda_acc_finalize(&p, &t.device, rank, dev_acc_out, dev_acc_lse, out_dtype,
+                                       dev_out, dev_lse, NULL, &error),
+                 DCP_OK);
+        CHECK(compare(label, download(&a, out_dtype, dev_out, values), out_ref, values,
+                      out_dtype == DCP_DTYPE_FLOAT32 ? 1e-6 : rtol_of(out_dtype)));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_lse, lses), lse_ref, lses, 1e-6));
+    }
+    cuda_arena_free(&a);
+}
+
+static void merge_shapes(void)
+{
+    static const int32_t dims[] = {128, 64, 36, 5, 256};
+    static const dcp_dtype dtypes[] = {DCP_DTYPE_FLOAT32, DCP_DTYPE_BFLOAT16, DCP_DTYPE_FLOAT16};
+    uint64_t stream = 3000;
+    int cp, d, o;
+    CUDA_TEST_REQUIRE_GPU();
+    for (cp = 1; cp <= 8; cp *= 2)
+        for (d = 0; d < 5; d++)
+            for (o = 0; o < 3; o++) {
+                merge_run(cp, 1 + (int32_t)(stream % 4), dims[d], dtypes[o], 0, stream);
+                stream++;
+            }
+    merge_run(2, 3, 128, DCP_DTYPE_FLOAT32, 1, stream++);
+    merge_run(1, 2, 36, DCP_DTYPE_FLOAT32, 1, stream++);
+}
+
+/* ============================================================================ conversion */
+
+static void convert_values(void)
+{
+    static const int64_t counts[] = {1, 7, 8, 9, 4096, 1000003};
+    static const dcp_dtype dtypes[] = {DCP_DTYPE_FLOAT32, DCP_DTYPE_BFLOAT16, DCP_DTYPE_FLOAT16};
+    dcp_rng rng;
+    dcp_error error;
+    int c, d, offset;
+    CUDA_TEST_REQUIRE_GPU();
+    rng = cuda_test_rng(4000);
+    for (c = 0; c < 6; c++)
+        for (d = 0; d < 3; d++)
+            for (offset = 0; offset < 2; offset++) { /* offset 1: misaligned pointers */
+                cuda_arena a;
+                const int64_t n = counts[c];
+                float *in, *expected;
+                unsigned char *out;
+                int64_t i;
+                memset(&a, 0, sizeof a);
+                in = random_values(&a, &rng, DCP_DTYPE_FLOAT32, n + 1);
+                expected = host_floats(&a, n);
+                for (i = 0; i < n; i++) expected[i] = round_to(dtypes[d], in[i + offset]);
+                {
+                    float *dev_in = (float *)upload(&a, DCP_DTYPE_FLOAT32, in, n + 1);
+                    out = (unsigned char *)dev_alloc(&a, (size_t)(n + 1) * dtype_size(dtypes[d]));
+                    CHECK_EQ(dcp_cuda_convert(dev_in + offset, dtypes[d],
+                                              out + offset * dtype_size(dtypes[d]), n, NULL,
+                                              &error),
+                             DCP_OK);
+                    CHECK(compare("convert",
+                                  download(&a, dtypes[d], out + offset * dtype_size(dtypes[d]), n),
+                                  expected, n, 0.0));
+                }
+                cuda_arena_free(&a);
+            }
+    CHECK_EQ(dcp_cuda_convert(NULL, DCP_DTYPE_BFLOAT16, NULL, 0, NULL, &error), DCP_OK);
+}
+
+/* ===================================================== argument checks (no GPU needed) */
+
+/* A layout whose device pointers are never dereferenced: every call below fails its host
+   checks before anything is enqueued. */
+static dcp_cuda_layout fake_layout(int32_t cp)
+{
+    static const int32_t cu[] = {0, 10}, cu_padded[] = {0, 16};
+    dcp_cuda_layout layout;
+    memset(&layout, 0, sizeof layout);
+    layout.thd.num_sequences = 1;
+    layout.thd.cu_seqlens = cu;
+    layout.thd.cu_seqlens_padded = cu_padded;
+    layout.thd.cp = cp;
+    layout.local_rows = 16 / cp;
+    layout.max_seqlen_padded = 16;
+    return layout;
+}
+
+static void arguments_rope(void)
+{
+    dcp_cuda_layout layout = fake_layout(2);
+    dcp_rope_options o;
+    dcp_error error;
+    char buffer[64] = {0};
+    void *p = buffer;
+    memset(&o, 0, sizeof o);
+    CHECK_EQ(dcp_cuda_rope_forward(&o, NULL, 0, DCP_DTYPE_BFLOAT16, 64, 1, p, p, 0, NULL, NULL,
+                                   NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "layout");
+    CHECK_EQ(dcp_cuda_rope_forward(&o, &layout, 2, DCP_DTYPE_BFLOAT16, 64, 1, p, p, 0, NULL,
+                                   NULL, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "rank");
+    CHECK_EQ(dcp_cuda_rope_forward(&o, &layout, 0, (dcp_dtype)7, 64, 1, p, p, 0, NULL, NULL, NULL,
+                                   &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "dtype");
+    CHECK_EQ(dcp_cuda_rope_forward(&o, &layout, 0, DCP_DTYPE_BFLOAT16, 64, 1, p, NULL, 0, NULL,
+                                   NULL, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "q_out");
+    CHECK_EQ(dcp_cuda_rope_backward(&o, &layout, 0, DCP_DTYPE_BFLOAT16, 64, 1, NULL, NULL, 1,
+                                    NULL, NULL, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "dq_out");
+    CHECK_EQ(dcp_cuda_rope_forward(&o, &layout, 0, DCP_DTYPE_BFLOAT16, 64, 0, p, p, 0, NULL, NULL,
+                                   NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "num_q_heads");
+    o.rotary_dim = 65;
+    CHECK_EQ(dcp_cuda_rope_forward(&o, &layout, 0, DCP_DTYPE_BFLOAT16, 64, 1, p, p, 0, NULL, NULL,
+                                   NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "rotary_dim");
+    o.rotary_dim = 0;
+    o.style = (dcp_rope_style)3;
+    CHECK_EQ(dcp_cuda_rope_forward(&o, &layout, 0, DCP_DTYPE_BFLOAT16, 64, 1, p, p, 0, NULL, NULL,
+                                   NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "style");
+    o.style = DCP_ROPE_ROTATE_HALF;
+    layout.max_seqlen_padded = 4; /* shorter than one sequence's share */
+    CHECK_EQ(dcp_cuda_rope_forward(&o, &layout, 0, DCP_DTYPE_BFLOAT16, 64, 1, p, p, 0, NULL, NULL,
+                                   NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "max_seqlen_padded");
+}
+
+static void arguments_conv1d(void)
+{
+    dcp_cuda_layout layout = fake_layout(1);
+    dcp_conv1d_params p;
+    dcp_error error;
+    size_t bytes = 0;
+    float buffer[64] = {0};
+    memset(&p, 0, sizeof p);
+    p.channels = 8;
+    p.width = 5;
+    CHECK_EQ(dcp_cuda_conv1d_workspace_size(&p, &bytes, &error), DCP_ERROR_UNSUPPORTED);
+    CHECK_CONTAINS(error.message, "width 5");
+    CHECK_EQ(dcp_cuda_conv1d_forward(&p, &layout, 16, DCP_DTYPE_FLOAT32, buffer, buffer, NULL,
+                                     buffer, NULL, &error),
+             DCP_ERROR_UNSUPPORTED);
+    p.width = 9;
+    CHECK_EQ(dcp_cuda_conv1d_forward(&p, &layout, 16, DCP_DTYPE_FLOAT32, buffer, buffer, NULL,
+                                     buffer, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "width");
+    p.width = 4;
+    CHECK_EQ(dcp_cuda_conv1d_workspace_size(&p, &bytes, &error), DCP_OK);
+    CHECK_EQ((long long)bytes, (long long)DCP_CUDA_CONV1D_SLICES * 5 * 8 * 4);
+    CHECK_EQ(dcp_cuda_conv1d_forward(&p, &layout, 15, DCP_DTYPE_FLOAT32, buffer, buffer, NULL,
+                                     buffer, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "total_rows 15");
+    CHECK_EQ(dcp_cuda_conv1d_forward(&p, &layout, 16, DCP_DTYPE_FLOAT32, NULL, buffer, NULL,
+                                     buffer, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "x");
+    layout = fake_layout(2);
+    CHECK_EQ(dcp_cuda_conv1d_forward(&p, &layout, 16, DCP_DTYPE_FLOAT32, buffer, buffer, NULL,
+                                     buffer, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "cp 1");
+    layout = fake_layout(1);
+    CHECK_EQ(dcp_cuda_conv1d_backward(&p, &layout, 16, DCP_DTYPE_FLOAT32, buffer, buffer, buffer,
+                                      buffer, buffer, buffer, NULL, buffer, sizeof buffer, NULL,
+                                      &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "dbias");
+    CHECK_EQ(dcp_cuda_conv1d_backward(&p, &layout, 16, DCP_DTYPE_FLOAT32, buffer, buffer, NULL,
+                                      buffer, buffer, buffer, NULL, buffer, 4, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "workspace");
+}
+
+static void arguments_merge(void)
+{
+    dcp_cuda_layout layout = fake_layout(1);
+    dcp_attention_params p;
+    dcp_error error;
+    float buffer[64] = {0};
+    memset(&p, 0, sizeof p);
+    p.num_heads = 2;
+    p.head_dim = 4;
+    CHECK_EQ(dcp_cuda_acc_merge(&p, &layout, DCP_HALF_FIRST, buffer, buffer, buffer, buffer, NULL,
+                                &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "cp > 1");
+    CHECK_EQ(dcp_cuda_acc_merge(&p, &layout, (dcp_half)5, buffer, buffer, buffer, buffer, NULL,
+                                &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "half 5");
+    CHECK_EQ(dcp_cuda_acc_init(&p, &layout, NULL, buffer, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "acc_out");
+    CHECK_EQ(dcp_cuda_acc_finalize(&p, &layout, 1, buffer, buffer, DCP_DTYPE_FLOAT32, buffer,
+                                   buffer, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "rank");
+    CHECK_EQ(dcp_cuda_acc_finalize(&p, &layout, 0, buffer, buffer, DCP_DTYPE_BFLOAT16, buffer,
+                                   buffer, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "acc_out");
+    p.num_kv_heads = 3;
+    CHECK_EQ(dcp_cuda_acc_init(&p, &layout, buffer, buffer, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "num_kv_heads");
+    CHECK_EQ(dcp_cuda_convert(buffer, DCP_DTYPE_BFLOAT16, buffer, -1, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "count");
+    CHECK_EQ(dcp_cuda_convert(buffer, (dcp_dtype)9, buffer, 1, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "dtype");
+}
+
+static void arguments_layout(void)
+{
+    static const int32_t cu[] = {0, 10, 5}, cu_padded[] = {0, 16, 32};
+    static const int32_t fine[] = {0, 10, 15};
+    dcp_thd_layout host;
+    dcp_cuda_layout layout;
+    dcp_error error;
+    memset(&host, 0, sizeof host);
+    host.num_sequences = 2;
+    host.cu_seqlens = cu;
+    host.cu_seqlens_padded = cu_padded;
+    host.cp = 2;
+    CHECK_EQ(dcp_cuda_layout_init(&host, cu, cu_padded, &layout, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "cu_seqlens");
+    host.cu_seqlens = fine;
+    CHECK_EQ(dcp_cuda_layout_init(&host, NULL, cu_padded, &layout, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ(dcp_cuda_layout_init(&host, fine, cu_padded, &layout, &error), DCP_OK);
+    CHECK_EQ(layout.local_rows, 16);
+    CHECK_EQ(layout.max_seqlen_padded, 16);
+    CHECK(layout.thd.cu_seqlens == fine);
+}
+
+int main(int argc, char **argv)
+{
+    static const test_case tests[] = {
+        {"arguments_layout", arguments_layout},
+        {"arguments_rope", arguments_rope},
+        {"arguments_conv1d", arguments_conv1d},
+        {"arguments_merge", arguments_merge},
+        {"rope_shapes", rope_shapes},
+        {"rope_single_tensor", rope_single_tensor},
+        {"rope_long_sequence", rope_long_sequence},
+        {"conv1d_shapes", conv1d_shapes},
+        {"conv1d_edges", conv1d_edges},
+        {"merge_shapes", merge_shapes},
+        {"convert_values", convert_values},
+    };
+    if (cuda_test_gpu()) cuda_test_seed();
+    return test_main(tests, TEST_COUNT(tests), argc, argv);
+}
