@@ -219,6 +219,20 @@ typedef struct dcp_error {
 
 DCPDEF const char *dcp_status_string(dcp_status status);
 
+#if defined(__GNUC__) || defined(__clang__)
+#define DCP_PRINTF_LIKE(format_index, first_argument) \
+    __attribute__((format(printf, format_index, first_argument)))
+#else
+#define DCP_PRINTF_LIKE(format_index, first_argument)
+#endif
+
+/* Fills *error (when not NULL) with status and a printf-formatted message, and returns status;
+   dcp_error_clear sets DCP_OK and an empty message. Every dcp.h function reports this way, and
+   so do the layers built on it (dcp_cuda.cu, dcp_nccl.h). */
+DCPDEF dcp_status dcp_error_set(dcp_error *error, dcp_status status, const char *format, ...)
+    DCP_PRINTF_LIKE(3, 4);
+DCPDEF dcp_status dcp_error_clear(dcp_error *error);
+
 /* Both functions or neither (then DCP_MALLOC / DCP_FREE). alloc returns NULL on failure. */
 typedef struct dcp_allocator {
     void *(*alloc)(void *user, size_t size);
@@ -236,7 +250,7 @@ typedef struct dcp_rng {
 DCPDEF void dcp_rng_seed(dcp_rng *rng, uint64_t seed);
 DCPDEF uint64_t dcp_rng_next(dcp_rng *rng);
 DCPDEF double dcp_rng_uniform(dcp_rng *rng);               /* [0, 1), 53 random bits */
-DCPDEF uint64_t dcp_rng_below(dcp_rng *rng, uint64_t bound); /* [0, bound), unbiased; 0 if bound 0 */
+DCPDEF uint64_t dcp_rng_below(dcp_rng *rng, uint64_t bound); /* [0, bound); 0 if bound 0 */
 DCPDEF double dcp_rng_normal(dcp_rng *rng);                /* standard normal (polar method) */
 
 /* ============================================================================ workload model
@@ -1122,12 +1136,6 @@ DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params
 #define DCP_FREE(ptr) free(ptr)
 #endif
 
-#if defined(__GNUC__) || defined(__clang__)
-#define DCP__PRINTF_LIKE(fmt, args) __attribute__((format(printf, fmt, args)))
-#else
-#define DCP__PRINTF_LIKE(fmt, args)
-#endif
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -1153,10 +1161,7 @@ DCPDEF const char *dcp_status_string(dcp_status status)
     return "unknown status";
 }
 
-static dcp_status dcp__fail(dcp_error *error, dcp_status status, const char *format, ...)
-    DCP__PRINTF_LIKE(3, 4);
-
-static dcp_status dcp__fail(dcp_error *error, dcp_status status, const char *format, ...)
+DCPDEF dcp_status dcp_error_set(dcp_error *error, dcp_status status, const char *format, ...)
 {
     if (error) {
         va_list args;
@@ -1168,7 +1173,7 @@ static dcp_status dcp__fail(dcp_error *error, dcp_status status, const char *for
     return status;
 }
 
-static dcp_status dcp__ok(dcp_error *error)
+DCPDEF dcp_status dcp_error_clear(dcp_error *error)
 {
     if (error) {
         error->status = DCP_OK;
@@ -1200,14 +1205,14 @@ static void *dcp__alloc_array(const dcp_allocator *allocator, size_t count, size
 {
     void *ptr;
     if (element_size != 0 && count > SIZE_MAX / element_size) {
-        dcp__fail(error, DCP_ERROR_OVERFLOW, "%s: %zu elements of %zu bytes overflow size_t",
-                  what, count, element_size);
+        dcp_error_set(error, DCP_ERROR_OVERFLOW, "%s: %zu elements of %zu bytes overflow size_t",
+                      what, count, element_size);
         return NULL;
     }
     ptr = dcp__alloc(allocator, count * element_size);
     if (!ptr)
-        dcp__fail(error, DCP_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what,
-                  count * element_size);
+        dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what,
+                      count * element_size);
     return ptr;
 }
 
@@ -1357,25 +1362,25 @@ static dcp_status dcp__check_cost(const dcp_cost_model *cost, dcp_error *error)
     int i;
     for (i = 0; i < 3; i++) /* the negated test also rejects NaN */
         if (!(values[i] >= 0.0 && values[i] <= 1e300))
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "cost model %s must be finite and >= 0, got %g", names[i],
-                             values[i]);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "cost model %s must be finite and >= 0, got %g", names[i],
+                                 values[i]);
     return DCP_OK;
 }
 
 static dcp_status dcp__check_pow2_field(const char *name, int32_t value, dcp_error *error)
 {
     if (!dcp__is_pow2(value))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "%s must be a power of two >= 1, got %d", name, (int)value);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "%s must be a power of two >= 1, got %d", name, (int)value);
     return DCP_OK;
 }
 
 static dcp_status dcp__check_multiple_field(const char *name, int32_t value, dcp_error *error)
 {
     if (value < 1 || value > DCP_MAX_PAD_MULTIPLE)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [1, %d], got %d",
-                         name, DCP_MAX_PAD_MULTIPLE, (int)value);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [1, %d], got %d",
+                             name, DCP_MAX_PAD_MULTIPLE, (int)value);
     return DCP_OK;
 }
 
@@ -1385,15 +1390,16 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
     dcp_config c;
     dcp_status status;
     if (!config || !resolved)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "config and resolved must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "config and resolved must not be NULL");
     c = *config;
     if (c.ranks < 1 || c.ranks > DCP_MAX_RANKS)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "ranks must be in [1, %d], got %d",
-                         DCP_MAX_RANKS, (int)c.ranks);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "ranks must be in [1, %d], got %d",
+                             DCP_MAX_RANKS, (int)c.ranks);
     if (c.max_tokens_per_rank < 1 || c.max_tokens_per_rank > DCP_MAX_SAMPLE_LENGTH)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "max_tokens_per_rank must be in [1, %lld], got %lld",
-                         (long long)DCP_MAX_SAMPLE_LENGTH, (long long)c.max_tokens_per_rank);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "max_tokens_per_rank must be in [1, %lld], got %lld",
+                             (long long)DCP_MAX_SAMPLE_LENGTH, (long long)c.max_tokens_per_rank);
     if (c.min_cp == 0) c.min_cp = 1;
     if (c.max_cp == 0) {
         c.max_cp = 1;
@@ -1402,11 +1408,11 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
     if ((status = dcp__check_pow2_field("min_cp", c.min_cp, error)) != DCP_OK) return status;
     if ((status = dcp__check_pow2_field("max_cp", c.max_cp, error)) != DCP_OK) return status;
     if (c.max_cp > c.ranks)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "max_cp %d exceeds ranks %d",
-                         (int)c.max_cp, (int)c.ranks);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "max_cp %d exceeds ranks %d",
+                             (int)c.max_cp, (int)c.ranks);
     if (c.min_cp > c.max_cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "min_cp %d exceeds max_cp %d",
-                         (int)c.min_cp, (int)c.max_cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "min_cp %d exceeds max_cp %d",
+                             (int)c.min_cp, (int)c.max_cp);
     if (c.microbatch_multiple == 0) c.microbatch_multiple = 1;
     if (c.pad_multiple_cp1 == 0) c.pad_multiple_cp1 = 1;
     if (c.pad_multiple == 0) c.pad_multiple = 1;
@@ -1426,13 +1432,13 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
     }
     if (c.strategy != DCP_STRATEGY_DYNAMIC && c.strategy != DCP_STRATEGY_STATIC &&
         c.strategy != DCP_STRATEGY_GREEDY)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "strategy %d is not a dcp_strategy",
-                         (int)c.strategy);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "strategy %d is not a dcp_strategy",
+                             (int)c.strategy);
     if ((c.allocator.alloc == NULL) != (c.allocator.free == NULL))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "allocator needs both alloc and free, or neither");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "allocator needs both alloc and free, or neither");
     *resolved = c;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* lcm(c > 1 ? 2c : pad_multiple_cp1, pad_multiple) of a resolved config. For c > 1 the base
@@ -1456,8 +1462,9 @@ static int64_t dcp__padded(const dcp_config *config, int64_t length, int32_t cp)
 static dcp_status dcp__check_length(int64_t length, dcp_error *error)
 {
     if (length < 1 || length > DCP_MAX_SAMPLE_LENGTH)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "length must be in [1, %lld], got %lld",
-                         (long long)DCP_MAX_SAMPLE_LENGTH, (long long)length);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "length must be in [1, %lld], got %lld",
+                             (long long)DCP_MAX_SAMPLE_LENGTH, (long long)length);
     return DCP_OK;
 }
 
@@ -1466,14 +1473,15 @@ DCPDEF dcp_status dcp_padded_length(const dcp_config *config, int64_t length, in
 {
     dcp_config c;
     dcp_status status;
-    if (!padded) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "padded must not be NULL");
+    if (!padded) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "padded must not be NULL");
     if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
     if ((status = dcp__check_length(length, error)) != DCP_OK) return status;
     if (!dcp__is_pow2(cp) || cp > c.max_cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "cp must be a power of two <= max_cp %d, got %d", (int)c.max_cp, (int)cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp must be a power of two <= max_cp %d, got %d", (int)c.max_cp,
+                             (int)cp);
     *padded = dcp__padded(&c, length, cp);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* Smallest feasible CP size of a resolved config, or 0 when none fits. */
@@ -1492,15 +1500,15 @@ DCPDEF dcp_status dcp_cp_size_min(const dcp_config *config, int64_t length, int3
 {
     dcp_config c;
     dcp_status status;
-    if (!cp) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "cp must not be NULL");
+    if (!cp) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "cp must not be NULL");
     if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
     if ((status = dcp__check_length(length, error)) != DCP_OK) return status;
     *cp = dcp__cp_min(&c, length);
     if (*cp == 0)
-        return dcp__fail(error, DCP_ERROR_INFEASIBLE,
-                         "length %lld > max_cp %d x max_tokens_per_rank %lld after padding",
-                         (long long)length, (int)c.max_cp, (long long)c.max_tokens_per_rank);
-    return dcp__ok(error);
+        return dcp_error_set(error, DCP_ERROR_INFEASIBLE,
+                             "length %lld > max_cp %d x max_tokens_per_rank %lld after padding",
+                             (long long)length, (int)c.max_cp, (long long)c.max_tokens_per_rank);
+    return dcp_error_clear(error);
 }
 
 static double dcp__attention_seconds(const dcp_cost_model *cost, int64_t length)
@@ -1535,24 +1543,25 @@ static dcp_status dcp__check_samples(const dcp_config *config, const int64_t *le
                                      int32_t count, int32_t *cp_min, dcp_error *error)
 {
     int32_t i;
-    if (!lengths) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "lengths must not be NULL");
+    if (!lengths)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "lengths must not be NULL");
     if (count < 1)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "count must be >= 1 (an empty batch has no plan), got %d", (int)count);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "count must be >= 1 (an empty batch has no plan), got %d", (int)count);
     for (i = 0; i < count; i++) {
         int32_t cp;
         if (lengths[i] < 1 || lengths[i] > DCP_MAX_SAMPLE_LENGTH)
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "sample %d has length %lld; lengths must be in [1, %lld]", (int)i,
-                             (long long)lengths[i], (long long)DCP_MAX_SAMPLE_LENGTH);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "sample %d has length %lld; lengths must be in [1, %lld]", (int)i,
+                                 (long long)lengths[i], (long long)DCP_MAX_SAMPLE_LENGTH);
         cp = dcp__cp_min(config, lengths[i]);
         if (cp == 0)
-            return dcp__fail(error, DCP_ERROR_INFEASIBLE,
-                             "sample %d has length %lld > max_cp %d x max_tokens_per_rank %lld "
-                             "(after padding to a multiple of %lld)",
-                             (int)i, (long long)lengths[i], (int)config->max_cp,
-                             (long long)config->max_tokens_per_rank,
-                             (long long)dcp__pad_multiple(config, config->max_cp));
+            return dcp_error_set(error, DCP_ERROR_INFEASIBLE,
+                                 "sample %d has length %lld > max_cp %d x max_tokens_per_rank %lld "
+                                 "(after padding to a multiple of %lld)",
+                                 (int)i, (long long)lengths[i], (int)config->max_cp,
+                                 (long long)config->max_tokens_per_rank,
+                                 (long long)dcp__pad_multiple(config, config->max_cp));
         if (cp_min) cp_min[i] = cp;
     }
     return DCP_OK;
@@ -1623,7 +1632,8 @@ DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengt
     dcp_config c;
     dcp_status status;
     int32_t *cp_min;
-    if (!seconds) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "seconds must not be NULL");
+    if (!seconds)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "seconds must not be NULL");
     if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
     if (count < 1 || !lengths) return dcp__check_samples(&c, lengths, count, NULL, error);
     cp_min = (int32_t *)dcp__alloc_array(&c.allocator, (size_t)count, sizeof *cp_min,
@@ -1632,7 +1642,7 @@ DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengt
     status = dcp__check_samples(&c, lengths, count, cp_min, error);
     if (status == DCP_OK) *seconds = dcp__lower_bound(&c, lengths, count, cp_min);
     dcp_free(&c.allocator, cp_min);
-    return status == DCP_OK ? dcp__ok(error) : status;
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* ---------------------------------------------------------------------- plan assembly
@@ -1704,8 +1714,8 @@ static dcp_status dcp__plan_build(const dcp_config *config, const int64_t *lengt
     int32_t i, groups = 0, k, multiple = config->microbatch_multiple;
     dcp_plan *plan;
     if (num_microbatches > INT32_MAX - multiple)
-        return dcp__fail(error, DCP_ERROR_OVERFLOW, "microbatch count %d overflows",
-                         (int)num_microbatches);
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "microbatch count %d overflows",
+                             (int)num_microbatches);
     num_microbatches = (num_microbatches + multiple - 1) / multiple * multiple;
     qsort(placements, (size_t)count, sizeof *placements, dcp__placement_compare);
     for (i = 0; i < count; i++)
@@ -2069,7 +2079,7 @@ static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *plac
             placements[s].sample = s;
         }
         if (kept == remaining) { /* cannot happen: a fresh microbatch takes its first sample */
-            status = dcp__fail(error, DCP_ERROR_INFEASIBLE, "greedy planner made no progress");
+            status = dcp_error_set(error, DCP_ERROR_INFEASIBLE, "greedy planner made no progress");
             goto done;
         }
         remaining = kept;
@@ -2586,7 +2596,7 @@ static dcp_status dcp__tree_build(dcp__tree *tree, const int32_t *order, const i
             int32_t grown = tree->microbatch_limit + multiple;
             if (grown < needed) grown = (needed + multiple - 1) / multiple * multiple;
             if (grown > INT32_MAX / 2)
-                return dcp__fail(error, DCP_ERROR_OVERFLOW, "microbatch count overflows");
+                return dcp_error_set(error, DCP_ERROR_OVERFLOW, "microbatch count overflows");
             tree->microbatch_limit = grown;
         }
         if ((status = dcp__tree_place(tree, s, n, error)) != DCP_OK) return status;
@@ -2782,7 +2792,8 @@ static int dcp__try_repack(dcp__tree *tree, int32_t a, dcp__repack_mode mode, in
     }
     if (*status != DCP_OK) return 0;
     if (ok) ok = dcp__tree_node_max(tree, a) < T;
-    for (i = 0; i < count && ok; i++) ok = dcp__tree_node_max(tree, tree->sample_node[samples[i]]) < T;
+    for (i = 0; i < count && ok; i++)
+        ok = dcp__tree_node_max(tree, tree->sample_node[samples[i]]) < T;
     if (ok) return 1;
     for (i = 0; i < placed; i++) dcp__tree_remove(tree, samples[i]);
     for (i = 0; i < count; i++) dcp__tree_place_in(tree, samples[i], a, bins[i]);
@@ -2790,8 +2801,8 @@ static int dcp__try_repack(dcp__tree *tree, int32_t a, dcp__repack_mode mode, in
 }
 
 /* Tries, for the samples on the critical rank's path from the leaf up, a move, then a swap;
-   then a split and a scatter of each node on the path. Stops when the critical rank cannot be improved or
-   the budget is spent. */
+   then a split and a scatter of each node on the path. Stops when the critical rank cannot be
+   improved or the budget is spent. */
 static dcp_status dcp__tree_improve(dcp__tree *tree, int32_t budget, dcp_error *error)
 {
     int32_t path[DCP_CP_LEVELS + 2];
@@ -2998,7 +3009,8 @@ static int32_t dcp__improve_budget(const dcp_config *config, int32_t count)
 
 static int dcp__balanced(const dcp__batch *batch, int64_t step_ticks)
 {
-    return batch->lower_bound >= DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
+    return batch->lower_bound >=
+           DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
 }
 
 /* One candidate: built longest work first at its levels, then improved. */
@@ -3197,7 +3209,7 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
     dcp__batch batch;
     dcp__placement *placements;
     dcp_status status;
-    if (!plan) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
+    if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
     *plan = NULL;
     if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
     if (count < 1 || !lengths) return dcp__check_samples(&c, lengths, count, NULL, error);
@@ -3213,7 +3225,7 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
         status = dcp__plan_fallback(&batch, placements, plan, error);
     dcp_free(&c.allocator, placements);
     dcp__batch_free(&batch);
-    return status == DCP_OK ? dcp__ok(error) : status;
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* --------------------------------------------------------------------------- validator */
@@ -3222,25 +3234,25 @@ static dcp_status dcp__validate_shape(const dcp_plan *plan, dcp_error *error)
 {
     int32_t k;
     if (plan->num_samples < 1 || !plan->sample_lengths || !plan->group_samples)
-        return dcp__fail(error, DCP_ERROR_INVALID_PLAN, "plan has %d samples (need >= 1)",
-                         (int)plan->num_samples);
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "plan has %d samples (need >= 1)",
+                             (int)plan->num_samples);
     if (plan->num_microbatches < 1 || !plan->microbatch_offsets ||
         plan->num_microbatches % plan->config.microbatch_multiple != 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
-                         "plan has %d microbatches; need a positive multiple of %d",
-                         (int)plan->num_microbatches, (int)plan->config.microbatch_multiple);
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                             "plan has %d microbatches; need a positive multiple of %d",
+                             (int)plan->num_microbatches, (int)plan->config.microbatch_multiple);
     if (plan->num_groups < 1 || plan->num_groups > plan->num_samples || !plan->groups)
-        return dcp__fail(error, DCP_ERROR_INVALID_PLAN, "plan has %d groups for %d samples",
-                         (int)plan->num_groups, (int)plan->num_samples);
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "plan has %d groups for %d samples",
+                             (int)plan->num_groups, (int)plan->num_samples);
     if (plan->microbatch_offsets[0] != 0 ||
         plan->microbatch_offsets[plan->num_microbatches] != plan->num_groups)
-        return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
-                         "microbatch offsets must run from 0 to num_groups %d",
-                         (int)plan->num_groups);
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                             "microbatch offsets must run from 0 to num_groups %d",
+                             (int)plan->num_groups);
     for (k = 0; k < plan->num_microbatches; k++)
         if (plan->microbatch_offsets[k + 1] < plan->microbatch_offsets[k])
-            return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
-                             "microbatch %d has a negative group count", (int)k);
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "microbatch %d has a negative group count", (int)k);
     return DCP_OK;
 }
 
@@ -3252,43 +3264,46 @@ static dcp_status dcp__validate_group(const dcp_plan *plan, int32_t k, const dcp
     int64_t tokens = 0;
     int32_t i;
     if (!dcp__is_pow2(g->cp) || g->cp < c->min_cp || g->cp > c->max_cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
-                         "microbatch %d: group at rank %d has cp %d outside powers of two in "
-                         "[%d, %d]", (int)k, (int)g->first_rank, (int)g->cp, (int)c->min_cp,
-                         (int)c->max_cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                             "microbatch %d: group at rank %d has cp %d outside powers of two in "
+                             "[%d, %d]",
+                             (int)k, (int)g->first_rank, (int)g->cp, (int)c->min_cp,
+                             (int)c->max_cp);
     if (g->first_rank < 0 || g->first_rank % g->cp != 0 || g->first_rank > c->ranks - g->cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
-                         "microbatch %d: group at rank %d with cp %d is not an aligned block "
-                         "of the %d ranks", (int)k, (int)g->first_rank, (int)g->cp,
-                         (int)c->ranks);
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                             "microbatch %d: group at rank %d with cp %d is not an aligned block "
+                             "of the %d ranks",
+                             (int)k, (int)g->first_rank, (int)g->cp, (int)c->ranks);
     if (g->sample_count < 1 || g->sample_offset != expected_offset ||
         g->sample_count > plan->num_samples - expected_offset)
-        return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
-                         "microbatch %d: group at rank %d holds samples [%d, +%d); expected a "
-                         "non-empty range from %d", (int)k, (int)g->first_rank,
-                         (int)g->sample_offset, (int)g->sample_count, (int)expected_offset);
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                             "microbatch %d: group at rank %d holds samples [%d, +%d); expected a "
+                             "non-empty range from %d",
+                             (int)k, (int)g->first_rank, (int)g->sample_offset,
+                             (int)g->sample_count, (int)expected_offset);
     for (i = g->sample_offset; i < g->sample_offset + g->sample_count; i++) {
         int32_t s = plan->group_samples[i];
         int64_t length;
         if (s < 0 || s >= plan->num_samples)
-            return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
-                             "microbatch %d: sample id %d outside [0, %d)", (int)k, (int)s,
-                             (int)plan->num_samples);
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "microbatch %d: sample id %d outside [0, %d)", (int)k, (int)s,
+                                 (int)plan->num_samples);
         if (seen[s])
-            return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
-                             "sample %d appears twice (again in microbatch %d)", (int)s, (int)k);
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "sample %d appears twice (again in microbatch %d)", (int)s,
+                                 (int)k);
         seen[s] = 1;
         length = plan->sample_lengths[s];
         if (length < 1 || length > DCP_MAX_SAMPLE_LENGTH)
-            return dcp__fail(error, DCP_ERROR_INVALID_PLAN, "sample %d has length %lld",
-                             (int)s, (long long)length);
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "sample %d has length %lld", (int)s,
+                                 (long long)length);
         tokens += dcp__padded(c, length, g->cp) / g->cp;
         if (tokens > c->max_tokens_per_rank)
-            return dcp__fail(error, DCP_ERROR_INVALID_PLAN,
-                             "microbatch %d: group at rank %d (cp %d) holds more than "
-                             "max_tokens_per_rank %lld padded tokens per rank at sample %d",
-                             (int)k, (int)g->first_rank, (int)g->cp,
-                             (long long)c->max_tokens_per_rank, (int)s);
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "microbatch %d: group at rank %d (cp %d) holds more than "
+                                 "max_tokens_per_rank %lld padded tokens per rank at sample %d",
+                                 (int)k, (int)g->first_rank, (int)g->cp,
+                                 (long long)c->max_tokens_per_rank, (int)s);
     }
     return DCP_OK;
 }
@@ -3299,7 +3314,7 @@ DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error)
     unsigned char *seen;
     int32_t k, g, expected = 0;
     dcp_status status;
-    if (!plan) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
+    if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
     if ((status = dcp_config_resolve(&plan->config, &resolved, error)) != DCP_OK) return status;
     if ((status = dcp__validate_shape(plan, error)) != DCP_OK) return status;
     seen = (unsigned char *)dcp__alloc_array(&plan->config.allocator, (size_t)plan->num_samples,
@@ -3314,19 +3329,19 @@ DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error)
             status = dcp__validate_group(plan, k, group, expected, seen, error);
             if (status != DCP_OK) break; /* its fields are not safe to add up */
             if (group->first_rank < next_free_rank)
-                status = dcp__fail(error, DCP_ERROR_INVALID_PLAN,
-                                   "microbatch %d: group at rank %d overlaps or precedes the "
-                                   "previous group (ranks must increase)",
-                                   (int)k, (int)group->first_rank);
+                status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                       "microbatch %d: group at rank %d overlaps or precedes the "
+                                       "previous group (ranks must increase)",
+                                       (int)k, (int)group->first_rank);
             next_free_rank = group->first_rank + group->cp;
             expected += group->sample_count;
         }
     }
     if (status == DCP_OK && expected != plan->num_samples)
-        status = dcp__fail(error, DCP_ERROR_INVALID_PLAN, "groups hold %d of %d samples",
-                           (int)expected, (int)plan->num_samples);
+        status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "groups hold %d of %d samples",
+                               (int)expected, (int)plan->num_samples);
     dcp_free(&plan->config.allocator, seen);
-    return status == DCP_OK ? dcp__ok(error) : status;
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* --------------------------------------------------------------------------- simulator */
@@ -3355,14 +3370,14 @@ DCPDEF dcp_status dcp_plan_schedule(const dcp_plan *plan, const dcp_cost_model *
     double *finish;
     dcp_status status;
     if (!group_start || !group_end)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "group_start and group_end must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "group_start and group_end must not be NULL");
     if ((status = dcp__simulation_setup(plan, cost, &config, &finish, error)) != DCP_OK)
         return status;
     memset(&stats, 0, sizeof stats);
     dcp__schedule(plan, &config.cost, finish, group_start, group_end, &stats);
     dcp_free(&config.allocator, finish);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *cost,
@@ -3372,7 +3387,7 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
     double *finish;
     int32_t *cp_min, i;
     dcp_status status;
-    if (!stats) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "stats must not be NULL");
+    if (!stats) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "stats must not be NULL");
     if ((status = dcp__simulation_setup(plan, cost, &config, &finish, error)) != DCP_OK)
         return status;
     cp_min = (int32_t *)dcp__alloc_array(&config.allocator, (size_t)plan->num_samples,
@@ -3396,7 +3411,7 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
     stats->num_groups = plan->num_groups;
     dcp_free(&config.allocator, finish);
     dcp_free(&config.allocator, cp_min);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* ------------------------------------------------------------------------- THD layout */
@@ -3420,15 +3435,15 @@ static dcp_status dcp__check_cumulative(const char *name, const int32_t *cu, int
 {
     int32_t i;
     if (!cu)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "layout %s must not be NULL", name);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "layout %s must not be NULL", name);
     if (cu[0] != 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "layout %s[0] must be 0, got %d",
-                         name, (int)cu[0]);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "layout %s[0] must be 0, got %d",
+                             name, (int)cu[0]);
     for (i = 0; i < count; i++)
         if (cu[i + 1] < cu[i])
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "layout %s decreases: %s[%d] = %d < %s[%d] = %d", name, name,
-                             (int)(i + 1), (int)cu[i + 1], name, (int)i, (int)cu[i]);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "layout %s decreases: %s[%d] = %d < %s[%d] = %d", name, name,
+                                 (int)(i + 1), (int)cu[i + 1], name, (int)i, (int)cu[i]);
     return DCP_OK;
 }
 
@@ -3437,15 +3452,15 @@ DCPDEF dcp_status dcp_thd_layout_validate(const dcp_thd_layout *layout, int64_t 
 {
     int32_t i, n;
     dcp_status status;
-    if (!layout) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "layout must not be NULL");
+    if (!layout) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "layout must not be NULL");
     n = layout->num_sequences;
     if (n < 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "layout num_sequences must be >= 0, got %d", (int)n);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout num_sequences must be >= 0, got %d", (int)n);
     if (!dcp__is_pow2(layout->cp) || layout->cp > DCP_MAX_RANKS)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "layout cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
-                         (int)layout->cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
+                             (int)layout->cp);
     if ((status = dcp__check_cumulative("cu_seqlens", layout->cu_seqlens, n, error)) != DCP_OK ||
         (status = dcp__check_cumulative("cu_seqlens_padded", layout->cu_seqlens_padded, n,
                                         error)) != DCP_OK)
@@ -3454,17 +3469,17 @@ DCPDEF dcp_status dcp_thd_layout_validate(const dcp_thd_layout *layout, int64_t 
         int64_t valid = (int64_t)layout->cu_seqlens[i + 1] - layout->cu_seqlens[i];
         int64_t padded = (int64_t)layout->cu_seqlens_padded[i + 1] - layout->cu_seqlens_padded[i];
         if (valid > padded)
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "layout sequence %d has valid length %lld > padded length %lld",
-                             (int)i, (long long)valid, (long long)padded);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "layout sequence %d has valid length %lld > padded length %lld",
+                                 (int)i, (long long)valid, (long long)padded);
         if (layout->cp > 1 && padded % (2 * (int64_t)layout->cp) != 0)
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "layout sequence %d has padded length %lld, not a multiple of "
-                             "2 cp = %lld", (int)i, (long long)padded,
-                             (long long)(2 * (int64_t)layout->cp));
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "layout sequence %d has padded length %lld, not a multiple of "
+                                 "2 cp = %lld",
+                                 (int)i, (long long)padded, (long long)(2 * (int64_t)layout->cp));
     }
     if (local_rows) *local_rows = layout->cu_seqlens_padded[n] / layout->cp;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* A contiguous run of a sample's local rows: rows [row, row + rows) hold global positions
@@ -3542,8 +3557,10 @@ static dcp_rank_view *dcp__view_alloc(const dcp_allocator *allocator, int32_t nu
     if (allocator) view->allocator = *allocator;
     view->num_samples = num_samples;
     view->samples = (int32_t *)dcp__alloc_array(allocator, n, sizeof(int32_t), "view", error);
-    view->sample_lengths = (int64_t *)dcp__alloc_array(allocator, n, sizeof(int64_t), "view", error);
-    view->cu_seqlens = (int32_t *)dcp__alloc_array(allocator, n + 1, sizeof(int32_t), "view", error);
+    view->sample_lengths =
+        (int64_t *)dcp__alloc_array(allocator, n, sizeof(int64_t), "view", error);
+    view->cu_seqlens =
+        (int32_t *)dcp__alloc_array(allocator, n + 1, sizeof(int32_t), "view", error);
     view->cu_seqlens_padded =
         (int32_t *)dcp__alloc_array(allocator, n + 1, sizeof(int32_t), "view", error);
     view->local_offsets = (int32_t *)dcp__alloc_array(allocator, n + 1, sizeof(int32_t), "view",
@@ -3569,9 +3586,10 @@ static dcp_status dcp__view_fill(dcp_rank_view *view, const dcp_config *config, 
         valid += view->sample_lengths[i];
         padded += p;
         if (padded > INT32_MAX)
-            return dcp__fail(error, DCP_ERROR_OVERFLOW,
-                             "microbatch %d, rank %d: %lld padded tokens overflow the int32 "
-                             "cu_seqlens", (int)view->microbatch, (int)view->rank, (long long)padded);
+            return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                                 "microbatch %d, rank %d: %lld padded tokens overflow the int32 "
+                                 "cu_seqlens",
+                                 (int)view->microbatch, (int)view->rank, (long long)padded);
         view->cu_seqlens[i + 1] = (int32_t)valid;
         view->cu_seqlens_padded[i + 1] = (int32_t)padded;
         view->local_offsets[i + 1] = (int32_t)(padded / view->cp);
@@ -3588,15 +3606,15 @@ DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32
     dcp_rank_view *v;
     dcp_status status;
     int32_t g, i;
-    if (!view) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
+    if (!view) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
     *view = NULL;
     if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
     if (rank < 0 || rank >= plan->config.ranks)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)", (int)rank,
-                         (int)plan->config.ranks);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)",
+                             (int)rank, (int)plan->config.ranks);
     if (microbatch < 0 || microbatch >= plan->num_microbatches)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "microbatch %d outside [0, %d)",
-                         (int)microbatch, (int)plan->num_microbatches);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "microbatch %d outside [0, %d)",
+                             (int)microbatch, (int)plan->num_microbatches);
     g = dcp__group_of(plan, rank, microbatch);
     if (g >= 0) group = &plan->groups[g];
     v = dcp__view_alloc(&plan->config.allocator, group ? group->sample_count : 0, error);
@@ -3616,7 +3634,7 @@ DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32
         return status;
     }
     *view = v;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 static dcp_status dcp__view_check_header(const dcp_rank_view *v, dcp_error *error)
@@ -3624,23 +3642,25 @@ static dcp_status dcp__view_check_header(const dcp_rank_view *v, dcp_error *erro
     if (v->rank < 0 || !dcp__is_pow2(v->cp) || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
         v->first_rank % v->cp != 0 || v->rank_in_group != v->rank - v->first_rank ||
         v->rank_in_group < 0 || v->rank_in_group >= v->cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "view of rank %d: group (first_rank %d, cp %d, rank_in_group %d) is not "
-                         "an aligned group containing the rank", (int)v->rank, (int)v->first_rank,
-                         (int)v->cp, (int)v->rank_in_group);
+        return dcp_error_set(
+            error, DCP_ERROR_INVALID_ARGUMENT,
+            "view of rank %d: group (first_rank %d, cp %d, rank_in_group %d) is not "
+            "an aligned group containing the rank",
+            (int)v->rank, (int)v->first_rank, (int)v->cp, (int)v->rank_in_group);
     if (v->microbatch < 0 || v->num_samples < 0 || (v->idle != 0 && v->idle != 1) ||
         (v->idle && (v->num_samples != 0 || v->cp != 1)) || (!v->idle && v->num_samples == 0))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "view of rank %d: microbatch %d, %d samples, idle %d are inconsistent",
-                         (int)v->rank, (int)v->microbatch, (int)v->num_samples, (int)v->idle);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "view of rank %d: microbatch %d, %d samples, idle %d are inconsistent",
+                             (int)v->rank, (int)v->microbatch, (int)v->num_samples, (int)v->idle);
     if (v->pad_multiple < 1 || (v->cp > 1 && v->pad_multiple % (2 * (int64_t)v->cp) != 0))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "view of rank %d: pad_multiple %lld is not a positive multiple of 2 cp",
-                         (int)v->rank, (long long)v->pad_multiple);
+        return dcp_error_set(
+            error, DCP_ERROR_INVALID_ARGUMENT,
+            "view of rank %d: pad_multiple %lld is not a positive multiple of 2 cp", (int)v->rank,
+            (long long)v->pad_multiple);
     if (!v->samples || !v->sample_lengths || !v->cu_seqlens || !v->cu_seqlens_padded ||
         !v->local_offsets)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "view of rank %d: NULL array",
-                         (int)v->rank);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "view of rank %d: NULL array",
+                             (int)v->rank);
     return DCP_OK;
 }
 
@@ -3648,27 +3668,30 @@ DCPDEF dcp_status dcp_rank_view_validate(const dcp_rank_view *v, dcp_error *erro
 {
     int32_t i, longest = 0;
     dcp_status status;
-    if (!v) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
+    if (!v) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
     if ((status = dcp__view_check_header(v, error)) != DCP_OK) return status;
     if (v->cu_seqlens[0] != 0 || v->cu_seqlens_padded[0] != 0 || v->local_offsets[0] != 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "view cu arrays must start at 0");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "view cu arrays must start at 0");
     for (i = 0; i < v->num_samples; i++) {
         int64_t valid = (int64_t)v->cu_seqlens[i + 1] - v->cu_seqlens[i];
         int64_t padded = (int64_t)v->cu_seqlens_padded[i + 1] - v->cu_seqlens_padded[i];
         if (v->samples[i] < 0 || valid < 1 || valid != v->sample_lengths[i] || padded < valid ||
             padded % v->pad_multiple != 0 ||
             v->local_offsets[i + 1] != v->cu_seqlens_padded[i + 1] / v->cp)
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "view of rank %d, sample %d (id %d): valid %lld, padded %lld, local "
-                             "offset %d are inconsistent", (int)v->rank, (int)i, (int)v->samples[i],
-                             (long long)valid, (long long)padded, (int)v->local_offsets[i + 1]);
+            return dcp_error_set(
+                error, DCP_ERROR_INVALID_ARGUMENT,
+                "view of rank %d, sample %d (id %d): valid %lld, padded %lld, local "
+                "offset %d are inconsistent",
+                (int)v->rank, (int)i, (int)v->samples[i], (long long)valid, (long long)padded,
+                (int)v->local_offsets[i + 1]);
         if (padded > longest) longest = (int32_t)padded;
     }
     if (v->max_seqlen != longest || v->local_tokens != v->local_offsets[v->num_samples])
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "view of rank %d: max_seqlen %d or local_tokens %lld do not match the "
-                         "arrays", (int)v->rank, (int)v->max_seqlen, (long long)v->local_tokens);
-    return dcp__ok(error);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "view of rank %d: max_seqlen %d or local_tokens %lld do not match the "
+                             "arrays",
+                             (int)v->rank, (int)v->max_seqlen, (long long)v->local_tokens);
+    return dcp_error_clear(error);
 }
 
 /* The runs of sample i of a validated view. */
@@ -3695,7 +3718,7 @@ DCPDEF dcp_status dcp_rank_view_positions(const dcp_rank_view *view, int32_t *sl
                 if (positions) positions[row] = k < runs[r].valid ? runs[r].position + k : -1;
             }
     }
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 static dcp_status dcp__check_transfer_args(const dcp_rank_view *view, const void *data,
@@ -3706,12 +3729,12 @@ static dcp_status dcp__check_transfer_args(const dcp_rank_view *view, const void
     if (status != DCP_OK) return status;
     if (element_size == 0 || (!data && view->num_samples > 0) ||
         (!local && view->local_tokens > 0))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "element_size must be > 0 and buffers non-NULL (element_size %zu)",
-                         element_size);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "element_size must be > 0 and buffers non-NULL (element_size %zu)",
+                             element_size);
     if ((uint64_t)view->local_tokens > SIZE_MAX / element_size)
-        return dcp__fail(error, DCP_ERROR_OVERFLOW, "%lld rows of %zu bytes overflow size_t",
-                         (long long)view->local_tokens, element_size);
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "%lld rows of %zu bytes overflow size_t",
+                             (long long)view->local_tokens, element_size);
     return DCP_OK;
 }
 
@@ -3730,8 +3753,8 @@ DCPDEF dcp_status dcp_rank_view_pack(const dcp_rank_view *view, const void *cons
             unsigned char *row = out + ((size_t)view->local_offsets[i] + (size_t)runs[r].row) *
                                            element_size;
             if (runs[r].valid > 0 && !in)
-                return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                                 "sample_data[%d] is NULL", (int)view->samples[i]);
+                return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "sample_data[%d] is NULL",
+                                     (int)view->samples[i]);
             if (runs[r].valid > 0)
                 memcpy(row, in + (size_t)runs[r].position * element_size,
                        (size_t)runs[r].valid * element_size);
@@ -3739,7 +3762,7 @@ DCPDEF dcp_status dcp_rank_view_pack(const dcp_rank_view *view, const void *cons
                    (size_t)(runs[r].rows - runs[r].valid) * element_size);
         }
     }
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_rank_view_unpack(const dcp_rank_view *view, const void *local,
@@ -3757,14 +3780,14 @@ DCPDEF dcp_status dcp_rank_view_unpack(const dcp_rank_view *view, const void *lo
         for (r = 0; r < count; r++) {
             if (runs[r].valid == 0) continue;
             if (!out)
-                return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "sample_data[%d] is NULL",
-                                 (int)view->samples[i]);
+                return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "sample_data[%d] is NULL",
+                                     (int)view->samples[i]);
             memcpy(out + (size_t)runs[r].position * element_size,
                    in + ((size_t)view->local_offsets[i] + (size_t)runs[r].row) * element_size,
                    (size_t)runs[r].valid * element_size);
         }
     }
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_pad_to_alignment(int32_t *cu_seqlens_padded, int32_t num_sequences,
@@ -3772,24 +3795,26 @@ DCPDEF dcp_status dcp_pad_to_alignment(int32_t *cu_seqlens_padded, int32_t num_s
 {
     int64_t total, aligned;
     if (!cu_seqlens_padded || !added_rows || num_sequences < 1)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "need cu_seqlens_padded and added_rows and num_sequences >= 1, got %d",
-                         (int)num_sequences);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "need cu_seqlens_padded and added_rows and num_sequences >= 1, got %d",
+                             (int)num_sequences);
     if (alignment < 1 || alignment > INT32_MAX)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "alignment must be in [1, %d], got %lld",
-                         INT32_MAX, (long long)alignment);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "alignment must be in [1, %d], got %lld", INT32_MAX,
+                             (long long)alignment);
     total = cu_seqlens_padded[num_sequences];
     if (total < cu_seqlens_padded[num_sequences - 1] || cu_seqlens_padded[0] != 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "cu_seqlens_padded must start at 0 and end non-decreasing, ends %d, %d",
-                         (int)cu_seqlens_padded[num_sequences - 1], (int)total);
+        return dcp_error_set(
+            error, DCP_ERROR_INVALID_ARGUMENT,
+            "cu_seqlens_padded must start at 0 and end non-decreasing, ends %d, %d",
+            (int)cu_seqlens_padded[num_sequences - 1], (int)total);
     aligned = (total + alignment - 1) / alignment * alignment;
     if (aligned > INT32_MAX)
-        return dcp__fail(error, DCP_ERROR_OVERFLOW, "%lld rows aligned to %lld overflow int32",
-                         (long long)total, (long long)alignment);
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "%lld rows aligned to %lld overflow int32",
+                             (long long)total, (long long)alignment);
     cu_seqlens_padded[num_sequences] = (int32_t)aligned;
     *added_rows = aligned - total;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* ----------------------------------------------------------------- exchange: reroute */
@@ -3837,7 +3862,8 @@ static int32_t dcp__reroute_walk(const dcp_plan *plan, const int32_t *holders, i
                             t->source_end = runs[r].position + runs[r].valid;
                             t->destination_row = local_offset + runs[r].row;
                             if (t->kind == DCP_TRANSFER_SEND) out->send_tokens += runs[r].valid;
-                            else if (t->kind == DCP_TRANSFER_RECV) out->recv_tokens += runs[r].valid;
+                            else if (t->kind == DCP_TRANSFER_RECV)
+                                out->recv_tokens += runs[r].valid;
                             else out->copy_tokens += runs[r].valid;
                         }
                         count++;
@@ -3856,18 +3882,20 @@ DCPDEF dcp_status dcp_reroute_create(const dcp_plan *plan, const int32_t *holder
     dcp_reroute *r;
     dcp_status status;
     int32_t s;
-    if (!reroute) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "reroute must not be NULL");
+    if (!reroute)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute must not be NULL");
     *reroute = NULL;
     if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
-    if (!holders) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "holders must not be NULL");
+    if (!holders)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "holders must not be NULL");
     if (rank < 0 || rank >= plan->config.ranks)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)", (int)rank,
-                         (int)plan->config.ranks);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)",
+                             (int)rank, (int)plan->config.ranks);
     for (s = 0; s < plan->num_samples; s++)
         if (holders[s] < 0 || holders[s] >= plan->config.ranks)
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "holders[%d] = %d outside [0, %d)", (int)s, (int)holders[s],
-                             (int)plan->config.ranks);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "holders[%d] = %d outside [0, %d)", (int)s, (int)holders[s],
+                                 (int)plan->config.ranks);
     allocator = &plan->config.allocator;
     r = (dcp_reroute *)dcp__alloc_array(allocator, 1, sizeof *r, "reroute", error);
     if (!r) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
@@ -3883,7 +3911,7 @@ DCPDEF dcp_status dcp_reroute_create(const dcp_plan *plan, const int32_t *holder
     }
     (void)dcp__reroute_walk(plan, holders, rank, r);
     *reroute = r;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* ---------------------------------------------------------- exchange: the binary format */
@@ -3976,9 +4004,9 @@ static dcp_status dcp__writer_finish(dcp__writer *w, size_t *size, dcp_error *er
         w->size += DCP__CHECKSUM_BYTES;
     if (size) *size = w->size;
     if (w->data && w->size > w->capacity)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "buffer of %zu bytes is too small: %zu needed", w->capacity, w->size);
-    return dcp__ok(error);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "buffer of %zu bytes is too small: %zu needed", w->capacity, w->size);
+    return dcp_error_clear(error);
 }
 
 /* Checks magic, version, reserved word, total size and checksum; leaves the reader after the
@@ -3991,31 +4019,34 @@ static dcp_status dcp__read_preamble(dcp__reader *r, const unsigned char magic[8
     r->position = 0;
     r->overrun = 0;
     if (!r->data || r->size < DCP__PREAMBLE_BYTES + DCP__CHECKSUM_BYTES)
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "%s: %zu bytes is shorter than a header",
-                         what, r->size);
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
+                             "%s: %zu bytes is shorter than a header", what, r->size);
     for (i = 0; i < 8; i++)
         if (r->data[i] != magic[i])
-            return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "%s: bad magic at byte %d", what, i);
+            return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA, "%s: bad magic at byte %d", what,
+                                 i);
     r->position = 8;
     version = dcp__get(r, 4);
     reserved = dcp__get(r, 4);
     total = dcp__get(r, 8);
     if (version != DCP_FORMAT_VERSION)
-        return dcp__fail(error, DCP_ERROR_UNSUPPORTED, "%s: format version %llu, this build reads %d",
-                         what, (unsigned long long)version, DCP_FORMAT_VERSION);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "%s: format version %llu, this build reads %d", what,
+                             (unsigned long long)version, DCP_FORMAT_VERSION);
     if (reserved != 0)
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "%s: reserved word is %llu, not 0", what,
-                         (unsigned long long)reserved);
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA, "%s: reserved word is %llu, not 0",
+                             what, (unsigned long long)reserved);
     if (total != r->size)
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "%s: header says %llu bytes, buffer has %zu",
-                         what, (unsigned long long)total, r->size);
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
+                             "%s: header says %llu bytes, buffer has %zu", what,
+                             (unsigned long long)total, r->size);
     {
         dcp__reader tail = *r;
         uint64_t stored;
         tail.position = r->size - DCP__CHECKSUM_BYTES;
         stored = dcp__get(&tail, 8);
         if (stored != dcp__fnv1a(r->data, r->size - DCP__CHECKSUM_BYTES))
-            return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "%s: checksum mismatch", what);
+            return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA, "%s: checksum mismatch", what);
     }
     r->size -= DCP__CHECKSUM_BYTES;
     return DCP_OK;
@@ -4081,7 +4112,7 @@ static dcp_status dcp__serialize(const unsigned char magic[8], dcp__body_writer 
 {
     dcp__writer counter = {NULL, 0, 0}, w;
     if (!buffer && !size)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "need a buffer or a size to fill");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "need a buffer or a size to fill");
     body(&counter, object);
     w.data = (unsigned char *)buffer;
     w.capacity = buffer ? capacity : 0;
@@ -4110,13 +4141,14 @@ static dcp_status dcp__check_serialized_config(const dcp_config *c, dcp_error *e
     dcp_config resolved;
     dcp_status status = dcp_config_resolve(c, &resolved, error);
     if (status != DCP_OK)
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "plan config: %s",
-                         error ? error->message : "invalid");
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA, "plan config: %s",
+                             error ? error->message : "invalid");
     if (resolved.min_cp != c->min_cp || resolved.max_cp != c->max_cp ||
         resolved.microbatch_multiple != c->microbatch_multiple ||
         resolved.pad_multiple_cp1 != c->pad_multiple_cp1 ||
         resolved.pad_multiple != c->pad_multiple || dcp__all_zero_cost(&c->cost))
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "plan config holds unresolved defaults");
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
+                             "plan config holds unresolved defaults");
     return DCP_OK;
 }
 
@@ -4127,14 +4159,14 @@ static dcp_status dcp__read_plan_counts(dcp__reader *r, int32_t counts[3], dcp_e
     int i;
     for (i = 0; i < 3; i++) counts[i] = dcp__get_i32(r);
     if (r->overrun || counts[0] < 1 || counts[1] < 1 || counts[2] < 1 || counts[2] > counts[0])
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA,
-                         "plan counts: %d samples, %d microbatches, %d groups", (int)counts[0],
-                         (int)counts[1], (int)counts[2]);
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
+                             "plan counts: %d samples, %d microbatches, %d groups", (int)counts[0],
+                             (int)counts[1], (int)counts[2]);
     needed = 12 * (uint64_t)counts[0] + 4 * ((uint64_t)counts[1] + 1) + 16 * (uint64_t)counts[2];
     if (needed != r->size - r->position)
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA,
-                         "plan counts announce %llu bytes of arrays, the buffer holds %zu",
-                         (unsigned long long)needed, r->size - r->position);
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
+                             "plan counts announce %llu bytes of arrays, the buffer holds %zu",
+                             (unsigned long long)needed, r->size - r->position);
     return DCP_OK;
 }
 
@@ -4161,7 +4193,7 @@ DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
     int32_t counts[3];
     dcp_plan *p;
     dcp_status status;
-    if (!plan) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
+    if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
     *plan = NULL;
     r.data = (const unsigned char *)buffer;
     r.size = size;
@@ -4169,7 +4201,7 @@ DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
     dcp__get_config(&r, &config);
     if (allocator) config.allocator = *allocator;
     if (r.overrun)
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "plan: truncated configuration");
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA, "plan: truncated configuration");
     if ((status = dcp__check_serialized_config(&config, error)) != DCP_OK) return status;
     if ((status = dcp__read_plan_counts(&r, counts, error)) != DCP_OK) return status;
     p = dcp__plan_alloc(&config, counts[0], counts[1], counts[2], error);
@@ -4177,11 +4209,11 @@ DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
     dcp__get_plan_arrays(&r, p);
     if ((status = dcp_plan_validate(p, error)) != DCP_OK) {
         dcp_plan_destroy(p);
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "plan: %s",
-                         error ? error->message : "invalid");
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA, "plan: %s",
+                             error ? error->message : "invalid");
     }
     *plan = p;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 static void dcp__put_view_body(dcp__writer *w, const dcp_rank_view *v)
@@ -4229,7 +4261,7 @@ DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
     dcp_rank_view header, *v;
     dcp_status status;
     int32_t i;
-    if (!view) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
+    if (!view) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
     *view = NULL;
     r.data = (const unsigned char *)buffer;
     r.size = size;
@@ -4247,9 +4279,9 @@ DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
     header.local_tokens = dcp__get_i64(&r);
     if (r.overrun || header.num_samples < 0 ||
         DCP__VIEW_ARRAY_BYTES(header.num_samples) != r.size - r.position)
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA,
-                         "view: %d samples do not match the %zu bytes of arrays",
-                         (int)header.num_samples, r.size - r.position);
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
+                             "view: %d samples do not match the %zu bytes of arrays",
+                             (int)header.num_samples, r.size - r.position);
     v = dcp__view_alloc(allocator, header.num_samples, error);
     if (!v) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     header.allocator = v->allocator;
@@ -4266,11 +4298,11 @@ DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
     for (i = 0; i <= v->num_samples; i++) v->local_offsets[i] = dcp__get_i32(&r);
     if ((status = dcp_rank_view_validate(v, error)) != DCP_OK) {
         dcp_rank_view_destroy(v);
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA, "view: %s",
-                         error ? error->message : "invalid");
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA, "view: %s",
+                             error ? error->message : "invalid");
     }
     *view = v;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* ------------------------------------------------------------------- FLOPs statistics */
@@ -4290,7 +4322,7 @@ DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *st
 {
     int32_t g, i;
     dcp_status status;
-    if (!stats) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "stats must not be NULL");
+    if (!stats) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "stats must not be NULL");
     if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
     memset(stats, 0, sizeof *stats);
     for (g = 0; g < plan->num_groups; g++) {
@@ -4303,11 +4335,11 @@ DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *st
                 !dcp__add_checked(&stats->padded_tokens, padded) ||
                 !dcp__add_checked(&stats->sum_squared_valid, length * length) ||
                 !dcp__add_checked(&stats->sum_squared_padded, padded * padded))
-                return dcp__fail(error, DCP_ERROR_OVERFLOW,
-                                 "FLOPs sums of the batch exceed int64 at group %d", (int)g);
+                return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                                     "FLOPs sums of the batch exceed int64 at group %d", (int)g);
         }
     }
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 #ifndef DCP_NO_REFERENCE
@@ -4323,7 +4355,8 @@ static dcp_status dcp__check_pointers(int32_t count, const void *const *pointers
     int32_t i;
     for (i = 0; i < count; i++)
         if (!pointers[i])
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", names[i]);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL",
+                                 names[i]);
     return DCP_OK;
 }
 
@@ -4332,39 +4365,40 @@ static dcp_status dcp__check_rank_buffers(const char *name, const float *const *
                                           int32_t cp, dcp_error *error)
 {
     int32_t r;
-    if (!buffers) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
+    if (!buffers)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
     for (r = 0; r < cp; r++)
         if (!buffers[r])
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s[%d] must not be NULL", name,
-                             (int)r);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s[%d] must not be NULL", name,
+                                 (int)r);
     return DCP_OK;
 }
 
 static dcp_status dcp__check_flag(const char *name, int32_t value, dcp_error *error)
 {
     if (value != 0 && value != 1)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be 0 or 1, got %d", name,
-                         (int)value);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be 0 or 1, got %d", name,
+                             (int)value);
     return DCP_OK;
 }
 
 static dcp_status dcp__check_rank(const char *name, int32_t rank, int32_t cp, dcp_error *error)
 {
     if (rank < 0 || rank >= cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [0, cp %d), got %d",
-                         name, (int)cp, (int)rank);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [0, cp %d), got %d",
+                             name, (int)cp, (int)rank);
     return DCP_OK;
 }
 
 static dcp_status dcp__check_half(const char *name, dcp_half half, int32_t cp, dcp_error *error)
 {
     if (half != DCP_HALF_ALL && half != DCP_HALF_FIRST && half != DCP_HALF_SECOND)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s %d is not a dcp_half", name,
-                         (int)half);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s %d is not a dcp_half", name,
+                             (int)half);
     if (half != DCP_HALF_ALL && cp == 1)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "%s %s needs cp > 1 (at layout cp 1 a sequence has no halves)", name,
-                         half == DCP_HALF_FIRST ? "DCP_HALF_FIRST" : "DCP_HALF_SECOND");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "%s %s needs cp > 1 (at layout cp 1 a sequence has no halves)", name,
+                             half == DCP_HALF_FIRST ? "DCP_HALF_FIRST" : "DCP_HALF_SECOND");
     return DCP_OK;
 }
 
@@ -4375,9 +4409,9 @@ static dcp_status dcp__check_elements(const char *name, int64_t rows, int64_t he
 {
     const int64_t limit = (int64_t)(SIZE_MAX / sizeof(float));
     if (rows > limit / heads / dim)
-        return dcp__fail(error, DCP_ERROR_OVERFLOW,
-                         "%s: %lld rows x %lld heads x %lld dims exceed %lld elements", name,
-                         (long long)rows, (long long)heads, (long long)dim, (long long)limit);
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                             "%s: %lld rows x %lld heads x %lld dims exceed %lld elements", name,
+                             (long long)rows, (long long)heads, (long long)dim, (long long)limit);
     return DCP_OK;
 }
 
@@ -4435,23 +4469,24 @@ static dcp_status dcp__attention_resolve(const dcp_attention_params *params,
                                          dcp_attention_params *resolved, dcp_error *error)
 {
     dcp_attention_params p;
-    if (!params) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
+    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
     p = *params;
     if (p.num_heads < 1)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "num_heads must be >= 1, got %d",
-                         (int)p.num_heads);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "num_heads must be >= 1, got %d",
+                             (int)p.num_heads);
     if (p.num_kv_heads == 0) p.num_kv_heads = p.num_heads;
     if (p.num_kv_heads < 1 || p.num_heads % p.num_kv_heads != 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "num_heads %d must be a multiple of num_kv_heads %d", (int)p.num_heads,
-                         (int)p.num_kv_heads);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "num_heads %d must be a multiple of num_kv_heads %d", (int)p.num_heads,
+                             (int)p.num_kv_heads);
     if (p.head_dim < 1 || p.head_dim > DCP_MAX_HEAD_DIM)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "head_dim must be in [1, %d], got %d",
-                         DCP_MAX_HEAD_DIM, (int)p.head_dim);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "head_dim must be in [1, %d], got %d", DCP_MAX_HEAD_DIM,
+                             (int)p.head_dim);
     if (p.softmax_scale == 0.0) p.softmax_scale = 1.0 / sqrt((double)p.head_dim);
     if (!(p.softmax_scale > 0.0 && dcp__is_finite(p.softmax_scale)))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "softmax_scale must be finite and > 0, got %g", p.softmax_scale);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "softmax_scale must be finite and > 0, got %g", p.softmax_scale);
     *resolved = p;
     return dcp__check_flag("causal", p.causal, error);
 }
@@ -4495,10 +4530,10 @@ DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *param
     dcp_attention_params p;
     dcp_status status;
     if (!resolved)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
     if ((status = dcp__attention_resolve(params, &p, error)) != DCP_OK) return status;
     *resolved = p;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, int32_t cp,
@@ -4507,8 +4542,9 @@ DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, in
     dcp_attention_view v;
     dcp_status status;
     if (!dcp__is_pow2(cp) || cp > DCP_MAX_RANKS)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS, (int)cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
+                             (int)cp);
     if (view) v = *view;
     else memset(&v, 0, sizeof v);
     if ((status = dcp__check_rank("view.q_rank", v.q_rank, cp, error)) != DCP_OK ||
@@ -4516,7 +4552,7 @@ DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, in
         (status = dcp__check_rank("view.kv_rank", v.kv_rank, cp, error)) != DCP_OK ||
         (status = dcp__check_half("view.kv_half", v.kv_half, cp, error)) != DCP_OK)
         return status;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 static int64_t dcp__q_at(const dcp__attn *a, int64_t row, int32_t head)
@@ -4702,7 +4738,7 @@ DCPDEF dcp_status dcp_attention_forward(const dcp_attention_params *params,
         return status;
     a.q = q, a.k = k, a.v = v;
     dcp__attn_forward(&a, out, lse);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_attention_backward(const dcp_attention_params *params,
@@ -4723,7 +4759,7 @@ DCPDEF dcp_status dcp_attention_backward(const dcp_attention_params *params,
         return status;
     a.q = q, a.k = k, a.v = v, a.out = out, a.dout = dout, a.lse = lse;
     dcp__attn_backward(&a, dq, dk, dv);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* ------------------------------------------------------ CPU references: merging through LSE
@@ -4810,7 +4846,7 @@ DCPDEF dcp_status dcp_attention_acc_init(const dcp_attention_params *params,
         (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
         return status;
     dcp__acc_clear(&a, acc_out, acc_lse);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_attention_acc_merge(const dcp_attention_params *params,
@@ -4828,7 +4864,7 @@ DCPDEF dcp_status dcp_attention_acc_merge(const dcp_attention_params *params,
         (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
         return status;
     dcp__acc_merge(&a, half, out, lse, acc_out, acc_lse);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_attention_acc_finalize(const dcp_attention_params *params,
@@ -4846,7 +4882,7 @@ DCPDEF dcp_status dcp_attention_acc_finalize(const dcp_attention_params *params,
         (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
         return status;
     dcp__acc_finish(&a, rank, acc_out, acc_lse, out, lse);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* ------------------------------------------------------------ CPU references: ring attention
@@ -4872,17 +4908,18 @@ DCPDEF dcp_status dcp_ring_step_plan(int32_t cp, int32_t rank, int32_t step, int
                                      dcp_ring_step *plan, dcp_error *error)
 {
     dcp_status status;
-    if (!plan) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
+    if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
     if (!dcp__is_pow2(cp) || cp > DCP_MAX_RANKS)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS, (int)cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
+                             (int)cp);
     if ((status = dcp__check_rank("rank", rank, cp, error)) != DCP_OK) return status;
     if (step < 0 || step >= cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "step must be in [0, cp %d), got %d",
-                         (int)cp, (int)step);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "step must be in [0, cp %d), got %d", (int)cp, (int)step);
     if ((status = dcp__check_flag("causal", causal, error)) != DCP_OK) return status;
     *plan = dcp__ring_plan(cp, rank, step, causal);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* The per-rank buffers of a simulated ring. */
@@ -4960,8 +4997,8 @@ DCPDEF dcp_status dcp_ring_attention_forward(const dcp_attention_params *params,
     status = dcp__ring_setup(&ring, params, layout, buffers, names, DCP__COUNT(names), error);
     if (status != DCP_OK) return status;
     if (allocator && (allocator->alloc == NULL) != (allocator->free == NULL))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "allocator needs both alloc and free, or neither");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "allocator needs both alloc and free, or neither");
     ring.q = q, ring.k = k, ring.v = v;
     partial = (float *)dcp__alloc_array(allocator, (size_t)ring.rows,
                                         ((size_t)ring.p.head_dim + 1) * ring.p.num_heads *
@@ -4971,7 +5008,7 @@ DCPDEF dcp_status dcp_ring_attention_forward(const dcp_attention_params *params,
     for (rank = 0; rank < layout->cp; rank++)
         dcp__ring_forward_rank(&ring, rank, partial, out[rank], lse[rank]);
     dcp_free(allocator, partial);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_ring_attention_backward(const dcp_attention_params *params,
@@ -5007,7 +5044,7 @@ DCPDEF dcp_status dcp_ring_attention_backward(const dcp_attention_params *params
             dcp__ring_step_attn(&ring, rank, step, &a);
             dcp__attn_backward(&a, dq[rank], dk[a.view.kv_rank], dv[a.view.kv_rank]);
         }
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* --------------------------------------------------------------------- CPU references: RoPE
@@ -5023,21 +5060,22 @@ static dcp_status dcp__rope_resolve(const dcp_rope_options *options, int32_t hea
     if (options) o = *options;
     else memset(&o, 0, sizeof o);
     if (o.style != DCP_ROPE_ROTATE_HALF && o.style != DCP_ROPE_INTERLEAVED)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "style %d is not a dcp_rope_style",
-                         (int)o.style);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "style %d is not a dcp_rope_style",
+                             (int)o.style);
     if (o.rotary_dim == 0) o.rotary_dim = head_dim;
     if (o.rotary_dim < 2 || o.rotary_dim > head_dim || o.rotary_dim % 2 != 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "rotary_dim (default head_dim) must be even and in [2, head_dim %d], "
-                         "got %d", (int)head_dim, (int)o.rotary_dim);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "rotary_dim (default head_dim) must be even and in [2, head_dim %d], "
+                             "got %d",
+                             (int)head_dim, (int)o.rotary_dim);
     if (o.theta_base == 0.0) o.theta_base = DCP_DEFAULT_ROPE_THETA;
     if (!(o.theta_base > 0.0 && dcp__is_finite(o.theta_base)))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "theta_base must be finite and > 0, got %g", o.theta_base);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "theta_base must be finite and > 0, got %g", o.theta_base);
     for (i = 0; o.inv_freq && i < o.rotary_dim / 2; i++)
         if (!dcp__is_finite(o.inv_freq[i]))
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "inv_freq[%d] must be finite, got %g", (int)i, o.inv_freq[i]);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "inv_freq[%d] must be finite, got %g", (int)i, o.inv_freq[i]);
     *resolved = o;
     return DCP_OK;
 }
@@ -5048,13 +5086,13 @@ DCPDEF dcp_status dcp_rope_options_resolve(const dcp_rope_options *options, int3
     dcp_rope_options o;
     dcp_status status;
     if (!resolved)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
     if (head_dim < 1)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "head_dim must be >= 1, got %d",
-                         (int)head_dim);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "head_dim must be >= 1, got %d",
+                             (int)head_dim);
     if ((status = dcp__rope_resolve(options, head_dim, &o, error)) != DCP_OK) return status;
     *resolved = o;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 static double dcp__rope_inv_freq(const dcp_rope_options *o, int32_t i)
@@ -5100,9 +5138,9 @@ static dcp_status dcp__rope_setup(const dcp_rope_options *options,
     dcp_status status;
     pointers[0] = x, pointers[1] = y;
     if (heads < 1 || dim < 1)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "num_heads and head_dim must be >= 1, got %d and %d", (int)heads,
-                         (int)dim);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "num_heads and head_dim must be >= 1, got %d and %d", (int)heads,
+                             (int)dim);
     if ((status = dcp__rope_resolve(options, dim, o, error)) != DCP_OK) return status;
     if ((status = dcp_thd_layout_validate(layout, &rows, error)) != DCP_OK) return status;
     if ((status = dcp__check_rank("rank", rank, layout->cp, error)) != DCP_OK) return status;
@@ -5143,7 +5181,7 @@ DCPDEF dcp_status dcp_rope_forward(const dcp_rope_options *options,
                                         &o, error);
     if (status != DCP_OK) return status;
     dcp__rope_apply(&o, layout, rank, num_heads, head_dim, 1.0, x, y);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_rope_backward(const dcp_rope_options *options,
@@ -5157,7 +5195,7 @@ DCPDEF dcp_status dcp_rope_backward(const dcp_rope_options *options,
                                         names, &o, error);
     if (status != DCP_OK) return status;
     dcp__rope_apply(&o, layout, rank, num_heads, head_dim, -1.0, dy, dx);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* ------------------------------------------------------------------- CPU references: conv1d
@@ -5176,15 +5214,15 @@ static dcp_status dcp__conv_resolve(const dcp_conv1d_params *params, dcp_conv1d_
                                     dcp_error *error)
 {
     dcp_conv1d_params p;
-    if (!params) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
+    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
     p = *params;
     if (p.width == 0) p.width = DCP_DEFAULT_CONV1D_WIDTH;
     if (p.channels < 1)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "channels must be >= 1, got %d",
-                         (int)p.channels);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "channels must be >= 1, got %d",
+                             (int)p.channels);
     if (p.width < 1 || p.width > DCP_CONV1D_MAX_WIDTH)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "width must be in [1, %d], got %d",
-                         DCP_CONV1D_MAX_WIDTH, (int)p.width);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "width must be in [1, %d], got %d",
+                             DCP_CONV1D_MAX_WIDTH, (int)p.width);
     *out = p;
     return dcp__check_flag("silu", p.silu, error);
 }
@@ -5195,10 +5233,10 @@ DCPDEF dcp_status dcp_conv1d_params_resolve(const dcp_conv1d_params *params,
     dcp_conv1d_params p;
     dcp_status status;
     if (!resolved)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
     if ((status = dcp__conv_resolve(params, &p, error)) != DCP_OK) return status;
     *resolved = p;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 static dcp_status dcp__conv_setup(dcp__conv *cv, const dcp_conv1d_params *params,
@@ -5212,13 +5250,13 @@ static dcp_status dcp__conv_setup(dcp__conv *cv, const dcp_conv1d_params *params
         (status = dcp_thd_layout_validate(layout, &rows, error)) != DCP_OK)
         return status;
     if (layout->cp != 1)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "conv1d needs a layout of whole sequences (cp 1), got layout cp %d",
-                         (int)layout->cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "conv1d needs a layout of whole sequences (cp 1), got layout cp %d",
+                             (int)layout->cp);
     if (total_rows < rows)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "total_rows %lld < cu_seqlens_padded[%d] = %lld", (long long)total_rows,
-                         (int)layout->num_sequences, (long long)rows);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "total_rows %lld < cu_seqlens_padded[%d] = %lld",
+                             (long long)total_rows, (int)layout->num_sequences, (long long)rows);
     if ((status = dcp__check_elements("x", total_rows, p.channels, 1, error)) != DCP_OK)
         return status;
     memset(cv, 0, sizeof *cv);
@@ -5336,7 +5374,7 @@ DCPDEF dcp_status dcp_conv1d_forward(const dcp_conv1d_params *params,
         return status;
     cv.x = x, cv.weight = weight, cv.bias = bias;
     dcp__conv_forward(&cv, y);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_conv1d_backward(const dcp_conv1d_params *params,
@@ -5355,11 +5393,11 @@ DCPDEF dcp_status dcp_conv1d_backward(const dcp_conv1d_params *params,
         (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
         return status;
     if (bias && !dbias)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "dbias must not be NULL when bias is given");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "dbias must not be NULL when bias is given");
     cv.x = x, cv.weight = weight, cv.bias = bias, cv.dy = dy;
     dcp__conv_backward(&cv, dx, dweight, dbias);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 #endif /* DCP_NO_REFERENCE */
 
@@ -5380,29 +5418,29 @@ DCPDEF int32_t dcp_comm_slot(int32_t cp)
 static dcp_status dcp__check_pool(int32_t ranks, int32_t rank, dcp_error *error)
 {
     if (ranks < 1 || ranks > DCP_MAX_RANKS)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "ranks must be in [1, %d], got %d",
-                         DCP_MAX_RANKS, (int)ranks);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "ranks must be in [1, %d], got %d",
+                             DCP_MAX_RANKS, (int)ranks);
     if (rank < 0 || rank >= ranks)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)", (int)rank,
-                         (int)ranks);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)",
+                             (int)rank, (int)ranks);
     return DCP_OK;
 }
 
 static dcp_status dcp__check_cp(const char *name, int32_t cp, int32_t max_cp, dcp_error *error)
 {
     if (!dcp__is_cp(cp) || cp > max_cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "%s must be a power of two in [1, max_cp %d], got %d", name, (int)max_cp,
-                         (int)cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "%s must be a power of two in [1, max_cp %d], got %d", name,
+                             (int)max_cp, (int)cp);
     return DCP_OK;
 }
 
 static dcp_status dcp__check_max_cp(int32_t ranks, int32_t max_cp, dcp_error *error)
 {
     if (!dcp__is_cp(max_cp) || max_cp > ranks)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "max_cp must be a power of two in [1, ranks %d], got %d", (int)ranks,
-                         (int)max_cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "max_cp must be a power of two in [1, ranks %d], got %d", (int)ranks,
+                             (int)max_cp);
     return DCP_OK;
 }
 
@@ -5410,7 +5448,7 @@ DCPDEF dcp_status dcp_comm_split_args(int32_t ranks, int32_t rank, int32_t cp,
                                       dcp_comm_split *split, dcp_error *error)
 {
     dcp_status status;
-    if (!split) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "split must not be NULL");
+    if (!split) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "split must not be NULL");
     if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
         (status = dcp__check_cp("cp", cp, ranks, error)) != DCP_OK)
         return status;
@@ -5423,7 +5461,7 @@ DCPDEF dcp_status dcp_comm_split_args(int32_t ranks, int32_t rank, int32_t cp,
         split->key = 0;
         split->size = 0;
     }
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
@@ -5431,29 +5469,31 @@ DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
                                   dcp_comm_choice *choice, dcp_error *error)
 {
     dcp_status status;
-    if (!choice) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
+    if (!choice) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
     if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
         (status = dcp__check_max_cp(ranks, max_cp, error)) != DCP_OK ||
         (status = dcp__check_cp("cp", cp, max_cp, error)) != DCP_OK)
         return status;
     if (idle != 0 && idle != 1)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "idle must be 0 or 1, got %d",
-                         (int)idle);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "idle must be 0 or 1, got %d",
+                             (int)idle);
     if (idle && (cp != 1 || first_rank != rank))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "an idle rank %d must have cp 1 and first_rank %d, got cp %d and "
-                         "first_rank %d", (int)rank, (int)rank, (int)cp, (int)first_rank);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "an idle rank %d must have cp 1 and first_rank %d, got cp %d and "
+                             "first_rank %d",
+                             (int)rank, (int)rank, (int)cp, (int)first_rank);
     if (first_rank < 0 || first_rank % cp != 0 || first_rank > ranks - cp || rank < first_rank ||
         rank - first_rank >= cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "group (first_rank %d, cp %d) is not an aligned group of the %d ranks "
-                         "that contains rank %d", (int)first_rank, (int)cp, (int)ranks, (int)rank);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "group (first_rank %d, cp %d) is not an aligned group of the %d ranks "
+                             "that contains rank %d",
+                             (int)first_rank, (int)cp, (int)ranks, (int)rank);
     choice->slot = dcp_comm_slot(cp);
     choice->cp = cp;
     choice->first_rank = first_rank;
     choice->rank_in_comm = rank - first_rank;
     choice->idle = idle;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_comm_choose_static(int32_t ranks, int32_t max_cp, int32_t rank, int32_t cp,
@@ -5461,7 +5501,7 @@ DCPDEF dcp_status dcp_comm_choose_static(int32_t ranks, int32_t max_cp, int32_t 
 {
     dcp_status status;
     int32_t first;
-    if (!choice) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
+    if (!choice) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
     if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
         (status = dcp__check_max_cp(ranks, max_cp, error)) != DCP_OK ||
         (status = dcp__check_cp("cp", cp, max_cp, error)) != DCP_OK)
@@ -5478,14 +5518,14 @@ DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_
     const dcp_group *group;
     dcp_status status;
     int32_t g, i;
-    if (!where) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "where must not be NULL");
+    if (!where) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "where must not be NULL");
     if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
     if (rank < 0 || rank >= plan->config.ranks)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)", (int)rank,
-                         (int)plan->config.ranks);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)",
+                             (int)rank, (int)plan->config.ranks);
     if (microbatch < 0 || microbatch >= plan->num_microbatches)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "microbatch %d outside [0, %d)",
-                         (int)microbatch, (int)plan->num_microbatches);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "microbatch %d outside [0, %d)",
+                             (int)microbatch, (int)plan->num_microbatches);
     g = dcp__group_of(plan, rank, microbatch);
     where->group = g;
     where->local_rows = 0;
@@ -5507,13 +5547,13 @@ DCPDEF dcp_status dcp_comm_state_init(dcp_comm_state *state, int32_t ranks, int3
 {
     dcp_comm_state s;
     dcp_status status;
-    if (!state) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "state must not be NULL");
+    if (!state) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state must not be NULL");
     memset(&s, 0, sizeof s);
     s.ranks = ranks, s.rank = rank, s.max_cp = max_cp;
     if ((status = dcp_comm_choose(ranks, max_cp, rank, rank, 1, 0, &s.current, error)) != DCP_OK)
         return status;
     *state = s;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_comm_state_switch(dcp_comm_state *state, int32_t first_rank, int32_t cp,
@@ -5521,18 +5561,18 @@ DCPDEF dcp_status dcp_comm_state_switch(dcp_comm_state *state, int32_t first_ran
 {
     dcp_comm_choice c;
     dcp_status status;
-    if (!state) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "state must not be NULL");
+    if (!state) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state must not be NULL");
     status = dcp_comm_choose(state->ranks, state->max_cp, state->rank, first_rank, cp, idle, &c,
                              error);
     if (status != DCP_OK) return status;
     if (state->override_cp != 0 && !idle && cp != state->override_cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "a group of cp %d while an override pins cp %d: end the override, or "
-                         "plan with min_cp = max_cp = %d", (int)cp, (int)state->override_cp,
-                         (int)state->override_cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "a group of cp %d while an override pins cp %d: end the override, or "
+                             "plan with min_cp = max_cp = %d",
+                             (int)cp, (int)state->override_cp, (int)state->override_cp);
     state->current = c;
     if (choice) *choice = c;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_comm_override_begin(dcp_comm_state *state, int32_t cp,
@@ -5541,11 +5581,11 @@ DCPDEF dcp_status dcp_comm_override_begin(dcp_comm_state *state, int32_t cp,
     dcp_comm_choice c;
     dcp_status status;
     if (!state || !scope)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "state and scope must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state and scope must not be NULL");
     if (scope->depth != 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "scope is already open (depth %d): use a fresh, zeroed scope",
-                         (int)scope->depth);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "scope is already open (depth %d): use a fresh, zeroed scope",
+                             (int)scope->depth);
     status = dcp_comm_choose_static(state->ranks, state->max_cp, state->rank, cp, &c, error);
     if (status != DCP_OK) return status;
     scope->saved = state->current;
@@ -5554,7 +5594,7 @@ DCPDEF dcp_status dcp_comm_override_begin(dcp_comm_state *state, int32_t cp,
     state->current = c;
     state->override_cp = cp;
     state->depth = scope->depth;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_comm_override_end(dcp_comm_state *state, dcp_comm_scope *scope,
@@ -5562,25 +5602,25 @@ DCPDEF dcp_status dcp_comm_override_end(dcp_comm_state *state, dcp_comm_scope *s
 {
     int32_t depth;
     if (!state || !scope)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "state and scope must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state and scope must not be NULL");
     depth = scope->depth;
     if (depth < 1 || depth > state->depth)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "override scope is not open (its depth %d, %d open)", (int)depth,
-                         (int)state->depth);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "override scope is not open (its depth %d, %d open)", (int)depth,
+                             (int)state->depth);
     state->current = scope->saved;
     state->override_cp = scope->saved_override_cp;
     scope->depth = 0;
     if (depth != state->depth) {
         int32_t inner = state->depth - depth;
         state->depth = depth - 1;
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "override scope of depth %d ended while %d scope(s) inside it were "
-                         "open: they are closed too, the state of depth %d is restored",
-                         (int)depth, (int)inner, (int)(depth - 1));
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "override scope of depth %d ended while %d scope(s) inside it were "
+                             "open: they are closed too, the state of depth %d is restored",
+                             (int)depth, (int)inner, (int)(depth - 1));
     }
     state->depth = depth - 1;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_comm_override_run(dcp_comm_state *state, int32_t cp, dcp_comm_scoped_fn fn,
@@ -5589,14 +5629,14 @@ DCPDEF dcp_status dcp_comm_override_run(dcp_comm_state *state, int32_t cp, dcp_c
     dcp_comm_scope scope;
     dcp_status status, end_status;
     dcp_error end_error;
-    if (!fn) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "fn must not be NULL");
+    if (!fn) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "fn must not be NULL");
     memset(&scope, 0, sizeof scope);
     if ((status = dcp_comm_override_begin(state, cp, &scope, error)) != DCP_OK) return status;
     status = fn(state, user, error);
     end_status = dcp_comm_override_end(state, &scope, &end_error); /* on every path */
     if (status != DCP_OK) return status; /* fn's error message stays in *error */
-    if (end_status != DCP_OK) return dcp__fail(error, end_status, "%s", end_error.message);
-    return dcp__ok(error);
+    if (end_status != DCP_OK) return dcp_error_set(error, end_status, "%s", end_error.message);
+    return dcp_error_clear(error);
 }
 
 /* count * element_size as size_t, or 0 with *overflow set. */
@@ -5615,18 +5655,18 @@ DCPDEF dcp_status dcp_reroute_op_get(const dcp_reroute *reroute, int32_t index,
     const dcp_transfer *t;
     int overflow = 0;
     if (!reroute || !op)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "reroute and op must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute and op must not be NULL");
     if (index < 0 || index >= reroute->count)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "index %d outside [0, %d)",
-                         (int)index, (int)reroute->count);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "index %d outside [0, %d)",
+                             (int)index, (int)reroute->count);
     if (element_size == 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "element_size must be > 0");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "element_size must be > 0");
     t = &reroute->transfers[index];
     if (t->source_begin < 0 || t->source_end < t->source_begin || t->destination_row < 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "transfer %d: range [%lld, %lld) to row %lld is not a valid range",
-                         (int)index, (long long)t->source_begin, (long long)t->source_end,
-                         (long long)t->destination_row);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "transfer %d: range [%lld, %lld) to row %lld is not a valid range",
+                             (int)index, (long long)t->source_begin, (long long)t->source_end,
+                             (long long)t->destination_row);
     op->kind = t->kind;
     op->peer = t->peer;
     op->sample = t->sample;
@@ -5636,10 +5676,11 @@ DCPDEF dcp_status dcp_reroute_op_get(const dcp_reroute *reroute, int32_t index,
     op->bytes = dcp__bytes(t->source_end - t->source_begin, element_size, &overflow);
     if (!overflow && op->destination_offset > SIZE_MAX - op->bytes) overflow = 1;
     if (overflow)
-        return dcp__fail(error, DCP_ERROR_OVERFLOW,
-                         "transfer %d: rows [%lld, %lld) of %zu bytes overflow size_t", (int)index,
-                         (long long)t->source_begin, (long long)t->source_end, element_size);
-    return dcp__ok(error);
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                             "transfer %d: rows [%lld, %lld) of %zu bytes overflow size_t",
+                             (int)index, (long long)t->source_begin, (long long)t->source_end,
+                             element_size);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samples,
@@ -5647,45 +5688,47 @@ DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samp
                                     const int64_t *microbatch_rows, dcp_error *error)
 {
     int32_t i;
-    if (!reroute) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "reroute must not be NULL");
+    if (!reroute)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute must not be NULL");
     if (num_samples < 0 || num_microbatches < 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "num_samples %d and num_microbatches %d must be >= 0", (int)num_samples,
-                         (int)num_microbatches);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "num_samples %d and num_microbatches %d must be >= 0",
+                             (int)num_samples, (int)num_microbatches);
     for (i = 0; i < reroute->count; i++) {
         const dcp_transfer *t = &reroute->transfers[i];
         if (t->kind != DCP_TRANSFER_SEND && t->kind != DCP_TRANSFER_RECV &&
             t->kind != DCP_TRANSFER_COPY)
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "transfer %d: kind %d", (int)i,
-                             (int)t->kind);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "transfer %d: kind %d", (int)i,
+                                 (int)t->kind);
         if (t->sample < 0 || t->sample >= num_samples)
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "transfer %d: sample %d outside [0, num_samples %d)", (int)i,
-                             (int)t->sample, (int)num_samples);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "transfer %d: sample %d outside [0, num_samples %d)", (int)i,
+                                 (int)t->sample, (int)num_samples);
         if (t->microbatch < 0 || t->microbatch >= num_microbatches)
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "transfer %d: microbatch %d outside [0, num_microbatches %d)",
-                             (int)i, (int)t->microbatch, (int)num_microbatches);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "transfer %d: microbatch %d outside [0, num_microbatches %d)",
+                                 (int)i, (int)t->microbatch, (int)num_microbatches);
         if (t->source_begin < 0 || t->source_end < t->source_begin || t->destination_row < 0 ||
             t->destination_row > INT64_MAX - (t->source_end - t->source_begin))
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "transfer %d: range [%lld, %lld) to row %lld is not a valid range",
-                             (int)i, (long long)t->source_begin, (long long)t->source_end,
-                             (long long)t->destination_row);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "transfer %d: range [%lld, %lld) to row %lld is not a valid range",
+                                 (int)i, (long long)t->source_begin, (long long)t->source_end,
+                                 (long long)t->destination_row);
         if (sample_rows && t->kind != DCP_TRANSFER_RECV && t->source_end > sample_rows[t->sample])
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "transfer %d: positions up to %lld of sample %d, which has %lld rows",
-                             (int)i, (long long)t->source_end, (int)t->sample,
-                             (long long)sample_rows[t->sample]);
+            return dcp_error_set(
+                error, DCP_ERROR_INVALID_ARGUMENT,
+                "transfer %d: positions up to %lld of sample %d, which has %lld rows", (int)i,
+                (long long)t->source_end, (int)t->sample, (long long)sample_rows[t->sample]);
         if (microbatch_rows && t->kind != DCP_TRANSFER_SEND &&
             t->destination_row + (t->source_end - t->source_begin) > microbatch_rows[t->microbatch])
-            return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "transfer %d: rows [%lld, %lld) of microbatch %d, which has %lld rows",
-                             (int)i, (long long)t->destination_row,
-                             (long long)(t->destination_row + t->source_end - t->source_begin),
-                             (int)t->microbatch, (long long)microbatch_rows[t->microbatch]);
+            return dcp_error_set(
+                error, DCP_ERROR_INVALID_ARGUMENT,
+                "transfer %d: rows [%lld, %lld) of microbatch %d, which has %lld rows", (int)i,
+                (long long)t->destination_row,
+                (long long)(t->destination_row + t->source_end - t->source_begin),
+                (int)t->microbatch, (long long)microbatch_rows[t->microbatch]);
     }
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_ring_exchange_plan(int32_t cp, int32_t rank, int32_t step,
@@ -5693,16 +5736,18 @@ DCPDEF dcp_status dcp_ring_exchange_plan(int32_t cp, int32_t rank, int32_t step,
 {
     dcp_ring_exchange x;
     const int last = step == cp - 1;
-    if (!exchange) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "exchange must not be NULL");
+    if (!exchange)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "exchange must not be NULL");
     if (!dcp__is_cp(cp))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS, (int)cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
+                             (int)cp);
     if (rank < 0 || rank >= cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rank must be in [0, cp %d), got %d",
-                         (int)cp, (int)rank);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "rank must be in [0, cp %d), got %d", (int)cp, (int)rank);
     if (step < 0 || step >= cp)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "step must be in [0, cp %d), got %d",
-                         (int)cp, (int)step);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "step must be in [0, cp %d), got %d", (int)cp, (int)step);
     x.next = (rank + 1) % cp;
     x.prev = (rank + cp - 1) % cp;
     x.kv_source = (rank - step + cp) % cp;
@@ -5721,7 +5766,7 @@ DCPDEF dcp_status dcp_ring_exchange_plan(int32_t cp, int32_t rank, int32_t step,
     x.dkv_recv_source = cp > 1 ? (rank - step - 1 + 2 * cp) % cp : -1;
     x.dkv_home_slot = !last ? -1 : cp > 1 ? x.dkv_recv_slot : x.dkv_slot;
     *exchange = x;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* Appends a region of count elements of element_size bytes at the next aligned offset. */
@@ -5751,21 +5796,23 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
     size_t end = 0;
     int overflow = 0, slots;
     if (!shape || !scratch)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "shape and scratch must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "shape and scratch must not be NULL");
     if (!dcp__is_cp(shape->cp) || shape->local_rows < 0 || shape->num_heads < 1 ||
         shape->num_kv_heads < 1 || shape->num_heads % shape->num_kv_heads != 0 ||
         shape->head_dim < 1 || shape->element_size < 1 || shape->element_size > 8)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "ring shape: cp %d, local_rows %lld, heads %d, kv heads %d, head_dim %d, "
-                         "element_size %zu", (int)shape->cp, (long long)shape->local_rows,
-                         (int)shape->num_heads, (int)shape->num_kv_heads, (int)shape->head_dim,
-                         shape->element_size);
+        return dcp_error_set(
+            error, DCP_ERROR_INVALID_ARGUMENT,
+            "ring shape: cp %d, local_rows %lld, heads %d, kv heads %d, head_dim %d, "
+            "element_size %zu",
+            (int)shape->cp, (long long)shape->local_rows, (int)shape->num_heads,
+            (int)shape->num_kv_heads, (int)shape->head_dim, shape->element_size);
     if (pass != DCP_RING_FORWARD && pass != DCP_RING_BACKWARD)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "pass must be forward or backward");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "pass must be forward or backward");
     if ((uint64_t)shape->local_rows > (UINT64_C(1) << 40) ||
         (uint64_t)shape->num_heads * (uint64_t)shape->head_dim > (UINT64_C(1) << 20))
-        return dcp__fail(error, DCP_ERROR_OVERFLOW, "ring shape of %lld rows overflows",
-                         (long long)shape->local_rows);
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "ring shape of %lld rows overflows",
+                             (long long)shape->local_rows);
     lse_values = (uint64_t)shape->local_rows * (uint64_t)shape->num_heads;
     q_values = lse_values * (uint64_t)shape->head_dim;
     kv_values = (uint64_t)shape->local_rows * (uint64_t)shape->num_kv_heads *
@@ -5787,46 +5834,47 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
         if (shape->cp > 1) dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv[1], &overflow);
     }
     if (overflow)
-        return dcp__fail(error, DCP_ERROR_OVERFLOW, "ring scratch of %lld rows overflows size_t",
-                         (long long)shape->local_rows);
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                             "ring scratch of %lld rows overflows size_t",
+                             (long long)shape->local_rows);
     s.total = end;
     *scratch = s;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uint64_t *chunks,
                                       dcp_error *error)
 {
-    if (!chunks) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "chunks must not be NULL");
+    if (!chunks) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "chunks must not be NULL");
     *chunks = 0;
     if (chunk_bytes == 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "chunk_bytes must be > 0");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "chunk_bytes must be > 0");
     if (length < DCP_METADATA_MIN_BYTES || length > DCP_METADATA_MAX_BYTES)
-        return dcp__fail(error, DCP_ERROR_CORRUPT_DATA,
-                         "metadata length %llu outside [%d, %llu]: not a libdcp buffer",
-                         (unsigned long long)length, DCP_METADATA_MIN_BYTES,
-                         (unsigned long long)DCP_METADATA_MAX_BYTES);
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
+                             "metadata length %llu outside [%d, %llu]: not a libdcp buffer",
+                             (unsigned long long)length, DCP_METADATA_MIN_BYTES,
+                             (unsigned long long)DCP_METADATA_MAX_BYTES);
     *chunks = (length + chunk_bytes - 1) / chunk_bytes;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* ------------------------------------------------------------- sequence-length sources */
 
 static dcp_status dcp__check_lognormal(const dcp_lognormal *d, dcp_error *error)
 {
-    if (!d) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "distribution must not be NULL");
+    if (!d)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "distribution must not be NULL");
     if (!(d->mean > 0.0 && d->mean <= 1e18))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "lognormal mean must be in (0, 1e18], got %g", d->mean);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "lognormal mean must be in (0, 1e18], got %g", d->mean);
     if (!(d->sigma >= 0.0 && d->sigma <= 16.0))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "lognormal sigma must be in [0, 16], got %g", d->sigma);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "lognormal sigma must be in [0, 16], got %g", d->sigma);
     if (d->min_length < 1 || d->max_length < d->min_length ||
         d->max_length > DCP_MAX_SAMPLE_LENGTH)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "lognormal needs 1 <= min %lld <= max %lld <= %lld",
-                         (long long)d->min_length, (long long)d->max_length,
-                         (long long)DCP_MAX_SAMPLE_LENGTH);
+        return dcp_error_set(
+            error, DCP_ERROR_INVALID_ARGUMENT, "lognormal needs 1 <= min %lld <= max %lld <= %lld",
+            (long long)d->min_length, (long long)d->max_length, (long long)DCP_MAX_SAMPLE_LENGTH);
     return DCP_OK;
 }
 
@@ -5845,12 +5893,12 @@ DCPDEF dcp_status dcp_rng_lognormal_length(dcp_rng *rng, const dcp_lognormal *d,
     dcp_status status;
     double mu;
     if (!rng || !length)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
     if ((status = dcp__check_lognormal(d, error)) != DCP_OK) return status;
     mu = dcp__log(d->mean) - dcp__exact(d->sigma * d->sigma) / 2.0;
     *length = dcp__round_clip(dcp__exp(mu + dcp__exact(d->sigma * dcp_rng_normal(rng))),
                               d->min_length, d->max_length);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_lengths_lognormal(const dcp_lognormal *d, uint64_t seed,
@@ -5860,14 +5908,14 @@ DCPDEF dcp_status dcp_lengths_lognormal(const dcp_lognormal *d, uint64_t seed,
     dcp_status status;
     int32_t i;
     if (!lengths || count < 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "lengths must not be NULL and count must be >= 0, got %d", (int)count);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "lengths must not be NULL and count must be >= 0, got %d", (int)count);
     if ((status = dcp__check_lognormal(d, error)) != DCP_OK) return status;
     dcp_rng_seed(&rng, seed);
     for (i = 0; i < count; i++)
         if ((status = dcp_rng_lognormal_length(&rng, d, &lengths[i], error)) != DCP_OK)
             return status;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_rng_loguniform_length(dcp_rng *rng, int64_t min_length,
@@ -5876,18 +5924,18 @@ DCPDEF dcp_status dcp_rng_loguniform_length(dcp_rng *rng, int64_t min_length,
 {
     double lo, hi;
     if (!rng || !length)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
     if (min_length < 1 || max_length < min_length || max_length > DCP_MAX_SAMPLE_LENGTH)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "log-uniform needs 1 <= min %lld <= max %lld <= %lld",
-                         (long long)min_length, (long long)max_length,
-                         (long long)DCP_MAX_SAMPLE_LENGTH);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "log-uniform needs 1 <= min %lld <= max %lld <= %lld",
+                             (long long)min_length, (long long)max_length,
+                             (long long)DCP_MAX_SAMPLE_LENGTH);
     /* uniform in log over [min, max + 1), floored: every integer gets its share */
     lo = dcp__log((double)min_length);
     hi = dcp__log((double)max_length + 1.0);
     *length = dcp__round_clip(floor(dcp__exp(lo + dcp__exact((hi - lo) * dcp_rng_uniform(rng)))),
                               min_length, max_length);
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* Length files. */
@@ -5899,7 +5947,10 @@ typedef struct dcp__cursor {
     int64_t line;
 } dcp__cursor;
 
-static int dcp__is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+static int dcp__is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
 
 /* Next line without its comment and surrounding blanks; 0 at the end of the text. */
 static int dcp__next_line(dcp__cursor *cursor, const char **begin, const char **end)
@@ -5945,23 +5996,25 @@ static dcp_status dcp__parse_length(const char *begin, const char *end, int64_t 
     dcp__quote(begin, end, quoted, sizeof quoted);
     if (p < end && *p == '+') p++;
     if (p < end && *p == '-' && p + 1 < end && p[1] >= '0' && p[1] <= '9')
-        return dcp__fail(error, DCP_ERROR_PARSE, "line %lld: length %s must be >= 1",
-                         (long long)line, quoted);
+        return dcp_error_set(error, DCP_ERROR_PARSE, "line %lld: length %s must be >= 1",
+                             (long long)line, quoted);
     if (p == end)
-        return dcp__fail(error, DCP_ERROR_PARSE, "line %lld: empty length field", (long long)line);
+        return dcp_error_set(error, DCP_ERROR_PARSE, "line %lld: empty length field",
+                             (long long)line);
     for (; p < end; p++) {
         if (*p < '0' || *p > '9')
-            return dcp__fail(error, DCP_ERROR_PARSE,
-                             "line %lld: length \"%s\" is not a positive integer",
-                             (long long)line, quoted);
+            return dcp_error_set(error, DCP_ERROR_PARSE,
+                                 "line %lld: length \"%s\" is not a positive integer",
+                                 (long long)line, quoted);
         v = v * 10 + (*p - '0');
         if (v > DCP_MAX_SAMPLE_LENGTH)
-            return dcp__fail(error, DCP_ERROR_PARSE, "line %lld: length %s exceeds the maximum %lld",
-                             (long long)line, quoted, (long long)DCP_MAX_SAMPLE_LENGTH);
+            return dcp_error_set(error, DCP_ERROR_PARSE,
+                                 "line %lld: length %s exceeds the maximum %lld", (long long)line,
+                                 quoted, (long long)DCP_MAX_SAMPLE_LENGTH);
     }
     if (v == 0)
-        return dcp__fail(error, DCP_ERROR_PARSE, "line %lld: length %s must be >= 1",
-                         (long long)line, quoted);
+        return dcp_error_set(error, DCP_ERROR_PARSE, "line %lld: length %s must be >= 1",
+                             (long long)line, quoted);
     *value = v;
     return DCP_OK;
 }
@@ -6027,10 +6080,10 @@ static dcp_status dcp__csv_header(const char *b, const char *e, int64_t line, in
         *column = 0;
         return DCP_OK;
     }
-    return dcp__fail(error, DCP_ERROR_PARSE,
-                     "line %lld: CSV header has no length column (expected length, seq_len, "
-                     "seqlen, sequence_length, seq_length, num_tokens or tokens)",
-                     (long long)line);
+    return dcp_error_set(error, DCP_ERROR_PARSE,
+                         "line %lld: CSV header has no length column (expected length, seq_len, "
+                         "seqlen, sequence_length, seq_length, num_tokens or tokens)",
+                         (long long)line);
 }
 
 /* A header row is printable text with a letter, not starting like a number: anything else on
@@ -6065,18 +6118,17 @@ static dcp_status dcp__parse_lines(dcp__cursor *cursor, int64_t *out, int32_t *c
         if (column >= 0) {
             int32_t have = dcp__csv_field(b, e, column, &fb, &fe);
             if (have != fields)
-                return dcp__fail(error, DCP_ERROR_PARSE,
-                                 "line %lld: %d CSV fields, the header has %d",
-                                 (long long)cursor->line, (int)have, (int)fields);
+                return dcp_error_set(error, DCP_ERROR_PARSE,
+                                     "line %lld: %d CSV fields, the header has %d",
+                                     (long long)cursor->line, (int)have, (int)fields);
         }
         if (*count == INT32_MAX)
-            return dcp__fail(error, DCP_ERROR_OVERFLOW, "more than %d lengths", INT32_MAX);
+            return dcp_error_set(error, DCP_ERROR_OVERFLOW, "more than %d lengths", INT32_MAX);
         if ((status = dcp__parse_length(fb, fe, cursor->line, &out[*count], error)) != DCP_OK)
             return status;
         (*count)++;
     }
-    if (*count == 0)
-        return dcp__fail(error, DCP_ERROR_PARSE, "no lengths found (empty input)");
+    if (*count == 0) return dcp_error_set(error, DCP_ERROR_PARSE, "no lengths found (empty input)");
     return DCP_OK;
 }
 
@@ -6089,14 +6141,15 @@ DCPDEF dcp_status dcp_lengths_parse(const char *text, size_t size,
     int64_t *out;
     dcp_status status;
     if (!lengths || !count)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "lengths and count must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "lengths and count must not be NULL");
     *lengths = NULL;
     *count = 0;
     if (!text && size > 0)
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "text is NULL with size %zu", size);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "text is NULL with size %zu", size);
     if (allocator && ((allocator->alloc == NULL) != (allocator->free == NULL)))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "allocator needs both alloc and free, or neither");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "allocator needs both alloc and free, or neither");
     for (i = 0; i < size; i++) lines += text[i] == '\n';
     out = (int64_t *)dcp__alloc_array(allocator, lines, sizeof(int64_t), "lengths", error);
     if (!out) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
@@ -6111,7 +6164,7 @@ DCPDEF dcp_status dcp_lengths_parse(const char *text, size_t size,
         return status;
     }
     *lengths = out;
-    return dcp__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *allocator,
@@ -6121,12 +6174,12 @@ DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *a
     char *text = NULL;
     size_t size = 0, capacity = 0;
     dcp_status status;
-    if (!path) return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT, "path must not be NULL");
+    if (!path) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "path must not be NULL");
     if (allocator && ((allocator->alloc == NULL) != (allocator->free == NULL)))
-        return dcp__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                         "allocator needs both alloc and free, or neither");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "allocator needs both alloc and free, or neither");
     file = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!file) return dcp__fail(error, DCP_ERROR_IO, "cannot open %s", path);
+    if (!file) return dcp_error_set(error, DCP_ERROR_IO, "cannot open %s", path);
     for (;;) { /* grow by doubling: works for pipes, where the size is unknown */
         size_t got;
         if (size == capacity) {
@@ -6135,8 +6188,8 @@ DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *a
             if (!bigger) {
                 dcp_free(allocator, text);
                 if (file != stdin) fclose(file);
-                return dcp__fail(error, DCP_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes",
-                                 path, grown);
+                return dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY,
+                                     "%s: cannot allocate %zu bytes", path, grown);
             }
             if (size) memcpy(bigger, text, size);
             dcp_free(allocator, text);
@@ -6147,7 +6200,7 @@ DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *a
         size += got;
         if (got == 0) break;
     }
-    status = ferror(file) ? dcp__fail(error, DCP_ERROR_IO, "error reading %s", path) : DCP_OK;
+    status = ferror(file) ? dcp_error_set(error, DCP_ERROR_IO, "error reading %s", path) : DCP_OK;
     if (file != stdin) fclose(file);
     if (status == DCP_OK) status = dcp_lengths_parse(text, size, allocator, lengths, count, error);
     dcp_free(allocator, text);

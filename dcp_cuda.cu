@@ -29,43 +29,15 @@
 
 /* ==================================================================================== basics */
 
-/* dcp.h's helpers live in the user's implementation file; this unit fills errors itself. */
-static dcp_status dcp_cuda__fail(dcp_error *error, dcp_status status, const char *format, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static dcp_status dcp_cuda__fail(dcp_error *error, dcp_status status, const char *format, ...)
-{
-    if (error) {
-        va_list args;
-        va_start(args, format);
-        vsnprintf(error->message, sizeof error->message, format, args);
-        va_end(args);
-        error->status = status;
-    }
-    return status;
-}
-
-static dcp_status dcp_cuda__ok(dcp_error *error)
-{
-    if (error) {
-        error->status = DCP_OK;
-        error->message[0] = '\0';
-    }
-    return DCP_OK;
-}
-
 /* The one checking macro: a failing CUDA call becomes DCP_ERROR_CUDA with file, line and the
    call's text. Used in functions that have a `dcp_error *error` in scope. */
-#define DCP_CUDA_CHECK(call)                                                                   \
-    do {                                                                                       \
-        const cudaError_t dcp_cuda_result_ = (call);                                           \
-        if (dcp_cuda_result_ != cudaSuccess)                                                   \
-            return dcp_cuda__fail(error, DCP_ERROR_CUDA, "%s:%d: %s: %s (%s)", __FILE__,       \
-                                  __LINE__, #call, cudaGetErrorString(dcp_cuda_result_),      \
-                                  cudaGetErrorName(dcp_cuda_result_));                         \
+#define DCP_CUDA_CHECK(call)                                                                       \
+    do {                                                                                           \
+        const cudaError_t dcp_cuda_result_ = (call);                                               \
+        if (dcp_cuda_result_ != cudaSuccess)                                                       \
+            return dcp_error_set(error, DCP_ERROR_CUDA, "%s:%d: %s: %s (%s)", __FILE__, __LINE__,  \
+                                 #call, cudaGetErrorString(dcp_cuda_result_),                      \
+                                 cudaGetErrorName(dcp_cuda_result_));                              \
     } while (0)
 
 /* After a launch: configuration errors are reported at once (asynchronous faults surface at
@@ -76,18 +48,17 @@ extern "C" dcp_status dcp_cuda_device_count(int32_t *count, dcp_error *error)
 {
     int devices = 0;
     cudaError_t result;
-    if (!count)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "count must not be NULL");
+    if (!count) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must not be NULL");
     result = cudaGetDeviceCount(&devices);
     /* no driver or no device is an answer (zero), not a failure */
     if (result == cudaErrorNoDevice || result == cudaErrorInsufficientDriver) {
         (void)cudaGetLastError();
         devices = 0;
     } else if (result != cudaSuccess)
-        return dcp_cuda__fail(error, DCP_ERROR_CUDA, "cudaGetDeviceCount: %s (%d)",
-                              cudaGetErrorString(result), (int)result);
+        return dcp_error_set(error, DCP_ERROR_CUDA, "cudaGetDeviceCount: %s (%d)",
+                             cudaGetErrorString(result), (int)result);
     *count = devices;
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* ------------------------------------------------------------------------- host checks */
@@ -110,9 +81,9 @@ static dcp_status dcp_cuda__check_dtype(const char *name, dcp_dtype dtype, int a
     if (dtype == DCP_DTYPE_BFLOAT16 || dtype == DCP_DTYPE_FLOAT16 ||
         (allow_float32 && dtype == DCP_DTYPE_FLOAT32))
         return DCP_OK;
-    return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s %d is not %s", name, (int)dtype,
-                          allow_float32 ? "DCP_DTYPE_FLOAT32, _BFLOAT16 or _FLOAT16"
-                                        : "DCP_DTYPE_BFLOAT16 or DCP_DTYPE_FLOAT16");
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s %d is not %s", name, (int)dtype,
+                         allow_float32 ? "DCP_DTYPE_FLOAT32, _BFLOAT16 or _FLOAT16"
+                                       : "DCP_DTYPE_BFLOAT16 or DCP_DTYPE_FLOAT16");
 }
 
 static int dcp_cuda__is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
@@ -126,31 +97,31 @@ static int dcp_cuda__aligned(const void *p, size_t bytes)
 static dcp_status dcp_cuda__check_layout(const dcp_cuda_layout *layout, dcp_error *error)
 {
     int32_t n;
-    if (!layout) return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "layout must not be NULL");
+    if (!layout) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "layout must not be NULL");
     n = layout->thd.num_sequences;
     if (n < 0)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "layout num_sequences must be >= 0, got %d", (int)n);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout num_sequences must be >= 0, got %d", (int)n);
     if (!dcp_cuda__is_pow2(layout->thd.cp) || layout->thd.cp > DCP_MAX_RANKS)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "layout cp must be a power of two in [1, %d], got %d",
-                              DCP_MAX_RANKS, (int)layout->thd.cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
+                             (int)layout->thd.cp);
     if (!layout->thd.cu_seqlens || !layout->thd.cu_seqlens_padded)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "layout cu_seqlens and cu_seqlens_padded (device arrays) must not "
-                              "be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout cu_seqlens and cu_seqlens_padded (device arrays) must not "
+                             "be NULL");
     if (layout->local_rows < 0 || layout->local_rows > INT32_MAX / layout->thd.cp)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "layout local_rows %lld x cp %d must be in [0, INT32_MAX]",
-                              (long long)layout->local_rows, (int)layout->thd.cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout local_rows %lld x cp %d must be in [0, INT32_MAX]",
+                             (long long)layout->local_rows, (int)layout->thd.cp);
     if (layout->max_seqlen_padded < 0 ||
         (int64_t)layout->max_seqlen_padded > layout->local_rows * layout->thd.cp ||
         (int64_t)layout->max_seqlen_padded * n < layout->local_rows * layout->thd.cp)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "layout max_seqlen_padded %d is inconsistent with %d sequences "
-                              "of %lld local rows at cp %d",
-                              (int)layout->max_seqlen_padded, (int)n,
-                              (long long)layout->local_rows, (int)layout->thd.cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout max_seqlen_padded %d is inconsistent with %d sequences "
+                             "of %lld local rows at cp %d",
+                             (int)layout->max_seqlen_padded, (int)n, (long long)layout->local_rows,
+                             (int)layout->thd.cp);
     return DCP_OK;
 }
 
@@ -158,8 +129,8 @@ static dcp_status dcp_cuda__check_rank(const char *name, int32_t rank, int32_t c
                                        dcp_error *error)
 {
     if (rank < 0 || rank >= cp)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "%s must be in [0, cp %d), got %d", name, (int)cp, (int)rank);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [0, cp %d), got %d",
+                             name, (int)cp, (int)rank);
     return DCP_OK;
 }
 
@@ -169,9 +140,9 @@ static dcp_status dcp_cuda__check_elements(const char *name, int64_t rows, int64
 {
     const int64_t limit = (int64_t)(SIZE_MAX / 8 < INT64_MAX / 8 ? SIZE_MAX / 8 : INT64_MAX / 8);
     if (width < 1 || rows > limit / width / (int64_t)element)
-        return dcp_cuda__fail(error, DCP_ERROR_OVERFLOW,
-                              "%s: %lld rows x %lld elements of %zu bytes are too many", name,
-                              (long long)rows, (long long)width, element);
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                             "%s: %lld rows x %lld elements of %zu bytes are too many", name,
+                             (long long)rows, (long long)width, element);
     return DCP_OK;
 }
 
@@ -183,10 +154,10 @@ extern "C" dcp_status dcp_cuda_layout_init(const dcp_thd_layout *host,
     int64_t rows = 0;
     int32_t i, longest = 0;
     dcp_status status;
-    if (!layout) return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "layout must not be NULL");
+    if (!layout) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "layout must not be NULL");
     if (!device_cu_seqlens || !device_cu_seqlens_padded)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "device_cu_seqlens and device_cu_seqlens_padded must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "device_cu_seqlens and device_cu_seqlens_padded must not be NULL");
     if ((status = dcp_thd_layout_validate(host, &rows, error)) != DCP_OK) return status;
     for (i = 0; i < host->num_sequences; i++) {
         const int32_t padded = host->cu_seqlens_padded[i + 1] - host->cu_seqlens_padded[i];
@@ -198,7 +169,7 @@ extern "C" dcp_status dcp_cuda_layout_init(const dcp_thd_layout *host,
     layout->thd.cu_seqlens_padded = device_cu_seqlens_padded;
     layout->local_rows = rows;
     layout->max_seqlen_padded = longest;
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* ------------------------------------------------------------------ device: element types */
@@ -475,7 +446,7 @@ static dcp_status dcp_cuda__rope_launch(dcp_cuda__rope_args a, int32_t style, in
         dcp_cuda__rope_kernel<T, DCP_ROPE_INTERLEAVED, 1>
             <<<blocks, DCP_CUDA__ROPE_THREADS, shared, stream>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 static dcp_status dcp_cuda__rope(const dcp_rope_options *options, const dcp_cuda_layout *layout,
@@ -503,16 +474,17 @@ static dcp_status dcp_cuda__rope(const dcp_rope_options *options, const dcp_cuda
         (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
         return status;
     if (!q != !q_out || !k != !k_out)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "%s and %s, and %s and %s, must both be given or both be NULL",
-                              names[0], names[1], names[2], names[3]);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "%s and %s, and %s and %s, must both be given or both be NULL",
+                             names[0], names[1], names[2], names[3]);
     if (!q && !k)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "at least one of %s and %s must be given", names[0], names[2]);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "at least one of %s and %s must be given", names[0], names[2]);
     if ((q && num_q_heads < 1) || (k && num_k_heads < 1))
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "num_q_heads and num_k_heads of given tensors must be >= 1, got "
-                              "%d and %d", (int)num_q_heads, (int)num_k_heads);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "num_q_heads and num_k_heads of given tensors must be >= 1, got "
+                             "%d and %d",
+                             (int)num_q_heads, (int)num_k_heads);
     element = dcp_cuda__dtype_size(dtype);
     if ((q && (status = dcp_cuda__check_elements(names[0], layout->local_rows,
                                                  (int64_t)num_q_heads * head_dim, element,
@@ -522,9 +494,9 @@ static dcp_status dcp_cuda__rope(const dcp_rope_options *options, const dcp_cuda
                                                  error)) != DCP_OK))
         return status;
     if (o.rotary_dim / 2 > DCP_CUDA__ROPE_MAX_ANGLES)
-        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
-                              "rotary_dim %d: the kernel keeps at most %d pairs per row",
-                              (int)o.rotary_dim, DCP_CUDA__ROPE_MAX_ANGLES);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "rotary_dim %d: the kernel keeps at most %d pairs per row",
+                             (int)o.rotary_dim, DCP_CUDA__ROPE_MAX_ANGLES);
     memset(&a, 0, sizeof a);
     a.cu_seqlens = layout->thd.cu_seqlens;
     a.cu_seqlens_padded = layout->thd.cu_seqlens_padded;
@@ -554,18 +526,18 @@ static dcp_status dcp_cuda__rope(const dcp_rope_options *options, const dcp_cuda
     heads = a.q_heads + a.k_heads;
     units = a.pair_units + a.copy_units;
     if ((int64_t)heads * units > (1 << 30))
-        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
-                              "RoPE rows of %d heads x %d units are too wide", (int)heads,
-                              (int)units);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "RoPE rows of %d heads x %d units are too wide", (int)heads,
+                             (int)units);
     a.rows_per_block = DCP_CUDA__ROPE_UNITS / (heads * units);
     if (a.rows_per_block > DCP_CUDA__ROPE_MAX_ROWS) a.rows_per_block = DCP_CUDA__ROPE_MAX_ROWS;
     if (a.rows_per_block > DCP_CUDA__ROPE_MAX_ANGLES / a.pairs)
         a.rows_per_block = DCP_CUDA__ROPE_MAX_ANGLES / a.pairs;
     if (a.rows_per_block < 1) a.rows_per_block = 1;
-    if (a.rows == 0) return dcp_cuda__ok(error);
+    if (a.rows == 0) return dcp_error_clear(error);
     if ((a.rows + a.rows_per_block - 1) / a.rows_per_block > INT32_MAX)
-        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED, "%lld local rows are too many",
-                              (long long)a.rows);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED, "%lld local rows are too many",
+                             (long long)a.rows);
     switch (dtype) {
     case DCP_DTYPE_FLOAT32:
         return dcp_cuda__rope_launch<float>(a, o.style, vector, (cudaStream_t)stream, error);
@@ -575,7 +547,7 @@ static dcp_status dcp_cuda__rope(const dcp_rope_options *options, const dcp_cuda
     case DCP_DTYPE_FLOAT16:
         return dcp_cuda__rope_launch<__half>(a, o.style, vector, (cudaStream_t)stream, error);
     }
-    return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
 }
 
 extern "C" dcp_status dcp_cuda_rope_forward(const dcp_rope_options *options,
@@ -898,26 +870,26 @@ static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
     dcp_status status;
     if ((status = dcp_conv1d_params_resolve(params, p, error)) != DCP_OK) return status;
     if (p->width > DCP_CUDA_CONV1D_MAX_WIDTH)
-        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
-                              "conv1d width %d: the CUDA kernels serve widths 1 to %d",
-                              (int)p->width, DCP_CUDA_CONV1D_MAX_WIDTH);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "conv1d width %d: the CUDA kernels serve widths 1 to %d",
+                             (int)p->width, DCP_CUDA_CONV1D_MAX_WIDTH);
     if ((status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
         (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
         return status;
     if (layout->thd.cp != 1)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "conv1d needs a layout of whole sequences (cp 1), got layout cp %d",
-                              (int)layout->thd.cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "conv1d needs a layout of whole sequences (cp 1), got layout cp %d",
+                             (int)layout->thd.cp);
     if (total_rows < layout->local_rows)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "total_rows %lld < the layout's local_rows %lld",
-                              (long long)total_rows, (long long)layout->local_rows);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "total_rows %lld < the layout's local_rows %lld",
+                             (long long)total_rows, (long long)layout->local_rows);
     if ((status = dcp_cuda__check_elements("x", total_rows, p->channels,
                                            dcp_cuda__dtype_size(dtype), error)) != DCP_OK)
         return status;
     if ((total_rows + DCP_CUDA__CONV_ROWS - 1) / DCP_CUDA__CONV_ROWS > INT32_MAX)
-        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED, "total_rows %lld is too many",
-                              (long long)total_rows);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED, "total_rows %lld is too many",
+                             (long long)total_rows);
     return DCP_OK;
 }
 
@@ -949,7 +921,7 @@ static dcp_status dcp_cuda__conv_forward_launch(const dcp_cuda__conv_args &a, in
     if (vector) dcp_cuda__conv_forward_kernel<T, V><<<grid, block, 0, stream>>>(a);
     else dcp_cuda__conv_forward_kernel<T, 1><<<grid, block, 0, stream>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 template <typename T>
@@ -965,7 +937,7 @@ static dcp_status dcp_cuda__conv_backward_launch(const dcp_cuda__conv_args &a, i
     if (vector) dcp_cuda__conv_backward_kernel<T, V><<<grid, block, 0, stream>>>(a);
     else dcp_cuda__conv_backward_kernel<T, 1><<<grid, block, 0, stream>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 extern "C" dcp_status dcp_cuda_conv1d_workspace_size(const dcp_conv1d_params *params,
@@ -973,15 +945,15 @@ extern "C" dcp_status dcp_cuda_conv1d_workspace_size(const dcp_conv1d_params *pa
 {
     dcp_conv1d_params p;
     dcp_status status;
-    if (!bytes) return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
+    if (!bytes) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
     if ((status = dcp_conv1d_params_resolve(params, &p, error)) != DCP_OK) return status;
     if (p.width > DCP_CUDA_CONV1D_MAX_WIDTH)
-        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
-                              "conv1d width %d: the CUDA kernels serve widths 1 to %d",
-                              (int)p.width, DCP_CUDA_CONV1D_MAX_WIDTH);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "conv1d width %d: the CUDA kernels serve widths 1 to %d", (int)p.width,
+                             DCP_CUDA_CONV1D_MAX_WIDTH);
     *bytes = (size_t)DCP_CUDA_CONV1D_SLICES * (size_t)(p.width + 1) * (size_t)p.channels *
              sizeof(float);
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 extern "C" dcp_status dcp_cuda_conv1d_forward(const dcp_conv1d_params *params,
@@ -997,17 +969,16 @@ extern "C" dcp_status dcp_cuda_conv1d_forward(const dcp_conv1d_params *params,
     if ((status = dcp_cuda__conv_check(params, layout, total_rows, dtype, &p, error)) != DCP_OK)
         return status;
     if (!x || !weight || !y)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "x, weight and y must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "x, weight and y must not be NULL");
     a = dcp_cuda__conv_args_of(&p, layout, total_rows);
     a.x = x, a.weight = weight, a.bias = bias, a.out = y;
     vector = p.channels % (int32_t)(16 / dcp_cuda__dtype_size(dtype)) == 0 &&
              dcp_cuda__aligned(x, 16) && dcp_cuda__aligned(y, 16);
     if ((int64_t)(vector ? p.channels / (16 / dcp_cuda__dtype_size(dtype)) : p.channels) >
         (int64_t)DCP_CUDA__CONV_VECS * 65535)
-        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED, "conv1d channels %d are too many",
-                              (int)p.channels);
-    if (total_rows == 0) return dcp_cuda__ok(error);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED, "conv1d channels %d are too many",
+                             (int)p.channels);
+    if (total_rows == 0) return dcp_error_clear(error);
     switch (dtype) {
     case DCP_DTYPE_FLOAT32:
         return dcp_cuda__conv_forward_launch<float>(a, vector, (cudaStream_t)stream, error);
@@ -1017,7 +988,7 @@ extern "C" dcp_status dcp_cuda_conv1d_forward(const dcp_conv1d_params *params,
     case DCP_DTYPE_FLOAT16:
         return dcp_cuda__conv_forward_launch<__half>(a, vector, (cudaStream_t)stream, error);
     }
-    return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
 }
 
 extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
@@ -1040,19 +1011,19 @@ extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
     if ((status = dcp_cuda__conv_check(params, layout, total_rows, dtype, &p, error)) != DCP_OK)
         return status;
     if (!x || !weight || !dy || !dx || !dweight)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "x, weight, dy, dx and dweight must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "x, weight, dy, dx and dweight must not be NULL");
     if (bias && !dbias)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "dbias must not be NULL when bias is given");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "dbias must not be NULL when bias is given");
     groups = (total_rows + DCP_CUDA__CONV_ROWS - 1) / DCP_CUDA__CONV_ROWS;
     slices = groups < DCP_CUDA_CONV1D_SLICES ? (int32_t)groups : DCP_CUDA_CONV1D_SLICES;
     needed = (size_t)slices * (size_t)(p.width + 1) * (size_t)p.channels * sizeof(float);
     if (needed > 0 && (!workspace || workspace_bytes < needed || !dcp_cuda__aligned(workspace, 16)))
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "workspace %p of %zu bytes: need %zu bytes, 16-byte aligned "
-                              "(dcp_cuda_conv1d_workspace_size)",
-                              workspace, workspace_bytes, needed);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "workspace %p of %zu bytes: need %zu bytes, 16-byte aligned "
+                             "(dcp_cuda_conv1d_workspace_size)",
+                             workspace, workspace_bytes, needed);
     a = dcp_cuda__conv_args_of(&p, layout, total_rows);
     a.x = x, a.weight = weight, a.bias = bias, a.dy = dy, a.out = dx;
     a.partial = (float *)workspace;
@@ -1078,7 +1049,7 @@ extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
             a.partial, slices, p.channels, p.width, dweight, dbias);
         DCP_CUDA_CHECK_LAUNCH();
     }
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* ================================================================= LSE merge and conversion
@@ -1211,9 +1182,9 @@ static dcp_status dcp_cuda__merge_check(const dcp_attention_params *params,
                                            error)) != DCP_OK)
         return status;
     if ((int64_t)p->num_heads * layout->local_rows > (int64_t)INT32_MAX / 32 * DCP_CUDA__WARPS)
-        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
-                              "%lld rows x %d heads are too many for one launch",
-                              (long long)layout->local_rows, (int)p->num_heads);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "%lld rows x %d heads are too many for one launch",
+                             (long long)layout->local_rows, (int)p->num_heads);
     return DCP_OK;
 }
 
@@ -1247,11 +1218,11 @@ extern "C" dcp_status dcp_cuda_acc_init(const dcp_attention_params *params,
     dcp_status status;
     if ((status = dcp_cuda__merge_check(params, layout, &p, error)) != DCP_OK) return status;
     if (!acc_out || !acc_lse)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "acc_out and acc_lse must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "acc_out and acc_lse must not be NULL");
     values = layout->local_rows * p.num_heads * p.head_dim;
     lses = layout->local_rows * p.num_heads;
-    if (values == 0) return dcp_cuda__ok(error);
+    if (values == 0) return dcp_error_clear(error);
     DCP_CUDA_CHECK(cudaMemsetAsync(acc_out, 0, (size_t)values * sizeof(float), s));
     {
         const int64_t blocks = (lses + 255) / 256;
@@ -1259,7 +1230,7 @@ extern "C" dcp_status dcp_cuda_acc_init(const dcp_attention_params *params,
             acc_lse, lses, -INFINITY);
         DCP_CUDA_CHECK_LAUNCH();
     }
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 extern "C" dcp_status dcp_cuda_acc_merge(const dcp_attention_params *params,
@@ -1273,25 +1244,25 @@ extern "C" dcp_status dcp_cuda_acc_merge(const dcp_attention_params *params,
     dcp_status status;
     if ((status = dcp_cuda__merge_check(params, layout, &p, error)) != DCP_OK) return status;
     if (half != DCP_HALF_ALL && half != DCP_HALF_FIRST && half != DCP_HALF_SECOND)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "half %d is not a dcp_half",
-                              (int)half);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "half %d is not a dcp_half",
+                             (int)half);
     if (half != DCP_HALF_ALL && layout->thd.cp == 1)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "half %d needs cp > 1 (at layout cp 1 a sequence has no halves)",
-                              (int)half);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "half %d needs cp > 1 (at layout cp 1 a sequence has no halves)",
+                             (int)half);
     if (!out || !lse || !acc_out || !acc_lse)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "out, lse, acc_out and acc_lse must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "out, lse, acc_out and acc_lse must not be NULL");
     a = dcp_cuda__merge_args_of(&p, layout);
     a.half = half;
     a.out = out, a.lse = lse, a.acc_out = acc_out, a.acc_lse = acc_lse;
-    if (a.rows == 0) return dcp_cuda__ok(error);
+    if (a.rows == 0) return dcp_error_clear(error);
     if (p.head_dim % 4 == 0 && dcp_cuda__aligned(out, 16) && dcp_cuda__aligned(acc_out, 16))
         dcp_cuda__merge_kernel<4><<<dcp_cuda__row_blocks(a), DCP_CUDA__WARPS * 32, 0, s>>>(a);
     else
         dcp_cuda__merge_kernel<1><<<dcp_cuda__row_blocks(a), DCP_CUDA__WARPS * 32, 0, s>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 template <typename T>
@@ -1304,7 +1275,7 @@ static dcp_status dcp_cuda__finalize_launch(const dcp_cuda__merge_args &a, cudaS
     else
         dcp_cuda__finalize_kernel<T, 1><<<dcp_cuda__row_blocks(a), DCP_CUDA__WARPS * 32, 0, s>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 extern "C" dcp_status dcp_cuda_acc_finalize(const dcp_attention_params *params,
@@ -1322,23 +1293,23 @@ extern "C" dcp_status dcp_cuda_acc_finalize(const dcp_attention_params *params,
         (status = dcp_cuda__check_dtype("out_dtype", out_dtype, 1, error)) != DCP_OK)
         return status;
     if (!acc_out || !acc_lse || !out || !lse)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "acc_out, acc_lse, out and lse must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "acc_out, acc_lse, out and lse must not be NULL");
     if (out_dtype != DCP_DTYPE_FLOAT32 && (const void *)out == (const void *)acc_out)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "out may be acc_out only when out_dtype is float32, got %s",
-                              dcp_cuda__dtype_name(out_dtype));
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "out may be acc_out only when out_dtype is float32, got %s",
+                             dcp_cuda__dtype_name(out_dtype));
     a = dcp_cuda__merge_args_of(&p, layout);
     a.rank = rank;
     a.acc_out = (float *)acc_out, a.acc_lse = (float *)acc_lse;
     a.final_out = out, a.final_lse = lse;
-    if (a.rows == 0) return dcp_cuda__ok(error);
+    if (a.rows == 0) return dcp_error_clear(error);
     switch (out_dtype) {
     case DCP_DTYPE_FLOAT32: return dcp_cuda__finalize_launch<float>(a, s, error);
     case DCP_DTYPE_BFLOAT16: return dcp_cuda__finalize_launch<__nv_bfloat16>(a, s, error);
     case DCP_DTYPE_FLOAT16: return dcp_cuda__finalize_launch<__half>(a, s, error);
     }
-    return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "out_dtype %d", (int)out_dtype);
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "out_dtype %d", (int)out_dtype);
 }
 
 template <typename T>
@@ -1352,7 +1323,7 @@ static dcp_status dcp_cuda__convert_launch(const float *in, T *out, int64_t coun
     else
         dcp_cuda__convert_kernel<T, 1><<<grid, 256, 0, s>>>(in, out, count);
     DCP_CUDA_CHECK_LAUNCH();
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 extern "C" dcp_status dcp_cuda_convert(const float *in, dcp_dtype dtype, void *out,
@@ -1362,26 +1333,26 @@ extern "C" dcp_status dcp_cuda_convert(const float *in, dcp_dtype dtype, void *o
     dcp_status status;
     if ((status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK) return status;
     if (count < 0)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "count must be >= 0, got %lld",
-                              (long long)count);
-    if (count == 0) return dcp_cuda__ok(error);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must be >= 0, got %lld",
+                             (long long)count);
+    if (count == 0) return dcp_error_clear(error);
     if (!in || !out)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "in and out must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "in and out must not be NULL");
     if ((uint64_t)count > SIZE_MAX / sizeof(float))
-        return dcp_cuda__fail(error, DCP_ERROR_OVERFLOW, "count %lld is too large",
-                              (long long)count);
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "count %lld is too large",
+                             (long long)count);
     switch (dtype) {
     case DCP_DTYPE_FLOAT32:
         if ((const void *)in != out)
             DCP_CUDA_CHECK(cudaMemcpyAsync(out, in, (size_t)count * sizeof(float),
                                            cudaMemcpyDeviceToDevice, s));
-        return dcp_cuda__ok(error);
+        return dcp_error_clear(error);
     case DCP_DTYPE_BFLOAT16:
         return dcp_cuda__convert_launch<__nv_bfloat16>(in, (__nv_bfloat16 *)out, count, s, error);
     case DCP_DTYPE_FLOAT16:
         return dcp_cuda__convert_launch<__half>(in, (__half *)out, count, s, error);
     }
-    return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
 }
 
 /* ================================================================================= attention
@@ -1959,20 +1930,19 @@ static dcp_status dcp_cuda__attn_check(const dcp_attention_params *params,
         (status = dcp_cuda__check_dtype("dtype", dtype, 0, error)) != DCP_OK)
         return status;
     if (p->head_dim != 64 && p->head_dim != 128)
-        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
-                              "head_dim %d: the CUDA attention serves 64 and 128",
-                              (int)p->head_dim);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "head_dim %d: the CUDA attention serves 64 and 128", (int)p->head_dim);
     if (p->num_heads > 65535)
-        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED, "num_heads %d > 65535",
-                              (int)p->num_heads);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED, "num_heads %d > 65535",
+                             (int)p->num_heads);
     if ((status = dcp_cuda__check_elements("q", layout->local_rows,
                                            (int64_t)p->num_heads * p->head_dim, sizeof(float),
                                            error)) != DCP_OK)
         return status;
     if ((int64_t)p->num_heads * layout->local_rows > (int64_t)INT32_MAX / 32 * 8)
-        return dcp_cuda__fail(error, DCP_ERROR_UNSUPPORTED,
-                              "%lld rows x %d heads are too many for one launch",
-                              (long long)layout->local_rows, (int)p->num_heads);
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "%lld rows x %d heads are too many for one launch",
+                             (long long)layout->local_rows, (int)p->num_heads);
     return DCP_OK;
 }
 
@@ -2004,10 +1974,10 @@ static dcp_status dcp_cuda__check_workspace(void *workspace, size_t bytes, size_
                                             dcp_error *error)
 {
     if (!workspace || bytes < needed || !dcp_cuda__aligned(workspace, 256))
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "workspace %p of %zu bytes: need %zu bytes, 256-byte aligned "
-                              "(dcp_cuda_attention_workspace_size)",
-                              workspace, bytes, needed);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "workspace %p of %zu bytes: need %zu bytes, 256-byte aligned "
+                             "(dcp_cuda_attention_workspace_size)",
+                             workspace, bytes, needed);
     return DCP_OK;
 }
 
@@ -2017,14 +1987,14 @@ extern "C" dcp_status dcp_cuda_attention_workspace_size(const dcp_attention_para
 {
     dcp_attention_params p;
     dcp_status status;
-    if (!bytes) return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
+    if (!bytes) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
     if ((status = dcp_attention_params_resolve(params, &p, error)) != DCP_OK ||
         (status = dcp_cuda__check_layout(layout, error)) != DCP_OK)
         return status;
     /* the tile schedule, then the backward's delta [num_heads, local_rows] */
     *bytes = dcp_cuda__attn_schedule_bytes(layout) +
              DCP_CUDA__ALIGN((size_t)layout->local_rows * (size_t)p.num_heads * sizeof(float));
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 template <typename T, int D>
@@ -2041,7 +2011,7 @@ static dcp_status dcp_cuda__attn_forward_launch(dcp_cuda__attn_args a, int64_t c
                                         (int)shared));
     dcp_cuda__attn_forward_kernel<T, D><<<grid, DCP_CUDA__ATTN_THREADS, shared, s>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *params,
@@ -2060,18 +2030,18 @@ extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *par
     if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
         return status;
     if (out_dtype != DCP_DTYPE_FLOAT32 && out_dtype != dtype)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "out_dtype %s must be float32 or dtype %s",
-                              dcp_cuda__dtype_name(out_dtype), dcp_cuda__dtype_name(dtype));
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "out_dtype %s must be float32 or dtype %s",
+                             dcp_cuda__dtype_name(out_dtype), dcp_cuda__dtype_name(dtype));
     if (!q || !k || !v || !out || !lse)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "q, k, v, out and lse must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "q, k, v, out and lse must not be NULL");
     if (!dcp_cuda__aligned(q, 16) || !dcp_cuda__aligned(k, 16) || !dcp_cuda__aligned(v, 16) ||
         !dcp_cuda__aligned(out, 8) || !dcp_cuda__aligned(lse, 4))
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "q, k, v must be 16-byte aligned and out 8-byte aligned (got %p, "
-                              "%p, %p, %p)",
-                              q, k, v, out);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "q, k, v must be 16-byte aligned and out 8-byte aligned (got %p, "
+                             "%p, %p, %p)",
+                             q, k, v, out);
     if ((status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
         (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
         return status;
@@ -2080,14 +2050,17 @@ extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *par
     a.out_fp32 = out_dtype == DCP_DTYPE_FLOAT32;
     a.count = (const int32_t *)workspace;
     a.entries = (const int2 *)((char *)workspace + 16);
-    if (layout->local_rows == 0) return dcp_cuda__ok(error);
+    if (layout->local_rows == 0) return dcp_error_clear(error);
     if (dtype == DCP_DTYPE_BFLOAT16)
-        return p.head_dim == 64
-                   ? dcp_cuda__attn_forward_launch<__nv_bfloat16, 64>(a, dcp_cuda__attn_capacity(layout), s, error)
-                   : dcp_cuda__attn_forward_launch<__nv_bfloat16, 128>(a, dcp_cuda__attn_capacity(layout), s, error);
+        return p.head_dim == 64 ? dcp_cuda__attn_forward_launch<__nv_bfloat16, 64>(
+                                      a, dcp_cuda__attn_capacity(layout), s, error)
+                                : dcp_cuda__attn_forward_launch<__nv_bfloat16, 128>(
+                                      a, dcp_cuda__attn_capacity(layout), s, error);
     return p.head_dim == 64
-               ? dcp_cuda__attn_forward_launch<__half, 64>(a, dcp_cuda__attn_capacity(layout), s, error)
-               : dcp_cuda__attn_forward_launch<__half, 128>(a, dcp_cuda__attn_capacity(layout), s, error);
+               ? dcp_cuda__attn_forward_launch<__half, 64>(a, dcp_cuda__attn_capacity(layout), s,
+                                                           error)
+               : dcp_cuda__attn_forward_launch<__half, 128>(a, dcp_cuda__attn_capacity(layout), s,
+                                                            error);
 }
 
 template <typename T, int D>
@@ -2102,7 +2075,7 @@ static dcp_status dcp_cuda__attn_backward_launch(const dcp_cuda__attn_args &a, c
     DCP_CUDA_CHECK_LAUNCH();
     dcp_cuda__attn_dkv_kernel<T, D><<<kv_blocks, 256, 0, s>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 extern "C" dcp_status dcp_cuda_attention_backward(
@@ -2120,15 +2093,15 @@ extern "C" dcp_status dcp_cuda_attention_backward(
     if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
         return status;
     if (deterministic != 0 && deterministic != 1)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "deterministic must be 0 or 1, got %d", (int)deterministic);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "deterministic must be 0 or 1, got %d", (int)deterministic);
     if (!q || !k || !v || !out || !dout || !lse || !dq || !dk || !dv)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "q, k, v, out, dout, lse, dq, dk and dv must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "q, k, v, out, dout, lse, dq, dk and dv must not be NULL");
     if (!dcp_cuda__aligned(q, 8) || !dcp_cuda__aligned(k, 8) || !dcp_cuda__aligned(v, 8) ||
         !dcp_cuda__aligned(out, 8) || !dcp_cuda__aligned(dout, 8))
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "q, k, v, out and dout must be 8-byte aligned");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "q, k, v, out and dout must be 8-byte aligned");
     if ((status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
         (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
         return status;
@@ -2136,7 +2109,7 @@ extern "C" dcp_status dcp_cuda_attention_backward(
     a.q = q, a.k = k, a.v = v, a.out = out, a.dout = dout, a.lse = lse;
     a.dq = dq, a.dk = dk, a.dv = dv;
     a.delta = (float *)((char *)workspace + dcp_cuda__attn_schedule_bytes(layout));
-    if (layout->local_rows == 0) return dcp_cuda__ok(error);
+    if (layout->local_rows == 0) return dcp_error_clear(error);
     if (dtype == DCP_DTYPE_BFLOAT16)
         return p.head_dim == 64 ? dcp_cuda__attn_backward_launch<__nv_bfloat16, 64>(a, s, error)
                                 : dcp_cuda__attn_backward_launch<__nv_bfloat16, 128>(a, s, error);
@@ -2154,11 +2127,11 @@ static dcp_status dcp_cuda__check_rank_pointers(const char *name, const void *co
 {
     int32_t r;
     if (!buffers)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
     for (r = 0; r < cp; r++)
         if (!buffers[r])
-            return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT, "%s[%d] must not be NULL",
-                                  name, (int)r);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s[%d] must not be NULL", name,
+                                 (int)r);
     return DCP_OK;
 }
 
@@ -2184,8 +2157,8 @@ extern "C" dcp_status dcp_cuda_virtual_ring_forward(
             DCP_OK)
         return status;
     if (!partial_out || !partial_lse || !acc_out || !acc_lse)
-        return dcp_cuda__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "partial_out, partial_lse, acc_out and acc_lse must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "partial_out, partial_lse, acc_out and acc_lse must not be NULL");
     for (rank = 0; rank < cp; rank++) {
         if ((status = dcp_cuda_acc_init(&p, layout, acc_out, acc_lse, stream, error)) != DCP_OK)
             return status;
@@ -2208,7 +2181,7 @@ extern "C" dcp_status dcp_cuda_virtual_ring_forward(
                                             out[rank], lse[rank], stream, error)) != DCP_OK)
             return status;
     }
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }
 
 extern "C" dcp_status dcp_cuda_virtual_ring_backward(
@@ -2261,5 +2234,5 @@ extern "C" dcp_status dcp_cuda_virtual_ring_backward(
                      deterministic, workspace, workspace_bytes, stream, error)) != DCP_OK)
                 return status;
         }
-    return dcp_cuda__ok(error);
+    return dcp_error_clear(error);
 }

@@ -54,8 +54,8 @@
    - Every function returns a dcp_status. Every CUDA and NCCL result is checked by one macro
      and becomes DCP_ERROR_CUDA or DCP_ERROR_NCCL with file:line, the error text, its code and
      the call's text in the dcp_error message. Argument errors are found before a function's
-     first collective or send/receive, so a bad argument fails that rank alone; but a rank that leaves
-     a collective (or a ring) early makes its peers wait: on any NCCL or CUDA error, poll
+     first collective or send/receive, so a bad argument fails that rank alone; but a rank that
+   leaves a collective (or a ring) early makes its peers wait: on any NCCL or CUDA error, poll
      dcp_nccl_set_check on every rank and call dcp_nccl_set_abort (ncclCommAbort on every
      communicator of the set, and on the pool if asked) rather than dcp_nccl_set_destroy.
    - Streams: functions take the caller's stream and only enqueue work on it (broadcast and
@@ -336,42 +336,11 @@ private:
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__GNUC__) || defined(__clang__)
-#define DCP_NCCL__PRINTF_LIKE(fmt, args) __attribute__((format(printf, fmt, args)))
-#else
-#define DCP_NCCL__PRINTF_LIKE(fmt, args)
-#endif
-
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------------ errors */
-
-static dcp_status dcp_nccl__fail(dcp_error *error, dcp_status status, const char *format, ...)
-    DCP_NCCL__PRINTF_LIKE(3, 4);
-
-/* dcp.h's helpers are private to its implementation file; this header has its own. */
-static dcp_status dcp_nccl__fail(dcp_error *error, dcp_status status, const char *format, ...)
-{
-    if (error) {
-        va_list args;
-        va_start(args, format);
-        vsnprintf(error->message, sizeof error->message, format, args);
-        va_end(args);
-        error->status = status;
-    }
-    return status;
-}
-
-static dcp_status dcp_nccl__ok(dcp_error *error)
-{
-    if (error) {
-        error->status = DCP_OK;
-        error->message[0] = '\0';
-    }
-    return DCP_OK;
-}
 
 /* The message of a failed CUDA or NCCL call; the call's text tells which library it is
    (every checked call starts with "nccl" or "cuda"). */
@@ -385,8 +354,8 @@ static dcp_status dcp_nccl__status(int code, const char *call, const char *file,
     text = nccl ? ncclGetErrorString((ncclResult_t)code)
                             : cudaGetErrorString((cudaError_t)code);
     if (!nccl) (void)cudaGetLastError(); /* clear a non-sticky CUDA error */
-    return dcp_nccl__fail(error, nccl ? DCP_ERROR_NCCL : DCP_ERROR_CUDA, "%s:%d: %s (%d) from %s",
-                          base ? base + 1 : file, line, text ? text : "unknown error", code, call);
+    return dcp_error_set(error, nccl ? DCP_ERROR_NCCL : DCP_ERROR_CUDA, "%s:%d: %s (%d) from %s",
+                         base ? base + 1 : file, line, text ? text : "unknown error", code, call);
 }
 
 /* The one checking macro: the dcp_status of a CUDA or NCCL call (DCP_OK, or DCP_ERROR_CUDA /
@@ -407,10 +376,10 @@ static dcp_status dcp_nccl__status(int code, const char *call, const char *file,
 
 static dcp_status dcp_nccl__usable(const dcp_nccl_set *set, dcp_error *error)
 {
-    if (!set) return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
+    if (!set) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
     if (set->aborted)
-        return dcp_nccl__fail(error, DCP_ERROR_NCCL,
-                              "the communicator set was aborted: destroy it and build a new one");
+        return dcp_error_set(error, DCP_ERROR_NCCL,
+                             "the communicator set was aborted: destroy it and build a new one");
     return DCP_OK;
 }
 
@@ -441,11 +410,11 @@ static dcp_status dcp_nccl__agree(dcp_nccl_set *set, dcp_error *error)
                                     set->comm_stream));
     DCP_NCCL__CHECK(cudaStreamSynchronize(set->comm_stream));
     if (values[0] != -values[1] || values[2] != -values[3])
-        status = dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                                "ranks disagree: max_cp from %lld to %lld, staging_bytes from "
-                                "%lld to %lld; pass the same options on every rank",
-                                (long long)-values[1], (long long)values[0],
-                                (long long)-values[3], (long long)values[2]);
+        status = dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                               "ranks disagree: max_cp from %lld to %lld, staging_bytes from "
+                               "%lld to %lld; pass the same options on every rank",
+                               (long long)-values[1], (long long)values[0], (long long)-values[3],
+                               (long long)values[2]);
 done:
     return status;
 }
@@ -475,10 +444,10 @@ static dcp_status dcp_nccl__split(dcp_nccl_set *set, const ncclConfig_t *base, d
         DCP_NCCL__CHECK(ncclCommCount(set->comms[slot], &count));
         DCP_NCCL__CHECK(ncclCommUserRank(set->comms[slot], &user_rank));
         if (count != split.size || user_rank != split.key) {
-            status = dcp_nccl__fail(error, DCP_ERROR_NCCL,
-                                    "the cp %d communicator has %d ranks with this one at %d; "
-                                    "expected %d and %d", (int)cp, count, user_rank,
-                                    (int)split.size, (int)split.key);
+            status = dcp_error_set(error, DCP_ERROR_NCCL,
+                                   "the cp %d communicator has %d ranks with this one at %d; "
+                                   "expected %d and %d",
+                                   (int)cp, count, user_rank, (int)split.size, (int)split.key);
             goto done;
         }
     }
@@ -493,26 +462,26 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
     dcp_nccl_set *set = NULL;
     dcp_status status = DCP_OK;
     int ranks = 0, rank = 0, least = 0, greatest = 0;
-    if (!out) return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
+    if (!out) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
     *out = NULL;
-    if (!pool) return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "pool must not be NULL");
+    if (!pool) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "pool must not be NULL");
     memset(&o, 0, sizeof o);
     if (options) o = *options;
     if ((o.allocator.alloc == NULL) != (o.allocator.free == NULL))
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "allocator needs both alloc and free, or neither");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "allocator needs both alloc and free, or neither");
     if (o.staging_bytes == 0) o.staging_bytes = DCP_NCCL_DEFAULT_STAGING_BYTES;
     if (o.staging_bytes < DCP_NCCL_MIN_STAGING_BYTES)
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "staging_bytes must be >= %d, got %zu", DCP_NCCL_MIN_STAGING_BYTES,
-                              o.staging_bytes);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "staging_bytes must be >= %d, got %zu", DCP_NCCL_MIN_STAGING_BYTES,
+                             o.staging_bytes);
     DCP_NCCL__CHECK(ncclCommCount(pool, &ranks));
     DCP_NCCL__CHECK(ncclCommUserRank(pool, &rank));
     if (o.max_cp == 0)
         for (o.max_cp = 1; o.max_cp * 2 <= ranks && o.max_cp * 2 <= DCP_MAX_RANKS;) o.max_cp *= 2;
     set = (dcp_nccl_set *)dcp_nccl__alloc(&o.allocator, sizeof *set);
     if (!set) {
-        status = dcp_nccl__fail(error, DCP_ERROR_OUT_OF_MEMORY, "cannot allocate the set");
+        status = dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY, "cannot allocate the set");
         goto done;
     }
     memset(set, 0, sizeof *set);
@@ -535,7 +504,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
     set = NULL;
 done:
     if (set) (void)dcp_nccl_set_destroy(set, NULL);
-    return status == DCP_OK ? dcp_nccl__ok(error) : status;
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* Keeps the first failure of a cleanup sequence that goes on after errors. */
@@ -553,7 +522,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_destroy(dcp_nccl_set *set, dcp_error *error
     dcp_error scratch;
     dcp_allocator allocator;
     int32_t slot;
-    if (!set) return dcp_nccl__ok(error);
+    if (!set) return dcp_error_clear(error);
     /* split children before the pool (the caller's, destroyed after this), largest first and
        so in the same order on every rank; go on after an error and report the first */
     for (slot = set->num_slots - 1; slot >= 0; slot--) {
@@ -577,7 +546,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_destroy(dcp_nccl_set *set, dcp_error *error
                        &first, error);
     allocator = set->allocator;
     dcp_free(&allocator, set);
-    return first == DCP_OK ? dcp_nccl__ok(error) : first;
+    return first == DCP_OK ? dcp_error_clear(error) : first;
 }
 
 DCP_NCCL_DEF ncclComm_t dcp_nccl_set_comm(const dcp_nccl_set *set, int32_t cp)
@@ -607,15 +576,16 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_check(const dcp_nccl_set *set, dcp_error *e
         DCP_NCCL__CHECK(ncclCommGetAsyncError(comm, &async));
         if (async != ncclSuccess && async != ncclInProgress) {
             dcp_nccl__comm_name(set, slot, name, sizeof name);
-            return dcp_nccl__fail(error, DCP_ERROR_NCCL,
-                                  "asynchronous error on the %s communicator: %s (%d)%s%s; call "
-                                  "dcp_nccl_set_abort", name, ncclGetErrorString(async),
-                                  (int)async, ncclGetLastError(comm) ? ": " : "",
-                                  ncclGetLastError(comm) ? ncclGetLastError(comm) : "");
+            return dcp_error_set(error, DCP_ERROR_NCCL,
+                                 "asynchronous error on the %s communicator: %s (%d)%s%s; call "
+                                 "dcp_nccl_set_abort",
+                                 name, ncclGetErrorString(async), (int)async,
+                                 ncclGetLastError(comm) ? ": " : "",
+                                 ncclGetLastError(comm) ? ncclGetLastError(comm) : "");
         }
     }
 done:
-    return status == DCP_OK ? dcp_nccl__ok(error) : status;
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool,
@@ -624,7 +594,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool
     dcp_status first = DCP_OK;
     dcp_error scratch;
     int32_t slot;
-    if (!set) return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
+    if (!set) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
     for (slot = set->num_slots - 1; slot >= 0; slot--) {
         if (!set->comms[slot]) continue;
         dcp_nccl__keep(DCP_NCCL__RESULT(ncclCommAbort(set->comms[slot]), &scratch), &scratch,
@@ -637,7 +607,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool
         set->pool = NULL;
     }
     set->aborted = 1;
-    return first == DCP_OK ? dcp_nccl__ok(error) : first;
+    return first == DCP_OK ? dcp_error_clear(error) : first;
 }
 
 /* ---------------------------------------------------------------------------- switch */
@@ -664,17 +634,17 @@ static dcp_status dcp_nccl__switch(dcp_nccl_set *set, int32_t first_rank, int32_
     status = dcp_comm_state_switch(&set->state, first_rank, cp, idle, NULL, error);
     if (status != DCP_OK) return status;
     dcp_nccl_set_current(set, binding);
-    return dcp_nccl__ok(error);
+    return dcp_error_clear(error);
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_set_switch(dcp_nccl_set *set, const dcp_rank_view *view,
                                             dcp_nccl_binding *binding, dcp_error *error)
 {
-    if (!view) return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
+    if (!view) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
     if (set && view->rank != set->rank)
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "the view is rank %d's, this is rank %d of the pool",
-                              (int)view->rank, (int)set->rank);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "the view is rank %d's, this is rank %d of the pool", (int)view->rank,
+                             (int)set->rank);
     return dcp_nccl__switch(set, view->first_rank, view->cp, view->idle, binding, error);
 }
 
@@ -686,9 +656,9 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_switch_plan(dcp_nccl_set *set, const dcp_pl
     dcp_status status;
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
     if (plan && plan->config.ranks != set->ranks)
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "the plan is for %d ranks, the pool has %d",
-                              (int)plan->config.ranks, (int)set->ranks);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "the plan is for %d ranks, the pool has %d", (int)plan->config.ranks,
+                             (int)set->ranks);
     status = dcp_plan_rank_group(plan, set->rank, microbatch, &where, error);
     if (status != DCP_OK) return status;
     return dcp_nccl__switch(set, where.choice.first_rank, where.choice.cp, where.choice.idle,
@@ -704,14 +674,14 @@ DCP_NCCL_DEF dcp_status dcp_nccl_override_begin(dcp_nccl_set *set, int32_t cp,
     if ((status = dcp_comm_override_begin(&set->state, cp, scope, error)) != DCP_OK)
         return status;
     dcp_nccl_set_current(set, binding);
-    return dcp_nccl__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* Restores even on an aborted set: the state is host memory only. */
 DCP_NCCL_DEF dcp_status dcp_nccl_override_end(dcp_nccl_set *set, dcp_comm_scope *scope,
                                               dcp_error *error)
 {
-    if (!set) return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
+    if (!set) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
     return dcp_comm_override_end(&set->state, scope, error);
 }
 
@@ -737,7 +707,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_override_run(dcp_nccl_set *set, int32_t cp,
     dcp_nccl__scoped scoped;
     dcp_status status;
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
-    if (!fn) return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "fn must not be NULL");
+    if (!fn) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "fn must not be NULL");
     scoped.set = set, scoped.fn = fn, scoped.user = user;
     /* dcp.h's tested begin / call / end, whose end runs whatever the call returns */
     return dcp_comm_override_run(&set->state, cp, dcp_nccl__scoped_call, &scoped, error);
@@ -753,18 +723,18 @@ static dcp_status dcp_nccl__reroute_check(const dcp_nccl_set *set, const dcp_rer
     int32_t i;
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
     if (!reroute || !b)
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "reroute and buffers must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "reroute and buffers must not be NULL");
     if (reroute->rank != set->rank)
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "the reroute list is rank %d's, this is rank %d", (int)reroute->rank,
-                              (int)set->rank);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "the reroute list is rank %d's, this is rank %d", (int)reroute->rank,
+                             (int)set->rank);
     if (b->element_size == 0 || (b->num_samples > 0 && !b->sample_data) ||
         (b->num_microbatches > 0 && !b->microbatch_data))
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "buffers: element_size %zu, sample_data %s, microbatch_data %s",
-                              b->element_size, b->sample_data ? "set" : "NULL",
-                              b->microbatch_data ? "set" : "NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "buffers: element_size %zu, sample_data %s, microbatch_data %s",
+                             b->element_size, b->sample_data ? "set" : "NULL",
+                             b->microbatch_data ? "set" : "NULL");
     status = dcp_reroute_check(reroute, b->num_samples, b->sample_rows, b->num_microbatches,
                                b->microbatch_rows, error);
     if (status != DCP_OK) return status;
@@ -773,25 +743,25 @@ static dcp_status dcp_nccl__reroute_check(const dcp_nccl_set *set, const dcp_rer
         if ((status = dcp_reroute_op_get(reroute, i, b->element_size, &op, error)) != DCP_OK)
             return status;
         if (op.peer < 0 || op.peer >= set->ranks)
-            return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                                  "transfer %d: peer %d outside the pool of %d", (int)i,
-                                  (int)op.peer, (int)set->ranks);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "transfer %d: peer %d outside the pool of %d", (int)i,
+                                 (int)op.peer, (int)set->ranks);
         if (op.kind != DCP_TRANSFER_RECV && !b->sample_data[op.sample])
-            return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                                  "transfer %d reads sample %d, whose buffer is NULL", (int)i,
-                                  (int)op.sample);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "transfer %d reads sample %d, whose buffer is NULL", (int)i,
+                                 (int)op.sample);
         if (op.kind != DCP_TRANSFER_SEND && !b->microbatch_data[op.microbatch])
-            return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                                  "transfer %d writes microbatch %d, whose buffer is NULL",
-                                  (int)i, (int)op.microbatch);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "transfer %d writes microbatch %d, whose buffer is NULL", (int)i,
+                                 (int)op.microbatch);
     }
     if (b->microbatch_rows)
         for (i = 0; i < b->num_microbatches; i++)
             if (b->microbatch_rows[i] < 0 ||
                 (uint64_t)b->microbatch_rows[i] > SIZE_MAX / b->element_size)
-                return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                                      "microbatch_rows[%d] = %lld", (int)i,
-                                      (long long)b->microbatch_rows[i]);
+                return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                     "microbatch_rows[%d] = %lld", (int)i,
+                                     (long long)b->microbatch_rows[i]);
     return DCP_OK;
 }
 
@@ -841,7 +811,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_reroute_execute(dcp_nccl_set *set, const dcp_re
     DCP_NCCL__CHECK(ncclGroupEnd());
 done:
     if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
-    return status == DCP_OK ? dcp_nccl__ok(error) : status;
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* ------------------------------------------------------------------------------ ring */
@@ -872,13 +842,13 @@ static dcp_status dcp_nccl__ring_layout(const dcp_attention_params *params,
     dcp_ring_shape shape;
     dcp_status status;
     if (!params || !layout || !ring)
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "params, layout and bytes must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "params, layout and bytes must not be NULL");
     memset(ring, 0, sizeof *ring);
     ring->element_size = dcp_nccl__dtype_size(dtype);
     if (ring->element_size == 0)
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d is not a dcp_dtype",
-                              (int)dtype);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d is not a dcp_dtype",
+                             (int)dtype);
     memset(&shape, 0, sizeof shape);
     shape.cp = layout->thd.cp;
     shape.local_rows = layout->local_rows;
@@ -895,7 +865,7 @@ static dcp_status dcp_nccl__ring_layout(const dcp_attention_params *params,
     ring->workspace_offset = (ring->regions.total + DCP_RING_SCRATCH_ALIGN - 1) /
                              DCP_RING_SCRATCH_ALIGN * DCP_RING_SCRATCH_ALIGN;
     if (ring->workspace_bytes > SIZE_MAX - ring->workspace_offset)
-        return dcp_nccl__fail(error, DCP_ERROR_OVERFLOW, "ring scratch overflows size_t");
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "ring scratch overflows size_t");
     ring->total = ring->workspace_offset + ring->workspace_bytes;
     return DCP_OK;
 }
@@ -907,11 +877,11 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_scratch_size(const dcp_attention_params *p
 {
     dcp_nccl__ring ring;
     dcp_status status;
-    if (!bytes) return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
+    if (!bytes) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
     if ((status = dcp_nccl__ring_layout(params, layout, dtype, pass, &ring, error)) != DCP_OK)
         return status;
     *bytes = ring.total;
-    return dcp_nccl__ok(error);
+    return dcp_error_clear(error);
 }
 
 /* The checks every ring call makes before it enqueues anything. */
@@ -933,18 +903,19 @@ static dcp_status dcp_nccl__ring_setup(const dcp_nccl_set *set, const dcp_nccl_b
     if ((status = dcp_nccl__ring_layout(params, layout, dtype, pass, ring, error)) != DCP_OK)
         return status;
     if (layout->thd.cp != b->cp)
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "layout cp %d differs from the binding's cp %d",
-                              (int)layout->thd.cp, (int)b->cp);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout cp %d differs from the binding's cp %d", (int)layout->thd.cp,
+                             (int)b->cp);
     if (b->cp > 1 && (!b->comm || b->rank < 0 || b->rank >= b->cp))
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "a ring of cp %d needs the group's communicator and a rank in it "
-                              "(binding: comm %s, rank %d)", (int)b->cp, b->comm ? "set" : "NULL",
-                              (int)b->rank);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "a ring of cp %d needs the group's communicator and a rank in it "
+                             "(binding: comm %s, rank %d)",
+                             (int)b->cp, b->comm ? "set" : "NULL", (int)b->rank);
     if (scratch_bytes < ring->total || (ring->total > 0 && !scratch))
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "scratch of %zu bytes at %p; the pass needs %zu "
-                              "(dcp_nccl_ring_scratch_size)", scratch_bytes, scratch, ring->total);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "scratch of %zu bytes at %p; the pass needs %zu "
+                             "(dcp_nccl_ring_scratch_size)",
+                             scratch_bytes, scratch, ring->total);
     return DCP_OK;
 }
 
@@ -1054,7 +1025,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(dcp_nccl_set *set, const dcp_nccl_
     if (status != DCP_OK) return status;
     cp = binding->cp;
     workspace = ring.workspace_bytes ? dcp_nccl__at(scratch, ring.workspace_offset) : NULL;
-    if (layout->local_rows == 0) return dcp_nccl__ok(error); /* the whole group has none */
+    if (layout->local_rows == 0) return dcp_error_clear(error); /* the whole group has none */
     if (cp == 1) { /* no ring: one step of the whole buffer against itself, straight to dtype */
         dcp_attention_view whole;
         memset(&whole, 0, sizeof whole);
@@ -1090,7 +1061,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(dcp_nccl_set *set, const dcp_nccl_
     DCP_NCCL__TRY(dcp_cuda_acc_finalize(params, layout, binding->rank, acc_out, acc_lse, dtype,
                                         out, lse, (void *)stream, error));
 done:
-    return status == DCP_OK ? dcp_nccl__ok(error) : status;
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
@@ -1111,7 +1082,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     if (status != DCP_OK) return status;
     cp = binding->cp;
     workspace = ring.workspace_bytes ? dcp_nccl__at(scratch, ring.workspace_offset) : NULL;
-    if (layout->local_rows == 0) return dcp_nccl__ok(error);
+    if (layout->local_rows == 0) return dcp_error_clear(error);
     dq_acc = (float *)dcp_nccl__at(scratch, ring.regions.dq.offset);
     DCP_NCCL__CHECK(cudaMemsetAsync(dq_acc, 0, ring.regions.dq.bytes, stream));
     DCP_NCCL__CHECK(cudaEventRecord(set->compute_done, stream));
@@ -1144,7 +1115,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     DCP_NCCL__TRY(dcp_cuda_convert(home + ring.kv_values, dtype, dv, ring.kv_values,
                                    (void *)stream, error));
 done:
-    return status == DCP_OK ? dcp_nccl__ok(error) : status;
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* ------------------------------------------------------------------------- broadcast */
@@ -1160,19 +1131,19 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
     uint64_t length = 0, chunks = 0, c;
     int ranks = 0, me = 0;
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
-    if (!comm) return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "comm must not be NULL");
+    if (!comm) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "comm must not be NULL");
     if (received) *received = NULL;
     if (received_size) *received_size = 0;
     DCP_NCCL__CHECK(ncclCommCount(comm, &ranks));
     DCP_NCCL__CHECK(ncclCommUserRank(comm, &me));
     if (root < 0 || root >= ranks)
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "root %d outside [0, %d)",
-                              (int)root, ranks);
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "root %d outside [0, %d)",
+                             (int)root, ranks);
     if (me == root && !data && size > 0)
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "the root's data is NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "the root's data is NULL");
     if (me != root && (!received || !received_size))
-        return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT,
-                              "received and received_size must not be NULL off the root");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "received and received_size must not be NULL off the root");
     /* 1. the length, one uint64 */
     length = me == root ? (uint64_t)size : 0;
     DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, &length, sizeof length, cudaMemcpyHostToDevice,
@@ -1187,9 +1158,9 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
     if (me != root || received) {
         host = (unsigned char *)dcp_nccl__alloc(&set->allocator, (size_t)length);
         if (!host)
-            local = dcp_nccl__fail(&local_error, DCP_ERROR_OUT_OF_MEMORY,
-                                   "cannot allocate %llu bytes of metadata",
-                                   (unsigned long long)length);
+            local =
+                dcp_error_set(&local_error, DCP_ERROR_OUT_OF_MEMORY,
+                              "cannot allocate %llu bytes of metadata", (unsigned long long)length);
     }
     /* 2. the bytes, chunk by chunk through the staging buffer; a rank that could not allocate
        still takes part, so that no peer waits for it */
@@ -1217,7 +1188,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
     if (received_size) *received_size = (size_t)length;
 done:
     if (host) dcp_free(&set->allocator, host);
-    return status == DCP_OK ? dcp_nccl__ok(error) : status;
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* Serializes on the root (length 0 on failure, which every rank rejects), broadcasts, and
@@ -1270,7 +1241,7 @@ static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm,
     size_t size = 0, got = 0;
     int me = 0;
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
-    if (!comm) return dcp_nccl__fail(error, DCP_ERROR_INVALID_ARGUMENT, "comm must not be NULL");
+    if (!comm) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "comm must not be NULL");
     if (received) *received = NULL;
     DCP_NCCL__CHECK(ncclCommUserRank(comm, &me));
     if (me == root) {
@@ -1278,8 +1249,8 @@ static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm,
         if (root_status == DCP_OK) {
             bytes = (unsigned char *)dcp_nccl__alloc(&set->allocator, size);
             if (!bytes)
-                root_status = dcp_nccl__fail(&root_error, DCP_ERROR_OUT_OF_MEMORY,
-                                             "cannot allocate %zu bytes to serialize", size);
+                root_status = dcp_error_set(&root_error, DCP_ERROR_OUT_OF_MEMORY,
+                                            "cannot allocate %zu bytes to serialize", size);
         }
         if (root_status == DCP_OK) root_status = serialize(object, bytes, size, &size, &root_error);
         if (root_status != DCP_OK) size = 0; /* every rank will reject length 0 */
@@ -1297,7 +1268,7 @@ static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm,
 done:
     if (bytes) dcp_free(&set->allocator, bytes);
     if (copy) dcp_free(&set->allocator, copy);
-    return status == DCP_OK ? dcp_nccl__ok(error) : status;
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_plan(dcp_nccl_set *set, ncclComm_t comm, int32_t root,
