@@ -3533,6 +3533,22 @@ static int32_t dcp__group_of(const dcp_plan *plan, int32_t rank, int32_t k)
     return -1;
 }
 
+/* Checks plan, rank and microbatch; *group gets the rank's group index, -1 when idle. */
+static dcp_status dcp__locate(const dcp_plan *plan, int32_t rank, int32_t microbatch,
+                              int32_t *group, dcp_error *error)
+{
+    dcp_status status = dcp_plan_validate(plan, error);
+    if (status != DCP_OK) return status;
+    if (rank < 0 || rank >= plan->config.ranks)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)",
+                             (int)rank, (int)plan->config.ranks);
+    if (microbatch < 0 || microbatch >= plan->num_microbatches)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "microbatch %d outside [0, %d)",
+                             (int)microbatch, (int)plan->num_microbatches);
+    *group = dcp__group_of(plan, rank, microbatch);
+    return DCP_OK;
+}
+
 DCPDEF void dcp_rank_view_destroy(dcp_rank_view *view)
 {
     dcp_allocator allocator;
@@ -3608,14 +3624,7 @@ DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32
     int32_t g, i;
     if (!view) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
     *view = NULL;
-    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
-    if (rank < 0 || rank >= plan->config.ranks)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)",
-                             (int)rank, (int)plan->config.ranks);
-    if (microbatch < 0 || microbatch >= plan->num_microbatches)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "microbatch %d outside [0, %d)",
-                             (int)microbatch, (int)plan->num_microbatches);
-    g = dcp__group_of(plan, rank, microbatch);
+    if ((status = dcp__locate(plan, rank, microbatch, &g, error)) != DCP_OK) return status;
     if (g >= 0) group = &plan->groups[g];
     v = dcp__view_alloc(&plan->config.allocator, group ? group->sample_count : 0, error);
     if (!v) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
@@ -5519,14 +5528,7 @@ DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_
     dcp_status status;
     int32_t g, i;
     if (!where) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "where must not be NULL");
-    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
-    if (rank < 0 || rank >= plan->config.ranks)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)",
-                             (int)rank, (int)plan->config.ranks);
-    if (microbatch < 0 || microbatch >= plan->num_microbatches)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "microbatch %d outside [0, %d)",
-                             (int)microbatch, (int)plan->num_microbatches);
-    g = dcp__group_of(plan, rank, microbatch);
+    if ((status = dcp__locate(plan, rank, microbatch, &g, error)) != DCP_OK) return status;
     where->group = g;
     where->local_rows = 0;
     if (g < 0)
