@@ -21,26 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from dcp_ctypes import BFLOAT16, AttentionParams, Library, ptr
+from dcp_ctypes import BFLOAT16, AttentionParams, Library, ptr, timed
 
 TOKENS, HEADS, KV_HEADS, DIM = 65536, 32, 8, 128
-
-
-def timed(fn, repeat):
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeat):
-        flush.zero_()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def pack(document):

@@ -71,3 +71,24 @@ class Library:
 
 def ptr(tensor):
     return ctypes.c_void_p(0 if tensor is None else tensor.data_ptr())
+
+
+def timed(fn, repeat):
+    """Median milliseconds of fn over `repeat` runs after 3 warm-ups, timed with CUDA events,
+    with the L2 cache flushed (a 256 MB write) before every run."""
+    import torch  # only the benches that time torch work need it
+
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeat):
+        flush.zero_()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]

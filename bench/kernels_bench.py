@@ -18,27 +18,11 @@ import ctypes
 import torch
 import torch.nn.functional as F
 
-from dcp_ctypes import BFLOAT16, FLOAT32, HALF_ALL, AttentionParams, Conv1dParams, Library, RopeOptions, ptr
+from dcp_ctypes import (BFLOAT16, FLOAT32, HALF_ALL, AttentionParams, Conv1dParams, Library,
+                        RopeOptions, ptr, timed)
 
 TOKENS, Q_HEADS, KV_HEADS, HEAD_DIM, CHANNELS, WIDTH = 65536, 32, 8, 128, 8192, 4
 THETA = 10000.0
-
-
-def timed(fn, repeat):
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeat):
-        flush.zero_()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def positions_of(document):
