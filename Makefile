@@ -23,7 +23,7 @@ CUDA_INCLUDE := -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart
 NCCL_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lnccl
 
-CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_comm
+CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_comm test_costs
 HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-nvcc \
                  $(BUILD)/header-no-reference
 GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels $(BUILD)/test_cuda_attention
@@ -132,7 +132,7 @@ demo: $(BUILD)/dcp-plan
 bench: $(BUILD)/plan_bench
 	$(BUILD)/plan_bench
 
-FUZZERS := lengths exchange
+FUZZERS := lengths exchange costs
 
 # Each harness runs FUZZ_SECONDS on a corpus kept in build/ and seeded from tests/fuzz-seeds/.
 fuzz: $(FUZZERS:%=$(BUILD)/fuzz_%)

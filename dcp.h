@@ -272,6 +272,15 @@ DCPDEF double dcp_rng_normal(dcp_rng *rng);                /* standard normal (p
 /* CP sizes are powers of two up to DCP_MAX_RANKS: 21 levels. */
 #define DCP_CP_LEVELS 21
 
+/* Each coefficient is 0 or in [DCP_MIN_COST_COEFF, DCP_MAX_COST_COEFF], else
+   DCP_ERROR_OVERFLOW. The planner turns seconds into 60-bit integer ticks scaled to the batch's
+   total time; within this range every per-sample time, sum over samples and tick scale stays a
+   finite, normal double (2^31 samples of length 2^31 at 1e100 s per token^2 is ~1e128 s; one
+   token at 1e-100 s divided over 2^20 ranks is ~1e-106 s, far above the 2^-960 the scale needs).
+   Only the ratios of the three shape a plan. */
+#define DCP_MIN_COST_COEFF 1e-100
+#define DCP_MAX_COST_COEFF 1e100
+
 /* All three zero means the default model (an all-zero model would make every plan free). */
 typedef struct dcp_cost_model {
     double attn_coeff;     /* seconds per (valid token)^2 */
@@ -306,6 +315,12 @@ typedef struct dcp_config {
 #define DCP_DEFAULT_IMPROVE_MOVES_PER_SAMPLE 8
 #define DCP_DEFAULT_IMPROVE_MOVES_BASE 256
 
+/* An all-default config (every field zero), the one initialiser that compiles warning-free
+   in C and C++ alike (`dcp_config config = {0};` trips g++ -Wmissing-field-initializers):
+       dcp_config config = dcp_config_init();
+       config.ranks = 64;
+       config.max_tokens_per_rank = 4096; */
+DCPDEF dcp_config dcp_config_init(void);
 DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resolved,
                                      dcp_error *error);
 /* Padded (storage) length: L rounded up to lcm(c > 1 ? 2c : pad_multiple_cp1, pad_multiple). */
@@ -397,13 +412,24 @@ DCPDEF dcp_status dcp_rng_loguniform_length(dcp_rng *rng, int64_t min_length,
                                             int64_t max_length, int64_t *length,
                                             dcp_error *error);
 /* Text with one positive integer per line ('#' starts a comment; blank lines skipped), or
-   CSV whose first row is a header with a column named length, seq_len, seqlen,
-   sequence_length, seq_length, num_tokens or tokens (or a single column). */
+   CSV whose first row is a header naming a column length, seq_len, seqlen, sequence_length,
+   seq_length, num_tokens or tokens (any case); a first line that is neither a number nor such
+   a header is an error, never silently skipped. A leading UTF-8 byte order mark is ignored.
+   File errors carry the system's reason (strerror). */
 DCPDEF dcp_status dcp_lengths_parse(const char *text, size_t size,
                                     const dcp_allocator *allocator, int64_t **lengths,
                                     int32_t *count, dcp_error *error);
 DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *allocator,
                                         int64_t **lengths, int32_t *count, dcp_error *error);
+/* The same, and *lines receives [count] 1-based line numbers: lengths[i] came from line
+   (*lines)[i] of the text, so messages about sample i can name its line. Free both arrays with
+   dcp_free(allocator, ...). */
+DCPDEF dcp_status dcp_lengths_parse_lines(const char *text, size_t size,
+                                          const dcp_allocator *allocator, int64_t **lengths,
+                                          int64_t **lines, int32_t *count, dcp_error *error);
+DCPDEF dcp_status dcp_lengths_read_file_lines(const char *path, const dcp_allocator *allocator,
+                                              int64_t **lengths, int64_t **lines,
+                                              int32_t *count, dcp_error *error);
 
 /* ================================================== THD layout and the load-balanced CP split
    A sample in a group of c > 1 ranks is padded to P (a multiple of 2c) and cut into 2c chunks
@@ -564,6 +590,27 @@ typedef struct dcp_flops_stats {
 DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *stats,
                                        dcp_error *error);
 
+/* ============================================================= helpers a data loader needs */
+/* Keeps the samples that fit the config (a feasible CP size; dcp_cp_size_min) and drops the
+   rest, so one oversized sample does not fail the whole batch. kept_lengths and kept_ids get
+   the kept samples in input order with their original positions (plan sample s is input sample
+   kept_ids[s]); dropped_ids (may be NULL) gets the dropped positions. Every array has room for
+   count entries; *kept_count + dropped = count. DCP_ERROR_INVALID_ARGUMENT for a length outside
+   [1, DCP_MAX_SAMPLE_LENGTH] (that is bad data, not a sample too long for this config). */
+DCPDEF dcp_status dcp_lengths_filter(const dcp_config *config, const int64_t *lengths,
+                                     int32_t count, int64_t *kept_lengths, int32_t *kept_ids,
+                                     int32_t *kept_count, int32_t *dropped_ids,
+                                     dcp_error *error);
+/* Where sample `sample` of the plan runs: its microbatch and the index of its group in
+   plan->groups. O(num_samples). */
+DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
+                                           int32_t *microbatch, int32_t *group,
+                                           dcp_error *error);
+/* DCP_OK when two plans are the same (config except the allocator, lengths, microbatches,
+   groups, sample order), for example a plan and its deserialized copy; otherwise
+   DCP_ERROR_INVALID_PLAN with a message naming the first difference. */
+DCPDEF dcp_status dcp_plan_compare(const dcp_plan *a, const dcp_plan *b, dcp_error *error);
+
 /* ========================================================================= distributed logic
    Everything dcp_nccl.h decides, as pure functions that tests run on simulated ranks (DESIGN.md
    section 6): which communicator slot serves a CP size and how ncclCommSplit builds it, which
@@ -686,6 +733,13 @@ DCPDEF dcp_status dcp_reroute_op_get(const dcp_reroute *reroute, int32_t index,
 DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samples,
                                     const int64_t *sample_rows, int32_t num_microbatches,
                                     const int64_t *microbatch_rows, dcp_error *error);
+/* The reroute lists of all ranks of one plan (reroutes[r] of rank r, r in [0, ranks)) against
+   each other: the k-th send of rank A to rank B and the k-th receive of B from A carry the same
+   microbatch, sample, source range and destination row, and no send or receive is left
+   unpaired; every copy is local. DCP_ERROR_INVALID_PLAN names the first mismatch. Allocates
+   scratch with allocator (NULL: DCP_MALLOC / DCP_FREE). */
+DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t ranks,
+                                    const dcp_allocator *allocator, dcp_error *error);
 
 /* The ring of a group of cp ranks, as the NCCL layer runs it: step s of rank r computes with
    the KV of rank (r - s) mod cp (dcp_ring_step_plan's kv_rank) while the KV of step s + 1
@@ -1120,6 +1174,7 @@ DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params
 #ifndef DCP_IMPLEMENTATION_INCLUDED
 #define DCP_IMPLEMENTATION_INCLUDED
 
+#include <errno.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -1360,11 +1415,19 @@ static dcp_status dcp__check_cost(const dcp_cost_model *cost, dcp_error *error)
     const double values[3] = {cost->attn_coeff, cost->linear_coeff, cost->ring_step_cost};
     const char *names[3] = {"attn_coeff", "linear_coeff", "ring_step_cost"};
     int i;
-    for (i = 0; i < 3; i++) /* the negated test also rejects NaN */
-        if (!(values[i] >= 0.0 && values[i] <= 1e300))
+    for (i = 0; i < 3; i++) {
+        if (!(values[i] >= 0.0 && values[i] <= DBL_MAX)) /* the negated test rejects NaN */
             return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                                  "cost model %s must be finite and >= 0, got %g", names[i],
                                  values[i]);
+        if (values[i] != 0.0 &&
+            (values[i] < DCP_MIN_COST_COEFF || values[i] > DCP_MAX_COST_COEFF))
+            return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                                 "cost model %s = %g is outside the supported range: 0 or "
+                                 "[%g, %g] (beyond it a batch's times leave the planner's "
+                                 "integer ticks)",
+                                 names[i], values[i], DCP_MIN_COST_COEFF, DCP_MAX_COST_COEFF);
+    }
     return DCP_OK;
 }
 
@@ -1382,6 +1445,13 @@ static dcp_status dcp__check_multiple_field(const char *name, int32_t value, dcp
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [1, %d], got %d",
                              name, DCP_MAX_PAD_MULTIPLE, (int)value);
     return DCP_OK;
+}
+
+DCPDEF dcp_config dcp_config_init(void)
+{
+    dcp_config config;
+    memset(&config, 0, sizeof config);
+    return config;
 }
 
 DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resolved,
@@ -1870,55 +1940,109 @@ static int dcp__keyed_descending(const void *a, const void *b)
    in input order to the replica with the fewest tokens so far (token-balanced THD packing),
    then packed first-fit in order into microbatches of M padded tokens per rank. */
 
+/* The static baseline's bins (microbatches of one replica), first fit in creation order. Every
+   bin holds at least one sample, so all replicas together have at most count bins: one shared
+   array of count bins, chained per replica, instead of count bins for each replica (which was
+   replicas x count x 8 bytes: 32 GB at 2^20 ranks and 4096 samples). */
+typedef struct dcp__static_bins {
+    int64_t *used;       /* [count] padded tokens per rank in the bin */
+    int32_t *next;       /* [count] the replica's next bin, -1 at its last */
+    int32_t *microbatch; /* [count] the bin's microbatch index in its replica */
+    int32_t *first;      /* [replicas] first bin, -1 while the replica has none */
+    int32_t *last;       /* [replicas] last bin */
+    int32_t *count;      /* [replicas] bins of the replica */
+    int64_t *tokens;     /* [replicas] padded tokens per rank over all its bins */
+    int32_t total;       /* bins in use */
+} dcp__static_bins;
+
+static void dcp__static_bins_free(const dcp_allocator *allocator, dcp__static_bins *bins)
+{
+    dcp_free(allocator, bins->used);
+    dcp_free(allocator, bins->next);
+    dcp_free(allocator, bins->microbatch);
+    dcp_free(allocator, bins->first);
+    dcp_free(allocator, bins->last);
+    dcp_free(allocator, bins->count);
+    dcp_free(allocator, bins->tokens);
+}
+
+static dcp_status dcp__static_bins_init(const dcp_allocator *allocator, int32_t samples,
+                                        int32_t replicas, dcp__static_bins *bins,
+                                        dcp_error *error)
+{
+    size_t n = (size_t)samples, r = (size_t)replicas;
+    memset(bins, 0, sizeof *bins);
+    bins->used = (int64_t *)dcp__alloc_array(allocator, n, sizeof(int64_t), "static bins", error);
+    bins->next = (int32_t *)dcp__alloc_array(allocator, n, sizeof(int32_t), "static bins", error);
+    bins->microbatch =
+        (int32_t *)dcp__alloc_array(allocator, n, sizeof(int32_t), "static bins", error);
+    bins->first = (int32_t *)dcp__alloc_array(allocator, r, sizeof(int32_t), "static replicas",
+                                              error);
+    bins->last = (int32_t *)dcp__alloc_array(allocator, r, sizeof(int32_t), "static replicas",
+                                             error);
+    bins->count = (int32_t *)dcp__alloc_array(allocator, r, sizeof(int32_t), "static replicas",
+                                              error);
+    bins->tokens = (int64_t *)dcp__alloc_array(allocator, r, sizeof(int64_t), "static replicas",
+                                               error);
+    if (!bins->used || !bins->next || !bins->microbatch || !bins->first || !bins->last ||
+        !bins->count || !bins->tokens) {
+        dcp__static_bins_free(allocator, bins);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    memset(bins->first, 0xff, r * sizeof(int32_t)); /* -1 */
+    memset(bins->count, 0, r * sizeof(int32_t));
+    memset(bins->tokens, 0, r * sizeof(int64_t));
+    return DCP_OK;
+}
+
+/* First bin of the replica with room for tokens, a new one when none has: its index. */
+static int32_t dcp__static_bin_fit(dcp__static_bins *bins, int32_t replica, int64_t tokens,
+                                   int64_t capacity)
+{
+    int32_t b;
+    for (b = bins->first[replica]; b >= 0; b = bins->next[b])
+        if (bins->used[b] + tokens <= capacity) return b;
+    b = bins->total++;
+    bins->used[b] = 0;
+    bins->next[b] = -1;
+    bins->microbatch[b] = bins->count[replica]++;
+    if (bins->first[replica] < 0) bins->first[replica] = b;
+    else bins->next[bins->last[replica]] = b;
+    bins->last[replica] = b;
+    return b;
+}
+
 static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *placements,
                                    int32_t *num_microbatches, dcp_error *error)
 {
     const dcp_config *config = batch->config;
     const dcp_allocator *allocator = &config->allocator;
-    int32_t cp = config->min_cp, level, replicas, i, r, k, most = 0;
-    int64_t *replica_tokens, *bin_used;
-    int32_t *replica_bins;
+    int32_t cp = config->min_cp, level, replicas, i, r, most = 0;
+    dcp__static_bins bins;
+    dcp_status status;
     for (i = 0; i < batch->count; i++)
         if (batch->cp_min[i] > cp) cp = batch->cp_min[i];
     level = dcp__log2_int(cp);
     replicas = config->ranks / cp;
-    replica_tokens = (int64_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int64_t),
-                                                 "static replicas", error);
-    replica_bins = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int32_t),
-                                               "static replica bins", error);
-    /* a replica never has more microbatches than samples */
-    bin_used = (int64_t *)dcp__alloc_array(allocator, (size_t)replicas * (size_t)batch->count,
-                                           sizeof(int64_t), "static bins", error);
-    if (!replica_tokens || !replica_bins || !bin_used) {
-        dcp_free(allocator, replica_tokens);
-        dcp_free(allocator, replica_bins);
-        dcp_free(allocator, bin_used);
-        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    }
-    memset(replica_tokens, 0, (size_t)replicas * sizeof(int64_t));
-    memset(replica_bins, 0, (size_t)replicas * sizeof(int32_t));
+    if ((status = dcp__static_bins_init(allocator, batch->count, replicas, &bins, error)) !=
+        DCP_OK)
+        return status;
     for (i = 0; i < batch->count; i++) {
         int64_t tokens = dcp__sample_tokens(batch, i, level);
-        int64_t *bins;
-        int32_t best = 0;
+        int32_t best = 0, bin;
         for (r = 1; r < replicas; r++)
-            if (replica_tokens[r] < replica_tokens[best]) best = r;
-        bins = bin_used + (size_t)best * (size_t)batch->count;
-        for (k = 0; k < replica_bins[best]; k++)
-            if (bins[k] + tokens <= config->max_tokens_per_rank) break;
-        if (k == replica_bins[best]) bins[replica_bins[best]++] = 0;
-        bins[k] += tokens;
-        replica_tokens[best] += tokens;
-        placements[i].microbatch = k;
+            if (bins.tokens[r] < bins.tokens[best]) best = r;
+        bin = dcp__static_bin_fit(&bins, best, tokens, config->max_tokens_per_rank);
+        bins.used[bin] += tokens;
+        bins.tokens[best] += tokens;
+        placements[i].microbatch = bins.microbatch[bin];
         placements[i].first_rank = best * cp;
         placements[i].cp = cp;
         placements[i].order = i;
         placements[i].sample = i;
-        if (replica_bins[best] > most) most = replica_bins[best];
+        if (bins.count[best] > most) most = bins.count[best];
     }
-    dcp_free(allocator, replica_tokens);
-    dcp_free(allocator, replica_bins);
-    dcp_free(allocator, bin_used);
+    dcp__static_bins_free(allocator, &bins);
     *num_microbatches = most;
     return DCP_OK;
 }
@@ -6079,8 +6203,13 @@ static dcp_status dcp__csv_header(const char *b, const char *e, int64_t line, in
         }
     }
     if (*fields == 1) {
-        *column = 0;
-        return DCP_OK;
+        char quoted[48];
+        dcp__quote(b, e, quoted, sizeof quoted);
+        return dcp_error_set(error, DCP_ERROR_PARSE,
+                             "line %lld: \"%s\" is neither a length nor a header naming a length "
+                             "column (length, seq_len, seqlen, sequence_length, seq_length, "
+                             "num_tokens or tokens)",
+                             (long long)line, quoted);
     }
     return dcp_error_set(error, DCP_ERROR_PARSE,
                          "line %lld: CSV header has no length column (expected length, seq_len, "
@@ -6102,8 +6231,8 @@ static int dcp__looks_like_header(const char *b, const char *e)
     return letters > 0;
 }
 
-static dcp_status dcp__parse_lines(dcp__cursor *cursor, int64_t *out, int32_t *count,
-                                   dcp_error *error)
+static dcp_status dcp__parse_lines(dcp__cursor *cursor, int64_t *out, int64_t *out_lines,
+                                   int32_t *count, dcp_error *error)
 {
     const char *b, *e;
     int32_t column = -1, fields = 0;
@@ -6128,25 +6257,37 @@ static dcp_status dcp__parse_lines(dcp__cursor *cursor, int64_t *out, int32_t *c
             return dcp_error_set(error, DCP_ERROR_OVERFLOW, "more than %d lengths", INT32_MAX);
         if ((status = dcp__parse_length(fb, fe, cursor->line, &out[*count], error)) != DCP_OK)
             return status;
+        if (out_lines) out_lines[*count] = cursor->line;
         (*count)++;
     }
     if (*count == 0) return dcp_error_set(error, DCP_ERROR_PARSE, "no lengths found (empty input)");
     return DCP_OK;
 }
 
+#define DCP__UTF8_BOM "\xEF\xBB\xBF"
+#define DCP__UTF8_BOM_SIZE 3
+
 DCPDEF dcp_status dcp_lengths_parse(const char *text, size_t size,
                                     const dcp_allocator *allocator, int64_t **lengths,
                                     int32_t *count, dcp_error *error)
 {
+    return dcp_lengths_parse_lines(text, size, allocator, lengths, NULL, count, error);
+}
+
+DCPDEF dcp_status dcp_lengths_parse_lines(const char *text, size_t size,
+                                          const dcp_allocator *allocator, int64_t **lengths,
+                                          int64_t **lines_out, int32_t *count, dcp_error *error)
+{
     dcp__cursor cursor;
     size_t lines = 1, i;
-    int64_t *out;
+    int64_t *out, *out_lines = NULL;
     dcp_status status;
     if (!lengths || !count)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "lengths and count must not be NULL");
     *lengths = NULL;
     *count = 0;
+    if (lines_out) *lines_out = NULL;
     if (!text && size > 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "text is NULL with size %zu", size);
     if (allocator && ((allocator->alloc == NULL) != (allocator->free == NULL)))
@@ -6154,25 +6295,42 @@ DCPDEF dcp_status dcp_lengths_parse(const char *text, size_t size,
                              "allocator needs both alloc and free, or neither");
     for (i = 0; i < size; i++) lines += text[i] == '\n';
     out = (int64_t *)dcp__alloc_array(allocator, lines, sizeof(int64_t), "lengths", error);
-    if (!out) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    if (out && lines_out)
+        out_lines = (int64_t *)dcp__alloc_array(allocator, lines, sizeof(int64_t), "lines", error);
+    if (!out || (lines_out && !out_lines)) {
+        dcp_free(allocator, out);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
     cursor.text = text;
     cursor.size = size;
     cursor.position = 0;
     cursor.line = 0;
-    status = dcp__parse_lines(&cursor, out, count, error);
+    if (size >= DCP__UTF8_BOM_SIZE && memcmp(text, DCP__UTF8_BOM, DCP__UTF8_BOM_SIZE) == 0)
+        cursor.position = DCP__UTF8_BOM_SIZE; /* editors on Windows write one */
+    status = dcp__parse_lines(&cursor, out, out_lines, count, error);
     if (status != DCP_OK) {
         dcp_free(allocator, out);
+        dcp_free(allocator, out_lines);
         *count = 0;
         return status;
     }
     *lengths = out;
+    if (lines_out) *lines_out = out_lines;
     return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *allocator,
                                         int64_t **lengths, int32_t *count, dcp_error *error)
 {
+    return dcp_lengths_read_file_lines(path, allocator, lengths, NULL, count, error);
+}
+
+DCPDEF dcp_status dcp_lengths_read_file_lines(const char *path, const dcp_allocator *allocator,
+                                              int64_t **lengths, int64_t **lines,
+                                              int32_t *count, dcp_error *error)
+{
     FILE *file;
+    int read_errno = 0;
     char *text = NULL;
     size_t size = 0, capacity = 0;
     dcp_status status;
@@ -6181,7 +6339,8 @@ DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *a
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "allocator needs both alloc and free, or neither");
     file = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!file) return dcp_error_set(error, DCP_ERROR_IO, "cannot open %s", path);
+    if (!file)
+        return dcp_error_set(error, DCP_ERROR_IO, "cannot open %s: %s", path, strerror(errno));
     for (;;) { /* grow by doubling: works for pipes, where the size is unknown */
         size_t got;
         if (size == capacity) {
@@ -6198,15 +6357,284 @@ DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *a
             text = bigger;
             capacity = grown;
         }
+        errno = 0;
         got = fread(text + size, 1, capacity - size, file);
+        read_errno = errno;
         size += got;
         if (got == 0) break;
     }
-    status = ferror(file) ? dcp_error_set(error, DCP_ERROR_IO, "error reading %s", path) : DCP_OK;
+    status = ferror(file) ? dcp_error_set(error, DCP_ERROR_IO, "cannot read %s: %s", path,
+                                          strerror(read_errno))
+                          : DCP_OK;
     if (file != stdin) fclose(file);
-    if (status == DCP_OK) status = dcp_lengths_parse(text, size, allocator, lengths, count, error);
+    if (status == DCP_OK)
+        status = dcp_lengths_parse_lines(text, size, allocator, lengths, lines, count, error);
     dcp_free(allocator, text);
     return status;
+}
+
+/* ------------------------------------------------------------ helpers a data loader needs */
+
+DCPDEF dcp_status dcp_lengths_filter(const dcp_config *config, const int64_t *lengths,
+                                     int32_t count, int64_t *kept_lengths, int32_t *kept_ids,
+                                     int32_t *kept_count, int32_t *dropped_ids,
+                                     dcp_error *error)
+{
+    dcp_config c;
+    dcp_status status;
+    int32_t i, kept = 0, dropped = 0;
+    if (!lengths || !kept_lengths || !kept_ids || !kept_count)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "lengths, kept_lengths, kept_ids and kept_count must not be NULL");
+    if (count < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must be >= 0, got %d",
+                             (int)count);
+    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    for (i = 0; i < count; i++) {
+        if (lengths[i] < 1 || lengths[i] > DCP_MAX_SAMPLE_LENGTH)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "sample %d has length %lld; lengths must be in [1, %lld]", (int)i,
+                                 (long long)lengths[i], (long long)DCP_MAX_SAMPLE_LENGTH);
+        if (dcp__cp_min(&c, lengths[i]) > 0) {
+            kept_lengths[kept] = lengths[i];
+            kept_ids[kept++] = i;
+        } else if (dropped_ids)
+            dropped_ids[dropped++] = i;
+    }
+    *kept_count = kept;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
+                                           int32_t *microbatch, int32_t *group,
+                                           dcp_error *error)
+{
+    int32_t g, k = 0;
+    if (!plan || !microbatch || !group)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "plan, microbatch and group must not be NULL");
+    if (sample < 0 || sample >= plan->num_samples)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "sample %d outside [0, %d)",
+                             (int)sample, (int)plan->num_samples);
+    for (g = 0; g < plan->num_groups; g++) {
+        const dcp_group *candidate = &plan->groups[g];
+        int32_t i;
+        while (k < plan->num_microbatches && plan->microbatch_offsets[k + 1] <= g) k++;
+        for (i = 0; i < candidate->sample_count; i++)
+            if (plan->group_samples[candidate->sample_offset + i] == sample) {
+                *microbatch = k;
+                *group = g;
+                return dcp_error_clear(error);
+            }
+    }
+    return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "sample %d is in no group", (int)sample);
+}
+
+#define DCP__COMPARED_CONFIG_INTS 9
+
+static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
+                                       dcp_error *error)
+{
+    const int64_t ints_a[DCP__COMPARED_CONFIG_INTS] = {
+        a->ranks, a->max_tokens_per_rank, a->min_cp, a->max_cp, a->microbatch_multiple,
+        a->pad_multiple_cp1, a->pad_multiple, (int64_t)a->strategy, a->improve_moves};
+    const int64_t ints_b[DCP__COMPARED_CONFIG_INTS] = {
+        b->ranks, b->max_tokens_per_rank, b->min_cp, b->max_cp, b->microbatch_multiple,
+        b->pad_multiple_cp1, b->pad_multiple, (int64_t)b->strategy, b->improve_moves};
+    const char *names[DCP__COMPARED_CONFIG_INTS] = {
+        "ranks", "max_tokens_per_rank", "min_cp", "max_cp", "microbatch_multiple",
+        "pad_multiple_cp1", "pad_multiple", "strategy", "improve_moves"};
+    int i;
+    for (i = 0; i < DCP__COMPARED_CONFIG_INTS; i++)
+        if (ints_a[i] != ints_b[i])
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "plans differ: config %s %lld vs %lld", names[i],
+                                 (long long)ints_a[i], (long long)ints_b[i]);
+    if (a->cost.attn_coeff != b->cost.attn_coeff || a->cost.linear_coeff != b->cost.linear_coeff ||
+        a->cost.ring_step_cost != b->cost.ring_step_cost)
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "plans differ: cost models");
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_plan_compare(const dcp_plan *a, const dcp_plan *b, dcp_error *error)
+{
+    dcp_status status;
+    int32_t i;
+    if (!a || !b) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plans must not be NULL");
+    if ((status = dcp__compare_configs(&a->config, &b->config, error)) != DCP_OK) return status;
+    if (a->num_samples != b->num_samples || a->num_microbatches != b->num_microbatches ||
+        a->num_groups != b->num_groups)
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                             "plans differ: %d/%d samples, %d/%d microbatches, %d/%d groups",
+                             (int)a->num_samples, (int)b->num_samples, (int)a->num_microbatches,
+                             (int)b->num_microbatches, (int)a->num_groups, (int)b->num_groups);
+    for (i = 0; i < a->num_samples; i++)
+        if (a->sample_lengths[i] != b->sample_lengths[i] ||
+            a->group_samples[i] != b->group_samples[i])
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "plans differ at sample slot %d: length %lld/%lld, sample %d/%d",
+                                 (int)i, (long long)a->sample_lengths[i],
+                                 (long long)b->sample_lengths[i], (int)a->group_samples[i],
+                                 (int)b->group_samples[i]);
+    for (i = 0; i <= a->num_microbatches; i++)
+        if (a->microbatch_offsets[i] != b->microbatch_offsets[i])
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "plans differ: microbatch %d starts at group %d/%d", (int)i,
+                                 (int)a->microbatch_offsets[i], (int)b->microbatch_offsets[i]);
+    for (i = 0; i < a->num_groups; i++) {
+        const dcp_group *x = &a->groups[i], *y = &b->groups[i];
+        if (x->first_rank != y->first_rank || x->cp != y->cp ||
+            x->sample_offset != y->sample_offset || x->sample_count != y->sample_count)
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "plans differ at group %d: first rank %d/%d, cp %d/%d", (int)i,
+                                 (int)x->first_rank, (int)y->first_rank, (int)x->cp, (int)y->cp);
+    }
+    return dcp_error_clear(error);
+}
+
+/* One receive of a rank, for pairing: its peer and its index in the rank's list. */
+typedef struct dcp__recv_key {
+    int32_t peer;
+    int32_t index;
+} dcp__recv_key;
+
+static int dcp__recv_key_compare(const void *a, const void *b)
+{
+    const dcp__recv_key *x = (const dcp__recv_key *)a, *y = (const dcp__recv_key *)b;
+    if (x->peer != y->peer) return x->peer < y->peer ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* First position of peer in a rank's receives sorted by (peer, index); count if none. */
+static int32_t dcp__recv_lower_bound(const dcp__recv_key *keys, int32_t count, int32_t peer)
+{
+    int32_t lo = 0, hi = count;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (keys[mid].peer < peer) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static int dcp__transfers_pair(const dcp_transfer *send, const dcp_transfer *recv)
+{
+    return send->microbatch == recv->microbatch && send->sample == recv->sample &&
+           send->source_begin == recv->source_begin && send->source_end == recv->source_end &&
+           send->destination_row == recv->destination_row;
+}
+
+/* Pairs rank a's sends, in order, with its peers' receives from a, in order. keys holds every
+   rank's receives sorted by (peer, index), rank r's at keys[offsets[r] .. offsets[r + 1]);
+   sent[] counts a's sends per peer so far (zero on entry, reset on return). */
+static dcp_status dcp__match_rank_sends(const dcp_reroute *const *reroutes, int32_t ranks,
+                                        int32_t a, const dcp__recv_key *keys,
+                                        const size_t *offsets, int32_t *sent, dcp_error *error)
+{
+    const dcp_reroute *ra = reroutes[a];
+    dcp_status status = DCP_OK;
+    int32_t i;
+    for (i = 0; i < ra->count && status == DCP_OK; i++) {
+        const dcp_transfer *t = &ra->transfers[i];
+        const dcp__recv_key *peer_keys;
+        int32_t peer_count, k;
+        if (t->kind == DCP_TRANSFER_COPY && t->peer != a)
+            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                   "rank %d transfer %d: a copy with peer %d", (int)a, (int)i,
+                                   (int)t->peer);
+        if (t->kind != DCP_TRANSFER_SEND || status != DCP_OK) continue;
+        if (t->peer < 0 || t->peer >= ranks || t->peer == a) {
+            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                   "rank %d transfer %d: send to peer %d (outside [0, %d) or "
+                                   "itself)",
+                                   (int)a, (int)i, (int)t->peer, (int)ranks);
+            break;
+        }
+        peer_keys = keys + offsets[t->peer];
+        peer_count = (int32_t)(offsets[t->peer + 1] - offsets[t->peer]);
+        k = dcp__recv_lower_bound(peer_keys, peer_count, a) + sent[t->peer]++;
+        if (k >= peer_count || peer_keys[k].peer != a)
+            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                   "rank %d send %d to rank %d (sample %d) has no matching "
+                                   "receive",
+                                   (int)a, (int)i, (int)t->peer, (int)t->sample);
+        else if (!dcp__transfers_pair(t, &reroutes[t->peer]->transfers[peer_keys[k].index]))
+            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                   "rank %d send %d to rank %d (sample %d, positions %lld-%lld) "
+                                   "differs from that rank's receive %d",
+                                   (int)a, (int)i, (int)t->peer, (int)t->sample,
+                                   (long long)t->source_begin, (long long)t->source_end,
+                                   (int)peer_keys[k].index);
+    }
+    for (i = 0; i < ra->count; i++)
+        if (ra->transfers[i].kind == DCP_TRANSFER_SEND && ra->transfers[i].peer >= 0 &&
+            ra->transfers[i].peer < ranks)
+            sent[ra->transfers[i].peer] = 0;
+    return status;
+}
+
+/* Counts the sends and receives of all lists; DCP_ERROR_INVALID_ARGUMENT for a missing list. */
+static dcp_status dcp__count_transfers(const dcp_reroute *const *reroutes, int32_t ranks,
+                                       size_t *sends, size_t *receives, dcp_error *error)
+{
+    int32_t r, i;
+    *sends = *receives = 0;
+    for (r = 0; r < ranks; r++) {
+        if (!reroutes[r] || reroutes[r]->rank != r || reroutes[r]->count < 0 ||
+            (reroutes[r]->count > 0 && !reroutes[r]->transfers))
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "reroutes[%d] must be the list of rank %d", (int)r, (int)r);
+        for (i = 0; i < reroutes[r]->count; i++) {
+            *receives += reroutes[r]->transfers[i].kind == DCP_TRANSFER_RECV;
+            *sends += reroutes[r]->transfers[i].kind == DCP_TRANSFER_SEND;
+        }
+    }
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t ranks,
+                                    const dcp_allocator *allocator, dcp_error *error)
+{
+    dcp__recv_key *keys;
+    size_t *offsets, sends, receives;
+    int32_t *sent, r, i;
+    dcp_status status;
+    if (!reroutes || ranks < 1 || ranks > DCP_MAX_RANKS)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "reroutes must not be NULL and ranks in [1, %d], got %d",
+                             DCP_MAX_RANKS, (int)ranks);
+    if ((status = dcp__count_transfers(reroutes, ranks, &sends, &receives, error)) != DCP_OK)
+        return status;
+    if (sends != receives) /* with every send paired below, no receive is left over either */
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "%zu sends but %zu receives", sends,
+                             receives);
+    offsets = (size_t *)dcp__alloc_array(allocator, (size_t)ranks + 1, sizeof *offsets,
+                                         "reroute match", error);
+    sent = (int32_t *)dcp__alloc_array(allocator, (size_t)ranks, sizeof *sent, "reroute match",
+                                       error);
+    keys = (dcp__recv_key *)dcp__alloc_array(allocator, receives ? receives : 1, sizeof *keys,
+                                             "reroute match", error);
+    status = offsets && sent && keys ? DCP_OK : (error ? error->status : DCP_ERROR_OUT_OF_MEMORY);
+    if (status == DCP_OK) {
+        memset(sent, 0, (size_t)ranks * sizeof *sent);
+        offsets[0] = 0;
+        for (r = 0; r < ranks; r++) {
+            size_t n = offsets[r];
+            for (i = 0; i < reroutes[r]->count; i++)
+                if (reroutes[r]->transfers[i].kind == DCP_TRANSFER_RECV) {
+                    keys[n].peer = reroutes[r]->transfers[i].peer;
+                    keys[n++].index = i;
+                }
+            offsets[r + 1] = n;
+            qsort(keys + offsets[r], n - offsets[r], sizeof *keys, dcp__recv_key_compare);
+        }
+        for (r = 0; r < ranks && status == DCP_OK; r++)
+            status = dcp__match_rank_sends(reroutes, ranks, r, keys, offsets, sent, error);
+    }
+    dcp_free(allocator, offsets);
+    dcp_free(allocator, sent);
+    dcp_free(allocator, keys);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 #ifdef __cplusplus
 }
