@@ -3,20 +3,22 @@
    dcp-plan (--lengths FILE | --lognormal MEAN,SIGMA,MIN,MAX,COUNT [--seed S])
             --ranks D --max-tokens-per-rank M [--min-cp K] [--max-cp K]
             [--microbatch-multiple K] [--strategy dynamic|static|greedy]
-            [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G] [--json] [--svg FILE]
-            [--rank R --microbatch K]
+            [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G] [--json]
+            [--svg FILE [--compare]] [--rank R --microbatch K]
 
    With --rank and --microbatch it prints what that rank receives for that microbatch (its
-   group, samples and THD metadata) instead of the plan.
+   group, samples and THD metadata) instead of the plan. `--help` describes every option.
 
    Build: cc -std=c99 -O2 examples/dcp_plan.c -o dcp-plan -lm   (or `make`, as build/dcp-plan)
-   Exit status: 0 on success, 1 when planning fails, 2 on bad usage. Every error is one line on
-   stderr. */
+   Contract: exit 0 with the output on stdout; or exit 2 (bad usage or input) or 1 (no plan
+   possible) with exactly one line on stderr and nothing on stdout. Options take their value as
+   the next argument or after '=' (--ranks=16). */
 #define _POSIX_C_SOURCE 199309L
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,24 +28,81 @@
 #define EXIT_PLAN_FAILED 1
 #define EXIT_USAGE 2
 #define DEFAULT_SEED 1
+#define FLAG_NAME_CAPACITY 64
 #define SVG_PLOT_WIDTH 1000.0
-#define SVG_PLOT_HEIGHT_MAX 640.0
+#define SVG_PANEL_HEIGHT_MAX 640.0
+#define SVG_COMPARE_PANEL_HEIGHT_MAX 260.0
 #define SVG_ROW_HEIGHT_MAX 18.0
 #define SVG_MARGIN_LEFT 70.0
-#define SVG_MARGIN_TOP 46.0
-#define SVG_MARGIN_BOTTOM 64.0
+#define SVG_MARGIN_RIGHT 150.0
+#define SVG_TITLE_HEIGHT 46.0
+#define SVG_PANEL_TITLE_HEIGHT 34.0
+#define SVG_AXIS_HEIGHT 46.0
 #define SVG_TARGET_TICKS 10.0
+#define SVG_MIN_LABEL_WIDTH 14.0  /* px: a box narrower than this gets no microbatch number */
+#define SVG_MIN_LABEL_HEIGHT 9.0
+#define SVG_MIN_RANK_LABEL_SPACING 12.0
+#define SVG_TITLE_SAMPLES_MAX 24  /* sample ids listed in a box's hover text */
 
 typedef struct options {
     const char *lengths_path;
     const char *lognormal_spec;
     const char *svg_path;
     uint64_t seed;
-    int json;
-    int have_ranks, have_max_tokens, have_min_cp, have_max_cp, have_multiple;
+    int json, compare;
+    int have_seed, have_ranks, have_max_tokens;
     int32_t view_rank, view_microbatch; /* -1 when not asked for */
     dcp_config config;
 } options;
+
+/* ----------------------------------------------------------------------------- options */
+
+typedef enum flag_id {
+    FLAG_HELP, FLAG_LENGTHS, FLAG_LOGNORMAL, FLAG_SEED, FLAG_RANKS, FLAG_MAX_TOKENS,
+    FLAG_MIN_CP, FLAG_MAX_CP, FLAG_MULTIPLE, FLAG_STRATEGY, FLAG_ATTN, FLAG_LINEAR, FLAG_RING,
+    FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_RANK, FLAG_MICROBATCH
+} flag_id;
+
+typedef struct flag_spec {
+    flag_id id;
+    const char *name;
+    const char *metavar; /* NULL: a switch without a value */
+    const char *help;    /* what it does, its unit and default */
+} flag_spec;
+
+static const flag_spec flags[] = {
+    {FLAG_LENGTHS, "--lengths", "FILE",
+     "sample lengths in tokens, one per line or a CSV column named length, seq_len, seqlen,\n"
+     "      sequence_length, seq_length, num_tokens or tokens ('-': standard input)"},
+    {FLAG_LOGNORMAL, "--lognormal", "MEAN,SIGMA,MIN,MAX,COUNT",
+     "generate COUNT lengths: lognormal with mean MEAN tokens and log-space sigma SIGMA,\n"
+     "      clamped to [MIN, MAX]"},
+    {FLAG_SEED, "--seed", "S", "random seed of --lognormal (default 1)"},
+    {FLAG_RANKS, "--ranks", "D", "ranks of the DP x CP pool, 1 to 1048576 (required)"},
+    {FLAG_MAX_TOKENS, "--max-tokens-per-rank", "M",
+     "padded tokens one rank holds per microbatch, 1 to 2147483647 (required)"},
+    {FLAG_MIN_CP, "--min-cp", "K", "smallest CP size, a power of two (default 1)"},
+    {FLAG_MAX_CP, "--max-cp", "K",
+     "largest CP size, a power of two <= D (default the largest such)"},
+    {FLAG_MULTIPLE, "--microbatch-multiple", "K",
+     "the microbatch count is a multiple of K, e.g. the virtual pipeline stages (default 1)"},
+    {FLAG_STRATEGY, "--strategy", "dynamic|static|greedy",
+     "planner (default dynamic); static and greedy are the baselines"},
+    {FLAG_ATTN, "--attn-coeff", "A",
+     "seconds per (valid token)^2 of attention (default 2.048e-11)"},
+    {FLAG_LINEAR, "--linear-coeff", "B", "seconds per stored token (default 1.00663e-06)"},
+    {FLAG_RING, "--ring-step-cost", "G",
+     "seconds per ring step compute does not hide (default 1.5e-05); each coefficient is 0\n"
+     "      or in [1e-100, 1e+100]"},
+    {FLAG_JSON, "--json", NULL, "print the plan (or the rank view) as one JSON line"},
+    {FLAG_SVG, "--svg", "FILE", "also write the plan as an SVG timeline (ranks x time in ms)"},
+    {FLAG_COMPARE, "--compare", NULL,
+     "with --svg: draw static, greedy and dynamic one above the other on one time scale"},
+    {FLAG_RANK, "--rank", "R", "with --microbatch: print what rank R receives (0-based)"},
+    {FLAG_MICROBATCH, "--microbatch", "K", "the microbatch of --rank (0-based)"},
+    {FLAG_HELP, "--help", NULL, "print this help and exit (also -h)"},
+};
+#define FLAG_COUNT ((int)(sizeof flags / sizeof flags[0]))
 
 static void usage(FILE *out)
 {
@@ -51,8 +110,21 @@ static void usage(FILE *out)
           "                --ranks D --max-tokens-per-rank M [--min-cp K] [--max-cp K]\n"
           "                [--microbatch-multiple K] [--strategy dynamic|static|greedy]\n"
           "                [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G]\n"
-          "                [--json] [--svg FILE] [--rank R --microbatch K]\n",
+          "                [--json] [--svg FILE [--compare]] [--rank R --microbatch K]\n",
           out);
+}
+
+static void help(void)
+{
+    int i;
+    usage(stdout);
+    printf("\nPlans which sample runs on how many ranks (its CP size) in which microbatch.\n"
+           "Options (a value follows as the next argument or after '='):\n");
+    for (i = 0; i < FLAG_COUNT; i++)
+        printf("  %s%s%s\n      %s\n", flags[i].name, flags[i].metavar ? " " : "",
+               flags[i].metavar ? flags[i].metavar : "", flags[i].help);
+    printf("Exit status: 0 success; 2 bad usage or input; 1 no plan possible. Errors are one\n"
+           "line on stderr, with nothing on stdout.\n");
 }
 
 static int fail_usage(const char *format, const char *a, const char *b)
@@ -71,26 +143,32 @@ static int parse_int(const char *flag, const char *text, long long lo, long long
     long long v;
     errno = 0;
     v = strtoll(text, &end, 10);
-    if (end == text || *end != '\0' || errno == ERANGE) {
+    if (end == text || *end != '\0') {
         fprintf(stderr, "dcp-plan: %s expects an integer, got '%s'\n", flag, text);
         return 0;
     }
-    if (v < lo || v > hi) {
-        fprintf(stderr, "dcp-plan: %s must be in [%lld, %lld], got %lld\n", flag, lo, hi, v);
+    if (errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "dcp-plan: %s must be in [%lld, %lld], got %s\n", flag, lo, hi, text);
         return 0;
     }
     *value = v;
     return 1;
 }
 
+/* Any finite double, denormals included; the library judges the range. */
 static int parse_double(const char *flag, const char *text, double *value)
 {
     char *end;
     double v;
     errno = 0;
     v = strtod(text, &end);
-    if (end == text || *end != '\0' || errno == ERANGE || !(v == v) || v > 1e300 || v < -1e300) {
-        fprintf(stderr, "dcp-plan: %s expects a finite number, got '%s'\n", flag, text);
+    if (end == text || *end != '\0' || !(v == v)) {
+        fprintf(stderr, "dcp-plan: %s expects a number, got '%s'\n", flag, text);
+        return 0;
+    }
+    if (v > DBL_MAX || v < -DBL_MAX || (errno == ERANGE && v == 0.0 && strpbrk(text, "123456789"))) {
+        fprintf(stderr, "dcp-plan: %s must be a finite double (magnitude in [4.9e-324, %g] or "
+                        "0), got '%s'\n", flag, DBL_MAX, text);
         return 0;
     }
     *value = v;
@@ -109,110 +187,148 @@ static int parse_strategy(const char *text, dcp_strategy *strategy)
     return 1;
 }
 
-static int parse_int32(const char *flag, const char *text, long long lo, int32_t *value)
+static int parse_int32(const char *flag, const char *text, long long lo, long long hi,
+                       int32_t *value)
 {
     long long v;
-    if (!parse_int(flag, text, lo, INT32_MAX, &v)) return 0;
+    if (!parse_int(flag, text, lo, hi, &v)) return 0;
     *value = (int32_t)v;
     return 1;
 }
 
-/* Parses one flag with a value; returns EXIT_SUCCESS, or the exit status on error. Range
-   checks beyond what the types hold are the library's, so its messages name the problem. */
-static int parse_valued_flag(options *o, const char *flag, const char *value)
+/* Parses one flag's value; returns EXIT_SUCCESS, or EXIT_USAGE after its message. Ranges are
+   the library's documented limits; what depends on other fields (powers of two, max_cp <=
+   ranks, cost limits) is the library's check in check_config. */
+static int parse_value(options *o, const flag_spec *flag, const char *value)
 {
     dcp_config *c = &o->config;
-    long long v;
+    long long v = 0;
     int ok = 1;
-    if (strcmp(flag, "--lengths") == 0)
-        o->lengths_path = value;
-    else if (strcmp(flag, "--lognormal") == 0)
-        o->lognormal_spec = value;
-    else if (strcmp(flag, "--svg") == 0)
-        o->svg_path = value;
-    else if (strcmp(flag, "--seed") == 0) {
-        ok = parse_int(flag, value, 0, INT64_MAX, &v);
+    switch (flag->id) {
+    case FLAG_LENGTHS: o->lengths_path = value; break;
+    case FLAG_LOGNORMAL: o->lognormal_spec = value; break;
+    case FLAG_SVG: o->svg_path = value; break;
+    case FLAG_SEED:
+        ok = parse_int(flag->name, value, 0, INT64_MAX, &v);
         o->seed = (uint64_t)v;
-    } else if (strcmp(flag, "--ranks") == 0) {
-        ok = parse_int32(flag, value, INT32_MIN, &c->ranks);
+        o->have_seed = 1;
+        break;
+    case FLAG_RANKS:
+        ok = parse_int32(flag->name, value, 1, DCP_MAX_RANKS, &c->ranks);
         o->have_ranks = 1;
-    } else if (strcmp(flag, "--max-tokens-per-rank") == 0) {
-        ok = parse_int(flag, value, INT64_MIN, INT64_MAX, &v);
+        break;
+    case FLAG_MAX_TOKENS:
+        ok = parse_int(flag->name, value, 1, DCP_MAX_SAMPLE_LENGTH, &v);
         c->max_tokens_per_rank = v;
         o->have_max_tokens = 1;
-    } else if (strcmp(flag, "--min-cp") == 0)
-        ok = parse_int32(flag, value, INT32_MIN, &c->min_cp);
-    else if (strcmp(flag, "--max-cp") == 0)
-        ok = parse_int32(flag, value, INT32_MIN, &c->max_cp);
-    else if (strcmp(flag, "--microbatch-multiple") == 0)
-        ok = parse_int32(flag, value, INT32_MIN, &c->microbatch_multiple);
-    else if (strcmp(flag, "--strategy") == 0)
-        ok = parse_strategy(value, &c->strategy);
-    else if (strcmp(flag, "--attn-coeff") == 0)
-        ok = parse_double(flag, value, &c->cost.attn_coeff);
-    else if (strcmp(flag, "--linear-coeff") == 0)
-        ok = parse_double(flag, value, &c->cost.linear_coeff);
-    else if (strcmp(flag, "--ring-step-cost") == 0)
-        ok = parse_double(flag, value, &c->cost.ring_step_cost);
-    else if (strcmp(flag, "--rank") == 0)
-        ok = parse_int32(flag, value, 0, &o->view_rank);
-    else if (strcmp(flag, "--microbatch") == 0)
-        ok = parse_int32(flag, value, 0, &o->view_microbatch);
-    else
-        return fail_usage("unknown option %s%s (see --help)", flag, "");
+        break;
+    case FLAG_MIN_CP: ok = parse_int32(flag->name, value, 1, DCP_MAX_RANKS, &c->min_cp); break;
+    case FLAG_MAX_CP: ok = parse_int32(flag->name, value, 1, DCP_MAX_RANKS, &c->max_cp); break;
+    case FLAG_MULTIPLE:
+        ok = parse_int32(flag->name, value, 1, DCP_MAX_PAD_MULTIPLE, &c->microbatch_multiple);
+        break;
+    case FLAG_STRATEGY: ok = parse_strategy(value, &c->strategy); break;
+    case FLAG_ATTN: ok = parse_double(flag->name, value, &c->cost.attn_coeff); break;
+    case FLAG_LINEAR: ok = parse_double(flag->name, value, &c->cost.linear_coeff); break;
+    case FLAG_RING: ok = parse_double(flag->name, value, &c->cost.ring_step_cost); break;
+    case FLAG_RANK:
+        ok = parse_int32(flag->name, value, 0, DCP_MAX_RANKS - 1, &o->view_rank);
+        break;
+    case FLAG_MICROBATCH:
+        ok = parse_int32(flag->name, value, 0, INT32_MAX, &o->view_microbatch);
+        break;
+    default: break;
+    }
     return ok ? EXIT_SUCCESS : EXIT_USAGE;
 }
 
-/* A zero in these fields would mean "default" to the library; on the command line the user
-   typed it, so it is an error. */
-static int check_explicit_zeros(const options *o)
+static const flag_spec *find_flag(const char *name)
 {
-    const dcp_config *c = &o->config;
-    const char *flag = NULL;
-    if (c->ranks == 0) flag = "--ranks";
-    else if (c->max_tokens_per_rank == 0) flag = "--max-tokens-per-rank";
-    else if (o->have_min_cp && c->min_cp == 0) flag = "--min-cp";
-    else if (o->have_max_cp && c->max_cp == 0) flag = "--max-cp";
-    else if (o->have_multiple && c->microbatch_multiple == 0) flag = "--microbatch-multiple";
-    if (!flag) return EXIT_SUCCESS;
-    return fail_usage("%s must be >= 1, got 0%s", flag, "");
+    int i;
+    for (i = 0; i < FLAG_COUNT; i++)
+        if (strcmp(flags[i].name, name) == 0) return &flags[i];
+    return NULL;
+}
+
+/* One argument (and the next, for a flag whose value follows). *i advances past what it took. */
+static int parse_argument(options *o, int argc, char **argv, int *i)
+{
+    const char *arg = argv[*i], *equals, *value = NULL;
+    char name[FLAG_NAME_CAPACITY];
+    const flag_spec *flag;
+    if (strcmp(arg, "-h") == 0) arg = "--help";
+    if (strncmp(arg, "--", 2) != 0)
+        return fail_usage("unexpected argument '%s' (options start with --; see --help)%s", arg,
+                          "");
+    equals = strchr(arg, '=');
+    if (equals && (size_t)(equals - arg) < sizeof name) {
+        memcpy(name, arg, (size_t)(equals - arg));
+        name[equals - arg] = '\0';
+        value = equals + 1;
+    } else if (strlen(arg) < sizeof name)
+        strcpy(name, arg);
+    else
+        return fail_usage("unknown option %.40s... (see --help)%s", arg, "");
+    if (!(flag = find_flag(name))) return fail_usage("unknown option %s (see --help)%s", name, "");
+    if (!flag->metavar) {
+        if (value) return fail_usage("%s takes no value, got '%s'", name, value);
+        if (flag->id == FLAG_HELP) {
+            help();
+            exit(EXIT_SUCCESS);
+        }
+        if (flag->id == FLAG_JSON) o->json = 1;
+        if (flag->id == FLAG_COMPARE) o->compare = 1;
+        return EXIT_SUCCESS;
+    }
+    if (!value) {
+        if (*i + 1 >= argc) return fail_usage("%s needs a value %s", name, flag->metavar);
+        value = argv[++*i];
+        if (strncmp(value, "--", 2) == 0)
+            return fail_usage("%s needs a value, got the option %s", name, value);
+    }
+    return parse_value(o, flag, value);
+}
+
+/* What depends on several options, and the library's own check of the config. */
+static int check_options(const options *o)
+{
+    dcp_config resolved;
+    dcp_error error;
+    if (!o->lengths_path == !o->lognormal_spec)
+        return fail_usage("give exactly one of --lengths FILE and --lognormal "
+                          "MEAN,SIGMA,MIN,MAX,COUNT%s%s", "", "");
+    if (o->have_seed && o->lengths_path)
+        return fail_usage("--seed applies to --lognormal only (--lengths reads fixed lengths)%s%s",
+                          "", "");
+    if (!o->have_ranks) return fail_usage("--ranks D is required%s%s", "", "");
+    if (!o->have_max_tokens) return fail_usage("--max-tokens-per-rank M is required%s%s", "", "");
+    if ((o->view_rank < 0) != (o->view_microbatch < 0))
+        return fail_usage("--rank and --microbatch go together%s%s", "", "");
+    if (o->compare && !o->svg_path) return fail_usage("--compare draws into --svg FILE%s%s", "", "");
+    if (o->config.cost.attn_coeff == 0.0 && o->config.cost.linear_coeff == 0.0 &&
+        o->config.cost.ring_step_cost == 0.0)
+        return fail_usage("the cost model cannot be all zero%s%s", "", "");
+    if (dcp_config_resolve(&o->config, &resolved, &error) != DCP_OK)
+        return fail_usage("%s%s", error.message, "");
+    return EXIT_SUCCESS;
 }
 
 static int parse_options(int argc, char **argv, options *o)
 {
     int i, status;
     memset(o, 0, sizeof *o);
+    o->config = dcp_config_init();
     o->seed = DEFAULT_SEED;
     o->view_rank = o->view_microbatch = -1;
     o->config.cost.attn_coeff = DCP_DEFAULT_ATTN_COEFF;
     o->config.cost.linear_coeff = DCP_DEFAULT_LINEAR_COEFF;
     o->config.cost.ring_step_cost = DCP_DEFAULT_RING_STEP_COST;
-    for (i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            exit(EXIT_SUCCESS);
-        }
-        if (strcmp(argv[i], "--json") == 0) {
-            o->json = 1;
-            continue;
-        }
-        if (i + 1 >= argc) return fail_usage("%s needs a value%s", argv[i], "");
-        if ((status = parse_valued_flag(o, argv[i], argv[i + 1])) != EXIT_SUCCESS) return status;
-        i++;
-    }
-    if (!o->lengths_path == !o->lognormal_spec)
-        return fail_usage("give exactly one of --lengths FILE and --lognormal "
-                          "MEAN,SIGMA,MIN,MAX,COUNT%s%s", "", "");
-    if (!o->have_ranks) return fail_usage("--ranks D is required%s%s", "", "");
-    if (!o->have_max_tokens) return fail_usage("--max-tokens-per-rank M is required%s%s", "", "");
-    if ((i = check_explicit_zeros(o)) != EXIT_SUCCESS) return i;
-    if ((o->view_rank < 0) != (o->view_microbatch < 0))
-        return fail_usage("--rank and --microbatch go together%s%s", "", "");
-    if (o->config.cost.attn_coeff == 0.0 && o->config.cost.linear_coeff == 0.0 &&
-        o->config.cost.ring_step_cost == 0.0)
-        return fail_usage("the cost model cannot be all zero%s%s", "", "");
-    return EXIT_SUCCESS;
+    for (i = 1; i < argc; i++)
+        if ((status = parse_argument(o, argc, argv, &i)) != EXIT_SUCCESS) return status;
+    return check_options(o);
 }
+
+/* ----------------------------------------------------------------------------- lengths */
 
 /* MEAN,SIGMA,MIN,MAX,COUNT */
 static int lognormal_lengths(const options *o, int64_t **lengths, int32_t *count)
@@ -240,8 +356,8 @@ static int lognormal_lengths(const options *o, int64_t **lengths, int32_t *count
                           o->lognormal_spec, "");
     if (!parse_double("--lognormal MEAN", fields[0], &mean) ||
         !parse_double("--lognormal SIGMA", fields[1], &sigma) ||
-        !parse_int("--lognormal MIN", fields[2], INT64_MIN, INT64_MAX, &min_length) ||
-        !parse_int("--lognormal MAX", fields[3], INT64_MIN, INT64_MAX, &max_length) ||
+        !parse_int("--lognormal MIN", fields[2], 1, DCP_MAX_SAMPLE_LENGTH, &min_length) ||
+        !parse_int("--lognormal MAX", fields[3], 1, DCP_MAX_SAMPLE_LENGTH, &max_length) ||
         !parse_int("--lognormal COUNT", fields[4], 1, INT32_MAX, &n))
         return EXIT_USAGE;
     distribution.mean = mean;
@@ -263,6 +379,36 @@ static int lognormal_lengths(const options *o, int64_t **lengths, int32_t *count
     return EXIT_SUCCESS;
 }
 
+/* Reads --lengths, and names the file line of the first sample no CP size can hold (the
+   planner's own message would give its 0-based index only). */
+static int file_lengths(const options *o, int64_t **lengths, int32_t *count)
+{
+    int64_t *lines = NULL;
+    dcp_error error;
+    int32_t i, cp;
+    if (dcp_lengths_read_file_lines(o->lengths_path, NULL, lengths, &lines, count, &error) !=
+        DCP_OK) {
+        if (error.status == DCP_ERROR_PARSE) /* the library names the line, not the file */
+            fprintf(stderr, "dcp-plan: %s: %s\n", o->lengths_path, error.message);
+        else
+            fprintf(stderr, "dcp-plan: %s\n", error.message);
+        return EXIT_USAGE;
+    }
+    for (i = 0; i < *count; i++)
+        if (dcp_cp_size_min(&o->config, (*lengths)[i], &cp, &error) != DCP_OK) {
+            fprintf(stderr, "dcp-plan: %s line %lld: sample %d has %s\n", o->lengths_path,
+                    (long long)lines[i], (int)i, error.message);
+            dcp_free(NULL, lines);
+            dcp_free(NULL, *lengths);
+            *lengths = NULL;
+            return EXIT_PLAN_FAILED;
+        }
+    dcp_free(NULL, lines);
+    return EXIT_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------ plans */
+
 static double now_seconds(void)
 {
     struct timespec t;
@@ -274,6 +420,7 @@ typedef struct result {
     dcp_plan *plan;
     dcp_plan_stats stats;
     double plan_seconds;
+    dcp_strategy strategy;
 } result;
 
 static int plan_with(const dcp_config *config, dcp_strategy strategy, const int64_t *lengths,
@@ -284,6 +431,7 @@ static int plan_with(const dcp_config *config, dcp_strategy strategy, const int6
     double start = now_seconds();
     c.strategy = strategy;
     r->plan = NULL;
+    r->strategy = strategy;
     if (dcp_plan_create(&c, lengths, count, &r->plan, &error) != DCP_OK) {
         fprintf(stderr, "dcp-plan: %s\n", error.message);
         return 0;
@@ -325,12 +473,21 @@ static void print_json(const options *o, const result *r)
            r->stats.efficiency, r->plan_seconds);
 }
 
+/* The one CP size of a static plan. */
+static int plan_single_cp(const dcp_plan_stats *stats)
+{
+    int level, cp = 1;
+    for (level = 0; level < DCP_CP_LEVELS; level++)
+        if (stats->samples_per_cp_level[level] > 0) cp = 1 << level;
+    return cp;
+}
+
 static void print_summary(const options *o, const result *r, const result *static_plan,
                           const result *greedy_plan)
 {
     const dcp_plan *plan = r->plan;
     const dcp_plan_stats *s = &r->stats;
-    int level, static_cp = 1;
+    int level;
     printf("dcp-plan: %d samples, %lld valid tokens, %d ranks, max %lld padded tokens per rank, "
            "strategy %s\n",
            (int)plan->num_samples, (long long)s->valid_tokens, (int)plan->config.ranks,
@@ -348,16 +505,18 @@ static void print_summary(const options *o, const result *r, const result *stati
            s->barrier_seconds * 1e3);
     printf("  lower bound     %.3f ms\n", s->lower_bound_seconds * 1e3);
     printf("  efficiency      %.4f (lower bound / step time)\n", s->efficiency);
-    for (level = 0; level < DCP_CP_LEVELS; level++)
-        if (static_plan->stats.samples_per_cp_level[level] > 0) static_cp = 1 << level;
-    printf("  static CP=%-5d %.3f ms, speed-up over static %.3fx\n", static_cp,
-           static_plan->stats.step_seconds * 1e3,
+    printf("  static CP=%-5d %.3f ms, speed-up over static %.3fx\n",
+           plan_single_cp(&static_plan->stats), static_plan->stats.step_seconds * 1e3,
            static_plan->stats.step_seconds / s->step_seconds);
     printf("  greedy          %.3f ms, speed-up over greedy %.3fx\n",
            greedy_plan->stats.step_seconds * 1e3,
            greedy_plan->stats.step_seconds / s->step_seconds);
     printf("  plan time       %.3f ms\n", r->plan_seconds * 1e3);
 }
+
+/* ------------------------------------------------------------------------- rank view
+   Nothing here allocates by the rank's token count: positions are computed row by row from
+   the zigzag layout (dcp_zigzag_position), so a view of 2^31 rows prints in constant memory. */
 
 static void print_int32_array(const char *key, const int32_t *values, int32_t count)
 {
@@ -367,8 +526,17 @@ static void print_int32_array(const char *key, const int32_t *values, int32_t co
     printf("]");
 }
 
-static void print_view_json(const dcp_rank_view *v, const int64_t *positions)
+/* Global position of local row `row` of view slot i, -1 for padding. */
+static int64_t view_position(const dcp_rank_view *v, int32_t i, int64_t row)
 {
+    int64_t padded = (int64_t)v->cu_seqlens_padded[i + 1] - v->cu_seqlens_padded[i];
+    int64_t p = dcp_zigzag_position(padded, v->cp, v->rank_in_group, row - v->local_offsets[i]);
+    return p < v->sample_lengths[i] ? p : -1;
+}
+
+static void print_view_json(const dcp_rank_view *v)
+{
+    int32_t i;
     int64_t row;
     printf("{\"rank\":%d,\"microbatch\":%d,\"first_rank\":%d,\"cp\":%d,\"rank_in_group\":%d,"
            "\"idle\":%s,",
@@ -383,34 +551,77 @@ static void print_view_json(const dcp_rank_view *v, const int64_t *positions)
     print_int32_array("local_offsets", v->local_offsets, v->num_samples + 1);
     printf(",\"max_seqlen\":%d,\"local_tokens\":%lld,\"pad_multiple\":%lld,\"positions\":[",
            (int)v->max_seqlen, (long long)v->local_tokens, (long long)v->pad_multiple);
-    for (row = 0; row < v->local_tokens; row++)
-        printf("%s%lld", row ? "," : "", (long long)positions[row]);
+    for (i = 0; i < v->num_samples; i++)
+        for (row = v->local_offsets[i]; row < v->local_offsets[i + 1]; row++)
+            printf("%s%lld", row ? "," : "", (long long)view_position(v, i, row));
     printf("]}\n");
 }
 
-/* Rows grouped into runs of consecutive positions (or of padding) per sample. */
-static void print_view_rows(const dcp_rank_view *v, const int32_t *owner, const int64_t *positions)
+/* A run of local rows of one sample: consecutive positions from `position`, or padding (-1). */
+typedef struct row_run {
+    int64_t first_row, rows, position;
+    int32_t slot;
+} row_run;
+
+static void print_run(const dcp_rank_view *v, const row_run *run)
 {
-    int64_t row = 0;
-    while (row < v->local_tokens) {
-        int64_t end = row + 1;
-        while (end < v->local_tokens && owner[end] == owner[row] &&
-               (positions[row] < 0 ? positions[end] < 0
-                                   : positions[end] == positions[end - 1] + 1))
-            end++;
-        if (positions[row] < 0)
-            printf("    rows %lld-%lld: sample %d, padding\n", (long long)row, (long long)end - 1,
-                   (int)v->samples[owner[row]]);
-        else
-            printf("    rows %lld-%lld: sample %d, positions %lld-%lld\n", (long long)row,
-                   (long long)end - 1, (int)v->samples[owner[row]], (long long)positions[row],
-                   (long long)positions[end - 1]);
-        row = end;
-    }
+    if (run->rows == 0) return;
+    if (run->position < 0)
+        printf("    rows %lld-%lld: sample %d, padding\n", (long long)run->first_row,
+               (long long)(run->first_row + run->rows - 1), (int)v->samples[run->slot]);
+    else
+        printf("    rows %lld-%lld: sample %d, positions %lld-%lld\n", (long long)run->first_row,
+               (long long)(run->first_row + run->rows - 1), (int)v->samples[run->slot],
+               (long long)run->position, (long long)(run->position + run->rows - 1));
 }
 
-static void print_view_summary(const dcp_rank_view *v, const int32_t *owner,
-                               const int64_t *positions)
+/* Appends rows to the open run when they continue it, else prints it and opens a new one. */
+static void add_rows(const dcp_rank_view *v, row_run *run, int32_t slot, int64_t first_row,
+                     int64_t rows, int64_t position)
+{
+    int continues = run->rows > 0 && run->slot == slot &&
+                    run->first_row + run->rows == first_row &&
+                    (position < 0 ? run->position < 0
+                                  : run->position >= 0 && run->position + run->rows == position);
+    if (rows == 0) return;
+    if (continues) {
+        run->rows += rows;
+        return;
+    }
+    print_run(v, run);
+    run->first_row = first_row;
+    run->rows = rows;
+    run->position = position;
+    run->slot = slot;
+}
+
+/* Rows as runs: each of the sample's chunks (one at cp 1, two in zigzag order otherwise) holds
+   consecutive positions, valid up to the sample's length and padding after it. */
+static void print_view_rows(const dcp_rank_view *v)
+{
+    row_run run = {0, 0, 0, 0};
+    int32_t i, chunk;
+    for (i = 0; i < v->num_samples; i++) {
+        int64_t local = (int64_t)v->local_offsets[i + 1] - v->local_offsets[i];
+        int32_t chunks = v->cp > 1 ? 2 : 1;
+        for (chunk = 0; chunk < chunks; chunk++) {
+            int64_t rows = local / chunks, first = v->local_offsets[i] + chunk * rows;
+            int64_t position = view_position(v, i, first), valid = 0;
+            if (position >= 0) {
+                valid = v->sample_lengths[i] - position;
+                if (valid > rows) valid = rows;
+            } else {
+                /* the chunk starts in padding: its first position is past the length */
+                valid = 0;
+            }
+            add_rows(v, &run, i, first, valid, position);
+            add_rows(v, &run, i, first + valid, rows - valid, -1);
+        }
+    }
+    print_run(v, &run);
+}
+
+static void print_view_summary(const dcp_rank_view *v)
 {
     int32_t i;
     if (v->idle)
@@ -430,44 +641,42 @@ static void print_view_summary(const dcp_rank_view *v, const int32_t *owner,
     printf("\n  max_seqlen         %d (padded)\n  local_tokens       %lld\n"
            "  pad multiple       %lld\n  local rows:\n",
            (int)v->max_seqlen, (long long)v->local_tokens, (long long)v->pad_multiple);
-    print_view_rows(v, owner, positions);
+    print_view_rows(v);
 }
 
 /* The THD metadata one rank receives for one microbatch. */
 static int print_view(const options *o, const dcp_plan *plan)
 {
     dcp_rank_view *view = NULL;
-    int64_t *positions;
-    int32_t *owner;
     dcp_error error;
     if (dcp_rank_view_create(plan, o->view_rank, o->view_microbatch, &view, &error) != DCP_OK) {
         fprintf(stderr, "dcp-plan: %s\n", error.message);
         return EXIT_USAGE;
     }
-    positions = (int64_t *)malloc(((size_t)view->local_tokens + 1) * sizeof *positions);
-    owner = (int32_t *)malloc(((size_t)view->local_tokens + 1) * sizeof *owner);
-    if (!positions || !owner ||
-        dcp_rank_view_positions(view, owner, positions, &error) != DCP_OK) {
-        fprintf(stderr, "dcp-plan: %s\n", positions && owner ? error.message : "out of memory");
-        free(positions);
-        free(owner);
-        dcp_rank_view_destroy(view);
-        return EXIT_PLAN_FAILED;
-    }
     if (o->json)
-        print_view_json(view, positions);
+        print_view_json(view);
     else
-        print_view_summary(view, owner, positions);
-    free(positions);
-    free(owner);
+        print_view_summary(view);
     dcp_rank_view_destroy(view);
     return EXIT_SUCCESS;
 }
 
-/* SVG timeline: one row per rank, one box per group and microbatch, coloured by CP size. */
+/* ------------------------------------------------------------------------------- SVG
+   One panel per plan: a row per rank, a box per group (at its simulated start and end),
+   coloured by CP size and numbered by microbatch; dashed lines where each microbatch's last
+   group ends; a red line at the lower bound. --compare stacks static, greedy and dynamic on
+   one time scale. */
+
 static const char *const cp_colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
                                         "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
 #define CP_COLOR_COUNT ((int)(sizeof cp_colors / sizeof cp_colors[0]))
+
+static int cp_color(int32_t cp)
+{
+    int level = 0;
+    while ((1 << (level + 1)) <= cp && level + 1 < CP_COLOR_COUNT) level++;
+    return level;
+}
 
 static double nice_tick(double span)
 {
@@ -476,134 +685,336 @@ static double nice_tick(double span)
     return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * magnitude;
 }
 
-static void svg_axes(FILE *f, double step_ms, double x_scale, double plot_height, int ranks,
-                     double row)
+typedef struct svg_panel {
+    const result *r;
+    const char *label;   /* panel title prefix */
+    double top;          /* y of the first rank row */
+    double row;          /* px per rank */
+    double x_scale;      /* px per ms */
+    double *start, *end; /* [num_groups] seconds */
+} svg_panel;
+
+static double panel_height(const svg_panel *p) { return p->row * p->r->plan->config.ranks; }
+
+static void svg_axes(FILE *f, const svg_panel *p, double axis_ms)
 {
-    double tick = nice_tick(step_ms), t;
-    int r, label_every = 1;
-    while (row * label_every < 12.0) label_every *= 2;
-    for (t = 0.0; t <= step_ms + 1e-9; t += tick) {
-        double x = SVG_MARGIN_LEFT + t * x_scale;
-        fprintf(f, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#ddd'/>\n", x,
-                SVG_MARGIN_TOP, x, SVG_MARGIN_TOP + plot_height);
+    double tick = nice_tick(axis_ms), t, height = panel_height(p);
+    int r, label_every = 1, ranks = p->r->plan->config.ranks;
+    while (p->row * label_every < SVG_MIN_RANK_LABEL_SPACING) label_every *= 2;
+    for (t = 0.0; t <= axis_ms * (1.0 + 1e-9); t += tick) {
+        double x = SVG_MARGIN_LEFT + t * p->x_scale;
+        fprintf(f, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#ddd'/>\n", x, p->top,
+                x, p->top + height);
         fprintf(f, "<text x='%.2f' y='%.2f' font-size='11' text-anchor='middle'>%g</text>\n", x,
-                SVG_MARGIN_TOP + plot_height + 16.0, t);
+                p->top + height + 14.0, t);
     }
     fprintf(f, "<text x='%.2f' y='%.2f' font-size='12' text-anchor='middle'>time (ms)</text>\n",
-            SVG_MARGIN_LEFT + SVG_PLOT_WIDTH / 2.0, SVG_MARGIN_TOP + plot_height + 34.0);
+            SVG_MARGIN_LEFT + SVG_PLOT_WIDTH / 2.0, p->top + height + 30.0);
     for (r = 0; r < ranks; r += label_every)
         fprintf(f, "<text x='%.2f' y='%.2f' font-size='10' text-anchor='end'>rank %d</text>\n",
-                SVG_MARGIN_LEFT - 6.0, SVG_MARGIN_TOP + (r + 0.5) * row + 3.5, r);
+                SVG_MARGIN_LEFT - 6.0, p->top + (r + 0.5) * p->row + 3.5, r);
 }
 
-static int write_svg(const char *path, const options *o, const result *r)
+/* Hover text of a group: microbatch, ranks, samples with their lengths, times. */
+static void svg_group_title(FILE *f, const dcp_plan *plan, int32_t k, const dcp_group *group,
+                            double start_ms, double end_ms)
 {
-    const dcp_plan *plan = r->plan;
-    double *start, *end, row, plot_height, x_scale, step_ms = r->stats.step_seconds * 1e3;
-    int32_t k, g, level;
-    dcp_error error;
-    FILE *f;
-    start = (double *)malloc((size_t)plan->num_groups * sizeof *start);
-    end = (double *)malloc((size_t)plan->num_groups * sizeof *end);
-    if (!start || !end || dcp_plan_schedule(plan, NULL, start, end, &error) != DCP_OK) {
-        fprintf(stderr, "dcp-plan: --svg: %s\n", start && end ? error.message : "out of memory");
-        free(start);
-        free(end);
-        return 0;
+    int32_t i;
+    fprintf(f, "<title>microbatch %d, ", (int)k);
+    if (group->cp == 1)
+        fprintf(f, "rank %d (cp 1), ", (int)group->first_rank);
+    else
+        fprintf(f, "ranks %d-%d (cp %d), ", (int)group->first_rank,
+                (int)(group->first_rank + group->cp - 1), (int)group->cp);
+    fprintf(f, "%d sample%s:", (int)group->sample_count, group->sample_count == 1 ? "" : "s");
+    for (i = 0; i < group->sample_count && i < SVG_TITLE_SAMPLES_MAX; i++) {
+        int32_t s = plan->group_samples[group->sample_offset + i];
+        fprintf(f, "%s %d (%lld tokens)", i ? "," : "", (int)s, (long long)plan->sample_lengths[s]);
     }
-    f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "dcp-plan: --svg: cannot write %s\n", path);
-        free(start);
-        free(end);
-        return 0;
-    }
-    row = SVG_PLOT_HEIGHT_MAX / plan->config.ranks;
-    if (row > SVG_ROW_HEIGHT_MAX) row = SVG_ROW_HEIGHT_MAX;
-    plot_height = row * plan->config.ranks;
-    x_scale = SVG_PLOT_WIDTH / (step_ms > 0.0 ? step_ms : 1.0);
-    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
-               "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
-            SVG_MARGIN_LEFT + SVG_PLOT_WIDTH + 150.0,
-            SVG_MARGIN_TOP + plot_height + SVG_MARGIN_BOTTOM);
-    fprintf(f, "<text x='%.0f' y='20' font-size='14'>dcp-plan %s: %d samples on %d ranks, %d "
-               "microbatches; step %.3f ms, lower bound %.3f ms, efficiency %.3f</text>\n",
-            SVG_MARGIN_LEFT, dcp_strategy_name(o->config.strategy), (int)plan->num_samples,
-            (int)plan->config.ranks, (int)plan->num_microbatches, step_ms,
-            r->stats.lower_bound_seconds * 1e3, r->stats.efficiency);
-    svg_axes(f, step_ms, x_scale, plot_height, plan->config.ranks, row);
+    if (group->sample_count > SVG_TITLE_SAMPLES_MAX)
+        fprintf(f, " and %d more", (int)(group->sample_count - SVG_TITLE_SAMPLES_MAX));
+    fprintf(f, "; %.3f-%.3f ms</title>", start_ms, end_ms);
+}
+
+static void svg_groups(FILE *f, const svg_panel *p)
+{
+    const dcp_plan *plan = p->r->plan;
+    int32_t k, g;
     for (k = 0; k < plan->num_microbatches; k++)
         for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
             const dcp_group *group = &plan->groups[g];
-            int color = 0;
-            while ((1 << (color + 1)) <= group->cp && color + 1 < CP_COLOR_COUNT) color++;
+            double x = SVG_MARGIN_LEFT + p->start[g] * 1e3 * p->x_scale;
+            double y = p->top + group->first_rank * p->row;
+            double w = (p->end[g] - p->start[g]) * 1e3 * p->x_scale, h = group->cp * p->row;
             fprintf(f, "<rect x='%.3f' y='%.3f' width='%.3f' height='%.3f' fill='%s' "
-                       "stroke='white' stroke-width='0.5'><title>microbatch %d, ranks %d-%d "
-                       "(cp %d), %d samples, %.3f-%.3f ms</title></rect>\n",
-                    SVG_MARGIN_LEFT + start[g] * 1e3 * x_scale,
-                    SVG_MARGIN_TOP + group->first_rank * row, (end[g] - start[g]) * 1e3 * x_scale,
-                    group->cp * row, cp_colors[color], (int)k, (int)group->first_rank,
-                    (int)(group->first_rank + group->cp - 1), (int)group->cp,
-                    (int)group->sample_count, start[g] * 1e3, end[g] * 1e3);
+                       "stroke='white' stroke-width='0.5'>",
+                    x, y, w, h, cp_colors[cp_color(group->cp)]);
+            svg_group_title(f, plan, k, group, p->start[g] * 1e3, p->end[g] * 1e3);
+            fprintf(f, "</rect>\n");
+            if (w >= SVG_MIN_LABEL_WIDTH && h >= SVG_MIN_LABEL_HEIGHT)
+                fprintf(f, "<text x='%.3f' y='%.3f' font-size='%.1f' fill='white' "
+                           "text-anchor='middle' pointer-events='none'>%d</text>\n",
+                        x + w / 2.0, y + h / 2.0 + 3.5, h < 12.0 ? h - 1.0 : 11.0, (int)k);
         }
-    for (level = 0; level < CP_COLOR_COUNT && (1 << level) <= plan->config.max_cp; level++) {
-        double y = SVG_MARGIN_TOP + 18.0 * level;
-        fprintf(f, "<rect x='%.0f' y='%.0f' width='14' height='14' fill='%s'/>\n",
-                SVG_MARGIN_LEFT + SVG_PLOT_WIDTH + 20.0, y, cp_colors[level]);
-        fprintf(f, "<text x='%.0f' y='%.0f' font-size='12'>cp %d</text>\n",
-                SVG_MARGIN_LEFT + SVG_PLOT_WIDTH + 40.0, y + 11.0, 1 << level);
+}
+
+/* A dashed line where microbatch k's last group ends, its number above the panel. */
+static void svg_microbatch_ends(FILE *f, const svg_panel *p)
+{
+    const dcp_plan *plan = p->r->plan;
+    double height = panel_height(p), previous_x = -1e9;
+    int32_t k, g;
+    for (k = 0; k < plan->num_microbatches; k++) {
+        double end = 0.0, x;
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++)
+            if (p->end[g] > end) end = p->end[g];
+        x = SVG_MARGIN_LEFT + end * 1e3 * p->x_scale;
+        fprintf(f, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#333' "
+                   "stroke-width='0.6' stroke-dasharray='3,3'><title>microbatch %d ends at %.3f "
+                   "ms</title></line>\n",
+                x, p->top - 4.0, x, p->top + height, (int)k, end * 1e3);
+        if (x - previous_x >= SVG_MIN_LABEL_WIDTH) { /* numbers that would overlap are left out */
+            fprintf(f, "<text x='%.2f' y='%.2f' font-size='9' text-anchor='middle' "
+                       "fill='#333'>%d</text>\n",
+                    x, p->top - 6.0, (int)k);
+            previous_x = x;
+        }
     }
-    fprintf(f, "</svg>\n");
-    free(start);
-    free(end);
-    if (fclose(f) != 0) {
-        fprintf(stderr, "dcp-plan: --svg: error writing %s\n", path);
-        return 0;
+}
+
+static void svg_lower_bound(FILE *f, const svg_panel *p)
+{
+    double x = SVG_MARGIN_LEFT + p->r->stats.lower_bound_seconds * 1e3 * p->x_scale;
+    fprintf(f, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#d62728' "
+               "stroke-width='1.5'><title>lower bound %.3f ms</title></line>\n",
+            x, p->top, x, p->top + panel_height(p), p->r->stats.lower_bound_seconds * 1e3);
+}
+
+static void svg_panel_title(FILE *f, const svg_panel *p, const result *reference)
+{
+    const dcp_plan_stats *s = &p->r->stats;
+    fprintf(f, "<text x='%.0f' y='%.2f' font-size='13'>%s: %d microbatches, step %.3f ms, "
+               "lower bound %.3f ms (red), efficiency %.3f",
+            SVG_MARGIN_LEFT, p->top - 18.0, p->label, (int)s->num_microbatches,
+            s->step_seconds * 1e3, s->lower_bound_seconds * 1e3, s->efficiency);
+    if (reference && reference != p->r && s->step_seconds > 0.0)
+        fprintf(f, "; dynamic is %.3fx faster", s->step_seconds / reference->stats.step_seconds);
+    fprintf(f, "</text>\n");
+}
+
+/* Legend of the CP sizes the drawn plans use, and of the lines. */
+static void svg_legend(FILE *f, const svg_panel *panels, int count, double top)
+{
+    int used[DCP_CP_LEVELS] = {0}, level, i, n = 0;
+    double x = SVG_MARGIN_LEFT + SVG_PLOT_WIDTH + 20.0, y;
+    for (i = 0; i < count; i++)
+        for (level = 0; level < DCP_CP_LEVELS; level++)
+            used[level] |= panels[i].r->stats.samples_per_cp_level[level] > 0;
+    for (level = 0; level < DCP_CP_LEVELS; level++) {
+        if (!used[level]) continue;
+        y = top + 18.0 * n++;
+        fprintf(f, "<rect x='%.0f' y='%.0f' width='14' height='14' fill='%s'/>\n", x, y,
+                cp_colors[cp_color(1 << level)]);
+        fprintf(f, "<text x='%.0f' y='%.0f' font-size='12'>cp %d</text>\n", x + 20.0, y + 11.0,
+                1 << level);
+    }
+    y = top + 18.0 * n + 8.0;
+    fprintf(f, "<line x1='%.0f' y1='%.0f' x2='%.0f' y2='%.0f' stroke='#d62728' "
+               "stroke-width='1.5'/><text x='%.0f' y='%.0f' font-size='12'>lower bound</text>\n",
+            x, y, x + 14.0, y + 14.0, x + 20.0, y + 11.0);
+    y += 20.0;
+    fprintf(f, "<line x1='%.0f' y1='%.0f' x2='%.0f' y2='%.0f' stroke='#333' "
+               "stroke-dasharray='3,3'/><text x='%.0f' y='%.0f' font-size='12'>microbatch "
+               "end</text>\n",
+            x + 7.0, y, x + 7.0, y + 14.0, x + 20.0, y + 11.0);
+    y += 20.0;
+    fprintf(f, "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>box number:</text>\n", x,
+            y + 11.0);
+    fprintf(f, "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>microbatch</text>\n", x,
+            y + 25.0);
+}
+
+/* Schedules every panel's plan; 0 after a one-line message on failure. */
+static int svg_schedule(svg_panel *panels, int count)
+{
+    dcp_error error;
+    int i;
+    for (i = 0; i < count; i++) {
+        const dcp_plan *plan = panels[i].r->plan;
+        panels[i].start = (double *)malloc((size_t)plan->num_groups * sizeof(double));
+        panels[i].end = (double *)malloc((size_t)plan->num_groups * sizeof(double));
+        if (!panels[i].start || !panels[i].end) {
+            fprintf(stderr, "dcp-plan: --svg: out of memory\n");
+            return 0;
+        }
+        if (dcp_plan_schedule(plan, NULL, panels[i].start, panels[i].end, &error) != DCP_OK) {
+            fprintf(stderr, "dcp-plan: --svg: %s\n", error.message);
+            return 0;
+        }
     }
     return 1;
 }
 
+/* Writes the panels (one plan, or the three of --compare) to an open file, then closes it. */
+static int write_svg(FILE *f, const char *path, const char *heading, const result *const *plans,
+                     const char *const *labels, int count, const result *reference)
+{
+    svg_panel panels[3];
+    double axis_ms = 0.0, y = SVG_TITLE_HEIGHT, row_max;
+    int i, ok;
+    memset(panels, 0, sizeof panels);
+    row_max = (count > 1 ? SVG_COMPARE_PANEL_HEIGHT_MAX : SVG_PANEL_HEIGHT_MAX) /
+              plans[0]->plan->config.ranks;
+    for (i = 0; i < count; i++) {
+        double step_ms = plans[i]->stats.step_seconds * 1e3;
+        if (step_ms > axis_ms) axis_ms = step_ms;
+    }
+    if (!(axis_ms > 0.0)) axis_ms = 1.0;
+    for (i = 0; i < count; i++) {
+        panels[i].r = plans[i];
+        panels[i].label = labels[i];
+        panels[i].row = row_max < SVG_ROW_HEIGHT_MAX ? row_max : SVG_ROW_HEIGHT_MAX;
+        panels[i].x_scale = SVG_PLOT_WIDTH / axis_ms;
+        panels[i].top = y + SVG_PANEL_TITLE_HEIGHT;
+        y = panels[i].top + panel_height(&panels[i]) + SVG_AXIS_HEIGHT;
+    }
+    ok = svg_schedule(panels, count);
+    if (ok) {
+        fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
+                   "font-family='sans-serif'>\n<rect width='100%%' height='100%%' "
+                   "fill='white'/>\n",
+                SVG_MARGIN_LEFT + SVG_PLOT_WIDTH + SVG_MARGIN_RIGHT, y);
+        fprintf(f, "<text x='%.0f' y='20' font-size='14'>%s</text>\n", SVG_MARGIN_LEFT, heading);
+        for (i = 0; i < count; i++) {
+            svg_panel_title(f, &panels[i], reference);
+            svg_axes(f, &panels[i], axis_ms);
+            svg_groups(f, &panels[i]);
+            svg_microbatch_ends(f, &panels[i]);
+            svg_lower_bound(f, &panels[i]);
+        }
+        svg_legend(f, panels, count, panels[0].top);
+        fprintf(f, "</svg>\n");
+    }
+    for (i = 0; i < count; i++) {
+        free(panels[i].start);
+        free(panels[i].end);
+    }
+    if (fclose(f) != 0 && ok) {
+        fprintf(stderr, "dcp-plan: --svg: cannot write %s: %s\n", path, strerror(errno));
+        ok = 0;
+    }
+    return ok;
+}
+
+/* ------------------------------------------------------------------------------- main */
+
+typedef struct run_state {
+    options o;
+    int64_t *lengths;
+    int32_t count;
+    FILE *svg;
+    result chosen, baselines[2], compare_dynamic; /* baselines: static, greedy */
+    int have_baselines, have_compare_dynamic;
+} run_state;
+
+static int write_plan_svg(run_state *s)
+{
+    char heading[256];
+    const dcp_plan *plan = s->chosen.plan;
+    const result *plans[3];
+    const char *labels[3];
+    char static_label[64];
+    FILE *f = s->svg;
+    s->svg = NULL;
+    snprintf(heading, sizeof heading, "dcp-plan: %d samples, %lld valid tokens, %d ranks, "
+             "max %lld padded tokens per rank",
+             (int)plan->num_samples, (long long)s->chosen.stats.valid_tokens,
+             (int)plan->config.ranks, (long long)plan->config.max_tokens_per_rank);
+    if (!s->o.compare) {
+        plans[0] = &s->chosen;
+        labels[0] = dcp_strategy_name(s->o.config.strategy);
+        return write_svg(f, s->o.svg_path, heading, plans, labels, 1, NULL);
+    }
+    snprintf(static_label, sizeof static_label, "static CP=%d",
+             plan_single_cp(&s->baselines[0].stats));
+    plans[0] = &s->baselines[0];
+    plans[1] = &s->baselines[1];
+    plans[2] = s->o.config.strategy == DCP_STRATEGY_DYNAMIC ? &s->chosen : &s->compare_dynamic;
+    labels[0] = static_label;
+    labels[1] = "greedy";
+    labels[2] = "dynamic";
+    return write_svg(f, s->o.svg_path, heading, plans, labels, 3, plans[2]);
+}
+
+/* Plans what the output needs: the chosen strategy; the baselines for the summary or
+   --compare; dynamic as well for --compare when another strategy was chosen. */
+static int plan_all(run_state *s)
+{
+    int need_baselines = (!s->o.json && s->o.view_rank < 0) || s->o.compare;
+    if (!plan_with(&s->o.config, s->o.config.strategy, s->lengths, s->count, &s->chosen))
+        return EXIT_PLAN_FAILED;
+    if (need_baselines) {
+        if (!plan_with(&s->o.config, DCP_STRATEGY_STATIC, s->lengths, s->count,
+                       &s->baselines[0]))
+            return EXIT_PLAN_FAILED;
+        if (!plan_with(&s->o.config, DCP_STRATEGY_GREEDY, s->lengths, s->count,
+                       &s->baselines[1])) {
+            dcp_plan_destroy(s->baselines[0].plan);
+            return EXIT_PLAN_FAILED;
+        }
+        s->have_baselines = 1;
+    }
+    if (s->o.compare && s->o.config.strategy != DCP_STRATEGY_DYNAMIC) {
+        if (!plan_with(&s->o.config, DCP_STRATEGY_DYNAMIC, s->lengths, s->count,
+                       &s->compare_dynamic))
+            return EXIT_PLAN_FAILED;
+        s->have_compare_dynamic = 1;
+    }
+    return EXIT_SUCCESS;
+}
+
+static void run_free(run_state *s)
+{
+    dcp_plan_destroy(s->chosen.plan);
+    if (s->have_baselines) {
+        dcp_plan_destroy(s->baselines[0].plan);
+        dcp_plan_destroy(s->baselines[1].plan);
+    }
+    if (s->have_compare_dynamic) dcp_plan_destroy(s->compare_dynamic.plan);
+    dcp_free(NULL, s->lengths);
+}
+
+/* Everything that can fail happens before the first byte on stdout: the SVG file is opened
+   first (an unwritable path fails at once), written and closed, then the output printed. */
 int main(int argc, char **argv)
 {
-    options o;
-    int64_t *lengths = NULL;
-    int32_t count = 0;
+    run_state s;
     int status;
-    result chosen, static_plan, greedy_plan;
-    dcp_error error;
+    memset(&s, 0, sizeof s);
     if (argc == 1) {
         usage(stderr);
         return EXIT_USAGE;
     }
-    if ((status = parse_options(argc, argv, &o)) != EXIT_SUCCESS) return status;
-    if (o.lengths_path) {
-        if (dcp_lengths_read_file(o.lengths_path, NULL, &lengths, &count, &error) != DCP_OK) {
-            fprintf(stderr, "dcp-plan: %s: %s\n", o.lengths_path, error.message);
-            return EXIT_USAGE;
-        }
-    } else if ((status = lognormal_lengths(&o, &lengths, &count)) != EXIT_SUCCESS)
-        return status;
-    if (!plan_with(&o.config, o.config.strategy, lengths, count, &chosen)) {
-        dcp_free(NULL, lengths);
-        return EXIT_PLAN_FAILED;
+    if ((status = parse_options(argc, argv, &s.o)) != EXIT_SUCCESS) return status;
+    if (s.o.svg_path && !(s.svg = fopen(s.o.svg_path, "w"))) {
+        fprintf(stderr, "dcp-plan: --svg: cannot write %s: %s\n", s.o.svg_path, strerror(errno));
+        return EXIT_USAGE;
     }
-    status = EXIT_SUCCESS;
-    if (o.view_rank >= 0)
-        status = print_view(&o, chosen.plan);
-    else if (o.json)
-        print_json(&o, &chosen);
-    else if (plan_with(&o.config, DCP_STRATEGY_STATIC, lengths, count, &static_plan)) {
-        if (plan_with(&o.config, DCP_STRATEGY_GREEDY, lengths, count, &greedy_plan)) {
-            print_summary(&o, &chosen, &static_plan, &greedy_plan);
-            dcp_plan_destroy(greedy_plan.plan);
-        } else
-            status = EXIT_PLAN_FAILED;
-        dcp_plan_destroy(static_plan.plan);
-    } else
+    status = s.o.lengths_path ? file_lengths(&s.o, &s.lengths, &s.count)
+                              : lognormal_lengths(&s.o, &s.lengths, &s.count);
+    if (status == EXIT_SUCCESS && (status = plan_all(&s)) == EXIT_SUCCESS && s.svg &&
+        !write_plan_svg(&s))
         status = EXIT_PLAN_FAILED;
-    if (status == EXIT_SUCCESS && o.svg_path && !write_svg(o.svg_path, &o, &chosen))
-        status = EXIT_PLAN_FAILED;
-    dcp_plan_destroy(chosen.plan);
-    dcp_free(NULL, lengths);
+    if (status == EXIT_SUCCESS) {
+        if (s.o.view_rank >= 0)
+            status = print_view(&s.o, s.chosen.plan);
+        else if (s.o.json)
+            print_json(&s.o, &s.chosen);
+        else
+            print_summary(&s.o, &s.chosen, &s.baselines[0], &s.baselines[1]);
+    }
+    if (s.svg) fclose(s.svg);
+    if (status != EXIT_SUCCESS && s.o.svg_path) remove(s.o.svg_path); /* no half-written file */
+    run_free(&s);
     return status;
 }

@@ -149,29 +149,29 @@ expect_error "negative length" 2 "length -3 must be >= 1" --lengths "$work/negat
 expect_error "non-numeric length" 2 "not a positive integer" --lengths "$work/word.txt" $common
 expect_error "length beyond 32 bits" 2 "exceeds the maximum" --lengths "$work/overflow.txt" $common
 expect_error "missing file" 2 "cannot open" --lengths "$work/none.txt" $common
-expect_error "length above max_cp x M" 1 "sample 0 has length 70000 > max_cp 16 x max_tokens_per_rank 4096" \
+expect_error "length above max_cp x M" 1 "long.txt line 1: sample 0 has length 70000 > max_cp 16 x max_tokens_per_rank 4096" \
     --lengths "$work/long.txt" $common
-expect_error "min_cp not a power of two" 1 "min_cp must be a power of two" \
+expect_error "min_cp not a power of two" 2 "min_cp must be a power of two" \
     --lengths "$work/lengths.txt" $common --min-cp 3
-expect_error "max_cp not a power of two" 1 "max_cp must be a power of two" \
+expect_error "max_cp not a power of two" 2 "max_cp must be a power of two" \
     --lengths "$work/lengths.txt" $common --max-cp 12
-expect_error "max_cp above ranks" 1 "max_cp 32 exceeds ranks 16" \
+expect_error "max_cp above ranks" 2 "max_cp 32 exceeds ranks 16" \
     --lengths "$work/lengths.txt" $common --max-cp 32
-expect_error "ranks zero" 2 "--ranks must be >= 1" --lengths "$work/lengths.txt" \
+expect_error "ranks zero" 2 "--ranks must be in [1, 1048576], got 0" --lengths "$work/lengths.txt" \
     --ranks 0 --max-tokens-per-rank 4096
-expect_error "ranks negative" 1 "ranks must be in [1," --lengths "$work/lengths.txt" \
+expect_error "ranks negative" 2 "--ranks must be in [1, 1048576], got -4" --lengths "$work/lengths.txt" \
     --ranks -4 --max-tokens-per-rank 4096
-expect_error "max tokens zero" 2 "--max-tokens-per-rank must be >= 1" \
+expect_error "max tokens zero" 2 "--max-tokens-per-rank must be in [1, 2147483647], got 0" \
     --lengths "$work/lengths.txt" --ranks 4 --max-tokens-per-rank 0
 expect_error "ranks not a number" 2 "--ranks expects an integer, got '4x'" \
     --lengths "$work/lengths.txt" --ranks 4x --max-tokens-per-rank 4096
-expect_error "ranks beyond 32 bits" 2 "--ranks must be in" \
+expect_error "ranks beyond 32 bits" 2 "--ranks must be in [1, 1048576], got 99999999999" \
     --lengths "$work/lengths.txt" --ranks 99999999999 --max-tokens-per-rank 4096
 expect_error "bad strategy" 2 "--strategy must be dynamic, static or greedy" \
     --lengths "$work/lengths.txt" $common --strategy best
-expect_error "bad coefficient" 2 "--attn-coeff expects a finite number" \
+expect_error "bad coefficient" 2 "--attn-coeff expects a number, got 'nan'" \
     --lengths "$work/lengths.txt" $common --attn-coeff nan
-expect_error "negative coefficient" 1 "attn_coeff must be finite and >= 0" \
+expect_error "negative coefficient" 2 "attn_coeff must be finite and >= 0" \
     --lengths "$work/lengths.txt" $common --attn-coeff -1
 expect_error "both sources" 2 "exactly one of --lengths" \
     --lengths "$work/lengths.txt" --lognormal 1,1,1,1,1 $common
@@ -189,6 +189,127 @@ expect_error "rank out of range" 2 "rank 16 outside [0, 16)" \
     --lengths "$work/lengths.txt" $common --rank 16 --microbatch 0
 expect_error "microbatch out of range" 2 "microbatch 9 outside" \
     --lengths "$work/lengths.txt" $common --rank 0 --microbatch 9
+
+# The contract on every path (issue 15): exit 2 for usage and input, 1 for no plan, one line
+# on stderr, nothing on stdout.
+printf '100\n200\n' >"$work/two.txt"
+expect_error "cost beyond the tick range" 2 "attn_coeff = 1e+300 is outside the supported range: 0 or [1e-100, 1e+100]" \
+    --lengths "$work/lengths.txt" $common --attn-coeff 1e300
+expect_error "largest finite double reaches the library" 2 "attn_coeff = 1e+308 is outside" \
+    --lengths "$work/lengths.txt" $common --attn-coeff 1e308
+expect_error "denormal reaches the library" 2 "attn_coeff = 9.99989e-321 is outside" \
+    --lengths "$work/lengths.txt" $common --attn-coeff 1e-320
+expect_error "tiny coefficient" 2 "attn_coeff = 1e-300 is outside" \
+    --lengths "$work/lengths.txt" $common --attn-coeff 1e-300 --linear-coeff 0 --ring-step-cost 0
+expect_error "not a finite double" 2 "--attn-coeff must be a finite double" \
+    --lengths "$work/lengths.txt" $common --attn-coeff 1e400
+expect_error "min-cp zero" 2 "--min-cp must be in [1, 1048576], got 0" \
+    --lengths "$work/lengths.txt" $common --min-cp 0
+expect_error "max-cp zero" 2 "--max-cp must be in [1, 1048576], got 0" \
+    --lengths "$work/lengths.txt" $common --max-cp 0
+expect_error "microbatch-multiple zero" 2 "--microbatch-multiple must be in [1, 1048576], got 0" \
+    --lengths "$work/lengths.txt" $common --microbatch-multiple 0
+expect_error "microbatch-multiple negative" 2 "--microbatch-multiple must be in [1, 1048576], got -2" \
+    --lengths "$work/lengths.txt" $common --microbatch-multiple -2
+expect_error "ranks minus one" 2 "--ranks must be in [1, 1048576], got -1" \
+    --lengths "$work/lengths.txt" --ranks -1 --max-tokens-per-rank 4096
+expect_error "unknown flag at the end" 2 "unknown option --jsn" --lengths "$work/lengths.txt" $common --jsn
+expect_error "--version is unknown" 2 "unknown option --version" --lengths "$work/lengths.txt" $common --version
+expect_error "stray argument" 2 "unexpected argument 'extra'" --lengths "$work/lengths.txt" $common --json extra
+expect_error "value is an option" 2 "--lengths needs a value, got the option --ranks" --lengths --ranks 32
+expect_error "switch with a value" 2 "--json takes no value" --lengths "$work/lengths.txt" $common --json=1
+expect_error "seed with lengths" 2 "--seed applies to --lognormal only" --lengths "$work/lengths.txt" $common --seed 3
+expect_error "svg to an unwritable path" 2 "--svg: cannot write /nonexistent/x.svg: No such file or directory" \
+    --lognormal 4096,1.1,1024,8192,64 $common --svg /nonexistent/x.svg
+expect_error "svg unwritable with json" 2 "cannot write /nonexistent/x.svg" \
+    --lognormal 4096,1.1,1024,8192,64 $common --json --svg /nonexistent/x.svg
+expect_error "compare needs svg" 2 "--compare draws into --svg" --lengths "$work/lengths.txt" $common --compare
+expect_error "missing file says why" 2 "none.txt: No such file or directory" --lengths "$work/none.txt" $common
+expect_error "directory as file" 2 "cannot read $work: Is a directory" --lengths "$work" $common
+printf 'abc\n200\n' >"$work/abc.txt"
+expect_error "first line neither length nor header" 2 "abc.txt: line 1: \"abc\" is neither a length nor a header" \
+    --lengths "$work/abc.txt" $common
+printf '100\n200\n70000\n' >"$work/long3.txt"
+expect_error "oversized sample named by its line" 1 "long3.txt line 3: sample 2 has length 70000" \
+    --lengths "$work/long3.txt" $common
+printf '# comment\n\n100\n70000\n' >"$work/long4.txt"
+expect_error "line counts comments and blanks" 1 "long4.txt line 4: sample 1 has length 70000" \
+    --lengths "$work/long4.txt" $common
+# the plan failed: no SVG is left behind
+rm -f "$work/failed.svg"
+expect_error "no svg after a failed plan" 1 "sample 2 has length 70000" \
+    --lengths "$work/long3.txt" $common --svg "$work/failed.svg"
+if [ ! -e "$work/failed.svg" ]; then pass "failed plan leaves no svg"; else fail "failed plan leaves no svg"; fi
+
+# --flag=value, a UTF-8 BOM, a CSV header naming a column
+printf '\357\273\277100\n200\n' >"$work/bom.txt"
+printf 'length\n100\n200\n' >"$work/header.txt"
+a=$("$plan" --lengths="$work/two.txt" --ranks=4 --max-tokens-per-rank=1000 --json | sed 's/"plan_seconds":[^}]*//')
+b=$("$plan" --lengths "$work/bom.txt" --ranks 4 --max-tokens-per-rank 1000 --json | sed 's/"plan_seconds":[^}]*//')
+c=$("$plan" --lengths "$work/header.txt" --ranks 4 --max-tokens-per-rank 1000 --json | sed 's/"plan_seconds":[^}]*//')
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && echo "$a" | grep -q '"samples":2,'; then
+    pass "--flag=value, BOM and header agree"
+else
+    fail "--flag=value, BOM and header agree ($a | $b | $c)"
+fi
+
+# --help: every option with a description, defaults and units, on stdout, exit 0
+if "$plan" --help >"$work/help" 2>"$work/err" && [ ! -s "$work/err" ] &&
+    grep -q "^  --attn-coeff A" "$work/help" && grep -q "default 2.048e-11" "$work/help" &&
+    grep -q "seconds per" "$work/help" && grep -q "^  --compare" "$work/help" &&
+    grep -q "(default 1)" "$work/help" && grep -q "Exit status" "$work/help"; then
+    pass "help describes options"
+else
+    fail "help describes options"
+fi
+for flag in $(sed -n 's/^  \(--[a-z-]*\).*/\1/p' "$work/help"); do
+    grep -q -- "$flag" examples/dcp_plan.c || fail "help lists unknown $flag"
+done
+
+# SVG: microbatch numbers and ends, sample ids and lengths in the hover text, the lower bound,
+# a legend of only the CP sizes used; --compare draws three panels on one time scale
+# shellcheck disable=SC2086
+"$plan" --lognormal 4096,1.1,1024,8192,64 --seed 2 $common --svg "$work/one.svg" >/dev/null
+used=$("$plan" --lognormal 4096,1.1,1024,8192,64 --seed 2 $common | sed -n 's/.*cp histogram *//p' |
+    grep -o 'cp=[0-9]*' | sed 's/cp=/cp /' | sort | tr '\n' ' ')
+drawn=$(grep -o "font-size='12'>cp [0-9]*<" "$work/one.svg" | sed "s/.*>\(cp [0-9]*\)</\1/" | sort | tr '\n' ' ')
+if [ -n "$used" ] && [ "$used" = "$drawn" ]; then pass "svg legend lists the CP sizes used"; else fail "svg legend ($used) vs ($drawn)"; fi
+if grep -q "<title>microbatch 0, rank[s]* [0-9-]* (cp [0-9]*), [0-9]* samples*: [0-9]* ([0-9]* tokens)" "$work/one.svg" &&
+    grep -q "<title>lower bound [0-9.]* ms</title>" "$work/one.svg" &&
+    grep -q "<title>microbatch [0-9]* ends at" "$work/one.svg" &&
+    ! grep -q "ranks \([0-9]*\)-\1 " "$work/one.svg" && ! grep -q " 1 samples" "$work/one.svg"; then
+    pass "svg hover text, lower bound, microbatch ends"
+else
+    fail "svg hover text, lower bound, microbatch ends"
+fi
+# shellcheck disable=SC2086
+"$plan" --lognormal 4096,1.1,1024,8192,64 --seed 2 $common --svg "$work/compare.svg" --compare >/dev/null
+if [ "$(grep -c "lower bound [0-9.]* ms (red)" "$work/compare.svg")" -eq 3 ] &&
+    grep -q ">static CP=" "$work/compare.svg" && grep -q ">greedy: " "$work/compare.svg" &&
+    grep -q ">dynamic: " "$work/compare.svg" && grep -q "dynamic is [0-9.]*x faster" "$work/compare.svg"; then
+    pass "svg --compare draws three panels"
+else
+    fail "svg --compare draws three panels"
+fi
+
+# Memory follows the input (under a 1 GB address-space limit): the view of a 2^31 - 2 token
+# rank with M = 2^31 - 1, and the summary (with its static baseline) at 2^18 ranks
+printf '2147483646\n100\n' >"$work/huge-view.txt"
+if (ulimit -v 1000000 && "$plan" --lengths "$work/huge-view.txt" --ranks 1 \
+        --max-tokens-per-rank 2147483647 --rank 0 --microbatch 0) >"$work/out" 2>"$work/err" &&
+    grep -q "local_tokens       2147483646" "$work/out" &&
+    grep -q "rows 0-2147483645: sample 0, positions 0-2147483645" "$work/out"; then
+    pass "huge rank view in constant memory"
+else
+    fail "huge rank view in constant memory ($(cat "$work/err"))"
+fi
+if (ulimit -v 1000000 && "$plan" --lognormal 2000,1.0,100,4000,600 --ranks 262144 \
+        --max-tokens-per-rank 4096) >"$work/out" 2>"$work/err" &&
+    grep -q "speed-up over static" "$work/out"; then
+    pass "static baseline at 2^18 ranks in 1 GB"
+else
+    fail "static baseline at 2^18 ranks in 1 GB ($(cat "$work/err"))"
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
