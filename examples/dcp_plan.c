@@ -770,7 +770,8 @@ static void svg_microbatch_ends(FILE *f, const svg_panel *p)
             if (p->end[g] > end) end = p->end[g];
         x = SVG_MARGIN_LEFT + end * 1e3 * p->x_scale;
         fprintf(f, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#333' "
-                   "stroke-width='0.6' stroke-dasharray='3,3'><title>microbatch %d ends at %.3f "
+                   "stroke-width='0.6' stroke-opacity='0.6' stroke-dasharray='3,3'><title>microbatch %d "
+                   "ends at %.3f "
                    "ms</title></line>\n",
                 x, p->top - 4.0, x, p->top + height, (int)k, end * 1e3);
         if (x - previous_x >= SVG_MIN_LABEL_WIDTH) { /* numbers that would overlap are left out */
@@ -821,7 +822,7 @@ static void svg_legend(FILE *f, const svg_panel *panels, int count, double top)
     y = top + 18.0 * n + 8.0;
     fprintf(f, "<line x1='%.0f' y1='%.0f' x2='%.0f' y2='%.0f' stroke='#d62728' "
                "stroke-width='1.5'/><text x='%.0f' y='%.0f' font-size='12'>lower bound</text>\n",
-            x, y, x + 14.0, y + 14.0, x + 20.0, y + 11.0);
+            x + 7.0, y, x + 7.0, y + 14.0, x + 20.0, y + 11.0);
     y += 20.0;
     fprintf(f, "<line x1='%.0f' y1='%.0f' x2='%.0f' y2='%.0f' stroke='#333' "
                "stroke-dasharray='3,3'/><text x='%.0f' y='%.0f' font-size='12'>microbatch "
