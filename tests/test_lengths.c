@@ -130,7 +130,9 @@ static void parser_accepts_plain_and_csv(void)
     CHECK_EQ(parse("# lengths\n\n  4096 \r\n17# inline\n+250000", three, 3), DCP_OK);
     CHECK_EQ(parse("id,length,source\n0,4096,a\n1,17,b\n2,250000,c\n", three, 3), DCP_OK);
     CHECK_EQ(parse("\"sample\", \"Seq_Len\"\r\n1, 10\r\n2, 20\r\n", two, 2), DCP_OK);
-    CHECK_EQ(parse("tokens_in_doc\n10\n20\n", two, 2), DCP_OK); /* one column: any name */
+    /* a header must name a known column: "abc\n200" is a typo, not a header (issue 15) */
+    CHECK_EQ(parse("tokens_in_doc\n10\n20\n", two, 2), DCP_ERROR_PARSE);
+    CHECK_EQ(parse("\xEF\xBB\xBFtokens\n10\n20\n", two, 2), DCP_OK); /* BOM, then a header */
     CHECK_EQ(parse("num_tokens,x\n10,a\n# comment row\n20,b\n", two, 2), DCP_OK);
 }
 
