@@ -18,7 +18,7 @@
        dcp_lognormal dist = {4096.0, 1.1, 1024, 8192};     // mean, sigma, min, max
        dcp_lengths_lognormal(&dist, 42, lengths, 256, NULL);
 
-       dcp_config config = {0};                // zero means "the documented default"
+       dcp_config config = dcp_config_init();  // all zero: "the documented default"
        config.ranks = 16;                      // D: the DP x CP ranks
        config.max_tokens_per_rank = 4096;      // M: padded tokens one rank holds per microbatch
        dcp_plan *plan = NULL;
@@ -60,7 +60,8 @@
        dcp_rng_seed / dcp_rng_next / dcp_rng_uniform / dcp_rng_normal / dcp_rng_below
                                                   xoshiro256** generator; identical streams
                                                   on every platform (integer core, own exp/log)
-   Workload model (DESIGN.md section 3)
+   Workload model (docs/DESIGN.md section 3)
+       dcp_config_init()                          an all-default config (C and C++ alike)
        dcp_config_resolve(config, out, err)       fill defaults, validate; no allocation
        dcp_padded_length(config, L, c, out, err)  storage length of a sample at CP size c
        dcp_cp_size_min(config, L, out, err)       smallest CP size whose padded share fits M
@@ -70,7 +71,7 @@
    Planner
        dcp_plan_create(config, lengths, n, &plan, err)   allocates the plan (config.allocator)
        dcp_plan_destroy(plan)
-       dcp_plan_validate(plan, err)               every invariant of section 1 of DESIGN.md
+       dcp_plan_validate(plan, err)               every invariant of docs/DESIGN.md section 1
        dcp_plan_simulate(plan, cost, &stats, err) DAG and barrier step times, lower bound;
                                                   allocates scratch and frees it before return
        dcp_plan_schedule(plan, cost, start, end, err)  each group's start and end (DAG model)
@@ -80,8 +81,9 @@
        dcp_rng_lognormal_length / dcp_rng_loguniform_length  one draw from a caller's rng
        dcp_lengths_parse(text, size, alloc, &out, &n, err)  length files; allocates *out
        dcp_lengths_read_file(path, alloc, &out, &n, err)    reads and parses; allocates *out
+       dcp_lengths_parse_lines / dcp_lengths_read_file_lines  the same, plus each length's line
        dcp_free(alloc, ptr)                        frees arrays the library returned
-   THD layout (DESIGN.md section 4)
+   THD layout (docs/DESIGN.md section 4)
        dcp_zigzag_position(P, c, r, i)             global position of local row i of rank r
        dcp_thd_layout, dcp_half                    a pack as one rank holds it; view halves
        dcp_thd_layout_validate(layout, &rows, err) checks cu_seqlens(_padded), cp; local rows
@@ -100,7 +102,13 @@
        dcp_plan_serialize / dcp_plan_deserialize  versioned, checksummed buffer; the reader
        dcp_rank_view_serialize / _deserialize     validates everything (fuzzed); allocates
        dcp_plan_flops_stats(plan, &stats, err)    tokens and sums of L^2 for MFU
-   Distributed logic (DESIGN.md section 6: what dcp_nccl.h decides, as pure functions; no
+   Data-loader helpers
+       dcp_lengths_filter(config, L, n, kept, ids, &k, dropped, err)  drop samples that cannot
+                                                  fit, keep their original ids; caller's arrays
+       dcp_plan_sample_location(plan, s, &k, &g, err)  a sample's microbatch and group
+       dcp_plan_compare(a, b, err)                same plan? the message names the difference
+       dcp_reroute_match(lists, ranks, alloc, err)  every send paired with its receive
+   Distributed logic (docs/DESIGN.md section 6: what dcp_nccl.h decides, as pure functions; no
    allocation)
        dcp_comm_slot_count(max_cp) / dcp_comm_slot(cp)   communicator slots: one per CP size
                                                   2..max_cp (slot log2(cp) - 1); cp 1: -1
@@ -118,7 +126,7 @@
        dcp_ring_exchange_plan(cp, r, s, &x, err)  peers, KV and dK/dV slots of a ring step
        dcp_ring_scratch_layout(shape, pass, &s, err)  scratch regions of a ring pass
        dcp_metadata_chunks(length, chunk, &n, err)  length check of a metadata broadcast
-   CPU references (DESIGN.md section 5; the contracts of the CUDA kernels; fp32 buffers,
+   CPU references (docs/DESIGN.md section 5; the contracts of the CUDA kernels; fp32 buffers,
    double sums, deterministic; no allocation except the ring forward; thread-safe on
    distinct output buffers; absent with DCP_NO_REFERENCE)
        dcp_attention_forward(params, layout, view, q, k, v, out, lse, err)
@@ -166,7 +174,7 @@
 
    VERSION HISTORY
        0.1.0  planner, baselines, validator, simulator, length sources; THD views, reroute
-              lists, exchange format, FLOPs statistics
+              lists, exchange format, FLOPs statistics. CHANGELOG.md lists every change.
 
    LICENSE
    MIT. See the end of this file.
@@ -612,7 +620,7 @@ DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
 DCPDEF dcp_status dcp_plan_compare(const dcp_plan *a, const dcp_plan *b, dcp_error *error);
 
 /* ========================================================================= distributed logic
-   Everything dcp_nccl.h decides, as pure functions that tests run on simulated ranks (DESIGN.md
+   Everything dcp_nccl.h decides, as pure functions tests run on simulated ranks (docs/DESIGN.md
    section 6): which communicator slot serves a CP size and how ncclCommSplit builds it, which
    communicator a rank uses in a microbatch and under an evaluation override (restored on every
    exit path), the byte ranges of a reroute list, the peers and buffer slots of every ring step,
@@ -814,7 +822,7 @@ DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uin
 
 #ifndef DCP_NO_REFERENCE
 /* ========================================================================== CPU references
-   The semantics every CUDA kernel is tested against (DESIGN.md section 5): attention forward
+   The semantics every CUDA kernel is tested against (docs/DESIGN.md section 5): attention forward
    and backward as one step that serves plain varlen attention and every ring-CP step alike,
    the ring's step plan, LSE merging and a driver that runs the c ranks of a ring in one
    process, RoPE with CP positions, and the causal depthwise conv1d of Gated DeltaNet.
@@ -899,7 +907,7 @@ DCPDEF dcp_status dcp_attention_acc_finalize(const dcp_attention_params *params,
                                              const float *acc_out, const float *acc_lse,
                                              float *out, float *lse, dcp_error *error);
 
-/* Step `step` of a ring of cp ranks on rank `rank` (DESIGN.md section 5): the KV comes from
+/* Step `step` of a ring of cp ranks on rank `rank` (docs/DESIGN.md section 5): the KV comes from
    rank (rank - step) mod cp. Causal: step 0 is the whole local Q against the local KV with the
    mask; a source below rank gives all local Q against its first half, a source above rank
    the local second-half Q against all its KV, both without a mask (every key precedes every

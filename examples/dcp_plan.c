@@ -166,7 +166,9 @@ static int parse_double(const char *flag, const char *text, double *value)
         fprintf(stderr, "dcp-plan: %s expects a number, got '%s'\n", flag, text);
         return 0;
     }
-    if (v > DBL_MAX || v < -DBL_MAX || (errno == ERANGE && v == 0.0 && strpbrk(text, "123456789"))) {
+    /* strtod's ERANGE: infinite, or a nonzero value below the smallest denormal (read as 0) */
+    if (v > DBL_MAX || v < -DBL_MAX ||
+        (errno == ERANGE && v == 0.0 && strpbrk(text, "123456789"))) {
         fprintf(stderr, "dcp-plan: %s must be a finite double (magnitude in [4.9e-324, %g] or "
                         "0), got '%s'\n", flag, DBL_MAX, text);
         return 0;
@@ -304,7 +306,8 @@ static int check_options(const options *o)
     if (!o->have_max_tokens) return fail_usage("--max-tokens-per-rank M is required%s%s", "", "");
     if ((o->view_rank < 0) != (o->view_microbatch < 0))
         return fail_usage("--rank and --microbatch go together%s%s", "", "");
-    if (o->compare && !o->svg_path) return fail_usage("--compare draws into --svg FILE%s%s", "", "");
+    if (o->compare && !o->svg_path)
+        return fail_usage("--compare draws into --svg FILE%s%s", "", "");
     if (o->config.cost.attn_coeff == 0.0 && o->config.cost.linear_coeff == 0.0 &&
         o->config.cost.ring_step_cost == 0.0)
         return fail_usage("the cost model cannot be all zero%s%s", "", "");
@@ -770,8 +773,8 @@ static void svg_microbatch_ends(FILE *f, const svg_panel *p)
             if (p->end[g] > end) end = p->end[g];
         x = SVG_MARGIN_LEFT + end * 1e3 * p->x_scale;
         fprintf(f, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#333' "
-                   "stroke-width='0.6' stroke-opacity='0.6' stroke-dasharray='3,3'><title>microbatch %d "
-                   "ends at %.3f "
+                   "stroke-width='0.6' stroke-opacity='0.6' stroke-dasharray='3,3'><title>"
+                   "microbatch %d ends at %.3f "
                    "ms</title></line>\n",
                 x, p->top - 4.0, x, p->top + height, (int)k, end * 1e3);
         if (x - previous_x >= SVG_MIN_LABEL_WIDTH) { /* numbers that would overlap are left out */

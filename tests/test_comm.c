@@ -1,5 +1,5 @@
 /* Distributed logic: everything dcp_nccl.h decides, run on simulated ranks on the CPU
-   (DESIGN.md section 6). Communicator slots and ncclCommSplit arguments against the groups of
+   (docs/DESIGN.md section 6). Communicator slots and ncclCommSplit arguments against the groups of
    random plans; the per-microbatch switch and the evaluation override (seed 003: train at CP 1,
    evaluate at CP 4, and back, restored on every path); reroute lists executed as NCCL would
    (sends and receives paired by order and byte count only); the ring's peers and double
