@@ -18,7 +18,10 @@
                             RANK=$r LOCAL_RANK=$r WORLD_SIZE=8 ./ring_attention_nccl /tmp/id.$$ &
                         done; wait
    or torchrun --nproc-per-node 8 --no-python ./ring_attention_nccl /tmp/id.$$ .
-   NCCL refuses two ranks on one GPU: WORLD_SIZE ranks need WORLD_SIZE GPUs.
+   Several ranks on ONE GPU: NCCL refuses two ranks that look like the same host on one
+   device; give each process its own NCCL_HOSTID and keep the traffic on sockets
+   (NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo). LOCAL_RANK is taken modulo the visible devices.
+   tests/multirank.sh does that for 2, 4, 6 and 8 ranks (make test-multirank).
    Exit status 0 when every rank's results match, 1 otherwise. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
@@ -135,29 +138,40 @@ enum { T_Q, T_K, T_V, T_DOUT, TENSORS };
 static const int kWidth[TENSORS] = {HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM,
                                     HEADS * HEAD_DIM};
 
-/* count rows of sample s from `first`, generated on the host and copied to the device. */
-static void upload_rows(int t, int32_t s, int64_t first, int64_t count, void *device)
+/* count rows of sample s from `first`, generated on the host and copied to the device on
+   `stream`, the stream of every later reader: every copy of this program is ordered on the
+   one non-blocking stream that also runs the kernels and collectives (a legacy-stream
+   cudaMemcpy would not be ordered against them). The host buffer is freed only after the
+   stream has passed the copy. */
+static void upload_rows(int t, int32_t s, int64_t first, int64_t count, void *device,
+                        cudaStream_t stream)
 {
     const int64_t width = kWidth[t];
     uint16_t *host = (uint16_t *)malloc((size_t)(count * width) * 2 + 2);
     int64_t r, i;
     for (r = 0; r < count; r++)
         for (i = 0; i < width; i++) host[r * width + i] = element(t, s, first + r, i);
-    CUDA(cudaMemcpy(device, host, (size_t)(count * width) * 2, cudaMemcpyHostToDevice));
+    CUDA(cudaMemcpyAsync(device, host, (size_t)(count * width) * 2, cudaMemcpyHostToDevice,
+                         stream));
+    CUDA(cudaStreamSynchronize(stream));
     free(host);
 }
 
-static float *download_floats(const void *device, int64_t count, int bf16)
+/* count values of a device tensor, after everything enqueued on stream before. */
+static float *download_floats(const void *device, int64_t count, int bf16, cudaStream_t stream)
 {
     float *out = (float *)malloc((size_t)count * 4 + 4);
     if (bf16) {
         uint16_t *h = (uint16_t *)malloc((size_t)count * 2 + 2);
         int64_t i;
-        CUDA(cudaMemcpy(h, device, (size_t)count * 2, cudaMemcpyDeviceToHost));
+        CUDA(cudaMemcpyAsync(h, device, (size_t)count * 2, cudaMemcpyDeviceToHost, stream));
+        CUDA(cudaStreamSynchronize(stream));
         for (i = 0; i < count; i++) out[i] = bf16_value(h[i]);
         free(h);
-    } else
-        CUDA(cudaMemcpy(out, device, (size_t)count * 4, cudaMemcpyDeviceToHost));
+    } else {
+        CUDA(cudaMemcpyAsync(out, device, (size_t)count * 4, cudaMemcpyDeviceToHost, stream));
+        CUDA(cudaStreamSynchronize(stream));
+    }
     return out;
 }
 
@@ -207,10 +221,10 @@ static void check_group(const dcp_rank_view *view, const dcp_attention_params *p
     int t, j;
     int64_t row;
     memset(&whole_view, 0, sizeof whole_view);
-    CUDA(cudaMemcpy(d_cu, view->cu_seqlens, (size_t)(view->num_samples + 1) * 4,
-                    cudaMemcpyHostToDevice));
-    CUDA(cudaMemcpy(d_cu_padded, view->cu_seqlens_padded, (size_t)(view->num_samples + 1) * 4,
-                    cudaMemcpyHostToDevice));
+    CUDA(cudaMemcpyAsync(d_cu, view->cu_seqlens, (size_t)(view->num_samples + 1) * 4,
+                         cudaMemcpyHostToDevice, stream));
+    CUDA(cudaMemcpyAsync(d_cu_padded, view->cu_seqlens_padded,
+                         (size_t)(view->num_samples + 1) * 4, cudaMemcpyHostToDevice, stream));
     thd.num_sequences = view->num_samples;
     thd.cu_seqlens = d_cu;
     thd.cu_seqlens_padded = d_cu_padded;
@@ -220,10 +234,11 @@ static void check_group(const dcp_rank_view *view, const dcp_attention_params *p
     full.max_seqlen_padded = view->max_seqlen;
     for (t = 0; t < TENSORS; t++) { /* whole samples, valid rows; padding rows zero */
         whole[t] = device_alloc((size_t)(total * kWidth[t]) * 2);
-        CUDA(cudaMemset(whole[t], 0, (size_t)(total * kWidth[t]) * 2));
+        CUDA(cudaMemsetAsync(whole[t], 0, (size_t)(total * kWidth[t]) * 2, stream));
         for (j = 0; j < view->num_samples; j++)
             upload_rows(t, view->samples[j], 0, view->sample_lengths[j],
-                        (uint16_t *)whole[t] + (int64_t)view->cu_seqlens_padded[j] * kWidth[t]);
+                        (uint16_t *)whole[t] + (int64_t)view->cu_seqlens_padded[j] * kWidth[t],
+                        stream);
     }
     out32 = (float *)device_alloc((size_t)(total * kWidth[T_Q]) * 4);
     out_dtype = device_alloc((size_t)(total * kWidth[T_Q]) * 2);
@@ -244,12 +259,14 @@ static void check_group(const dcp_rank_view *view, const dcp_attention_params *p
                                     grad[0], grad[1], grad[2], 1, workspace, workspace_bytes,
                                     (void *)stream, &err));
     CUDA(cudaStreamSynchronize(stream));
-    single[0] = download_floats(out32, total * kWidth[T_Q], 0);
-    for (t = 0; t < 3; t++) single[2 + t] = download_floats(grad[t], total * kWidth[t], 0);
-    single_lse = download_floats(lse, total * HEADS, 0);
-    host[0] = download_floats(ring[0], local * kWidth[T_Q], 1);
-    for (t = 0; t < 3; t++) host[2 + t] = download_floats(ring[2 + t], local * kWidth[t], 1);
-    ring_lse_host = download_floats(ring_lse, local * HEADS, 0);
+    single[0] = download_floats(out32, total * kWidth[T_Q], 0, stream);
+    for (t = 0; t < 3; t++)
+        single[2 + t] = download_floats(grad[t], total * kWidth[t], 0, stream);
+    single_lse = download_floats(lse, total * HEADS, 0, stream);
+    host[0] = download_floats(ring[0], local * kWidth[T_Q], 1, stream);
+    for (t = 0; t < 3; t++)
+        host[2 + t] = download_floats(ring[2 + t], local * kWidth[t], 1, stream);
+    ring_lse_host = download_floats(ring_lse, local * HEADS, 0, stream);
     TRY(dcp_rank_view_positions(view, slot, position, &err));
     for (row = 0; row < local; row++) {
         int64_t global;
@@ -308,7 +325,11 @@ int main(int argc, char **argv)
     int failed, *d_failed;
     g_rank = rank;
     if (rank < 0 || rank >= ranks) die("RANK and WORLD_SIZE", "need 0 <= RANK < WORLD_SIZE");
-    CUDA(cudaSetDevice(local_rank));
+    {
+        int devices = 0;
+        CUDA(cudaGetDeviceCount(&devices));
+        CUDA(cudaSetDevice(devices > 0 ? local_rank % devices : 0));
+    }
     CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     id = exchange_id(id_path, rank);
     NCCL(ncclCommInitRank(&g_pool, ranks, id, rank));
@@ -360,7 +381,7 @@ int main(int argc, char **argv)
         for (s = 0; s < SAMPLES; s++)
             if (holders[s] == rank) {
                 samples[t][s] = device_alloc((size_t)(plan->sample_lengths[s] * kWidth[t]) * 2);
-                upload_rows(t, s, 0, plan->sample_lengths[s], samples[t][s]);
+                upload_rows(t, s, 0, plan->sample_lengths[s], samples[t][s], stream);
             }
         for (k = 0; k < K; k++) micro[t][k] = device_alloc((size_t)(rows[k] * kWidth[t]) * 2);
         memset(&buffers, 0, sizeof buffers);
@@ -395,10 +416,11 @@ int main(int argc, char **argv)
         }
         d_cu = (int32_t *)device_alloc((size_t)(view->num_samples + 1) * 4);
         d_cu_padded = (int32_t *)device_alloc((size_t)(view->num_samples + 1) * 4);
-        CUDA(cudaMemcpy(d_cu, view->cu_seqlens, (size_t)(view->num_samples + 1) * 4,
-                        cudaMemcpyHostToDevice));
-        CUDA(cudaMemcpy(d_cu_padded, view->cu_seqlens_padded,
-                        (size_t)(view->num_samples + 1) * 4, cudaMemcpyHostToDevice));
+        CUDA(cudaMemcpyAsync(d_cu, view->cu_seqlens, (size_t)(view->num_samples + 1) * 4,
+                             cudaMemcpyHostToDevice, stream));
+        CUDA(cudaMemcpyAsync(d_cu_padded, view->cu_seqlens_padded,
+                             (size_t)(view->num_samples + 1) * 4, cudaMemcpyHostToDevice,
+                             stream));
         layout.thd.num_sequences = view->num_samples;
         layout.thd.cu_seqlens = d_cu;
         layout.thd.cu_seqlens_padded = d_cu_padded;
@@ -445,7 +467,7 @@ int main(int argc, char **argv)
            rank, worst.out, worst.lse, worst.dq, worst.dk, worst.dv, failed ? "FAIL" : "ok");
     /* every rank learns whether any failed */
     d_failed = (int *)device_alloc(sizeof(int));
-    CUDA(cudaMemcpy(d_failed, &failed, sizeof(int), cudaMemcpyHostToDevice));
+    CUDA(cudaMemcpyAsync(d_failed, &failed, sizeof(int), cudaMemcpyHostToDevice, stream));
     NCCL(ncclAllReduce(d_failed, d_failed, 1, ncclInt32, ncclMax, g_pool, stream));
     CUDA(cudaMemcpyAsync(&failed, d_failed, sizeof(int), cudaMemcpyDeviceToHost, stream));
     CUDA(cudaStreamSynchronize(stream));
