@@ -143,6 +143,11 @@
 #ifndef DCP_NCCL_DEFAULT_STAGING_BYTES
 #define DCP_NCCL_DEFAULT_STAGING_BYTES ((size_t)1 << 20)
 #endif
+/* How long a set waits for a collective, a ring or a split before it aborts (10 minutes, as
+   PyTorch's NCCL watchdog); a dcp_nccl_options field overrides it per set. */
+#ifndef DCP_NCCL_DEFAULT_TIMEOUT_MS
+#define DCP_NCCL_DEFAULT_TIMEOUT_MS INT64_C(600000)
+#endif
 /* The smallest staging buffer a set accepts. */
 #define DCP_NCCL_MIN_STAGING_BYTES 64
 
@@ -156,11 +161,20 @@ DCP_NCCL_DEF int dcp_nccl_compiled_version(void);
 /* Zero-initialise for the defaults; NULL options mean all defaults. max_cp and staging_bytes
    must be the same on every rank (set creation checks it). */
 typedef struct dcp_nccl_options {
-    int32_t max_cp;             /* power of two <= pool size; default the largest such */
+    int32_t max_cp;             /* power of two <= pool size; default plan_config's resolved
+                                   max_cp when given (a plan never picks more), else the
+                                   largest power of two <= pool size */
     size_t staging_bytes;       /* >= DCP_NCCL_MIN_STAGING_BYTES; default
                                    DCP_NCCL_DEFAULT_STAGING_BYTES */
-    const ncclConfig_t *config; /* base of the split communicators' config (NULL: NCCL's
-                                   defaults); splitShare and blocking are forced to 1 */
+    const ncclConfig_t *config; /* the config the POOL was created with (NULL: NCCL's
+                                   defaults), copied whole into every split's config.
+                                   Resource sharing is decided by its splitShare, because
+                                   NCCL reads the parent's: see RESOURCE SHARING. blocking 0
+                                   (non-blocking) is supported: calls are polled to their end */
+    const dcp_config *plan_config; /* optional: the planner's config, for the default max_cp
+                                   (dcp_comm_max_cp gives a small one for the lengths) */
+    int64_t timeout_ms;         /* >= 0; every wait of the set; default
+                                   DCP_NCCL_DEFAULT_TIMEOUT_MS */
     dcp_allocator allocator;    /* host memory of the set and of received metadata */
 } dcp_nccl_options;
 
@@ -177,6 +191,8 @@ typedef struct dcp_nccl_set {
     void *staging;                    /* device, staging_bytes */
     size_t staging_bytes;
     int32_t aborted;                  /* 1 after dcp_nccl_set_abort */
+    int64_t timeout_ms;               /* options.timeout_ms */
+    ncclConfig_t config;              /* the splits' config: options.config, copied */
     dcp_allocator allocator;
 } dcp_nccl_set;
 
@@ -197,6 +213,17 @@ DCP_NCCL_DEF ncclComm_t dcp_nccl_set_comm(const dcp_nccl_set *set, int32_t cp);
 DCP_NCCL_DEF dcp_status dcp_nccl_set_check(const dcp_nccl_set *set, dcp_error *error);
 DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool,
                                            dcp_error *error);
+/* The host-side wait that replaces cudaStreamSynchronize: polls the stream and the async
+   errors of the pool and of every split communicator; on an error, or after timeout_ms,
+   aborts the set and the pool and names what failed. */
+DCP_NCCL_DEF dcp_status dcp_nccl_set_wait(dcp_nccl_set *set, cudaStream_t stream,
+                                          dcp_error *error);
+/* Collective over the pool, before the first reroute of a step: every rank's dcp_plan_hash
+   must be the same (one all-reduce of the hash and its complement). A difference, or a rank
+   whose plan is NULL or broken, is DCP_ERROR_INVALID_PLAN on every rank; the set stays
+   usable. */
+DCP_NCCL_DEF dcp_status dcp_nccl_plan_agree(dcp_nccl_set *set, const dcp_plan *plan,
+                                            cudaStream_t stream, dcp_error *error);
 
 /* The view must be this rank's (view->rank == set->rank). While an override is open only
    groups of its CP size (and idle ranks) are accepted. On error nothing changes. */
@@ -335,12 +362,29 @@ private:
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <sched.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------------ errors */
+
+/* Fault injection (test builds): DCP_NCCL_FAULT_HOOK(call_text) is evaluated before every
+   checked CUDA or NCCL call except teardown and polling; nonzero skips the call and reports
+   ncclSystemError or cudaErrorUnknown in its place, as if it had failed. */
+#ifdef DCP_NCCL_FAULT_HOOK
+static int dcp_nccl__fault_code(const char *call)
+{
+    return strncmp(call, "nccl", 4) == 0 ? (int)ncclSystemError : (int)cudaErrorUnknown;
+}
+#define DCP_NCCL__CALL(call) (DCP_NCCL_FAULT_HOOK(#call) ? dcp_nccl__fault_code(#call) : (int)(call))
+#else
+#define DCP_NCCL__CALL(call) ((int)(call))
+#endif
 
 /* The message of a failed CUDA or NCCL call; the call's text tells which library it is
    (every checked call starts with "nccl" or "cuda"). */
@@ -362,7 +406,18 @@ static dcp_status dcp_nccl__status(int code, const char *call, const char *file,
    DCP_ERROR_NCCL with file:line, the error text, its code and the call's text in *err).
    DCP_NCCL__CHECK also jumps to the function's `done` label, where its cleanup runs. */
 #define DCP_NCCL__RESULT(call, err)                                                            \
-    dcp_nccl__status((int)(call), #call, __FILE__, __LINE__, (err))
+    dcp_nccl__status(DCP_NCCL__CALL(call), #call, __FILE__, __LINE__, (err))
+/* Teardown and polling calls: never injected (a test could not tell what to expect of a
+   failed abort, and polls repeat a timing-dependent number of times). */
+#define DCP_NCCL__QUIET(call, err) dcp_nccl__status((int)(call), #call, __FILE__, __LINE__, (err))
+/* An NCCL call on comm that a non-blocking communicator may answer with ncclInProgress: polled
+   to its end (dcp_nccl__settle) before it counts as success or failure. */
+#define DCP_NCCL__ON(comm, call)                                                               \
+    do {                                                                                       \
+        status = dcp_nccl__settle(set, (comm), DCP_NCCL__CALL(call), #call, __FILE__, __LINE__, \
+                                  error);                                                      \
+        if (status != DCP_OK) goto done;                                                       \
+    } while (0)
 #define DCP_NCCL__CHECK(call)                                                                  \
     do {                                                                                       \
         if ((status = DCP_NCCL__RESULT(call, error)) != DCP_OK) goto done;                     \
@@ -385,6 +440,149 @@ static dcp_status dcp_nccl__usable(const dcp_nccl_set *set, dcp_error *error)
 
 DCP_NCCL_DEF int dcp_nccl_compiled_version(void) { return NCCL_VERSION_CODE; }
 
+/* ------------------------------------------------------------------ waiting without blocking */
+
+/* Wall-clock milliseconds for timeouts: DCP_NCCL_NOW_MS() when defined, else the monotonic
+   clock where <time.h> offers it (POSIX: _POSIX_C_SOURCE >= 199309L, or C++ / GNU defaults),
+   else time() (whole seconds). */
+static double dcp_nccl__now_ms(void)
+{
+#if defined(DCP_NCCL_NOW_MS)
+    return (double)DCP_NCCL_NOW_MS();
+#elif defined(CLOCK_MONOTONIC)
+    struct timespec now;
+    if (clock_gettime(CLOCK_MONOTONIC, &now) == 0)
+        return (double)now.tv_sec * 1e3 + (double)now.tv_nsec * 1e-6;
+    return (double)time(NULL) * 1e3;
+#else
+    return (double)time(NULL) * 1e3;
+#endif
+}
+
+/* Between two polls: give the core away (a waiting rank must not starve the others). */
+static void dcp_nccl__pause(void)
+{
+#if defined(DCP_NCCL_PAUSE)
+    DCP_NCCL_PAUSE();
+#elif defined(__unix__) || defined(__APPLE__)
+    (void)sched_yield();
+#endif
+}
+
+/* Names a communicator for messages: the pool, a CP size of the set, or the caller's. */
+static void dcp_nccl__name(const dcp_nccl_set *set, ncclComm_t comm, char *name, size_t size)
+{
+    int32_t slot;
+    if (comm && comm == set->pool) {
+        snprintf(name, size, "pool (%d ranks)", (int)set->ranks);
+        return;
+    }
+    for (slot = 0; slot < set->num_slots; slot++)
+        if (comm && comm == set->comms[slot]) {
+            snprintf(name, size, "cp %d", (int)(2 << slot));
+            return;
+        }
+    snprintf(name, size, "caller's");
+}
+
+/* After a failure that may have left traffic half-enqueued: ncclCommAbort on the set's split
+   communicators and on comm when it is not one of them (the pool, or a communicator the
+   caller passed), so that no peer's matching call and no enqueued kernel waits forever. The
+   set is then unusable (dcp_nccl__usable says so): destroy it. Returns status unchanged. */
+static dcp_status dcp_nccl__fail(dcp_nccl_set *set, ncclComm_t comm, dcp_status status)
+{
+    int32_t slot, own = 0;
+    for (slot = 0; slot < set->num_slots; slot++)
+        if (comm && comm == set->comms[slot]) own = 1;
+    if (comm && comm == set->pool) {
+        (void)dcp_nccl_set_abort(set, 1, NULL);
+        return status;
+    }
+    if (comm && !own) (void)ncclCommAbort(comm);
+    (void)dcp_nccl_set_abort(set, 0, NULL);
+    return status;
+}
+
+/* The end of an NCCL call that may be in progress (non-blocking communicators): polls
+   ncclCommGetAsyncError(comm) until it leaves ncclInProgress or the set's timeout passes. */
+static dcp_status dcp_nccl__settle(dcp_nccl_set *set, ncclComm_t comm, int code,
+                                   const char *call, const char *file, int line,
+                                   dcp_error *error)
+{
+    const double start = dcp_nccl__now_ms();
+    char name[48];
+    while (code == (int)ncclInProgress && comm) {
+        ncclResult_t async = ncclInProgress;
+        if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) async = ncclInternalError;
+        code = (int)async;
+        if (code != (int)ncclInProgress) break;
+        if (dcp_nccl__now_ms() - start > (double)set->timeout_ms) {
+            dcp_nccl__name(set, comm, name, sizeof name);
+            return dcp_error_set(error, DCP_ERROR_NCCL,
+                                 "%s on the %s communicator still in progress after %lld ms",
+                                 call, name, (long long)set->timeout_ms);
+        }
+        dcp_nccl__pause();
+    }
+    return dcp_nccl__status(code, call, file, line, error);
+}
+
+/* Waits until the stream has passed everything enqueued on it, without blocking the host:
+   polls cudaStreamQuery and ncclCommGetAsyncError of comm (of every communicator of the set
+   when comm is NULL). On an asynchronous error, or when the set's timeout passes (a peer died
+   or left the collective early), aborts as dcp_nccl__fail does (comm NULL: the whole set and
+   the pool) and names the communicator and the operation. */
+static dcp_status dcp_nccl__wait(dcp_nccl_set *set, cudaStream_t stream, ncclComm_t comm,
+                                 const char *operation, dcp_error *error)
+{
+    const double start = dcp_nccl__now_ms();
+    dcp_status status = DCP_OK;
+    char name[48];
+    for (;;) {
+        const cudaError_t query = cudaStreamQuery(stream);
+        int32_t slot;
+        if (query == cudaSuccess) return DCP_OK;
+        if (query != cudaErrorNotReady) {
+            status = DCP_NCCL__QUIET(query, error);
+            return dcp_nccl__fail(set, comm ? comm : set->pool, status);
+        }
+        for (slot = -1; slot < set->num_slots; slot++) {
+            ncclComm_t c = comm ? (slot < 0 ? comm : NULL)
+                                : (slot < 0 ? set->pool : set->comms[slot]);
+            ncclResult_t async = ncclSuccess;
+            if (!c) continue;
+            if (ncclCommGetAsyncError(c, &async) != ncclSuccess) async = ncclInternalError;
+            if (async == ncclSuccess || async == ncclInProgress) continue;
+            dcp_nccl__name(set, c, name, sizeof name);
+            status = dcp_error_set(error, DCP_ERROR_NCCL,
+                                   "%s: asynchronous error on the %s communicator: %s (%d); "
+                                   "the set was aborted",
+                                   operation, name, ncclGetErrorString(async), (int)async);
+            return dcp_nccl__fail(set, comm ? comm : set->pool, status);
+        }
+        if (dcp_nccl__now_ms() - start > (double)set->timeout_ms) {
+            if (comm) dcp_nccl__name(set, comm, name, sizeof name);
+            else snprintf(name, sizeof name, "set's");
+            status = dcp_error_set(error, DCP_ERROR_NCCL,
+                                   "%s on the %s communicator did not finish in %lld ms (a peer "
+                                   "died or left early?); the set was aborted",
+                                   operation, name, (long long)set->timeout_ms);
+            return dcp_nccl__fail(set, comm ? comm : set->pool, status);
+        }
+        dcp_nccl__pause();
+    }
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_set_wait(dcp_nccl_set *set, cudaStream_t stream,
+                                          dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    if ((status = dcp_nccl__wait(set, stream, NULL, "dcp_nccl_set_wait", error)) != DCP_OK)
+        return status;
+    return dcp_error_clear(error);
+}
+
 /* ----------------------------------------------------------------------- communicator set */
 
 static void *dcp_nccl__alloc(const dcp_allocator *allocator, size_t size)
@@ -394,49 +592,100 @@ static void *dcp_nccl__alloc(const dcp_allocator *allocator, size_t size)
     return malloc(size);
 }
 
-/* Every rank must split with the same max_cp and broadcast with the same staging size, or
-   the collectives would not match: one all-reduce of (x, -x) with max tells every rank. */
-static dcp_status dcp_nccl__agree(dcp_nccl_set *set, dcp_error *error)
+/* Whether every rank of the pool holds the same values: one all-reduce (max) of (x, ~x) gives
+   max and ~min of each. Host values in, on `stream`; polls (dcp_nccl__wait) for the result,
+   so a peer that never comes costs a timeout, not a hang. *differ: the first index that
+   differs, or -1; least and greatest: its range. */
+#define DCP_NCCL__AGREE_MAX 4
+static dcp_status dcp_nccl__agree_values(dcp_nccl_set *set, const uint64_t *values, int32_t count,
+                                         cudaStream_t stream, const char *operation,
+                                         int32_t *differ, uint64_t *least, uint64_t *greatest,
+                                         dcp_error *error)
 {
-    int64_t values[4];
+    uint64_t both[2 * DCP_NCCL__AGREE_MAX];
     dcp_status status = DCP_OK;
-    values[0] = set->max_cp, values[1] = -(int64_t)set->max_cp;
-    values[2] = (int64_t)set->staging_bytes, values[3] = -(int64_t)set->staging_bytes;
-    DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, values, sizeof values, cudaMemcpyHostToDevice,
-                                    set->comm_stream));
-    DCP_NCCL__CHECK(ncclAllReduce(set->staging, set->staging, 4, ncclInt64, ncclMax, set->pool,
-                                  set->comm_stream));
-    DCP_NCCL__CHECK(cudaMemcpyAsync(values, set->staging, sizeof values, cudaMemcpyDeviceToHost,
-                                    set->comm_stream));
-    DCP_NCCL__CHECK(cudaStreamSynchronize(set->comm_stream));
-    if (values[0] != -values[1] || values[2] != -values[3])
-        status = dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                               "ranks disagree: max_cp from %lld to %lld, staging_bytes from "
-                               "%lld to %lld; pass the same options on every rank",
-                               (long long)-values[1], (long long)values[0], (long long)-values[3],
-                               (long long)values[2]);
+    int32_t i;
+    *differ = -1;
+    for (i = 0; i < count; i++) both[i] = values[i], both[count + i] = ~values[i];
+    DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, both, 2 * (size_t)count * sizeof(uint64_t),
+                                    cudaMemcpyHostToDevice, stream));
+    DCP_NCCL__ON(set->pool, ncclAllReduce(set->staging, set->staging, 2 * (size_t)count,
+                                          ncclUint64, ncclMax, set->pool, stream));
+    if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
+        return status; /* aborted already */
+    DCP_NCCL__CHECK(cudaMemcpyAsync(both, set->staging, 2 * (size_t)count * sizeof(uint64_t),
+                                    cudaMemcpyDeviceToHost, stream));
+    if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
+        return status;
+    for (i = 0; i < count && *differ < 0; i++)
+        if (both[i] != ~both[count + i]) *differ = i, *least = ~both[count + i], *greatest = both[i];
 done:
-    return status;
+    return status == DCP_OK ? status : dcp_nccl__fail(set, set->pool, status);
 }
 
-/* ncclCommSplit for every CP size 2..max_cp, in the same order on every rank. */
-static dcp_status dcp_nccl__split(dcp_nccl_set *set, const ncclConfig_t *base, dcp_error *error)
+/* Every rank must split with the same max_cp and broadcast with the same staging size, or
+   the collectives would not match. */
+static dcp_status dcp_nccl__agree(dcp_nccl_set *set, dcp_error *error)
+{
+    static const char *const names[2] = {"max_cp", "staging_bytes"};
+    uint64_t values[2], least = 0, greatest = 0;
+    int32_t differ = -1;
+    dcp_status status;
+    values[0] = (uint64_t)set->max_cp, values[1] = (uint64_t)set->staging_bytes;
+    status = dcp_nccl__agree_values(set, values, 2, set->comm_stream, "dcp_nccl_set_create",
+                                    &differ, &least, &greatest, error);
+    if (status != DCP_OK) return status;
+    if (differ >= 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "ranks disagree: %s from %llu to %llu; pass the same options on "
+                             "every rank",
+                             names[differ], (unsigned long long)least,
+                             (unsigned long long)greatest);
+    return DCP_OK;
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_plan_agree(dcp_nccl_set *set, const dcp_plan *plan,
+                                            cudaStream_t stream, dcp_error *error)
+{
+    uint64_t hash = 0, least = 0, greatest = 0;
+    int32_t differ = -1;
+    dcp_status status;
+    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    /* a rank without a valid plan still takes part, with a hash no plan has (0 is as unlikely
+       as any other value, and it cannot agree with a valid plan's by more than chance) */
+    if (dcp_plan_hash(plan, &hash, NULL) != DCP_OK) hash = 0;
+    status = dcp_nccl__agree_values(set, &hash, 1, stream, "dcp_nccl_plan_agree", &differ, &least,
+                                    &greatest, error);
+    if (status != DCP_OK) return status;
+    if (differ >= 0 || hash == 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                             "ranks hold different plans (hashes from %016llx to %016llx; this "
+                             "rank's %016llx): broadcast one plan (dcp_nccl_broadcast_plan)",
+                             (unsigned long long)least, (unsigned long long)greatest,
+                             (unsigned long long)hash);
+    return dcp_error_clear(error);
+}
+
+/* ncclCommSplit for every CP size 2..max_cp, in the same order on every rank, each with the
+   set's config (the pool's, copied whole). A non-blocking split is polled to its end. */
+static dcp_status dcp_nccl__split(dcp_nccl_set *set, dcp_error *error)
 {
     dcp_status status = DCP_OK;
     int32_t slot;
     for (slot = 0; slot < set->num_slots; slot++) {
         const int32_t cp = (int32_t)2 << slot;
-        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        ncclConfig_t config = set->config;
         dcp_comm_split split;
-        int count = 0, user_rank = 0;
-        if (base) config = *base;
-        config.splitShare = 1; /* the children share the pool's resources */
-        config.blocking = 1;
+        int count = 0, user_rank = 0, code;
         DCP_NCCL__TRY(dcp_comm_split_args(set->ranks, set->rank, cp, &split, error));
-        DCP_NCCL__CHECK(ncclCommSplit(set->pool,
-                                      split.color == DCP_COMM_NO_COLOR ? NCCL_SPLIT_NOCOLOR
-                                                                       : split.color,
-                                      split.key, &set->comms[slot], &config));
+        code = DCP_NCCL__CALL(ncclCommSplit(set->pool,
+                                            split.color == DCP_COMM_NO_COLOR ? NCCL_SPLIT_NOCOLOR
+                                                                             : split.color,
+                                            split.key, &set->comms[slot], &config));
+        /* without a color there is no child to poll: the pool carries the split's state */
+        status = dcp_nccl__settle(set, set->comms[slot] ? set->comms[slot] : set->pool, code,
+                                  "ncclCommSplit", __FILE__, __LINE__, error);
+        if (status != DCP_OK) goto done;
         if (split.size == 0) {
             set->comms[slot] = NULL;
             continue;
@@ -477,6 +726,20 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
                              o.staging_bytes);
     DCP_NCCL__CHECK(ncclCommCount(pool, &ranks));
     DCP_NCCL__CHECK(ncclCommUserRank(pool, &rank));
+    if (o.timeout_ms == 0) o.timeout_ms = DCP_NCCL_DEFAULT_TIMEOUT_MS;
+    if (o.timeout_ms < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "timeout_ms must be >= 0, got %lld",
+                             (long long)o.timeout_ms);
+    if (o.max_cp == 0 && o.plan_config) { /* what a plan of that config can pick, no more */
+        dcp_config resolved;
+        if ((status = dcp_config_resolve(o.plan_config, &resolved, error)) != DCP_OK)
+            return status;
+        if (resolved.ranks != ranks)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "plan_config is for %d ranks, the pool has %d",
+                                 (int)resolved.ranks, ranks);
+        o.max_cp = resolved.max_cp;
+    }
     if (o.max_cp == 0)
         for (o.max_cp = 1; o.max_cp * 2 <= ranks && o.max_cp * 2 <= DCP_MAX_RANKS;) o.max_cp *= 2;
     set = (dcp_nccl_set *)dcp_nccl__alloc(&o.allocator, sizeof *set);
@@ -490,6 +753,11 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
     set->ranks = ranks, set->rank = rank, set->max_cp = o.max_cp;
     set->num_slots = dcp_comm_slot_count(o.max_cp);
     set->staging_bytes = o.staging_bytes;
+    set->timeout_ms = o.timeout_ms;
+    {
+        ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
+        set->config = o.config ? *o.config : defaults;
+    }
     DCP_NCCL__TRY(dcp_comm_state_init(&set->state, ranks, rank, o.max_cp, error));
     /* the ring's transfers get the highest priority so that they start while kernels run */
     DCP_NCCL__CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -499,11 +767,16 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
     DCP_NCCL__CHECK(cudaEventCreateWithFlags(&set->comm_done, cudaEventDisableTiming));
     DCP_NCCL__CHECK(cudaMalloc(&set->staging, set->staging_bytes));
     DCP_NCCL__TRY(dcp_nccl__agree(set, error));
-    DCP_NCCL__TRY(dcp_nccl__split(set, o.config, error));
+    DCP_NCCL__TRY(dcp_nccl__split(set, error));
     *out = set;
     set = NULL;
 done:
-    if (set) (void)dcp_nccl_set_destroy(set, NULL);
+    if (set) { /* a split that failed on some rank leaves its peers' children unusable */
+        int32_t slot, any = 0;
+        for (slot = 0; slot < set->num_slots; slot++) any |= set->comms[slot] != NULL;
+        if (any) (void)dcp_nccl_set_abort(set, 0, NULL);
+        (void)dcp_nccl_set_destroy(set, NULL);
+    }
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
@@ -526,23 +799,30 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_destroy(dcp_nccl_set *set, dcp_error *error
     /* split children before the pool (the caller's, destroyed after this), largest first and
        so in the same order on every rank; go on after an error and report the first */
     for (slot = set->num_slots - 1; slot >= 0; slot--) {
+        dcp_status finalized;
         if (!set->comms[slot]) continue;
-        dcp_nccl__keep(DCP_NCCL__RESULT(ncclCommFinalize(set->comms[slot]), &scratch), &scratch,
-                       &first, error);
-        dcp_nccl__keep(DCP_NCCL__RESULT(ncclCommDestroy(set->comms[slot]), &scratch), &scratch,
-                       &first, error);
+        /* finalize flushes (polled to its end on a non-blocking communicator); one that does
+           not finish in time is aborted instead of destroyed */
+        finalized = dcp_nccl__settle(set, set->comms[slot], (int)ncclCommFinalize(set->comms[slot]),
+                                     "ncclCommFinalize", __FILE__, __LINE__, &scratch);
+        dcp_nccl__keep(finalized, &scratch, &first, error);
+        if (finalized == DCP_OK)
+            dcp_nccl__keep(DCP_NCCL__QUIET(ncclCommDestroy(set->comms[slot]), &scratch),
+                           &scratch, &first, error);
+        else
+            (void)ncclCommAbort(set->comms[slot]);
         set->comms[slot] = NULL;
     }
     if (set->staging)
-        dcp_nccl__keep(DCP_NCCL__RESULT(cudaFree(set->staging), &scratch), &scratch, &first, error);
+        dcp_nccl__keep(DCP_NCCL__QUIET(cudaFree(set->staging), &scratch), &scratch, &first, error);
     if (set->compute_done)
-        dcp_nccl__keep(DCP_NCCL__RESULT(cudaEventDestroy(set->compute_done), &scratch), &scratch,
+        dcp_nccl__keep(DCP_NCCL__QUIET(cudaEventDestroy(set->compute_done), &scratch), &scratch,
                        &first, error);
     if (set->comm_done)
-        dcp_nccl__keep(DCP_NCCL__RESULT(cudaEventDestroy(set->comm_done), &scratch), &scratch,
+        dcp_nccl__keep(DCP_NCCL__QUIET(cudaEventDestroy(set->comm_done), &scratch), &scratch,
                        &first, error);
     if (set->comm_stream)
-        dcp_nccl__keep(DCP_NCCL__RESULT(cudaStreamDestroy(set->comm_stream), &scratch), &scratch,
+        dcp_nccl__keep(DCP_NCCL__QUIET(cudaStreamDestroy(set->comm_stream), &scratch), &scratch,
                        &first, error);
     allocator = set->allocator;
     dcp_free(&allocator, set);
@@ -554,13 +834,6 @@ DCP_NCCL_DEF ncclComm_t dcp_nccl_set_comm(const dcp_nccl_set *set, int32_t cp)
     const int32_t slot = dcp_comm_slot(cp);
     if (!set || slot < 0 || slot >= set->num_slots) return NULL;
     return set->comms[slot];
-}
-
-/* Names a communicator of the set for messages: the pool, or the CP size. */
-static void dcp_nccl__comm_name(const dcp_nccl_set *set, int32_t slot, char *name, size_t size)
-{
-    if (slot < 0) snprintf(name, size, "pool (%d ranks)", (int)set->ranks);
-    else snprintf(name, size, "cp %d", (int)(2 << slot));
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_set_check(const dcp_nccl_set *set, dcp_error *error)
@@ -575,7 +848,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_check(const dcp_nccl_set *set, dcp_error *e
         if (!comm) continue;
         DCP_NCCL__CHECK(ncclCommGetAsyncError(comm, &async));
         if (async != ncclSuccess && async != ncclInProgress) {
-            dcp_nccl__comm_name(set, slot, name, sizeof name);
+            dcp_nccl__name(set, comm, name, sizeof name);
             return dcp_error_set(error, DCP_ERROR_NCCL,
                                  "asynchronous error on the %s communicator: %s (%d)%s%s; call "
                                  "dcp_nccl_set_abort",
@@ -597,12 +870,12 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool
     if (!set) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
     for (slot = set->num_slots - 1; slot >= 0; slot--) {
         if (!set->comms[slot]) continue;
-        dcp_nccl__keep(DCP_NCCL__RESULT(ncclCommAbort(set->comms[slot]), &scratch), &scratch,
+        dcp_nccl__keep(DCP_NCCL__QUIET(ncclCommAbort(set->comms[slot]), &scratch), &scratch,
                        &first, error);
         set->comms[slot] = NULL;
     }
     if (abort_pool && set->pool) {
-        dcp_nccl__keep(DCP_NCCL__RESULT(ncclCommAbort(set->pool), &scratch), &scratch, &first,
+        dcp_nccl__keep(DCP_NCCL__QUIET(ncclCommAbort(set->pool), &scratch), &scratch, &first,
                        error);
         set->pool = NULL;
     }
@@ -808,10 +1081,12 @@ DCP_NCCL_DEF dcp_status dcp_nccl_reroute_execute(dcp_nccl_set *set, const dcp_re
                 op.bytes, ncclUint8, op.peer, set->pool, stream));
     }
     grouped = 0;
-    DCP_NCCL__CHECK(ncclGroupEnd());
+    DCP_NCCL__ON(set->pool, ncclGroupEnd());
 done:
     if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
-    return status == DCP_OK ? dcp_error_clear(error) : status;
+    /* past the checks, a failure may have left this rank's half of the traffic enqueued:
+       abort rather than leave peers waiting for sends that will never come */
+    return status == DCP_OK ? dcp_error_clear(error) : dcp_nccl__fail(set, set->pool, status);
 }
 
 /* ------------------------------------------------------------------------------ ring */
@@ -950,7 +1225,7 @@ static dcp_status dcp_nccl__post_kv(dcp_nccl_set *set, const dcp_nccl_binding *b
             ncclRecv(slot + bytes, bytes, ncclUint8, x->prev, b->comm, set->comm_stream));
     }
     grouped = 0;
-    DCP_NCCL__CHECK(ncclGroupEnd());
+    DCP_NCCL__ON(b->comm, ncclGroupEnd());
 done:
     if (grouped) (void)ncclGroupEnd();
     return status;
@@ -977,7 +1252,7 @@ static dcp_status dcp_nccl__post_dkv(dcp_nccl_set *set, const dcp_nccl_binding *
             ncclRecv(dcp_nccl__at(scratch, ring->regions.dkv[x->dkv_recv_slot].offset), bytes,
                      ncclUint8, x->prev, b->comm, set->comm_stream));
     grouped = 0;
-    DCP_NCCL__CHECK(ncclGroupEnd());
+    DCP_NCCL__ON(b->comm, ncclGroupEnd());
 done:
     if (grouped) (void)ncclGroupEnd();
     return status;
@@ -991,6 +1266,26 @@ static dcp_status dcp_nccl__join(dcp_nccl_set *set, cudaStream_t stream, dcp_err
     DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->comm_done, 0));
 done:
     return status;
+}
+
+/* Every exit of a ring after its first enqueue. On failure the group's traffic may be half
+   posted (a peer waits for a send that never comes): abort (dcp_nccl__fail). In every case
+   the caller's stream then waits for the communication stream, so nothing the ring posted
+   runs unordered against the caller's later work. */
+static dcp_status dcp_nccl__ring_exit(dcp_nccl_set *set, ncclComm_t comm, cudaStream_t stream,
+                                      dcp_status status, dcp_error *error)
+{
+    dcp_error scratch;
+    dcp_status joined;
+    if (status != DCP_OK) (void)dcp_nccl__fail(set, comm, status);
+    joined = DCP_NCCL__QUIET(cudaEventRecord(set->comm_done, set->comm_stream), &scratch);
+    if (joined == DCP_OK)
+        joined = DCP_NCCL__QUIET(cudaStreamWaitEvent(stream, set->comm_done, 0), &scratch);
+    if (status == DCP_OK && joined != DCP_OK) {
+        if (error) *error = scratch;
+        return dcp_nccl__fail(set, comm, joined);
+    }
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* Step s: its KV (the caller's at step 0, else a scratch slot). */
@@ -1061,7 +1356,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(dcp_nccl_set *set, const dcp_nccl_
     DCP_NCCL__TRY(dcp_cuda_acc_finalize(params, layout, binding->rank, acc_out, acc_lse, dtype,
                                         out, lse, (void *)stream, error));
 done:
-    return status == DCP_OK ? dcp_error_clear(error) : status;
+    return dcp_nccl__ring_exit(set, binding->comm, stream, status, error);
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
@@ -1115,10 +1410,19 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     DCP_NCCL__TRY(dcp_cuda_convert(home + ring.kv_values, dtype, dv, ring.kv_values,
                                    (void *)stream, error));
 done:
-    return status == DCP_OK ? dcp_error_clear(error) : status;
+    return dcp_nccl__ring_exit(set, binding->comm, stream, status, error);
 }
 
 /* ------------------------------------------------------------------------- broadcast */
+
+/* Keeps a rank's own failure while it still takes part in the broadcast. */
+static void dcp_nccl__defer(dcp_status *local, dcp_error *local_error, dcp_status status,
+                            const dcp_error *reason)
+{
+    if (*local != DCP_OK || status == DCP_OK) return;
+    *local = status;
+    *local_error = *reason;
+}
 
 DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t comm,
                                                  int32_t root, const void *data, size_t size,
@@ -1126,7 +1430,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
                                                  cudaStream_t stream, dcp_error *error)
 {
     dcp_status status, local = DCP_OK;
-    dcp_error local_error;
+    dcp_error local_error, reason;
     unsigned char *host = NULL;
     uint64_t length = 0, chunks = 0, c;
     int ranks = 0, me = 0;
@@ -1136,33 +1440,51 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
     if (received_size) *received_size = 0;
     DCP_NCCL__CHECK(ncclCommCount(comm, &ranks));
     DCP_NCCL__CHECK(ncclCommUserRank(comm, &me));
-    if (root < 0 || root >= ranks)
+    if (root < 0 || root >= ranks) /* the same answer on every rank that passes the same root */
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "root %d outside [0, %d)",
                              (int)root, ranks);
+    /* a rank's own bad argument fails that rank AFTER it has taken part in every chunk: its
+       peers are in the same collectives and must not wait for it (a root sends length 0,
+       which every rank rejects) */
     if (me == root && !data && size > 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "the root's data is NULL");
+        dcp_nccl__defer(&local, &local_error,
+                        dcp_error_set(&reason, DCP_ERROR_INVALID_ARGUMENT,
+                                      "the root's data is NULL"),
+                        &reason);
     if (me != root && (!received || !received_size))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "received and received_size must not be NULL off the root");
-    /* 1. the length, one uint64 */
-    length = me == root ? (uint64_t)size : 0;
+        dcp_nccl__defer(&local, &local_error,
+                        dcp_error_set(&reason, DCP_ERROR_INVALID_ARGUMENT,
+                                      "received and received_size must not be NULL off the "
+                                      "root"),
+                        &reason);
+    /* 1. the length, one uint64; pageable copies would block the host on a stalled stream,
+       so the stream is drained by polling before each of them */
+    length = me == root && local == DCP_OK ? (uint64_t)size : 0;
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast (the caller's stream)", error));
     DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, &length, sizeof length, cudaMemcpyHostToDevice,
                                     stream));
-    DCP_NCCL__CHECK(ncclBroadcast(set->staging, set->staging, sizeof length, ncclUint8, root,
-                                  comm, stream));
+    DCP_NCCL__ON(comm, ncclBroadcast(set->staging, set->staging, sizeof length, ncclUint8, root,
+                                     comm, stream));
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the length", error));
     DCP_NCCL__CHECK(cudaMemcpyAsync(&length, set->staging, sizeof length, cudaMemcpyDeviceToHost,
                                     stream));
-    DCP_NCCL__CHECK(cudaStreamSynchronize(stream));
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the length", error));
     /* every rank judges the same length the same way: all go on, or all stop here */
-    DCP_NCCL__TRY(dcp_metadata_chunks(length, set->staging_bytes, &chunks, error));
-    if (me != root || received) {
+    if ((status = dcp_metadata_chunks(length, set->staging_bytes, &chunks, error)) != DCP_OK) {
+        if (local == DCP_OK) return status; /* nothing is in flight: no abort */
+        status = DCP_OK; /* this rank's own reason comes first */
+        goto done;
+    }
+    if (me == root ? received != NULL : (received && received_size)) {
         host = (unsigned char *)dcp_nccl__alloc(&set->allocator, (size_t)length);
         if (!host)
-            local =
-                dcp_error_set(&local_error, DCP_ERROR_OUT_OF_MEMORY,
-                              "cannot allocate %llu bytes of metadata", (unsigned long long)length);
+            dcp_nccl__defer(&local, &local_error,
+                            dcp_error_set(&reason, DCP_ERROR_OUT_OF_MEMORY,
+                                          "cannot allocate %llu bytes of metadata",
+                                          (unsigned long long)length),
+                            &reason);
     }
-    /* 2. the bytes, chunk by chunk through the staging buffer; a rank that could not allocate
+    /* 2. the bytes, chunk by chunk through the staging buffer; a rank that failed locally
        still takes part, so that no peer waits for it */
     for (c = 0; c < chunks; c++) {
         const uint64_t begin = c * set->staging_bytes;
@@ -1171,24 +1493,28 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
         if (me == root)
             DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, (const unsigned char *)data + begin, n,
                                             cudaMemcpyHostToDevice, stream));
-        DCP_NCCL__CHECK(
-            ncclBroadcast(set->staging, set->staging, n, ncclUint8, root, comm, stream));
-        if (host && me != root)
+        DCP_NCCL__ON(comm,
+                     ncclBroadcast(set->staging, set->staging, n, ncclUint8, root, comm, stream));
+        DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the bytes", error));
+        if (host && me != root) {
             DCP_NCCL__CHECK(cudaMemcpyAsync(host + begin, set->staging, n,
                                             cudaMemcpyDeviceToHost, stream));
-        DCP_NCCL__CHECK(cudaStreamSynchronize(stream));
+            DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the bytes", error));
+        }
     }
-    if (local != DCP_OK) {
-        status = local;
-        if (error) *error = local_error;
-        goto done;
-    }
+    if (local != DCP_OK) goto done;
     if (me == root && host) memcpy(host, data, (size_t)length);
     if (received) *received = host, host = NULL;
     if (received_size) *received_size = (size_t)length;
 done:
     if (host) dcp_free(&set->allocator, host);
-    return status == DCP_OK ? dcp_error_clear(error) : status;
+    if (status != DCP_OK) /* a CUDA or NCCL failure mid-way: peers may wait for this rank */
+        return set->aborted ? status : dcp_nccl__fail(set, comm, status);
+    if (local != DCP_OK) {
+        if (error) *error = local_error;
+        return local;
+    }
+    return dcp_error_clear(error);
 }
 
 /* Serializes on the root (length 0 on failure, which every rank rejects), broadcasts, and
