@@ -6,10 +6,11 @@
    dcp.h plans which sample runs on how many ranks and derives, as pure functions, everything a
    rank must do about it (who sends what to whom, in which order, through which communicator,
    with which buffers). This header carries those answers out with NCCL and CUDA, and nothing
-   more: the decisions are tested on simulated ranks in tests/test_comm.c; this layer is thin
-   enough that a one-rank GPU run (make test-gpu) covers the rest. From the caller's DP x CP
-   communicator (the pool) it builds, once, one communicator per CP size 2..max_cp with
-   ncclCommSplit (resources shared; CP size 1 needs none); per microbatch it hands out the
+   more: the decisions are tested on simulated ranks in tests/test_comm.c, and this header's
+   own code runs on a host transport (tests/fake_nccl: NCCL and CUDA stand-ins, 8 to 512
+   ranks as threads) in tests/test_nccl_host.c. From the caller's DP x CP communicator (the
+   pool) it builds, once, one communicator per CP size 2..max_cp with ncclCommSplit (each
+   with the pool's config; CP size 1 needs none); per microbatch it hands out the
    group's communicator and the rank's index in it; it can pin a CP size for a scope
    (evaluation at CP 4 of a model trained at CP 1, and back); it executes reroute lists as one
    grouped ncclSend/ncclRecv; it runs ring attention over a group with the KV of the next step
@@ -23,11 +24,15 @@
        #include "dcp_nccl.h"
 
        dcp_nccl_set *set;                  // at start-up, once: collective over the pool
-       dcp_nccl_set_create(pool_comm, NULL, &set, &err);
+       dcp_nccl_options options = {0};     // the planner's max_cp, not the pool size
+       options.plan_config = &config;      // config.max_cp = dcp_comm_max_cp(...) ideally
+       options.config = &pool_config;      // the config pool_comm was created with
+       dcp_nccl_set_create(pool_comm, &options, &set, &err);
        // per global batch: plan on TP rank 0, broadcast to the other TP ranks
        dcp_plan *plan = NULL;
        if (tp_rank == 0) dcp_plan_create(&config, lengths, n, &plan, &err);
        dcp_nccl_broadcast_plan(set, tp_comm, 0, plan, tp_rank == 0 ? NULL : &plan, stream, &err);
+       dcp_nccl_plan_agree(set, plan, stream, &err);   // every rank holds the same plan
        dcp_reroute *moves;                 // data loader placement -> the plan's groups
        dcp_reroute_create(plan, holders, set->rank, &moves, &err);
        dcp_nccl_reroute_execute(set, moves, &buffers, stream, &err);
@@ -38,6 +43,7 @@
                                  out, lse, scratch, scratch_bytes, stream, &err);
            ...
        }
+       dcp_nccl_set_wait(set, stream, &err);   // not cudaStreamSynchronize: it times out
        dcp_nccl_set_destroy(set, &err);    // before the caller destroys pool_comm
 
    BUILDING
@@ -49,15 +55,39 @@
        DCP_NCCL_STATIC                 make every function static
        DCP_NCCL_DEFAULT_STAGING_BYTES  device staging of metadata broadcasts (1 MiB); a
                                        dcp_nccl_options field overrides it per set
+       DCP_NCCL_DEFAULT_TIMEOUT_MS     how long a wait lasts before it aborts (10 min); a
+                                       dcp_nccl_options field overrides it per set
+       DCP_NCCL_NOW_MS()               the wall clock of timeouts, in ms (default: the
+                                       monotonic clock where <time.h> declares it, as in C++
+                                       or with _POSIX_C_SOURCE >= 199309L; else time(), so
+                                       whole seconds under strict C99)
+       DCP_NCCL_PAUSE()                between two polls (default sched_yield on POSIX)
+       DCP_NCCL_FAULT_HOOK(call_text)  test builds: nonzero makes that CUDA/NCCL call fail
+                                       without running (teardown and polls excepted)
 
    CONVENTIONS
    - Every function returns a dcp_status. Every CUDA and NCCL result is checked by one macro
      and becomes DCP_ERROR_CUDA or DCP_ERROR_NCCL with file:line, the error text, its code and
-     the call's text in the dcp_error message. Argument errors are found before a function's
-     first collective or send/receive, so a bad argument fails that rank alone; but a rank that
-   leaves a collective (or a ring) early makes its peers wait: on any NCCL or CUDA error, poll
-     dcp_nccl_set_check on every rank and call dcp_nccl_set_abort (ncclCommAbort on every
-     communicator of the set, and on the pool if asked) rather than dcp_nccl_set_destroy.
+     the call's text in the dcp_error message.
+   - Failures (see tests/test_nccl_host.c, which injects one at every call): an argument
+     error is found before a function's first enqueue and changes nothing, except that a
+     broadcast first takes part in every chunk (its peers are in the same collectives) and
+     then fails. A CUDA or NCCL error after the first enqueue may leave this rank's half of
+     some traffic posted, so the function aborts before it returns (ncclCommAbort on the
+     set's split communicators and on the communicator it ran on when that is the pool or
+     the caller's: do not destroy those afterwards) and the set answers every later call
+     with DCP_ERROR_NCCL until dcp_nccl_set_destroy. Every exit leaves the caller's stream
+     ordered after the communication stream (joined). dcp_nccl_plan_agree's mismatch is not
+     a failure of the transport: the set stays usable.
+   - Waiting: nothing blocks the host in cudaStreamSynchronize. Where the host needs a result
+     (set creation, broadcasts, agreement, dcp_nccl_set_wait) it polls cudaStreamQuery and
+     ncclCommGetAsyncError; after options.timeout_ms (or an asynchronous error) it aborts as
+     above and returns DCP_ERROR_NCCL naming the operation and the communicator, so a dead
+     peer costs a timeout, not a hang. Pageable host copies are issued only on a drained
+     stream (they would block the host otherwise). set->timeout_ms may be changed between
+     calls.
+   - Non-blocking communicators (options.config->blocking = 0, the pool's config): every call
+     that answers ncclInProgress is polled to its end with the same timeout.
    - Streams: functions take the caller's stream and only enqueue work on it (broadcast and
      set creation also wait for it); the ring's transfers run on the set's own communication
      stream, ordered against the caller's stream by events, and the call returns with all of
@@ -66,18 +96,39 @@
      two events and the staging buffer (device); broadcasts allocate the received buffer and
      object (host). Nothing else allocates: the ring takes caller scratch sized by
      dcp_nccl_ring_scratch_size, reroute takes the caller's buffers.
-   - One set per process and device; a set is not thread-safe (one thread uses it at a time).
-     All ranks of a communicator call its collective functions in the same order with the
-     same sizes; dcp.h gives every rank the same lists, which is what makes that hold.
-   - NCCL 2.28 refuses two ranks on one GPU: multi-rank runs need one GPU per rank.
+   - Threads: one set per process and device, used by one thread at a time (the override
+     state, the events and the communication stream are the set's); ncclGroupStart/End are
+     per thread, so never call into one set from two threads. Thread-safe:
+     dcp_nccl_compiled_version, dcp_nccl_ring_scratch_size and dcp_nccl_set_comm /
+     dcp_nccl_set_current on a set no thread is changing. All ranks of a communicator call
+     its collective functions in the same order with the same sizes; dcp.h gives every rank
+     the same lists, which is what makes that hold, and dcp_nccl_plan_agree checks the plan.
+   - Several ranks on ONE GPU: NCCL refuses two ranks that look like the same host on one
+     device; give each process its own NCCL_HOSTID and keep the traffic on sockets
+     (NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo). tests/multirank.sh does it for 2..8 ranks.
+
+   RESOURCE SHARING (the split communicators)
+   ncclCommSplit takes resource sharing from the PARENT's config: a splitShare set in the
+   child's config has no effect. So the pool's creator decides, and the set copies the pool's
+   config (options.config, which must be the one the pool was created with) whole into every
+   split. Shared (pool splitShare 1): the children use the pool's channels and abort flag, so
+   a CP ring cannot overlap the DP collectives on the pool (they serialize), and aborting one
+   aborts all. Not shared (NCCL's default, and this library's recommendation for training):
+   each split costs its own buffers, so keep the splits few: the default max_cp is the
+   planner's max_cp (options.plan_config), and dcp_comm_max_cp gives the largest CP size
+   worth planning for the longest sample, instead of the pool size (at D = 1024 that was 10
+   pool-wide splits). The memory per communicator both ways has not been measured yet:
+   examples/ring_attention_nccl measures it when DCP_MEASURE_SPLIT_MEMORY=1 (one GPU, N
+   ranks: tests/multirank.sh).
 
    REFERENCE
    Communicator set
        dcp_nccl_set_create(pool, options, &set, err)   collective over pool; checks that every
                                         rank passed the same max_cp and staging size, then
                                         splits one communicator per CP size 2..max_cp (color
-                                        rank / c, key rank % c, splitShare 1; NCCL_SPLIT_NOCOLOR
-                                        past the last full block); set->comms[dcp_comm_slot(c)]
+                                        rank / c, key rank % c, the pool's config copied;
+                                        NCCL_SPLIT_NOCOLOR past the last full block);
+                                        set->comms[dcp_comm_slot(c)]
        dcp_nccl_set_destroy(set, err)   finalizes and destroys the split communicators (largest
                                         first, the same order on every rank), then the stream,
                                         events and staging; the caller destroys the pool after
@@ -85,6 +136,12 @@
        dcp_nccl_set_check(set, err)     polls ncclCommGetAsyncError on the pool and every split
        dcp_nccl_set_abort(set, abort_pool, err)  ncclCommAbort on every split communicator (and
                                         the pool when abort_pool); the set stays destroyable
+       dcp_nccl_set_wait(set, stream, err)   the polled, timed wait for a stream (instead of
+                                        cudaStreamSynchronize); aborts on error or timeout
+       dcp_nccl_plan_agree(set, plan, stream, err)  collective over the pool: one all-reduce of
+                                        dcp_plan_hash; DCP_ERROR_INVALID_PLAN on every rank
+                                        when any differs. Call it before the step's first
+                                        reroute
    Switch (dcp_nccl_binding: comm, cp, rank, first_rank, idle)
        dcp_nccl_set_switch(set, view, &binding, err)          the group of a rank view
        dcp_nccl_set_switch_plan(set, plan, k, &binding, err)  the group in microbatch k
@@ -116,9 +173,10 @@
    dcp_nccl_compiled_version()          NCCL_VERSION_CODE this header was compiled against
 
    STATUS
-   Compiled as C and under nvcc by `make`; its logic is tested on the CPU by tests/test_comm.c.
-   It has not been run on a GPU yet: make test-gpu (one rank) and examples/ring_attention_nccl
-   (one rank per GPU) are the first runs to make.
+   Compiled as C and under nvcc by `make`; its logic is tested on the CPU by tests/test_comm.c
+   and its own code on the host transport by tests/test_nccl_host.c (make test). It has not
+   been run on a GPU yet: make test-gpu (one rank) and make test-multirank (2, 4, 6, 8 ranks
+   on one GPU) are the first runs to make.
 
    LICENSE
    MIT, as dcp.h. */
@@ -326,25 +384,41 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_view(dcp_nccl_set *set, ncclComm_t co
 #ifdef __cplusplus
 }
 
-/* C++: an evaluation override for the lifetime of the object; the destructor ends it on every
-   path, exceptions included. Check status() after construction. */
+/* C++: an evaluation override for the lifetime of the object (RAII). The contract:
+   - construction begins it (check status(); on failure nothing is open and the destructor
+     does nothing); the destructor ends it on every path, exceptions included, and never
+     throws (the C calls it makes cannot);
+   - end() ends it early and returns the end's status (the destructor then does nothing);
+   - guards nest like scopes; destroying an outer guard first (heap guards, out of order)
+     also closes the inner ones (dcp_comm_override_end's unwinding), and the inner guard's
+     own end is then refused harmlessly, provided no new override opened in between;
+   - a guard belongs to the thread that owns the set, like the set itself; it is neither
+     copyable nor movable, so a scope cannot be ended twice or from elsewhere.
+   Never let an exception leave a dcp_nccl_override_run callback: it would unwind through C
+   frames (undefined); that is what this guard is for. */
 class dcp_nccl_cp_guard {
 public:
     dcp_nccl_cp_guard(dcp_nccl_set *set, int32_t cp, dcp_error *error = NULL)
-        : set_(set), scope_(), status_(dcp_nccl_override_begin(set, cp, &scope_, NULL, error))
+        : set_(set), scope_(), binding_(), status_(DCP_OK)
     {
+        status_ = dcp_nccl_override_begin(set, cp, &scope_, &binding_, error);
     }
-    ~dcp_nccl_cp_guard()
+    ~dcp_nccl_cp_guard() { (void)end(NULL); }
+    /* Ends the override now; DCP_OK when it was open and ended cleanly. */
+    dcp_status end(dcp_error *error)
     {
-        if (status_ == DCP_OK) (void)dcp_nccl_override_end(set_, &scope_, NULL);
+        if (status_ != DCP_OK || scope_.depth == 0) return DCP_OK;
+        return dcp_nccl_override_end(set_, &scope_, error);
     }
     dcp_status status() const { return status_; }
+    const dcp_nccl_binding &binding() const { return binding_; } /* the pinned group */
 
 private:
-    dcp_nccl_cp_guard(const dcp_nccl_cp_guard &);            /* not copyable */
+    dcp_nccl_cp_guard(const dcp_nccl_cp_guard &);            /* not copyable, not movable */
     dcp_nccl_cp_guard &operator=(const dcp_nccl_cp_guard &);
     dcp_nccl_set *set_;
     dcp_comm_scope scope_;
+    dcp_nccl_binding binding_;
     dcp_status status_;
 };
 #endif
