@@ -22,6 +22,14 @@
    device; give each process its own NCCL_HOSTID and keep the traffic on sockets
    (NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo). LOCAL_RANK is taken modulo the visible devices.
    tests/multirank.sh does that for 2, 4, 6 and 8 ranks (make test-multirank).
+   Environment for tests (tests/multirank.sh):
+       DCP_TIMEOUT_MS=n            the set's timeout (default DCP_NCCL_DEFAULT_TIMEOUT_MS)
+       DCP_NONBLOCKING=1           the pool and its splits are non-blocking communicators
+       DCP_EXIT_RANK=r             rank r exits (as if killed) after the plan broadcast, in
+                                   the middle of the step: the others must fail within the
+                                   timeout with the communicator and operation named
+       DCP_MEASURE_SPLIT_MEMORY=1  device memory per split communicator, not shared and
+                                   shared (splitShare in the parent's config), then exit
    Exit status 0 when every rank's results match, 1 otherwise. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
@@ -79,6 +87,111 @@ static int env_int(const char *name, int fallback)
 {
     const char *value = getenv(name);
     return value && *value ? atoi(value) : fallback;
+}
+
+/* A non-blocking NCCL call polled to its end (the pool's own creation, before a set exists). */
+static void nccl_settle(ncclComm_t comm, ncclResult_t result, const char *what)
+{
+    while (result == ncclInProgress) {
+        if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) result = ncclInternalError;
+        if (result == ncclInProgress) usleep(100);
+    }
+    if (result != ncclSuccess) die(what, ncclGetErrorString(result));
+}
+
+/* Every rank's free device memory drop is summed on the pool (one GPU: the device-wide drop
+   of all ranks creating at once), so each rank reports the per-rank mean. */
+static double pool_mean(double value, ncclComm_t pool, int ranks, cudaStream_t stream)
+{
+    double *d = NULL;
+    CUDA(cudaMalloc(&d, sizeof value));
+    CUDA(cudaMemcpyAsync(d, &value, sizeof value, cudaMemcpyHostToDevice, stream));
+    NCCL(ncclAllReduce(d, d, 1, ncclDouble, ncclSum, pool, stream));
+    CUDA(cudaMemcpyAsync(&value, d, sizeof value, cudaMemcpyDeviceToHost, stream));
+    CUDA(cudaStreamSynchronize(stream));
+    CUDA(cudaFree(d));
+    return value / ranks;
+}
+
+/* Evaluation at a static CP size (seed 003), under dcp_nccl_override_run: each group's member
+   0 broadcasts a message naming its group over the pinned communicator; every member must
+   receive its own group's. */
+#define EVAL_MESSAGE_BYTES 64
+typedef struct eval_check {
+    cudaStream_t stream;
+    int mismatches;
+} eval_check;
+
+static dcp_status eval_in_override(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                                   void *user, dcp_error *error)
+{
+    eval_check *check = (eval_check *)user;
+    char message[EVAL_MESSAGE_BYTES];
+    void *received = NULL;
+    size_t size = 0;
+    dcp_status status;
+    if (!binding->comm) return DCP_OK; /* idle past the last full block */
+    memset(message, 0, sizeof message);
+    snprintf(message, sizeof message, "group of cp %d from rank %d", (int)binding->cp,
+             (int)binding->first_rank);
+    status = dcp_nccl_broadcast_bytes(set, binding->comm, 0, message, sizeof message,
+                                      binding->rank == 0 ? NULL : &received, &size,
+                                      check->stream, error);
+    if (status != DCP_OK) return status;
+    if (binding->rank != 0 && (size != sizeof message || memcmp(received, message, size) != 0))
+        check->mismatches++;
+    if (received) dcp_free(&set->allocator, received);
+    return DCP_OK;
+}
+
+/* One small all-reduce on each split communicator, so that NCCL has connected its ring (its
+   buffers are allocated lazily) before memory is read. */
+static void warm_splits(dcp_nccl_set *set, cudaStream_t stream)
+{
+    float *d = NULL;
+    int32_t slot;
+    CUDA(cudaMalloc(&d, sizeof(float)));
+    CUDA(cudaMemsetAsync(d, 0, sizeof(float), stream));
+    for (slot = 0; slot < set->num_slots; slot++)
+        if (set->comms[slot])
+            NCCL(ncclAllReduce(d, d, 1, ncclFloat, ncclSum, set->comms[slot], stream));
+    TRY(dcp_nccl_set_wait(set, stream, &err));
+    CUDA(cudaFree(d));
+}
+
+/* Device memory per split communicator of a set, without and with splitShare in the parent's
+   config: the unshared set splits g_pool itself; the shared one splits a copy of the pool
+   created with splitShare 1. Both sets are destroyed again. Prints one line on rank 0. */
+static void measure_split_memory(int rank, int ranks, cudaStream_t stream)
+{
+    int share;
+    for (share = 0; share <= 1; share++) {
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        dcp_nccl_options options;
+        dcp_nccl_set *set = NULL;
+        ncclComm_t parent = g_pool;
+        size_t free_before = 0, free_after = 0, total = 0;
+        double drop;
+        config.splitShare = share;
+        if (share) NCCL(ncclCommSplit(g_pool, 0, rank, &parent, &config));
+        memset(&options, 0, sizeof options);
+        options.config = &config;
+        (void)pool_mean(0.0, g_pool, ranks, stream); /* everyone is here */
+        CUDA(cudaMemGetInfo(&free_before, &total));
+        (void)pool_mean(0.0, g_pool, ranks, stream);
+        TRY(dcp_nccl_set_create(parent, &options, &set, &err));
+        warm_splits(set, stream);
+        (void)pool_mean(0.0, g_pool, ranks, stream);
+        CUDA(cudaMemGetInfo(&free_after, &total));
+        drop = pool_mean((double)free_before - (double)free_after, g_pool, ranks, stream);
+        if (rank == 0)
+            printf("split memory: splitShare %d: %d split communicators per rank, %.1f MiB per "
+                   "rank, %.1f MiB per communicator (device-wide drop / %d ranks)\n",
+                   share, (int)set->num_slots, drop / 1048576.0,
+                   set->num_slots ? drop / 1048576.0 / set->num_slots : 0.0, ranks);
+        TRY(dcp_nccl_set_destroy(set, &err));
+        if (share) NCCL(ncclCommDestroy(parent));
+    }
 }
 
 /* Rank 0 writes the id to path (atomically, through a rename); the others wait for it. */
@@ -312,6 +425,8 @@ int main(int argc, char **argv)
                           : getenv("DCP_NCCL_ID_FILE") ? getenv("DCP_NCCL_ID_FILE")
                                                        : "/tmp/dcp_nccl_id";
     ncclUniqueId id;
+    ncclConfig_t pool_config = NCCL_CONFIG_INITIALIZER;
+    dcp_nccl_options set_options;
     cudaStream_t stream;
     dcp_plan *plan = NULL;
     dcp_reroute *moves = NULL;
@@ -332,9 +447,21 @@ int main(int argc, char **argv)
     }
     CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     id = exchange_id(id_path, rank);
-    NCCL(ncclCommInitRank(&g_pool, ranks, id, rank));
+    pool_config.blocking = env_int("DCP_NONBLOCKING", 0) ? 0 : 1;
+    {
+        ncclResult_t started = ncclCommInitRankConfig(&g_pool, ranks, id, rank, &pool_config);
+        nccl_settle(g_pool, started, "ncclCommInitRankConfig");
+    }
     if (rank == 0) unlink(id_path); /* every rank has joined: the file has served */
-    TRY(dcp_nccl_set_create(g_pool, NULL, &g_set, &err));
+    if (env_int("DCP_MEASURE_SPLIT_MEMORY", 0)) {
+        measure_split_memory(rank, ranks, stream);
+        NCCL(ncclCommDestroy(g_pool));
+        return 0;
+    }
+    memset(&set_options, 0, sizeof set_options);
+    set_options.config = &pool_config; /* the splits get the pool's config */
+    set_options.timeout_ms = env_int("DCP_TIMEOUT_MS", 0);
+    TRY(dcp_nccl_set_create(g_pool, &set_options, &g_set, &err));
     max_cp = g_set->max_cp;
 
     /* plan on rank 0, broadcast, and check it equals the plan this rank would make */
@@ -363,6 +490,11 @@ int main(int argc, char **argv)
                    max_cp, SAMPLES, plan->num_microbatches, plan->num_groups);
         dcp_plan_destroy(mine);
     }
+    TRY(dcp_nccl_plan_agree(g_set, plan, stream, &err)); /* before the step's first reroute */
+    if (rank == env_int("DCP_EXIT_RANK", -1)) {
+        fprintf(stderr, "rank %d: exiting mid-step (DCP_EXIT_RANK)\n", rank);
+        _exit(3); /* as if killed: no cleanup, no abort */
+    }
     K = plan->num_microbatches;
 
     /* the data loader's placement, then the reroute of q, k, v and dout */
@@ -374,8 +506,7 @@ int main(int argc, char **argv)
         TRY(dcp_plan_rank_group(plan, rank, k, &where, &err));
         rows[k] = where.local_rows;
     }
-    for (t = 0; t < TENSORS; t++) {
-        dcp_nccl_reroute_buffers buffers;
+    for (t = 0; t < TENSORS; t++) { /* every upload (host-synchronous) before any traffic */
         samples[t] = (void **)calloc(SAMPLES, sizeof(void *));
         micro[t] = (void **)calloc((size_t)K, sizeof(void *));
         for (s = 0; s < SAMPLES; s++)
@@ -384,6 +515,9 @@ int main(int argc, char **argv)
                 upload_rows(t, s, 0, plan->sample_lengths[s], samples[t][s], stream);
             }
         for (k = 0; k < K; k++) micro[t][k] = device_alloc((size_t)(rows[k] * kWidth[t]) * 2);
+    }
+    for (t = 0; t < TENSORS; t++) {
+        dcp_nccl_reroute_buffers buffers;
         memset(&buffers, 0, sizeof buffers);
         buffers.element_size = (size_t)kWidth[t] * 2;
         buffers.num_samples = SAMPLES;
@@ -394,6 +528,7 @@ int main(int argc, char **argv)
         buffers.microbatch_rows = rows;
         TRY(dcp_nccl_reroute_execute(g_set, moves, &buffers, stream, &err));
     }
+    TRY(dcp_nccl_set_wait(g_set, stream, &err)); /* a peer that died shows here, in time */
 
     memset(&params, 0, sizeof params);
     params.num_heads = HEADS;
@@ -449,8 +584,7 @@ int main(int argc, char **argv)
                                    micro[T_Q][k], micro[T_K][k], micro[T_V][k], ring[0],
                                    micro[T_DOUT][k], lse, ring[2], ring[3], ring[4], 1, scratch,
                                    scratch_bytes, stream, &err));
-        CUDA(cudaStreamSynchronize(stream));
-        TRY(dcp_nccl_set_check(g_set, &err));
+        TRY(dcp_nccl_set_wait(g_set, stream, &err)); /* polled: a dead peer times out */
         check_group(view, &params, ring, lse, stream, &worst);
         CUDA(cudaFree(ring[0]));
         for (t = 2; t < 5; t++) CUDA(cudaFree(ring[t]));
@@ -458,6 +592,19 @@ int main(int argc, char **argv)
         CUDA(cudaFree(d_cu));
         CUDA(cudaFree(d_cu_padded));
         dcp_rank_view_destroy(view);
+    }
+
+    if (max_cp > 1) { /* evaluation at a fixed CP size, then back to the plan's groups */
+        eval_check check;
+        dcp_nccl_binding before, after;
+        check.stream = stream, check.mismatches = 0;
+        dcp_nccl_set_current(g_set, &before);
+        TRY(dcp_nccl_override_run(g_set, max_cp < 4 ? max_cp : 4, eval_in_override, &check,
+                                  &err));
+        dcp_nccl_set_current(g_set, &after);
+        if (check.mismatches || memcmp(&before, &after, sizeof before) != 0)
+            die("evaluation override", "wrong group data or binding not restored");
+        if (rank == 0) printf("evaluation override at cp %d: ok\n", max_cp < 4 ? max_cp : 4);
     }
 
     failed = !(worst.out <= FORWARD_TOLERANCE && worst.lse <= FORWARD_TOLERANCE &&
@@ -468,7 +615,9 @@ int main(int argc, char **argv)
     /* every rank learns whether any failed */
     d_failed = (int *)device_alloc(sizeof(int));
     CUDA(cudaMemcpyAsync(d_failed, &failed, sizeof(int), cudaMemcpyHostToDevice, stream));
-    NCCL(ncclAllReduce(d_failed, d_failed, 1, ncclInt32, ncclMax, g_pool, stream));
+    nccl_settle(g_pool, ncclAllReduce(d_failed, d_failed, 1, ncclInt32, ncclMax, g_pool, stream),
+                "ncclAllReduce");
+    TRY(dcp_nccl_set_wait(g_set, stream, &err));
     CUDA(cudaMemcpyAsync(&failed, d_failed, sizeof(int), cudaMemcpyDeviceToHost, stream));
     CUDA(cudaStreamSynchronize(stream));
     if (rank == 0) printf("%s\n", failed ? "FAILED" : "all ranks match the single-GPU results");
@@ -486,6 +635,7 @@ int main(int argc, char **argv)
     dcp_plan_destroy(plan);
     TRY(dcp_nccl_set_destroy(g_set, &err)); /* the split communicators before the pool */
     g_set = NULL;
+    nccl_settle(g_pool, ncclCommFinalize(g_pool), "ncclCommFinalize");
     NCCL(ncclCommDestroy(g_pool));
     CUDA(cudaStreamDestroy(stream));
     return failed ? 1 : 0;
