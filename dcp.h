@@ -753,12 +753,15 @@ typedef struct dcp_ring_region {
 
 /* Every region starts at a multiple of DCP_RING_SCRATCH_ALIGN. kv[i]: k then v of slot i in the
    input dtype (k at offset, v at offset + bytes / 2). Forward (cp > 1): partial out and lse and
-   the accumulator, float32. Backward: dq accumulator float32 and dkv[i] (dk then dv) float32.
+   the accumulator, float32. Backward: dq accumulator float32 and dkv[i] (dk then dv) float32,
+   and for cp > 1 dkv_step (dk then dv, float32): the gradient of one step, computed while the
+   accumulator it is added to is still travelling (so that hop is off the critical path).
    cp 1 forward needs nothing; cp 1 backward dq and dkv[0]. total: the sum with alignment. */
 #define DCP_RING_SCRATCH_ALIGN 256
 typedef struct dcp_ring_scratch {
     dcp_ring_region kv[2];
     dcp_ring_region dkv[2];
+    dcp_ring_region dkv_step;
     dcp_ring_region partial_out, partial_lse, acc_out, acc_lse;
     dcp_ring_region dq;
     size_t total;
@@ -1041,6 +1044,11 @@ DCP_CUDA_DEF dcp_status dcp_cuda_acc_finalize(const dcp_attention_params *params
 /* count float32 values to dtype (gradients accumulated in float32, for example). */
 DCP_CUDA_DEF dcp_status dcp_cuda_convert(const float *in, dcp_dtype dtype, void *out,
                                          int64_t count, void *stream, dcp_error *error);
+
+/* acc[i] += x[i] for count float32 values (the ring backward folds a step's dK, dV into the
+   accumulator that arrived meanwhile). acc and x must not overlap. */
+DCP_CUDA_DEF dcp_status dcp_cuda_add_float32(float *acc, const float *x, int64_t count,
+                                             void *stream, dcp_error *error);
 
 /* The ring of layout->cp ranks simulated on one device, mirroring dcp_ring_attention_forward
    and _backward: q[r], k[r], v[r], ... are rank r's device buffers (host arrays of cp device
@@ -5918,6 +5926,8 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
         dcp__region(&end, q_values, sizeof(float), &s.dq, &overflow);
         dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv[0], &overflow);
         if (shape->cp > 1) dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv[1], &overflow);
+        if (shape->cp > 1)
+            dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv_step, &overflow);
     }
     if (overflow)
         return dcp_error_set(error, DCP_ERROR_OVERFLOW,

@@ -246,6 +246,7 @@ typedef struct dcp_nccl_set {
     dcp_comm_state state;             /* the binding in force and the open overrides */
     cudaStream_t comm_stream;         /* the ring's transfers */
     cudaEvent_t compute_done, comm_done;
+    cudaEvent_t dkv_done;             /* the ring backward's last dK/dV hop posted */
     void *staging;                    /* device, staging_bytes */
     size_t staging_bytes;
     int32_t aborted;                  /* 1 after dcp_nccl_set_abort */
@@ -350,9 +351,10 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(dcp_nccl_set *set, const dcp_nccl_
 /* Its gradient from the final out, dout (dtype) and lse: dQ accumulates in float32 scratch on
    this rank; dK, dV of each KV accumulate in a float32 buffer that travels the ring one hop
    behind its KV and comes home after the last step; then dcp_cuda_convert writes dq, dk, dv
-   in dtype (overwritten, not added). The dK/dV hop follows each step's computation (the
-   kernels add in place, so the buffer must have arrived): it is not hidden behind compute;
-   the KV prefetch is. */
+   in dtype (overwritten, not added). As in TransformerEngine's ring, step s computes its dK,
+   dV into a buffer of its own (scratch dkv_step) while the accumulator of its KV is still
+   arriving, then adds them (dcp_cuda_add_float32) and sends the sum on while step s + 1
+   computes: only the last hop home is exposed; the KV prefetch is hidden as in forward. */
 DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     dcp_nccl_set *set, const dcp_nccl_binding *binding, const dcp_attention_params *params,
     const dcp_cuda_layout *layout, dcp_dtype dtype, const void *q, const void *k, const void *v,
@@ -839,6 +841,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
                                                  greatest));
     DCP_NCCL__CHECK(cudaEventCreateWithFlags(&set->compute_done, cudaEventDisableTiming));
     DCP_NCCL__CHECK(cudaEventCreateWithFlags(&set->comm_done, cudaEventDisableTiming));
+    DCP_NCCL__CHECK(cudaEventCreateWithFlags(&set->dkv_done, cudaEventDisableTiming));
     DCP_NCCL__CHECK(cudaMalloc(&set->staging, set->staging_bytes));
     DCP_NCCL__TRY(dcp_nccl__agree(set, error));
     DCP_NCCL__TRY(dcp_nccl__split(set, error));
@@ -894,6 +897,9 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_destroy(dcp_nccl_set *set, dcp_error *error
                        &first, error);
     if (set->comm_done)
         dcp_nccl__keep(DCP_NCCL__QUIET(cudaEventDestroy(set->comm_done), &scratch), &scratch,
+                       &first, error);
+    if (set->dkv_done)
+        dcp_nccl__keep(DCP_NCCL__QUIET(cudaEventDestroy(set->dkv_done), &scratch), &scratch,
                        &first, error);
     if (set->comm_stream)
         dcp_nccl__keep(DCP_NCCL__QUIET(cudaStreamDestroy(set->comm_stream), &scratch), &scratch,
@@ -1342,6 +1348,15 @@ done:
     return status;
 }
 
+/* Marks what is posted on the communication stream so far with event, for a later wait. */
+static dcp_status dcp_nccl__mark(dcp_nccl_set *set, cudaEvent_t event, dcp_error *error)
+{
+    dcp_status status = DCP_OK;
+    DCP_NCCL__CHECK(cudaEventRecord(event, set->comm_stream));
+done:
+    return status;
+}
+
 /* Every exit of a ring after its first enqueue. On failure the group's traffic may be half
    posted (a peer waits for a send that never comes): abort (dcp_nccl__fail). In every case
    the caller's stream then waits for the communication stream, so nothing the ring posted
@@ -1443,7 +1458,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     dcp_nccl_binding current;
     dcp_nccl__ring ring;
     dcp_status status;
-    float *dq_acc, *home = NULL;
+    float *dq_acc, *home = NULL, *step_dkv;
     void *workspace;
     int32_t s, cp;
     status = dcp_nccl__ring_setup(set, &binding, params, layout, dtype, DCP_RING_BACKWARD,
@@ -1453,6 +1468,9 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     workspace = ring.workspace_bytes ? dcp_nccl__at(scratch, ring.workspace_offset) : NULL;
     if (layout->local_rows == 0) return dcp_error_clear(error);
     dq_acc = (float *)dcp_nccl__at(scratch, ring.regions.dq.offset);
+    step_dkv = ring.regions.dkv_step.bytes
+                   ? (float *)dcp_nccl__at(scratch, ring.regions.dkv_step.offset)
+                   : NULL;
     DCP_NCCL__CHECK(cudaMemsetAsync(dq_acc, 0, ring.regions.dq.bytes, stream));
     DCP_NCCL__CHECK(cudaEventRecord(set->compute_done, stream));
     for (s = 0; s < cp; s++) {
@@ -1460,25 +1478,37 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
         dcp_ring_step step;
         dcp_attention_params p = *params;
         const void *step_k, *step_v;
-        float *acc;
+        float *acc, *target;
         DCP_NCCL__TRY(dcp_ring_exchange_plan(cp, binding->rank, s, &x, error));
         DCP_NCCL__TRY(dcp_ring_step_plan(cp, binding->rank, s, params->causal, &step, error));
         dcp_nccl__step_kv(&ring, &x, k, v, scratch, &step_k, &step_v);
         DCP_NCCL__TRY(dcp_nccl__post_kv(set, binding, &ring, &x, step_k, step_v, scratch, error));
+        DCP_NCCL__TRY(dcp_nccl__mark(set, set->comm_done, error)); /* step s + 1's KV */
         acc = (float *)dcp_nccl__at(scratch, ring.regions.dkv[x.dkv_slot].offset);
-        if (x.dkv_zero) /* this rank's own accumulator starts here */
-            DCP_NCCL__CHECK(cudaMemsetAsync(acc, 0, ring.regions.dkv[x.dkv_slot].bytes, stream));
+        /* the step's gradient goes to its own buffer while the accumulator it belongs to is
+           still arriving (posted at the end of step s - 1); step 0 starts the rank's own */
+        target = x.dkv_zero || !step_dkv ? acc : step_dkv;
+        DCP_NCCL__CHECK(cudaMemsetAsync(target, 0, ring.regions.dkv[x.dkv_slot].bytes, stream));
         p.causal = step.causal;
         DCP_NCCL__TRY(dcp_cuda_attention_backward(&p, layout, &step.view, dtype, q, step_k,
-                                                  step_v, out, dout, lse, dq_acc, acc,
-                                                  acc + ring.kv_values, deterministic, workspace,
-                                                  ring.workspace_bytes, (void *)stream, error));
+                                                  step_v, out, dout, lse, dq_acc, target,
+                                                  target + ring.kv_values, deterministic,
+                                                  workspace, ring.workspace_bytes,
+                                                  (void *)stream, error));
+        if (target != acc) { /* now the accumulator must be here: fold the step in */
+            DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->dkv_done, 0));
+            DCP_NCCL__TRY(dcp_cuda_add_float32(acc, target, 2 * ring.kv_values, (void *)stream,
+                                               error));
+        }
         DCP_NCCL__CHECK(cudaEventRecord(set->compute_done, stream));
+        /* the accumulator leaves for next while step s + 1 computes */
         DCP_NCCL__TRY(dcp_nccl__post_dkv(set, binding, &ring, &x, scratch, error));
-        DCP_NCCL__TRY(dcp_nccl__join(set, stream, error)); /* step s + 1 waits for both */
+        DCP_NCCL__TRY(dcp_nccl__mark(set, set->dkv_done, error));
+        DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->comm_done, 0)); /* its KV only */
         if (x.dkv_home_slot >= 0)
             home = (float *)dcp_nccl__at(scratch, ring.regions.dkv[x.dkv_home_slot].offset);
     }
+    DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->dkv_done, 0)); /* the home hop */
     DCP_NCCL__TRY(dcp_cuda_convert(dq_acc, dtype, dq, ring.q_values, (void *)stream, error));
     DCP_NCCL__TRY(dcp_cuda_convert(home, dtype, dk, ring.kv_values, (void *)stream, error));
     DCP_NCCL__TRY(dcp_cuda_convert(home + ring.kv_values, dtype, dv, ring.kv_values,

@@ -918,17 +918,17 @@ static void ring_scratch_layouts(void)
     shape.element_size = 2;
     for (cp = 1; cp <= 64; cp *= 2)
         for (pass = 0; pass <= 1; pass++) {
-            const dcp_ring_region *all[9];
+            const dcp_ring_region *all[10];
             int32_t i, j, step, kv_slots = 0, dkv_slots = 0;
             shape.cp = cp;
             CHECK_EQ(dcp_ring_scratch_layout(&shape, (dcp_ring_pass)pass, &s, &error), DCP_OK);
             all[0] = &s.kv[0], all[1] = &s.kv[1], all[2] = &s.dkv[0], all[3] = &s.dkv[1];
             all[4] = &s.partial_out, all[5] = &s.partial_lse, all[6] = &s.acc_out;
-            all[7] = &s.acc_lse, all[8] = &s.dq;
-            for (i = 0; i < 9; i++) {
+            all[7] = &s.acc_lse, all[8] = &s.dq, all[9] = &s.dkv_step;
+            for (i = 0; i < 10; i++) {
                 CHECK_EQ(all[i]->offset % DCP_RING_SCRATCH_ALIGN, 0);
                 CHECK(all[i]->offset + all[i]->bytes <= s.total);
-                for (j = i + 1; j < 9; j++) CHECK(!regions_overlap(all[i], all[j]));
+                for (j = i + 1; j < 10; j++) CHECK(!regions_overlap(all[i], all[j]));
             }
             kv_slots = (s.kv[0].bytes > 0) + (s.kv[1].bytes > 0);
             dkv_slots = (s.dkv[0].bytes > 0) + (s.dkv[1].bytes > 0);
@@ -942,6 +942,7 @@ static void ring_scratch_layouts(void)
             } else {
                 CHECK_EQ(s.dq.bytes, 1000 * 8 * 128 * 4);
                 CHECK_EQ(s.dkv[0].bytes, 2 * 1000 * 2 * 128 * 4);
+                CHECK_EQ(s.dkv_step.bytes, cp > 1 ? 2 * 1000 * 2 * 128 * 4 : 0);
                 CHECK_EQ(s.partial_out.bytes, 0);
             }
             for (step = 0; step < cp; step++) {
