@@ -154,9 +154,12 @@ clean:
 # stand-ins picked by the include path), ranks as threads; plain and ASan/UBSan builds, both
 # in `make test`. Needs neither a GPU nor NCCL.
 FAKE_NCCL := tests/fake_nccl/nccl.h tests/fake_nccl/cuda_runtime.h tests/fake_nccl/fake_runtime.c
-NCCL_HOST_TESTS := $(BUILD)/test_nccl_host $(BUILD)/test_nccl_host-san
+NCCL_HOST_TESTS := $(BUILD)/test_nccl_host $(BUILD)/test_nccl_host-san $(BUILD)/test_nccl_host-cxx
 $(BUILD)/test_nccl_host: tests/test_nccl_host.c tests/test.h dcp.h dcp_nccl.h $(FAKE_NCCL) | $(BUILD)
 	$(CC) $(C_FLAGS) -Itests/fake_nccl $< -o $@ -lm -lpthread
+# as C++ it adds the RAII override guard's test (exceptions through the scope)
+$(BUILD)/test_nccl_host-cxx: tests/test_nccl_host.c tests/test.h dcp.h dcp_nccl.h $(FAKE_NCCL) | $(BUILD)
+	$(CXX) $(CXX_FLAGS) -x c++ -Itests/fake_nccl $< -o $@ -lm -lpthread
 $(BUILD)/test_nccl_host-san: tests/test_nccl_host.c tests/test.h dcp.h dcp_nccl.h $(FAKE_NCCL) | $(BUILD)
 	$(CC) -std=c99 $(WARNINGS) $(SANITIZE) -Itests/fake_nccl $< -o $@ -lm -lpthread
 TEST_PROGRAMS += $(NCCL_HOST_TESTS)

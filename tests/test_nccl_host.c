@@ -7,7 +7,8 @@
    non-blocking communicators), a peer that dies mid-step (the others return an error within
    the timeout), and a failure injected at every CUDA/NCCL call of a step (every rank returns,
    its streams drain, a failed rank's set is aborted). After every clean run each send was
-   received and no protocol rule was broken. Built with ASan/UBSan by make test. */
+   received and no protocol rule was broken. Built with ASan/UBSan by make test, and also as
+   C++, where it checks the RAII override guard with exceptions. */
 #define _POSIX_C_SOURCE 200809L
 #include "fake_nccl/fake_runtime.c"
 
@@ -1033,6 +1034,64 @@ static void fault_at_every_call_leaves_ranks_consistent(void)
     dcp_plan_destroy((dcp_plan *)t.plan);
 }
 
+#ifdef __cplusplus
+/* ------------------------------------------ C++: the RAII override guard (this file as C++) */
+
+struct guard_escape {}; /* what the scope throws */
+
+static void guard_rank(rank_ctx *ctx)
+{
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding trained, now;
+    dcp_error err;
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    dcp_nccl_set_current(set, &trained); /* cp 1, as trained */
+    try { /* an exception leaves the scope: the destructor restores */
+        dcp_nccl_cp_guard guard(set, 4);
+        RANK_CHECK(ctx, guard.status() == DCP_OK && guard.binding().cp == 4);
+        dcp_nccl_set_current(set, &now);
+        RANK_CHECK(ctx, now.cp == 4 && now.comm == dcp_nccl_set_comm(set, 4));
+        throw guard_escape();
+    } catch (const guard_escape &) {
+    }
+    dcp_nccl_set_current(set, &now);
+    RANK_CHECK(ctx, memcmp(&now, &trained, sizeof now) == 0 && set->state.depth == 0);
+    { /* a failed begin opens nothing and its destructor ends nothing */
+        dcp_nccl_cp_guard outer(set, 2);
+        {
+            dcp_nccl_cp_guard bad(set, 3);
+            RANK_CHECK(ctx, bad.status() == DCP_ERROR_INVALID_ARGUMENT);
+        }
+        RANK_CHECK(ctx, set->state.depth == 1 && set->state.override_cp == 2);
+        RANK_CHECK(ctx, outer.end(&err) == DCP_OK); /* ended early: the destructor is a no-op */
+        RANK_CHECK(ctx, set->state.depth == 0);
+    }
+    { /* heap guards ended out of order: the outer end closes the inner scope too */
+        dcp_nccl_cp_guard *outer = new dcp_nccl_cp_guard(set, 2);
+        dcp_nccl_cp_guard *inner = new dcp_nccl_cp_guard(set, 4);
+        RANK_CHECK(ctx, set->state.depth == 2);
+        delete outer;
+        RANK_CHECK(ctx, set->state.depth == 0);
+        delete inner; /* refused harmlessly */
+        dcp_nccl_set_current(set, &now);
+        RANK_CHECK(ctx, memcmp(&now, &trained, sizeof now) == 0 && set->state.depth == 0);
+    }
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, 0);
+}
+
+static void cxx_guard_is_raii(void)
+{
+    enum { RANKS = 8 };
+    static rank_ctx ctx[RANKS];
+    CHECK_EQ(run_ranks(RANKS, 1, guard_rank, NULL, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+#endif
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -1046,6 +1105,9 @@ int main(int argc, char **argv)
         {"plan_disagreement_fails_every_rank", plan_disagreement_fails_every_rank},
         {"fault_at_every_call_leaves_ranks_consistent",
          fault_at_every_call_leaves_ranks_consistent},
+#ifdef __cplusplus
+        {"cxx_guard_is_raii", cxx_guard_is_raii},
+#endif
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }
