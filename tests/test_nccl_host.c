@@ -2,7 +2,8 @@
    runtime (selected by the include path), the few dcp_cuda entry points the layer calls are
    replaced below by the CPU references of dcp.h (float32 only), and every simulated rank is a
    thread. The tests run 8 to 512 ranks: set creation, the per-microbatch switch and the
-   evaluation override, plan agreement and broadcast, reroute against the plan's views, ring
+   evaluation override, plan agreement and broadcast (a bad argument on one rank fails it
+   alone), reroute against the plan's views, ring
    attention forward and backward against dcp_ring_attention_forward / _backward (blocking and
    non-blocking communicators), a peer that dies mid-step (the others return an error within
    the timeout), and a failure injected at every CUDA/NCCL call of a step (every rank returns,
@@ -824,6 +825,60 @@ static void dead_root_broadcast_times_out(void)
     fake_job_destroy();
 }
 
+/* ------------------------------------------ a bad argument on one rank of a broadcast */
+
+#define BAD_ARGUMENT_RANK 3
+#define BROADCAST_TEST_BYTES 100
+
+/* The root passes NULL data and rank 3 NULL received: both take part in the broadcast (the
+   root sends length 0), then fail with their own reason; every other rank rejects the length;
+   nobody waits, nothing is aborted, and the next broadcast works everywhere. */
+static void bad_argument_rank(rank_ctx *ctx)
+{
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
+    dcp_nccl_set *set = NULL;
+    unsigned char bytes[BROADCAST_TEST_BYTES];
+    void *received = NULL;
+    size_t size = 0;
+    cudaStream_t stream;
+    dcp_error err;
+    const int root = ctx->rank == 0;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    memset(bytes, 0x3C, sizeof bytes);
+    ctx->status = dcp_nccl_broadcast_bytes(
+        set, set->pool, 0, NULL, sizeof bytes,
+        ctx->rank == BAD_ARGUMENT_RANK ? NULL : &received, &size, stream, &err);
+    snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
+    RANK_CHECK(ctx, received == NULL && set->aborted == 0);
+    RANK_CHECK(ctx, dcp_nccl_broadcast_bytes(set, set->pool, 0, bytes, sizeof bytes,
+                                             root ? NULL : &received, &size, stream,
+                                             &err) == DCP_OK);
+    RANK_CHECK(ctx, root || (size == sizeof bytes && memcmp(received, bytes, size) == 0));
+    if (received) dcp_free(&set->allocator, received);
+    RANK_CHECK(ctx, stream_drains(stream));
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+}
+
+static void broadcast_bad_argument_fails_alone(void)
+{
+    enum { RANKS = 8 };
+    static rank_ctx ctx[RANKS];
+    int r;
+    CHECK_EQ(run_ranks(RANKS, 1, bad_argument_rank, NULL, ctx), 0);
+    CHECK_EQ(ctx[0].status, DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(ctx[0].message, "root's data is NULL");
+    CHECK_EQ(ctx[BAD_ARGUMENT_RANK].status, DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(ctx[BAD_ARGUMENT_RANK].message, "received");
+    for (r = 1; r < RANKS; r++)
+        if (r != BAD_ARGUMENT_RANK) CHECK_EQ(ctx[r].status, DCP_ERROR_CORRUPT_DATA);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+
 /* ------------------------------------------------------------- plans that differ */
 
 typedef struct agree_test {
@@ -1104,6 +1159,7 @@ int main(int argc, char **argv)
         {"dead_peer_in_ring_times_out", dead_peer_in_ring_times_out},
         {"dead_root_broadcast_times_out", dead_root_broadcast_times_out},
         {"plan_disagreement_fails_every_rank", plan_disagreement_fails_every_rank},
+        {"broadcast_bad_argument_fails_alone", broadcast_bad_argument_fails_alone},
         {"fault_at_every_call_leaves_ranks_consistent",
          fault_at_every_call_leaves_ranks_consistent},
 #ifdef __cplusplus
