@@ -3,9 +3,9 @@
    replaced below by the CPU references of dcp.h (float32 only), and every simulated rank is a
    thread. The tests run 8 to 512 ranks: set creation, the per-microbatch switch and the
    evaluation override, plan agreement and broadcast (a bad argument on one rank fails it
-   alone), reroute against the plan's views, ring
-   attention forward and backward against dcp_ring_attention_forward / _backward (blocking and
-   non-blocking communicators), a peer that dies mid-step (the others return an error within
+   alone), reroute against the plan's views, ring attention forward and backward against
+   dcp_ring_attention_forward / _backward (blocking and non-blocking communicators; the dK/dV
+   hop overlapped), a peer that dies mid-step (the others return an error within
    the timeout), and a failure injected at every CUDA/NCCL call of a step (every rank returns,
    its streams drain, a failed rank's set is aborted). After every clean run each send was
    received and no protocol rule was broken. Built with ASan/UBSan by make test, and also as
