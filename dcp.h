@@ -591,7 +591,7 @@ DCPDEF int32_t dcp_comm_slot(int32_t cp);
    shorter one. Use it as config.max_cp for the planner AND as the communicator set's max_cp:
    the plans then never pick more (dcp_plan_validate checks it), while the set splits
    log2(max_cp) communicators instead of log2(ranks). DCP_ERROR_INFEASIBLE when max_length does
-   not fit config at all. */
+   not fit config at all. max_cp may point at config->max_cp. */
 DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, int32_t *max_cp,
                                   dcp_error *error);
 
@@ -5459,8 +5459,9 @@ DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, 
     int32_t cp, best;
     double best_seconds;
     if (!max_cp) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "max_cp must not be NULL");
-    *max_cp = 0;
+    /* resolved before *max_cp is written: it may be &config->max_cp */
     if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    *max_cp = 0;
     if ((status = dcp__check_length(max_length, error)) != DCP_OK) return status;
     best = dcp__cp_min(&c, max_length);
     if (best == 0)

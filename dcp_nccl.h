@@ -128,7 +128,9 @@
                                         splits one communicator per CP size 2..max_cp (color
                                         rank / c, key rank % c, the pool's config copied;
                                         NCCL_SPLIT_NOCOLOR past the last full block);
-                                        set->comms[dcp_comm_slot(c)]
+                                        set->comms[dcp_comm_slot(c)]. A CUDA or NCCL failure
+                                        in its agreement step aborts the pool (its all-reduce
+                                        may hang otherwise): do not destroy the pool then
        dcp_nccl_set_destroy(set, err)   finalizes and destroys the split communicators (largest
                                         first, the same order on every rank), then the stream,
                                         events and staging; the caller destroys the pool after

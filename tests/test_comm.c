@@ -1111,6 +1111,12 @@ static void comm_max_cp_is_the_fastest_useful_cp(void)
     CHECK(dcp_comm_slot_count(max_cp) < dcp_comm_slot_count(1024));
     CHECK_EQ(dcp_comm_max_cp(&config, 0, &max_cp, &error), DCP_ERROR_INVALID_ARGUMENT);
     CHECK_EQ(dcp_comm_max_cp(&config, 32768, NULL, &error), DCP_ERROR_INVALID_ARGUMENT);
+    /* in place, as the README does it: the config's own max_cp caps the answer */
+    config.max_cp = 16;
+    CHECK_EQ(dcp_comm_max_cp(&config, 1000000, &config.max_cp, &error), DCP_ERROR_INFEASIBLE);
+    config.max_cp = 16;
+    CHECK_EQ(dcp_comm_max_cp(&config, 16 * 4096, &config.max_cp, &error), DCP_OK);
+    CHECK_EQ(config.max_cp, 16);
     config.max_cp = 4;
     CHECK_EQ(dcp_comm_max_cp(&config, 4 * 4096 + 1, &max_cp, &error), DCP_ERROR_INFEASIBLE);
     CHECK_CONTAINS(error.message, "16385");
