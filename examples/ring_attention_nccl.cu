@@ -30,6 +30,8 @@
                                    timeout with the communicator and operation named
        DCP_MEASURE_SPLIT_MEMORY=1  device memory per split communicator, not shared and
                                    shared (splitShare in the parent's config), then exit
+       DCP_TIME_RING=1             per microbatch: the ring backward's time, its step kernels'
+                                   alone, and the exposed communication per step
    Exit status 0 when every rank's results match, 1 otherwise. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
@@ -417,6 +419,61 @@ static void check_group(const dcp_rank_view *view, const dcp_attention_params *p
     CUDA(cudaFree(d_cu_padded));
 }
 
+/* DCP_TIME_RING=1: the exposed communication of the ring backward, per step. The ring pass is
+   timed again (same inputs, same outputs), then its step kernels alone on this rank's own
+   buffers (same shapes and masks, no transfer, no add); the difference over cp steps is the
+   communication compute did not hide. Prints one line per rank and microbatch. */
+static void time_ring_backward(const dcp_nccl_binding *group, const dcp_attention_params *params,
+                               const dcp_cuda_layout *layout, void *const q, void *const k,
+                               void *const v, void *const out, void *const dout,
+                               const float *lse, void *const grads[3], void *scratch,
+                               size_t scratch_bytes, int microbatch, cudaStream_t stream)
+{
+    cudaEvent_t start, ring_end, kernels_end;
+    float ring_ms = 0.0f, kernels_ms = 0.0f;
+    size_t workspace_bytes = 0;
+    void *workspace, *accumulators;
+    const int64_t q_values = layout->local_rows * HEADS * HEAD_DIM;
+    const int64_t kv_values = layout->local_rows * KV_HEADS * HEAD_DIM;
+    float *dq, *dk, *dv;
+    int32_t s;
+    TRY(dcp_cuda_attention_workspace_size(params, layout, &workspace_bytes, &err));
+    workspace = device_alloc(workspace_bytes);
+    accumulators = device_alloc((size_t)(q_values + 2 * kv_values) * 4);
+    dq = (float *)accumulators, dk = dq + q_values, dv = dk + kv_values;
+    CUDA(cudaMemsetAsync(accumulators, 0, (size_t)(q_values + 2 * kv_values) * 4, stream));
+    CUDA(cudaEventCreate(&start));
+    CUDA(cudaEventCreate(&ring_end));
+    CUDA(cudaEventCreate(&kernels_end));
+    CUDA(cudaEventRecord(start, stream));
+    TRY(dcp_nccl_ring_backward(g_set, group, params, layout, DCP_DTYPE_BFLOAT16, q, k, v, out,
+                               dout, lse, grads[0], grads[1], grads[2], 1, scratch,
+                               scratch_bytes, stream, &err));
+    CUDA(cudaEventRecord(ring_end, stream));
+    for (s = 0; s < group->cp; s++) {
+        dcp_ring_step step;
+        dcp_attention_params p = *params;
+        TRY(dcp_ring_step_plan(group->cp, group->rank, s, params->causal, &step, &err));
+        p.causal = step.causal;
+        TRY(dcp_cuda_attention_backward(&p, layout, &step.view, DCP_DTYPE_BFLOAT16, q, k, v, out,
+                                        dout, lse, dq, dk, dv, 1, workspace, workspace_bytes,
+                                        (void *)stream, &err));
+    }
+    CUDA(cudaEventRecord(kernels_end, stream));
+    TRY(dcp_nccl_set_wait(g_set, stream, &err));
+    CUDA(cudaEventElapsedTime(&ring_ms, start, ring_end));
+    CUDA(cudaEventElapsedTime(&kernels_ms, ring_end, kernels_end));
+    printf("rank %d microbatch %d cp %d: ring backward %.3f ms, its kernels alone %.3f ms, "
+           "exposed communication %.3f ms per step\n",
+           g_rank, microbatch, (int)group->cp, ring_ms, kernels_ms,
+           (ring_ms - kernels_ms) / (float)group->cp);
+    CUDA(cudaEventDestroy(start));
+    CUDA(cudaEventDestroy(ring_end));
+    CUDA(cudaEventDestroy(kernels_end));
+    CUDA(cudaFree(workspace));
+    CUDA(cudaFree(accumulators));
+}
+
 int main(int argc, char **argv)
 {
     const int rank = env_int("RANK", 0), ranks = env_int("WORLD_SIZE", 1);
@@ -585,6 +642,10 @@ int main(int argc, char **argv)
                                    micro[T_DOUT][k], lse, ring[2], ring[3], ring[4], 1, scratch,
                                    scratch_bytes, stream, &err));
         TRY(dcp_nccl_set_wait(g_set, stream, &err)); /* polled: a dead peer times out */
+        if (env_int("DCP_TIME_RING", 0) && group.cp > 1)
+            time_ring_backward(&group, &params, &layout, micro[T_Q][k], micro[T_K][k],
+                               micro[T_V][k], ring[0], micro[T_DOUT][k], lse, &ring[2], scratch,
+                               scratch_bytes, k, stream);
         check_group(view, &params, ring, lse, stream, &worst);
         CUDA(cudaFree(ring[0]));
         for (t = 2; t < 5; t++) CUDA(cudaFree(ring[t]));

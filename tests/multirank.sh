@@ -11,7 +11,8 @@
 #   - once with rank N/2 exiting mid-step (DCP_EXIT_RANK): every other rank must exit 1
 #     within the set's timeout (DCP_TIMEOUT_MS, 20 s here) plus slack, naming the failure,
 #     and never hang;
-# then the split-communicator memory measurement at 8 ranks (printed, not judged).
+# then the exposed communication of the ring backward per step at 4 and 8 ranks
+# (DCP_TIME_RING) and the split-communicator memory at 8 ranks (printed, not judged).
 # Without a GPU it prints "no CUDA device: skipped" and exits 0. Last line: N passed, M failed.
 program=${1:-build/ring_attention_nccl}
 repeat=${MULTIRANK_REPEAT:-1}
@@ -89,6 +90,14 @@ for n in 2 4 6 8; do
     done
     [ "$seconds" -le $((timeout_ms / 1000 * 3 + 60)) ] || ok=0
     verdict $ok "rank $dead of $n exits mid-step: the others fail in ${seconds} s"
+done
+
+for n in 4 8; do # exposed communication of the ring backward (printed, not judged)
+    launch "$n" "timing-$n" DCP_TIME_RING=1
+    ok=1
+    for f in "$work/timing-$n".status.*; do [ "$(cat "$f")" = 0 ] || ok=0; done
+    grep -h "exposed communication" "$work/timing-$n".out.* | head -n 16
+    verdict $ok "ring backward timing, $n ranks"
 done
 
 launch 8 memory DCP_MEASURE_SPLIT_MEMORY=1
