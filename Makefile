@@ -178,3 +178,27 @@ $(BUILD)/fuzz_%: tests/fuzz_%.c dcp.h | $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- dcp_nccl.h off the GPU and on N ranks of one GPU (self-contained rules) ----------------
+# The host transport: dcp_nccl.h compiled against tests/fake_nccl (NCCL and CUDA runtime
+# stand-ins picked by the include path), ranks as threads; plain and ASan/UBSan builds, both
+# in `make test`. Needs neither a GPU nor NCCL.
+FAKE_NCCL := tests/fake_nccl/nccl.h tests/fake_nccl/cuda_runtime.h tests/fake_nccl/fake_runtime.c
+NCCL_HOST_TESTS := $(BUILD)/test_nccl_host $(BUILD)/test_nccl_host-san $(BUILD)/test_nccl_host-cxx
+$(BUILD)/test_nccl_host: tests/test_nccl_host.c tests/test.h dcp.h dcp_nccl.h $(FAKE_NCCL) | $(BUILD)
+	$(CC) $(C_FLAGS) -Itests/fake_nccl $< -o $@ -lm -lpthread
+# as C++ it adds the RAII override guard's test (exceptions through the scope)
+$(BUILD)/test_nccl_host-cxx: tests/test_nccl_host.c tests/test.h dcp.h dcp_nccl.h $(FAKE_NCCL) | $(BUILD)
+	$(CXX) $(CXX_FLAGS) -x c++ -Itests/fake_nccl $< -o $@ -lm -lpthread
+$(BUILD)/test_nccl_host-san: tests/test_nccl_host.c tests/test.h dcp.h dcp_nccl.h $(FAKE_NCCL) | $(BUILD)
+	$(CC) -std=c99 $(WARNINGS) $(SANITIZE) -Itests/fake_nccl $< -o $@ -lm -lpthread
+TEST_PROGRAMS += $(NCCL_HOST_TESTS)
+all: $(NCCL_HOST_TESTS)
+test: $(NCCL_HOST_TESTS)
+
+# N processes on ONE GPU (distinct NCCL_HOSTID, sockets on lo) for N = 2, 4, 6, 8: the ring
+# example end to end, a peer that exits mid-step, the split memory measurement. Prints a skip
+# line and exits 0 without a GPU.
+.PHONY: test-multirank
+test-multirank: $(BUILD)/ring_attention_nccl
+	sh tests/multirank.sh $(BUILD)/ring_attention_nccl

@@ -112,6 +112,9 @@
    allocation)
        dcp_comm_slot_count(max_cp) / dcp_comm_slot(cp)   communicator slots: one per CP size
                                                   2..max_cp (slot log2(cp) - 1); cp 1: -1
+       dcp_comm_max_cp(config, max_length, &c, err)  largest useful CP size: the planner's
+                                                  and the communicator set's max_cp
+       dcp_plan_hash(plan, &hash, err)            64-bit hash every rank compares
        dcp_comm_split_args(D, r, cp, &split, err)  ncclCommSplit's color (r / cp) and key
                                                   (r % cp); DCP_COMM_NO_COLOR past the last
                                                   full block
@@ -636,6 +639,22 @@ DCPDEF dcp_status dcp_plan_compare(const dcp_plan *a, const dcp_plan *b, dcp_err
 DCPDEF int32_t dcp_comm_slot_count(int32_t max_cp);
 DCPDEF int32_t dcp_comm_slot(int32_t cp);
 
+/* The largest CP size worth a communicator for samples of at most max_length tokens under
+   config (resolved): the CP size at which such a sample alone runs fastest per the cost model
+   (compute / c against the ring's (c - 1) steps), raised to the smallest feasible one and
+   capped at config's max_cp. More ranks never speed up a sample of that length, nor any
+   shorter one. Use it as config.max_cp for the planner AND as the communicator set's max_cp:
+   the plans then never pick more (dcp_plan_validate checks it), while the set splits
+   log2(max_cp) communicators instead of log2(ranks). DCP_ERROR_INFEASIBLE when max_length does
+   not fit config at all. max_cp may point at config->max_cp. */
+DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, int32_t *max_cp,
+                                  dcp_error *error);
+
+/* A 64-bit FNV-1a hash of everything a plan decides (resolved config, lengths, microbatches,
+   groups, samples): ranks that hold the same plan hash the same; dcp_nccl_plan_agree compares
+   it across the pool before the first reroute of a step. */
+DCPDEF dcp_status dcp_plan_hash(const dcp_plan *plan, uint64_t *hash, dcp_error *error);
+
 /* ncclCommSplit's arguments that build the communicator of CP size cp from a pool of `ranks`:
    color rank / cp and key rank % cp for the ranks of the full aligned blocks of cp ranks;
    DCP_COMM_NO_COLOR (and key 0) for the ranks past the last full block (ranks not a multiple
@@ -796,12 +815,15 @@ typedef struct dcp_ring_region {
 
 /* Every region starts at a multiple of DCP_RING_SCRATCH_ALIGN. kv[i]: k then v of slot i in the
    input dtype (k at offset, v at offset + bytes / 2). Forward (cp > 1): partial out and lse and
-   the accumulator, float32. Backward: dq accumulator float32 and dkv[i] (dk then dv) float32.
+   the accumulator, float32. Backward: dq accumulator float32 and dkv[i] (dk then dv) float32,
+   and for cp > 1 dkv_step (dk then dv, float32): the gradient of one step, computed while the
+   accumulator it is added to is still travelling (so that hop is off the critical path).
    cp 1 forward needs nothing; cp 1 backward dq and dkv[0]. total: the sum with alignment. */
 #define DCP_RING_SCRATCH_ALIGN 256
 typedef struct dcp_ring_scratch {
     dcp_ring_region kv[2];
     dcp_ring_region dkv[2];
+    dcp_ring_region dkv_step;
     dcp_ring_region partial_out, partial_lse, acc_out, acc_lse;
     dcp_ring_region dq;
     size_t total;
@@ -1084,6 +1106,11 @@ DCP_CUDA_DEF dcp_status dcp_cuda_acc_finalize(const dcp_attention_params *params
 /* count float32 values to dtype (gradients accumulated in float32, for example). */
 DCP_CUDA_DEF dcp_status dcp_cuda_convert(const float *in, dcp_dtype dtype, void *out,
                                          int64_t count, void *stream, dcp_error *error);
+
+/* acc[i] += x[i] for count float32 values (the ring backward folds a step's dK, dV into the
+   accumulator that arrived meanwhile). acc and x must not overlap. */
+DCP_CUDA_DEF dcp_status dcp_cuda_add_float32(float *acc, const float *x, int64_t count,
+                                             void *stream, dcp_error *error);
 
 /* The ring of layout->cp ranks simulated on one device, mirroring dcp_ring_attention_forward
    and _backward: q[r], k[r], v[r], ... are rank r's device buffers (host arrays of cp device
@@ -5556,6 +5583,72 @@ DCPDEF int32_t dcp_comm_slot(int32_t cp)
     return dcp__is_cp(cp) && cp >= 2 ? (int32_t)dcp__log2_int(cp) - 1 : -1;
 }
 
+DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, int32_t *max_cp,
+                                  dcp_error *error)
+{
+    dcp_config c;
+    dcp_status status;
+    int32_t cp, best;
+    double best_seconds;
+    if (!max_cp) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "max_cp must not be NULL");
+    /* resolved before *max_cp is written: it may be &config->max_cp */
+    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    *max_cp = 0;
+    if ((status = dcp__check_length(max_length, error)) != DCP_OK) return status;
+    best = dcp__cp_min(&c, max_length);
+    if (best == 0)
+        return dcp_error_set(error, DCP_ERROR_INFEASIBLE,
+                             "max_length %lld > max_cp %d x max_tokens_per_rank %lld after "
+                             "padding",
+                             (long long)max_length, (int)c.max_cp,
+                             (long long)c.max_tokens_per_rank);
+    best_seconds = dcp__alone_seconds(&c, max_length, best);
+    for (cp = best * 2; cp <= c.max_cp && cp > 0; cp *= 2) {
+        const double seconds = dcp__alone_seconds(&c, max_length, cp);
+        if (seconds < best_seconds) best = cp, best_seconds = seconds;
+    }
+    *max_cp = best;
+    return dcp_error_clear(error);
+}
+
+static uint64_t dcp__hash_i64(uint64_t hash, int64_t value)
+{
+    unsigned char bytes[8];
+    int i;
+    for (i = 0; i < 8; i++) bytes[i] = (unsigned char)((uint64_t)value >> (8 * i));
+    for (i = 0; i < 8; i++) hash = (hash ^ bytes[i]) * UINT64_C(0x100000001B3);
+    return hash;
+}
+
+DCPDEF dcp_status dcp_plan_hash(const dcp_plan *plan, uint64_t *hash, dcp_error *error)
+{
+    const dcp_config *c;
+    uint64_t h = UINT64_C(0xCBF29CE484222325); /* FNV-1a offset basis */
+    int32_t i;
+    if (!plan || !hash)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan and hash must not be NULL");
+    c = &plan->config;
+    h = dcp__hash_i64(h, c->ranks), h = dcp__hash_i64(h, c->max_tokens_per_rank);
+    h = dcp__hash_i64(h, c->min_cp), h = dcp__hash_i64(h, c->max_cp);
+    h = dcp__hash_i64(h, c->microbatch_multiple), h = dcp__hash_i64(h, c->pad_multiple_cp1);
+    h = dcp__hash_i64(h, c->pad_multiple);
+    h = dcp__hash_i64(h, plan->num_samples), h = dcp__hash_i64(h, plan->num_microbatches);
+    h = dcp__hash_i64(h, plan->num_groups);
+    if ((plan->num_samples > 0 && (!plan->sample_lengths || !plan->group_samples)) ||
+        !plan->microbatch_offsets || (plan->num_groups > 0 && !plan->groups))
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "the plan has NULL arrays");
+    for (i = 0; i < plan->num_samples; i++) h = dcp__hash_i64(h, plan->sample_lengths[i]);
+    for (i = 0; i <= plan->num_microbatches; i++) h = dcp__hash_i64(h, plan->microbatch_offsets[i]);
+    for (i = 0; i < plan->num_groups; i++) {
+        const dcp_group *g = &plan->groups[i];
+        h = dcp__hash_i64(h, g->first_rank), h = dcp__hash_i64(h, g->cp);
+        h = dcp__hash_i64(h, g->sample_offset), h = dcp__hash_i64(h, g->sample_count);
+    }
+    for (i = 0; i < plan->num_samples; i++) h = dcp__hash_i64(h, plan->group_samples[i]);
+    *hash = h;
+    return dcp_error_clear(error);
+}
+
 static dcp_status dcp__check_pool(int32_t ranks, int32_t rank, dcp_error *error)
 {
     if (ranks < 1 || ranks > DCP_MAX_RANKS)
@@ -5966,6 +6059,8 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
         dcp__region(&end, q_values, sizeof(float), &s.dq, &overflow);
         dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv[0], &overflow);
         if (shape->cp > 1) dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv[1], &overflow);
+        if (shape->cp > 1)
+            dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv_step, &overflow);
     }
     if (overflow)
         return dcp_error_set(error, DCP_ERROR_OVERFLOW,

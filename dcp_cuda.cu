@@ -2236,3 +2236,60 @@ extern "C" dcp_status dcp_cuda_virtual_ring_backward(
         }
     return dcp_error_clear(error);
 }
+
+/* ============================================================================ ring helpers
+   acc += x on float32 buffers: the ring backward adds one step's dK, dV (computed into their
+   own buffer) into the accumulator that arrived from the previous rank while that step ran,
+   which keeps the accumulator's hop off the critical path. A grid-stride loop, one float4 per
+   thread per iteration when both pointers are 16-byte aligned (cudaMalloc and the ring's
+   scratch regions are), a scalar tail; memory-bound (12 bytes moved per value). */
+
+/* Threads per block and the cap on blocks of the grid-stride loop. */
+#define DCP_CUDA_ADD_THREADS 256
+#define DCP_CUDA_ADD_MAX_BLOCKS 65536
+#define DCP_CUDA_ADD_VECTOR 4
+
+template <int V>
+__global__ void dcp_cuda__add_kernel(float *acc, const float *x, int64_t count)
+{
+    const int64_t vectors = count / V, stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int64_t i = first; i < vectors; i += stride) {
+        float a[V], b[V];
+        dcp_cuda__load<float, V>(acc + i * V, a);
+        dcp_cuda__load<float, V>(x + i * V, b);
+#pragma unroll
+        for (int j = 0; j < V; j++) a[j] += b[j];
+        dcp_cuda__store<float, V>(acc + i * V, a);
+    }
+    for (int64_t i = vectors * V + first; i < count; i += stride) acc[i] += x[i];
+}
+
+extern "C" dcp_status dcp_cuda_add_float32(float *acc, const float *x, int64_t count,
+                                           void *stream, dcp_error *error)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    int64_t threads, blocks;
+    unsigned grid;
+    if (count < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must be >= 0, got %lld",
+                             (long long)count);
+    if (count == 0) return dcp_error_clear(error);
+    if (!acc || !x)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "acc and x must not be NULL");
+    if ((uint64_t)count > SIZE_MAX / sizeof(float))
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "count %lld is too large",
+                             (long long)count);
+    if ((const float *)acc < x + count && x < (const float *)acc + count)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "acc and x overlap");
+    threads = (count + DCP_CUDA_ADD_VECTOR - 1) / DCP_CUDA_ADD_VECTOR;
+    blocks = (threads + DCP_CUDA_ADD_THREADS - 1) / DCP_CUDA_ADD_THREADS;
+    grid = (unsigned)(blocks < DCP_CUDA_ADD_MAX_BLOCKS ? blocks : DCP_CUDA_ADD_MAX_BLOCKS);
+    if (dcp_cuda__aligned(acc, 16) && dcp_cuda__aligned(x, 16))
+        dcp_cuda__add_kernel<DCP_CUDA_ADD_VECTOR><<<grid, DCP_CUDA_ADD_THREADS, 0, s>>>(acc, x,
+                                                                                      count);
+    else
+        dcp_cuda__add_kernel<1><<<grid, DCP_CUDA_ADD_THREADS, 0, s>>>(acc, x, count);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_error_clear(error);
+}

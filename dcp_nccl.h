@@ -6,10 +6,11 @@
    dcp.h plans which sample runs on how many ranks and derives, as pure functions, everything a
    rank must do about it (who sends what to whom, in which order, through which communicator,
    with which buffers). This header carries those answers out with NCCL and CUDA, and nothing
-   more: the decisions are tested on simulated ranks in tests/test_comm.c; this layer is thin
-   enough that a one-rank GPU run (make test-gpu) covers the rest. From the caller's DP x CP
-   communicator (the pool) it builds, once, one communicator per CP size 2..max_cp with
-   ncclCommSplit (resources shared; CP size 1 needs none); per microbatch it hands out the
+   more: the decisions are tested on simulated ranks in tests/test_comm.c, and this header's
+   own code runs on a host transport (tests/fake_nccl: NCCL and CUDA stand-ins, 8 to 512
+   ranks as threads) in tests/test_nccl_host.c. From the caller's DP x CP communicator (the
+   pool) it builds, once, one communicator per CP size 2..max_cp with ncclCommSplit (each
+   with the pool's config; CP size 1 needs none); per microbatch it hands out the
    group's communicator and the rank's index in it; it can pin a CP size for a scope
    (evaluation at CP 4 of a model trained at CP 1, and back); it executes reroute lists as one
    grouped ncclSend/ncclRecv; it runs ring attention over a group with the KV of the next step
@@ -23,11 +24,15 @@
        #include "dcp_nccl.h"
 
        dcp_nccl_set *set;                  // at start-up, once: collective over the pool
-       dcp_nccl_set_create(pool_comm, NULL, &set, &err);
+       dcp_nccl_options options = {0};     // the planner's max_cp, not the pool size
+       options.plan_config = &config;      // config.max_cp = dcp_comm_max_cp(...) ideally
+       options.config = &pool_config;      // the config pool_comm was created with
+       dcp_nccl_set_create(pool_comm, &options, &set, &err);
        // per global batch: plan on TP rank 0, broadcast to the other TP ranks
        dcp_plan *plan = NULL;
        if (tp_rank == 0) dcp_plan_create(&config, lengths, n, &plan, &err);
        dcp_nccl_broadcast_plan(set, tp_comm, 0, plan, tp_rank == 0 ? NULL : &plan, stream, &err);
+       dcp_nccl_plan_agree(set, plan, stream, &err);   // every rank holds the same plan
        dcp_reroute *moves;                 // data loader placement -> the plan's groups
        dcp_reroute_create(plan, holders, set->rank, &moves, &err);
        dcp_nccl_reroute_execute(set, moves, &buffers, stream, &err);
@@ -38,6 +43,7 @@
                                  out, lse, scratch, scratch_bytes, stream, &err);
            ...
        }
+       dcp_nccl_set_wait(set, stream, &err);   // not cudaStreamSynchronize: it times out
        dcp_nccl_set_destroy(set, &err);    // before the caller destroys pool_comm
 
    BUILDING
@@ -49,15 +55,39 @@
        DCP_NCCL_STATIC                 make every function static
        DCP_NCCL_DEFAULT_STAGING_BYTES  device staging of metadata broadcasts (1 MiB); a
                                        dcp_nccl_options field overrides it per set
+       DCP_NCCL_DEFAULT_TIMEOUT_MS     how long a wait lasts before it aborts (10 min); a
+                                       dcp_nccl_options field overrides it per set
+       DCP_NCCL_NOW_MS()               the wall clock of timeouts, in ms (default: the
+                                       monotonic clock where <time.h> declares it, as in C++
+                                       or with _POSIX_C_SOURCE >= 199309L; else time(), so
+                                       whole seconds under strict C99)
+       DCP_NCCL_PAUSE()                between two polls (default sched_yield on POSIX)
+       DCP_NCCL_FAULT_HOOK(call_text)  test builds: nonzero makes that CUDA/NCCL call fail
+                                       without running (teardown and polls excepted)
 
    CONVENTIONS
    - Every function returns a dcp_status. Every CUDA and NCCL result is checked by one macro
      and becomes DCP_ERROR_CUDA or DCP_ERROR_NCCL with file:line, the error text, its code and
-     the call's text in the dcp_error message. Argument errors are found before a function's
-     first collective or send/receive, so a bad argument fails that rank alone; but a rank that
-   leaves a collective (or a ring) early makes its peers wait: on any NCCL or CUDA error, poll
-     dcp_nccl_set_check on every rank and call dcp_nccl_set_abort (ncclCommAbort on every
-     communicator of the set, and on the pool if asked) rather than dcp_nccl_set_destroy.
+     the call's text in the dcp_error message.
+   - Failures (see tests/test_nccl_host.c, which injects one at every call): an argument
+     error is found before a function's first enqueue and changes nothing, except that a
+     broadcast first takes part in every chunk (its peers are in the same collectives) and
+     then fails. A CUDA or NCCL error after the first enqueue may leave this rank's half of
+     some traffic posted, so the function aborts before it returns (ncclCommAbort on the
+     set's split communicators and on the communicator it ran on when that is the pool or
+     the caller's: do not destroy those afterwards) and the set answers every later call
+     with DCP_ERROR_NCCL until dcp_nccl_set_destroy. Every exit leaves the caller's stream
+     ordered after the communication stream (joined). dcp_nccl_plan_agree's mismatch is not
+     a failure of the transport: the set stays usable.
+   - Waiting: nothing blocks the host in cudaStreamSynchronize. Where the host needs a result
+     (set creation, broadcasts, agreement, dcp_nccl_set_wait) it polls cudaStreamQuery and
+     ncclCommGetAsyncError; after options.timeout_ms (or an asynchronous error) it aborts as
+     above and returns DCP_ERROR_NCCL naming the operation and the communicator, so a dead
+     peer costs a timeout, not a hang. Pageable host copies are issued only on a drained
+     stream (they would block the host otherwise). set->timeout_ms may be changed between
+     calls.
+   - Non-blocking communicators (options.config->blocking = 0, the pool's config): every call
+     that answers ncclInProgress is polled to its end with the same timeout.
    - Streams: functions take the caller's stream and only enqueue work on it (broadcast and
      set creation also wait for it); the ring's transfers run on the set's own communication
      stream, ordered against the caller's stream by events, and the call returns with all of
@@ -66,18 +96,41 @@
      two events and the staging buffer (device); broadcasts allocate the received buffer and
      object (host). Nothing else allocates: the ring takes caller scratch sized by
      dcp_nccl_ring_scratch_size, reroute takes the caller's buffers.
-   - One set per process and device; a set is not thread-safe (one thread uses it at a time).
-     All ranks of a communicator call its collective functions in the same order with the
-     same sizes; dcp.h gives every rank the same lists, which is what makes that hold.
-   - NCCL 2.28 refuses two ranks on one GPU: multi-rank runs need one GPU per rank.
+   - Threads: one set per process and device, used by one thread at a time (the override
+     state, the events and the communication stream are the set's); ncclGroupStart/End are
+     per thread, so never call into one set from two threads. Thread-safe:
+     dcp_nccl_compiled_version, dcp_nccl_ring_scratch_size and dcp_nccl_set_comm /
+     dcp_nccl_set_current on a set no thread is changing. All ranks of a communicator call
+     its collective functions in the same order with the same sizes; dcp.h gives every rank
+     the same lists, which is what makes that hold, and dcp_nccl_plan_agree checks the plan.
+   - Several ranks on ONE GPU: NCCL refuses two ranks that look like the same host on one
+     device; give each process its own NCCL_HOSTID and keep the traffic on sockets
+     (NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo). tests/multirank.sh does it for 2..8 ranks.
+
+   RESOURCE SHARING (the split communicators)
+   ncclCommSplit takes resource sharing from the PARENT's config: a splitShare set in the
+   child's config has no effect. So the pool's creator decides, and the set copies the pool's
+   config (options.config, which must be the one the pool was created with) whole into every
+   split. Shared (pool splitShare 1): the children use the pool's channels and abort flag, so
+   a CP ring cannot overlap the DP collectives on the pool (they serialize), and aborting one
+   aborts all. Not shared (NCCL's default, and this library's recommendation for training):
+   each split costs its own buffers, so keep the splits few: the default max_cp is the
+   planner's max_cp (options.plan_config), and dcp_comm_max_cp gives the largest CP size
+   worth planning for the longest sample, instead of the pool size (at D = 1024 that was 10
+   pool-wide splits). The memory per communicator both ways has not been measured yet:
+   examples/ring_attention_nccl measures it when DCP_MEASURE_SPLIT_MEMORY=1 (one GPU, N
+   ranks: tests/multirank.sh).
 
    REFERENCE
    Communicator set
        dcp_nccl_set_create(pool, options, &set, err)   collective over pool; checks that every
                                         rank passed the same max_cp and staging size, then
                                         splits one communicator per CP size 2..max_cp (color
-                                        rank / c, key rank % c, splitShare 1; NCCL_SPLIT_NOCOLOR
-                                        past the last full block); set->comms[dcp_comm_slot(c)]
+                                        rank / c, key rank % c, the pool's config copied;
+                                        NCCL_SPLIT_NOCOLOR past the last full block);
+                                        set->comms[dcp_comm_slot(c)]. A CUDA or NCCL failure
+                                        in its agreement step aborts the pool (its all-reduce
+                                        may hang otherwise): do not destroy the pool then
        dcp_nccl_set_destroy(set, err)   finalizes and destroys the split communicators (largest
                                         first, the same order on every rank), then the stream,
                                         events and staging; the caller destroys the pool after
@@ -85,6 +138,12 @@
        dcp_nccl_set_check(set, err)     polls ncclCommGetAsyncError on the pool and every split
        dcp_nccl_set_abort(set, abort_pool, err)  ncclCommAbort on every split communicator (and
                                         the pool when abort_pool); the set stays destroyable
+       dcp_nccl_set_wait(set, stream, err)   the polled, timed wait for a stream (instead of
+                                        cudaStreamSynchronize); aborts on error or timeout
+       dcp_nccl_plan_agree(set, plan, stream, err)  collective over the pool: one all-reduce of
+                                        dcp_plan_hash; DCP_ERROR_INVALID_PLAN on every rank
+                                        when any differs. Call it before the step's first
+                                        reroute
    Switch (dcp_nccl_binding: comm, cp, rank, first_rank, idle)
        dcp_nccl_set_switch(set, view, &binding, err)          the group of a rank view
        dcp_nccl_set_switch_plan(set, plan, k, &binding, err)  the group in microbatch k
@@ -116,9 +175,10 @@
    dcp_nccl_compiled_version()          NCCL_VERSION_CODE this header was compiled against
 
    STATUS
-   Compiled as C and under nvcc by `make`; its logic is tested on the CPU by tests/test_comm.c.
-   It has not been run on a GPU yet: make test-gpu (one rank) and examples/ring_attention_nccl
-   (one rank per GPU) are the first runs to make.
+   Compiled as C and under nvcc by `make`; its logic is tested on the CPU by tests/test_comm.c
+   and its own code on the host transport by tests/test_nccl_host.c (make test). It has not
+   been run on a GPU yet: make test-gpu (one rank) and make test-multirank (2, 4, 6, 8 ranks
+   on one GPU) are the first runs to make.
 
    LICENSE
    MIT, as dcp.h. */
@@ -143,6 +203,11 @@
 #ifndef DCP_NCCL_DEFAULT_STAGING_BYTES
 #define DCP_NCCL_DEFAULT_STAGING_BYTES ((size_t)1 << 20)
 #endif
+/* How long a set waits for a collective, a ring or a split before it aborts (10 minutes, as
+   PyTorch's NCCL watchdog); a dcp_nccl_options field overrides it per set. */
+#ifndef DCP_NCCL_DEFAULT_TIMEOUT_MS
+#define DCP_NCCL_DEFAULT_TIMEOUT_MS INT64_C(600000)
+#endif
 /* The smallest staging buffer a set accepts. */
 #define DCP_NCCL_MIN_STAGING_BYTES 64
 
@@ -156,11 +221,20 @@ DCP_NCCL_DEF int dcp_nccl_compiled_version(void);
 /* Zero-initialise for the defaults; NULL options mean all defaults. max_cp and staging_bytes
    must be the same on every rank (set creation checks it). */
 typedef struct dcp_nccl_options {
-    int32_t max_cp;             /* power of two <= pool size; default the largest such */
+    int32_t max_cp;             /* power of two <= pool size; default plan_config's resolved
+                                   max_cp when given (a plan never picks more), else the
+                                   largest power of two <= pool size */
     size_t staging_bytes;       /* >= DCP_NCCL_MIN_STAGING_BYTES; default
                                    DCP_NCCL_DEFAULT_STAGING_BYTES */
-    const ncclConfig_t *config; /* base of the split communicators' config (NULL: NCCL's
-                                   defaults); splitShare and blocking are forced to 1 */
+    const ncclConfig_t *config; /* the config the POOL was created with (NULL: NCCL's
+                                   defaults), copied whole into every split's config.
+                                   Resource sharing is decided by its splitShare, because
+                                   NCCL reads the parent's: see RESOURCE SHARING. blocking 0
+                                   (non-blocking) is supported: calls are polled to their end */
+    const dcp_config *plan_config; /* optional: the planner's config, for the default max_cp
+                                   (dcp_comm_max_cp gives a small one for the lengths) */
+    int64_t timeout_ms;         /* >= 0; every wait of the set; default
+                                   DCP_NCCL_DEFAULT_TIMEOUT_MS */
     dcp_allocator allocator;    /* host memory of the set and of received metadata */
 } dcp_nccl_options;
 
@@ -174,9 +248,12 @@ typedef struct dcp_nccl_set {
     dcp_comm_state state;             /* the binding in force and the open overrides */
     cudaStream_t comm_stream;         /* the ring's transfers */
     cudaEvent_t compute_done, comm_done;
+    cudaEvent_t dkv_done;             /* the ring backward's last dK/dV hop posted */
     void *staging;                    /* device, staging_bytes */
     size_t staging_bytes;
     int32_t aborted;                  /* 1 after dcp_nccl_set_abort */
+    int64_t timeout_ms;               /* options.timeout_ms */
+    ncclConfig_t config;              /* the splits' config: options.config, copied */
     dcp_allocator allocator;
 } dcp_nccl_set;
 
@@ -197,6 +274,17 @@ DCP_NCCL_DEF ncclComm_t dcp_nccl_set_comm(const dcp_nccl_set *set, int32_t cp);
 DCP_NCCL_DEF dcp_status dcp_nccl_set_check(const dcp_nccl_set *set, dcp_error *error);
 DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool,
                                            dcp_error *error);
+/* The host-side wait that replaces cudaStreamSynchronize: polls the stream and the async
+   errors of the pool and of every split communicator; on an error, or after timeout_ms,
+   aborts the set and the pool and names what failed. */
+DCP_NCCL_DEF dcp_status dcp_nccl_set_wait(dcp_nccl_set *set, cudaStream_t stream,
+                                          dcp_error *error);
+/* Collective over the pool, before the first reroute of a step: every rank's dcp_plan_hash
+   must be the same (one all-reduce of the hash and its complement). A difference, or a rank
+   whose plan is NULL or broken, is DCP_ERROR_INVALID_PLAN on every rank; the set stays
+   usable. */
+DCP_NCCL_DEF dcp_status dcp_nccl_plan_agree(dcp_nccl_set *set, const dcp_plan *plan,
+                                            cudaStream_t stream, dcp_error *error);
 
 /* The view must be this rank's (view->rank == set->rank). While an override is open only
    groups of its CP size (and idle ranks) are accepted. On error nothing changes. */
@@ -265,9 +353,10 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(dcp_nccl_set *set, const dcp_nccl_
 /* Its gradient from the final out, dout (dtype) and lse: dQ accumulates in float32 scratch on
    this rank; dK, dV of each KV accumulate in a float32 buffer that travels the ring one hop
    behind its KV and comes home after the last step; then dcp_cuda_convert writes dq, dk, dv
-   in dtype (overwritten, not added). The dK/dV hop follows each step's computation (the
-   kernels add in place, so the buffer must have arrived): it is not hidden behind compute;
-   the KV prefetch is. */
+   in dtype (overwritten, not added). As in TransformerEngine's ring, step s computes its dK,
+   dV into a buffer of its own (scratch dkv_step) while the accumulator of its KV is still
+   arriving, then adds them (dcp_cuda_add_float32) and sends the sum on while step s + 1
+   computes: only the last hop home is exposed; the KV prefetch is hidden as in forward. */
 DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     dcp_nccl_set *set, const dcp_nccl_binding *binding, const dcp_attention_params *params,
     const dcp_cuda_layout *layout, dcp_dtype dtype, const void *q, const void *k, const void *v,
@@ -299,25 +388,41 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_view(dcp_nccl_set *set, ncclComm_t co
 #ifdef __cplusplus
 }
 
-/* C++: an evaluation override for the lifetime of the object; the destructor ends it on every
-   path, exceptions included. Check status() after construction. */
+/* C++: an evaluation override for the lifetime of the object (RAII). The contract:
+   - construction begins it (check status(); on failure nothing is open and the destructor
+     does nothing); the destructor ends it on every path, exceptions included, and never
+     throws (the C calls it makes cannot);
+   - end() ends it early and returns the end's status (the destructor then does nothing);
+   - guards nest like scopes; destroying an outer guard first (heap guards, out of order)
+     also closes the inner ones (dcp_comm_override_end's unwinding), and the inner guard's
+     own end is then refused harmlessly, provided no new override opened in between;
+   - a guard belongs to the thread that owns the set, like the set itself; it is neither
+     copyable nor movable, so a scope cannot be ended twice or from elsewhere.
+   Never let an exception leave a dcp_nccl_override_run callback: it would unwind through C
+   frames (undefined); that is what this guard is for. */
 class dcp_nccl_cp_guard {
 public:
     dcp_nccl_cp_guard(dcp_nccl_set *set, int32_t cp, dcp_error *error = NULL)
-        : set_(set), scope_(), status_(dcp_nccl_override_begin(set, cp, &scope_, NULL, error))
+        : set_(set), scope_(), binding_(), status_(DCP_OK)
     {
+        status_ = dcp_nccl_override_begin(set, cp, &scope_, &binding_, error);
     }
-    ~dcp_nccl_cp_guard()
+    ~dcp_nccl_cp_guard() { (void)end(NULL); }
+    /* Ends the override now; DCP_OK when it was open and ended cleanly. */
+    dcp_status end(dcp_error *error)
     {
-        if (status_ == DCP_OK) (void)dcp_nccl_override_end(set_, &scope_, NULL);
+        if (status_ != DCP_OK || scope_.depth == 0) return DCP_OK;
+        return dcp_nccl_override_end(set_, &scope_, error);
     }
     dcp_status status() const { return status_; }
+    const dcp_nccl_binding &binding() const { return binding_; } /* the pinned group */
 
 private:
-    dcp_nccl_cp_guard(const dcp_nccl_cp_guard &);            /* not copyable */
+    dcp_nccl_cp_guard(const dcp_nccl_cp_guard &);            /* not copyable, not movable */
     dcp_nccl_cp_guard &operator=(const dcp_nccl_cp_guard &);
     dcp_nccl_set *set_;
     dcp_comm_scope scope_;
+    dcp_nccl_binding binding_;
     dcp_status status_;
 };
 #endif
@@ -335,12 +440,29 @@ private:
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <sched.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------------ errors */
+
+/* Fault injection (test builds): DCP_NCCL_FAULT_HOOK(call_text) is evaluated before every
+   checked CUDA or NCCL call except teardown and polling; nonzero skips the call and reports
+   ncclSystemError or cudaErrorUnknown in its place, as if it had failed. */
+#ifdef DCP_NCCL_FAULT_HOOK
+static int dcp_nccl__fault_code(const char *call)
+{
+    return strncmp(call, "nccl", 4) == 0 ? (int)ncclSystemError : (int)cudaErrorUnknown;
+}
+#define DCP_NCCL__CALL(call) (DCP_NCCL_FAULT_HOOK(#call) ? dcp_nccl__fault_code(#call) : (int)(call))
+#else
+#define DCP_NCCL__CALL(call) ((int)(call))
+#endif
 
 /* The message of a failed CUDA or NCCL call; the call's text tells which library it is
    (every checked call starts with "nccl" or "cuda"). */
@@ -362,7 +484,18 @@ static dcp_status dcp_nccl__status(int code, const char *call, const char *file,
    DCP_ERROR_NCCL with file:line, the error text, its code and the call's text in *err).
    DCP_NCCL__CHECK also jumps to the function's `done` label, where its cleanup runs. */
 #define DCP_NCCL__RESULT(call, err)                                                            \
-    dcp_nccl__status((int)(call), #call, __FILE__, __LINE__, (err))
+    dcp_nccl__status(DCP_NCCL__CALL(call), #call, __FILE__, __LINE__, (err))
+/* Teardown and polling calls: never injected (a test could not tell what to expect of a
+   failed abort, and polls repeat a timing-dependent number of times). */
+#define DCP_NCCL__QUIET(call, err) dcp_nccl__status((int)(call), #call, __FILE__, __LINE__, (err))
+/* An NCCL call on comm that a non-blocking communicator may answer with ncclInProgress: polled
+   to its end (dcp_nccl__settle) before it counts as success or failure. */
+#define DCP_NCCL__ON(comm, call)                                                               \
+    do {                                                                                       \
+        status = dcp_nccl__settle(set, (comm), DCP_NCCL__CALL(call), #call, __FILE__, __LINE__, \
+                                  error);                                                      \
+        if (status != DCP_OK) goto done;                                                       \
+    } while (0)
 #define DCP_NCCL__CHECK(call)                                                                  \
     do {                                                                                       \
         if ((status = DCP_NCCL__RESULT(call, error)) != DCP_OK) goto done;                     \
@@ -385,6 +518,149 @@ static dcp_status dcp_nccl__usable(const dcp_nccl_set *set, dcp_error *error)
 
 DCP_NCCL_DEF int dcp_nccl_compiled_version(void) { return NCCL_VERSION_CODE; }
 
+/* ------------------------------------------------------------------ waiting without blocking */
+
+/* Wall-clock milliseconds for timeouts: DCP_NCCL_NOW_MS() when defined, else the monotonic
+   clock where <time.h> offers it (POSIX: _POSIX_C_SOURCE >= 199309L, or C++ / GNU defaults),
+   else time() (whole seconds). */
+static double dcp_nccl__now_ms(void)
+{
+#if defined(DCP_NCCL_NOW_MS)
+    return (double)DCP_NCCL_NOW_MS();
+#elif defined(CLOCK_MONOTONIC)
+    struct timespec now;
+    if (clock_gettime(CLOCK_MONOTONIC, &now) == 0)
+        return (double)now.tv_sec * 1e3 + (double)now.tv_nsec * 1e-6;
+    return (double)time(NULL) * 1e3;
+#else
+    return (double)time(NULL) * 1e3;
+#endif
+}
+
+/* Between two polls: give the core away (a waiting rank must not starve the others). */
+static void dcp_nccl__pause(void)
+{
+#if defined(DCP_NCCL_PAUSE)
+    DCP_NCCL_PAUSE();
+#elif defined(__unix__) || defined(__APPLE__)
+    (void)sched_yield();
+#endif
+}
+
+/* Names a communicator for messages: the pool, a CP size of the set, or the caller's. */
+static void dcp_nccl__name(const dcp_nccl_set *set, ncclComm_t comm, char *name, size_t size)
+{
+    int32_t slot;
+    if (comm && comm == set->pool) {
+        snprintf(name, size, "pool (%d ranks)", (int)set->ranks);
+        return;
+    }
+    for (slot = 0; slot < set->num_slots; slot++)
+        if (comm && comm == set->comms[slot]) {
+            snprintf(name, size, "cp %d", (int)(2 << slot));
+            return;
+        }
+    snprintf(name, size, "caller's");
+}
+
+/* After a failure that may have left traffic half-enqueued: ncclCommAbort on the set's split
+   communicators and on comm when it is not one of them (the pool, or a communicator the
+   caller passed), so that no peer's matching call and no enqueued kernel waits forever. The
+   set is then unusable (dcp_nccl__usable says so): destroy it. Returns status unchanged. */
+static dcp_status dcp_nccl__fail(dcp_nccl_set *set, ncclComm_t comm, dcp_status status)
+{
+    int32_t slot, own = 0;
+    for (slot = 0; slot < set->num_slots; slot++)
+        if (comm && comm == set->comms[slot]) own = 1;
+    if (comm && comm == set->pool) {
+        (void)dcp_nccl_set_abort(set, 1, NULL);
+        return status;
+    }
+    if (comm && !own) (void)ncclCommAbort(comm);
+    (void)dcp_nccl_set_abort(set, 0, NULL);
+    return status;
+}
+
+/* The end of an NCCL call that may be in progress (non-blocking communicators): polls
+   ncclCommGetAsyncError(comm) until it leaves ncclInProgress or the set's timeout passes. */
+static dcp_status dcp_nccl__settle(dcp_nccl_set *set, ncclComm_t comm, int code,
+                                   const char *call, const char *file, int line,
+                                   dcp_error *error)
+{
+    const double start = dcp_nccl__now_ms();
+    char name[48];
+    while (code == (int)ncclInProgress && comm) {
+        ncclResult_t async = ncclInProgress;
+        if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) async = ncclInternalError;
+        code = (int)async;
+        if (code != (int)ncclInProgress) break;
+        if (dcp_nccl__now_ms() - start > (double)set->timeout_ms) {
+            dcp_nccl__name(set, comm, name, sizeof name);
+            return dcp_error_set(error, DCP_ERROR_NCCL,
+                                 "%s on the %s communicator still in progress after %lld ms",
+                                 call, name, (long long)set->timeout_ms);
+        }
+        dcp_nccl__pause();
+    }
+    return dcp_nccl__status(code, call, file, line, error);
+}
+
+/* Waits until the stream has passed everything enqueued on it, without blocking the host:
+   polls cudaStreamQuery and ncclCommGetAsyncError of comm (of every communicator of the set
+   when comm is NULL). On an asynchronous error, or when the set's timeout passes (a peer died
+   or left the collective early), aborts as dcp_nccl__fail does (comm NULL: the whole set and
+   the pool) and names the communicator and the operation. */
+static dcp_status dcp_nccl__wait(dcp_nccl_set *set, cudaStream_t stream, ncclComm_t comm,
+                                 const char *operation, dcp_error *error)
+{
+    const double start = dcp_nccl__now_ms();
+    dcp_status status = DCP_OK;
+    char name[48];
+    for (;;) {
+        const cudaError_t query = cudaStreamQuery(stream);
+        int32_t slot;
+        if (query == cudaSuccess) return DCP_OK;
+        if (query != cudaErrorNotReady) {
+            status = DCP_NCCL__QUIET(query, error);
+            return dcp_nccl__fail(set, comm ? comm : set->pool, status);
+        }
+        for (slot = -1; slot < set->num_slots; slot++) {
+            ncclComm_t c = comm ? (slot < 0 ? comm : NULL)
+                                : (slot < 0 ? set->pool : set->comms[slot]);
+            ncclResult_t async = ncclSuccess;
+            if (!c) continue;
+            if (ncclCommGetAsyncError(c, &async) != ncclSuccess) async = ncclInternalError;
+            if (async == ncclSuccess || async == ncclInProgress) continue;
+            dcp_nccl__name(set, c, name, sizeof name);
+            status = dcp_error_set(error, DCP_ERROR_NCCL,
+                                   "%s: asynchronous error on the %s communicator: %s (%d); "
+                                   "the set was aborted",
+                                   operation, name, ncclGetErrorString(async), (int)async);
+            return dcp_nccl__fail(set, comm ? comm : set->pool, status);
+        }
+        if (dcp_nccl__now_ms() - start > (double)set->timeout_ms) {
+            if (comm) dcp_nccl__name(set, comm, name, sizeof name);
+            else snprintf(name, sizeof name, "set's");
+            status = dcp_error_set(error, DCP_ERROR_NCCL,
+                                   "%s on the %s communicator did not finish in %lld ms (a peer "
+                                   "died or left early?); the set was aborted",
+                                   operation, name, (long long)set->timeout_ms);
+            return dcp_nccl__fail(set, comm ? comm : set->pool, status);
+        }
+        dcp_nccl__pause();
+    }
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_set_wait(dcp_nccl_set *set, cudaStream_t stream,
+                                          dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    if ((status = dcp_nccl__wait(set, stream, NULL, "dcp_nccl_set_wait", error)) != DCP_OK)
+        return status;
+    return dcp_error_clear(error);
+}
+
 /* ----------------------------------------------------------------------- communicator set */
 
 static void *dcp_nccl__alloc(const dcp_allocator *allocator, size_t size)
@@ -394,49 +670,100 @@ static void *dcp_nccl__alloc(const dcp_allocator *allocator, size_t size)
     return malloc(size);
 }
 
-/* Every rank must split with the same max_cp and broadcast with the same staging size, or
-   the collectives would not match: one all-reduce of (x, -x) with max tells every rank. */
-static dcp_status dcp_nccl__agree(dcp_nccl_set *set, dcp_error *error)
+/* Whether every rank of the pool holds the same values: one all-reduce (max) of (x, ~x) gives
+   max and ~min of each. Host values in, on `stream`; polls (dcp_nccl__wait) for the result,
+   so a peer that never comes costs a timeout, not a hang. *differ: the first index that
+   differs, or -1; least and greatest: its range. */
+#define DCP_NCCL__AGREE_MAX 4
+static dcp_status dcp_nccl__agree_values(dcp_nccl_set *set, const uint64_t *values, int32_t count,
+                                         cudaStream_t stream, const char *operation,
+                                         int32_t *differ, uint64_t *least, uint64_t *greatest,
+                                         dcp_error *error)
 {
-    int64_t values[4];
+    uint64_t both[2 * DCP_NCCL__AGREE_MAX];
     dcp_status status = DCP_OK;
-    values[0] = set->max_cp, values[1] = -(int64_t)set->max_cp;
-    values[2] = (int64_t)set->staging_bytes, values[3] = -(int64_t)set->staging_bytes;
-    DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, values, sizeof values, cudaMemcpyHostToDevice,
-                                    set->comm_stream));
-    DCP_NCCL__CHECK(ncclAllReduce(set->staging, set->staging, 4, ncclInt64, ncclMax, set->pool,
-                                  set->comm_stream));
-    DCP_NCCL__CHECK(cudaMemcpyAsync(values, set->staging, sizeof values, cudaMemcpyDeviceToHost,
-                                    set->comm_stream));
-    DCP_NCCL__CHECK(cudaStreamSynchronize(set->comm_stream));
-    if (values[0] != -values[1] || values[2] != -values[3])
-        status = dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                               "ranks disagree: max_cp from %lld to %lld, staging_bytes from "
-                               "%lld to %lld; pass the same options on every rank",
-                               (long long)-values[1], (long long)values[0], (long long)-values[3],
-                               (long long)values[2]);
+    int32_t i;
+    *differ = -1;
+    for (i = 0; i < count; i++) both[i] = values[i], both[count + i] = ~values[i];
+    DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, both, 2 * (size_t)count * sizeof(uint64_t),
+                                    cudaMemcpyHostToDevice, stream));
+    DCP_NCCL__ON(set->pool, ncclAllReduce(set->staging, set->staging, 2 * (size_t)count,
+                                          ncclUint64, ncclMax, set->pool, stream));
+    if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
+        return status; /* aborted already */
+    DCP_NCCL__CHECK(cudaMemcpyAsync(both, set->staging, 2 * (size_t)count * sizeof(uint64_t),
+                                    cudaMemcpyDeviceToHost, stream));
+    if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
+        return status;
+    for (i = 0; i < count && *differ < 0; i++)
+        if (both[i] != ~both[count + i]) *differ = i, *least = ~both[count + i], *greatest = both[i];
 done:
-    return status;
+    return status == DCP_OK ? status : dcp_nccl__fail(set, set->pool, status);
 }
 
-/* ncclCommSplit for every CP size 2..max_cp, in the same order on every rank. */
-static dcp_status dcp_nccl__split(dcp_nccl_set *set, const ncclConfig_t *base, dcp_error *error)
+/* Every rank must split with the same max_cp and broadcast with the same staging size, or
+   the collectives would not match. */
+static dcp_status dcp_nccl__agree(dcp_nccl_set *set, dcp_error *error)
+{
+    static const char *const names[2] = {"max_cp", "staging_bytes"};
+    uint64_t values[2], least = 0, greatest = 0;
+    int32_t differ = -1;
+    dcp_status status;
+    values[0] = (uint64_t)set->max_cp, values[1] = (uint64_t)set->staging_bytes;
+    status = dcp_nccl__agree_values(set, values, 2, set->comm_stream, "dcp_nccl_set_create",
+                                    &differ, &least, &greatest, error);
+    if (status != DCP_OK) return status;
+    if (differ >= 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "ranks disagree: %s from %llu to %llu; pass the same options on "
+                             "every rank",
+                             names[differ], (unsigned long long)least,
+                             (unsigned long long)greatest);
+    return DCP_OK;
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_plan_agree(dcp_nccl_set *set, const dcp_plan *plan,
+                                            cudaStream_t stream, dcp_error *error)
+{
+    uint64_t hash = 0, least = 0, greatest = 0;
+    int32_t differ = -1;
+    dcp_status status;
+    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    /* a rank without a valid plan still takes part, with a hash no plan has (0 is as unlikely
+       as any other value, and it cannot agree with a valid plan's by more than chance) */
+    if (dcp_plan_hash(plan, &hash, NULL) != DCP_OK) hash = 0;
+    status = dcp_nccl__agree_values(set, &hash, 1, stream, "dcp_nccl_plan_agree", &differ, &least,
+                                    &greatest, error);
+    if (status != DCP_OK) return status;
+    if (differ >= 0 || hash == 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                             "ranks hold different plans (hashes from %016llx to %016llx; this "
+                             "rank's %016llx): broadcast one plan (dcp_nccl_broadcast_plan)",
+                             (unsigned long long)least, (unsigned long long)greatest,
+                             (unsigned long long)hash);
+    return dcp_error_clear(error);
+}
+
+/* ncclCommSplit for every CP size 2..max_cp, in the same order on every rank, each with the
+   set's config (the pool's, copied whole). A non-blocking split is polled to its end. */
+static dcp_status dcp_nccl__split(dcp_nccl_set *set, dcp_error *error)
 {
     dcp_status status = DCP_OK;
     int32_t slot;
     for (slot = 0; slot < set->num_slots; slot++) {
         const int32_t cp = (int32_t)2 << slot;
-        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        ncclConfig_t config = set->config;
         dcp_comm_split split;
-        int count = 0, user_rank = 0;
-        if (base) config = *base;
-        config.splitShare = 1; /* the children share the pool's resources */
-        config.blocking = 1;
+        int count = 0, user_rank = 0, code;
         DCP_NCCL__TRY(dcp_comm_split_args(set->ranks, set->rank, cp, &split, error));
-        DCP_NCCL__CHECK(ncclCommSplit(set->pool,
-                                      split.color == DCP_COMM_NO_COLOR ? NCCL_SPLIT_NOCOLOR
-                                                                       : split.color,
-                                      split.key, &set->comms[slot], &config));
+        code = DCP_NCCL__CALL(ncclCommSplit(set->pool,
+                                            split.color == DCP_COMM_NO_COLOR ? NCCL_SPLIT_NOCOLOR
+                                                                             : split.color,
+                                            split.key, &set->comms[slot], &config));
+        /* without a color there is no child to poll: the pool carries the split's state */
+        status = dcp_nccl__settle(set, set->comms[slot] ? set->comms[slot] : set->pool, code,
+                                  "ncclCommSplit", __FILE__, __LINE__, error);
+        if (status != DCP_OK) goto done;
         if (split.size == 0) {
             set->comms[slot] = NULL;
             continue;
@@ -477,6 +804,20 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
                              o.staging_bytes);
     DCP_NCCL__CHECK(ncclCommCount(pool, &ranks));
     DCP_NCCL__CHECK(ncclCommUserRank(pool, &rank));
+    if (o.timeout_ms == 0) o.timeout_ms = DCP_NCCL_DEFAULT_TIMEOUT_MS;
+    if (o.timeout_ms < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "timeout_ms must be >= 0, got %lld",
+                             (long long)o.timeout_ms);
+    if (o.max_cp == 0 && o.plan_config) { /* what a plan of that config can pick, no more */
+        dcp_config resolved;
+        if ((status = dcp_config_resolve(o.plan_config, &resolved, error)) != DCP_OK)
+            return status;
+        if (resolved.ranks != ranks)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "plan_config is for %d ranks, the pool has %d",
+                                 (int)resolved.ranks, ranks);
+        o.max_cp = resolved.max_cp;
+    }
     if (o.max_cp == 0)
         for (o.max_cp = 1; o.max_cp * 2 <= ranks && o.max_cp * 2 <= DCP_MAX_RANKS;) o.max_cp *= 2;
     set = (dcp_nccl_set *)dcp_nccl__alloc(&o.allocator, sizeof *set);
@@ -490,6 +831,11 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
     set->ranks = ranks, set->rank = rank, set->max_cp = o.max_cp;
     set->num_slots = dcp_comm_slot_count(o.max_cp);
     set->staging_bytes = o.staging_bytes;
+    set->timeout_ms = o.timeout_ms;
+    {
+        ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
+        set->config = o.config ? *o.config : defaults;
+    }
     DCP_NCCL__TRY(dcp_comm_state_init(&set->state, ranks, rank, o.max_cp, error));
     /* the ring's transfers get the highest priority so that they start while kernels run */
     DCP_NCCL__CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -497,13 +843,19 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
                                                  greatest));
     DCP_NCCL__CHECK(cudaEventCreateWithFlags(&set->compute_done, cudaEventDisableTiming));
     DCP_NCCL__CHECK(cudaEventCreateWithFlags(&set->comm_done, cudaEventDisableTiming));
+    DCP_NCCL__CHECK(cudaEventCreateWithFlags(&set->dkv_done, cudaEventDisableTiming));
     DCP_NCCL__CHECK(cudaMalloc(&set->staging, set->staging_bytes));
     DCP_NCCL__TRY(dcp_nccl__agree(set, error));
-    DCP_NCCL__TRY(dcp_nccl__split(set, o.config, error));
+    DCP_NCCL__TRY(dcp_nccl__split(set, error));
     *out = set;
     set = NULL;
 done:
-    if (set) (void)dcp_nccl_set_destroy(set, NULL);
+    if (set) { /* a split that failed on some rank leaves its peers' children unusable */
+        int32_t slot, any = 0;
+        for (slot = 0; slot < set->num_slots; slot++) any |= set->comms[slot] != NULL;
+        if (any) (void)dcp_nccl_set_abort(set, 0, NULL);
+        (void)dcp_nccl_set_destroy(set, NULL);
+    }
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
@@ -526,23 +878,33 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_destroy(dcp_nccl_set *set, dcp_error *error
     /* split children before the pool (the caller's, destroyed after this), largest first and
        so in the same order on every rank; go on after an error and report the first */
     for (slot = set->num_slots - 1; slot >= 0; slot--) {
+        dcp_status finalized;
         if (!set->comms[slot]) continue;
-        dcp_nccl__keep(DCP_NCCL__RESULT(ncclCommFinalize(set->comms[slot]), &scratch), &scratch,
-                       &first, error);
-        dcp_nccl__keep(DCP_NCCL__RESULT(ncclCommDestroy(set->comms[slot]), &scratch), &scratch,
-                       &first, error);
+        /* finalize flushes (polled to its end on a non-blocking communicator); one that does
+           not finish in time is aborted instead of destroyed */
+        finalized = dcp_nccl__settle(set, set->comms[slot], (int)ncclCommFinalize(set->comms[slot]),
+                                     "ncclCommFinalize", __FILE__, __LINE__, &scratch);
+        dcp_nccl__keep(finalized, &scratch, &first, error);
+        if (finalized == DCP_OK)
+            dcp_nccl__keep(DCP_NCCL__QUIET(ncclCommDestroy(set->comms[slot]), &scratch),
+                           &scratch, &first, error);
+        else
+            (void)ncclCommAbort(set->comms[slot]);
         set->comms[slot] = NULL;
     }
     if (set->staging)
-        dcp_nccl__keep(DCP_NCCL__RESULT(cudaFree(set->staging), &scratch), &scratch, &first, error);
+        dcp_nccl__keep(DCP_NCCL__QUIET(cudaFree(set->staging), &scratch), &scratch, &first, error);
     if (set->compute_done)
-        dcp_nccl__keep(DCP_NCCL__RESULT(cudaEventDestroy(set->compute_done), &scratch), &scratch,
+        dcp_nccl__keep(DCP_NCCL__QUIET(cudaEventDestroy(set->compute_done), &scratch), &scratch,
                        &first, error);
     if (set->comm_done)
-        dcp_nccl__keep(DCP_NCCL__RESULT(cudaEventDestroy(set->comm_done), &scratch), &scratch,
+        dcp_nccl__keep(DCP_NCCL__QUIET(cudaEventDestroy(set->comm_done), &scratch), &scratch,
+                       &first, error);
+    if (set->dkv_done)
+        dcp_nccl__keep(DCP_NCCL__QUIET(cudaEventDestroy(set->dkv_done), &scratch), &scratch,
                        &first, error);
     if (set->comm_stream)
-        dcp_nccl__keep(DCP_NCCL__RESULT(cudaStreamDestroy(set->comm_stream), &scratch), &scratch,
+        dcp_nccl__keep(DCP_NCCL__QUIET(cudaStreamDestroy(set->comm_stream), &scratch), &scratch,
                        &first, error);
     allocator = set->allocator;
     dcp_free(&allocator, set);
@@ -554,13 +916,6 @@ DCP_NCCL_DEF ncclComm_t dcp_nccl_set_comm(const dcp_nccl_set *set, int32_t cp)
     const int32_t slot = dcp_comm_slot(cp);
     if (!set || slot < 0 || slot >= set->num_slots) return NULL;
     return set->comms[slot];
-}
-
-/* Names a communicator of the set for messages: the pool, or the CP size. */
-static void dcp_nccl__comm_name(const dcp_nccl_set *set, int32_t slot, char *name, size_t size)
-{
-    if (slot < 0) snprintf(name, size, "pool (%d ranks)", (int)set->ranks);
-    else snprintf(name, size, "cp %d", (int)(2 << slot));
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_set_check(const dcp_nccl_set *set, dcp_error *error)
@@ -575,7 +930,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_check(const dcp_nccl_set *set, dcp_error *e
         if (!comm) continue;
         DCP_NCCL__CHECK(ncclCommGetAsyncError(comm, &async));
         if (async != ncclSuccess && async != ncclInProgress) {
-            dcp_nccl__comm_name(set, slot, name, sizeof name);
+            dcp_nccl__name(set, comm, name, sizeof name);
             return dcp_error_set(error, DCP_ERROR_NCCL,
                                  "asynchronous error on the %s communicator: %s (%d)%s%s; call "
                                  "dcp_nccl_set_abort",
@@ -597,12 +952,12 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool
     if (!set) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
     for (slot = set->num_slots - 1; slot >= 0; slot--) {
         if (!set->comms[slot]) continue;
-        dcp_nccl__keep(DCP_NCCL__RESULT(ncclCommAbort(set->comms[slot]), &scratch), &scratch,
+        dcp_nccl__keep(DCP_NCCL__QUIET(ncclCommAbort(set->comms[slot]), &scratch), &scratch,
                        &first, error);
         set->comms[slot] = NULL;
     }
     if (abort_pool && set->pool) {
-        dcp_nccl__keep(DCP_NCCL__RESULT(ncclCommAbort(set->pool), &scratch), &scratch, &first,
+        dcp_nccl__keep(DCP_NCCL__QUIET(ncclCommAbort(set->pool), &scratch), &scratch, &first,
                        error);
         set->pool = NULL;
     }
@@ -808,10 +1163,12 @@ DCP_NCCL_DEF dcp_status dcp_nccl_reroute_execute(dcp_nccl_set *set, const dcp_re
                 op.bytes, ncclUint8, op.peer, set->pool, stream));
     }
     grouped = 0;
-    DCP_NCCL__CHECK(ncclGroupEnd());
+    DCP_NCCL__ON(set->pool, ncclGroupEnd());
 done:
     if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
-    return status == DCP_OK ? dcp_error_clear(error) : status;
+    /* past the checks, a failure may have left this rank's half of the traffic enqueued:
+       abort rather than leave peers waiting for sends that will never come */
+    return status == DCP_OK ? dcp_error_clear(error) : dcp_nccl__fail(set, set->pool, status);
 }
 
 /* ------------------------------------------------------------------------------ ring */
@@ -950,7 +1307,7 @@ static dcp_status dcp_nccl__post_kv(dcp_nccl_set *set, const dcp_nccl_binding *b
             ncclRecv(slot + bytes, bytes, ncclUint8, x->prev, b->comm, set->comm_stream));
     }
     grouped = 0;
-    DCP_NCCL__CHECK(ncclGroupEnd());
+    DCP_NCCL__ON(b->comm, ncclGroupEnd());
 done:
     if (grouped) (void)ncclGroupEnd();
     return status;
@@ -977,7 +1334,7 @@ static dcp_status dcp_nccl__post_dkv(dcp_nccl_set *set, const dcp_nccl_binding *
             ncclRecv(dcp_nccl__at(scratch, ring->regions.dkv[x->dkv_recv_slot].offset), bytes,
                      ncclUint8, x->prev, b->comm, set->comm_stream));
     grouped = 0;
-    DCP_NCCL__CHECK(ncclGroupEnd());
+    DCP_NCCL__ON(b->comm, ncclGroupEnd());
 done:
     if (grouped) (void)ncclGroupEnd();
     return status;
@@ -991,6 +1348,35 @@ static dcp_status dcp_nccl__join(dcp_nccl_set *set, cudaStream_t stream, dcp_err
     DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->comm_done, 0));
 done:
     return status;
+}
+
+/* Marks what is posted on the communication stream so far with event, for a later wait. */
+static dcp_status dcp_nccl__mark(dcp_nccl_set *set, cudaEvent_t event, dcp_error *error)
+{
+    dcp_status status = DCP_OK;
+    DCP_NCCL__CHECK(cudaEventRecord(event, set->comm_stream));
+done:
+    return status;
+}
+
+/* Every exit of a ring after its first enqueue. On failure the group's traffic may be half
+   posted (a peer waits for a send that never comes): abort (dcp_nccl__fail). In every case
+   the caller's stream then waits for the communication stream, so nothing the ring posted
+   runs unordered against the caller's later work. */
+static dcp_status dcp_nccl__ring_exit(dcp_nccl_set *set, ncclComm_t comm, cudaStream_t stream,
+                                      dcp_status status, dcp_error *error)
+{
+    dcp_error scratch;
+    dcp_status joined;
+    if (status != DCP_OK) (void)dcp_nccl__fail(set, comm, status);
+    joined = DCP_NCCL__QUIET(cudaEventRecord(set->comm_done, set->comm_stream), &scratch);
+    if (joined == DCP_OK)
+        joined = DCP_NCCL__QUIET(cudaStreamWaitEvent(stream, set->comm_done, 0), &scratch);
+    if (status == DCP_OK && joined != DCP_OK) {
+        if (error) *error = scratch;
+        return dcp_nccl__fail(set, comm, joined);
+    }
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* Step s: its KV (the caller's at step 0, else a scratch slot). */
@@ -1061,7 +1447,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(dcp_nccl_set *set, const dcp_nccl_
     DCP_NCCL__TRY(dcp_cuda_acc_finalize(params, layout, binding->rank, acc_out, acc_lse, dtype,
                                         out, lse, (void *)stream, error));
 done:
-    return status == DCP_OK ? dcp_error_clear(error) : status;
+    return dcp_nccl__ring_exit(set, binding->comm, stream, status, error);
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
@@ -1074,7 +1460,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     dcp_nccl_binding current;
     dcp_nccl__ring ring;
     dcp_status status;
-    float *dq_acc, *home = NULL;
+    float *dq_acc, *home = NULL, *step_dkv;
     void *workspace;
     int32_t s, cp;
     status = dcp_nccl__ring_setup(set, &binding, params, layout, dtype, DCP_RING_BACKWARD,
@@ -1084,6 +1470,9 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     workspace = ring.workspace_bytes ? dcp_nccl__at(scratch, ring.workspace_offset) : NULL;
     if (layout->local_rows == 0) return dcp_error_clear(error);
     dq_acc = (float *)dcp_nccl__at(scratch, ring.regions.dq.offset);
+    step_dkv = ring.regions.dkv_step.bytes
+                   ? (float *)dcp_nccl__at(scratch, ring.regions.dkv_step.offset)
+                   : NULL;
     DCP_NCCL__CHECK(cudaMemsetAsync(dq_acc, 0, ring.regions.dq.bytes, stream));
     DCP_NCCL__CHECK(cudaEventRecord(set->compute_done, stream));
     for (s = 0; s < cp; s++) {
@@ -1091,34 +1480,55 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
         dcp_ring_step step;
         dcp_attention_params p = *params;
         const void *step_k, *step_v;
-        float *acc;
+        float *acc, *target;
         DCP_NCCL__TRY(dcp_ring_exchange_plan(cp, binding->rank, s, &x, error));
         DCP_NCCL__TRY(dcp_ring_step_plan(cp, binding->rank, s, params->causal, &step, error));
         dcp_nccl__step_kv(&ring, &x, k, v, scratch, &step_k, &step_v);
         DCP_NCCL__TRY(dcp_nccl__post_kv(set, binding, &ring, &x, step_k, step_v, scratch, error));
+        DCP_NCCL__TRY(dcp_nccl__mark(set, set->comm_done, error)); /* step s + 1's KV */
         acc = (float *)dcp_nccl__at(scratch, ring.regions.dkv[x.dkv_slot].offset);
-        if (x.dkv_zero) /* this rank's own accumulator starts here */
-            DCP_NCCL__CHECK(cudaMemsetAsync(acc, 0, ring.regions.dkv[x.dkv_slot].bytes, stream));
+        /* the step's gradient goes to its own buffer while the accumulator it belongs to is
+           still arriving (posted at the end of step s - 1); step 0 starts the rank's own */
+        target = x.dkv_zero || !step_dkv ? acc : step_dkv;
+        DCP_NCCL__CHECK(cudaMemsetAsync(target, 0, ring.regions.dkv[x.dkv_slot].bytes, stream));
         p.causal = step.causal;
         DCP_NCCL__TRY(dcp_cuda_attention_backward(&p, layout, &step.view, dtype, q, step_k,
-                                                  step_v, out, dout, lse, dq_acc, acc,
-                                                  acc + ring.kv_values, deterministic, workspace,
-                                                  ring.workspace_bytes, (void *)stream, error));
+                                                  step_v, out, dout, lse, dq_acc, target,
+                                                  target + ring.kv_values, deterministic,
+                                                  workspace, ring.workspace_bytes,
+                                                  (void *)stream, error));
+        if (target != acc) { /* now the accumulator must be here: fold the step in */
+            DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->dkv_done, 0));
+            DCP_NCCL__TRY(dcp_cuda_add_float32(acc, target, 2 * ring.kv_values, (void *)stream,
+                                               error));
+        }
         DCP_NCCL__CHECK(cudaEventRecord(set->compute_done, stream));
+        /* the accumulator leaves for next while step s + 1 computes */
         DCP_NCCL__TRY(dcp_nccl__post_dkv(set, binding, &ring, &x, scratch, error));
-        DCP_NCCL__TRY(dcp_nccl__join(set, stream, error)); /* step s + 1 waits for both */
+        DCP_NCCL__TRY(dcp_nccl__mark(set, set->dkv_done, error));
+        DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->comm_done, 0)); /* its KV only */
         if (x.dkv_home_slot >= 0)
             home = (float *)dcp_nccl__at(scratch, ring.regions.dkv[x.dkv_home_slot].offset);
     }
+    DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->dkv_done, 0)); /* the home hop */
     DCP_NCCL__TRY(dcp_cuda_convert(dq_acc, dtype, dq, ring.q_values, (void *)stream, error));
     DCP_NCCL__TRY(dcp_cuda_convert(home, dtype, dk, ring.kv_values, (void *)stream, error));
     DCP_NCCL__TRY(dcp_cuda_convert(home + ring.kv_values, dtype, dv, ring.kv_values,
                                    (void *)stream, error));
 done:
-    return status == DCP_OK ? dcp_error_clear(error) : status;
+    return dcp_nccl__ring_exit(set, binding->comm, stream, status, error);
 }
 
 /* ------------------------------------------------------------------------- broadcast */
+
+/* Keeps a rank's own failure while it still takes part in the broadcast. */
+static void dcp_nccl__defer(dcp_status *local, dcp_error *local_error, dcp_status status,
+                            const dcp_error *reason)
+{
+    if (*local != DCP_OK || status == DCP_OK) return;
+    *local = status;
+    *local_error = *reason;
+}
 
 DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t comm,
                                                  int32_t root, const void *data, size_t size,
@@ -1126,7 +1536,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
                                                  cudaStream_t stream, dcp_error *error)
 {
     dcp_status status, local = DCP_OK;
-    dcp_error local_error;
+    dcp_error local_error, reason;
     unsigned char *host = NULL;
     uint64_t length = 0, chunks = 0, c;
     int ranks = 0, me = 0;
@@ -1136,33 +1546,51 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
     if (received_size) *received_size = 0;
     DCP_NCCL__CHECK(ncclCommCount(comm, &ranks));
     DCP_NCCL__CHECK(ncclCommUserRank(comm, &me));
-    if (root < 0 || root >= ranks)
+    if (root < 0 || root >= ranks) /* the same answer on every rank that passes the same root */
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "root %d outside [0, %d)",
                              (int)root, ranks);
+    /* a rank's own bad argument fails that rank AFTER it has taken part in every chunk: its
+       peers are in the same collectives and must not wait for it (a root sends length 0,
+       which every rank rejects) */
     if (me == root && !data && size > 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "the root's data is NULL");
+        dcp_nccl__defer(&local, &local_error,
+                        dcp_error_set(&reason, DCP_ERROR_INVALID_ARGUMENT,
+                                      "the root's data is NULL"),
+                        &reason);
     if (me != root && (!received || !received_size))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "received and received_size must not be NULL off the root");
-    /* 1. the length, one uint64 */
-    length = me == root ? (uint64_t)size : 0;
+        dcp_nccl__defer(&local, &local_error,
+                        dcp_error_set(&reason, DCP_ERROR_INVALID_ARGUMENT,
+                                      "received and received_size must not be NULL off the "
+                                      "root"),
+                        &reason);
+    /* 1. the length, one uint64; pageable copies would block the host on a stalled stream,
+       so the stream is drained by polling before each of them */
+    length = me == root && local == DCP_OK ? (uint64_t)size : 0;
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast (the caller's stream)", error));
     DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, &length, sizeof length, cudaMemcpyHostToDevice,
                                     stream));
-    DCP_NCCL__CHECK(ncclBroadcast(set->staging, set->staging, sizeof length, ncclUint8, root,
-                                  comm, stream));
+    DCP_NCCL__ON(comm, ncclBroadcast(set->staging, set->staging, sizeof length, ncclUint8, root,
+                                     comm, stream));
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the length", error));
     DCP_NCCL__CHECK(cudaMemcpyAsync(&length, set->staging, sizeof length, cudaMemcpyDeviceToHost,
                                     stream));
-    DCP_NCCL__CHECK(cudaStreamSynchronize(stream));
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the length", error));
     /* every rank judges the same length the same way: all go on, or all stop here */
-    DCP_NCCL__TRY(dcp_metadata_chunks(length, set->staging_bytes, &chunks, error));
-    if (me != root || received) {
+    if ((status = dcp_metadata_chunks(length, set->staging_bytes, &chunks, error)) != DCP_OK) {
+        if (local == DCP_OK) return status; /* nothing is in flight: no abort */
+        status = DCP_OK; /* this rank's own reason comes first */
+        goto done;
+    }
+    if (me == root ? received != NULL : (received && received_size)) {
         host = (unsigned char *)dcp_nccl__alloc(&set->allocator, (size_t)length);
         if (!host)
-            local =
-                dcp_error_set(&local_error, DCP_ERROR_OUT_OF_MEMORY,
-                              "cannot allocate %llu bytes of metadata", (unsigned long long)length);
+            dcp_nccl__defer(&local, &local_error,
+                            dcp_error_set(&reason, DCP_ERROR_OUT_OF_MEMORY,
+                                          "cannot allocate %llu bytes of metadata",
+                                          (unsigned long long)length),
+                            &reason);
     }
-    /* 2. the bytes, chunk by chunk through the staging buffer; a rank that could not allocate
+    /* 2. the bytes, chunk by chunk through the staging buffer; a rank that failed locally
        still takes part, so that no peer waits for it */
     for (c = 0; c < chunks; c++) {
         const uint64_t begin = c * set->staging_bytes;
@@ -1171,24 +1599,28 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
         if (me == root)
             DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, (const unsigned char *)data + begin, n,
                                             cudaMemcpyHostToDevice, stream));
-        DCP_NCCL__CHECK(
-            ncclBroadcast(set->staging, set->staging, n, ncclUint8, root, comm, stream));
-        if (host && me != root)
+        DCP_NCCL__ON(comm,
+                     ncclBroadcast(set->staging, set->staging, n, ncclUint8, root, comm, stream));
+        DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the bytes", error));
+        if (host && me != root) {
             DCP_NCCL__CHECK(cudaMemcpyAsync(host + begin, set->staging, n,
                                             cudaMemcpyDeviceToHost, stream));
-        DCP_NCCL__CHECK(cudaStreamSynchronize(stream));
+            DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the bytes", error));
+        }
     }
-    if (local != DCP_OK) {
-        status = local;
-        if (error) *error = local_error;
-        goto done;
-    }
+    if (local != DCP_OK) goto done;
     if (me == root && host) memcpy(host, data, (size_t)length);
     if (received) *received = host, host = NULL;
     if (received_size) *received_size = (size_t)length;
 done:
     if (host) dcp_free(&set->allocator, host);
-    return status == DCP_OK ? dcp_error_clear(error) : status;
+    if (status != DCP_OK) /* a CUDA or NCCL failure mid-way: peers may wait for this rank */
+        return set->aborted ? status : dcp_nccl__fail(set, comm, status);
+    if (local != DCP_OK) {
+        if (error) *error = local_error;
+        return local;
+    }
+    return dcp_error_clear(error);
 }
 
 /* Serializes on the root (length 0 on failure, which every rank rejects), broadcasts, and

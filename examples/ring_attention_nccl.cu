@@ -18,7 +18,20 @@
                             RANK=$r LOCAL_RANK=$r WORLD_SIZE=8 ./ring_attention_nccl /tmp/id.$$ &
                         done; wait
    or torchrun --nproc-per-node 8 --no-python ./ring_attention_nccl /tmp/id.$$ .
-   NCCL refuses two ranks on one GPU: WORLD_SIZE ranks need WORLD_SIZE GPUs.
+   Several ranks on ONE GPU: NCCL refuses two ranks that look like the same host on one
+   device; give each process its own NCCL_HOSTID and keep the traffic on sockets
+   (NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo). LOCAL_RANK is taken modulo the visible devices.
+   tests/multirank.sh does that for 2, 4, 6 and 8 ranks (make test-multirank).
+   Environment for tests (tests/multirank.sh):
+       DCP_TIMEOUT_MS=n            the set's timeout (default DCP_NCCL_DEFAULT_TIMEOUT_MS)
+       DCP_NONBLOCKING=1           the pool and its splits are non-blocking communicators
+       DCP_EXIT_RANK=r             rank r exits (as if killed) after the plan broadcast, in
+                                   the middle of the step: the others must fail within the
+                                   timeout with the communicator and operation named
+       DCP_MEASURE_SPLIT_MEMORY=1  device memory per split communicator, not shared and
+                                   shared (splitShare in the parent's config), then exit
+       DCP_TIME_RING=1             per microbatch: the ring backward's time, its step kernels'
+                                   alone, and the exposed communication per step
    Exit status 0 when every rank's results match, 1 otherwise. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
@@ -78,6 +91,111 @@ static int env_int(const char *name, int fallback)
     return value && *value ? atoi(value) : fallback;
 }
 
+/* A non-blocking NCCL call polled to its end (the pool's own creation, before a set exists). */
+static void nccl_settle(ncclComm_t comm, ncclResult_t result, const char *what)
+{
+    while (result == ncclInProgress) {
+        if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) result = ncclInternalError;
+        if (result == ncclInProgress) usleep(100);
+    }
+    if (result != ncclSuccess) die(what, ncclGetErrorString(result));
+}
+
+/* Every rank's free device memory drop is summed on the pool (one GPU: the device-wide drop
+   of all ranks creating at once), so each rank reports the per-rank mean. */
+static double pool_mean(double value, ncclComm_t pool, int ranks, cudaStream_t stream)
+{
+    double *d = NULL;
+    CUDA(cudaMalloc(&d, sizeof value));
+    CUDA(cudaMemcpyAsync(d, &value, sizeof value, cudaMemcpyHostToDevice, stream));
+    NCCL(ncclAllReduce(d, d, 1, ncclDouble, ncclSum, pool, stream));
+    CUDA(cudaMemcpyAsync(&value, d, sizeof value, cudaMemcpyDeviceToHost, stream));
+    CUDA(cudaStreamSynchronize(stream));
+    CUDA(cudaFree(d));
+    return value / ranks;
+}
+
+/* Evaluation at a static CP size (seed 003), under dcp_nccl_override_run: each group's member
+   0 broadcasts a message naming its group over the pinned communicator; every member must
+   receive its own group's. */
+#define EVAL_MESSAGE_BYTES 64
+typedef struct eval_check {
+    cudaStream_t stream;
+    int mismatches;
+} eval_check;
+
+static dcp_status eval_in_override(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                                   void *user, dcp_error *error)
+{
+    eval_check *check = (eval_check *)user;
+    char message[EVAL_MESSAGE_BYTES];
+    void *received = NULL;
+    size_t size = 0;
+    dcp_status status;
+    if (!binding->comm) return DCP_OK; /* idle past the last full block */
+    memset(message, 0, sizeof message);
+    snprintf(message, sizeof message, "group of cp %d from rank %d", (int)binding->cp,
+             (int)binding->first_rank);
+    status = dcp_nccl_broadcast_bytes(set, binding->comm, 0, message, sizeof message,
+                                      binding->rank == 0 ? NULL : &received, &size,
+                                      check->stream, error);
+    if (status != DCP_OK) return status;
+    if (binding->rank != 0 && (size != sizeof message || memcmp(received, message, size) != 0))
+        check->mismatches++;
+    if (received) dcp_free(&set->allocator, received);
+    return DCP_OK;
+}
+
+/* One small all-reduce on each split communicator, so that NCCL has connected its ring (its
+   buffers are allocated lazily) before memory is read. */
+static void warm_splits(dcp_nccl_set *set, cudaStream_t stream)
+{
+    float *d = NULL;
+    int32_t slot;
+    CUDA(cudaMalloc(&d, sizeof(float)));
+    CUDA(cudaMemsetAsync(d, 0, sizeof(float), stream));
+    for (slot = 0; slot < set->num_slots; slot++)
+        if (set->comms[slot])
+            NCCL(ncclAllReduce(d, d, 1, ncclFloat, ncclSum, set->comms[slot], stream));
+    TRY(dcp_nccl_set_wait(set, stream, &err));
+    CUDA(cudaFree(d));
+}
+
+/* Device memory per split communicator of a set, without and with splitShare in the parent's
+   config: the unshared set splits g_pool itself; the shared one splits a copy of the pool
+   created with splitShare 1. Both sets are destroyed again. Prints one line on rank 0. */
+static void measure_split_memory(int rank, int ranks, cudaStream_t stream)
+{
+    int share;
+    for (share = 0; share <= 1; share++) {
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        dcp_nccl_options options;
+        dcp_nccl_set *set = NULL;
+        ncclComm_t parent = g_pool;
+        size_t free_before = 0, free_after = 0, total = 0;
+        double drop;
+        config.splitShare = share;
+        if (share) NCCL(ncclCommSplit(g_pool, 0, rank, &parent, &config));
+        memset(&options, 0, sizeof options);
+        options.config = &config;
+        (void)pool_mean(0.0, g_pool, ranks, stream); /* everyone is here */
+        CUDA(cudaMemGetInfo(&free_before, &total));
+        (void)pool_mean(0.0, g_pool, ranks, stream);
+        TRY(dcp_nccl_set_create(parent, &options, &set, &err));
+        warm_splits(set, stream);
+        (void)pool_mean(0.0, g_pool, ranks, stream);
+        CUDA(cudaMemGetInfo(&free_after, &total));
+        drop = pool_mean((double)free_before - (double)free_after, g_pool, ranks, stream);
+        if (rank == 0)
+            printf("split memory: splitShare %d: %d split communicators per rank, %.1f MiB per "
+                   "rank, %.1f MiB per communicator (device-wide drop / %d ranks)\n",
+                   share, (int)set->num_slots, drop / 1048576.0,
+                   set->num_slots ? drop / 1048576.0 / set->num_slots : 0.0, ranks);
+        TRY(dcp_nccl_set_destroy(set, &err));
+        if (share) NCCL(ncclCommDestroy(parent));
+    }
+}
+
 /* Rank 0 writes the id to path (atomically, through a rename); the others wait for it. */
 static ncclUniqueId exchange_id(const char *path, int rank)
 {
@@ -135,29 +253,40 @@ enum { T_Q, T_K, T_V, T_DOUT, TENSORS };
 static const int kWidth[TENSORS] = {HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM,
                                     HEADS * HEAD_DIM};
 
-/* count rows of sample s from `first`, generated on the host and copied to the device. */
-static void upload_rows(int t, int32_t s, int64_t first, int64_t count, void *device)
+/* count rows of sample s from `first`, generated on the host and copied to the device on
+   `stream`, the stream of every later reader: every copy of this program is ordered on the
+   one non-blocking stream that also runs the kernels and collectives (a legacy-stream
+   cudaMemcpy would not be ordered against them). The host buffer is freed only after the
+   stream has passed the copy. */
+static void upload_rows(int t, int32_t s, int64_t first, int64_t count, void *device,
+                        cudaStream_t stream)
 {
     const int64_t width = kWidth[t];
     uint16_t *host = (uint16_t *)malloc((size_t)(count * width) * 2 + 2);
     int64_t r, i;
     for (r = 0; r < count; r++)
         for (i = 0; i < width; i++) host[r * width + i] = element(t, s, first + r, i);
-    CUDA(cudaMemcpy(device, host, (size_t)(count * width) * 2, cudaMemcpyHostToDevice));
+    CUDA(cudaMemcpyAsync(device, host, (size_t)(count * width) * 2, cudaMemcpyHostToDevice,
+                         stream));
+    CUDA(cudaStreamSynchronize(stream));
     free(host);
 }
 
-static float *download_floats(const void *device, int64_t count, int bf16)
+/* count values of a device tensor, after everything enqueued on stream before. */
+static float *download_floats(const void *device, int64_t count, int bf16, cudaStream_t stream)
 {
     float *out = (float *)malloc((size_t)count * 4 + 4);
     if (bf16) {
         uint16_t *h = (uint16_t *)malloc((size_t)count * 2 + 2);
         int64_t i;
-        CUDA(cudaMemcpy(h, device, (size_t)count * 2, cudaMemcpyDeviceToHost));
+        CUDA(cudaMemcpyAsync(h, device, (size_t)count * 2, cudaMemcpyDeviceToHost, stream));
+        CUDA(cudaStreamSynchronize(stream));
         for (i = 0; i < count; i++) out[i] = bf16_value(h[i]);
         free(h);
-    } else
-        CUDA(cudaMemcpy(out, device, (size_t)count * 4, cudaMemcpyDeviceToHost));
+    } else {
+        CUDA(cudaMemcpyAsync(out, device, (size_t)count * 4, cudaMemcpyDeviceToHost, stream));
+        CUDA(cudaStreamSynchronize(stream));
+    }
     return out;
 }
 
@@ -207,10 +336,10 @@ static void check_group(const dcp_rank_view *view, const dcp_attention_params *p
     int t, j;
     int64_t row;
     memset(&whole_view, 0, sizeof whole_view);
-    CUDA(cudaMemcpy(d_cu, view->cu_seqlens, (size_t)(view->num_samples + 1) * 4,
-                    cudaMemcpyHostToDevice));
-    CUDA(cudaMemcpy(d_cu_padded, view->cu_seqlens_padded, (size_t)(view->num_samples + 1) * 4,
-                    cudaMemcpyHostToDevice));
+    CUDA(cudaMemcpyAsync(d_cu, view->cu_seqlens, (size_t)(view->num_samples + 1) * 4,
+                         cudaMemcpyHostToDevice, stream));
+    CUDA(cudaMemcpyAsync(d_cu_padded, view->cu_seqlens_padded,
+                         (size_t)(view->num_samples + 1) * 4, cudaMemcpyHostToDevice, stream));
     thd.num_sequences = view->num_samples;
     thd.cu_seqlens = d_cu;
     thd.cu_seqlens_padded = d_cu_padded;
@@ -220,10 +349,11 @@ static void check_group(const dcp_rank_view *view, const dcp_attention_params *p
     full.max_seqlen_padded = view->max_seqlen;
     for (t = 0; t < TENSORS; t++) { /* whole samples, valid rows; padding rows zero */
         whole[t] = device_alloc((size_t)(total * kWidth[t]) * 2);
-        CUDA(cudaMemset(whole[t], 0, (size_t)(total * kWidth[t]) * 2));
+        CUDA(cudaMemsetAsync(whole[t], 0, (size_t)(total * kWidth[t]) * 2, stream));
         for (j = 0; j < view->num_samples; j++)
             upload_rows(t, view->samples[j], 0, view->sample_lengths[j],
-                        (uint16_t *)whole[t] + (int64_t)view->cu_seqlens_padded[j] * kWidth[t]);
+                        (uint16_t *)whole[t] + (int64_t)view->cu_seqlens_padded[j] * kWidth[t],
+                        stream);
     }
     out32 = (float *)device_alloc((size_t)(total * kWidth[T_Q]) * 4);
     out_dtype = device_alloc((size_t)(total * kWidth[T_Q]) * 2);
@@ -244,12 +374,14 @@ static void check_group(const dcp_rank_view *view, const dcp_attention_params *p
                                     grad[0], grad[1], grad[2], 1, workspace, workspace_bytes,
                                     (void *)stream, &err));
     CUDA(cudaStreamSynchronize(stream));
-    single[0] = download_floats(out32, total * kWidth[T_Q], 0);
-    for (t = 0; t < 3; t++) single[2 + t] = download_floats(grad[t], total * kWidth[t], 0);
-    single_lse = download_floats(lse, total * HEADS, 0);
-    host[0] = download_floats(ring[0], local * kWidth[T_Q], 1);
-    for (t = 0; t < 3; t++) host[2 + t] = download_floats(ring[2 + t], local * kWidth[t], 1);
-    ring_lse_host = download_floats(ring_lse, local * HEADS, 0);
+    single[0] = download_floats(out32, total * kWidth[T_Q], 0, stream);
+    for (t = 0; t < 3; t++)
+        single[2 + t] = download_floats(grad[t], total * kWidth[t], 0, stream);
+    single_lse = download_floats(lse, total * HEADS, 0, stream);
+    host[0] = download_floats(ring[0], local * kWidth[T_Q], 1, stream);
+    for (t = 0; t < 3; t++)
+        host[2 + t] = download_floats(ring[2 + t], local * kWidth[t], 1, stream);
+    ring_lse_host = download_floats(ring_lse, local * HEADS, 0, stream);
     TRY(dcp_rank_view_positions(view, slot, position, &err));
     for (row = 0; row < local; row++) {
         int64_t global;
@@ -287,6 +419,61 @@ static void check_group(const dcp_rank_view *view, const dcp_attention_params *p
     CUDA(cudaFree(d_cu_padded));
 }
 
+/* DCP_TIME_RING=1: the exposed communication of the ring backward, per step. The ring pass is
+   timed again (same inputs, same outputs), then its step kernels alone on this rank's own
+   buffers (same shapes and masks, no transfer, no add); the difference over cp steps is the
+   communication compute did not hide. Prints one line per rank and microbatch. */
+static void time_ring_backward(const dcp_nccl_binding *group, const dcp_attention_params *params,
+                               const dcp_cuda_layout *layout, void *const q, void *const k,
+                               void *const v, void *const out, void *const dout,
+                               const float *lse, void *const grads[3], void *scratch,
+                               size_t scratch_bytes, int microbatch, cudaStream_t stream)
+{
+    cudaEvent_t start, ring_end, kernels_end;
+    float ring_ms = 0.0f, kernels_ms = 0.0f;
+    size_t workspace_bytes = 0;
+    void *workspace, *accumulators;
+    const int64_t q_values = layout->local_rows * HEADS * HEAD_DIM;
+    const int64_t kv_values = layout->local_rows * KV_HEADS * HEAD_DIM;
+    float *dq, *dk, *dv;
+    int32_t s;
+    TRY(dcp_cuda_attention_workspace_size(params, layout, &workspace_bytes, &err));
+    workspace = device_alloc(workspace_bytes);
+    accumulators = device_alloc((size_t)(q_values + 2 * kv_values) * 4);
+    dq = (float *)accumulators, dk = dq + q_values, dv = dk + kv_values;
+    CUDA(cudaMemsetAsync(accumulators, 0, (size_t)(q_values + 2 * kv_values) * 4, stream));
+    CUDA(cudaEventCreate(&start));
+    CUDA(cudaEventCreate(&ring_end));
+    CUDA(cudaEventCreate(&kernels_end));
+    CUDA(cudaEventRecord(start, stream));
+    TRY(dcp_nccl_ring_backward(g_set, group, params, layout, DCP_DTYPE_BFLOAT16, q, k, v, out,
+                               dout, lse, grads[0], grads[1], grads[2], 1, scratch,
+                               scratch_bytes, stream, &err));
+    CUDA(cudaEventRecord(ring_end, stream));
+    for (s = 0; s < group->cp; s++) {
+        dcp_ring_step step;
+        dcp_attention_params p = *params;
+        TRY(dcp_ring_step_plan(group->cp, group->rank, s, params->causal, &step, &err));
+        p.causal = step.causal;
+        TRY(dcp_cuda_attention_backward(&p, layout, &step.view, DCP_DTYPE_BFLOAT16, q, k, v, out,
+                                        dout, lse, dq, dk, dv, 1, workspace, workspace_bytes,
+                                        (void *)stream, &err));
+    }
+    CUDA(cudaEventRecord(kernels_end, stream));
+    TRY(dcp_nccl_set_wait(g_set, stream, &err));
+    CUDA(cudaEventElapsedTime(&ring_ms, start, ring_end));
+    CUDA(cudaEventElapsedTime(&kernels_ms, ring_end, kernels_end));
+    printf("rank %d microbatch %d cp %d: ring backward %.3f ms, its kernels alone %.3f ms, "
+           "exposed communication %.3f ms per step\n",
+           g_rank, microbatch, (int)group->cp, ring_ms, kernels_ms,
+           (ring_ms - kernels_ms) / (float)group->cp);
+    CUDA(cudaEventDestroy(start));
+    CUDA(cudaEventDestroy(ring_end));
+    CUDA(cudaEventDestroy(kernels_end));
+    CUDA(cudaFree(workspace));
+    CUDA(cudaFree(accumulators));
+}
+
 int main(int argc, char **argv)
 {
     const int rank = env_int("RANK", 0), ranks = env_int("WORLD_SIZE", 1);
@@ -295,6 +482,8 @@ int main(int argc, char **argv)
                           : getenv("DCP_NCCL_ID_FILE") ? getenv("DCP_NCCL_ID_FILE")
                                                        : "/tmp/dcp_nccl_id";
     ncclUniqueId id;
+    ncclConfig_t pool_config = NCCL_CONFIG_INITIALIZER;
+    dcp_nccl_options set_options;
     cudaStream_t stream;
     dcp_plan *plan = NULL;
     dcp_reroute *moves = NULL;
@@ -308,12 +497,28 @@ int main(int argc, char **argv)
     int failed, *d_failed;
     g_rank = rank;
     if (rank < 0 || rank >= ranks) die("RANK and WORLD_SIZE", "need 0 <= RANK < WORLD_SIZE");
-    CUDA(cudaSetDevice(local_rank));
+    {
+        int devices = 0;
+        CUDA(cudaGetDeviceCount(&devices));
+        CUDA(cudaSetDevice(devices > 0 ? local_rank % devices : 0));
+    }
     CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     id = exchange_id(id_path, rank);
-    NCCL(ncclCommInitRank(&g_pool, ranks, id, rank));
+    pool_config.blocking = env_int("DCP_NONBLOCKING", 0) ? 0 : 1;
+    {
+        ncclResult_t started = ncclCommInitRankConfig(&g_pool, ranks, id, rank, &pool_config);
+        nccl_settle(g_pool, started, "ncclCommInitRankConfig");
+    }
     if (rank == 0) unlink(id_path); /* every rank has joined: the file has served */
-    TRY(dcp_nccl_set_create(g_pool, NULL, &g_set, &err));
+    if (env_int("DCP_MEASURE_SPLIT_MEMORY", 0)) {
+        measure_split_memory(rank, ranks, stream);
+        NCCL(ncclCommDestroy(g_pool));
+        return 0;
+    }
+    memset(&set_options, 0, sizeof set_options);
+    set_options.config = &pool_config; /* the splits get the pool's config */
+    set_options.timeout_ms = env_int("DCP_TIMEOUT_MS", 0);
+    TRY(dcp_nccl_set_create(g_pool, &set_options, &g_set, &err));
     max_cp = g_set->max_cp;
 
     /* plan on rank 0, broadcast, and check it equals the plan this rank would make */
@@ -342,6 +547,11 @@ int main(int argc, char **argv)
                    max_cp, SAMPLES, plan->num_microbatches, plan->num_groups);
         dcp_plan_destroy(mine);
     }
+    TRY(dcp_nccl_plan_agree(g_set, plan, stream, &err)); /* before the step's first reroute */
+    if (rank == env_int("DCP_EXIT_RANK", -1)) {
+        fprintf(stderr, "rank %d: exiting mid-step (DCP_EXIT_RANK)\n", rank);
+        _exit(3); /* as if killed: no cleanup, no abort */
+    }
     K = plan->num_microbatches;
 
     /* the data loader's placement, then the reroute of q, k, v and dout */
@@ -353,16 +563,18 @@ int main(int argc, char **argv)
         TRY(dcp_plan_rank_group(plan, rank, k, &where, &err));
         rows[k] = where.local_rows;
     }
-    for (t = 0; t < TENSORS; t++) {
-        dcp_nccl_reroute_buffers buffers;
+    for (t = 0; t < TENSORS; t++) { /* every upload (host-synchronous) before any traffic */
         samples[t] = (void **)calloc(SAMPLES, sizeof(void *));
         micro[t] = (void **)calloc((size_t)K, sizeof(void *));
         for (s = 0; s < SAMPLES; s++)
             if (holders[s] == rank) {
                 samples[t][s] = device_alloc((size_t)(plan->sample_lengths[s] * kWidth[t]) * 2);
-                upload_rows(t, s, 0, plan->sample_lengths[s], samples[t][s]);
+                upload_rows(t, s, 0, plan->sample_lengths[s], samples[t][s], stream);
             }
         for (k = 0; k < K; k++) micro[t][k] = device_alloc((size_t)(rows[k] * kWidth[t]) * 2);
+    }
+    for (t = 0; t < TENSORS; t++) {
+        dcp_nccl_reroute_buffers buffers;
         memset(&buffers, 0, sizeof buffers);
         buffers.element_size = (size_t)kWidth[t] * 2;
         buffers.num_samples = SAMPLES;
@@ -373,6 +585,7 @@ int main(int argc, char **argv)
         buffers.microbatch_rows = rows;
         TRY(dcp_nccl_reroute_execute(g_set, moves, &buffers, stream, &err));
     }
+    TRY(dcp_nccl_set_wait(g_set, stream, &err)); /* a peer that died shows here, in time */
 
     memset(&params, 0, sizeof params);
     params.num_heads = HEADS;
@@ -395,10 +608,11 @@ int main(int argc, char **argv)
         }
         d_cu = (int32_t *)device_alloc((size_t)(view->num_samples + 1) * 4);
         d_cu_padded = (int32_t *)device_alloc((size_t)(view->num_samples + 1) * 4);
-        CUDA(cudaMemcpy(d_cu, view->cu_seqlens, (size_t)(view->num_samples + 1) * 4,
-                        cudaMemcpyHostToDevice));
-        CUDA(cudaMemcpy(d_cu_padded, view->cu_seqlens_padded,
-                        (size_t)(view->num_samples + 1) * 4, cudaMemcpyHostToDevice));
+        CUDA(cudaMemcpyAsync(d_cu, view->cu_seqlens, (size_t)(view->num_samples + 1) * 4,
+                             cudaMemcpyHostToDevice, stream));
+        CUDA(cudaMemcpyAsync(d_cu_padded, view->cu_seqlens_padded,
+                             (size_t)(view->num_samples + 1) * 4, cudaMemcpyHostToDevice,
+                             stream));
         layout.thd.num_sequences = view->num_samples;
         layout.thd.cu_seqlens = d_cu;
         layout.thd.cu_seqlens_padded = d_cu_padded;
@@ -427,8 +641,11 @@ int main(int argc, char **argv)
                                    micro[T_Q][k], micro[T_K][k], micro[T_V][k], ring[0],
                                    micro[T_DOUT][k], lse, ring[2], ring[3], ring[4], 1, scratch,
                                    scratch_bytes, stream, &err));
-        CUDA(cudaStreamSynchronize(stream));
-        TRY(dcp_nccl_set_check(g_set, &err));
+        TRY(dcp_nccl_set_wait(g_set, stream, &err)); /* polled: a dead peer times out */
+        if (env_int("DCP_TIME_RING", 0) && group.cp > 1)
+            time_ring_backward(&group, &params, &layout, micro[T_Q][k], micro[T_K][k],
+                               micro[T_V][k], ring[0], micro[T_DOUT][k], lse, &ring[2], scratch,
+                               scratch_bytes, k, stream);
         check_group(view, &params, ring, lse, stream, &worst);
         CUDA(cudaFree(ring[0]));
         for (t = 2; t < 5; t++) CUDA(cudaFree(ring[t]));
@@ -438,6 +655,19 @@ int main(int argc, char **argv)
         dcp_rank_view_destroy(view);
     }
 
+    if (max_cp > 1) { /* evaluation at a fixed CP size, then back to the plan's groups */
+        eval_check check;
+        dcp_nccl_binding before, after;
+        check.stream = stream, check.mismatches = 0;
+        dcp_nccl_set_current(g_set, &before);
+        TRY(dcp_nccl_override_run(g_set, max_cp < 4 ? max_cp : 4, eval_in_override, &check,
+                                  &err));
+        dcp_nccl_set_current(g_set, &after);
+        if (check.mismatches || memcmp(&before, &after, sizeof before) != 0)
+            die("evaluation override", "wrong group data or binding not restored");
+        if (rank == 0) printf("evaluation override at cp %d: ok\n", max_cp < 4 ? max_cp : 4);
+    }
+
     failed = !(worst.out <= FORWARD_TOLERANCE && worst.lse <= FORWARD_TOLERANCE &&
                worst.dq <= BACKWARD_TOLERANCE && worst.dk <= BACKWARD_TOLERANCE &&
                worst.dv <= BACKWARD_TOLERANCE);
@@ -445,8 +675,10 @@ int main(int argc, char **argv)
            rank, worst.out, worst.lse, worst.dq, worst.dk, worst.dv, failed ? "FAIL" : "ok");
     /* every rank learns whether any failed */
     d_failed = (int *)device_alloc(sizeof(int));
-    CUDA(cudaMemcpy(d_failed, &failed, sizeof(int), cudaMemcpyHostToDevice));
-    NCCL(ncclAllReduce(d_failed, d_failed, 1, ncclInt32, ncclMax, g_pool, stream));
+    CUDA(cudaMemcpyAsync(d_failed, &failed, sizeof(int), cudaMemcpyHostToDevice, stream));
+    nccl_settle(g_pool, ncclAllReduce(d_failed, d_failed, 1, ncclInt32, ncclMax, g_pool, stream),
+                "ncclAllReduce");
+    TRY(dcp_nccl_set_wait(g_set, stream, &err));
     CUDA(cudaMemcpyAsync(&failed, d_failed, sizeof(int), cudaMemcpyDeviceToHost, stream));
     CUDA(cudaStreamSynchronize(stream));
     if (rank == 0) printf("%s\n", failed ? "FAILED" : "all ranks match the single-GPU results");
@@ -464,6 +696,7 @@ int main(int argc, char **argv)
     dcp_plan_destroy(plan);
     TRY(dcp_nccl_set_destroy(g_set, &err)); /* the split communicators before the pool */
     g_set = NULL;
+    nccl_settle(g_pool, ncclCommFinalize(g_pool), "ncclCommFinalize");
     NCCL(ncclCommDestroy(g_pool));
     CUDA(cudaStreamDestroy(stream));
     return failed ? 1 : 0;

@@ -918,17 +918,17 @@ static void ring_scratch_layouts(void)
     shape.element_size = 2;
     for (cp = 1; cp <= 64; cp *= 2)
         for (pass = 0; pass <= 1; pass++) {
-            const dcp_ring_region *all[9];
+            const dcp_ring_region *all[10];
             int32_t i, j, step, kv_slots = 0, dkv_slots = 0;
             shape.cp = cp;
             CHECK_EQ(dcp_ring_scratch_layout(&shape, (dcp_ring_pass)pass, &s, &error), DCP_OK);
             all[0] = &s.kv[0], all[1] = &s.kv[1], all[2] = &s.dkv[0], all[3] = &s.dkv[1];
             all[4] = &s.partial_out, all[5] = &s.partial_lse, all[6] = &s.acc_out;
-            all[7] = &s.acc_lse, all[8] = &s.dq;
-            for (i = 0; i < 9; i++) {
+            all[7] = &s.acc_lse, all[8] = &s.dq, all[9] = &s.dkv_step;
+            for (i = 0; i < 10; i++) {
                 CHECK_EQ(all[i]->offset % DCP_RING_SCRATCH_ALIGN, 0);
                 CHECK(all[i]->offset + all[i]->bytes <= s.total);
-                for (j = i + 1; j < 9; j++) CHECK(!regions_overlap(all[i], all[j]));
+                for (j = i + 1; j < 10; j++) CHECK(!regions_overlap(all[i], all[j]));
             }
             kv_slots = (s.kv[0].bytes > 0) + (s.kv[1].bytes > 0);
             dkv_slots = (s.dkv[0].bytes > 0) + (s.dkv[1].bytes > 0);
@@ -942,6 +942,7 @@ static void ring_scratch_layouts(void)
             } else {
                 CHECK_EQ(s.dq.bytes, 1000 * 8 * 128 * 4);
                 CHECK_EQ(s.dkv[0].bytes, 2 * 1000 * 2 * 128 * 4);
+                CHECK_EQ(s.dkv_step.bytes, cp > 1 ? 2 * 1000 * 2 * 128 * 4 : 0);
                 CHECK_EQ(s.partial_out.bytes, 0);
             }
             for (step = 0; step < cp; step++) {
@@ -1067,6 +1068,94 @@ static void metadata_broadcast_protocol(void)
     free(again);
 }
 
+/* The set's max_cp: the CP size at which the longest sample runs fastest alone, by brute force
+   over the cost model, never above config's max_cp nor below the smallest feasible. */
+static void comm_max_cp_is_the_fastest_useful_cp(void)
+{
+    dcp_rng rng;
+    dcp_error error;
+    int32_t trial, max_cp = 0;
+    dcp_config config = make_config(1024, 4096);
+    dcp_rng_seed(&rng, SIMULATION_SEED);
+    printf("  seed %d\n", SIMULATION_SEED);
+    for (trial = 0; trial < 200; trial++) {
+        dcp_config c = make_config(1 << (int32_t)dcp_rng_below(&rng, 11),
+                                   64 + (int64_t)dcp_rng_below(&rng, 8192));
+        dcp_config resolved;
+        int64_t length;
+        int32_t cp, best = 0, cp_min = 0;
+        double best_seconds = 0.0;
+        dcp_status status;
+        c.cost.ring_step_cost = 1e-6 * (double)(1 + dcp_rng_below(&rng, 100));
+        c.cost.attn_coeff = DCP_DEFAULT_ATTN_COEFF, c.cost.linear_coeff = DCP_DEFAULT_LINEAR_COEFF;
+        CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+        length = 1 + (int64_t)dcp_rng_below(&rng, (uint64_t)(resolved.max_cp *
+                                                              resolved.max_tokens_per_rank));
+        status = dcp_cp_size_min(&c, length, &cp_min, NULL);
+        CHECK_EQ(dcp_comm_max_cp(&c, length, &max_cp, &error), status);
+        if (status != DCP_OK) continue;
+        for (cp = cp_min; cp <= resolved.max_cp; cp *= 2) {
+            int64_t padded = 0;
+            double seconds;
+            CHECK_EQ(dcp_padded_length(&c, length, cp, &padded, NULL), DCP_OK);
+            seconds = dcp_cost_sample_seconds(&resolved.cost, length, padded, cp) +
+                      dcp_cost_ring_seconds(&resolved.cost, cp);
+            if (best == 0 || seconds < best_seconds) best = cp, best_seconds = seconds;
+        }
+        CHECK_EQ(max_cp, best);
+        CHECK(max_cp >= cp_min && max_cp <= resolved.max_cp);
+    }
+    /* the case: D = 1024 and 32k samples need far fewer than 10 splits */
+    CHECK_EQ(dcp_comm_max_cp(&config, 32768, &max_cp, &error), DCP_OK);
+    CHECK(max_cp >= 8 && max_cp < 1024);
+    CHECK(dcp_comm_slot_count(max_cp) < dcp_comm_slot_count(1024));
+    CHECK_EQ(dcp_comm_max_cp(&config, 0, &max_cp, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ(dcp_comm_max_cp(&config, 32768, NULL, &error), DCP_ERROR_INVALID_ARGUMENT);
+    /* in place, as the README does it: the config's own max_cp caps the answer */
+    config.max_cp = 16;
+    CHECK_EQ(dcp_comm_max_cp(&config, 1000000, &config.max_cp, &error), DCP_ERROR_INFEASIBLE);
+    config.max_cp = 16;
+    CHECK_EQ(dcp_comm_max_cp(&config, 16 * 4096, &config.max_cp, &error), DCP_OK);
+    CHECK_EQ(config.max_cp, 16);
+    config.max_cp = 4;
+    CHECK_EQ(dcp_comm_max_cp(&config, 4 * 4096 + 1, &max_cp, &error), DCP_ERROR_INFEASIBLE);
+    CHECK_CONTAINS(error.message, "16385");
+}
+
+/* Equal plans hash equal; any decision changed changes the hash. */
+static void plan_hash_tells_plans_apart(void)
+{
+    dcp_rng rng;
+    int32_t trial;
+    dcp_rng_seed(&rng, SIMULATION_SEED + 1);
+    for (trial = 0; trial < 50; trial++) {
+        dcp_plan *plan = random_plan(&rng, 64, 40), *copy = NULL;
+        unsigned char *bytes;
+        size_t size = 0;
+        uint64_t a = 0, b = 0;
+        if (!plan) continue;
+        CHECK_EQ(dcp_plan_hash(plan, &a, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_serialize(plan, NULL, 0, &size, NULL), DCP_OK);
+        bytes = (unsigned char *)malloc(size);
+        CHECK_EQ(dcp_plan_serialize(plan, bytes, size, &size, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_deserialize(bytes, size, NULL, &copy, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_hash(copy, &b, NULL), DCP_OK);
+        CHECK_EQ(a, b);
+        copy->sample_lengths[(int32_t)dcp_rng_below(&rng, (uint64_t)copy->num_samples)] += 1;
+        CHECK_EQ(dcp_plan_hash(copy, &b, NULL), DCP_OK);
+        CHECK(a != b);
+        memcpy(copy->sample_lengths, plan->sample_lengths,
+               (size_t)plan->num_samples * sizeof(int64_t));
+        copy->groups[(int32_t)dcp_rng_below(&rng, (uint64_t)copy->num_groups)].cp ^= 1;
+        CHECK_EQ(dcp_plan_hash(copy, &b, NULL), DCP_OK);
+        CHECK(a != b);
+        free(bytes);
+        dcp_plan_destroy(copy);
+        dcp_plan_destroy(plan);
+    }
+    CHECK_EQ(dcp_plan_hash(NULL, NULL, NULL), DCP_ERROR_INVALID_ARGUMENT);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -1084,6 +1173,8 @@ int main(int argc, char **argv)
         {"ring_driver_equals_reference_ring", ring_driver_equals_reference_ring},
         {"ring_scratch_layouts", ring_scratch_layouts},
         {"metadata_broadcast_protocol", metadata_broadcast_protocol},
+        {"comm_max_cp_is_the_fastest_useful_cp", comm_max_cp_is_the_fastest_useful_cp},
+        {"plan_hash_tells_plans_apart", plan_hash_tells_plans_apart},
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }

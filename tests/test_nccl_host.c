@@ -1,0 +1,1170 @@
+/* dcp_nccl.h's own code on a host transport: tests/fake_nccl stands in for NCCL and the CUDA
+   runtime (selected by the include path), the few dcp_cuda entry points the layer calls are
+   replaced below by the CPU references of dcp.h (float32 only), and every simulated rank is a
+   thread. The tests run 8 to 512 ranks: set creation, the per-microbatch switch and the
+   evaluation override, plan agreement and broadcast (a bad argument on one rank fails it
+   alone), reroute against the plan's views, ring attention forward and backward against
+   dcp_ring_attention_forward / _backward (blocking and non-blocking communicators; the dK/dV
+   hop overlapped), a peer that dies mid-step (the others return an error within
+   the timeout), and a failure injected at every CUDA/NCCL call of a step (every rank returns,
+   its streams drain, a failed rank's set is aborted). After every clean run each send was
+   received and no protocol rule was broken. Built with ASan/UBSan by make test, and also as
+   C++, where it checks the RAII override guard with exceptions. */
+#define _POSIX_C_SOURCE 200809L
+#include "fake_nccl/fake_runtime.c"
+
+#define DCP_NCCL_FAULT_HOOK(call) fake_fault_hook(call)
+#define DCP_IMPLEMENTATION
+#include "../dcp.h"
+#define DCP_NCCL_IMPLEMENTATION
+#include "../dcp_nccl.h"
+#include "test.h"
+
+#define HOST_SEED 16016
+/* Timeouts of the sets: long where nothing fails, short where a test waits for one. */
+#define CLEAN_TIMEOUT_MS 60000
+#define FAILURE_TIMEOUT_MS 200
+/* Slack on top of a timeout for the test's own bound (a loaded 2-core machine, ASan). */
+#define TIMEOUT_SLACK_MS 20000.0
+#define RANK_STACK_BYTES ((size_t)1 << 20)
+/* float32 ring against the float32 CPU ring: the same steps and merges */
+#define RING_TOLERANCE 1e-5
+
+/* ------------------------------------------------------------- kernel stand-ins (float32) */
+
+typedef enum { CALL_FORWARD, CALL_BACKWARD, CALL_ACC_INIT, CALL_ACC_MERGE, CALL_ACC_FINALIZE } call_kind;
+
+typedef struct kernel_call {
+    call_kind kind;
+    dcp_attention_params params;
+    dcp_thd_layout thd;
+    dcp_attention_view view;
+    dcp_half half;
+    int32_t rank;
+    const float *q, *k, *v, *out, *dout, *lse;
+    float *o, *l, *dq, *dk, *dv;
+} kernel_call;
+
+static int kernel_run(void *arg)
+{
+    const kernel_call *c = (const kernel_call *)arg;
+    switch (c->kind) {
+    case CALL_FORWARD:
+        return dcp_attention_forward(&c->params, &c->thd, &c->view, c->q, c->k, c->v, c->o, c->l,
+                                     NULL) != DCP_OK;
+    case CALL_BACKWARD:
+        return dcp_attention_backward(&c->params, &c->thd, &c->view, c->q, c->k, c->v, c->out,
+                                      c->dout, c->lse, c->dq, c->dk, c->dv, NULL) != DCP_OK;
+    case CALL_ACC_INIT:
+        return dcp_attention_acc_init(&c->params, &c->thd, c->o, c->l, NULL) != DCP_OK;
+    case CALL_ACC_MERGE:
+        return dcp_attention_acc_merge(&c->params, &c->thd, c->half, c->out, c->lse, c->o, c->l,
+                                       NULL) != DCP_OK;
+    case CALL_ACC_FINALIZE:
+        return dcp_attention_acc_finalize(&c->params, &c->thd, c->rank, c->out, c->lse, c->o,
+                                          c->l, NULL) != DCP_OK;
+    }
+    return 1;
+}
+
+/* Checks what the real entry point checks at launch, then enqueues the CPU reference. */
+static dcp_status kernel_enqueue(kernel_call *c, const dcp_attention_params *params,
+                                 const dcp_cuda_layout *layout, void *stream, dcp_error *error)
+{
+    dcp_status status = dcp_attention_params_resolve(params, &c->params, error);
+    if (status == DCP_OK && !layout)
+        status = dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "layout must not be NULL");
+    if (status != DCP_OK) {
+        free(c);
+        return status;
+    }
+    c->thd = layout->thd;
+    if (fake_enqueue_host((cudaStream_t)stream, kernel_run, c) != cudaSuccess)
+        return dcp_error_set(error, DCP_ERROR_CUDA, "fake launch refused (NULL stream)");
+    return DCP_OK;
+}
+
+static kernel_call *kernel_new(call_kind kind)
+{
+    kernel_call *c = (kernel_call *)calloc(1, sizeof *c);
+    c->kind = kind;
+    return c;
+}
+
+static dcp_status float32_only(dcp_dtype a, dcp_dtype b, dcp_error *error)
+{
+    if (a == DCP_DTYPE_FLOAT32 && b == DCP_DTYPE_FLOAT32) return DCP_OK;
+    return dcp_error_set(error, DCP_ERROR_UNSUPPORTED, "the host transport runs float32 only");
+}
+
+dcp_status dcp_cuda_attention_workspace_size(const dcp_attention_params *params,
+                                             const dcp_cuda_layout *layout, size_t *bytes,
+                                             dcp_error *error)
+{
+    dcp_attention_params resolved;
+    if (!layout || !bytes)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "layout and bytes");
+    *bytes = 0; /* the references need none */
+    return dcp_attention_params_resolve(params, &resolved, error);
+}
+
+dcp_status dcp_cuda_attention_forward(const dcp_attention_params *params,
+                                      const dcp_cuda_layout *layout,
+                                      const dcp_attention_view *view, dcp_dtype dtype,
+                                      const void *q, const void *k, const void *v,
+                                      dcp_dtype out_dtype, void *out, float *lse, void *workspace,
+                                      size_t workspace_bytes, void *stream, dcp_error *error)
+{
+    kernel_call *c;
+    dcp_status status = float32_only(dtype, out_dtype, error);
+    (void)workspace, (void)workspace_bytes;
+    if (status != DCP_OK) return status;
+    c = kernel_new(CALL_FORWARD);
+    if (view) c->view = *view;
+    c->q = (const float *)q, c->k = (const float *)k, c->v = (const float *)v;
+    c->o = (float *)out, c->l = lse;
+    return kernel_enqueue(c, params, layout, stream, error);
+}
+
+dcp_status dcp_cuda_attention_backward(const dcp_attention_params *params,
+                                       const dcp_cuda_layout *layout,
+                                       const dcp_attention_view *view, dcp_dtype dtype,
+                                       const void *q, const void *k, const void *v,
+                                       const void *out, const void *dout, const float *lse,
+                                       float *dq, float *dk, float *dv, int32_t deterministic,
+                                       void *workspace, size_t workspace_bytes, void *stream,
+                                       dcp_error *error)
+{
+    kernel_call *c;
+    dcp_status status = float32_only(dtype, DCP_DTYPE_FLOAT32, error);
+    (void)deterministic, (void)workspace, (void)workspace_bytes;
+    if (status != DCP_OK) return status;
+    c = kernel_new(CALL_BACKWARD);
+    if (view) c->view = *view;
+    c->q = (const float *)q, c->k = (const float *)k, c->v = (const float *)v;
+    c->out = (const float *)out, c->dout = (const float *)dout, c->lse = lse;
+    c->dq = dq, c->dk = dk, c->dv = dv;
+    return kernel_enqueue(c, params, layout, stream, error);
+}
+
+dcp_status dcp_cuda_acc_init(const dcp_attention_params *params, const dcp_cuda_layout *layout,
+                             float *acc_out, float *acc_lse, void *stream, dcp_error *error)
+{
+    kernel_call *c = kernel_new(CALL_ACC_INIT);
+    c->o = acc_out, c->l = acc_lse;
+    return kernel_enqueue(c, params, layout, stream, error);
+}
+
+dcp_status dcp_cuda_acc_merge(const dcp_attention_params *params, const dcp_cuda_layout *layout,
+                              dcp_half half, const float *out, const float *lse, float *acc_out,
+                              float *acc_lse, void *stream, dcp_error *error)
+{
+    kernel_call *c = kernel_new(CALL_ACC_MERGE);
+    c->half = half, c->out = out, c->lse = lse, c->o = acc_out, c->l = acc_lse;
+    return kernel_enqueue(c, params, layout, stream, error);
+}
+
+dcp_status dcp_cuda_acc_finalize(const dcp_attention_params *params,
+                                 const dcp_cuda_layout *layout, int32_t rank,
+                                 const float *acc_out, const float *acc_lse, dcp_dtype out_dtype,
+                                 void *out, float *lse, void *stream, dcp_error *error)
+{
+    kernel_call *c;
+    dcp_status status = float32_only(out_dtype, DCP_DTYPE_FLOAT32, error);
+    if (status != DCP_OK) return status;
+    c = kernel_new(CALL_ACC_FINALIZE);
+    c->rank = rank, c->out = acc_out, c->lse = acc_lse, c->o = (float *)out, c->l = lse;
+    return kernel_enqueue(c, params, layout, stream, error);
+}
+
+dcp_status dcp_cuda_convert(const float *in, dcp_dtype dtype, void *out, int64_t count,
+                            void *stream, dcp_error *error)
+{
+    dcp_status status = float32_only(dtype, DCP_DTYPE_FLOAT32, error);
+    if (status != DCP_OK) return status;
+    if (count < 0) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count %lld", (long long)count);
+    if (cudaMemcpyAsync(out, in, (size_t)count * sizeof(float), cudaMemcpyDeviceToDevice,
+                        (cudaStream_t)stream) != cudaSuccess)
+        return dcp_error_set(error, DCP_ERROR_CUDA, "fake copy refused");
+    return DCP_OK;
+}
+
+typedef struct add_call {
+    float *acc;
+    const float *x;
+    int64_t count;
+} add_call;
+
+static int add_run(void *arg)
+{
+    const add_call *c = (const add_call *)arg;
+    int64_t i;
+    for (i = 0; i < c->count; i++) c->acc[i] += c->x[i];
+    return 0;
+}
+
+dcp_status dcp_cuda_add_float32(float *acc, const float *x, int64_t count, void *stream,
+                                dcp_error *error)
+{
+    add_call *c;
+    if (count < 0 || (count > 0 && (!acc || !x)))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "add: count %lld",
+                             (long long)count);
+    c = (add_call *)malloc(sizeof *c);
+    c->acc = acc, c->x = x, c->count = count;
+    if (fake_enqueue_host((cudaStream_t)stream, add_run, c) != cudaSuccess)
+        return dcp_error_set(error, DCP_ERROR_CUDA, "fake launch refused (NULL stream)");
+    return DCP_OK;
+}
+
+/* ------------------------------------------------------------------------ rank threads */
+
+/* What one simulated rank reports back; the main thread asserts on it. */
+typedef struct rank_ctx {
+    int rank, ranks;
+    ncclComm_t pool;
+    const void *test;
+    int failures;
+    dcp_status status;     /* the test's chosen status to report */
+    char message[DCP_ERROR_MESSAGE_CAPACITY];
+    double elapsed_ms;
+    long calls;            /* hooked calls made (fault injection) */
+} rank_ctx;
+
+#define RANK_CHECK(ctx, condition)                                                             \
+    do {                                                                                       \
+        if (!(condition)) {                                                                    \
+            printf("  %s:%d: rank %d: %s\n", __FILE__, __LINE__, (ctx)->rank, #condition);     \
+            (ctx)->failures++;                                                                 \
+        }                                                                                      \
+    } while (0)
+
+typedef void (*rank_fn)(rank_ctx *ctx);
+typedef struct rank_start {
+    rank_ctx *ctx;
+    rank_fn fn;
+} rank_start;
+
+static void *rank_thread(void *arg)
+{
+    rank_start *start = (rank_start *)arg;
+    start->fn(start->ctx);
+    if (fake_group_depth != 0) {
+        printf("  rank %d left an NCCL group open\n", start->ctx->rank);
+        start->ctx->failures++;
+    }
+    return NULL;
+}
+
+/* Runs fn on `ranks` threads over a fresh job; returns the summed failures. */
+static int run_ranks(int ranks, int blocking, rank_fn fn, const void *test, rank_ctx *ctx)
+{
+    ncclComm_t *pools = (ncclComm_t *)calloc((size_t)ranks, sizeof(ncclComm_t));
+    pthread_t *threads = (pthread_t *)calloc((size_t)ranks, sizeof(pthread_t));
+    rank_start *starts = (rank_start *)calloc((size_t)ranks, sizeof(rank_start));
+    pthread_attr_t attr;
+    int r, failures = 0;
+    fake_job_create(ranks, blocking, pools);
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, RANK_STACK_BYTES);
+    for (r = 0; r < ranks; r++) {
+        memset(&ctx[r], 0, sizeof ctx[r]);
+        ctx[r].rank = r, ctx[r].ranks = ranks, ctx[r].pool = pools[r], ctx[r].test = test;
+        starts[r].ctx = &ctx[r], starts[r].fn = fn;
+        if (pthread_create(&threads[r], &attr, rank_thread, &starts[r]) != 0) {
+            printf("  cannot start rank thread %d\n", r);
+            exit(1);
+        }
+    }
+    for (r = 0; r < ranks; r++) pthread_join(threads[r], NULL);
+    pthread_attr_destroy(&attr);
+    for (r = 0; r < ranks; r++) failures += ctx[r].failures;
+    free(pools), free(threads), free(starts);
+    return failures;
+}
+
+/* The pool is each rank's to destroy after its set (a real job's ncclCommDestroy), unless
+   the set aborted it. */
+static void pool_destroy(rank_ctx *ctx, int aborted)
+{
+    if (!aborted) (void)ncclCommDestroy(ctx->pool);
+}
+
+static dcp_nccl_options options_with(int64_t timeout_ms, int32_t max_cp,
+                                     const ncclConfig_t *config)
+{
+    dcp_nccl_options o;
+    memset(&o, 0, sizeof o);
+    o.timeout_ms = timeout_ms, o.max_cp = max_cp, o.config = config;
+    return o;
+}
+
+/* Polls a stream to its end within the test's bound: 1 when it drained. */
+static int stream_drains(cudaStream_t stream)
+{
+    const double start = fake_now_ms();
+    cudaError_t e;
+    while ((e = cudaStreamQuery(stream)) == cudaErrorNotReady)
+        if (fake_now_ms() - start > TIMEOUT_SLACK_MS) return 0;
+    return 1;
+}
+
+/* Largest |a - b| over n values, relative to max(1, max |b|); equal infinities count 0 and a
+   NaN counts as infinite error. */
+static double relative_error(const float *a, const float *b, int64_t n)
+{
+    double worst = 0.0, scale = 1.0;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double e;
+        if (isinf(b[i]) && a[i] == b[i]) continue;
+        if (isfinite(b[i]) && fabs(b[i]) > scale) scale = fabs(b[i]);
+        e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+    }
+    return worst / scale;
+}
+
+/* ------------------------------------------------ control plane at 512 ranks: create, split,
+   broadcast, agree, switch, override */
+
+typedef struct control_test {
+    const dcp_plan *plan;
+    uint64_t hash;
+} control_test;
+
+static void control_check_switches(rank_ctx *ctx, dcp_nccl_set *set, const dcp_plan *plan)
+{
+    dcp_nccl_binding b, before;
+    dcp_comm_scope scope;
+    dcp_error err;
+    int32_t k, other_cp_microbatch = -1;
+    for (k = 0; k < plan->num_microbatches; k++) {
+        dcp_rank_group where;
+        RANK_CHECK(ctx, dcp_plan_rank_group(plan, ctx->rank, k, &where, NULL) == DCP_OK);
+        RANK_CHECK(ctx, dcp_nccl_set_switch_plan(set, plan, k, &b, &err) == DCP_OK);
+        RANK_CHECK(ctx, b.cp == where.choice.cp && b.idle == where.choice.idle);
+        RANK_CHECK(ctx, b.comm == (b.cp > 1 ? dcp_nccl_set_comm(set, b.cp) : NULL));
+        RANK_CHECK(ctx, b.rank == where.choice.rank_in_comm);
+        if (!where.choice.idle && where.choice.cp != 4) other_cp_microbatch = k;
+    }
+    dcp_nccl_set_current(set, &before);
+    /* evaluation at CP 4: static blocks of 4, other groups refused, then restored exactly */
+    memset(&scope, 0, sizeof scope);
+    RANK_CHECK(ctx, dcp_nccl_override_begin(set, 4, &scope, &b, &err) == DCP_OK);
+    RANK_CHECK(ctx, b.cp == 4 && b.rank == ctx->rank % 4 && b.comm == dcp_nccl_set_comm(set, 4));
+    if (other_cp_microbatch >= 0)
+        RANK_CHECK(ctx, dcp_nccl_set_switch_plan(set, plan, other_cp_microbatch, &b, &err) ==
+                            DCP_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(ctx, dcp_nccl_override_end(set, &scope, &err) == DCP_OK);
+    dcp_nccl_set_current(set, &b);
+    RANK_CHECK(ctx, memcmp(&b, &before, sizeof b) == 0);
+}
+
+static void control_rank(rank_ctx *ctx)
+{
+    const control_test *t = (const control_test *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
+    dcp_nccl_set *set = NULL;
+    dcp_plan *got = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    uint64_t hash = 0;
+    int32_t cp;
+    o.staging_bytes = 256; /* many chunks per broadcast */
+    o.plan_config = &t->plan->config;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    ctx->status = dcp_nccl_set_create(ctx->pool, &o, &set, &err);
+    RANK_CHECK(ctx, ctx->status == DCP_OK);
+    if (set) {
+        RANK_CHECK(ctx, set->max_cp == t->plan->config.max_cp);
+        for (cp = 2; cp <= set->max_cp; cp *= 2) {
+            ncclComm_t comm = dcp_nccl_set_comm(set, cp);
+            int count = 0, me = -1;
+            RANK_CHECK(ctx, (comm != NULL) == (ctx->rank / cp * cp + cp <= ctx->ranks));
+            if (!comm) continue;
+            RANK_CHECK(ctx, ncclCommCount(comm, &count) == ncclSuccess && count == cp);
+            RANK_CHECK(ctx, ncclCommUserRank(comm, &me) == ncclSuccess && me == ctx->rank % cp);
+        }
+        RANK_CHECK(ctx, dcp_nccl_broadcast_plan(set, set->pool, 0,
+                                                ctx->rank == 0 ? t->plan : NULL, &got, stream,
+                                                &err) == DCP_OK);
+        RANK_CHECK(ctx, got && dcp_plan_hash(got, &hash, NULL) == DCP_OK && hash == t->hash);
+        RANK_CHECK(ctx, dcp_nccl_plan_agree(set, got, stream, &err) == DCP_OK);
+        if (got) control_check_switches(ctx, set, got);
+        RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    }
+    dcp_plan_destroy(got);
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+}
+
+static int job_clean(void)
+{
+    const char *text;
+    int violations = fake_violations(&text);
+    long undelivered = fake_undelivered();
+    if (violations) printf("  transport: %d violations, first: %s\n", violations, text);
+    if (undelivered) printf("  transport: %ld messages never received\n", undelivered);
+    return violations == 0 && undelivered == 0;
+}
+
+static dcp_plan *host_plan(int32_t ranks, int64_t max_tokens, int32_t samples, uint64_t seed)
+{
+    dcp_config c;
+    dcp_rng rng;
+    int64_t *lengths = (int64_t *)malloc((size_t)samples * sizeof(int64_t)), longest = 1;
+    dcp_plan *plan = NULL;
+    int32_t i, max_cp = 0;
+    memset(&c, 0, sizeof c);
+    c.ranks = ranks, c.max_tokens_per_rank = max_tokens;
+    dcp_rng_seed(&rng, seed);
+    for (i = 0; i < samples; i++) {
+        lengths[i] = 1 + (int64_t)dcp_rng_below(&rng, (uint64_t)((ranks < 8 ? ranks : 8) *
+                                                               max_tokens / 2));
+        if (lengths[i] > longest) longest = lengths[i];
+    }
+    /* the communicator set splits only what a plan can use */
+    if (dcp_comm_max_cp(&c, longest, &max_cp, NULL) == DCP_OK) c.max_cp = max_cp < 4 ? 4 : max_cp;
+    if (dcp_plan_create(&c, lengths, samples, &plan, NULL) != DCP_OK) plan = NULL;
+    free(lengths);
+    return plan;
+}
+
+static void control_plane_512_ranks(void)
+{
+    enum { RANKS = 512 };
+    static rank_ctx ctx[RANKS];
+    control_test t;
+    dcp_plan *plan = host_plan(RANKS, 64, 600, HOST_SEED);
+    printf("  seed %d\n", HOST_SEED);
+    CHECK(plan != NULL);
+    if (!plan) return;
+    t.plan = plan;
+    CHECK_EQ(dcp_plan_hash(plan, &t.hash, NULL), DCP_OK);
+    CHECK_EQ(run_ranks(RANKS, 1, control_rank, &t, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+    dcp_plan_destroy(plan);
+}
+
+/* ----------------------------------------------------------------- reroute at 64 ranks */
+
+#define TOKEN_FLOATS 3 /* floats per token in the rerouted buffers */
+
+static float token_value(int32_t sample, int64_t position, int32_t e)
+{
+    return (float)(sample * 100000 + position * TOKEN_FLOATS + e) + 0.5f;
+}
+
+static void reroute_rank(rank_ctx *ctx)
+{
+    const dcp_plan *plan = (const dcp_plan *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
+    dcp_nccl_set *set = NULL;
+    dcp_reroute *moves = NULL;
+    dcp_nccl_reroute_buffers buffers;
+    cudaStream_t stream;
+    dcp_error err;
+    const int32_t S = plan->num_samples, K = plan->num_microbatches;
+    int32_t *holders = (int32_t *)malloc((size_t)S * sizeof(int32_t)), s, k;
+    void **samples = (void **)calloc((size_t)S, sizeof(void *));
+    void **micro = (void **)calloc((size_t)K, sizeof(void *));
+    int64_t *rows = (int64_t *)calloc((size_t)K, sizeof(int64_t)), p;
+    int32_t e;
+    o.plan_config = &plan->config;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    for (s = 0; s < S; s++) holders[s] = s % ctx->ranks; /* a data loader's placement */
+    for (s = 0; s < S; s++)
+        if (holders[s] == ctx->rank) {
+            float *data;
+            cudaMalloc(&samples[s], (size_t)plan->sample_lengths[s] * TOKEN_FLOATS * sizeof(float));
+            data = (float *)samples[s];
+            for (p = 0; p < plan->sample_lengths[s]; p++)
+                for (e = 0; e < TOKEN_FLOATS; e++) data[p * TOKEN_FLOATS + e] = token_value(s, p, e);
+        }
+    for (k = 0; k < K; k++) {
+        dcp_rank_group where;
+        RANK_CHECK(ctx, dcp_plan_rank_group(plan, ctx->rank, k, &where, NULL) == DCP_OK);
+        rows[k] = where.local_rows;
+        cudaMalloc(&micro[k], (size_t)rows[k] * TOKEN_FLOATS * sizeof(float)); /* poisoned */
+    }
+    RANK_CHECK(ctx, dcp_reroute_create(plan, holders, ctx->rank, &moves, &err) == DCP_OK);
+    memset(&buffers, 0, sizeof buffers);
+    buffers.element_size = TOKEN_FLOATS * sizeof(float);
+    buffers.num_samples = S, buffers.sample_data = (const void *const *)samples;
+    buffers.sample_rows = plan->sample_lengths;
+    buffers.num_microbatches = K, buffers.microbatch_data = micro, buffers.microbatch_rows = rows;
+    if (set && moves) {
+        RANK_CHECK(ctx, dcp_nccl_plan_agree(set, plan, stream, &err) == DCP_OK);
+        RANK_CHECK(ctx, dcp_nccl_reroute_execute(set, moves, &buffers, stream, &err) == DCP_OK);
+        RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
+    }
+    for (k = 0; k < K; k++) { /* every row: its sample's token, or 0 on padding */
+        dcp_rank_view *view = NULL;
+        int32_t *slot;
+        int64_t *position, row, wrong = 0;
+        const float *got = (const float *)micro[k];
+        if (dcp_rank_view_create(plan, ctx->rank, k, &view, NULL) != DCP_OK) {
+            ctx->failures++;
+            continue;
+        }
+        slot = (int32_t *)malloc((size_t)view->local_tokens * sizeof(int32_t) + 4);
+        position = (int64_t *)malloc((size_t)view->local_tokens * sizeof(int64_t) + 8);
+        RANK_CHECK(ctx, view->local_tokens == rows[k]);
+        RANK_CHECK(ctx, dcp_rank_view_positions(view, slot, position, NULL) == DCP_OK);
+        for (row = 0; row < view->local_tokens; row++)
+            for (e = 0; e < TOKEN_FLOATS; e++) {
+                const float want = position[row] < 0
+                                       ? 0.0f
+                                       : token_value(view->samples[slot[row]], position[row], e);
+                wrong += got[row * TOKEN_FLOATS + e] != want;
+            }
+        RANK_CHECK(ctx, wrong == 0);
+        free(slot), free(position);
+        dcp_rank_view_destroy(view);
+    }
+    if (set) RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+    for (s = 0; s < S; s++) cudaFree(samples[s]);
+    for (k = 0; k < K; k++) cudaFree(micro[k]);
+    dcp_reroute_destroy(moves);
+    free(holders), free(samples), free(micro), free(rows);
+}
+
+static void reroute_64_ranks_equals_views(void)
+{
+    enum { RANKS = 64 };
+    static rank_ctx ctx[RANKS];
+    dcp_plan *plan = host_plan(RANKS, 48, 150, HOST_SEED + 1);
+    printf("  seed %d\n", HOST_SEED + 1);
+    CHECK(plan != NULL);
+    if (!plan) return;
+    CHECK_EQ(run_ranks(RANKS, 1, reroute_rank, plan, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+    dcp_plan_destroy(plan);
+}
+
+/* ------------------------------------------------------- ring attention against the CPU ring */
+
+#define RING_HEADS 2
+#define RING_KV_HEADS 1
+#define RING_HEAD_DIM 8
+#define RING_SEQUENCES 3
+
+typedef struct ring_test {
+    int32_t cp;
+    dcp_attention_params params;
+    dcp_thd_layout thd;
+    int32_t cu[RING_SEQUENCES + 1], cu_padded[RING_SEQUENCES + 1];
+    int64_t local_rows;
+    int32_t max_seqlen_padded;
+    /* per pool rank: inputs, and the CPU ring's results for its group */
+    float **q, **k, **v, **dout, **out, **lse, **dq, **dk, **dv;
+    const ncclConfig_t *config; /* NULL: blocking defaults */
+    int dies;                   /* rank that dies mid-step, or -1 */
+} ring_test;
+
+static float *random_floats(dcp_rng *rng, int64_t n)
+{
+    float *x = (float *)malloc((size_t)n * sizeof(float) + 4);
+    int64_t i;
+    for (i = 0; i < n; i++) x[i] = (float)(2.0 * dcp_rng_uniform(rng) - 1.0);
+    return x;
+}
+
+static void ring_test_init(ring_test *t, int32_t ranks, int32_t cp, uint64_t seed)
+{
+    static const int32_t lengths[RING_SEQUENCES] = {13, 40, 7};
+    dcp_rng rng;
+    int32_t i, g, r;
+    const int64_t qw = RING_HEADS * RING_HEAD_DIM, kw = RING_KV_HEADS * RING_HEAD_DIM;
+    memset(t, 0, sizeof *t);
+    t->cp = cp, t->dies = -1;
+    t->params.num_heads = RING_HEADS, t->params.num_kv_heads = RING_KV_HEADS;
+    t->params.head_dim = RING_HEAD_DIM, t->params.causal = 1;
+    for (i = 0; i < RING_SEQUENCES; i++) { /* padded to a multiple of 2 cp */
+        const int32_t padded = (lengths[i] + 2 * cp - 1) / (2 * cp) * (2 * cp);
+        t->cu[i + 1] = t->cu[i] + lengths[i];
+        t->cu_padded[i + 1] = t->cu_padded[i] + padded;
+        if (padded > t->max_seqlen_padded) t->max_seqlen_padded = padded;
+    }
+    t->thd.num_sequences = RING_SEQUENCES, t->thd.cu_seqlens = t->cu;
+    t->thd.cu_seqlens_padded = t->cu_padded, t->thd.cp = cp;
+    t->local_rows = t->cu_padded[RING_SEQUENCES] / cp;
+#define RING_ALLOC(name) t->name = (float **)calloc((size_t)ranks, sizeof(float *))
+    RING_ALLOC(q), RING_ALLOC(k), RING_ALLOC(v), RING_ALLOC(dout), RING_ALLOC(out);
+    RING_ALLOC(lse), RING_ALLOC(dq), RING_ALLOC(dk), RING_ALLOC(dv);
+#undef RING_ALLOC
+    dcp_rng_seed(&rng, seed);
+    for (r = 0; r < ranks; r++) {
+        t->q[r] = random_floats(&rng, t->local_rows * qw);
+        t->k[r] = random_floats(&rng, t->local_rows * kw);
+        t->v[r] = random_floats(&rng, t->local_rows * kw);
+        t->dout[r] = random_floats(&rng, t->local_rows * qw);
+        t->out[r] = (float *)malloc((size_t)(t->local_rows * qw) * sizeof(float));
+        t->lse[r] = (float *)malloc((size_t)(t->local_rows * RING_HEADS) * sizeof(float));
+        t->dq[r] = (float *)malloc((size_t)(t->local_rows * qw) * sizeof(float));
+        t->dk[r] = (float *)malloc((size_t)(t->local_rows * kw) * sizeof(float));
+        t->dv[r] = (float *)malloc((size_t)(t->local_rows * kw) * sizeof(float));
+    }
+    for (g = 0; g + cp <= ranks; g += cp) { /* each group's reference, different data */
+        const float *const *cq = (const float *const *)&t->q[g];
+        const float *const *ck = (const float *const *)&t->k[g];
+        const float *const *cv = (const float *const *)&t->v[g];
+        CHECK_EQ(dcp_ring_attention_forward(&t->params, &t->thd, cq, ck, cv, &t->out[g],
+                                            &t->lse[g], NULL, NULL),
+                 DCP_OK);
+        CHECK_EQ(dcp_ring_attention_backward(&t->params, &t->thd, cq, ck, cv,
+                                             (const float *const *)&t->out[g],
+                                             (const float *const *)&t->dout[g],
+                                             (const float *const *)&t->lse[g], &t->dq[g],
+                                             &t->dk[g], &t->dv[g], NULL),
+                 DCP_OK);
+    }
+}
+
+static void ring_test_free(ring_test *t, int32_t ranks)
+{
+    int32_t r;
+    for (r = 0; r < ranks; r++) {
+        free(t->q[r]), free(t->k[r]), free(t->v[r]), free(t->dout[r]), free(t->out[r]);
+        free(t->lse[r]), free(t->dq[r]), free(t->dk[r]), free(t->dv[r]);
+    }
+    free(t->q), free(t->k), free(t->v), free(t->dout), free(t->out), free(t->lse);
+    free(t->dq), free(t->dk), free(t->dv);
+}
+
+static void *device_copy(const float *host, int64_t n, cudaStream_t stream)
+{
+    void *d = NULL;
+    cudaMalloc(&d, (size_t)n * sizeof(float) + 4);
+    cudaMemcpyAsync(d, host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, stream);
+    return d;
+}
+
+enum { RING_Q, RING_K, RING_V, RING_DOUT, RING_OUT, RING_LSE, RING_DQ, RING_DK, RING_DV, RING_BUFFERS };
+
+/* One rank's ring pass under an evaluation override of CP cp: forward, backward, wait. A rank
+   that `dies` enqueues its forward and vanishes (aborts and leaves) before any of it runs. */
+static void ring_rank(rank_ctx *ctx)
+{
+    const ring_test *t = (const ring_test *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, t->cp, t->config);
+    const int64_t qw = RING_HEADS * RING_HEAD_DIM, kw = RING_KV_HEADS * RING_HEAD_DIM;
+    const int64_t n[RING_BUFFERS] = {qw, kw, kw, qw, qw, RING_HEADS, qw, kw, kw};
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding binding;
+    dcp_comm_scope scope;
+    dcp_cuda_layout layout;
+    cudaStream_t stream;
+    dcp_error err;
+    void *d[RING_BUFFERS], *scratch = NULL;
+    size_t forward_bytes = 0, backward_bytes = 0;
+    const int r = ctx->rank;
+    double start;
+    int i, pool_aborted;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) {
+        cudaStreamDestroy(stream);
+        return;
+    }
+    if (t->dies >= 0) set->timeout_ms = FAILURE_TIMEOUT_MS;
+    d[RING_Q] = device_copy(t->q[r], t->local_rows * n[RING_Q], stream);
+    d[RING_K] = device_copy(t->k[r], t->local_rows * n[RING_K], stream);
+    d[RING_V] = device_copy(t->v[r], t->local_rows * n[RING_V], stream);
+    d[RING_DOUT] = device_copy(t->dout[r], t->local_rows * n[RING_DOUT], stream);
+    for (i = RING_OUT; i < RING_BUFFERS; i++) cudaMalloc(&d[i], (size_t)(t->local_rows * n[i]) * 4);
+    layout.thd = t->thd, layout.local_rows = t->local_rows;
+    layout.max_seqlen_padded = t->max_seqlen_padded;
+    RANK_CHECK(ctx, dcp_nccl_ring_scratch_size(&t->params, &layout, DCP_DTYPE_FLOAT32,
+                                               DCP_RING_FORWARD, &forward_bytes, NULL) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_ring_scratch_size(&t->params, &layout, DCP_DTYPE_FLOAT32,
+                                               DCP_RING_BACKWARD, &backward_bytes, NULL) == DCP_OK);
+    cudaMalloc(&scratch, forward_bytes > backward_bytes ? forward_bytes : backward_bytes);
+    memset(&scope, 0, sizeof scope);
+    RANK_CHECK(ctx, dcp_nccl_override_begin(set, t->cp, &scope, &binding, &err) == DCP_OK);
+    start = fake_now_ms();
+    ctx->status = dcp_nccl_ring_forward(set, &binding, &t->params, &layout, DCP_DTYPE_FLOAT32,
+                                        d[RING_Q], d[RING_K], d[RING_V], d[RING_OUT],
+                                        (float *)d[RING_LSE], scratch,
+                                        forward_bytes > backward_bytes ? forward_bytes
+                                                                       : backward_bytes,
+                                        stream, &err);
+    if (r == t->dies) { /* gone mid-step: nothing it enqueued ever runs against its peers */
+        (void)dcp_nccl_set_abort(set, 1, NULL);
+    } else {
+        if (ctx->status == DCP_OK)
+            ctx->status = dcp_nccl_ring_backward(
+                set, NULL, &t->params, &layout, DCP_DTYPE_FLOAT32, d[RING_Q], d[RING_K],
+                d[RING_V], d[RING_OUT], d[RING_DOUT], (const float *)d[RING_LSE], d[RING_DQ],
+                d[RING_DK], d[RING_DV], 1, scratch,
+                forward_bytes > backward_bytes ? forward_bytes : backward_bytes, stream, &err);
+        if (ctx->status == DCP_OK) ctx->status = dcp_nccl_set_wait(set, stream, &err);
+    }
+    ctx->elapsed_ms = fake_now_ms() - start;
+    if (ctx->status != DCP_OK) snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
+    RANK_CHECK(ctx, dcp_nccl_override_end(set, &scope, &err) == DCP_OK);
+    RANK_CHECK(ctx, stream_drains(stream)); /* joined: nothing left waiting forever */
+    if (t->dies < 0) {
+        RANK_CHECK(ctx, ctx->status == DCP_OK);
+        RANK_CHECK(ctx, relative_error((float *)d[RING_OUT], t->out[r], t->local_rows * qw) <= RING_TOLERANCE);
+        RANK_CHECK(ctx, relative_error((float *)d[RING_LSE], t->lse[r], t->local_rows * RING_HEADS) <= RING_TOLERANCE);
+        RANK_CHECK(ctx, relative_error((float *)d[RING_DQ], t->dq[r], t->local_rows * qw) <= RING_TOLERANCE);
+        RANK_CHECK(ctx, relative_error((float *)d[RING_DK], t->dk[r], t->local_rows * kw) <= RING_TOLERANCE);
+        RANK_CHECK(ctx, relative_error((float *)d[RING_DV], t->dv[r], t->local_rows * kw) <= RING_TOLERANCE);
+    }
+    pool_aborted = set->pool == NULL;
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, pool_aborted);
+    cudaStreamDestroy(stream);
+    for (i = 0; i < RING_BUFFERS; i++) cudaFree(d[i]);
+    cudaFree(scratch);
+}
+
+static void ring_run(int32_t ranks, int32_t cp, int blocking, uint64_t seed)
+{
+    rank_ctx *ctx = (rank_ctx *)calloc((size_t)ranks, sizeof(rank_ctx));
+    ring_test t;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = blocking;
+    printf("  %d ranks, cp %d, %s, seed %llu\n", (int)ranks, (int)cp,
+           blocking ? "blocking" : "non-blocking", (unsigned long long)seed);
+    ring_test_init(&t, ranks, cp, seed);
+    t.config = &config;
+    CHECK_EQ(run_ranks(ranks, blocking, ring_rank, &t, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+    ring_test_free(&t, ranks);
+    free(ctx);
+}
+
+static void ring_64_ranks_equals_cpu_ring(void) { ring_run(64, 8, 1, HOST_SEED + 2); }
+static void ring_cp2_and_cp4_equal_cpu_ring(void)
+{
+    ring_run(8, 2, 1, HOST_SEED + 3);
+    ring_run(16, 4, 1, HOST_SEED + 4);
+}
+static void ring_nonblocking_communicators(void) { ring_run(8, 4, 0, HOST_SEED + 5); }
+
+/* ---------------------------------------------------------------- failures: dead peers */
+
+/* A ring whose rank 3 dies mid-step: every other rank of its group returns DCP_ERROR_NCCL
+   naming the timeout within it (plus slack), never hangs; the others' streams drain. */
+static void dead_peer_in_ring_times_out(void)
+{
+    enum { RANKS = 8 };
+    static rank_ctx ctx[RANKS];
+    ring_test t;
+    int r;
+    ring_test_init(&t, RANKS, 8, HOST_SEED + 6);
+    t.dies = 3;
+    CHECK_EQ(run_ranks(RANKS, 1, ring_rank, &t, ctx), 0);
+    for (r = 0; r < RANKS; r++) {
+        if (r == t.dies) continue;
+        CHECK_EQ(ctx[r].status, DCP_ERROR_NCCL);
+        CHECK_CONTAINS(ctx[r].message, "did not finish");
+        CHECK_CONTAINS(ctx[r].message, "dcp_nccl_set_wait");
+        CHECK(ctx[r].elapsed_ms < FAILURE_TIMEOUT_MS + TIMEOUT_SLACK_MS);
+    }
+    printf("  rank 0: %.0f ms: %s\n", ctx[0].elapsed_ms, ctx[0].message);
+    fake_job_destroy();
+    ring_test_free(&t, RANKS);
+}
+
+/* The root of a broadcast dies before it: the others return an error within the timeout. */
+static void dead_root_rank(rank_ctx *ctx)
+{
+    const dcp_plan *plan = (const dcp_plan *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
+    dcp_nccl_set *set = NULL;
+    dcp_plan *got = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    double start;
+    int pool_aborted;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    set->timeout_ms = FAILURE_TIMEOUT_MS;
+    start = fake_now_ms();
+    if (ctx->rank == 0)
+        (void)dcp_nccl_set_abort(set, 1, NULL); /* gone */
+    else {
+        ctx->status = dcp_nccl_broadcast_plan(set, set->pool, 0, NULL, &got, stream, &err);
+        snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
+        RANK_CHECK(ctx, got == NULL);
+        RANK_CHECK(ctx, set->aborted == 1);
+    }
+    (void)plan;
+    ctx->elapsed_ms = fake_now_ms() - start;
+    RANK_CHECK(ctx, stream_drains(stream));
+    pool_aborted = set->pool == NULL;
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, pool_aborted);
+    cudaStreamDestroy(stream);
+}
+
+static void dead_root_broadcast_times_out(void)
+{
+    enum { RANKS = 16 };
+    static rank_ctx ctx[RANKS];
+    int r;
+    CHECK_EQ(run_ranks(RANKS, 1, dead_root_rank, NULL, ctx), 0);
+    for (r = 1; r < RANKS; r++) {
+        CHECK_EQ(ctx[r].status, DCP_ERROR_NCCL);
+        CHECK_CONTAINS(ctx[r].message, "broadcast");
+        CHECK_CONTAINS(ctx[r].message, "pool");
+        CHECK(ctx[r].elapsed_ms < FAILURE_TIMEOUT_MS + TIMEOUT_SLACK_MS);
+    }
+    printf("  rank 1: %s\n", ctx[1].message);
+    fake_job_destroy();
+}
+
+/* ------------------------------------------ a bad argument on one rank of a broadcast */
+
+#define BAD_ARGUMENT_RANK 3
+#define BROADCAST_TEST_BYTES 100
+
+/* The root passes NULL data and rank 3 NULL received: both take part in the broadcast (the
+   root sends length 0), then fail with their own reason; every other rank rejects the length;
+   nobody waits, nothing is aborted, and the next broadcast works everywhere. */
+static void bad_argument_rank(rank_ctx *ctx)
+{
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
+    dcp_nccl_set *set = NULL;
+    unsigned char bytes[BROADCAST_TEST_BYTES];
+    void *received = NULL;
+    size_t size = 0;
+    cudaStream_t stream;
+    dcp_error err;
+    const int root = ctx->rank == 0;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    memset(bytes, 0x3C, sizeof bytes);
+    ctx->status = dcp_nccl_broadcast_bytes(
+        set, set->pool, 0, NULL, sizeof bytes,
+        ctx->rank == BAD_ARGUMENT_RANK ? NULL : &received, &size, stream, &err);
+    snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
+    RANK_CHECK(ctx, received == NULL && set->aborted == 0);
+    RANK_CHECK(ctx, dcp_nccl_broadcast_bytes(set, set->pool, 0, bytes, sizeof bytes,
+                                             root ? NULL : &received, &size, stream,
+                                             &err) == DCP_OK);
+    RANK_CHECK(ctx, root || (size == sizeof bytes && memcmp(received, bytes, size) == 0));
+    if (received) dcp_free(&set->allocator, received);
+    RANK_CHECK(ctx, stream_drains(stream));
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+}
+
+static void broadcast_bad_argument_fails_alone(void)
+{
+    enum { RANKS = 8 };
+    static rank_ctx ctx[RANKS];
+    int r;
+    CHECK_EQ(run_ranks(RANKS, 1, bad_argument_rank, NULL, ctx), 0);
+    CHECK_EQ(ctx[0].status, DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(ctx[0].message, "root's data is NULL");
+    CHECK_EQ(ctx[BAD_ARGUMENT_RANK].status, DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(ctx[BAD_ARGUMENT_RANK].message, "received");
+    for (r = 1; r < RANKS; r++)
+        if (r != BAD_ARGUMENT_RANK) CHECK_EQ(ctx[r].status, DCP_ERROR_CORRUPT_DATA);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+
+/* ------------------------------------------------------------- plans that differ */
+
+typedef struct agree_test {
+    const dcp_plan *plan, *other;
+    int odd_rank;
+} agree_test;
+
+static void agree_rank(rank_ctx *ctx)
+{
+    const agree_test *t = (const agree_test *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
+    dcp_nccl_set *set = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    dcp_plan *got = NULL;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    ctx->status = dcp_nccl_plan_agree(set, ctx->rank == t->odd_rank ? t->other : t->plan, stream,
+                                      &err);
+    snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
+    /* the set stays usable: the broadcast that fixes it runs */
+    RANK_CHECK(ctx, dcp_nccl_broadcast_plan(set, set->pool, 0, ctx->rank == 0 ? t->plan : NULL,
+                                            &got, stream, &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_plan_agree(set, got, stream, &err) == DCP_OK);
+    dcp_plan_destroy(got);
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+}
+
+static void plan_disagreement_fails_every_rank(void)
+{
+    enum { RANKS = 16 };
+    static rank_ctx ctx[RANKS];
+    agree_test t;
+    int r;
+    dcp_plan *plan = host_plan(RANKS, 48, 40, HOST_SEED + 7);
+    dcp_plan *other = host_plan(RANKS, 48, 40, HOST_SEED + 8);
+    CHECK(plan && other);
+    if (!plan || !other) return;
+    t.plan = plan, t.other = other, t.odd_rank = 5;
+    CHECK_EQ(run_ranks(RANKS, 1, agree_rank, &t, ctx), 0);
+    for (r = 0; r < RANKS; r++) {
+        CHECK_EQ(ctx[r].status, DCP_ERROR_INVALID_PLAN);
+        CHECK_CONTAINS(ctx[r].message, "different plans");
+    }
+    CHECK(job_clean());
+    fake_job_destroy();
+    dcp_plan_destroy(plan);
+    dcp_plan_destroy(other);
+}
+
+/* -------------------------------------------------- a failure injected at every call */
+
+typedef struct fault_test {
+    ring_test ring;
+    const dcp_plan *plan;
+    int faulty_rank;
+    long fault_at; /* 0: none (the counting run) */
+} fault_test;
+
+#define FAULT_BROADCAST_BYTES 100
+
+/* One step as a program runs it, stopping at its first error: agree on the plan, ring forward
+   and backward under an override, wait, broadcast. */
+static dcp_status fault_step(rank_ctx *ctx, dcp_nccl_set *set, cudaStream_t stream, void **d,
+                             void *scratch, size_t scratch_bytes, dcp_error *err)
+{
+    const fault_test *t = (const fault_test *)ctx->test;
+    const ring_test *ring = &t->ring;
+    unsigned char bytes[FAULT_BROADCAST_BYTES];
+    void *received = NULL;
+    size_t received_size = 0;
+    dcp_cuda_layout layout;
+    dcp_comm_scope scope;
+    dcp_nccl_binding binding;
+    dcp_status status, ended;
+    memset(bytes, 0x5A, sizeof bytes);
+    layout.thd = ring->thd, layout.local_rows = ring->local_rows;
+    layout.max_seqlen_padded = ring->max_seqlen_padded;
+    if ((status = dcp_nccl_plan_agree(set, t->plan, stream, err)) != DCP_OK) return status;
+    memset(&scope, 0, sizeof scope);
+    if ((status = dcp_nccl_override_begin(set, ring->cp, &scope, &binding, err)) != DCP_OK)
+        return status;
+    status = dcp_nccl_ring_forward(set, &binding, &ring->params, &layout, DCP_DTYPE_FLOAT32,
+                                   d[RING_Q], d[RING_K], d[RING_V], d[RING_OUT],
+                                   (float *)d[RING_LSE], scratch, scratch_bytes, stream, err);
+    if (status == DCP_OK)
+        status = dcp_nccl_ring_backward(set, &binding, &ring->params, &layout, DCP_DTYPE_FLOAT32,
+                                        d[RING_Q], d[RING_K], d[RING_V], d[RING_OUT],
+                                        d[RING_DOUT], (const float *)d[RING_LSE], d[RING_DQ],
+                                        d[RING_DK], d[RING_DV], 1, scratch, scratch_bytes,
+                                        stream, err);
+    ended = dcp_nccl_override_end(set, &scope, NULL); /* on every path */
+    RANK_CHECK(ctx, ended == DCP_OK);
+    if (status != DCP_OK) return status;
+    if ((status = dcp_nccl_set_wait(set, stream, err)) != DCP_OK) return status;
+    status = dcp_nccl_broadcast_bytes(set, set->pool, 0, bytes, sizeof bytes,
+                                      ctx->rank == 0 ? NULL : &received, &received_size, stream,
+                                      err);
+    if (status == DCP_OK && ctx->rank != 0)
+        RANK_CHECK(ctx, received_size == sizeof bytes && memcmp(received, bytes, sizeof bytes) == 0);
+    if (received) dcp_free(&set->allocator, received);
+    return status;
+}
+
+static void fault_rank(rank_ctx *ctx)
+{
+    const fault_test *t = (const fault_test *)ctx->test;
+    const ring_test *ring = &t->ring;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ring->cp, NULL);
+    const int64_t qw = RING_HEADS * RING_HEAD_DIM, kw = RING_KV_HEADS * RING_HEAD_DIM;
+    const int64_t n[RING_BUFFERS] = {qw, kw, kw, qw, qw, RING_HEADS, qw, kw, kw};
+    dcp_nccl_set *set = NULL;
+    dcp_cuda_layout layout;
+    cudaStream_t stream;
+    dcp_error err;
+    void *d[RING_BUFFERS], *scratch = NULL;
+    size_t fb = 0, bb = 0;
+    int i, pool_aborted;
+    double start;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    /* the counting run must not fail by a slow machine's timeout */
+    set->timeout_ms = t->fault_at ? FAILURE_TIMEOUT_MS : CLEAN_TIMEOUT_MS;
+    d[RING_Q] = device_copy(ring->q[ctx->rank], ring->local_rows * qw, stream);
+    d[RING_K] = device_copy(ring->k[ctx->rank], ring->local_rows * kw, stream);
+    d[RING_V] = device_copy(ring->v[ctx->rank], ring->local_rows * kw, stream);
+    d[RING_DOUT] = device_copy(ring->dout[ctx->rank], ring->local_rows * qw, stream);
+    for (i = RING_OUT; i < RING_BUFFERS; i++) cudaMalloc(&d[i], (size_t)(ring->local_rows * n[i]) * 4);
+    layout.thd = ring->thd, layout.local_rows = ring->local_rows;
+    layout.max_seqlen_padded = ring->max_seqlen_padded;
+    (void)dcp_nccl_ring_scratch_size(&ring->params, &layout, DCP_DTYPE_FLOAT32, DCP_RING_FORWARD, &fb, NULL);
+    (void)dcp_nccl_ring_scratch_size(&ring->params, &layout, DCP_DTYPE_FLOAT32, DCP_RING_BACKWARD, &bb, NULL);
+    if (bb > fb) fb = bb;
+    cudaMalloc(&scratch, fb);
+    fake_fault_arm(ctx->rank == t->faulty_rank ? t->fault_at : 0);
+    start = fake_now_ms();
+    ctx->status = fault_step(ctx, set, stream, d, scratch, fb, &err);
+    ctx->elapsed_ms = fake_now_ms() - start;
+    ctx->calls = fake_fault_count();
+    fake_fault_arm(0);
+    if (ctx->status != DCP_OK) {
+        snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
+        /* a failed step leaves the set aborted (never half-enqueued traffic) ... */
+        RANK_CHECK(ctx, set->aborted == 1);
+    } else if (t->fault_at == 0) {
+        RANK_CHECK(ctx, relative_error((float *)d[RING_OUT], ring->out[ctx->rank],
+                                       ring->local_rows * qw) <= RING_TOLERANCE);
+        RANK_CHECK(ctx, relative_error((float *)d[RING_DK], ring->dk[ctx->rank],
+                                       ring->local_rows * kw) <= RING_TOLERANCE);
+    }
+    /* ... and the streams joined: everything enqueued drains */
+    RANK_CHECK(ctx, stream_drains(stream));
+    RANK_CHECK(ctx, ctx->elapsed_ms < 4 * FAILURE_TIMEOUT_MS + TIMEOUT_SLACK_MS);
+    pool_aborted = set->pool == NULL;
+    (void)dcp_nccl_set_destroy(set, NULL);
+    pool_destroy(ctx, pool_aborted);
+    cudaStreamDestroy(stream);
+    for (i = 0; i < RING_BUFFERS; i++) cudaFree(d[i]);
+    cudaFree(scratch);
+}
+
+/* Most runs of the fault loop (each failing run costs about one timeout). */
+#ifndef FAULT_RUNS
+#define FAULT_RUNS 24
+#endif
+
+static void fault_at_every_call_leaves_ranks_consistent(void)
+{
+    enum { RANKS = 4 };
+    static rank_ctx ctx[RANKS];
+    fault_test t;
+    long calls, at, stride, runs = 0, faulted = 0;
+    int r;
+    memset(&t, 0, sizeof t);
+    ring_test_init(&t.ring, RANKS, 4, HOST_SEED + 9);
+    t.plan = host_plan(RANKS, 48, 12, HOST_SEED + 10);
+    t.faulty_rank = 1;
+    CHECK(t.plan != NULL);
+    if (!t.plan) return;
+    CHECK_EQ(run_ranks(RANKS, 1, fault_rank, &t, ctx), 0); /* counting run, no fault */
+    for (r = 0; r < RANKS; r++) CHECK_EQ(ctx[r].status, DCP_OK);
+    CHECK(job_clean());
+    fake_job_destroy();
+    calls = ctx[t.faulty_rank].calls;
+    stride = calls / FAULT_RUNS + 1;
+    printf("  %ld hooked calls on rank %d, a fault at every %ld-th\n", calls, t.faulty_rank, stride);
+    for (at = 1; at <= calls; at += stride) {
+        t.fault_at = at;
+        CHECK_EQ(run_ranks(RANKS, 1, fault_rank, &t, ctx), 0);
+        runs++;
+        faulted += ctx[t.faulty_rank].status != DCP_OK;
+        /* the faulty rank fails and says which call */
+        CHECK(ctx[t.faulty_rank].status == DCP_ERROR_NCCL || ctx[t.faulty_rank].status == DCP_ERROR_CUDA);
+        CHECK(strstr(ctx[t.faulty_rank].message, "from nccl") ||
+              strstr(ctx[t.faulty_rank].message, "from cuda"));
+        if (test_current_failures) {
+            printf("  fault at call %ld: %s\n", at, ctx[t.faulty_rank].message);
+            break;
+        }
+        fake_job_destroy();
+    }
+    fake_job_destroy();
+    CHECK(runs > 0 && faulted == runs);
+    ring_test_free(&t.ring, RANKS);
+    dcp_plan_destroy((dcp_plan *)t.plan);
+}
+
+#ifdef __cplusplus
+/* ------------------------------------------ C++: the RAII override guard (this file as C++) */
+
+struct guard_escape {}; /* what the scope throws */
+
+static void guard_rank(rank_ctx *ctx)
+{
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding trained, now;
+    dcp_error err;
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    dcp_nccl_set_current(set, &trained); /* cp 1, as trained */
+    try { /* an exception leaves the scope: the destructor restores */
+        dcp_nccl_cp_guard guard(set, 4);
+        RANK_CHECK(ctx, guard.status() == DCP_OK && guard.binding().cp == 4);
+        dcp_nccl_set_current(set, &now);
+        RANK_CHECK(ctx, now.cp == 4 && now.comm == dcp_nccl_set_comm(set, 4));
+        throw guard_escape();
+    } catch (const guard_escape &) {
+    }
+    dcp_nccl_set_current(set, &now);
+    RANK_CHECK(ctx, memcmp(&now, &trained, sizeof now) == 0 && set->state.depth == 0);
+    { /* a failed begin opens nothing and its destructor ends nothing */
+        dcp_nccl_cp_guard outer(set, 2);
+        {
+            dcp_nccl_cp_guard bad(set, 3);
+            RANK_CHECK(ctx, bad.status() == DCP_ERROR_INVALID_ARGUMENT);
+        }
+        RANK_CHECK(ctx, set->state.depth == 1 && set->state.override_cp == 2);
+        RANK_CHECK(ctx, outer.end(&err) == DCP_OK); /* ended early: the destructor is a no-op */
+        RANK_CHECK(ctx, set->state.depth == 0);
+    }
+    { /* heap guards ended out of order: the outer end closes the inner scope too */
+        dcp_nccl_cp_guard *outer = new dcp_nccl_cp_guard(set, 2);
+        dcp_nccl_cp_guard *inner = new dcp_nccl_cp_guard(set, 4);
+        RANK_CHECK(ctx, set->state.depth == 2);
+        delete outer;
+        RANK_CHECK(ctx, set->state.depth == 0);
+        delete inner; /* refused harmlessly */
+        dcp_nccl_set_current(set, &now);
+        RANK_CHECK(ctx, memcmp(&now, &trained, sizeof now) == 0 && set->state.depth == 0);
+    }
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, 0);
+}
+
+static void cxx_guard_is_raii(void)
+{
+    enum { RANKS = 8 };
+    static rank_ctx ctx[RANKS];
+    CHECK_EQ(run_ranks(RANKS, 1, guard_rank, NULL, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    static const test_case tests[] = {
+        {"control_plane_512_ranks", control_plane_512_ranks},
+        {"reroute_64_ranks_equals_views", reroute_64_ranks_equals_views},
+        {"ring_64_ranks_equals_cpu_ring", ring_64_ranks_equals_cpu_ring},
+        {"ring_cp2_and_cp4_equal_cpu_ring", ring_cp2_and_cp4_equal_cpu_ring},
+        {"ring_nonblocking_communicators", ring_nonblocking_communicators},
+        {"dead_peer_in_ring_times_out", dead_peer_in_ring_times_out},
+        {"dead_root_broadcast_times_out", dead_root_broadcast_times_out},
+        {"plan_disagreement_fails_every_rank", plan_disagreement_fails_every_rank},
+        {"broadcast_bad_argument_fails_alone", broadcast_bad_argument_fails_alone},
+        {"fault_at_every_call_leaves_ranks_consistent",
+         fault_at_every_call_leaves_ranks_consistent},
+#ifdef __cplusplus
+        {"cxx_guard_is_raii", cxx_guard_is_raii},
+#endif
+    };
+    return test_main(tests, TEST_COUNT(tests), argc, argv);
+}
