@@ -33,10 +33,15 @@ COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o
 
 .PHONY: all test demo bench fuzz clean sanitize-gpu test-gpu ring-example
 
+# The Python package (python/dcp): dcp.h's implementation as a shared library (C compiler
+# only, no nvcc) and the struct-layout dump its tests compare the ctypes mirrors against.
+PYTHON_LIBS := $(BUILD)/libdcp.so $(BUILD)/dcp-struct-layout
+PYTHON_TEST := tests/test_python.sh
+
 GPU_BENCHES := $(BUILD)/kernels_bench $(BUILD)/attention_bench $(BUILD)/libdcp_cuda.so
 
 all: $(BUILD)/dcp-plan $(BUILD)/plan_bench $(TEST_PROGRAMS) $(COMPILE_CHECKS) $(GPU_BENCHES) \
-     $(BUILD)/ring_attention_nccl
+     $(BUILD)/ring_attention_nccl $(PYTHON_LIBS)
 
 $(BUILD):
 	mkdir -p $(BUILD)
@@ -80,7 +85,15 @@ $(BUILD)/kernels_bench: bench/kernels_bench.cu bench/bench_util.h dcp.h $(BUILD)
 $(BUILD)/attention_bench: bench/attention_bench.cu bench/bench_util.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
 
-# dcp_cuda.cu and the dcp.h implementation as one shared library, for the Python benches.
+# The Python package's library (CPU: planner, views, reroute, references) and the layout of
+# every struct it mirrors.
+$(BUILD)/libdcp.so: dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) -fPIC -shared -DDCP_IMPLEMENTATION -x c dcp.h -x none -o $@ -lm
+$(BUILD)/dcp-struct-layout: python/tests/struct_layout.c dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) $< -o $@ -lm
+
+# dcp_cuda.cu and the dcp.h implementation as one shared library, for the Python benches and
+# the Python package's torch ops.
 $(BUILD)/dcp_cuda-pic.o: dcp_cuda.cu dcp.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fPIC -c $< -o $@
 $(BUILD)/dcp_impl-pic.o: bench/dcp_impl.c dcp.h | $(BUILD)
@@ -122,7 +135,7 @@ test-gpu: $(GPU_TESTS) $(BUILD)/test_nccl_gpu
 ring-example: $(BUILD)/ring_attention_nccl
 
 test: all
-	sh tests/run_tests.sh $(TEST_PROGRAMS) tests/test_cli.sh
+	sh tests/run_tests.sh $(TEST_PROGRAMS) tests/test_cli.sh $(PYTHON_TEST)
 
 demo: $(BUILD)/dcp-plan
 	$(BUILD)/dcp-plan --lognormal 4096,1.1,1024,8192,256 --seed 1 --ranks 16 \
