@@ -401,6 +401,30 @@ class Plan:
         cpu().call("dcp_rank_view_create", self._pointer, rank, microbatch, ctypes.byref(pointer))
         return _view_from_handle(_ViewHandle(pointer), reroute)
 
+    def pack(self, rank: int, microbatch: int, samples: Sequence[Any]) -> bytearray:
+        """dcp_rank_view_pack: the rank's THD buffer of ``microbatch`` gathered from whole
+        per-sample buffers (``samples[id]``: any buffer-protocol object, for example an
+        array.array, holding sample id's valid tokens; all of one item size), padding rows
+        zero bytes. Returns local_tokens x item size bytes."""
+        views = [memoryview(s) for s in samples]
+        if len(views) != self.num_samples:
+            raise ValueError(f"samples has {len(views)} entries, the plan {self.num_samples}")
+        element = views[0].itemsize if views else 1
+        if any(m.itemsize != element for m in views):
+            raise ValueError("samples must share one item size")
+        c_buffers = [(ctypes.c_char * m.nbytes).from_buffer_copy(m) for m in views]
+        pointers = (ctypes.c_void_p * max(len(views), 1))(
+            *[ctypes.addressof(b) for b in c_buffers])
+        handle = _ViewHandle(ctypes.POINTER(S.RankView)())
+        lib = cpu()
+        lib.call("dcp_rank_view_create", self._pointer, rank, microbatch,
+                 ctypes.byref(handle.pointer))
+        out = bytearray(handle.pointer.contents.local_tokens * element)
+        target = (ctypes.c_char * max(len(out), 1)).from_buffer(out) if out else None
+        lib.call("dcp_rank_view_pack", handle.pointer, pointers, element, target)
+        del target
+        return out
+
     def svg(self) -> str:
         """The plan's timeline as SVG text: a row per rank, a box per group and microbatch
         coloured by CP size, time in ms (the picture `dcp-plan --svg` draws)."""
