@@ -156,6 +156,11 @@ def _fields(sample: Sample) -> Dict[str, Any]:
     return dict(sample) if isinstance(sample, Mapping) else {TOKENS: sample}
 
 
+def torch_float(like: Any) -> Any:
+    import torch
+    return torch.float32
+
+
 def _is_torch(value: Any) -> bool:
     return type(value).__module__.startswith("torch")
 
@@ -170,8 +175,12 @@ class DynamicCPLoader:
     :func:`torch_all_gather_lengths`) each rank holds its own share, sample ids are assigned in
     rank order, and ``transport`` moves tokens (:func:`torch_p2p_transport`).
     ``cp_groups(first_rank, cp)`` returns the communicator of a group (for example from
-    :func:`make_torch_cp_groups`); ``device`` places torch buffers. Planner options are
-    dcp_config fields by name (``max_tokens_per_rank`` tokens).
+    :func:`make_torch_cp_groups`); ``device`` places torch buffers. ``fields`` names the
+    per-token fields every rank routes (all ranks must agree, so it is given, not guessed from
+    a share that may be empty); ``empty`` maps a field to an empty example of its buffer type
+    (for example ``torch.empty(0, dtype=torch.long, device="cuda")``) used when this rank
+    holds no sample of a global batch (default: Python lists). Planner options are dcp_config
+    fields by name (``max_tokens_per_rank`` tokens).
     """
 
     def __init__(self, batches: Iterable[Sequence[Sample]], *, rank: int, ranks: int,
@@ -179,13 +188,14 @@ class DynamicCPLoader:
                                                                      List[List[int]]]] = None,
                  transport: Optional[Transport] = None,
                  cp_groups: Optional[Callable[[int, int], Any]] = None, device: Any = None,
+                 fields: Sequence[str] = (TOKENS,), empty: Optional[Mapping[str, Any]] = None,
                  **config: Any):
         if gather is not None and transport is None:
             raise ValueError("gather given without a transport: sharded samples must move")
         self.batches, self.rank, self.ranks = batches, rank, ranks
         self.max_tokens_per_rank, self.config = max_tokens_per_rank, config
         self.gather, self.transport, self.cp_groups = gather, transport, cp_groups
-        self.device = device
+        self.device, self.fields, self.empty = device, tuple(fields), dict(empty or {})
         self.last_plan: Optional[Plan] = None
 
     def __iter__(self) -> Iterator[MicroBatch]:
@@ -214,7 +224,6 @@ class DynamicCPLoader:
 
     def _route(self, plan: Plan, views: List[RankView], holders, held) -> Dict[str, Dict]:
         """Per field name, the microbatch buffers of this rank."""
-        names = list(next(iter(held.values())).keys()) if held else [TOKENS]
         rows = {v.microbatch: v.local_tokens for v in views}
         if holders is None:
             # Every rank holds every sample: as if this rank had loaded them all, its reroute
@@ -224,9 +233,9 @@ class DynamicCPLoader:
         else:
             transfers = plan.reroute(holders, self.rank)
         out = {}
-        for name in names:
+        for name in self.fields:
             field_held = {s: sample[name] for s, sample in held.items()}
-            like = next(iter(field_held.values())) if field_held else []
+            like = next(iter(field_held.values())) if field_held else self.empty.get(name, [])
             zeros = (torch_zeros(like, self.device) if _is_torch(like) else list_zeros(like))
             incoming = {}
             if holders is not None:
@@ -237,15 +246,16 @@ class DynamicCPLoader:
 
     def _microbatch(self, plan: Plan, view: RankView, fields: Dict[str, Any], flops
                     ) -> MicroBatch:
-        mask = list(view.loss_mask)
-        if "loss_mask" in fields:
-            given = fields["loss_mask"]
-            mask = [m * g for m, g in zip(mask, given.tolist() if _is_torch(given) else given)]
         cu, cu_padded, positions = view.cu_seqlens, view.cu_seqlens_padded, view.position_ids
+        given = fields.get("loss_mask")
         if _is_torch(fields.get(TOKENS)):
             t = view.tensors(self.device if self.device is not None else fields[TOKENS].device)
             cu, cu_padded, positions = t["cu_seqlens"], t["cu_seqlens_padded"], t["position_ids"]
-            mask = t["loss_mask"].new_tensor(mask)
+            mask = t["loss_mask"] if given is None else t["loss_mask"] * given.to(torch_float(given))
+        else:
+            mask = list(view.loss_mask)
+            if given is not None:
+                mask = [m * g for m, g in zip(mask, given)]
         group = None
         if view.cp > 1 and self.cp_groups is not None:
             group = self.cp_groups(view.first_rank, view.cp)
