@@ -1,6 +1,7 @@
 """The data-loader wrapper's routing and packing, without torch: every rank's microbatch
 buffers against the C library's pack of the same view (dcp_rank_view_pack)."""
 import array
+import importlib.util
 import queue
 import random
 import threading
@@ -141,6 +142,22 @@ class LoaderWrapper(unittest.TestCase):
                     self.assertEqual(mb.group, (mb.view.first_rank, mb.cp))
                 else:
                     self.assertIsNone(mb.group)
+
+    @unittest.skipUnless(importlib.util.find_spec("torch"), "no torch: skipped")
+    def test_torch_tensors_on_the_cpu(self):
+        import torch
+        rng = random.Random(SEED + 30)
+        print(f"seed {SEED + 30}")
+        lengths = [rng.randint(1, 3000) for _ in range(12)]
+        samples = make_samples(lengths)
+        batch = [torch.tensor(list(s), dtype=torch.int64) for s in samples]
+        plan = dcp.plan(lengths, ranks=2, max_tokens_per_rank=2048)
+        for r in range(2):
+            for mb in loader.DynamicCPLoader([batch], rank=r, ranks=2, max_tokens_per_rank=2048):
+                self.assertEqual(mb.tokens.tolist(), c_packed(plan, r, mb.microbatch, samples))
+                self.assertEqual(mb.cu_seqlens_padded.dtype, torch.int32)
+                self.assertEqual(mb.position_ids.tolist(), list(mb.view.position_ids))
+                self.assertEqual(mb.loss_mask.tolist(), [float(t != 0) for t in mb.tokens])
 
     def test_gather_needs_a_transport(self):
         with self.assertRaises(ValueError):
