@@ -158,6 +158,22 @@ class FakeImplementations(unittest.TestCase):
             ops.varlen_attention(q, q, q, cpu_layout)
 
 
+@unittest.skipUnless(HAVE_TORCH, "no torch: skipped")
+class TinyTrainingExample(unittest.TestCase):
+    """python/examples/train_tiny.py: on the GPU with the kernels, else on the CPU with dense
+    torch attention over the CP rows (the loader's packing, positions and loss masks)."""
+
+    def test_same_loss_with_and_without_cp(self):
+        import importlib.machinery
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                            "train_tiny.py")
+        example = importlib.machinery.SourceFileLoader("train_tiny", path).load_module()
+        args = ["--steps", "2", "--documents", "3", "--max-length", "96"]
+        if gpu_reason():
+            args.append("--reference-ops")
+        self.assertEqual(example.main(args), 0)
+
+
 @unittest.skipIf(gpu_reason(), gpu_reason())
 class OnTheGpu(unittest.TestCase):
     def setUp(self):
