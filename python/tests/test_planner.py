@@ -14,7 +14,7 @@ from dcp import _library, _structs
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BUILD = os.environ.get("DCP_BUILD", os.path.join(REPO, "build"))
-CLI = os.path.join(BUILD, "dcp-plan")
+CLI = os.path.join(BUILD, "dcp-plan")  # make build/dcp-plan
 LAYOUT = os.path.join(BUILD, "dcp-struct-layout")
 SEED = 20261123  # fixed; printed by the tests that draw from it
 
@@ -41,6 +41,7 @@ class StructLayout(unittest.TestCase):
     """Every ctypes mirror has the C compiler's size and field offsets."""
 
     def test_sizes_and_offsets_match_c(self):
+        self.assertTrue(os.path.isfile(LAYOUT), f"{LAYOUT} is missing: make build/dcp-struct-layout")
         sizes, offsets = {}, {}
         for line in subprocess.run([LAYOUT], check=True, capture_output=True,
                                    text=True).stdout.splitlines():
