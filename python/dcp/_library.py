@@ -156,6 +156,8 @@ SIGNATURES = {
     "dcp_reroute_create": (ctypes.c_int, [P(S.Plan), P(_i32), _i32, P(P(S.Reroute)), _ERR]),
     "dcp_reroute_destroy": (None, [P(S.Reroute)]),
     "dcp_zigzag_position": (_i64, [_i64, _i32, _i32, _i64]),
+    "dcp_ring_step_plan": (ctypes.c_int, [_i32, _i32, _i32, _i32, P(S.RingStep), _ERR]),
+    "dcp_thd_layout_validate": (ctypes.c_int, [P(S.ThdLayout), P(_i64), _ERR]),
 }
 
 # The CUDA entry points the torch ops call (libdcp_cuda.so). Device pointers as void *.
@@ -189,8 +191,6 @@ CUDA_SIGNATURES = {
     "dcp_cuda_conv1d_backward": (ctypes.c_int, [P(S.Conv1dParams), P(S.CudaLayout), _i64,
                                                 ctypes.c_int, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
                                                 _vp, _sz, _vp, _ERR]),
-    "dcp_ring_step_plan": (ctypes.c_int, [_i32, _i32, _i32, _i32, P(S.RingStep), _ERR]),
-    "dcp_thd_layout_validate": (ctypes.c_int, [P(S.ThdLayout), P(_i64), _ERR]),
 }
 
 

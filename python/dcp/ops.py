@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from . import _structs as S
-from ._library import cuda
+from ._library import cpu, cuda
 
 HALF_ALL, HALF_FIRST, HALF_SECOND = 0, 1, 2      # dcp_half
 ROPE_ROTATE_HALF, ROPE_INTERLEAVED = 0, 1         # dcp_rope_style
@@ -67,7 +67,24 @@ def _ptr(t: Optional[Tensor]) -> Optional[int]:
 
 
 def _stream() -> int:
+    """The caller's current stream on the current device (the ops set the device of their
+    inputs first, see _on_device)."""
     return torch.cuda.current_stream().cuda_stream
+
+
+def _on_device(fn):
+    """Runs an op implementation with its first tensor argument's device current, so kernels
+    launch where the data is and on that device's current stream."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        first = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
+        if not first.is_cuda:
+            raise ValueError(f"{fn.__name__}: inputs must be CUDA tensors (device {first.device})")
+        with torch.cuda.device(first.device):
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 def _dtype(t: Tensor) -> int:
@@ -124,13 +141,14 @@ def ring_step_plan(cp: int, rank: int, step: int, causal: bool = True
     (q_rank, q_half, kv_rank, kv_half) to pass to :func:`varlen_attention` and whether the
     step needs the causal mask."""
     plan = S.RingStep()
-    cuda().call("dcp_ring_step_plan", cp, rank, step, int(causal), ctypes.byref(plan))
+    cpu().call("dcp_ring_step_plan", cp, rank, step, int(causal), ctypes.byref(plan))
     v = plan.view
     return (v.q_rank, v.q_half, v.kv_rank, v.kv_half), bool(plan.causal)
 
 
 # ----------------------------------------------------------------- varlen attention step
 @torch.library.custom_op("dcp::attention_forward", mutates_args=())
+@_on_device
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor,
                       cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
                       cu_seqlens_padded_cpu: Tensor, cp: int, q_rank: int, q_half: int,
@@ -159,6 +177,7 @@ def _(q, k, v, cu_seqlens, cu_seqlens_padded, cu_seqlens_cpu, cu_seqlens_padded_
 
 
 @torch.library.custom_op("dcp::attention_backward", mutates_args=())
+@_on_device
 def attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, lse: Tensor,
                        cu_seqlens: Tensor, cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
                        cu_seqlens_padded_cpu: Tensor, cp: int, q_rank: int, q_half: int,
@@ -209,8 +228,12 @@ def varlen_attention(q: Tensor, k: Tensor, v: Tensor, layout: Layout, causal: bo
                      ) -> Tuple[Tensor, Tensor]:
     """Varlen (THD) attention of one step: ``view`` = (q_rank, q_half, kv_rank, kv_half), the
     default a rank's whole buffer against itself (plain varlen attention at cp 1). q, k, v
-    bfloat16 or float16. Returns (out, lse); gradients flow through out (the LSE is not
-    differentiable here: merge steps with :func:`merge` or use :func:`ring_attention`)."""
+    bfloat16 or float16. Returns (out, lse); gradients flow through out only, with the step's
+    own out and LSE (exact for a whole attention: cp 1, or all views of one rank at once).
+    The LSE output is not differentiable, so steps merged with :func:`merge` do not
+    back-propagate correctly through autograd: train a ring with :func:`ring_attention`, or
+    call :func:`attention_backward` per step with the final out, dout and LSE (the C contract,
+    what a multi-GPU ring does)."""
     return attention_forward(q, k, v, *layout.args(), *view, causal, softmax_scale)
 
 
@@ -220,6 +243,7 @@ def _ring_pointers(t: Tensor):
 
 
 @torch.library.custom_op("dcp::ring_forward", mutates_args=())
+@_on_device
 def ring_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, cu_seqlens_padded: Tensor,
                  cu_seqlens_cpu: Tensor, cu_seqlens_padded_cpu: Tensor, cp: int, causal: bool,
                  softmax_scale: float) -> Tuple[Tensor, Tensor]:
@@ -254,6 +278,7 @@ def _(q, k, v, cu_seqlens, cu_seqlens_padded, cu_seqlens_cpu, cu_seqlens_padded_
 
 
 @torch.library.custom_op("dcp::ring_backward", mutates_args=())
+@_on_device
 def ring_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, lse: Tensor,
                   cu_seqlens: Tensor, cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
                   cu_seqlens_padded_cpu: Tensor, cp: int, causal: bool, softmax_scale: float,
@@ -303,6 +328,7 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, layout: Layout, causal: bool
 
 # --------------------------------------------------------------------------- LSE merge
 @torch.library.custom_op("dcp::merge", mutates_args=())
+@_on_device
 def merge_forward(outs: List[Tensor], lses: List[Tensor], halves: List[int], cu_seqlens: Tensor,
                   cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
                   cu_seqlens_padded_cpu: Tensor, cp: int, rank: int) -> Tuple[Tensor, Tensor]:
@@ -319,10 +345,11 @@ def merge_forward(outs: List[Tensor], lses: List[Tensor], halves: List[int], cu_
     lib, stream = cuda(), _stream()
     lib.call("dcp_cuda_acc_init", ctypes.byref(params), ctypes.byref(layout), _ptr(acc_out),
              _ptr(acc_lse), stream)
-    for out, lse, half in zip(outs, lses, halves):
+    # float32 contiguous copies where needed, alive until every merge is enqueued
+    partials = [(o.float().contiguous(), l.contiguous()) for o, l in zip(outs, lses)]
+    for (out, lse), half in zip(partials, halves):
         lib.call("dcp_cuda_acc_merge", ctypes.byref(params), ctypes.byref(layout), half,
-                 _ptr(out.float().contiguous()), _ptr(lse.contiguous()), _ptr(acc_out),
-                 _ptr(acc_lse), stream)
+                 _ptr(out), _ptr(lse), _ptr(acc_out), _ptr(acc_lse), stream)
     out = torch.empty_like(acc_out)
     lse = torch.empty_like(acc_lse)
     lib.call("dcp_cuda_acc_finalize", ctypes.byref(params), ctypes.byref(layout), rank,
@@ -401,6 +428,7 @@ def _rope_call(name, q, k, cu, cu_padded, cu_cpu, cu_padded_cpu, cp, rank, rotar
 
 
 @torch.library.custom_op("dcp::rope_forward", mutates_args=())
+@_on_device
 def rope_forward(q: Tensor, k: Optional[Tensor], cu_seqlens: Tensor, cu_seqlens_padded: Tensor,
                  cu_seqlens_cpu: Tensor, cu_seqlens_padded_cpu: Tensor, cp: int, rank: int,
                  rotary_dim: int, theta_base: float, interleaved: bool,
@@ -413,6 +441,7 @@ def rope_forward(q: Tensor, k: Optional[Tensor], cu_seqlens: Tensor, cu_seqlens_
 
 
 @torch.library.custom_op("dcp::rope_backward", mutates_args=())
+@_on_device
 def rope_backward(dq: Tensor, dk: Optional[Tensor], cu_seqlens: Tensor,
                   cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
                   cu_seqlens_padded_cpu: Tensor, cp: int, rank: int, rotary_dim: int,
@@ -464,6 +493,7 @@ def _conv_params(weight: Tensor, silu: bool) -> S.Conv1dParams:
 
 
 @torch.library.custom_op("dcp::conv1d_forward", mutates_args=())
+@_on_device
 def conv1d_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor], cu_seqlens: Tensor,
                    cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
                    cu_seqlens_padded_cpu: Tensor, silu: bool) -> Tensor:
@@ -485,6 +515,7 @@ def _(x, weight, bias, *rest):
 
 
 @torch.library.custom_op("dcp::conv1d_backward", mutates_args=())
+@_on_device
 def conv1d_backward(x: Tensor, weight: Tensor, bias: Optional[Tensor], dy: Tensor,
                     cu_seqlens: Tensor, cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
                     cu_seqlens_padded_cpu: Tensor, silu: bool) -> Tuple[Tensor, Tensor, Tensor]:
