@@ -107,7 +107,8 @@ class LocalWorld:
 def torch_p2p_transport(group: Any = None) -> Transport:
     """The exchange over torch.distributed point-to-point (one batch_isend_irecv; NCCL pairs
     the sends of A to B with B's receives from A in order). Ranks are global ranks of the pool;
-    ``group`` the pool's process group (None: the default group)."""
+    ``group`` the pool's process group (None: the default group). With NCCL the samples must
+    already be on this rank's GPU."""
     import torch
     import torch.distributed as dist
 
@@ -154,11 +155,6 @@ class MicroBatch:
 
 def _fields(sample: Sample) -> Dict[str, Any]:
     return dict(sample) if isinstance(sample, Mapping) else {TOKENS: sample}
-
-
-def torch_float(like: Any) -> Any:
-    import torch
-    return torch.float32
 
 
 def _is_torch(value: Any) -> bool:
@@ -251,7 +247,7 @@ class DynamicCPLoader:
         if _is_torch(fields.get(TOKENS)):
             t = view.tensors(self.device if self.device is not None else fields[TOKENS].device)
             cu, cu_padded, positions = t["cu_seqlens"], t["cu_seqlens_padded"], t["position_ids"]
-            mask = t["loss_mask"] if given is None else t["loss_mask"] * given.to(torch_float(given))
+            mask = t["loss_mask"] if given is None else t["loss_mask"] * given.float()
         else:
             mask = list(view.loss_mask)
             if given is not None:

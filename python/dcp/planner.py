@@ -202,6 +202,18 @@ class RankView:
         }
 
 
+def _release(destroy: str, owner: Any, attribute: str) -> None:
+    """Frees the C object an owner holds, once (also from __del__ at interpreter exit, when
+    the library may already be gone: then the process is ending anyway)."""
+    pointer = getattr(owner, attribute, None)
+    setattr(owner, attribute, None)
+    if pointer:
+        try:
+            cpu().raw(destroy)(pointer)
+        except Exception:  # interpreter shutdown: module state partly torn down
+            pass
+
+
 class _ViewHandle:
     """A dcp_rank_view * owned by Python (destroyed with the object)."""
 
@@ -209,9 +221,7 @@ class _ViewHandle:
         self.pointer = pointer
 
     def __del__(self):
-        if getattr(self, "pointer", None):
-            cpu().raw("dcp_rank_view_destroy")(self.pointer)
-            self.pointer = None
+        _release("dcp_rank_view_destroy", self, "pointer")
 
 
 def _view_from_handle(handle: _ViewHandle, reroute: Optional[Sequence[Transfer]]) -> RankView:
@@ -254,9 +264,7 @@ class Plan:
         self._stats: Optional[PlanStats] = None
 
     def __del__(self):
-        if getattr(self, "_pointer", None):
-            cpu().raw("dcp_plan_destroy")(self._pointer)
-            self._pointer = None
+        _release("dcp_plan_destroy", self, "_pointer")
 
     @property
     def _c(self) -> S.Plan:

@@ -218,6 +218,31 @@ class Errors(unittest.TestCase):
         self.assertIn("make build/libdcp.so", text)
 
 
+@unittest.skipIf(dcp.library_path("cuda") is None, "no libdcp_cuda.so: skipped")
+class CudaLibraryHostSide(unittest.TestCase):
+    """libdcp_cuda.so's host-side entry points (no GPU needed): every signature dcp.ops uses
+    resolves, the device count answers, a device layout is checked on the host."""
+
+    def layout(self, cu, cu_padded, cp):
+        host = (ctypes.c_int32 * len(cu))(*cu), (ctypes.c_int32 * len(cu_padded))(*cu_padded)
+        thd = _structs.ThdLayout(len(cu) - 1, host[0], host[1], cp)
+        out = _structs.CudaLayout()
+        # Device pointers are only stored, never read, by dcp_cuda_layout_init.
+        _library.cuda().call("dcp_cuda_layout_init", ctypes.byref(thd), 16, 16,
+                             ctypes.byref(out))
+        return out
+
+    def test_device_count_and_layout(self):
+        count = ctypes.c_int32(-1)
+        _library.cuda().call("dcp_cuda_device_count", ctypes.byref(count))
+        self.assertGreaterEqual(count.value, 0)
+        layout = self.layout([0, 5, 9], [0, 8, 16], 2)
+        self.assertEqual((layout.local_rows, layout.max_seqlen_padded), (8, 8))
+        with self.assertRaises(dcp.InvalidArgumentError) as caught:
+            self.layout([0, 5, 9], [0, 6, 16], 2)
+        self.assertIn("padded length 6, not a multiple of 2 cp", caught.exception.message)
+
+
 class RankViewsAgainstCli(unittest.TestCase):
     """Every rank's view of every microbatch equals `dcp-plan --rank R --microbatch K --json`."""
 
