@@ -260,14 +260,29 @@ class DynamicCPLoader:
                           flops)
 
 
-def torch_all_gather_lengths(group: Any = None) -> Callable[[List[int]], List[List[int]]]:
-    """Lengths of every rank's share, through torch.distributed.all_gather_object."""
+def torch_all_gather_lengths(group: Any = None, device: Any = None
+                             ) -> Callable[[List[int]], List[List[int]]]:
+    """Lengths of every rank's share through two torch.distributed.all_gather calls (counts,
+    then the lengths padded to the longest share) on int64 tensors; ``device`` defaults to
+    the current GPU with NCCL, else the CPU."""
+    import torch
     import torch.distributed as dist
 
     def run(mine: List[int]) -> List[List[int]]:
-        out: List[Any] = [None] * dist.get_world_size(group)
-        dist.all_gather_object(out, list(mine), group=group)
-        return out
+        where = device
+        if where is None:
+            where = (torch.device("cuda", torch.cuda.current_device())
+                     if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+        world = dist.get_world_size(group)
+        count = torch.tensor([len(mine)], dtype=torch.int64, device=where)
+        counts = [torch.empty_like(count) for _ in range(world)]
+        dist.all_gather(counts, count, group=group)
+        counts_host = [int(c) for c in counts]
+        padded = torch.zeros(max(max(counts_host), 1), dtype=torch.int64, device=where)
+        padded[:len(mine)] = torch.tensor(list(mine), dtype=torch.int64)
+        shares = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(shares, padded, group=group)
+        return [share[:n].tolist() for share, n in zip(shares, counts_host)]
     return run
 
 
