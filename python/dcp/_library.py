@@ -185,6 +185,12 @@ CUDA_SIGNATURES = {
     "dcp_cuda_rope_backward": (ctypes.c_int, [P(S.RopeOptions), P(S.CudaLayout), _i32,
                                               ctypes.c_int, _i32, _i32, _vp, _vp, _i32, _vp,
                                               _vp, _vp, _ERR]),
+    "dcp_cuda_virtual_ring_forward": (ctypes.c_int, [
+        P(S.AttentionParams), P(S.CudaLayout), ctypes.c_int, _vp, _vp, _vp, ctypes.c_int, _vp,
+        _vp, _vp, _vp, _vp, _vp, _vp, _sz, _vp, _ERR]),
+    "dcp_cuda_virtual_ring_backward": (ctypes.c_int, [
+        P(S.AttentionParams), P(S.CudaLayout), ctypes.c_int, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
+        _vp, _vp, _i32, _vp, _sz, _vp, _ERR]),
     "dcp_cuda_conv1d_workspace_size": (ctypes.c_int, [P(S.Conv1dParams), P(_sz), _ERR]),
     "dcp_cuda_conv1d_forward": (ctypes.c_int, [P(S.Conv1dParams), P(S.CudaLayout), _i64,
                                                ctypes.c_int, _vp, _vp, _vp, _vp, _vp, _ERR]),
@@ -199,17 +205,19 @@ class Library:
     and raises the mapped exception on failure; ``raw(name)`` is the plain C function."""
 
     def __init__(self, handle: ctypes.CDLL, signatures: Dict[str, tuple]):
-        self.handle = handle
+        self.functions = {}
         for name, (restype, argtypes) in signatures.items():
             function = getattr(handle, name)
             function.restype, function.argtypes = restype, argtypes
+            self.functions[name] = function
 
     def raw(self, name: str):
-        return getattr(self.handle, name)
+        # Only declared functions: ctypes would pass an undeclared pointer argument as a C int.
+        return self.functions[name]
 
     def call(self, name: str, *args) -> None:
         error = S.Error()
-        raise_for(getattr(self.handle, name)(*args, ctypes.byref(error)), error, name)
+        raise_for(self.functions[name](*args, ctypes.byref(error)), error, name)
 
 
 _loaded: Dict[str, Library] = {}

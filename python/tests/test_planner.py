@@ -56,6 +56,22 @@ class StructLayout(unittest.TestCase):
             self.assertEqual(py_fields, c_fields, f"fields of {c_name}")
 
 
+class Signatures(unittest.TestCase):
+    def test_every_function_the_package_calls_is_declared(self):
+        """ctypes passes an undeclared pointer argument as a C int: every name given to call()
+        or raw() in python/dcp must have its signature in _library."""
+        import re
+        package = os.path.dirname(dcp.__file__)
+        declared = set(_library.SIGNATURES) | set(_library.CUDA_SIGNATURES)
+        used = set()
+        for name in os.listdir(package):
+            if name.endswith(".py"):
+                with open(os.path.join(package, name)) as f:
+                    used |= set(re.findall(r'(?:call|raw)\(\s*"(dcp_\w+)"', f.read()))
+        self.assertGreater(len(used), 30)
+        self.assertEqual(used - declared, set())
+
+
 class PlanAgainstCli(unittest.TestCase):
     """dcp.plan gives the plan and figures build/dcp-plan prints for the same input."""
 
