@@ -203,9 +203,6 @@ def _(q, k, v, out, dout, lse, *rest):
     return tuple(t.new_empty(t.shape, dtype=torch.float32) for t in (q, k, v))
 
 
-_LAYOUT_AND_VIEW = 8  # cu_seqlens .. kv_half: the non-differentiated arguments after q, k, v
-
-
 def _attention_setup(ctx, inputs, output):
     q, k, v = inputs[:3]
     ctx.save_for_backward(q, k, v, *output)
@@ -396,7 +393,9 @@ merge_forward.register_autograd(_merge_grad, setup_context=_merge_setup)
 def merge(partials: Sequence[Tuple[Tensor, Tensor, int]], layout: Layout, rank: int
           ) -> Tuple[Tensor, Tensor]:
     """Merges (out, lse, half) partial results of ring steps of ``rank`` (out float32 or the
-    attention dtype, lse float32 [heads, rows]); differentiable in every out and lse."""
+    attention dtype, lse float32 [heads, rows]); differentiable in every out and lse. The
+    gradient assumes what :func:`varlen_attention` writes: a partial's rows outside its half
+    hold LSE -inf."""
     outs = [p[0] for p in partials]
     lses = [p[1] for p in partials]
     halves = [int(p[2]) for p in partials]
