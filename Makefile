@@ -37,17 +37,25 @@ CPU_HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-no-
 GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels $(BUILD)/test_cuda_attention
 # Shell tests run by `make test` after the programs: the CLI, the README quick start, the
 # loader example.
-SCRIPT_TESTS := tests/test_cli.sh tests/test_readme.sh tests/test_loader.sh
-CPU_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(CPU_HEADER_CHECKS)
+SCRIPT_TESTS := tests/test_cli.sh tests/test_readme.sh tests/test_loader.sh tests/test_python.sh
+# dcp_nccl.h over the host transport (tests/fake_nccl): needs neither a GPU nor NCCL.
+FAKE_NCCL := tests/fake_nccl/nccl.h tests/fake_nccl/cuda_runtime.h tests/fake_nccl/fake_runtime.c
+NCCL_HOST_TESTS := $(BUILD)/test_nccl_host $(BUILD)/test_nccl_host-san $(BUILD)/test_nccl_host-cxx
+CPU_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(CPU_HEADER_CHECKS) \
+                $(NCCL_HOST_TESTS)
 CUDA_PROGRAMS := $(BUILD)/header-nvcc $(GPU_TESTS)
 NCCL_PROGRAMS := $(BUILD)/test_nccl_gpu
-CPU_BUILDS := $(BUILD)/dcp-plan $(BUILD)/plan_bench $(BUILD)/loader
+CPU_BUILDS := $(BUILD)/dcp-plan $(BUILD)/plan_bench $(BUILD)/loader $(PYTHON_LIBS)
 CUDA_BUILDS := $(BUILD)/kernels_bench $(BUILD)/attention_bench $(BUILD)/libdcp_cuda.so
 NCCL_BUILDS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o $(BUILD)/ring_attention_nccl
 
 TEST_PROGRAMS := $(CPU_PROGRAMS) $(if $(HAVE_NVCC),$(CUDA_PROGRAMS)) \
                  $(if $(HAVE_NCCL),$(NCCL_PROGRAMS))
 BUILDS := $(CPU_BUILDS) $(if $(HAVE_NVCC),$(CUDA_BUILDS)) $(if $(HAVE_NCCL),$(NCCL_BUILDS))
+
+# The Python package (python/dcp): dcp.h's implementation as a shared library (C compiler
+# only, no nvcc) and the struct-layout dump its tests compare the ctypes mirrors against.
+PYTHON_LIBS := $(BUILD)/libdcp.so $(BUILD)/dcp-struct-layout
 
 .PHONY: all test demo bench fuzz clean sanitize-gpu test-gpu ring-example report-skips
 
@@ -106,7 +114,15 @@ $(BUILD)/kernels_bench: bench/kernels_bench.cu bench/bench_util.h dcp.h $(BUILD)
 $(BUILD)/attention_bench: bench/attention_bench.cu bench/bench_util.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
 
-# dcp_cuda.cu and the dcp.h implementation as one shared library, for the Python benches.
+# The Python package's library (CPU: planner, views, reroute, references) and the layout of
+# every struct it mirrors.
+$(BUILD)/libdcp.so: dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) -fPIC -shared -DDCP_IMPLEMENTATION -x c dcp.h -x none -o $@ -lm
+$(BUILD)/dcp-struct-layout: python/tests/struct_layout.c dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) $< -o $@ -lm
+
+# dcp_cuda.cu and the dcp.h implementation as one shared library, for the Python benches and
+# the Python package's torch ops.
 $(BUILD)/dcp_impl-pic.o: bench/dcp_impl.c dcp.h | $(BUILD)
 	$(CC) $(C_FLAGS) -fPIC -c $< -o $@
 $(BUILD)/libdcp_cuda.so: $(BUILD)/dcp_impl-pic.o $(BUILD)/dcp_cuda.o | $(BUILD)
@@ -183,8 +199,6 @@ clean:
 # The host transport: dcp_nccl.h compiled against tests/fake_nccl (NCCL and CUDA runtime
 # stand-ins picked by the include path), ranks as threads; plain and ASan/UBSan builds, both
 # in `make test`. Needs neither a GPU nor NCCL.
-FAKE_NCCL := tests/fake_nccl/nccl.h tests/fake_nccl/cuda_runtime.h tests/fake_nccl/fake_runtime.c
-NCCL_HOST_TESTS := $(BUILD)/test_nccl_host $(BUILD)/test_nccl_host-san $(BUILD)/test_nccl_host-cxx
 $(BUILD)/test_nccl_host: tests/test_nccl_host.c tests/test.h dcp.h dcp_nccl.h $(FAKE_NCCL) | $(BUILD)
 	$(CC) $(C_FLAGS) -Itests/fake_nccl $< -o $@ -lm -lpthread
 # as C++ it adds the RAII override guard's test (exceptions through the scope)
@@ -192,9 +206,6 @@ $(BUILD)/test_nccl_host-cxx: tests/test_nccl_host.c tests/test.h dcp.h dcp_nccl.
 	$(CXX) $(CXX_FLAGS) -x c++ -Itests/fake_nccl $< -o $@ -lm -lpthread
 $(BUILD)/test_nccl_host-san: tests/test_nccl_host.c tests/test.h dcp.h dcp_nccl.h $(FAKE_NCCL) | $(BUILD)
 	$(CC) -std=c99 $(WARNINGS) $(SANITIZE) -Itests/fake_nccl $< -o $@ -lm -lpthread
-TEST_PROGRAMS += $(NCCL_HOST_TESTS)
-all: $(NCCL_HOST_TESTS)
-test: $(NCCL_HOST_TESTS)
 
 # N processes on ONE GPU (distinct NCCL_HOSTID, sockets on lo) for N = 2, 4, 6, 8: the ring
 # example end to end, a peer that exits mid-step, the split memory measurement. Prints a skip

@@ -1,0 +1,244 @@
+"""Finding and loading the shared libraries, declaring the C signatures, and turning every
+``dcp_status`` into a Python exception (the one place where that happens)."""
+import ctypes
+import os
+from typing import Dict, List, Optional
+
+from . import _structs as S
+
+CPU_LIBRARY = "libdcp.so"        # `make build/libdcp.so`: dcp.h (planner, views, references)
+CUDA_LIBRARY = "libdcp_cuda.so"  # `make build/libdcp_cuda.so`: dcp.h and dcp_cuda.cu
+CPU_ENV = "DCP_LIBRARY"          # full path of a libdcp.so to use instead of the search
+CUDA_ENV = "DCP_CUDA_LIBRARY"    # full path of a libdcp_cuda.so
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# python/dcp/ -> the repository's build/ (an editable install or PYTHONPATH=python).
+_REPO_BUILD = os.path.normpath(os.path.join(_PACKAGE_DIR, "..", "..", "build"))
+
+
+class DcpError(Exception):
+    """A dcp.h call failed; ``status`` is the dcp_status code, ``message`` the library's text
+    (it names the argument and the value)."""
+    status = -1
+
+    def __init__(self, message: str, function: str = ""):
+        super().__init__(f"{function}: {message}" if function else message)
+        self.message = message
+        self.function = function
+
+
+class InvalidArgumentError(DcpError, ValueError):
+    status = 1
+
+
+class InfeasibleError(DcpError, ValueError):
+    status = 2
+
+
+class DcpOverflowError(DcpError, OverflowError):
+    status = 3
+
+
+class DcpMemoryError(DcpError, MemoryError):
+    status = 4
+
+
+class ParseError(DcpError, ValueError):
+    status = 5
+
+
+class DcpIOError(DcpError, OSError):
+    status = 6
+
+
+class InvalidPlanError(DcpError, ValueError):
+    status = 7
+
+
+class CorruptDataError(DcpError, ValueError):
+    status = 8
+
+
+class UnsupportedError(DcpError, NotImplementedError):
+    status = 9
+
+
+class CudaError(DcpError, RuntimeError):
+    status = 10
+
+
+class NcclError(DcpError, RuntimeError):
+    status = 11
+
+
+class LibraryNotFoundError(OSError):
+    """No shared library was found; the message lists every path tried."""
+
+
+_ERRORS = {cls.status: cls for cls in (
+    InvalidArgumentError, InfeasibleError, DcpOverflowError, DcpMemoryError, ParseError,
+    DcpIOError, InvalidPlanError, CorruptDataError, UnsupportedError, CudaError, NcclError)}
+
+
+def raise_for(status: int, error: S.Error, function: str) -> None:
+    """Raises the exception of a non-zero status with the C message; returns on DCP_OK."""
+    if status == 0:
+        return
+    cls = _ERRORS.get(status, DcpError)
+    raise cls(error.message.decode("utf-8", "replace"), function)
+
+
+def candidates(name: str, env: str) -> List[str]:
+    """Paths tried, in order: the environment variable (an explicit choice wins), next to the
+    package (a `pip install ./python` after `make` copies the libraries there), the repository's
+    build/ (editable install, PYTHONPATH=python)."""
+    paths = []
+    if os.environ.get(env):
+        paths.append(os.environ[env])
+    paths.append(os.path.join(_PACKAGE_DIR, name))
+    paths.append(os.path.join(_REPO_BUILD, name))
+    return paths
+
+
+def load(name: str, env: str, make_target: str) -> ctypes.CDLL:
+    tried = []
+    for path in candidates(name, env):
+        if not os.path.isfile(path):
+            tried.append(f"{path} (missing)")
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as failure:
+            tried.append(f"{path} ({failure})")
+    raise LibraryNotFoundError(
+        f"cannot load {name}; tried: {'; '.join(tried)}. Run `make {make_target}` in the "
+        f"libdcp repository and reinstall the package (pip install ./python), or set {env} "
+        f"to the library's path")
+
+
+P = ctypes.POINTER
+_i32, _i64, _dbl, _vp, _sz = (ctypes.c_int32, ctypes.c_int64, ctypes.c_double, ctypes.c_void_p,
+                              ctypes.c_size_t)
+_ERR = P(S.Error)
+
+# Signatures of the planner-side functions: name -> (restype, argtypes). Functions returning a
+# dcp_status take a dcp_error * last.
+SIGNATURES = {
+    "dcp_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+    "dcp_strategy_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "dcp_free": (None, [P(S.Allocator), _vp]),
+    "dcp_config_resolve": (ctypes.c_int, [P(S.Config), P(S.Config), _ERR]),
+    "dcp_padded_length": (ctypes.c_int, [P(S.Config), _i64, _i32, P(_i64), _ERR]),
+    "dcp_cp_size_min": (ctypes.c_int, [P(S.Config), _i64, P(_i32), _ERR]),
+    "dcp_lower_bound": (ctypes.c_int, [P(S.Config), P(_i64), _i32, P(_dbl), _ERR]),
+    "dcp_plan_create": (ctypes.c_int, [P(S.Config), P(_i64), _i32, P(P(S.Plan)), _ERR]),
+    "dcp_plan_destroy": (None, [P(S.Plan)]),
+    "dcp_plan_validate": (ctypes.c_int, [P(S.Plan), _ERR]),
+    "dcp_plan_simulate": (ctypes.c_int, [P(S.Plan), P(S.CostModel), P(S.PlanStats), _ERR]),
+    "dcp_plan_schedule": (ctypes.c_int, [P(S.Plan), P(S.CostModel), P(_dbl), P(_dbl), _ERR]),
+    "dcp_plan_flops_stats": (ctypes.c_int, [P(S.Plan), P(S.FlopsStats), _ERR]),
+    "dcp_plan_serialize": (ctypes.c_int, [P(S.Plan), _vp, _sz, P(_sz), _ERR]),
+    "dcp_plan_deserialize": (ctypes.c_int, [_vp, _sz, P(S.Allocator), P(P(S.Plan)), _ERR]),
+    "dcp_lengths_lognormal": (ctypes.c_int, [P(S.Lognormal), ctypes.c_uint64, P(_i64), _i32,
+                                             _ERR]),
+    "dcp_lengths_parse": (ctypes.c_int, [ctypes.c_char_p, _sz, P(S.Allocator), P(P(_i64)),
+                                         P(_i32), _ERR]),
+    "dcp_lengths_read_file": (ctypes.c_int, [ctypes.c_char_p, P(S.Allocator), P(P(_i64)),
+                                             P(_i32), _ERR]),
+    "dcp_rank_view_create": (ctypes.c_int, [P(S.Plan), _i32, _i32, P(P(S.RankView)), _ERR]),
+    "dcp_rank_view_destroy": (None, [P(S.RankView)]),
+    "dcp_rank_view_positions": (ctypes.c_int, [P(S.RankView), P(_i32), P(_i64), _ERR]),
+    "dcp_rank_view_pack": (ctypes.c_int, [P(S.RankView), P(_vp), _sz, _vp, _ERR]),
+    "dcp_rank_view_unpack": (ctypes.c_int, [P(S.RankView), _vp, _sz, P(_vp), _ERR]),
+    "dcp_rank_view_serialize": (ctypes.c_int, [P(S.RankView), _vp, _sz, P(_sz), _ERR]),
+    "dcp_rank_view_deserialize": (ctypes.c_int, [_vp, _sz, P(S.Allocator), P(P(S.RankView)),
+                                                 _ERR]),
+    "dcp_reroute_create": (ctypes.c_int, [P(S.Plan), P(_i32), _i32, P(P(S.Reroute)), _ERR]),
+    "dcp_reroute_destroy": (None, [P(S.Reroute)]),
+    "dcp_zigzag_position": (_i64, [_i64, _i32, _i32, _i64]),
+    "dcp_ring_step_plan": (ctypes.c_int, [_i32, _i32, _i32, _i32, P(S.RingStep), _ERR]),
+    "dcp_thd_layout_validate": (ctypes.c_int, [P(S.ThdLayout), P(_i64), _ERR]),
+}
+
+# The CUDA entry points the torch ops call (libdcp_cuda.so). Device pointers as void *.
+CUDA_SIGNATURES = {
+    "dcp_cuda_device_count": (ctypes.c_int, [P(_i32), _ERR]),
+    "dcp_cuda_layout_init": (ctypes.c_int, [P(S.ThdLayout), _vp, _vp, P(S.CudaLayout), _ERR]),
+    "dcp_cuda_attention_workspace_size": (ctypes.c_int, [P(S.AttentionParams), P(S.CudaLayout),
+                                                         P(_sz), _ERR]),
+    "dcp_cuda_attention_forward": (ctypes.c_int, [
+        P(S.AttentionParams), P(S.CudaLayout), P(S.AttentionView), ctypes.c_int, _vp, _vp, _vp,
+        ctypes.c_int, _vp, _vp, _vp, _sz, _vp, _ERR]),
+    "dcp_cuda_attention_backward": (ctypes.c_int, [
+        P(S.AttentionParams), P(S.CudaLayout), P(S.AttentionView), ctypes.c_int, _vp, _vp, _vp,
+        _vp, _vp, _vp, _vp, _vp, _vp, _i32, _vp, _sz, _vp, _ERR]),
+    "dcp_cuda_acc_init": (ctypes.c_int, [P(S.AttentionParams), P(S.CudaLayout), _vp, _vp, _vp,
+                                         _ERR]),
+    "dcp_cuda_acc_merge": (ctypes.c_int, [P(S.AttentionParams), P(S.CudaLayout), ctypes.c_int,
+                                          _vp, _vp, _vp, _vp, _vp, _ERR]),
+    "dcp_cuda_acc_finalize": (ctypes.c_int, [P(S.AttentionParams), P(S.CudaLayout), _i32, _vp,
+                                             _vp, ctypes.c_int, _vp, _vp, _vp, _ERR]),
+    "dcp_cuda_convert": (ctypes.c_int, [_vp, ctypes.c_int, _vp, _i64, _vp, _ERR]),
+    "dcp_cuda_rope_forward": (ctypes.c_int, [P(S.RopeOptions), P(S.CudaLayout), _i32,
+                                             ctypes.c_int, _i32, _i32, _vp, _vp, _i32, _vp, _vp,
+                                             _vp, _ERR]),
+    "dcp_cuda_rope_backward": (ctypes.c_int, [P(S.RopeOptions), P(S.CudaLayout), _i32,
+                                              ctypes.c_int, _i32, _i32, _vp, _vp, _i32, _vp,
+                                              _vp, _vp, _ERR]),
+    "dcp_cuda_virtual_ring_forward": (ctypes.c_int, [
+        P(S.AttentionParams), P(S.CudaLayout), ctypes.c_int, _vp, _vp, _vp, ctypes.c_int, _vp,
+        _vp, _vp, _vp, _vp, _vp, _vp, _sz, _vp, _ERR]),
+    "dcp_cuda_virtual_ring_backward": (ctypes.c_int, [
+        P(S.AttentionParams), P(S.CudaLayout), ctypes.c_int, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
+        _vp, _vp, _i32, _vp, _sz, _vp, _ERR]),
+    "dcp_cuda_conv1d_workspace_size": (ctypes.c_int, [P(S.Conv1dParams), P(_sz), _ERR]),
+    "dcp_cuda_conv1d_forward": (ctypes.c_int, [P(S.Conv1dParams), P(S.CudaLayout), _i64,
+                                               ctypes.c_int, _vp, _vp, _vp, _vp, _vp, _ERR]),
+    "dcp_cuda_conv1d_backward": (ctypes.c_int, [P(S.Conv1dParams), P(S.CudaLayout), _i64,
+                                                ctypes.c_int, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
+                                                _vp, _sz, _vp, _ERR]),
+}
+
+
+class Library:
+    """A loaded library with declared signatures. ``call(name, *args)`` appends a dcp_error,
+    and raises the mapped exception on failure; ``raw(name)`` is the plain C function."""
+
+    def __init__(self, handle: ctypes.CDLL, signatures: Dict[str, tuple]):
+        self.functions = {}
+        for name, (restype, argtypes) in signatures.items():
+            function = getattr(handle, name)
+            function.restype, function.argtypes = restype, argtypes
+            self.functions[name] = function
+
+    def raw(self, name: str):
+        # Only declared functions: ctypes would pass an undeclared pointer argument as a C int.
+        return self.functions[name]
+
+    def call(self, name: str, *args) -> None:
+        error = S.Error()
+        raise_for(self.functions[name](*args, ctypes.byref(error)), error, name)
+
+
+_loaded: Dict[str, Library] = {}
+
+
+def cpu() -> Library:
+    """libdcp.so, loaded once on first use."""
+    if "cpu" not in _loaded:
+        _loaded["cpu"] = Library(load(CPU_LIBRARY, CPU_ENV, "build/libdcp.so"), SIGNATURES)
+    return _loaded["cpu"]
+
+
+def cuda() -> Library:
+    """libdcp_cuda.so (needs the CUDA runtime), loaded once on first use."""
+    if "cuda" not in _loaded:
+        _loaded["cuda"] = Library(load(CUDA_LIBRARY, CUDA_ENV, "build/libdcp_cuda.so"),
+                                  CUDA_SIGNATURES)
+    return _loaded["cuda"]
+
+
+def library_path(which: str = "cpu") -> Optional[str]:
+    """The path the library was (or would be) loaded from, None when none exists."""
+    name, env = (CPU_LIBRARY, CPU_ENV) if which == "cpu" else (CUDA_LIBRARY, CUDA_ENV)
+    return next((p for p in candidates(name, env) if os.path.isfile(p)), None)
