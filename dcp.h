@@ -154,7 +154,8 @@
                                          q_out, k_heads, k, k_out, stream, err)
                                                   q and k in one launch, bf16/fp16/fp32
        dcp_cuda_conv1d_workspace_size / _forward / _backward
-                                                  width <= 4; deterministic dweight, dbias
+                                                  width <= 8; deterministic dweight, dbias
+       dcp_cuda_conv1d_launch_geometry            how a shape is split (host-only)
        dcp_cuda_acc_init / _acc_merge / _acc_finalize, dcp_cuda_convert
                                                   LSE merge of ring steps; float32 -> dtype
        dcp_cuda_attention_workspace_size / _forward / _backward
@@ -1076,11 +1077,34 @@ DCP_CUDA_DEF dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
                                                const void *dk_out, void *dk, void *stream,
                                                dcp_error *error);
 
-/* Widest conv1d the device kernels serve (wider: DCP_ERROR_UNSUPPORTED), and the most row
-   slices of the backward: each slice leaves one float partial per channel and weight/bias
-   gradient in the workspace, summed in slice order afterwards (deterministic). */
-#define DCP_CUDA_CONV1D_MAX_WIDTH 4
+/* Widest conv1d the device kernels serve (wider: DCP_ERROR_UNSUPPORTED; one kernel per
+   width), and the most row slices of the backward: each slice leaves one float partial per
+   channel and weight/bias gradient in the workspace, summed in slice order afterwards
+   (deterministic). */
+#define DCP_CUDA_CONV1D_MAX_WIDTH DCP_CONV1D_MAX_WIDTH
 #define DCP_CUDA_CONV1D_SLICES 64
+
+/* How the conv1d kernels split a shape (every launch of that shape the same, whatever the
+   device, so dweight's summation order and bits are too): a warp streams rows_per_warp
+   consecutive rows of 32 x vector_width channels; a block is warps_per_block warps over one
+   channel group and consecutive runs (a slice); the grid is slices x channel_groups. The
+   backward keeps slices <= DCP_CUDA_CONV1D_SLICES. */
+typedef struct dcp_cuda_conv1d_geometry {
+    int32_t vector_width;    /* channels per thread: 16 bytes of dtype, or 1 */
+    int32_t warps_per_block;
+    int32_t channel_groups;  /* grid y */
+    int64_t slices;          /* grid x; 0 when total_rows is 0 */
+    int64_t rows_per_warp;
+} dcp_cuda_conv1d_geometry;
+
+/* The geometry dcp_cuda_conv1d_forward (backward 0) or _backward (backward 1) launches for
+   params, total_rows rows and dtype, with 16-byte accesses when `vector` (the tensors
+   16-byte aligned) and the channel count allow. Host-only: no CUDA call. */
+DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_launch_geometry(const dcp_conv1d_params *params,
+                                                        int64_t total_rows, dcp_dtype dtype,
+                                                        int32_t backward, int32_t vector,
+                                                        dcp_cuda_conv1d_geometry *geometry,
+                                                        dcp_error *error);
 
 /* Bytes of device workspace dcp_cuda_conv1d_backward needs for params (any row count). */
 DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_workspace_size(const dcp_conv1d_params *params,
