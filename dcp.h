@@ -1090,7 +1090,8 @@ DCP_CUDA_DEF dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
    channel group and consecutive runs (a slice); the grid is slices x channel_groups. The
    backward keeps slices <= DCP_CUDA_CONV1D_SLICES. */
 typedef struct dcp_cuda_conv1d_geometry {
-    int32_t vector_width;    /* channels per thread: 16 bytes of dtype, or 1 */
+    int32_t vector_width;    /* channels per thread: 16 bytes of dtype (8 in the backward
+                                of 16-bit dtypes), or 1 */
     int32_t warps_per_block;
     int32_t channel_groups;  /* grid y */
     int64_t slices;          /* grid x; 0 when total_rows is 0 */
