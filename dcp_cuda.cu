@@ -577,8 +577,9 @@ extern "C" dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
 /* ==================================================================================== conv1d
    Design (forward and backward share it). The unit of work is a warp: its 32 lanes hold 32
    consecutive vectors of V channels (V x sizeof(T) = 16 bytes when the channel count and the
-   pointers allow, else V = 1), so one warp access is 512 contiguous bytes of a row, and the
-   warp streams a contiguous run of rows_per_warp rows from top to bottom. A block is
+   pointers allow, 8 in the backward of 16-bit tensors: dcp_cuda__conv_lane_width; else
+   V = 1), so one warp access is 512 (256) contiguous bytes of a row, and the warp streams a
+   contiguous run of rows_per_warp rows from top to bottom. A block is
    DCP_CUDA__CONV_WARPS warps on one channel group and consecutive runs (a slice); the grid is
    slices x channel groups, a pure function of the shape (dcp_cuda_conv1d_launch_geometry), so
    nothing is tuned or compiled per shape. Sequence boundaries: one binary search in
@@ -849,7 +850,6 @@ __global__ void __launch_bounds__(DCP_CUDA__CONV_THREADS,
                                   dcp_cuda__conv_traits<T, V, W>::kForwardBlocks)
     dcp_cuda__conv_forward_kernel(const dcp_cuda__conv_args a)
 {
-    typedef dcp_cuda__conv_traits<T, V, W> K;
     const int64_t c0 = ((int64_t)blockIdx.y * DCP_CUDA__CONV_LANES + threadIdx.x) * V;
     const int64_t first =
         ((int64_t)blockIdx.x * DCP_CUDA__CONV_WARPS + threadIdx.y) * a.rows_per_warp;
