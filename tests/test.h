@@ -3,11 +3,14 @@
    A test is a void function; checks print file:line and both values when they fail and let
    the test continue. test_main() runs the tests named on the command line (substring match;
    all when none), prints one line per test and ends with the plain line "N passed, M failed"
-   that tests/run_tests.sh adds up. A test may call test_skip("why") to count as skipped. */
+   that tests/run_tests.sh adds up. A test may call test_skip("why") to count as skipped.
+   Randomized tests draw from test_seed(their fixed seed): DCP_TEST_SEED=N replaces it (make
+   test-seeds runs the suite under many), and the seed in force is printed once per program. */
 #ifndef DCP_TEST_H
 #define DCP_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +66,23 @@ static const char *test_skip_reason;
 #endif
 
 static TEST_MAYBE_UNUSED void test_skip(const char *reason) { test_skip_reason = reason; }
+
+static uint64_t test_seed_value;
+static int test_seed_printed;
+
+/* The run's seed: DCP_TEST_SEED when it is set, else `fallback` (a program's fixed seed).
+   The first call prints it, so that every failure can be repeated. */
+static TEST_MAYBE_UNUSED uint64_t test_seed(uint64_t fallback)
+{
+    if (!test_seed_printed) {
+        const char *env = getenv("DCP_TEST_SEED");
+        test_seed_value = env && *env ? (uint64_t)strtoull(env, NULL, 10) : fallback;
+        printf("seed %llu (repeat with DCP_TEST_SEED=%llu)\n",
+               (unsigned long long)test_seed_value, (unsigned long long)test_seed_value);
+        test_seed_printed = 1;
+    }
+    return test_seed_value;
+}
 
 typedef struct test_case {
     const char *name;

@@ -9,6 +9,7 @@
 #define DCP_NCCL_IMPLEMENTATION
 #include "../dcp_nccl.h"
 #include "test.h"
+#include "tolerance.h"
 
 #define GPU_SEED 9009
 #define SKIP_REASON "no CUDA device: skipped"
@@ -258,25 +259,6 @@ static void download_bf16(const void *device, int64_t count, float *host)
     free(h);
 }
 
-/* max |a - b| / max(1, max |b|), infinities equal only to themselves */
-static double scaled_error(const float *a, const float *b, int64_t count)
-{
-    double worst = 0.0, scale = 1.0;
-    int64_t i;
-    for (i = 0; i < count; i++)
-        if (!isinf(b[i]) && fabs(b[i]) > scale) scale = fabs(b[i]);
-    for (i = 0; i < count; i++) {
-        double e;
-        if (isinf(a[i]) || isinf(b[i])) {
-            if (a[i] != b[i]) return INFINITY;
-            continue;
-        }
-        e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= worst)) worst = e;
-    }
-    return worst / scale;
-}
-
 /* A ring of one (cp 1: no communicator) against dcp_attention_forward/backward on the same
    bf16-rounded inputs. */
 static void ring_of_one_matches_reference(int32_t causal, int32_t heads, int32_t kv_heads)
@@ -302,7 +284,7 @@ static void ring_of_one_matches_reference(int32_t causal, int32_t heads, int32_t
     float *lse = NULL;
     int32_t *d_cu = NULL, *d_cu_padded = NULL;
     size_t forward_bytes = 0, backward_bytes = 0;
-    dcp_rng_seed(&rng, GPU_SEED + (uint64_t)(causal * 16 + heads * 4 + kv_heads));
+    dcp_rng_seed(&rng, test_seed(GPU_SEED) + (uint64_t)(causal * 16 + heads * 4 + kv_heads));
     pool = pool_of_one();
     CHECK_EQ(dcp_nccl_set_create(pool, NULL, &set, &error), DCP_OK);
     if (!set) return;
@@ -356,8 +338,8 @@ static void ring_of_one_matches_reference(int32_t causal, int32_t heads, int32_t
     download_bf16(out, q_values, got);
     CHECK_EQ(cudaMemcpy(got_lse, lse, (size_t)rows * heads * 4, cudaMemcpyDeviceToHost),
              cudaSuccess);
-    CHECK(scaled_error(got, ref_out, q_values) <= 2e-2);
-    CHECK(scaled_error(got_lse, ref_lse, rows * heads) <= 1e-3);
+    CHECK(compare("ring of one out", got, ref_out, q_values, tolerance_of(DCP_DTYPE_BFLOAT16)));
+    CHECK(compare("ring of one lse", got_lse, ref_lse, rows * heads, tolerance_lse()));
     /* backward from the GPU's own out and lse, the reference from the same values */
     CHECK_EQ(dcp_nccl_ring_backward(set, NULL, &params, &layout, DCP_DTYPE_BFLOAT16, q, k, v, out,
                                     dout, lse, dq, dk, dv, 1, scratch, backward_bytes, 0, &error),
@@ -366,11 +348,11 @@ static void ring_of_one_matches_reference(int32_t causal, int32_t heads, int32_t
     CHECK_EQ(dcp_attention_backward(&params, &host_layout, NULL, hq, hk, hv, got, hdo, got_lse,
                                     ref_dq, ref_dk, ref_dv, NULL), DCP_OK);
     download_bf16(dq, q_values, got);
-    CHECK(scaled_error(got, ref_dq, q_values) <= 3e-2);
+    CHECK(compare("ring of one dq", got, ref_dq, q_values, tolerance_of(DCP_DTYPE_BFLOAT16)));
     download_bf16(dk, kv_values, got);
-    CHECK(scaled_error(got, ref_dk, kv_values) <= 3e-2);
+    CHECK(compare("ring of one dk", got, ref_dk, kv_values, tolerance_of(DCP_DTYPE_BFLOAT16)));
     download_bf16(dv, kv_values, got);
-    CHECK(scaled_error(got, ref_dv, kv_values) <= 3e-2);
+    CHECK(compare("ring of one dv", got, ref_dv, kv_values, tolerance_of(DCP_DTYPE_BFLOAT16)));
     cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(dout), cudaFree(out), cudaFree(lse);
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(scratch), cudaFree(d_cu);
     cudaFree(d_cu_padded);
