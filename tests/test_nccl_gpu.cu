@@ -136,6 +136,74 @@ static void token_record(int32_t s, int64_t position, size_t bytes, unsigned cha
     }
 }
 
+/* Rank 0's buffer of microbatch k as packing its view of the token records gives it. */
+static void packed_view(const dcp_plan *plan, int32_t k, size_t bytes, unsigned char *want)
+{
+    dcp_rank_view *view = NULL;
+    void *host_samples[16];
+    int32_t s;
+    for (s = 0; s < plan->num_samples; s++) {
+        int64_t p;
+        host_samples[s] = malloc((size_t)plan->sample_lengths[s] * bytes);
+        for (p = 0; p < plan->sample_lengths[s]; p++)
+            token_record(s, p, bytes, (unsigned char *)host_samples[s] + (size_t)p * bytes);
+    }
+    CHECK_EQ(dcp_rank_view_create(plan, 0, k, &view, NULL), DCP_OK);
+    CHECK_EQ(dcp_rank_view_pack(view, (const void *const *)host_samples, bytes, want, NULL),
+             DCP_OK);
+    dcp_rank_view_destroy(view);
+    for (s = 0; s < plan->num_samples; s++) free(host_samples[s]);
+}
+
+/* The documented bound of dcp_nccl_reroute_execute on both sides, for every microbatch the
+   list writes: a buffer one row shorter than the last row written (dcp_reroute_rows_written,
+   never hard-coded) is refused before anything is enqueued -- the buffer, stale bytes
+   included, stays untouched, not even zeroed; a buffer of exactly that many rows ("at least"
+   the rows written, not the plan's local rows) is accepted, its rows filled as packing the
+   view would, and the plan's padding rows past it left alone. */
+static void reroute_bound_both_sides(dcp_nccl_set *set, const dcp_plan *plan,
+                                     const dcp_reroute *list,
+                                     const dcp_nccl_reroute_buffers *buffers, int64_t *rows,
+                                     void *const *micro, size_t bytes)
+{
+    const int32_t K = plan->num_microbatches;
+    int64_t written[64];
+    dcp_error error;
+    int32_t k;
+    CHECK_EQ(dcp_reroute_rows_written(list, K, written, &error), DCP_OK);
+    for (k = 0; k < K; k++) {
+        const int64_t plan_rows = rows[k];
+        const size_t n = (size_t)plan_rows * bytes;
+        unsigned char *before = (unsigned char *)malloc(n + 1);
+        unsigned char *after = (unsigned char *)malloc(n + 1);
+        unsigned char *want = (unsigned char *)malloc(n + 1);
+        CHECK(written[k] <= plan_rows);
+        if (written[k] == 0) {
+            free(before), free(after), free(want);
+            continue;
+        }
+        CHECK_EQ(cudaMemset(micro[k], 0xAB, n), cudaSuccess); /* stale bytes */
+        CHECK_EQ(cudaMemcpy(before, micro[k], n, cudaMemcpyDeviceToHost), cudaSuccess);
+        rows[k] = written[k] - 1; /* one row short of the last row written */
+        CHECK_EQ(dcp_nccl_reroute_execute(set, list, buffers, 0, &error),
+                 DCP_ERROR_INVALID_ARGUMENT);
+        CHECK_CONTAINS(error.message, "which has");
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        CHECK_EQ(cudaMemcpy(after, micro[k], n, cudaMemcpyDeviceToHost), cudaSuccess);
+        CHECK(memcmp(before, after, n) == 0); /* nothing was enqueued */
+        rows[k] = written[k]; /* exactly the rows written: enough */
+        CHECK_EQ(dcp_nccl_reroute_execute(set, list, buffers, 0, &error), DCP_OK);
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        CHECK_EQ(cudaMemcpy(after, micro[k], n, cudaMemcpyDeviceToHost), cudaSuccess);
+        CHECK(memcmp(before + written[k] * bytes, after + written[k] * bytes,
+                     n - (size_t)written[k] * bytes) == 0); /* past the buffer: untouched */
+        packed_view(plan, k, bytes, want);
+        CHECK(memcmp(after, want, (size_t)written[k] * bytes) == 0); /* the rows written */
+        rows[k] = plan_rows;
+        free(before), free(after), free(want);
+    }
+}
+
 /* Every sample is held by rank 0 and planned on rank 0: the list is local copies only. */
 static void reroute_to_itself(void)
 {
@@ -186,29 +254,15 @@ static void reroute_to_itself(void)
     CHECK_EQ(dcp_nccl_reroute_execute(set, list, &buffers, 0, &error), DCP_OK);
     CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
     for (k = 0; k < plan->num_microbatches; k++) {
-        dcp_rank_view *view = NULL;
         size_t n = (size_t)rows[k] * bytes;
         unsigned char *got = (unsigned char *)malloc(n + 1), *want = (unsigned char *)malloc(n + 1);
-        void *host_samples[16];
-        for (s = 0; s < plan->num_samples; s++) {
-            host_samples[s] = malloc((size_t)plan->sample_lengths[s] * bytes);
-            int64_t p;
-            for (p = 0; p < plan->sample_lengths[s]; p++)
-                token_record(s, p, bytes, (unsigned char *)host_samples[s] + (size_t)p * bytes);
-        }
-        CHECK_EQ(dcp_rank_view_create(plan, 0, k, &view, NULL), DCP_OK);
-        CHECK_EQ(dcp_rank_view_pack(view, (const void *const *)host_samples, bytes, want, NULL),
-                 DCP_OK);
+        packed_view(plan, k, bytes, want);
         CHECK_EQ(cudaMemcpy(got, micro[k], n, cudaMemcpyDeviceToHost), cudaSuccess);
         CHECK(memcmp(got, want, n) == 0); /* padding rows zero, tokens in place */
-        dcp_rank_view_destroy(view);
-        for (s = 0; s < plan->num_samples; s++) free(host_samples[s]);
         free(got);
         free(want);
     }
-    /* a destination past its buffer is refused before anything is enqueued */
-    rows[0] -= 1;
-    CHECK_EQ(dcp_nccl_reroute_execute(set, list, &buffers, 0, &error), DCP_ERROR_INVALID_ARGUMENT);
+    reroute_bound_both_sides(set, plan, list, &buffers, rows, micro, bytes);
     for (s = 0; s < plan->num_samples; s++) cudaFree(samples[s]);
     for (k = 0; k < plan->num_microbatches; k++) cudaFree(micro[k]);
     dcp_reroute_destroy(list);
