@@ -31,7 +31,7 @@ TEST_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(HEADE
                  $(GPU_TESTS) $(BUILD)/test_nccl_gpu
 COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o
 
-.PHONY: all test demo bench fuzz clean sanitize-gpu test-gpu ring-example
+.PHONY: all test demo bench fuzz clean sanitize-gpu test-gpu ring-example test-seeds
 
 GPU_BENCHES := $(BUILD)/kernels_bench $(BUILD)/attention_bench $(BUILD)/libdcp_cuda.so
 
@@ -124,6 +124,17 @@ test-gpu: $(GPU_TESTS) $(BUILD)/test_nccl_gpu
 	sh tests/run_tests.sh $(GPU_TESTS) $(BUILD)/test_nccl_gpu
 
 ring-example: $(BUILD)/ring_attention_nccl
+
+# Every randomized test under SEEDS seeds (DCP_TEST_SEED = SEED_FIRST, SEED_FIRST + 1, ...;
+# logs in build/seeds/); fails if any seed fails. On a GPU machine add DCP_TEST_NO_SKIPS=1 so
+# that a skipped GPU test fails too: `make test-seeds SEEDS=20 DCP_TEST_NO_SKIPS=1`.
+SEEDS ?= 20
+SEED_FIRST ?= 1
+DCP_TEST_NO_SKIPS ?= 0
+SEEDED_TESTS := $(CPU_TESTS:%=$(BUILD)/%) $(GPU_TESTS) $(BUILD)/test_nccl_gpu
+test-seeds: $(SEEDED_TESTS)
+	SEED_FIRST=$(SEED_FIRST) SEED_LOGS=$(BUILD)/seeds DCP_TEST_NO_SKIPS=$(DCP_TEST_NO_SKIPS) \
+	    sh tests/run_seeds.sh $(SEEDS) $(SEEDED_TESTS)
 
 test: all
 	sh tests/run_tests.sh $(TEST_PROGRAMS) tests/test_cli.sh

@@ -4,8 +4,10 @@
    the test continue. test_main() runs the tests named on the command line (substring match;
    all when none), prints one line per test and ends with the plain line "N passed, M failed"
    that tests/run_tests.sh adds up. A test may call test_skip("why") to count as skipped.
-   Randomized tests draw from test_seed(their fixed seed): DCP_TEST_SEED=N replaces it (make
-   test-seeds runs the suite under many), and the seed in force is printed once per program. */
+   Randomized tests seed their generators with test_seed_for(their fixed seed) (the GPU tests:
+   test_seed(a clock-derived seed)); DCP_TEST_SEED=N shifts every fixed seed by N (replaces the
+   GPU tests' clock), `make test-seeds` runs the suite under many N, and the seed in force is
+   printed once per program, so that any failure repeats. */
 #ifndef DCP_TEST_H
 #define DCP_TEST_H
 
@@ -83,6 +85,10 @@ static TEST_MAYBE_UNUSED uint64_t test_seed(uint64_t fallback)
     }
     return test_seed_value;
 }
+
+/* The seed of a CPU test's generator: its own fixed seed, shifted by DCP_TEST_SEED (0 when
+   unset, so a plain run is the fixed one). */
+static TEST_MAYBE_UNUSED uint64_t test_seed_for(uint64_t fixed) { return test_seed(0) + fixed; }
 
 typedef struct test_case {
     const char *name;
