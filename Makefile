@@ -31,7 +31,7 @@ TEST_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(HEADE
                  $(GPU_TESTS) $(BUILD)/test_nccl_gpu
 COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o
 
-.PHONY: all test demo bench fuzz clean sanitize-gpu test-gpu ring-example test-seeds
+.PHONY: all test demo bench fuzz clean sanitize-gpu test-gpu ring-example test-seeds test-mutants
 
 GPU_BENCHES := $(BUILD)/kernels_bench $(BUILD)/attention_bench $(BUILD)/libdcp_cuda.so
 
@@ -124,6 +124,13 @@ test-gpu: $(GPU_TESTS) $(BUILD)/test_nccl_gpu
 	sh tests/run_tests.sh $(GPU_TESTS) $(BUILD)/test_nccl_gpu
 
 ring-example: $(BUILD)/ring_attention_nccl
+
+# The GPU suite against planted bugs (tests/mutants.sh): each mutant of dcp_cuda.cu must make
+# its GPU test fail. Without a GPU it only checks that every mutant still applies to the source.
+MUTANT_ARCH ?= $(CUDA_ARCH)
+test-mutants: $(BUILD)/test_cuda
+	NVCC="$(NVCC)" NVCC_FLAGS="-std=c++14 -O2 $(MUTANT_ARCH) -Xcompiler -Wall,-Wextra,-Werror" \
+	    BUILD=$(BUILD) sh tests/mutants.sh
 
 # Every randomized test under SEEDS seeds (DCP_TEST_SEED = SEED_FIRST, SEED_FIRST + 1, ...;
 # logs in build/seeds/); fails if any seed fails. On a GPU machine add DCP_TEST_NO_SKIPS=1 so
