@@ -330,7 +330,7 @@ static void rule_accepts_kernel_precision(void)
             printf("  %s causal%d model: norm error %.2g (bound %.2g), max error %.2g ulps "
                    "(bound %g), lse %.2g ulps (bound %g)\n",
                    dtype_label(dtype), causal, worst_norm,
-                   tolerance_of(dtype).norm, worst_ulps, TOLERANCE_ELEMENT_ULPS, worst_lse_ulps,
+                   tolerance_of(dtype).norm, worst_ulps, TOLERANCE_HALF_ULPS, worst_lse_ulps,
                    TOLERANCE_LSE_ULPS);
         }
 }
