@@ -23,8 +23,8 @@ scale_without_log2e|test_cuda_attention|attention_steps|a.scale_log2 = (float)(p
 mask_past_diagonal|test_cuda_attention|attention_steps|a.kv_rank, key) <= q_pos[row];|a.kv_rank, key) <= q_pos[row] + 1;
 drop_second_key_tile|test_cuda_attention|attention_steps|bool visible = q_ok[row] && key < s.k_valid;|bool visible = q_ok[row] && key < s.k_valid && tile != 1;
 dq_without_scale|test_cuda_attention|attention_steps|a.dq[at + e] += a.scale * acc[e];|a.dq[at + e] += acc[e];
-conv_forward_missing_tap|test_cuda_kernels|conv1d_shapes|if (dcp_cuda__conv_tap(j, width, back)) pre|if (j != DCP_CUDA__CONV_HALO - 1 && dcp_cuda__conv_tap(j, width, back)) pre
-conv_dx_missing_tap|test_cuda_kernels|conv1d_shapes|if (d < a.width && d <= mt.y)|if (d < a.width && d <= mt.y && d != 1)
+conv_forward_missing_tap|test_cuda_kernels|conv1d_shapes|for (int k = 0; k < W; k++) pre = fmaf(w[k][v], window[i + k][v], pre);|for (int k = 0; k < W; k++) if (k != W - 2) pre = fmaf(w[k][v], window[i + k][v], pre);
+conv_dx_missing_tap|test_cuda_kernels|conv1d_shapes|for (int k = 0; k < W; k++) sum = fmaf(w[k][v], gw[H - k][v], sum);|for (int k = 0; k < W; k++) if (k != 1) sum = fmaf(w[k][v], gw[H - k][v], sum);
 END
 )
 

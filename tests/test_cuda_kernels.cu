@@ -660,9 +660,10 @@ static void finalize_tiles(void)
                                            (const float *)upload(&a, DCP_DTYPE_FLOAT32, acc_lse, lses),
                                            dtypes[d], dev_out, dev_lse, NULL, &error),
                      DCP_OK);
-            CHECK(compare(label, download(&a, dtypes[d], dev_out, values), out_ref, values, 0.0));
+            CHECK(compare(label, download(&a, dtypes[d], dev_out, values), out_ref, values,
+                          tolerance_exact()));
             CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_lse, lses), lse_ref, lses,
-                          0.0));
+                          tolerance_exact()));
             cuda_arena_free(&a);
         }
 }
@@ -689,7 +690,7 @@ static void convert_grid_stride(void)
                               DCP_DTYPE_BFLOAT16, out, n, NULL, &error),
              DCP_OK);
     CHECK(compare("convert grid-stride", download(&a, DCP_DTYPE_BFLOAT16, out, n), expected, n,
-                  0.0));
+                  tolerance_exact()));
     cuda_arena_free(&a);
 }
 
