@@ -605,7 +605,7 @@ extern "C" dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
 #define DCP_CUDA__CONV_WARPS 4            /* warps per block: consecutive runs of one group */
 #define DCP_CUDA__CONV_THREADS (DCP_CUDA__CONV_LANES * DCP_CUDA__CONV_WARPS)
 #define DCP_CUDA__CONV_TARGET_WARPS 16384 /* runs a launch aims at: several waves on any GPU */
-#define DCP_CUDA__CONV_MIN_RUN 16         /* rows per run at least: the halo stays small */
+#define DCP_CUDA__CONV_MIN_RUN 8          /* rows per run at least: small launches still spread */
 #define DCP_CUDA__CONV_MAX_GROUPS 65535   /* channel groups: the grid's y limit */
 #define DCP_CUDA__CONV_REDUCE_THREADS 256
 

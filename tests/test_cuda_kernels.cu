@@ -349,8 +349,8 @@ static void conv1d_edges(void)
 }
 
 /* Sequence starts, valid ends and padding on both sides of the kernels' row runs (runs of
-   16 rows at these sizes, so boundaries land before, on and after run edges), every width,
-   channel counts with and without a 16-byte vector path (and a misaligned tensor, which
+   8 rows at these sizes, so boundaries land before, on and after run edges), every width,
+   channel counts with and without a vector path (and a misaligned tensor, which
    takes the 1-channel path), every dtype, and token counts of 1 to 3 and of padding only. */
 static void conv1d_boundaries(void)
 {
