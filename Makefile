@@ -32,7 +32,7 @@ CUDA_SKIP_REASON := nvcc not found (NVCC=$(NVCC)); set NVCC or PATH to build the
 NCCL_SKIP_REASON := $(if $(HAVE_NVCC),nccl.h not found in $(CUDA_HOME)/include (set CUDA_HOME),$(CUDA_SKIP_REASON))
 
 CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_comm test_costs \
-             test_helpers
+             test_helpers test_tolerance
 CPU_HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-no-reference
 GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels $(BUILD)/test_cuda_attention
 # Shell tests run by `make test` after the programs: the CLI, the README quick start, the
@@ -45,6 +45,10 @@ CPU_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(CPU_HE
                 $(NCCL_HOST_TESTS)
 CUDA_PROGRAMS := $(BUILD)/header-nvcc $(GPU_TESTS)
 NCCL_PROGRAMS := $(BUILD)/test_nccl_gpu
+# The Python package (python/dcp): dcp.h's implementation as a shared library (C compiler
+# only, no nvcc) and the struct-layout dump its tests compare the ctypes mirrors against.
+PYTHON_LIBS := $(BUILD)/libdcp.so $(BUILD)/dcp-struct-layout
+
 CPU_BUILDS := $(BUILD)/dcp-plan $(BUILD)/plan_bench $(BUILD)/loader $(PYTHON_LIBS)
 CUDA_BUILDS := $(BUILD)/kernels_bench $(BUILD)/attention_bench $(BUILD)/libdcp_cuda.so
 NCCL_BUILDS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o $(BUILD)/ring_attention_nccl
@@ -53,11 +57,8 @@ TEST_PROGRAMS := $(CPU_PROGRAMS) $(if $(HAVE_NVCC),$(CUDA_PROGRAMS)) \
                  $(if $(HAVE_NCCL),$(NCCL_PROGRAMS))
 BUILDS := $(CPU_BUILDS) $(if $(HAVE_NVCC),$(CUDA_BUILDS)) $(if $(HAVE_NCCL),$(NCCL_BUILDS))
 
-# The Python package (python/dcp): dcp.h's implementation as a shared library (C compiler
-# only, no nvcc) and the struct-layout dump its tests compare the ctypes mirrors against.
-PYTHON_LIBS := $(BUILD)/libdcp.so $(BUILD)/dcp-struct-layout
-
-.PHONY: all test demo bench fuzz clean sanitize-gpu test-gpu ring-example report-skips
+.PHONY: all test demo bench fuzz clean sanitize-gpu test-gpu ring-example report-skips test-seeds \
+        test-mutants
 
 all: $(BUILDS) $(TEST_PROGRAMS) report-skips
 
@@ -85,6 +86,9 @@ $(BUILD)/test_%: tests/test_%.c tests/test.h dcp.h | $(BUILD)
 $(BUILD)/test_%-san: tests/test_%.c tests/test.h dcp.h | $(BUILD)
 	$(CC) -std=c99 $(WARNINGS) $(SANITIZE) $< -o $@ -lm
 
+# The GPU tests' comparison rule, tested on the CPU.
+$(BUILD)/test_tolerance $(BUILD)/test_tolerance-san: tests/tolerance.h
+
 # dcp.h as C99, as C++ and under nvcc, all warnings as errors.
 $(BUILD)/header-c99: tests/test_header.c tests/test.h dcp.h | $(BUILD)
 	$(CC) $(C_FLAGS) $< -o $@ -lm
@@ -104,8 +108,8 @@ $(BUILD)/dcp_cuda.o: dcp_cuda.cu dcp.h | $(BUILD)
 $(BUILD)/test_cuda: tests/test_cuda.cu tests/test.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
 
-$(BUILD)/test_cuda_%: tests/test_cuda_%.cu tests/test.h tests/cuda_test_util.h dcp.h \
-                      $(BUILD)/dcp_cuda.o | $(BUILD)
+$(BUILD)/test_cuda_%: tests/test_cuda_%.cu tests/test.h tests/cuda_test_util.h tests/tolerance.h \
+                      dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
 
 # GPU benches (built by `make`, run by hand where a GPU exists; see bench/RESULTS.md).
@@ -146,7 +150,8 @@ $(BUILD)/nccl-nvcc.o: tests/test_nccl_compile.c dcp_nccl.h dcp.h | $(BUILD)
 
 # dcp_nccl.h's one-rank GPU test (in `make test`; it prints "no CUDA device: skipped" without
 # a GPU) and the multi-GPU ring-attention example (built by `make`; run one process per GPU).
-$(BUILD)/test_nccl_gpu.o: tests/test_nccl_gpu.cu tests/test.h dcp.h dcp_nccl.h | $(BUILD)
+$(BUILD)/test_nccl_gpu.o: tests/test_nccl_gpu.cu tests/test.h tests/tolerance.h dcp.h dcp_nccl.h \
+                         | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 $(BUILD)/test_nccl_gpu: $(BUILD)/test_nccl_gpu.o $(BUILD)/dcp_cuda.o
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(NCCL_LIBS)
@@ -167,6 +172,24 @@ $(BUILD)/loader: examples/loader.c dcp.h | $(BUILD)
 
 # `all` names the skipped parts (report-skips, its last prerequisite) before the runner, whose
 # last line stays "N passed, M failed".
+# The GPU suite against planted bugs (tests/mutants.sh): each mutant of dcp_cuda.cu must make
+# its GPU test fail. Without a GPU it only checks that every mutant still applies to the source.
+MUTANT_ARCH ?= $(CUDA_ARCH)
+test-mutants: $(BUILD)/test_cuda
+	NVCC="$(NVCC)" NVCC_FLAGS="-std=c++14 -O2 $(MUTANT_ARCH) -Xcompiler -Wall,-Wextra,-Werror" \
+	    BUILD=$(BUILD) sh tests/mutants.sh
+
+# Every randomized test under SEEDS seeds (DCP_TEST_SEED = SEED_FIRST, SEED_FIRST + 1, ...;
+# logs in build/seeds/); fails if any seed fails. On a GPU machine add DCP_TEST_NO_SKIPS=1 so
+# that a skipped GPU test fails too: `make test-seeds SEEDS=20 DCP_TEST_NO_SKIPS=1`.
+SEEDS ?= 20
+SEED_FIRST ?= 1
+DCP_TEST_NO_SKIPS ?= 0
+SEEDED_TESTS := $(CPU_TESTS:%=$(BUILD)/%) $(GPU_TESTS) $(BUILD)/test_nccl_gpu
+test-seeds: $(SEEDED_TESTS)
+	SEED_FIRST=$(SEED_FIRST) SEED_LOGS=$(BUILD)/seeds DCP_TEST_NO_SKIPS=$(DCP_TEST_NO_SKIPS) \
+	    sh tests/run_seeds.sh $(SEEDS) $(SEEDED_TESTS)
+
 test: all
 	sh tests/run_tests.sh $(TEST_PROGRAMS) $(SCRIPT_TESTS)
 

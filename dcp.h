@@ -126,6 +126,8 @@
                                                   restored on every path (run: callback form)
        dcp_reroute_op_get(list, i, elem, &op, err)  a transfer in bytes and buffer offsets
        dcp_reroute_check(list, n, rows, K, rows, err)  transfers against the caller's buffers
+       dcp_reroute_rows_written(list, K, rows, err)  per microbatch, the rows the list writes:
+                                                  the smallest buffer dcp_reroute_check takes
        dcp_ring_exchange_plan(cp, r, s, &x, err)  peers, KV and dK/dV slots of a ring step
        dcp_ring_scratch_layout(shape, pass, &s, err)  scratch regions of a ring pass
        dcp_metadata_chunks(length, chunk, &n, err)  length check of a metadata broadcast
@@ -165,7 +167,8 @@
                                          q_out, k_heads, k, k_out, stream, err)
                                                   q and k in one launch, bf16/fp16/fp32
        dcp_cuda_conv1d_workspace_size / _forward / _backward
-                                                  width <= 4; deterministic dweight, dbias
+                                                  width <= 8; deterministic dweight, dbias
+       dcp_cuda_conv1d_launch_geometry            how a shape is split (host-only)
        dcp_cuda_acc_init / _acc_merge / _acc_finalize, dcp_cuda_convert
                                                   LSE merge of ring steps; float32 -> dtype
        dcp_cuda_attention_workspace_size / _forward / _backward
@@ -756,7 +759,9 @@ DCPDEF dcp_status dcp_reroute_op_get(const dcp_reroute *reroute, int32_t index,
                                      size_t element_size, dcp_reroute_op *op, dcp_error *error);
 /* Checks every transfer against buffers the caller holds: samples in [0, num_samples),
    microbatches in [0, num_microbatches), and, when microbatch_rows is not NULL, destination
-   rows inside microbatch_rows[k]; sample_rows likewise for source positions (may be NULL). */
+   rows inside microbatch_rows[k]; sample_rows likewise for source positions (may be NULL).
+   A buffer needs AT LEAST the rows the list writes into it (dcp_reroute_rows_written), not
+   exactly the plan's rows: one allocated for the largest microbatch serves every one. */
 DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samples,
                                     const int64_t *sample_rows, int32_t num_microbatches,
                                     const int64_t *microbatch_rows, dcp_error *error);
@@ -767,6 +772,12 @@ DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samp
    scratch with allocator (NULL: DCP_MALLOC / DCP_FREE). */
 DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t ranks,
                                     const dcp_allocator *allocator, dcp_error *error);
+/* rows[k] = 1 + the last row of microbatch k that the list's receives and local copies write
+   (0 when none), for k in [0, num_microbatches): the smallest microbatch_rows that
+   dcp_reroute_check accepts. At most the plan's local_rows (dcp_plan_rank_group): the rows
+   after the last valid token are padding, which no transfer writes. No allocation. */
+DCPDEF dcp_status dcp_reroute_rows_written(const dcp_reroute *reroute, int32_t num_microbatches,
+                                           int64_t *rows, dcp_error *error);
 
 /* The ring of a group of cp ranks, as the NCCL layer runs it: step s of rank r computes with
    the KV of rank (r - s) mod cp (dcp_ring_step_plan's kv_rank) while the KV of step s + 1
@@ -1165,11 +1176,35 @@ DCP_CUDA_DEF dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
                                                const void *dk_out, void *dk, void *stream,
                                                dcp_error *error);
 
-/* Widest conv1d the device kernels serve (wider: DCP_ERROR_UNSUPPORTED), and the most row
-   slices of the backward: each slice leaves one float partial per channel and weight/bias
-   gradient in the workspace, summed in slice order afterwards (deterministic). */
-#define DCP_CUDA_CONV1D_MAX_WIDTH 4
+/* Widest conv1d the device kernels serve (wider: DCP_ERROR_UNSUPPORTED; one kernel per
+   width), and the most row slices of the backward: each slice leaves one float partial per
+   channel and weight/bias gradient in the workspace, summed in slice order afterwards
+   (deterministic). */
+#define DCP_CUDA_CONV1D_MAX_WIDTH DCP_CONV1D_MAX_WIDTH
 #define DCP_CUDA_CONV1D_SLICES 64
+
+/* How the conv1d kernels split a shape (every launch of that shape the same, whatever the
+   device, so dweight's summation order and bits are too): a warp streams rows_per_warp
+   consecutive rows of 32 x vector_width channels; a block is warps_per_block warps over one
+   channel group and consecutive runs (a slice); the grid is slices x channel_groups. The
+   backward keeps slices <= DCP_CUDA_CONV1D_SLICES. */
+typedef struct dcp_cuda_conv1d_geometry {
+    int32_t vector_width;    /* channels per thread: 16 bytes of dtype (8 in the backward
+                                of 16-bit dtypes), or 1 */
+    int32_t warps_per_block;
+    int32_t channel_groups;  /* grid y */
+    int64_t slices;          /* grid x; 0 when total_rows is 0 */
+    int64_t rows_per_warp;
+} dcp_cuda_conv1d_geometry;
+
+/* The geometry dcp_cuda_conv1d_forward (backward 0) or _backward (backward 1) launches for
+   params, total_rows rows and dtype, with 16-byte accesses when `vector` (the tensors
+   16-byte aligned) and the channel count allow. Host-only: no CUDA call. */
+DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_launch_geometry(const dcp_conv1d_params *params,
+                                                        int64_t total_rows, dcp_dtype dtype,
+                                                        int32_t backward, int32_t vector,
+                                                        dcp_cuda_conv1d_geometry *geometry,
+                                                        dcp_error *error);
 
 /* Bytes of device workspace dcp_cuda_conv1d_backward needs for params (any row count). */
 DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_workspace_size(const dcp_conv1d_params *params,
@@ -5954,6 +5989,27 @@ DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samp
                 (long long)t->destination_row,
                 (long long)(t->destination_row + t->source_end - t->source_begin),
                 (int)t->microbatch, (long long)microbatch_rows[t->microbatch]);
+    }
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_reroute_rows_written(const dcp_reroute *reroute, int32_t num_microbatches,
+                                           int64_t *rows, dcp_error *error)
+{
+    dcp_status status;
+    int32_t i;
+    if (num_microbatches > 0 && !rows)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "rows must not be NULL for %d microbatches", (int)num_microbatches);
+    /* every transfer valid and in range; samples are not this function's business */
+    status = dcp_reroute_check(reroute, INT32_MAX, NULL, num_microbatches, NULL, error);
+    if (status != DCP_OK) return status;
+    for (i = 0; i < num_microbatches; i++) rows[i] = 0;
+    for (i = 0; i < reroute->count; i++) {
+        const dcp_transfer *t = &reroute->transfers[i];
+        const int64_t end = t->destination_row + (t->source_end - t->source_begin);
+        if (t->kind != DCP_TRANSFER_SEND && end > rows[t->microbatch])
+            rows[t->microbatch] = end; /* the bound dcp_reroute_check applies, empty ones too */
     }
     return dcp_error_clear(error);
 }

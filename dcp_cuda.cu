@@ -575,297 +575,453 @@ extern "C" dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
 }
 
 /* ==================================================================================== conv1d
-   Design (forward and backward share it). A block is 32 x 8 threads: threadIdx.x picks a
-   vector of V channels (V x sizeof(T) = 16 bytes when channels and pointers allow, else 1),
-   threadIdx.y a run of DCP_CUDA__CONV_RUN consecutive rows, so a warp reads 32 x 16 = 512
-   contiguous bytes of one row and a block covers DCP_CUDA__CONV_ROWS rows. The block first
-   classifies its rows and a halo of 3 on each side (shared memory: per row how many earlier
-   rows of its sequence it may tap, -1 for padding, and how many later valid rows tap it),
-   then each thread slides a register window of the last 4 input rows down its run, so every
-   x row is loaded once per thread (plus the 3-row halo, 9% extra, from L1/L2). The window
-   and the weights are indexed by compile-time slots (unrolled loops), the width W <= 4 is a
-   run-time value (weights padded with zeros in front, taps masked by select so a NaN or Inf
-   outside a sequence can never leak), so one kernel serves every shape.
-   Forward: y = act(bias + sum of taps), padding rows 0, padding rows of x never read.
-   Backward: each thread recomputes the pre-activation of its rows and of the 3 rows after
-   its run (needed by dx), in the same sweep: dpre[r] = dy[r] silu'(pre[r]); dx[t] =
-   sum_d w[W-1-d] dpre[t+d] over the later rows of t's sequence that tap t. The weight and
-   bias gradients of the rows it owns go to registers; the grid's y dimension has at most
-   DCP_CUDA_CONV1D_SLICES slices, each striding over row blocks, and a block sums its 8 row
-   lanes in a fixed order into one partial per slice and channel (workspace); a second
-   kernel sums the slices in order in double. No atomics: bitwise reproducible. */
+   Design (forward and backward share it). The unit of work is a warp: its 32 lanes hold 32
+   consecutive vectors of V channels (V x sizeof(T) = 16 bytes when the channel count and the
+   pointers allow, 8 in the backward of 16-bit tensors: dcp_cuda__conv_lane_width; else
+   V = 1), so one warp access is 512 (256) contiguous bytes of a row, and the warp streams a
+   contiguous run of rows_per_warp rows from top to bottom. A block is
+   DCP_CUDA__CONV_WARPS warps on one channel group and consecutive runs (a slice); the grid is
+   slices x channel groups, a pure function of the shape (dcp_cuda_conv1d_launch_geometry), so
+   nothing is tuned or compiled per shape. Sequence boundaries: one binary search in
+   cu_seqlens_padded for the run's first row, then the warp walks the boundaries as it goes;
+   every lane of a warp is on the same row, so each branch on a row is warp-uniform. Within a
+   sequence a lane keeps the W - 1 previous input rows in registers (a sliding window: every x
+   row is loaded once, plus W - 1 rows of halo where a run starts inside a sequence) and loads
+   CHUNK rows before it uses any, so a warp keeps CHUNK x 512 bytes in flight. The window is
+   zeroed where a sequence starts: taps before the start add 0, and padding rows, never
+   loaded, cannot leak into the next sequence. W is a template parameter (one kernel per
+   width up to DCP_CUDA_CONV1D_MAX_WIDTH), so width 4 runs the code it would run alone. fp32
+   math; the sigmoid of SiLU uses the fast exponential for 16-bit tensors (error ~1e-6
+   relative, far below their rounding) and the accurate one for fp32.
+   Forward: y = act(bias + sum of taps); padding rows are written 0.
+   Backward: a lane recomputes each row's pre-activation and g = dy act'(pre), keeps the last
+   W values of g in registers and writes dx[t] = sum_k w[k] g[t + W - 1 - k] (the transposed
+   taps, over rows of t's sequence) W - 1 rows behind, so a run reads x and dy W - 1 rows past
+   its end. dweight and dbias of a run's own rows stay in registers; a block sums its warps in
+   a fixed order (double) into one float partial per slice, value and channel (workspace), and
+   a second kernel sums the slices in order in double. No atomics: bitwise reproducible. */
 
-#define DCP_CUDA__CONV_VECS 32
-#define DCP_CUDA__CONV_LANES 8
-#define DCP_CUDA__CONV_RUN 32
-#define DCP_CUDA__CONV_ROWS (DCP_CUDA__CONV_LANES * DCP_CUDA__CONV_RUN)
-#define DCP_CUDA__CONV_TAPS 4 /* register window: DCP_CUDA_CONV1D_MAX_WIDTH */
-#define DCP_CUDA__CONV_HALO (DCP_CUDA__CONV_TAPS - 1)
-#define DCP_CUDA__CONV_META (DCP_CUDA__CONV_ROWS + 2 * DCP_CUDA__CONV_HALO)
+#define DCP_CUDA__CONV_LANES 32           /* channel vectors per warp */
+#define DCP_CUDA__CONV_WARPS 4            /* warps per block: consecutive runs of one group */
+#define DCP_CUDA__CONV_THREADS (DCP_CUDA__CONV_LANES * DCP_CUDA__CONV_WARPS)
+#define DCP_CUDA__CONV_TARGET_WARPS 16384 /* runs a launch aims at: several waves on any GPU */
+#define DCP_CUDA__CONV_MIN_RUN 8          /* rows per run at least: small launches still spread */
+#define DCP_CUDA__CONV_MAX_GROUPS 65535   /* channel groups: the grid's y limit */
+#define DCP_CUDA__CONV_REDUCE_THREADS 256
+
+/* Channels per lane on the vector path: 16 bytes in the forward; the backward keeps three
+   float rows of state per channel (the x and g windows and the gradients), so 16-bit tensors
+   move 4 channels (8 bytes, 256 contiguous bytes a warp) per lane there and the state stays
+   in registers at the occupancy that keeps enough bytes in flight. */
+__host__ __device__ constexpr int dcp_cuda__conv_lane_width(int element, int backward)
+{
+    return (backward && element < 4 ? 8 : 16) / element;
+}
+
+/* Every shape constant of one kernel configuration. */
+template <typename T, int V, int W> struct dcp_cuda__conv_traits {
+    static constexpr int kHalo = W - 1;     /* previous rows a row taps */
+    /* rows loaded before any is used: 8 x 16 bytes a lane in the forward (4 x 16 for 8
+       channels a lane, whose float state is twice as large); the backward loads x and dy */
+    static constexpr int kForwardChunk = W > 4 ? 2 : V >= 8 ? 4 : 8;
+    static constexpr int kBackwardChunk = W > 4 ? 2 : 4;
+    static constexpr int kValues = W + 1;   /* gradient values per channel: taps and bias */
+    /* blocks per SM the register budget is set for (65536 registers / 128 threads / blocks,
+       checked with -Xptxas -v: no spills): up to width 4 the occupancy that keeps bytes in
+       flight; wider kernels give occupancy up rather than spill */
+    static constexpr int kForwardBlocks = W > 4 ? 2 : V >= 8 ? 3 : 4;
+    static constexpr int kBackwardBlocks = W > 4 ? 2 : 3;
+    static_assert(W >= 1 && W <= DCP_CUDA_CONV1D_MAX_WIDTH, "width out of range");
+    static_assert(V == 1 || V * sizeof(T) == 16 || V * sizeof(T) == 8,
+                  "a lane moves 16 or 8 bytes, or one element");
+};
 
 struct dcp_cuda__conv_args {
     const int32_t *cu_seqlens, *cu_seqlens_padded;
     int32_t num_sequences;
     int64_t total_rows;
-    int32_t channels, width, silu;
+    int64_t rows_per_warp;
+    int32_t channels, silu;
     const void *x, *dy;
     const float *weight, *bias;
     void *out;      /* y (forward) or dx (backward) */
     float *partial; /* backward: [slices][width + 1][channels] */
 };
 
-/* Row r's taps: x = earlier rows of its sequence it may read (capped at 3; -1 = padding or
-   outside the buffer), y = later valid rows of its sequence (capped at 3). */
-__device__ __forceinline__ char2 dcp_cuda__conv_row(const dcp_cuda__conv_args &a, int64_t r)
+/* The rows of sequence j as a walk at row t sees them: [start, end), valid [start, valid_end).
+   j outside [0, n) (the buffer tail, or device arrays that disagree with the host's) is
+   padding up to total_rows. Clamped so that a walk always advances and stays in the buffer. */
+struct dcp_cuda__conv_seq {
+    int64_t start, valid_end, end;
+};
+
+__device__ __forceinline__ dcp_cuda__conv_seq dcp_cuda__conv_seq_at(const dcp_cuda__conv_args &a,
+                                                                    int32_t j, int64_t t)
 {
-    if (r < 0 || r >= a.total_rows) return make_char2(-1, -1);
-    const int32_t j = dcp_cuda__find_sequence(a.cu_seqlens_padded, a.num_sequences, r);
-    if (j < 0 || j >= a.num_sequences) return make_char2(-1, -1);
-    const int64_t index = r - a.cu_seqlens_padded[j];
-    const int64_t valid = (int64_t)a.cu_seqlens[j + 1] - a.cu_seqlens[j];
-    if (index >= valid) return make_char2(-1, -1);
-    const int64_t later = valid - 1 - index;
-    return make_char2((signed char)(index < DCP_CUDA__CONV_HALO ? index : DCP_CUDA__CONV_HALO),
-                      (signed char)(later < DCP_CUDA__CONV_HALO ? later : DCP_CUDA__CONV_HALO));
+    dcp_cuda__conv_seq s;
+    s.start = t, s.valid_end = t, s.end = a.total_rows;
+    if (j < 0 || j >= a.num_sequences) return s;
+    const int64_t start = a.cu_seqlens_padded[j], end = a.cu_seqlens_padded[j + 1];
+    const int64_t valid_end = start + ((int64_t)a.cu_seqlens[j + 1] - a.cu_seqlens[j]);
+    s.start = start < 0 ? 0 : start < t ? start : t;
+    s.end = end <= t ? t + 1 : end < a.total_rows ? end : a.total_rows;
+    s.valid_end = valid_end < s.end ? valid_end : s.end;
+    return s;
 }
 
-/* meta[i] describes row first_row - HALO + i, for the block's rows and both halos. */
-__device__ __forceinline__ void dcp_cuda__conv_classify(const dcp_cuda__conv_args &a,
-                                                        int64_t first_row, char2 *meta)
+/* The sequence after j that holds row t (empty ones skipped), or n. */
+__device__ __forceinline__ int32_t dcp_cuda__conv_next_seq(const dcp_cuda__conv_args &a,
+                                                           int32_t j, int64_t t)
 {
-    const int32_t tid = threadIdx.y * blockDim.x + threadIdx.x;
-    for (int32_t i = tid; i < DCP_CUDA__CONV_META; i += blockDim.x * blockDim.y)
-        meta[i] = dcp_cuda__conv_row(a, first_row - DCP_CUDA__CONV_HALO + i);
+    j++;
+    while (j < a.num_sequences && (int64_t)a.cu_seqlens_padded[j + 1] <= t) j++;
+    return j;
 }
 
-/* Weights padded to 4 slots: slot j holds tap j - (4 - W) (zero in front). */
-template <int V>
+template <typename T, int V>
+__device__ __forceinline__ void dcp_cuda__conv_unpack(const dcp_cuda__pack<T, V> &pack,
+                                                      float (&out)[V])
+{
+#pragma unroll
+    for (int v = 0; v < V; v++) out[v] = dcp_cuda__to_float(pack.v[v]);
+}
+
+/* V floats stored as dtype in one 16-, 8- or 4-byte access. Plain stores of a struct or a
+   uint4 were split into 2- and 4-byte stores in these kernels' PTX; the values are packed
+   into 32-bit words and stored with __stwb (st.global.wb: the default cache policy, one
+   vector instruction). */
+template <typename T> __device__ __forceinline__ uint32_t dcp_cuda__conv_word(const float *in);
+template <> __device__ __forceinline__ uint32_t dcp_cuda__conv_word<float>(const float *in)
+{
+    return __float_as_uint(in[0]);
+}
+template <> __device__ __forceinline__ uint32_t dcp_cuda__conv_word<__nv_bfloat16>(const float *in)
+{
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(in[0], in[1]);
+    return *reinterpret_cast<const uint32_t *>(&pair);
+}
+template <> __device__ __forceinline__ uint32_t dcp_cuda__conv_word<__half>(const float *in)
+{
+    const __half2 pair = __floats2half2_rn(in[0], in[1]);
+    return *reinterpret_cast<const uint32_t *>(&pair);
+}
+
+template <typename T, int V, int BYTES = (int)(V * sizeof(T))> struct dcp_cuda__conv_storer {
+    static __device__ __forceinline__ void store(T *p, const float (&in)[V])
+    {
+        dcp_cuda__store<T, V>(p, in); /* one element of 2 bytes */
+    }
+};
+template <typename T, int V> struct dcp_cuda__conv_storer<T, V, 4> {
+    static __device__ __forceinline__ void store(T *p, const float (&in)[V])
+    {
+        *reinterpret_cast<uint32_t *>(p) = dcp_cuda__conv_word<T>(in);
+    }
+};
+template <typename T, int V> struct dcp_cuda__conv_storer<T, V, 8> {
+    static __device__ __forceinline__ void store(T *p, const float (&in)[V])
+    {
+        constexpr int PER_WORD = V / 2;
+        __stwb(reinterpret_cast<uint2 *>(p),
+               make_uint2(dcp_cuda__conv_word<T>(in), dcp_cuda__conv_word<T>(in + PER_WORD)));
+    }
+};
+template <typename T, int V> struct dcp_cuda__conv_storer<T, V, 16> {
+    static __device__ __forceinline__ void store(T *p, const float (&in)[V])
+    {
+        constexpr int PER_WORD = V / 4;
+        __stwb(reinterpret_cast<uint4 *>(p),
+               make_uint4(dcp_cuda__conv_word<T>(in), dcp_cuda__conv_word<T>(in + PER_WORD),
+                          dcp_cuda__conv_word<T>(in + 2 * PER_WORD),
+                          dcp_cuda__conv_word<T>(in + 3 * PER_WORD)));
+    }
+};
+
+template <typename T, int V>
+__device__ __forceinline__ void dcp_cuda__conv_store(T *p, const float (&in)[V])
+{
+    dcp_cuda__conv_storer<T, V>::store(p, in);
+}
+
+template <typename T, int V> __device__ __forceinline__ void dcp_cuda__conv_store_zero(T *p)
+{
+    float zero[V];
+#pragma unroll
+    for (int v = 0; v < V; v++) zero[v] = 0.0f;
+    dcp_cuda__conv_store<T, V>(p, zero);
+}
+
+template <int V> __device__ __forceinline__ void dcp_cuda__conv_zero(float (&row)[V])
+{
+#pragma unroll
+    for (int v = 0; v < V; v++) row[v] = 0.0f;
+}
+
+template <typename T> __device__ __forceinline__ float dcp_cuda__conv_sigmoid(float z)
+{
+    return __fdividef(1.0f, 1.0f + __expf(-z));
+}
+template <> __device__ __forceinline__ float dcp_cuda__conv_sigmoid<float>(float z)
+{
+    return 1.0f / (1.0f + expf(-z));
+}
+
+/* Weights of the lane's V channels ([channels, W] in memory) and their biases. */
+template <int V, int W>
 __device__ __forceinline__ void dcp_cuda__conv_weights(const dcp_cuda__conv_args &a, int64_t c0,
-                                                       float (&w)[DCP_CUDA__CONV_TAPS][V],
-                                                       float (&b)[V])
+                                                       float (&w)[W][V], float (&b)[V])
 {
 #pragma unroll
     for (int v = 0; v < V; v++) {
 #pragma unroll
-        for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++) {
-            const int k = j - (DCP_CUDA__CONV_TAPS - a.width);
-            w[j][v] = k >= 0 ? a.weight[(c0 + v) * a.width + k] : 0.0f;
-        }
+        for (int k = 0; k < W; k++) w[k][v] = a.weight[(c0 + v) * W + k];
         b[v] = a.bias ? a.bias[c0 + v] : 0.0f;
     }
 }
 
-/* Whether window slot j (row r - 3 + j) is a tap of row r, whose meta.x is `back`. */
-__device__ __forceinline__ bool dcp_cuda__conv_tap(int j, int width, int back)
+/* Slots 0..W-2 of the window: rows t - W + 1 .. t - 1, those before `start` 0. */
+template <typename T, int V, int W, int N>
+__device__ __forceinline__ void dcp_cuda__conv_halo(const T *__restrict__ x, int64_t channels,
+                                                    int64_t t, int64_t start,
+                                                    float (&window)[N][V])
 {
-    return j >= DCP_CUDA__CONV_TAPS - width && DCP_CUDA__CONV_HALO - j <= back;
+#pragma unroll
+    for (int k = 0; k < W - 1; k++) {
+        const int64_t r = t - (W - 1) + k;
+        if (r >= start) dcp_cuda__load<T, V>(x + r * channels, window[k]);
+        else dcp_cuda__conv_zero<V>(window[k]);
+    }
 }
 
-template <int V>
-__device__ __forceinline__ float dcp_cuda__conv_pre(const float (&w)[DCP_CUDA__CONV_TAPS][V],
-                                                    const float (&b)[V],
-                                                    const float (&xw)[DCP_CUDA__CONV_TAPS][V],
-                                                    int v, int width, int back)
+/* bias + the W taps ending at window slot i + W - 1, for channel v. */
+template <int V, int W, int N>
+__device__ __forceinline__ float dcp_cuda__conv_pre(const float (&w)[W][V], const float (&b)[V],
+                                                    const float (&window)[N][V], int i, int v)
 {
     float pre = b[v];
 #pragma unroll
-    for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++)
-        if (dcp_cuda__conv_tap(j, width, back)) pre = fmaf(w[j][v], xw[j][v], pre);
+    for (int k = 0; k < W; k++) pre = fmaf(w[k][v], window[i + k][v], pre);
     return pre;
 }
 
-template <int V>
-__device__ __forceinline__ void dcp_cuda__conv_shift(float (&window)[DCP_CUDA__CONV_TAPS][V])
+/* The window's last W - 1 rows become its first. */
+template <int V, int W, int N>
+__device__ __forceinline__ void dcp_cuda__conv_slide(float (&window)[N][V])
 {
 #pragma unroll
-    for (int j = 0; j + 1 < DCP_CUDA__CONV_TAPS; j++)
+    for (int k = 0; k < W - 1; k++)
 #pragma unroll
-        for (int v = 0; v < V; v++) window[j][v] = window[j + 1][v];
+        for (int v = 0; v < V; v++) window[k][v] = window[N - (W - 1) + k][v];
 }
 
-template <typename T, int V>
-__global__ void __launch_bounds__(DCP_CUDA__CONV_VECS *DCP_CUDA__CONV_LANES)
+/* Forward over the valid rows [t, end) of one sequence. window[0..W-2] hold the rows before t
+   (dcp_cuda__conv_halo); slot W - 1 takes each row as it is converted, and the window moves
+   down one row per output (register renaming in the unrolled loop, not copies). */
+template <typename T, int V, int W>
+__device__ __forceinline__ void dcp_cuda__conv_forward_rows(
+    const T *__restrict__ x, T *__restrict__ y, int64_t channels, int64_t t, int64_t end,
+    const float (&w)[W][V], const float (&b)[V], bool silu, float (&window)[W][V])
+{
+    constexpr int CHUNK = dcp_cuda__conv_traits<T, V, W>::kForwardChunk;
+    for (; t < end; t += CHUNK) {
+        dcp_cuda__pack<T, V> raw[CHUNK];
+#pragma unroll
+        for (int i = 0; i < CHUNK; i++)
+            if (t + i < end)
+                raw[i] = *reinterpret_cast<const dcp_cuda__pack<T, V> *>(x + (t + i) * channels);
+#pragma unroll
+        for (int i = 0; i < CHUNK; i++) {
+            if (t + i >= end) break;
+            float out[V];
+            dcp_cuda__conv_unpack<T, V>(raw[i], window[W - 1]);
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                const float pre = dcp_cuda__conv_pre<V, W>(w, b, window, 0, v);
+                out[v] = silu ? pre * dcp_cuda__conv_sigmoid<T>(pre) : pre;
+            }
+            dcp_cuda__conv_store<T, V>(y + (t + i) * channels, out);
+            dcp_cuda__conv_slide<V, W>(window);
+        }
+    }
+}
+
+template <typename T, int V, int W>
+__global__ void __launch_bounds__(DCP_CUDA__CONV_THREADS,
+                                  dcp_cuda__conv_traits<T, V, W>::kForwardBlocks)
     dcp_cuda__conv_forward_kernel(const dcp_cuda__conv_args a)
 {
-    __shared__ char2 meta[DCP_CUDA__CONV_META];
-    const int64_t first_row = (int64_t)blockIdx.x * DCP_CUDA__CONV_ROWS;
-    dcp_cuda__conv_classify(a, first_row, meta);
-    __syncthreads();
-    const int64_t c0 = ((int64_t)blockIdx.y * DCP_CUDA__CONV_VECS + threadIdx.x) * V;
-    if (c0 >= a.channels) return;
+    const int64_t c0 = ((int64_t)blockIdx.y * DCP_CUDA__CONV_LANES + threadIdx.x) * V;
+    const int64_t first =
+        ((int64_t)blockIdx.x * DCP_CUDA__CONV_WARPS + threadIdx.y) * a.rows_per_warp;
+    if (c0 >= a.channels || first >= a.total_rows) return; /* no barrier follows */
+    const int64_t last =
+        first + a.rows_per_warp < a.total_rows ? first + a.rows_per_warp : a.total_rows;
     const T *x = static_cast<const T *>(a.x) + c0;
     T *y = static_cast<T *>(a.out) + c0;
-    float w[DCP_CUDA__CONV_TAPS][V], b[V], xw[DCP_CUDA__CONV_TAPS][V];
-    dcp_cuda__conv_weights<V>(a, c0, w, b);
-    const int32_t lane_first = threadIdx.y * DCP_CUDA__CONV_RUN; /* in the block's rows */
-    /* the rows before the run fill slots 1..3; the loop shifts them down */
-#pragma unroll
-    for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++)
-#pragma unroll
-        for (int v = 0; v < V; v++) xw[j][v] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < DCP_CUDA__CONV_HALO; i++) {
-        const int32_t m = lane_first + i; /* meta index of row lane_first - 3 + i */
-        if (meta[m].x >= 0)
-            dcp_cuda__load<T, V>(x + (first_row + lane_first - DCP_CUDA__CONV_HALO + i) *
-                                         a.channels,
-                                 xw[i + 1]);
-    }
-#pragma unroll
-    for (int i = 0; i < DCP_CUDA__CONV_RUN; i++) {
-        const int64_t t = first_row + lane_first + i;
-        const char2 m = meta[lane_first + i + DCP_CUDA__CONV_HALO];
-        dcp_cuda__conv_shift<V>(xw);
-        if (m.x >= 0) dcp_cuda__load<T, V>(x + t * a.channels, xw[DCP_CUDA__CONV_HALO]);
-        else {
-#pragma unroll
-            for (int v = 0; v < V; v++) xw[DCP_CUDA__CONV_HALO][v] = 0.0f;
+    float w[W][V], b[V], window[W][V];
+    dcp_cuda__conv_weights<V, W>(a, c0, w, b);
+    int32_t j = dcp_cuda__find_sequence(a.cu_seqlens_padded, a.num_sequences, first);
+    for (int64_t t = first; t < last;) {
+        const dcp_cuda__conv_seq s = dcp_cuda__conv_seq_at(a, j, t);
+        const int64_t stop = s.end < last ? s.end : last;
+        const int64_t valid_stop = s.valid_end < stop ? s.valid_end : stop;
+        if (t < valid_stop) {
+            dcp_cuda__conv_halo<T, V, W>(x, a.channels, t, s.start, window);
+            dcp_cuda__conv_forward_rows<T, V, W>(x, y, a.channels, t, valid_stop, w, b,
+                                                 a.silu != 0, window);
         }
-        if (t >= a.total_rows) continue;
-        float out[V];
-#pragma unroll
-        for (int v = 0; v < V; v++) {
-            const float pre = dcp_cuda__conv_pre<V>(w, b, xw, v, a.width, m.x);
-            out[v] = m.x < 0 ? 0.0f : a.silu ? pre / (1.0f + expf(-pre)) : pre;
-        }
-        dcp_cuda__store<T, V>(y + t * a.channels, out);
+        for (int64_t r = t > valid_stop ? t : valid_stop; r < stop; r++)
+            dcp_cuda__conv_store_zero<T, V>(y + r * a.channels);
+        t = stop;
+        j = dcp_cuda__conv_next_seq(a, j, t);
     }
 }
 
-template <typename T, int V>
-__global__ void __launch_bounds__(DCP_CUDA__CONV_VECS *DCP_CUDA__CONV_LANES)
-    dcp_cuda__conv_backward_kernel(const dcp_cuda__conv_args a)
+/* The rows [t, own_end) of one sequence that a run owns, backward: g of the rows [t,
+   compute_end) (own_end <= compute_end <= own_end + W - 1: valid rows past the run's end),
+   0 after; dx of the owned rows, W - 1 rows behind; their dweight and dbias terms. xw[0..W-2]
+   hold the x rows before t (dcp_cuda__conv_halo); xw and gw (g of the same rows) move down
+   one row per row, as in the forward. */
+template <typename T, int V, int W>
+__device__ __forceinline__ void dcp_cuda__conv_backward_rows(
+    const T *__restrict__ x, const T *__restrict__ dy, T *__restrict__ dx, int64_t channels,
+    int64_t t, int64_t own_end, int64_t compute_end, const float (&w)[W][V],
+    const float (&b)[V], bool silu, float (&xw)[W][V], float (&dw)[W][V], float (&db)[V])
 {
-    __shared__ char2 meta[DCP_CUDA__CONV_META];
-    __shared__ float lanes[DCP_CUDA__CONV_LANES][DCP_CUDA__CONV_VECS * V];
-    const int64_t c0 = ((int64_t)blockIdx.x * DCP_CUDA__CONV_VECS + threadIdx.x) * V;
-    const bool active = c0 < a.channels;
-    const T *x = static_cast<const T *>(a.x) + (active ? c0 : 0);
-    const T *dy = static_cast<const T *>(a.dy) + (active ? c0 : 0);
-    T *dx = static_cast<T *>(a.out) + (active ? c0 : 0);
-    const int32_t lane_first = threadIdx.y * DCP_CUDA__CONV_RUN;
-    const int64_t groups = (a.total_rows + DCP_CUDA__CONV_ROWS - 1) / DCP_CUDA__CONV_ROWS;
-    float w[DCP_CUDA__CONV_TAPS][V], b[V], dw[DCP_CUDA__CONV_TAPS][V], db[V];
+    constexpr int CHUNK = dcp_cuda__conv_traits<T, V, W>::kBackwardChunk, H = W - 1;
+    float gw[W][V];
 #pragma unroll
-    for (int v = 0; v < V; v++) {
-        db[v] = 0.0f;
+    for (int k = 0; k < W; k++) dcp_cuda__conv_zero<V>(gw[k]);
+    const int64_t stream_end = own_end + H, first_dx = t + H;
+    for (int64_t r0 = t; r0 < stream_end; r0 += CHUNK) {
+        dcp_cuda__pack<T, V> raw_x[CHUNK], raw_dy[CHUNK];
 #pragma unroll
-        for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++) dw[j][v] = w[j][v] = 0.0f;
-        b[v] = 0.0f;
-    }
-    if (active) dcp_cuda__conv_weights<V>(a, c0, w, b);
-    for (int64_t g = blockIdx.y; g < groups; g += gridDim.y) {
-        const int64_t first_row = g * DCP_CUDA__CONV_ROWS;
-        __syncthreads(); /* the previous group's meta is no longer read */
-        dcp_cuda__conv_classify(a, first_row, meta);
-        __syncthreads();
-        if (!active) continue;
-        float xw[DCP_CUDA__CONV_TAPS][V], dp[DCP_CUDA__CONV_TAPS][V];
+        for (int i = 0; i < CHUNK; i++)
+            if (r0 + i < compute_end) {
+                raw_x[i] = *reinterpret_cast<const dcp_cuda__pack<T, V> *>(x + (r0 + i) * channels);
+                raw_dy[i] =
+                    *reinterpret_cast<const dcp_cuda__pack<T, V> *>(dy + (r0 + i) * channels);
+            }
 #pragma unroll
-        for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++)
+        for (int i = 0; i < CHUNK; i++) {
+            const int64_t r = r0 + i;
+            if (r >= stream_end) break;
+            if (r < compute_end) {
+                dcp_cuda__conv_unpack<T, V>(raw_x[i], xw[H]);
+                dcp_cuda__conv_unpack<T, V>(raw_dy[i], gw[H]);
+                if (silu)
 #pragma unroll
-            for (int v = 0; v < V; v++) xw[j][v] = dp[j][v] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < DCP_CUDA__CONV_HALO; i++)
-            if (meta[lane_first + i].x >= 0)
-                dcp_cuda__load<T, V>(x + (first_row + lane_first - DCP_CUDA__CONV_HALO + i) *
-                                             a.channels,
-                                     xw[i + 1]);
-        /* rows r of the run and the 3 after it: dpre[r]; dx of row r - 3 once it is known */
-#pragma unroll
-        for (int i = 0; i < DCP_CUDA__CONV_RUN + DCP_CUDA__CONV_HALO; i++) {
-            const int64_t r = first_row + lane_first + i;
-            const char2 m = meta[lane_first + i + DCP_CUDA__CONV_HALO];
-            dcp_cuda__conv_shift<V>(xw);
-            dcp_cuda__conv_shift<V>(dp);
-            float g_[V];
-            if (m.x >= 0) {
-                float gy[V];
-                dcp_cuda__load<T, V>(x + r * a.channels, xw[DCP_CUDA__CONV_HALO]);
-                dcp_cuda__load<T, V>(dy + r * a.channels, gy);
-#pragma unroll
-                for (int v = 0; v < V; v++) {
-                    float grad = gy[v];
-                    if (a.silu) {
-                        const float pre = dcp_cuda__conv_pre<V>(w, b, xw, v, a.width, m.x);
-                        const float s = 1.0f / (1.0f + expf(-pre));
-                        grad = gy[v] * s * (1.0f + pre * (1.0f - s));
+                    for (int v = 0; v < V; v++) {
+                        const float pre = dcp_cuda__conv_pre<V, W>(w, b, xw, 0, v);
+                        const float s = dcp_cuda__conv_sigmoid<T>(pre);
+                        gw[H][v] *= s * (1.0f + pre * (1.0f - s));
                     }
-                    g_[v] = grad;
-                }
             } else {
-#pragma unroll
-                for (int v = 0; v < V; v++) xw[DCP_CUDA__CONV_HALO][v] = g_[v] = 0.0f;
+                dcp_cuda__conv_zero<V>(xw[H]);
+                dcp_cuda__conv_zero<V>(gw[H]);
             }
-#pragma unroll
-            for (int v = 0; v < V; v++) dp[DCP_CUDA__CONV_HALO][v] = g_[v];
-            if (i < DCP_CUDA__CONV_RUN && m.x >= 0) {
+            if (r < own_end)
 #pragma unroll
                 for (int v = 0; v < V; v++) {
-                    db[v] += g_[v];
+                    db[v] += gw[H][v];
 #pragma unroll
-                    for (int j = 0; j < DCP_CUDA__CONV_TAPS; j++)
-                        if (dcp_cuda__conv_tap(j, a.width, m.x))
-                            dw[j][v] = fmaf(g_[v], xw[j][v], dw[j][v]);
+                    for (int k = 0; k < W; k++) dw[k][v] = fmaf(gw[H][v], xw[k][v], dw[k][v]);
                 }
-            }
-            if (i >= DCP_CUDA__CONV_HALO && r - DCP_CUDA__CONV_HALO < a.total_rows) {
-                /* row t = r - 3: its readers t + d sit in slot d, tapping it with slot 3 - d */
-                const char2 mt = meta[lane_first + i];
+            if (r >= first_dx) { /* row r - H: its readers r - H + d are in slot d */
                 float out[V];
 #pragma unroll
                 for (int v = 0; v < V; v++) {
                     float sum = 0.0f;
 #pragma unroll
-                    for (int d = 0; d < DCP_CUDA__CONV_TAPS; d++)
-                        if (d < a.width && d <= mt.y)
-                            sum = fmaf(w[DCP_CUDA__CONV_HALO - d][v], dp[d][v], sum);
-                    out[v] = mt.x >= 0 ? sum : 0.0f;
+                    for (int k = 0; k < W; k++) sum = fmaf(w[k][v], gw[H - k][v], sum);
+                    out[v] = sum;
                 }
-                dcp_cuda__store<T, V>(dx + (r - DCP_CUDA__CONV_HALO) * a.channels, out);
+                dcp_cuda__conv_store<T, V>(dx + (r - H) * channels, out);
             }
+            dcp_cuda__conv_slide<V, W>(xw);
+            dcp_cuda__conv_slide<V, W>(gw);
         }
     }
-    /* this slice's partials: the 8 row lanes summed in order (double), one row per value */
+}
+
+template <typename T, int V, int W>
+__global__ void __launch_bounds__(DCP_CUDA__CONV_THREADS,
+                                  dcp_cuda__conv_traits<T, V, W>::kBackwardBlocks)
+    dcp_cuda__conv_backward_kernel(const dcp_cuda__conv_args a)
+{
+    typedef dcp_cuda__conv_traits<T, V, W> K;
+    __shared__ float sums[DCP_CUDA__CONV_WARPS][K::kValues][DCP_CUDA__CONV_LANES * V];
+    const int64_t c0 = ((int64_t)blockIdx.y * DCP_CUDA__CONV_LANES + threadIdx.x) * V;
+    const int64_t first =
+        ((int64_t)blockIdx.x * DCP_CUDA__CONV_WARPS + threadIdx.y) * a.rows_per_warp;
+    float dw[W][V], db[V];
 #pragma unroll
-    for (int j = 0; j <= DCP_CUDA__CONV_TAPS; j++) {
-        if (j < DCP_CUDA__CONV_TAPS && j < DCP_CUDA__CONV_TAPS - a.width) continue;
-        const int32_t q = j < DCP_CUDA__CONV_TAPS ? j - (DCP_CUDA__CONV_TAPS - a.width) : a.width;
-        __syncthreads();
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            lanes[threadIdx.y][threadIdx.x * V + v] = j < DCP_CUDA__CONV_TAPS ? dw[j][v] : db[v];
-        __syncthreads();
-        if (threadIdx.y == 0 && active)
-#pragma unroll
-            for (int v = 0; v < V; v++) {
-                double sum = 0.0;
-                for (int l = 0; l < DCP_CUDA__CONV_LANES; l++) sum += lanes[l][threadIdx.x * V + v];
-                a.partial[((int64_t)blockIdx.y * (a.width + 1) + q) * a.channels + c0 + v] =
-                    (float)sum;
+    for (int k = 0; k < W; k++) dcp_cuda__conv_zero<V>(dw[k]);
+    dcp_cuda__conv_zero<V>(db);
+    if (c0 < a.channels && first < a.total_rows) { /* else: zero partials, and the barrier */
+        const int64_t last =
+            first + a.rows_per_warp < a.total_rows ? first + a.rows_per_warp : a.total_rows;
+        const T *x = static_cast<const T *>(a.x) + c0;
+        const T *dy = static_cast<const T *>(a.dy) + c0;
+        T *dx = static_cast<T *>(a.out) + c0;
+        float w[W][V], b[V], xw[W][V];
+        dcp_cuda__conv_weights<V, W>(a, c0, w, b);
+        int32_t j = dcp_cuda__find_sequence(a.cu_seqlens_padded, a.num_sequences, first);
+        for (int64_t t = first; t < last;) {
+            const dcp_cuda__conv_seq s = dcp_cuda__conv_seq_at(a, j, t);
+            const int64_t stop = s.end < last ? s.end : last;
+            const int64_t own_end = s.valid_end < stop ? s.valid_end : stop;
+            if (t < own_end) {
+                const int64_t ahead = last + K::kHalo;
+                dcp_cuda__conv_halo<T, V, W>(x, a.channels, t, s.start, xw);
+                dcp_cuda__conv_backward_rows<T, V, W>(
+                    x, dy, dx, a.channels, t, own_end, s.valid_end < ahead ? s.valid_end : ahead,
+                    w, b, a.silu != 0, xw, dw, db);
             }
+            for (int64_t r = t > own_end ? t : own_end; r < stop; r++)
+                dcp_cuda__conv_store_zero<T, V>(dx + r * a.channels);
+            t = stop;
+            j = dcp_cuda__conv_next_seq(a, j, t);
+        }
+    }
+    /* the block's partial: its warps summed in order, in double */
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+#pragma unroll
+        for (int k = 0; k < W; k++) sums[threadIdx.y][k][threadIdx.x * V + v] = dw[k][v];
+        sums[threadIdx.y][W][threadIdx.x * V + v] = db[v];
+    }
+    __syncthreads();
+    for (int32_t i = threadIdx.y * DCP_CUDA__CONV_LANES + threadIdx.x;
+         i < K::kValues * DCP_CUDA__CONV_LANES * V; i += DCP_CUDA__CONV_THREADS) {
+        const int32_t q = i / (DCP_CUDA__CONV_LANES * V), lane_value = i % (DCP_CUDA__CONV_LANES * V);
+        const int64_t c = (int64_t)blockIdx.y * DCP_CUDA__CONV_LANES * V + lane_value;
+        if (c >= a.channels) continue;
+        double sum = 0.0;
+        for (int warp = 0; warp < DCP_CUDA__CONV_WARPS; warp++) sum += sums[warp][q][lane_value];
+        a.partial[((int64_t)blockIdx.x * K::kValues + q) * a.channels + c] = (float)sum;
     }
 }
 
 /* Thread i sums value i / channels (weight taps, then the bias) of channel i % channels over
    the slices, in slice order. */
-__global__ void dcp_cuda__conv_reduce_kernel(const float *partial, int32_t slices,
-                                             int32_t channels, int32_t width, float *dweight,
-                                             float *dbias)
+__global__ void __launch_bounds__(DCP_CUDA__CONV_REDUCE_THREADS)
+    dcp_cuda__conv_reduce_kernel(const float *partial, int64_t slices, int32_t channels,
+                                 int32_t width, float *dweight, float *dbias)
 {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)(width + 1) * channels) return;
     const int32_t q = (int32_t)(i / channels), c = (int32_t)(i - (int64_t)q * channels);
     double sum = 0.0;
-    for (int32_t s = 0; s < slices; s++)
-        sum += partial[((int64_t)s * (width + 1) + q) * channels + c];
+    for (int64_t s = 0; s < slices; s++) sum += partial[(s * (width + 1) + q) * channels + c];
     if (q < width) dweight[(int64_t)c * width + q] = (float)sum;
     else if (dbias) dbias[c] = (float)sum;
 }
 
-static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
-                                       const dcp_cuda_layout *layout, int64_t total_rows,
-                                       dcp_dtype dtype, dcp_conv1d_params *p, dcp_error *error)
+/* ------------------------------------------------------------------------ conv1d: host */
+
+static dcp_status dcp_cuda__conv_width(const dcp_conv1d_params *params, dcp_conv1d_params *p,
+                                       dcp_error *error)
 {
     dcp_status status;
     if ((status = dcp_conv1d_params_resolve(params, p, error)) != DCP_OK) return status;
@@ -873,7 +1029,77 @@ static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
         return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
                              "conv1d width %d: the CUDA kernels serve widths 1 to %d",
                              (int)p->width, DCP_CUDA_CONV1D_MAX_WIDTH);
-    if ((status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
+    return DCP_OK;
+}
+
+/* The launch for a resolved shape: see dcp_cuda_conv1d_launch_geometry. */
+static dcp_status dcp_cuda__conv_geometry(const dcp_conv1d_params *p, int64_t total_rows,
+                                          size_t element, int32_t backward, int32_t vector,
+                                          dcp_cuda_conv1d_geometry *g, dcp_error *error)
+{
+    const int32_t V = dcp_cuda__conv_lane_width((int)element, backward != 0);
+    int64_t vectors, run, runs;
+    memset(g, 0, sizeof *g);
+    g->vector_width = vector && p->channels % V == 0 ? V : 1;
+    g->warps_per_block = DCP_CUDA__CONV_WARPS;
+    vectors = p->channels / g->vector_width;
+    if ((vectors + DCP_CUDA__CONV_LANES - 1) / DCP_CUDA__CONV_LANES > DCP_CUDA__CONV_MAX_GROUPS)
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "conv1d channels %d: at most %lld vectors of %d channels",
+                             (int)p->channels,
+                             (long long)DCP_CUDA__CONV_MAX_GROUPS * DCP_CUDA__CONV_LANES,
+                             (int)g->vector_width);
+    g->channel_groups = (int32_t)((vectors + DCP_CUDA__CONV_LANES - 1) / DCP_CUDA__CONV_LANES);
+    if (total_rows <= 0) return DCP_OK; /* nothing to launch */
+    run = (total_rows * g->channel_groups + DCP_CUDA__CONV_TARGET_WARPS - 1) /
+          DCP_CUDA__CONV_TARGET_WARPS;
+    if (run < DCP_CUDA__CONV_MIN_RUN) run = DCP_CUDA__CONV_MIN_RUN;
+    runs = (total_rows + run - 1) / run;
+    if (backward && runs > (int64_t)DCP_CUDA_CONV1D_SLICES * DCP_CUDA__CONV_WARPS) {
+        /* one partial per slice: longer runs instead of more slices */
+        run = (total_rows + (int64_t)DCP_CUDA_CONV1D_SLICES * DCP_CUDA__CONV_WARPS - 1) /
+              ((int64_t)DCP_CUDA_CONV1D_SLICES * DCP_CUDA__CONV_WARPS);
+        runs = (total_rows + run - 1) / run;
+    }
+    g->rows_per_warp = run;
+    g->slices = (runs + DCP_CUDA__CONV_WARPS - 1) / DCP_CUDA__CONV_WARPS;
+    if (g->slices > INT32_MAX)
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED, "total_rows %lld is too many",
+                             (long long)total_rows);
+    return DCP_OK;
+}
+
+extern "C" dcp_status dcp_cuda_conv1d_launch_geometry(const dcp_conv1d_params *params,
+                                                      int64_t total_rows, dcp_dtype dtype,
+                                                      int32_t backward, int32_t vector,
+                                                      dcp_cuda_conv1d_geometry *geometry,
+                                                      dcp_error *error)
+{
+    dcp_conv1d_params p;
+    dcp_status status;
+    if (!geometry)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "geometry must not be NULL");
+    if ((status = dcp_cuda__conv_width(params, &p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
+        return status;
+    if (total_rows < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "total_rows must be >= 0, got %lld", (long long)total_rows);
+    if ((status = dcp_cuda__check_elements("x", total_rows, p.channels,
+                                           dcp_cuda__dtype_size(dtype), error)) != DCP_OK ||
+        (status = dcp_cuda__conv_geometry(&p, total_rows, dcp_cuda__dtype_size(dtype),
+                                          backward != 0, vector != 0, geometry, error)) != DCP_OK)
+        return status;
+    return dcp_error_clear(error);
+}
+
+static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
+                                       const dcp_cuda_layout *layout, int64_t total_rows,
+                                       dcp_dtype dtype, dcp_conv1d_params *p, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_cuda__conv_width(params, p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
         (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
         return status;
     if (layout->thd.cp != 1)
@@ -884,18 +1110,14 @@ static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "total_rows %lld < the layout's local_rows %lld",
                              (long long)total_rows, (long long)layout->local_rows);
-    if ((status = dcp_cuda__check_elements("x", total_rows, p->channels,
-                                           dcp_cuda__dtype_size(dtype), error)) != DCP_OK)
-        return status;
-    if ((total_rows + DCP_CUDA__CONV_ROWS - 1) / DCP_CUDA__CONV_ROWS > INT32_MAX)
-        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED, "total_rows %lld is too many",
-                             (long long)total_rows);
-    return DCP_OK;
+    return dcp_cuda__check_elements("x", total_rows, p->channels, dcp_cuda__dtype_size(dtype),
+                                    error);
 }
 
 static dcp_cuda__conv_args dcp_cuda__conv_args_of(const dcp_conv1d_params *p,
                                                   const dcp_cuda_layout *layout,
-                                                  int64_t total_rows)
+                                                  int64_t total_rows,
+                                                  const dcp_cuda_conv1d_geometry *g)
 {
     dcp_cuda__conv_args a;
     memset(&a, 0, sizeof a);
@@ -903,41 +1125,80 @@ static dcp_cuda__conv_args dcp_cuda__conv_args_of(const dcp_conv1d_params *p,
     a.cu_seqlens_padded = layout->thd.cu_seqlens_padded;
     a.num_sequences = layout->thd.num_sequences;
     a.total_rows = total_rows;
+    a.rows_per_warp = g->rows_per_warp;
     a.channels = p->channels;
-    a.width = p->width;
     a.silu = p->silu;
     return a;
 }
 
-template <typename T>
-static dcp_status dcp_cuda__conv_forward_launch(const dcp_cuda__conv_args &a, int vector,
-                                                cudaStream_t stream, dcp_error *error)
+/* One launch for a width known at run time: the kernel for width W, or the launcher of the
+   next width down (so every width up to the maximum is instantiated, once per direction). */
+template <typename T, int V, int W, bool BACKWARD> struct dcp_cuda__conv_kernel {
+    static void launch(dim3 grid, dim3 block, const dcp_cuda__conv_args &a, cudaStream_t s)
+    {
+        dcp_cuda__conv_forward_kernel<T, V, W><<<grid, block, 0, s>>>(a);
+    }
+};
+template <typename T, int V, int W> struct dcp_cuda__conv_kernel<T, V, W, true> {
+    static void launch(dim3 grid, dim3 block, const dcp_cuda__conv_args &a, cudaStream_t s)
+    {
+        dcp_cuda__conv_backward_kernel<T, V, W><<<grid, block, 0, s>>>(a);
+    }
+};
+
+template <typename T, int V, int W, bool BACKWARD> struct dcp_cuda__conv_launcher {
+    static void run(int32_t width, const dcp_cuda__conv_args &a, dim3 grid, cudaStream_t s)
+    {
+        if (width == W)
+            dcp_cuda__conv_kernel<T, V, W, BACKWARD>::launch(
+                grid, dim3(DCP_CUDA__CONV_LANES, DCP_CUDA__CONV_WARPS), a, s);
+        else dcp_cuda__conv_launcher<T, V, W - 1, BACKWARD>::run(width, a, grid, s);
+    }
+};
+template <typename T, int V, bool BACKWARD> struct dcp_cuda__conv_launcher<T, V, 0, BACKWARD> {
+    static void run(int32_t, const dcp_cuda__conv_args &, dim3, cudaStream_t) {}
+};
+
+template <typename T, bool BACKWARD>
+static dcp_status dcp_cuda__conv_launch_typed(const dcp_cuda__conv_args &a, int32_t width,
+                                              const dcp_cuda_conv1d_geometry *g,
+                                              cudaStream_t stream, dcp_error *error)
 {
-    constexpr int V = (int)(16 / sizeof(T));
-    const int64_t vecs = vector ? a.channels / V : a.channels;
-    const dim3 block(DCP_CUDA__CONV_VECS, DCP_CUDA__CONV_LANES);
-    const dim3 grid((unsigned)((a.total_rows + DCP_CUDA__CONV_ROWS - 1) / DCP_CUDA__CONV_ROWS),
-                    (unsigned)((vecs + DCP_CUDA__CONV_VECS - 1) / DCP_CUDA__CONV_VECS));
-    if (vector) dcp_cuda__conv_forward_kernel<T, V><<<grid, block, 0, stream>>>(a);
-    else dcp_cuda__conv_forward_kernel<T, 1><<<grid, block, 0, stream>>>(a);
+    constexpr int V = dcp_cuda__conv_lane_width((int)sizeof(T), BACKWARD);
+    const dim3 grid((unsigned)g->slices, (unsigned)g->channel_groups);
+    if (g->vector_width == V)
+        dcp_cuda__conv_launcher<T, V, DCP_CUDA_CONV1D_MAX_WIDTH, BACKWARD>::run(width, a, grid,
+                                                                                stream);
+    else
+        dcp_cuda__conv_launcher<T, 1, DCP_CUDA_CONV1D_MAX_WIDTH, BACKWARD>::run(width, a, grid,
+                                                                                stream);
     DCP_CUDA_CHECK_LAUNCH();
     return dcp_error_clear(error);
 }
 
-template <typename T>
-static dcp_status dcp_cuda__conv_backward_launch(const dcp_cuda__conv_args &a, int vector,
-                                                 int32_t slices, cudaStream_t stream,
-                                                 dcp_error *error)
+template <bool BACKWARD>
+static dcp_status dcp_cuda__conv_launch_dtype(const dcp_cuda__conv_args &a, dcp_dtype dtype,
+                                              int32_t width, const dcp_cuda_conv1d_geometry *g,
+                                              cudaStream_t stream, dcp_error *error)
 {
-    constexpr int V = (int)(16 / sizeof(T));
-    const int64_t vecs = vector ? a.channels / V : a.channels;
-    const dim3 block(DCP_CUDA__CONV_VECS, DCP_CUDA__CONV_LANES);
-    const dim3 grid((unsigned)((vecs + DCP_CUDA__CONV_VECS - 1) / DCP_CUDA__CONV_VECS),
-                    (unsigned)slices);
-    if (vector) dcp_cuda__conv_backward_kernel<T, V><<<grid, block, 0, stream>>>(a);
-    else dcp_cuda__conv_backward_kernel<T, 1><<<grid, block, 0, stream>>>(a);
-    DCP_CUDA_CHECK_LAUNCH();
-    return dcp_error_clear(error);
+    switch (dtype) {
+    case DCP_DTYPE_FLOAT32:
+        return dcp_cuda__conv_launch_typed<float, BACKWARD>(a, width, g, stream, error);
+    case DCP_DTYPE_BFLOAT16:
+        return dcp_cuda__conv_launch_typed<__nv_bfloat16, BACKWARD>(a, width, g, stream, error);
+    case DCP_DTYPE_FLOAT16:
+        return dcp_cuda__conv_launch_typed<__half, BACKWARD>(a, width, g, stream, error);
+    }
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
+}
+
+static dcp_status dcp_cuda__conv_launch(const dcp_cuda__conv_args &a, dcp_dtype dtype,
+                                        int32_t width, int32_t backward,
+                                        const dcp_cuda_conv1d_geometry *g, cudaStream_t stream,
+                                        dcp_error *error)
+{
+    return backward ? dcp_cuda__conv_launch_dtype<true>(a, dtype, width, g, stream, error)
+                    : dcp_cuda__conv_launch_dtype<false>(a, dtype, width, g, stream, error);
 }
 
 extern "C" dcp_status dcp_cuda_conv1d_workspace_size(const dcp_conv1d_params *params,
@@ -946,11 +1207,7 @@ extern "C" dcp_status dcp_cuda_conv1d_workspace_size(const dcp_conv1d_params *pa
     dcp_conv1d_params p;
     dcp_status status;
     if (!bytes) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
-    if ((status = dcp_conv1d_params_resolve(params, &p, error)) != DCP_OK) return status;
-    if (p.width > DCP_CUDA_CONV1D_MAX_WIDTH)
-        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
-                             "conv1d width %d: the CUDA kernels serve widths 1 to %d", (int)p.width,
-                             DCP_CUDA_CONV1D_MAX_WIDTH);
+    if ((status = dcp_cuda__conv_width(params, &p, error)) != DCP_OK) return status;
     *bytes = (size_t)DCP_CUDA_CONV1D_SLICES * (size_t)(p.width + 1) * (size_t)p.channels *
              sizeof(float);
     return dcp_error_clear(error);
@@ -963,32 +1220,21 @@ extern "C" dcp_status dcp_cuda_conv1d_forward(const dcp_conv1d_params *params,
                                               void *stream, dcp_error *error)
 {
     dcp_conv1d_params p;
+    dcp_cuda_conv1d_geometry g;
     dcp_cuda__conv_args a;
-    int vector;
     dcp_status status;
     if ((status = dcp_cuda__conv_check(params, layout, total_rows, dtype, &p, error)) != DCP_OK)
         return status;
     if (!x || !weight || !y)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "x, weight and y must not be NULL");
-    a = dcp_cuda__conv_args_of(&p, layout, total_rows);
+    if ((status = dcp_cuda__conv_geometry(&p, total_rows, dcp_cuda__dtype_size(dtype), 0,
+                                          dcp_cuda__aligned(x, 16) && dcp_cuda__aligned(y, 16),
+                                          &g, error)) != DCP_OK)
+        return status;
+    if (g.slices == 0) return dcp_error_clear(error);
+    a = dcp_cuda__conv_args_of(&p, layout, total_rows, &g);
     a.x = x, a.weight = weight, a.bias = bias, a.out = y;
-    vector = p.channels % (int32_t)(16 / dcp_cuda__dtype_size(dtype)) == 0 &&
-             dcp_cuda__aligned(x, 16) && dcp_cuda__aligned(y, 16);
-    if ((int64_t)(vector ? p.channels / (16 / dcp_cuda__dtype_size(dtype)) : p.channels) >
-        (int64_t)DCP_CUDA__CONV_VECS * 65535)
-        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED, "conv1d channels %d are too many",
-                             (int)p.channels);
-    if (total_rows == 0) return dcp_error_clear(error);
-    switch (dtype) {
-    case DCP_DTYPE_FLOAT32:
-        return dcp_cuda__conv_forward_launch<float>(a, vector, (cudaStream_t)stream, error);
-    case DCP_DTYPE_BFLOAT16:
-        return dcp_cuda__conv_forward_launch<__nv_bfloat16>(a, vector, (cudaStream_t)stream,
-                                                            error);
-    case DCP_DTYPE_FLOAT16:
-        return dcp_cuda__conv_forward_launch<__half>(a, vector, (cudaStream_t)stream, error);
-    }
-    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
+    return dcp_cuda__conv_launch(a, dtype, p.width, 0, &g, (cudaStream_t)stream, error);
 }
 
 extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
@@ -1001,11 +1247,9 @@ extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
                                                dcp_error *error)
 {
     dcp_conv1d_params p;
+    dcp_cuda_conv1d_geometry g;
     dcp_cuda__conv_args a;
-    int64_t groups;
-    int32_t slices;
     size_t needed;
-    int vector;
     cudaStream_t s = (cudaStream_t)stream;
     dcp_status status;
     if ((status = dcp_cuda__conv_check(params, layout, total_rows, dtype, &p, error)) != DCP_OK)
@@ -1016,55 +1260,54 @@ extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
     if (bias && !dbias)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "dbias must not be NULL when bias is given");
-    groups = (total_rows + DCP_CUDA__CONV_ROWS - 1) / DCP_CUDA__CONV_ROWS;
-    slices = groups < DCP_CUDA_CONV1D_SLICES ? (int32_t)groups : DCP_CUDA_CONV1D_SLICES;
-    needed = (size_t)slices * (size_t)(p.width + 1) * (size_t)p.channels * sizeof(float);
+    if ((status = dcp_cuda__conv_geometry(&p, total_rows, dcp_cuda__dtype_size(dtype), 1,
+                                          dcp_cuda__aligned(x, 16) && dcp_cuda__aligned(dy, 16) &&
+                                              dcp_cuda__aligned(dx, 16),
+                                          &g, error)) != DCP_OK)
+        return status;
+    needed = (size_t)g.slices * (size_t)(p.width + 1) * (size_t)p.channels * sizeof(float);
     if (needed > 0 && (!workspace || workspace_bytes < needed || !dcp_cuda__aligned(workspace, 16)))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "workspace %p of %zu bytes: need %zu bytes, 16-byte aligned "
                              "(dcp_cuda_conv1d_workspace_size)",
                              workspace, workspace_bytes, needed);
-    a = dcp_cuda__conv_args_of(&p, layout, total_rows);
+    a = dcp_cuda__conv_args_of(&p, layout, total_rows, &g);
     a.x = x, a.weight = weight, a.bias = bias, a.dy = dy, a.out = dx;
     a.partial = (float *)workspace;
-    vector = p.channels % (int32_t)(16 / dcp_cuda__dtype_size(dtype)) == 0 &&
-             dcp_cuda__aligned(x, 16) && dcp_cuda__aligned(dy, 16) && dcp_cuda__aligned(dx, 16);
-    if (slices > 0) {
-        switch (dtype) {
-        case DCP_DTYPE_FLOAT32:
-            status = dcp_cuda__conv_backward_launch<float>(a, vector, slices, s, error);
-            break;
-        case DCP_DTYPE_BFLOAT16:
-            status = dcp_cuda__conv_backward_launch<__nv_bfloat16>(a, vector, slices, s, error);
-            break;
-        case DCP_DTYPE_FLOAT16:
-            status = dcp_cuda__conv_backward_launch<__half>(a, vector, slices, s, error);
-            break;
-        }
-        if (status != DCP_OK) return status;
-    }
-    {
+    if (g.slices > 0 &&
+        (status = dcp_cuda__conv_launch(a, dtype, p.width, 1, &g, s, error)) != DCP_OK)
+        return status;
+    {   /* with no rows the slices are 0 and the sums 0: dweight and dbias are still written */
         const int64_t values = (int64_t)(p.width + 1) * p.channels;
-        dcp_cuda__conv_reduce_kernel<<<(unsigned)((values + 255) / 256), 256, 0, s>>>(
-            a.partial, slices, p.channels, p.width, dweight, dbias);
+        dcp_cuda__conv_reduce_kernel<<<(unsigned)((values + DCP_CUDA__CONV_REDUCE_THREADS - 1) /
+                                                  DCP_CUDA__CONV_REDUCE_THREADS),
+                                       DCP_CUDA__CONV_REDUCE_THREADS, 0, s>>>(
+            a.partial, g.slices, p.channels, p.width, dweight, dbias);
         DCP_CUDA_CHECK_LAUNCH();
     }
     return dcp_error_clear(error);
 }
 
 /* ================================================================= LSE merge and conversion
-   Design. A warp owns one (head, row) of the [rows, heads, dim] tensors, its lanes 4 (merge)
-   or 8 (finalize) consecutive floats each with 16-byte accesses (1 when dim or a pointer does
-   not allow it); consecutive warps take consecutive rows of one head, so the LSE [heads, rows]
-   accesses of a block are contiguous too. The row's sequence comes from a binary search in
-   cu_seqlens_padded (cached). Merge: every lane reads both LSEs, computes the weights in
-   float32 as 1 / (1 + e) and e / (1 + e) with e = exp(low - high) (accurate whatever the
-   LSEs' magnitude), a side at -inf is skipped (a row nothing saw stays 0 and -inf), and lane
-   0 writes the merged LSE after __syncwarp, when every lane has read the old one. Finalize:
-   valid rows (zigzag position of `rank` below the valid length) are converted to out_dtype,
-   padding rows written 0 and -inf; out may be acc_out (float32), each element is read by the
-   lane that writes it. Init: cudaMemsetAsync for the zeros and a fill for -inf. Convert: a
-   grid-stride loop, 8 floats per thread per step. */
+   Design. Merge: a warp owns one (head, row) of the [rows, heads, dim] tensors, its lanes 4
+   consecutive floats each with 16-byte accesses (1 when dim or a pointer does not allow it);
+   consecutive warps take consecutive rows of one head, so the LSE [heads, rows] accesses of a
+   block are contiguous too. The row's sequence comes from a binary search in
+   cu_seqlens_padded (cached). Every lane reads both LSEs, computes the weights in float32 as
+   1 / (1 + e) and e / (1 + e) with e = exp(low - high) (accurate whatever the LSEs'
+   magnitude), a side at -inf is skipped (a row nothing saw stays 0 and -inf), and lane 0
+   writes the merged LSE after __syncwarp, when every lane has read the old one.
+   Finalize and convert move bytes only, so they are built for bytes in flight: a thread
+   moves units of 8 values (two 16-byte float loads, one 16-byte store of bf16/fp16), loads
+   DCP_CUDA__FINAL_UNITS units before it stores any, and blocks stride over the work (grid
+   capped, so a block keeps its registers busy instead of paying a launch per few rows).
+   Finalize: a block takes a tile of consecutive rows, all heads and dims of them (a flat,
+   contiguous range of the [rows, heads, dim] tensor), finds whether each row is valid
+   (zigzag position of `rank` below the valid length: one search per row, by as many threads
+   as rows, into shared memory), then converts the tile, padding rows written 0 and -inf; the
+   accumulator is read whatever the row (it is ours, zeroed by init), so loads never wait on
+   the search's answer. out may be acc_out (float32): each element is read by the thread that
+   writes it. Init: cudaMemsetAsync for the zeros and a fill for -inf. */
 
 #define DCP_CUDA__WARPS 8 /* warps per block of the row kernels */
 
@@ -1126,47 +1369,96 @@ __global__ void __launch_bounds__(DCP_CUDA__WARPS * 32)
     if (lane == 0) a.acc_lse[lse_at] = copy ? lse : merged;
 }
 
+#define DCP_CUDA__FINAL_THREADS 256
+#define DCP_CUDA__FINAL_VALUES 8       /* values per unit on the vector path */
+#define DCP_CUDA__FINAL_UNITS 4        /* units a thread loads before it stores any */
+#define DCP_CUDA__FINAL_TILE_UNITS 2048 /* units a finalize tile aims at: two rounds */
+#define DCP_CUDA__FINAL_MAX_ROWS 64    /* rows per tile at most (their flags in shared memory) */
+#define DCP_CUDA__FINAL_MAX_BLOCKS 8192 /* grid cap of the grid-stride loops: ~60 blocks/SM */
+
+/* Units [base, base + UNITS x THREADS) of a flat range, thread-strided: loads first. */
+template <int V> struct dcp_cuda__final_units {
+    float v[DCP_CUDA__FINAL_UNITS][V];
+};
+
 template <typename T, int V>
-__global__ void __launch_bounds__(DCP_CUDA__WARPS * 32)
-    dcp_cuda__finalize_kernel(const dcp_cuda__merge_args a)
+__global__ void __launch_bounds__(DCP_CUDA__FINAL_THREADS)
+    dcp_cuda__finalize_kernel(const dcp_cuda__merge_args a, int32_t tile_rows)
 {
-    const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int32_t lane = threadIdx.x & 31;
-    if (unit >= (int64_t)a.heads * a.rows) return;
-    const int32_t head = (int32_t)(unit / a.rows);
-    const int64_t row = unit - (int64_t)head * a.rows;
-    const bool valid = dcp_cuda__row_info(a.cu_seqlens, a.cu_seqlens_padded, a.num_sequences,
-                                          a.cp, a.rank, row)
-                           .position >= 0;
-    const int64_t at = (row * a.heads + head) * (int64_t)a.dim;
-    T *out = static_cast<T *>(a.final_out) + at;
-    for (int32_t d = lane * V; d < a.dim; d += 32 * V) {
-        float v[V];
-        if (valid) dcp_cuda__load<float, V>(a.acc_out + at + d, v);
-        else {
+    __shared__ unsigned char valid[DCP_CUDA__FINAL_MAX_ROWS];
+    const int64_t row_units = (int64_t)a.heads * a.dim / V;
+    const int64_t tiles = (a.rows + tile_rows - 1) / tile_rows;
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int64_t r0 = tile * tile_rows;
+        const int32_t rows = (int32_t)(a.rows - r0 < tile_rows ? a.rows - r0 : tile_rows);
+        const uint32_t units = (uint32_t)(rows * row_units); /* < 2^31: checked on the host */
+        const float *in = a.acc_out + r0 * row_units * V;
+        T *out = static_cast<T *>(a.final_out) + r0 * row_units * V;
+        __syncthreads(); /* the previous tile's flags are read */
+        if ((int32_t)threadIdx.x < rows)
+            valid[threadIdx.x] = dcp_cuda__row_info(a.cu_seqlens, a.cu_seqlens_padded,
+                                                    a.num_sequences, a.cp, a.rank,
+                                                    r0 + threadIdx.x)
+                                     .position >= 0;
+        __syncthreads();
+        for (uint32_t base = threadIdx.x; base < units;
+             base += DCP_CUDA__FINAL_UNITS * DCP_CUDA__FINAL_THREADS) {
+            dcp_cuda__final_units<V> u;
 #pragma unroll
-            for (int i = 0; i < V; i++) v[i] = 0.0f;
+            for (int k = 0; k < DCP_CUDA__FINAL_UNITS; k++) {
+                const uint32_t unit = base + k * DCP_CUDA__FINAL_THREADS;
+                if (unit < units) dcp_cuda__load<float, V>(in + (int64_t)unit * V, u.v[k]);
+            }
+#pragma unroll
+            for (int k = 0; k < DCP_CUDA__FINAL_UNITS; k++) {
+                const uint32_t unit = base + k * DCP_CUDA__FINAL_THREADS;
+                if (unit >= units) break;
+                if (!valid[unit / (uint32_t)row_units])
+#pragma unroll
+                    for (int i = 0; i < V; i++) u.v[k][i] = 0.0f;
+                dcp_cuda__store<T, V>(out + (int64_t)unit * V, u.v[k]);
+            }
         }
-        dcp_cuda__store<T, V>(out + d, v);
-    }
-    if (lane == 0) {
-        const int64_t lse_at = (int64_t)head * a.rows + row;
-        a.final_lse[lse_at] = valid ? a.acc_lse[lse_at] : -INFINITY;
+        for (int32_t i = threadIdx.x; i < rows * a.heads; i += DCP_CUDA__FINAL_THREADS) {
+            const int32_t head = i / rows, r = i - head * rows;
+            const int64_t lse_at = (int64_t)head * a.rows + r0 + r;
+            a.final_lse[lse_at] = valid[r] ? a.acc_lse[lse_at] : -INFINITY;
+        }
     }
 }
 
 template <typename T, int V>
-__global__ void dcp_cuda__convert_kernel(const float *in, T *out, int64_t count)
+__global__ void __launch_bounds__(DCP_CUDA__FINAL_THREADS)
+    dcp_cuda__convert_kernel(const float *in, T *out, int64_t count)
 {
-    const int64_t vectors = count / V, stride = (int64_t)gridDim.x * blockDim.x;
-    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (int64_t i = first; i < vectors; i += stride) {
-        float v[V];
-        dcp_cuda__load<float, V>(in + i * V, v);
-        dcp_cuda__store<T, V>(out + i * V, v);
+    const int64_t units = count / V;
+    const int64_t step = (int64_t)gridDim.x * DCP_CUDA__FINAL_UNITS * DCP_CUDA__FINAL_THREADS;
+    const int64_t first =
+        (int64_t)blockIdx.x * DCP_CUDA__FINAL_UNITS * DCP_CUDA__FINAL_THREADS + threadIdx.x;
+    for (int64_t base = first; base < units; base += step) {
+        dcp_cuda__final_units<V> u;
+#pragma unroll
+        for (int k = 0; k < DCP_CUDA__FINAL_UNITS; k++) {
+            const int64_t unit = base + k * DCP_CUDA__FINAL_THREADS;
+            if (unit < units) dcp_cuda__load<float, V>(in + unit * V, u.v[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < DCP_CUDA__FINAL_UNITS; k++) {
+            const int64_t unit = base + k * DCP_CUDA__FINAL_THREADS;
+            if (unit < units) dcp_cuda__store<T, V>(out + unit * V, u.v[k]);
+        }
     }
-    for (int64_t i = vectors * V + first; i < count; i += stride)
-        out[i] = dcp_cuda__from_float<T>(in[i]);
+    /* the last count % V values, one per thread of the first block */
+    if (blockIdx.x == 0 && threadIdx.x < count - units * V)
+        out[units * V + threadIdx.x] = dcp_cuda__from_float<T>(in[units * V + threadIdx.x]);
+}
+
+/* Blocks for `work` pieces of DCP_CUDA__FINAL_UNITS x DCP_CUDA__FINAL_THREADS units (or
+   tiles), capped: the kernels stride over the rest. */
+static unsigned dcp_cuda__final_blocks(int64_t work)
+{
+    return (unsigned)(work < DCP_CUDA__FINAL_MAX_BLOCKS ? (work > 0 ? work : 1)
+                                                       : DCP_CUDA__FINAL_MAX_BLOCKS);
 }
 
 /* Checks shared by the merge entry points: params (num_heads, head_dim), layout, sizes. */
@@ -1269,11 +1561,26 @@ template <typename T>
 static dcp_status dcp_cuda__finalize_launch(const dcp_cuda__merge_args &a, cudaStream_t s,
                                             dcp_error *error)
 {
-    if (a.dim % 8 == 0 && dcp_cuda__aligned(a.acc_out, 32) &&
-        dcp_cuda__aligned(a.final_out, 8 * sizeof(T)))
-        dcp_cuda__finalize_kernel<T, 8><<<dcp_cuda__row_blocks(a), DCP_CUDA__WARPS * 32, 0, s>>>(a);
-    else
-        dcp_cuda__finalize_kernel<T, 1><<<dcp_cuda__row_blocks(a), DCP_CUDA__WARPS * 32, 0, s>>>(a);
+    const int64_t row_values = (int64_t)a.heads * a.dim;
+    const int vector = row_values % DCP_CUDA__FINAL_VALUES == 0 &&
+                       dcp_cuda__aligned(a.acc_out, DCP_CUDA__FINAL_VALUES * sizeof(float)) &&
+                       dcp_cuda__aligned(a.final_out, DCP_CUDA__FINAL_VALUES * sizeof(T));
+    const int64_t row_units = vector ? row_values / DCP_CUDA__FINAL_VALUES : row_values;
+    int64_t tile_rows = DCP_CUDA__FINAL_TILE_UNITS / row_units;
+    if (tile_rows < 1) tile_rows = 1;
+    if (tile_rows > DCP_CUDA__FINAL_MAX_ROWS) tile_rows = DCP_CUDA__FINAL_MAX_ROWS;
+    if (tile_rows * row_units > INT32_MAX)
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "finalize rows of %lld values are too long", (long long)row_values);
+    {
+        const unsigned blocks = dcp_cuda__final_blocks((a.rows + tile_rows - 1) / tile_rows);
+        if (vector)
+            dcp_cuda__finalize_kernel<T, DCP_CUDA__FINAL_VALUES>
+                <<<blocks, DCP_CUDA__FINAL_THREADS, 0, s>>>(a, (int32_t)tile_rows);
+        else
+            dcp_cuda__finalize_kernel<T, 1>
+                <<<blocks, DCP_CUDA__FINAL_THREADS, 0, s>>>(a, (int32_t)tile_rows);
+    }
     DCP_CUDA_CHECK_LAUNCH();
     return dcp_error_clear(error);
 }
@@ -1316,12 +1623,16 @@ template <typename T>
 static dcp_status dcp_cuda__convert_launch(const float *in, T *out, int64_t count,
                                            cudaStream_t s, dcp_error *error)
 {
-    const int64_t threads = (count + 7) / 8, blocks = (threads + 255) / 256;
-    const unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536);
-    if (dcp_cuda__aligned(in, 32) && dcp_cuda__aligned(out, 8 * sizeof(T)))
-        dcp_cuda__convert_kernel<T, 8><<<grid, 256, 0, s>>>(in, out, count);
+    const int vector = dcp_cuda__aligned(in, DCP_CUDA__FINAL_VALUES * sizeof(float)) &&
+                       dcp_cuda__aligned(out, DCP_CUDA__FINAL_VALUES * sizeof(T));
+    const int64_t units = vector ? count / DCP_CUDA__FINAL_VALUES : count;
+    const int64_t per_block = (int64_t)DCP_CUDA__FINAL_UNITS * DCP_CUDA__FINAL_THREADS;
+    const unsigned blocks = dcp_cuda__final_blocks((units + per_block - 1) / per_block);
+    if (vector)
+        dcp_cuda__convert_kernel<T, DCP_CUDA__FINAL_VALUES>
+            <<<blocks, DCP_CUDA__FINAL_THREADS, 0, s>>>(in, out, count);
     else
-        dcp_cuda__convert_kernel<T, 1><<<grid, 256, 0, s>>>(in, out, count);
+        dcp_cuda__convert_kernel<T, 1><<<blocks, DCP_CUDA__FINAL_THREADS, 0, s>>>(in, out, count);
     DCP_CUDA_CHECK_LAUNCH();
     return dcp_error_clear(error);
 }

@@ -10,7 +10,14 @@
    the accumulator and its LSE in, the accumulator and its LSE out; finalize: accumulator in,
    bfloat16 out and LSE). Time: median of --repeat runs, L2 flushed before each (bench_util.h).
 
-   Usage: build/kernels_bench [--repeat N]    (needs a GPU; prints one table) */
+   Then 50 microbatches of different total token counts (1,000 ... 65,536, none a multiple
+   of 2, 3, 5 or 7 except the ends; documents of random lengths, no padding of the count),
+   conv1d forward and backward as above: per microbatch the first call (cold for that
+   shape: no warm-up, no L2 flush) and the median, in ns per token. The kernels are compiled
+   once for every shape, so the first call should cost what the others do; FLA's Triton
+   kernels autotune per shape (see kernels_bench.py for that comparison).
+
+   Usage: build/kernels_bench [--repeat N]    (needs a GPU; prints two tables) */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 #include "bench_util.h"
@@ -64,6 +71,13 @@ static void run_merge(void *c)
     kernels *b = (kernels *)c;
     BENCH_DCP(dcp_cuda_acc_merge(&b->attn, &b->layout, DCP_HALF_ALL, b->part, b->part_lse, b->acc,
                                  b->acc_lse, NULL, &bench_error_));
+}
+
+static void run_convert(void *c)
+{
+    kernels *b = (kernels *)c;
+    BENCH_DCP(dcp_cuda_convert(b->acc, DCP_DTYPE_BFLOAT16, b->out,
+                               (int64_t)TOKENS * Q_HEADS * HEAD_DIM, NULL, &bench_error_));
 }
 
 static void run_finalize(void *c)
@@ -152,6 +166,120 @@ static void row(const char *figure, int32_t document, double ms, double bytes, d
     printf("%-22s %6d %10.3f %10.1f %8.2f\n", figure, (int)document, ms, gbs, gbs / copy);
 }
 
+/* ------------------------------------------------- 50 microbatches, no per-shape compile */
+
+#define MICROBATCHES 50
+#define MIN_TOKENS 1000
+#define MAX_DOCUMENT 4096 /* documents of 1 ... this many tokens */
+
+/* Token count i of MICROBATCHES: spread from MIN_TOKENS to TOKENS (quadratically, so small
+   and large counts both appear), moved to the next count that 2, 3, 5 and 7 do not divide. */
+static int64_t microbatch_tokens(int i)
+{
+    const double f = (double)i / (MICROBATCHES - 1);
+    int64_t n = MIN_TOKENS + (int64_t)((TOKENS - MIN_TOKENS) * f * f);
+    if (i == 0 || i == MICROBATCHES - 1) return n;
+    while (n % 2 == 0 || n % 3 == 0 || n % 5 == 0 || n % 7 == 0) n++;
+    return n;
+}
+
+/* Milliseconds of one call, no warm-up and no flush: what a first call of a shape costs. */
+static double time_once(bench_fn fn, void *context)
+{
+    cudaEvent_t start, stop;
+    float ms = 0.0f;
+    BENCH_CALL(cudaEventCreate(&start));
+    BENCH_CALL(cudaEventCreate(&stop));
+    BENCH_CALL(cudaEventRecord(start, 0));
+    fn(context);
+    BENCH_CALL(cudaEventRecord(stop, 0));
+    BENCH_CALL(cudaEventSynchronize(stop));
+    BENCH_CALL(cudaEventElapsedTime(&ms, start, stop));
+    BENCH_CALL(cudaEventDestroy(start));
+    BENCH_CALL(cudaEventDestroy(stop));
+    return ms;
+}
+
+typedef struct microbatch {
+    kernels *b;
+    int64_t tokens;
+} microbatch;
+
+static void run_mb_forward(void *c)
+{
+    microbatch *m = (microbatch *)c;
+    BENCH_DCP(dcp_cuda_conv1d_forward(&m->b->conv, &m->b->layout, m->tokens, DCP_DTYPE_BFLOAT16,
+                                      m->b->x, m->b->weight, m->b->bias, m->b->y, NULL,
+                                      &bench_error_));
+}
+
+static void run_mb_backward(void *c)
+{
+    microbatch *m = (microbatch *)c;
+    BENCH_DCP(dcp_cuda_conv1d_backward(&m->b->conv, &m->b->layout, m->tokens, DCP_DTYPE_BFLOAT16,
+                                       m->b->x, m->b->weight, m->b->bias, m->b->dy, m->b->dx,
+                                       m->b->dweight, m->b->dbias, m->b->workspace,
+                                       m->b->workspace_bytes, NULL, &bench_error_));
+}
+
+/* Random document lengths summing to `tokens` (fixed seed per microbatch), as a layout. */
+static int32_t *microbatch_layout(kernels *b, int64_t tokens, uint64_t seed, int32_t *cu)
+{
+    dcp_thd_layout host;
+    dcp_rng rng;
+    int32_t n = 0, *device;
+    dcp_rng_seed(&rng, seed);
+    cu[0] = 0;
+    while (cu[n] < tokens) {
+        const int64_t length = 1 + (int64_t)dcp_rng_below(&rng, MAX_DOCUMENT);
+        cu[n + 1] = (int32_t)(cu[n] + length < tokens ? cu[n] + length : tokens);
+        n++;
+    }
+    device = (int32_t *)bench_alloc((size_t)(n + 1) * 4);
+    BENCH_CALL(cudaMemcpy(device, cu, (size_t)(n + 1) * 4, cudaMemcpyHostToDevice));
+    host.num_sequences = n;
+    host.cu_seqlens = cu;
+    host.cu_seqlens_padded = cu;
+    host.cp = 1;
+    BENCH_DCP(dcp_cuda_layout_init(&host, device, device, &b->layout, &bench_error_));
+    return device;
+}
+
+static void microbatches(kernels *b, int repeat, double copy)
+{
+    static int32_t cu[TOKENS + 1];
+    double low = 1e30, high = 0.0, worst_first = 0.0;
+    int i;
+    printf("\nconv1d bf16, C %d, W %d, bias + SiLU: %d microbatches, one geometry per shape, no "
+           "recompilation\n",
+           CHANNELS, WIDTH, MICROBATCHES);
+    printf("%6s %6s %12s %12s %12s %12s %8s\n", "tokens", "docs", "fwd 1st ns/t", "fwd ns/t",
+           "bwd 1st ns/t", "bwd ns/t", "fwd/copy");
+    for (i = 0; i < MICROBATCHES; i++) {
+        microbatch m;
+        int32_t *device;
+        double f1, f, b1, bw, gbs;
+        m.b = b;
+        m.tokens = microbatch_tokens(i);
+        device = microbatch_layout(b, m.tokens, 100 + (uint64_t)i, cu);
+        f1 = time_once(run_mb_forward, &m);
+        b1 = time_once(run_mb_backward, &m);
+        f = bench_time(run_mb_forward, &m, repeat);
+        bw = bench_time(run_mb_backward, &m, repeat);
+        gbs = 2.0 * (double)m.tokens * CHANNELS * 2 / (f * 1e-3) / 1e9;
+        printf("%6lld %6d %12.3f %12.3f %12.3f %12.3f %8.2f\n", (long long)m.tokens,
+               (int)b->layout.thd.num_sequences, f1 * 1e6 / m.tokens, f * 1e6 / m.tokens,
+               b1 * 1e6 / m.tokens, bw * 1e6 / m.tokens, gbs / copy);
+        if (f * 1e6 / m.tokens < low) low = f * 1e6 / m.tokens;
+        if (f * 1e6 / m.tokens > high) high = f * 1e6 / m.tokens;
+        if (f1 / f > worst_first) worst_first = f1 / f;
+        if (b1 / bw > worst_first) worst_first = b1 / bw;
+        BENCH_CALL(cudaFree(device));
+    }
+    printf("forward ns/token from %.3f to %.3f (max/min %.2f); worst first call / median %.2f\n",
+           low, high, high / low, worst_first);
+}
+
 int main(int argc, char **argv)
 {
     static const int32_t documents[] = {1024, 16384};
@@ -185,7 +313,10 @@ int main(int argc, char **argv)
             3 * parts * 4 + 3 * lses, copy);
         row("finalize fp32->bf16", documents[i], bench_time(run_finalize, &b, repeat),
             parts * 4 + parts * 2 + 2 * lses, copy);
+        row("convert fp32->bf16", documents[i], bench_time(run_convert, &b, repeat),
+            parts * 4 + parts * 2, copy);
         BENCH_CALL(cudaFree(cu_device));
     }
+    microbatches(&b, repeat, copy);
     return 0;
 }

@@ -3,6 +3,10 @@ the same run, on the same device.
 
     make build/libdcp_cuda.so && python3 bench/kernels_bench.py [--repeat N]
 
+Optional: fla-core (pip install fla-core) for FLA's Triton causal_conv1d with cu_seqlens as a
+second baseline of the conv1d rows; without it the bench prints "FLA not installed" and skips
+that column.
+
 Shapes (issue 5): 64K local tokens in documents of 1K or 16K tokens (cp 1); RoPE on q (32
 heads) and k (8 heads), head dim 128, bfloat16; causal depthwise conv1d over 8192 channels,
 width 4, bias and SiLU, bfloat16 (weights float32); LSE merge of a float32 partial into the
@@ -11,6 +15,13 @@ Timing: CUDA events, L2 flushed (256 MB write) before each repetition, median. B
 input read once and each output written once. The table: figure, ours, baseline (PyTorch
 eager), ratio (baseline time / our time: > 1 means ours is faster), our GB/s and its fraction
 of a device-to-device copy measured in the same run.
+
+A second table, conv1d only: ours, FLA (when installed) and a device copy of the same bytes
+(the op's bytes read plus written, moved by one copy of half of them), with the ratios. A
+third: 50 microbatches of different total token counts (1,000 ... 65,536, none a multiple of
+2, 3, 5 or 7 but the ends; random document lengths), forward + backward, the first call of
+each shape and the median, in ns per token, ours and FLA's (whose Triton kernels autotune
+per shape: the first-call spikes the Megatron seeds pad the token count to 4096 to avoid).
 """
 import argparse
 import ctypes
@@ -57,6 +68,128 @@ def torch_merge(out, lse, acc, acc_lse):
     w_out = torch.exp(lse - merged).nan_to_num(0.0).t()[..., None]
     acc.mul_(w_acc).add_(out * w_out)
     acc_lse.copy_(merged)
+
+
+def load_fla():
+    """FLA's Triton causal_conv1d, or None (the bench then skips its column)."""
+    try:
+        from fla.modules.convolution import causal_conv1d
+    except Exception as error:  # ImportError, or a Triton / torch mismatch inside FLA
+        print(f"FLA not installed ({type(error).__name__}: {error}): its column is skipped")
+        return None
+    return causal_conv1d
+
+
+def fla_forward(fla_conv, x, weight, bias, cu_seqlens):
+    """FLA's varlen causal conv1d: x [1, T, D], weight [D, W], SiLU, sequences by cu_seqlens."""
+    out = fla_conv(x=x[None], weight=weight, bias=bias, activation="silu", cu_seqlens=cu_seqlens)
+    return (out[0] if isinstance(out, tuple) else out)[0]
+
+
+def first_and_median(fn, repeat):
+    """(ms of the first call, no warm-up and no flush; median ms of `repeat` after warm-up)."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop), timed(fn, repeat)
+
+
+def microbatch_tokens(count=50, low=1000, high=TOKENS):
+    """Token counts spread from low to high, moved to the next count 2, 3, 5 and 7 do not divide."""
+    counts = []
+    for i in range(count):
+        n = low + int((high - low) * (i / (count - 1)) ** 2)
+        while 0 < i < count - 1 and any(n % p == 0 for p in (2, 3, 5, 7)):
+            n += 1
+        counts.append(n)
+    return counts
+
+
+def conv_vs_fla(lib, fla_conv, x, dy, weight, bias, conv, workspace, workspace_bytes, repeat, copy_ms):
+    """Table 2 (document lengths 1K and 16K) and table 3 (50 microbatches)."""
+    y, dx = torch.empty_like(x), torch.empty_like(x)
+    dweight, dbias = torch.empty_like(weight), torch.empty_like(bias)
+    weight_fla = weight.to(x.dtype)
+    print(f"\n{'conv1d bf16':<24} {'ours ms':>9} {'FLA ms':>9} {'FLA/ours':>9} {'copy ms':>9} "
+          f"{'ours/copy':>9}")
+
+    def run(tokens, cu):
+        cu_dev = torch.tensor(cu, dtype=torch.int32, device="cuda")
+        layout = lib.layout(cu, cu, cu_dev, cu_dev)
+        xs, dys = x[:tokens], dy[:tokens]
+
+        def fwd():
+            lib.call("dcp_cuda_conv1d_forward", ctypes.byref(conv), ctypes.byref(layout),
+                     ctypes.c_int64(tokens), BFLOAT16, ptr(xs), ptr(weight), ptr(bias), ptr(y), None)
+
+        def bwd():
+            lib.call("dcp_cuda_conv1d_backward", ctypes.byref(conv), ctypes.byref(layout),
+                     ctypes.c_int64(tokens), BFLOAT16, ptr(xs), ptr(weight), ptr(bias), ptr(dys),
+                     ptr(dx), ptr(dweight), ptr(dbias), ptr(workspace), workspace_bytes, None)
+
+        fla = None
+        if fla_conv is not None:
+            xg = xs.clone().requires_grad_(True)
+            wg = weight_fla.clone().requires_grad_(True)
+            bg = bias.to(x.dtype).clone().requires_grad_(True)
+            graph = {}
+
+            def fla_fwd():
+                return fla_forward(fla_conv, xs, weight_fla, bias.to(x.dtype), cu_dev)
+
+            def fla_bwd():  # the backward alone, on a graph built once
+                if "y" not in graph:
+                    graph["y"] = fla_forward(fla_conv, xg, wg, bg, cu_dev)
+                return torch.autograd.grad(graph["y"], (xg, wg, bg), dys, retain_graph=True)
+
+            def fla_both():
+                return torch.autograd.grad(fla_forward(fla_conv, xg, wg, bg, cu_dev), (xg, wg, bg), dys)
+            fla = (fla_fwd, fla_bwd, fla_both)
+        return fwd, bwd, fla
+
+    for document in (1024, 16384):
+        cu = list(range(0, TOKENS + 1, document))
+        fwd, bwd, fla = run(TOKENS, cu)
+        fla_fwd, fla_bwd = (fla[0], fla[1]) if fla else (None, None)
+        if fla_fwd is not None:  # same answer before any timing
+            fwd()
+            try:
+                torch.testing.assert_close(y.float(), fla_fwd().float(), rtol=2e-2, atol=2e-2)
+            except Exception as error:
+                print(f"FLA's output differs from ours or its call failed ({error}): its column "
+                      f"is skipped")
+                fla_conv, fla_fwd, fla_bwd = None, None, None
+        x_bytes = TOKENS * CHANNELS * 2
+        for figure, ours, theirs, nbytes in ((f"fwd doc {document}", fwd, fla_fwd, 2 * x_bytes),
+                                             (f"bwd doc {document}", bwd, fla_bwd, 3 * x_bytes)):
+            t_ours = timed(ours, repeat)
+            t_copy = copy_ms(nbytes)
+            t_fla = timed(theirs, repeat) if theirs is not None else None
+            fla_cols = f"{t_fla:9.3f} {t_fla / t_ours:9.2f}" if t_fla else f"{'-':>9} {'-':>9}"
+            print(f"{figure:<24} {t_ours:9.3f} {fla_cols} {t_copy:9.3f} {t_ours / t_copy:9.2f}")
+
+    print(f"\n50 microbatches, fwd + bwd, ns per token: first call of the shape, then the median")
+    print(f"{'tokens':>7} {'docs':>5} {'ours 1st':>9} {'ours':>9} {'FLA 1st':>9} {'FLA':>9}")
+    rng = torch.Generator().manual_seed(20261123)
+    for tokens in microbatch_tokens():
+        cu = [0]
+        while cu[-1] < tokens:
+            cu.append(min(tokens, cu[-1] + int(torch.randint(1, 4097, (1,), generator=rng))))
+        fwd, bwd, fla = run(tokens, cu)
+
+        def ours():
+            fwd()
+            bwd()
+        first, median = first_and_median(ours, repeat)
+        cols = f"{first * 1e6 / tokens:9.2f} {median * 1e6 / tokens:9.2f}"
+        if fla is not None:
+            f_first, f_median = first_and_median(fla[2], repeat)
+            cols += f" {f_first * 1e6 / tokens:9.2f} {f_median * 1e6 / tokens:9.2f}"
+        else:
+            cols += f" {'-':>9} {'-':>9}"
+        print(f"{tokens:7d} {len(cu) - 1:5d} {cols}")
 
 
 # ------------------------------------------------------------------------------------ bench
@@ -169,6 +302,16 @@ def main():
     print(f"{'figure':<28} {'ours ms':>9} {'torch ms':>9} {'ratio':>7} {'GB/s':>8} {'vs copy':>8}")
     for figure, t_ours, t_base, gbs in rows:
         print(f"{figure:<28} {t_ours:9.3f} {t_base:9.3f} {t_base / t_ours:7.2f} {gbs:8.1f} {gbs / copy_gbs:8.2f}")
+
+    def copy_ms(nbytes):
+        """A device copy moving nbytes in all (nbytes / 2 read, nbytes / 2 written)."""
+        half = nbytes // 2
+        if half <= src.numel():
+            return timed(lambda: dst[:half].copy_(src[:half]), args.repeat)
+        return timed(lambda: dst.copy_(src), args.repeat) * half / src.numel()  # scaled up
+
+    conv_vs_fla(lib, load_fla(), x, dy, weight, bias, conv, workspace, workspace_bytes,
+                args.repeat, copy_ms)
 
 
 if __name__ == "__main__":

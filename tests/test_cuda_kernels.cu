@@ -5,19 +5,13 @@
    Every GPU test draws fresh random inputs (the run's seed is printed first; DCP_TEST_SEED=N
    repeats a run), never zeros; inputs hold NaN on padding rows that must never be read;
    outputs are poisoned with NaN (0xFF bytes) before each launch, so an element left unwritten
-   fails. Tolerances are relative (see cuda_test_util.h): float32 1e-6, float16 1e-3,
-   bfloat16 1e-2 on element outputs; sums over many rows (conv1d weight and bias gradients)
-   1e-5. */
+   fails. Results are compared by the one rule of tests/tolerance.h (norm-wise relative error
+   plus a max-abs bound scaled to the data): element outputs by the tolerance of their dtype,
+   sums over many rows (conv1d weight and bias gradients) by tolerance_sum(), LSEs by
+   tolerance_lse(), initialisation and conversion bit-exact. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 #include "cuda_test_util.h"
-
-static double rtol_of(dcp_dtype dtype)
-{
-    return dtype == DCP_DTYPE_FLOAT32 ? 1e-6 : dtype == DCP_DTYPE_FLOAT16 ? 1e-3 : 1e-2;
-}
-
-#define SUM_RTOL 1e-5
 
 /* ================================================================================= RoPE */
 
@@ -102,10 +96,10 @@ static void rope_run(const rope_case *c, uint64_t stream)
     }
     if (c->q_heads)
         CHECK(compare(label, download(&a, c->dtype, dq_out, q_count), q_ref, q_count,
-                      rtol_of(c->dtype)));
+                      tolerance_of(c->dtype)));
     if (c->k_heads)
         CHECK(compare(label, download(&a, c->dtype, dk_out, k_count), k_ref, k_count,
-                      rtol_of(c->dtype)));
+                      tolerance_of(c->dtype)));
     cuda_arena_free(&a);
 }
 
@@ -196,7 +190,27 @@ typedef struct conv_case {
     int64_t max_length;
     int64_t tail; /* rows after the last sequence */
     const int64_t *lengths;
+    const int32_t *extra_pad; /* padding rows per sequence (NULL: none) */
+    int32_t misalign;         /* 1: tensors start one element past an aligned address */
 } conv_case;
+
+/* A device copy of count host values in dtype starting `shift` elements into its buffer. */
+static void *upload_shifted(cuda_arena *a, dcp_dtype dtype, const float *values, int64_t count,
+                            int32_t shift)
+{
+    float *staged = host_floats(a, count + shift);
+    int64_t i;
+    for (i = 0; i < shift; i++) staged[i] = 0.0f;
+    memcpy(staged + shift, values, (size_t)count * sizeof(float));
+    return (unsigned char *)upload(a, dtype, staged, count + shift) + shift * dtype_size(dtype);
+}
+
+/* A poisoned device buffer of count elements of dtype, `shift` elements into its allocation. */
+static void *dev_shifted(cuda_arena *a, dcp_dtype dtype, int64_t count, int32_t shift)
+{
+    return (unsigned char *)dev_alloc(a, (size_t)(count + shift) * dtype_size(dtype)) +
+           shift * dtype_size(dtype);
+}
 
 static void conv_run(const conv_case *c, uint64_t stream)
 {
@@ -213,7 +227,7 @@ static void conv_run(const conv_case *c, uint64_t stream)
     size_t workspace_bytes = 0;
     char label[160];
     memset(&a, 0, sizeof a);
-    if (c->lengths) layout_make(&t, &a, c->lengths, c->sequences, 1, NULL);
+    if (c->lengths) layout_make(&t, &a, c->lengths, c->sequences, 1, c->extra_pad);
     else layout_random(&t, &a, &rng, c->sequences, c->max_length, 1);
     memset(&p, 0, sizeof p);
     p.channels = c->channels;
@@ -221,8 +235,9 @@ static void conv_run(const conv_case *c, uint64_t stream)
     p.silu = c->silu;
     total = t.device.local_rows + c->tail;
     count = total * c->channels;
-    snprintf(label, sizeof label, "conv1d %s C%d W%d silu%d bias%d rows%lld", dtype_name(c->dtype),
-             (int)c->channels, (int)c->width, (int)c->silu, (int)c->bias, (long long)total);
+    snprintf(label, sizeof label, "conv1d %s C%d W%d silu%d bias%d rows%lld%s",
+             dtype_name(c->dtype), (int)c->channels, (int)c->width, (int)c->silu, (int)c->bias,
+             (long long)total, c->misalign ? " misaligned" : "");
     x = random_values(&a, &rng, c->dtype, count);
     dy = random_values(&a, &rng, c->dtype, count);
     nan_padding_rows(&t, 0, x, c->channels);
@@ -239,12 +254,12 @@ static void conv_run(const conv_case *c, uint64_t stream)
                                  &error),
              DCP_OK);
 
-    dxv = upload(&a, c->dtype, x, count);
-    dy_dev = upload(&a, c->dtype, dy, count);
+    dxv = upload_shifted(&a, c->dtype, x, count, c->misalign);
+    dy_dev = upload_shifted(&a, c->dtype, dy, count, c->misalign);
     w_dev = (float *)upload(&a, DCP_DTYPE_FLOAT32, w, (int64_t)c->channels * c->width);
     if (bias) b_dev = (float *)upload(&a, DCP_DTYPE_FLOAT32, bias, c->channels);
-    dyv = dev_alloc(&a, (size_t)count * dtype_size(c->dtype));
-    ddx = dev_alloc(&a, (size_t)count * dtype_size(c->dtype));
+    dyv = dev_shifted(&a, c->dtype, count, c->misalign);
+    ddx = dev_shifted(&a, c->dtype, count, c->misalign);
     dw_dev = (float *)dev_alloc(&a, (size_t)c->channels * c->width * sizeof(float));
     db_dev = (float *)dev_alloc(&a, (size_t)c->channels * sizeof(float));
     CHECK_EQ(dcp_cuda_conv1d_workspace_size(&p, &workspace_bytes, &error), DCP_OK);
@@ -253,18 +268,20 @@ static void conv_run(const conv_case *c, uint64_t stream)
     CHECK_EQ(dcp_cuda_conv1d_forward(&p, &t.device, total, c->dtype, dxv, w_dev, b_dev, dyv, NULL,
                                      &error),
              DCP_OK);
-    CHECK(compare(label, download(&a, c->dtype, dyv, count), y_ref, count, rtol_of(c->dtype)));
+    CHECK(compare(label, download(&a, c->dtype, dyv, count), y_ref, count,
+                  tolerance_of(c->dtype)));
     /* backward; dbias is asked for even without a bias (the gradient a bias would get) */
     CHECK_EQ(dcp_cuda_conv1d_backward(&p, &t.device, total, c->dtype, dxv, w_dev, b_dev, dy_dev,
                                       ddx, dw_dev, db_dev, workspace, workspace_bytes, NULL,
                                       &error),
              DCP_OK);
-    CHECK(compare(label, download(&a, c->dtype, ddx, count), dx_ref, count, rtol_of(c->dtype)));
+    CHECK(compare(label, download(&a, c->dtype, ddx, count), dx_ref, count,
+                  tolerance_of(c->dtype)));
     CHECK(compare("conv1d dweight", download(&a, DCP_DTYPE_FLOAT32, dw_dev,
                                              (int64_t)c->channels * c->width),
-                  dw_ref, (int64_t)c->channels * c->width, SUM_RTOL));
+                  dw_ref, (int64_t)c->channels * c->width, tolerance_sum()));
     CHECK(compare("conv1d dbias", download(&a, DCP_DTYPE_FLOAT32, db_dev, c->channels), db_ref,
-                  c->channels, SUM_RTOL));
+                  c->channels, tolerance_sum()));
     /* deterministic: a second run gives the same bits */
     dw_again = download(&a, DCP_DTYPE_FLOAT32, dw_dev, (int64_t)c->channels * c->width);
     poison(dw_dev, (size_t)c->channels * c->width * sizeof(float));
@@ -331,6 +348,131 @@ static void conv1d_edges(void)
     conv_run(&c, 2002);
 }
 
+/* Sequence starts, valid ends and padding on both sides of the kernels' row runs (runs of
+   8 rows at these sizes, so boundaries land before, on and after run edges), every width,
+   channel counts with and without a vector path (and a misaligned tensor, which
+   takes the 1-channel path), every dtype, and token counts of 1 to 3 and of padding only. */
+static void conv1d_boundaries(void)
+{
+    static const int64_t lengths[] = {15, 16, 17, 1, 2, 3, 31, 33, 47, 5, 64, 1};
+    static const int32_t extra[] = {1, 0, 15, 2, 0, 0, 1, 16, 0, 3, 0, 17};
+    static const int64_t tiny[] = {1, 2};
+    static const int32_t channels[] = {64, 7, 12, 36, 264};
+    static const dcp_dtype dtypes[] = {DCP_DTYPE_FLOAT32, DCP_DTYPE_BFLOAT16, DCP_DTYPE_FLOAT16};
+    uint64_t stream = 5000;
+    int d, ch, width;
+    CUDA_TEST_REQUIRE_GPU();
+    for (d = 0; d < 3; d++)
+        for (ch = 0; ch < 5; ch++)
+            for (width = 1; width <= DCP_CUDA_CONV1D_MAX_WIDTH; width++) {
+                conv_case c;
+                memset(&c, 0, sizeof c);
+                c.dtype = dtypes[d];
+                c.channels = channels[ch];
+                c.width = width;
+                c.silu = (int32_t)(stream % 2);
+                c.bias = (int32_t)(stream % 3 != 0);
+                c.sequences = 12;
+                c.lengths = lengths;
+                c.extra_pad = extra;
+                c.tail = (int64_t)(stream % 3) * 7;
+                c.misalign = (int32_t)(stream % 5 == 0);
+                conv_run(&c, stream++);
+            }
+    for (d = 0; d < 3; d++) { /* 1, 2 and 3 rows; then rows of padding only */
+        conv_case c;
+        memset(&c, 0, sizeof c);
+        c.dtype = dtypes[d];
+        c.channels = 16;
+        c.width = 4;
+        c.silu = 1;
+        c.bias = 1;
+        c.lengths = tiny;
+        for (c.sequences = 1; c.sequences <= 2; c.sequences++) conv_run(&c, stream++);
+        c.tail = 1;
+        conv_run(&c, stream++);
+        c.sequences = 0;
+        c.tail = 5;
+        conv_run(&c, stream++);
+    }
+}
+
+/* The launch geometry (host-only, so it runs without a GPU): the runs cover the rows
+   exactly, no slice is empty, channel groups cover the channels, the backward's slices fit
+   the workspace, vector paths only where the channel count allows, and the answer is a
+   function of the shape alone. */
+static void conv1d_geometry(void)
+{
+    static const int64_t rows[] = {0, 1, 2, 15, 16, 17, 1000, 4097, 65536, 1000003, 3000017};
+    static const int32_t channels[] = {1, 7, 8, 12, 36, 64, 264, 4096, 8192, 12345};
+    static const dcp_dtype dtypes[] = {DCP_DTYPE_FLOAT32, DCP_DTYPE_BFLOAT16, DCP_DTYPE_FLOAT16};
+    dcp_cuda_conv1d_geometry g, again;
+    dcp_conv1d_params p;
+    dcp_error error;
+    size_t workspace = 0;
+    int r, ch, d, backward, vector;
+    memset(&p, 0, sizeof p);
+    for (r = 0; r < (int)(sizeof rows / sizeof rows[0]); r++)
+        for (ch = 0; ch < (int)(sizeof channels / sizeof channels[0]); ch++)
+            for (d = 0; d < 3; d++)
+                for (backward = 0; backward < 2; backward++)
+                    for (vector = 0; vector < 2; vector++) {
+                        const int64_t T = rows[r];
+                        const int64_t bytes = (int64_t)dtype_size(dtypes[d]);
+                        int64_t per_group, per_slice;
+                        p.channels = channels[ch];
+                        p.width = 1 + (r + ch + d) % DCP_CUDA_CONV1D_MAX_WIDTH;
+                        p.silu = 1;
+                        CHECK_EQ(dcp_cuda_conv1d_launch_geometry(&p, T, dtypes[d], backward,
+                                                                 vector, &g, &error),
+                                 DCP_OK);
+                        CHECK_EQ(dcp_cuda_conv1d_launch_geometry(&p, T, dtypes[d], backward,
+                                                                 vector, &again, &error),
+                                 DCP_OK);
+                        CHECK(memcmp(&g, &again, sizeof g) == 0);
+                        /* 1, or a 16-byte vector (8 bytes: the backward of 16-bit dtypes) */
+                        CHECK(g.vector_width == 1 ||
+                              (vector && g.vector_width * bytes ==
+                                             (backward && bytes == 2 ? 8 : 16)));
+                        CHECK(p.channels % g.vector_width == 0);
+                        CHECK(g.vector_width > 1 || !vector ||
+                              p.channels % ((backward && bytes == 2 ? 8 : 16) / bytes) != 0);
+                        per_group = 32 * (int64_t)g.vector_width;
+                        CHECK((int64_t)g.channel_groups * per_group >= p.channels);
+                        CHECK((int64_t)(g.channel_groups - 1) * per_group < p.channels);
+                        if (T == 0) {
+                            CHECK_EQ(g.slices, 0);
+                            continue;
+                        }
+                        CHECK(g.rows_per_warp >= 1 && g.warps_per_block >= 1);
+                        per_slice = g.rows_per_warp * g.warps_per_block;
+                        CHECK(g.slices * per_slice >= T);
+                        CHECK((g.slices - 1) * per_slice < T);
+                        if (backward) {
+                            CHECK(g.slices <= DCP_CUDA_CONV1D_SLICES);
+                            CHECK_EQ(dcp_cuda_conv1d_workspace_size(&p, &workspace, &error),
+                                     DCP_OK);
+                            CHECK((int64_t)workspace >=
+                                  g.slices * (p.width + 1) * (int64_t)p.channels * 4);
+                        }
+                    }
+    p.channels = 64;
+    p.width = 4;
+    CHECK_EQ(dcp_cuda_conv1d_launch_geometry(&p, 100, DCP_DTYPE_BFLOAT16, 0, 1, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "geometry");
+    CHECK_EQ(dcp_cuda_conv1d_launch_geometry(&p, -1, DCP_DTYPE_BFLOAT16, 0, 1, &g, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "total_rows");
+    CHECK_EQ(dcp_cuda_conv1d_launch_geometry(&p, 100, (dcp_dtype)5, 0, 1, &g, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "dtype");
+    p.width = DCP_CONV1D_MAX_WIDTH + 1;
+    CHECK_EQ(dcp_cuda_conv1d_launch_geometry(&p, 100, DCP_DTYPE_BFLOAT16, 0, 1, &g, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "width");
+}
+
 /* ========================================================================== LSE merge */
 
 static void merge_run(int32_t cp, int32_t heads, int32_t dim, dcp_dtype out_dtype, int in_place,
@@ -364,8 +506,9 @@ static void merge_run(int32_t cp, int32_t heads, int32_t dim, dcp_dtype out_dtyp
     dev_acc_lse = (float *)dev_alloc(&a, (size_t)lses * 4);
     CHECK_EQ(dcp_cuda_acc_init(&p, &t.device, dev_acc_out, dev_acc_lse, NULL, &error), DCP_OK);
     CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_out, values), acc_out, values,
-                  0.0));
-    CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_lse, lses), acc_lse, lses, 0.0));
+                  tolerance_exact()));
+    CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_lse, lses), acc_lse, lses,
+                  tolerance_exact()));
     /* four partials on random halves; LSEs around +-10 with a fifth of them -inf */
     for (step = 0; step < 4; step++) {
         const dcp_half half = cp == 1 ? DCP_HALF_ALL : (dcp_half)dcp_rng_below(&rng, 3);
@@ -384,9 +527,9 @@ static void merge_run(int32_t cp, int32_t heads, int32_t dim, dcp_dtype out_dtyp
                  DCP_OK);
     }
     CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_out, values), acc_out, values,
-                  1e-6));
+                  tolerance_of(DCP_DTYPE_FLOAT32)));
     CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_lse, lses), acc_lse, lses,
-                  1e-6));
+                  tolerance_lse()));
     /* finalize into out_dtype; the reference's out in float, rounded as the GPU stores it */
     {
         float *out_ref = host_floats(&a, values), *lse_ref = host_floats(&a, lses);
@@ -400,8 +543,9 @@ static void merge_run(int32_t cp, int32_t heads, int32_t dim, dcp_dtype out_dtyp
                                        dev_out, dev_lse, NULL, &error),
                  DCP_OK);
         CHECK(compare(label, download(&a, out_dtype, dev_out, values), out_ref, values,
-                      out_dtype == DCP_DTYPE_FLOAT32 ? 1e-6 : rtol_of(out_dtype)));
-        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_lse, lses), lse_ref, lses, 1e-6));
+                      tolerance_of(out_dtype)));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_lse, lses), lse_ref, lses,
+                      tolerance_lse()));
     }
     cuda_arena_free(&a);
 }
@@ -455,11 +599,99 @@ static void convert_values(void)
                              DCP_OK);
                     CHECK(compare("convert",
                                   download(&a, dtypes[d], out + offset * dtype_size(dtypes[d]), n),
-                                  expected, n, 0.0));
+                                  expected, n, tolerance_exact()));
                 }
                 cuda_arena_free(&a);
             }
     CHECK_EQ(dcp_cuda_convert(NULL, DCP_DTYPE_BFLOAT16, NULL, 0, NULL, &error), DCP_OK);
+}
+
+/* Finalize over more row tiles than the grid has blocks (the blocks stride), on the vector
+   path (heads x dim a multiple of 8) and the 1-value one, at cp 2 with padding rows in
+   both halves. */
+static void finalize_tiles(void)
+{
+    static const dcp_dtype dtypes[] = {DCP_DTYPE_BFLOAT16, DCP_DTYPE_FLOAT16, DCP_DTYPE_FLOAT32};
+    static const int32_t shapes[][2] = {{1, 8}, {3, 36}};
+    int64_t lengths[CUDA_TEST_MAX_SEQUENCES];
+    uint64_t stream = 6000;
+    int s, d, i;
+    CUDA_TEST_REQUIRE_GPU();
+    for (s = 0; s < 2; s++)
+        for (d = 0; d < 3; d++) {
+            cuda_arena a;
+            test_layout t;
+            dcp_rng rng = cuda_test_rng(stream++);
+            dcp_attention_params p;
+            dcp_error error;
+            const int32_t sequences = s == 0 ? 64 : 9;
+            int64_t rows, values, lses, j;
+            int32_t rank;
+            float *acc, *acc_lse, *out_ref, *lse_ref;
+            void *dev_out;
+            float *dev_lse;
+            char label[96];
+            memset(&a, 0, sizeof a);
+            /* s 0: > 8192 tiles of 64 rows (1 x 8 values a row); s 1: rows of 108 values */
+            for (i = 0; i < sequences; i++)
+                lengths[i] = (s == 0 ? 16500 : 900) + (int64_t)dcp_rng_below(&rng, 700);
+            layout_make(&t, &a, lengths, sequences, 2, NULL);
+            rank = (int32_t)dcp_rng_below(&rng, 2);
+            memset(&p, 0, sizeof p);
+            p.num_heads = shapes[s][0];
+            p.head_dim = shapes[s][1];
+            rows = t.device.local_rows;
+            values = rows * p.num_heads * p.head_dim;
+            lses = rows * p.num_heads;
+            snprintf(label, sizeof label, "finalize h%d d%d %s rows%lld", (int)p.num_heads,
+                     (int)p.head_dim, dtype_name(dtypes[d]), (long long)rows);
+            acc = random_values(&a, &rng, DCP_DTYPE_FLOAT32, values);
+            acc_lse = random_values(&a, &rng, DCP_DTYPE_FLOAT32, lses);
+            out_ref = host_floats(&a, values);
+            lse_ref = host_floats(&a, lses);
+            CHECK_EQ(dcp_attention_acc_finalize(&p, &t.host, rank, acc, acc_lse, out_ref, lse_ref,
+                                                &error),
+                     DCP_OK);
+            for (j = 0; j < values; j++) out_ref[j] = round_to(dtypes[d], out_ref[j]);
+            dev_out = dev_alloc(&a, (size_t)values * dtype_size(dtypes[d]));
+            dev_lse = (float *)dev_alloc(&a, (size_t)lses * 4);
+            CHECK_EQ(dcp_cuda_acc_finalize(&p, &t.device, rank,
+                                           (const float *)upload(&a, DCP_DTYPE_FLOAT32, acc, values),
+                                           (const float *)upload(&a, DCP_DTYPE_FLOAT32, acc_lse, lses),
+                                           dtypes[d], dev_out, dev_lse, NULL, &error),
+                     DCP_OK);
+            CHECK(compare(label, download(&a, dtypes[d], dev_out, values), out_ref, values,
+                          tolerance_exact()));
+            CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_lse, lses), lse_ref, lses,
+                          tolerance_exact()));
+            cuda_arena_free(&a);
+        }
+}
+
+/* A conversion longer than the grid's blocks cover in one pass (they stride), with a tail of
+   count % 8 values. */
+static void convert_grid_stride(void)
+{
+    const int64_t n = (int64_t)8192 * 256 * 4 * 8 * 2 + 5;
+    cuda_arena a;
+    dcp_rng rng;
+    dcp_error error;
+    float *in, *expected;
+    void *out;
+    int64_t i;
+    CUDA_TEST_REQUIRE_GPU();
+    rng = cuda_test_rng(6100);
+    memset(&a, 0, sizeof a);
+    in = random_values(&a, &rng, DCP_DTYPE_FLOAT32, n);
+    expected = host_floats(&a, n);
+    for (i = 0; i < n; i++) expected[i] = round_to(DCP_DTYPE_BFLOAT16, in[i]);
+    out = dev_alloc(&a, (size_t)n * 2);
+    CHECK_EQ(dcp_cuda_convert((const float *)upload(&a, DCP_DTYPE_FLOAT32, in, n),
+                              DCP_DTYPE_BFLOAT16, out, n, NULL, &error),
+             DCP_OK);
+    CHECK(compare("convert grid-stride", download(&a, DCP_DTYPE_BFLOAT16, out, n), expected, n,
+                  tolerance_exact()));
+    cuda_arena_free(&a);
 }
 
 /* ===================================================== argument checks (no GPU needed) */
@@ -540,12 +772,10 @@ static void arguments_conv1d(void)
     float buffer[64] = {0};
     memset(&p, 0, sizeof p);
     p.channels = 8;
-    p.width = 5;
-    CHECK_EQ(dcp_cuda_conv1d_workspace_size(&p, &bytes, &error), DCP_ERROR_UNSUPPORTED);
-    CHECK_CONTAINS(error.message, "width 5");
-    CHECK_EQ(dcp_cuda_conv1d_forward(&p, &layout, 16, DCP_DTYPE_FLOAT32, buffer, buffer, NULL,
-                                     buffer, NULL, &error),
-             DCP_ERROR_UNSUPPORTED);
+    p.width = DCP_CUDA_CONV1D_MAX_WIDTH; /* every width the reference takes is served */
+    CHECK_EQ(dcp_cuda_conv1d_workspace_size(&p, &bytes, &error), DCP_OK);
+    CHECK_EQ((long long)bytes,
+             (long long)DCP_CUDA_CONV1D_SLICES * (DCP_CUDA_CONV1D_MAX_WIDTH + 1) * 8 * 4);
     p.width = 9;
     CHECK_EQ(dcp_cuda_conv1d_forward(&p, &layout, 16, DCP_DTYPE_FLOAT32, buffer, buffer, NULL,
                                      buffer, NULL, &error),
@@ -655,8 +885,12 @@ int main(int argc, char **argv)
         {"rope_long_sequence", rope_long_sequence},
         {"conv1d_shapes", conv1d_shapes},
         {"conv1d_edges", conv1d_edges},
+        {"conv1d_geometry", conv1d_geometry},
+        {"conv1d_boundaries", conv1d_boundaries},
         {"merge_shapes", merge_shapes},
         {"convert_values", convert_values},
+        {"finalize_tiles", finalize_tiles},
+        {"convert_grid_stride", convert_grid_stride},
     };
     if (cuda_test_gpu()) cuda_test_seed();
     return test_main(tests, TEST_COUNT(tests), argc, argv);
