@@ -71,9 +71,11 @@
        dcp_plan_create(config, lengths, n, &plan, err)   allocates the plan (config.allocator)
        dcp_plan_destroy(plan)
        dcp_plan_validate(plan, err)               every invariant of section 1 of DESIGN.md
-       dcp_plan_simulate(plan, cost, &stats, err) DAG and barrier step times, lower bound;
-                                                  allocates scratch and frees it before return
-       dcp_plan_schedule(plan, cost, start, end, err)  each group's start and end (DAG model)
+       dcp_plan_simulate(plan, cost, &stats, err) step times under the plan's sync_ranks E,
+                                                  E = 1 (DAG) and E = D (barrier), lower
+                                                  bounds; allocates scratch, frees it
+       dcp_plan_schedule(plan, cost, start, end, err)  each group's start and end (plan's E)
+       dcp_plan_step_time(plan, cost, E, &s, err) step time under any sync_ranks E
        dcp_strategy_name(strategy)
    Sequence-length sources
        dcp_lengths_lognormal(dist, seed, out, n, err)    Megatron's convention, caller's array
@@ -289,6 +291,14 @@ typedef enum dcp_strategy {
 typedef struct dcp_config {
     int32_t ranks;               /* D >= 1: DP x CP ranks of the pool. Required. */
     int64_t max_tokens_per_rank; /* M >= 1: padded tokens per rank per microbatch. Required. */
+    int32_t sync_ranks;          /* E: how the ranks synchronise (DESIGN.md section 3). The pool
+                                    is cut into aligned blocks of E ranks that run each
+                                    microbatch in lockstep. 1: only a CP group waits for its own
+                                    ranks (dense models: the DAG model); D: a barrier across the
+                                    pool every microbatch (MoE all-to-all over the pool); the
+                                    expert-parallel size: MoE layers within EP blocks. A power of
+                                    two dividing ranks, or ranks itself; default (0) ranks. The
+                                    planner minimises the step time under this E. */
     int32_t min_cp;              /* power of two; default 1 */
     int32_t max_cp;              /* power of two <= ranks; default the largest such */
     int32_t microbatch_multiple; /* microbatch count is a multiple of this (VPP); default 1 */
@@ -318,8 +328,13 @@ DCPDEF dcp_status dcp_cp_size_min(const dcp_config *config, int64_t length, int3
 DCPDEF double dcp_cost_sample_seconds(const dcp_cost_model *cost, int64_t length,
                                       int64_t padded_length, int32_t cp);
 DCPDEF double dcp_cost_ring_seconds(const dcp_cost_model *cost, int32_t cp);
-/* max(total work / usable ranks, the largest sample at its best CP size) where total work
-   counts a L^2 + b L per sample plus the ring overhead the memory cap forces on it. */
+/* A lower bound on the step time under the config's sync_ranks E. For every E: the largest
+   sample at its best CP size, and for every CP size c the work of the samples that need at
+   least c ranks over the ranks that aligned blocks of c cover (so pools that are not a power
+   of two are bounded per aligned block); work counts a L^2 + b L per sample plus the ring
+   overhead the memory cap forces on it. For E > 1 also the barrier bound: a block's step is
+   at least the sum over microbatches of its slowest group, and the samples slower than any
+   threshold need at least (their tokens / the block's E M) block-microbatches that slow. */
 DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengths,
                                   int32_t count, double *seconds, dcp_error *error);
 
@@ -349,10 +364,14 @@ typedef struct dcp_plan {
 } dcp_plan;
 
 typedef struct dcp_plan_stats {
-    double step_seconds;        /* DAG model: a group starts when all its ranks are free */
-    double barrier_seconds;     /* sum over microbatches of the slowest group */
-    double lower_bound_seconds; /* dcp_lower_bound of the plan's input */
-    double efficiency;          /* lower bound / step */
+    double step_seconds;        /* under the plan's sync_ranks E (the model it was made for) */
+    double dag_seconds;         /* E = 1: a group starts when all its ranks are free */
+    double barrier_seconds;     /* E = D: sum over microbatches of the slowest group */
+    double lower_bound_seconds; /* dcp_lower_bound of the plan's input, under the plan's E */
+    double efficiency;          /* lower bound / step, both under the plan's E */
+    double dag_lower_bound_seconds;     /* the bound under E = 1 */
+    double barrier_lower_bound_seconds; /* the bound under E = D */
+    int32_t sync_ranks;         /* the plan's E */
     double busy_seconds;        /* sum over ranks of time spent computing */
     int32_t num_microbatches;
     int32_t num_groups;
@@ -370,10 +389,15 @@ DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error);
 /* cost NULL: the plan's own model. Allocates scratch (the plan's allocator), frees it. */
 DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *cost,
                                     dcp_plan_stats *stats, dcp_error *error);
-/* Start and end (seconds) of every group under the DAG model, into caller arrays of
-   plan->num_groups entries. cost NULL: the plan's own model. */
+/* Start and end (seconds) of every group under the plan's sync_ranks E, into caller arrays
+   of plan->num_groups entries. cost NULL: the plan's own model. */
 DCPDEF dcp_status dcp_plan_schedule(const dcp_plan *plan, const dcp_cost_model *cost,
                                     double *group_start, double *group_end, dcp_error *error);
+/* Step time of the plan under any sync_ranks E (0: the plan's own; else a power of two
+   dividing the plan's ranks, or the ranks), so reports can show E = 1, E = D and the chosen
+   E side by side. cost NULL: the plan's own model. Allocates scratch, frees it. */
+DCPDEF dcp_status dcp_plan_step_time(const dcp_plan *plan, const dcp_cost_model *cost,
+                                     int32_t sync_ranks, double *seconds, dcp_error *error);
 DCPDEF const char *dcp_strategy_name(dcp_strategy strategy);
 
 /* ================================================================== sequence-length sources */
@@ -537,7 +561,7 @@ DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute);
    and a 64-bit FNV-1a checksum of everything before it. The deserializer checks every byte and
    every invariant and names what is wrong (DCP_ERROR_CORRUPT_DATA); it never looks for sentinel
    values. Sizes: *size receives the bytes needed; a NULL buffer only queries it. */
-#define DCP_FORMAT_VERSION 1
+#define DCP_FORMAT_VERSION 2 /* 2: the config carries sync_ranks */
 
 DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
                                      size_t *size, dcp_error *error);
@@ -1384,6 +1408,17 @@ static dcp_status dcp__check_multiple_field(const char *name, int32_t value, dcp
     return DCP_OK;
 }
 
+/* E: a power of two dividing the pool, or the pool itself. */
+static dcp_status dcp__check_sync_ranks(int32_t sync_ranks, int32_t ranks, dcp_error *error)
+{
+    if (sync_ranks == ranks || (dcp__is_pow2(sync_ranks) && ranks % sync_ranks == 0))
+        return DCP_OK;
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "sync_ranks must be a power of two dividing ranks %d, or ranks itself, "
+                         "got %d",
+                         (int)ranks, (int)sync_ranks);
+}
+
 DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resolved,
                                      dcp_error *error)
 {
@@ -1400,6 +1435,8 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "max_tokens_per_rank must be in [1, %lld], got %lld",
                              (long long)DCP_MAX_SAMPLE_LENGTH, (long long)c.max_tokens_per_rank);
+    if (c.sync_ranks == 0) c.sync_ranks = c.ranks;
+    if ((status = dcp__check_sync_ranks(c.sync_ranks, c.ranks, error)) != DCP_OK) return status;
     if (c.min_cp == 0) c.min_cp = 1;
     if (c.max_cp == 0) {
         c.max_cp = 1;
@@ -1586,10 +1623,16 @@ static double dcp__best_alone_seconds(const dcp_config *config, int64_t length, 
     return best;
 }
 
-/* Ranks that belong to at least one aligned block of size min_cp. */
+/* Ranks that aligned blocks of cp ranks cover: the only ranks a sample of CP size >= cp can
+   use. For cp = min_cp these are the usable ranks. */
+static int32_t dcp__ranks_covered(const dcp_config *config, int32_t cp)
+{
+    return config->ranks / cp * cp;
+}
+
 static int32_t dcp__usable_ranks(const dcp_config *config)
 {
-    return config->ranks / config->min_cp * config->min_cp;
+    return dcp__ranks_covered(config, config->min_cp);
 }
 
 /* A sample's share of the total work in the lower bound. A group of size c >= 2 holds at
@@ -1605,25 +1648,86 @@ static double dcp__bound_work(const dcp_config *config, int64_t length, int32_t 
     return work + ring;
 }
 
-/* max(summed work / usable ranks, the largest best single-sample time). */
-static double dcp__bound_combine(const dcp_config *config, double work, double largest)
+/* One sample as the barrier bound sees it: its best time and the tokens it stores at least. */
+typedef struct dcp__bound_item {
+    double seconds;
+    int64_t tokens;
+    int32_t level; /* of its minimum CP size */
+    int32_t id;
+} dcp__bound_item;
+
+static int dcp__bound_item_slowest_first(const void *a, const void *b)
 {
-    work /= (double)dcp__usable_ranks(config);
-    return work > largest ? work : largest;
+    const dcp__bound_item *x = (const dcp__bound_item *)a, *y = (const dcp__bound_item *)b;
+    if (x->seconds != y->seconds) return x->seconds > y->seconds ? -1 : 1;
+    return x->id < y->id ? -1 : (x->id > y->id);
 }
 
-/* Lower bound of a resolved config over validated samples. */
-static double dcp__lower_bound(const dcp_config *config, const int64_t *lengths, int32_t count,
-                               const int32_t *cp_min)
+/* The barrier bound of the samples needing >= 2^level ranks, items slowest first. Let n(x) be
+   the number of (block, microbatch) pairs whose slowest group takes longer than x: the
+   samples slower than x hold Tok(x) tokens and lie in such pairs, each holding at most
+   min(E, ranks covered) M tokens, so n(x) >= ceil(Tok(x) / that). A block's step is at least
+   the sum of its microbatches' slowest groups, so the step is at least the mean over the
+   blocks of the integral of n(x), which is sum_i t_i (n_i - n_{i-1}) with n_i the count after
+   the i slowest samples (the layer-cake formula). */
+static double dcp__barrier_bound_level(const dcp_config *config, const dcp__bound_item *items,
+                                       int32_t count, int32_t level, int32_t sync)
 {
-    double work = 0.0, largest = 0.0;
-    int32_t i;
+    int32_t covered = dcp__ranks_covered(config, (int32_t)1 << level), i;
+    int64_t block_ranks = sync < covered ? sync : covered, tokens = 0, pairs = 0;
+    int64_t capacity = block_ranks * config->max_tokens_per_rank;
+    double blocks = (double)(sync < covered ? covered / sync : 1), integral = 0.0;
+    for (i = 0; i < count; i++) {
+        int64_t now;
+        if (items[i].level < level) continue;
+        tokens += items[i].tokens;
+        now = tokens / capacity + (tokens % capacity != 0);
+        integral += items[i].seconds * (double)(now - pairs);
+        pairs = now;
+    }
+    return integral / blocks;
+}
+
+/* Lower bound of a resolved config over validated samples under sync ranks `sync`. */
+static dcp_status dcp__lower_bound(const dcp_config *config, const int64_t *lengths,
+                                   int32_t count, const int32_t *cp_min, int32_t sync,
+                                   double *seconds, dcp_error *error)
+{
+    double work_at[DCP_CP_LEVELS], work = 0.0, bound = 0.0;
+    int32_t i, level, lowest = dcp__log2_int(config->min_cp), top = dcp__log2_int(config->max_cp);
+    dcp__bound_item *items = NULL;
+    if (sync > 1) {
+        items = (dcp__bound_item *)dcp__alloc_array(&config->allocator, (size_t)count,
+                                                    sizeof *items, "lower bound", error);
+        if (!items) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    for (level = 0; level < DCP_CP_LEVELS; level++) work_at[level] = 0.0;
     for (i = 0; i < count; i++) {
         double alone = dcp__best_alone_seconds(config, lengths[i], cp_min[i]);
-        work += dcp__bound_work(config, lengths[i], cp_min[i]);
-        if (alone > largest) largest = alone;
+        int32_t own = dcp__log2_int(cp_min[i]);
+        work_at[own] += dcp__bound_work(config, lengths[i], cp_min[i]);
+        if (alone > bound) bound = alone;
+        if (items) {
+            items[i].seconds = alone;
+            items[i].tokens = lengths[i];
+            items[i].level = own;
+            items[i].id = i;
+        }
     }
-    return dcp__bound_combine(config, work, largest);
+    if (items) qsort(items, (size_t)count, sizeof *items, dcp__bound_item_slowest_first);
+    for (level = top; level >= lowest; level--) { /* work of the samples needing >= 2^level */
+        double per_rank, barrier;
+        work += work_at[level];
+        if (work == 0.0) continue;
+        per_rank = work / (double)dcp__ranks_covered(config, (int32_t)1 << level);
+        if (per_rank > bound) bound = per_rank;
+        if (!items) continue;
+        barrier = dcp__barrier_bound_level(config, items, count, level, sync);
+        if (barrier > bound) bound = barrier;
+    }
+    dcp_free(&config->allocator, items);
+    *seconds = bound;
+    return DCP_OK;
 }
 
 DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengths,
@@ -1640,7 +1744,8 @@ DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengt
                                          "lower bound cp sizes", error);
     if (!cp_min) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     status = dcp__check_samples(&c, lengths, count, cp_min, error);
-    if (status == DCP_OK) *seconds = dcp__lower_bound(&c, lengths, count, cp_min);
+    if (status == DCP_OK)
+        status = dcp__lower_bound(&c, lengths, count, cp_min, c.sync_ranks, seconds, error);
     dcp_free(&c.allocator, cp_min);
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
@@ -1767,7 +1872,8 @@ typedef struct dcp__batch {
     int64_t *ticks;          /* [count * levels]: per-rank compute ticks at each level */
     int64_t ring_ticks[DCP_CP_LEVELS]; /* one group, one microbatch */
     double tick_seconds;     /* seconds per tick */
-    double lower_bound;      /* seconds */
+    double lower_bound;      /* seconds, under the DAG model (E = 1) */
+    double sync_bound;       /* seconds, under the config's sync_ranks */
 } dcp__batch;
 
 static void dcp__batch_free(dcp__batch *batch)
@@ -1788,7 +1894,7 @@ static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
 {
     const dcp_allocator *allocator = &config->allocator;
     size_t cells;
-    double total = 0.0, scale, work = 0.0, largest = 0.0;
+    double total = 0.0, scale;
     int32_t i, level, exponent;
     memset(batch, 0, sizeof *batch);
     batch->config = config;
@@ -1818,26 +1924,28 @@ static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
         batch->ring_ticks[level] =
             dcp__to_ticks(dcp_cost_ring_seconds(&config->cost, (int32_t)1 << level), scale);
     for (i = 0; i < count; i++) {
-        double attention = dcp__attention_seconds(&config->cost, lengths[i]), best = 0.0;
+        double attention = dcp__attention_seconds(&config->cost, lengths[i]);
         int32_t lowest = dcp__log2_int(batch->cp_min[i]);
         for (level = 0; level < batch->levels; level++) {
             int32_t cp = (int32_t)1 << level;
             size_t cell = (size_t)i * (size_t)batch->levels + (size_t)level;
             int64_t padded = dcp__padded(config, lengths[i], cp);
-            double seconds, alone;
+            double seconds;
             batch->tokens[cell] = 0;
             batch->ticks[cell] = 0;
             if (level < lowest) continue;
             seconds = dcp__sample_seconds(&config->cost, attention, padded, cp);
-            alone = seconds + dcp_cost_ring_seconds(&config->cost, cp);
-            if (level == lowest || alone < best) best = alone;
             batch->tokens[cell] = padded / cp;
             batch->ticks[cell] = dcp__to_ticks(seconds, scale);
         }
-        work += dcp__bound_work(config, lengths[i], batch->cp_min[i]);
-        if (best > largest) largest = best;
     }
-    batch->lower_bound = dcp__bound_combine(config, work, largest);
+    if (dcp__lower_bound(config, lengths, count, batch->cp_min, 1, &batch->lower_bound, error) !=
+            DCP_OK ||
+        dcp__lower_bound(config, lengths, count, batch->cp_min, config->sync_ranks,
+                         &batch->sync_bound, error) != DCP_OK) {
+        dcp__batch_free(batch);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
     return DCP_OK;
 }
 
@@ -3090,15 +3198,34 @@ static double dcp__group_seconds(const dcp_plan *plan, const dcp_cost_model *cos
     return seconds;
 }
 
-/* Runs the DAG model: each group starts when all its ranks are free. Fills the per-group
-   times when the arrays are given, and the stats that follow from the schedule. */
-static void dcp__schedule(const dcp_plan *plan, const dcp_cost_model *cost, double *finish,
-                          double *group_start, double *group_end, dcp_plan_stats *stats)
+/* Lockstep of aligned blocks of `sync` ranks before a microbatch: no rank of a block starts
+   it before every rank of the block has finished the previous one. */
+static void dcp__schedule_lockstep(double *finish, int32_t ranks, int32_t sync)
+{
+    int32_t first, r;
+    for (first = 0; first < ranks; first += sync) {
+        int32_t end = first + sync < ranks ? first + sync : ranks;
+        double ready = 0.0;
+        for (r = first; r < end; r++)
+            if (finish[r] > ready) ready = finish[r];
+        for (r = first; r < end; r++) finish[r] = ready;
+    }
+}
+
+/* Runs the sync model E = `sync`: before each microbatch every block of E ranks levels to its
+   slowest rank, then each group starts when all its ranks are free (a group wider than E
+   couples the blocks it spans). E = 1 is the DAG model; E = D is the sum over microbatches of
+   the slowest group. Fills the per-group times when the arrays are given, and the stats that
+   follow from the schedule. */
+static void dcp__schedule(const dcp_plan *plan, const dcp_cost_model *cost, int32_t sync,
+                          double *finish, double *group_start, double *group_end,
+                          dcp_plan_stats *stats)
 {
     int32_t k, g, r, covered = 0;
     for (r = 0; r < plan->config.ranks; r++) finish[r] = 0.0;
     for (k = 0; k < plan->num_microbatches; k++) {
         double slowest = 0.0;
+        if (sync > 1) dcp__schedule_lockstep(finish, plan->config.ranks, sync);
         for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
             const dcp_group *group = &plan->groups[g];
             int64_t tokens;
@@ -3122,6 +3249,345 @@ static void dcp__schedule(const dcp_plan *plan, const dcp_cost_model *cost, doub
         if (finish[r] > stats->step_seconds) stats->step_seconds = finish[r];
     stats->idle_rank_microbatches =
         (int32_t)((int64_t)plan->config.ranks * plan->num_microbatches - covered);
+}
+
+/* Step time under the plan's own sync model and cost. */
+static double dcp__plan_step_seconds(const dcp_plan *plan, double *finish)
+{
+    dcp_plan_stats stats;
+    memset(&stats, 0, sizeof stats);
+    dcp__schedule(plan, &plan->config.cost, plan->config.sync_ranks, finish, NULL, NULL, &stats);
+    return stats.step_seconds;
+}
+
+/* ------------------------------------------------ dynamic planner under lockstep (E > 1)
+   Why it works. When blocks of E ranks run each microbatch in lockstep, a block's step is the
+   sum over microbatches of its slowest group: a microbatch costs its slowest sample however
+   little else it holds, so it should be filled, up to that time and the memory cap, with the
+   slowest samples that still fit under it. Fill-to-the-top does exactly that: each microbatch
+   (each block of E ranks when E < D) opens with the slowest sample left, which fixes its time
+   T; its other ranks are then filled top-down over the buddy tree, widest free block first,
+   with the slowest samples of that block's CP level that finish within T and fit the memory
+   cap. The microbatch times then form a staircase down the sorted samples, the shape of the
+   barrier lower bound. Samples wider than E open their own group spanning blocks when they
+   are the slowest left at their width.
+
+   Speed. The samples of each CP level sit in an array sorted slowest first; along it both
+   ticks and tokens fall (both grow with the length), so "the slowest sample with at most t
+   ticks and r tokens" is two binary searches and a find over removed entries (union-find with
+   path halving). A microbatch visits O(D) nodes: O(N log N + K D log N) in all, K the
+   microbatch count. Which samples to widen is decided by the step time it buys: a few
+   widening thresholds are each planned and simulated under E, and the fastest is kept. */
+
+typedef struct dcp__fill_key {
+    int64_t ticks;
+    int64_t tokens;
+    int32_t level;
+    int32_t id;
+} dcp__fill_key;
+
+/* Level ascending, then slowest first (ticks, then tokens, descending), then id: total. */
+static int dcp__fill_key_compare(const void *a, const void *b)
+{
+    const dcp__fill_key *x = (const dcp__fill_key *)a, *y = (const dcp__fill_key *)b;
+    if (x->level != y->level) return x->level < y->level ? -1 : 1;
+    if (x->ticks != y->ticks) return x->ticks > y->ticks ? -1 : 1;
+    if (x->tokens != y->tokens) return x->tokens > y->tokens ? -1 : 1;
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+typedef struct dcp__fill {
+    const dcp__batch *batch;
+    int32_t ranks;
+    int32_t top;          /* widest CP level */
+    int32_t root_level;   /* log2 of the buddy tree's leaf count */
+    int32_t region_level; /* blocks that open with their own slowest sample: log2 E (root: D) */
+    int64_t capacity;     /* M */
+    int32_t first[DCP_CP_LEVELS + 1]; /* level j's samples: sorted[first[j] .. first[j + 1]) */
+    dcp__fill_key *sorted;
+    int32_t *next;        /* [count + levels]: union-find over placed entries, per level */
+    dcp__placement *placements;
+    int32_t microbatch;
+    int32_t order;
+    int32_t remaining;
+} dcp__fill;
+
+/* The first entry at or after i (an index into sorted) that is not yet placed; each level's
+   range has one sentinel slot past its end, next[] being offset by the level. */
+static int32_t dcp__fill_find(dcp__fill *f, int32_t level, int32_t i)
+{
+    int32_t *next = f->next + level; /* slot of entry i: i + level */
+    while (next[i] != i) {
+        next[i] = next[next[i]];
+        i = next[i];
+    }
+    return i;
+}
+
+/* The slowest unplaced sample of the level with at most `ticks` ticks and `tokens` tokens;
+   -1 when none. Both keys fall along the level's range, so each bound is a binary search. */
+static int32_t dcp__fill_take(dcp__fill *f, int32_t level, int64_t ticks, int64_t tokens)
+{
+    int32_t lo = f->first[level], hi = f->first[level + 1], a = lo, b = hi, i;
+    if (ticks < 0 || tokens < 0 || lo == hi) return -1;
+    while (a < b) { /* first entry with ticks <= bound */
+        int32_t mid = a + (b - a) / 2;
+        if (f->sorted[mid].ticks <= ticks) b = mid; else a = mid + 1;
+    }
+    i = a;
+    a = lo;
+    b = hi;
+    while (a < b) { /* first entry with tokens <= bound */
+        int32_t mid = a + (b - a) / 2;
+        if (f->sorted[mid].tokens <= tokens) b = mid; else a = mid + 1;
+    }
+    if (a > i) i = a;
+    i = dcp__fill_find(f, level, i);
+    return i < hi ? i : -1;
+}
+
+/* Slowest unplaced sample over levels 0..up_to with its ring (per-rank seconds of a group it
+   opens); -1 when none. */
+static int32_t dcp__fill_slowest(dcp__fill *f, int32_t up_to, int32_t *level, int64_t *time)
+{
+    int32_t j, best = -1;
+    for (j = 0; j <= up_to && j <= f->top; j++) {
+        int32_t i = dcp__fill_find(f, j, f->first[j]);
+        int64_t t;
+        if (i >= f->first[j + 1]) continue;
+        t = f->sorted[i].ticks + f->batch->ring_ticks[j];
+        if (best < 0 || t > *time) {
+            best = i;
+            *level = j;
+            *time = t;
+        }
+    }
+    return best;
+}
+
+static void dcp__fill_place(dcp__fill *f, int32_t entry, int32_t level, int32_t first_rank)
+{
+    dcp__placement *p = &f->placements[f->sorted[entry].id];
+    f->next[entry + level] = entry + 1; /* removed: finds skip to the next entry */
+    p->microbatch = f->microbatch;
+    p->first_rank = first_rank;
+    p->cp = (int32_t)1 << level;
+    p->order = f->order++;
+    p->sample = f->sorted[entry].id;
+    f->remaining--;
+}
+
+/* Opens a group with `entry` and adds the slowest samples of its level that keep it within
+   `limit` ticks and the memory cap. */
+static void dcp__fill_group(dcp__fill *f, int32_t entry, int32_t level, int32_t first_rank,
+                            int64_t limit)
+{
+    int64_t load = f->batch->ring_ticks[level], used = 0;
+    while (entry >= 0) {
+        load += f->sorted[entry].ticks;
+        used += f->sorted[entry].tokens;
+        dcp__fill_place(f, entry, level, first_rank);
+        entry = dcp__fill_take(f, level, limit - load, f->capacity - used);
+    }
+}
+
+/* Fills the node's free blocks under time `limit`, skipping the block (pin_start, pin_level)
+   that is already a group. */
+static void dcp__fill_under(dcp__fill *f, int32_t start, int32_t level, int64_t limit,
+                            int32_t pin_start, int32_t pin_level)
+{
+    int32_t half;
+    if (start >= f->ranks || (start == pin_start && level == pin_level)) return;
+    if (!(pin_level < level && pin_start >> level == start >> level) && level <= f->top &&
+        start + ((int64_t)1 << level) <= f->ranks) {
+        int32_t entry = dcp__fill_take(f, level, limit - f->batch->ring_ticks[level],
+                                       f->capacity);
+        if (entry >= 0) {
+            dcp__fill_group(f, entry, level, start, limit);
+            return;
+        }
+    }
+    if (level == 0) return;
+    half = (int32_t)1 << (level - 1);
+    dcp__fill_under(f, start, level - 1, limit, pin_start, pin_level);
+    dcp__fill_under(f, start + half, level - 1, limit, pin_start, pin_level);
+}
+
+/* One microbatch of the node: above the region level, a sample wider than E opens a group
+   where it is the slowest left at its width; at the region level the slowest sample left
+   opens the block's first group (leftmost) and fixes the time the rest is filled under. */
+static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
+{
+    int32_t entry, at = 0, half;
+    int64_t time = 0;
+    if (start >= f->ranks) return;
+    if (level <= f->region_level) {
+        entry = dcp__fill_slowest(f, level, &at, &time);
+        if (entry < 0) return;
+        dcp__fill_group(f, entry, at, start, time);
+        dcp__fill_under(f, start, level, time, start, at);
+        return;
+    }
+    if (level <= f->top && start + ((int64_t)1 << level) <= f->ranks) {
+        entry = dcp__fill_slowest(f, level, &at, &time);
+        if (entry < 0) return;
+        if (at == level) {
+            dcp__fill_group(f, entry, at, start, time);
+            return;
+        }
+    }
+    half = (int32_t)1 << (level - 1);
+    dcp__fill_node(f, start, level - 1);
+    dcp__fill_node(f, start + half, level - 1);
+}
+
+static void dcp__fill_free(dcp__fill *f)
+{
+    const dcp_allocator *a = &f->batch->config->allocator;
+    dcp_free(a, f->sorted);
+    dcp_free(a, f->next);
+}
+
+static dcp_status dcp__fill_init(dcp__fill *f, const dcp__batch *batch, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    size_t count = (size_t)batch->count;
+    memset(f, 0, sizeof *f);
+    f->batch = batch;
+    f->ranks = batch->config->ranks;
+    f->top = batch->levels - 1;
+    f->root_level = dcp__log2_int(dcp__leaf_base(f->ranks));
+    f->capacity = batch->config->max_tokens_per_rank;
+    f->sorted = (dcp__fill_key *)dcp__alloc_array(a, count, sizeof *f->sorted, "fill", error);
+    f->next = (int32_t *)dcp__alloc_array(a, count + DCP_CP_LEVELS + 1, sizeof(int32_t), "fill",
+                                          error);
+    if (!f->sorted || !f->next) {
+        dcp__fill_free(f);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    return DCP_OK;
+}
+
+/* Plans every sample at `levels` with blocks of 2^region_level ranks opening microbatches. */
+static void dcp__fill_run(dcp__fill *f, const int32_t *levels, int32_t region_level,
+                          dcp__placement *placements, int32_t *num_microbatches)
+{
+    const dcp__batch *batch = f->batch;
+    int32_t s, j, i;
+    for (s = 0; s < batch->count; s++) {
+        f->sorted[s].level = levels[s];
+        f->sorted[s].ticks = dcp__sample_ticks(batch, s, levels[s]);
+        f->sorted[s].tokens = dcp__sample_tokens(batch, s, levels[s]);
+        f->sorted[s].id = s;
+    }
+    qsort(f->sorted, (size_t)batch->count, sizeof *f->sorted, dcp__fill_key_compare);
+    for (j = 0, i = 0; j <= f->top + 1; j++) {
+        while (i < batch->count && f->sorted[i].level < j) i++;
+        f->first[j] = i;
+    }
+    f->first[f->top + 1] = batch->count;
+    for (j = 0; j <= f->top; j++) /* level j's slots: entries + j, its sentinel included */
+        for (i = f->first[j]; i <= f->first[j + 1]; i++) f->next[i + j] = i;
+    f->region_level = region_level;
+    f->placements = placements;
+    f->microbatch = 0;
+    f->order = 0;
+    f->remaining = batch->count;
+    while (f->remaining > 0) { /* each microbatch places at least its slowest sample */
+        dcp__fill_node(f, 0, f->root_level);
+        f->microbatch++;
+    }
+    *num_microbatches = f->microbatch;
+}
+
+/* Widening thresholds, in units of the bound's mean microbatch time (numerator over
+   denominator); 0 = every sample at its minimum CP size. */
+static const int32_t dcp__fill_widen[][2] = {{0, 1}, {2, 1}, {1, 1}, {1, 2}};
+#define DCP__FILL_CANDIDATES ((int32_t)(sizeof dcp__fill_widen / sizeof dcp__fill_widen[0]))
+
+/* Keeps `candidate` in *best when it is faster under the plan's E (ties keep the earlier). */
+static void dcp__keep_faster(dcp_plan **best, double *best_step, dcp_plan *candidate,
+                             double *finish)
+{
+    double step = dcp__plan_step_seconds(candidate, finish);
+    if (!*best || step < *best_step) {
+        dcp_plan_destroy(*best);
+        *best = candidate;
+        *best_step = step;
+    } else
+        dcp_plan_destroy(candidate);
+}
+
+static int dcp__sync_balanced(const dcp__batch *batch, double step_seconds)
+{
+    return batch->sync_bound >= DCP__BALANCED_EFFICIENCY * step_seconds;
+}
+
+/* One fill-to-the-top candidate as a plan. */
+static dcp_status dcp__fill_candidate(dcp__fill *f, int32_t widen, int32_t region_level,
+                                      int32_t *levels, dcp__placement *placements,
+                                      dcp_plan **plan, dcp_error *error)
+{
+    const dcp__batch *batch = f->batch;
+    int32_t s, microbatches;
+    for (s = 0; s < batch->count; s++) levels[s] = dcp__log2_int(batch->cp_min[s]);
+    if (dcp__fill_widen[widen][0] > 0) {
+        int64_t bound = dcp__to_ticks(batch->sync_bound, 1.0 / batch->tick_seconds);
+        int64_t mean = bound / dcp__microbatch_floor(batch, levels);
+        dcp__widen_levels(batch, mean / dcp__fill_widen[widen][1] * dcp__fill_widen[widen][0],
+                          levels);
+    }
+    dcp__fill_run(f, levels, region_level, placements, &microbatches);
+    return dcp__plan_build(batch->config, batch->lengths, placements, batch->count, microbatches,
+                           plan, error);
+}
+
+/* The dynamic planner for E > 1: fill-to-the-top candidates (blocks of E ranks; for E < D
+   also the pool-wide fill and the DAG tree planner), the fastest under E kept. */
+static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *placements,
+                                     dcp_plan **plan, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const dcp_allocator *a = &config->allocator;
+    int32_t sync = config->sync_ranks, region_count = sync < config->ranks ? 2 : 1, r, w;
+    int32_t regions[2];
+    double best_step = 0.0, *finish;
+    int32_t *levels;
+    dcp__fill fill;
+    dcp_status status;
+    *plan = NULL;
+    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
+    regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
+    regions[1] = fill.root_level;
+    levels = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t), "fill levels",
+                                         error);
+    finish = (double *)dcp__alloc_array(a, (size_t)config->ranks, sizeof(double), "fill", error);
+    if (!levels || !finish) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    for (r = 0; r < region_count && status == DCP_OK; r++)
+        for (w = 0; w < DCP__FILL_CANDIDATES && status == DCP_OK; w++) {
+            dcp_plan *candidate = NULL;
+            if (*plan && dcp__sync_balanced(batch, best_step)) break;
+            status = dcp__fill_candidate(&fill, w, regions[r], levels, placements, &candidate,
+                                         error);
+            if (status == DCP_OK) dcp__keep_faster(plan, &best_step, candidate, finish);
+        }
+    if (status == DCP_OK && sync < config->ranks && !dcp__sync_balanced(batch, best_step)) {
+        dcp_plan *candidate = NULL;
+        int32_t microbatches = 0;
+        status = dcp__plan_dynamic(batch, placements, &microbatches, error);
+        if (status == DCP_OK)
+            status = dcp__plan_build(config, batch->lengths, placements, batch->count,
+                                     microbatches, &candidate, error);
+        if (status == DCP_OK) dcp__keep_faster(plan, &best_step, candidate, finish);
+    }
+    if (status != DCP_OK) {
+        dcp_plan_destroy(*plan);
+        *plan = NULL;
+    }
+    dcp__fill_free(&fill);
+    dcp_free(a, levels);
+    dcp_free(a, finish);
+    return status;
 }
 
 /* ------------------------------------------------------------------------ public planner */
@@ -3149,19 +3615,14 @@ static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strat
     case DCP_STRATEGY_GREEDY:
         status = dcp__plan_greedy(batch, placements, &num_microbatches, error);
         break;
-    default: status = dcp__plan_dynamic(batch, placements, &num_microbatches, error); break;
+    default:
+        if (batch->config->sync_ranks > 1) return dcp__plan_lockstep(batch, placements, plan, error);
+        status = dcp__plan_dynamic(batch, placements, &num_microbatches, error);
+        break;
     }
     if (status != DCP_OK) return status;
     return dcp__plan_build(batch->config, batch->lengths, placements, batch->count,
                            num_microbatches, plan, error);
-}
-
-static double dcp__plan_step_seconds(const dcp_plan *plan, double *finish)
-{
-    dcp_plan_stats stats;
-    memset(&stats, 0, sizeof stats);
-    dcp__schedule(plan, &plan->config.cost, finish, NULL, NULL, &stats);
-    return stats.step_seconds;
 }
 
 /* A dynamic plan that is not balanced is compared with both baselines and the fastest is
@@ -3179,7 +3640,7 @@ static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *pl
                                         "fallback", error);
     if (!finish) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     else if ((best = dcp__plan_step_seconds(*plan, finish)) * DCP__BALANCED_EFFICIENCY >
-             batch->lower_bound) {
+             batch->sync_bound) {
         for (i = 0; i < 2 && status == DCP_OK; i++) {
             dcp_plan *other = NULL;
             double step;
@@ -3352,6 +3813,9 @@ static dcp_status dcp__simulation_setup(const dcp_plan *plan, const dcp_cost_mod
 {
     dcp_status status;
     if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    if ((status = dcp__check_sync_ranks(plan->config.sync_ranks, plan->config.ranks, error)) !=
+        DCP_OK)
+        return status;
     *config = plan->config;
     if (cost) {
         if ((status = dcp__check_cost(cost, error)) != DCP_OK) return status;
@@ -3375,9 +3839,31 @@ DCPDEF dcp_status dcp_plan_schedule(const dcp_plan *plan, const dcp_cost_model *
     if ((status = dcp__simulation_setup(plan, cost, &config, &finish, error)) != DCP_OK)
         return status;
     memset(&stats, 0, sizeof stats);
-    dcp__schedule(plan, &config.cost, finish, group_start, group_end, &stats);
+    dcp__schedule(plan, &config.cost, config.sync_ranks, finish, group_start, group_end, &stats);
     dcp_free(&config.allocator, finish);
     return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_plan_step_time(const dcp_plan *plan, const dcp_cost_model *cost,
+                                     int32_t sync_ranks, double *seconds, dcp_error *error)
+{
+    dcp_config config;
+    dcp_plan_stats stats;
+    double *finish;
+    dcp_status status;
+    if (!seconds)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "seconds must not be NULL");
+    if ((status = dcp__simulation_setup(plan, cost, &config, &finish, error)) != DCP_OK)
+        return status;
+    if (sync_ranks == 0) sync_ranks = config.sync_ranks;
+    status = dcp__check_sync_ranks(sync_ranks, config.ranks, error);
+    if (status == DCP_OK) {
+        memset(&stats, 0, sizeof stats);
+        dcp__schedule(plan, &config.cost, sync_ranks, finish, NULL, NULL, &stats);
+        *seconds = stats.step_seconds;
+    }
+    dcp_free(&config.allocator, finish);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *cost,
@@ -3397,13 +3883,28 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     memset(stats, 0, sizeof *stats);
-    dcp__schedule(plan, &config.cost, finish, NULL, NULL, stats);
+    dcp__schedule(plan, &config.cost, config.sync_ranks, finish, NULL, NULL, stats);
+    stats->sync_ranks = config.sync_ranks;
+    if (config.sync_ranks == 1)
+        stats->dag_seconds = stats->step_seconds;
+    else {
+        dcp_plan_stats dag;
+        memset(&dag, 0, sizeof dag);
+        dcp__schedule(plan, &config.cost, 1, finish, NULL, NULL, &dag);
+        stats->dag_seconds = dag.step_seconds;
+    }
     for (i = 0; i < plan->num_samples; i++) {
         stats->valid_tokens += plan->sample_lengths[i];
         cp_min[i] = dcp__cp_min(&config, plan->sample_lengths[i]);
     }
-    stats->lower_bound_seconds = dcp__lower_bound(&config, plan->sample_lengths,
-                                                  plan->num_samples, cp_min);
+    status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min,
+                              config.sync_ranks, &stats->lower_bound_seconds, error);
+    if (status == DCP_OK)
+        status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min, 1,
+                                  &stats->dag_lower_bound_seconds, error);
+    if (status == DCP_OK)
+        status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min,
+                                  config.ranks, &stats->barrier_lower_bound_seconds, error);
     stats->efficiency = stats->step_seconds > 0.0
                             ? stats->lower_bound_seconds / stats->step_seconds
                             : 1.0;
@@ -3411,7 +3912,7 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
     stats->num_groups = plan->num_groups;
     dcp_free(&config.allocator, finish);
     dcp_free(&config.allocator, cp_min);
-    return dcp_error_clear(error);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* ------------------------------------------------------------------------- THD layout */
@@ -4072,6 +4573,7 @@ static void dcp__put_config(dcp__writer *w, const dcp_config *c)
     dcp__put_i32(w, c->pad_multiple);
     dcp__put_i32(w, (int32_t)c->strategy);
     dcp__put_i32(w, c->improve_moves);
+    dcp__put_i32(w, c->sync_ranks);
     dcp__put_f64(w, c->cost.attn_coeff);
     dcp__put_f64(w, c->cost.linear_coeff);
     dcp__put_f64(w, c->cost.ring_step_cost);
@@ -4089,6 +4591,7 @@ static void dcp__get_config(dcp__reader *r, dcp_config *c)
     c->pad_multiple = dcp__get_i32(r);
     c->strategy = (dcp_strategy)dcp__get_i32(r);
     c->improve_moves = dcp__get_i32(r);
+    c->sync_ranks = dcp__get_i32(r);
     c->cost.attn_coeff = dcp__get_f64(r);
     c->cost.linear_coeff = dcp__get_f64(r);
     c->cost.ring_step_cost = dcp__get_f64(r);
@@ -4155,7 +4658,8 @@ static dcp_status dcp__check_serialized_config(const dcp_config *c, dcp_error *e
     if (resolved.min_cp != c->min_cp || resolved.max_cp != c->max_cp ||
         resolved.microbatch_multiple != c->microbatch_multiple ||
         resolved.pad_multiple_cp1 != c->pad_multiple_cp1 ||
-        resolved.pad_multiple != c->pad_multiple || dcp__all_zero_cost(&c->cost))
+        resolved.pad_multiple != c->pad_multiple || resolved.sync_ranks != c->sync_ranks ||
+        dcp__all_zero_cost(&c->cost))
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
                              "plan config holds unresolved defaults");
     return DCP_OK;
