@@ -1976,66 +1976,123 @@ static int dcp__keyed_descending(const void *a, const void *b)
 /* ---------------------------------------------------------------- baseline: static CP
    Every sample at the CP size the longest needs; D / c data-parallel replicas; samples dealt
    in input order to the replica with the fewest tokens so far (token-balanced THD packing),
-   then packed first-fit in order into microbatches of M padded tokens per rank. */
+   then packed first-fit in order into microbatches of M padded tokens per rank. A heap finds
+   the replica and a segment tree of bin rooms the first fit: O(N log N). */
+
+/* Restores the min-heap of replicas (fewest tokens, then lowest index) after its root grew. */
+static void dcp__static_sift(int32_t *heap, int32_t size, const int64_t *tokens)
+{
+    int32_t at = 0;
+    for (;;) {
+        int32_t child = 2 * at + 1, pick = at, c;
+        for (c = child; c < child + 2 && c < size; c++) {
+            int64_t a = tokens[heap[c]], b = tokens[heap[pick]];
+            if (a < b || (a == b && heap[c] < heap[pick])) pick = c;
+        }
+        if (pick == at) return;
+        c = heap[at];
+        heap[at] = heap[pick];
+        heap[pick] = c;
+        at = pick;
+    }
+}
+
+/* First fit over a segment tree of bin rooms (node n at room[n], leaves at leaves..2 leaves - 1;
+   bins not yet opened have the full room, so the leftmost bin with room is first fit):
+   takes `tokens` from the leftmost bin with room and returns its index. A replica has at most
+   as many bins as samples, so a fitting bin always exists. */
+static int32_t dcp__static_first_fit(int64_t *room, int32_t leaves, int64_t tokens)
+{
+    int32_t n = 1, bin;
+    while (n < leaves) n = room[2 * n] >= tokens ? 2 * n : 2 * n + 1;
+    bin = n - leaves;
+    room[n] -= tokens;
+    for (n /= 2; n >= 1; n /= 2)
+        room[n] = room[2 * n] > room[2 * n + 1] ? room[2 * n] : room[2 * n + 1];
+    return bin;
+}
 
 static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *placements,
                                    int32_t *num_microbatches, dcp_error *error)
 {
     const dcp_config *config = batch->config;
     const dcp_allocator *allocator = &config->allocator;
-    int32_t cp = config->min_cp, level, replicas, i, r, k, most = 0;
-    int64_t *replica_tokens, *bin_used;
-    int32_t *replica_bins;
+    const int64_t capacity = config->max_tokens_per_rank;
+    int32_t cp = config->min_cp, level, replicas, i, r, most = 0;
+    int32_t *heap, *replica_of, *first, *fill;
+    int64_t *replica_tokens, *room;
+    dcp_status status = DCP_OK;
     for (i = 0; i < batch->count; i++)
         if (batch->cp_min[i] > cp) cp = batch->cp_min[i];
     level = dcp__log2_int(cp);
     replicas = config->ranks / cp;
+    heap = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int32_t), "static",
+                                       error);
     replica_tokens = (int64_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int64_t),
-                                                 "static replicas", error);
-    replica_bins = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int32_t),
-                                               "static replica bins", error);
-    /* a replica never has more microbatches than samples */
-    bin_used = (int64_t *)dcp__alloc_array(allocator, (size_t)replicas * (size_t)batch->count,
-                                           sizeof(int64_t), "static bins", error);
-    if (!replica_tokens || !replica_bins || !bin_used) {
-        dcp_free(allocator, replica_tokens);
-        dcp_free(allocator, replica_bins);
-        dcp_free(allocator, bin_used);
-        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+                                                 "static", error);
+    first = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas + 1, sizeof(int32_t),
+                                        "static", error);
+    fill = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int32_t), "static",
+                                       error);
+    replica_of = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
+                                             "static", error);
+    /* a segment tree of rooms per replica: at most as many bins as its samples, rounded up
+       to a power of two, two nodes per leaf */
+    room = (int64_t *)dcp__alloc_array(allocator, 4 * (size_t)batch->count + 2 * (size_t)replicas,
+                                       sizeof(int64_t), "static bins", error);
+    if (!heap || !replica_tokens || !first || !fill || !replica_of || !room) {
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+        goto done;
     }
-    memset(replica_tokens, 0, (size_t)replicas * sizeof(int64_t));
-    memset(replica_bins, 0, (size_t)replicas * sizeof(int32_t));
+    /* deal samples in input order to the replica with the fewest tokens (lowest index on ties) */
+    for (r = 0; r < replicas; r++) {
+        heap[r] = r;
+        replica_tokens[r] = 0;
+        first[r] = 0;
+    }
+    for (i = 0; i < batch->count; i++) {
+        int32_t best = heap[0];
+        replica_of[i] = best;
+        replica_tokens[best] += dcp__sample_tokens(batch, i, level);
+        first[best]++;
+        dcp__static_sift(heap, replicas, replica_tokens);
+    }
+    for (r = 0, i = 0; r < replicas; r++) { /* counts to offsets into the room trees */
+        int32_t count = first[r], leaves = 1;
+        while (leaves < count) leaves *= 2;
+        first[r] = i;
+        fill[r] = leaves;
+        i += 2 * leaves;
+    }
+    for (r = 0; r < replicas; r++) {
+        int32_t n;
+        for (n = 1; n < 2 * fill[r]; n++) room[first[r] + n - 1] = capacity;
+    }
     for (i = 0; i < batch->count; i++) {
         int64_t tokens = dcp__sample_tokens(batch, i, level);
-        int64_t *bins;
-        int32_t best = 0;
-        for (r = 1; r < replicas; r++)
-            if (replica_tokens[r] < replica_tokens[best]) best = r;
-        bins = bin_used + (size_t)best * (size_t)batch->count;
-        for (k = 0; k < replica_bins[best]; k++)
-            if (bins[k] + tokens <= config->max_tokens_per_rank) break;
-        if (k == replica_bins[best]) bins[replica_bins[best]++] = 0;
-        bins[k] += tokens;
-        replica_tokens[best] += tokens;
+        int32_t k;
+        r = replica_of[i];
+        k = dcp__static_first_fit(room + first[r] - 1, fill[r], tokens);
         placements[i].microbatch = k;
-        placements[i].first_rank = best * cp;
+        placements[i].first_rank = r * cp;
         placements[i].cp = cp;
         placements[i].order = i;
         placements[i].sample = i;
-        if (replica_bins[best] > most) most = replica_bins[best];
+        if (k + 1 > most) most = k + 1;
     }
-    dcp_free(allocator, replica_tokens);
-    dcp_free(allocator, replica_bins);
-    dcp_free(allocator, bin_used);
     *num_microbatches = most;
-    return DCP_OK;
+done:
+    dcp_free(allocator, heap);
+    dcp_free(allocator, replica_tokens);
+    dcp_free(allocator, first);
+    dcp_free(allocator, fill);
+    dcp_free(allocator, replica_of);
+    dcp_free(allocator, room);
+    return status;
 }
 
-/* ---------------------------------------------------------------- baseline: greedy
-   Megatron's manner: build one microbatch at a time. Samples are taken longest-work first at
-   their minimum CP size; each goes to a new group on a free aligned block when one exists
-   (load 0 is the least load), else to the least-loaded open group of its size with room.
-   A microbatch closes when no remaining sample fits. Free blocks come from a buddy tree. */
+/* ---------------------------------------------------------------- buddy tree of free blocks
+   The greedy baseline takes free aligned blocks from it, lowest first. */
 
 typedef struct dcp__buddy {
     int32_t leaf_base; /* power of two >= ranks */
@@ -2130,77 +2187,6 @@ typedef struct dcp__open_group {
     int64_t load;
     int64_t used;
 } dcp__open_group;
-
-static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
-                                   int32_t *num_microbatches, dcp_error *error)
-{
-    const dcp_config *config = batch->config;
-    const dcp_allocator *allocator = &config->allocator;
-    int32_t remaining = batch->count, microbatch = 0, placed_order = 0;
-    dcp__buddy buddy;
-    dcp_status status = DCP_OK;
-    int32_t *pending = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count,
-                                                   sizeof(int32_t), "greedy order", error);
-    dcp__open_group *groups = (dcp__open_group *)dcp__alloc_array(
-        allocator, (size_t)config->ranks, sizeof *groups, "greedy groups", error);
-    buddy.ranks = config->ranks;
-    buddy.leaf_base = dcp__leaf_base(config->ranks);
-    buddy.node_level = dcp__node_levels(allocator, buddy.leaf_base, error);
-    buddy.free_level = (int8_t *)dcp__alloc_array(allocator, 2 * (size_t)buddy.leaf_base,
-                                                  sizeof(int8_t), "greedy buddy", error);
-    if (!pending || !groups || !buddy.node_level || !buddy.free_level) {
-        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-        goto done;
-    }
-    if ((status = dcp__order_by_ticks(batch, NULL, 0, pending, error)) != DCP_OK) goto done;
-    while (remaining > 0) {
-        int32_t kept = 0, open = 0, i, g;
-        dcp__buddy_reset(&buddy);
-        for (i = 0; i < remaining; i++) {
-            int32_t s = pending[i], level = dcp__log2_int(batch->cp_min[s]);
-            int64_t tokens = dcp__sample_tokens(batch, s, level);
-            int64_t ticks = dcp__sample_ticks(batch, s, level);
-            int32_t first = dcp__buddy_take(&buddy, level), best = -1;
-            if (first >= 0) {
-                groups[open].first_rank = first;
-                groups[open].level = level;
-                groups[open].load = batch->ring_ticks[level];
-                groups[open].used = 0;
-                best = open++;
-            } else {
-                for (g = 0; g < open; g++)
-                    if (groups[g].level == level &&
-                        groups[g].used + tokens <= config->max_tokens_per_rank &&
-                        (best < 0 || groups[g].load < groups[best].load))
-                        best = g;
-            }
-            if (best < 0) {
-                pending[kept++] = s;
-                continue;
-            }
-            groups[best].load += ticks;
-            groups[best].used += tokens;
-            placements[s].microbatch = microbatch;
-            placements[s].first_rank = groups[best].first_rank;
-            placements[s].cp = (int32_t)1 << level;
-            placements[s].order = placed_order++;
-            placements[s].sample = s;
-        }
-        if (kept == remaining) { /* cannot happen: a fresh microbatch takes its first sample */
-            status = dcp_error_set(error, DCP_ERROR_INFEASIBLE, "greedy planner made no progress");
-            goto done;
-        }
-        remaining = kept;
-        microbatch++;
-    }
-    *num_microbatches = microbatch;
-done:
-    dcp_free(allocator, pending);
-    dcp_free(allocator, groups);
-    dcp_free(allocator, buddy.node_level);
-    dcp_free(allocator, buddy.free_level);
-    return status;
-}
 
 /* ---------------------------------------------------------------- dynamic planner
    Why it works. Aligned groups nest like a buddy allocator, so the ranks form a binary tree
@@ -3284,6 +3270,7 @@ typedef struct dcp__fill_key {
     int64_t tokens;
     int32_t level;
     int32_t id;
+    int32_t tie; /* order among equal ticks and tokens */
 } dcp__fill_key;
 
 /* Level ascending, then slowest first (ticks, then tokens, descending), then id: total. */
@@ -3293,7 +3280,7 @@ static int dcp__fill_key_compare(const void *a, const void *b)
     if (x->level != y->level) return x->level < y->level ? -1 : 1;
     if (x->ticks != y->ticks) return x->ticks > y->ticks ? -1 : 1;
     if (x->tokens != y->tokens) return x->tokens > y->tokens ? -1 : 1;
-    return x->id < y->id ? -1 : (x->id > y->id);
+    return x->tie < y->tie ? -1 : (x->tie > y->tie);
 }
 
 typedef struct dcp__fill {
@@ -3468,9 +3455,10 @@ static dcp_status dcp__fill_init(dcp__fill *f, const dcp__batch *batch, dcp_erro
     return DCP_OK;
 }
 
-/* Plans every sample at `levels` with blocks of 2^region_level ranks opening microbatches. */
-static void dcp__fill_run(dcp__fill *f, const int32_t *levels, int32_t region_level,
-                          dcp__placement *placements, int32_t *num_microbatches)
+/* Sorts the samples at `levels` into the per-level arrays, all unplaced. position (may be
+   NULL) breaks ties of ticks and tokens instead of the id. */
+static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *position,
+                           dcp__placement *placements)
 {
     const dcp__batch *batch = f->batch;
     int32_t s, j, i;
@@ -3479,6 +3467,7 @@ static void dcp__fill_run(dcp__fill *f, const int32_t *levels, int32_t region_le
         f->sorted[s].ticks = dcp__sample_ticks(batch, s, levels[s]);
         f->sorted[s].tokens = dcp__sample_tokens(batch, s, levels[s]);
         f->sorted[s].id = s;
+        f->sorted[s].tie = position ? position[s] : s;
     }
     qsort(f->sorted, (size_t)batch->count, sizeof *f->sorted, dcp__fill_key_compare);
     for (j = 0, i = 0; j <= f->top + 1; j++) {
@@ -3488,16 +3477,162 @@ static void dcp__fill_run(dcp__fill *f, const int32_t *levels, int32_t region_le
     f->first[f->top + 1] = batch->count;
     for (j = 0; j <= f->top; j++) /* level j's slots: entries + j, its sentinel included */
         for (i = f->first[j]; i <= f->first[j + 1]; i++) f->next[i + j] = i;
-    f->region_level = region_level;
     f->placements = placements;
     f->microbatch = 0;
     f->order = 0;
     f->remaining = batch->count;
+}
+
+/* Plans every sample at `levels` with blocks of 2^region_level ranks opening microbatches. */
+static void dcp__fill_run(dcp__fill *f, const int32_t *levels, int32_t region_level,
+                          dcp__placement *placements, int32_t *num_microbatches)
+{
+    dcp__fill_sort(f, levels, NULL, placements);
+    f->region_level = region_level;
     while (f->remaining > 0) { /* each microbatch places at least its slowest sample */
         dcp__fill_node(f, 0, f->root_level);
         f->microbatch++;
     }
     *num_microbatches = f->microbatch;
+}
+
+/* ---------------------------------------------------------------- baseline: greedy
+   Megatron's manner: build one microbatch at a time. Samples are taken longest-work first at
+   their minimum CP size; each goes to a new group on a free aligned block when one exists
+   (load 0 is the least load), else to the least-loaded open group of its size with room.
+   A microbatch closes when no remaining sample fits. Free blocks come from a buddy tree.
+   Speed: a sample that fails leaves the microbatch unchanged, so the next sample placed is,
+   over the levels, the first one after the cursor that fits: at a level with a free block
+   any sample, else one with at most the level's largest room in tokens, found in the
+   fill-to-the-top arrays (tokens fall along them) instead of rescanning every sample left. */
+
+/* Per level: the open groups and their largest room (-1: none open). */
+typedef struct dcp__greedy_state {
+    dcp__open_group *groups;
+    int32_t open;
+    int64_t max_room[DCP_CP_LEVELS];
+    int32_t *position; /* [count]: place of a sample in the longest-first order */
+} dcp__greedy_state;
+
+/* The first unplaced sample of the level after order position `after` that fits now; -1 none. */
+static int32_t dcp__greedy_next(dcp__fill *f, const dcp__greedy_state *g, const dcp__buddy *buddy,
+                                int32_t level, int32_t after)
+{
+    int32_t lo = f->first[level], hi = f->first[level + 1], a = lo, b = hi, i;
+    while (a < b) { /* first entry placed after the cursor in the order */
+        int32_t mid = a + (b - a) / 2;
+        if (g->position[f->sorted[mid].id] > after) b = mid; else a = mid + 1;
+    }
+    i = a;
+    if (buddy->free_level[1] < level) {
+        int64_t room = g->max_room[level];
+        if (room < 0) return -1;
+        a = lo;
+        b = hi;
+        while (a < b) {
+            int32_t mid = a + (b - a) / 2;
+            if (f->sorted[mid].tokens <= room) b = mid; else a = mid + 1;
+        }
+        if (a > i) i = a;
+    }
+    i = dcp__fill_find(f, level, i);
+    return i < hi ? i : -1;
+}
+
+/* Places entry i (level j) in a new group on a free block, else the least-loaded open group
+   of its level with room; refreshes the level's largest room. */
+static void dcp__greedy_place(dcp__fill *f, dcp__greedy_state *g, dcp__buddy *buddy, int32_t i,
+                              int32_t level)
+{
+    const dcp__batch *batch = f->batch;
+    int64_t tokens = f->sorted[i].tokens, capacity = f->capacity;
+    int32_t first = dcp__buddy_take(buddy, level), best = -1, k;
+    if (first >= 0) {
+        g->groups[g->open].first_rank = first;
+        g->groups[g->open].level = level;
+        g->groups[g->open].load = batch->ring_ticks[level];
+        g->groups[g->open].used = 0;
+        best = g->open++;
+    } else
+        for (k = 0; k < g->open; k++)
+            if (g->groups[k].level == level && g->groups[k].used + tokens <= capacity &&
+                (best < 0 || g->groups[k].load < g->groups[best].load))
+                best = k;
+    g->groups[best].load += f->sorted[i].ticks;
+    g->groups[best].used += tokens;
+    dcp__fill_place(f, i, level, g->groups[best].first_rank);
+    g->max_room[level] = -1;
+    for (k = 0; k < g->open; k++)
+        if (g->groups[k].level == level && capacity - g->groups[k].used > g->max_room[level])
+            g->max_room[level] = capacity - g->groups[k].used;
+}
+
+static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t *num_microbatches, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const dcp_allocator *allocator = &config->allocator;
+    dcp__buddy buddy;
+    dcp__fill fill;
+    dcp__greedy_state g;
+    dcp_status status;
+    int32_t *levels, *order, s;
+    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
+    memset(&g, 0, sizeof g);
+    levels = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
+                                         "greedy levels", error);
+    order = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
+                                        "greedy order", error);
+    g.position = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
+                                             "greedy order", error);
+    g.groups = (dcp__open_group *)dcp__alloc_array(allocator, (size_t)config->ranks,
+                                                   sizeof *g.groups, "greedy groups", error);
+    buddy.ranks = config->ranks;
+    buddy.leaf_base = dcp__leaf_base(config->ranks);
+    buddy.node_level = dcp__node_levels(allocator, buddy.leaf_base, error);
+    buddy.free_level = (int8_t *)dcp__alloc_array(allocator, 2 * (size_t)buddy.leaf_base,
+                                                  sizeof(int8_t), "greedy buddy", error);
+    if (!levels || !order || !g.position || !g.groups || !buddy.node_level || !buddy.free_level) {
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if ((status = dcp__order_by_ticks(batch, NULL, 0, order, error)) != DCP_OK) goto done;
+    for (s = 0; s < batch->count; s++) {
+        g.position[order[s]] = s;
+        levels[s] = dcp__log2_int(batch->cp_min[s]);
+    }
+    dcp__fill_sort(&fill, levels, g.position, placements);
+    while (fill.remaining > 0) {
+        int32_t cursor = -1, j;
+        dcp__buddy_reset(&buddy);
+        g.open = 0;
+        for (j = 0; j < DCP_CP_LEVELS; j++) g.max_room[j] = -1;
+        for (;;) {
+            int32_t best = -1, best_level = 0;
+            for (j = 0; j <= fill.top; j++) {
+                int32_t i = dcp__greedy_next(&fill, &g, &buddy, j, cursor);
+                if (i >= 0 && (best < 0 || g.position[fill.sorted[i].id] <
+                                               g.position[fill.sorted[best].id])) {
+                    best = i;
+                    best_level = j;
+                }
+            }
+            if (best < 0) break;
+            cursor = g.position[fill.sorted[best].id];
+            dcp__greedy_place(&fill, &g, &buddy, best, best_level);
+        }
+        fill.microbatch++;
+    }
+    *num_microbatches = fill.microbatch;
+done:
+    dcp__fill_free(&fill);
+    dcp_free(allocator, levels);
+    dcp_free(allocator, order);
+    dcp_free(allocator, g.position);
+    dcp_free(allocator, g.groups);
+    dcp_free(allocator, buddy.node_level);
+    dcp_free(allocator, buddy.free_level);
+    return status;
 }
 
 /* Widening thresholds, in units of the bound's mean microbatch time (numerator over
