@@ -2,7 +2,7 @@
 
    dcp-plan (--lengths FILE | --lognormal MEAN,SIGMA,MIN,MAX,COUNT [--seed S])
             --ranks D --max-tokens-per-rank M [--min-cp K] [--max-cp K]
-            [--microbatch-multiple K] [--strategy dynamic|static|greedy]
+            [--microbatch-multiple K] [--strategy dynamic|static|greedy] [--sync-ranks E]
             [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G] [--json] [--svg FILE]
             [--rank R --microbatch K]
 
@@ -40,7 +40,7 @@ typedef struct options {
     const char *svg_path;
     uint64_t seed;
     int json;
-    int have_ranks, have_max_tokens, have_min_cp, have_max_cp, have_multiple;
+    int have_ranks, have_max_tokens, have_min_cp, have_max_cp, have_multiple, have_sync;
     int32_t view_rank, view_microbatch; /* -1 when not asked for */
     dcp_config config;
 } options;
@@ -50,6 +50,7 @@ static void usage(FILE *out)
     fputs("usage: dcp-plan (--lengths FILE | --lognormal MEAN,SIGMA,MIN,MAX,COUNT [--seed S])\n"
           "                --ranks D --max-tokens-per-rank M [--min-cp K] [--max-cp K]\n"
           "                [--microbatch-multiple K] [--strategy dynamic|static|greedy]\n"
+          "                [--sync-ranks E]\n"
           "                [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G]\n"
           "                [--json] [--svg FILE] [--rank R --microbatch K]\n",
           out);
@@ -148,6 +149,10 @@ static int parse_valued_flag(options *o, const char *flag, const char *value)
         ok = parse_int32(flag, value, INT32_MIN, &c->microbatch_multiple);
     else if (strcmp(flag, "--strategy") == 0)
         ok = parse_strategy(value, &c->strategy);
+    else if (strcmp(flag, "--sync-ranks") == 0) {
+        ok = parse_int32(flag, value, INT32_MIN, &c->sync_ranks);
+        o->have_sync = 1;
+    }
     else if (strcmp(flag, "--attn-coeff") == 0)
         ok = parse_double(flag, value, &c->cost.attn_coeff);
     else if (strcmp(flag, "--linear-coeff") == 0)
@@ -174,6 +179,7 @@ static int check_explicit_zeros(const options *o)
     else if (o->have_min_cp && c->min_cp == 0) flag = "--min-cp";
     else if (o->have_max_cp && c->max_cp == 0) flag = "--max-cp";
     else if (o->have_multiple && c->microbatch_multiple == 0) flag = "--microbatch-multiple";
+    else if (o->have_sync && c->sync_ranks == 0) flag = "--sync-ranks";
     if (!flag) return EXIT_SUCCESS;
     return fail_usage("%s must be >= 1, got 0%s", flag, "");
 }
@@ -319,10 +325,13 @@ static void print_json(const options *o, const result *r)
         }
         printf("]");
     }
-    printf("],\"step_seconds\":%.9g,\"barrier_seconds\":%.9g,\"lower_bound_seconds\":%.9g,"
-           "\"efficiency\":%.6f,\"plan_seconds\":%.6g}\n",
-           r->stats.step_seconds, r->stats.barrier_seconds, r->stats.lower_bound_seconds,
-           r->stats.efficiency, r->plan_seconds);
+    printf("],\"sync_ranks\":%d,\"step_seconds\":%.9g,\"dag_seconds\":%.9g,"
+           "\"barrier_seconds\":%.9g,\"lower_bound_seconds\":%.9g,\"efficiency\":%.6f,"
+           "\"dag_efficiency\":%.6f,\"barrier_efficiency\":%.6f,\"plan_seconds\":%.6g}\n",
+           (int)r->stats.sync_ranks, r->stats.step_seconds, r->stats.dag_seconds,
+           r->stats.barrier_seconds, r->stats.lower_bound_seconds, r->stats.efficiency,
+           r->stats.dag_lower_bound_seconds / r->stats.dag_seconds,
+           r->stats.barrier_lower_bound_seconds / r->stats.barrier_seconds, r->plan_seconds);
 }
 
 static void print_summary(const options *o, const result *r, const result *static_plan,
@@ -342,11 +351,16 @@ static void print_summary(const options *o, const result *r, const result *stati
         if (s->samples_per_cp_level[level] > 0)
             printf(" cp=%d: %d samples;", 1 << level, (int)s->samples_per_cp_level[level]);
     printf("\n");
-    printf("  step time       %.3f ms (a group starts when all its ranks are free)\n",
-           s->step_seconds * 1e3);
-    printf("  barrier model   %.3f ms (every microbatch waits for the slowest group)\n",
-           s->barrier_seconds * 1e3);
-    printf("  lower bound     %.3f ms\n", s->lower_bound_seconds * 1e3);
+    printf("  step time       %.3f ms under sync ranks E = %d (blocks of E ranks in lockstep)\n",
+           s->step_seconds * 1e3, (int)s->sync_ranks);
+    printf("  E = 1 (DAG)     %.3f ms (a group starts when all its ranks are free), "
+           "efficiency %.4f\n",
+           s->dag_seconds * 1e3, s->dag_lower_bound_seconds / s->dag_seconds);
+    printf("  E = D (barrier) %.3f ms (every microbatch waits for the slowest group), "
+           "efficiency %.4f\n",
+           s->barrier_seconds * 1e3, s->barrier_lower_bound_seconds / s->barrier_seconds);
+    printf("  lower bound     %.3f ms (under E = %d)\n", s->lower_bound_seconds * 1e3,
+           (int)s->sync_ranks);
     printf("  efficiency      %.4f (lower bound / step time)\n", s->efficiency);
     for (level = 0; level < DCP_CP_LEVELS; level++)
         if (static_plan->stats.samples_per_cp_level[level] > 0) static_cp = 1 << level;
