@@ -3289,9 +3289,12 @@ typedef struct dcp__fill {
     int32_t top;          /* widest CP level */
     int32_t root_level;   /* log2 of the buddy tree's leaf count */
     int32_t region_level; /* blocks that open with their own slowest sample: log2 E (root: D) */
+    int64_t slack_numerator, slack_denominator; /* fill up to T (1 + slack), T the slowest */
     int64_t capacity;     /* M */
     int32_t first[DCP_CP_LEVELS + 1]; /* level j's samples: sorted[first[j] .. first[j + 1]) */
     dcp__fill_key *sorted;
+    int32_t *sorted_levels; /* the levels `sorted` holds, to skip re-sorting */
+    int sorted_valid;
     int32_t *next;        /* [count + levels]: union-find over placed entries, per level */
     dcp__placement *placements;
     int32_t microbatch;
@@ -3411,6 +3414,7 @@ static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
     if (level <= f->region_level) {
         entry = dcp__fill_slowest(f, level, &at, &time);
         if (entry < 0) return;
+        time += time / f->slack_denominator * f->slack_numerator;
         dcp__fill_group(f, entry, at, start, time);
         dcp__fill_under(f, start, level, time, start, at);
         return;
@@ -3432,6 +3436,7 @@ static void dcp__fill_free(dcp__fill *f)
 {
     const dcp_allocator *a = &f->batch->config->allocator;
     dcp_free(a, f->sorted);
+    dcp_free(a, f->sorted_levels);
     dcp_free(a, f->next);
 }
 
@@ -3448,11 +3453,24 @@ static dcp_status dcp__fill_init(dcp__fill *f, const dcp__batch *batch, dcp_erro
     f->sorted = (dcp__fill_key *)dcp__alloc_array(a, count, sizeof *f->sorted, "fill", error);
     f->next = (int32_t *)dcp__alloc_array(a, count + DCP_CP_LEVELS + 1, sizeof(int32_t), "fill",
                                           error);
-    if (!f->sorted || !f->next) {
+    f->sorted_levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "fill", error);
+    if (!f->sorted || !f->next || !f->sorted_levels) {
         dcp__fill_free(f);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     return DCP_OK;
+}
+
+/* Marks every sample unplaced. */
+static void dcp__fill_reset(dcp__fill *f, dcp__placement *placements)
+{
+    int32_t j, i;
+    for (j = 0; j <= f->top; j++) /* level j's slots: entries + j, its sentinel included */
+        for (i = f->first[j]; i <= f->first[j + 1]; i++) f->next[i + j] = i;
+    f->placements = placements;
+    f->microbatch = 0;
+    f->order = 0;
+    f->remaining = f->batch->count;
 }
 
 /* Sorts the samples at `levels` into the per-level arrays, all unplaced. position (may be
@@ -3462,6 +3480,13 @@ static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *p
 {
     const dcp__batch *batch = f->batch;
     int32_t s, j, i;
+    if (f->sorted_valid && memcmp(f->sorted_levels, levels, (size_t)batch->count * sizeof *levels) == 0 &&
+        !position) {
+        dcp__fill_reset(f, placements);
+        return;
+    }
+    memcpy(f->sorted_levels, levels, (size_t)batch->count * sizeof *levels);
+    f->sorted_valid = !position;
     for (s = 0; s < batch->count; s++) {
         f->sorted[s].level = levels[s];
         f->sorted[s].ticks = dcp__sample_ticks(batch, s, levels[s]);
@@ -3475,12 +3500,7 @@ static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *p
         f->first[j] = i;
     }
     f->first[f->top + 1] = batch->count;
-    for (j = 0; j <= f->top; j++) /* level j's slots: entries + j, its sentinel included */
-        for (i = f->first[j]; i <= f->first[j + 1]; i++) f->next[i + j] = i;
-    f->placements = placements;
-    f->microbatch = 0;
-    f->order = 0;
-    f->remaining = batch->count;
+    dcp__fill_reset(f, placements);
 }
 
 /* Plans every sample at `levels` with blocks of 2^region_level ranks opening microbatches. */
@@ -3489,6 +3509,7 @@ static void dcp__fill_run(dcp__fill *f, const int32_t *levels, int32_t region_le
 {
     dcp__fill_sort(f, levels, NULL, placements);
     f->region_level = region_level;
+    if (f->slack_denominator < 1) f->slack_denominator = 1;
     while (f->remaining > 0) { /* each microbatch places at least its slowest sample */
         dcp__fill_node(f, 0, f->root_level);
         f->microbatch++;
@@ -3635,93 +3656,198 @@ done:
     return status;
 }
 
-/* Widening thresholds, in units of the bound's mean microbatch time (numerator over
-   denominator); 0 = every sample at its minimum CP size. */
-static const int32_t dcp__fill_widen[][2] = {{0, 1}, {2, 1}, {1, 1}, {1, 2}};
-#define DCP__FILL_CANDIDATES ((int32_t)(sizeof dcp__fill_widen / sizeof dcp__fill_widen[0]))
+/* The fill-to-the-top candidates, most often best first: a widening threshold in units of
+   the bound's mean microbatch time (0: every sample at its minimum CP size) and a slack, the
+   fraction of T the rest of a microbatch may fill beyond its slowest sample (fewer, fuller
+   microbatches when the memory cap, not time, limits them). Planned and simulated in turn;
+   the fastest under E is kept. */
+typedef struct dcp__fill_variant {
+    int32_t widen_numerator, widen_denominator;
+    int32_t slack_numerator, slack_denominator;
+} dcp__fill_variant;
 
-/* Keeps `candidate` in *best when it is faster under the plan's E (ties keep the earlier). */
-static void dcp__keep_faster(dcp_plan **best, double *best_step, dcp_plan *candidate,
-                             double *finish)
+static const dcp__fill_variant dcp__fill_variants[] = {
+    {0, 1, 0, 1}, {1, 2, 0, 1}, {0, 1, 1, 2}, {1, 1, 1, 4}, {1, 2, 1, 1}, {0, 1, 1, 1},
+    {1, 1, 1, 2}, {2, 1, 1, 4}, {1, 1, 0, 1}, {0, 1, 1, 4}, {1, 2, 1, 4}, {2, 1, 1, 2},
+    {1, 1, 1, 1}, {1, 2, 1, 2}, {2, 1, 0, 1}, {2, 1, 1, 1}};
+#define DCP__FILL_CANDIDATES ((int32_t)(sizeof dcp__fill_variants / sizeof dcp__fill_variants[0]))
+/* Candidates tried: DCP__FILL_CANDIDATE_SAMPLES / samples, at least 2 (a plan-time budget that
+   keeps large batches near-linear), at most all. */
+#define DCP__FILL_CANDIDATE_SAMPLES (1 << 20)
+
+static int32_t dcp__fill_candidate_count(int32_t samples)
 {
-    double step = dcp__plan_step_seconds(candidate, finish);
-    if (!*best || step < *best_step) {
-        dcp_plan_destroy(*best);
-        *best = candidate;
-        *best_step = step;
-    } else
-        dcp_plan_destroy(candidate);
+    int32_t count = DCP__FILL_CANDIDATE_SAMPLES / samples;
+    return count < 2 ? 2 : (count > DCP__FILL_CANDIDATES ? DCP__FILL_CANDIDATES : count);
 }
 
-static int dcp__sync_balanced(const dcp__batch *batch, double step_seconds)
+/* Step of placements under the config's E, in ticks: the simulator's model on integer
+   costs, without building the plan (samples bucketed by microbatch, groups keyed by their
+   first rank). Scratch: order [count], offsets [microbatches + 1], four arrays of D. */
+typedef struct dcp__step_scratch {
+    int32_t *order, *offsets, *stamp, *cp;
+    int64_t *finish, *load;
+} dcp__step_scratch;
+
+static int64_t dcp__placement_step_ticks(const dcp__batch *batch, const dcp__placement *placements,
+                                         int32_t microbatches, dcp__step_scratch *x)
 {
-    return batch->sync_bound >= DCP__BALANCED_EFFICIENCY * step_seconds;
+    const int32_t ranks = batch->config->ranks, sync = batch->config->sync_ranks;
+    int32_t i, k, r, first;
+    int64_t step = 0;
+    for (k = 0; k <= microbatches; k++) x->offsets[k] = 0;
+    for (i = 0; i < batch->count; i++) x->offsets[placements[i].microbatch + 1]++;
+    for (k = 0; k < microbatches; k++) x->offsets[k + 1] += x->offsets[k];
+    for (i = 0; i < batch->count; i++) x->order[x->offsets[placements[i].microbatch]++] = i;
+    for (k = microbatches; k > 0; k--) x->offsets[k] = x->offsets[k - 1];
+    x->offsets[0] = 0;
+    for (r = 0; r < ranks; r++) {
+        x->finish[r] = 0;
+        x->stamp[r] = -1;
+    }
+    for (k = 0; k < microbatches; k++) {
+        for (i = x->offsets[k]; i < x->offsets[k + 1]; i++) {
+            const dcp__placement *p = &placements[x->order[i]];
+            int32_t level = dcp__log2_int(p->cp);
+            if (x->stamp[p->first_rank] != k) {
+                x->stamp[p->first_rank] = k;
+                x->cp[p->first_rank] = p->cp;
+                x->load[p->first_rank] = batch->ring_ticks[level];
+            }
+            x->load[p->first_rank] += dcp__sample_ticks(batch, p->sample, level);
+        }
+        for (first = 0; sync > 1 && first < ranks; first += sync) { /* lockstep */
+            int32_t end = first + sync < ranks ? first + sync : ranks;
+            int64_t ready = 0;
+            for (r = first; r < end; r++) ready = x->finish[r] > ready ? x->finish[r] : ready;
+            for (r = first; r < end; r++) x->finish[r] = ready;
+        }
+        for (first = 0; first < ranks; first++) {
+            int64_t start = 0;
+            if (x->stamp[first] != k) continue;
+            for (r = first; r < first + x->cp[first]; r++)
+                start = x->finish[r] > start ? x->finish[r] : start;
+            for (r = first; r < first + x->cp[first]; r++) x->finish[r] = start + x->load[first];
+        }
+    }
+    for (r = 0; r < ranks; r++) step = x->finish[r] > step ? x->finish[r] : step;
+    return step;
 }
 
-/* One fill-to-the-top candidate as a plan. */
-static dcp_status dcp__fill_candidate(dcp__fill *f, int32_t widen, int32_t region_level,
-                                      int32_t *levels, dcp__placement *placements,
-                                      dcp_plan **plan, dcp_error *error)
+static int dcp__sync_balanced(const dcp__batch *batch, int64_t step_ticks)
+{
+    return batch->sync_bound >=
+           DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
+}
+
+/* One fill-to-the-top candidate's placements. The sort is kept while the levels repeat. */
+static void dcp__fill_candidate(dcp__fill *f, int32_t variant, int32_t region_level,
+                                int32_t *levels, dcp__placement *placements,
+                                int32_t *microbatches)
 {
     const dcp__batch *batch = f->batch;
-    int32_t s, microbatches;
+    const dcp__fill_variant *v = &dcp__fill_variants[variant];
+    int32_t s;
     for (s = 0; s < batch->count; s++) levels[s] = dcp__log2_int(batch->cp_min[s]);
-    if (dcp__fill_widen[widen][0] > 0) {
+    if (v->widen_numerator > 0) {
         int64_t bound = dcp__to_ticks(batch->sync_bound, 1.0 / batch->tick_seconds);
         int64_t mean = bound / dcp__microbatch_floor(batch, levels);
-        dcp__widen_levels(batch, mean / dcp__fill_widen[widen][1] * dcp__fill_widen[widen][0],
-                          levels);
+        dcp__widen_levels(batch, mean / v->widen_denominator * v->widen_numerator, levels);
     }
-    dcp__fill_run(f, levels, region_level, placements, &microbatches);
-    return dcp__plan_build(batch->config, batch->lengths, placements, batch->count, microbatches,
-                           plan, error);
+    f->slack_numerator = v->slack_numerator;
+    f->slack_denominator = v->slack_denominator;
+    dcp__fill_run(f, levels, region_level, placements, microbatches);
+}
+
+typedef struct dcp__lockstep {
+    dcp__step_scratch step;
+    int32_t *levels;
+    dcp__placement *best;
+} dcp__lockstep;
+
+static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
+{
+    dcp_free(a, x->step.order);
+    dcp_free(a, x->step.offsets);
+    dcp_free(a, x->step.stamp);
+    dcp_free(a, x->step.cp);
+    dcp_free(a, x->step.finish);
+    dcp_free(a, x->step.load);
+    dcp_free(a, x->levels);
+    dcp_free(a, x->best);
+}
+
+static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    size_t count = (size_t)batch->count, ranks = (size_t)batch->config->ranks;
+    x->step.order = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
+    /* a fill has at most one microbatch per sample; the tree rounds up to the multiple */
+    x->step.offsets = (int32_t *)dcp__alloc_array(
+        a, count + (size_t)batch->config->microbatch_multiple + 1, sizeof(int32_t), "lockstep",
+        error);
+    x->step.stamp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "lockstep", error);
+    x->step.cp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "lockstep", error);
+    x->step.finish = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
+    x->step.load = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
+    x->levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
+    x->best = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "lockstep",
+                                                 error);
+    return x->step.order && x->step.offsets && x->step.stamp && x->step.cp && x->step.finish &&
+           x->step.load && x->levels && x->best;
+}
+
+/* Keeps the placements when they are faster under E (ties keep the earlier). */
+static void dcp__lockstep_keep(const dcp__batch *batch, dcp__lockstep *x,
+                               const dcp__placement *placements, int32_t microbatches,
+                               int64_t *best_step, int32_t *best_microbatches)
+{
+    int64_t step = dcp__placement_step_ticks(batch, placements, microbatches, &x->step);
+    if (*best_microbatches == 0 || step < *best_step) {
+        *best_step = step;
+        *best_microbatches = microbatches;
+        memcpy(x->best, placements, (size_t)batch->count * sizeof *placements);
+    }
 }
 
 /* The dynamic planner for E > 1: fill-to-the-top candidates (blocks of E ranks; for E < D
-   also the pool-wide fill and the DAG tree planner), the fastest under E kept. */
+   also the pool-wide fill and the DAG tree planner), each evaluated under E in ticks; the
+   fastest becomes the plan. */
 static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *placements,
                                      dcp_plan **plan, dcp_error *error)
 {
     const dcp_config *config = batch->config;
     const dcp_allocator *a = &config->allocator;
     int32_t sync = config->sync_ranks, region_count = sync < config->ranks ? 2 : 1, r, w;
-    int32_t regions[2];
-    double best_step = 0.0, *finish;
-    int32_t *levels;
+    int32_t regions[2], microbatches = 0, best_microbatches = 0;
+    int64_t best_step = 0;
+    dcp__lockstep x;
     dcp__fill fill;
     dcp_status status;
     *plan = NULL;
+    memset(&x, 0, sizeof x);
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
     regions[1] = fill.root_level;
-    levels = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t), "fill levels",
-                                         error);
-    finish = (double *)dcp__alloc_array(a, (size_t)config->ranks, sizeof(double), "fill", error);
-    if (!levels || !finish) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    if (!dcp__lockstep_init(batch, &x, error)) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     for (r = 0; r < region_count && status == DCP_OK; r++)
-        for (w = 0; w < DCP__FILL_CANDIDATES && status == DCP_OK; w++) {
-            dcp_plan *candidate = NULL;
-            if (*plan && dcp__sync_balanced(batch, best_step)) break;
-            status = dcp__fill_candidate(&fill, w, regions[r], levels, placements, &candidate,
-                                         error);
-            if (status == DCP_OK) dcp__keep_faster(plan, &best_step, candidate, finish);
+        for (w = 0; w < dcp__fill_candidate_count(batch->count); w++) {
+            if (best_microbatches > 0 && dcp__sync_balanced(batch, best_step)) break;
+            dcp__fill_candidate(&fill, w, regions[r], x.levels, placements, &microbatches);
+            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
+                               &best_microbatches);
         }
     if (status == DCP_OK && sync < config->ranks && !dcp__sync_balanced(batch, best_step)) {
-        dcp_plan *candidate = NULL;
-        int32_t microbatches = 0;
         status = dcp__plan_dynamic(batch, placements, &microbatches, error);
         if (status == DCP_OK)
-            status = dcp__plan_build(config, batch->lengths, placements, batch->count,
-                                     microbatches, &candidate, error);
-        if (status == DCP_OK) dcp__keep_faster(plan, &best_step, candidate, finish);
+            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
+                               &best_microbatches);
     }
-    if (status != DCP_OK) {
-        dcp_plan_destroy(*plan);
-        *plan = NULL;
-    }
+    if (status == DCP_OK)
+        status = dcp__plan_build(config, batch->lengths, x.best, batch->count, best_microbatches,
+                                 plan, error);
     dcp__fill_free(&fill);
-    dcp_free(a, levels);
-    dcp_free(a, finish);
+    dcp__lockstep_free(a, &x);
     return status;
 }
 
