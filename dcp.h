@@ -3673,7 +3673,7 @@ static const dcp__fill_variant dcp__fill_variants[] = {
 #define DCP__FILL_CANDIDATES ((int32_t)(sizeof dcp__fill_variants / sizeof dcp__fill_variants[0]))
 /* Candidates tried: DCP__FILL_CANDIDATE_SAMPLES / samples, at least 2 (a plan-time budget that
    keeps large batches near-linear), at most all. */
-#define DCP__FILL_CANDIDATE_SAMPLES (1 << 20)
+#define DCP__FILL_CANDIDATE_SAMPLES (1 << 18)
 
 static int32_t dcp__fill_candidate_count(int32_t samples)
 {
@@ -3811,8 +3811,10 @@ static void dcp__lockstep_keep(const dcp__batch *batch, dcp__lockstep *x,
 }
 
 /* The dynamic planner for E > 1: fill-to-the-top candidates (blocks of E ranks; for E < D
-   also the pool-wide fill and the DAG tree planner), each evaluated under E in ticks; the
-   fastest becomes the plan. */
+   also the pool-wide fill) and, up to DCP__TREE_CANDIDATE_SAMPLES samples, the DAG tree
+   planner (whose wide-first plans are often good under lockstep too), each evaluated under E
+   in ticks; the fastest becomes the plan. */
+#define DCP__TREE_CANDIDATE_SAMPLES 65536
 static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *placements,
                                      dcp_plan **plan, dcp_error *error)
 {
@@ -3837,7 +3839,8 @@ static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *pl
             dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
                                &best_microbatches);
         }
-    if (status == DCP_OK && sync < config->ranks && !dcp__sync_balanced(batch, best_step)) {
+    if (status == DCP_OK && batch->count <= DCP__TREE_CANDIDATE_SAMPLES &&
+        !dcp__sync_balanced(batch, best_step)) {
         status = dcp__plan_dynamic(batch, placements, &microbatches, error);
         if (status == DCP_OK)
             dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
