@@ -169,6 +169,9 @@
    VERSION HISTORY
        0.1.0  planner, baselines, validator, simulator, length sources; THD views, reroute
               lists, exchange format, FLOPs statistics
+       (next) sync_ranks E (lockstep blocks; default E = D), the fill-to-the-top planner for
+              E > 1, barrier and per-aligned-block lower bounds, dcp_plan_step_time,
+              O(N log N) baselines; exchange format version 2 (the config carries E)
 
    LICENSE
    MIT. See the end of this file.
