@@ -3814,10 +3814,12 @@ static void dcp__lockstep_keep(const dcp__batch *batch, dcp__lockstep *x,
 }
 
 /* The dynamic planner for E > 1: fill-to-the-top candidates (blocks of E ranks; for E < D
-   also the pool-wide fill) and, up to DCP__TREE_CANDIDATE_SAMPLES samples, the DAG tree
-   planner (whose wide-first plans are often good under lockstep too), each evaluated under E
-   in ticks; the fastest becomes the plan. */
-#define DCP__TREE_CANDIDATE_SAMPLES 65536
+   also the pool-wide fill) and, up to DCP__TREE_CANDIDATE_SAMPLES samples (the tree planner
+   is not yet linear in samples per rank), the DAG tree planner, whose wide-first plans are
+   often good under lockstep too (always for E < D, where blocks are independent but for wide
+   groups; for E = D only when the fills are not balanced); each is evaluated under E in ticks
+   and the fastest becomes the plan. */
+#define DCP__TREE_CANDIDATE_SAMPLES 16384
 static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *placements,
                                      dcp_plan **plan, dcp_error *error)
 {
@@ -3843,7 +3845,7 @@ static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *pl
                                &best_microbatches);
         }
     if (status == DCP_OK && batch->count <= DCP__TREE_CANDIDATE_SAMPLES &&
-        !dcp__sync_balanced(batch, best_step)) {
+        (sync < config->ranks || !dcp__sync_balanced(batch, best_step))) {
         status = dcp__plan_dynamic(batch, placements, &microbatches, error);
         if (status == DCP_OK)
             dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
