@@ -3813,6 +3813,173 @@ static void dcp__lockstep_keep(const dcp__batch *batch, dcp__lockstep *x,
     }
 }
 
+/* ------------------------------------------------ lockstep planner: unloading bottlenecks
+   Under E = D a microbatch costs its slowest group. When that group holds several samples,
+   moving one of them to another microbatch where it fits under that microbatch's own
+   slowest group (in a group of its CP size with room, or on a free aligned block) lowers the
+   sum and raises nothing: the move is kept. Bounded by improve_moves (in block positions
+   examined) and by DCP__UNLOAD_MAX_CELLS microbatch-rank cells of state. */
+#define DCP__UNLOAD_MAX_CELLS (1 << 22)
+
+typedef struct dcp__unload {
+    const dcp__batch *batch;
+    int32_t ranks, microbatches;
+    int64_t *load, *used, *slowest; /* per cell (microbatch, first rank); per microbatch */
+    int32_t *cover, *head, *next;  /* covering group's first rank or -1; sample lists */
+    int8_t *level;                 /* group level at its first rank, -1 elsewhere */
+} dcp__unload_state;
+
+static size_t dcp__cell(const dcp__unload_state *u, int32_t k, int32_t r)
+{
+    return (size_t)k * (size_t)u->ranks + (size_t)r;
+}
+
+/* The slowest group of microbatch k (its first rank; -1 none) and the second slowest time. */
+static int32_t dcp__unload_slowest(const dcp__unload_state *u, int32_t k, int64_t *second)
+{
+    int32_t r, best = -1;
+    *second = 0;
+    for (r = 0; r < u->ranks; r++) {
+        size_t c = dcp__cell(u, k, r);
+        if (u->level[c] < 0) continue;
+        if (best < 0 || u->load[c] > u->load[dcp__cell(u, k, best)]) {
+            if (best >= 0 && u->load[dcp__cell(u, k, best)] > *second)
+                *second = u->load[dcp__cell(u, k, best)];
+            best = r;
+        } else if (u->load[c] > *second)
+            *second = u->load[c];
+    }
+    return best;
+}
+
+/* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1. */
+static int32_t dcp__unload_target(const dcp__unload_state *u, int32_t k, int32_t s, int32_t j)
+{
+    const dcp__batch *batch = u->batch;
+    int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
+    int32_t size = (int32_t)1 << j, r, q;
+    for (r = 0; r + size <= u->ranks; r += size) {
+        size_t c = dcp__cell(u, k, r);
+        if (u->level[c] == j) {
+            if (u->used[c] + tokens <= batch->config->max_tokens_per_rank &&
+                u->load[c] + ticks <= u->slowest[k])
+                return r;
+            continue;
+        }
+        if (batch->ring_ticks[j] + ticks > u->slowest[k]) continue;
+        for (q = r; q < r + size && u->cover[dcp__cell(u, k, q)] < 0; q++) {}
+        if (q == r + size) return r;
+    }
+    return -1;
+}
+
+static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t s, int32_t j)
+{
+    size_t c = dcp__cell(u, k, r);
+    int32_t q;
+    if (u->level[c] != j) {
+        u->level[c] = (int8_t)j;
+        u->load[c] = u->batch->ring_ticks[j];
+        u->used[c] = 0;
+        u->head[c] = -1;
+        for (q = r; q < r + ((int32_t)1 << j); q++) u->cover[dcp__cell(u, k, q)] = r;
+    }
+    u->load[c] += dcp__sample_ticks(u->batch, s, j);
+    u->used[c] += dcp__sample_tokens(u->batch, s, j);
+    u->next[s] = u->head[c];
+    u->head[c] = s;
+}
+
+/* Moves samples off each microbatch's slowest group while that lowers the sum. */
+static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, int64_t budget)
+{
+    int32_t k, improved = 1;
+    while (improved && budget > 0) {
+        improved = 0;
+        for (k = 0; k < u->microbatches && budget > 0; k++) {
+            int64_t second;
+            int32_t g = dcp__unload_slowest(u, k, &second), *link, j;
+            size_t c;
+            if (g < 0) continue;
+            c = dcp__cell(u, k, g);
+            j = u->level[c];
+            for (link = &u->head[c]; *link >= 0 && budget > 0; link = &u->next[*link]) {
+                int32_t s = *link, other, r = -1;
+                int64_t ticks = dcp__sample_ticks(u->batch, s, j);
+                if (u->head[c] == s && u->next[s] < 0) break; /* its only sample */
+                if ((second > u->load[c] - ticks ? second : u->load[c] - ticks) >= u->load[c])
+                    continue;
+                for (other = 0; other < u->microbatches && r < 0 && budget > 0; other++) {
+                    if (other == k) continue;
+                    budget -= u->ranks >> j;
+                    r = dcp__unload_target(u, other, s, j);
+                    if (r >= 0) {
+                        *link = u->next[s];
+                        u->load[c] -= ticks;
+                        u->used[c] -= dcp__sample_tokens(u->batch, s, j);
+                        dcp__unload_add(u, other, r, s, j);
+                        placements[s].microbatch = other;
+                        placements[s].first_rank = r;
+                        placements[s].order = INT32_MAX;
+                        u->slowest[k] =
+                            u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
+                        improved = 1;
+                    }
+                }
+                if (r >= 0) break;
+            }
+        }
+    }
+}
+
+/* Runs the unloading on placements under E = D; leaves them unchanged when the state would
+   not fit DCP__UNLOAD_MAX_CELLS or memory is short (an optional phase). */
+static void dcp__unload(const dcp__batch *batch, dcp__placement *placements,
+                        int32_t microbatches)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    size_t cells = (size_t)microbatches * (size_t)batch->config->ranks, c;
+    int64_t budget = dcp__improve_budget(batch->config, batch->count);
+    dcp__unload_state u;
+    int32_t s, k;
+    if (cells > DCP__UNLOAD_MAX_CELLS || budget <= 0) return;
+    memset(&u, 0, sizeof u);
+    u.batch = batch;
+    u.ranks = batch->config->ranks;
+    u.microbatches = microbatches;
+    budget *= u.ranks; /* in block positions: improve_moves microbatches of D ranks each */
+    u.load = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
+    u.used = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
+    u.slowest = (int64_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int64_t), "unload",
+                                            NULL);
+    u.cover = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
+    u.head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
+    u.next = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t), "unload", NULL);
+    u.level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
+    if (u.load && u.used && u.slowest && u.cover && u.head && u.next && u.level) {
+        for (c = 0; c < cells; c++) {
+            u.cover[c] = -1;
+            u.level[c] = -1;
+        }
+        for (s = 0; s < batch->count; s++)
+            dcp__unload_add(&u, placements[s].microbatch, placements[s].first_rank, s,
+                            dcp__log2_int(placements[s].cp));
+        for (k = 0; k < microbatches; k++) {
+            int64_t second;
+            int32_t g = dcp__unload_slowest(&u, k, &second);
+            u.slowest[k] = g < 0 ? 0 : u.load[dcp__cell(&u, k, g)];
+        }
+        dcp__unload_run(&u, placements, budget);
+    }
+    dcp_free(a, u.load);
+    dcp_free(a, u.used);
+    dcp_free(a, u.slowest);
+    dcp_free(a, u.cover);
+    dcp_free(a, u.head);
+    dcp_free(a, u.next);
+    dcp_free(a, u.level);
+}
+
 /* The dynamic planner for E > 1: fill-to-the-top candidates (blocks of E ranks; for E < D
    also the pool-wide fill) and, up to DCP__TREE_CANDIDATE_SAMPLES samples (the tree planner
    is not yet linear in samples per rank), the DAG tree planner, whose wide-first plans are
@@ -3851,6 +4018,14 @@ static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *pl
             dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
                                &best_microbatches);
     }
+    if (status == DCP_OK && !dcp__sync_balanced(batch, best_step)) {
+        /* the greedy baseline's plan is a candidate too: unloading may improve on it */
+        status = dcp__plan_greedy(batch, placements, &microbatches, error);
+        if (status == DCP_OK)
+            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
+                               &best_microbatches);
+    }
+    if (status == DCP_OK && sync == config->ranks) dcp__unload(batch, x.best, best_microbatches);
     if (status == DCP_OK)
         status = dcp__plan_build(config, batch->lengths, x.best, batch->count, best_microbatches,
                                  plan, error);
@@ -3910,7 +4085,8 @@ static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *pl
     if (!finish) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     else if ((best = dcp__plan_step_seconds(*plan, finish)) * DCP__BALANCED_EFFICIENCY >
              batch->sync_bound) {
-        for (i = 0; i < 2 && status == DCP_OK; i++) {
+        /* under E > 1 the greedy plan was already a candidate of the lockstep planner */
+        for (i = batch->config->sync_ranks > 1; i < 2 && status == DCP_OK; i++) {
             dcp_plan *other = NULL;
             double step;
             status = dcp__plan_strategy(batch, baselines[i], placements, &other, error);
