@@ -3676,7 +3676,7 @@ static const dcp__fill_variant dcp__fill_variants[] = {
 #define DCP__FILL_CANDIDATES ((int32_t)(sizeof dcp__fill_variants / sizeof dcp__fill_variants[0]))
 /* Candidates tried: DCP__FILL_CANDIDATE_SAMPLES / samples, at least 2 (a plan-time budget that
    keeps large batches near-linear), at most all. */
-#define DCP__FILL_CANDIDATE_SAMPLES (1 << 18)
+#define DCP__FILL_CANDIDATE_SAMPLES (1 << 16)
 
 static int32_t dcp__fill_candidate_count(int32_t samples)
 {
