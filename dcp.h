@@ -312,7 +312,9 @@ typedef struct dcp_config {
     dcp_strategy strategy;       /* default DCP_STRATEGY_DYNAMIC */
     int32_t improve_moves;       /* local-search budget in evaluated moves: 0 = default
                                     (DCP_DEFAULT_IMPROVE_MOVES_PER_SAMPLE per sample plus
-                                    DCP_DEFAULT_IMPROVE_MOVES_BASE), negative = none */
+                                    DCP_DEFAULT_IMPROVE_MOVES_BASE), negative = none; under
+                                    E = D it bounds the unloading phase too (in microbatches
+                                    examined, D block positions each) */
     dcp_allocator allocator;     /* zero: DCP_MALLOC / DCP_FREE */
 } dcp_config;
 
