@@ -3892,6 +3892,64 @@ static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t 
     u->head[c] = s;
 }
 
+/* Unlinks sample s from the list of cell c. */
+static void dcp__unload_unlink(dcp__unload_state *u, size_t c, int32_t s)
+{
+    int32_t *link = &u->head[c];
+    while (*link != s) link = &u->next[*link];
+    *link = u->next[s];
+}
+
+/* Swaps s (in the slowest group, cell c of microbatch k) with a faster sample of its level in
+   another microbatch whose group stays within that microbatch's slowest time, when that
+   lowers microbatch k's slowest time; returns 1 when it did. Memory caps hold on both sides. */
+static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s, int32_t j,
+                            int64_t second, dcp__placement *placements, int64_t *budget)
+{
+    const dcp__batch *batch = u->batch;
+    const int64_t capacity = batch->config->max_tokens_per_rank;
+    int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
+    int32_t other, r, size = (int32_t)1 << j;
+    for (other = 0; other < u->microbatches && *budget > 0; other++) {
+        if (other == k || u->slowest[other] < ticks) continue;
+        *budget -= u->ranks >> j;
+        for (r = 0; r + size <= u->ranks; r += size) {
+            size_t d = dcp__cell(u, other, r);
+            int32_t t;
+            if (u->level[d] != j) continue;
+            for (t = u->head[d]; t >= 0; t = u->next[t]) {
+                int64_t t_ticks = dcp__sample_ticks(batch, t, j);
+                int64_t t_tokens = dcp__sample_tokens(batch, t, j);
+                int64_t after = u->load[c] - ticks + t_ticks;
+                if (t_ticks >= ticks || (after > second ? after : second) >= u->load[c] ||
+                    u->load[d] - t_ticks + ticks > u->slowest[other] ||
+                    u->used[c] - tokens + t_tokens > capacity ||
+                    u->used[d] - t_tokens + tokens > capacity)
+                    continue;
+                dcp__unload_unlink(u, c, s);
+                dcp__unload_unlink(u, d, t);
+                u->load[c] = after;
+                u->used[c] += t_tokens - tokens;
+                u->load[d] += ticks - t_ticks;
+                u->used[d] += tokens - t_tokens;
+                u->next[s] = u->head[d];
+                u->head[d] = s;
+                u->next[t] = u->head[c];
+                u->head[c] = t;
+                placements[t].microbatch = k;
+                placements[t].first_rank = placements[s].first_rank;
+                placements[t].order = INT32_MAX;
+                placements[s].microbatch = other;
+                placements[s].first_rank = r;
+                placements[s].order = INT32_MAX;
+                u->slowest[k] = u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Moves samples off each microbatch's slowest group while that lowers the sum. */
 static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, int64_t budget)
 {
@@ -3930,6 +3988,12 @@ static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, in
                 }
                 if (r >= 0) break;
             }
+            if (*link < 0 && budget > 0) /* no move: try swapping a sample of the group */
+                for (link = &u->head[c]; *link >= 0 && budget > 0; link = &u->next[*link])
+                    if (dcp__unload_swap(u, k, c, *link, j, second, placements, &budget)) {
+                        improved = 1;
+                        break;
+                    }
         }
     }
 }
