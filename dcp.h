@@ -3822,6 +3822,10 @@ static void dcp__lockstep_keep(const dcp__batch *batch, dcp__lockstep *x,
    sum and raises nothing: the move is kept. Bounded by improve_moves (in block positions
    examined) and by DCP__UNLOAD_MAX_CELLS microbatch-rank cells of state. */
 #define DCP__UNLOAD_MAX_CELLS (1 << 22)
+/* Block positions and samples the unloading may examine per improve_moves unit, and at most
+   in all (a few tens of milliseconds: the phase pays off on few samples per rank). */
+#define DCP__UNLOAD_POSITIONS_PER_MOVE 64
+#define DCP__UNLOAD_MAX_STEPS (INT64_C(1) << 23)
 
 typedef struct dcp__unload {
     const dcp__batch *batch;
@@ -3911,6 +3915,7 @@ static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s
     int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
     int32_t other, r, size = (int32_t)1 << j;
     for (other = 0; other < u->microbatches && *budget > 0; other++) {
+        *budget -= 1; /* a microbatch looked at, even when skipped */
         if (other == k || u->slowest[other] < ticks) continue;
         *budget -= u->ranks >> j;
         for (r = 0; r + size <= u->ranks; r += size) {
@@ -3919,6 +3924,7 @@ static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s
             if (u->level[d] != j) continue;
             for (t = u->head[d]; t >= 0; t = u->next[t]) {
                 int64_t t_ticks = dcp__sample_ticks(batch, t, j);
+                *budget -= 1;
                 int64_t t_tokens = dcp__sample_tokens(batch, t, j);
                 int64_t after = u->load[c] - ticks + t_ticks;
                 if (t_ticks >= ticks || (after > second ? after : second) >= u->load[c] ||
@@ -4013,7 +4019,8 @@ static void dcp__unload(const dcp__batch *batch, dcp__placement *placements,
     u.batch = batch;
     u.ranks = batch->config->ranks;
     u.microbatches = microbatches;
-    budget *= u.ranks; /* in block positions: improve_moves microbatches of D ranks each */
+    budget *= DCP__UNLOAD_POSITIONS_PER_MOVE; /* in block positions and samples examined */
+    if (budget > DCP__UNLOAD_MAX_STEPS) budget = DCP__UNLOAD_MAX_STEPS;
     u.load = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
     u.used = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
     u.slowest = (int64_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int64_t), "unload",
