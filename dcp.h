@@ -72,9 +72,11 @@
        dcp_plan_create(config, lengths, n, &plan, err)   allocates the plan (config.allocator)
        dcp_plan_destroy(plan)
        dcp_plan_validate(plan, err)               every invariant of docs/DESIGN.md section 1
-       dcp_plan_simulate(plan, cost, &stats, err) DAG and barrier step times, lower bound;
-                                                  allocates scratch and frees it before return
-       dcp_plan_schedule(plan, cost, start, end, err)  each group's start and end (DAG model)
+       dcp_plan_simulate(plan, cost, &stats, err) step times under the plan's sync_ranks E,
+                                                  E = 1 (DAG) and E = D (barrier), lower
+                                                  bounds; allocates scratch, frees it
+       dcp_plan_schedule(plan, cost, start, end, err)  each group's start and end (plan's E)
+       dcp_plan_step_time(plan, cost, E, &s, err) step time under any sync_ranks E
        dcp_strategy_name(strategy)
    Sequence-length sources
        dcp_lengths_lognormal(dist, seed, out, n, err)    Megatron's convention, caller's array
@@ -312,6 +314,14 @@ typedef enum dcp_strategy {
 typedef struct dcp_config {
     int32_t ranks;               /* D >= 1: DP x CP ranks of the pool. Required. */
     int64_t max_tokens_per_rank; /* M >= 1: padded tokens per rank per microbatch. Required. */
+    int32_t sync_ranks;          /* E: how the ranks synchronise (DESIGN.md section 3). The pool
+                                    is cut into aligned blocks of E ranks that run each
+                                    microbatch in lockstep. 1: only a CP group waits for its own
+                                    ranks (dense models: the DAG model); D: a barrier across the
+                                    pool every microbatch (MoE all-to-all over the pool); the
+                                    expert-parallel size: MoE layers within EP blocks. A power of
+                                    two dividing ranks, or ranks itself; default (0) ranks. The
+                                    planner minimises the step time under this E. */
     int32_t min_cp;              /* power of two; default 1 */
     int32_t max_cp;              /* power of two <= ranks; default the largest such */
     int32_t microbatch_multiple; /* microbatch count is a multiple of this (VPP); default 1 */
@@ -322,7 +332,9 @@ typedef struct dcp_config {
     dcp_strategy strategy;       /* default DCP_STRATEGY_DYNAMIC */
     int32_t improve_moves;       /* local-search budget in evaluated moves: 0 = default
                                     (DCP_DEFAULT_IMPROVE_MOVES_PER_SAMPLE per sample plus
-                                    DCP_DEFAULT_IMPROVE_MOVES_BASE), negative = none */
+                                    DCP_DEFAULT_IMPROVE_MOVES_BASE), negative = none; under
+                                    E = D it bounds the unloading phase too (in microbatches
+                                    examined, D block positions each) */
     dcp_allocator allocator;     /* zero: DCP_MALLOC / DCP_FREE */
 } dcp_config;
 
@@ -347,8 +359,13 @@ DCPDEF dcp_status dcp_cp_size_min(const dcp_config *config, int64_t length, int3
 DCPDEF double dcp_cost_sample_seconds(const dcp_cost_model *cost, int64_t length,
                                       int64_t padded_length, int32_t cp);
 DCPDEF double dcp_cost_ring_seconds(const dcp_cost_model *cost, int32_t cp);
-/* max(total work / usable ranks, the largest sample at its best CP size) where total work
-   counts a L^2 + b L per sample plus the ring overhead the memory cap forces on it. */
+/* A lower bound on the step time under the config's sync_ranks E. For every E: the largest
+   sample at its best CP size, and for every CP size c the work of the samples that need at
+   least c ranks over the ranks that aligned blocks of c cover (so pools that are not a power
+   of two are bounded per aligned block); work counts a L^2 + b L per sample plus the ring
+   overhead the memory cap forces on it. For E > 1 also the barrier bound: a block's step is
+   at least the sum over microbatches of its slowest group, and the samples slower than any
+   threshold need at least (their tokens / the block's E M) block-microbatches that slow. */
 DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengths,
                                   int32_t count, double *seconds, dcp_error *error);
 
@@ -378,10 +395,14 @@ typedef struct dcp_plan {
 } dcp_plan;
 
 typedef struct dcp_plan_stats {
-    double step_seconds;        /* DAG model: a group starts when all its ranks are free */
-    double barrier_seconds;     /* sum over microbatches of the slowest group */
-    double lower_bound_seconds; /* dcp_lower_bound of the plan's input */
-    double efficiency;          /* lower bound / step */
+    double step_seconds;        /* under the plan's sync_ranks E (the model it was made for) */
+    double dag_seconds;         /* E = 1: a group starts when all its ranks are free */
+    double barrier_seconds;     /* E = D: sum over microbatches of the slowest group */
+    double lower_bound_seconds; /* dcp_lower_bound of the plan's input, under the plan's E */
+    double efficiency;          /* lower bound / step, both under the plan's E */
+    double dag_lower_bound_seconds;     /* the bound under E = 1 */
+    double barrier_lower_bound_seconds; /* the bound under E = D */
+    int32_t sync_ranks;         /* the plan's E */
     double busy_seconds;        /* sum over ranks of time spent computing */
     int32_t num_microbatches;
     int32_t num_groups;
@@ -399,10 +420,15 @@ DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error);
 /* cost NULL: the plan's own model. Allocates scratch (the plan's allocator), frees it. */
 DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *cost,
                                     dcp_plan_stats *stats, dcp_error *error);
-/* Start and end (seconds) of every group under the DAG model, into caller arrays of
-   plan->num_groups entries. cost NULL: the plan's own model. */
+/* Start and end (seconds) of every group under the plan's sync_ranks E, into caller arrays
+   of plan->num_groups entries. cost NULL: the plan's own model. */
 DCPDEF dcp_status dcp_plan_schedule(const dcp_plan *plan, const dcp_cost_model *cost,
                                     double *group_start, double *group_end, dcp_error *error);
+/* Step time of the plan under any sync_ranks E (0: the plan's own; else a power of two
+   dividing the plan's ranks, or the ranks), so reports can show E = 1, E = D and the chosen
+   E side by side. cost NULL: the plan's own model. Allocates scratch, frees it. */
+DCPDEF dcp_status dcp_plan_step_time(const dcp_plan *plan, const dcp_cost_model *cost,
+                                     int32_t sync_ranks, double *seconds, dcp_error *error);
 DCPDEF const char *dcp_strategy_name(dcp_strategy strategy);
 
 /* ================================================================== sequence-length sources */
@@ -577,7 +603,7 @@ DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute);
    and a 64-bit FNV-1a checksum of everything before it. The deserializer checks every byte and
    every invariant and names what is wrong (DCP_ERROR_CORRUPT_DATA); it never looks for sentinel
    values. Sizes: *size receives the bytes needed; a NULL buffer only queries it. */
-#define DCP_FORMAT_VERSION 1
+#define DCP_FORMAT_VERSION 2 /* 2: the config carries sync_ranks */
 
 DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
                                      size_t *size, dcp_error *error);
@@ -1524,6 +1550,17 @@ DCPDEF dcp_config dcp_config_init(void)
     return config;
 }
 
+/* E: a power of two dividing the pool, or the pool itself. */
+static dcp_status dcp__check_sync_ranks(int32_t sync_ranks, int32_t ranks, dcp_error *error)
+{
+    if (sync_ranks == ranks || (dcp__is_pow2(sync_ranks) && ranks % sync_ranks == 0))
+        return DCP_OK;
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "sync_ranks must be a power of two dividing ranks %d, or ranks itself, "
+                         "got %d",
+                         (int)ranks, (int)sync_ranks);
+}
+
 DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resolved,
                                      dcp_error *error)
 {
@@ -1540,6 +1577,8 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "max_tokens_per_rank must be in [1, %lld], got %lld",
                              (long long)DCP_MAX_SAMPLE_LENGTH, (long long)c.max_tokens_per_rank);
+    if (c.sync_ranks == 0) c.sync_ranks = c.ranks;
+    if ((status = dcp__check_sync_ranks(c.sync_ranks, c.ranks, error)) != DCP_OK) return status;
     if (c.min_cp == 0) c.min_cp = 1;
     if (c.max_cp == 0) {
         c.max_cp = 1;
@@ -1726,10 +1765,16 @@ static double dcp__best_alone_seconds(const dcp_config *config, int64_t length, 
     return best;
 }
 
-/* Ranks that belong to at least one aligned block of size min_cp. */
+/* Ranks that aligned blocks of cp ranks cover: the only ranks a sample of CP size >= cp can
+   use. For cp = min_cp these are the usable ranks. */
+static int32_t dcp__ranks_covered(const dcp_config *config, int32_t cp)
+{
+    return config->ranks / cp * cp;
+}
+
 static int32_t dcp__usable_ranks(const dcp_config *config)
 {
-    return config->ranks / config->min_cp * config->min_cp;
+    return dcp__ranks_covered(config, config->min_cp);
 }
 
 /* A sample's share of the total work in the lower bound. A group of size c >= 2 holds at
@@ -1745,25 +1790,86 @@ static double dcp__bound_work(const dcp_config *config, int64_t length, int32_t 
     return work + ring;
 }
 
-/* max(summed work / usable ranks, the largest best single-sample time). */
-static double dcp__bound_combine(const dcp_config *config, double work, double largest)
+/* One sample as the barrier bound sees it: its best time and the tokens it stores at least. */
+typedef struct dcp__bound_item {
+    double seconds;
+    int64_t tokens;
+    int32_t level; /* of its minimum CP size */
+    int32_t id;
+} dcp__bound_item;
+
+static int dcp__bound_item_slowest_first(const void *a, const void *b)
 {
-    work /= (double)dcp__usable_ranks(config);
-    return work > largest ? work : largest;
+    const dcp__bound_item *x = (const dcp__bound_item *)a, *y = (const dcp__bound_item *)b;
+    if (x->seconds != y->seconds) return x->seconds > y->seconds ? -1 : 1;
+    return x->id < y->id ? -1 : (x->id > y->id);
 }
 
-/* Lower bound of a resolved config over validated samples. */
-static double dcp__lower_bound(const dcp_config *config, const int64_t *lengths, int32_t count,
-                               const int32_t *cp_min)
+/* The barrier bound of the samples needing >= 2^level ranks, items slowest first. Let n(x) be
+   the number of (block, microbatch) pairs whose slowest group takes longer than x: the
+   samples slower than x hold Tok(x) tokens and lie in such pairs, each holding at most
+   min(E, ranks covered) M tokens, so n(x) >= ceil(Tok(x) / that). A block's step is at least
+   the sum of its microbatches' slowest groups, so the step is at least the mean over the
+   blocks of the integral of n(x), which is sum_i t_i (n_i - n_{i-1}) with n_i the count after
+   the i slowest samples (the layer-cake formula). */
+static double dcp__barrier_bound_level(const dcp_config *config, const dcp__bound_item *items,
+                                       int32_t count, int32_t level, int32_t sync)
 {
-    double work = 0.0, largest = 0.0;
-    int32_t i;
+    int32_t covered = dcp__ranks_covered(config, (int32_t)1 << level), i;
+    int64_t block_ranks = sync < covered ? sync : covered, tokens = 0, pairs = 0;
+    int64_t capacity = block_ranks * config->max_tokens_per_rank;
+    double blocks = (double)(sync < covered ? covered / sync : 1), integral = 0.0;
+    for (i = 0; i < count; i++) {
+        int64_t now;
+        if (items[i].level < level) continue;
+        tokens += items[i].tokens;
+        now = tokens / capacity + (tokens % capacity != 0);
+        integral += items[i].seconds * (double)(now - pairs);
+        pairs = now;
+    }
+    return integral / blocks;
+}
+
+/* Lower bound of a resolved config over validated samples under sync ranks `sync`. */
+static dcp_status dcp__lower_bound(const dcp_config *config, const int64_t *lengths,
+                                   int32_t count, const int32_t *cp_min, int32_t sync,
+                                   double *seconds, dcp_error *error)
+{
+    double work_at[DCP_CP_LEVELS], work = 0.0, bound = 0.0;
+    int32_t i, level, lowest = dcp__log2_int(config->min_cp), top = dcp__log2_int(config->max_cp);
+    dcp__bound_item *items = NULL;
+    if (sync > 1) {
+        items = (dcp__bound_item *)dcp__alloc_array(&config->allocator, (size_t)count,
+                                                    sizeof *items, "lower bound", error);
+        if (!items) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    for (level = 0; level < DCP_CP_LEVELS; level++) work_at[level] = 0.0;
     for (i = 0; i < count; i++) {
         double alone = dcp__best_alone_seconds(config, lengths[i], cp_min[i]);
-        work += dcp__bound_work(config, lengths[i], cp_min[i]);
-        if (alone > largest) largest = alone;
+        int32_t own = dcp__log2_int(cp_min[i]);
+        work_at[own] += dcp__bound_work(config, lengths[i], cp_min[i]);
+        if (alone > bound) bound = alone;
+        if (items) {
+            items[i].seconds = alone;
+            items[i].tokens = lengths[i];
+            items[i].level = own;
+            items[i].id = i;
+        }
     }
-    return dcp__bound_combine(config, work, largest);
+    if (items) qsort(items, (size_t)count, sizeof *items, dcp__bound_item_slowest_first);
+    for (level = top; level >= lowest; level--) { /* work of the samples needing >= 2^level */
+        double per_rank, barrier;
+        work += work_at[level];
+        if (work == 0.0) continue;
+        per_rank = work / (double)dcp__ranks_covered(config, (int32_t)1 << level);
+        if (per_rank > bound) bound = per_rank;
+        if (!items) continue;
+        barrier = dcp__barrier_bound_level(config, items, count, level, sync);
+        if (barrier > bound) bound = barrier;
+    }
+    dcp_free(&config->allocator, items);
+    *seconds = bound;
+    return DCP_OK;
 }
 
 DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengths,
@@ -1780,7 +1886,8 @@ DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengt
                                          "lower bound cp sizes", error);
     if (!cp_min) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     status = dcp__check_samples(&c, lengths, count, cp_min, error);
-    if (status == DCP_OK) *seconds = dcp__lower_bound(&c, lengths, count, cp_min);
+    if (status == DCP_OK)
+        status = dcp__lower_bound(&c, lengths, count, cp_min, c.sync_ranks, seconds, error);
     dcp_free(&c.allocator, cp_min);
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
@@ -1907,7 +2014,8 @@ typedef struct dcp__batch {
     int64_t *ticks;          /* [count * levels]: per-rank compute ticks at each level */
     int64_t ring_ticks[DCP_CP_LEVELS]; /* one group, one microbatch */
     double tick_seconds;     /* seconds per tick */
-    double lower_bound;      /* seconds */
+    double lower_bound;      /* seconds, under the DAG model (E = 1) */
+    double sync_bound;       /* seconds, under the config's sync_ranks */
 } dcp__batch;
 
 static void dcp__batch_free(dcp__batch *batch)
@@ -1928,7 +2036,7 @@ static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
 {
     const dcp_allocator *allocator = &config->allocator;
     size_t cells;
-    double total = 0.0, scale, work = 0.0, largest = 0.0;
+    double total = 0.0, scale;
     int32_t i, level, exponent;
     memset(batch, 0, sizeof *batch);
     batch->config = config;
@@ -1958,26 +2066,28 @@ static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
         batch->ring_ticks[level] =
             dcp__to_ticks(dcp_cost_ring_seconds(&config->cost, (int32_t)1 << level), scale);
     for (i = 0; i < count; i++) {
-        double attention = dcp__attention_seconds(&config->cost, lengths[i]), best = 0.0;
+        double attention = dcp__attention_seconds(&config->cost, lengths[i]);
         int32_t lowest = dcp__log2_int(batch->cp_min[i]);
         for (level = 0; level < batch->levels; level++) {
             int32_t cp = (int32_t)1 << level;
             size_t cell = (size_t)i * (size_t)batch->levels + (size_t)level;
             int64_t padded = dcp__padded(config, lengths[i], cp);
-            double seconds, alone;
+            double seconds;
             batch->tokens[cell] = 0;
             batch->ticks[cell] = 0;
             if (level < lowest) continue;
             seconds = dcp__sample_seconds(&config->cost, attention, padded, cp);
-            alone = seconds + dcp_cost_ring_seconds(&config->cost, cp);
-            if (level == lowest || alone < best) best = alone;
             batch->tokens[cell] = padded / cp;
             batch->ticks[cell] = dcp__to_ticks(seconds, scale);
         }
-        work += dcp__bound_work(config, lengths[i], batch->cp_min[i]);
-        if (best > largest) largest = best;
     }
-    batch->lower_bound = dcp__bound_combine(config, work, largest);
+    if (dcp__lower_bound(config, lengths, count, batch->cp_min, 1, &batch->lower_bound, error) !=
+            DCP_OK ||
+        dcp__lower_bound(config, lengths, count, batch->cp_min, config->sync_ranks,
+                         &batch->sync_bound, error) != DCP_OK) {
+        dcp__batch_free(batch);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
     return DCP_OK;
 }
 
@@ -2008,78 +2118,40 @@ static int dcp__keyed_descending(const void *a, const void *b)
 /* ---------------------------------------------------------------- baseline: static CP
    Every sample at the CP size the longest needs; D / c data-parallel replicas; samples dealt
    in input order to the replica with the fewest tokens so far (token-balanced THD packing),
-   then packed first-fit in order into microbatches of M padded tokens per rank. */
+   then packed first-fit in order into microbatches of M padded tokens per rank. A heap finds
+   the replica and a segment tree of bin rooms the first fit: O(N log N). */
 
-/* The static baseline's bins (microbatches of one replica), first fit in creation order. Every
-   bin holds at least one sample, so all replicas together have at most count bins: one shared
-   array of count bins, chained per replica, instead of count bins for each replica (which was
-   replicas x count x 8 bytes: 32 GB at 2^20 ranks and 4096 samples). */
-typedef struct dcp__static_bins {
-    int64_t *used;       /* [count] padded tokens per rank in the bin */
-    int32_t *next;       /* [count] the replica's next bin, -1 at its last */
-    int32_t *microbatch; /* [count] the bin's microbatch index in its replica */
-    int32_t *first;      /* [replicas] first bin, -1 while the replica has none */
-    int32_t *last;       /* [replicas] last bin */
-    int32_t *count;      /* [replicas] bins of the replica */
-    int64_t *tokens;     /* [replicas] padded tokens per rank over all its bins */
-    int32_t total;       /* bins in use */
-} dcp__static_bins;
-
-static void dcp__static_bins_free(const dcp_allocator *allocator, dcp__static_bins *bins)
+/* Restores the min-heap of replicas (fewest tokens, then lowest index) after its root grew. */
+static void dcp__static_sift(int32_t *heap, int32_t size, const int64_t *tokens)
 {
-    dcp_free(allocator, bins->used);
-    dcp_free(allocator, bins->next);
-    dcp_free(allocator, bins->microbatch);
-    dcp_free(allocator, bins->first);
-    dcp_free(allocator, bins->last);
-    dcp_free(allocator, bins->count);
-    dcp_free(allocator, bins->tokens);
-}
-
-static dcp_status dcp__static_bins_init(const dcp_allocator *allocator, int32_t samples,
-                                        int32_t replicas, dcp__static_bins *bins,
-                                        dcp_error *error)
-{
-    size_t n = (size_t)samples, r = (size_t)replicas;
-    memset(bins, 0, sizeof *bins);
-    bins->used = (int64_t *)dcp__alloc_array(allocator, n, sizeof(int64_t), "static bins", error);
-    bins->next = (int32_t *)dcp__alloc_array(allocator, n, sizeof(int32_t), "static bins", error);
-    bins->microbatch =
-        (int32_t *)dcp__alloc_array(allocator, n, sizeof(int32_t), "static bins", error);
-    bins->first = (int32_t *)dcp__alloc_array(allocator, r, sizeof(int32_t), "static replicas",
-                                              error);
-    bins->last = (int32_t *)dcp__alloc_array(allocator, r, sizeof(int32_t), "static replicas",
-                                             error);
-    bins->count = (int32_t *)dcp__alloc_array(allocator, r, sizeof(int32_t), "static replicas",
-                                              error);
-    bins->tokens = (int64_t *)dcp__alloc_array(allocator, r, sizeof(int64_t), "static replicas",
-                                               error);
-    if (!bins->used || !bins->next || !bins->microbatch || !bins->first || !bins->last ||
-        !bins->count || !bins->tokens) {
-        dcp__static_bins_free(allocator, bins);
-        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    int32_t at = 0;
+    for (;;) {
+        int32_t child = 2 * at + 1, pick = at, c;
+        for (c = child; c < child + 2 && c < size; c++) {
+            int64_t a = tokens[heap[c]], b = tokens[heap[pick]];
+            if (a < b || (a == b && heap[c] < heap[pick])) pick = c;
+        }
+        if (pick == at) return;
+        c = heap[at];
+        heap[at] = heap[pick];
+        heap[pick] = c;
+        at = pick;
     }
-    memset(bins->first, 0xff, r * sizeof(int32_t)); /* -1 */
-    memset(bins->count, 0, r * sizeof(int32_t));
-    memset(bins->tokens, 0, r * sizeof(int64_t));
-    return DCP_OK;
 }
 
-/* First bin of the replica with room for tokens, a new one when none has: its index. */
-static int32_t dcp__static_bin_fit(dcp__static_bins *bins, int32_t replica, int64_t tokens,
-                                   int64_t capacity)
+/* First fit over a segment tree of bin rooms (node n at room[n], leaves at leaves..2 leaves - 1;
+   bins not yet opened have the full room, so the leftmost bin with room is first fit):
+   takes `tokens` from the leftmost bin with room and returns its index. A replica has at most
+   as many bins as samples, so a fitting bin always exists. */
+static int32_t dcp__static_first_fit(int64_t *room, int32_t leaves, int64_t tokens)
 {
-    int32_t b;
-    for (b = bins->first[replica]; b >= 0; b = bins->next[b])
-        if (bins->used[b] + tokens <= capacity) return b;
-    b = bins->total++;
-    bins->used[b] = 0;
-    bins->next[b] = -1;
-    bins->microbatch[b] = bins->count[replica]++;
-    if (bins->first[replica] < 0) bins->first[replica] = b;
-    else bins->next[bins->last[replica]] = b;
-    bins->last[replica] = b;
-    return b;
+    int32_t n = 1, bin;
+    while (n < leaves) n = room[2 * n] >= tokens ? 2 * n : 2 * n + 1;
+    bin = n - leaves;
+    room[n] -= tokens;
+    for (n /= 2; n >= 1; n /= 2)
+        room[n] = room[2 * n] > room[2 * n + 1] ? room[2 * n] : room[2 * n + 1];
+    return bin;
 }
 
 static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *placements,
@@ -2087,41 +2159,82 @@ static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *plac
 {
     const dcp_config *config = batch->config;
     const dcp_allocator *allocator = &config->allocator;
+    const int64_t capacity = config->max_tokens_per_rank;
     int32_t cp = config->min_cp, level, replicas, i, r, most = 0;
-    dcp__static_bins bins;
-    dcp_status status;
+    int32_t *heap, *replica_of, *first, *fill;
+    int64_t *replica_tokens, *room;
+    dcp_status status = DCP_OK;
     for (i = 0; i < batch->count; i++)
         if (batch->cp_min[i] > cp) cp = batch->cp_min[i];
     level = dcp__log2_int(cp);
     replicas = config->ranks / cp;
-    if ((status = dcp__static_bins_init(allocator, batch->count, replicas, &bins, error)) !=
-        DCP_OK)
-        return status;
+    heap = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int32_t), "static",
+                                       error);
+    replica_tokens = (int64_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int64_t),
+                                                 "static", error);
+    first = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas + 1, sizeof(int32_t),
+                                        "static", error);
+    fill = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int32_t), "static",
+                                       error);
+    replica_of = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
+                                             "static", error);
+    /* a segment tree of rooms per replica: at most as many bins as its samples, rounded up
+       to a power of two, two nodes per leaf */
+    room = (int64_t *)dcp__alloc_array(allocator, 4 * (size_t)batch->count + 2 * (size_t)replicas,
+                                       sizeof(int64_t), "static bins", error);
+    if (!heap || !replica_tokens || !first || !fill || !replica_of || !room) {
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    /* deal samples in input order to the replica with the fewest tokens (lowest index on ties) */
+    for (r = 0; r < replicas; r++) {
+        heap[r] = r;
+        replica_tokens[r] = 0;
+        first[r] = 0;
+    }
+    for (i = 0; i < batch->count; i++) {
+        int32_t best = heap[0];
+        replica_of[i] = best;
+        replica_tokens[best] += dcp__sample_tokens(batch, i, level);
+        first[best]++;
+        dcp__static_sift(heap, replicas, replica_tokens);
+    }
+    for (r = 0, i = 0; r < replicas; r++) { /* counts to offsets into the room trees */
+        int32_t count = first[r], leaves = 1;
+        while (leaves < count) leaves *= 2;
+        first[r] = i;
+        fill[r] = leaves;
+        i += 2 * leaves;
+    }
+    for (r = 0; r < replicas; r++) {
+        int32_t n;
+        for (n = 1; n < 2 * fill[r]; n++) room[first[r] + n - 1] = capacity;
+    }
     for (i = 0; i < batch->count; i++) {
         int64_t tokens = dcp__sample_tokens(batch, i, level);
-        int32_t best = 0, bin;
-        for (r = 1; r < replicas; r++)
-            if (bins.tokens[r] < bins.tokens[best]) best = r;
-        bin = dcp__static_bin_fit(&bins, best, tokens, config->max_tokens_per_rank);
-        bins.used[bin] += tokens;
-        bins.tokens[best] += tokens;
-        placements[i].microbatch = bins.microbatch[bin];
-        placements[i].first_rank = best * cp;
+        int32_t k;
+        r = replica_of[i];
+        k = dcp__static_first_fit(room + first[r] - 1, fill[r], tokens);
+        placements[i].microbatch = k;
+        placements[i].first_rank = r * cp;
         placements[i].cp = cp;
         placements[i].order = i;
         placements[i].sample = i;
-        if (bins.count[best] > most) most = bins.count[best];
+        if (k + 1 > most) most = k + 1;
     }
-    dcp__static_bins_free(allocator, &bins);
     *num_microbatches = most;
-    return DCP_OK;
+done:
+    dcp_free(allocator, heap);
+    dcp_free(allocator, replica_tokens);
+    dcp_free(allocator, first);
+    dcp_free(allocator, fill);
+    dcp_free(allocator, replica_of);
+    dcp_free(allocator, room);
+    return status;
 }
 
-/* ---------------------------------------------------------------- baseline: greedy
-   Megatron's manner: build one microbatch at a time. Samples are taken longest-work first at
-   their minimum CP size; each goes to a new group on a free aligned block when one exists
-   (load 0 is the least load), else to the least-loaded open group of its size with room.
-   A microbatch closes when no remaining sample fits. Free blocks come from a buddy tree. */
+/* ---------------------------------------------------------------- buddy tree of free blocks
+   The greedy baseline takes free aligned blocks from it, lowest first. */
 
 typedef struct dcp__buddy {
     int32_t leaf_base; /* power of two >= ranks */
@@ -2216,77 +2329,6 @@ typedef struct dcp__open_group {
     int64_t load;
     int64_t used;
 } dcp__open_group;
-
-static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
-                                   int32_t *num_microbatches, dcp_error *error)
-{
-    const dcp_config *config = batch->config;
-    const dcp_allocator *allocator = &config->allocator;
-    int32_t remaining = batch->count, microbatch = 0, placed_order = 0;
-    dcp__buddy buddy;
-    dcp_status status = DCP_OK;
-    int32_t *pending = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count,
-                                                   sizeof(int32_t), "greedy order", error);
-    dcp__open_group *groups = (dcp__open_group *)dcp__alloc_array(
-        allocator, (size_t)config->ranks, sizeof *groups, "greedy groups", error);
-    buddy.ranks = config->ranks;
-    buddy.leaf_base = dcp__leaf_base(config->ranks);
-    buddy.node_level = dcp__node_levels(allocator, buddy.leaf_base, error);
-    buddy.free_level = (int8_t *)dcp__alloc_array(allocator, 2 * (size_t)buddy.leaf_base,
-                                                  sizeof(int8_t), "greedy buddy", error);
-    if (!pending || !groups || !buddy.node_level || !buddy.free_level) {
-        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-        goto done;
-    }
-    if ((status = dcp__order_by_ticks(batch, NULL, 0, pending, error)) != DCP_OK) goto done;
-    while (remaining > 0) {
-        int32_t kept = 0, open = 0, i, g;
-        dcp__buddy_reset(&buddy);
-        for (i = 0; i < remaining; i++) {
-            int32_t s = pending[i], level = dcp__log2_int(batch->cp_min[s]);
-            int64_t tokens = dcp__sample_tokens(batch, s, level);
-            int64_t ticks = dcp__sample_ticks(batch, s, level);
-            int32_t first = dcp__buddy_take(&buddy, level), best = -1;
-            if (first >= 0) {
-                groups[open].first_rank = first;
-                groups[open].level = level;
-                groups[open].load = batch->ring_ticks[level];
-                groups[open].used = 0;
-                best = open++;
-            } else {
-                for (g = 0; g < open; g++)
-                    if (groups[g].level == level &&
-                        groups[g].used + tokens <= config->max_tokens_per_rank &&
-                        (best < 0 || groups[g].load < groups[best].load))
-                        best = g;
-            }
-            if (best < 0) {
-                pending[kept++] = s;
-                continue;
-            }
-            groups[best].load += ticks;
-            groups[best].used += tokens;
-            placements[s].microbatch = microbatch;
-            placements[s].first_rank = groups[best].first_rank;
-            placements[s].cp = (int32_t)1 << level;
-            placements[s].order = placed_order++;
-            placements[s].sample = s;
-        }
-        if (kept == remaining) { /* cannot happen: a fresh microbatch takes its first sample */
-            status = dcp_error_set(error, DCP_ERROR_INFEASIBLE, "greedy planner made no progress");
-            goto done;
-        }
-        remaining = kept;
-        microbatch++;
-    }
-    *num_microbatches = microbatch;
-done:
-    dcp_free(allocator, pending);
-    dcp_free(allocator, groups);
-    dcp_free(allocator, buddy.node_level);
-    dcp_free(allocator, buddy.free_level);
-    return status;
-}
 
 /* ---------------------------------------------------------------- dynamic planner
    Why it works. Aligned groups nest like a buddy allocator, so the ranks form a binary tree
@@ -3284,15 +3326,34 @@ static double dcp__group_seconds(const dcp_plan *plan, const dcp_cost_model *cos
     return seconds;
 }
 
-/* Runs the DAG model: each group starts when all its ranks are free. Fills the per-group
-   times when the arrays are given, and the stats that follow from the schedule. */
-static void dcp__schedule(const dcp_plan *plan, const dcp_cost_model *cost, double *finish,
-                          double *group_start, double *group_end, dcp_plan_stats *stats)
+/* Lockstep of aligned blocks of `sync` ranks before a microbatch: no rank of a block starts
+   it before every rank of the block has finished the previous one. */
+static void dcp__schedule_lockstep(double *finish, int32_t ranks, int32_t sync)
+{
+    int32_t first, r;
+    for (first = 0; first < ranks; first += sync) {
+        int32_t end = first + sync < ranks ? first + sync : ranks;
+        double ready = 0.0;
+        for (r = first; r < end; r++)
+            if (finish[r] > ready) ready = finish[r];
+        for (r = first; r < end; r++) finish[r] = ready;
+    }
+}
+
+/* Runs the sync model E = `sync`: before each microbatch every block of E ranks levels to its
+   slowest rank, then each group starts when all its ranks are free (a group wider than E
+   couples the blocks it spans). E = 1 is the DAG model; E = D is the sum over microbatches of
+   the slowest group. Fills the per-group times when the arrays are given, and the stats that
+   follow from the schedule. */
+static void dcp__schedule(const dcp_plan *plan, const dcp_cost_model *cost, int32_t sync,
+                          double *finish, double *group_start, double *group_end,
+                          dcp_plan_stats *stats)
 {
     int32_t k, g, r, covered = 0;
     for (r = 0; r < plan->config.ranks; r++) finish[r] = 0.0;
     for (k = 0; k < plan->num_microbatches; k++) {
         double slowest = 0.0;
+        if (sync > 1) dcp__schedule_lockstep(finish, plan->config.ranks, sync);
         for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
             const dcp_group *group = &plan->groups[g];
             int64_t tokens;
@@ -3316,6 +3377,871 @@ static void dcp__schedule(const dcp_plan *plan, const dcp_cost_model *cost, doub
         if (finish[r] > stats->step_seconds) stats->step_seconds = finish[r];
     stats->idle_rank_microbatches =
         (int32_t)((int64_t)plan->config.ranks * plan->num_microbatches - covered);
+}
+
+/* Step time under the plan's own sync model and cost. */
+static double dcp__plan_step_seconds(const dcp_plan *plan, double *finish)
+{
+    dcp_plan_stats stats;
+    memset(&stats, 0, sizeof stats);
+    dcp__schedule(plan, &plan->config.cost, plan->config.sync_ranks, finish, NULL, NULL, &stats);
+    return stats.step_seconds;
+}
+
+/* ------------------------------------------------ dynamic planner under lockstep (E > 1)
+   Why it works. When blocks of E ranks run each microbatch in lockstep, a block's step is the
+   sum over microbatches of its slowest group: a microbatch costs its slowest sample however
+   little else it holds, so it should be filled, up to that time and the memory cap, with the
+   slowest samples that still fit under it. Fill-to-the-top does exactly that: each microbatch
+   (each block of E ranks when E < D) opens with the slowest sample left, which fixes its time
+   T; its other ranks are then filled top-down over the buddy tree, widest free block first,
+   with the slowest samples of that block's CP level that finish within T and fit the memory
+   cap. The microbatch times then form a staircase down the sorted samples, the shape of the
+   barrier lower bound. Samples wider than E open their own group spanning blocks when they
+   are the slowest left at their width.
+
+   Speed. The samples of each CP level sit in an array sorted slowest first; along it both
+   ticks and tokens fall (both grow with the length), so "the slowest sample with at most t
+   ticks and r tokens" is two binary searches and a find over removed entries (union-find with
+   path halving). A microbatch visits O(D) nodes: O(N log N + K D log N) in all, K the
+   microbatch count. Which samples to widen is decided by the step time it buys: a few
+   widening thresholds are each planned and simulated under E, and the fastest is kept. */
+
+typedef struct dcp__fill_key {
+    int64_t ticks;
+    int64_t tokens;
+    int32_t level;
+    int32_t id;
+    int32_t tie; /* order among equal ticks and tokens */
+} dcp__fill_key;
+
+/* Level ascending, then slowest first (ticks, then tokens, descending), then id: total. */
+static int dcp__fill_key_compare(const void *a, const void *b)
+{
+    const dcp__fill_key *x = (const dcp__fill_key *)a, *y = (const dcp__fill_key *)b;
+    if (x->level != y->level) return x->level < y->level ? -1 : 1;
+    if (x->ticks != y->ticks) return x->ticks > y->ticks ? -1 : 1;
+    if (x->tokens != y->tokens) return x->tokens > y->tokens ? -1 : 1;
+    return x->tie < y->tie ? -1 : (x->tie > y->tie);
+}
+
+typedef struct dcp__fill {
+    const dcp__batch *batch;
+    int32_t ranks;
+    int32_t top;          /* widest CP level */
+    int32_t root_level;   /* log2 of the buddy tree's leaf count */
+    int32_t region_level; /* blocks that open with their own slowest sample: log2 E (root: D) */
+    int64_t slack_numerator, slack_denominator; /* fill up to T (1 + slack), T the slowest */
+    int64_t capacity;     /* M */
+    int32_t first[DCP_CP_LEVELS + 1]; /* level j's samples: sorted[first[j] .. first[j + 1]) */
+    dcp__fill_key *sorted;
+    int32_t *sorted_levels; /* the levels `sorted` holds, to skip re-sorting */
+    int sorted_valid;
+    int32_t *next;        /* [count + levels]: union-find over placed entries, per level */
+    dcp__placement *placements;
+    int32_t microbatch;
+    int32_t order;
+    int32_t remaining;
+} dcp__fill;
+
+/* The first entry at or after i (an index into sorted) that is not yet placed; each level's
+   range has one sentinel slot past its end, next[] being offset by the level. */
+static int32_t dcp__fill_find(dcp__fill *f, int32_t level, int32_t i)
+{
+    int32_t *next = f->next + level; /* slot of entry i: i + level */
+    while (next[i] != i) {
+        next[i] = next[next[i]];
+        i = next[i];
+    }
+    return i;
+}
+
+/* The slowest unplaced sample of the level with at most `ticks` ticks and `tokens` tokens;
+   -1 when none. Both keys fall along the level's range, so each bound is a binary search. */
+static int32_t dcp__fill_take(dcp__fill *f, int32_t level, int64_t ticks, int64_t tokens)
+{
+    int32_t lo = f->first[level], hi = f->first[level + 1], a = lo, b = hi, i;
+    if (ticks < 0 || tokens < 0 || lo == hi) return -1;
+    while (a < b) { /* first entry with ticks <= bound */
+        int32_t mid = a + (b - a) / 2;
+        if (f->sorted[mid].ticks <= ticks) b = mid; else a = mid + 1;
+    }
+    i = a;
+    a = lo;
+    b = hi;
+    while (a < b) { /* first entry with tokens <= bound */
+        int32_t mid = a + (b - a) / 2;
+        if (f->sorted[mid].tokens <= tokens) b = mid; else a = mid + 1;
+    }
+    if (a > i) i = a;
+    i = dcp__fill_find(f, level, i);
+    return i < hi ? i : -1;
+}
+
+/* Slowest unplaced sample over levels 0..up_to with its ring (per-rank seconds of a group it
+   opens); -1 when none. */
+static int32_t dcp__fill_slowest(dcp__fill *f, int32_t up_to, int32_t *level, int64_t *time)
+{
+    int32_t j, best = -1;
+    for (j = 0; j <= up_to && j <= f->top; j++) {
+        int32_t i = dcp__fill_find(f, j, f->first[j]);
+        int64_t t;
+        if (i >= f->first[j + 1]) continue;
+        t = f->sorted[i].ticks + f->batch->ring_ticks[j];
+        if (best < 0 || t > *time) {
+            best = i;
+            *level = j;
+            *time = t;
+        }
+    }
+    return best;
+}
+
+static void dcp__fill_place(dcp__fill *f, int32_t entry, int32_t level, int32_t first_rank)
+{
+    dcp__placement *p = &f->placements[f->sorted[entry].id];
+    f->next[entry + level] = entry + 1; /* removed: finds skip to the next entry */
+    p->microbatch = f->microbatch;
+    p->first_rank = first_rank;
+    p->cp = (int32_t)1 << level;
+    p->order = f->order++;
+    p->sample = f->sorted[entry].id;
+    f->remaining--;
+}
+
+/* Opens a group with `entry` and adds the slowest samples of its level that keep it within
+   `limit` ticks and the memory cap. */
+static void dcp__fill_group(dcp__fill *f, int32_t entry, int32_t level, int32_t first_rank,
+                            int64_t limit)
+{
+    int64_t load = f->batch->ring_ticks[level], used = 0;
+    while (entry >= 0) {
+        load += f->sorted[entry].ticks;
+        used += f->sorted[entry].tokens;
+        dcp__fill_place(f, entry, level, first_rank);
+        entry = dcp__fill_take(f, level, limit - load, f->capacity - used);
+    }
+}
+
+/* Fills the node's free blocks under time `limit`, skipping the block (pin_start, pin_level)
+   that is already a group. */
+static void dcp__fill_under(dcp__fill *f, int32_t start, int32_t level, int64_t limit,
+                            int32_t pin_start, int32_t pin_level)
+{
+    int32_t half;
+    if (start >= f->ranks || (start == pin_start && level == pin_level)) return;
+    if (!(pin_level < level && pin_start >> level == start >> level) && level <= f->top &&
+        start + ((int64_t)1 << level) <= f->ranks) {
+        int32_t entry = dcp__fill_take(f, level, limit - f->batch->ring_ticks[level],
+                                       f->capacity);
+        if (entry >= 0) {
+            dcp__fill_group(f, entry, level, start, limit);
+            return;
+        }
+    }
+    if (level == 0) return;
+    half = (int32_t)1 << (level - 1);
+    dcp__fill_under(f, start, level - 1, limit, pin_start, pin_level);
+    dcp__fill_under(f, start + half, level - 1, limit, pin_start, pin_level);
+}
+
+/* One microbatch of the node: above the region level, a sample wider than E opens a group
+   where it is the slowest left at its width; at the region level the slowest sample left
+   opens the block's first group (leftmost) and fixes the time the rest is filled under. */
+static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
+{
+    int32_t entry, at = 0, half;
+    int64_t time = 0;
+    if (start >= f->ranks) return;
+    if (level <= f->region_level) {
+        entry = dcp__fill_slowest(f, level, &at, &time);
+        if (entry < 0) return;
+        time += time / f->slack_denominator * f->slack_numerator;
+        dcp__fill_group(f, entry, at, start, time);
+        dcp__fill_under(f, start, level, time, start, at);
+        return;
+    }
+    if (level <= f->top && start + ((int64_t)1 << level) <= f->ranks) {
+        entry = dcp__fill_slowest(f, level, &at, &time);
+        if (entry < 0) return;
+        if (at == level) {
+            dcp__fill_group(f, entry, at, start, time);
+            return;
+        }
+    }
+    half = (int32_t)1 << (level - 1);
+    dcp__fill_node(f, start, level - 1);
+    dcp__fill_node(f, start + half, level - 1);
+}
+
+static void dcp__fill_free(dcp__fill *f)
+{
+    const dcp_allocator *a = &f->batch->config->allocator;
+    dcp_free(a, f->sorted);
+    dcp_free(a, f->sorted_levels);
+    dcp_free(a, f->next);
+}
+
+static dcp_status dcp__fill_init(dcp__fill *f, const dcp__batch *batch, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    size_t count = (size_t)batch->count;
+    memset(f, 0, sizeof *f);
+    f->batch = batch;
+    f->ranks = batch->config->ranks;
+    f->top = batch->levels - 1;
+    f->root_level = dcp__log2_int(dcp__leaf_base(f->ranks));
+    f->capacity = batch->config->max_tokens_per_rank;
+    f->sorted = (dcp__fill_key *)dcp__alloc_array(a, count, sizeof *f->sorted, "fill", error);
+    f->next = (int32_t *)dcp__alloc_array(a, count + DCP_CP_LEVELS + 1, sizeof(int32_t), "fill",
+                                          error);
+    f->sorted_levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "fill", error);
+    if (!f->sorted || !f->next || !f->sorted_levels) {
+        dcp__fill_free(f);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    return DCP_OK;
+}
+
+/* Marks every sample unplaced. */
+static void dcp__fill_reset(dcp__fill *f, dcp__placement *placements)
+{
+    int32_t j, i;
+    for (j = 0; j <= f->top; j++) /* level j's slots: entries + j, its sentinel included */
+        for (i = f->first[j]; i <= f->first[j + 1]; i++) f->next[i + j] = i;
+    f->placements = placements;
+    f->microbatch = 0;
+    f->order = 0;
+    f->remaining = f->batch->count;
+}
+
+/* Sorts the samples at `levels` into the per-level arrays, all unplaced. position (may be
+   NULL) breaks ties of ticks and tokens instead of the id. */
+static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *position,
+                           dcp__placement *placements)
+{
+    const dcp__batch *batch = f->batch;
+    int32_t s, j, i;
+    if (f->sorted_valid && memcmp(f->sorted_levels, levels, (size_t)batch->count * sizeof *levels) == 0 &&
+        !position) {
+        dcp__fill_reset(f, placements);
+        return;
+    }
+    memcpy(f->sorted_levels, levels, (size_t)batch->count * sizeof *levels);
+    f->sorted_valid = !position;
+    for (s = 0; s < batch->count; s++) {
+        f->sorted[s].level = levels[s];
+        f->sorted[s].ticks = dcp__sample_ticks(batch, s, levels[s]);
+        f->sorted[s].tokens = dcp__sample_tokens(batch, s, levels[s]);
+        f->sorted[s].id = s;
+        f->sorted[s].tie = position ? position[s] : s;
+    }
+    qsort(f->sorted, (size_t)batch->count, sizeof *f->sorted, dcp__fill_key_compare);
+    for (j = 0, i = 0; j <= f->top + 1; j++) {
+        while (i < batch->count && f->sorted[i].level < j) i++;
+        f->first[j] = i;
+    }
+    f->first[f->top + 1] = batch->count;
+    dcp__fill_reset(f, placements);
+}
+
+/* Plans every sample at `levels` with blocks of 2^region_level ranks opening microbatches. */
+static void dcp__fill_run(dcp__fill *f, const int32_t *levels, int32_t region_level,
+                          dcp__placement *placements, int32_t *num_microbatches)
+{
+    dcp__fill_sort(f, levels, NULL, placements);
+    f->region_level = region_level;
+    if (f->slack_denominator < 1) f->slack_denominator = 1;
+    while (f->remaining > 0) { /* each microbatch places at least its slowest sample */
+        dcp__fill_node(f, 0, f->root_level);
+        f->microbatch++;
+    }
+    *num_microbatches = f->microbatch;
+}
+
+/* ---------------------------------------------------------------- baseline: greedy
+   Megatron's manner: build one microbatch at a time. Samples are taken longest-work first at
+   their minimum CP size; each goes to a new group on a free aligned block when one exists
+   (load 0 is the least load), else to the least-loaded open group of its size with room.
+   A microbatch closes when no remaining sample fits. Free blocks come from a buddy tree.
+   Speed: a sample that fails leaves the microbatch unchanged, so the next sample placed is,
+   over the levels, the first one after the cursor that fits: at a level with a free block
+   any sample, else one with at most the level's largest room in tokens, found in the
+   fill-to-the-top arrays (tokens fall along them) instead of rescanning every sample left. */
+
+/* Per level: the open groups and their largest room (-1: none open). */
+typedef struct dcp__greedy_state {
+    dcp__open_group *groups;
+    int32_t open;
+    int64_t max_room[DCP_CP_LEVELS];
+    int32_t *position; /* [count]: place of a sample in the longest-first order */
+} dcp__greedy_state;
+
+/* The first unplaced sample of the level after order position `after` that fits now; -1 none. */
+static int32_t dcp__greedy_next(dcp__fill *f, const dcp__greedy_state *g, const dcp__buddy *buddy,
+                                int32_t level, int32_t after)
+{
+    int32_t lo = f->first[level], hi = f->first[level + 1], a = lo, b = hi, i;
+    while (a < b) { /* first entry placed after the cursor in the order */
+        int32_t mid = a + (b - a) / 2;
+        if (g->position[f->sorted[mid].id] > after) b = mid; else a = mid + 1;
+    }
+    i = a;
+    if (buddy->free_level[1] < level) {
+        int64_t room = g->max_room[level];
+        if (room < 0) return -1;
+        a = lo;
+        b = hi;
+        while (a < b) {
+            int32_t mid = a + (b - a) / 2;
+            if (f->sorted[mid].tokens <= room) b = mid; else a = mid + 1;
+        }
+        if (a > i) i = a;
+    }
+    i = dcp__fill_find(f, level, i);
+    return i < hi ? i : -1;
+}
+
+/* Places entry i (level j) in a new group on a free block, else the least-loaded open group
+   of its level with room; refreshes the level's largest room. */
+static void dcp__greedy_place(dcp__fill *f, dcp__greedy_state *g, dcp__buddy *buddy, int32_t i,
+                              int32_t level)
+{
+    const dcp__batch *batch = f->batch;
+    int64_t tokens = f->sorted[i].tokens, capacity = f->capacity;
+    int32_t first = dcp__buddy_take(buddy, level), best = -1, k;
+    if (first >= 0) {
+        g->groups[g->open].first_rank = first;
+        g->groups[g->open].level = level;
+        g->groups[g->open].load = batch->ring_ticks[level];
+        g->groups[g->open].used = 0;
+        best = g->open++;
+    } else
+        for (k = 0; k < g->open; k++)
+            if (g->groups[k].level == level && g->groups[k].used + tokens <= capacity &&
+                (best < 0 || g->groups[k].load < g->groups[best].load))
+                best = k;
+    g->groups[best].load += f->sorted[i].ticks;
+    g->groups[best].used += tokens;
+    dcp__fill_place(f, i, level, g->groups[best].first_rank);
+    g->max_room[level] = -1;
+    for (k = 0; k < g->open; k++)
+        if (g->groups[k].level == level && capacity - g->groups[k].used > g->max_room[level])
+            g->max_room[level] = capacity - g->groups[k].used;
+}
+
+static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t *num_microbatches, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const dcp_allocator *allocator = &config->allocator;
+    dcp__buddy buddy;
+    dcp__fill fill;
+    dcp__greedy_state g;
+    dcp_status status;
+    int32_t *levels, *order, s;
+    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
+    memset(&g, 0, sizeof g);
+    levels = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
+                                         "greedy levels", error);
+    order = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
+                                        "greedy order", error);
+    g.position = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
+                                             "greedy order", error);
+    g.groups = (dcp__open_group *)dcp__alloc_array(allocator, (size_t)config->ranks,
+                                                   sizeof *g.groups, "greedy groups", error);
+    buddy.ranks = config->ranks;
+    buddy.leaf_base = dcp__leaf_base(config->ranks);
+    buddy.node_level = dcp__node_levels(allocator, buddy.leaf_base, error);
+    buddy.free_level = (int8_t *)dcp__alloc_array(allocator, 2 * (size_t)buddy.leaf_base,
+                                                  sizeof(int8_t), "greedy buddy", error);
+    if (!levels || !order || !g.position || !g.groups || !buddy.node_level || !buddy.free_level) {
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if ((status = dcp__order_by_ticks(batch, NULL, 0, order, error)) != DCP_OK) goto done;
+    for (s = 0; s < batch->count; s++) {
+        g.position[order[s]] = s;
+        levels[s] = dcp__log2_int(batch->cp_min[s]);
+    }
+    dcp__fill_sort(&fill, levels, g.position, placements);
+    while (fill.remaining > 0) {
+        int32_t cursor = -1, j;
+        dcp__buddy_reset(&buddy);
+        g.open = 0;
+        for (j = 0; j < DCP_CP_LEVELS; j++) g.max_room[j] = -1;
+        for (;;) {
+            int32_t best = -1, best_level = 0;
+            for (j = 0; j <= fill.top; j++) {
+                int32_t i = dcp__greedy_next(&fill, &g, &buddy, j, cursor);
+                if (i >= 0 && (best < 0 || g.position[fill.sorted[i].id] <
+                                               g.position[fill.sorted[best].id])) {
+                    best = i;
+                    best_level = j;
+                }
+            }
+            if (best < 0) break;
+            cursor = g.position[fill.sorted[best].id];
+            dcp__greedy_place(&fill, &g, &buddy, best, best_level);
+        }
+        fill.microbatch++;
+    }
+    *num_microbatches = fill.microbatch;
+done:
+    dcp__fill_free(&fill);
+    dcp_free(allocator, levels);
+    dcp_free(allocator, order);
+    dcp_free(allocator, g.position);
+    dcp_free(allocator, g.groups);
+    dcp_free(allocator, buddy.node_level);
+    dcp_free(allocator, buddy.free_level);
+    return status;
+}
+
+/* The fill-to-the-top candidates, most often best first: a widening threshold in units of
+   the bound's mean microbatch time (0: every sample at its minimum CP size) and a slack, the
+   fraction of T the rest of a microbatch may fill beyond its slowest sample (fewer, fuller
+   microbatches when the memory cap, not time, limits them). Planned and simulated in turn;
+   the fastest under E is kept. */
+typedef struct dcp__fill_variant {
+    int32_t widen_numerator, widen_denominator;
+    int32_t slack_numerator, slack_denominator;
+} dcp__fill_variant;
+
+static const dcp__fill_variant dcp__fill_variants[] = {
+    {0, 1, 0, 1}, {1, 2, 0, 1}, {0, 1, 1, 2}, {1, 1, 1, 4}, {1, 2, 1, 1}, {0, 1, 1, 1},
+    {1, 1, 1, 2}, {2, 1, 1, 4}, {1, 1, 0, 1}, {0, 1, 1, 4}, {1, 2, 1, 4}, {2, 1, 1, 2},
+    {1, 1, 1, 1}, {1, 2, 1, 2}, {2, 1, 0, 1}, {2, 1, 1, 1}};
+#define DCP__FILL_CANDIDATES ((int32_t)(sizeof dcp__fill_variants / sizeof dcp__fill_variants[0]))
+/* Candidates tried: DCP__FILL_CANDIDATE_SAMPLES / samples, at least 2 (a plan-time budget that
+   keeps large batches near-linear), at most all. */
+#define DCP__FILL_CANDIDATE_SAMPLES (1 << 16)
+
+static int32_t dcp__fill_candidate_count(int32_t samples)
+{
+    int32_t count = DCP__FILL_CANDIDATE_SAMPLES / samples;
+    return count < 2 ? 2 : (count > DCP__FILL_CANDIDATES ? DCP__FILL_CANDIDATES : count);
+}
+
+/* Step of placements under the config's E, in ticks: the simulator's model on integer
+   costs, without building the plan (samples bucketed by microbatch, groups keyed by their
+   first rank). Scratch: order [count], offsets [microbatches + 1], four arrays of D. */
+typedef struct dcp__step_scratch {
+    int32_t *order, *offsets, *stamp, *cp;
+    int64_t *finish, *load;
+} dcp__step_scratch;
+
+static int64_t dcp__placement_step_ticks(const dcp__batch *batch, const dcp__placement *placements,
+                                         int32_t microbatches, dcp__step_scratch *x)
+{
+    const int32_t ranks = batch->config->ranks, sync = batch->config->sync_ranks;
+    int32_t i, k, r, first;
+    int64_t step = 0;
+    for (k = 0; k <= microbatches; k++) x->offsets[k] = 0;
+    for (i = 0; i < batch->count; i++) x->offsets[placements[i].microbatch + 1]++;
+    for (k = 0; k < microbatches; k++) x->offsets[k + 1] += x->offsets[k];
+    for (i = 0; i < batch->count; i++) x->order[x->offsets[placements[i].microbatch]++] = i;
+    for (k = microbatches; k > 0; k--) x->offsets[k] = x->offsets[k - 1];
+    x->offsets[0] = 0;
+    for (r = 0; r < ranks; r++) {
+        x->finish[r] = 0;
+        x->stamp[r] = -1;
+    }
+    for (k = 0; k < microbatches; k++) {
+        for (i = x->offsets[k]; i < x->offsets[k + 1]; i++) {
+            const dcp__placement *p = &placements[x->order[i]];
+            int32_t level = dcp__log2_int(p->cp);
+            if (x->stamp[p->first_rank] != k) {
+                x->stamp[p->first_rank] = k;
+                x->cp[p->first_rank] = p->cp;
+                x->load[p->first_rank] = batch->ring_ticks[level];
+            }
+            x->load[p->first_rank] += dcp__sample_ticks(batch, p->sample, level);
+        }
+        for (first = 0; sync > 1 && first < ranks; first += sync) { /* lockstep */
+            int32_t end = first + sync < ranks ? first + sync : ranks;
+            int64_t ready = 0;
+            for (r = first; r < end; r++) ready = x->finish[r] > ready ? x->finish[r] : ready;
+            for (r = first; r < end; r++) x->finish[r] = ready;
+        }
+        for (first = 0; first < ranks; first++) {
+            int64_t start = 0;
+            if (x->stamp[first] != k) continue;
+            for (r = first; r < first + x->cp[first]; r++)
+                start = x->finish[r] > start ? x->finish[r] : start;
+            for (r = first; r < first + x->cp[first]; r++) x->finish[r] = start + x->load[first];
+        }
+    }
+    for (r = 0; r < ranks; r++) step = x->finish[r] > step ? x->finish[r] : step;
+    return step;
+}
+
+static int dcp__sync_balanced(const dcp__batch *batch, int64_t step_ticks)
+{
+    return batch->sync_bound >=
+           DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
+}
+
+/* One fill-to-the-top candidate's placements. The sort is kept while the levels repeat. */
+static void dcp__fill_candidate(dcp__fill *f, int32_t variant, int32_t region_level,
+                                int32_t *levels, dcp__placement *placements,
+                                int32_t *microbatches)
+{
+    const dcp__batch *batch = f->batch;
+    const dcp__fill_variant *v = &dcp__fill_variants[variant];
+    int32_t s;
+    for (s = 0; s < batch->count; s++) levels[s] = dcp__log2_int(batch->cp_min[s]);
+    if (v->widen_numerator > 0) {
+        int64_t bound = dcp__to_ticks(batch->sync_bound, 1.0 / batch->tick_seconds);
+        int64_t mean = bound / dcp__microbatch_floor(batch, levels);
+        dcp__widen_levels(batch, mean / v->widen_denominator * v->widen_numerator, levels);
+    }
+    f->slack_numerator = v->slack_numerator;
+    f->slack_denominator = v->slack_denominator;
+    dcp__fill_run(f, levels, region_level, placements, microbatches);
+}
+
+typedef struct dcp__lockstep {
+    dcp__step_scratch step;
+    int32_t *levels;
+    dcp__placement *best;
+} dcp__lockstep;
+
+static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
+{
+    dcp_free(a, x->step.order);
+    dcp_free(a, x->step.offsets);
+    dcp_free(a, x->step.stamp);
+    dcp_free(a, x->step.cp);
+    dcp_free(a, x->step.finish);
+    dcp_free(a, x->step.load);
+    dcp_free(a, x->levels);
+    dcp_free(a, x->best);
+}
+
+static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    size_t count = (size_t)batch->count, ranks = (size_t)batch->config->ranks;
+    x->step.order = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
+    /* a fill has at most one microbatch per sample; the tree rounds up to the multiple */
+    x->step.offsets = (int32_t *)dcp__alloc_array(
+        a, count + (size_t)batch->config->microbatch_multiple + 1, sizeof(int32_t), "lockstep",
+        error);
+    x->step.stamp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "lockstep", error);
+    x->step.cp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "lockstep", error);
+    x->step.finish = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
+    x->step.load = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
+    x->levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
+    x->best = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "lockstep",
+                                                 error);
+    return x->step.order && x->step.offsets && x->step.stamp && x->step.cp && x->step.finish &&
+           x->step.load && x->levels && x->best;
+}
+
+/* Keeps the placements when they are faster under E (ties keep the earlier). */
+static void dcp__lockstep_keep(const dcp__batch *batch, dcp__lockstep *x,
+                               const dcp__placement *placements, int32_t microbatches,
+                               int64_t *best_step, int32_t *best_microbatches)
+{
+    int64_t step = dcp__placement_step_ticks(batch, placements, microbatches, &x->step);
+    if (*best_microbatches == 0 || step < *best_step) {
+        *best_step = step;
+        *best_microbatches = microbatches;
+        memcpy(x->best, placements, (size_t)batch->count * sizeof *placements);
+    }
+}
+
+/* ------------------------------------------------ lockstep planner: unloading bottlenecks
+   Under E = D a microbatch costs its slowest group. When that group holds several samples,
+   moving one of them to another microbatch where it fits under that microbatch's own
+   slowest group (in a group of its CP size with room, or on a free aligned block) lowers the
+   sum and raises nothing: the move is kept. Bounded by improve_moves (in block positions
+   examined) and by DCP__UNLOAD_MAX_CELLS microbatch-rank cells of state. */
+#define DCP__UNLOAD_MAX_CELLS (1 << 22)
+/* Block positions and samples the unloading may examine per improve_moves unit, and at most
+   in all (a few tens of milliseconds: the phase pays off on few samples per rank). */
+#define DCP__UNLOAD_POSITIONS_PER_MOVE 64
+#define DCP__UNLOAD_MAX_STEPS (INT64_C(1) << 23)
+
+typedef struct dcp__unload {
+    const dcp__batch *batch;
+    int32_t ranks, microbatches;
+    int64_t *load, *used, *slowest; /* per cell (microbatch, first rank); per microbatch */
+    int32_t *cover, *head, *next;  /* covering group's first rank or -1; sample lists */
+    int8_t *level;                 /* group level at its first rank, -1 elsewhere */
+} dcp__unload_state;
+
+static size_t dcp__cell(const dcp__unload_state *u, int32_t k, int32_t r)
+{
+    return (size_t)k * (size_t)u->ranks + (size_t)r;
+}
+
+/* The slowest group of microbatch k (its first rank; -1 none) and the second slowest time. */
+static int32_t dcp__unload_slowest(const dcp__unload_state *u, int32_t k, int64_t *second)
+{
+    int32_t r, best = -1;
+    *second = 0;
+    for (r = 0; r < u->ranks; r++) {
+        size_t c = dcp__cell(u, k, r);
+        if (u->level[c] < 0) continue;
+        if (best < 0 || u->load[c] > u->load[dcp__cell(u, k, best)]) {
+            if (best >= 0 && u->load[dcp__cell(u, k, best)] > *second)
+                *second = u->load[dcp__cell(u, k, best)];
+            best = r;
+        } else if (u->load[c] > *second)
+            *second = u->load[c];
+    }
+    return best;
+}
+
+/* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1. */
+static int32_t dcp__unload_target(const dcp__unload_state *u, int32_t k, int32_t s, int32_t j)
+{
+    const dcp__batch *batch = u->batch;
+    int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
+    int32_t size = (int32_t)1 << j, r, q;
+    for (r = 0; r + size <= u->ranks; r += size) {
+        size_t c = dcp__cell(u, k, r);
+        if (u->level[c] == j) {
+            if (u->used[c] + tokens <= batch->config->max_tokens_per_rank &&
+                u->load[c] + ticks <= u->slowest[k])
+                return r;
+            continue;
+        }
+        if (batch->ring_ticks[j] + ticks > u->slowest[k]) continue;
+        for (q = r; q < r + size && u->cover[dcp__cell(u, k, q)] < 0; q++) {}
+        if (q == r + size) return r;
+    }
+    return -1;
+}
+
+static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t s, int32_t j)
+{
+    size_t c = dcp__cell(u, k, r);
+    int32_t q;
+    if (u->level[c] != j) {
+        u->level[c] = (int8_t)j;
+        u->load[c] = u->batch->ring_ticks[j];
+        u->used[c] = 0;
+        u->head[c] = -1;
+        for (q = r; q < r + ((int32_t)1 << j); q++) u->cover[dcp__cell(u, k, q)] = r;
+    }
+    u->load[c] += dcp__sample_ticks(u->batch, s, j);
+    u->used[c] += dcp__sample_tokens(u->batch, s, j);
+    u->next[s] = u->head[c];
+    u->head[c] = s;
+}
+
+/* Unlinks sample s from the list of cell c. */
+static void dcp__unload_unlink(dcp__unload_state *u, size_t c, int32_t s)
+{
+    int32_t *link = &u->head[c];
+    while (*link != s) link = &u->next[*link];
+    *link = u->next[s];
+}
+
+/* Swaps s (in the slowest group, cell c of microbatch k) with a faster sample of its level in
+   another microbatch whose group stays within that microbatch's slowest time, when that
+   lowers microbatch k's slowest time; returns 1 when it did. Memory caps hold on both sides. */
+static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s, int32_t j,
+                            int64_t second, dcp__placement *placements, int64_t *budget)
+{
+    const dcp__batch *batch = u->batch;
+    const int64_t capacity = batch->config->max_tokens_per_rank;
+    int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
+    int32_t other, r, size = (int32_t)1 << j;
+    for (other = 0; other < u->microbatches && *budget > 0; other++) {
+        *budget -= 1; /* a microbatch looked at, even when skipped */
+        if (other == k || u->slowest[other] < ticks) continue;
+        *budget -= u->ranks >> j;
+        for (r = 0; r + size <= u->ranks; r += size) {
+            size_t d = dcp__cell(u, other, r);
+            int32_t t;
+            if (u->level[d] != j) continue;
+            for (t = u->head[d]; t >= 0; t = u->next[t]) {
+                int64_t t_ticks = dcp__sample_ticks(batch, t, j);
+                *budget -= 1;
+                int64_t t_tokens = dcp__sample_tokens(batch, t, j);
+                int64_t after = u->load[c] - ticks + t_ticks;
+                if (t_ticks >= ticks || (after > second ? after : second) >= u->load[c] ||
+                    u->load[d] - t_ticks + ticks > u->slowest[other] ||
+                    u->used[c] - tokens + t_tokens > capacity ||
+                    u->used[d] - t_tokens + tokens > capacity)
+                    continue;
+                dcp__unload_unlink(u, c, s);
+                dcp__unload_unlink(u, d, t);
+                u->load[c] = after;
+                u->used[c] += t_tokens - tokens;
+                u->load[d] += ticks - t_ticks;
+                u->used[d] += tokens - t_tokens;
+                u->next[s] = u->head[d];
+                u->head[d] = s;
+                u->next[t] = u->head[c];
+                u->head[c] = t;
+                placements[t].microbatch = k;
+                placements[t].first_rank = placements[s].first_rank;
+                placements[t].order = INT32_MAX;
+                placements[s].microbatch = other;
+                placements[s].first_rank = r;
+                placements[s].order = INT32_MAX;
+                u->slowest[k] = u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Moves samples off each microbatch's slowest group while that lowers the sum. */
+static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, int64_t budget)
+{
+    int32_t k, improved = 1;
+    while (improved && budget > 0) {
+        improved = 0;
+        for (k = 0; k < u->microbatches && budget > 0; k++) {
+            int64_t second;
+            int32_t g = dcp__unload_slowest(u, k, &second), *link, j;
+            size_t c;
+            if (g < 0) continue;
+            c = dcp__cell(u, k, g);
+            j = u->level[c];
+            for (link = &u->head[c]; *link >= 0 && budget > 0; link = &u->next[*link]) {
+                int32_t s = *link, other, r = -1;
+                int64_t ticks = dcp__sample_ticks(u->batch, s, j);
+                if (u->head[c] == s && u->next[s] < 0) break; /* its only sample */
+                if ((second > u->load[c] - ticks ? second : u->load[c] - ticks) >= u->load[c])
+                    continue;
+                for (other = 0; other < u->microbatches && r < 0 && budget > 0; other++) {
+                    if (other == k) continue;
+                    budget -= u->ranks >> j;
+                    r = dcp__unload_target(u, other, s, j);
+                    if (r >= 0) {
+                        *link = u->next[s];
+                        u->load[c] -= ticks;
+                        u->used[c] -= dcp__sample_tokens(u->batch, s, j);
+                        dcp__unload_add(u, other, r, s, j);
+                        placements[s].microbatch = other;
+                        placements[s].first_rank = r;
+                        placements[s].order = INT32_MAX;
+                        u->slowest[k] =
+                            u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
+                        improved = 1;
+                    }
+                }
+                if (r >= 0) break;
+            }
+            if (*link < 0 && budget > 0) /* no move: try swapping a sample of the group */
+                for (link = &u->head[c]; *link >= 0 && budget > 0; link = &u->next[*link])
+                    if (dcp__unload_swap(u, k, c, *link, j, second, placements, &budget)) {
+                        improved = 1;
+                        break;
+                    }
+        }
+    }
+}
+
+/* Runs the unloading on placements under E = D; leaves them unchanged when the state would
+   not fit DCP__UNLOAD_MAX_CELLS or memory is short (an optional phase). */
+static void dcp__unload(const dcp__batch *batch, dcp__placement *placements,
+                        int32_t microbatches)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    size_t cells = (size_t)microbatches * (size_t)batch->config->ranks, c;
+    int64_t budget = dcp__improve_budget(batch->config, batch->count);
+    dcp__unload_state u;
+    int32_t s, k;
+    if (cells > DCP__UNLOAD_MAX_CELLS || budget <= 0) return;
+    memset(&u, 0, sizeof u);
+    u.batch = batch;
+    u.ranks = batch->config->ranks;
+    u.microbatches = microbatches;
+    budget *= DCP__UNLOAD_POSITIONS_PER_MOVE; /* in block positions and samples examined */
+    if (budget > DCP__UNLOAD_MAX_STEPS) budget = DCP__UNLOAD_MAX_STEPS;
+    u.load = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
+    u.used = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
+    u.slowest = (int64_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int64_t), "unload",
+                                            NULL);
+    u.cover = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
+    u.head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
+    u.next = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t), "unload", NULL);
+    u.level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
+    if (u.load && u.used && u.slowest && u.cover && u.head && u.next && u.level) {
+        for (c = 0; c < cells; c++) {
+            u.cover[c] = -1;
+            u.level[c] = -1;
+        }
+        for (s = 0; s < batch->count; s++)
+            dcp__unload_add(&u, placements[s].microbatch, placements[s].first_rank, s,
+                            dcp__log2_int(placements[s].cp));
+        for (k = 0; k < microbatches; k++) {
+            int64_t second;
+            int32_t g = dcp__unload_slowest(&u, k, &second);
+            u.slowest[k] = g < 0 ? 0 : u.load[dcp__cell(&u, k, g)];
+        }
+        dcp__unload_run(&u, placements, budget);
+    }
+    dcp_free(a, u.load);
+    dcp_free(a, u.used);
+    dcp_free(a, u.slowest);
+    dcp_free(a, u.cover);
+    dcp_free(a, u.head);
+    dcp_free(a, u.next);
+    dcp_free(a, u.level);
+}
+
+/* The dynamic planner for E > 1: fill-to-the-top candidates (blocks of E ranks; for E < D
+   also the pool-wide fill) and, up to DCP__TREE_CANDIDATE_SAMPLES samples (the tree planner
+   is not yet linear in samples per rank), the DAG tree planner, whose wide-first plans are
+   often good under lockstep too (always for E < D, where blocks are independent but for wide
+   groups; for E = D only when the fills are not balanced); each is evaluated under E in ticks
+   and the fastest becomes the plan. */
+#define DCP__TREE_CANDIDATE_SAMPLES 16384
+static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *placements,
+                                     dcp_plan **plan, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const dcp_allocator *a = &config->allocator;
+    int32_t sync = config->sync_ranks, region_count = sync < config->ranks ? 2 : 1, r, w;
+    int32_t regions[2], microbatches = 0, best_microbatches = 0;
+    int64_t best_step = 0;
+    dcp__lockstep x;
+    dcp__fill fill;
+    dcp_status status;
+    *plan = NULL;
+    memset(&x, 0, sizeof x);
+    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
+    regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
+    regions[1] = fill.root_level;
+    if (!dcp__lockstep_init(batch, &x, error)) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    for (r = 0; r < region_count && status == DCP_OK; r++)
+        for (w = 0; w < dcp__fill_candidate_count(batch->count); w++) {
+            if (best_microbatches > 0 && dcp__sync_balanced(batch, best_step)) break;
+            dcp__fill_candidate(&fill, w, regions[r], x.levels, placements, &microbatches);
+            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
+                               &best_microbatches);
+        }
+    if (status == DCP_OK && batch->count <= DCP__TREE_CANDIDATE_SAMPLES &&
+        (sync < config->ranks || !dcp__sync_balanced(batch, best_step))) {
+        status = dcp__plan_dynamic(batch, placements, &microbatches, error);
+        if (status == DCP_OK)
+            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
+                               &best_microbatches);
+    }
+    if (status == DCP_OK && !dcp__sync_balanced(batch, best_step)) {
+        /* the greedy baseline's plan is a candidate too: unloading may improve on it */
+        status = dcp__plan_greedy(batch, placements, &microbatches, error);
+        if (status == DCP_OK)
+            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
+                               &best_microbatches);
+    }
+    if (status == DCP_OK && sync == config->ranks) dcp__unload(batch, x.best, best_microbatches);
+    if (status == DCP_OK)
+        status = dcp__plan_build(config, batch->lengths, x.best, batch->count, best_microbatches,
+                                 plan, error);
+    dcp__fill_free(&fill);
+    dcp__lockstep_free(a, &x);
+    return status;
 }
 
 /* ------------------------------------------------------------------------ public planner */
@@ -3343,19 +4269,14 @@ static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strat
     case DCP_STRATEGY_GREEDY:
         status = dcp__plan_greedy(batch, placements, &num_microbatches, error);
         break;
-    default: status = dcp__plan_dynamic(batch, placements, &num_microbatches, error); break;
+    default:
+        if (batch->config->sync_ranks > 1) return dcp__plan_lockstep(batch, placements, plan, error);
+        status = dcp__plan_dynamic(batch, placements, &num_microbatches, error);
+        break;
     }
     if (status != DCP_OK) return status;
     return dcp__plan_build(batch->config, batch->lengths, placements, batch->count,
                            num_microbatches, plan, error);
-}
-
-static double dcp__plan_step_seconds(const dcp_plan *plan, double *finish)
-{
-    dcp_plan_stats stats;
-    memset(&stats, 0, sizeof stats);
-    dcp__schedule(plan, &plan->config.cost, finish, NULL, NULL, &stats);
-    return stats.step_seconds;
 }
 
 /* A dynamic plan that is not balanced is compared with both baselines and the fastest is
@@ -3373,8 +4294,9 @@ static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *pl
                                         "fallback", error);
     if (!finish) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     else if ((best = dcp__plan_step_seconds(*plan, finish)) * DCP__BALANCED_EFFICIENCY >
-             batch->lower_bound) {
-        for (i = 0; i < 2 && status == DCP_OK; i++) {
+             batch->sync_bound) {
+        /* under E > 1 the greedy plan was already a candidate of the lockstep planner */
+        for (i = batch->config->sync_ranks > 1; i < 2 && status == DCP_OK; i++) {
             dcp_plan *other = NULL;
             double step;
             status = dcp__plan_strategy(batch, baselines[i], placements, &other, error);
@@ -3546,6 +4468,9 @@ static dcp_status dcp__simulation_setup(const dcp_plan *plan, const dcp_cost_mod
 {
     dcp_status status;
     if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    if ((status = dcp__check_sync_ranks(plan->config.sync_ranks, plan->config.ranks, error)) !=
+        DCP_OK)
+        return status;
     *config = plan->config;
     if (cost) {
         if ((status = dcp__check_cost(cost, error)) != DCP_OK) return status;
@@ -3569,9 +4494,31 @@ DCPDEF dcp_status dcp_plan_schedule(const dcp_plan *plan, const dcp_cost_model *
     if ((status = dcp__simulation_setup(plan, cost, &config, &finish, error)) != DCP_OK)
         return status;
     memset(&stats, 0, sizeof stats);
-    dcp__schedule(plan, &config.cost, finish, group_start, group_end, &stats);
+    dcp__schedule(plan, &config.cost, config.sync_ranks, finish, group_start, group_end, &stats);
     dcp_free(&config.allocator, finish);
     return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_plan_step_time(const dcp_plan *plan, const dcp_cost_model *cost,
+                                     int32_t sync_ranks, double *seconds, dcp_error *error)
+{
+    dcp_config config;
+    dcp_plan_stats stats;
+    double *finish;
+    dcp_status status;
+    if (!seconds)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "seconds must not be NULL");
+    if ((status = dcp__simulation_setup(plan, cost, &config, &finish, error)) != DCP_OK)
+        return status;
+    if (sync_ranks == 0) sync_ranks = config.sync_ranks;
+    status = dcp__check_sync_ranks(sync_ranks, config.ranks, error);
+    if (status == DCP_OK) {
+        memset(&stats, 0, sizeof stats);
+        dcp__schedule(plan, &config.cost, sync_ranks, finish, NULL, NULL, &stats);
+        *seconds = stats.step_seconds;
+    }
+    dcp_free(&config.allocator, finish);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *cost,
@@ -3591,13 +4538,28 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     memset(stats, 0, sizeof *stats);
-    dcp__schedule(plan, &config.cost, finish, NULL, NULL, stats);
+    dcp__schedule(plan, &config.cost, config.sync_ranks, finish, NULL, NULL, stats);
+    stats->sync_ranks = config.sync_ranks;
+    if (config.sync_ranks == 1)
+        stats->dag_seconds = stats->step_seconds;
+    else {
+        dcp_plan_stats dag;
+        memset(&dag, 0, sizeof dag);
+        dcp__schedule(plan, &config.cost, 1, finish, NULL, NULL, &dag);
+        stats->dag_seconds = dag.step_seconds;
+    }
     for (i = 0; i < plan->num_samples; i++) {
         stats->valid_tokens += plan->sample_lengths[i];
         cp_min[i] = dcp__cp_min(&config, plan->sample_lengths[i]);
     }
-    stats->lower_bound_seconds = dcp__lower_bound(&config, plan->sample_lengths,
-                                                  plan->num_samples, cp_min);
+    status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min,
+                              config.sync_ranks, &stats->lower_bound_seconds, error);
+    if (status == DCP_OK)
+        status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min, 1,
+                                  &stats->dag_lower_bound_seconds, error);
+    if (status == DCP_OK)
+        status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min,
+                                  config.ranks, &stats->barrier_lower_bound_seconds, error);
     stats->efficiency = stats->step_seconds > 0.0
                             ? stats->lower_bound_seconds / stats->step_seconds
                             : 1.0;
@@ -3605,7 +4567,7 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
     stats->num_groups = plan->num_groups;
     dcp_free(&config.allocator, finish);
     dcp_free(&config.allocator, cp_min);
-    return dcp_error_clear(error);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* ------------------------------------------------------------------------- THD layout */
@@ -4266,6 +5228,7 @@ static void dcp__put_config(dcp__writer *w, const dcp_config *c)
     dcp__put_i32(w, c->pad_multiple);
     dcp__put_i32(w, (int32_t)c->strategy);
     dcp__put_i32(w, c->improve_moves);
+    dcp__put_i32(w, c->sync_ranks);
     dcp__put_f64(w, c->cost.attn_coeff);
     dcp__put_f64(w, c->cost.linear_coeff);
     dcp__put_f64(w, c->cost.ring_step_cost);
@@ -4283,6 +5246,7 @@ static void dcp__get_config(dcp__reader *r, dcp_config *c)
     c->pad_multiple = dcp__get_i32(r);
     c->strategy = (dcp_strategy)dcp__get_i32(r);
     c->improve_moves = dcp__get_i32(r);
+    c->sync_ranks = dcp__get_i32(r);
     c->cost.attn_coeff = dcp__get_f64(r);
     c->cost.linear_coeff = dcp__get_f64(r);
     c->cost.ring_step_cost = dcp__get_f64(r);
@@ -4349,7 +5313,8 @@ static dcp_status dcp__check_serialized_config(const dcp_config *c, dcp_error *e
     if (resolved.min_cp != c->min_cp || resolved.max_cp != c->max_cp ||
         resolved.microbatch_multiple != c->microbatch_multiple ||
         resolved.pad_multiple_cp1 != c->pad_multiple_cp1 ||
-        resolved.pad_multiple != c->pad_multiple || dcp__all_zero_cost(&c->cost))
+        resolved.pad_multiple != c->pad_multiple || resolved.sync_ranks != c->sync_ranks ||
+        dcp__all_zero_cost(&c->cost))
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
                              "plan config holds unresolved defaults");
     return DCP_OK;

@@ -2,7 +2,7 @@
 
    dcp-plan (--lengths FILE | --lognormal MEAN,SIGMA,MIN,MAX,COUNT [--seed S])
             --ranks D --max-tokens-per-rank M [--min-cp K] [--max-cp K]
-            [--microbatch-multiple K] [--strategy dynamic|static|greedy]
+            [--microbatch-multiple K] [--strategy dynamic|static|greedy] [--sync-ranks E]
             [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G] [--json]
             [--svg FILE [--compare]] [--rank R --microbatch K]
 
@@ -59,7 +59,7 @@ typedef struct options {
 
 typedef enum flag_id {
     FLAG_HELP, FLAG_LENGTHS, FLAG_LOGNORMAL, FLAG_SEED, FLAG_RANKS, FLAG_MAX_TOKENS,
-    FLAG_MIN_CP, FLAG_MAX_CP, FLAG_MULTIPLE, FLAG_STRATEGY, FLAG_ATTN, FLAG_LINEAR, FLAG_RING,
+    FLAG_MIN_CP, FLAG_MAX_CP, FLAG_MULTIPLE, FLAG_STRATEGY, FLAG_SYNC, FLAG_ATTN, FLAG_LINEAR, FLAG_RING,
     FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_RANK, FLAG_MICROBATCH
 } flag_id;
 
@@ -88,6 +88,10 @@ static const flag_spec flags[] = {
      "the microbatch count is a multiple of K, e.g. the virtual pipeline stages (default 1)"},
     {FLAG_STRATEGY, "--strategy", "dynamic|static|greedy",
      "planner (default dynamic); static and greedy are the baselines"},
+    {FLAG_SYNC, "--sync-ranks", "E",
+     "ranks that run each microbatch in lockstep: aligned blocks of E, a power of two\n"
+     "      dividing D or D itself; 1 for dense models (a group waits only for its own ranks),\n"
+     "      the expert-parallel size for MoE (default D: a barrier per microbatch)"},
     {FLAG_ATTN, "--attn-coeff", "A",
      "seconds per (valid token)^2 of attention (default 2.048e-11)"},
     {FLAG_LINEAR, "--linear-coeff", "B", "seconds per stored token (default 1.00663e-06)"},
@@ -109,6 +113,7 @@ static void usage(FILE *out)
     fputs("usage: dcp-plan (--lengths FILE | --lognormal MEAN,SIGMA,MIN,MAX,COUNT [--seed S])\n"
           "                --ranks D --max-tokens-per-rank M [--min-cp K] [--max-cp K]\n"
           "                [--microbatch-multiple K] [--strategy dynamic|static|greedy]\n"
+          "                [--sync-ranks E]\n"
           "                [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G]\n"
           "                [--json] [--svg FILE [--compare]] [--rank R --microbatch K]\n",
           out);
@@ -230,6 +235,9 @@ static int parse_value(options *o, const flag_spec *flag, const char *value)
         ok = parse_int32(flag->name, value, 1, DCP_MAX_PAD_MULTIPLE, &c->microbatch_multiple);
         break;
     case FLAG_STRATEGY: ok = parse_strategy(value, &c->strategy); break;
+    case FLAG_SYNC:
+        ok = parse_int32(flag->name, value, 1, DCP_MAX_RANKS, &c->sync_ranks);
+        break;
     case FLAG_ATTN: ok = parse_double(flag->name, value, &c->cost.attn_coeff); break;
     case FLAG_LINEAR: ok = parse_double(flag->name, value, &c->cost.linear_coeff); break;
     case FLAG_RING: ok = parse_double(flag->name, value, &c->cost.ring_step_cost); break;
@@ -470,10 +478,13 @@ static void print_json(const options *o, const result *r)
         }
         printf("]");
     }
-    printf("],\"step_seconds\":%.9g,\"barrier_seconds\":%.9g,\"lower_bound_seconds\":%.9g,"
-           "\"efficiency\":%.6f,\"plan_seconds\":%.6g}\n",
-           r->stats.step_seconds, r->stats.barrier_seconds, r->stats.lower_bound_seconds,
-           r->stats.efficiency, r->plan_seconds);
+    printf("],\"sync_ranks\":%d,\"step_seconds\":%.9g,\"dag_seconds\":%.9g,"
+           "\"barrier_seconds\":%.9g,\"lower_bound_seconds\":%.9g,\"efficiency\":%.6f,"
+           "\"dag_efficiency\":%.6f,\"barrier_efficiency\":%.6f,\"plan_seconds\":%.6g}\n",
+           (int)r->stats.sync_ranks, r->stats.step_seconds, r->stats.dag_seconds,
+           r->stats.barrier_seconds, r->stats.lower_bound_seconds, r->stats.efficiency,
+           r->stats.dag_lower_bound_seconds / r->stats.dag_seconds,
+           r->stats.barrier_lower_bound_seconds / r->stats.barrier_seconds, r->plan_seconds);
 }
 
 /* The one CP size of a static plan. */
@@ -502,11 +513,16 @@ static void print_summary(const options *o, const result *r, const result *stati
         if (s->samples_per_cp_level[level] > 0)
             printf(" cp=%d: %d samples;", 1 << level, (int)s->samples_per_cp_level[level]);
     printf("\n");
-    printf("  step time       %.3f ms (a group starts when all its ranks are free)\n",
-           s->step_seconds * 1e3);
-    printf("  barrier model   %.3f ms (every microbatch waits for the slowest group)\n",
-           s->barrier_seconds * 1e3);
-    printf("  lower bound     %.3f ms\n", s->lower_bound_seconds * 1e3);
+    printf("  step time       %.3f ms under sync ranks E = %d (blocks of E ranks in lockstep)\n",
+           s->step_seconds * 1e3, (int)s->sync_ranks);
+    printf("  E = 1 (DAG)     %.3f ms (a group starts when all its ranks are free), "
+           "efficiency %.4f\n",
+           s->dag_seconds * 1e3, s->dag_lower_bound_seconds / s->dag_seconds);
+    printf("  E = D (barrier) %.3f ms (every microbatch waits for the slowest group), "
+           "efficiency %.4f\n",
+           s->barrier_seconds * 1e3, s->barrier_lower_bound_seconds / s->barrier_seconds);
+    printf("  lower bound     %.3f ms (under E = %d)\n", s->lower_bound_seconds * 1e3,
+           (int)s->sync_ranks);
     printf("  efficiency      %.4f (lower bound / step time)\n", s->efficiency);
     printf("  static CP=%-5d %.3f ms, speed-up over static %.3fx\n",
            plan_single_cp(&static_plan->stats), static_plan->stats.step_seconds * 1e3,

@@ -51,8 +51,12 @@ text = open(sys.argv[1]).read()
 plan = json.loads(text)
 assert text.count("\n") == 1, "one line"
 assert set(plan) == {"ranks", "max_tokens_per_rank", "strategy", "samples", "microbatches",
-                     "step_seconds", "barrier_seconds", "lower_bound_seconds", "efficiency",
+                     "sync_ranks", "step_seconds", "dag_seconds", "barrier_seconds",
+                     "lower_bound_seconds", "efficiency", "dag_efficiency", "barrier_efficiency",
                      "plan_seconds"}, sorted(plan)
+assert plan["sync_ranks"] == 16, "default E = D"
+assert plan["dag_seconds"] <= plan["step_seconds"] <= plan["barrier_seconds"] * (1 + 1e-12)
+assert 0 < plan["dag_efficiency"] <= 1 and 0 < plan["barrier_efficiency"] <= 1
 assert plan["ranks"] == 16 and plan["max_tokens_per_rank"] == 4096
 assert plan["strategy"] == "dynamic" and plan["samples"] == 64
 seen = sorted(s for mb in plan["microbatches"] for g in mb for s in g["samples"])
@@ -157,6 +161,10 @@ expect_error "max_cp not a power of two" 2 "max_cp must be a power of two" \
     --lengths "$work/lengths.txt" $common --max-cp 12
 expect_error "max_cp above ranks" 2 "max_cp 32 exceeds ranks 16" \
     --lengths "$work/lengths.txt" $common --max-cp 32
+expect_error "sync ranks not dividing" 2 "sync_ranks must be a power of two dividing ranks 16" \
+    --lengths "$work/lengths.txt" $common --sync-ranks 32
+expect_error "sync ranks zero" 2 "--sync-ranks must be in [1, 1048576], got 0" \
+    --lengths "$work/lengths.txt" $common --sync-ranks 0
 expect_error "ranks zero" 2 "--ranks must be in [1, 1048576], got 0" --lengths "$work/lengths.txt" \
     --ranks 0 --max-tokens-per-rank 4096
 expect_error "ranks negative" 2 "--ranks must be in [1, 1048576], got -4" --lengths "$work/lengths.txt" \

@@ -1,5 +1,6 @@
-/* Planner layer: the three strategies, the validator, the simulator (DAG and barrier), bad
-   input, determinism, and properties over 10,000 random workloads. */
+/* Planner layer: the three strategies, the validator, the simulator under every sync model
+   (E = 1 DAG, blocks of E ranks, E = D barrier), the lower bounds, bad input, determinism,
+   and properties over 10,000 random workloads with random E. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 #include "test.h"
@@ -67,6 +68,8 @@ static dcp_config token_time_config(int32_t ranks, int64_t max_tokens)
 static void simulator_dag_versus_barrier(void)
 {
     dcp_config c = token_time_config(2, 100);
+    double seconds;
+    c.sync_ranks = 1;
     int64_t lengths[4] = {10, 1, 1, 10};
     int32_t offsets[3] = {0, 2, 4}, samples[4] = {0, 1, 2, 3};
     dcp_group groups[4] = {{0, 1, 0, 1}, {1, 1, 1, 1}, {0, 1, 2, 1}, {1, 1, 3, 1}};
@@ -82,7 +85,93 @@ static void simulator_dag_versus_barrier(void)
     CHECK_EQ(dcp_plan_schedule(plan, NULL, start, end, NULL), DCP_OK);
     CHECK_NEAR(start[2], 10.0, 1e-12);
     CHECK_NEAR(end[3], 11.0, 1e-12);
+    CHECK_EQ(dcp_plan_step_time(plan, NULL, 2, &seconds, NULL), DCP_OK);
+    CHECK_NEAR(seconds, 20.0, 1e-12);
+    CHECK_EQ(dcp_plan_step_time(plan, NULL, 0, &seconds, NULL), DCP_OK);
+    CHECK_NEAR(seconds, 11.0, 1e-12);
     dcp_plan_destroy(plan);
+}
+
+/* Four ranks, token times. mb0: 10, 1, 1, 3; mb1: 1, 1, 9, 1; mb2: one group of 4 ranks
+   (8 tokens: 2 each). E = 1: rank 0 ends mb1 at 11, rank 2 at 10; the wide group starts at
+   11, ends 13. E = 2: block {0,1} starts mb1 at 10 (ends 11), block {2,3} at 3 (ends 12); the
+   wide group couples both blocks: starts 12, ends 14. E = 4: 10 + 9 + 2 = 21. */
+static void simulator_under_every_sync_model(void)
+{
+    dcp_config c = token_time_config(4, 100);
+    int64_t lengths[9] = {10, 1, 1, 3, 1, 1, 9, 1, 8};
+    int32_t offsets[4] = {0, 4, 8, 9}, samples[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    dcp_group groups[9] = {{0, 1, 0, 1}, {1, 1, 1, 1}, {2, 1, 2, 1}, {3, 1, 3, 1}, {0, 1, 4, 1},
+                           {1, 1, 5, 1}, {2, 1, 6, 1}, {3, 1, 7, 1}, {0, 4, 8, 1}};
+    const int32_t syncs[3] = {1, 2, 4};
+    const double steps[3] = {13.0, 14.0, 21.0}, wide_start[3] = {11.0, 12.0, 19.0};
+    dcp_plan_stats stats;
+    double start[9], end[9], seconds;
+    int i;
+    dcp_error error;
+    for (i = 0; i < 3; i++) {
+        dcp_plan *plan;
+        c.sync_ranks = syncs[i];
+        plan = manual_plan(&c, lengths, 9, 3, offsets, groups, 9, samples);
+        CHECK_EQ(dcp_plan_simulate(plan, NULL, &stats, NULL), DCP_OK);
+        CHECK_NEAR(stats.step_seconds, steps[i], 1e-12);
+        CHECK_NEAR(stats.dag_seconds, 13.0, 1e-12);
+        CHECK_NEAR(stats.barrier_seconds, 21.0, 1e-12);
+        CHECK_EQ(stats.sync_ranks, syncs[i]);
+        CHECK_EQ(dcp_plan_schedule(plan, NULL, start, end, NULL), DCP_OK);
+        CHECK_NEAR(start[8], wide_start[i], 1e-12);
+        CHECK_NEAR(end[8], steps[i], 1e-12);
+        CHECK_EQ(dcp_plan_step_time(plan, NULL, 2, &seconds, NULL), DCP_OK);
+        CHECK_NEAR(seconds, 14.0, 1e-12);
+        CHECK_EQ(dcp_plan_step_time(plan, NULL, 3, &seconds, &error), DCP_ERROR_INVALID_ARGUMENT);
+        CHECK(strstr(error.message, "sync_ranks") != NULL && strstr(error.message, "3") != NULL);
+        dcp_plan_destroy(plan);
+    }
+}
+
+/* sync_ranks: a power of two dividing ranks, or ranks; 0 means ranks; else an error naming it. */
+static void sync_ranks_validation(void)
+{
+    dcp_config c = make_config(48, 4096), resolved;
+    dcp_error error;
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+    CHECK_EQ(resolved.sync_ranks, 48);
+    c.sync_ranks = 16;
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+    c.sync_ranks = 48;
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+    c.sync_ranks = 32; /* a power of two that does not divide 48 */
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(error.message, "sync_ranks") != NULL && strstr(error.message, "32") != NULL);
+    c.sync_ranks = 12;
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(error.message, "12") != NULL);
+    c.sync_ranks = -2;
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, &error), DCP_ERROR_INVALID_ARGUMENT);
+    c.sync_ranks = 96;
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, &error), DCP_ERROR_INVALID_ARGUMENT);
+}
+
+/* Bounds by hand (token times). Barrier: D = 2, M = 10, max_cp 1, lengths 10, 10, 10, 1:
+   a microbatch holds 20 tokens, so the three 10s need two microbatches slower than 1 and the
+   step is at least 10 + 10 = 20 (mb {10, 10} then {10, 1} reaches it); the DAG bound is the
+   work 31 / 2. Non-power-of-two pool: D = 48, four samples that need 32 ranks can only use
+   ranks 0..31: 4 x 3200 / 32 = 400, not / 48. */
+static void lower_bounds_by_hand(void)
+{
+    dcp_config c = token_time_config(2, 10);
+    int64_t lengths[4] = {10, 10, 10, 1}, wide[4] = {3200, 3200, 3200, 3200};
+    double bound;
+    c.max_cp = 1;
+    CHECK_EQ(dcp_lower_bound(&c, lengths, 4, &bound, NULL), DCP_OK);
+    CHECK_NEAR(bound, 20.0, 1e-12);
+    c.sync_ranks = 1;
+    CHECK_EQ(dcp_lower_bound(&c, lengths, 4, &bound, NULL), DCP_OK);
+    CHECK_NEAR(bound, 15.5, 1e-12);
+    c = token_time_config(48, 100);
+    c.sync_ranks = 1;
+    CHECK_EQ(dcp_lower_bound(&c, wide, 4, &bound, NULL), DCP_OK);
+    CHECK_NEAR(bound, 400.0, 1e-9);
 }
 
 /* A group waits for all its ranks: a cp-2 group after uneven single-rank work starts late. */
@@ -267,6 +356,7 @@ static void named_workloads_meet_targets(void)
             double steps[3];
             dcp_plan_stats stats;
             dcp_config c = make_config(workloads[w].ranks, workloads[w].max_tokens);
+            c.sync_ranks = 1; /* the DAG targets; E = D is checked below */
             if (model == 1) c.cost = l2_only;
             for (strategy = 0; strategy < 3; strategy++) {
                 dcp_plan *plan;
@@ -277,6 +367,15 @@ static void named_workloads_meet_targets(void)
                     CHECK_EQ(dcp_plan_simulate(plan, NULL, &stats, NULL), DCP_OK);
                     CHECK(stats.efficiency >= (model == 0 ? 0.98 : 0.95));
                 }
+                dcp_plan_destroy(plan);
+            }
+            CHECK(steps[0] > 0.0 && steps[0] <= steps[1] && steps[0] <= steps[2]);
+            c.sync_ranks = 0; /* E = D: never slower than a baseline under E = D */
+            for (strategy = 0; strategy < 3; strategy++) {
+                dcp_plan *plan;
+                c.strategy = (dcp_strategy)strategy;
+                plan = plan_or_null(&c, lengths, workloads[w].count);
+                steps[strategy] = plan ? step_of(plan) : -1.0;
                 dcp_plan_destroy(plan);
             }
             CHECK(steps[0] > 0.0 && steps[0] <= steps[1] && steps[0] <= steps[2]);
@@ -309,6 +408,14 @@ static int32_t random_workload(dcp_rng *rng, dcp_config *c, int64_t *lengths, in
     c->pad_multiple_cp1 = 1 + (int32_t)dcp_rng_below(rng, 3);
     if (dcp_rng_below(rng, 3) == 0) c->cost.attn_coeff = 1.0; /* L^2 only */
     c->improve_moves = dcp_rng_below(rng, 8) == 0 ? -1 : 0;
+    /* E: 0 (= D), 1, or a power of two dividing D */
+    switch (dcp_rng_below(rng, 3)) {
+    case 0: c->sync_ranks = 0; break;
+    case 1: c->sync_ranks = 1; break;
+    default:
+        c->sync_ranks = 1 << dcp_rng_below(rng, (uint64_t)dcp__log2_int(top) + 1);
+        while (c->ranks % c->sync_ranks != 0) c->sync_ranks /= 2;
+    }
     dcp_config_resolve(c, &resolved, NULL);
     /* the longest sample that fits max_cp ranks after padding */
     longest = resolved.max_cp * resolved.max_tokens_per_rank;
@@ -359,7 +466,17 @@ static void random_workload_properties(void)
             CHECK_EQ(plan->num_microbatches % plan->config.microbatch_multiple, 0);
             CHECK_EQ(dcp_plan_simulate(plan, NULL, &stats, &error), DCP_OK);
             CHECK(stats.step_seconds >= stats.lower_bound_seconds * (1.0 - 1e-9));
+            CHECK(stats.dag_seconds >= stats.dag_lower_bound_seconds * (1.0 - 1e-9));
+            CHECK(stats.barrier_seconds >= stats.barrier_lower_bound_seconds * (1.0 - 1e-9));
             CHECK(stats.step_seconds <= stats.barrier_seconds * (1.0 + 1e-9));
+            CHECK(stats.step_seconds >= stats.dag_seconds * (1.0 - 1e-9));
+            {
+                double at_d = 0.0, at_1 = 0.0;
+                CHECK_EQ(dcp_plan_step_time(plan, NULL, plan->config.ranks, &at_d, NULL), DCP_OK);
+                CHECK_EQ(dcp_plan_step_time(plan, NULL, 1, &at_1, NULL), DCP_OK);
+                CHECK_NEAR(at_d, stats.barrier_seconds, 1e-9 * stats.barrier_seconds);
+                CHECK_NEAR(at_1, stats.dag_seconds, 1e-12 * stats.dag_seconds);
+            }
             steps[strategy] = stats.step_seconds;
             if (test_current_failures > failures_before)
                 fprintf(stderr, "workload %d, strategy %s\n", w, dcp_strategy_name(c.strategy));
@@ -412,11 +529,57 @@ static void local_search_never_hurts(void)
     }
 }
 
+/* Under E = D the unloading only keeps moves and swaps that lower the sum of microbatch
+   maxima: on fill plans of random workloads the step in ticks never rises and the plan stays
+   valid. Checked on the planner's internals. */
+static void unloading_never_hurts(void)
+{
+    dcp_rng rng;
+    int64_t lengths[200];
+    dcp__placement placements[200];
+    int w, variant;
+    dcp_rng_seed(&rng, 78);
+    for (w = 0; w < 300; w++) {
+        dcp_config c, resolved;
+        int32_t count = random_workload(&rng, &c, lengths, 200), microbatches = 0;
+        dcp__batch batch;
+        dcp__fill fill;
+        dcp__lockstep x;
+        c.sync_ranks = 0;
+        CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+        CHECK_EQ(dcp__batch_init(&batch, &resolved, lengths, count, NULL), DCP_OK);
+        CHECK_EQ(dcp__fill_init(&fill, &batch, NULL), DCP_OK);
+        memset(&x, 0, sizeof x);
+        CHECK(dcp__lockstep_init(&batch, &x, NULL));
+        for (variant = 0; variant < DCP__FILL_CANDIDATES; variant += 3) {
+            int64_t before, after;
+            dcp_plan *plan = NULL;
+            dcp__fill_candidate(&fill, variant, fill.root_level, x.levels, placements,
+                                &microbatches);
+            before = dcp__placement_step_ticks(&batch, placements, microbatches, &x.step);
+            dcp__unload(&batch, placements, microbatches);
+            after = dcp__placement_step_ticks(&batch, placements, microbatches, &x.step);
+            CHECK(after <= before);
+            CHECK_EQ(dcp__plan_build(&resolved, lengths, placements, count, microbatches, &plan,
+                                     NULL),
+                     DCP_OK);
+            CHECK_EQ(dcp_plan_validate(plan, NULL), DCP_OK);
+            dcp_plan_destroy(plan);
+        }
+        dcp__lockstep_free(&resolved.allocator, &x);
+        dcp__fill_free(&fill);
+        dcp__batch_free(&batch);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
         {"simulator_dag_versus_barrier", simulator_dag_versus_barrier},
         {"simulator_group_waits_for_all_ranks", simulator_group_waits_for_all_ranks},
+        {"simulator_under_every_sync_model", simulator_under_every_sync_model},
+        {"sync_ranks_validation", sync_ranks_validation},
+        {"lower_bounds_by_hand", lower_bounds_by_hand},
         {"validator_catches_every_broken_invariant", validator_catches_every_broken_invariant},
         {"bad_input_is_an_error_naming_it", bad_input_is_an_error_naming_it},
         {"sums_beyond_32_bits", sums_beyond_32_bits},
@@ -425,6 +588,7 @@ int main(int argc, char **argv)
         {"named_workloads_meet_targets", named_workloads_meet_targets},
         {"random_workload_properties", random_workload_properties},
         {"local_search_never_hurts", local_search_never_hurts},
+        {"unloading_never_hurts", unloading_never_hurts},
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }

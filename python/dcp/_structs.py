@@ -30,7 +30,8 @@ class CostModel(ctypes.Structure):
 
 
 class Config(ctypes.Structure):
-    _fields_ = [("ranks", c_int32), ("max_tokens_per_rank", c_int64), ("min_cp", c_int32),
+    _fields_ = [("ranks", c_int32), ("max_tokens_per_rank", c_int64), ("sync_ranks", c_int32),
+                ("min_cp", c_int32),
                 ("max_cp", c_int32), ("microbatch_multiple", c_int32),
                 ("pad_multiple_cp1", c_int32), ("pad_multiple", c_int32), ("cost", CostModel),
                 ("strategy", c_enum), ("improve_moves", c_int32), ("allocator", Allocator)]
@@ -49,8 +50,10 @@ class Plan(ctypes.Structure):
 
 
 class PlanStats(ctypes.Structure):
-    _fields_ = [("step_seconds", c_double), ("barrier_seconds", c_double),
-                ("lower_bound_seconds", c_double), ("efficiency", c_double),
+    _fields_ = [("step_seconds", c_double), ("dag_seconds", c_double),
+                ("barrier_seconds", c_double), ("lower_bound_seconds", c_double),
+                ("efficiency", c_double), ("dag_lower_bound_seconds", c_double),
+                ("barrier_lower_bound_seconds", c_double), ("sync_ranks", c_int32),
                 ("busy_seconds", c_double), ("num_microbatches", c_int32),
                 ("num_groups", c_int32), ("idle_rank_microbatches", c_int32),
                 ("samples_per_cp_level", c_int32 * CP_LEVELS), ("valid_tokens", c_int64),

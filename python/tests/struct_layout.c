@@ -28,6 +28,7 @@ static void planner_structs(void)
     SIZE(dcp_config);
     FIELD(dcp_config, ranks);
     FIELD(dcp_config, max_tokens_per_rank);
+    FIELD(dcp_config, sync_ranks);
     FIELD(dcp_config, min_cp);
     FIELD(dcp_config, max_cp);
     FIELD(dcp_config, microbatch_multiple);
@@ -53,9 +54,13 @@ static void planner_structs(void)
     FIELD(dcp_plan, group_samples);
     SIZE(dcp_plan_stats);
     FIELD(dcp_plan_stats, step_seconds);
+    FIELD(dcp_plan_stats, dag_seconds);
     FIELD(dcp_plan_stats, barrier_seconds);
     FIELD(dcp_plan_stats, lower_bound_seconds);
     FIELD(dcp_plan_stats, efficiency);
+    FIELD(dcp_plan_stats, dag_lower_bound_seconds);
+    FIELD(dcp_plan_stats, barrier_lower_bound_seconds);
+    FIELD(dcp_plan_stats, sync_ranks);
     FIELD(dcp_plan_stats, busy_seconds);
     FIELD(dcp_plan_stats, num_microbatches);
     FIELD(dcp_plan_stats, num_groups);
