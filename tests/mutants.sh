@@ -79,6 +79,6 @@ PY
         killed=$((killed + 1))
     fi
 done
-[ "$gpu" -eq 0 ] && echo "no CUDA device: skipped (the mutants above were only applied)"
+[ "$gpu" -eq 0 ] && echo "no CUDA device: skipped (the mutants above were not run)"
 echo "$killed killed, $survived survived, $broken broken"
 [ "$survived" -eq 0 ] && [ "$broken" -eq 0 ]
