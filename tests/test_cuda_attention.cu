@@ -114,7 +114,7 @@ static void step_run(const step_case *c, uint64_t stream)
        the gradients start random, both sides add into them */
     {
         float *out_rounded = host_floats(&a, qn);
-        float *dq0, *dk0, *dv0, *again;
+        float *dq0, *dk0, *dv0;
         int64_t i;
         for (i = 0; i < qn; i++) out_rounded[i] = out_ref[i] == out_ref[i] ? round_to(c->dtype, out_ref[i]) : 0.0f;
         dout = random_values(&a, &rng, c->dtype, qn);
@@ -143,8 +143,26 @@ static void step_run(const step_case *c, uint64_t stream)
         CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dq_dev, qn), dq, qn, GRAD_RTOL));
         CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn), dk, kn, GRAD_RTOL));
         CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dv_dev, kn), dv, kn, GRAD_RTOL));
-        /* bitwise reproducible: the same call from the same start gives the same bits */
-        again = download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn);
+        /* deterministic = 1 is bitwise reproducible: the same call from the same start gives
+           the same bits in dq, dk and dv */
+        {
+            float *first[3];
+            first[0] = download(&a, DCP_DTYPE_FLOAT32, dq_dev, qn);
+            first[1] = download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn);
+            first[2] = download(&a, DCP_DTYPE_FLOAT32, dv_dev, kn);
+            CUDA_TEST_CALL(cudaMemcpy(dq_dev, dq0, (size_t)qn * 4, cudaMemcpyHostToDevice));
+            CUDA_TEST_CALL(cudaMemcpy(dk_dev, dk0, (size_t)kn * 4, cudaMemcpyHostToDevice));
+            CUDA_TEST_CALL(cudaMemcpy(dv_dev, dv0, (size_t)kn * 4, cudaMemcpyHostToDevice));
+            CHECK_EQ(dcp_cuda_attention_backward(
+                         &p, &t.device, &view, c->dtype, dq_in, dk_in, dv_in, d_outx, d_dout,
+                         (const float *)d_lse, (float *)dq_dev, (float *)dk_dev,
+                         (float *)dv_dev, 1, workspace, workspace_bytes, NULL, &error),
+                     DCP_OK);
+            CHECK(same_bits(download(&a, DCP_DTYPE_FLOAT32, dq_dev, qn), first[0], qn));
+            CHECK(same_bits(download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn), first[1], kn));
+            CHECK(same_bits(download(&a, DCP_DTYPE_FLOAT32, dv_dev, kn), first[2], kn));
+        }
+        /* deterministic = 0 (dq by float atomics) against the reference too */
         CUDA_TEST_CALL(cudaMemcpy(dq_dev, dq0, (size_t)qn * 4, cudaMemcpyHostToDevice));
         CUDA_TEST_CALL(cudaMemcpy(dk_dev, dk0, (size_t)kn * 4, cudaMemcpyHostToDevice));
         CUDA_TEST_CALL(cudaMemcpy(dv_dev, dv0, (size_t)kn * 4, cudaMemcpyHostToDevice));
@@ -153,7 +171,9 @@ static void step_run(const step_case *c, uint64_t stream)
                                              (float *)dq_dev, (float *)dk_dev, (float *)dv_dev,
                                              0, workspace, workspace_bytes, NULL, &error),
                  DCP_OK);
-        CHECK(same_bits(download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn), again, kn));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dq_dev, qn), dq, qn, GRAD_RTOL));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn), dk, kn, GRAD_RTOL));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dv_dev, kn), dv, kn, GRAD_RTOL));
     }
     cuda_arena_free(&a);
 }
@@ -333,7 +353,8 @@ static float *lse_to_rank(cuda_arena *a, const test_layout *ring, const test_lay
     return local;
 }
 
-static void ring_run(int32_t cp, dcp_dtype dtype, int32_t causal, uint64_t stream)
+static void ring_run(int32_t cp, dcp_dtype dtype, int32_t causal, int32_t deterministic,
+                     uint64_t stream)
 {
     cuda_arena a;
     test_layout whole, ring;
@@ -364,7 +385,8 @@ static void ring_run(int32_t cp, dcp_dtype dtype, int32_t causal, uint64_t strea
     rows = ring.device.local_rows;
     qn = total * heads * D, kn = total * kv_heads * D;
     rqn = rows * heads * D, rkn = rows * kv_heads * D;
-    snprintf(label, sizeof label, "ring cp%d %s causal%d", (int)cp, dtype_name(dtype), (int)causal);
+    snprintf(label, sizeof label, "ring cp%d %s causal%d deterministic%d", (int)cp,
+             dtype_name(dtype), (int)causal, (int)deterministic);
     q = random_values(&a, &rng, dtype, qn);
     k = random_values(&a, &rng, dtype, kn);
     v = random_values(&a, &rng, dtype, kn);
@@ -442,7 +464,8 @@ static void ring_run(int32_t cp, dcp_dtype dtype, int32_t causal, uint64_t strea
         rdv[r] = (float *)dev_alloc(&a, (size_t)rkn * 4);
     }
     CHECK_EQ(dcp_cuda_virtual_ring_backward(&p, &ring.device, dtype, rq, rk, rv, rout, rdout,
-                                            rlse_c, rdq, rdk, rdv, 1, wsr, wsr_bytes, NULL, &error),
+                                            rlse_c, rdq, rdk, rdv, deterministic, wsr, wsr_bytes,
+                                            NULL, &error),
              DCP_OK);
     for (r = 0; r < cp; r++) {
         float *eq = to_rank(&a, &ring, &whole, r, dq1, (int64_t)heads * D);
@@ -469,7 +492,10 @@ static void virtual_ring(void)
     CUDA_TEST_REQUIRE_GPU();
     for (cp = 2; cp <= 8; cp *= 2)
         for (causal = 0; causal < 2; causal++) {
-            ring_run(cp, stream % 2 ? DCP_DTYPE_FLOAT16 : DCP_DTYPE_BFLOAT16, causal, stream);
+            /* both backward paths, each with and without the causal mask over the c values */
+            const int32_t deterministic = cp == 4 ? causal : !causal;
+            ring_run(cp, stream % 2 ? DCP_DTYPE_FLOAT16 : DCP_DTYPE_BFLOAT16, causal,
+                     deterministic, stream);
             stream++;
         }
 }
@@ -551,10 +577,48 @@ static void arguments_attention(void)
     }
 }
 
+/* The backward's own argument checks: the deterministic flag and the 16-byte alignment its
+   tile loads (cp.async) need of q, k, v and dout. */
+static void arguments_attention_backward(void)
+{
+    static const int32_t cu[] = {0, 10}, cu_padded[] = {0, 16};
+    dcp_cuda_layout layout;
+    dcp_attention_params p;
+    dcp_error error;
+    size_t bytes = 0;
+    char buffer[256] = {0};
+    char *b = buffer + (16 - (uintptr_t)buffer % 16) % 16;
+    float *f = (float *)b;
+    memset(&layout, 0, sizeof layout);
+    layout.thd.num_sequences = 1;
+    layout.thd.cu_seqlens = cu;
+    layout.thd.cu_seqlens_padded = cu_padded;
+    layout.thd.cp = 2;
+    layout.local_rows = 8;
+    layout.max_seqlen_padded = 16;
+    memset(&p, 0, sizeof p);
+    p.num_heads = 4;
+    p.head_dim = 64;
+    CHECK_EQ(dcp_cuda_attention_workspace_size(&p, &layout, &bytes, &error), DCP_OK);
+    CHECK_EQ(dcp_cuda_attention_backward(&p, &layout, NULL, DCP_DTYPE_FLOAT16, b, b, b, b, b + 8,
+                                         f, f, f, f, 0, b, bytes, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "16-byte aligned");
+    CHECK_EQ(dcp_cuda_attention_backward(&p, &layout, NULL, DCP_DTYPE_FLOAT16, b, b + 8, b, b, b,
+                                         f, f, f, f, 1, b, bytes, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "16-byte aligned");
+    CHECK_EQ(dcp_cuda_attention_backward(&p, &layout, NULL, DCP_DTYPE_FLOAT16, b, b, b, b, b, f,
+                                         f, f, f, -1, b, bytes, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "deterministic must be 0 or 1, got -1");
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
         {"arguments_attention", arguments_attention},
+        {"arguments_attention_backward", arguments_attention_backward},
         {"attention_steps", attention_steps},
         {"attention_long_pack", attention_long_pack},
         {"virtual_ring", virtual_ring},
