@@ -1642,26 +1642,55 @@ __device__ __forceinline__ void dcp_cuda__load_tile(T *tile, const T *head_base,
     }
 }
 
+/* c (16 x N) += A B^T for the k step kc: A a fragment (16 x 16), B N rows of shared memory,
+   row-major (ldmatrix; rows n, columns kc x 16 ..). */
+template <typename T, int N, int STRIDE>
+__device__ __forceinline__ void dcp_cuda__mma_abt_step(float (&c)[N / 8][4],
+                                                       const uint32_t (&af)[4], const T *b, int kc)
+{
+    static_assert(N % 16 == 0, "whole pairs of n blocks");
+    const int lane = threadIdx.x & 31, m8 = lane >> 3, r8 = lane & 7;
+#pragma unroll
+    for (int np = 0; np < N / 16; np++) {
+        uint32_t bf[4];
+        dcp_cuda__ldmatrix_x4(bf, b + (np * 16 + (m8 >> 1) * 8 + r8) * STRIDE + kc * 16 +
+                                      (m8 & 1) * 8);
+        dcp_cuda__mma<T>(c[2 * np], af, bf[0], bf[1]);
+        dcp_cuda__mma<T>(c[2 * np + 1], af, bf[2], bf[3]);
+    }
+}
+
+/* The A fragment (16 x 16) of k step kc from the warp's 16 rows of a row-major shared tile. */
+template <int STRIDE, typename T>
+__device__ __forceinline__ void dcp_cuda__a_fragment(uint32_t (&af)[4], const T *a, int kc)
+{
+    const int lane = threadIdx.x & 31, m8 = lane >> 3, r8 = lane & 7;
+    dcp_cuda__ldmatrix_x4(af, a + ((m8 & 1) * 8 + r8) * STRIDE + kc * 16 + (m8 >> 1) * 8);
+}
+
 /* c (16 x N) += A B^T with both operands in shared memory, row-major: A the warp's 16 rows of
-   K_DIM columns, B N rows of K_DIM columns (ldmatrix for both; the forward's S = Q K^T). */
+   K_DIM columns, B N rows of K_DIM columns (the backward's S^T = K Q^T, dP = dO V^T, ...). */
 template <typename T, int N, int K_DIM, int STRIDE>
 __device__ __forceinline__ void dcp_cuda__mma_abt(float (&c)[N / 8][4], const T *a, const T *b)
 {
-    static_assert(N % 16 == 0 && K_DIM % 16 == 0, "whole m16n8k16 steps");
-    const int lane = threadIdx.x & 31, m8 = lane >> 3, r8 = lane & 7;
+    static_assert(K_DIM % 16 == 0, "whole m16n8k16 k steps");
 #pragma unroll
     for (int kc = 0; kc < K_DIM / 16; kc++) {
         uint32_t af[4];
-        dcp_cuda__ldmatrix_x4(af, a + ((m8 & 1) * 8 + r8) * STRIDE + kc * 16 + (m8 >> 1) * 8);
-#pragma unroll
-        for (int np = 0; np < N / 16; np++) {
-            uint32_t bf[4];
-            dcp_cuda__ldmatrix_x4(bf, b + (np * 16 + (m8 >> 1) * 8 + r8) * STRIDE + kc * 16 +
-                                          (m8 & 1) * 8);
-            dcp_cuda__mma<T>(c[2 * np], af, bf[0], bf[1]);
-            dcp_cuda__mma<T>(c[2 * np + 1], af, bf[2], bf[3]);
-        }
+        dcp_cuda__a_fragment<STRIDE>(af, a, kc);
+        dcp_cuda__mma_abt_step<T, N, STRIDE>(c, af, b, kc);
     }
+}
+
+/* The same with A's fragments already in registers (the forward's Q, loaded once). */
+template <typename T, int N, int K_DIM, int STRIDE>
+__device__ __forceinline__ void dcp_cuda__mma_abt_frag(float (&c)[N / 8][4],
+                                                       const uint32_t (&af)[K_DIM / 16][4],
+                                                       const T *b)
+{
+    static_assert(K_DIM % 16 == 0, "whole m16n8k16 k steps");
+#pragma unroll
+    for (int kc = 0; kc < K_DIM / 16; kc++) dcp_cuda__mma_abt_step<T, N, STRIDE>(c, af[kc], b, kc);
 }
 
 /* c (16 x N) += P B: P (16 x K_DIM) from float accumulators of an earlier product, rounded
@@ -1699,6 +1728,69 @@ template <int R, int C> __device__ __forceinline__ void dcp_cuda__zero(float (&x
         for (int c = 0; c < C; c++) x[r][c] = 0.0f;
 }
 
+/* The smallest of v over the warp. */
+__device__ __forceinline__ int32_t dcp_cuda__warp_min(int32_t v)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+/* Rows are queries (C layout: rows g and g + 8 of the warp's 16, limit[0] and limit[1]),
+   columns the keys k0 + 0 .. 8 N - 1: a key at or past its row's limit becomes -inf, which
+   dcp_cuda__exp2_scaled turns into exactly 0. Only tiles that cross a limit need it. */
+template <int N>
+__device__ __forceinline__ void dcp_cuda__mask_keys(float (&sc)[N][4], int32_t k0,
+                                                    const int32_t (&limit)[2])
+{
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (k0 + n * 8 + 2 * t + (e & 1) >= limit[e >> 1]) sc[n][e] = -INFINITY;
+}
+
+/* Online softmax over one key tile of raw scores sc (rows as in dcp_cuda__mask_keys): the
+   running max (raw units) and sum of the lane's two rows are updated, o rescaled, and sc
+   replaced by P = 2^(s scale_log2 - max scale_log2) (one FFMA and one MUFU per element; a
+   fully masked row keeps max -inf and gets P = 0). */
+template <int N, int HB>
+__device__ __forceinline__ void dcp_cuda__softmax_update(float (&sc)[N][4], float (&o)[HB][4],
+                                                         float (&row_max)[2],
+                                                         float (&row_sum)[2], float scale_log2)
+{
+    float tile_max[2] = {row_max[0], row_max[1]}, bias[2];
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) tile_max[e >> 1] = fmaxf(tile_max[e >> 1], sc[n][e]);
+#pragma unroll
+    for (int row = 0; row < 2; row++) {
+        /* the four lanes of a row hold its columns */
+        tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 1));
+        tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 2));
+        bias[row] = tile_max[row] == -INFINITY ? 0.0f : tile_max[row] * scale_log2;
+        const float alpha = dcp_cuda__exp2_scaled(row_max[row], scale_log2, bias[row]);
+        row_max[row] = tile_max[row];
+        row_sum[row] *= alpha;
+#pragma unroll
+        for (int d = 0; d < HB; d++) {
+            o[d][2 * row] *= alpha;
+            o[d][2 * row + 1] *= alpha;
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            sc[n][e] = dcp_cuda__exp2_scaled(sc[n][e], scale_log2, bias[e >> 1]);
+            row_sum[e >> 1] += sc[n][e];
+        }
+}
+
+
 /* ------------------------------------------------------------------- attention forward
    Design (FlashAttention-2 on mma.sync). A block of 4 warps owns one schedule entry: a tile
    of 64 rows of one sequence's q view, for one query head (grid.y). Each warp owns 16 query
@@ -1717,71 +1809,45 @@ template <int R, int C> __device__ __forceinline__ void dcp_cuda__zero(float (&x
    -inf; rows outside the q view are not touched; tiles come longest sequence first from the
    schedule, so a pack of many short documents fills the GPU without any host round trip. */
 
-#define DCP_CUDA__ATTN_THREADS 128
-
 template <int D> constexpr size_t dcp_cuda__attn_smem(size_t element)
 {
-    return (size_t)5 * DCP_CUDA__TILE * (D + 8) * element; /* Q, 2 x K, 2 x V */
+    return (size_t)5 * dcp_cuda__attn_traits<D>::TILE_ELEMENTS * element; /* Q, 2 x K, 2 x V */
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
+__global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_forward_kernel(const dcp_cuda__attn_args a)
 {
-    constexpr int STRIDE = D + 8, CHUNKS = D / 8, TILE = DCP_CUDA__TILE;
+    using K = dcp_cuda__attn_traits<D>;
+    constexpr int TE = K::TILE_ELEMENTS;
     T *sq = reinterpret_cast<T *>(dcp_cuda__smem);
-    T *sk = sq + TILE * STRIDE;     /* [2][TILE][STRIDE] */
-    T *sv = sk + 2 * TILE * STRIDE; /* [2][TILE][STRIDE] */
-    if ((int32_t)blockIdx.x >= *a.count) return;
-    const int2 entry = a.entries[blockIdx.x];
+    T *sk = sq + TE;     /* [2][TILE_KEYS][STRIDE] */
+    T *sv = sk + 2 * TE; /* [2][TILE_KEYS][STRIDE] */
+    dcp_cuda__seq_view s;
+    int64_t q0;
+    if (!dcp_cuda__attn_tile_of(a, false, &s, &q0)) return;
     const int32_t head = blockIdx.y, kv_head = head / a.group;
-    const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, entry.x);
-    const int64_t q0 = s.q_begin + (int64_t)entry.y * TILE;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3, m8 = lane >> 3, r8 = lane & 7;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int m8 = lane >> 3, r8 = lane & 7;
     const int64_t q_stride = (int64_t)a.heads * D, kv_stride = (int64_t)a.kv_heads * D;
-    const T *qg = static_cast<const T *>(a.q) + (int64_t)head * D;
     const T *kg = static_cast<const T *>(a.k) + (int64_t)kv_head * D;
     const T *vg = static_cast<const T *>(a.v) + (int64_t)kv_head * D;
 
-    /* the keys this tile can see: the valid kv view rows, cut by causality */
-    const int64_t q_last = (q0 + TILE < s.q_valid ? q0 + TILE : s.q_valid) - 1;
-    int64_t k_stop = q_last >= q0 ? s.k_valid : s.k_begin;
-    if (a.causal && q_last >= q0) {
-        const int64_t q_max = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, q_last);
-        int64_t seen;
-        if (a.cp == 1) seen = q_max + 1;
-        else {
-            const int64_t h = s.padded / (2 * (int64_t)a.cp);
-            int64_t first = q_max - (int64_t)a.kv_rank * h + 1;
-            int64_t second = q_max - (2 * (int64_t)a.cp - 1 - a.kv_rank) * h + 1;
-            first = first < 0 ? 0 : first > h ? h : first;
-            second = second < 0 ? 0 : second > h ? h : second;
-            seen = first + second;
-        }
-        if (seen < k_stop) k_stop = seen;
-    }
+    /* the keys this tile can see end at its last valid row's limit (the largest) */
+    const int64_t q_last = (q0 + K::TILE_ROWS < s.q_valid ? q0 + K::TILE_ROWS : s.q_valid) - 1;
+    const int64_t k_stop = q_last >= q0 ? dcp_cuda__key_limit(a, s, q_last) : 0;
     const int32_t tiles =
-        k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + TILE - 1) / TILE) : 0;
+        k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + K::TILE_KEYS - 1) / K::TILE_KEYS) : 0;
 
-    for (int i = tid; i < TILE * CHUNKS; i += DCP_CUDA__ATTN_THREADS) {
-        const int r = i / CHUNKS, c = i - r * CHUNKS;
-        const int64_t local = q0 + r;
-        const bool ok = local < s.q_valid;
-        dcp_cuda__cp_async16(sq + r * STRIDE + c * 8,
-                             qg + (ok ? (s.offset + local) * q_stride + c * 8 : 0), ok ? 16 : 0);
-    }
+    dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
+        sq, static_cast<const T *>(a.q) + (int64_t)head * D, q_stride, s.offset, q0, s.q_valid);
     dcp_cuda__cp_async_commit();
     auto load_kv = [&](int32_t tile, int stage) {
-        const int64_t k0 = s.k_begin + (int64_t)tile * TILE;
-        for (int i = tid; i < TILE * CHUNKS; i += DCP_CUDA__ATTN_THREADS) {
-            const int r = i / CHUNKS, c = i - r * CHUNKS;
-            const int64_t local = k0 + r;
-            const bool ok = local < s.k_valid;
-            const int64_t at = ok ? (s.offset + local) * kv_stride + c * 8 : 0;
-            dcp_cuda__cp_async16(sk + (stage * TILE + r) * STRIDE + c * 8, kg + at, ok ? 16 : 0);
-            dcp_cuda__cp_async16(sv + (stage * TILE + r) * STRIDE + c * 8, vg + at, ok ? 16 : 0);
-        }
+        const int64_t k0 = s.k_begin + (int64_t)tile * K::TILE_KEYS;
+        dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(sk + stage * TE, kg, kv_stride,
+                                                            s.offset, k0, s.k_valid);
+        dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(sv + stage * TE, vg, kv_stride,
+                                                            s.offset, k0, s.k_valid);
     };
     if (tiles > 0) load_kv(0, 0);
     dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
@@ -1791,22 +1857,17 @@ __global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
     uint32_t qf[D / 16][4];
 #pragma unroll
     for (int kc = 0; kc < D / 16; kc++)
-        dcp_cuda__ldmatrix_x4(qf[kc], sq + (warp * 16 + (m8 & 1) * 8 + r8) * STRIDE + kc * 16 +
-                                          (m8 >> 1) * 8);
-    /* this lane's two query rows */
-    int64_t q_index[2], q_pos[2];
-    bool q_ok[2];
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        q_index[e] = q0 + warp * 16 + g + 8 * e;
-        q_ok[e] = q_index[e] < s.q_valid;
-        q_pos[e] = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, q_index[e]);
-    }
-    float o[D / 8][4], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int d = 0; d < D / 8; d++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[d][e] = 0.0f;
+        dcp_cuda__ldmatrix_x4(qf[kc], sq + (warp * K::WARP_ROWS + (m8 & 1) * 8 + r8) * K::STRIDE +
+                                          kc * 16 + (m8 >> 1) * 8);
+    /* this lane's two query rows and their key limits; a key tile needs the mask only when it
+       reaches past the smallest limit of the warp's 16 rows: the tiles on the diagonal and at
+       the end of the valid keys (and every tile of a warp with an invalid row) */
+    const int64_t warp_q0 = q0 + warp * K::WARP_ROWS;
+    const int32_t limit[2] = {dcp_cuda__key_limit(a, s, warp_q0 + g),
+                              dcp_cuda__key_limit(a, s, warp_q0 + g + 8)};
+    const int32_t unmasked_end = dcp_cuda__warp_min(min(limit[0], limit[1]));
+    float o[K::HEAD_BLOCKS][4], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    dcp_cuda__zero(o);
 
     for (int32_t tile = 0; tile < tiles; tile++) {
         const int stage = tile & 1;
@@ -1814,75 +1875,14 @@ __global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
         dcp_cuda__cp_async_commit();
         dcp_cuda__cp_async_wait<1>(); /* tile `tile` has landed */
         __syncthreads();
-        const T *ks = sk + stage * TILE * STRIDE, *vs = sv + stage * TILE * STRIDE;
-        const int64_t k0 = s.k_begin + (int64_t)tile * TILE;
-        float sc[8][4];
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) sc[n][e] = 0.0f;
-#pragma unroll
-        for (int kc = 0; kc < D / 16; kc++)
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                uint32_t b[4];
-                dcp_cuda__ldmatrix_x4(b, ks + (np * 16 + (m8 >> 1) * 8 + r8) * STRIDE + kc * 16 +
-                                             (m8 & 1) * 8);
-                dcp_cuda__mma<T>(sc[2 * np], qf[kc], b[0], b[1]);
-                dcp_cuda__mma<T>(sc[2 * np + 1], qf[kc], b[2], b[3]);
-            }
-        /* mask by position and scale into base 2 */
-        float tile_max[2] = {row_max[0], row_max[1]};
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t key = k0 + n * 8 + 2 * t + (e & 1);
-                const int row = e >> 1;
-                bool visible = q_ok[row] && key < s.k_valid;
-                if (visible && a.causal)
-                    visible = dcp_cuda__zigzag(s.padded, a.cp, a.kv_rank, key) <= q_pos[row];
-                sc[n][e] = visible ? sc[n][e] * a.scale_log2 : -INFINITY;
-                tile_max[row] = fmaxf(tile_max[row], sc[n][e]);
-            }
-        float base[2], alpha[2];
-#pragma unroll
-        for (int row = 0; row < 2; row++) {
-            tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 1));
-            tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 2));
-            base[row] = tile_max[row] == -INFINITY ? 0.0f : tile_max[row];
-            alpha[row] = exp2f(row_max[row] - base[row]);
-            row_max[row] = tile_max[row];
-            row_sum[row] *= alpha[row];
-        }
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                sc[n][e] = exp2f(sc[n][e] - base[e >> 1]);
-                row_sum[e >> 1] += sc[n][e];
-            }
-#pragma unroll
-        for (int d = 0; d < D / 8; d++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[d][e] *= alpha[e >> 1];
-        /* O += P V, P from the S accumulators (C layout = A layout of the next mma) */
-#pragma unroll
-        for (int kc = 0; kc < 4; kc++) {
-            uint32_t pa[4];
-            pa[0] = dcp_cuda__pack2<T>(sc[2 * kc][0], sc[2 * kc][1]);
-            pa[1] = dcp_cuda__pack2<T>(sc[2 * kc][2], sc[2 * kc][3]);
-            pa[2] = dcp_cuda__pack2<T>(sc[2 * kc + 1][0], sc[2 * kc + 1][1]);
-            pa[3] = dcp_cuda__pack2<T>(sc[2 * kc + 1][2], sc[2 * kc + 1][3]);
-#pragma unroll
-            for (int dp = 0; dp < D / 16; dp++) {
-                uint32_t b[4];
-                dcp_cuda__ldmatrix_x4_trans(b, vs + (kc * 16 + (m8 & 1) * 8 + r8) * STRIDE +
-                                                   dp * 16 + (m8 >> 1) * 8);
-                dcp_cuda__mma<T>(o[2 * dp], pa, b[0], b[1]);
-                dcp_cuda__mma<T>(o[2 * dp + 1], pa, b[2], b[3]);
-            }
-        }
+        const T *ks = sk + stage * TE, *vs = sv + stage * TE;
+        const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
+        float sc[K::KEY_BLOCKS][4];
+        dcp_cuda__zero(sc);
+        dcp_cuda__mma_abt_frag<T, K::TILE_KEYS, D, K::STRIDE>(sc, qf, ks);
+        if (k0 + K::TILE_KEYS > unmasked_end) dcp_cuda__mask_keys(sc, k0, limit);
+        dcp_cuda__softmax_update(sc, o, row_max, row_sum, a.scale_log2);
+        dcp_cuda__mma_pb<T, K::TILE_KEYS, D, K::STRIDE>(o, sc, vs); /* O += P V */
         __syncthreads(); /* this stage is free for the load two tiles ahead */
     }
     dcp_cuda__cp_async_wait<0>();
@@ -1893,12 +1893,13 @@ __global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
         float sum = row_sum[row];
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        if (q_index[row] >= s.q_end) continue;
-        const int64_t out_row = s.offset + q_index[row];
+        const int64_t index = warp_q0 + g + 8 * row;
+        if (index >= s.q_end) continue;
+        const int64_t out_row = s.offset + index;
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         const int64_t at = (out_row * a.heads + head) * D + 2 * t;
 #pragma unroll
-        for (int d = 0; d < D / 8; d++) {
+        for (int d = 0; d < K::HEAD_BLOCKS; d++) {
             const float x = o[d][2 * row] * inv, y = o[d][2 * row + 1] * inv;
             if (a.out_fp32)
                 *reinterpret_cast<float2 *>(static_cast<float *>(a.o) + at + d * 8) =
@@ -1909,7 +1910,8 @@ __global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
         }
         if (t == 0)
             a.lse_out[(int64_t)head * a.rows + out_row] =
-                sum > 0.0f ? (row_max[row] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+                sum > 0.0f ? (row_max[row] * a.scale_log2 + log2f(sum)) * 0.69314718055994531f
+                           : -INFINITY;
     }
 }
 
@@ -2247,6 +2249,8 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
 #pragma unroll
     for (int e = 0; e < 2; e++)
         row[e] = dcp_cuda__bwd_row_of(a, s, head, q0 + warp * K::WARP_ROWS + g + 8 * e);
+    const int32_t limit[2] = {row[0].limit, row[1].limit};
+    const int32_t unmasked_end = dcp_cuda__warp_min(min(limit[0], limit[1])); /* as the forward */
     const T *q_rows = sq + warp * K::WARP_ROWS * K::STRIDE;
     const T *do_rows = sdo + warp * K::WARP_ROWS * K::STRIDE;
     float dq[K::HEAD_BLOCKS][4];
@@ -2265,15 +2269,14 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         dcp_cuda__zero(ds);
         dcp_cuda__mma_abt<T, K::TILE_KEYS, D, K::STRIDE>(p, q_rows, ks);
         dcp_cuda__mma_abt<T, K::TILE_KEYS, D, K::STRIDE>(ds, do_rows, vs);
+        if (k0 + K::TILE_KEYS > unmasked_end) dcp_cuda__mask_keys(p, k0, limit);
 #pragma unroll
         for (int n = 0; n < K::KEY_BLOCKS; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const dcp_cuda__bwd_row &r = row[e >> 1];
-                const float pe = k0 + n * 8 + 2 * t + (e & 1) < r.limit
-                                     ? dcp_cuda__exp2_scaled(p[n][e], a.scale_log2, r.lse_log2)
-                                     : 0.0f;
-                ds[n][e] = pe * (ds[n][e] - r.delta);
+                ds[n][e] = dcp_cuda__exp2_scaled(p[n][e], a.scale_log2, r.lse_log2) *
+                           (ds[n][e] - r.delta);
             }
         dcp_cuda__mma_pb<T, K::TILE_KEYS, D, K::STRIDE>(dq, ds, ks);
         __syncthreads(); /* this stage is free for the load two tiles ahead */
@@ -2400,7 +2403,7 @@ static dcp_status dcp_cuda__attn_forward_launch(dcp_cuda__attn_args a, int64_t c
     DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_forward_kernel<T, D>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)shared));
-    dcp_cuda__attn_forward_kernel<T, D><<<grid, DCP_CUDA__ATTN_THREADS, shared, s>>>(a);
+    dcp_cuda__attn_forward_kernel<T, D><<<grid, dcp_cuda__attn_traits<D>::THREADS, shared, s>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
     return dcp_error_clear(error);
 }
