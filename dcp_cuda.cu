@@ -2092,9 +2092,17 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     float *slse = reinterpret_cast<float *>(sds + K::TILE_ROWS * K::DS_STRIDE); /* [2][TILE_ROWS] */
     float *sdelta = slse + 2 * K::TILE_ROWS;
     int32_t *slimit = reinterpret_cast<int32_t *>(sdelta + 2 * K::TILE_ROWS);
-    dcp_cuda__seq_view s;
+    /* the sequence view lives in shared memory: read where used, it frees the registers the
+       dK, dV accumulators need (ptxas spilled with it in registers) */
+    __shared__ dcp_cuda__seq_view s;
     int64_t k0;
-    if (!dcp_cuda__attn_tile_of(a, true, &s, &k0) || k0 >= s.k_valid) return; /* padding only */
+    {
+        dcp_cuda__seq_view view;
+        if (!dcp_cuda__attn_tile_of(a, true, &view, &k0) || k0 >= view.k_valid)
+            return; /* padding keys only */
+        if (threadIdx.x == 0) s = view;
+        __syncthreads();
+    }
     const int32_t kv_head = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int64_t q_stride = (int64_t)a.heads * D, kv_stride = (int64_t)a.kv_heads * D;
