@@ -23,7 +23,7 @@ CUDA_INCLUDE := -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart
 NCCL_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lnccl
 
-CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_comm
+CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_comm test_tolerance
 HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-nvcc \
                  $(BUILD)/header-no-reference
 GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels $(BUILD)/test_cuda_attention
@@ -31,7 +31,7 @@ TEST_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(HEADE
                  $(GPU_TESTS) $(BUILD)/test_nccl_gpu
 COMPILE_CHECKS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o
 
-.PHONY: all test demo bench fuzz clean sanitize-gpu test-gpu ring-example
+.PHONY: all test demo bench fuzz clean sanitize-gpu test-gpu ring-example test-seeds
 
 GPU_BENCHES := $(BUILD)/kernels_bench $(BUILD)/attention_bench $(BUILD)/libdcp_cuda.so
 
@@ -53,6 +53,9 @@ $(BUILD)/test_%: tests/test_%.c tests/test.h dcp.h | $(BUILD)
 $(BUILD)/test_%-san: tests/test_%.c tests/test.h dcp.h | $(BUILD)
 	$(CC) -std=c99 $(WARNINGS) $(SANITIZE) $< -o $@ -lm
 
+# The GPU tests' comparison rule, tested on the CPU.
+$(BUILD)/test_tolerance $(BUILD)/test_tolerance-san: tests/tolerance.h
+
 # dcp.h as C99, as C++ and under nvcc, all warnings as errors.
 $(BUILD)/header-c99: tests/test_header.c tests/test.h dcp.h | $(BUILD)
 	$(CC) $(C_FLAGS) $< -o $@ -lm
@@ -70,8 +73,8 @@ $(BUILD)/dcp_cuda.o: dcp_cuda.cu dcp.h | $(BUILD)
 $(BUILD)/test_cuda: tests/test_cuda.cu tests/test.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
 
-$(BUILD)/test_cuda_%: tests/test_cuda_%.cu tests/test.h tests/cuda_test_util.h dcp.h \
-                      $(BUILD)/dcp_cuda.o | $(BUILD)
+$(BUILD)/test_cuda_%: tests/test_cuda_%.cu tests/test.h tests/cuda_test_util.h tests/tolerance.h \
+                      dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
 
 # GPU benches (built by `make`, run by hand where a GPU exists; see bench/RESULTS.md).
@@ -106,7 +109,8 @@ $(BUILD)/nccl-nvcc.o: tests/test_nccl_compile.c dcp_nccl.h dcp.h | $(BUILD)
 
 # dcp_nccl.h's one-rank GPU test (in `make test`; it prints "no CUDA device: skipped" without
 # a GPU) and the multi-GPU ring-attention example (built by `make`; run one process per GPU).
-$(BUILD)/test_nccl_gpu.o: tests/test_nccl_gpu.cu tests/test.h dcp.h dcp_nccl.h | $(BUILD)
+$(BUILD)/test_nccl_gpu.o: tests/test_nccl_gpu.cu tests/test.h tests/tolerance.h dcp.h dcp_nccl.h \
+                         | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 $(BUILD)/test_nccl_gpu: $(BUILD)/test_nccl_gpu.o $(BUILD)/dcp_cuda.o
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(NCCL_LIBS)
@@ -120,6 +124,17 @@ test-gpu: $(GPU_TESTS) $(BUILD)/test_nccl_gpu
 	sh tests/run_tests.sh $(GPU_TESTS) $(BUILD)/test_nccl_gpu
 
 ring-example: $(BUILD)/ring_attention_nccl
+
+# Every randomized test under SEEDS seeds (DCP_TEST_SEED = SEED_FIRST, SEED_FIRST + 1, ...;
+# logs in build/seeds/); fails if any seed fails. On a GPU machine add DCP_TEST_NO_SKIPS=1 so
+# that a skipped GPU test fails too: `make test-seeds SEEDS=20 DCP_TEST_NO_SKIPS=1`.
+SEEDS ?= 20
+SEED_FIRST ?= 1
+DCP_TEST_NO_SKIPS ?= 0
+SEEDED_TESTS := $(CPU_TESTS:%=$(BUILD)/%) $(GPU_TESTS) $(BUILD)/test_nccl_gpu
+test-seeds: $(SEEDED_TESTS)
+	SEED_FIRST=$(SEED_FIRST) SEED_LOGS=$(BUILD)/seeds DCP_TEST_NO_SKIPS=$(DCP_TEST_NO_SKIPS) \
+	    sh tests/run_seeds.sh $(SEEDS) $(SEEDED_TESTS)
 
 test: all
 	sh tests/run_tests.sh $(TEST_PROGRAMS) tests/test_cli.sh

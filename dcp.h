@@ -115,6 +115,8 @@
                                                   restored on every path (run: callback form)
        dcp_reroute_op_get(list, i, elem, &op, err)  a transfer in bytes and buffer offsets
        dcp_reroute_check(list, n, rows, K, rows, err)  transfers against the caller's buffers
+       dcp_reroute_rows_written(list, K, rows, err)  per microbatch, the rows the list writes:
+                                                  the smallest buffer dcp_reroute_check takes
        dcp_ring_exchange_plan(cp, r, s, &x, err)  peers, KV and dK/dV slots of a ring step
        dcp_ring_scratch_layout(shape, pass, &s, err)  scratch regions of a ring pass
        dcp_metadata_chunks(length, chunk, &n, err)  length check of a metadata broadcast
@@ -682,10 +684,18 @@ DCPDEF dcp_status dcp_reroute_op_get(const dcp_reroute *reroute, int32_t index,
                                      size_t element_size, dcp_reroute_op *op, dcp_error *error);
 /* Checks every transfer against buffers the caller holds: samples in [0, num_samples),
    microbatches in [0, num_microbatches), and, when microbatch_rows is not NULL, destination
-   rows inside microbatch_rows[k]; sample_rows likewise for source positions (may be NULL). */
+   rows inside microbatch_rows[k]; sample_rows likewise for source positions (may be NULL).
+   A buffer needs AT LEAST the rows the list writes into it (dcp_reroute_rows_written), not
+   exactly the plan's rows: one allocated for the largest microbatch serves every one. */
 DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samples,
                                     const int64_t *sample_rows, int32_t num_microbatches,
                                     const int64_t *microbatch_rows, dcp_error *error);
+/* rows[k] = 1 + the last row of microbatch k that the list's receives and local copies write
+   (0 when none), for k in [0, num_microbatches): the smallest microbatch_rows that
+   dcp_reroute_check accepts. At most the plan's local_rows (dcp_plan_rank_group): the rows
+   after the last valid token are padding, which no transfer writes. No allocation. */
+DCPDEF dcp_status dcp_reroute_rows_written(const dcp_reroute *reroute, int32_t num_microbatches,
+                                           int64_t *rows, dcp_error *error);
 
 /* The ring of a group of cp ranks, as the NCCL layer runs it: step s of rank r computes with
    the KV of rank (r - s) mod cp (dcp_ring_step_plan's kv_rank) while the KV of step s + 1
@@ -5732,6 +5742,27 @@ DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samp
                 (long long)t->destination_row,
                 (long long)(t->destination_row + t->source_end - t->source_begin),
                 (int)t->microbatch, (long long)microbatch_rows[t->microbatch]);
+    }
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_reroute_rows_written(const dcp_reroute *reroute, int32_t num_microbatches,
+                                           int64_t *rows, dcp_error *error)
+{
+    dcp_status status;
+    int32_t i;
+    if (num_microbatches > 0 && !rows)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "rows must not be NULL for %d microbatches", (int)num_microbatches);
+    /* every transfer valid and in range; samples are not this function's business */
+    status = dcp_reroute_check(reroute, INT32_MAX, NULL, num_microbatches, NULL, error);
+    if (status != DCP_OK) return status;
+    for (i = 0; i < num_microbatches; i++) rows[i] = 0;
+    for (i = 0; i < reroute->count; i++) {
+        const dcp_transfer *t = &reroute->transfers[i];
+        const int64_t end = t->destination_row + (t->source_end - t->source_begin);
+        if (t->kind != DCP_TRANSFER_SEND && end > rows[t->microbatch])
+            rows[t->microbatch] = end; /* the bound dcp_reroute_check applies, empty ones too */
     }
     return dcp_error_clear(error);
 }

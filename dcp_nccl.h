@@ -101,7 +101,8 @@
                                         (bytes as ncclUint8; zero-byte transfers skipped by
                                         both sides), local copies with cudaMemcpyAsync,
                                         destination buffers zeroed first when their rows are
-                                        given (padding rows must be zero)
+                                        given (padding rows must be zero); every argument and
+                                        every destination checked before anything is enqueued
    Ring attention over a binding's group
        dcp_nccl_ring_scratch_size(params, layout, dtype, pass, &bytes, err)
        dcp_nccl_ring_forward(set, binding, params, layout, dtype, q, k, v, out, lse, scratch,
@@ -232,11 +233,17 @@ typedef struct dcp_nccl_reroute_buffers {
     const int64_t *sample_rows;         /* optional: tokens of each sample buffer, checked */
     int32_t num_microbatches;           /* entries of microbatch_data */
     void *const *microbatch_data;
-    const int64_t *microbatch_rows;     /* optional: rows of each microbatch buffer
-                                           (dcp_plan_rank_group's local_rows); when given,
-                                           every destination is checked and the buffers are
-                                           zeroed first, so padding rows end up 0 */
+    const int64_t *microbatch_rows;     /* optional: rows of each microbatch buffer; when given,
+                                           every destination is checked against them and the
+                                           first microbatch_rows[k] rows are zeroed first */
 } dcp_nccl_reroute_buffers;
+
+/* Contract of microbatch_rows: AT LEAST the rows the list writes into each buffer
+   (dcp_reroute_rows_written), not equal to the plan's rows -- one buffer sized for the largest
+   microbatch serves every microbatch. A buffer too small for a destination is refused with
+   DCP_ERROR_INVALID_ARGUMENT (naming the transfer, the microbatch and its rows) before
+   anything is enqueued: no zeroing, no copy, no send. Pass dcp_plan_rank_group's local_rows
+   to have every padding row zeroed; rows past microbatch_rows[k] are left as they are. */
 
 DCP_NCCL_DEF dcp_status dcp_nccl_reroute_execute(dcp_nccl_set *set, const dcp_reroute *reroute,
                                                  const dcp_nccl_reroute_buffers *buffers,

@@ -1,11 +1,9 @@
 /* cuda_test_util.h - helpers shared by the GPU tests (tests/test_cuda_*.cu): device buffers
    freed together, float32 <-> bfloat16 / float16 on the host, random THD layouts, a fresh
    seed per run (printed; DCP_TEST_SEED=N repeats one), NaN poisoning, and the comparison
-   against the CPU references.
-
-   Comparison: |got - ref| <= rtol (|ref| + rms(ref)) per element, so the bound is relative
-   to each element and to the tensor's scale (an element that cancels to ~0 is held to the
-   tensor's scale, not to itself); NaN or Inf where the reference is finite always fails. */
+   against the CPU references: compare(what, got, ref, count, tolerance), the one rule of
+   tests/tolerance.h (norm-wise relative error plus a max-abs bound scaled to the data), with
+   its presets tolerance_of(dtype), tolerance_sum(), tolerance_lse(), tolerance_exact(). */
 #ifndef DCP_CUDA_TEST_UTIL_H
 #define DCP_CUDA_TEST_UTIL_H
 
@@ -16,6 +14,7 @@
 #include <time.h>
 
 #include "test.h"
+#include "tolerance.h"
 
 #define CUDA_TEST_MAX_BUFFERS 1024
 
@@ -41,21 +40,10 @@ static int cuda_test_gpu(void)
         }                                                                                      \
     } while (0)
 
-static uint64_t cuda_test_seed_value;
-
 /* One seed per run, from the clock unless DCP_TEST_SEED is set; printed so a failure repeats. */
 static uint64_t cuda_test_seed(void)
 {
-    static int printed;
-    if (!printed) {
-        const char *env = getenv("DCP_TEST_SEED");
-        cuda_test_seed_value = env ? (uint64_t)strtoull(env, NULL, 10)
-                                   : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
-        printf("seed %llu (repeat with DCP_TEST_SEED=%llu)\n",
-               (unsigned long long)cuda_test_seed_value, (unsigned long long)cuda_test_seed_value);
-        printed = 1;
-    }
-    return cuda_test_seed_value;
+    return test_seed((uint64_t)time(NULL) ^ ((uint64_t)clock() << 20));
 }
 
 /* A generator per test, derived from the run's seed and the test's own number. */
@@ -228,47 +216,7 @@ static float *random_values(cuda_arena *a, dcp_rng *rng, dcp_dtype dtype, int64_
 
 /* -------------------------------------------------------------------------- comparison */
 
-/* 1 when every element is within rtol (|ref| + rms(ref)); prints the worst ones otherwise. */
-static int compare(const char *what, const float *got, const float *ref, int64_t count,
-                   double rtol)
-{
-    double sum = 0.0, worst = 0.0, rms;
-    int64_t i, bad = 0, worst_at = -1;
-    for (i = 0; i < count; i++)
-        if (isfinite(ref[i])) sum += (double)ref[i] * ref[i];
-    rms = count > 0 ? sqrt(sum / (double)count) : 0.0;
-    for (i = 0; i < count; i++) {
-        const double r = ref[i], g = got[i];
-        const double bound = rtol * (fabs(r) + rms);
-        double err;
-        if (!isfinite(r)) {
-            if (!(g == r || (r != r && g != g))) { /* -inf must stay -inf */
-                if (bad < 5)
-                    fprintf(stderr, "  %s[%lld]: got %.9g, expected %.9g\n", what, (long long)i,
-                            g, r);
-                bad++;
-            }
-            continue;
-        }
-        err = fabs(g - r);
-        if (!(err <= bound)) {
-            if (bad < 5)
-                fprintf(stderr, "  %s[%lld]: got %.9g, expected %.9g (err %.3g > %.3g)\n", what,
-                        (long long)i, g, r, err, bound);
-            bad++;
-        }
-        if (err / (fabs(r) + rms + 1e-300) > worst || !(err == err)) {
-            worst = err / (fabs(r) + rms + 1e-300);
-            worst_at = i;
-        }
-    }
-    if (bad)
-        fprintf(stderr, "%s: %lld of %lld elements off (rtol %g; worst relative %.3g at %lld; "
-                        "seed %llu)\n",
-                what, (long long)bad, (long long)count, rtol, worst, (long long)worst_at,
-                (unsigned long long)cuda_test_seed_value);
-    return bad == 0;
-}
+/* compare() and the tolerances: tests/tolerance.h. */
 
 /* Bitwise equality of two host float arrays. */
 static TEST_MAYBE_UNUSED int same_bits(const float *a, const float *b, int64_t count)

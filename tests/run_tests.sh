@@ -2,6 +2,8 @@
 # Runs every test program given on the command line, shows their output, and ends with the
 # plain line "N passed, M failed" summed over all of them (skipped tests are counted apart).
 # A program that crashes or exits non-zero without a summary line counts as one failure.
+# DCP_TEST_NO_SKIPS=1 (on a machine with a GPU: every GPU test must run) makes any skipped
+# test a failure.
 passed=0 failed=0 skipped=0
 for program in "$@"; do
     echo "== $program"
@@ -27,5 +29,9 @@ for program in "$@"; do
 done
 echo "== total"
 [ "$skipped" -gt 0 ] && echo "$skipped skipped"
+if [ "$skipped" -gt 0 ] && [ "${DCP_TEST_NO_SKIPS:-0}" = 1 ]; then
+    echo "DCP_TEST_NO_SKIPS=1: $skipped skipped tests count as failures"
+    failed=$((failed + skipped))
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -3,11 +3,16 @@
    A test is a void function; checks print file:line and both values when they fail and let
    the test continue. test_main() runs the tests named on the command line (substring match;
    all when none), prints one line per test and ends with the plain line "N passed, M failed"
-   that tests/run_tests.sh adds up. A test may call test_skip("why") to count as skipped. */
+   that tests/run_tests.sh adds up. A test may call test_skip("why") to count as skipped.
+   Randomized tests seed their generators with test_seed_for(their fixed seed) (the GPU tests:
+   test_seed(a clock-derived seed)); DCP_TEST_SEED=N shifts every fixed seed by N (replaces the
+   GPU tests' clock), `make test-seeds` runs the suite under many N, and the seed in force is
+   printed once per program, so that any failure repeats. */
 #ifndef DCP_TEST_H
 #define DCP_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +68,27 @@ static const char *test_skip_reason;
 #endif
 
 static TEST_MAYBE_UNUSED void test_skip(const char *reason) { test_skip_reason = reason; }
+
+static uint64_t test_seed_value;
+static int test_seed_printed;
+
+/* The run's seed: DCP_TEST_SEED when it is set, else `fallback` (a program's fixed seed).
+   The first call prints it, so that every failure can be repeated. */
+static TEST_MAYBE_UNUSED uint64_t test_seed(uint64_t fallback)
+{
+    if (!test_seed_printed) {
+        const char *env = getenv("DCP_TEST_SEED");
+        test_seed_value = env && *env ? (uint64_t)strtoull(env, NULL, 10) : fallback;
+        printf("seed %llu (repeat with DCP_TEST_SEED=%llu)\n",
+               (unsigned long long)test_seed_value, (unsigned long long)test_seed_value);
+        test_seed_printed = 1;
+    }
+    return test_seed_value;
+}
+
+/* The seed of a CPU test's generator: its own fixed seed, shifted by DCP_TEST_SEED (0 when
+   unset, so a plain run is the fixed one). */
+static TEST_MAYBE_UNUSED uint64_t test_seed_for(uint64_t fixed) { return test_seed(0) + fixed; }
 
 typedef struct test_case {
     const char *name;

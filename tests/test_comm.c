@@ -103,7 +103,7 @@ static void plan_groups_map_to_split_communicators(void)
 {
     dcp_rng rng;
     int w;
-    dcp_rng_seed(&rng, SIMULATION_SEED);
+    dcp_rng_seed(&rng, test_seed_for(SIMULATION_SEED));
     for (w = 0; w < 40; w++) {
         dcp_plan *plan = random_plan(&rng, w < 10 ? 64 : 24, 80);
         int32_t D, k, rank;
@@ -439,7 +439,7 @@ static void reroute_ops_pair_like_nccl(void)
 {
     dcp_rng rng;
     int w;
-    dcp_rng_seed(&rng, SIMULATION_SEED + 1);
+    dcp_rng_seed(&rng, test_seed_for(SIMULATION_SEED) + 1);
     for (w = 0; w < 40; w++) {
         dcp_plan *plan = random_plan(&rng, w < 8 ? 48 : 16, w < 8 ? 120 : 40);
         int32_t *holders, s;
@@ -460,7 +460,7 @@ static void reroute_ops_reject_bad_input(void)
     dcp_reroute list;
     dcp_reroute_op op;
     dcp_error error;
-    int64_t sample_rows[2] = {10, 10}, microbatch_rows[1] = {8};
+    int64_t sample_rows[2] = {10, 10}, microbatch_rows[1] = {8}, written[1] = {-1};
     memset(&list, 0, sizeof list);
     memset(transfers, 0, sizeof transfers);
     list.count = 2;
@@ -484,6 +484,12 @@ static void reroute_ops_reject_bad_input(void)
     CHECK_EQ(dcp_reroute_op_get(&list, 0, 0, &op, &error), DCP_ERROR_INVALID_ARGUMENT);
     CHECK_EQ(dcp_reroute_op_get(&list, 0, SIZE_MAX / 2, &op, &error), DCP_ERROR_OVERFLOW);
     CHECK_EQ(dcp_reroute_check(&list, 2, sample_rows, 1, microbatch_rows, &error), DCP_OK);
+    CHECK_EQ(dcp_reroute_rows_written(&list, 1, written, &error), DCP_OK);
+    CHECK_EQ(written[0], 7); /* the receive writes rows 3..6; the send writes nothing here */
+    CHECK_EQ(dcp_reroute_rows_written(&list, 1, NULL, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "rows");
+    CHECK_EQ(dcp_reroute_rows_written(&list, 0, written, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "microbatch 0");
     microbatch_rows[0] = 6; /* rows 3..7 no longer fit */
     CHECK_EQ(dcp_reroute_check(&list, 2, sample_rows, 1, microbatch_rows, &error),
              DCP_ERROR_INVALID_ARGUMENT);
@@ -500,6 +506,61 @@ static void reroute_ops_reject_bad_input(void)
     transfers[1].source_end = -1;
     CHECK_EQ(dcp_reroute_check(&list, 2, NULL, 1, NULL, &error), DCP_ERROR_INVALID_ARGUMENT);
     CHECK_EQ(dcp_reroute_op_get(&list, 1, 2, &op, &error), DCP_ERROR_INVALID_ARGUMENT);
+}
+
+/* The bound on a microbatch buffer, on both sides, for every rank of random plans: a buffer
+   of exactly the rows the list writes is accepted, one row less is refused (naming the
+   microbatch), and what is written never exceeds the plan's local rows. dcp_nccl.h runs this
+   check before it enqueues anything. */
+static void reroute_buffer_bound_both_sides(void)
+{
+    dcp_rng rng;
+    int w;
+    dcp_rng_seed(&rng, test_seed_for(SIMULATION_SEED) + 3);
+    for (w = 0; w < 30; w++) {
+        dcp_plan *plan = random_plan(&rng, 16, 40);
+        int32_t *holders, s, a, k, K;
+        int64_t *written, *rows;
+        CHECK(plan != NULL);
+        if (!plan) continue;
+        K = plan->num_microbatches;
+        holders = (int32_t *)malloc((size_t)plan->num_samples * sizeof(int32_t));
+        written = (int64_t *)malloc(((size_t)K + 1) * sizeof(int64_t));
+        rows = (int64_t *)malloc(((size_t)K + 1) * sizeof(int64_t));
+        for (s = 0; s < plan->num_samples; s++)
+            holders[s] = (int32_t)dcp_rng_below(&rng, (uint64_t)plan->config.ranks);
+        for (a = 0; a < plan->config.ranks; a++) {
+            dcp_reroute *list = NULL;
+            dcp_error error;
+            CHECK_EQ(dcp_reroute_create(plan, holders, a, &list, NULL), DCP_OK);
+            if (!list) continue;
+            CHECK_EQ(dcp_reroute_rows_written(list, K, written, &error), DCP_OK);
+            for (k = 0; k < K; k++) {
+                dcp_rank_group where;
+                CHECK_EQ(dcp_plan_rank_group(plan, a, k, &where, NULL), DCP_OK);
+                CHECK(written[k] >= 0 && written[k] <= where.local_rows);
+                rows[k] = written[k];
+            }
+            CHECK_EQ(dcp_reroute_check(list, plan->num_samples, plan->sample_lengths, K, rows,
+                                       &error),
+                     DCP_OK);
+            for (k = 0; k < K; k++) {
+                char needle[96];
+                if (written[k] == 0) continue;
+                rows[k] = written[k] - 1;
+                CHECK_EQ(dcp_reroute_check(list, plan->num_samples, plan->sample_lengths, K, rows,
+                                           &error),
+                         DCP_ERROR_INVALID_ARGUMENT);
+                snprintf(needle, sizeof needle, "of microbatch %d, which has %lld rows", (int)k,
+                         (long long)rows[k]);
+                CHECK_CONTAINS(error.message, needle);
+                rows[k] = written[k];
+            }
+            dcp_reroute_destroy(list);
+        }
+        free(holders), free(written), free(rows);
+        dcp_plan_destroy(plan);
+    }
 }
 
 /* --------------------------------------------------------------------------- ring */
@@ -851,7 +912,7 @@ static void ring_driver_equals_reference_ring(void)
                                         {4, 2, 2}, {8, 4, 2}, {1, 2, 1}};
     dcp_rng rng;
     int32_t i, causal, r;
-    dcp_rng_seed(&rng, SIMULATION_SEED + 2);
+    dcp_rng_seed(&rng, test_seed_for(SIMULATION_SEED) + 2);
     for (i = 0; i < TEST_COUNT(shapes); i++)
         for (causal = 0; causal <= 1; causal++) {
             ring_case c;
@@ -1079,6 +1140,7 @@ int main(int argc, char **argv)
         {"eval_override_run_restores_on_error", eval_override_run_restores_on_error},
         {"reroute_ops_pair_like_nccl", reroute_ops_pair_like_nccl},
         {"reroute_ops_reject_bad_input", reroute_ops_reject_bad_input},
+        {"reroute_buffer_bound_both_sides", reroute_buffer_bound_both_sides},
         {"ring_exchange_by_message_passing", ring_exchange_by_message_passing},
         {"ring_exchange_rejects_bad_input", ring_exchange_rejects_bad_input},
         {"ring_driver_equals_reference_ring", ring_driver_equals_reference_ring},

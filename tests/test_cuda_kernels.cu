@@ -5,19 +5,13 @@
    Every GPU test draws fresh random inputs (the run's seed is printed first; DCP_TEST_SEED=N
    repeats a run), never zeros; inputs hold NaN on padding rows that must never be read;
    outputs are poisoned with NaN (0xFF bytes) before each launch, so an element left unwritten
-   fails. Tolerances are relative (see cuda_test_util.h): float32 1e-6, float16 1e-3,
-   bfloat16 1e-2 on element outputs; sums over many rows (conv1d weight and bias gradients)
-   1e-5. */
+   fails. Results are compared by the one rule of tests/tolerance.h (norm-wise relative error
+   plus a max-abs bound scaled to the data): element outputs by the tolerance of their dtype,
+   sums over many rows (conv1d weight and bias gradients) by tolerance_sum(), LSEs by
+   tolerance_lse(), initialisation and conversion bit-exact. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 #include "cuda_test_util.h"
-
-static double rtol_of(dcp_dtype dtype)
-{
-    return dtype == DCP_DTYPE_FLOAT32 ? 1e-6 : dtype == DCP_DTYPE_FLOAT16 ? 1e-3 : 1e-2;
-}
-
-#define SUM_RTOL 1e-5
 
 /* ================================================================================= RoPE */
 
@@ -102,10 +96,10 @@ static void rope_run(const rope_case *c, uint64_t stream)
     }
     if (c->q_heads)
         CHECK(compare(label, download(&a, c->dtype, dq_out, q_count), q_ref, q_count,
-                      rtol_of(c->dtype)));
+                      tolerance_of(c->dtype)));
     if (c->k_heads)
         CHECK(compare(label, download(&a, c->dtype, dk_out, k_count), k_ref, k_count,
-                      rtol_of(c->dtype)));
+                      tolerance_of(c->dtype)));
     cuda_arena_free(&a);
 }
 
@@ -253,18 +247,20 @@ static void conv_run(const conv_case *c, uint64_t stream)
     CHECK_EQ(dcp_cuda_conv1d_forward(&p, &t.device, total, c->dtype, dxv, w_dev, b_dev, dyv, NULL,
                                      &error),
              DCP_OK);
-    CHECK(compare(label, download(&a, c->dtype, dyv, count), y_ref, count, rtol_of(c->dtype)));
+    CHECK(compare(label, download(&a, c->dtype, dyv, count), y_ref, count,
+                  tolerance_of(c->dtype)));
     /* backward; dbias is asked for even without a bias (the gradient a bias would get) */
     CHECK_EQ(dcp_cuda_conv1d_backward(&p, &t.device, total, c->dtype, dxv, w_dev, b_dev, dy_dev,
                                       ddx, dw_dev, db_dev, workspace, workspace_bytes, NULL,
                                       &error),
              DCP_OK);
-    CHECK(compare(label, download(&a, c->dtype, ddx, count), dx_ref, count, rtol_of(c->dtype)));
+    CHECK(compare(label, download(&a, c->dtype, ddx, count), dx_ref, count,
+                  tolerance_of(c->dtype)));
     CHECK(compare("conv1d dweight", download(&a, DCP_DTYPE_FLOAT32, dw_dev,
                                              (int64_t)c->channels * c->width),
-                  dw_ref, (int64_t)c->channels * c->width, SUM_RTOL));
+                  dw_ref, (int64_t)c->channels * c->width, tolerance_sum()));
     CHECK(compare("conv1d dbias", download(&a, DCP_DTYPE_FLOAT32, db_dev, c->channels), db_ref,
-                  c->channels, SUM_RTOL));
+                  c->channels, tolerance_sum()));
     /* deterministic: a second run gives the same bits */
     dw_again = download(&a, DCP_DTYPE_FLOAT32, dw_dev, (int64_t)c->channels * c->width);
     poison(dw_dev, (size_t)c->channels * c->width * sizeof(float));
@@ -364,8 +360,9 @@ static void merge_run(int32_t cp, int32_t heads, int32_t dim, dcp_dtype out_dtyp
     dev_acc_lse = (float *)dev_alloc(&a, (size_t)lses * 4);
     CHECK_EQ(dcp_cuda_acc_init(&p, &t.device, dev_acc_out, dev_acc_lse, NULL, &error), DCP_OK);
     CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_out, values), acc_out, values,
-                  0.0));
-    CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_lse, lses), acc_lse, lses, 0.0));
+                  tolerance_exact()));
+    CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_lse, lses), acc_lse, lses,
+                  tolerance_exact()));
     /* four partials on random halves; LSEs around +-10 with a fifth of them -inf */
     for (step = 0; step < 4; step++) {
         const dcp_half half = cp == 1 ? DCP_HALF_ALL : (dcp_half)dcp_rng_below(&rng, 3);
@@ -384,9 +381,9 @@ static void merge_run(int32_t cp, int32_t heads, int32_t dim, dcp_dtype out_dtyp
                  DCP_OK);
     }
     CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_out, values), acc_out, values,
-                  1e-6));
+                  tolerance_of(DCP_DTYPE_FLOAT32)));
     CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_acc_lse, lses), acc_lse, lses,
-                  1e-6));
+                  tolerance_lse()));
     /* finalize into out_dtype; the reference's out in float, rounded as the GPU stores it */
     {
         float *out_ref = host_floats(&a, values), *lse_ref = host_floats(&a, lses);
@@ -400,8 +397,9 @@ static void merge_run(int32_t cp, int32_t heads, int32_t dim, dcp_dtype out_dtyp
                                        dev_out, dev_lse, NULL, &error),
                  DCP_OK);
         CHECK(compare(label, download(&a, out_dtype, dev_out, values), out_ref, values,
-                      out_dtype == DCP_DTYPE_FLOAT32 ? 1e-6 : rtol_of(out_dtype)));
-        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_lse, lses), lse_ref, lses, 1e-6));
+                      tolerance_of(out_dtype)));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dev_lse, lses), lse_ref, lses,
+                      tolerance_lse()));
     }
     cuda_arena_free(&a);
 }
@@ -455,7 +453,7 @@ static void convert_values(void)
                              DCP_OK);
                     CHECK(compare("convert",
                                   download(&a, dtypes[d], out + offset * dtype_size(dtypes[d]), n),
-                                  expected, n, 0.0));
+                                  expected, n, tolerance_exact()));
                 }
                 cuda_arena_free(&a);
             }

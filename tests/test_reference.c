@@ -403,7 +403,7 @@ static void ring_equals_single_rank(void)
                 pack single, ring;
                 attention_case c;
                 attention_result expected, actual;
-                dcp_rng_seed(&rng, (uint64_t)(100 * ci + 10 * causal + ri));
+                dcp_rng_seed(&rng, test_seed_for((uint64_t)(100 * ci + 10 * causal + ri)));
                 n = ring_lengths(&rng, 3, lengths, extra);
                 single = pack_make(lengths, extra, n, 1);
                 ring = pack_make(lengths, extra, n, cps[ci]);
@@ -428,7 +428,7 @@ static void ring_equals_single_rank_wide_heads(void)
         pack single, ring;
         attention_case c;
         attention_result expected, actual;
-        dcp_rng_seed(&rng, (uint64_t)(200 + di));
+        dcp_rng_seed(&rng, test_seed_for((uint64_t)(200 + di)));
         n = ring_lengths(&rng, 2, lengths, extra);
         single = pack_make(lengths, extra, n, 1);
         ring = pack_make(lengths, extra, n, 4);
@@ -459,7 +459,7 @@ static void seed003_same_batch_any_cp(void)
             pack first, second;
             attention_case c;
             attention_result r_first, r_second;
-            dcp_rng_seed(&rng, 3);
+            dcp_rng_seed(&rng, test_seed_for(3));
             n = ring_lengths(&rng, 5, lengths, extra);
             first = pack_make(lengths, extra, n, pairs[pair][0]);
             second = pack_make(lengths, extra, n, pairs[pair][1]);
@@ -561,7 +561,7 @@ static void ring_plan_equals_position_mask(void)
         rank_buffers masked[MAX_CP];
         float *partial, *partial_lse, *masked_partial;
         int64_t qw, kvw;
-        dcp_rng_seed(&rng, (uint64_t)(7 + ci));
+        dcp_rng_seed(&rng, test_seed_for((uint64_t)(7 + ci)));
         n = ring_lengths(&rng, 4, lengths, extra);
         p = pack_make(lengths, extra, n, cp);
         c = attention_case_make(&a, &rng, 2, 1, 8, 1, p.valid);
@@ -669,7 +669,7 @@ static void attention_gqa_equals_repeated_kv(void)
     float *k_rep, *v_rep;
     int64_t row, i;
     int32_t h;
-    dcp_rng_seed(&rng, 11);
+    dcp_rng_seed(&rng, test_seed_for(11));
     gqa = attention_case_make(&a, &rng, heads, heads / ratio, dim, 1, p.valid);
     mha = gqa;
     k_rep = arena_floats(&a, p.valid * heads * dim);
@@ -714,7 +714,7 @@ static void attention_views_and_empty_rows(void)
     dcp_attention_view view;
     int64_t row, qw, d;
     int32_t i;
-    dcp_rng_seed(&rng, 5);
+    dcp_rng_seed(&rng, test_seed_for(5));
     c = attention_case_make(&a, &rng, 2, 2, 4, 1, p.valid);
     qw = 8;
     b0 = rank_buffers_make(&a, &c, &p, 0);
@@ -851,7 +851,7 @@ static void attention_gradients_match_finite_differences(void)
         attention_case c;
         rank_buffers b;
         const int64_t qw = 8, kvw = 4;
-        dcp_rng_seed(&rng, (uint64_t)(21 + causal));
+        dcp_rng_seed(&rng, test_seed_for((uint64_t)(21 + causal)));
         c = attention_case_make(&a, &rng, 2, 1, 4, causal, p.valid);
         b = rank_buffers_make(&a, &c, &p, 0);
         CHECK_EQ(dcp_attention_forward(&c.params, &layout, NULL, b.q, b.k, b.v, b.out, b.lse,
@@ -929,7 +929,7 @@ static void rope_cp_positions_equal_split(void)
             memset(&o, 0, sizeof o);
             o.style = (dcp_rope_style)style;
             o.rotary_dim = rotary[ri];
-            dcp_rng_seed(&rng, (uint64_t)(31 + 2 * style + ri));
+            dcp_rng_seed(&rng, test_seed_for((uint64_t)(31 + 2 * style + ri)));
             n = ring_lengths(&rng, 4, lengths, extra);
             single = pack_make(lengths, extra, n, 1);
             x = random_floats(&a, &rng, single.valid * heads * dim);
@@ -973,7 +973,7 @@ static void rope_backward_inverts_forward(void)
             o.style = (dcp_rope_style)style;
             o.rotary_dim = 6;
             o.theta_base = 500.0;
-            dcp_rng_seed(&rng, (uint64_t)(41 + rank));
+            dcp_rng_seed(&rng, test_seed_for((uint64_t)(41 + rank)));
             x = random_floats(&a, &rng, p.rows * width);
             y = filled_floats(&a, p.rows * width, NAN);
             CHECK_EQ(dcp_rope_forward(&o, &layout, rank, heads, dim, x, y, NULL), DCP_OK);
@@ -1007,7 +1007,7 @@ static void rope_frequency_table(void)
     double y[16];
     int64_t row, d;
     int32_t i;
-    dcp_rng_seed(&rng, 51);
+    dcp_rng_seed(&rng, test_seed_for(51));
     memset(&theta, 0, sizeof theta);
     theta.theta_base = 10000.0;
     theta.rotary_dim = dim;
@@ -1061,7 +1061,7 @@ static void rope_gradients_match_finite_differences(void)
         memset(&o, 0, sizeof o);
         o.style = (dcp_rope_style)style;
         o.rotary_dim = 4;
-        dcp_rng_seed(&rng, (uint64_t)(61 + style));
+        dcp_rng_seed(&rng, test_seed_for((uint64_t)(61 + style)));
         x = random_floats(&a, &rng, values);
         w = random_floats(&a, &rng, values);
         y = arena_floats(&a, values);
@@ -1155,7 +1155,7 @@ static void conv_matches_formula(void)
                 float *y;
                 int64_t t;
                 int32_t ch;
-                dcp_rng_seed(&rng, (uint64_t)(70 + 4 * wi + 2 * silu + with_bias));
+                dcp_rng_seed(&rng, test_seed_for((uint64_t)(70 + 4 * wi + 2 * silu + with_bias)));
                 c = conv_case_make(&a, &rng, lengths, extra, 4, 5, 3, widths[wi], silu, with_bias);
                 y = conv_forward(&a, &c);
                 for (t = 0; t < c.total_rows; t++)
@@ -1180,7 +1180,7 @@ static void conv_sequences_are_isolated(void)
     float *y, *y_changed, *dx, *dx_changed, dweight[3 * 4], dbias[3];
     int64_t t, values, first, end;
     int32_t ch;
-    dcp_rng_seed(&rng, 80);
+    dcp_rng_seed(&rng, test_seed_for(80));
     c = conv_case_make(&a, &rng, lengths, extra, 3, 4, 3, 4, 1, 1);
     layout = pack_layout(&c.p);
     values = c.total_rows * 3;
@@ -1261,7 +1261,7 @@ static void conv_gradients_match_finite_differences(void)
             conv_case c;
             dcp_thd_layout layout;
             float *dx, *y, dweight[2 * 4], dbias[2], zero_bias[2] = {0.0f, 0.0f};
-            dcp_rng_seed(&rng, (uint64_t)(90 + 2 * silu + with_bias));
+            dcp_rng_seed(&rng, test_seed_for((uint64_t)(90 + 2 * silu + with_bias)));
             c = conv_case_make(&a, &rng, lengths, extra, 3, 3, 2, 4, silu, with_bias);
             layout = pack_layout(&c.p);
             dx = filled_floats(&a, c.total_rows * 2, NAN);
