@@ -1565,7 +1565,8 @@ template <int D> struct dcp_cuda__attn_traits {
     static constexpr int WARP_ROWS = 16;             /* rows of one m16n8k16 A operand */
     static constexpr int WARPS = 4;
     static constexpr int THREADS = WARPS * 32;
-    static constexpr int STRIDE = D + 8; /* shared row: +16 bytes, ldmatrix rows on distinct banks */
+    /* shared row: +16 bytes, so the 8 row reads of an ldmatrix hit distinct banks */
+    static constexpr int STRIDE = D + 8;
     static constexpr int TILE_ELEMENTS = TILE_ROWS * STRIDE;
     static constexpr int DS_STRIDE = TILE_KEYS + 8; /* the backward's dS tile, [query][key] */
     static constexpr int HEAD_BLOCKS = D / 8;       /* n blocks of 8 over the head dim */
@@ -2045,7 +2046,8 @@ __device__ __forceinline__ void dcp_cuda__attn_dq_atomic(const dcp_cuda__attn_ar
     using K = dcp_cuda__attn_traits<D>;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int m8 = lane >> 3, r8 = lane & 7;
-    const T *ds_rows = sds + (warp * K::WARP_ROWS + (m8 & 1) * 8 + r8) * K::DS_STRIDE + (m8 >> 1) * 8;
+    const T *ds_rows =
+        sds + (warp * K::WARP_ROWS + (m8 & 1) * 8 + r8) * K::DS_STRIDE + (m8 >> 1) * 8;
     int64_t at[2];
     bool ok[2];
 #pragma unroll
