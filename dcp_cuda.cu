@@ -1626,19 +1626,26 @@ __device__ __forceinline__ float dcp_cuda__exp2_scaled(float x, float scale, flo
 
 /* Rows [first, first + ROWS) of a view into a shared tile (row stride D + 8): view row r is
    row offset + r of the [rows, heads, D] tensor at `head_base` (its head already applied);
-   rows at or past `valid` are zero-filled by cp.async and never read. */
+   rows at or past `valid` are zero-filled by cp.async and never read. Each thread copies the
+   same 16-byte column of every pass, so its addresses are one base plus constants (no
+   division or 64-bit multiply per chunk) and its bound check one compare per pass. */
 template <typename T, int D, int ROWS, int THREADS>
 __device__ __forceinline__ void dcp_cuda__load_tile(T *tile, const T *head_base,
                                                     int64_t row_stride, int64_t offset,
                                                     int64_t first, int64_t valid)
 {
-    constexpr int CHUNKS = D / 8, STRIDE = D + 8;
-    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
-        const int r = i / CHUNKS, c = i - r * CHUNKS;
-        const int64_t local = first + r;
-        const bool ok = local < valid;
-        dcp_cuda__cp_async16(tile + r * STRIDE + c * 8,
-                             head_base + (ok ? (offset + local) * row_stride + c * 8 : 0),
+    constexpr int CHUNKS = D / 8, STRIDE = D + 8, ROWS_PER_PASS = THREADS / CHUNKS;
+    static_assert(THREADS % CHUNKS == 0 && ROWS % ROWS_PER_PASS == 0,
+                  "every thread copies one column of every pass");
+    const int row = threadIdx.x / CHUNKS, column = (threadIdx.x % CHUNKS) * 8;
+    const int64_t rows_left = valid - first - row; /* this thread's valid rows */
+    const T *src = head_base + (offset + first + row) * row_stride + column;
+    T *dst = tile + row * STRIDE + column;
+#pragma unroll
+    for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
+        const bool ok = pass * ROWS_PER_PASS < rows_left;
+        dcp_cuda__cp_async16(dst + pass * ROWS_PER_PASS * STRIDE,
+                             ok ? src + pass * ROWS_PER_PASS * row_stride : head_base,
                              ok ? 16 : 0);
     }
 }
