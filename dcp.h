@@ -1116,7 +1116,10 @@ DCP_CUDA_DEF dcp_status dcp_cuda_attention_forward(
 
 /* The gradient of one step, the contract of dcp_attention_backward: out and dout (dtype) are
    the final merged output and its gradient, lse the final float32 LSE; ADDS into float32 dq,
-   dk, dv. deterministic 1: bitwise reproducible (no float atomics on the result). */
+   dk, dv. q, k, v and dout 16-byte aligned, out 8-byte aligned. deterministic (no default: 0
+   or 1, anything else is rejected): 1 = bitwise reproducible, dq by its own query-stationary
+   kernel, every gradient element added once; 0 = faster, dq accumulated with float32 atomics
+   (dk, dv still added once), so dq's last bits may vary from run to run. */
 DCP_CUDA_DEF dcp_status dcp_cuda_attention_backward(
     const dcp_attention_params *params, const dcp_cuda_layout *layout,
     const dcp_attention_view *view, dcp_dtype dtype, const void *q, const void *k, const void *v,

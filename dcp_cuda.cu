@@ -1862,6 +1862,254 @@ template <> __device__ __forceinline__ uint32_t dcp_cuda__pack2<__half>(float lo
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+/* ------------------------------------------------------------ attention: shared pieces
+   The tile shape, the prologue every attention kernel starts with, the per-row key limit
+   that is the whole mask, and the tile-level matrix products, shared by the forward and the
+   three backward kernels. */
+
+/* One tile shape (head dim D; q and kv tiles of DCP_CUDA__TILE rows; 4 warps of 16 rows,
+   the m of m16n8k16). Every loop bound of the kernels comes from here. */
+template <int D> struct dcp_cuda__attn_traits {
+    static constexpr int HEAD_DIM = D;
+    static constexpr int TILE_ROWS = DCP_CUDA__TILE; /* query rows of a q tile */
+    static constexpr int TILE_KEYS = DCP_CUDA__TILE; /* key rows of a kv tile */
+    static constexpr int WARP_ROWS = 16;             /* rows of one m16n8k16 A operand */
+    static constexpr int WARPS = 4;
+    static constexpr int THREADS = WARPS * 32;
+    /* shared row: +16 bytes, so the 8 row reads of an ldmatrix hit distinct banks */
+    static constexpr int STRIDE = D + 8;
+    static constexpr int TILE_ELEMENTS = TILE_ROWS * STRIDE;
+    static constexpr int DS_STRIDE = TILE_KEYS + 8; /* the backward's dS tile, [query][key] */
+    static constexpr int HEAD_BLOCKS = D / 8;       /* n blocks of 8 over the head dim */
+    static constexpr int KEY_BLOCKS = TILE_KEYS / 8;
+    static constexpr int ROW_BLOCKS = TILE_ROWS / 8;
+    static_assert(D % 16 == 0, "the head dim is a whole number of m16n8k16 k steps");
+    static_assert(TILE_ROWS == TILE_KEYS, "one tile size: q and kv tiles share shared buffers");
+    static_assert(WARPS * WARP_ROWS == TILE_ROWS, "each warp owns 16 rows of a tile");
+    static_assert(TILE_KEYS % 16 == 0, "a tile is a whole number of k steps");
+    static_assert((STRIDE * 2) % 16 == 0 && (DS_STRIDE * 2) % 16 == 0,
+                  "ldmatrix and cp.async rows are 16-byte aligned");
+};
+
+/* This block's schedule entry: its sequence as the step sees it and the first view row of its
+   tile (of the kv view when kv, else of the q view); false past the schedule's count. */
+__device__ __forceinline__ bool dcp_cuda__attn_tile_of(const dcp_cuda__attn_args &a, bool kv,
+                                                       dcp_cuda__seq_view *s, int64_t *first)
+{
+    if ((int32_t)blockIdx.x >= *a.count) return false;
+    const int2 entry = a.entries[blockIdx.x];
+    *s = dcp_cuda__seq_of(a, entry.x);
+    *first = (kv ? s->k_begin : s->q_begin) + (int64_t)entry.y * DCP_CUDA__TILE;
+    return true;
+}
+
+/* The keys query row `index` of the q view sees are the local rows [k_begin, limit) of the
+   kv view: positions are monotone in local order, so the zigzag causal mask is one bound per
+   row, and a key is visible iff key < limit (one int32 compare). 0 (no key) for a row
+   outside the valid q view. int32: a sequence's local rows fit (max_seqlen_padded). */
+__device__ __forceinline__ int32_t dcp_cuda__key_limit(const dcp_cuda__attn_args &a,
+                                                       const dcp_cuda__seq_view &s, int64_t index)
+{
+    if (index < s.q_begin || index >= s.q_valid) return 0;
+    if (!a.causal) return (int32_t)s.k_valid;
+    const int64_t q_pos = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, index);
+    int64_t seen; /* local rows of the kv rank at positions <= q_pos: a prefix */
+    if (a.cp == 1) seen = q_pos + 1;
+    else {
+        const int64_t h = s.padded / (2 * (int64_t)a.cp);
+        int64_t first = q_pos - (int64_t)a.kv_rank * h + 1;
+        int64_t second = q_pos - (2 * (int64_t)a.cp - 1 - a.kv_rank) * h + 1;
+        first = first < 0 ? 0 : first > h ? h : first;
+        second = second < 0 ? 0 : second > h ? h : second;
+        seen = first + second;
+    }
+    return (int32_t)(seen < s.k_valid ? seen : s.k_valid);
+}
+
+/* 2^(x scale - bias): one FFMA and the MUFU approximation (relative error ~2^-22; an x of
+   -inf gives +0). */
+__device__ __forceinline__ float dcp_cuda__exp2_scaled(float x, float scale, float bias)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(fmaf(x, scale, -bias)));
+    return y;
+}
+
+/* Rows [first, first + ROWS) of a view into a shared tile (row stride D + 8): view row r is
+   row offset + r of the [rows, heads, D] tensor at `head_base` (its head already applied);
+   rows at or past `valid` are zero-filled by cp.async and never read. Each thread copies the
+   same 16-byte column of every pass, so its addresses are one base plus constants (no
+   division or 64-bit multiply per chunk) and its bound check one compare per pass. */
+template <typename T, int D, int ROWS, int THREADS>
+__device__ __forceinline__ void dcp_cuda__load_tile(T *tile, const T *head_base,
+                                                    int64_t row_stride, int64_t offset,
+                                                    int64_t first, int64_t valid)
+{
+    constexpr int CHUNKS = D / 8, STRIDE = D + 8, ROWS_PER_PASS = THREADS / CHUNKS;
+    static_assert(THREADS % CHUNKS == 0 && ROWS % ROWS_PER_PASS == 0,
+                  "every thread copies one column of every pass");
+    const int row = threadIdx.x / CHUNKS, column = (threadIdx.x % CHUNKS) * 8;
+    const int64_t rows_left = valid - first - row; /* this thread's valid rows */
+    const T *src = head_base + (offset + first + row) * row_stride + column;
+    T *dst = tile + row * STRIDE + column;
+#pragma unroll
+    for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
+        const bool ok = pass * ROWS_PER_PASS < rows_left;
+        dcp_cuda__cp_async16(dst + pass * ROWS_PER_PASS * STRIDE,
+                             ok ? src + pass * ROWS_PER_PASS * row_stride : head_base,
+                             ok ? 16 : 0);
+    }
+}
+
+/* c (16 x N) += A B^T for the k step kc: A a fragment (16 x 16), B N rows of shared memory,
+   row-major (ldmatrix; rows n, columns kc x 16 ..). */
+template <typename T, int N, int STRIDE>
+__device__ __forceinline__ void dcp_cuda__mma_abt_step(float (&c)[N / 8][4],
+                                                       const uint32_t (&af)[4], const T *b, int kc)
+{
+    static_assert(N % 16 == 0, "whole pairs of n blocks");
+    const int lane = threadIdx.x & 31, m8 = lane >> 3, r8 = lane & 7;
+#pragma unroll
+    for (int np = 0; np < N / 16; np++) {
+        uint32_t bf[4];
+        dcp_cuda__ldmatrix_x4(bf, b + (np * 16 + (m8 >> 1) * 8 + r8) * STRIDE + kc * 16 +
+                                      (m8 & 1) * 8);
+        dcp_cuda__mma<T>(c[2 * np], af, bf[0], bf[1]);
+        dcp_cuda__mma<T>(c[2 * np + 1], af, bf[2], bf[3]);
+    }
+}
+
+/* The A fragment (16 x 16) of k step kc from the warp's 16 rows of a row-major shared tile. */
+template <int STRIDE, typename T>
+__device__ __forceinline__ void dcp_cuda__a_fragment(uint32_t (&af)[4], const T *a, int kc)
+{
+    const int lane = threadIdx.x & 31, m8 = lane >> 3, r8 = lane & 7;
+    dcp_cuda__ldmatrix_x4(af, a + ((m8 & 1) * 8 + r8) * STRIDE + kc * 16 + (m8 >> 1) * 8);
+}
+
+/* c (16 x N) += A B^T with both operands in shared memory, row-major: A the warp's 16 rows of
+   K_DIM columns, B N rows of K_DIM columns (the backward's S^T = K Q^T, dP = dO V^T, ...). */
+template <typename T, int N, int K_DIM, int STRIDE>
+__device__ __forceinline__ void dcp_cuda__mma_abt(float (&c)[N / 8][4], const T *a, const T *b)
+{
+    static_assert(K_DIM % 16 == 0, "whole m16n8k16 k steps");
+#pragma unroll
+    for (int kc = 0; kc < K_DIM / 16; kc++) {
+        uint32_t af[4];
+        dcp_cuda__a_fragment<STRIDE>(af, a, kc);
+        dcp_cuda__mma_abt_step<T, N, STRIDE>(c, af, b, kc);
+    }
+}
+
+/* The same with A's fragments already in registers (the forward's Q, loaded once). */
+template <typename T, int N, int K_DIM, int STRIDE>
+__device__ __forceinline__ void dcp_cuda__mma_abt_frag(float (&c)[N / 8][4],
+                                                       const uint32_t (&af)[K_DIM / 16][4],
+                                                       const T *b)
+{
+    static_assert(K_DIM % 16 == 0, "whole m16n8k16 k steps");
+#pragma unroll
+    for (int kc = 0; kc < K_DIM / 16; kc++) dcp_cuda__mma_abt_step<T, N, STRIDE>(c, af[kc], b, kc);
+}
+
+/* c (16 x N) += P B: P (16 x K_DIM) from float accumulators of an earlier product, rounded
+   to T (the C layout of m16n8k16 is the A layout of the next), B K_DIM rows of N columns in
+   shared memory, row-major (ldmatrix.trans; the forward's O += P V). */
+template <typename T, int K_DIM, int N, int STRIDE>
+__device__ __forceinline__ void dcp_cuda__mma_pb(float (&c)[N / 8][4],
+                                                 const float (&p)[K_DIM / 8][4], const T *b)
+{
+    static_assert(N % 16 == 0 && K_DIM % 16 == 0, "whole m16n8k16 steps");
+    const int lane = threadIdx.x & 31, m8 = lane >> 3, r8 = lane & 7;
+#pragma unroll
+    for (int kc = 0; kc < K_DIM / 16; kc++) {
+        uint32_t pa[4];
+        pa[0] = dcp_cuda__pack2<T>(p[2 * kc][0], p[2 * kc][1]);
+        pa[1] = dcp_cuda__pack2<T>(p[2 * kc][2], p[2 * kc][3]);
+        pa[2] = dcp_cuda__pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]);
+        pa[3] = dcp_cuda__pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < N / 16; dp++) {
+            uint32_t bf[4];
+            dcp_cuda__ldmatrix_x4_trans(bf, b + (kc * 16 + (m8 & 1) * 8 + r8) * STRIDE +
+                                                dp * 16 + (m8 >> 1) * 8);
+            dcp_cuda__mma<T>(c[2 * dp], pa, bf[0], bf[1]);
+            dcp_cuda__mma<T>(c[2 * dp + 1], pa, bf[2], bf[3]);
+        }
+    }
+}
+
+template <int R, int C> __device__ __forceinline__ void dcp_cuda__zero(float (&x)[R][C])
+{
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++) x[r][c] = 0.0f;
+}
+
+/* The smallest of v over the warp. */
+__device__ __forceinline__ int32_t dcp_cuda__warp_min(int32_t v)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+/* Rows are queries (C layout: rows g and g + 8 of the warp's 16, limit[0] and limit[1]),
+   columns the keys k0 + 0 .. 8 N - 1: a key at or past its row's limit becomes -inf, which
+   dcp_cuda__exp2_scaled turns into exactly 0. Only tiles that cross a limit need it. */
+template <int N>
+__device__ __forceinline__ void dcp_cuda__mask_keys(float (&sc)[N][4], int32_t k0,
+                                                    const int32_t (&limit)[2])
+{
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (k0 + n * 8 + 2 * t + (e & 1) >= limit[e >> 1]) sc[n][e] = -INFINITY;
+}
+
+/* Online softmax over one key tile of raw scores sc (rows as in dcp_cuda__mask_keys): the
+   running max (raw units) and sum of the lane's two rows are updated, o rescaled, and sc
+   replaced by P = 2^(s scale_log2 - max scale_log2) (one FFMA and one MUFU per element; a
+   fully masked row keeps max -inf and gets P = 0). */
+template <int N, int HB>
+__device__ __forceinline__ void dcp_cuda__softmax_update(float (&sc)[N][4], float (&o)[HB][4],
+                                                         float (&row_max)[2],
+                                                         float (&row_sum)[2], float scale_log2)
+{
+    float tile_max[2] = {row_max[0], row_max[1]}, bias[2];
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) tile_max[e >> 1] = fmaxf(tile_max[e >> 1], sc[n][e]);
+#pragma unroll
+    for (int row = 0; row < 2; row++) {
+        /* the four lanes of a row hold its columns */
+        tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 1));
+        tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 2));
+        bias[row] = tile_max[row] == -INFINITY ? 0.0f : tile_max[row] * scale_log2;
+        const float alpha = dcp_cuda__exp2_scaled(row_max[row], scale_log2, bias[row]);
+        row_max[row] = tile_max[row];
+        row_sum[row] *= alpha;
+#pragma unroll
+        for (int d = 0; d < HB; d++) {
+            o[d][2 * row] *= alpha;
+            o[d][2 * row + 1] *= alpha;
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            sc[n][e] = dcp_cuda__exp2_scaled(sc[n][e], scale_log2, bias[e >> 1]);
+            row_sum[e >> 1] += sc[n][e];
+        }
+}
+
+
 /* ------------------------------------------------------------------- attention forward
    Design (FlashAttention-2 on mma.sync). A block of 4 warps owns one schedule entry: a tile
    of 64 rows of one sequence's q view, for one query head (grid.y). Each warp owns 16 query
@@ -1880,71 +2128,45 @@ template <> __device__ __forceinline__ uint32_t dcp_cuda__pack2<__half>(float lo
    -inf; rows outside the q view are not touched; tiles come longest sequence first from the
    schedule, so a pack of many short documents fills the GPU without any host round trip. */
 
-#define DCP_CUDA__ATTN_THREADS 128
-
 template <int D> constexpr size_t dcp_cuda__attn_smem(size_t element)
 {
-    return (size_t)5 * DCP_CUDA__TILE * (D + 8) * element; /* Q, 2 x K, 2 x V */
+    return (size_t)5 * dcp_cuda__attn_traits<D>::TILE_ELEMENTS * element; /* Q, 2 x K, 2 x V */
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
+__global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_forward_kernel(const dcp_cuda__attn_args a)
 {
-    constexpr int STRIDE = D + 8, CHUNKS = D / 8, TILE = DCP_CUDA__TILE;
+    using K = dcp_cuda__attn_traits<D>;
+    constexpr int TE = K::TILE_ELEMENTS;
     T *sq = reinterpret_cast<T *>(dcp_cuda__smem);
-    T *sk = sq + TILE * STRIDE;     /* [2][TILE][STRIDE] */
-    T *sv = sk + 2 * TILE * STRIDE; /* [2][TILE][STRIDE] */
-    if ((int32_t)blockIdx.x >= *a.count) return;
-    const int2 entry = a.entries[blockIdx.x];
+    T *sk = sq + TE;     /* [2][TILE_KEYS][STRIDE] */
+    T *sv = sk + 2 * TE; /* [2][TILE_KEYS][STRIDE] */
+    dcp_cuda__seq_view s;
+    int64_t q0;
+    if (!dcp_cuda__attn_tile_of(a, false, &s, &q0)) return;
     const int32_t head = blockIdx.y, kv_head = head / a.group;
-    const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, entry.x);
-    const int64_t q0 = s.q_begin + (int64_t)entry.y * TILE;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3, m8 = lane >> 3, r8 = lane & 7;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int m8 = lane >> 3, r8 = lane & 7;
     const int64_t q_stride = (int64_t)a.heads * D, kv_stride = (int64_t)a.kv_heads * D;
-    const T *qg = static_cast<const T *>(a.q) + (int64_t)head * D;
     const T *kg = static_cast<const T *>(a.k) + (int64_t)kv_head * D;
     const T *vg = static_cast<const T *>(a.v) + (int64_t)kv_head * D;
 
-    /* the keys this tile can see: the valid kv view rows, cut by causality */
-    const int64_t q_last = (q0 + TILE < s.q_valid ? q0 + TILE : s.q_valid) - 1;
-    int64_t k_stop = q_last >= q0 ? s.k_valid : s.k_begin;
-    if (a.causal && q_last >= q0) {
-        const int64_t q_max = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, q_last);
-        int64_t seen;
-        if (a.cp == 1) seen = q_max + 1;
-        else {
-            const int64_t h = s.padded / (2 * (int64_t)a.cp);
-            int64_t first = q_max - (int64_t)a.kv_rank * h + 1;
-            int64_t second = q_max - (2 * (int64_t)a.cp - 1 - a.kv_rank) * h + 1;
-            first = first < 0 ? 0 : first > h ? h : first;
-            second = second < 0 ? 0 : second > h ? h : second;
-            seen = first + second;
-        }
-        if (seen < k_stop) k_stop = seen;
-    }
+    /* the keys this tile can see end at its last valid row's limit (the largest) */
+    const int64_t q_last = (q0 + K::TILE_ROWS < s.q_valid ? q0 + K::TILE_ROWS : s.q_valid) - 1;
+    const int64_t k_stop = q_last >= q0 ? dcp_cuda__key_limit(a, s, q_last) : 0;
     const int32_t tiles =
-        k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + TILE - 1) / TILE) : 0;
+        k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + K::TILE_KEYS - 1) / K::TILE_KEYS) : 0;
 
-    for (int i = tid; i < TILE * CHUNKS; i += DCP_CUDA__ATTN_THREADS) {
-        const int r = i / CHUNKS, c = i - r * CHUNKS;
-        const int64_t local = q0 + r;
-        const bool ok = local < s.q_valid;
-        dcp_cuda__cp_async16(sq + r * STRIDE + c * 8,
-                             qg + (ok ? (s.offset + local) * q_stride + c * 8 : 0), ok ? 16 : 0);
-    }
+    dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
+        sq, static_cast<const T *>(a.q) + (int64_t)head * D, q_stride, s.offset, q0, s.q_valid);
     dcp_cuda__cp_async_commit();
     auto load_kv = [&](int32_t tile, int stage) {
-        const int64_t k0 = s.k_begin + (int64_t)tile * TILE;
-        for (int i = tid; i < TILE * CHUNKS; i += DCP_CUDA__ATTN_THREADS) {
-            const int r = i / CHUNKS, c = i - r * CHUNKS;
-            const int64_t local = k0 + r;
-            const bool ok = local < s.k_valid;
-            const int64_t at = ok ? (s.offset + local) * kv_stride + c * 8 : 0;
-            dcp_cuda__cp_async16(sk + (stage * TILE + r) * STRIDE + c * 8, kg + at, ok ? 16 : 0);
-            dcp_cuda__cp_async16(sv + (stage * TILE + r) * STRIDE + c * 8, vg + at, ok ? 16 : 0);
-        }
+        const int64_t k0 = s.k_begin + (int64_t)tile * K::TILE_KEYS;
+        dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(sk + stage * TE, kg, kv_stride,
+                                                            s.offset, k0, s.k_valid);
+        dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(sv + stage * TE, vg, kv_stride,
+                                                            s.offset, k0, s.k_valid);
     };
     if (tiles > 0) load_kv(0, 0);
     dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
@@ -1954,22 +2176,17 @@ __global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
     uint32_t qf[D / 16][4];
 #pragma unroll
     for (int kc = 0; kc < D / 16; kc++)
-        dcp_cuda__ldmatrix_x4(qf[kc], sq + (warp * 16 + (m8 & 1) * 8 + r8) * STRIDE + kc * 16 +
-                                          (m8 >> 1) * 8);
-    /* this lane's two query rows */
-    int64_t q_index[2], q_pos[2];
-    bool q_ok[2];
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        q_index[e] = q0 + warp * 16 + g + 8 * e;
-        q_ok[e] = q_index[e] < s.q_valid;
-        q_pos[e] = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, q_index[e]);
-    }
-    float o[D / 8][4], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int d = 0; d < D / 8; d++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[d][e] = 0.0f;
+        dcp_cuda__ldmatrix_x4(qf[kc], sq + (warp * K::WARP_ROWS + (m8 & 1) * 8 + r8) * K::STRIDE +
+                                          kc * 16 + (m8 >> 1) * 8);
+    /* this lane's two query rows and their key limits; a key tile needs the mask only when it
+       reaches past the smallest limit of the warp's 16 rows: the tiles on the diagonal and at
+       the end of the valid keys (and every tile of a warp with an invalid row) */
+    const int64_t warp_q0 = q0 + warp * K::WARP_ROWS;
+    const int32_t limit[2] = {dcp_cuda__key_limit(a, s, warp_q0 + g),
+                              dcp_cuda__key_limit(a, s, warp_q0 + g + 8)};
+    const int32_t unmasked_end = dcp_cuda__warp_min(min(limit[0], limit[1]));
+    float o[K::HEAD_BLOCKS][4], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    dcp_cuda__zero(o);
 
     for (int32_t tile = 0; tile < tiles; tile++) {
         const int stage = tile & 1;
@@ -1977,75 +2194,14 @@ __global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
         dcp_cuda__cp_async_commit();
         dcp_cuda__cp_async_wait<1>(); /* tile `tile` has landed */
         __syncthreads();
-        const T *ks = sk + stage * TILE * STRIDE, *vs = sv + stage * TILE * STRIDE;
-        const int64_t k0 = s.k_begin + (int64_t)tile * TILE;
-        float sc[8][4];
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) sc[n][e] = 0.0f;
-#pragma unroll
-        for (int kc = 0; kc < D / 16; kc++)
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                uint32_t b[4];
-                dcp_cuda__ldmatrix_x4(b, ks + (np * 16 + (m8 >> 1) * 8 + r8) * STRIDE + kc * 16 +
-                                             (m8 & 1) * 8);
-                dcp_cuda__mma<T>(sc[2 * np], qf[kc], b[0], b[1]);
-                dcp_cuda__mma<T>(sc[2 * np + 1], qf[kc], b[2], b[3]);
-            }
-        /* mask by position and scale into base 2 */
-        float tile_max[2] = {row_max[0], row_max[1]};
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t key = k0 + n * 8 + 2 * t + (e & 1);
-                const int row = e >> 1;
-                bool visible = q_ok[row] && key < s.k_valid;
-                if (visible && a.causal)
-                    visible = dcp_cuda__zigzag(s.padded, a.cp, a.kv_rank, key) <= q_pos[row];
-                sc[n][e] = visible ? sc[n][e] * a.scale_log2 : -INFINITY;
-                tile_max[row] = fmaxf(tile_max[row], sc[n][e]);
-            }
-        float base[2], alpha[2];
-#pragma unroll
-        for (int row = 0; row < 2; row++) {
-            tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 1));
-            tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 2));
-            base[row] = tile_max[row] == -INFINITY ? 0.0f : tile_max[row];
-            alpha[row] = exp2f(row_max[row] - base[row]);
-            row_max[row] = tile_max[row];
-            row_sum[row] *= alpha[row];
-        }
-#pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                sc[n][e] = exp2f(sc[n][e] - base[e >> 1]);
-                row_sum[e >> 1] += sc[n][e];
-            }
-#pragma unroll
-        for (int d = 0; d < D / 8; d++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[d][e] *= alpha[e >> 1];
-        /* O += P V, P from the S accumulators (C layout = A layout of the next mma) */
-#pragma unroll
-        for (int kc = 0; kc < 4; kc++) {
-            uint32_t pa[4];
-            pa[0] = dcp_cuda__pack2<T>(sc[2 * kc][0], sc[2 * kc][1]);
-            pa[1] = dcp_cuda__pack2<T>(sc[2 * kc][2], sc[2 * kc][3]);
-            pa[2] = dcp_cuda__pack2<T>(sc[2 * kc + 1][0], sc[2 * kc + 1][1]);
-            pa[3] = dcp_cuda__pack2<T>(sc[2 * kc + 1][2], sc[2 * kc + 1][3]);
-#pragma unroll
-            for (int dp = 0; dp < D / 16; dp++) {
-                uint32_t b[4];
-                dcp_cuda__ldmatrix_x4_trans(b, vs + (kc * 16 + (m8 & 1) * 8 + r8) * STRIDE +
-                                                   dp * 16 + (m8 >> 1) * 8);
-                dcp_cuda__mma<T>(o[2 * dp], pa, b[0], b[1]);
-                dcp_cuda__mma<T>(o[2 * dp + 1], pa, b[2], b[3]);
-            }
-        }
+        const T *ks = sk + stage * TE, *vs = sv + stage * TE;
+        const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
+        float sc[K::KEY_BLOCKS][4];
+        dcp_cuda__zero(sc);
+        dcp_cuda__mma_abt_frag<T, K::TILE_KEYS, D, K::STRIDE>(sc, qf, ks);
+        if (k0 + K::TILE_KEYS > unmasked_end) dcp_cuda__mask_keys(sc, k0, limit);
+        dcp_cuda__softmax_update(sc, o, row_max, row_sum, a.scale_log2);
+        dcp_cuda__mma_pb<T, K::TILE_KEYS, D, K::STRIDE>(o, sc, vs); /* O += P V */
         __syncthreads(); /* this stage is free for the load two tiles ahead */
     }
     dcp_cuda__cp_async_wait<0>();
@@ -2056,12 +2212,13 @@ __global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
         float sum = row_sum[row];
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        if (q_index[row] >= s.q_end) continue;
-        const int64_t out_row = s.offset + q_index[row];
+        const int64_t index = warp_q0 + g + 8 * row;
+        if (index >= s.q_end) continue;
+        const int64_t out_row = s.offset + index;
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         const int64_t at = (out_row * a.heads + head) * D + 2 * t;
 #pragma unroll
-        for (int d = 0; d < D / 8; d++) {
+        for (int d = 0; d < K::HEAD_BLOCKS; d++) {
             const float x = o[d][2 * row] * inv, y = o[d][2 * row + 1] * inv;
             if (a.out_fp32)
                 *reinterpret_cast<float2 *>(static_cast<float *>(a.o) + at + d * 8) =
@@ -2072,22 +2229,30 @@ __global__ void __launch_bounds__(DCP_CUDA__ATTN_THREADS)
         }
         if (t == 0)
             a.lse_out[(int64_t)head * a.rows + out_row] =
-                sum > 0.0f ? (row_max[row] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+                sum > 0.0f ? (row_max[row] * a.scale_log2 + log2f(sum)) * 0.69314718055994531f
+                           : -INFINITY;
     }
 }
 
 /* ------------------------------------------------------------------ attention backward
-   Design (version 0: correctness first, CUDA cores, no tensor cores yet; see
-   bench/ATTENTION_NOTES.md). The reference's structure on the GPU, so that every gradient
-   element is one float32 sum in a fixed order, added once to its float32 buffer: no atomics,
-   bitwise reproducible whatever `deterministic` says. (1) delta[h, i] = dO_i . O_i, a warp
-   per (head, query row) of the q view, into the workspace. (2) dQ: a warp per (head, query
-   row), its lanes holding D / 32 dims of q and dO; it walks the visible keys of its row in
-   order (stopping at the causal bound: positions are monotone), recomputes s = scale q.k and
-   P = exp(s - lse) from the final LSE, dP = dO.v, and sums dS k. (3) dK, dV: a warp per (kv
-   head, key row) walks the query rows of every head of its GQA group and sums dS q and P dO.
-   Dot products are warp reductions (shuffles). Rows whose LSE is -inf contribute nothing; keys
-   past the valid rows of the kv view are never read. */
+   Design (version 1: FlashAttention-2 on mma.sync, see bench/ATTENTION_NOTES.md).
+   (1) delta[h, i] = dO_i . O_i (float32), a warp per (head, query row) of the q view, into
+   the workspace. (2) dK, dV: a block of 4 warps per (64-key tile of the kv view, kv head)
+   from the kv schedule; K and V stay in shared memory, each warp owns 16 keys and keeps their
+   dK, dV (16 x D float32) in registers while it walks the q tiles of every query head of the
+   GQA group that can see the tile (the first one by binary search on the per-row key limits;
+   Q and dO tiles stream through shared memory two stages deep with cp.async, the rows' LSE,
+   delta and key limit beside them). Per q tile: S^T = K Q^T, P^T = 2^(S^T scale log2(e) -
+   LSE log2(e)) where key < limit(query) else 0 (so rows with LSE -inf, padding rows and
+   invisible keys give exactly 0), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
+   dK += dS^T Q; at the end dk += scale dK, dv += dV, once per element. (3) dQ:
+   deterministic = 1: a query-stationary kernel per (64-row q tile, head) from the q schedule,
+   the forward's structure: S = Q K^T, dP = dO V^T, dS = P (dP - delta), dQ += dS K over the
+   key tiles it sees, then dq += scale dQ once per element: no atomics, bitwise reproducible.
+   deterministic = 0: the dK/dV kernel also stores dS (rounded to the input type, as FA2) in
+   shared memory as [query][key] and each warp adds scale dS K of its 16 query rows into dq
+   with float32 atomics (one matrix product instead of the separate kernel's four). Padding
+   rows are never read (zero-filled tiles) and never written. */
 
 template <int E> __device__ __forceinline__ float dcp_cuda__warp_dot(const float (&x)[E],
                                                                      const float (&y)[E])
@@ -2101,32 +2266,32 @@ template <int E> __device__ __forceinline__ float dcp_cuda__warp_dot(const float
     return sum;
 }
 
-/* The (head, row) of a warp of a row kernel and the row's sequence as the step sees it;
-   false when the row is outside the view (kv: key rows) or not valid there. */
-__device__ __forceinline__ bool dcp_cuda__attn_row(const dcp_cuda__attn_args &a, int32_t heads,
-                                                   bool kv, int32_t *head, int64_t *row,
-                                                   dcp_cuda__seq_view *s, int64_t *index)
+/* The (head, row) of a warp of the delta kernel and the row's sequence as the step sees it;
+   false when the row is not a valid row of the q view. */
+__device__ __forceinline__ bool dcp_cuda__attn_row(const dcp_cuda__attn_args &a, int32_t *head,
+                                                   int64_t *row)
 {
     const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (unit >= (int64_t)heads * a.rows) return false;
+    if (unit >= (int64_t)a.heads * a.rows) return false;
     *head = (int32_t)(unit / a.rows);
     *row = unit - (int64_t)*head * a.rows;
     const int32_t j = dcp_cuda__find_sequence(a.cu_seqlens_padded, a.num_sequences, *row * a.cp);
     if (j < 0 || j >= a.num_sequences) return false;
-    *s = dcp_cuda__seq_of(a, j);
-    *index = *row - s->offset;
-    return kv ? *index >= s->k_begin && *index < s->k_valid
-              : *index >= s->q_begin && *index < s->q_valid;
+    const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, j);
+    const int64_t index = *row - s.offset;
+    return index >= s.q_begin && index < s.q_valid;
 }
 
+#define DCP_CUDA__DELTA_THREADS 256
+
 template <typename T, int D>
-__global__ void __launch_bounds__(256) dcp_cuda__attn_delta_kernel(const dcp_cuda__attn_args a)
+__global__ void __launch_bounds__(DCP_CUDA__DELTA_THREADS)
+    dcp_cuda__attn_delta_kernel(const dcp_cuda__attn_args a)
 {
     constexpr int E = D / 32;
     int32_t head;
-    int64_t row, index;
-    dcp_cuda__seq_view s;
-    if (!dcp_cuda__attn_row(a, a.heads, false, &head, &row, &s, &index)) return;
+    int64_t row;
+    if (!dcp_cuda__attn_row(a, &head, &row)) return;
     const int lane = threadIdx.x & 31;
     const int64_t at = (row * a.heads + head) * D + lane * E;
     float o[E], d[E];
@@ -2136,80 +2301,326 @@ __global__ void __launch_bounds__(256) dcp_cuda__attn_delta_kernel(const dcp_cud
     if (lane == 0) a.delta[(int64_t)head * a.rows + row] = delta;
 }
 
-template <typename T, int D>
-__global__ void __launch_bounds__(256) dcp_cuda__attn_dq_kernel(const dcp_cuda__attn_args a)
+/* What the backward needs of one query row: its LSE in base 2, delta, and key limit (0 for a
+   row outside the valid q view or with no visible key at all, LSE -inf: it contributes
+   nothing, and its LSE is never used). */
+struct dcp_cuda__bwd_row {
+    float lse_log2, delta;
+    int32_t limit;
+};
+
+__device__ __forceinline__ dcp_cuda__bwd_row dcp_cuda__bwd_row_of(const dcp_cuda__attn_args &a,
+                                                                  const dcp_cuda__seq_view &s,
+                                                                  int32_t head, int64_t index)
 {
-    constexpr int E = D / 32;
-    int32_t head;
-    int64_t row, index;
-    dcp_cuda__seq_view s;
-    if (!dcp_cuda__attn_row(a, a.heads, false, &head, &row, &s, &index)) return;
-    const float lse = a.lse[(int64_t)head * a.rows + row];
-    if (lse == -INFINITY) return;
-    const int lane = threadIdx.x & 31;
-    const int32_t kv_head = head / a.group;
-    const int64_t at = (row * a.heads + head) * D + lane * E;
-    const int64_t q_pos = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, index);
-    const float delta = a.delta[(int64_t)head * a.rows + row];
-    float q[E], d[E], acc[E];
-    dcp_cuda__load<T, E>(static_cast<const T *>(a.q) + at, q);
-    dcp_cuda__load<T, E>(static_cast<const T *>(a.dout) + at, d);
-#pragma unroll
-    for (int e = 0; e < E; e++) acc[e] = 0.0f;
-    for (int64_t key = s.k_begin; key < s.k_valid; key++) {
-        if (a.causal && dcp_cuda__zigzag(s.padded, a.cp, a.kv_rank, key) > q_pos) break;
-        const int64_t kat = ((s.offset + key) * a.kv_heads + kv_head) * D + lane * E;
-        float k[E], v[E];
-        dcp_cuda__load<T, E>(static_cast<const T *>(a.k) + kat, k);
-        dcp_cuda__load<T, E>(static_cast<const T *>(a.v) + kat, v);
-        const float p = expf(a.scale * dcp_cuda__warp_dot<E>(q, k) - lse);
-        const float ds = p * (dcp_cuda__warp_dot<E>(d, v) - delta);
-#pragma unroll
-        for (int e = 0; e < E; e++) acc[e] = fmaf(ds, k[e], acc[e]);
+    dcp_cuda__bwd_row r = {0.0f, 0.0f, dcp_cuda__key_limit(a, s, index)};
+    if (r.limit > 0) {
+        const int64_t at = (int64_t)head * a.rows + s.offset + index;
+        const float lse = a.lse[at];
+        if (lse == -INFINITY) r.limit = 0;
+        else r.lse_log2 = lse * 1.4426950408889634f, r.delta = a.delta[at];
     }
+    return r;
+}
+
+template <int D> constexpr size_t dcp_cuda__attn_dkv_smem(size_t element)
+{
+    using K = dcp_cuda__attn_traits<D>;
+    /* K, V, 2 x Q, 2 x dO, dS; then LSE, delta and limit of 2 x TILE_ROWS rows */
+    return (size_t)6 * K::TILE_ELEMENTS * element +
+           (size_t)K::TILE_ROWS * K::DS_STRIDE * element + (size_t)2 * K::TILE_ROWS * 12;
+}
+
+template <int D> constexpr size_t dcp_cuda__attn_dq_smem(size_t element)
+{
+    return (size_t)6 * dcp_cuda__attn_traits<D>::TILE_ELEMENTS * element; /* Q, dO, 2 x K, 2 x V */
+}
+
+/* The first q tile of the view whose last valid row sees key k0 (the limits are monotone in
+   local order); q_tiles when none does. */
+__device__ __forceinline__ int32_t dcp_cuda__first_q_tile(const dcp_cuda__attn_args &a,
+                                                          const dcp_cuda__seq_view &s,
+                                                          int32_t q_tiles, int64_t k0)
+{
+    int32_t lo = 0, hi = q_tiles;
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        const int64_t end = s.q_begin + (int64_t)(mid + 1) * DCP_CUDA__TILE;
+        if (dcp_cuda__key_limit(a, s, (end < s.q_valid ? end : s.q_valid) - 1) > k0) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+/* deterministic = 0: dq += scale dS K for the warp's 16 query rows of a q tile, dS (queries x
+   keys) in shared memory, K (keys x D) the key tile; 16 columns at a time (few registers),
+   float32 atomics into dq for the valid rows of the q view. */
+template <typename T, int D>
+__device__ __forceinline__ void dcp_cuda__attn_dq_atomic(const dcp_cuda__attn_args &a,
+                                                         const dcp_cuda__seq_view &s,
+                                                         int32_t head, int64_t q0, const T *sds,
+                                                         const T *sk)
+{
+    using K = dcp_cuda__attn_traits<D>;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int m8 = lane >> 3, r8 = lane & 7;
+    const T *ds_rows =
+        sds + (warp * K::WARP_ROWS + (m8 & 1) * 8 + r8) * K::DS_STRIDE + (m8 >> 1) * 8;
+    int64_t at[2];
+    bool ok[2];
 #pragma unroll
-    for (int e = 0; e < E; e++) a.dq[at + e] += a.scale * acc[e];
+    for (int e = 0; e < 2; e++) {
+        const int64_t index = q0 + warp * K::WARP_ROWS + g + 8 * e;
+        ok[e] = index < s.q_valid;
+        at[e] = ((s.offset + index) * a.heads + head) * D + 2 * t;
+    }
+#pragma unroll 1 /* registers: the caller holds dK and dV */
+    for (int dp = 0; dp < D / 16; dp++) {
+        float acc[2][4];
+        dcp_cuda__zero(acc);
+#pragma unroll
+        for (int kc = 0; kc < K::TILE_KEYS / 16; kc++) {
+            uint32_t af[4], bf[4]; /* dS fragments reloaded per column block: registers are
+                                      scarce beside the dK, dV accumulators */
+            dcp_cuda__ldmatrix_x4(af, ds_rows + kc * 16);
+            dcp_cuda__ldmatrix_x4_trans(bf, sk + (kc * 16 + (m8 & 1) * 8 + r8) * K::STRIDE +
+                                                dp * 16 + (m8 >> 1) * 8);
+            dcp_cuda__mma<T>(acc[0], af, bf[0], bf[1]);
+            dcp_cuda__mma<T>(acc[1], af, bf[2], bf[3]);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (ok[e >> 1])
+                    atomicAdd(a.dq + at[e >> 1] + (2 * dp + j) * 8 + (e & 1),
+                              a.scale * acc[j][e]);
+    }
+}
+
+template <typename T, int D, bool ATOMIC_DQ>
+__global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
+    dcp_cuda__attn_dkv_kernel(const dcp_cuda__attn_args a)
+{
+    using K = dcp_cuda__attn_traits<D>;
+    constexpr int TE = K::TILE_ELEMENTS;
+    T *sk = reinterpret_cast<T *>(dcp_cuda__smem);
+    T *sv = sk + TE;
+    T *sq = sv + TE;      /* [2][TILE_ROWS][STRIDE] */
+    T *sdo = sq + 2 * TE; /* [2][TILE_ROWS][STRIDE] */
+    T *sds = sdo + 2 * TE; /* [TILE_ROWS][DS_STRIDE]: dS as [query][key] (atomic dQ) */
+    float *slse = reinterpret_cast<float *>(sds + K::TILE_ROWS * K::DS_STRIDE); /* [2][TILE_ROWS] */
+    float *sdelta = slse + 2 * K::TILE_ROWS;
+    int32_t *slimit = reinterpret_cast<int32_t *>(sdelta + 2 * K::TILE_ROWS);
+    /* the sequence view lives in shared memory: read where used, it frees the registers the
+       dK, dV accumulators need (ptxas spilled with it in registers) */
+    __shared__ dcp_cuda__seq_view s;
+    int64_t k0;
+    {
+        dcp_cuda__seq_view view;
+        if (!dcp_cuda__attn_tile_of(a, true, &view, &k0) || k0 >= view.k_valid)
+            return; /* padding keys only */
+        if (threadIdx.x == 0) s = view;
+        __syncthreads();
+    }
+    const int32_t kv_head = blockIdx.y;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t q_stride = (int64_t)a.heads * D, kv_stride = (int64_t)a.kv_heads * D;
+    const int32_t q_tiles = (int32_t)((s.q_valid - s.q_begin + K::TILE_ROWS - 1) / K::TILE_ROWS);
+    const int32_t first = dcp_cuda__first_q_tile(a, s, q_tiles, k0);
+    const int32_t per_head = q_tiles - first, units = per_head * a.group;
+    if (units <= 0) return; /* no query sees these keys: nothing to add */
+
+    dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(
+        sk, static_cast<const T *>(a.k) + (int64_t)kv_head * D, kv_stride, s.offset, k0, s.k_valid);
+    dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(
+        sv, static_cast<const T *>(a.v) + (int64_t)kv_head * D, kv_stride, s.offset, k0, s.k_valid);
+    dcp_cuda__cp_async_commit();
+    /* unit u: query head kv_head x group + u / per_head, its q tile first + u % per_head */
+    auto unit_head = [&](int32_t u) { return kv_head * a.group + u / per_head; };
+    auto unit_q0 = [&](int32_t u) {
+        return s.q_begin + (int64_t)(first + u % per_head) * K::TILE_ROWS;
+    };
+    auto load_unit = [&](int32_t u, int stage) {
+        const int32_t head = unit_head(u);
+        const int64_t q0 = unit_q0(u);
+        dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
+            sq + stage * TE, static_cast<const T *>(a.q) + (int64_t)head * D, q_stride, s.offset,
+            q0, s.q_valid);
+        dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
+            sdo + stage * TE, static_cast<const T *>(a.dout) + (int64_t)head * D, q_stride,
+            s.offset, q0, s.q_valid);
+        for (int r = tid; r < K::TILE_ROWS; r += K::THREADS) {
+            const dcp_cuda__bwd_row row = dcp_cuda__bwd_row_of(a, s, head, q0 + r);
+            slse[stage * K::TILE_ROWS + r] = row.lse_log2;
+            sdelta[stage * K::TILE_ROWS + r] = row.delta;
+            slimit[stage * K::TILE_ROWS + r] = row.limit;
+        }
+    };
+    load_unit(0, 0);
+    dcp_cuda__cp_async_commit();
+
+    /* this lane's two key rows (C layout: rows g and g + 8 of the warp's 16) */
+    const int32_t key[2] = {(int32_t)k0 + warp * K::WARP_ROWS + g,
+                            (int32_t)k0 + warp * K::WARP_ROWS + g + 8};
+    const T *k_rows = sk + warp * K::WARP_ROWS * K::STRIDE;
+    const T *v_rows = sv + warp * K::WARP_ROWS * K::STRIDE;
+    float dk[K::HEAD_BLOCKS][4], dv[K::HEAD_BLOCKS][4];
+    dcp_cuda__zero(dk);
+    dcp_cuda__zero(dv);
+
+    for (int32_t u = 0; u < units; u++) {
+        const int stage = u & 1;
+        if (u + 1 < units) load_unit(u + 1, stage ^ 1);
+        dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
+        dcp_cuda__cp_async_wait<1>(); /* unit u (and K, V) have landed */
+        __syncthreads();
+        const T *qs = sq + stage * TE, *dos = sdo + stage * TE;
+        const float *lse = slse + stage * K::TILE_ROWS, *delta = sdelta + stage * K::TILE_ROWS;
+        const int32_t *limit = slimit + stage * K::TILE_ROWS;
+
+        /* P^T (keys x queries) */
+        float p[K::ROW_BLOCKS][4];
+        dcp_cuda__zero(p);
+        dcp_cuda__mma_abt<T, K::TILE_ROWS, D, K::STRIDE>(p, k_rows, qs);
+#pragma unroll
+        for (int n = 0; n < K::ROW_BLOCKS; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int query = n * 8 + 2 * t + (e & 1);
+                p[n][e] = key[e >> 1] < limit[query]
+                              ? dcp_cuda__exp2_scaled(p[n][e], a.scale_log2, lse[query])
+                              : 0.0f;
+            }
+        dcp_cuda__mma_pb<T, K::TILE_ROWS, D, K::STRIDE>(dv, p, dos);
+        /* dS^T = P^T (dP^T - delta), dP^T = V dO^T */
+        float ds[K::ROW_BLOCKS][4];
+        dcp_cuda__zero(ds);
+        dcp_cuda__mma_abt<T, K::TILE_ROWS, D, K::STRIDE>(ds, v_rows, dos);
+#pragma unroll
+        for (int n = 0; n < K::ROW_BLOCKS; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ds[n][e] = p[n][e] * (ds[n][e] - delta[n * 8 + 2 * t + (e & 1)]);
+        dcp_cuda__mma_pb<T, K::TILE_ROWS, D, K::STRIDE>(dk, ds, qs);
+        if (ATOMIC_DQ) {
+            /* dS to shared memory as [query][key], then dq += scale dS K per warp's 16 queries */
+#pragma unroll
+            for (int n = 0; n < K::ROW_BLOCKS; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    sds[(n * 8 + 2 * t + (e & 1)) * K::DS_STRIDE + warp * K::WARP_ROWS + g +
+                        8 * (e >> 1)] = dcp_cuda__from_float<T>(ds[n][e]);
+            __syncthreads();
+            dcp_cuda__attn_dq_atomic<T, D>(a, s, unit_head(u), unit_q0(u), sds, sk);
+        }
+        __syncthreads(); /* this stage (and dS) are free for the next load */
+    }
+    dcp_cuda__cp_async_wait<0>();
+
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        if (key[e] >= s.k_valid) continue;
+        const int64_t at = ((s.offset + key[e]) * a.kv_heads + kv_head) * D + 2 * t;
+#pragma unroll
+        for (int d = 0; d < K::HEAD_BLOCKS; d++) {
+            a.dk[at + d * 8] += a.scale * dk[d][2 * e];
+            a.dk[at + d * 8 + 1] += a.scale * dk[d][2 * e + 1];
+            a.dv[at + d * 8] += dv[d][2 * e];
+            a.dv[at + d * 8 + 1] += dv[d][2 * e + 1];
+        }
+    }
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(256) dcp_cuda__attn_dkv_kernel(const dcp_cuda__attn_args a)
+__global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
+    dcp_cuda__attn_dq_kernel(const dcp_cuda__attn_args a)
 {
-    constexpr int E = D / 32;
-    int32_t kv_head;
-    int64_t row, index;
+    using K = dcp_cuda__attn_traits<D>;
+    constexpr int TE = K::TILE_ELEMENTS;
+    T *sq = reinterpret_cast<T *>(dcp_cuda__smem);
+    T *sdo = sq + TE;
+    T *sk = sdo + TE;     /* [2][TILE_KEYS][STRIDE] */
+    T *sv = sk + 2 * TE;  /* [2][TILE_KEYS][STRIDE] */
     dcp_cuda__seq_view s;
-    if (!dcp_cuda__attn_row(a, a.kv_heads, true, &kv_head, &row, &s, &index)) return;
-    const int lane = threadIdx.x & 31;
-    const int64_t kat = (row * a.kv_heads + kv_head) * D + lane * E;
-    const int64_t k_pos = dcp_cuda__zigzag(s.padded, a.cp, a.kv_rank, index);
-    float k[E], v[E], dk[E], dv[E];
-    dcp_cuda__load<T, E>(static_cast<const T *>(a.k) + kat, k);
-    dcp_cuda__load<T, E>(static_cast<const T *>(a.v) + kat, v);
+    int64_t q0;
+    if (!dcp_cuda__attn_tile_of(a, false, &s, &q0)) return;
+    const int32_t head = blockIdx.y, kv_head = head / a.group;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t q_stride = (int64_t)a.heads * D, kv_stride = (int64_t)a.kv_heads * D;
+    const T *kg = static_cast<const T *>(a.k) + (int64_t)kv_head * D;
+    const T *vg = static_cast<const T *>(a.v) + (int64_t)kv_head * D;
+    /* the keys this tile sees end at its last valid row's limit (the largest) */
+    const int64_t q_last = (q0 + K::TILE_ROWS < s.q_valid ? q0 + K::TILE_ROWS : s.q_valid) - 1;
+    const int64_t k_stop = q_last >= q0 ? dcp_cuda__key_limit(a, s, q_last) : 0;
+    const int32_t tiles =
+        k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + K::TILE_KEYS - 1) / K::TILE_KEYS) : 0;
+    if (tiles == 0) return; /* no visible key: nothing to add */
+
+    dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
+        sq, static_cast<const T *>(a.q) + (int64_t)head * D, q_stride, s.offset, q0, s.q_valid);
+    dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
+        sdo, static_cast<const T *>(a.dout) + (int64_t)head * D, q_stride, s.offset, q0,
+        s.q_valid);
+    dcp_cuda__cp_async_commit();
+    auto load_kv = [&](int32_t tile, int stage) {
+        const int64_t k0 = s.k_begin + (int64_t)tile * K::TILE_KEYS;
+        dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(sk + stage * TE, kg, kv_stride,
+                                                            s.offset, k0, s.k_valid);
+        dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(sv + stage * TE, vg, kv_stride,
+                                                            s.offset, k0, s.k_valid);
+    };
+    load_kv(0, 0);
+    dcp_cuda__cp_async_commit();
+
+    dcp_cuda__bwd_row row[2];
 #pragma unroll
-    for (int e = 0; e < E; e++) dk[e] = dv[e] = 0.0f;
-    for (int32_t head = kv_head * a.group; head < (kv_head + 1) * a.group; head++)
-        for (int64_t qi = s.q_begin; qi < s.q_valid; qi++) {
-            if (a.causal && dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, qi) < k_pos) continue;
-            const int64_t q_row = s.offset + qi;
-            const float lse = a.lse[(int64_t)head * a.rows + q_row];
-            if (lse == -INFINITY) continue;
-            const int64_t at = (q_row * a.heads + head) * D + lane * E;
-            float q[E], d[E];
-            dcp_cuda__load<T, E>(static_cast<const T *>(a.q) + at, q);
-            dcp_cuda__load<T, E>(static_cast<const T *>(a.dout) + at, d);
-            const float p = expf(a.scale * dcp_cuda__warp_dot<E>(q, k) - lse);
-            const float ds = p * (dcp_cuda__warp_dot<E>(d, v) -
-                                  a.delta[(int64_t)head * a.rows + q_row]);
+    for (int e = 0; e < 2; e++)
+        row[e] = dcp_cuda__bwd_row_of(a, s, head, q0 + warp * K::WARP_ROWS + g + 8 * e);
+    const int32_t limit[2] = {row[0].limit, row[1].limit};
+    const int32_t unmasked_end = dcp_cuda__warp_min(min(limit[0], limit[1])); /* as the forward */
+    const T *q_rows = sq + warp * K::WARP_ROWS * K::STRIDE;
+    const T *do_rows = sdo + warp * K::WARP_ROWS * K::STRIDE;
+    float dq[K::HEAD_BLOCKS][4];
+    dcp_cuda__zero(dq);
+
+    for (int32_t tile = 0; tile < tiles; tile++) {
+        const int stage = tile & 1;
+        if (tile + 1 < tiles) load_kv(tile + 1, stage ^ 1);
+        dcp_cuda__cp_async_commit();
+        dcp_cuda__cp_async_wait<1>(); /* tile `tile` (and Q, dO) have landed */
+        __syncthreads();
+        const T *ks = sk + stage * TE, *vs = sv + stage * TE;
+        const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
+        float p[K::KEY_BLOCKS][4], ds[K::KEY_BLOCKS][4];
+        dcp_cuda__zero(p);
+        dcp_cuda__zero(ds);
+        dcp_cuda__mma_abt<T, K::TILE_KEYS, D, K::STRIDE>(p, q_rows, ks);
+        dcp_cuda__mma_abt<T, K::TILE_KEYS, D, K::STRIDE>(ds, do_rows, vs);
+        if (k0 + K::TILE_KEYS > unmasked_end) dcp_cuda__mask_keys(p, k0, limit);
 #pragma unroll
-            for (int e = 0; e < E; e++) {
-                dk[e] = fmaf(ds, q[e], dk[e]);
-                dv[e] = fmaf(p, d[e], dv[e]);
+        for (int n = 0; n < K::KEY_BLOCKS; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const dcp_cuda__bwd_row &r = row[e >> 1];
+                ds[n][e] = dcp_cuda__exp2_scaled(p[n][e], a.scale_log2, r.lse_log2) *
+                           (ds[n][e] - r.delta);
             }
-        }
+        dcp_cuda__mma_pb<T, K::TILE_KEYS, D, K::STRIDE>(dq, ds, ks);
+        __syncthreads(); /* this stage is free for the load two tiles ahead */
+    }
+    dcp_cuda__cp_async_wait<0>();
+
 #pragma unroll
-    for (int e = 0; e < E; e++) {
-        a.dk[kat + e] += a.scale * dk[e];
-        a.dv[kat + e] += dv[e];
+    for (int e = 0; e < 2; e++) {
+        const int64_t index = q0 + warp * K::WARP_ROWS + g + 8 * e;
+        if (index >= s.q_valid) continue;
+        const int64_t at = ((s.offset + index) * a.heads + head) * D + 2 * t;
+#pragma unroll
+        for (int d = 0; d < K::HEAD_BLOCKS; d++) {
+            a.dq[at + d * 8] += a.scale * dq[d][2 * e];
+            a.dq[at + d * 8 + 1] += a.scale * dq[d][2 * e + 1];
+        }
     }
 }
 
@@ -2320,7 +2731,7 @@ static dcp_status dcp_cuda__attn_forward_launch(dcp_cuda__attn_args a, int64_t c
     DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_forward_kernel<T, D>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)shared));
-    dcp_cuda__attn_forward_kernel<T, D><<<grid, DCP_CUDA__ATTN_THREADS, shared, s>>>(a);
+    dcp_cuda__attn_forward_kernel<T, D><<<grid, dcp_cuda__attn_traits<D>::THREADS, shared, s>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
     return dcp_error_clear(error);
 }
@@ -2375,17 +2786,47 @@ extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *par
 }
 
 template <typename T, int D>
-static dcp_status dcp_cuda__attn_backward_launch(const dcp_cuda__attn_args &a, cudaStream_t s,
+static dcp_status dcp_cuda__attn_backward_launch(dcp_cuda__attn_args a, int64_t capacity,
+                                                 int32_t deterministic, cudaStream_t s,
                                                  dcp_error *error)
 {
-    const unsigned q_blocks = (unsigned)(((int64_t)a.heads * a.rows + 7) / 8);
-    const unsigned kv_blocks = (unsigned)(((int64_t)a.kv_heads * a.rows + 7) / 8);
-    dcp_cuda__attn_delta_kernel<T, D><<<q_blocks, 256, 0, s>>>(a);
+    using K = dcp_cuda__attn_traits<D>;
+    const unsigned delta_blocks =
+        (unsigned)(((int64_t)a.heads * a.rows * 32 + DCP_CUDA__DELTA_THREADS - 1) /
+                   DCP_CUDA__DELTA_THREADS);
+    const size_t dkv_shared = dcp_cuda__attn_dkv_smem<D>(sizeof(T));
+    const size_t dq_shared = dcp_cuda__attn_dq_smem<D>(sizeof(T));
+    dcp_cuda__attn_delta_kernel<T, D><<<delta_blocks, DCP_CUDA__DELTA_THREADS, 0, s>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
-    dcp_cuda__attn_dq_kernel<T, D><<<q_blocks, 256, 0, s>>>(a);
+    /* dK, dV over the kv schedule (and dQ by atomics when not deterministic) */
+    dcp_cuda__schedule_kernel<<<1, 1024, 0, s>>>(a, 1, (int32_t *)a.count, (int2 *)a.entries,
+                                                 capacity);
     DCP_CUDA_CHECK_LAUNCH();
-    dcp_cuda__attn_dkv_kernel<T, D><<<kv_blocks, 256, 0, s>>>(a);
-    DCP_CUDA_CHECK_LAUNCH();
+    if (deterministic) {
+        DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_dkv_kernel<T, D, false>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)dkv_shared));
+        dcp_cuda__attn_dkv_kernel<T, D, false>
+            <<<dim3((unsigned)capacity, (unsigned)a.kv_heads), K::THREADS, dkv_shared, s>>>(a);
+        DCP_CUDA_CHECK_LAUNCH();
+        /* dQ over the q schedule (the same workspace: stream order) */
+        dcp_cuda__schedule_kernel<<<1, 1024, 0, s>>>(a, 0, (int32_t *)a.count,
+                                                     (int2 *)a.entries, capacity);
+        DCP_CUDA_CHECK_LAUNCH();
+        DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_dq_kernel<T, D>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)dq_shared));
+        dcp_cuda__attn_dq_kernel<T, D>
+            <<<dim3((unsigned)capacity, (unsigned)a.heads), K::THREADS, dq_shared, s>>>(a);
+        DCP_CUDA_CHECK_LAUNCH();
+    } else {
+        DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_dkv_kernel<T, D, true>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)dkv_shared));
+        dcp_cuda__attn_dkv_kernel<T, D, true>
+            <<<dim3((unsigned)capacity, (unsigned)a.kv_heads), K::THREADS, dkv_shared, s>>>(a);
+        DCP_CUDA_CHECK_LAUNCH();
+    }
     return dcp_error_clear(error);
 }
 
@@ -2399,6 +2840,7 @@ extern "C" dcp_status dcp_cuda_attention_backward(
     dcp_attention_params p;
     dcp_cuda__attn_args a;
     size_t needed;
+    int64_t capacity;
     cudaStream_t s = (cudaStream_t)stream;
     dcp_status status;
     if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
@@ -2409,23 +2851,32 @@ extern "C" dcp_status dcp_cuda_attention_backward(
     if (!q || !k || !v || !out || !dout || !lse || !dq || !dk || !dv)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "q, k, v, out, dout, lse, dq, dk and dv must not be NULL");
-    if (!dcp_cuda__aligned(q, 8) || !dcp_cuda__aligned(k, 8) || !dcp_cuda__aligned(v, 8) ||
-        !dcp_cuda__aligned(out, 8) || !dcp_cuda__aligned(dout, 8))
+    if (!dcp_cuda__aligned(q, 16) || !dcp_cuda__aligned(k, 16) || !dcp_cuda__aligned(v, 16) ||
+        !dcp_cuda__aligned(dout, 16) || !dcp_cuda__aligned(out, 8))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "q, k, v, out and dout must be 8-byte aligned");
+                             "q, k, v and dout must be 16-byte aligned and out 8-byte aligned "
+                             "(got %p, %p, %p, %p, %p)",
+                             q, k, v, dout, out);
     if ((status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
         (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
         return status;
     a = dcp_cuda__attn_args_of(&p, layout, view);
     a.q = q, a.k = k, a.v = v, a.out = out, a.dout = dout, a.lse = lse;
     a.dq = dq, a.dk = dk, a.dv = dv;
+    a.count = (const int32_t *)workspace;
+    a.entries = (const int2 *)((char *)workspace + 16);
     a.delta = (float *)((char *)workspace + dcp_cuda__attn_schedule_bytes(layout));
     if (layout->local_rows == 0) return dcp_error_clear(error);
+    capacity = dcp_cuda__attn_capacity(layout);
     if (dtype == DCP_DTYPE_BFLOAT16)
-        return p.head_dim == 64 ? dcp_cuda__attn_backward_launch<__nv_bfloat16, 64>(a, s, error)
-                                : dcp_cuda__attn_backward_launch<__nv_bfloat16, 128>(a, s, error);
-    return p.head_dim == 64 ? dcp_cuda__attn_backward_launch<__half, 64>(a, s, error)
-                            : dcp_cuda__attn_backward_launch<__half, 128>(a, s, error);
+        return p.head_dim == 64 ? dcp_cuda__attn_backward_launch<__nv_bfloat16, 64>(
+                                      a, capacity, deterministic, s, error)
+                                : dcp_cuda__attn_backward_launch<__nv_bfloat16, 128>(
+                                      a, capacity, deterministic, s, error);
+    return p.head_dim == 64
+               ? dcp_cuda__attn_backward_launch<__half, 64>(a, capacity, deterministic, s, error)
+               : dcp_cuda__attn_backward_launch<__half, 128>(a, capacity, deterministic, s,
+                                                             error);
 }
 
 /* ------------------------------------------------------------------- virtual ring driver

@@ -1,7 +1,8 @@
 /* attention_bench - dcp_cuda.cu part 2: varlen THD attention forward and backward (cp 1,
    causal, head dim 128, 32 query heads, 8 kv heads, bfloat16) on packs of 64K tokens made of
    1K, 4K or 16K documents or a lognormal mix (mean 4096, sigma 1.1, 128..16384, seed 1).
-   FLOPs: forward 4 sum(L^2) heads d, halved for causal; backward 2.5 x forward. Time: median
+   FLOPs: forward 4 sum(L^2) heads d, halved for causal; backward 2.5 x forward, timed with
+   deterministic = 0 (dq by float atomics, the target's path) and = 1 (bwd-det). Time: median
    of --repeat runs (CUDA events, L2 flushed before each). PyTorch's baselines (flash and cuDNN
    SDPA) on the same packs: bench/attention_bench.py.
 
@@ -23,6 +24,7 @@ typedef struct attn_bench {
     float *lse, *dq, *dk, *dv;
     void *workspace;
     size_t workspace_bytes;
+    int32_t deterministic; /* of the backward */
 } attn_bench;
 
 static void run_forward(void *c)
@@ -37,7 +39,8 @@ static void run_backward(void *c)
 {
     attn_bench *b = (attn_bench *)c;
     BENCH_DCP(dcp_cuda_attention_backward(&b->p, &b->layout, NULL, DCP_DTYPE_BFLOAT16, b->q, b->k,
-                                          b->v, b->out, b->dout, b->lse, b->dq, b->dk, b->dv, 1,
+                                          b->v, b->out, b->dout, b->lse, b->dq, b->dk, b->dv,
+                                          b->deterministic,
                                           b->workspace, b->workspace_bytes, NULL, &bench_error_));
 }
 
@@ -105,13 +108,13 @@ int main(int argc, char **argv)
     b.dq = (float *)bench_alloc(qn * 4);
     b.dk = (float *)bench_alloc(kn * 4), b.dv = (float *)bench_alloc(kn * 4);
     fill_bf16(b.q, qn, 1), fill_bf16(b.k, kn, 2), fill_bf16(b.v, kn, 3), fill_bf16(b.dout, qn, 4);
-    printf("%-12s %6s %10s %10s %10s %10s\n", "pack", "docs", "fwd ms", "fwd TF/s", "bwd ms",
-           "bwd TF/s");
+    printf("%-12s %6s %10s %10s %10s %10s %12s %12s\n", "pack", "docs", "fwd ms", "fwd TF/s",
+           "bwd ms", "bwd TF/s", "bwd-det ms", "bwd-det TF/s");
     for (i = 0; i < 4; i++) {
         const int32_t n = pack_lengths(documents[i], lengths);
         dcp_thd_layout host;
         int32_t *cu_device, j;
-        double flops = 0.0, forward, backward;
+        double flops = 0.0, forward, backward, backward_det;
         char name[32];
         cu[0] = 0;
         for (j = 0; j < n; j++) {
@@ -126,12 +129,16 @@ int main(int argc, char **argv)
                                                     &bench_error_));
         b.workspace = bench_alloc(b.workspace_bytes);
         forward = bench_time(run_forward, &b, repeat);
+        b.deterministic = 0;
         backward = bench_time(run_backward, &b, repeat);
+        b.deterministic = 1;
+        backward_det = bench_time(run_backward, &b, repeat);
         if (documents[i]) snprintf(name, sizeof name, "docs %dK", (int)(documents[i] / 1024));
         else snprintf(name, sizeof name, "lognormal");
-        printf("%-12s %6d %10.3f %10.1f %10.3f %10.1f\n", name, (int)n, forward,
+        printf("%-12s %6d %10.3f %10.1f %10.3f %10.1f %12.3f %12.1f\n", name, (int)n, forward,
                flops / (forward * 1e-3) / 1e12, backward,
-               2.5 * flops / (backward * 1e-3) / 1e12);
+               2.5 * flops / (backward * 1e-3) / 1e12, backward_det,
+               2.5 * flops / (backward_det * 1e-3) / 1e12);
         BENCH_CALL(cudaFree(b.workspace));
         BENCH_CALL(cudaFree(cu_device));
     }

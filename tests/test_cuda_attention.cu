@@ -118,7 +118,7 @@ static void step_run(const step_case *c, uint64_t stream)
        the gradients start random, both sides add into them */
     {
         float *out_rounded = host_floats(&a, qn);
-        float *dq0, *dk0, *dv0, *again;
+        float *dq0, *dk0, *dv0;
         int64_t i;
         for (i = 0; i < qn; i++) out_rounded[i] = out_ref[i] == out_ref[i] ? round_to(c->dtype, out_ref[i]) : 0.0f;
         dout = random_values(&a, &rng, c->dtype, qn);
@@ -150,8 +150,26 @@ static void step_run(const step_case *c, uint64_t stream)
                       tolerance_of(c->dtype)));
         CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dv_dev, kn), dv, kn,
                       tolerance_of(c->dtype)));
-        /* bitwise reproducible: the same call from the same start gives the same bits */
-        again = download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn);
+        /* deterministic = 1 is bitwise reproducible: the same call from the same start gives
+           the same bits in dq, dk and dv */
+        {
+            float *first[3];
+            first[0] = download(&a, DCP_DTYPE_FLOAT32, dq_dev, qn);
+            first[1] = download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn);
+            first[2] = download(&a, DCP_DTYPE_FLOAT32, dv_dev, kn);
+            CUDA_TEST_CALL(cudaMemcpy(dq_dev, dq0, (size_t)qn * 4, cudaMemcpyHostToDevice));
+            CUDA_TEST_CALL(cudaMemcpy(dk_dev, dk0, (size_t)kn * 4, cudaMemcpyHostToDevice));
+            CUDA_TEST_CALL(cudaMemcpy(dv_dev, dv0, (size_t)kn * 4, cudaMemcpyHostToDevice));
+            CHECK_EQ(dcp_cuda_attention_backward(
+                         &p, &t.device, &view, c->dtype, dq_in, dk_in, dv_in, d_outx, d_dout,
+                         (const float *)d_lse, (float *)dq_dev, (float *)dk_dev,
+                         (float *)dv_dev, 1, workspace, workspace_bytes, NULL, &error),
+                     DCP_OK);
+            CHECK(same_bits(download(&a, DCP_DTYPE_FLOAT32, dq_dev, qn), first[0], qn));
+            CHECK(same_bits(download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn), first[1], kn));
+            CHECK(same_bits(download(&a, DCP_DTYPE_FLOAT32, dv_dev, kn), first[2], kn));
+        }
+        /* deterministic = 0 (dq by float atomics) against the reference too */
         CUDA_TEST_CALL(cudaMemcpy(dq_dev, dq0, (size_t)qn * 4, cudaMemcpyHostToDevice));
         CUDA_TEST_CALL(cudaMemcpy(dk_dev, dk0, (size_t)kn * 4, cudaMemcpyHostToDevice));
         CUDA_TEST_CALL(cudaMemcpy(dv_dev, dv0, (size_t)kn * 4, cudaMemcpyHostToDevice));
@@ -160,7 +178,12 @@ static void step_run(const step_case *c, uint64_t stream)
                                              (float *)dq_dev, (float *)dk_dev, (float *)dv_dev,
                                              0, workspace, workspace_bytes, NULL, &error),
                  DCP_OK);
-        CHECK(same_bits(download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn), again, kn));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dq_dev, qn), dq, qn,
+                      tolerance_of(c->dtype)));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dk_dev, kn), dk, kn,
+                      tolerance_of(c->dtype)));
+        CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, dv_dev, kn), dv, kn,
+                      tolerance_of(c->dtype)));
     }
     cuda_arena_free(&a);
 }
@@ -308,6 +331,190 @@ static void attention_long_pack(void)
     }
 }
 
+/* ============================================ the long mixed pack's gradients, rows against doubles */
+
+/* What the gradient rows of the long pack are computed from (cp 1, float copies of the
+   device inputs): q, k, v, the forward's out (rounded as stored) and LSE, dout. */
+typedef struct grad_inputs {
+    const dcp_attention_params *p;
+    const float *q, *k, *v, *out, *dout, *lse;
+    int64_t rows;
+} grad_inputs;
+
+static double dot_double(const float *x, const float *y, int32_t n)
+{
+    double s = 0.0;
+    int32_t i;
+    for (i = 0; i < n; i++) s += (double)x[i] * y[i];
+    return s;
+}
+
+/* P of (query row, head) against a key row, from the given LSE. */
+static double grad_p(const grad_inputs *g, int64_t query, int32_t head, int64_t key)
+{
+    const int32_t D = g->p->head_dim, H = g->p->num_heads, KV = g->p->num_kv_heads;
+    const float *qr = g->q + (query * H + head) * D;
+    const float *kr = g->k + (key * KV + head / (H / KV)) * D;
+    return exp(dot_double(qr, kr, D) / sqrt((double)D) - g->lse[head * g->rows + query]);
+}
+
+/* dS of (query row, head) against a key row: P (dP - delta). */
+static double grad_ds(const grad_inputs *g, int64_t query, int32_t head, int64_t key)
+{
+    const int32_t D = g->p->head_dim, H = g->p->num_heads, KV = g->p->num_kv_heads;
+    const int32_t kv_head = head / (H / KV);
+    const float *dor = g->dout + (query * H + head) * D, *vr = g->v + (key * KV + kv_head) * D;
+    const double delta = dot_double(dor, g->out + (query * H + head) * D, D);
+    return grad_p(g, query, head, key) * (dot_double(dor, vr, D) - delta);
+}
+
+/* dq of (row, head) of a sequence at rows [begin, begin + valid). */
+static void grad_dq_row(const grad_inputs *g, int64_t begin, int64_t valid, int64_t row,
+                        int32_t head, double *dq)
+{
+    const int32_t D = g->p->head_dim, KV = g->p->num_kv_heads;
+    const int32_t kv_head = head / (g->p->num_heads / KV);
+    const int64_t end = g->p->causal ? row + 1 : begin + valid;
+    int64_t key;
+    int32_t d;
+    for (d = 0; d < D; d++) dq[d] = 0.0;
+    for (key = begin; key < end; key++) {
+        const double ds = grad_ds(g, row, head, key) / sqrt((double)D);
+        for (d = 0; d < D; d++) dq[d] += ds * g->k[(key * KV + kv_head) * D + d];
+    }
+}
+
+/* dk and dv of (key row, kv head): every query head of its group, every query that sees it. */
+static void grad_dkv_row(const grad_inputs *g, int64_t begin, int64_t valid, int64_t key,
+                         int32_t kv_head, double *dk, double *dv)
+{
+    const int32_t D = g->p->head_dim, H = g->p->num_heads, group = H / g->p->num_kv_heads;
+    int64_t query;
+    int32_t head, d;
+    for (d = 0; d < D; d++) dk[d] = dv[d] = 0.0;
+    for (head = kv_head * group; head < (kv_head + 1) * group; head++)
+        for (query = g->p->causal ? key : begin; query < begin + valid; query++) {
+            const double ds = grad_ds(g, query, head, key) / sqrt((double)D);
+            const double P = grad_p(g, query, head, key);
+            for (d = 0; d < D; d++) {
+                dk[d] += ds * g->q[(query * H + head) * D + d];
+                dv[d] += P * g->dout[(query * H + head) * D + d];
+            }
+        }
+}
+
+/* (row, head) pairs of each gradient checked against doubles, a third in the 16K sequence. */
+#define LONG_PACK_GRAD_SAMPLES 60
+
+/* The backward on the pack of attention_long_pack (a 16K-token sequence among short ones and
+   padding), both deterministic settings, from the GPU forward's out and LSE: sampled dq, dk,
+   dv rows against doubles, and every padding row of the gradients left as it was (0). */
+static void attention_long_pack_backward(void)
+{
+    static const int64_t lengths[] = {16384, 1, 2, 4097, 129, 1000, 63, 64, 65};
+    const int32_t n = 9, H = 4, D = 128;
+    int causal, deterministic;
+    CUDA_TEST_REQUIRE_GPU();
+    for (causal = 0; causal < 2; causal++)
+        for (deterministic = 0; deterministic < 2; deterministic++) {
+            cuda_arena a;
+            test_layout t;
+            dcp_rng rng = cuda_test_rng(6100 + 2 * causal + deterministic);
+            dcp_attention_params p;
+            dcp_error error;
+            grad_inputs g;
+            int32_t extra[9] = {0, 3, 1, 0, 2, 0, 1, 0, 5};
+            int64_t rows, qn, kn, i;
+            size_t workspace_bytes;
+            void *workspace, *d_q, *d_k, *d_v, *d_out, *d_lse, *d_dout, *d_dq, *d_dk, *d_dv;
+            float *q, *k, *v, *dout, *dq, *dk, *dv, *ref, *got;
+            char label[80];
+            memset(&a, 0, sizeof a);
+            layout_make(&t, &a, lengths, n, 1, extra);
+            memset(&p, 0, sizeof p);
+            p.num_heads = H;
+            p.num_kv_heads = 1;
+            p.head_dim = D;
+            p.causal = causal;
+            rows = t.device.local_rows;
+            qn = rows * H * D;
+            kn = rows * D;
+            snprintf(label, sizeof label, "long pack backward causal%d deterministic%d", causal,
+                     deterministic);
+            q = random_values(&a, &rng, DCP_DTYPE_BFLOAT16, qn);
+            k = random_values(&a, &rng, DCP_DTYPE_BFLOAT16, kn);
+            v = random_values(&a, &rng, DCP_DTYPE_BFLOAT16, kn);
+            dout = random_values(&a, &rng, DCP_DTYPE_BFLOAT16, qn);
+            nan_padding_rows(&t, 0, q, (int64_t)H * D);
+            nan_padding_rows(&t, 0, k, D);
+            nan_padding_rows(&t, 0, v, D);
+            nan_padding_rows(&t, 0, dout, (int64_t)H * D);
+            d_q = upload(&a, DCP_DTYPE_BFLOAT16, q, qn);
+            d_k = upload(&a, DCP_DTYPE_BFLOAT16, k, kn);
+            d_v = upload(&a, DCP_DTYPE_BFLOAT16, v, kn);
+            d_dout = upload(&a, DCP_DTYPE_BFLOAT16, dout, qn);
+            d_out = dev_alloc(&a, (size_t)qn * 2);
+            d_lse = dev_alloc(&a, (size_t)rows * H * 4);
+            d_dq = dev_alloc(&a, (size_t)qn * 4);
+            d_dk = dev_alloc(&a, (size_t)kn * 4);
+            d_dv = dev_alloc(&a, (size_t)kn * 4);
+            CUDA_TEST_CALL(cudaMemset(d_dq, 0, (size_t)qn * 4));
+            CUDA_TEST_CALL(cudaMemset(d_dk, 0, (size_t)kn * 4));
+            CUDA_TEST_CALL(cudaMemset(d_dv, 0, (size_t)kn * 4));
+            workspace = workspace_for(&a, &p, &t.device, &workspace_bytes);
+            CHECK_EQ(dcp_cuda_attention_forward(&p, &t.device, NULL, DCP_DTYPE_BFLOAT16, d_q, d_k,
+                                                d_v, DCP_DTYPE_BFLOAT16, d_out, (float *)d_lse,
+                                                workspace, workspace_bytes, NULL, &error),
+                     DCP_OK);
+            CHECK_EQ(dcp_cuda_attention_backward(&p, &t.device, NULL, DCP_DTYPE_BFLOAT16, d_q, d_k,
+                                                 d_v, d_out, d_dout, (const float *)d_lse,
+                                                 (float *)d_dq, (float *)d_dk, (float *)d_dv,
+                                                 deterministic, workspace, workspace_bytes, NULL,
+                                                 &error),
+                     DCP_OK);
+            g.p = &p, g.q = q, g.k = k, g.v = v, g.dout = dout, g.rows = rows;
+            g.out = download(&a, DCP_DTYPE_BFLOAT16, d_out, qn);
+            g.lse = download(&a, DCP_DTYPE_FLOAT32, d_lse, rows * H);
+            dq = download(&a, DCP_DTYPE_FLOAT32, d_dq, qn);
+            dk = download(&a, DCP_DTYPE_FLOAT32, d_dk, kn);
+            dv = download(&a, DCP_DTYPE_FLOAT32, d_dv, kn);
+            for (i = 0; i < n; i++) {
+                int64_t row, d;
+                for (row = t.cu_padded[i] + lengths[i]; row < t.cu_padded[i + 1]; row++) {
+                    for (d = 0; d < (int64_t)H * D; d++) CHECK(dq[row * H * D + d] == 0.0f);
+                    for (d = 0; d < D; d++)
+                        CHECK(dk[row * D + d] == 0.0f && dv[row * D + d] == 0.0f);
+                }
+            }
+            ref = host_floats(&a, 3 * LONG_PACK_GRAD_SAMPLES * D);
+            got = host_floats(&a, 3 * LONG_PACK_GRAD_SAMPLES * D);
+            for (i = 0; i < LONG_PACK_GRAD_SAMPLES; i++) {
+                const int32_t s = i < LONG_PACK_GRAD_SAMPLES / 3
+                                      ? 0
+                                      : (int32_t)dcp_rng_below(&rng, (uint64_t)n);
+                const int64_t begin = t.cu_padded[s];
+                const int64_t row = begin + (int64_t)dcp_rng_below(&rng, (uint64_t)lengths[s]);
+                const int32_t h = (int32_t)dcp_rng_below(&rng, (uint64_t)H);
+                double gq[128], gk[128], gv[128];
+                int32_t d;
+                grad_dq_row(&g, begin, lengths[s], row, h, gq);
+                grad_dkv_row(&g, begin, lengths[s], row, 0, gk, gv);
+                /* [dq, dk, dv][sample][D]: each gradient compared on its own scale */
+                for (d = 0; d < D; d++) {
+                    const int64_t at = i * D + d, step = (int64_t)LONG_PACK_GRAD_SAMPLES * D;
+                    ref[at] = (float)gq[d], got[at] = dq[(row * H + h) * D + d];
+                    ref[step + at] = (float)gk[d], got[step + at] = dk[row * D + d];
+                    ref[2 * step + at] = (float)gv[d], got[2 * step + at] = dv[row * D + d];
+                }
+            }
+            for (i = 0; i < 3; i++)
+                CHECK(compare(label, got + i * LONG_PACK_GRAD_SAMPLES * D,
+                              ref + i * LONG_PACK_GRAD_SAMPLES * D, LONG_PACK_GRAD_SAMPLES * D,
+                              tolerance_of(DCP_DTYPE_BFLOAT16)));
+            cuda_arena_free(&a);
+        }
+}
+
 /* =================================================== the virtual ring against a single GPU */
 
 /* Rank r's local buffer of a global [tokens, width] tensor: rows by zigzag position, NaN on
@@ -352,7 +559,8 @@ static float *lse_to_rank(cuda_arena *a, const test_layout *ring, const test_lay
     return local;
 }
 
-static void ring_run(int32_t cp, dcp_dtype dtype, int32_t causal, uint64_t stream)
+static void ring_run(int32_t cp, dcp_dtype dtype, int32_t causal, int32_t deterministic,
+                     uint64_t stream)
 {
     cuda_arena a;
     test_layout whole, ring;
@@ -383,7 +591,8 @@ static void ring_run(int32_t cp, dcp_dtype dtype, int32_t causal, uint64_t strea
     rows = ring.device.local_rows;
     qn = total * heads * D, kn = total * kv_heads * D;
     rqn = rows * heads * D, rkn = rows * kv_heads * D;
-    snprintf(label, sizeof label, "ring cp%d %s causal%d", (int)cp, dtype_name(dtype), (int)causal);
+    snprintf(label, sizeof label, "ring cp%d %s causal%d deterministic%d", (int)cp,
+             dtype_name(dtype), (int)causal, (int)deterministic);
     q = random_values(&a, &rng, dtype, qn);
     k = random_values(&a, &rng, dtype, kn);
     v = random_values(&a, &rng, dtype, kn);
@@ -461,7 +670,8 @@ static void ring_run(int32_t cp, dcp_dtype dtype, int32_t causal, uint64_t strea
         rdv[r] = (float *)dev_alloc(&a, (size_t)rkn * 4);
     }
     CHECK_EQ(dcp_cuda_virtual_ring_backward(&p, &ring.device, dtype, rq, rk, rv, rout, rdout,
-                                            rlse_c, rdq, rdk, rdv, 1, wsr, wsr_bytes, NULL, &error),
+                                            rlse_c, rdq, rdk, rdv, deterministic, wsr, wsr_bytes,
+                                            NULL, &error),
              DCP_OK);
     for (r = 0; r < cp; r++) {
         float *eq = to_rank(&a, &ring, &whole, r, dq1, (int64_t)heads * D);
@@ -491,7 +701,10 @@ static void virtual_ring(void)
     CUDA_TEST_REQUIRE_GPU();
     for (cp = 2; cp <= 8; cp *= 2)
         for (causal = 0; causal < 2; causal++) {
-            ring_run(cp, stream % 2 ? DCP_DTYPE_FLOAT16 : DCP_DTYPE_BFLOAT16, causal, stream);
+            /* both backward paths, each with and without the causal mask over the c values */
+            const int32_t deterministic = cp == 4 ? causal : !causal;
+            ring_run(cp, stream % 2 ? DCP_DTYPE_FLOAT16 : DCP_DTYPE_BFLOAT16, causal,
+                     deterministic, stream);
             stream++;
         }
 }
@@ -573,12 +786,51 @@ static void arguments_attention(void)
     }
 }
 
+/* The backward's own argument checks: the deterministic flag and the 16-byte alignment its
+   tile loads (cp.async) need of q, k, v and dout. */
+static void arguments_attention_backward(void)
+{
+    static const int32_t cu[] = {0, 10}, cu_padded[] = {0, 16};
+    dcp_cuda_layout layout;
+    dcp_attention_params p;
+    dcp_error error;
+    size_t bytes = 0;
+    char buffer[256] = {0};
+    char *b = buffer + (16 - (uintptr_t)buffer % 16) % 16;
+    float *f = (float *)b;
+    memset(&layout, 0, sizeof layout);
+    layout.thd.num_sequences = 1;
+    layout.thd.cu_seqlens = cu;
+    layout.thd.cu_seqlens_padded = cu_padded;
+    layout.thd.cp = 2;
+    layout.local_rows = 8;
+    layout.max_seqlen_padded = 16;
+    memset(&p, 0, sizeof p);
+    p.num_heads = 4;
+    p.head_dim = 64;
+    CHECK_EQ(dcp_cuda_attention_workspace_size(&p, &layout, &bytes, &error), DCP_OK);
+    CHECK_EQ(dcp_cuda_attention_backward(&p, &layout, NULL, DCP_DTYPE_FLOAT16, b, b, b, b, b + 8,
+                                         f, f, f, f, 0, b, bytes, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "16-byte aligned");
+    CHECK_EQ(dcp_cuda_attention_backward(&p, &layout, NULL, DCP_DTYPE_FLOAT16, b, b + 8, b, b, b,
+                                         f, f, f, f, 1, b, bytes, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "16-byte aligned");
+    CHECK_EQ(dcp_cuda_attention_backward(&p, &layout, NULL, DCP_DTYPE_FLOAT16, b, b, b, b, b, f,
+                                         f, f, f, -1, b, bytes, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "deterministic must be 0 or 1, got -1");
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
         {"arguments_attention", arguments_attention},
+        {"arguments_attention_backward", arguments_attention_backward},
         {"attention_steps", attention_steps},
         {"attention_long_pack", attention_long_pack},
+        {"attention_long_pack_backward", attention_long_pack_backward},
         {"virtual_ring", virtual_ring},
     };
     if (cuda_test_gpu()) cuda_test_seed();
