@@ -4810,7 +4810,8 @@ static void dcp__svg_group_title(dcp__text *t, const dcp__svg_panel *p, int32_t 
                          (long long)plan->sample_lengths[s]);
     }
     if (group->sample_count > DCP__SVG_TITLE_SAMPLES_MAX)
-        dcp__text_printf(t, " and %d more", (int)(group->sample_count - DCP__SVG_TITLE_SAMPLES_MAX));
+        dcp__text_printf(t, " and %d more",
+                         (int)(group->sample_count - DCP__SVG_TITLE_SAMPLES_MAX));
     dcp__text_printf(t, "; %.3f-%.3f ms</title>", p->start[g] * 1e3, p->end[g] * 1e3);
 }
 
