@@ -19,7 +19,6 @@
 
 #include <errno.h>
 #include <float.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
