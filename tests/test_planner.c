@@ -781,6 +781,41 @@ static void svg_refuses_small_buffers_and_bad_arguments(void)
     dcp_plan_destroy(wide);
 }
 
+/* Schedule scratch comes from each plan's allocator and goes back to it on every path; an
+   allocation that fails is DCP_ERROR_OUT_OF_MEMORY. */
+static void svg_allocation_failures_are_clean(void)
+{
+    counting_allocator counter = {0, 0, -1};
+    dcp_config c = make_config(4, 4096);
+    dcp_plan *plan;
+    const dcp_plan *plans[1];
+    size_t size = 0;
+    dcp_error error;
+    long before, extra; /* extra: allocations dcp_plan_svg may make before one fails */
+    c.allocator.alloc = counting_alloc;
+    c.allocator.free = counting_free;
+    c.allocator.user = &counter;
+    if (!(plan = plan_or_null(&c, svg_lengths, SVG_SAMPLES))) return;
+    plans[0] = plan;
+    before = counter.allocations - counter.frees; /* the plan's own arrays */
+    for (extra = 0;; extra++) {
+        dcp_status status;
+        counter.fail_after = counter.allocations + extra;
+        status = dcp_plan_svg(plans, NULL, 1, NULL, NULL, 0, &size, &error);
+        CHECK_EQ(counter.allocations - counter.frees, before);
+        if (status == DCP_OK) break;
+        CHECK_EQ(status, DCP_ERROR_OUT_OF_MEMORY);
+        if (extra > 100) {
+            CHECK(!"dcp_plan_svg never succeeds");
+            break;
+        }
+    }
+    CHECK(extra > 0); /* it allocates, so the failure paths ran */
+    counter.fail_after = -1;
+    dcp_plan_destroy(plan);
+    CHECK_EQ(counter.allocations, counter.frees);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -802,6 +837,7 @@ int main(int argc, char **argv)
         {"svg_stacks_plans_on_one_scale", svg_stacks_plans_on_one_scale},
         {"svg_refuses_small_buffers_and_bad_arguments",
          svg_refuses_small_buffers_and_bad_arguments},
+        {"svg_allocation_failures_are_clean", svg_allocation_failures_are_clean},
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }
