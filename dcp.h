@@ -78,6 +78,9 @@
        dcp_plan_schedule(plan, cost, start, end, err)  each group's start and end (plan's E)
        dcp_plan_step_time(plan, cost, E, &s, err) step time under any sync_ranks E
        dcp_strategy_name(strategy)
+       dcp_plan_svg(plans, titles, n, cost, buf, cap, &size, err)  timeline SVG of one plan or
+                                                  a stack on one time scale; caller's buffer
+                                                  (NULL: size query); allocates scratch
    Sequence-length sources
        dcp_lengths_lognormal(dist, seed, out, n, err)    Megatron's convention, caller's array
        dcp_rng_lognormal_length / dcp_rng_loguniform_length  one draw from a caller's rng
@@ -430,6 +433,26 @@ DCPDEF dcp_status dcp_plan_schedule(const dcp_plan *plan, const dcp_cost_model *
 DCPDEF dcp_status dcp_plan_step_time(const dcp_plan *plan, const dcp_cost_model *cost,
                                      int32_t sync_ranks, double *seconds, dcp_error *error);
 DCPDEF const char *dcp_strategy_name(dcp_strategy strategy);
+
+/* The timeline picture (what `dcp-plan --svg` and Python's Plan.svg() show), drawn here so that
+   every front end shows the same thing: SVG text, one panel per plan, stacked on one time
+   scale (the longest step). A panel has a row per rank and a box per group at its scheduled
+   start and end (dcp_plan_schedule), coloured by CP size and numbered by microbatch, hover text
+   with the group's ranks, sample ids, lengths and times; dashed lines where each microbatch
+   ends; a red line at the lower bound; a legend of the CP sizes used.
+   plans[0 .. count): 1 <= count <= DCP_PLAN_SVG_MAX_PLANS valid plans of one pool and one batch
+   (same ranks, same sample count). titles: NULL, or one per plan (a NULL entry too) for the
+   panel headings, XML-escaped here; default the strategy name ("static CP=c" for static CP).
+   With count > 1 each panel says how much faster the last one is. cost NULL: each plan's own.
+   *size receives the bytes the text needs, its terminating NUL included; a NULL buffer only
+   asks for it. A buffer of fewer bytes gets an empty string (never a truncated picture) and
+   DCP_ERROR_INVALID_ARGUMENT. Allocates schedule scratch (each plan's allocator), frees it.
+   Numbers are printed with printf's %f, in the C locale's notation unless the program changed
+   LC_NUMERIC. */
+#define DCP_PLAN_SVG_MAX_PLANS 8
+DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *titles,
+                               int32_t count, const dcp_cost_model *cost, char *buffer,
+                               size_t capacity, size_t *size, dcp_error *error);
 
 /* ================================================================== sequence-length sources */
 
@@ -4571,6 +4594,406 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
     dcp_free(&config.allocator, finish);
     dcp_free(&config.allocator, cp_min);
     return status == DCP_OK ? dcp_error_clear(error) : status;
+}
+
+/* ------------------------------------------------------------------------ SVG timeline
+   Writes while the text fits and counts always, so one pass both sizes and fills the buffer.
+   Geometry in px; the colours are Tableau's ten, one per CP level (the last shared above). */
+
+#define DCP__SVG_PLOT_WIDTH 1000.0
+#define DCP__SVG_PANEL_HEIGHT_MAX 640.0         /* all rows of a lone panel */
+#define DCP__SVG_STACKED_PANEL_HEIGHT_MAX 260.0 /* all rows of one panel in a stack */
+#define DCP__SVG_ROW_HEIGHT_MAX 18.0
+#define DCP__SVG_MARGIN_LEFT 70.0
+#define DCP__SVG_MARGIN_RIGHT 150.0
+#define DCP__SVG_HEADING_HEIGHT 46.0
+#define DCP__SVG_PANEL_TITLE_HEIGHT 34.0
+#define DCP__SVG_AXIS_HEIGHT 46.0
+#define DCP__SVG_TARGET_TICKS 10.0
+#define DCP__SVG_MIN_LABEL_WIDTH 14.0   /* a box narrower than this gets no microbatch number */
+#define DCP__SVG_MIN_LABEL_HEIGHT 9.0
+#define DCP__SVG_LABEL_FONT_MAX 11.0    /* microbatch numbers in boxes; smaller in thin boxes */
+#define DCP__SVG_MIN_RANK_LABEL_SPACING 12.0
+#define DCP__SVG_LEGEND_STEP 18.0
+#define DCP__SVG_TITLE_SAMPLES_MAX 24   /* sample ids listed in a box's hover text */
+#define DCP__SVG_STATIC_TITLE_CAPACITY 32
+
+static const char *const dcp__svg_colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
+                                              "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+                                              "#9c755f", "#bab0ac"};
+#define DCP__SVG_COLOR_COUNT ((int)(sizeof dcp__svg_colors / sizeof dcp__svg_colors[0]))
+
+typedef struct dcp__text {
+    char *data;      /* NULL: only count */
+    size_t capacity;
+    size_t size;     /* bytes produced so far, written or not */
+} dcp__text;
+
+static void dcp__text_printf(dcp__text *t, const char *format, ...) DCP_PRINTF_LIKE(2, 3);
+
+static void dcp__text_printf(dcp__text *t, const char *format, ...)
+{
+    int room = t->data && t->size < t->capacity, n;
+    va_list args;
+    va_start(args, format);
+    n = vsnprintf(room ? t->data + t->size : NULL, room ? t->capacity - t->size : 0, format,
+                  args);
+    va_end(args);
+    if (n > 0) t->size += (size_t)n;
+}
+
+/* Caller text inside SVG: the five XML specials become entities. */
+static void dcp__text_escaped(dcp__text *t, const char *text)
+{
+    for (; *text; text++) switch (*text) {
+        case '&': dcp__text_printf(t, "&amp;"); break;
+        case '<': dcp__text_printf(t, "&lt;"); break;
+        case '>': dcp__text_printf(t, "&gt;"); break;
+        case '\'': dcp__text_printf(t, "&apos;"); break;
+        case '"': dcp__text_printf(t, "&quot;"); break;
+        default: dcp__text_printf(t, "%c", *text);
+        }
+}
+
+typedef struct dcp__svg_panel {
+    const dcp_plan *plan;
+    dcp_plan_stats stats;
+    const char *title;
+    char static_title[DCP__SVG_STATIC_TITLE_CAPACITY];
+    double *start, *end; /* [num_groups] seconds */
+    double top;          /* y of the first rank row */
+    double row;          /* px per rank */
+    double x_scale;      /* px per ms */
+} dcp__svg_panel;
+
+static const char *dcp__svg_color(int32_t cp)
+{
+    int level = dcp__log2_int(cp);
+    return dcp__svg_colors[level < DCP__SVG_COLOR_COUNT ? level : DCP__SVG_COLOR_COUNT - 1];
+}
+
+/* 1, 2 or 5 times a power of ten, giving about DCP__SVG_TARGET_TICKS ticks over span. */
+static double dcp__svg_tick(double span)
+{
+    double raw = span / DCP__SVG_TARGET_TICKS, magnitude = pow(10.0, floor(log10(raw)));
+    double f = raw / magnitude;
+    return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * magnitude;
+}
+
+static double dcp__svg_height(const dcp__svg_panel *p) { return p->row * p->plan->config.ranks; }
+
+static double dcp__svg_x(const dcp__svg_panel *p, double seconds)
+{
+    return DCP__SVG_MARGIN_LEFT + seconds * 1e3 * p->x_scale;
+}
+
+static dcp_status dcp__svg_check(const dcp_plan *const *plans, int32_t count, const char *buffer,
+                                 const size_t *size, dcp_error *error)
+{
+    int32_t i;
+    dcp_status status;
+    if (!plans) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plans must not be NULL");
+    if (count < 1 || count > DCP_PLAN_SVG_MAX_PLANS)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "count %d is outside [1, DCP_PLAN_SVG_MAX_PLANS %d]", (int)count,
+                             DCP_PLAN_SVG_MAX_PLANS);
+    if (!buffer && !size)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "need a buffer or a size to fill");
+    for (i = 0; i < count; i++) {
+        if (!plans[i])
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plans[%d] is NULL", (int)i);
+        if ((status = dcp_plan_validate(plans[i], error)) != DCP_OK) {
+            if (error) {
+                char reason[DCP_ERROR_MESSAGE_CAPACITY];
+                memcpy(reason, error->message, sizeof reason);
+                dcp_error_set(error, status, "plans[%d]: %.200s", (int)i, reason);
+            }
+            return status;
+        }
+        if (plans[i]->config.ranks != plans[0]->config.ranks ||
+            plans[i]->num_samples != plans[0]->num_samples)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "plans[%d] has %d ranks and %d samples, plans[0] %d and %d: a "
+                                 "stack shows plans of one pool and one batch",
+                                 (int)i, (int)plans[i]->config.ranks,
+                                 (int)plans[i]->num_samples, (int)plans[0]->config.ranks,
+                                 (int)plans[0]->num_samples);
+    }
+    return DCP_OK;
+}
+
+/* Simulates and schedules a panel's plan; its title defaults to the strategy's name. */
+static dcp_status dcp__svg_panel_init(dcp__svg_panel *p, const dcp_plan *plan, const char *title,
+                                      const dcp_cost_model *cost, dcp_error *error)
+{
+    const dcp_allocator *a = &plan->config.allocator;
+    int level;
+    dcp_status status;
+    p->plan = plan;
+    if ((status = dcp_plan_simulate(plan, cost, &p->stats, error)) != DCP_OK) return status;
+    p->start = (double *)dcp__alloc_array(a, (size_t)plan->num_groups, sizeof(double), "svg",
+                                          error);
+    p->end = (double *)dcp__alloc_array(a, (size_t)plan->num_groups, sizeof(double), "svg", error);
+    if (!p->start || !p->end) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    if ((status = dcp_plan_schedule(plan, cost, p->start, p->end, error)) != DCP_OK)
+        return status;
+    p->title = title ? title : dcp_strategy_name(plan->config.strategy);
+    if (!title && plan->config.strategy == DCP_STRATEGY_STATIC && plan->num_groups > 0) {
+        for (level = 0; level < DCP_CP_LEVELS && !p->stats.samples_per_cp_level[level]; level++)
+            ;
+        snprintf(p->static_title, sizeof p->static_title, "static CP=%d", 1 << level);
+        p->title = p->static_title;
+    }
+    return DCP_OK;
+}
+
+static void dcp__svg_panel_title(dcp__text *t, const dcp__svg_panel *p,
+                                 const dcp__svg_panel *reference)
+{
+    const dcp_plan_stats *s = &p->stats;
+    dcp__text_printf(t, "<text x='%.0f' y='%.2f' font-size='13'>", DCP__SVG_MARGIN_LEFT,
+                     p->top - 18.0);
+    dcp__text_escaped(t, p->title);
+    dcp__text_printf(t, ": %d microbatches, step %.3f ms, lower bound %.3f ms (red), efficiency "
+                        "%.3f",
+                     (int)s->num_microbatches, s->step_seconds * 1e3,
+                     s->lower_bound_seconds * 1e3, s->efficiency);
+    if (reference && reference != p && reference->stats.step_seconds > 0.0) {
+        dcp__text_printf(t, "; ");
+        dcp__text_escaped(t, reference->title);
+        dcp__text_printf(t, " is %.3fx faster", s->step_seconds / reference->stats.step_seconds);
+    }
+    dcp__text_printf(t, "</text>\n");
+}
+
+/* Vertical grid and tick labels every nice tick, the axis title, and a label per rank (every
+   2^j-th rank when rows are too thin for all). */
+static void dcp__svg_axes(dcp__text *t, const dcp__svg_panel *p, double axis_ms)
+{
+    double tick = dcp__svg_tick(axis_ms), height = dcp__svg_height(p);
+    int32_t i, ticks = (int32_t)(axis_ms / tick + 1e-9), r, every = 1;
+    for (i = 0; i <= ticks; i++) {
+        double x = DCP__SVG_MARGIN_LEFT + i * tick * p->x_scale;
+        dcp__text_printf(t, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#ddd'/>\n", x,
+                         p->top, x, p->top + height);
+        dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='11' text-anchor='middle'>%g"
+                            "</text>\n",
+                         x, p->top + height + 14.0, i * tick);
+    }
+    dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='12' text-anchor='middle'>time (ms)"
+                        "</text>\n",
+                     DCP__SVG_MARGIN_LEFT + DCP__SVG_PLOT_WIDTH / 2.0, p->top + height + 30.0);
+    while (p->row * every < DCP__SVG_MIN_RANK_LABEL_SPACING) every *= 2;
+    for (r = 0; r < p->plan->config.ranks; r += every)
+        dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='10' text-anchor='end'>rank %d"
+                            "</text>\n",
+                         DCP__SVG_MARGIN_LEFT - 6.0, p->top + (r + 0.5) * p->row + 3.5, (int)r);
+}
+
+/* Hover text of a group: microbatch, ranks, samples with their lengths, times. */
+static void dcp__svg_group_title(dcp__text *t, const dcp__svg_panel *p, int32_t k, int32_t g)
+{
+    const dcp_plan *plan = p->plan;
+    const dcp_group *group = &plan->groups[g];
+    int32_t i;
+    dcp__text_printf(t, "<title>microbatch %d, ", (int)k);
+    if (group->cp == 1)
+        dcp__text_printf(t, "rank %d (cp 1), ", (int)group->first_rank);
+    else
+        dcp__text_printf(t, "ranks %d-%d (cp %d), ", (int)group->first_rank,
+                         (int)(group->first_rank + group->cp - 1), (int)group->cp);
+    dcp__text_printf(t, "%d sample%s:", (int)group->sample_count,
+                     group->sample_count == 1 ? "" : "s");
+    for (i = 0; i < group->sample_count && i < DCP__SVG_TITLE_SAMPLES_MAX; i++) {
+        int32_t s = plan->group_samples[group->sample_offset + i];
+        dcp__text_printf(t, "%s %d (%lld tokens)", i ? "," : "", (int)s,
+                         (long long)plan->sample_lengths[s]);
+    }
+    if (group->sample_count > DCP__SVG_TITLE_SAMPLES_MAX)
+        dcp__text_printf(t, " and %d more",
+                         (int)(group->sample_count - DCP__SVG_TITLE_SAMPLES_MAX));
+    dcp__text_printf(t, "; %.3f-%.3f ms</title>", p->start[g] * 1e3, p->end[g] * 1e3);
+}
+
+/* A box per group, numbered by its microbatch where the number fits. */
+static void dcp__svg_groups(dcp__text *t, const dcp__svg_panel *p)
+{
+    const dcp_plan *plan = p->plan;
+    int32_t k, g;
+    for (k = 0; k < plan->num_microbatches; k++)
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
+            const dcp_group *group = &plan->groups[g];
+            double x = dcp__svg_x(p, p->start[g]), y = p->top + group->first_rank * p->row;
+            double w = dcp__svg_x(p, p->end[g]) - x, h = group->cp * p->row;
+            dcp__text_printf(t, "<rect x='%.3f' y='%.3f' width='%.3f' height='%.3f' fill='%s' "
+                                "stroke='white' stroke-width='0.5'>",
+                             x, y, w, h, dcp__svg_color(group->cp));
+            dcp__svg_group_title(t, p, k, g);
+            dcp__text_printf(t, "</rect>\n");
+            if (w >= DCP__SVG_MIN_LABEL_WIDTH && h >= DCP__SVG_MIN_LABEL_HEIGHT)
+                dcp__text_printf(t, "<text x='%.3f' y='%.3f' font-size='%.1f' fill='white' "
+                                    "text-anchor='middle' pointer-events='none'>%d</text>\n",
+                                 x + w / 2.0, y + h / 2.0 + 3.5,
+                                 h < DCP__SVG_LABEL_FONT_MAX + 1.0 ? h - 1.0
+                                                                   : DCP__SVG_LABEL_FONT_MAX,
+                                 (int)k);
+        }
+}
+
+/* A dashed line where microbatch k's last group ends, its number above the panel (numbers
+   that would overlap the previous one are left out). */
+static void dcp__svg_microbatch_ends(dcp__text *t, const dcp__svg_panel *p)
+{
+    const dcp_plan *plan = p->plan;
+    double previous_x = -DCP__SVG_PLOT_WIDTH;
+    int32_t k, g;
+    for (k = 0; k < plan->num_microbatches; k++) {
+        double end = 0.0, x;
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++)
+            if (p->end[g] > end) end = p->end[g];
+        x = dcp__svg_x(p, end);
+        dcp__text_printf(t, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#333' "
+                            "stroke-width='0.6' stroke-opacity='0.6' stroke-dasharray='3,3'>"
+                            "<title>microbatch %d ends at %.3f ms</title></line>\n",
+                         x, p->top - 4.0, x, p->top + dcp__svg_height(p), (int)k, end * 1e3);
+        if (x - previous_x >= DCP__SVG_MIN_LABEL_WIDTH) {
+            dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='9' text-anchor='middle' "
+                                "fill='#333'>%d</text>\n",
+                             x, p->top - 6.0, (int)k);
+            previous_x = x;
+        }
+    }
+}
+
+static void dcp__svg_lower_bound(dcp__text *t, const dcp__svg_panel *p)
+{
+    double x = dcp__svg_x(p, p->stats.lower_bound_seconds);
+    dcp__text_printf(t, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#d62728' "
+                        "stroke-width='1.5'><title>lower bound %.3f ms</title></line>\n",
+                     x, p->top, x, p->top + dcp__svg_height(p),
+                     p->stats.lower_bound_seconds * 1e3);
+}
+
+/* The CP sizes any panel uses, then the two kinds of line and what a box's number means. */
+static void dcp__svg_legend(dcp__text *t, const dcp__svg_panel *panels, int32_t count)
+{
+    double x = DCP__SVG_MARGIN_LEFT + DCP__SVG_PLOT_WIDTH + 20.0, y = panels[0].top;
+    int32_t level, i;
+    for (level = 0; level < DCP_CP_LEVELS; level++) {
+        int used = 0;
+        for (i = 0; i < count; i++) used |= panels[i].stats.samples_per_cp_level[level] > 0;
+        if (!used) continue;
+        dcp__text_printf(t, "<rect x='%.0f' y='%.0f' width='14' height='14' fill='%s'/>\n", x, y,
+                         dcp__svg_color((int32_t)1 << level));
+        dcp__text_printf(t, "<text x='%.0f' y='%.0f' font-size='12'>cp %d</text>\n", x + 20.0,
+                         y + 11.0, 1 << level);
+        y += DCP__SVG_LEGEND_STEP;
+    }
+    y += 8.0;
+    dcp__text_printf(t, "<line x1='%.0f' y1='%.0f' x2='%.0f' y2='%.0f' stroke='#d62728' "
+                        "stroke-width='1.5'/><text x='%.0f' y='%.0f' font-size='12'>lower bound"
+                        "</text>\n",
+                     x + 7.0, y, x + 7.0, y + 14.0, x + 20.0, y + 11.0);
+    y += 20.0;
+    dcp__text_printf(t, "<line x1='%.0f' y1='%.0f' x2='%.0f' y2='%.0f' stroke='#333' "
+                        "stroke-dasharray='3,3'/><text x='%.0f' y='%.0f' font-size='12'>"
+                        "microbatch end</text>\n",
+                     x + 7.0, y, x + 7.0, y + 14.0, x + 20.0, y + 11.0);
+    y += 20.0;
+    dcp__text_printf(t, "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>box number:</text>\n",
+                     x, y + 11.0);
+    dcp__text_printf(t, "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>microbatch</text>\n",
+                     x, y + 25.0);
+}
+
+/* Places the panels one above the other on one time scale; returns the picture's height. */
+static double dcp__svg_layout(dcp__svg_panel *panels, int32_t count, double *axis_ms)
+{
+    double y = DCP__SVG_HEADING_HEIGHT, row;
+    int32_t i;
+    row = (count > 1 ? DCP__SVG_STACKED_PANEL_HEIGHT_MAX : DCP__SVG_PANEL_HEIGHT_MAX) /
+          panels[0].plan->config.ranks;
+    if (row > DCP__SVG_ROW_HEIGHT_MAX) row = DCP__SVG_ROW_HEIGHT_MAX;
+    *axis_ms = 0.0;
+    for (i = 0; i < count; i++)
+        if (panels[i].stats.step_seconds * 1e3 > *axis_ms)
+            *axis_ms = panels[i].stats.step_seconds * 1e3;
+    if (!(*axis_ms > 0.0)) *axis_ms = 1.0; /* plans of no samples: an empty 1 ms axis */
+    for (i = 0; i < count; i++) {
+        panels[i].row = row;
+        panels[i].x_scale = DCP__SVG_PLOT_WIDTH / *axis_ms;
+        panels[i].top = y + DCP__SVG_PANEL_TITLE_HEIGHT;
+        y = panels[i].top + dcp__svg_height(&panels[i]) + DCP__SVG_AXIS_HEIGHT;
+    }
+    return y;
+}
+
+static void dcp__svg_draw(dcp__text *t, const dcp__svg_panel *panels, int32_t count,
+                          double axis_ms, double height)
+{
+    const dcp_plan *plan = panels[0].plan;
+    int32_t i;
+    dcp__text_printf(t, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
+                        "font-family='sans-serif'>\n<rect width='100%%' height='100%%' "
+                        "fill='white'/>\n",
+                     DCP__SVG_MARGIN_LEFT + DCP__SVG_PLOT_WIDTH + DCP__SVG_MARGIN_RIGHT, height);
+    dcp__text_printf(t, "<text x='%.0f' y='20' font-size='14'>%d samples, %lld valid tokens, %d "
+                        "ranks, max %lld padded tokens per rank</text>\n",
+                     DCP__SVG_MARGIN_LEFT, (int)plan->num_samples,
+                     (long long)panels[0].stats.valid_tokens, (int)plan->config.ranks,
+                     (long long)plan->config.max_tokens_per_rank);
+    for (i = 0; i < count; i++) {
+        dcp__svg_panel_title(t, &panels[i], count > 1 ? &panels[count - 1] : NULL);
+        dcp__svg_axes(t, &panels[i], axis_ms);
+        dcp__svg_groups(t, &panels[i]);
+        dcp__svg_microbatch_ends(t, &panels[i]);
+        dcp__svg_lower_bound(t, &panels[i]);
+    }
+    dcp__svg_legend(t, panels, count);
+    dcp__text_printf(t, "</svg>\n");
+}
+
+/* Reports the size; a buffer too small keeps an empty string, not a truncated picture. */
+static dcp_status dcp__text_finish(dcp__text *t, size_t *size, dcp_error *error)
+{
+    size_t needed = t->size + 1;
+    if (size) *size = needed;
+    if (!t->data) return dcp_error_clear(error);
+    if (needed > t->capacity) {
+        if (t->capacity > 0) t->data[0] = '\0';
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "buffer of %zu bytes is too small: %zu needed", t->capacity, needed);
+    }
+    t->data[t->size] = '\0';
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *titles,
+                               int32_t count, const dcp_cost_model *cost, char *buffer,
+                               size_t capacity, size_t *size, dcp_error *error)
+{
+    dcp__svg_panel panels[DCP_PLAN_SVG_MAX_PLANS];
+    dcp__text text;
+    double axis_ms, height;
+    int32_t i;
+    dcp_status status;
+    if ((status = dcp__svg_check(plans, count, buffer, size, error)) != DCP_OK) return status;
+    memset(panels, 0, sizeof panels);
+    for (i = 0; i < count && status == DCP_OK; i++)
+        status = dcp__svg_panel_init(&panels[i], plans[i], titles ? titles[i] : NULL, cost, error);
+    if (status == DCP_OK) {
+        height = dcp__svg_layout(panels, count, &axis_ms);
+        text.data = buffer;
+        text.capacity = buffer ? capacity : 0;
+        text.size = 0;
+        dcp__svg_draw(&text, panels, count, axis_ms, height);
+        status = dcp__text_finish(&text, size, error);
+    }
+    for (i = 0; i < count; i++) {
+        dcp_free(&plans[i]->config.allocator, panels[i].start);
+        dcp_free(&plans[i]->config.allocator, panels[i].end);
+    }
+    return status;
 }
 
 /* ------------------------------------------------------------------------- THD layout */

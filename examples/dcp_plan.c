@@ -19,7 +19,6 @@
 
 #include <errno.h>
 #include <float.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,20 +28,6 @@
 #define EXIT_USAGE 2
 #define DEFAULT_SEED 1
 #define FLAG_NAME_CAPACITY 64
-#define SVG_PLOT_WIDTH 1000.0
-#define SVG_PANEL_HEIGHT_MAX 640.0
-#define SVG_COMPARE_PANEL_HEIGHT_MAX 260.0
-#define SVG_ROW_HEIGHT_MAX 18.0
-#define SVG_MARGIN_LEFT 70.0
-#define SVG_MARGIN_RIGHT 150.0
-#define SVG_TITLE_HEIGHT 46.0
-#define SVG_PANEL_TITLE_HEIGHT 34.0
-#define SVG_AXIS_HEIGHT 46.0
-#define SVG_TARGET_TICKS 10.0
-#define SVG_MIN_LABEL_WIDTH 14.0  /* px: a box narrower than this gets no microbatch number */
-#define SVG_MIN_LABEL_HEIGHT 9.0
-#define SVG_MIN_RANK_LABEL_SPACING 12.0
-#define SVG_TITLE_SAMPLES_MAX 24  /* sample ids listed in a box's hover text */
 
 typedef struct options {
     const char *lengths_path;
@@ -680,252 +665,6 @@ static int print_view(const options *o, const dcp_plan *plan)
     return EXIT_SUCCESS;
 }
 
-/* ------------------------------------------------------------------------------- SVG
-   One panel per plan: a row per rank, a box per group (at its simulated start and end),
-   coloured by CP size and numbered by microbatch; dashed lines where each microbatch's last
-   group ends; a red line at the lower bound. --compare stacks static, greedy and dynamic on
-   one time scale. */
-
-static const char *const cp_colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
-                                        "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
-#define CP_COLOR_COUNT ((int)(sizeof cp_colors / sizeof cp_colors[0]))
-
-static int cp_color(int32_t cp)
-{
-    int level = 0;
-    while ((1 << (level + 1)) <= cp && level + 1 < CP_COLOR_COUNT) level++;
-    return level;
-}
-
-static double nice_tick(double span)
-{
-    double raw = span / SVG_TARGET_TICKS, magnitude = pow(10.0, floor(log10(raw)));
-    double f = raw / magnitude;
-    return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * magnitude;
-}
-
-typedef struct svg_panel {
-    const result *r;
-    const char *label;   /* panel title prefix */
-    double top;          /* y of the first rank row */
-    double row;          /* px per rank */
-    double x_scale;      /* px per ms */
-    double *start, *end; /* [num_groups] seconds */
-} svg_panel;
-
-static double panel_height(const svg_panel *p) { return p->row * p->r->plan->config.ranks; }
-
-static void svg_axes(FILE *f, const svg_panel *p, double axis_ms)
-{
-    double tick = nice_tick(axis_ms), t, height = panel_height(p);
-    int r, label_every = 1, ranks = p->r->plan->config.ranks;
-    while (p->row * label_every < SVG_MIN_RANK_LABEL_SPACING) label_every *= 2;
-    for (t = 0.0; t <= axis_ms * (1.0 + 1e-9); t += tick) {
-        double x = SVG_MARGIN_LEFT + t * p->x_scale;
-        fprintf(f, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#ddd'/>\n", x, p->top,
-                x, p->top + height);
-        fprintf(f, "<text x='%.2f' y='%.2f' font-size='11' text-anchor='middle'>%g</text>\n", x,
-                p->top + height + 14.0, t);
-    }
-    fprintf(f, "<text x='%.2f' y='%.2f' font-size='12' text-anchor='middle'>time (ms)</text>\n",
-            SVG_MARGIN_LEFT + SVG_PLOT_WIDTH / 2.0, p->top + height + 30.0);
-    for (r = 0; r < ranks; r += label_every)
-        fprintf(f, "<text x='%.2f' y='%.2f' font-size='10' text-anchor='end'>rank %d</text>\n",
-                SVG_MARGIN_LEFT - 6.0, p->top + (r + 0.5) * p->row + 3.5, r);
-}
-
-/* Hover text of a group: microbatch, ranks, samples with their lengths, times. */
-static void svg_group_title(FILE *f, const dcp_plan *plan, int32_t k, const dcp_group *group,
-                            double start_ms, double end_ms)
-{
-    int32_t i;
-    fprintf(f, "<title>microbatch %d, ", (int)k);
-    if (group->cp == 1)
-        fprintf(f, "rank %d (cp 1), ", (int)group->first_rank);
-    else
-        fprintf(f, "ranks %d-%d (cp %d), ", (int)group->first_rank,
-                (int)(group->first_rank + group->cp - 1), (int)group->cp);
-    fprintf(f, "%d sample%s:", (int)group->sample_count, group->sample_count == 1 ? "" : "s");
-    for (i = 0; i < group->sample_count && i < SVG_TITLE_SAMPLES_MAX; i++) {
-        int32_t s = plan->group_samples[group->sample_offset + i];
-        fprintf(f, "%s %d (%lld tokens)", i ? "," : "", (int)s, (long long)plan->sample_lengths[s]);
-    }
-    if (group->sample_count > SVG_TITLE_SAMPLES_MAX)
-        fprintf(f, " and %d more", (int)(group->sample_count - SVG_TITLE_SAMPLES_MAX));
-    fprintf(f, "; %.3f-%.3f ms</title>", start_ms, end_ms);
-}
-
-static void svg_groups(FILE *f, const svg_panel *p)
-{
-    const dcp_plan *plan = p->r->plan;
-    int32_t k, g;
-    for (k = 0; k < plan->num_microbatches; k++)
-        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
-            const dcp_group *group = &plan->groups[g];
-            double x = SVG_MARGIN_LEFT + p->start[g] * 1e3 * p->x_scale;
-            double y = p->top + group->first_rank * p->row;
-            double w = (p->end[g] - p->start[g]) * 1e3 * p->x_scale, h = group->cp * p->row;
-            fprintf(f, "<rect x='%.3f' y='%.3f' width='%.3f' height='%.3f' fill='%s' "
-                       "stroke='white' stroke-width='0.5'>",
-                    x, y, w, h, cp_colors[cp_color(group->cp)]);
-            svg_group_title(f, plan, k, group, p->start[g] * 1e3, p->end[g] * 1e3);
-            fprintf(f, "</rect>\n");
-            if (w >= SVG_MIN_LABEL_WIDTH && h >= SVG_MIN_LABEL_HEIGHT)
-                fprintf(f, "<text x='%.3f' y='%.3f' font-size='%.1f' fill='white' "
-                           "text-anchor='middle' pointer-events='none'>%d</text>\n",
-                        x + w / 2.0, y + h / 2.0 + 3.5, h < 12.0 ? h - 1.0 : 11.0, (int)k);
-        }
-}
-
-/* A dashed line where microbatch k's last group ends, its number above the panel. */
-static void svg_microbatch_ends(FILE *f, const svg_panel *p)
-{
-    const dcp_plan *plan = p->r->plan;
-    double height = panel_height(p), previous_x = -1e9;
-    int32_t k, g;
-    for (k = 0; k < plan->num_microbatches; k++) {
-        double end = 0.0, x;
-        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++)
-            if (p->end[g] > end) end = p->end[g];
-        x = SVG_MARGIN_LEFT + end * 1e3 * p->x_scale;
-        fprintf(f, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#333' "
-                   "stroke-width='0.6' stroke-opacity='0.6' stroke-dasharray='3,3'><title>"
-                   "microbatch %d ends at %.3f "
-                   "ms</title></line>\n",
-                x, p->top - 4.0, x, p->top + height, (int)k, end * 1e3);
-        if (x - previous_x >= SVG_MIN_LABEL_WIDTH) { /* numbers that would overlap are left out */
-            fprintf(f, "<text x='%.2f' y='%.2f' font-size='9' text-anchor='middle' "
-                       "fill='#333'>%d</text>\n",
-                    x, p->top - 6.0, (int)k);
-            previous_x = x;
-        }
-    }
-}
-
-static void svg_lower_bound(FILE *f, const svg_panel *p)
-{
-    double x = SVG_MARGIN_LEFT + p->r->stats.lower_bound_seconds * 1e3 * p->x_scale;
-    fprintf(f, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#d62728' "
-               "stroke-width='1.5'><title>lower bound %.3f ms</title></line>\n",
-            x, p->top, x, p->top + panel_height(p), p->r->stats.lower_bound_seconds * 1e3);
-}
-
-static void svg_panel_title(FILE *f, const svg_panel *p, const result *reference)
-{
-    const dcp_plan_stats *s = &p->r->stats;
-    fprintf(f, "<text x='%.0f' y='%.2f' font-size='13'>%s: %d microbatches, step %.3f ms, "
-               "lower bound %.3f ms (red), efficiency %.3f",
-            SVG_MARGIN_LEFT, p->top - 18.0, p->label, (int)s->num_microbatches,
-            s->step_seconds * 1e3, s->lower_bound_seconds * 1e3, s->efficiency);
-    if (reference && reference != p->r && s->step_seconds > 0.0)
-        fprintf(f, "; dynamic is %.3fx faster", s->step_seconds / reference->stats.step_seconds);
-    fprintf(f, "</text>\n");
-}
-
-/* Legend of the CP sizes the drawn plans use, and of the lines. */
-static void svg_legend(FILE *f, const svg_panel *panels, int count, double top)
-{
-    int used[DCP_CP_LEVELS] = {0}, level, i, n = 0;
-    double x = SVG_MARGIN_LEFT + SVG_PLOT_WIDTH + 20.0, y;
-    for (i = 0; i < count; i++)
-        for (level = 0; level < DCP_CP_LEVELS; level++)
-            used[level] |= panels[i].r->stats.samples_per_cp_level[level] > 0;
-    for (level = 0; level < DCP_CP_LEVELS; level++) {
-        if (!used[level]) continue;
-        y = top + 18.0 * n++;
-        fprintf(f, "<rect x='%.0f' y='%.0f' width='14' height='14' fill='%s'/>\n", x, y,
-                cp_colors[cp_color(1 << level)]);
-        fprintf(f, "<text x='%.0f' y='%.0f' font-size='12'>cp %d</text>\n", x + 20.0, y + 11.0,
-                1 << level);
-    }
-    y = top + 18.0 * n + 8.0;
-    fprintf(f, "<line x1='%.0f' y1='%.0f' x2='%.0f' y2='%.0f' stroke='#d62728' "
-               "stroke-width='1.5'/><text x='%.0f' y='%.0f' font-size='12'>lower bound</text>\n",
-            x + 7.0, y, x + 7.0, y + 14.0, x + 20.0, y + 11.0);
-    y += 20.0;
-    fprintf(f, "<line x1='%.0f' y1='%.0f' x2='%.0f' y2='%.0f' stroke='#333' "
-               "stroke-dasharray='3,3'/><text x='%.0f' y='%.0f' font-size='12'>microbatch "
-               "end</text>\n",
-            x + 7.0, y, x + 7.0, y + 14.0, x + 20.0, y + 11.0);
-    y += 20.0;
-    fprintf(f, "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>box number:</text>\n", x,
-            y + 11.0);
-    fprintf(f, "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>microbatch</text>\n", x,
-            y + 25.0);
-}
-
-/* Schedules every panel's plan; 0 after a one-line message on failure. */
-static int svg_schedule(svg_panel *panels, int count)
-{
-    dcp_error error;
-    int i;
-    for (i = 0; i < count; i++) {
-        const dcp_plan *plan = panels[i].r->plan;
-        panels[i].start = (double *)malloc((size_t)plan->num_groups * sizeof(double));
-        panels[i].end = (double *)malloc((size_t)plan->num_groups * sizeof(double));
-        if (!panels[i].start || !panels[i].end) {
-            fprintf(stderr, "dcp-plan: --svg: out of memory\n");
-            return 0;
-        }
-        if (dcp_plan_schedule(plan, NULL, panels[i].start, panels[i].end, &error) != DCP_OK) {
-            fprintf(stderr, "dcp-plan: --svg: %s\n", error.message);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* Writes the panels (one plan, or the three of --compare) to an open file, then closes it. */
-static int write_svg(FILE *f, const char *path, const char *heading, const result *const *plans,
-                     const char *const *labels, int count, const result *reference)
-{
-    svg_panel panels[3];
-    double axis_ms = 0.0, y = SVG_TITLE_HEIGHT, row_max;
-    int i, ok;
-    memset(panels, 0, sizeof panels);
-    row_max = (count > 1 ? SVG_COMPARE_PANEL_HEIGHT_MAX : SVG_PANEL_HEIGHT_MAX) /
-              plans[0]->plan->config.ranks;
-    for (i = 0; i < count; i++) {
-        double step_ms = plans[i]->stats.step_seconds * 1e3;
-        if (step_ms > axis_ms) axis_ms = step_ms;
-    }
-    if (!(axis_ms > 0.0)) axis_ms = 1.0;
-    for (i = 0; i < count; i++) {
-        panels[i].r = plans[i];
-        panels[i].label = labels[i];
-        panels[i].row = row_max < SVG_ROW_HEIGHT_MAX ? row_max : SVG_ROW_HEIGHT_MAX;
-        panels[i].x_scale = SVG_PLOT_WIDTH / axis_ms;
-        panels[i].top = y + SVG_PANEL_TITLE_HEIGHT;
-        y = panels[i].top + panel_height(&panels[i]) + SVG_AXIS_HEIGHT;
-    }
-    ok = svg_schedule(panels, count);
-    if (ok) {
-        fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
-                   "font-family='sans-serif'>\n<rect width='100%%' height='100%%' "
-                   "fill='white'/>\n",
-                SVG_MARGIN_LEFT + SVG_PLOT_WIDTH + SVG_MARGIN_RIGHT, y);
-        fprintf(f, "<text x='%.0f' y='20' font-size='14'>%s</text>\n", SVG_MARGIN_LEFT, heading);
-        for (i = 0; i < count; i++) {
-            svg_panel_title(f, &panels[i], reference);
-            svg_axes(f, &panels[i], axis_ms);
-            svg_groups(f, &panels[i]);
-            svg_microbatch_ends(f, &panels[i]);
-            svg_lower_bound(f, &panels[i]);
-        }
-        svg_legend(f, panels, count, panels[0].top);
-        fprintf(f, "</svg>\n");
-    }
-    for (i = 0; i < count; i++) {
-        free(panels[i].start);
-        free(panels[i].end);
-    }
-    if (fclose(f) != 0 && ok) {
-        fprintf(stderr, "dcp-plan: --svg: cannot write %s: %s\n", path, strerror(errno));
-        ok = 0;
-    }
-    return ok;
-}
-
 /* ------------------------------------------------------------------------------- main */
 
 typedef struct run_state {
@@ -937,33 +676,44 @@ typedef struct run_state {
     int have_baselines, have_compare_dynamic;
 } run_state;
 
+/* The picture is dcp_plan_svg's (one plan, or static, greedy and dynamic on one time scale
+   with --compare); this writes it to the file main opened, then closes it. */
 static int write_plan_svg(run_state *s)
 {
-    char heading[256];
-    const dcp_plan *plan = s->chosen.plan;
-    const result *plans[3];
-    const char *labels[3];
-    char static_label[64];
+    const dcp_plan *plans[3];
+    int32_t count = 1;
+    size_t size = 0;
+    char *text = NULL;
+    dcp_error error;
     FILE *f = s->svg;
+    int ok;
     s->svg = NULL;
-    snprintf(heading, sizeof heading, "dcp-plan: %d samples, %lld valid tokens, %d ranks, "
-             "max %lld padded tokens per rank",
-             (int)plan->num_samples, (long long)s->chosen.stats.valid_tokens,
-             (int)plan->config.ranks, (long long)plan->config.max_tokens_per_rank);
-    if (!s->o.compare) {
-        plans[0] = &s->chosen;
-        labels[0] = dcp_strategy_name(s->o.config.strategy);
-        return write_svg(f, s->o.svg_path, heading, plans, labels, 1, NULL);
+    plans[0] = s->chosen.plan;
+    if (s->o.compare) {
+        plans[0] = s->baselines[0].plan;
+        plans[1] = s->baselines[1].plan;
+        plans[2] = s->o.config.strategy == DCP_STRATEGY_DYNAMIC ? s->chosen.plan
+                                                                : s->compare_dynamic.plan;
+        count = 3;
     }
-    snprintf(static_label, sizeof static_label, "static CP=%d",
-             plan_single_cp(&s->baselines[0].stats));
-    plans[0] = &s->baselines[0];
-    plans[1] = &s->baselines[1];
-    plans[2] = s->o.config.strategy == DCP_STRATEGY_DYNAMIC ? &s->chosen : &s->compare_dynamic;
-    labels[0] = static_label;
-    labels[1] = "greedy";
-    labels[2] = "dynamic";
-    return write_svg(f, s->o.svg_path, heading, plans, labels, 3, plans[2]);
+    ok = dcp_plan_svg(plans, NULL, count, NULL, NULL, 0, &size, &error) == DCP_OK;
+    if (ok && !(text = (char *)malloc(size))) {
+        snprintf(error.message, sizeof error.message, "out of memory (%zu bytes)", size);
+        ok = 0;
+    }
+    ok = ok && dcp_plan_svg(plans, NULL, count, NULL, text, size, &size, &error) == DCP_OK;
+    if (ok) { /* the file is closed on every path; a failed write or close is an error */
+        int written = fwrite(text, 1, size - 1, f) == size - 1, closed = fclose(f) == 0;
+        if (!written || !closed) {
+            snprintf(error.message, sizeof error.message, "cannot write %s: %s", s->o.svg_path,
+                     strerror(errno));
+            ok = 0;
+        }
+    } else
+        fclose(f);
+    free(text);
+    if (!ok) fprintf(stderr, "dcp-plan: --svg: %s\n", error.message);
+    return ok;
 }
 
 /* Plans what the output needs: the chosen strategy; the baselines for the summary or

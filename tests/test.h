@@ -90,6 +90,27 @@ static TEST_MAYBE_UNUSED uint64_t test_seed(uint64_t fallback)
    unset, so a plain run is the fixed one). */
 static TEST_MAYBE_UNUSED uint64_t test_seed_for(uint64_t fixed) { return test_seed(0) + fixed; }
 
+/* An allocator (user data for dcp_allocator's alloc and free) that counts and can be told to
+   fail after a number of allocations (fail_after < 0: never), for the tests that every
+   allocation failure is reported cleanly and nothing leaks. */
+typedef struct counting_allocator {
+    long allocations, frees, fail_after;
+} counting_allocator;
+
+static TEST_MAYBE_UNUSED void *counting_alloc(void *user, size_t size)
+{
+    counting_allocator *c = (counting_allocator *)user;
+    if (c->fail_after >= 0 && c->allocations >= c->fail_after) return NULL;
+    c->allocations++;
+    return malloc(size);
+}
+
+static TEST_MAYBE_UNUSED void counting_free(void *user, void *ptr)
+{
+    ((counting_allocator *)user)->frees++;
+    free(ptr);
+}
+
 typedef struct test_case {
     const char *name;
     void (*run)(void);

@@ -43,25 +43,6 @@ static void config_defaults(void)
     CHECK(r.cost.attn_coeff == 1.0 && r.cost.linear_coeff == 0.0 && r.cost.ring_step_cost == 0.0);
 }
 
-/* An allocator that counts and can be told to fail after a number of allocations. */
-typedef struct counting_allocator {
-    long allocations, frees, fail_after;
-} counting_allocator;
-
-static void *counting_alloc(void *user, size_t size)
-{
-    counting_allocator *c = (counting_allocator *)user;
-    if (c->fail_after >= 0 && c->allocations >= c->fail_after) return NULL;
-    c->allocations++;
-    return malloc(size);
-}
-
-static void counting_free(void *user, void *ptr)
-{
-    ((counting_allocator *)user)->frees++;
-    free(ptr);
-}
-
 /* Each bad field gives the status and a message naming the field and the value. */
 static void config_rejects_bad_fields(void)
 {

@@ -572,6 +572,250 @@ static void unloading_never_hurts(void)
     }
 }
 
+/* ------------------------------------------------------------------------ SVG timeline */
+
+#define SVG_TEST_GUARD 64    /* poisoned bytes past the buffer the picture must not touch */
+#define SVG_TEST_POISON 'X'
+#define SVG_TEST_MAX_DEPTH 16
+
+/* Every tag closed in order, nothing after the root: 1, else 0 after printing where. */
+static int svg_tags_balanced(const char *text)
+{
+    char open[SVG_TEST_MAX_DEPTH][16];
+    int depth = 0, roots = 0;
+    const char *p = text;
+    while ((p = strchr(p, '<')) != NULL) {
+        const char *end = strchr(p, '>');
+        size_t n;
+        int closing = p[1] == '/', self = end && end[-1] == '/';
+        if (!end) return fprintf(stderr, "unterminated tag at %d\n", (int)(p - text)), 0;
+        n = strcspn(p + 1 + closing, " />");
+        if (n == 0 || n >= sizeof open[0]) return fprintf(stderr, "bad tag name\n"), 0;
+        if (closing) {
+            if (depth == 0 || strlen(open[depth - 1]) != n ||
+                strncmp(open[depth - 1], p + 2, n) != 0)
+                return fprintf(stderr, "</%.*s> closes <%s>\n", (int)n, p + 2,
+                               depth ? open[depth - 1] : "nothing"), 0;
+            depth--;
+        } else if (!self) {
+            if (depth == 0) roots++;
+            if (depth == SVG_TEST_MAX_DEPTH) return fprintf(stderr, "too deep\n"), 0;
+            memcpy(open[depth], p + 1, n);
+            open[depth++][n] = '\0';
+        }
+        p = end + 1;
+    }
+    if (depth != 0 || roots != 1) return fprintf(stderr, "depth %d, roots %d\n", depth, roots), 0;
+    return 1;
+}
+
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    const char *p = text;
+    while ((p = strstr(p, needle)) != NULL) n++, p += strlen(needle);
+    return n;
+}
+
+/* The picture of plans[0 .. count) in a buffer of exactly the queried size, past which
+   SVG_TEST_GUARD poisoned bytes must stay untouched; NULL after a failed check. */
+static char *svg_of(const dcp_plan *const *plans, const char *const *titles, int32_t count)
+{
+    size_t size = 0, written = 0, i;
+    dcp_error error;
+    char *text;
+    CHECK_EQ(dcp_plan_svg(plans, titles, count, NULL, NULL, 0, &size, &error), DCP_OK);
+    if (size == 0 || !(text = (char *)malloc(size + SVG_TEST_GUARD))) return NULL;
+    memset(text, SVG_TEST_POISON, size + SVG_TEST_GUARD);
+    CHECK_EQ(dcp_plan_svg(plans, titles, count, NULL, text, size, &written, &error), DCP_OK);
+    CHECK_EQ(written, size);
+    CHECK_EQ(strlen(text) + 1, size);
+    for (i = size; i < size + SVG_TEST_GUARD; i++) CHECK(text[i] == SVG_TEST_POISON);
+    CHECK(strncmp(text, "<svg ", 5) == 0);
+    CHECK(size > 8 && strcmp(text + size - 8, "</svg>\n") == 0);
+    CHECK(svg_tags_balanced(text));
+    return text;
+}
+
+/* Each group's box carries its microbatch, ranks and every sample id with its length. */
+static void check_group_titles(const char *text, const dcp_plan *plan)
+{
+    int32_t k, g, i;
+    for (k = 0; k < plan->num_microbatches; k++)
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
+            const dcp_group *group = &plan->groups[g];
+            char expected[512];
+            int n = group->cp == 1
+                        ? snprintf(expected, sizeof expected,
+                                   "<title>microbatch %d, rank %d (cp 1)", (int)k,
+                                   (int)group->first_rank)
+                        : snprintf(expected, sizeof expected,
+                                   "<title>microbatch %d, ranks %d-%d (cp %d)", (int)k,
+                                   (int)group->first_rank,
+                                   (int)(group->first_rank + group->cp - 1), (int)group->cp);
+            n += snprintf(expected + n, sizeof expected - (size_t)n, ", %d sample%s:",
+                          (int)group->sample_count, group->sample_count == 1 ? "" : "s");
+            for (i = 0; i < group->sample_count && n < (int)sizeof expected - 40; i++) {
+                int32_t s = plan->group_samples[group->sample_offset + i];
+                n += snprintf(expected + n, sizeof expected - (size_t)n, "%s %d (%lld tokens)",
+                              i ? "," : "", (int)s, (long long)plan->sample_lengths[s]);
+            }
+            CHECK_CONTAINS(text, expected);
+        }
+}
+
+static const int64_t svg_lengths[] = {9000, 5000, 3000, 2500, 1200, 800, 700, 300, 4000, 150};
+#define SVG_SAMPLES ((int32_t)(sizeof svg_lengths / sizeof svg_lengths[0]))
+
+static void svg_draws_every_group(void)
+{
+    dcp_config c = make_config(4, 4096);
+    dcp_plan *plan = plan_or_null(&c, svg_lengths, SVG_SAMPLES);
+    const dcp_plan *plans[1];
+    dcp_plan_stats stats;
+    char *text;
+    int32_t level, levels = 0;
+    if (!plan) return;
+    plans[0] = plan;
+    CHECK_EQ(dcp_plan_simulate(plan, NULL, &stats, NULL), DCP_OK);
+    for (level = 0; level < DCP_CP_LEVELS; level++) levels += stats.samples_per_cp_level[level] > 0;
+    text = svg_of(plans, NULL, 1);
+    if (text) {
+        /* one rect per group (with its hover text), the background, a legend box per CP size */
+        CHECK_EQ(count_of(text, "<rect "), 1 + plan->num_groups + levels);
+        CHECK_EQ(count_of(text, "<title>microbatch "),
+                 plan->num_groups + plan->num_microbatches);
+        CHECK_EQ(count_of(text, " ends at "), plan->num_microbatches);
+        check_group_titles(text, plan);
+        CHECK_CONTAINS(text, ">dynamic: ");
+        CHECK_CONTAINS(text, "time (ms)");
+        CHECK(!strstr(text, "faster")); /* a lone panel compares with nothing */
+        free(text);
+    }
+    dcp_plan_destroy(plan);
+}
+
+static void svg_stacks_plans_on_one_scale(void)
+{
+    dcp_config c = make_config(4, 4096);
+    dcp_plan *a, *b;
+    const dcp_plan *plans[2];
+    const char *titles[2] = {NULL, "mine <&> 'quoted'"};
+    char *text;
+    c.strategy = DCP_STRATEGY_STATIC;
+    a = plan_or_null(&c, svg_lengths, SVG_SAMPLES);
+    c.strategy = DCP_STRATEGY_DYNAMIC;
+    b = plan_or_null(&c, svg_lengths, SVG_SAMPLES);
+    if (a && b) {
+        plans[0] = a;
+        plans[1] = b;
+        text = svg_of(plans, titles, 2);
+        if (text) {
+            CHECK_EQ(count_of(text, "<title>microbatch "),
+                     a->num_groups + a->num_microbatches + b->num_groups + b->num_microbatches);
+            CHECK_CONTAINS(text, ">static CP=");
+            CHECK_CONTAINS(text, ">mine &lt;&amp;&gt; &apos;quoted&apos;: ");
+            CHECK_EQ(count_of(text, "; mine &lt;&amp;&gt; &apos;quoted&apos; is "), 1);
+            CHECK_EQ(count_of(text, "time (ms)"), 2);
+            check_group_titles(text, a);
+            free(text);
+        }
+    }
+    dcp_plan_destroy(a);
+    dcp_plan_destroy(b);
+}
+
+static void svg_refuses_small_buffers_and_bad_arguments(void)
+{
+    dcp_config c = make_config(4, 4096), other = make_config(8, 4096);
+    dcp_plan *plan = plan_or_null(&c, svg_lengths, SVG_SAMPLES);
+    dcp_plan *wide = plan_or_null(&other, svg_lengths, SVG_SAMPLES);
+    const dcp_plan *plans[DCP_PLAN_SVG_MAX_PLANS + 1];
+    const dcp_cost_model negative = {-1.0, 0.0, 0.0};
+    size_t size = 0, reported = 0;
+    dcp_error error;
+    char *text;
+    int32_t i;
+    if (!plan || !wide) return;
+    for (i = 0; i <= DCP_PLAN_SVG_MAX_PLANS; i++) plans[i] = plan;
+    CHECK_EQ(dcp_plan_svg(plans, NULL, 1, NULL, NULL, 0, &size, &error), DCP_OK);
+    text = (char *)malloc(size);
+    if (text) {
+        memset(text, SVG_TEST_POISON, size);
+        CHECK_EQ(dcp_plan_svg(plans, NULL, 1, NULL, text, size - 1, &reported, &error),
+                 DCP_ERROR_INVALID_ARGUMENT);
+        CHECK_CONTAINS(error.message, "too small");
+        CHECK_EQ(reported, size);
+        CHECK_EQ(text[0], '\0'); /* an empty string, never a truncated picture */
+        memset(text, SVG_TEST_POISON, size);
+        CHECK_EQ(dcp_plan_svg(plans, NULL, 1, NULL, text, 0, NULL, &error),
+                 DCP_ERROR_INVALID_ARGUMENT);
+        CHECK_EQ(text[0], SVG_TEST_POISON); /* capacity 0: not one byte written */
+        free(text);
+    }
+    CHECK_EQ(dcp_plan_svg(NULL, NULL, 1, NULL, NULL, 0, &size, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "plans must not be NULL");
+    CHECK_EQ(dcp_plan_svg(plans, NULL, 0, NULL, NULL, 0, &size, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "count 0 is outside");
+    CHECK_EQ(dcp_plan_svg(plans, NULL, DCP_PLAN_SVG_MAX_PLANS + 1, NULL, NULL, 0, &size, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ(dcp_plan_svg(plans, NULL, 1, NULL, NULL, 0, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "need a buffer or a size");
+    plans[1] = NULL;
+    CHECK_EQ(dcp_plan_svg(plans, NULL, 2, NULL, NULL, 0, &size, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "plans[1] is NULL");
+    plans[1] = wide;
+    CHECK_EQ(dcp_plan_svg(plans, NULL, 2, NULL, NULL, 0, &size, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "plans[1] has 8 ranks");
+    CHECK(dcp_plan_svg(plans, NULL, 1, &negative, NULL, 0, &size, &error) != DCP_OK);
+    CHECK_CONTAINS(error.message, "attn_coeff");
+    plan->groups[0].cp = 3; /* planted: a broken plan is named, not drawn */
+    CHECK_EQ(dcp_plan_svg(plans, NULL, 1, NULL, NULL, 0, &size, &error), DCP_ERROR_INVALID_PLAN);
+    CHECK_CONTAINS(error.message, "plans[0]: ");
+    dcp_plan_destroy(plan);
+    dcp_plan_destroy(wide);
+}
+
+/* Schedule scratch comes from each plan's allocator and goes back to it on every path; an
+   allocation that fails is DCP_ERROR_OUT_OF_MEMORY. */
+static void svg_allocation_failures_are_clean(void)
+{
+    counting_allocator counter = {0, 0, -1};
+    dcp_config c = make_config(4, 4096);
+    dcp_plan *plan;
+    const dcp_plan *plans[1];
+    size_t size = 0;
+    dcp_error error;
+    long before, extra; /* extra: allocations dcp_plan_svg may make before one fails */
+    c.allocator.alloc = counting_alloc;
+    c.allocator.free = counting_free;
+    c.allocator.user = &counter;
+    if (!(plan = plan_or_null(&c, svg_lengths, SVG_SAMPLES))) return;
+    plans[0] = plan;
+    before = counter.allocations - counter.frees; /* the plan's own arrays */
+    for (extra = 0;; extra++) {
+        dcp_status status;
+        counter.fail_after = counter.allocations + extra;
+        status = dcp_plan_svg(plans, NULL, 1, NULL, NULL, 0, &size, &error);
+        CHECK_EQ(counter.allocations - counter.frees, before);
+        if (status == DCP_OK) break;
+        CHECK_EQ(status, DCP_ERROR_OUT_OF_MEMORY);
+        if (extra > 100) {
+            CHECK(!"dcp_plan_svg never succeeds");
+            break;
+        }
+    }
+    CHECK(extra > 0); /* it allocates, so the failure paths ran */
+    counter.fail_after = -1;
+    dcp_plan_destroy(plan);
+    CHECK_EQ(counter.allocations, counter.frees);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -589,6 +833,11 @@ int main(int argc, char **argv)
         {"random_workload_properties", random_workload_properties},
         {"local_search_never_hurts", local_search_never_hurts},
         {"unloading_never_hurts", unloading_never_hurts},
+        {"svg_draws_every_group", svg_draws_every_group},
+        {"svg_stacks_plans_on_one_scale", svg_stacks_plans_on_one_scale},
+        {"svg_refuses_small_buffers_and_bad_arguments",
+         svg_refuses_small_buffers_and_bad_arguments},
+        {"svg_allocation_failures_are_clean", svg_allocation_failures_are_clean},
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }

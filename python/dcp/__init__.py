@@ -18,8 +18,8 @@ from ._library import (CorruptDataError, CudaError, DcpError, DcpIOError, DcpMem
                        LibraryNotFoundError, NcclError, ParseError, UnsupportedError,
                        library_path)
 from .planner import (CONFIG_FIELDS, FlopsStats, Group, Plan, PlanStats, RankView, Transfer,
-                      lognormal_lengths, parse_lengths, plan, rank_view_from_bytes, read_lengths,
-                      resolve_config, zigzag_position)
+                      lognormal_lengths, parse_lengths, plan, plan_svg, rank_view_from_bytes,
+                      read_lengths, resolve_config, zigzag_position)
 
 __version__ = "0.1.0"
 
@@ -28,6 +28,6 @@ __all__ = [
     "DcpOverflowError", "FlopsStats", "Group", "InfeasibleError", "InvalidArgumentError",
     "InvalidPlanError", "LibraryNotFoundError", "NcclError", "ParseError", "Plan", "PlanStats",
     "RankView", "Transfer", "UnsupportedError", "library_path", "lognormal_lengths",
-    "parse_lengths", "plan", "rank_view_from_bytes", "read_lengths", "resolve_config",
+    "parse_lengths", "plan", "plan_svg", "rank_view_from_bytes", "read_lengths", "resolve_config",
     "zigzag_position",
 ]

@@ -137,6 +137,8 @@ SIGNATURES = {
     "dcp_plan_simulate": (ctypes.c_int, [P(S.Plan), P(S.CostModel), P(S.PlanStats), _ERR]),
     "dcp_plan_schedule": (ctypes.c_int, [P(S.Plan), P(S.CostModel), P(_dbl), P(_dbl), _ERR]),
     "dcp_plan_flops_stats": (ctypes.c_int, [P(S.Plan), P(S.FlopsStats), _ERR]),
+    "dcp_plan_svg": (ctypes.c_int, [P(P(S.Plan)), P(ctypes.c_char_p), _i32, P(S.CostModel),
+                                    _vp, _sz, P(_sz), _ERR]),
     "dcp_plan_serialize": (ctypes.c_int, [P(S.Plan), _vp, _sz, P(_sz), _ERR]),
     "dcp_plan_deserialize": (ctypes.c_int, [_vp, _sz, P(S.Allocator), P(P(S.Plan)), _ERR]),
     "dcp_lengths_lognormal": (ctypes.c_int, [P(S.Lognormal), ctypes.c_uint64, P(_i64), _i32,

@@ -433,15 +433,34 @@ class Plan:
         del target
         return out
 
-    def svg(self) -> str:
-        """The plan's timeline as SVG text: a row per rank, a box per group and microbatch
-        coloured by CP size, time in ms (the picture `dcp-plan --svg` draws)."""
-        from .svg import plan_svg
-        return plan_svg(self)
+    def svg(self, title: Optional[str] = None) -> str:
+        """The plan's timeline as SVG text (dcp_plan_svg, the picture `dcp-plan --svg`
+        draws): a row per rank, a box per group coloured by CP size and numbered by
+        microbatch, sample ids in the hover text, time in ms. :func:`plan_svg` stacks
+        several plans on one time scale."""
+        return plan_svg([self], None if title is None else [title])
 
     def __repr__(self) -> str:
         return (f"<dcp.Plan {self.num_samples} samples on {self.ranks} ranks, "
                 f"{self.num_microbatches} microbatches>")
+
+
+def plan_svg(plans: Sequence[Plan], titles: Optional[Sequence[Optional[str]]] = None) -> str:
+    """Plans of one pool and one batch drawn one above the other on one time scale
+    (dcp_plan_svg; `dcp-plan --compare` draws static, greedy and dynamic this way): each panel
+    titled ``titles[i]`` (None: the strategy's name) and, with several, how much faster the
+    last plan is."""
+    plans = list(plans)
+    if titles is not None and len(titles) != len(plans):
+        raise ValueError(f"titles has {len(titles)} entries, plans {len(plans)}")
+    pointers = (ctypes.POINTER(S.Plan) * max(len(plans), 1))(*[p._pointer for p in plans])
+    names = None if titles is None else (ctypes.c_char_p * max(len(plans), 1))(
+        *[None if t is None else str(t).encode("utf-8") for t in titles])
+    lib, size = cpu(), ctypes.c_size_t()
+    lib.call("dcp_plan_svg", pointers, names, len(plans), None, None, 0, ctypes.byref(size))
+    buffer = ctypes.create_string_buffer(size.value)
+    lib.call("dcp_plan_svg", pointers, names, len(plans), None, buffer, size, ctypes.byref(size))
+    return buffer.value.decode("utf-8")
 
 
 def plan(lengths: Sequence[int], ranks: int, max_tokens_per_rank: int, **config: Any) -> Plan:

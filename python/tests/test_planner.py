@@ -106,6 +106,21 @@ class PlanAgainstCli(unittest.TestCase):
         self.check(["--ranks", 8, "--max-tokens-per-rank", 8192, "--strategy", "static"],
                    strategy="static")
 
+    def test_svg_matches_the_cli(self):
+        """One drawing for both front ends: the CLI's --svg file is Plan.svg() byte for byte."""
+        handle, path = tempfile.mkstemp(suffix=".svg")
+        os.close(handle)
+        try:
+            subprocess.run([CLI, "--lengths", self.path, "--ranks", "16",
+                            "--max-tokens-per-rank", "4096", "--svg", path], check=True,
+                           capture_output=True)
+            with open(path) as f:
+                drawn = f.read()
+        finally:
+            os.unlink(path)
+        plan = dcp.plan(self.lengths, ranks=16, max_tokens_per_rank=4096)
+        self.assertEqual(plan.svg(), drawn)
+
     def test_cost_model(self):
         self.check(["--ranks", 8, "--max-tokens-per-rank", 8192, "--attn-coeff", 1e-10,
                     "--linear-coeff", 2e-6, "--ring-step-cost", 1e-4],
@@ -169,11 +184,35 @@ class PlanStructure(unittest.TestCase):
             dcp.Plan.from_bytes(self.plan.to_bytes()[:20])
 
     def test_svg(self):
+        """Plan.svg() is dcp_plan_svg: well-formed, a hover title per group naming its
+        samples, per microbatch end, and the lower bound."""
         svg = self.plan.svg()
         document = xml.dom.minidom.parseString(svg)
         titles = [t.firstChild.data for t in document.getElementsByTagName("title")]
-        self.assertEqual(len(titles), len(self.plan.groups))
+        boxes = [t for t in titles if " sample" in t]
+        self.assertEqual(len(boxes), len(self.plan.groups))
+        for title, group in zip(boxes, self.plan.groups):
+            ids = [int(s.split()[0]) for s in title.split(":", 1)[1].split(";")[0].split(",")]
+            self.assertEqual(ids, list(group.samples))
+        self.assertEqual(len([t for t in titles if " ends at " in t]), self.plan.num_microbatches)
+        self.assertEqual(len([t for t in titles if t.startswith("lower bound")]), 1)
         self.assertIn("time (ms)", svg)
+        self.assertIn(">my &lt;plan&gt;: ", self.plan.svg(title="my <plan>"))
+
+    def test_svg_stack(self):
+        """dcp.plan_svg stacks plans on one scale, titled, the last one the reference."""
+        static = dcp.plan(self.lengths, ranks=8, max_tokens_per_rank=4096, pad_multiple=8,
+                          strategy="static")
+        svg = dcp.plan_svg([static, self.plan], [None, "ours"])
+        xml.dom.minidom.parseString(svg)
+        self.assertIn(">static CP=", svg)
+        self.assertEqual(svg.count("; ours is "), 1)
+        self.assertEqual(svg.count("time (ms)"), 2)
+        with self.assertRaises(dcp.InvalidArgumentError) as caught:
+            dcp.plan_svg([])
+        self.assertIn("count 0", caught.exception.message)
+        with self.assertRaises(ValueError):
+            dcp.plan_svg([self.plan], ["a", "b"])
 
 
 class Errors(unittest.TestCase):
