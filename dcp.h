@@ -4235,6 +4235,12 @@ static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *pl
     }
     if (status == DCP_OK && sync == config->ranks)
         best_microbatches = dcp__unload(batch, x.best, best_microbatches);
+    else if (status == DCP_OK) {
+        /* the pool-wide unloading of the best plan is a candidate under E < D too */
+        memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
+        microbatches = dcp__unload(batch, placements, best_microbatches);
+        dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step, &best_microbatches);
+    }
     if (status == DCP_OK)
         status = dcp__plan_build(config, batch->lengths, x.best, batch->count, best_microbatches,
                                  plan, error);
