@@ -3996,6 +3996,7 @@ typedef struct dcp__unload {
     int64_t *load, *used, *slowest; /* per cell (microbatch, first rank); per microbatch */
     int32_t *cover, *head, *next;  /* covering group's first rank or -1; sample lists */
     int8_t *level;                 /* group level at its first rank, -1 elsewhere */
+    dcp__placement *undo;          /* moves of one lowering attempt, to roll back */
 } dcp__unload_state;
 
 static size_t dcp__cell(const dcp__unload_state *u, int32_t k, int32_t r)
@@ -4167,17 +4168,141 @@ static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, in
     }
 }
 
+/* Removes an empty group (its cell at first rank r of microbatch k) from the state. */
+static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
+{
+    size_t c = dcp__cell(u, k, r);
+    int32_t q;
+    for (q = r; q < r + ((int32_t)1 << u->level[c]); q++) u->cover[dcp__cell(u, k, q)] = -1;
+    u->level[c] = -1;
+    u->load[c] = 0;
+    u->used[c] = 0;
+}
+
+/* Moves sample s (level j) from cell (k, r) to cell (to, r2) at level j2; a group left empty
+   is removed. */
+static void dcp__unload_move(dcp__unload_state *u, int32_t s, int32_t j, int32_t k, int32_t r,
+                             int32_t to, int32_t r2, int32_t j2, dcp__placement *placements)
+{
+    size_t c = dcp__cell(u, k, r);
+    dcp__unload_unlink(u, c, s);
+    u->load[c] -= dcp__sample_ticks(u->batch, s, j);
+    u->used[c] -= dcp__sample_tokens(u->batch, s, j);
+    if (u->head[c] < 0) dcp__unload_clear(u, k, r);
+    dcp__unload_add(u, to, r2, s, j2);
+    placements[s].microbatch = to;
+    placements[s].first_rank = r2;
+    placements[s].cp = (int32_t)1 << j2;
+    placements[s].order = INT32_MAX;
+}
+
+/* The level to try after `tried` for sample s placed at level j: its own first, then every
+   feasible level (from its minimum CP size up to max_cp) but j; -1 after the last. */
+static int32_t dcp__unload_next_level(const dcp__unload_state *u, int32_t s, int32_t j,
+                                      int32_t tried)
+{
+    int32_t next = tried == j ? dcp__log2_int(u->batch->cp_min[s]) : tried + 1;
+    if (next == j) next++;
+    return next < u->batch->levels && ((int32_t)1 << next) <= u->ranks ? next : -1;
+}
+
+/* The largest group time of microbatch k below `above` (0 when none). */
+static int64_t dcp__unload_below(const dcp__unload_state *u, int32_t k, int64_t above)
+{
+    int64_t best = 0;
+    int32_t r;
+    for (r = 0; r < u->ranks; r++) {
+        size_t c = dcp__cell(u, k, r);
+        if (u->level[c] >= 0 && u->load[c] < above && u->load[c] > best) best = u->load[c];
+    }
+    return best;
+}
+
+/* Lowers microbatch k's slowest time to `limit`: samples leave every group slower than that
+   for other microbatches where they fit under those microbatches' own slowest time (which
+   therefore stay), a group left empty disappears. All or nothing: when some group cannot get
+   down to the limit, every move of the attempt is undone. Returns 1 when it lowered k. */
+static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit,
+                             dcp__placement *placements, int64_t *budget)
+{
+    int32_t r, moves = 0, ok = 1;
+    *budget -= 1; /* an attempt, even one that moves nothing */
+    for (r = 0; r < u->ranks && ok; r++) {
+        size_t c = dcp__cell(u, k, r);
+        int32_t j = u->level[c], s, next;
+        if (j < 0 || u->load[c] <= limit) continue;
+        for (s = u->head[c]; s >= 0 && u->level[c] == j && u->load[c] > limit; s = next) {
+            int32_t other, target = -1, j2 = j;
+            next = u->next[s];
+            for (other = 0; other < u->microbatches && target < 0 && *budget > 0; other++) {
+                if (other == k) continue;
+                /* its own CP size first, then every feasible one */
+                for (j2 = j; j2 >= 0; j2 = dcp__unload_next_level(u, s, j, j2)) {
+                    *budget -= (u->ranks >> j2) + 1;
+                    if ((target = dcp__unload_target(u, other, s, j2)) >= 0) break;
+                }
+                if (target < 0) continue;
+                u->undo[moves] = placements[s];
+                u->undo[moves++].sample = s;
+                dcp__unload_move(u, s, j, k, r, other, target, j2, placements);
+            }
+        }
+        ok = u->level[c] < 0 || u->load[c] <= limit;
+    }
+    while (!ok && moves > 0) { /* roll back, newest first */
+        const dcp__placement *from = &u->undo[--moves];
+        int32_t s = from->sample;
+        dcp__unload_move(u, s, dcp__log2_int(placements[s].cp), placements[s].microbatch,
+                         placements[s].first_rank, from->microbatch, from->first_rank,
+                         dcp__log2_int(from->cp), placements);
+        placements[s] = *from;
+    }
+    if (ok) u->slowest[k] = dcp__unload_below(u, k, limit + 1);
+    return ok;
+}
+
+/* Lowers microbatches' slowest time one level at a time (to their next slower group's time,
+   so a microbatch of one slowest level is dissolved into the others' slack) while that
+   succeeds; every success lowers the sum and raises no microbatch. */
+static void dcp__unload_levels(dcp__unload_state *u, dcp__placement *placements,
+                               int64_t budget)
+{
+    int32_t k, improved = 1;
+    while (improved && budget > 0) {
+        improved = 0;
+        for (k = u->microbatches - 1; k >= 0 && budget > 0; k--)
+            while (u->slowest[k] > 0 && budget > 0 &&
+                   dcp__unload_lower(u, k, dcp__unload_below(u, k, u->slowest[k]), placements,
+                                     &budget))
+                improved = 1;
+    }
+}
+
+/* Renumbers the microbatches that still hold samples 0, 1, ... in order; returns their count. */
+static int32_t dcp__unload_compact(const dcp__unload_state *u, dcp__placement *placements,
+                                   int32_t *renumber)
+{
+    int32_t k, kept = 0, s;
+    for (k = 0; k < u->microbatches; k++) renumber[k] = -1;
+    for (s = 0; s < u->batch->count; s++) renumber[placements[s].microbatch] = 0;
+    for (k = 0; k < u->microbatches; k++)
+        if (renumber[k] == 0) renumber[k] = kept++;
+    for (s = 0; s < u->batch->count; s++)
+        placements[s].microbatch = renumber[placements[s].microbatch];
+    return kept;
+}
+
 /* Runs the unloading on placements under E = D; leaves them unchanged when the state would
    not fit DCP__UNLOAD_MAX_CELLS or memory is short (an optional phase). */
-static void dcp__unload(const dcp__batch *batch, dcp__placement *placements,
-                        int32_t microbatches)
+static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
+                           int32_t microbatches)
 {
     const dcp_allocator *a = &batch->config->allocator;
     size_t cells = (size_t)microbatches * (size_t)batch->config->ranks, c;
     int64_t budget = dcp__improve_budget(batch->config, batch->count);
     dcp__unload_state u;
-    int32_t s, k;
-    if (cells > DCP__UNLOAD_MAX_CELLS || budget <= 0) return;
+    int32_t s, k, *renumber;
+    if (cells > DCP__UNLOAD_MAX_CELLS || budget <= 0) return microbatches;
     memset(&u, 0, sizeof u);
     u.batch = batch;
     u.ranks = batch->config->ranks;
@@ -4192,7 +4317,12 @@ static void dcp__unload(const dcp__batch *batch, dcp__placement *placements,
     u.head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
     u.next = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t), "unload", NULL);
     u.level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
-    if (u.load && u.used && u.slowest && u.cover && u.head && u.next && u.level) {
+    u.undo = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count, sizeof *u.undo,
+                                                "unload", NULL);
+    renumber = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t), "unload",
+                                           NULL);
+    if (u.load && u.used && u.slowest && u.cover && u.head && u.next && u.level && u.undo &&
+        renumber) {
         for (c = 0; c < cells; c++) {
             u.cover[c] = -1;
             u.level[c] = -1;
@@ -4206,6 +4336,8 @@ static void dcp__unload(const dcp__batch *batch, dcp__placement *placements,
             u.slowest[k] = g < 0 ? 0 : u.load[dcp__cell(&u, k, g)];
         }
         dcp__unload_run(&u, placements, budget);
+        dcp__unload_levels(&u, placements, budget);
+        microbatches = dcp__unload_compact(&u, placements, renumber);
     }
     dcp_free(a, u.load);
     dcp_free(a, u.used);
@@ -4214,6 +4346,9 @@ static void dcp__unload(const dcp__batch *batch, dcp__placement *placements,
     dcp_free(a, u.head);
     dcp_free(a, u.next);
     dcp_free(a, u.level);
+    dcp_free(a, u.undo);
+    dcp_free(a, renumber);
+    return microbatches;
 }
 
 /* The dynamic planner for E > 1: fill-to-the-top candidates (blocks of E ranks; for E < D
@@ -4261,7 +4396,14 @@ static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *pl
             dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
                                &best_microbatches);
     }
-    if (status == DCP_OK && sync == config->ranks) dcp__unload(batch, x.best, best_microbatches);
+    if (status == DCP_OK && sync == config->ranks)
+        best_microbatches = dcp__unload(batch, x.best, best_microbatches);
+    else if (status == DCP_OK) {
+        /* the pool-wide unloading of the best plan is a candidate under E < D too */
+        memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
+        microbatches = dcp__unload(batch, placements, best_microbatches);
+        dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step, &best_microbatches);
+    }
     if (status == DCP_OK)
         status = dcp__plan_build(config, batch->lengths, x.best, batch->count, best_microbatches,
                                  plan, error);

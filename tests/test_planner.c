@@ -556,10 +556,17 @@ static void unloading_never_hurts(void)
             dcp_plan *plan = NULL;
             dcp__fill_candidate(&fill, variant, fill.root_level, x.levels, placements,
                                 &microbatches);
+            int32_t kept, s, k;
             before = dcp__placement_step_ticks(&batch, placements, microbatches, &x.step);
-            dcp__unload(&batch, placements, microbatches);
-            after = dcp__placement_step_ticks(&batch, placements, microbatches, &x.step);
+            kept = dcp__unload(&batch, placements, microbatches);
+            after = dcp__placement_step_ticks(&batch, placements, kept, &x.step);
             CHECK(after <= before);
+            CHECK(kept >= 1 && kept <= microbatches);
+            for (k = 0; k < kept; k++) { /* compacted: no empty microbatch left */
+                for (s = 0; s < count && placements[s].microbatch != k; s++) {}
+                CHECK(s < count);
+            }
+            microbatches = kept;
             CHECK_EQ(dcp__plan_build(&resolved, lengths, placements, count, microbatches, &plan,
                                      NULL),
                      DCP_OK);
@@ -571,6 +578,39 @@ static void unloading_never_hurts(void)
         dcp__batch_free(&batch);
     }
 }
+
+/* Lowering by hand, L^2 model, D = 2, M = 4: microbatch 0 holds lengths 3 (rank 0, 9 units)
+   and 1 (rank 1, 1 unit), microbatch 1 length 2 (4 units): sum 13. Rank 1 of microbatch 0 has
+   room under its 9 units for both short samples (3 tokens, 5 units), so microbatch 1 is
+   dissolved and the step is the length-3 sample's 9 units in one microbatch. */
+static void unloading_dissolves_a_microbatch(void)
+{
+    static const int64_t lengths[3] = {3, 1, 2};
+    dcp__placement placements[3] = {{0, 0, 1, 0, 0}, {0, 1, 1, 0, 1}, {1, 0, 1, 0, 2}};
+    dcp_config c, resolved;
+    dcp__batch batch;
+    dcp__lockstep x;
+    int32_t kept, s;
+    memset(&c, 0, sizeof c);
+    c.ranks = 2;
+    c.max_tokens_per_rank = 4;
+    c.cost.attn_coeff = 1.0;
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+    CHECK_EQ(dcp__batch_init(&batch, &resolved, lengths, 3, NULL), DCP_OK);
+    memset(&x, 0, sizeof x);
+    CHECK(dcp__lockstep_init(&batch, &x, NULL));
+    CHECK_EQ(dcp__placement_step_ticks(&batch, placements, 2, &x.step),
+             dcp__sample_ticks(&batch, 0, 0) + dcp__sample_ticks(&batch, 2, 0));
+    kept = dcp__unload(&batch, placements, 2);
+    CHECK_EQ(kept, 1);
+    for (s = 0; s < 3; s++) CHECK_EQ(placements[s].microbatch, 0);
+    CHECK_EQ(placements[0].first_rank, 0);
+    CHECK_EQ(placements[1].first_rank, 1);
+    CHECK_EQ(placements[2].first_rank, 1);
+    CHECK_EQ(dcp__placement_step_ticks(&batch, placements, kept, &x.step),
+             dcp__sample_ticks(&batch, 0, 0));
+    dcp__lockstep_free(&resolved.allocator, &x);
+    dcp__batch_free(&batch);
 
 /* ------------------------------------------------------------------------ SVG timeline */
 
@@ -833,6 +873,7 @@ int main(int argc, char **argv)
         {"random_workload_properties", random_workload_properties},
         {"local_search_never_hurts", local_search_never_hurts},
         {"unloading_never_hurts", unloading_never_hurts},
+        {"unloading_dissolves_a_microbatch", unloading_dissolves_a_microbatch},
         {"svg_draws_every_group", svg_draws_every_group},
         {"svg_stacks_plans_on_one_scale", svg_stacks_plans_on_one_scale},
         {"svg_refuses_small_buffers_and_bad_arguments",
