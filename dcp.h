@@ -87,7 +87,8 @@
        dcp_lengths_parse(text, size, alloc, &out, &n, err)  length files; allocates *out
        dcp_lengths_read_file(path, alloc, &out, &n, err)    reads and parses; allocates *out
        dcp_lengths_parse_lines / dcp_lengths_read_file_lines  the same, plus each length's line
-       dcp_free(alloc, ptr)                        frees arrays the library returned
+       dcp_alloc(alloc, size) / dcp_free(alloc, ptr)  the allocation path every layer uses;
+                                                  dcp_free frees what the library returned
    THD layout (docs/DESIGN.md section 4)
        dcp_zigzag_position(P, c, r, i)             global position of local row i of rank r
        dcp_thd_layout, dcp_half                    a pack as one rank holds it; view halves
@@ -259,6 +260,10 @@ typedef struct dcp_allocator {
     void *user;
 } dcp_allocator;
 
+/* size bytes (at least 1) from allocator, or DCP_MALLOC when allocator is NULL or has no
+   alloc; release with dcp_free and the same allocator. The layers above dcp.h (dcp_nccl.h)
+   allocate through these two so that memory and its release always take the same path. */
+DCPDEF void *dcp_alloc(const dcp_allocator *allocator, size_t size);
 DCPDEF void dcp_free(const dcp_allocator *allocator, void *ptr);
 
 /* xoshiro256** seeded through splitmix64: integer-only, so every platform draws the same. */
@@ -1359,7 +1364,7 @@ DCPDEF dcp_status dcp_error_clear(dcp_error *error)
     return DCP_OK;
 }
 
-static void *dcp__alloc(const dcp_allocator *allocator, size_t size)
+DCPDEF void *dcp_alloc(const dcp_allocator *allocator, size_t size)
 {
     if (size == 0) size = 1;
     if (allocator && allocator->alloc) return allocator->alloc(allocator->user, size);
@@ -1386,7 +1391,7 @@ static void *dcp__alloc_array(const dcp_allocator *allocator, size_t count, size
                       what, count, element_size);
         return NULL;
     }
-    ptr = dcp__alloc(allocator, count * element_size);
+    ptr = dcp_alloc(allocator, count * element_size);
     if (!ptr)
         dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", what,
                       count * element_size);
@@ -8037,7 +8042,7 @@ DCPDEF dcp_status dcp_lengths_read_file_lines(const char *path, const dcp_alloca
         size_t got;
         if (size == capacity) {
             size_t grown = capacity ? capacity * 2 : 65536;
-            char *bigger = grown > capacity ? (char *)dcp__alloc(allocator, grown) : NULL;
+            char *bigger = grown > capacity ? (char *)dcp_alloc(allocator, grown) : NULL;
             if (!bigger) {
                 dcp_free(allocator, text);
                 if (file != stdin) fclose(file);

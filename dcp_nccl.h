@@ -670,13 +670,6 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_wait(dcp_nccl_set *set, cudaStream_t stream
 
 /* ----------------------------------------------------------------------- communicator set */
 
-static void *dcp_nccl__alloc(const dcp_allocator *allocator, size_t size)
-{
-    if (size == 0) size = 1;
-    if (allocator && allocator->alloc) return allocator->alloc(allocator->user, size);
-    return malloc(size);
-}
-
 /* Whether every rank of the pool holds the same values: one all-reduce (max) of (x, ~x) gives
    max and ~min of each. Host values in, on `stream`; polls (dcp_nccl__wait) for the result,
    so a peer that never comes costs a timeout, not a hang. *differ: the first index that
@@ -827,7 +820,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
     }
     if (o.max_cp == 0)
         for (o.max_cp = 1; o.max_cp * 2 <= ranks && o.max_cp * 2 <= DCP_MAX_RANKS;) o.max_cp *= 2;
-    set = (dcp_nccl_set *)dcp_nccl__alloc(&o.allocator, sizeof *set);
+    set = (dcp_nccl_set *)dcp_alloc(&o.allocator, sizeof *set);
     if (!set) {
         status = dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY, "cannot allocate the set");
         goto done;
@@ -1589,7 +1582,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
         goto done;
     }
     if (me == root ? received != NULL : (received && received_size)) {
-        host = (unsigned char *)dcp_nccl__alloc(&set->allocator, (size_t)length);
+        host = (unsigned char *)dcp_alloc(&set->allocator, (size_t)length);
         if (!host)
             dcp_nccl__defer(&local, &local_error,
                             dcp_error_set(&reason, DCP_ERROR_OUT_OF_MEMORY,
@@ -1686,7 +1679,7 @@ static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm,
     if (me == root) {
         root_status = serialize(object, NULL, 0, &size, &root_error);
         if (root_status == DCP_OK) {
-            bytes = (unsigned char *)dcp_nccl__alloc(&set->allocator, size);
+            bytes = (unsigned char *)dcp_alloc(&set->allocator, size);
             if (!bytes)
                 root_status = dcp_error_set(&root_error, DCP_ERROR_OUT_OF_MEMORY,
                                             "cannot allocate %zu bytes to serialize", size);

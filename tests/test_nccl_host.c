@@ -14,6 +14,41 @@
 #include "fake_nccl/fake_runtime.c"
 
 #define DCP_NCCL_FAULT_HOOK(call) fake_fault_hook(call)
+
+/* DCP_MALLOC / DCP_FREE of a user who replaces the allocator at compile time: every block is
+   tagged, so a free of memory that did not come from DCP_MALLOC (the layer falling back to
+   plain malloc, as dcp_nccl.h once did) is counted instead of corrupting the heap. */
+#define COUNTED_TAG 0x6463704d616c6c63ull /* "dcpMallc" */
+#define COUNTED_HEADER 16                 /* keeps the caller's block 16-byte aligned */
+static pthread_mutex_t counted_lock = PTHREAD_MUTEX_INITIALIZER;
+static long counted_allocs, counted_frees, counted_foreign_frees;
+static void *counted_malloc(size_t size)
+{
+    unsigned char *block = (unsigned char *)malloc(size + COUNTED_HEADER);
+    uint64_t tag = COUNTED_TAG;
+    if (!block) return NULL;
+    memcpy(block, &tag, sizeof tag);
+    pthread_mutex_lock(&counted_lock);
+    counted_allocs++;
+    pthread_mutex_unlock(&counted_lock);
+    return block + COUNTED_HEADER;
+}
+static void counted_free(void *ptr)
+{
+    unsigned char *block = (unsigned char *)ptr - COUNTED_HEADER;
+    uint64_t tag;
+    memcpy(&tag, block, sizeof tag);
+    pthread_mutex_lock(&counted_lock);
+    if (tag == COUNTED_TAG) counted_frees++;
+    else counted_foreign_frees++;
+    pthread_mutex_unlock(&counted_lock);
+    if (tag == COUNTED_TAG) {
+        memset(block, 0, sizeof tag);
+        free(block);
+    } /* a foreign block is leaked: freeing it here would be the bug under test */
+}
+#define DCP_MALLOC(size) counted_malloc(size)
+#define DCP_FREE(ptr) counted_free(ptr)
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 #define DCP_NCCL_IMPLEMENTATION
@@ -1148,10 +1183,29 @@ static void cxx_guard_is_raii(void)
 }
 #endif
 
+/* With no allocator in the options, the set and its scratch come from DCP_MALLOC and go back
+   through DCP_FREE, block for block (the whole control plane at 512 ranks). */
+static void compile_time_allocator_is_used_both_ways(void)
+{
+    long allocs, frees, foreign;
+    pthread_mutex_lock(&counted_lock);
+    counted_allocs = counted_frees = counted_foreign_frees = 0;
+    pthread_mutex_unlock(&counted_lock);
+    control_plane_512_ranks();
+    pthread_mutex_lock(&counted_lock);
+    allocs = counted_allocs, frees = counted_frees, foreign = counted_foreign_frees;
+    pthread_mutex_unlock(&counted_lock);
+    printf("  DCP_MALLOC %ld, DCP_FREE %ld, foreign frees %ld\n", allocs, frees, foreign);
+    CHECK(allocs > 0);
+    CHECK_EQ(foreign, 0);
+    CHECK_EQ(frees, allocs);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
         {"control_plane_512_ranks", control_plane_512_ranks},
+        {"compile_time_allocator_is_used_both_ways", compile_time_allocator_is_used_both_ways},
         {"reroute_64_ranks_equals_views", reroute_64_ranks_equals_views},
         {"ring_64_ranks_equals_cpu_ring", ring_64_ranks_equals_cpu_ring},
         {"ring_cp2_and_cp4_equal_cpu_ring", ring_cp2_and_cp4_equal_cpu_ring},

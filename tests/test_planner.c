@@ -611,6 +611,7 @@ static void unloading_dissolves_a_microbatch(void)
              dcp__sample_ticks(&batch, 0, 0));
     dcp__lockstep_free(&resolved.allocator, &x);
     dcp__batch_free(&batch);
+}
 
 /* ------------------------------------------------------------------------ SVG timeline */
 
