@@ -3741,6 +3741,7 @@ static void dcp__greedy_place(dcp__fill *f, dcp__greedy_state *g, dcp__buddy *bu
     const dcp__batch *batch = f->batch;
     int64_t tokens = f->sorted[i].tokens, capacity = f->capacity;
     int32_t first = dcp__buddy_take(buddy, level), best = -1, k;
+    int64_t room;
     if (first >= 0) {
         g->groups[g->open].first_rank = first;
         g->groups[g->open].level = level;
@@ -3752,13 +3753,18 @@ static void dcp__greedy_place(dcp__fill *f, dcp__greedy_state *g, dcp__buddy *bu
             if (g->groups[k].level == level && g->groups[k].used + tokens <= capacity &&
                 (best < 0 || g->groups[k].load < g->groups[best].load))
                 best = k;
+    room = capacity - g->groups[best].used; /* before: the level's largest when it equals */
     g->groups[best].load += f->sorted[i].ticks;
     g->groups[best].used += tokens;
     dcp__fill_place(f, i, level, g->groups[best].first_rank);
-    g->max_room[level] = -1;
-    for (k = 0; k < g->open; k++)
-        if (g->groups[k].level == level && capacity - g->groups[k].used > g->max_room[level])
-            g->max_room[level] = capacity - g->groups[k].used;
+    if (first >= 0) { /* only a new room joins the level */
+        if (capacity - tokens > g->max_room[level]) g->max_room[level] = capacity - tokens;
+    } else if (room == g->max_room[level]) { /* the largest room shrank: rescan the level */
+        g->max_room[level] = -1;
+        for (k = 0; k < g->open; k++)
+            if (g->groups[k].level == level && capacity - g->groups[k].used > g->max_room[level])
+                g->max_room[level] = capacity - g->groups[k].used;
+    }
 }
 
 static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
@@ -3846,7 +3852,7 @@ static const dcp__fill_variant dcp__fill_variants[] = {
 #define DCP__FILL_CANDIDATES ((int32_t)(sizeof dcp__fill_variants / sizeof dcp__fill_variants[0]))
 /* Candidates tried: DCP__FILL_CANDIDATE_SAMPLES / samples, at least 2 (a plan-time budget that
    keeps large batches near-linear), at most all. */
-#define DCP__FILL_CANDIDATE_SAMPLES (1 << 16)
+#define DCP__FILL_CANDIDATE_SAMPLES (1 << 14)
 
 static int32_t dcp__fill_candidate_count(int32_t samples)
 {
@@ -4001,6 +4007,7 @@ typedef struct dcp__unload {
     int64_t *load, *used, *slowest; /* per cell (microbatch, first rank); per microbatch */
     int32_t *cover, *head, *next;  /* covering group's first rank or -1; sample lists */
     int8_t *level;                 /* group level at its first rank, -1 elsewhere */
+    int32_t *groups, *free_ranks;  /* per microbatch: groups per level; ranks in no group */
     dcp__placement *undo;          /* moves of one lowering attempt, to roll back */
 } dcp__unload_state;
 
@@ -4033,6 +4040,11 @@ static int32_t dcp__unload_target(const dcp__unload_state *u, int32_t k, int32_t
     const dcp__batch *batch = u->batch;
     int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
     int32_t size = (int32_t)1 << j, r, q;
+    /* every group of level j costs at least its ring steps plus this sample; without a
+       group of the level or room for a new one, no place (prunes the scan only) */
+    if (batch->ring_ticks[j] + ticks > u->slowest[k] ||
+        (u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)j] == 0 && u->free_ranks[k] < size))
+        return -1;
     for (r = 0; r + size <= u->ranks; r += size) {
         size_t c = dcp__cell(u, k, r);
         if (u->level[c] == j) {
@@ -4052,7 +4064,9 @@ static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t 
 {
     size_t c = dcp__cell(u, k, r);
     int32_t q;
-    if (u->level[c] != j) {
+    if (u->level[c] != j) { /* a new group: the cell was empty */
+        u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)j]++;
+        u->free_ranks[k] -= (int32_t)1 << j;
         u->level[c] = (int8_t)j;
         u->load[c] = u->batch->ring_ticks[j];
         u->used[c] = 0;
@@ -4087,6 +4101,7 @@ static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s
         *budget -= 1; /* a microbatch looked at, even when skipped */
         if (other == k || u->slowest[other] < ticks) continue;
         *budget -= u->ranks >> j;
+        if (u->groups[(size_t)other * DCP_CP_LEVELS + (size_t)j] == 0) continue;
         for (r = 0; r + size <= u->ranks; r += size) {
             size_t d = dcp__cell(u, other, r);
             int32_t t;
@@ -4179,6 +4194,8 @@ static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
     size_t c = dcp__cell(u, k, r);
     int32_t q;
     for (q = r; q < r + ((int32_t)1 << u->level[c]); q++) u->cover[dcp__cell(u, k, q)] = -1;
+    u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)u->level[c]]--;
+    u->free_ranks[k] += (int32_t)1 << u->level[c];
     u->level[c] = -1;
     u->load[c] = 0;
     u->used[c] = 0;
@@ -4322,12 +4339,20 @@ static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
     u.head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
     u.next = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t), "unload", NULL);
     u.level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
+    u.groups = (int32_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                           sizeof(int32_t), "unload", NULL);
+    u.free_ranks = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t),
+                                               "unload", NULL);
     u.undo = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count, sizeof *u.undo,
                                                 "unload", NULL);
     renumber = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t), "unload",
                                            NULL);
-    if (u.load && u.used && u.slowest && u.cover && u.head && u.next && u.level && u.undo &&
-        renumber) {
+    if (u.load && u.used && u.slowest && u.cover && u.head && u.next && u.level && u.groups &&
+        u.free_ranks && u.undo && renumber) {
+        for (k = 0; k < microbatches; k++) {
+            u.free_ranks[k] = u.ranks;
+            for (s = 0; s < DCP_CP_LEVELS; s++) u.groups[(size_t)k * DCP_CP_LEVELS + (size_t)s] = 0;
+        }
         for (c = 0; c < cells; c++) {
             u.cover[c] = -1;
             u.level[c] = -1;
@@ -4351,6 +4376,8 @@ static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
     dcp_free(a, u.head);
     dcp_free(a, u.next);
     dcp_free(a, u.level);
+    dcp_free(a, u.groups);
+    dcp_free(a, u.free_ranks);
     dcp_free(a, u.undo);
     dcp_free(a, renumber);
     return microbatches;
@@ -4363,6 +4390,10 @@ static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
    groups; for E = D only when the fills are not balanced); each is evaluated under E in ticks
    and the fastest becomes the plan. */
 #define DCP__TREE_CANDIDATE_SAMPLES 16384
+/* Under E = D the tree's DAG plans lose to greedy + unloading on many samples (measured on
+   the bench's 8192-sample batches, where they were the slowest candidate but one): above
+   this many samples the tree is not tried. */
+#define DCP__TREE_CANDIDATE_SAMPLES_BARRIER 4096
 static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *placements,
                                      dcp_plan **plan, dcp_error *error)
 {
@@ -4388,7 +4419,8 @@ static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *pl
                                &best_microbatches);
         }
     if (status == DCP_OK && batch->count <= DCP__TREE_CANDIDATE_SAMPLES &&
-        (sync < config->ranks || !dcp__sync_balanced(batch, best_step))) {
+        (sync < config->ranks || (batch->count <= DCP__TREE_CANDIDATE_SAMPLES_BARRIER &&
+                                  !dcp__sync_balanced(batch, best_step)))) {
         status = dcp__plan_dynamic(batch, placements, &microbatches, error);
         if (status == DCP_OK)
             dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
