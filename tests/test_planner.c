@@ -532,6 +532,34 @@ static void local_search_never_hurts(void)
 /* Under E = D the unloading only keeps moves and swaps that lower the sum of microbatch
    maxima: on fill plans of random workloads the step in ticks never rises and the plan stays
    valid. Checked on the planner's internals. */
+/* The fill's typed merge sort orders keys exactly as qsort with the same (total) comparison,
+   on sizes around its run length and with many equal ticks and tokens (ties broken by tie). */
+static void fill_key_sort_matches_qsort(void)
+{
+    enum { MOST = 5000 };
+    static dcp__fill_key keys[MOST], expected[MOST], scratch[MOST];
+    const int32_t sizes[] = {0, 1, 2, 15, 16, 17, 33, 100, 1000, MOST};
+    dcp_rng rng;
+    size_t n;
+    int32_t i;
+    dcp_rng_seed(&rng, 91);
+    for (n = 0; n < sizeof sizes / sizeof sizes[0]; n++) {
+        int32_t count = sizes[n];
+        for (i = 0; i < count; i++) {
+            keys[i].level = (int32_t)(dcp_rng_uniform(&rng) * 3);
+            keys[i].ticks = (int64_t)(dcp_rng_uniform(&rng) * 8);
+            keys[i].tokens = (int64_t)(dcp_rng_uniform(&rng) * 4);
+            keys[i].id = i;
+            keys[i].tie = count - i;
+            expected[i] = keys[i];
+        }
+        qsort(expected, (size_t)count, sizeof *expected, dcp__fill_key_compare);
+        dcp__fill_key_sort(keys, scratch, count);
+        for (i = 0; i < count && keys[i].id == expected[i].id; i++) {}
+        CHECK_EQ(i, count);
+    }
+}
+
 static void unloading_never_hurts(void)
 {
     dcp_rng rng;
@@ -874,6 +902,7 @@ int main(int argc, char **argv)
         {"random_workload_properties", random_workload_properties},
         {"local_search_never_hurts", local_search_never_hurts},
         {"unloading_never_hurts", unloading_never_hurts},
+        {"fill_key_sort_matches_qsort", fill_key_sort_matches_qsort},
         {"unloading_dissolves_a_microbatch", unloading_dissolves_a_microbatch},
         {"svg_draws_every_group", svg_draws_every_group},
         {"svg_stacks_plans_on_one_scale", svg_stacks_plans_on_one_scale},
