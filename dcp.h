@@ -3742,6 +3742,8 @@ typedef struct dcp__greedy_state {
     int32_t open;
     int64_t max_room[DCP_CP_LEVELS];
     int32_t *position; /* [count]: place of a sample in the longest-first order */
+    /* each level's open groups in opening order: first, last, next [ranks] (-1 ends) */
+    int32_t level_first[DCP_CP_LEVELS], level_last[DCP_CP_LEVELS], *level_next;
 } dcp__greedy_state;
 
 /* The first unplaced sample of the level after order position `after` that fits now; -1 none. */
@@ -3783,10 +3785,14 @@ static void dcp__greedy_place(dcp__fill *f, dcp__greedy_state *g, dcp__buddy *bu
         g->groups[g->open].level = level;
         g->groups[g->open].load = batch->ring_ticks[level];
         g->groups[g->open].used = 0;
+        g->level_next[g->open] = -1;
+        if (g->level_last[level] < 0) g->level_first[level] = g->open;
+        else g->level_next[g->level_last[level]] = g->open;
+        g->level_last[level] = g->open;
         best = g->open++;
     } else
-        for (k = 0; k < g->open; k++)
-            if (g->groups[k].level == level && g->groups[k].used + tokens <= capacity &&
+        for (k = g->level_first[level]; k >= 0; k = g->level_next[k])
+            if (g->groups[k].used + tokens <= capacity &&
                 (best < 0 || g->groups[k].load < g->groups[best].load))
                 best = k;
     room = capacity - g->groups[best].used; /* before: the level's largest when it equals */
@@ -3797,8 +3803,8 @@ static void dcp__greedy_place(dcp__fill *f, dcp__greedy_state *g, dcp__buddy *bu
         if (capacity - tokens > g->max_room[level]) g->max_room[level] = capacity - tokens;
     } else if (room == g->max_room[level]) { /* the largest room shrank: rescan the level */
         g->max_room[level] = -1;
-        for (k = 0; k < g->open; k++)
-            if (g->groups[k].level == level && capacity - g->groups[k].used > g->max_room[level])
+        for (k = g->level_first[level]; k >= 0; k = g->level_next[k])
+            if (capacity - g->groups[k].used > g->max_room[level])
                 g->max_room[level] = capacity - g->groups[k].used;
     }
 }
@@ -3823,12 +3829,15 @@ static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *plac
                                              "greedy order", error);
     g.groups = (dcp__open_group *)dcp__alloc_array(allocator, (size_t)config->ranks,
                                                    sizeof *g.groups, "greedy groups", error);
+    g.level_next = (int32_t *)dcp__alloc_array(allocator, (size_t)config->ranks, sizeof(int32_t),
+                                               "greedy groups", error);
     buddy.ranks = config->ranks;
     buddy.leaf_base = dcp__leaf_base(config->ranks);
     buddy.node_level = dcp__node_levels(allocator, buddy.leaf_base, error);
     buddy.free_level = (int8_t *)dcp__alloc_array(allocator, 2 * (size_t)buddy.leaf_base,
                                                   sizeof(int8_t), "greedy buddy", error);
-    if (!levels || !order || !g.position || !g.groups || !buddy.node_level || !buddy.free_level) {
+    if (!levels || !order || !g.position || !g.groups || !g.level_next || !buddy.node_level ||
+        !buddy.free_level) {
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
         goto done;
     }
@@ -3842,7 +3851,10 @@ static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *plac
         int32_t cursor = -1, j;
         dcp__buddy_reset(&buddy);
         g.open = 0;
-        for (j = 0; j < DCP_CP_LEVELS; j++) g.max_room[j] = -1;
+        for (j = 0; j < DCP_CP_LEVELS; j++) {
+            g.max_room[j] = -1;
+            g.level_first[j] = g.level_last[j] = -1;
+        }
         for (;;) {
             int32_t best = -1, best_level = 0;
             for (j = 0; j <= fill.top; j++) {
@@ -3866,6 +3878,7 @@ done:
     dcp_free(allocator, order);
     dcp_free(allocator, g.position);
     dcp_free(allocator, g.groups);
+    dcp_free(allocator, g.level_next);
     dcp_free(allocator, buddy.node_level);
     dcp_free(allocator, buddy.free_level);
     return status;
