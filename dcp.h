@@ -89,6 +89,7 @@
        dcp_lengths_parse_lines / dcp_lengths_read_file_lines  the same, plus each length's line
        dcp_alloc(alloc, size) / dcp_free(alloc, ptr)  the allocation path every layer uses;
                                                   dcp_free frees what the library returned
+       dcp_is_pow2, dcp_check_rank, dcp_check_rank_buffers  argument checks every layer shares
    THD layout (docs/DESIGN.md section 4)
        dcp_zigzag_position(P, c, r, i)             global position of local row i of rank r
        dcp_thd_layout, dcp_half                    a pack as one rank holds it; view halves
@@ -265,6 +266,16 @@ typedef struct dcp_allocator {
    allocate through these two so that memory and its release always take the same path. */
 DCPDEF void *dcp_alloc(const dcp_allocator *allocator, size_t size);
 DCPDEF void dcp_free(const dcp_allocator *allocator, void *ptr);
+
+/* Argument checks shared by dcp.h, dcp_cuda.cu and dcp_nccl.h, so that every layer rejects the
+   same input with the same message. */
+DCPDEF int dcp_is_pow2(int64_t x); /* 1 when x is a power of two (x >= 1), else 0 */
+/* DCP_ERROR_INVALID_ARGUMENT naming `name` unless 0 <= rank < cp. */
+DCPDEF dcp_status dcp_check_rank(const char *name, int32_t rank, int32_t cp, dcp_error *error);
+/* DCP_ERROR_INVALID_ARGUMENT naming `name` (or name[r]) when the per-rank array or one of its
+   cp entries is NULL. */
+DCPDEF dcp_status dcp_check_rank_buffers(const char *name, const void *const *buffers, int32_t cp,
+                                         dcp_error *error);
 
 /* xoshiro256** seeded through splitmix64: integer-only, so every platform draws the same. */
 typedef struct dcp_rng {
@@ -1115,6 +1126,9 @@ typedef enum dcp_dtype {
     DCP_DTYPE_FLOAT16 = 2
 } dcp_dtype;
 
+/* Bytes of one element of dtype (4 or 2); 0 for a value that is not a dcp_dtype. */
+DCPDEF size_t dcp_dtype_size(dcp_dtype dtype);
+
 /* A THD layout for device kernels: thd.cu_seqlens and thd.cu_seqlens_padded point to DEVICE
    memory (int32, as FlashAttention and TransformerEngine take them); the host-side sizes let a
    launch size its grid over real rows without reading device memory back. dcp_rank_view gives
@@ -1381,6 +1395,29 @@ DCPDEF void dcp_free(const dcp_allocator *allocator, void *ptr)
     DCP_FREE(ptr);
 }
 
+DCPDEF int dcp_is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+DCPDEF dcp_status dcp_check_rank(const char *name, int32_t rank, int32_t cp, dcp_error *error)
+{
+    if (rank < 0 || rank >= cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [0, cp %d), got %d",
+                             name, (int)cp, (int)rank);
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_check_rank_buffers(const char *name, const void *const *buffers, int32_t cp,
+                                         dcp_error *error)
+{
+    int32_t r;
+    if (!buffers)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
+    for (r = 0; r < cp; r++)
+        if (!buffers[r])
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s[%d] must not be NULL", name,
+                                 (int)r);
+    return DCP_OK;
+}
+
 /* Allocates count elements of element_size, failing cleanly on overflow or exhaustion. */
 static void *dcp__alloc_array(const dcp_allocator *allocator, size_t count, size_t element_size,
                               const char *what, dcp_error *error)
@@ -1397,8 +1434,6 @@ static void *dcp__alloc_array(const dcp_allocator *allocator, size_t count, size
                       count * element_size);
     return ptr;
 }
-
-static int dcp__is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
 static int dcp__log2_int(int64_t x) /* x a power of two */
 {
@@ -1560,7 +1595,7 @@ static dcp_status dcp__check_cost(const dcp_cost_model *cost, dcp_error *error)
 
 static dcp_status dcp__check_pow2_field(const char *name, int32_t value, dcp_error *error)
 {
-    if (!dcp__is_pow2(value))
+    if (!dcp_is_pow2(value))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "%s must be a power of two >= 1, got %d", name, (int)value);
     return DCP_OK;
@@ -1584,7 +1619,7 @@ DCPDEF dcp_config dcp_config_init(void)
 /* E: a power of two dividing the pool, or the pool itself. */
 static dcp_status dcp__check_sync_ranks(int32_t sync_ranks, int32_t ranks, dcp_error *error)
 {
-    if (sync_ranks == ranks || (dcp__is_pow2(sync_ranks) && ranks % sync_ranks == 0))
+    if (sync_ranks == ranks || (dcp_is_pow2(sync_ranks) && ranks % sync_ranks == 0))
         return DCP_OK;
     return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                          "sync_ranks must be a power of two dividing ranks %d, or ranks itself, "
@@ -1686,7 +1721,7 @@ DCPDEF dcp_status dcp_padded_length(const dcp_config *config, int64_t length, in
     if (!padded) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "padded must not be NULL");
     if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
     if ((status = dcp__check_length(length, error)) != DCP_OK) return status;
-    if (!dcp__is_pow2(cp) || cp > c.max_cp)
+    if (!dcp_is_pow2(cp) || cp > c.max_cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "cp must be a power of two <= max_cp %d, got %d", (int)c.max_cp,
                              (int)cp);
@@ -4552,7 +4587,7 @@ static dcp_status dcp__validate_group(const dcp_plan *plan, int32_t k, const dcp
     const dcp_config *c = &plan->config;
     int64_t tokens = 0;
     int32_t i;
-    if (!dcp__is_pow2(g->cp) || g->cp < c->min_cp || g->cp > c->max_cp)
+    if (!dcp_is_pow2(g->cp) || g->cp < c->min_cp || g->cp > c->max_cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
                              "microbatch %d: group at rank %d has cp %d outside powers of two in "
                              "[%d, %d]",
@@ -5186,7 +5221,7 @@ DCPDEF dcp_status dcp_thd_layout_validate(const dcp_thd_layout *layout, int64_t 
     if (n < 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "layout num_sequences must be >= 0, got %d", (int)n);
-    if (!dcp__is_pow2(layout->cp) || layout->cp > DCP_MAX_RANKS)
+    if (!dcp_is_pow2(layout->cp) || layout->cp > DCP_MAX_RANKS)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "layout cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
                              (int)layout->cp);
@@ -5377,7 +5412,7 @@ DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32
 
 static dcp_status dcp__view_check_header(const dcp_rank_view *v, dcp_error *error)
 {
-    if (v->rank < 0 || !dcp__is_pow2(v->cp) || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
+    if (v->rank < 0 || !dcp_is_pow2(v->cp) || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
         v->first_rank % v->cp != 0 || v->rank_in_group != v->rank - v->first_rank ||
         v->rank_in_group < 0 || v->rank_in_group >= v->cp)
         return dcp_error_set(
@@ -6084,6 +6119,17 @@ DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *st
 }
 
 #ifndef DCP_NO_REFERENCE
+/* Declared with the device contracts; dcp_cuda.cu and dcp_nccl.h size their buffers by it. */
+DCPDEF size_t dcp_dtype_size(dcp_dtype dtype)
+{
+    switch (dtype) {
+    case DCP_DTYPE_FLOAT32: return sizeof(float);
+    case DCP_DTYPE_BFLOAT16:
+    case DCP_DTYPE_FLOAT16: return sizeof(uint16_t);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ CPU references: checks
    Each public reference checks every argument before it touches a buffer, so a failing call
    writes nothing. */
@@ -6101,33 +6147,11 @@ static dcp_status dcp__check_pointers(int32_t count, const void *const *pointers
     return DCP_OK;
 }
 
-/* The per-rank buffer arrays of the ring driver: the array and each of its cp entries. */
-static dcp_status dcp__check_rank_buffers(const char *name, const float *const *buffers,
-                                          int32_t cp, dcp_error *error)
-{
-    int32_t r;
-    if (!buffers)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
-    for (r = 0; r < cp; r++)
-        if (!buffers[r])
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s[%d] must not be NULL", name,
-                                 (int)r);
-    return DCP_OK;
-}
-
 static dcp_status dcp__check_flag(const char *name, int32_t value, dcp_error *error)
 {
     if (value != 0 && value != 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be 0 or 1, got %d", name,
                              (int)value);
-    return DCP_OK;
-}
-
-static dcp_status dcp__check_rank(const char *name, int32_t rank, int32_t cp, dcp_error *error)
-{
-    if (rank < 0 || rank >= cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [0, cp %d), got %d",
-                             name, (int)cp, (int)rank);
     return DCP_OK;
 }
 
@@ -6257,9 +6281,9 @@ static dcp_status dcp__attn_setup(dcp__attn *a, const dcp_attention_params *para
     if ((status = dcp__check_elements("q", rows, p.num_heads, p.head_dim, error)) != DCP_OK)
         return status;
     dcp__attn_init(a, &p, layout, rows, view);
-    if ((status = dcp__check_rank("view.q_rank", a->view.q_rank, layout->cp, error)) != DCP_OK ||
+    if ((status = dcp_check_rank("view.q_rank", a->view.q_rank, layout->cp, error)) != DCP_OK ||
         (status = dcp__check_half("view.q_half", a->view.q_half, layout->cp, error)) != DCP_OK ||
-        (status = dcp__check_rank("view.kv_rank", a->view.kv_rank, layout->cp, error)) != DCP_OK)
+        (status = dcp_check_rank("view.kv_rank", a->view.kv_rank, layout->cp, error)) != DCP_OK)
         return status;
     return dcp__check_half("view.kv_half", a->view.kv_half, layout->cp, error);
 }
@@ -6282,15 +6306,15 @@ DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, in
 {
     dcp_attention_view v;
     dcp_status status;
-    if (!dcp__is_pow2(cp) || cp > DCP_MAX_RANKS)
+    if (!dcp_is_pow2(cp) || cp > DCP_MAX_RANKS)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
                              (int)cp);
     if (view) v = *view;
     else memset(&v, 0, sizeof v);
-    if ((status = dcp__check_rank("view.q_rank", v.q_rank, cp, error)) != DCP_OK ||
+    if ((status = dcp_check_rank("view.q_rank", v.q_rank, cp, error)) != DCP_OK ||
         (status = dcp__check_half("view.q_half", v.q_half, cp, error)) != DCP_OK ||
-        (status = dcp__check_rank("view.kv_rank", v.kv_rank, cp, error)) != DCP_OK ||
+        (status = dcp_check_rank("view.kv_rank", v.kv_rank, cp, error)) != DCP_OK ||
         (status = dcp__check_half("view.kv_half", v.kv_half, cp, error)) != DCP_OK)
         return status;
     return dcp_error_clear(error);
@@ -6619,7 +6643,7 @@ DCPDEF dcp_status dcp_attention_acc_finalize(const dcp_attention_params *params,
     dcp_status status;
     pointers[0] = acc_out, pointers[1] = acc_lse, pointers[2] = out, pointers[3] = lse;
     if ((status = dcp__attn_setup(&a, params, layout, NULL, error)) != DCP_OK ||
-        (status = dcp__check_rank("rank", rank, layout->cp, error)) != DCP_OK ||
+        (status = dcp_check_rank("rank", rank, layout->cp, error)) != DCP_OK ||
         (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
         return status;
     dcp__acc_finish(&a, rank, acc_out, acc_lse, out, lse);
@@ -6650,11 +6674,11 @@ DCPDEF dcp_status dcp_ring_step_plan(int32_t cp, int32_t rank, int32_t step, int
 {
     dcp_status status;
     if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
-    if (!dcp__is_pow2(cp) || cp > DCP_MAX_RANKS)
+    if (!dcp_is_pow2(cp) || cp > DCP_MAX_RANKS)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
                              (int)cp);
-    if ((status = dcp__check_rank("rank", rank, cp, error)) != DCP_OK) return status;
+    if ((status = dcp_check_rank("rank", rank, cp, error)) != DCP_OK) return status;
     if (step < 0 || step >= cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "step must be in [0, cp %d), got %d", (int)cp, (int)step);
@@ -6680,7 +6704,8 @@ static dcp_status dcp__ring_setup(dcp__ring *ring, const dcp_attention_params *p
     int32_t i;
     if ((status = dcp__attn_setup(&a, params, layout, NULL, error)) != DCP_OK) return status;
     for (i = 0; i < count; i++)
-        if ((status = dcp__check_rank_buffers(names[i], buffers[i], layout->cp, error)) != DCP_OK)
+        if ((status = dcp_check_rank_buffers(names[i], (const void *const *)buffers[i],
+                                             layout->cp, error)) != DCP_OK)
             return status;
     memset(ring, 0, sizeof *ring);
     ring->p = a.p;
@@ -6884,7 +6909,7 @@ static dcp_status dcp__rope_setup(const dcp_rope_options *options,
                              (int)dim);
     if ((status = dcp__rope_resolve(options, dim, o, error)) != DCP_OK) return status;
     if ((status = dcp_thd_layout_validate(layout, &rows, error)) != DCP_OK) return status;
-    if ((status = dcp__check_rank("rank", rank, layout->cp, error)) != DCP_OK) return status;
+    if ((status = dcp_check_rank("rank", rank, layout->cp, error)) != DCP_OK) return status;
     if ((status = dcp__check_elements(names[0], rows, heads, dim, error)) != DCP_OK)
         return status;
     return dcp__check_pointers(2, pointers, names, error);
@@ -7144,7 +7169,7 @@ DCPDEF dcp_status dcp_conv1d_backward(const dcp_conv1d_params *params,
 
 /* ------------------------------------------------------------------- distributed logic */
 
-static int dcp__is_cp(int32_t cp) { return dcp__is_pow2(cp) && cp <= DCP_MAX_RANKS; }
+static int dcp__is_cp(int32_t cp) { return dcp_is_pow2(cp) && cp <= DCP_MAX_RANKS; }
 
 DCPDEF int32_t dcp_comm_slot_count(int32_t max_cp)
 {

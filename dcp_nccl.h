@@ -1173,16 +1173,6 @@ done:
 
 /* ------------------------------------------------------------------------------ ring */
 
-static size_t dcp_nccl__dtype_size(dcp_dtype dtype)
-{
-    switch (dtype) {
-    case DCP_DTYPE_FLOAT32: return 4;
-    case DCP_DTYPE_BFLOAT16:
-    case DCP_DTYPE_FLOAT16: return 2;
-    }
-    return 0;
-}
-
 /* Scratch regions of a pass, and the attention workspace after them. */
 typedef struct dcp_nccl__ring {
     dcp_ring_scratch regions;
@@ -1202,7 +1192,7 @@ static dcp_status dcp_nccl__ring_layout(const dcp_attention_params *params,
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "params, layout and bytes must not be NULL");
     memset(ring, 0, sizeof *ring);
-    ring->element_size = dcp_nccl__dtype_size(dtype);
+    ring->element_size = dcp_dtype_size(dtype);
     if (ring->element_size == 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d is not a dcp_dtype",
                              (int)dtype);
@@ -1625,45 +1615,33 @@ done:
 
 /* Serializes on the root (length 0 on failure, which every rank rejects), broadcasts, and
    hands the bytes to the deserializer. */
-typedef dcp_status (*dcp_nccl__serialize_fn)(const void *object, void *buffer, size_t capacity,
-                                             size_t *size, dcp_error *error);
-typedef dcp_status (*dcp_nccl__deserialize_fn)(const void *buffer, size_t size,
-                                               const dcp_allocator *allocator, void **object,
-                                               dcp_error *error);
+typedef enum dcp_nccl__object_kind { DCP_NCCL__PLAN, DCP_NCCL__VIEW } dcp_nccl__object_kind;
 
-static dcp_status dcp_nccl__plan_serialize(const void *object, void *buffer, size_t capacity,
-                                           size_t *size, dcp_error *error)
+static dcp_status dcp_nccl__serialize(dcp_nccl__object_kind kind, const void *object,
+                                      void *buffer, size_t capacity, size_t *size,
+                                      dcp_error *error)
 {
-    return dcp_plan_serialize((const dcp_plan *)object, buffer, capacity, size, error);
-}
-static dcp_status dcp_nccl__plan_deserialize(const void *buffer, size_t size,
-                                             const dcp_allocator *allocator, void **object,
-                                             dcp_error *error)
-{
-    dcp_plan *plan = NULL;
-    dcp_status status = dcp_plan_deserialize(buffer, size, allocator, &plan, error);
-    *object = plan;
-    return status;
-}
-static dcp_status dcp_nccl__view_serialize(const void *object, void *buffer, size_t capacity,
-                                           size_t *size, dcp_error *error)
-{
+    if (kind == DCP_NCCL__PLAN)
+        return dcp_plan_serialize((const dcp_plan *)object, buffer, capacity, size, error);
     return dcp_rank_view_serialize((const dcp_rank_view *)object, buffer, capacity, size, error);
 }
-static dcp_status dcp_nccl__view_deserialize(const void *buffer, size_t size,
-                                             const dcp_allocator *allocator, void **object,
-                                             dcp_error *error)
+
+static dcp_status dcp_nccl__deserialize(dcp_nccl__object_kind kind, const void *buffer,
+                                        size_t size, const dcp_allocator *allocator,
+                                        void **object, dcp_error *error)
 {
+    dcp_plan *plan = NULL;
     dcp_rank_view *view = NULL;
-    dcp_status status = dcp_rank_view_deserialize(buffer, size, allocator, &view, error);
-    *object = view;
+    dcp_status status = kind == DCP_NCCL__PLAN
+                            ? dcp_plan_deserialize(buffer, size, allocator, &plan, error)
+                            : dcp_rank_view_deserialize(buffer, size, allocator, &view, error);
+    *object = kind == DCP_NCCL__PLAN ? (void *)plan : (void *)view;
     return status;
 }
 
 static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm, int32_t root,
                                              const void *object, void **received,
-                                             dcp_nccl__serialize_fn serialize,
-                                             dcp_nccl__deserialize_fn deserialize,
+                                             dcp_nccl__object_kind kind,
                                              cudaStream_t stream, dcp_error *error)
 {
     dcp_status status, root_status = DCP_OK;
@@ -1677,14 +1655,15 @@ static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm,
     if (received) *received = NULL;
     DCP_NCCL__CHECK(ncclCommUserRank(comm, &me));
     if (me == root) {
-        root_status = serialize(object, NULL, 0, &size, &root_error);
+        root_status = dcp_nccl__serialize(kind, object, NULL, 0, &size, &root_error);
         if (root_status == DCP_OK) {
             bytes = (unsigned char *)dcp_alloc(&set->allocator, size);
             if (!bytes)
                 root_status = dcp_error_set(&root_error, DCP_ERROR_OUT_OF_MEMORY,
                                             "cannot allocate %zu bytes to serialize", size);
         }
-        if (root_status == DCP_OK) root_status = serialize(object, bytes, size, &size, &root_error);
+        if (root_status == DCP_OK)
+            root_status = dcp_nccl__serialize(kind, object, bytes, size, &size, &root_error);
         if (root_status != DCP_OK) size = 0; /* every rank will reject length 0 */
     }
     status = dcp_nccl_broadcast_bytes(set, comm, root, bytes, size,
@@ -1696,7 +1675,7 @@ static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm,
         goto done;
     }
     if (status != DCP_OK) goto done;
-    if (received) status = deserialize(copy, got, &set->allocator, received, error);
+    if (received) status = dcp_nccl__deserialize(kind, copy, got, &set->allocator, received, error);
 done:
     if (bytes) dcp_free(&set->allocator, bytes);
     if (copy) dcp_free(&set->allocator, copy);
@@ -1709,8 +1688,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_plan(dcp_nccl_set *set, ncclComm_t co
 {
     void *object = NULL;
     dcp_status status = dcp_nccl__broadcast_object(
-        set, comm, root, plan, received ? &object : NULL, dcp_nccl__plan_serialize,
-        dcp_nccl__plan_deserialize, stream, error);
+        set, comm, root, plan, received ? &object : NULL, DCP_NCCL__PLAN, stream, error);
     if (received) *received = (dcp_plan *)object;
     return status;
 }
@@ -1722,8 +1700,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_view(dcp_nccl_set *set, ncclComm_t co
 {
     void *object = NULL;
     dcp_status status = dcp_nccl__broadcast_object(
-        set, comm, root, view, received ? &object : NULL, dcp_nccl__view_serialize,
-        dcp_nccl__view_deserialize, stream, error);
+        set, comm, root, view, received ? &object : NULL, DCP_NCCL__VIEW, stream, error);
     if (received) *received = (dcp_rank_view *)object;
     return status;
 }

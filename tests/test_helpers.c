@@ -178,6 +178,32 @@ static void reroute_match_pairs_and_catches_faults(void)
     dcp_plan_destroy(plan);
 }
 
+/* The checks dcp_cuda.cu and dcp_nccl.h share with dcp.h (each was a copy in every unit). */
+static void shared_checks_accept_and_name(void)
+{
+    float a = 1.0f, b = 2.0f;
+    const void *buffers[3];
+    dcp_error error;
+    CHECK(dcp_is_pow2(1) && dcp_is_pow2(64) && dcp_is_pow2((int64_t)1 << 40));
+    CHECK(!dcp_is_pow2(0) && !dcp_is_pow2(-4) && !dcp_is_pow2(12));
+    CHECK_EQ(dcp_check_rank("rank", 3, 4, &error), DCP_OK);
+    CHECK_EQ(dcp_check_rank("view.q_rank", 4, 4, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "view.q_rank must be in [0, cp 4), got 4");
+    CHECK_EQ(dcp_check_rank("rank", -1, 4, &error), DCP_ERROR_INVALID_ARGUMENT);
+    buffers[0] = &a;
+    buffers[1] = &b;
+    buffers[2] = NULL;
+    CHECK_EQ(dcp_check_rank_buffers("q", buffers, 2, &error), DCP_OK);
+    CHECK_EQ(dcp_check_rank_buffers("q", buffers, 3, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "q[2] must not be NULL");
+    CHECK_EQ(dcp_check_rank_buffers("dq", NULL, 1, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "dq must not be NULL");
+    CHECK_EQ(dcp_dtype_size(DCP_DTYPE_FLOAT32), sizeof(float));
+    CHECK_EQ(dcp_dtype_size(DCP_DTYPE_BFLOAT16), 2u);
+    CHECK_EQ(dcp_dtype_size(DCP_DTYPE_FLOAT16), 2u);
+    CHECK_EQ(dcp_dtype_size((dcp_dtype)7), 0u);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -187,6 +213,7 @@ int main(int argc, char **argv)
         {"sample_location_finds_every_sample", sample_location_finds_every_sample},
         {"compare_finds_a_difference", compare_finds_a_difference},
         {"reroute_match_pairs_and_catches_faults", reroute_match_pairs_and_catches_faults},
+        {"shared_checks_accept_and_name", shared_checks_accept_and_name},
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }
