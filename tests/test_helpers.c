@@ -10,18 +10,10 @@
 #define TEST_SAMPLES 64
 #define TEST_SEED 11 /* fixed: the same batch on every machine */
 
-static dcp_config test_config(void)
-{
-    dcp_config c = dcp_config_init();
-    c.ranks = TEST_RANKS;
-    c.max_tokens_per_rank = TEST_MAX_TOKENS;
-    return c;
-}
-
 static dcp_plan *test_plan(int64_t *lengths)
 {
     dcp_lognormal dist = {3000.0, 1.2, 1, TEST_RANKS * TEST_MAX_TOKENS};
-    dcp_config c = test_config();
+    dcp_config c = make_config(TEST_RANKS, TEST_MAX_TOKENS);
     dcp_plan *plan = NULL;
     dcp_error error;
     CHECK_EQ(dcp_lengths_lognormal(&dist, TEST_SEED, lengths, TEST_SAMPLES, &error), DCP_OK);
@@ -41,7 +33,7 @@ static void filter_keeps_ids_and_reports_drops(void)
     const int64_t lengths[6] = {100, 70000, 4096, 32768, 32769, 1};
     int64_t kept[6];
     int32_t ids[6], dropped[6], count = -1;
-    dcp_config c = test_config();
+    dcp_config c = make_config(TEST_RANKS, TEST_MAX_TOKENS);
     dcp_error error;
     const int64_t bad[2] = {5, 0};
     CHECK_EQ(dcp_lengths_filter(&c, lengths, 6, kept, ids, &count, dropped, &error), DCP_OK);

@@ -6,15 +6,6 @@
 
 #define SIMULATION_SEED 4242
 
-static dcp_config make_config(int32_t ranks, int64_t max_tokens)
-{
-    dcp_config c;
-    memset(&c, 0, sizeof c);
-    c.ranks = ranks;
-    c.max_tokens_per_rank = max_tokens;
-    return c;
-}
-
 /* Rank r's positions built literally: cut 0..P-1 into 2c chunks, take chunks r and 2c-1-r. */
 static void brute_force_positions(int64_t padded, int32_t cp, int32_t r, int64_t *out)
 {
