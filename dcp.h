@@ -5691,15 +5691,39 @@ DCPDEF dcp_status dcp_reroute_create(const dcp_plan *plan, const int32_t *holder
 
 static const unsigned char dcp__plan_magic[8] = {'D', 'C', 'P', 'P', 'L', 'A', 'N', 0};
 static const unsigned char dcp__view_magic[8] = {'D', 'C', 'P', 'V', 'I', 'E', 'W', 0};
-/* magic, version, reserved, total size */
-#define DCP__PREAMBLE_BYTES 24
-#define DCP__CHECKSUM_BYTES 8
+/* Field widths: every integer and double is little-endian at a fixed width, whatever the
+   host. */
+#define DCP__I32_BYTES 4
+#define DCP__I64_BYTES 8
+#define DCP__F64_BYTES 8
+#define DCP__MAGIC_BYTES 8
+/* magic, version (int32), reserved (int32), total size (int64) */
+#define DCP__PREAMBLE_BYTES (DCP__MAGIC_BYTES + 2 * DCP__I32_BYTES + DCP__I64_BYTES)
+#define DCP__CHECKSUM_BYTES 8 /* FNV-1a, 64 bits */
+/* The records of the two bodies, in the order dcp__put_config / _plan_body / _view write
+   them; tests/test_thd.c checks serialized sizes against them. */
+#define DCP__CONFIG_I32_FIELDS 9 /* ranks, min_cp ... sync_ranks */
+#define DCP__CONFIG_F64_FIELDS 3 /* the cost model */
+#define DCP__CONFIG_BYTES                                                                       \
+    (DCP__CONFIG_I32_FIELDS * DCP__I32_BYTES + DCP__I64_BYTES +                                 \
+     DCP__CONFIG_F64_FIELDS * DCP__F64_BYTES)
+#define DCP__PLAN_COUNTS 3 /* samples, microbatches, groups (int32 each) */
+#define DCP__PLAN_SAMPLE_BYTES (DCP__I64_BYTES + DCP__I32_BYTES) /* length, group slot */
+#define DCP__PLAN_OFFSET_BYTES DCP__I32_BYTES /* one of num_microbatches + 1 offsets */
+#define DCP__PLAN_GROUP_BYTES (4 * DCP__I32_BYTES) /* first_rank, cp, sample_offset, _count */
+/* rank ... max_seqlen (8 int32), pad_multiple and local_tokens (int64) */
+#define DCP__VIEW_HEADER_BYTES (8 * DCP__I32_BYTES + 2 * DCP__I64_BYTES)
+#define DCP__VIEW_SAMPLE_BYTES (DCP__I32_BYTES + DCP__I64_BYTES) /* sample id, length */
+/* cu_seqlens, cu_seqlens_padded, local_offsets: num_samples + 1 int32 each */
+#define DCP__VIEW_CUMULATIVE_ARRAYS 3
+#define DCP__FNV_OFFSET_BASIS UINT64_C(14695981039346656037)
+#define DCP__FNV_PRIME UINT64_C(1099511628211)
 
 static uint64_t dcp__fnv1a(const unsigned char *data, size_t size)
 {
-    uint64_t hash = UINT64_C(14695981039346656037);
+    uint64_t hash = DCP__FNV_OFFSET_BASIS;
     size_t i;
-    for (i = 0; i < size; i++) hash = (hash ^ data[i]) * UINT64_C(1099511628211);
+    for (i = 0; i < size; i++) hash = (hash ^ data[i]) * DCP__FNV_PRIME;
     return hash;
 }
 
@@ -5717,14 +5741,14 @@ static void dcp__put(dcp__writer *w, uint64_t value, int bytes)
         if (w->data && w->size < w->capacity) w->data[w->size] = (unsigned char)(value >> (8 * i));
 }
 
-static void dcp__put_i32(dcp__writer *w, int32_t v) { dcp__put(w, (uint32_t)v, 4); }
-static void dcp__put_i64(dcp__writer *w, int64_t v) { dcp__put(w, (uint64_t)v, 8); }
+static void dcp__put_i32(dcp__writer *w, int32_t v) { dcp__put(w, (uint32_t)v, DCP__I32_BYTES); }
+static void dcp__put_i64(dcp__writer *w, int64_t v) { dcp__put(w, (uint64_t)v, DCP__I64_BYTES); }
 
 static void dcp__put_f64(dcp__writer *w, double v)
 {
     uint64_t bits;
     memcpy(&bits, &v, sizeof bits);
-    dcp__put(w, bits, 8);
+    dcp__put(w, bits, DCP__F64_BYTES);
 }
 
 /* Reads little-endian integers; once past the end every read fails and returns 0. */
@@ -5748,12 +5772,15 @@ static uint64_t dcp__get(dcp__reader *r, int bytes)
     return value;
 }
 
-static int32_t dcp__get_i32(dcp__reader *r) { return (int32_t)(uint32_t)dcp__get(r, 4); }
-static int64_t dcp__get_i64(dcp__reader *r) { return (int64_t)dcp__get(r, 8); }
+static int32_t dcp__get_i32(dcp__reader *r)
+{
+    return (int32_t)(uint32_t)dcp__get(r, DCP__I32_BYTES);
+}
+static int64_t dcp__get_i64(dcp__reader *r) { return (int64_t)dcp__get(r, DCP__I64_BYTES); }
 
 static double dcp__get_f64(dcp__reader *r)
 {
-    uint64_t bits = dcp__get(r, 8);
+    uint64_t bits = dcp__get(r, DCP__F64_BYTES);
     double v;
     memcpy(&v, &bits, sizeof v);
     return v;
@@ -5762,17 +5789,17 @@ static double dcp__get_f64(dcp__reader *r)
 static void dcp__put_preamble(dcp__writer *w, const unsigned char magic[8], uint64_t total)
 {
     int i;
-    for (i = 0; i < 8; i++) dcp__put(w, magic[i], 1);
-    dcp__put(w, DCP_FORMAT_VERSION, 4);
-    dcp__put(w, 0, 4); /* reserved: must be zero */
-    dcp__put(w, total, 8);
+    for (i = 0; i < DCP__MAGIC_BYTES; i++) dcp__put(w, magic[i], 1);
+    dcp__put(w, DCP_FORMAT_VERSION, DCP__I32_BYTES);
+    dcp__put(w, 0, DCP__I32_BYTES); /* reserved: must be zero */
+    dcp__put(w, total, DCP__I64_BYTES);
 }
 
 /* Appends the checksum and reports the size (or that the buffer is too small). */
 static dcp_status dcp__writer_finish(dcp__writer *w, size_t *size, dcp_error *error)
 {
     if (w->data && w->size + DCP__CHECKSUM_BYTES <= w->capacity)
-        dcp__put(w, dcp__fnv1a(w->data, w->size), 8);
+        dcp__put(w, dcp__fnv1a(w->data, w->size), DCP__CHECKSUM_BYTES);
     else
         w->size += DCP__CHECKSUM_BYTES;
     if (size) *size = w->size;
@@ -5794,14 +5821,14 @@ static dcp_status dcp__read_preamble(dcp__reader *r, const unsigned char magic[8
     if (!r->data || r->size < DCP__PREAMBLE_BYTES + DCP__CHECKSUM_BYTES)
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
                              "%s: %zu bytes is shorter than a header", what, r->size);
-    for (i = 0; i < 8; i++)
+    for (i = 0; i < DCP__MAGIC_BYTES; i++)
         if (r->data[i] != magic[i])
             return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA, "%s: bad magic at byte %d", what,
                                  i);
-    r->position = 8;
-    version = dcp__get(r, 4);
-    reserved = dcp__get(r, 4);
-    total = dcp__get(r, 8);
+    r->position = DCP__MAGIC_BYTES;
+    version = dcp__get(r, DCP__I32_BYTES);
+    reserved = dcp__get(r, DCP__I32_BYTES);
+    total = dcp__get(r, DCP__I64_BYTES);
     if (version != DCP_FORMAT_VERSION)
         return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
                              "%s: format version %llu, this build reads %d", what,
@@ -5929,16 +5956,19 @@ static dcp_status dcp__check_serialized_config(const dcp_config *c, dcp_error *e
 }
 
 /* Reads counts and checks that the arrays they announce are exactly what the buffer holds. */
-static dcp_status dcp__read_plan_counts(dcp__reader *r, int32_t counts[3], dcp_error *error)
+static dcp_status dcp__read_plan_counts(dcp__reader *r, int32_t counts[DCP__PLAN_COUNTS],
+                                        dcp_error *error)
 {
     uint64_t needed;
     int i;
-    for (i = 0; i < 3; i++) counts[i] = dcp__get_i32(r);
+    for (i = 0; i < DCP__PLAN_COUNTS; i++) counts[i] = dcp__get_i32(r);
     if (r->overrun || counts[0] < 1 || counts[1] < 1 || counts[2] < 1 || counts[2] > counts[0])
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
                              "plan counts: %d samples, %d microbatches, %d groups", (int)counts[0],
                              (int)counts[1], (int)counts[2]);
-    needed = 12 * (uint64_t)counts[0] + 4 * ((uint64_t)counts[1] + 1) + 16 * (uint64_t)counts[2];
+    needed = DCP__PLAN_SAMPLE_BYTES * (uint64_t)counts[0] +
+             DCP__PLAN_OFFSET_BYTES * ((uint64_t)counts[1] + 1) +
+             DCP__PLAN_GROUP_BYTES * (uint64_t)counts[2];
     if (needed != r->size - r->position)
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
                              "plan counts announce %llu bytes of arrays, the buffer holds %zu",
@@ -5966,7 +5996,7 @@ DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
 {
     dcp__reader r;
     dcp_config config;
-    int32_t counts[3];
+    int32_t counts[DCP__PLAN_COUNTS];
     dcp_plan *p;
     dcp_status status;
     if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
@@ -6027,7 +6057,9 @@ DCPDEF dcp_status dcp_rank_view_serialize(const dcp_rank_view *view, void *buffe
 
 /* Bytes of a view's arrays after its fixed fields: samples (int32) and lengths (int64) of
    each sample, and three cumulative int32 arrays of num_samples + 1 entries. */
-#define DCP__VIEW_ARRAY_BYTES(num_samples) (24 * (uint64_t)(num_samples) + 12)
+#define DCP__VIEW_ARRAY_BYTES(num_samples)                                                      \
+    (DCP__VIEW_SAMPLE_BYTES * (uint64_t)(num_samples) +                                         \
+     DCP__VIEW_CUMULATIVE_ARRAYS * DCP__I32_BYTES * ((uint64_t)(num_samples) + 1))
 
 DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
                                             const dcp_allocator *allocator, dcp_rank_view **view,
@@ -7211,17 +7243,17 @@ DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, 
 
 static uint64_t dcp__hash_i64(uint64_t hash, int64_t value)
 {
-    unsigned char bytes[8];
+    unsigned char bytes[DCP__I64_BYTES];
     int i;
-    for (i = 0; i < 8; i++) bytes[i] = (unsigned char)((uint64_t)value >> (8 * i));
-    for (i = 0; i < 8; i++) hash = (hash ^ bytes[i]) * UINT64_C(0x100000001B3);
+    for (i = 0; i < DCP__I64_BYTES; i++) bytes[i] = (unsigned char)((uint64_t)value >> (8 * i));
+    for (i = 0; i < DCP__I64_BYTES; i++) hash = (hash ^ bytes[i]) * DCP__FNV_PRIME;
     return hash;
 }
 
 DCPDEF dcp_status dcp_plan_hash(const dcp_plan *plan, uint64_t *hash, dcp_error *error)
 {
     const dcp_config *c;
-    uint64_t h = UINT64_C(0xCBF29CE484222325); /* FNV-1a offset basis */
+    uint64_t h = DCP__FNV_OFFSET_BASIS;
     int32_t i;
     if (!plan || !hash)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan and hash must not be NULL");
@@ -7634,6 +7666,12 @@ static void dcp__region(size_t *end, uint64_t count, size_t element_size, dcp_ri
     *end = offset + region->bytes;
 }
 
+/* Shape bounds that keep every byte count in uint64 and size_t: 2^40 rows x 2^20 values a
+   row x 8 bytes an element is 2^63. */
+#define DCP__RING_MAX_LOCAL_ROWS (UINT64_C(1) << 40)
+#define DCP__RING_MAX_ROW_VALUES (UINT64_C(1) << 20) /* num_heads x head_dim */
+#define DCP__RING_MAX_ELEMENT_SIZE 8                  /* a double */
+
 DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_pass pass,
                                           dcp_ring_scratch *scratch, dcp_error *error)
 {
@@ -7646,7 +7684,8 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
                              "shape and scratch must not be NULL");
     if (!dcp__is_cp(shape->cp) || shape->local_rows < 0 || shape->num_heads < 1 ||
         shape->num_kv_heads < 1 || shape->num_heads % shape->num_kv_heads != 0 ||
-        shape->head_dim < 1 || shape->element_size < 1 || shape->element_size > 8)
+        shape->head_dim < 1 || shape->element_size < 1 ||
+        shape->element_size > DCP__RING_MAX_ELEMENT_SIZE)
         return dcp_error_set(
             error, DCP_ERROR_INVALID_ARGUMENT,
             "ring shape: cp %d, local_rows %lld, heads %d, kv heads %d, head_dim %d, "
@@ -7655,8 +7694,8 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
             (int)shape->num_kv_heads, (int)shape->head_dim, shape->element_size);
     if (pass != DCP_RING_FORWARD && pass != DCP_RING_BACKWARD)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "pass must be forward or backward");
-    if ((uint64_t)shape->local_rows > (UINT64_C(1) << 40) ||
-        (uint64_t)shape->num_heads * (uint64_t)shape->head_dim > (UINT64_C(1) << 20))
+    if ((uint64_t)shape->local_rows > DCP__RING_MAX_LOCAL_ROWS ||
+        (uint64_t)shape->num_heads * (uint64_t)shape->head_dim > DCP__RING_MAX_ROW_VALUES)
         return dcp_error_set(error, DCP_ERROR_OVERFLOW, "ring shape of %lld rows overflows",
                              (long long)shape->local_rows);
     lse_values = (uint64_t)shape->local_rows * (uint64_t)shape->num_heads;
@@ -7708,13 +7747,17 @@ DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uin
 
 /* ------------------------------------------------------------- sequence-length sources */
 
+/* Below INT64_MAX (9.2e18) with room: a draw near the mean still fits a length. */
+#define DCP__LOGNORMAL_MAX_MEAN 1e18
+
 static dcp_status dcp__check_lognormal(const dcp_lognormal *d, dcp_error *error)
 {
     if (!d)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "distribution must not be NULL");
-    if (!(d->mean > 0.0 && d->mean <= 1e18))
+    if (!(d->mean > 0.0 && d->mean <= DCP__LOGNORMAL_MAX_MEAN))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "lognormal mean must be in (0, 1e18], got %g", d->mean);
+                             "lognormal mean must be in (0, %g], got %g", DCP__LOGNORMAL_MAX_MEAN,
+                             d->mean);
     if (!(d->sigma >= 0.0 && d->sigma <= 16.0))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "lognormal sigma must be in [0, 16], got %g", d->sigma);
