@@ -168,6 +168,7 @@
    synchronise; check every argument on the host first; CUDA errors -> DCP_ERROR_CUDA with
    file, line and call; absent with DCP_NO_REFERENCE, except the device count)
        dcp_cuda_device_count(&count, err)         0 without driver or device (not an error)
+       dcp_dtype, dcp_dtype_size(dtype)           element type of a device tensor; its bytes
        dcp_cuda_layout_init(host, d_cu, d_cu_padded, &layout, err)
                                                   device layout from checked host arrays
        dcp_cuda_rope_forward / _backward(options, layout, rank, dtype, head_dim, q_heads, q,
