@@ -89,6 +89,7 @@
        dcp_lengths_parse_lines / dcp_lengths_read_file_lines  the same, plus each length's line
        dcp_alloc(alloc, size) / dcp_free(alloc, ptr)  the allocation path every layer uses;
                                                   dcp_free frees what the library returned
+       dcp_is_pow2, dcp_check_rank, dcp_check_rank_buffers  argument checks every layer shares
    THD layout (docs/DESIGN.md section 4)
        dcp_zigzag_position(P, c, r, i)             global position of local row i of rank r
        dcp_thd_layout, dcp_half                    a pack as one rank holds it; view halves
@@ -167,6 +168,7 @@
    synchronise; check every argument on the host first; CUDA errors -> DCP_ERROR_CUDA with
    file, line and call; absent with DCP_NO_REFERENCE, except the device count)
        dcp_cuda_device_count(&count, err)         0 without driver or device (not an error)
+       dcp_dtype, dcp_dtype_size(dtype)           element type of a device tensor; its bytes
        dcp_cuda_layout_init(host, d_cu, d_cu_padded, &layout, err)
                                                   device layout from checked host arrays
        dcp_cuda_rope_forward / _backward(options, layout, rank, dtype, head_dim, q_heads, q,
@@ -265,6 +267,16 @@ typedef struct dcp_allocator {
    allocate through these two so that memory and its release always take the same path. */
 DCPDEF void *dcp_alloc(const dcp_allocator *allocator, size_t size);
 DCPDEF void dcp_free(const dcp_allocator *allocator, void *ptr);
+
+/* Argument checks shared by dcp.h, dcp_cuda.cu and dcp_nccl.h, so that every layer rejects the
+   same input with the same message. */
+DCPDEF int dcp_is_pow2(int64_t x); /* 1 when x is a power of two (x >= 1), else 0 */
+/* DCP_ERROR_INVALID_ARGUMENT naming `name` unless 0 <= rank < cp. */
+DCPDEF dcp_status dcp_check_rank(const char *name, int32_t rank, int32_t cp, dcp_error *error);
+/* DCP_ERROR_INVALID_ARGUMENT naming `name` (or name[r]) when the per-rank array or one of its
+   cp entries is NULL. */
+DCPDEF dcp_status dcp_check_rank_buffers(const char *name, const void *const *buffers, int32_t cp,
+                                         dcp_error *error);
 
 /* xoshiro256** seeded through splitmix64: integer-only, so every platform draws the same. */
 typedef struct dcp_rng {
@@ -1115,6 +1127,9 @@ typedef enum dcp_dtype {
     DCP_DTYPE_FLOAT16 = 2
 } dcp_dtype;
 
+/* Bytes of one element of dtype (4 or 2); 0 for a value that is not a dcp_dtype. */
+DCPDEF size_t dcp_dtype_size(dcp_dtype dtype);
+
 /* A THD layout for device kernels: thd.cu_seqlens and thd.cu_seqlens_padded point to DEVICE
    memory (int32, as FlashAttention and TransformerEngine take them); the host-side sizes let a
    launch size its grid over real rows without reading device memory back. dcp_rank_view gives
@@ -1381,6 +1396,29 @@ DCPDEF void dcp_free(const dcp_allocator *allocator, void *ptr)
     DCP_FREE(ptr);
 }
 
+DCPDEF int dcp_is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+DCPDEF dcp_status dcp_check_rank(const char *name, int32_t rank, int32_t cp, dcp_error *error)
+{
+    if (rank < 0 || rank >= cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [0, cp %d), got %d",
+                             name, (int)cp, (int)rank);
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_check_rank_buffers(const char *name, const void *const *buffers, int32_t cp,
+                                         dcp_error *error)
+{
+    int32_t r;
+    if (!buffers)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
+    for (r = 0; r < cp; r++)
+        if (!buffers[r])
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s[%d] must not be NULL", name,
+                                 (int)r);
+    return DCP_OK;
+}
+
 /* Allocates count elements of element_size, failing cleanly on overflow or exhaustion. */
 static void *dcp__alloc_array(const dcp_allocator *allocator, size_t count, size_t element_size,
                               const char *what, dcp_error *error)
@@ -1397,8 +1435,6 @@ static void *dcp__alloc_array(const dcp_allocator *allocator, size_t count, size
                       count * element_size);
     return ptr;
 }
-
-static int dcp__is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
 static int dcp__log2_int(int64_t x) /* x a power of two */
 {
@@ -1560,7 +1596,7 @@ static dcp_status dcp__check_cost(const dcp_cost_model *cost, dcp_error *error)
 
 static dcp_status dcp__check_pow2_field(const char *name, int32_t value, dcp_error *error)
 {
-    if (!dcp__is_pow2(value))
+    if (!dcp_is_pow2(value))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "%s must be a power of two >= 1, got %d", name, (int)value);
     return DCP_OK;
@@ -1584,7 +1620,7 @@ DCPDEF dcp_config dcp_config_init(void)
 /* E: a power of two dividing the pool, or the pool itself. */
 static dcp_status dcp__check_sync_ranks(int32_t sync_ranks, int32_t ranks, dcp_error *error)
 {
-    if (sync_ranks == ranks || (dcp__is_pow2(sync_ranks) && ranks % sync_ranks == 0))
+    if (sync_ranks == ranks || (dcp_is_pow2(sync_ranks) && ranks % sync_ranks == 0))
         return DCP_OK;
     return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                          "sync_ranks must be a power of two dividing ranks %d, or ranks itself, "
@@ -1686,7 +1722,7 @@ DCPDEF dcp_status dcp_padded_length(const dcp_config *config, int64_t length, in
     if (!padded) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "padded must not be NULL");
     if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
     if ((status = dcp__check_length(length, error)) != DCP_OK) return status;
-    if (!dcp__is_pow2(cp) || cp > c.max_cp)
+    if (!dcp_is_pow2(cp) || cp > c.max_cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "cp must be a power of two <= max_cp %d, got %d", (int)c.max_cp,
                              (int)cp);
@@ -4636,7 +4672,7 @@ static dcp_status dcp__validate_group(const dcp_plan *plan, int32_t k, const dcp
     const dcp_config *c = &plan->config;
     int64_t tokens = 0;
     int32_t i;
-    if (!dcp__is_pow2(g->cp) || g->cp < c->min_cp || g->cp > c->max_cp)
+    if (!dcp_is_pow2(g->cp) || g->cp < c->min_cp || g->cp > c->max_cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
                              "microbatch %d: group at rank %d has cp %d outside powers of two in "
                              "[%d, %d]",
@@ -5270,7 +5306,7 @@ DCPDEF dcp_status dcp_thd_layout_validate(const dcp_thd_layout *layout, int64_t 
     if (n < 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "layout num_sequences must be >= 0, got %d", (int)n);
-    if (!dcp__is_pow2(layout->cp) || layout->cp > DCP_MAX_RANKS)
+    if (!dcp_is_pow2(layout->cp) || layout->cp > DCP_MAX_RANKS)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "layout cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
                              (int)layout->cp);
@@ -5461,7 +5497,7 @@ DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32
 
 static dcp_status dcp__view_check_header(const dcp_rank_view *v, dcp_error *error)
 {
-    if (v->rank < 0 || !dcp__is_pow2(v->cp) || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
+    if (v->rank < 0 || !dcp_is_pow2(v->cp) || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
         v->first_rank % v->cp != 0 || v->rank_in_group != v->rank - v->first_rank ||
         v->rank_in_group < 0 || v->rank_in_group >= v->cp)
         return dcp_error_set(
@@ -5740,15 +5776,39 @@ DCPDEF dcp_status dcp_reroute_create(const dcp_plan *plan, const int32_t *holder
 
 static const unsigned char dcp__plan_magic[8] = {'D', 'C', 'P', 'P', 'L', 'A', 'N', 0};
 static const unsigned char dcp__view_magic[8] = {'D', 'C', 'P', 'V', 'I', 'E', 'W', 0};
-/* magic, version, reserved, total size */
-#define DCP__PREAMBLE_BYTES 24
-#define DCP__CHECKSUM_BYTES 8
+/* Field widths: every integer and double is little-endian at a fixed width, whatever the
+   host. */
+#define DCP__I32_BYTES 4
+#define DCP__I64_BYTES 8
+#define DCP__F64_BYTES 8
+#define DCP__MAGIC_BYTES 8
+/* magic, version (int32), reserved (int32), total size (int64) */
+#define DCP__PREAMBLE_BYTES (DCP__MAGIC_BYTES + 2 * DCP__I32_BYTES + DCP__I64_BYTES)
+#define DCP__CHECKSUM_BYTES 8 /* FNV-1a, 64 bits */
+/* The records of the two bodies, in the order dcp__put_config / _plan_body / _view write
+   them; tests/test_thd.c checks serialized sizes against them. */
+#define DCP__CONFIG_I32_FIELDS 9 /* ranks, min_cp ... sync_ranks */
+#define DCP__CONFIG_F64_FIELDS 3 /* the cost model */
+#define DCP__CONFIG_BYTES                                                                       \
+    (DCP__CONFIG_I32_FIELDS * DCP__I32_BYTES + DCP__I64_BYTES +                                 \
+     DCP__CONFIG_F64_FIELDS * DCP__F64_BYTES)
+#define DCP__PLAN_COUNTS 3 /* samples, microbatches, groups (int32 each) */
+#define DCP__PLAN_SAMPLE_BYTES (DCP__I64_BYTES + DCP__I32_BYTES) /* length, group slot */
+#define DCP__PLAN_OFFSET_BYTES DCP__I32_BYTES /* one of num_microbatches + 1 offsets */
+#define DCP__PLAN_GROUP_BYTES (4 * DCP__I32_BYTES) /* first_rank, cp, sample_offset, _count */
+/* rank ... max_seqlen (8 int32), pad_multiple and local_tokens (int64) */
+#define DCP__VIEW_HEADER_BYTES (8 * DCP__I32_BYTES + 2 * DCP__I64_BYTES)
+#define DCP__VIEW_SAMPLE_BYTES (DCP__I32_BYTES + DCP__I64_BYTES) /* sample id, length */
+/* cu_seqlens, cu_seqlens_padded, local_offsets: num_samples + 1 int32 each */
+#define DCP__VIEW_CUMULATIVE_ARRAYS 3
+#define DCP__FNV_OFFSET_BASIS UINT64_C(14695981039346656037)
+#define DCP__FNV_PRIME UINT64_C(1099511628211)
 
 static uint64_t dcp__fnv1a(const unsigned char *data, size_t size)
 {
-    uint64_t hash = UINT64_C(14695981039346656037);
+    uint64_t hash = DCP__FNV_OFFSET_BASIS;
     size_t i;
-    for (i = 0; i < size; i++) hash = (hash ^ data[i]) * UINT64_C(1099511628211);
+    for (i = 0; i < size; i++) hash = (hash ^ data[i]) * DCP__FNV_PRIME;
     return hash;
 }
 
@@ -5766,14 +5826,14 @@ static void dcp__put(dcp__writer *w, uint64_t value, int bytes)
         if (w->data && w->size < w->capacity) w->data[w->size] = (unsigned char)(value >> (8 * i));
 }
 
-static void dcp__put_i32(dcp__writer *w, int32_t v) { dcp__put(w, (uint32_t)v, 4); }
-static void dcp__put_i64(dcp__writer *w, int64_t v) { dcp__put(w, (uint64_t)v, 8); }
+static void dcp__put_i32(dcp__writer *w, int32_t v) { dcp__put(w, (uint32_t)v, DCP__I32_BYTES); }
+static void dcp__put_i64(dcp__writer *w, int64_t v) { dcp__put(w, (uint64_t)v, DCP__I64_BYTES); }
 
 static void dcp__put_f64(dcp__writer *w, double v)
 {
     uint64_t bits;
     memcpy(&bits, &v, sizeof bits);
-    dcp__put(w, bits, 8);
+    dcp__put(w, bits, DCP__F64_BYTES);
 }
 
 /* Reads little-endian integers; once past the end every read fails and returns 0. */
@@ -5797,12 +5857,15 @@ static uint64_t dcp__get(dcp__reader *r, int bytes)
     return value;
 }
 
-static int32_t dcp__get_i32(dcp__reader *r) { return (int32_t)(uint32_t)dcp__get(r, 4); }
-static int64_t dcp__get_i64(dcp__reader *r) { return (int64_t)dcp__get(r, 8); }
+static int32_t dcp__get_i32(dcp__reader *r)
+{
+    return (int32_t)(uint32_t)dcp__get(r, DCP__I32_BYTES);
+}
+static int64_t dcp__get_i64(dcp__reader *r) { return (int64_t)dcp__get(r, DCP__I64_BYTES); }
 
 static double dcp__get_f64(dcp__reader *r)
 {
-    uint64_t bits = dcp__get(r, 8);
+    uint64_t bits = dcp__get(r, DCP__F64_BYTES);
     double v;
     memcpy(&v, &bits, sizeof v);
     return v;
@@ -5811,17 +5874,17 @@ static double dcp__get_f64(dcp__reader *r)
 static void dcp__put_preamble(dcp__writer *w, const unsigned char magic[8], uint64_t total)
 {
     int i;
-    for (i = 0; i < 8; i++) dcp__put(w, magic[i], 1);
-    dcp__put(w, DCP_FORMAT_VERSION, 4);
-    dcp__put(w, 0, 4); /* reserved: must be zero */
-    dcp__put(w, total, 8);
+    for (i = 0; i < DCP__MAGIC_BYTES; i++) dcp__put(w, magic[i], 1);
+    dcp__put(w, DCP_FORMAT_VERSION, DCP__I32_BYTES);
+    dcp__put(w, 0, DCP__I32_BYTES); /* reserved: must be zero */
+    dcp__put(w, total, DCP__I64_BYTES);
 }
 
 /* Appends the checksum and reports the size (or that the buffer is too small). */
 static dcp_status dcp__writer_finish(dcp__writer *w, size_t *size, dcp_error *error)
 {
     if (w->data && w->size + DCP__CHECKSUM_BYTES <= w->capacity)
-        dcp__put(w, dcp__fnv1a(w->data, w->size), 8);
+        dcp__put(w, dcp__fnv1a(w->data, w->size), DCP__CHECKSUM_BYTES);
     else
         w->size += DCP__CHECKSUM_BYTES;
     if (size) *size = w->size;
@@ -5843,14 +5906,14 @@ static dcp_status dcp__read_preamble(dcp__reader *r, const unsigned char magic[8
     if (!r->data || r->size < DCP__PREAMBLE_BYTES + DCP__CHECKSUM_BYTES)
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
                              "%s: %zu bytes is shorter than a header", what, r->size);
-    for (i = 0; i < 8; i++)
+    for (i = 0; i < DCP__MAGIC_BYTES; i++)
         if (r->data[i] != magic[i])
             return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA, "%s: bad magic at byte %d", what,
                                  i);
-    r->position = 8;
-    version = dcp__get(r, 4);
-    reserved = dcp__get(r, 4);
-    total = dcp__get(r, 8);
+    r->position = DCP__MAGIC_BYTES;
+    version = dcp__get(r, DCP__I32_BYTES);
+    reserved = dcp__get(r, DCP__I32_BYTES);
+    total = dcp__get(r, DCP__I64_BYTES);
     if (version != DCP_FORMAT_VERSION)
         return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
                              "%s: format version %llu, this build reads %d", what,
@@ -5978,16 +6041,19 @@ static dcp_status dcp__check_serialized_config(const dcp_config *c, dcp_error *e
 }
 
 /* Reads counts and checks that the arrays they announce are exactly what the buffer holds. */
-static dcp_status dcp__read_plan_counts(dcp__reader *r, int32_t counts[3], dcp_error *error)
+static dcp_status dcp__read_plan_counts(dcp__reader *r, int32_t counts[DCP__PLAN_COUNTS],
+                                        dcp_error *error)
 {
     uint64_t needed;
     int i;
-    for (i = 0; i < 3; i++) counts[i] = dcp__get_i32(r);
+    for (i = 0; i < DCP__PLAN_COUNTS; i++) counts[i] = dcp__get_i32(r);
     if (r->overrun || counts[0] < 1 || counts[1] < 1 || counts[2] < 1 || counts[2] > counts[0])
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
                              "plan counts: %d samples, %d microbatches, %d groups", (int)counts[0],
                              (int)counts[1], (int)counts[2]);
-    needed = 12 * (uint64_t)counts[0] + 4 * ((uint64_t)counts[1] + 1) + 16 * (uint64_t)counts[2];
+    needed = DCP__PLAN_SAMPLE_BYTES * (uint64_t)counts[0] +
+             DCP__PLAN_OFFSET_BYTES * ((uint64_t)counts[1] + 1) +
+             DCP__PLAN_GROUP_BYTES * (uint64_t)counts[2];
     if (needed != r->size - r->position)
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
                              "plan counts announce %llu bytes of arrays, the buffer holds %zu",
@@ -6015,7 +6081,7 @@ DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
 {
     dcp__reader r;
     dcp_config config;
-    int32_t counts[3];
+    int32_t counts[DCP__PLAN_COUNTS];
     dcp_plan *p;
     dcp_status status;
     if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
@@ -6076,7 +6142,9 @@ DCPDEF dcp_status dcp_rank_view_serialize(const dcp_rank_view *view, void *buffe
 
 /* Bytes of a view's arrays after its fixed fields: samples (int32) and lengths (int64) of
    each sample, and three cumulative int32 arrays of num_samples + 1 entries. */
-#define DCP__VIEW_ARRAY_BYTES(num_samples) (24 * (uint64_t)(num_samples) + 12)
+#define DCP__VIEW_ARRAY_BYTES(num_samples)                                                      \
+    (DCP__VIEW_SAMPLE_BYTES * (uint64_t)(num_samples) +                                         \
+     DCP__VIEW_CUMULATIVE_ARRAYS * DCP__I32_BYTES * ((uint64_t)(num_samples) + 1))
 
 DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
                                             const dcp_allocator *allocator, dcp_rank_view **view,
@@ -6168,6 +6236,17 @@ DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *st
 }
 
 #ifndef DCP_NO_REFERENCE
+/* Declared with the device contracts; dcp_cuda.cu and dcp_nccl.h size their buffers by it. */
+DCPDEF size_t dcp_dtype_size(dcp_dtype dtype)
+{
+    switch (dtype) {
+    case DCP_DTYPE_FLOAT32: return sizeof(float);
+    case DCP_DTYPE_BFLOAT16:
+    case DCP_DTYPE_FLOAT16: return sizeof(uint16_t);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ CPU references: checks
    Each public reference checks every argument before it touches a buffer, so a failing call
    writes nothing. */
@@ -6185,33 +6264,11 @@ static dcp_status dcp__check_pointers(int32_t count, const void *const *pointers
     return DCP_OK;
 }
 
-/* The per-rank buffer arrays of the ring driver: the array and each of its cp entries. */
-static dcp_status dcp__check_rank_buffers(const char *name, const float *const *buffers,
-                                          int32_t cp, dcp_error *error)
-{
-    int32_t r;
-    if (!buffers)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
-    for (r = 0; r < cp; r++)
-        if (!buffers[r])
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s[%d] must not be NULL", name,
-                                 (int)r);
-    return DCP_OK;
-}
-
 static dcp_status dcp__check_flag(const char *name, int32_t value, dcp_error *error)
 {
     if (value != 0 && value != 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be 0 or 1, got %d", name,
                              (int)value);
-    return DCP_OK;
-}
-
-static dcp_status dcp__check_rank(const char *name, int32_t rank, int32_t cp, dcp_error *error)
-{
-    if (rank < 0 || rank >= cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [0, cp %d), got %d",
-                             name, (int)cp, (int)rank);
     return DCP_OK;
 }
 
@@ -6341,9 +6398,9 @@ static dcp_status dcp__attn_setup(dcp__attn *a, const dcp_attention_params *para
     if ((status = dcp__check_elements("q", rows, p.num_heads, p.head_dim, error)) != DCP_OK)
         return status;
     dcp__attn_init(a, &p, layout, rows, view);
-    if ((status = dcp__check_rank("view.q_rank", a->view.q_rank, layout->cp, error)) != DCP_OK ||
+    if ((status = dcp_check_rank("view.q_rank", a->view.q_rank, layout->cp, error)) != DCP_OK ||
         (status = dcp__check_half("view.q_half", a->view.q_half, layout->cp, error)) != DCP_OK ||
-        (status = dcp__check_rank("view.kv_rank", a->view.kv_rank, layout->cp, error)) != DCP_OK)
+        (status = dcp_check_rank("view.kv_rank", a->view.kv_rank, layout->cp, error)) != DCP_OK)
         return status;
     return dcp__check_half("view.kv_half", a->view.kv_half, layout->cp, error);
 }
@@ -6366,15 +6423,15 @@ DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, in
 {
     dcp_attention_view v;
     dcp_status status;
-    if (!dcp__is_pow2(cp) || cp > DCP_MAX_RANKS)
+    if (!dcp_is_pow2(cp) || cp > DCP_MAX_RANKS)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
                              (int)cp);
     if (view) v = *view;
     else memset(&v, 0, sizeof v);
-    if ((status = dcp__check_rank("view.q_rank", v.q_rank, cp, error)) != DCP_OK ||
+    if ((status = dcp_check_rank("view.q_rank", v.q_rank, cp, error)) != DCP_OK ||
         (status = dcp__check_half("view.q_half", v.q_half, cp, error)) != DCP_OK ||
-        (status = dcp__check_rank("view.kv_rank", v.kv_rank, cp, error)) != DCP_OK ||
+        (status = dcp_check_rank("view.kv_rank", v.kv_rank, cp, error)) != DCP_OK ||
         (status = dcp__check_half("view.kv_half", v.kv_half, cp, error)) != DCP_OK)
         return status;
     return dcp_error_clear(error);
@@ -6703,7 +6760,7 @@ DCPDEF dcp_status dcp_attention_acc_finalize(const dcp_attention_params *params,
     dcp_status status;
     pointers[0] = acc_out, pointers[1] = acc_lse, pointers[2] = out, pointers[3] = lse;
     if ((status = dcp__attn_setup(&a, params, layout, NULL, error)) != DCP_OK ||
-        (status = dcp__check_rank("rank", rank, layout->cp, error)) != DCP_OK ||
+        (status = dcp_check_rank("rank", rank, layout->cp, error)) != DCP_OK ||
         (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
         return status;
     dcp__acc_finish(&a, rank, acc_out, acc_lse, out, lse);
@@ -6734,11 +6791,11 @@ DCPDEF dcp_status dcp_ring_step_plan(int32_t cp, int32_t rank, int32_t step, int
 {
     dcp_status status;
     if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
-    if (!dcp__is_pow2(cp) || cp > DCP_MAX_RANKS)
+    if (!dcp_is_pow2(cp) || cp > DCP_MAX_RANKS)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
                              (int)cp);
-    if ((status = dcp__check_rank("rank", rank, cp, error)) != DCP_OK) return status;
+    if ((status = dcp_check_rank("rank", rank, cp, error)) != DCP_OK) return status;
     if (step < 0 || step >= cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "step must be in [0, cp %d), got %d", (int)cp, (int)step);
@@ -6764,7 +6821,8 @@ static dcp_status dcp__ring_setup(dcp__ring *ring, const dcp_attention_params *p
     int32_t i;
     if ((status = dcp__attn_setup(&a, params, layout, NULL, error)) != DCP_OK) return status;
     for (i = 0; i < count; i++)
-        if ((status = dcp__check_rank_buffers(names[i], buffers[i], layout->cp, error)) != DCP_OK)
+        if ((status = dcp_check_rank_buffers(names[i], (const void *const *)buffers[i],
+                                             layout->cp, error)) != DCP_OK)
             return status;
     memset(ring, 0, sizeof *ring);
     ring->p = a.p;
@@ -6968,7 +7026,7 @@ static dcp_status dcp__rope_setup(const dcp_rope_options *options,
                              (int)dim);
     if ((status = dcp__rope_resolve(options, dim, o, error)) != DCP_OK) return status;
     if ((status = dcp_thd_layout_validate(layout, &rows, error)) != DCP_OK) return status;
-    if ((status = dcp__check_rank("rank", rank, layout->cp, error)) != DCP_OK) return status;
+    if ((status = dcp_check_rank("rank", rank, layout->cp, error)) != DCP_OK) return status;
     if ((status = dcp__check_elements(names[0], rows, heads, dim, error)) != DCP_OK)
         return status;
     return dcp__check_pointers(2, pointers, names, error);
@@ -7228,7 +7286,7 @@ DCPDEF dcp_status dcp_conv1d_backward(const dcp_conv1d_params *params,
 
 /* ------------------------------------------------------------------- distributed logic */
 
-static int dcp__is_cp(int32_t cp) { return dcp__is_pow2(cp) && cp <= DCP_MAX_RANKS; }
+static int dcp__is_cp(int32_t cp) { return dcp_is_pow2(cp) && cp <= DCP_MAX_RANKS; }
 
 DCPDEF int32_t dcp_comm_slot_count(int32_t max_cp)
 {
@@ -7270,17 +7328,17 @@ DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, 
 
 static uint64_t dcp__hash_i64(uint64_t hash, int64_t value)
 {
-    unsigned char bytes[8];
+    unsigned char bytes[DCP__I64_BYTES];
     int i;
-    for (i = 0; i < 8; i++) bytes[i] = (unsigned char)((uint64_t)value >> (8 * i));
-    for (i = 0; i < 8; i++) hash = (hash ^ bytes[i]) * UINT64_C(0x100000001B3);
+    for (i = 0; i < DCP__I64_BYTES; i++) bytes[i] = (unsigned char)((uint64_t)value >> (8 * i));
+    for (i = 0; i < DCP__I64_BYTES; i++) hash = (hash ^ bytes[i]) * DCP__FNV_PRIME;
     return hash;
 }
 
 DCPDEF dcp_status dcp_plan_hash(const dcp_plan *plan, uint64_t *hash, dcp_error *error)
 {
     const dcp_config *c;
-    uint64_t h = UINT64_C(0xCBF29CE484222325); /* FNV-1a offset basis */
+    uint64_t h = DCP__FNV_OFFSET_BASIS;
     int32_t i;
     if (!plan || !hash)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan and hash must not be NULL");
@@ -7693,6 +7751,12 @@ static void dcp__region(size_t *end, uint64_t count, size_t element_size, dcp_ri
     *end = offset + region->bytes;
 }
 
+/* Shape bounds that keep every byte count in uint64 and size_t: 2^40 rows x 2^20 values a
+   row x 8 bytes an element is 2^63. */
+#define DCP__RING_MAX_LOCAL_ROWS (UINT64_C(1) << 40)
+#define DCP__RING_MAX_ROW_VALUES (UINT64_C(1) << 20) /* num_heads x head_dim */
+#define DCP__RING_MAX_ELEMENT_SIZE 8                  /* a double */
+
 DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_pass pass,
                                           dcp_ring_scratch *scratch, dcp_error *error)
 {
@@ -7705,7 +7769,8 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
                              "shape and scratch must not be NULL");
     if (!dcp__is_cp(shape->cp) || shape->local_rows < 0 || shape->num_heads < 1 ||
         shape->num_kv_heads < 1 || shape->num_heads % shape->num_kv_heads != 0 ||
-        shape->head_dim < 1 || shape->element_size < 1 || shape->element_size > 8)
+        shape->head_dim < 1 || shape->element_size < 1 ||
+        shape->element_size > DCP__RING_MAX_ELEMENT_SIZE)
         return dcp_error_set(
             error, DCP_ERROR_INVALID_ARGUMENT,
             "ring shape: cp %d, local_rows %lld, heads %d, kv heads %d, head_dim %d, "
@@ -7714,8 +7779,8 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
             (int)shape->num_kv_heads, (int)shape->head_dim, shape->element_size);
     if (pass != DCP_RING_FORWARD && pass != DCP_RING_BACKWARD)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "pass must be forward or backward");
-    if ((uint64_t)shape->local_rows > (UINT64_C(1) << 40) ||
-        (uint64_t)shape->num_heads * (uint64_t)shape->head_dim > (UINT64_C(1) << 20))
+    if ((uint64_t)shape->local_rows > DCP__RING_MAX_LOCAL_ROWS ||
+        (uint64_t)shape->num_heads * (uint64_t)shape->head_dim > DCP__RING_MAX_ROW_VALUES)
         return dcp_error_set(error, DCP_ERROR_OVERFLOW, "ring shape of %lld rows overflows",
                              (long long)shape->local_rows);
     lse_values = (uint64_t)shape->local_rows * (uint64_t)shape->num_heads;
@@ -7767,13 +7832,17 @@ DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uin
 
 /* ------------------------------------------------------------- sequence-length sources */
 
+/* Below INT64_MAX (9.2e18) with room: a draw near the mean still fits a length. */
+#define DCP__LOGNORMAL_MAX_MEAN 1e18
+
 static dcp_status dcp__check_lognormal(const dcp_lognormal *d, dcp_error *error)
 {
     if (!d)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "distribution must not be NULL");
-    if (!(d->mean > 0.0 && d->mean <= 1e18))
+    if (!(d->mean > 0.0 && d->mean <= DCP__LOGNORMAL_MAX_MEAN))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "lognormal mean must be in (0, 1e18], got %g", d->mean);
+                             "lognormal mean must be in (0, %g], got %g", DCP__LOGNORMAL_MAX_MEAN,
+                             d->mean);
     if (!(d->sigma >= 0.0 && d->sigma <= 16.0))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "lognormal sigma must be in [0, 16], got %g", d->sigma);

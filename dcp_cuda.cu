@@ -73,8 +73,6 @@ static const char *dcp_cuda__dtype_name(dcp_dtype dtype)
     return "unknown";
 }
 
-static size_t dcp_cuda__dtype_size(dcp_dtype dtype) { return dtype == DCP_DTYPE_FLOAT32 ? 4 : 2; }
-
 static dcp_status dcp_cuda__check_dtype(const char *name, dcp_dtype dtype, int allow_float32,
                                         dcp_error *error)
 {
@@ -85,8 +83,6 @@ static dcp_status dcp_cuda__check_dtype(const char *name, dcp_dtype dtype, int a
                          allow_float32 ? "DCP_DTYPE_FLOAT32, _BFLOAT16 or _FLOAT16"
                                        : "DCP_DTYPE_BFLOAT16 or DCP_DTYPE_FLOAT16");
 }
-
-static int dcp_cuda__is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
 static int dcp_cuda__aligned(const void *p, size_t bytes)
 {
@@ -102,7 +98,7 @@ static dcp_status dcp_cuda__check_layout(const dcp_cuda_layout *layout, dcp_erro
     if (n < 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "layout num_sequences must be >= 0, got %d", (int)n);
-    if (!dcp_cuda__is_pow2(layout->thd.cp) || layout->thd.cp > DCP_MAX_RANKS)
+    if (!dcp_is_pow2(layout->thd.cp) || layout->thd.cp > DCP_MAX_RANKS)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "layout cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
                              (int)layout->thd.cp);
@@ -122,15 +118,6 @@ static dcp_status dcp_cuda__check_layout(const dcp_cuda_layout *layout, dcp_erro
                              "of %lld local rows at cp %d",
                              (int)layout->max_seqlen_padded, (int)n, (long long)layout->local_rows,
                              (int)layout->thd.cp);
-    return DCP_OK;
-}
-
-static dcp_status dcp_cuda__check_rank(const char *name, int32_t rank, int32_t cp,
-                                       dcp_error *error)
-{
-    if (rank < 0 || rank >= cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must be in [0, cp %d), got %d",
-                             name, (int)cp, (int)rank);
     return DCP_OK;
 }
 
@@ -470,7 +457,7 @@ static dcp_status dcp_cuda__rope(const dcp_rope_options *options, const dcp_cuda
         return status;
     o.inv_freq = options ? options->inv_freq : NULL;
     if ((status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
-        (status = dcp_cuda__check_rank("rank", rank, layout->thd.cp, error)) != DCP_OK ||
+        (status = dcp_check_rank("rank", rank, layout->thd.cp, error)) != DCP_OK ||
         (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
         return status;
     if (!q != !q_out || !k != !k_out)
@@ -485,7 +472,7 @@ static dcp_status dcp_cuda__rope(const dcp_rope_options *options, const dcp_cuda
                              "num_q_heads and num_k_heads of given tensors must be >= 1, got "
                              "%d and %d",
                              (int)num_q_heads, (int)num_k_heads);
-    element = dcp_cuda__dtype_size(dtype);
+    element = dcp_dtype_size(dtype);
     if ((q && (status = dcp_cuda__check_elements(names[0], layout->local_rows,
                                                  (int64_t)num_q_heads * head_dim, element,
                                                  error)) != DCP_OK) ||
@@ -1086,8 +1073,8 @@ extern "C" dcp_status dcp_cuda_conv1d_launch_geometry(const dcp_conv1d_params *p
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "total_rows must be >= 0, got %lld", (long long)total_rows);
     if ((status = dcp_cuda__check_elements("x", total_rows, p.channels,
-                                           dcp_cuda__dtype_size(dtype), error)) != DCP_OK ||
-        (status = dcp_cuda__conv_geometry(&p, total_rows, dcp_cuda__dtype_size(dtype),
+                                           dcp_dtype_size(dtype), error)) != DCP_OK ||
+        (status = dcp_cuda__conv_geometry(&p, total_rows, dcp_dtype_size(dtype),
                                           backward != 0, vector != 0, geometry, error)) != DCP_OK)
         return status;
     return dcp_error_clear(error);
@@ -1110,7 +1097,7 @@ static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "total_rows %lld < the layout's local_rows %lld",
                              (long long)total_rows, (long long)layout->local_rows);
-    return dcp_cuda__check_elements("x", total_rows, p->channels, dcp_cuda__dtype_size(dtype),
+    return dcp_cuda__check_elements("x", total_rows, p->channels, dcp_dtype_size(dtype),
                                     error);
 }
 
@@ -1227,7 +1214,7 @@ extern "C" dcp_status dcp_cuda_conv1d_forward(const dcp_conv1d_params *params,
         return status;
     if (!x || !weight || !y)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "x, weight and y must not be NULL");
-    if ((status = dcp_cuda__conv_geometry(&p, total_rows, dcp_cuda__dtype_size(dtype), 0,
+    if ((status = dcp_cuda__conv_geometry(&p, total_rows, dcp_dtype_size(dtype), 0,
                                           dcp_cuda__aligned(x, 16) && dcp_cuda__aligned(y, 16),
                                           &g, error)) != DCP_OK)
         return status;
@@ -1260,7 +1247,7 @@ extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
     if (bias && !dbias)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "dbias must not be NULL when bias is given");
-    if ((status = dcp_cuda__conv_geometry(&p, total_rows, dcp_cuda__dtype_size(dtype), 1,
+    if ((status = dcp_cuda__conv_geometry(&p, total_rows, dcp_dtype_size(dtype), 1,
                                           dcp_cuda__aligned(x, 16) && dcp_cuda__aligned(dy, 16) &&
                                               dcp_cuda__aligned(dx, 16),
                                           &g, error)) != DCP_OK)
@@ -1596,7 +1583,7 @@ extern "C" dcp_status dcp_cuda_acc_finalize(const dcp_attention_params *params,
     cudaStream_t s = (cudaStream_t)stream;
     dcp_status status;
     if ((status = dcp_cuda__merge_check(params, layout, &p, error)) != DCP_OK ||
-        (status = dcp_cuda__check_rank("rank", rank, layout->thd.cp, error)) != DCP_OK ||
+        (status = dcp_check_rank("rank", rank, layout->thd.cp, error)) != DCP_OK ||
         (status = dcp_cuda__check_dtype("out_dtype", out_dtype, 1, error)) != DCP_OK)
         return status;
     if (!acc_out || !acc_lse || !out || !lse)
@@ -1913,16 +1900,8 @@ __device__ __forceinline__ int32_t dcp_cuda__key_limit(const dcp_cuda__attn_args
     if (index < s.q_begin || index >= s.q_valid) return 0;
     if (!a.causal) return (int32_t)s.k_valid;
     const int64_t q_pos = dcp_cuda__zigzag(s.padded, a.cp, a.q_rank, index);
-    int64_t seen; /* local rows of the kv rank at positions <= q_pos: a prefix */
-    if (a.cp == 1) seen = q_pos + 1;
-    else {
-        const int64_t h = s.padded / (2 * (int64_t)a.cp);
-        int64_t first = q_pos - (int64_t)a.kv_rank * h + 1;
-        int64_t second = q_pos - (2 * (int64_t)a.cp - 1 - a.kv_rank) * h + 1;
-        first = first < 0 ? 0 : first > h ? h : first;
-        second = second < 0 ? 0 : second > h ? h : second;
-        seen = first + second;
-    }
+    /* local rows of the kv rank at positions <= q_pos: the same prefix as q_pos + 1 valid rows */
+    const int64_t seen = dcp_cuda__valid_rows(s.padded, q_pos + 1, a.cp, a.kv_rank);
     return (int32_t)(seen < s.k_valid ? seen : s.k_valid);
 }
 
@@ -2884,19 +2863,6 @@ extern "C" dcp_status dcp_cuda_attention_backward(
    ring calls (dcp_nccl.h does the same with the KV received from the neighbour); the CPU
    reference dcp_ring_attention_forward / _backward has the same structure. */
 
-static dcp_status dcp_cuda__check_rank_pointers(const char *name, const void *const *buffers,
-                                                int32_t cp, dcp_error *error)
-{
-    int32_t r;
-    if (!buffers)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", name);
-    for (r = 0; r < cp; r++)
-        if (!buffers[r])
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s[%d] must not be NULL", name,
-                                 (int)r);
-    return DCP_OK;
-}
-
 extern "C" dcp_status dcp_cuda_virtual_ring_forward(
     const dcp_attention_params *params, const dcp_cuda_layout *layout, dcp_dtype dtype,
     const void *const *q, const void *const *k, const void *const *v, dcp_dtype out_dtype,
@@ -2910,12 +2876,12 @@ extern "C" dcp_status dcp_cuda_virtual_ring_forward(
     if ((status = dcp_cuda__attn_check(params, layout, NULL, dtype, &p, error)) != DCP_OK)
         return status;
     cp = layout->thd.cp;
-    if ((status = dcp_cuda__check_rank_pointers("q", q, cp, error)) != DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("k", k, cp, error)) != DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("v", v, cp, error)) != DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("out", (const void *const *)out, cp, error)) !=
+    if ((status = dcp_check_rank_buffers("q", q, cp, error)) != DCP_OK ||
+        (status = dcp_check_rank_buffers("k", k, cp, error)) != DCP_OK ||
+        (status = dcp_check_rank_buffers("v", v, cp, error)) != DCP_OK ||
+        (status = dcp_check_rank_buffers("out", (const void *const *)out, cp, error)) !=
             DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("lse", (const void *const *)lse, cp, error)) !=
+        (status = dcp_check_rank_buffers("lse", (const void *const *)lse, cp, error)) !=
             DCP_OK)
         return status;
     if (!partial_out || !partial_lse || !acc_out || !acc_lse)
@@ -2960,18 +2926,18 @@ extern "C" dcp_status dcp_cuda_virtual_ring_backward(
     if ((status = dcp_cuda__attn_check(params, layout, NULL, dtype, &p, error)) != DCP_OK)
         return status;
     cp = layout->thd.cp;
-    if ((status = dcp_cuda__check_rank_pointers("q", q, cp, error)) != DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("k", k, cp, error)) != DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("v", v, cp, error)) != DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("out", out, cp, error)) != DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("dout", dout, cp, error)) != DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("lse", (const void *const *)lse, cp, error)) !=
+    if ((status = dcp_check_rank_buffers("q", q, cp, error)) != DCP_OK ||
+        (status = dcp_check_rank_buffers("k", k, cp, error)) != DCP_OK ||
+        (status = dcp_check_rank_buffers("v", v, cp, error)) != DCP_OK ||
+        (status = dcp_check_rank_buffers("out", out, cp, error)) != DCP_OK ||
+        (status = dcp_check_rank_buffers("dout", dout, cp, error)) != DCP_OK ||
+        (status = dcp_check_rank_buffers("lse", (const void *const *)lse, cp, error)) !=
             DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("dq", (const void *const *)dq, cp, error)) !=
+        (status = dcp_check_rank_buffers("dq", (const void *const *)dq, cp, error)) !=
             DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("dk", (const void *const *)dk, cp, error)) !=
+        (status = dcp_check_rank_buffers("dk", (const void *const *)dk, cp, error)) !=
             DCP_OK ||
-        (status = dcp_cuda__check_rank_pointers("dv", (const void *const *)dv, cp, error)) !=
+        (status = dcp_check_rank_buffers("dv", (const void *const *)dv, cp, error)) !=
             DCP_OK)
         return status;
     for (rank = 0; rank < cp; rank++) {

@@ -458,54 +458,76 @@ extern "C" {
 
 /* ------------------------------------------------------------------------------ errors */
 
+/* Which library a checked call belongs to: its macro says it (DCP_NCCL__CHECK_CUDA or
+   _NCCL), and the call's result passes through dcp_nccl__cuda_code / _nccl_code, whose
+   parameter types make a C++ build (and nvcc) reject a call checked as the wrong library. */
+typedef enum dcp_nccl__library { DCP_NCCL__LIB_CUDA, DCP_NCCL__LIB_NCCL } dcp_nccl__library;
+
+static int dcp_nccl__cuda_code(cudaError_t code) { return (int)code; }
+static int dcp_nccl__nccl_code(ncclResult_t code) { return (int)code; }
+
 /* Fault injection (test builds): DCP_NCCL_FAULT_HOOK(call_text) is evaluated before every
    checked CUDA or NCCL call except teardown and polling; nonzero skips the call and reports
    ncclSystemError or cudaErrorUnknown in its place, as if it had failed. */
 #ifdef DCP_NCCL_FAULT_HOOK
-static int dcp_nccl__fault_code(const char *call)
+static int dcp_nccl__fault_code(dcp_nccl__library library)
 {
-    return strncmp(call, "nccl", 4) == 0 ? (int)ncclSystemError : (int)cudaErrorUnknown;
+    return library == DCP_NCCL__LIB_NCCL ? (int)ncclSystemError : (int)cudaErrorUnknown;
 }
-#define DCP_NCCL__CALL(call) (DCP_NCCL_FAULT_HOOK(#call) ? dcp_nccl__fault_code(#call) : (int)(call))
+#define DCP_NCCL__INJECT(library, call, code)                                                  \
+    (DCP_NCCL_FAULT_HOOK(#call) ? dcp_nccl__fault_code(library) : (code))
 #else
-#define DCP_NCCL__CALL(call) ((int)(call))
+#define DCP_NCCL__INJECT(library, call, code) (code)
 #endif
+#define DCP_NCCL__CALL_CUDA(call)                                                              \
+    DCP_NCCL__INJECT(DCP_NCCL__LIB_CUDA, call, dcp_nccl__cuda_code(call))
+#define DCP_NCCL__CALL_NCCL(call)                                                              \
+    DCP_NCCL__INJECT(DCP_NCCL__LIB_NCCL, call, dcp_nccl__nccl_code(call))
 
-/* The message of a failed CUDA or NCCL call; the call's text tells which library it is
-   (every checked call starts with "nccl" or "cuda"). */
-static dcp_status dcp_nccl__status(int code, const char *call, const char *file, int line,
-                                   dcp_error *error)
+/* The message of a failed CUDA or NCCL call. */
+static dcp_status dcp_nccl__status(dcp_nccl__library library, int code, const char *call,
+                                   const char *file, int line, dcp_error *error)
 {
-    const int nccl = strncmp(call, "nccl", 4) == 0;
+    const int nccl = library == DCP_NCCL__LIB_NCCL;
     const char *base = strrchr(file, '/');
     const char *text;
     if (code == 0) return DCP_OK;
     text = nccl ? ncclGetErrorString((ncclResult_t)code)
-                            : cudaGetErrorString((cudaError_t)code);
+                : cudaGetErrorString((cudaError_t)code);
     if (!nccl) (void)cudaGetLastError(); /* clear a non-sticky CUDA error */
     return dcp_error_set(error, nccl ? DCP_ERROR_NCCL : DCP_ERROR_CUDA, "%s:%d: %s (%d) from %s",
                          base ? base + 1 : file, line, text ? text : "unknown error", code, call);
 }
 
-/* The one checking macro: the dcp_status of a CUDA or NCCL call (DCP_OK, or DCP_ERROR_CUDA /
+/* The checking macros: the dcp_status of a CUDA or NCCL call (DCP_OK, or DCP_ERROR_CUDA /
    DCP_ERROR_NCCL with file:line, the error text, its code and the call's text in *err).
-   DCP_NCCL__CHECK also jumps to the function's `done` label, where its cleanup runs. */
-#define DCP_NCCL__RESULT(call, err)                                                            \
-    dcp_nccl__status(DCP_NCCL__CALL(call), #call, __FILE__, __LINE__, (err))
+   DCP_NCCL__CHECK_CUDA / _NCCL also jump to the function's `done` label, where its cleanup
+   runs. */
+#define DCP_NCCL__RESULT(library, code, call, err)                                             \
+    dcp_nccl__status((library), (code), #call, __FILE__, __LINE__, (err))
+#define DCP_NCCL__CHECK_CUDA(call)                                                             \
+    do {                                                                                       \
+        status = DCP_NCCL__RESULT(DCP_NCCL__LIB_CUDA, DCP_NCCL__CALL_CUDA(call), call, error);  \
+        if (status != DCP_OK) goto done;                                                       \
+    } while (0)
+#define DCP_NCCL__CHECK_NCCL(call)                                                             \
+    do {                                                                                       \
+        status = DCP_NCCL__RESULT(DCP_NCCL__LIB_NCCL, DCP_NCCL__CALL_NCCL(call), call, error);  \
+        if (status != DCP_OK) goto done;                                                       \
+    } while (0)
 /* Teardown and polling calls: never injected (a test could not tell what to expect of a
    failed abort, and polls repeat a timing-dependent number of times). */
-#define DCP_NCCL__QUIET(call, err) dcp_nccl__status((int)(call), #call, __FILE__, __LINE__, (err))
+#define DCP_NCCL__QUIET_CUDA(call, err)                                                        \
+    DCP_NCCL__RESULT(DCP_NCCL__LIB_CUDA, dcp_nccl__cuda_code(call), call, err)
+#define DCP_NCCL__QUIET_NCCL(call, err)                                                        \
+    DCP_NCCL__RESULT(DCP_NCCL__LIB_NCCL, dcp_nccl__nccl_code(call), call, err)
 /* An NCCL call on comm that a non-blocking communicator may answer with ncclInProgress: polled
    to its end (dcp_nccl__settle) before it counts as success or failure. */
 #define DCP_NCCL__ON(comm, call)                                                               \
     do {                                                                                       \
-        status = dcp_nccl__settle(set, (comm), DCP_NCCL__CALL(call), #call, __FILE__, __LINE__, \
-                                  error);                                                      \
+        status = dcp_nccl__settle(set, (comm), DCP_NCCL__CALL_NCCL(call), #call, __FILE__,     \
+                                  __LINE__, error);                                            \
         if (status != DCP_OK) goto done;                                                       \
-    } while (0)
-#define DCP_NCCL__CHECK(call)                                                                  \
-    do {                                                                                       \
-        if ((status = DCP_NCCL__RESULT(call, error)) != DCP_OK) goto done;                     \
     } while (0)
 
 /* Runs a dcp call (kernels, dcp.h): on failure its own message stays. */
@@ -609,7 +631,7 @@ static dcp_status dcp_nccl__settle(dcp_nccl_set *set, ncclComm_t comm, int code,
         }
         dcp_nccl__pause();
     }
-    return dcp_nccl__status(code, call, file, line, error);
+    return dcp_nccl__status(DCP_NCCL__LIB_NCCL, code, call, file, line, error);
 }
 
 /* Waits until the stream has passed everything enqueued on it, without blocking the host:
@@ -628,7 +650,7 @@ static dcp_status dcp_nccl__wait(dcp_nccl_set *set, cudaStream_t stream, ncclCom
         int32_t slot;
         if (query == cudaSuccess) return DCP_OK;
         if (query != cudaErrorNotReady) {
-            status = DCP_NCCL__QUIET(query, error);
+            status = DCP_NCCL__QUIET_CUDA(query, error);
             return dcp_nccl__fail(set, comm ? comm : set->pool, status);
         }
         for (slot = -1; slot < set->num_slots; slot++) {
@@ -685,14 +707,14 @@ static dcp_status dcp_nccl__agree_values(dcp_nccl_set *set, const uint64_t *valu
     int32_t i;
     *differ = -1;
     for (i = 0; i < count; i++) both[i] = values[i], both[count + i] = ~values[i];
-    DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, both, 2 * (size_t)count * sizeof(uint64_t),
-                                    cudaMemcpyHostToDevice, stream));
+    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(set->staging, both, 2 * (size_t)count * sizeof(uint64_t),
+                                         cudaMemcpyHostToDevice, stream));
     DCP_NCCL__ON(set->pool, ncclAllReduce(set->staging, set->staging, 2 * (size_t)count,
                                           ncclUint64, ncclMax, set->pool, stream));
     if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
         return status; /* aborted already */
-    DCP_NCCL__CHECK(cudaMemcpyAsync(both, set->staging, 2 * (size_t)count * sizeof(uint64_t),
-                                    cudaMemcpyDeviceToHost, stream));
+    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(both, set->staging, 2 * (size_t)count * sizeof(uint64_t),
+                                         cudaMemcpyDeviceToHost, stream));
     if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
         return status;
     for (i = 0; i < count && *differ < 0; i++)
@@ -756,7 +778,7 @@ static dcp_status dcp_nccl__split(dcp_nccl_set *set, dcp_error *error)
         dcp_comm_split split;
         int count = 0, user_rank = 0, code;
         DCP_NCCL__TRY(dcp_comm_split_args(set->ranks, set->rank, cp, &split, error));
-        code = DCP_NCCL__CALL(ncclCommSplit(set->pool,
+        code = DCP_NCCL__CALL_NCCL(ncclCommSplit(set->pool,
                                             split.color == DCP_COMM_NO_COLOR ? NCCL_SPLIT_NOCOLOR
                                                                              : split.color,
                                             split.key, &set->comms[slot], &config));
@@ -768,8 +790,8 @@ static dcp_status dcp_nccl__split(dcp_nccl_set *set, dcp_error *error)
             set->comms[slot] = NULL;
             continue;
         }
-        DCP_NCCL__CHECK(ncclCommCount(set->comms[slot], &count));
-        DCP_NCCL__CHECK(ncclCommUserRank(set->comms[slot], &user_rank));
+        DCP_NCCL__CHECK_NCCL(ncclCommCount(set->comms[slot], &count));
+        DCP_NCCL__CHECK_NCCL(ncclCommUserRank(set->comms[slot], &user_rank));
         if (count != split.size || user_rank != split.key) {
             status = dcp_error_set(error, DCP_ERROR_NCCL,
                                    "the cp %d communicator has %d ranks with this one at %d; "
@@ -802,8 +824,8 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "staging_bytes must be >= %d, got %zu", DCP_NCCL_MIN_STAGING_BYTES,
                              o.staging_bytes);
-    DCP_NCCL__CHECK(ncclCommCount(pool, &ranks));
-    DCP_NCCL__CHECK(ncclCommUserRank(pool, &rank));
+    DCP_NCCL__CHECK_NCCL(ncclCommCount(pool, &ranks));
+    DCP_NCCL__CHECK_NCCL(ncclCommUserRank(pool, &rank));
     if (o.timeout_ms == 0) o.timeout_ms = DCP_NCCL_DEFAULT_TIMEOUT_MS;
     if (o.timeout_ms < 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "timeout_ms must be >= 0, got %lld",
@@ -838,13 +860,13 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
     }
     DCP_NCCL__TRY(dcp_comm_state_init(&set->state, ranks, rank, o.max_cp, error));
     /* the ring's transfers get the highest priority so that they start while kernels run */
-    DCP_NCCL__CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    DCP_NCCL__CHECK(cudaStreamCreateWithPriority(&set->comm_stream, cudaStreamNonBlocking,
-                                                 greatest));
-    DCP_NCCL__CHECK(cudaEventCreateWithFlags(&set->compute_done, cudaEventDisableTiming));
-    DCP_NCCL__CHECK(cudaEventCreateWithFlags(&set->comm_done, cudaEventDisableTiming));
-    DCP_NCCL__CHECK(cudaEventCreateWithFlags(&set->dkv_done, cudaEventDisableTiming));
-    DCP_NCCL__CHECK(cudaMalloc(&set->staging, set->staging_bytes));
+    DCP_NCCL__CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    DCP_NCCL__CHECK_CUDA(cudaStreamCreateWithPriority(&set->comm_stream, cudaStreamNonBlocking,
+                                                      greatest));
+    DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->compute_done, cudaEventDisableTiming));
+    DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->comm_done, cudaEventDisableTiming));
+    DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->dkv_done, cudaEventDisableTiming));
+    DCP_NCCL__CHECK_CUDA(cudaMalloc(&set->staging, set->staging_bytes));
     DCP_NCCL__TRY(dcp_nccl__agree(set, error));
     DCP_NCCL__TRY(dcp_nccl__split(set, error));
     *out = set;
@@ -882,30 +904,32 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_destroy(dcp_nccl_set *set, dcp_error *error
         if (!set->comms[slot]) continue;
         /* finalize flushes (polled to its end on a non-blocking communicator); one that does
            not finish in time is aborted instead of destroyed */
-        finalized = dcp_nccl__settle(set, set->comms[slot], (int)ncclCommFinalize(set->comms[slot]),
+        finalized = dcp_nccl__settle(set, set->comms[slot],
+                                     dcp_nccl__nccl_code(ncclCommFinalize(set->comms[slot])),
                                      "ncclCommFinalize", __FILE__, __LINE__, &scratch);
         dcp_nccl__keep(finalized, &scratch, &first, error);
         if (finalized == DCP_OK)
-            dcp_nccl__keep(DCP_NCCL__QUIET(ncclCommDestroy(set->comms[slot]), &scratch),
+            dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclCommDestroy(set->comms[slot]), &scratch),
                            &scratch, &first, error);
         else
             (void)ncclCommAbort(set->comms[slot]);
         set->comms[slot] = NULL;
     }
     if (set->staging)
-        dcp_nccl__keep(DCP_NCCL__QUIET(cudaFree(set->staging), &scratch), &scratch, &first, error);
+        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaFree(set->staging), &scratch), &scratch, &first,
+                       error);
     if (set->compute_done)
-        dcp_nccl__keep(DCP_NCCL__QUIET(cudaEventDestroy(set->compute_done), &scratch), &scratch,
-                       &first, error);
+        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaEventDestroy(set->compute_done), &scratch),
+                       &scratch, &first, error);
     if (set->comm_done)
-        dcp_nccl__keep(DCP_NCCL__QUIET(cudaEventDestroy(set->comm_done), &scratch), &scratch,
+        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaEventDestroy(set->comm_done), &scratch), &scratch,
                        &first, error);
     if (set->dkv_done)
-        dcp_nccl__keep(DCP_NCCL__QUIET(cudaEventDestroy(set->dkv_done), &scratch), &scratch,
+        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaEventDestroy(set->dkv_done), &scratch), &scratch,
                        &first, error);
     if (set->comm_stream)
-        dcp_nccl__keep(DCP_NCCL__QUIET(cudaStreamDestroy(set->comm_stream), &scratch), &scratch,
-                       &first, error);
+        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaStreamDestroy(set->comm_stream), &scratch),
+                       &scratch, &first, error);
     allocator = set->allocator;
     dcp_free(&allocator, set);
     return first == DCP_OK ? dcp_error_clear(error) : first;
@@ -928,7 +952,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_check(const dcp_nccl_set *set, dcp_error *e
         ncclResult_t async = ncclSuccess;
         char name[32];
         if (!comm) continue;
-        DCP_NCCL__CHECK(ncclCommGetAsyncError(comm, &async));
+        DCP_NCCL__CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
         if (async != ncclSuccess && async != ncclInProgress) {
             dcp_nccl__name(set, comm, name, sizeof name);
             return dcp_error_set(error, DCP_ERROR_NCCL,
@@ -952,12 +976,12 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool
     if (!set) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
     for (slot = set->num_slots - 1; slot >= 0; slot--) {
         if (!set->comms[slot]) continue;
-        dcp_nccl__keep(DCP_NCCL__QUIET(ncclCommAbort(set->comms[slot]), &scratch), &scratch,
+        dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclCommAbort(set->comms[slot]), &scratch), &scratch,
                        &first, error);
         set->comms[slot] = NULL;
     }
     if (abort_pool && set->pool) {
-        dcp_nccl__keep(DCP_NCCL__QUIET(ncclCommAbort(set->pool), &scratch), &scratch, &first,
+        dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclCommAbort(set->pool), &scratch), &scratch, &first,
                        error);
         set->pool = NULL;
     }
@@ -1132,33 +1156,33 @@ DCP_NCCL_DEF dcp_status dcp_nccl_reroute_execute(dcp_nccl_set *set, const dcp_re
     if (buffers->microbatch_rows) /* padding rows are zero; receives and copies fill the rest */
         for (i = 0; i < buffers->num_microbatches; i++)
             if (buffers->microbatch_rows[i] > 0 && buffers->microbatch_data[i])
-                DCP_NCCL__CHECK(cudaMemsetAsync(buffers->microbatch_data[i], 0,
-                                                (size_t)buffers->microbatch_rows[i] *
-                                                    buffers->element_size,
-                                                stream));
+                DCP_NCCL__CHECK_CUDA(cudaMemsetAsync(buffers->microbatch_data[i], 0,
+                                                     (size_t)buffers->microbatch_rows[i] *
+                                                         buffers->element_size,
+                                                     stream));
     for (i = 0; i < reroute->count; i++) { /* local copies */
         dcp_reroute_op op;
         (void)dcp_reroute_op_get(reroute, i, buffers->element_size, &op, NULL);
         if (op.kind != DCP_TRANSFER_COPY || op.bytes == 0) continue;
-        DCP_NCCL__CHECK(cudaMemcpyAsync(
+        DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(
             (unsigned char *)buffers->microbatch_data[op.microbatch] + op.destination_offset,
             (const unsigned char *)buffers->sample_data[op.sample] + op.source_offset, op.bytes,
             cudaMemcpyDeviceToDevice, stream));
     }
     /* one group: A's sends to B pair with B's receives from A in list order (dcp.h builds
        every list in one global order); zero bytes are skipped on both sides alike */
-    DCP_NCCL__CHECK(ncclGroupStart());
+    DCP_NCCL__CHECK_NCCL(ncclGroupStart());
     grouped = 1;
     for (i = 0; i < reroute->count; i++) {
         dcp_reroute_op op;
         (void)dcp_reroute_op_get(reroute, i, buffers->element_size, &op, NULL);
         if (op.bytes == 0) continue;
         if (op.kind == DCP_TRANSFER_SEND)
-            DCP_NCCL__CHECK(ncclSend(
+            DCP_NCCL__CHECK_NCCL(ncclSend(
                 (const unsigned char *)buffers->sample_data[op.sample] + op.source_offset,
                 op.bytes, ncclUint8, op.peer, set->pool, stream));
         else if (op.kind == DCP_TRANSFER_RECV)
-            DCP_NCCL__CHECK(ncclRecv(
+            DCP_NCCL__CHECK_NCCL(ncclRecv(
                 (unsigned char *)buffers->microbatch_data[op.microbatch] + op.destination_offset,
                 op.bytes, ncclUint8, op.peer, set->pool, stream));
     }
@@ -1172,16 +1196,6 @@ done:
 }
 
 /* ------------------------------------------------------------------------------ ring */
-
-static size_t dcp_nccl__dtype_size(dcp_dtype dtype)
-{
-    switch (dtype) {
-    case DCP_DTYPE_FLOAT32: return 4;
-    case DCP_DTYPE_BFLOAT16:
-    case DCP_DTYPE_FLOAT16: return 2;
-    }
-    return 0;
-}
 
 /* Scratch regions of a pass, and the attention workspace after them. */
 typedef struct dcp_nccl__ring {
@@ -1202,7 +1216,7 @@ static dcp_status dcp_nccl__ring_layout(const dcp_attention_params *params,
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "params, layout and bytes must not be NULL");
     memset(ring, 0, sizeof *ring);
-    ring->element_size = dcp_nccl__dtype_size(dtype);
+    ring->element_size = dcp_dtype_size(dtype);
     if (ring->element_size == 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d is not a dcp_dtype",
                              (int)dtype);
@@ -1291,19 +1305,19 @@ static dcp_status dcp_nccl__post_kv(dcp_nccl_set *set, const dcp_nccl_binding *b
     dcp_status status = DCP_OK;
     int grouped = 0;
     if (!x->kv_send && x->kv_recv_slot < 0) return DCP_OK;
-    DCP_NCCL__CHECK(cudaStreamWaitEvent(set->comm_stream, set->compute_done, 0));
+    DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(set->comm_stream, set->compute_done, 0));
     if (bytes == 0) goto done;
-    DCP_NCCL__CHECK(ncclGroupStart());
+    DCP_NCCL__CHECK_NCCL(ncclGroupStart());
     grouped = 1;
     if (x->kv_send) {
-        DCP_NCCL__CHECK(ncclSend(k, bytes, ncclUint8, x->next, b->comm, set->comm_stream));
-        DCP_NCCL__CHECK(ncclSend(v, bytes, ncclUint8, x->next, b->comm, set->comm_stream));
+        DCP_NCCL__CHECK_NCCL(ncclSend(k, bytes, ncclUint8, x->next, b->comm, set->comm_stream));
+        DCP_NCCL__CHECK_NCCL(ncclSend(v, bytes, ncclUint8, x->next, b->comm, set->comm_stream));
     }
     if (x->kv_recv_slot >= 0) {
         unsigned char *slot = (unsigned char *)dcp_nccl__at(
             scratch, ring->regions.kv[x->kv_recv_slot].offset);
-        DCP_NCCL__CHECK(ncclRecv(slot, bytes, ncclUint8, x->prev, b->comm, set->comm_stream));
-        DCP_NCCL__CHECK(
+        DCP_NCCL__CHECK_NCCL(ncclRecv(slot, bytes, ncclUint8, x->prev, b->comm, set->comm_stream));
+        DCP_NCCL__CHECK_NCCL(
             ncclRecv(slot + bytes, bytes, ncclUint8, x->prev, b->comm, set->comm_stream));
     }
     grouped = 0;
@@ -1322,15 +1336,15 @@ static dcp_status dcp_nccl__post_dkv(dcp_nccl_set *set, const dcp_nccl_binding *
     dcp_status status = DCP_OK;
     int grouped = 0;
     if (!x->dkv_send && x->dkv_recv_slot < 0) return DCP_OK;
-    DCP_NCCL__CHECK(cudaStreamWaitEvent(set->comm_stream, set->compute_done, 0));
+    DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(set->comm_stream, set->compute_done, 0));
     if (bytes == 0) goto done;
-    DCP_NCCL__CHECK(ncclGroupStart());
+    DCP_NCCL__CHECK_NCCL(ncclGroupStart());
     grouped = 1;
     if (x->dkv_send)
-        DCP_NCCL__CHECK(ncclSend(dcp_nccl__at(scratch, ring->regions.dkv[x->dkv_slot].offset),
-                                 bytes, ncclUint8, x->next, b->comm, set->comm_stream));
+        DCP_NCCL__CHECK_NCCL(ncclSend(dcp_nccl__at(scratch, ring->regions.dkv[x->dkv_slot].offset),
+                                      bytes, ncclUint8, x->next, b->comm, set->comm_stream));
     if (x->dkv_recv_slot >= 0)
-        DCP_NCCL__CHECK(
+        DCP_NCCL__CHECK_NCCL(
             ncclRecv(dcp_nccl__at(scratch, ring->regions.dkv[x->dkv_recv_slot].offset), bytes,
                      ncclUint8, x->prev, b->comm, set->comm_stream));
     grouped = 0;
@@ -1344,8 +1358,8 @@ done:
 static dcp_status dcp_nccl__join(dcp_nccl_set *set, cudaStream_t stream, dcp_error *error)
 {
     dcp_status status = DCP_OK;
-    DCP_NCCL__CHECK(cudaEventRecord(set->comm_done, set->comm_stream));
-    DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->comm_done, 0));
+    DCP_NCCL__CHECK_CUDA(cudaEventRecord(set->comm_done, set->comm_stream));
+    DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(stream, set->comm_done, 0));
 done:
     return status;
 }
@@ -1354,7 +1368,7 @@ done:
 static dcp_status dcp_nccl__mark(dcp_nccl_set *set, cudaEvent_t event, dcp_error *error)
 {
     dcp_status status = DCP_OK;
-    DCP_NCCL__CHECK(cudaEventRecord(event, set->comm_stream));
+    DCP_NCCL__CHECK_CUDA(cudaEventRecord(event, set->comm_stream));
 done:
     return status;
 }
@@ -1369,9 +1383,9 @@ static dcp_status dcp_nccl__ring_exit(dcp_nccl_set *set, ncclComm_t comm, cudaSt
     dcp_error scratch;
     dcp_status joined;
     if (status != DCP_OK) (void)dcp_nccl__fail(set, comm, status);
-    joined = DCP_NCCL__QUIET(cudaEventRecord(set->comm_done, set->comm_stream), &scratch);
+    joined = DCP_NCCL__QUIET_CUDA(cudaEventRecord(set->comm_done, set->comm_stream), &scratch);
     if (joined == DCP_OK)
-        joined = DCP_NCCL__QUIET(cudaStreamWaitEvent(stream, set->comm_done, 0), &scratch);
+        joined = DCP_NCCL__QUIET_CUDA(cudaStreamWaitEvent(stream, set->comm_done, 0), &scratch);
     if (status == DCP_OK && joined != DCP_OK) {
         if (error) *error = scratch;
         return dcp_nccl__fail(set, comm, joined);
@@ -1423,7 +1437,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(dcp_nccl_set *set, const dcp_nccl_
     acc_out = (float *)dcp_nccl__at(scratch, ring.regions.acc_out.offset);
     acc_lse = (float *)dcp_nccl__at(scratch, ring.regions.acc_lse.offset);
     DCP_NCCL__TRY(dcp_cuda_acc_init(params, layout, acc_out, acc_lse, (void *)stream, error));
-    DCP_NCCL__CHECK(cudaEventRecord(set->compute_done, stream)); /* the caller's k, v ready */
+    DCP_NCCL__CHECK_CUDA(cudaEventRecord(set->compute_done, stream)); /* the caller's k, v ready */
     for (s = 0; s < cp; s++) {
         dcp_ring_exchange x;
         dcp_ring_step step;
@@ -1441,7 +1455,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(dcp_nccl_set *set, const dcp_nccl_
                                                  error));
         DCP_NCCL__TRY(dcp_cuda_acc_merge(params, layout, step.view.q_half, partial_out,
                                          partial_lse, acc_out, acc_lse, (void *)stream, error));
-        DCP_NCCL__CHECK(cudaEventRecord(set->compute_done, stream));
+        DCP_NCCL__CHECK_CUDA(cudaEventRecord(set->compute_done, stream));
         DCP_NCCL__TRY(dcp_nccl__join(set, stream, error)); /* step s + 1 waits for its KV */
     }
     DCP_NCCL__TRY(dcp_cuda_acc_finalize(params, layout, binding->rank, acc_out, acc_lse, dtype,
@@ -1473,8 +1487,8 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     step_dkv = ring.regions.dkv_step.bytes
                    ? (float *)dcp_nccl__at(scratch, ring.regions.dkv_step.offset)
                    : NULL;
-    DCP_NCCL__CHECK(cudaMemsetAsync(dq_acc, 0, ring.regions.dq.bytes, stream));
-    DCP_NCCL__CHECK(cudaEventRecord(set->compute_done, stream));
+    DCP_NCCL__CHECK_CUDA(cudaMemsetAsync(dq_acc, 0, ring.regions.dq.bytes, stream));
+    DCP_NCCL__CHECK_CUDA(cudaEventRecord(set->compute_done, stream));
     for (s = 0; s < cp; s++) {
         dcp_ring_exchange x;
         dcp_ring_step step;
@@ -1490,7 +1504,8 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
         /* the step's gradient goes to its own buffer while the accumulator it belongs to is
            still arriving (posted at the end of step s - 1); step 0 starts the rank's own */
         target = x.dkv_zero || !step_dkv ? acc : step_dkv;
-        DCP_NCCL__CHECK(cudaMemsetAsync(target, 0, ring.regions.dkv[x.dkv_slot].bytes, stream));
+        DCP_NCCL__CHECK_CUDA(
+            cudaMemsetAsync(target, 0, ring.regions.dkv[x.dkv_slot].bytes, stream));
         p.causal = step.causal;
         DCP_NCCL__TRY(dcp_cuda_attention_backward(&p, layout, &step.view, dtype, q, step_k,
                                                   step_v, out, dout, lse, dq_acc, target,
@@ -1498,19 +1513,19 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
                                                   workspace, ring.workspace_bytes,
                                                   (void *)stream, error));
         if (target != acc) { /* now the accumulator must be here: fold the step in */
-            DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->dkv_done, 0));
+            DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(stream, set->dkv_done, 0));
             DCP_NCCL__TRY(dcp_cuda_add_float32(acc, target, 2 * ring.kv_values, (void *)stream,
                                                error));
         }
-        DCP_NCCL__CHECK(cudaEventRecord(set->compute_done, stream));
+        DCP_NCCL__CHECK_CUDA(cudaEventRecord(set->compute_done, stream));
         /* the accumulator leaves for next while step s + 1 computes */
         DCP_NCCL__TRY(dcp_nccl__post_dkv(set, binding, &ring, &x, scratch, error));
         DCP_NCCL__TRY(dcp_nccl__mark(set, set->dkv_done, error));
-        DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->comm_done, 0)); /* its KV only */
+        DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(stream, set->comm_done, 0)); /* its KV only */
         if (x.dkv_home_slot >= 0)
             home = (float *)dcp_nccl__at(scratch, ring.regions.dkv[x.dkv_home_slot].offset);
     }
-    DCP_NCCL__CHECK(cudaStreamWaitEvent(stream, set->dkv_done, 0)); /* the home hop */
+    DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(stream, set->dkv_done, 0)); /* the home hop */
     DCP_NCCL__TRY(dcp_cuda_convert(dq_acc, dtype, dq, ring.q_values, (void *)stream, error));
     DCP_NCCL__TRY(dcp_cuda_convert(home, dtype, dk, ring.kv_values, (void *)stream, error));
     DCP_NCCL__TRY(dcp_cuda_convert(home + ring.kv_values, dtype, dv, ring.kv_values,
@@ -1544,8 +1559,8 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
     if (!comm) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "comm must not be NULL");
     if (received) *received = NULL;
     if (received_size) *received_size = 0;
-    DCP_NCCL__CHECK(ncclCommCount(comm, &ranks));
-    DCP_NCCL__CHECK(ncclCommUserRank(comm, &me));
+    DCP_NCCL__CHECK_NCCL(ncclCommCount(comm, &ranks));
+    DCP_NCCL__CHECK_NCCL(ncclCommUserRank(comm, &me));
     if (root < 0 || root >= ranks) /* the same answer on every rank that passes the same root */
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "root %d outside [0, %d)",
                              (int)root, ranks);
@@ -1567,13 +1582,13 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
        so the stream is drained by polling before each of them */
     length = me == root && local == DCP_OK ? (uint64_t)size : 0;
     DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast (the caller's stream)", error));
-    DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, &length, sizeof length, cudaMemcpyHostToDevice,
-                                    stream));
+    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(set->staging, &length, sizeof length,
+                                         cudaMemcpyHostToDevice, stream));
     DCP_NCCL__ON(comm, ncclBroadcast(set->staging, set->staging, sizeof length, ncclUint8, root,
                                      comm, stream));
     DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the length", error));
-    DCP_NCCL__CHECK(cudaMemcpyAsync(&length, set->staging, sizeof length, cudaMemcpyDeviceToHost,
-                                    stream));
+    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(&length, set->staging, sizeof length,
+                                         cudaMemcpyDeviceToHost, stream));
     DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the length", error));
     /* every rank judges the same length the same way: all go on, or all stop here */
     if ((status = dcp_metadata_chunks(length, set->staging_bytes, &chunks, error)) != DCP_OK) {
@@ -1597,14 +1612,14 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
         const size_t n = (size_t)(length - begin < set->staging_bytes ? length - begin
                                                                       : set->staging_bytes);
         if (me == root)
-            DCP_NCCL__CHECK(cudaMemcpyAsync(set->staging, (const unsigned char *)data + begin, n,
-                                            cudaMemcpyHostToDevice, stream));
+            DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(set->staging, (const unsigned char *)data + begin,
+                                                 n, cudaMemcpyHostToDevice, stream));
         DCP_NCCL__ON(comm,
                      ncclBroadcast(set->staging, set->staging, n, ncclUint8, root, comm, stream));
         DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the bytes", error));
         if (host && me != root) {
-            DCP_NCCL__CHECK(cudaMemcpyAsync(host + begin, set->staging, n,
-                                            cudaMemcpyDeviceToHost, stream));
+            DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(host + begin, set->staging, n,
+                                                 cudaMemcpyDeviceToHost, stream));
             DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the bytes", error));
         }
     }
@@ -1625,45 +1640,33 @@ done:
 
 /* Serializes on the root (length 0 on failure, which every rank rejects), broadcasts, and
    hands the bytes to the deserializer. */
-typedef dcp_status (*dcp_nccl__serialize_fn)(const void *object, void *buffer, size_t capacity,
-                                             size_t *size, dcp_error *error);
-typedef dcp_status (*dcp_nccl__deserialize_fn)(const void *buffer, size_t size,
-                                               const dcp_allocator *allocator, void **object,
-                                               dcp_error *error);
+typedef enum dcp_nccl__object_kind { DCP_NCCL__PLAN, DCP_NCCL__VIEW } dcp_nccl__object_kind;
 
-static dcp_status dcp_nccl__plan_serialize(const void *object, void *buffer, size_t capacity,
-                                           size_t *size, dcp_error *error)
+static dcp_status dcp_nccl__serialize(dcp_nccl__object_kind kind, const void *object,
+                                      void *buffer, size_t capacity, size_t *size,
+                                      dcp_error *error)
 {
-    return dcp_plan_serialize((const dcp_plan *)object, buffer, capacity, size, error);
-}
-static dcp_status dcp_nccl__plan_deserialize(const void *buffer, size_t size,
-                                             const dcp_allocator *allocator, void **object,
-                                             dcp_error *error)
-{
-    dcp_plan *plan = NULL;
-    dcp_status status = dcp_plan_deserialize(buffer, size, allocator, &plan, error);
-    *object = plan;
-    return status;
-}
-static dcp_status dcp_nccl__view_serialize(const void *object, void *buffer, size_t capacity,
-                                           size_t *size, dcp_error *error)
-{
+    if (kind == DCP_NCCL__PLAN)
+        return dcp_plan_serialize((const dcp_plan *)object, buffer, capacity, size, error);
     return dcp_rank_view_serialize((const dcp_rank_view *)object, buffer, capacity, size, error);
 }
-static dcp_status dcp_nccl__view_deserialize(const void *buffer, size_t size,
-                                             const dcp_allocator *allocator, void **object,
-                                             dcp_error *error)
+
+static dcp_status dcp_nccl__deserialize(dcp_nccl__object_kind kind, const void *buffer,
+                                        size_t size, const dcp_allocator *allocator,
+                                        void **object, dcp_error *error)
 {
+    dcp_plan *plan = NULL;
     dcp_rank_view *view = NULL;
-    dcp_status status = dcp_rank_view_deserialize(buffer, size, allocator, &view, error);
-    *object = view;
+    dcp_status status = kind == DCP_NCCL__PLAN
+                            ? dcp_plan_deserialize(buffer, size, allocator, &plan, error)
+                            : dcp_rank_view_deserialize(buffer, size, allocator, &view, error);
+    *object = kind == DCP_NCCL__PLAN ? (void *)plan : (void *)view;
     return status;
 }
 
 static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm, int32_t root,
                                              const void *object, void **received,
-                                             dcp_nccl__serialize_fn serialize,
-                                             dcp_nccl__deserialize_fn deserialize,
+                                             dcp_nccl__object_kind kind,
                                              cudaStream_t stream, dcp_error *error)
 {
     dcp_status status, root_status = DCP_OK;
@@ -1675,16 +1678,17 @@ static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm,
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
     if (!comm) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "comm must not be NULL");
     if (received) *received = NULL;
-    DCP_NCCL__CHECK(ncclCommUserRank(comm, &me));
+    DCP_NCCL__CHECK_NCCL(ncclCommUserRank(comm, &me));
     if (me == root) {
-        root_status = serialize(object, NULL, 0, &size, &root_error);
+        root_status = dcp_nccl__serialize(kind, object, NULL, 0, &size, &root_error);
         if (root_status == DCP_OK) {
             bytes = (unsigned char *)dcp_alloc(&set->allocator, size);
             if (!bytes)
                 root_status = dcp_error_set(&root_error, DCP_ERROR_OUT_OF_MEMORY,
                                             "cannot allocate %zu bytes to serialize", size);
         }
-        if (root_status == DCP_OK) root_status = serialize(object, bytes, size, &size, &root_error);
+        if (root_status == DCP_OK)
+            root_status = dcp_nccl__serialize(kind, object, bytes, size, &size, &root_error);
         if (root_status != DCP_OK) size = 0; /* every rank will reject length 0 */
     }
     status = dcp_nccl_broadcast_bytes(set, comm, root, bytes, size,
@@ -1696,7 +1700,7 @@ static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm,
         goto done;
     }
     if (status != DCP_OK) goto done;
-    if (received) status = deserialize(copy, got, &set->allocator, received, error);
+    if (received) status = dcp_nccl__deserialize(kind, copy, got, &set->allocator, received, error);
 done:
     if (bytes) dcp_free(&set->allocator, bytes);
     if (copy) dcp_free(&set->allocator, copy);
@@ -1709,8 +1713,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_plan(dcp_nccl_set *set, ncclComm_t co
 {
     void *object = NULL;
     dcp_status status = dcp_nccl__broadcast_object(
-        set, comm, root, plan, received ? &object : NULL, dcp_nccl__plan_serialize,
-        dcp_nccl__plan_deserialize, stream, error);
+        set, comm, root, plan, received ? &object : NULL, DCP_NCCL__PLAN, stream, error);
     if (received) *received = (dcp_plan *)object;
     return status;
 }
@@ -1722,8 +1725,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_view(dcp_nccl_set *set, ncclComm_t co
 {
     void *object = NULL;
     dcp_status status = dcp_nccl__broadcast_object(
-        set, comm, root, view, received ? &object : NULL, dcp_nccl__view_serialize,
-        dcp_nccl__view_deserialize, stream, error);
+        set, comm, root, view, received ? &object : NULL, DCP_NCCL__VIEW, stream, error);
     if (received) *received = (dcp_rank_view *)object;
     return status;
 }

@@ -111,6 +111,21 @@ static TEST_MAYBE_UNUSED void counting_free(void *user, void *ptr)
     free(ptr);
 }
 
+#ifdef DCP_H
+/* The fixture of the planner, layout and communication tests: every field at its default
+   (zero, as dcp_config_init) but the rank count and the per-rank token capacity. memset, not
+   an initializer, so that the padding is zero too: tests memcmp configs (a plan's config
+   against its deserialized copy). */
+static TEST_MAYBE_UNUSED dcp_config make_config(int32_t ranks, int64_t max_tokens)
+{
+    dcp_config c;
+    memset(&c, 0, sizeof c);
+    c.ranks = ranks;
+    c.max_tokens_per_rank = max_tokens;
+    return c;
+}
+#endif
+
 typedef struct test_case {
     const char *name;
     void (*run)(void);

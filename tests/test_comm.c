@@ -12,15 +12,6 @@
 
 #define SIMULATION_SEED 7007
 
-static dcp_config make_config(int32_t ranks, int64_t max_tokens)
-{
-    dcp_config c;
-    memset(&c, 0, sizeof c);
-    c.ranks = ranks;
-    c.max_tokens_per_rank = max_tokens;
-    return c;
-}
-
 /* A random feasible workload and its plan (any strategy), ranks in [1, max_ranks]. */
 static dcp_plan *random_plan(dcp_rng *rng, int32_t max_ranks, int32_t max_samples)
 {

@@ -15,18 +15,9 @@ static void status_strings_are_distinct(void)
     CHECK(strcmp(dcp_status_string((dcp_status)999), "unknown status") == 0);
 }
 
-static dcp_config base_config(int32_t ranks, int64_t max_tokens)
-{
-    dcp_config c;
-    memset(&c, 0, sizeof c);
-    c.ranks = ranks;
-    c.max_tokens_per_rank = max_tokens;
-    return c;
-}
-
 static void config_defaults(void)
 {
-    dcp_config c = base_config(24, 4096), r;
+    dcp_config c = make_config(24, 4096), r;
     CHECK_EQ(dcp_config_resolve(&c, &r, NULL), DCP_OK);
     CHECK_EQ(r.min_cp, 1);
     CHECK_EQ(r.max_cp, 16); /* largest power of two <= 24 */
@@ -53,7 +44,7 @@ static void config_rejects_bad_fields(void)
     dcp_error error;
     dcp_config resolved;
     int i, n = 0;
-    for (i = 0; i < 14; i++) cases[i].config = base_config(16, 4096);
+    for (i = 0; i < 14; i++) cases[i].config = make_config(16, 4096);
     cases[n].field = "ranks", cases[n].value = "0", cases[n++].config.ranks = 0;
     cases[n].field = "ranks", cases[n].value = "-3", cases[n++].config.ranks = -3;
     cases[n].field = "max_tokens_per_rank", cases[n].value = "-1",
@@ -92,7 +83,7 @@ static void allocator_hooks_own_every_byte(void)
     int64_t lengths[64];
     dcp_lognormal d = {2048, 1.0, 64, 16384};
     counting_allocator counter = {0, 0, -1};
-    dcp_config c = base_config(8, 4096);
+    dcp_config c = make_config(8, 4096);
     dcp_plan *plan = NULL;
     int strategy;
     c.allocator.alloc = counting_alloc;
@@ -115,7 +106,7 @@ static void allocation_failures_are_clean(void)
     int64_t lengths[48];
     dcp_lognormal d = {4096, 1.2, 64, 32768};
     counting_allocator counter = {0, 0, 0};
-    dcp_config c = base_config(8, 4096);
+    dcp_config c = make_config(8, 4096);
     dcp_plan *plan;
     dcp_error error;
     int strategy;
@@ -221,7 +212,7 @@ static void padding_matches_brute_force(void)
     int i;
     dcp_rng_seed(&rng, test_seed_for(17));
     for (i = 0; i < 20000; i++) {
-        dcp_config c = base_config(64, 1 << 20);
+        dcp_config c = make_config(64, 1 << 20);
         int32_t cp = 1 << dcp_rng_below(&rng, 7);
         int64_t length = 1 + (int64_t)dcp_rng_below(&rng, 100000), padded, multiple;
         c.pad_multiple = 1 + (int32_t)dcp_rng_below(&rng, 12);
@@ -235,7 +226,7 @@ static void padding_matches_brute_force(void)
 
 static void padding_rejects_bad_arguments(void)
 {
-    dcp_config c = base_config(8, 4096);
+    dcp_config c = make_config(8, 4096);
     dcp_error error;
     int64_t padded;
     CHECK_EQ(dcp_padded_length(&c, 0, 2, &padded, &error), DCP_ERROR_INVALID_ARGUMENT);
@@ -253,7 +244,7 @@ static void cp_size_min_matches_brute_force(void)
     int i;
     dcp_rng_seed(&rng, test_seed_for(23));
     for (i = 0; i < 20000; i++) {
-        dcp_config c = base_config(1 << (1 + dcp_rng_below(&rng, 7)), 0), r;
+        dcp_config c = make_config(1 << (1 + dcp_rng_below(&rng, 7)), 0), r;
         int64_t length = 1 + (int64_t)dcp_rng_below(&rng, 300000);
         int32_t cp = -1, expected = 0, probe;
         dcp_status status;
@@ -278,7 +269,7 @@ static void cp_size_min_matches_brute_force(void)
 
 static void cp_size_min_names_the_limits(void)
 {
-    dcp_config c = base_config(4, 1000);
+    dcp_config c = make_config(4, 1000);
     dcp_error error;
     int32_t cp;
     CHECK_EQ(dcp_cp_size_min(&c, 4001, &cp, &error), DCP_ERROR_INFEASIBLE);
@@ -304,7 +295,7 @@ static void cost_model_formula(void)
 
 static void lower_bound_by_hand(void)
 {
-    dcp_config c = base_config(4, 100);
+    dcp_config c = make_config(4, 100);
     int64_t four[4] = {100, 100, 100, 100}, one[1] = {400};
     double bound;
     dcp_error error;
@@ -325,7 +316,7 @@ static void lower_bound_by_hand(void)
 /* Non-power-of-two pools can only use ranks inside aligned blocks of min_cp. */
 static void lower_bound_counts_usable_ranks(void)
 {
-    dcp_config c = base_config(24, 1000);
+    dcp_config c = make_config(24, 1000);
     int64_t lengths[16];
     double bound;
     int i;

@@ -10,18 +10,10 @@
 #define TEST_SAMPLES 64
 #define TEST_SEED 11 /* fixed: the same batch on every machine */
 
-static dcp_config test_config(void)
-{
-    dcp_config c = dcp_config_init();
-    c.ranks = TEST_RANKS;
-    c.max_tokens_per_rank = TEST_MAX_TOKENS;
-    return c;
-}
-
 static dcp_plan *test_plan(int64_t *lengths)
 {
     dcp_lognormal dist = {3000.0, 1.2, 1, TEST_RANKS * TEST_MAX_TOKENS};
-    dcp_config c = test_config();
+    dcp_config c = make_config(TEST_RANKS, TEST_MAX_TOKENS);
     dcp_plan *plan = NULL;
     dcp_error error;
     CHECK_EQ(dcp_lengths_lognormal(&dist, TEST_SEED, lengths, TEST_SAMPLES, &error), DCP_OK);
@@ -41,7 +33,7 @@ static void filter_keeps_ids_and_reports_drops(void)
     const int64_t lengths[6] = {100, 70000, 4096, 32768, 32769, 1};
     int64_t kept[6];
     int32_t ids[6], dropped[6], count = -1;
-    dcp_config c = test_config();
+    dcp_config c = make_config(TEST_RANKS, TEST_MAX_TOKENS);
     dcp_error error;
     const int64_t bad[2] = {5, 0};
     CHECK_EQ(dcp_lengths_filter(&c, lengths, 6, kept, ids, &count, dropped, &error), DCP_OK);
@@ -178,6 +170,32 @@ static void reroute_match_pairs_and_catches_faults(void)
     dcp_plan_destroy(plan);
 }
 
+/* The checks dcp_cuda.cu and dcp_nccl.h share with dcp.h (each was a copy in every unit). */
+static void shared_checks_accept_and_name(void)
+{
+    float a = 1.0f, b = 2.0f;
+    const void *buffers[3];
+    dcp_error error;
+    CHECK(dcp_is_pow2(1) && dcp_is_pow2(64) && dcp_is_pow2((int64_t)1 << 40));
+    CHECK(!dcp_is_pow2(0) && !dcp_is_pow2(-4) && !dcp_is_pow2(12));
+    CHECK_EQ(dcp_check_rank("rank", 3, 4, &error), DCP_OK);
+    CHECK_EQ(dcp_check_rank("view.q_rank", 4, 4, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "view.q_rank must be in [0, cp 4), got 4");
+    CHECK_EQ(dcp_check_rank("rank", -1, 4, &error), DCP_ERROR_INVALID_ARGUMENT);
+    buffers[0] = &a;
+    buffers[1] = &b;
+    buffers[2] = NULL;
+    CHECK_EQ(dcp_check_rank_buffers("q", buffers, 2, &error), DCP_OK);
+    CHECK_EQ(dcp_check_rank_buffers("q", buffers, 3, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "q[2] must not be NULL");
+    CHECK_EQ(dcp_check_rank_buffers("dq", NULL, 1, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "dq must not be NULL");
+    CHECK_EQ(dcp_dtype_size(DCP_DTYPE_FLOAT32), sizeof(float));
+    CHECK_EQ(dcp_dtype_size(DCP_DTYPE_BFLOAT16), 2u);
+    CHECK_EQ(dcp_dtype_size(DCP_DTYPE_FLOAT16), 2u);
+    CHECK_EQ(dcp_dtype_size((dcp_dtype)7), 0u);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -187,6 +205,7 @@ int main(int argc, char **argv)
         {"sample_location_finds_every_sample", sample_location_finds_every_sample},
         {"compare_finds_a_difference", compare_finds_a_difference},
         {"reroute_match_pairs_and_catches_faults", reroute_match_pairs_and_catches_faults},
+        {"shared_checks_accept_and_name", shared_checks_accept_and_name},
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }

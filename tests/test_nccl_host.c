@@ -1109,10 +1109,12 @@ static void fault_at_every_call_leaves_ranks_consistent(void)
         CHECK_EQ(run_ranks(RANKS, 1, fault_rank, &t, ctx), 0);
         runs++;
         faulted += ctx[t.faulty_rank].status != DCP_OK;
-        /* the faulty rank fails and says which call */
-        CHECK(ctx[t.faulty_rank].status == DCP_ERROR_NCCL || ctx[t.faulty_rank].status == DCP_ERROR_CUDA);
+        /* the faulty rank fails, says which call, and reports that call's library */
         CHECK(strstr(ctx[t.faulty_rank].message, "from nccl") ||
               strstr(ctx[t.faulty_rank].message, "from cuda"));
+        CHECK_EQ(ctx[t.faulty_rank].status, strstr(ctx[t.faulty_rank].message, "from nccl")
+                                                 ? DCP_ERROR_NCCL
+                                                 : DCP_ERROR_CUDA);
         if (test_current_failures) {
             printf("  fault at call %ld: %s\n", at, ctx[t.faulty_rank].message);
             break;

@@ -8,15 +8,6 @@
 #define PROPERTY_WORKLOADS 10000
 #define PROPERTY_SEED 20261121
 
-static dcp_config make_config(int32_t ranks, int64_t max_tokens)
-{
-    dcp_config c;
-    memset(&c, 0, sizeof c);
-    c.ranks = ranks;
-    c.max_tokens_per_rank = max_tokens;
-    return c;
-}
-
 static dcp_plan *plan_or_null(const dcp_config *c, const int64_t *lengths, int32_t count)
 {
     dcp_plan *plan = NULL;

@@ -6,15 +6,6 @@
 
 #define SIMULATION_SEED 4242
 
-static dcp_config make_config(int32_t ranks, int64_t max_tokens)
-{
-    dcp_config c;
-    memset(&c, 0, sizeof c);
-    c.ranks = ranks;
-    c.max_tokens_per_rank = max_tokens;
-    return c;
-}
-
 /* Rank r's positions built literally: cut 0..P-1 into 2c chunks, take chunks r and 2c-1-r. */
 static void brute_force_positions(int64_t padded, int32_t cp, int32_t r, int64_t *out)
 {
@@ -505,6 +496,31 @@ static void plan_garbage_is_rejected(void)
     CHECK(accepted < 20000 / 100); /* random content is almost never a valid plan */
 }
 
+/* The format's record constants describe what the writers write: a plan's and a view's
+   serialized size is the preamble, the fixed fields, each array's records and the checksum. */
+static void serialized_sizes_follow_the_record_constants(void)
+{
+    dcp_plan *plan = NULL;
+    dcp_rank_view *view = NULL;
+    size_t size = 0, view_size = 0;
+    uint64_t expected;
+    unsigned char *buffer = serialized_plan(&plan, &size, 30);
+    CHECK(buffer != NULL);
+    if (!buffer) return;
+    expected = DCP__PREAMBLE_BYTES + DCP__CONFIG_BYTES + DCP__PLAN_COUNTS * DCP__I32_BYTES +
+               DCP__PLAN_SAMPLE_BYTES * (uint64_t)plan->num_samples +
+               DCP__PLAN_OFFSET_BYTES * ((uint64_t)plan->num_microbatches + 1) +
+               DCP__PLAN_GROUP_BYTES * (uint64_t)plan->num_groups + DCP__CHECKSUM_BYTES;
+    CHECK_EQ(size, expected);
+    CHECK_EQ(dcp_rank_view_create(plan, 1, 0, &view, NULL), DCP_OK);
+    CHECK_EQ(dcp_rank_view_serialize(view, NULL, 0, &view_size, NULL), DCP_OK);
+    CHECK_EQ(view_size, DCP__PREAMBLE_BYTES + DCP__VIEW_HEADER_BYTES +
+                            DCP__VIEW_ARRAY_BYTES(view->num_samples) + DCP__CHECKSUM_BYTES);
+    dcp_rank_view_destroy(view);
+    dcp_plan_destroy(plan);
+    free(buffer);
+}
+
 static void view_serialization_round_trip_and_corruption(void)
 {
     dcp_plan *plan = NULL, *not_a_plan = NULL;
@@ -610,6 +626,8 @@ int main(int argc, char **argv)
         {"plan_corruption_is_rejected", plan_corruption_is_rejected},
         {"plan_garbage_is_rejected", plan_garbage_is_rejected},
         {"view_serialization_round_trip_and_corruption", view_serialization_round_trip_and_corruption},
+        {"serialized_sizes_follow_the_record_constants",
+         serialized_sizes_follow_the_record_constants},
         {"flops_stats_by_hand", flops_stats_by_hand},
         {"flops_stats_overflow_is_an_error", flops_stats_overflow_is_an_error},
         {"pad_to_alignment_extends_the_last_sequence", pad_to_alignment_extends_the_last_sequence},
