@@ -711,23 +711,34 @@ static void virtual_ring(void)
 
 /* ===================================================== argument checks (no GPU needed) */
 
+/* The host-side layout both argument tests use: one sequence of 10 valid tokens padded to 16
+   at cp = 2, so 8 local rows. The arrays are host memory: only the checks read them. */
+static const int32_t ARG_CU[] = {0, 10}, ARG_CU_PADDED[] = {0, 16};
+static dcp_cuda_layout argument_layout(void)
+{
+    dcp_cuda_layout layout;
+    memset(&layout, 0, sizeof layout);
+    layout.thd.num_sequences = 1;
+    layout.thd.cu_seqlens = ARG_CU;
+    layout.thd.cu_seqlens_padded = ARG_CU_PADDED;
+    layout.thd.cp = 2;
+    layout.local_rows = 8;
+    layout.max_seqlen_padded = 16;
+    return layout;
+}
+
+/* The first 16-byte aligned byte of buffer (which has 16 bytes to spare). */
+static char *aligned16(char *buffer) { return buffer + (16 - (uintptr_t)buffer % 16) % 16; }
+
 static void arguments_attention(void)
 {
-    static const int32_t cu[] = {0, 10}, cu_padded[] = {0, 16};
-    dcp_cuda_layout layout;
+    dcp_cuda_layout layout = argument_layout();
     dcp_attention_params p;
     dcp_attention_view view;
     dcp_error error;
     size_t bytes = 0;
     char buffer[256] = {0};
-    void *b = buffer + (16 - (uintptr_t)buffer % 16) % 16;
-    memset(&layout, 0, sizeof layout);
-    layout.thd.num_sequences = 1;
-    layout.thd.cu_seqlens = cu;
-    layout.thd.cu_seqlens_padded = cu_padded;
-    layout.thd.cp = 2;
-    layout.local_rows = 8;
-    layout.max_seqlen_padded = 16;
+    void *b = aligned16(buffer);
     memset(&p, 0, sizeof p);
     memset(&view, 0, sizeof view);
     p.num_heads = 4;
@@ -790,21 +801,13 @@ static void arguments_attention(void)
    tile loads (cp.async) need of q, k, v and dout. */
 static void arguments_attention_backward(void)
 {
-    static const int32_t cu[] = {0, 10}, cu_padded[] = {0, 16};
-    dcp_cuda_layout layout;
+    dcp_cuda_layout layout = argument_layout();
     dcp_attention_params p;
     dcp_error error;
     size_t bytes = 0;
     char buffer[256] = {0};
-    char *b = buffer + (16 - (uintptr_t)buffer % 16) % 16;
+    char *b = aligned16(buffer);
     float *f = (float *)b;
-    memset(&layout, 0, sizeof layout);
-    layout.thd.num_sequences = 1;
-    layout.thd.cu_seqlens = cu;
-    layout.thd.cu_seqlens_padded = cu_padded;
-    layout.thd.cp = 2;
-    layout.local_rows = 8;
-    layout.max_seqlen_padded = 16;
     memset(&p, 0, sizeof p);
     p.num_heads = 4;
     p.head_dim = 64;

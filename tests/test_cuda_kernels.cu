@@ -302,8 +302,8 @@ static void conv1d_shapes(void)
     uint64_t stream = 1000;
     int d, ch, width;
     CUDA_TEST_REQUIRE_GPU();
-    for (d = 0; d < 3; d++)
-        for (ch = 0; ch < 6; ch++)
+    for (d = 0; d < TEST_COUNT(dtypes); d++)
+        for (ch = 0; ch < TEST_COUNT(channels); ch++)
             for (width = 1; width <= DCP_CUDA_CONV1D_MAX_WIDTH; width++) {
                 conv_case c;
                 memset(&c, 0, sizeof c);
@@ -362,8 +362,8 @@ static void conv1d_boundaries(void)
     uint64_t stream = 5000;
     int d, ch, width;
     CUDA_TEST_REQUIRE_GPU();
-    for (d = 0; d < 3; d++)
-        for (ch = 0; ch < 5; ch++)
+    for (d = 0; d < TEST_COUNT(dtypes); d++)
+        for (ch = 0; ch < TEST_COUNT(channels); ch++)
             for (width = 1; width <= DCP_CUDA_CONV1D_MAX_WIDTH; width++) {
                 conv_case c;
                 memset(&c, 0, sizeof c);
