@@ -5263,6 +5263,399 @@ DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *
     return status;
 }
 
+/* ------------------------------------------------------------- sequence-length sources */
+
+/* Below INT64_MAX (9.2e18) with room: a draw near the mean still fits a length. */
+#define DCP__LOGNORMAL_MAX_MEAN 1e18
+
+static dcp_status dcp__check_lognormal(const dcp_lognormal *d, dcp_error *error)
+{
+    if (!d)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "distribution must not be NULL");
+    if (!(d->mean > 0.0 && d->mean <= DCP__LOGNORMAL_MAX_MEAN))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "lognormal mean must be in (0, %g], got %g", DCP__LOGNORMAL_MAX_MEAN,
+                             d->mean);
+    if (!(d->sigma >= 0.0 && d->sigma <= 16.0))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "lognormal sigma must be in [0, 16], got %g", d->sigma);
+    if (d->min_length < 1 || d->max_length < d->min_length ||
+        d->max_length > DCP_MAX_SAMPLE_LENGTH)
+        return dcp_error_set(
+            error, DCP_ERROR_INVALID_ARGUMENT, "lognormal needs 1 <= min %lld <= max %lld <= %lld",
+            (long long)d->min_length, (long long)d->max_length, (long long)DCP_MAX_SAMPLE_LENGTH);
+    return DCP_OK;
+}
+
+/* Rounds to the nearest integer and clips to [lo, hi]; NaN clips to lo. */
+static int64_t dcp__round_clip(double x, int64_t lo, int64_t hi)
+{
+    if (!(x >= (double)lo)) return lo;
+    if (x >= (double)hi) return hi;
+    x = floor(x + 0.5);
+    return x > (double)hi ? hi : (int64_t)x;
+}
+
+DCPDEF dcp_status dcp_rng_lognormal_length(dcp_rng *rng, const dcp_lognormal *d,
+                                           int64_t *length, dcp_error *error)
+{
+    dcp_status status;
+    double mu;
+    if (!rng || !length)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
+    if ((status = dcp__check_lognormal(d, error)) != DCP_OK) return status;
+    mu = dcp__log(d->mean) - dcp__exact(d->sigma * d->sigma) / 2.0;
+    *length = dcp__round_clip(dcp__exp(mu + dcp__exact(d->sigma * dcp_rng_normal(rng))),
+                              d->min_length, d->max_length);
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_lengths_lognormal(const dcp_lognormal *d, uint64_t seed,
+                                        int64_t *lengths, int32_t count, dcp_error *error)
+{
+    dcp_rng rng;
+    dcp_status status;
+    int32_t i;
+    if (!lengths || count < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "lengths must not be NULL and count must be >= 0, got %d", (int)count);
+    if ((status = dcp__check_lognormal(d, error)) != DCP_OK) return status;
+    dcp_rng_seed(&rng, seed);
+    for (i = 0; i < count; i++)
+        if ((status = dcp_rng_lognormal_length(&rng, d, &lengths[i], error)) != DCP_OK)
+            return status;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_rng_loguniform_length(dcp_rng *rng, int64_t min_length,
+                                            int64_t max_length, int64_t *length,
+                                            dcp_error *error)
+{
+    double lo, hi;
+    if (!rng || !length)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
+    if (min_length < 1 || max_length < min_length || max_length > DCP_MAX_SAMPLE_LENGTH)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "log-uniform needs 1 <= min %lld <= max %lld <= %lld",
+                             (long long)min_length, (long long)max_length,
+                             (long long)DCP_MAX_SAMPLE_LENGTH);
+    /* uniform in log over [min, max + 1), floored: every integer gets its share */
+    lo = dcp__log((double)min_length);
+    hi = dcp__log((double)max_length + 1.0);
+    *length = dcp__round_clip(floor(dcp__exp(lo + dcp__exact((hi - lo) * dcp_rng_uniform(rng)))),
+                              min_length, max_length);
+    return dcp_error_clear(error);
+}
+
+/* Length files. */
+
+typedef struct dcp__cursor {
+    const char *text;
+    size_t size;
+    size_t position;
+    int64_t line;
+} dcp__cursor;
+
+static int dcp__is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* Next line without its comment and surrounding blanks; 0 at the end of the text. */
+static int dcp__next_line(dcp__cursor *cursor, const char **begin, const char **end)
+{
+    const char *b, *e, *stop;
+    if (cursor->position >= cursor->size) return 0;
+    b = cursor->text + cursor->position;
+    stop = (const char *)memchr(b, '\n', cursor->size - cursor->position);
+    if (!stop) stop = cursor->text + cursor->size;
+    cursor->position = (size_t)(stop - cursor->text) + 1;
+    cursor->line++;
+    e = (const char *)memchr(b, '#', (size_t)(stop - b));
+    if (!e) e = stop;
+    while (b < e && dcp__is_space(*b)) b++;
+    while (e > b && dcp__is_space(e[-1])) e--;
+    *begin = b;
+    *end = e;
+    return 1;
+}
+
+/* Copies at most 40 bytes of a field for a message, replacing unprintable bytes with '?'. */
+static void dcp__quote(const char *begin, const char *end, char *out, size_t capacity)
+{
+    size_t i = 0;
+    while (begin < end && i + 4 < capacity && i < 40) {
+        unsigned char c = (unsigned char)*begin++;
+        out[i++] = (c >= 32 && c < 127) ? (char)c : '?';
+    }
+    if (begin < end && i + 4 <= capacity) {
+        out[i++] = '.';
+        out[i++] = '.';
+        out[i++] = '.';
+    }
+    out[i] = '\0';
+}
+
+static dcp_status dcp__parse_length(const char *begin, const char *end, int64_t line,
+                                    int64_t *value, dcp_error *error)
+{
+    char quoted[48];
+    const char *p = begin;
+    int64_t v = 0;
+    dcp__quote(begin, end, quoted, sizeof quoted);
+    if (p < end && *p == '+') p++;
+    if (p < end && *p == '-' && p + 1 < end && p[1] >= '0' && p[1] <= '9')
+        return dcp_error_set(error, DCP_ERROR_PARSE, "line %lld: length %s must be >= 1",
+                             (long long)line, quoted);
+    if (p == end)
+        return dcp_error_set(error, DCP_ERROR_PARSE, "line %lld: empty length field",
+                             (long long)line);
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return dcp_error_set(error, DCP_ERROR_PARSE,
+                                 "line %lld: length \"%s\" is not a positive integer",
+                                 (long long)line, quoted);
+        v = v * 10 + (*p - '0');
+        if (v > DCP_MAX_SAMPLE_LENGTH)
+            return dcp_error_set(error, DCP_ERROR_PARSE,
+                                 "line %lld: length %s exceeds the maximum %lld", (long long)line,
+                                 quoted, (long long)DCP_MAX_SAMPLE_LENGTH);
+    }
+    if (v == 0)
+        return dcp_error_set(error, DCP_ERROR_PARSE, "line %lld: length %s must be >= 1",
+                             (long long)line, quoted);
+    *value = v;
+    return DCP_OK;
+}
+
+/* Field `index` of a comma-separated line, trimmed and without surrounding quotes; returns
+   the number of fields. */
+static int32_t dcp__csv_field(const char *begin, const char *end, int32_t index,
+                              const char **field_begin, const char **field_end)
+{
+    int32_t fields = 0;
+    const char *p = begin;
+    for (;;) {
+        const char *comma = (const char *)memchr(p, ',', (size_t)(end - p));
+        const char *fe = comma ? comma : end, *fb = p;
+        if (fields == index) {
+            while (fb < fe && dcp__is_space(*fb)) fb++;
+            while (fe > fb && dcp__is_space(fe[-1])) fe--;
+            if (fe - fb >= 2 && *fb == '"' && fe[-1] == '"') {
+                fb++;
+                fe--;
+            }
+            *field_begin = fb;
+            *field_end = fe;
+        }
+        fields++;
+        if (!comma) return fields;
+        p = comma + 1;
+    }
+}
+
+static int dcp__names_length_column(const char *b, const char *e)
+{
+    static const char *const names[] = {"length", "seq_len", "seqlen", "sequence_length",
+                                        "seq_length", "num_tokens", "tokens"};
+    size_t i, n = (size_t)(e - b), k;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strlen(names[i]) != n) continue;
+        for (k = 0; k < n; k++) {
+            char c = b[k];
+            if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+            if (c != names[i][k]) break;
+        }
+        if (k == n) return 1;
+    }
+    return 0;
+}
+
+/* Reads the CSV header: *column gets the length column, *fields the column count. */
+static dcp_status dcp__csv_header(const char *b, const char *e, int64_t line, int32_t *column,
+                                  int32_t *fields, dcp_error *error)
+{
+    const char *fb = NULL, *fe = NULL;
+    int32_t i;
+    *fields = dcp__csv_field(b, e, 0, &fb, &fe);
+    for (i = 0; i < *fields; i++) {
+        dcp__csv_field(b, e, i, &fb, &fe);
+        if (dcp__names_length_column(fb, fe)) {
+            *column = i;
+            return DCP_OK;
+        }
+    }
+    if (*fields == 1) {
+        char quoted[48];
+        dcp__quote(b, e, quoted, sizeof quoted);
+        return dcp_error_set(error, DCP_ERROR_PARSE,
+                             "line %lld: \"%s\" is neither a length nor a header naming a length "
+                             "column (length, seq_len, seqlen, sequence_length, seq_length, "
+                             "num_tokens or tokens)",
+                             (long long)line, quoted);
+    }
+    return dcp_error_set(error, DCP_ERROR_PARSE,
+                         "line %lld: CSV header has no length column (expected length, seq_len, "
+                         "seqlen, sequence_length, seq_length, num_tokens or tokens)",
+                         (long long)line);
+}
+
+/* A header row is printable text with a letter, not starting like a number: anything else on
+   the first line is data, so "12a" or binary bytes are errors rather than a silent header. */
+static int dcp__looks_like_header(const char *b, const char *e)
+{
+    int letters = 0;
+    if (b == e || (*b >= '0' && *b <= '9') || *b == '+' || *b == '-' || *b == '.') return 0;
+    for (; b < e; b++) {
+        unsigned char c = (unsigned char)*b;
+        if (c < 32 || c > 126) return 0;
+        letters += (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    }
+    return letters > 0;
+}
+
+static dcp_status dcp__parse_lines(dcp__cursor *cursor, int64_t *out, int64_t *out_lines,
+                                   int32_t *count, dcp_error *error)
+{
+    const char *b, *e;
+    int32_t column = -1, fields = 0;
+    dcp_status status;
+    *count = 0;
+    while (dcp__next_line(cursor, &b, &e)) {
+        const char *fb = b, *fe = e;
+        if (b == e) continue;
+        if (column < 0 && *count == 0 && dcp__looks_like_header(b, e)) {
+            if ((status = dcp__csv_header(b, e, cursor->line, &column, &fields, error)) != DCP_OK)
+                return status;
+            continue;
+        }
+        if (column >= 0) {
+            int32_t have = dcp__csv_field(b, e, column, &fb, &fe);
+            if (have != fields)
+                return dcp_error_set(error, DCP_ERROR_PARSE,
+                                     "line %lld: %d CSV fields, the header has %d",
+                                     (long long)cursor->line, (int)have, (int)fields);
+        }
+        if (*count == INT32_MAX)
+            return dcp_error_set(error, DCP_ERROR_OVERFLOW, "more than %d lengths", INT32_MAX);
+        if ((status = dcp__parse_length(fb, fe, cursor->line, &out[*count], error)) != DCP_OK)
+            return status;
+        if (out_lines) out_lines[*count] = cursor->line;
+        (*count)++;
+    }
+    if (*count == 0) return dcp_error_set(error, DCP_ERROR_PARSE, "no lengths found (empty input)");
+    return DCP_OK;
+}
+
+#define DCP__UTF8_BOM "\xEF\xBB\xBF"
+#define DCP__UTF8_BOM_SIZE 3
+
+DCPDEF dcp_status dcp_lengths_parse(const char *text, size_t size,
+                                    const dcp_allocator *allocator, int64_t **lengths,
+                                    int32_t *count, dcp_error *error)
+{
+    return dcp_lengths_parse_lines(text, size, allocator, lengths, NULL, count, error);
+}
+
+DCPDEF dcp_status dcp_lengths_parse_lines(const char *text, size_t size,
+                                          const dcp_allocator *allocator, int64_t **lengths,
+                                          int64_t **lines_out, int32_t *count, dcp_error *error)
+{
+    dcp__cursor cursor;
+    size_t lines = 1, i;
+    int64_t *out, *out_lines = NULL;
+    dcp_status status;
+    if (!lengths || !count)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "lengths and count must not be NULL");
+    *lengths = NULL;
+    *count = 0;
+    if (lines_out) *lines_out = NULL;
+    if (!text && size > 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "text is NULL with size %zu", size);
+    if (allocator && ((allocator->alloc == NULL) != (allocator->free == NULL)))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "allocator needs both alloc and free, or neither");
+    for (i = 0; i < size; i++) lines += text[i] == '\n';
+    out = (int64_t *)dcp__alloc_array(allocator, lines, sizeof(int64_t), "lengths", error);
+    if (out && lines_out)
+        out_lines = (int64_t *)dcp__alloc_array(allocator, lines, sizeof(int64_t), "lines", error);
+    if (!out || (lines_out && !out_lines)) {
+        dcp_free(allocator, out);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    cursor.text = text;
+    cursor.size = size;
+    cursor.position = 0;
+    cursor.line = 0;
+    if (size >= DCP__UTF8_BOM_SIZE && memcmp(text, DCP__UTF8_BOM, DCP__UTF8_BOM_SIZE) == 0)
+        cursor.position = DCP__UTF8_BOM_SIZE; /* editors on Windows write one */
+    status = dcp__parse_lines(&cursor, out, out_lines, count, error);
+    if (status != DCP_OK) {
+        dcp_free(allocator, out);
+        dcp_free(allocator, out_lines);
+        *count = 0;
+        return status;
+    }
+    *lengths = out;
+    if (lines_out) *lines_out = out_lines;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *allocator,
+                                        int64_t **lengths, int32_t *count, dcp_error *error)
+{
+    return dcp_lengths_read_file_lines(path, allocator, lengths, NULL, count, error);
+}
+
+DCPDEF dcp_status dcp_lengths_read_file_lines(const char *path, const dcp_allocator *allocator,
+                                              int64_t **lengths, int64_t **lines,
+                                              int32_t *count, dcp_error *error)
+{
+    FILE *file;
+    int read_errno = 0;
+    char *text = NULL;
+    size_t size = 0, capacity = 0;
+    dcp_status status;
+    if (!path) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "path must not be NULL");
+    if (allocator && ((allocator->alloc == NULL) != (allocator->free == NULL)))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "allocator needs both alloc and free, or neither");
+    file = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!file)
+        return dcp_error_set(error, DCP_ERROR_IO, "cannot open %s: %s", path, strerror(errno));
+    for (;;) { /* grow by doubling: works for pipes, where the size is unknown */
+        size_t got;
+        if (size == capacity) {
+            size_t grown = capacity ? capacity * 2 : 65536;
+            char *bigger = grown > capacity ? (char *)dcp_alloc(allocator, grown) : NULL;
+            if (!bigger) {
+                dcp_free(allocator, text);
+                if (file != stdin) fclose(file);
+                return dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY,
+                                     "%s: cannot allocate %zu bytes", path, grown);
+            }
+            if (size) memcpy(bigger, text, size);
+            dcp_free(allocator, text);
+            text = bigger;
+            capacity = grown;
+        }
+        errno = 0;
+        got = fread(text + size, 1, capacity - size, file);
+        read_errno = errno;
+        size += got;
+        if (got == 0) break;
+    }
+    status = ferror(file) ? dcp_error_set(error, DCP_ERROR_IO, "cannot read %s: %s", path,
+                                          strerror(read_errno))
+                          : DCP_OK;
+    if (file != stdin) fclose(file);
+    if (status == DCP_OK)
+        status = dcp_lengths_parse_lines(text, size, allocator, lengths, lines, count, error);
+    dcp_free(allocator, text);
+    return status;
+}
+
 /* ------------------------------------------------------------------------- THD layout */
 
 DCPDEF int64_t dcp_zigzag_position(int64_t padded_length, int32_t cp, int32_t rank,
@@ -6232,6 +6625,815 @@ DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *st
                                      "FLOPs sums of the batch exceed int64 at group %d", (int)g);
         }
     }
+    return dcp_error_clear(error);
+}
+
+/* ------------------------------------------------------------ helpers a data loader needs */
+
+DCPDEF dcp_status dcp_lengths_filter(const dcp_config *config, const int64_t *lengths,
+                                     int32_t count, int64_t *kept_lengths, int32_t *kept_ids,
+                                     int32_t *kept_count, int32_t *dropped_ids,
+                                     dcp_error *error)
+{
+    dcp_config c;
+    dcp_status status;
+    int32_t i, kept = 0, dropped = 0;
+    if (!lengths || !kept_lengths || !kept_ids || !kept_count)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "lengths, kept_lengths, kept_ids and kept_count must not be NULL");
+    if (count < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must be >= 0, got %d",
+                             (int)count);
+    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    for (i = 0; i < count; i++) {
+        if (lengths[i] < 1 || lengths[i] > DCP_MAX_SAMPLE_LENGTH)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "sample %d has length %lld; lengths must be in [1, %lld]", (int)i,
+                                 (long long)lengths[i], (long long)DCP_MAX_SAMPLE_LENGTH);
+        if (dcp__cp_min(&c, lengths[i]) > 0) {
+            kept_lengths[kept] = lengths[i];
+            kept_ids[kept++] = i;
+        } else if (dropped_ids)
+            dropped_ids[dropped++] = i;
+    }
+    *kept_count = kept;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
+                                           int32_t *microbatch, int32_t *group,
+                                           dcp_error *error)
+{
+    int32_t g, k = 0;
+    if (!plan || !microbatch || !group)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "plan, microbatch and group must not be NULL");
+    if (sample < 0 || sample >= plan->num_samples)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "sample %d outside [0, %d)",
+                             (int)sample, (int)plan->num_samples);
+    for (g = 0; g < plan->num_groups; g++) {
+        const dcp_group *candidate = &plan->groups[g];
+        int32_t i;
+        while (k < plan->num_microbatches && plan->microbatch_offsets[k + 1] <= g) k++;
+        for (i = 0; i < candidate->sample_count; i++)
+            if (plan->group_samples[candidate->sample_offset + i] == sample) {
+                *microbatch = k;
+                *group = g;
+                return dcp_error_clear(error);
+            }
+    }
+    return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "sample %d is in no group", (int)sample);
+}
+
+#define DCP__COMPARED_CONFIG_INTS 9
+
+static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
+                                       dcp_error *error)
+{
+    const int64_t ints_a[DCP__COMPARED_CONFIG_INTS] = {
+        a->ranks, a->max_tokens_per_rank, a->min_cp, a->max_cp, a->microbatch_multiple,
+        a->pad_multiple_cp1, a->pad_multiple, (int64_t)a->strategy, a->improve_moves};
+    const int64_t ints_b[DCP__COMPARED_CONFIG_INTS] = {
+        b->ranks, b->max_tokens_per_rank, b->min_cp, b->max_cp, b->microbatch_multiple,
+        b->pad_multiple_cp1, b->pad_multiple, (int64_t)b->strategy, b->improve_moves};
+    const char *names[DCP__COMPARED_CONFIG_INTS] = {
+        "ranks", "max_tokens_per_rank", "min_cp", "max_cp", "microbatch_multiple",
+        "pad_multiple_cp1", "pad_multiple", "strategy", "improve_moves"};
+    int i;
+    for (i = 0; i < DCP__COMPARED_CONFIG_INTS; i++)
+        if (ints_a[i] != ints_b[i])
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "plans differ: config %s %lld vs %lld", names[i],
+                                 (long long)ints_a[i], (long long)ints_b[i]);
+    if (a->cost.attn_coeff != b->cost.attn_coeff || a->cost.linear_coeff != b->cost.linear_coeff ||
+        a->cost.ring_step_cost != b->cost.ring_step_cost)
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "plans differ: cost models");
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_plan_compare(const dcp_plan *a, const dcp_plan *b, dcp_error *error)
+{
+    dcp_status status;
+    int32_t i;
+    if (!a || !b) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plans must not be NULL");
+    if ((status = dcp__compare_configs(&a->config, &b->config, error)) != DCP_OK) return status;
+    if (a->num_samples != b->num_samples || a->num_microbatches != b->num_microbatches ||
+        a->num_groups != b->num_groups)
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                             "plans differ: %d/%d samples, %d/%d microbatches, %d/%d groups",
+                             (int)a->num_samples, (int)b->num_samples, (int)a->num_microbatches,
+                             (int)b->num_microbatches, (int)a->num_groups, (int)b->num_groups);
+    for (i = 0; i < a->num_samples; i++)
+        if (a->sample_lengths[i] != b->sample_lengths[i] ||
+            a->group_samples[i] != b->group_samples[i])
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "plans differ at sample slot %d: length %lld/%lld, sample %d/%d",
+                                 (int)i, (long long)a->sample_lengths[i],
+                                 (long long)b->sample_lengths[i], (int)a->group_samples[i],
+                                 (int)b->group_samples[i]);
+    for (i = 0; i <= a->num_microbatches; i++)
+        if (a->microbatch_offsets[i] != b->microbatch_offsets[i])
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "plans differ: microbatch %d starts at group %d/%d", (int)i,
+                                 (int)a->microbatch_offsets[i], (int)b->microbatch_offsets[i]);
+    for (i = 0; i < a->num_groups; i++) {
+        const dcp_group *x = &a->groups[i], *y = &b->groups[i];
+        if (x->first_rank != y->first_rank || x->cp != y->cp ||
+            x->sample_offset != y->sample_offset || x->sample_count != y->sample_count)
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "plans differ at group %d: first rank %d/%d, cp %d/%d", (int)i,
+                                 (int)x->first_rank, (int)y->first_rank, (int)x->cp, (int)y->cp);
+    }
+    return dcp_error_clear(error);
+}
+
+/* One receive of a rank, for pairing: its peer and its index in the rank's list. */
+typedef struct dcp__recv_key {
+    int32_t peer;
+    int32_t index;
+} dcp__recv_key;
+
+static int dcp__recv_key_compare(const void *a, const void *b)
+{
+    const dcp__recv_key *x = (const dcp__recv_key *)a, *y = (const dcp__recv_key *)b;
+    if (x->peer != y->peer) return x->peer < y->peer ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* First position of peer in a rank's receives sorted by (peer, index); count if none. */
+static int32_t dcp__recv_lower_bound(const dcp__recv_key *keys, int32_t count, int32_t peer)
+{
+    int32_t lo = 0, hi = count;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (keys[mid].peer < peer) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static int dcp__transfers_pair(const dcp_transfer *send, const dcp_transfer *recv)
+{
+    return send->microbatch == recv->microbatch && send->sample == recv->sample &&
+           send->source_begin == recv->source_begin && send->source_end == recv->source_end &&
+           send->destination_row == recv->destination_row;
+}
+
+/* Pairs rank a's sends, in order, with its peers' receives from a, in order. keys holds every
+   rank's receives sorted by (peer, index), rank r's at keys[offsets[r] .. offsets[r + 1]);
+   sent[] counts a's sends per peer so far (zero on entry, reset on return). */
+static dcp_status dcp__match_rank_sends(const dcp_reroute *const *reroutes, int32_t ranks,
+                                        int32_t a, const dcp__recv_key *keys,
+                                        const size_t *offsets, int32_t *sent, dcp_error *error)
+{
+    const dcp_reroute *ra = reroutes[a];
+    dcp_status status = DCP_OK;
+    int32_t i;
+    for (i = 0; i < ra->count && status == DCP_OK; i++) {
+        const dcp_transfer *t = &ra->transfers[i];
+        const dcp__recv_key *peer_keys;
+        int32_t peer_count, k;
+        if (t->kind == DCP_TRANSFER_COPY && t->peer != a)
+            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                   "rank %d transfer %d: a copy with peer %d", (int)a, (int)i,
+                                   (int)t->peer);
+        if (t->kind != DCP_TRANSFER_SEND || status != DCP_OK) continue;
+        if (t->peer < 0 || t->peer >= ranks || t->peer == a) {
+            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                   "rank %d transfer %d: send to peer %d (outside [0, %d) or "
+                                   "itself)",
+                                   (int)a, (int)i, (int)t->peer, (int)ranks);
+            break;
+        }
+        peer_keys = keys + offsets[t->peer];
+        peer_count = (int32_t)(offsets[t->peer + 1] - offsets[t->peer]);
+        k = dcp__recv_lower_bound(peer_keys, peer_count, a) + sent[t->peer]++;
+        if (k >= peer_count || peer_keys[k].peer != a)
+            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                   "rank %d send %d to rank %d (sample %d) has no matching "
+                                   "receive",
+                                   (int)a, (int)i, (int)t->peer, (int)t->sample);
+        else if (!dcp__transfers_pair(t, &reroutes[t->peer]->transfers[peer_keys[k].index]))
+            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                   "rank %d send %d to rank %d (sample %d, positions %lld-%lld) "
+                                   "differs from that rank's receive %d",
+                                   (int)a, (int)i, (int)t->peer, (int)t->sample,
+                                   (long long)t->source_begin, (long long)t->source_end,
+                                   (int)peer_keys[k].index);
+    }
+    for (i = 0; i < ra->count; i++)
+        if (ra->transfers[i].kind == DCP_TRANSFER_SEND && ra->transfers[i].peer >= 0 &&
+            ra->transfers[i].peer < ranks)
+            sent[ra->transfers[i].peer] = 0;
+    return status;
+}
+
+/* Counts the sends and receives of all lists; DCP_ERROR_INVALID_ARGUMENT for a missing list. */
+static dcp_status dcp__count_transfers(const dcp_reroute *const *reroutes, int32_t ranks,
+                                       size_t *sends, size_t *receives, dcp_error *error)
+{
+    int32_t r, i;
+    *sends = *receives = 0;
+    for (r = 0; r < ranks; r++) {
+        if (!reroutes[r] || reroutes[r]->rank != r || reroutes[r]->count < 0 ||
+            (reroutes[r]->count > 0 && !reroutes[r]->transfers))
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "reroutes[%d] must be the list of rank %d", (int)r, (int)r);
+        for (i = 0; i < reroutes[r]->count; i++) {
+            *receives += reroutes[r]->transfers[i].kind == DCP_TRANSFER_RECV;
+            *sends += reroutes[r]->transfers[i].kind == DCP_TRANSFER_SEND;
+        }
+    }
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t ranks,
+                                    const dcp_allocator *allocator, dcp_error *error)
+{
+    dcp__recv_key *keys;
+    size_t *offsets, sends, receives;
+    int32_t *sent, r, i;
+    dcp_status status;
+    if (!reroutes || ranks < 1 || ranks > DCP_MAX_RANKS)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "reroutes must not be NULL and ranks in [1, %d], got %d",
+                             DCP_MAX_RANKS, (int)ranks);
+    if ((status = dcp__count_transfers(reroutes, ranks, &sends, &receives, error)) != DCP_OK)
+        return status;
+    if (sends != receives) /* with every send paired below, no receive is left over either */
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "%zu sends but %zu receives", sends,
+                             receives);
+    offsets = (size_t *)dcp__alloc_array(allocator, (size_t)ranks + 1, sizeof *offsets,
+                                         "reroute match", error);
+    sent = (int32_t *)dcp__alloc_array(allocator, (size_t)ranks, sizeof *sent, "reroute match",
+                                       error);
+    keys = (dcp__recv_key *)dcp__alloc_array(allocator, receives ? receives : 1, sizeof *keys,
+                                             "reroute match", error);
+    status = offsets && sent && keys ? DCP_OK : (error ? error->status : DCP_ERROR_OUT_OF_MEMORY);
+    if (status == DCP_OK) {
+        memset(sent, 0, (size_t)ranks * sizeof *sent);
+        offsets[0] = 0;
+        for (r = 0; r < ranks; r++) {
+            size_t n = offsets[r];
+            for (i = 0; i < reroutes[r]->count; i++)
+                if (reroutes[r]->transfers[i].kind == DCP_TRANSFER_RECV) {
+                    keys[n].peer = reroutes[r]->transfers[i].peer;
+                    keys[n++].index = i;
+                }
+            offsets[r + 1] = n;
+            qsort(keys + offsets[r], n - offsets[r], sizeof *keys, dcp__recv_key_compare);
+        }
+        for (r = 0; r < ranks && status == DCP_OK; r++)
+            status = dcp__match_rank_sends(reroutes, ranks, r, keys, offsets, sent, error);
+    }
+    dcp_free(allocator, offsets);
+    dcp_free(allocator, sent);
+    dcp_free(allocator, keys);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
+}
+/* ------------------------------------------------------------------- distributed logic */
+
+static int dcp__is_cp(int32_t cp) { return dcp_is_pow2(cp) && cp <= DCP_MAX_RANKS; }
+
+DCPDEF int32_t dcp_comm_slot_count(int32_t max_cp)
+{
+    return dcp__is_cp(max_cp) ? (int32_t)dcp__log2_int(max_cp) : 0;
+}
+
+DCPDEF int32_t dcp_comm_slot(int32_t cp)
+{
+    return dcp__is_cp(cp) && cp >= 2 ? (int32_t)dcp__log2_int(cp) - 1 : -1;
+}
+
+DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, int32_t *max_cp,
+                                  dcp_error *error)
+{
+    dcp_config c;
+    dcp_status status;
+    int32_t cp, best;
+    double best_seconds;
+    if (!max_cp) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "max_cp must not be NULL");
+    /* resolved before *max_cp is written: it may be &config->max_cp */
+    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    *max_cp = 0;
+    if ((status = dcp__check_length(max_length, error)) != DCP_OK) return status;
+    best = dcp__cp_min(&c, max_length);
+    if (best == 0)
+        return dcp_error_set(error, DCP_ERROR_INFEASIBLE,
+                             "max_length %lld > max_cp %d x max_tokens_per_rank %lld after "
+                             "padding",
+                             (long long)max_length, (int)c.max_cp,
+                             (long long)c.max_tokens_per_rank);
+    best_seconds = dcp__alone_seconds(&c, max_length, best);
+    for (cp = best * 2; cp <= c.max_cp && cp > 0; cp *= 2) {
+        const double seconds = dcp__alone_seconds(&c, max_length, cp);
+        if (seconds < best_seconds) best = cp, best_seconds = seconds;
+    }
+    *max_cp = best;
+    return dcp_error_clear(error);
+}
+
+static uint64_t dcp__hash_i64(uint64_t hash, int64_t value)
+{
+    unsigned char bytes[DCP__I64_BYTES];
+    int i;
+    for (i = 0; i < DCP__I64_BYTES; i++) bytes[i] = (unsigned char)((uint64_t)value >> (8 * i));
+    for (i = 0; i < DCP__I64_BYTES; i++) hash = (hash ^ bytes[i]) * DCP__FNV_PRIME;
+    return hash;
+}
+
+DCPDEF dcp_status dcp_plan_hash(const dcp_plan *plan, uint64_t *hash, dcp_error *error)
+{
+    const dcp_config *c;
+    uint64_t h = DCP__FNV_OFFSET_BASIS;
+    int32_t i;
+    if (!plan || !hash)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan and hash must not be NULL");
+    c = &plan->config;
+    h = dcp__hash_i64(h, c->ranks), h = dcp__hash_i64(h, c->max_tokens_per_rank);
+    h = dcp__hash_i64(h, c->min_cp), h = dcp__hash_i64(h, c->max_cp);
+    h = dcp__hash_i64(h, c->microbatch_multiple), h = dcp__hash_i64(h, c->pad_multiple_cp1);
+    h = dcp__hash_i64(h, c->pad_multiple);
+    h = dcp__hash_i64(h, plan->num_samples), h = dcp__hash_i64(h, plan->num_microbatches);
+    h = dcp__hash_i64(h, plan->num_groups);
+    if ((plan->num_samples > 0 && (!plan->sample_lengths || !plan->group_samples)) ||
+        !plan->microbatch_offsets || (plan->num_groups > 0 && !plan->groups))
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "the plan has NULL arrays");
+    for (i = 0; i < plan->num_samples; i++) h = dcp__hash_i64(h, plan->sample_lengths[i]);
+    for (i = 0; i <= plan->num_microbatches; i++) h = dcp__hash_i64(h, plan->microbatch_offsets[i]);
+    for (i = 0; i < plan->num_groups; i++) {
+        const dcp_group *g = &plan->groups[i];
+        h = dcp__hash_i64(h, g->first_rank), h = dcp__hash_i64(h, g->cp);
+        h = dcp__hash_i64(h, g->sample_offset), h = dcp__hash_i64(h, g->sample_count);
+    }
+    for (i = 0; i < plan->num_samples; i++) h = dcp__hash_i64(h, plan->group_samples[i]);
+    *hash = h;
+    return dcp_error_clear(error);
+}
+
+static dcp_status dcp__check_pool(int32_t ranks, int32_t rank, dcp_error *error)
+{
+    if (ranks < 1 || ranks > DCP_MAX_RANKS)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "ranks must be in [1, %d], got %d",
+                             DCP_MAX_RANKS, (int)ranks);
+    if (rank < 0 || rank >= ranks)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)",
+                             (int)rank, (int)ranks);
+    return DCP_OK;
+}
+
+static dcp_status dcp__check_cp(const char *name, int32_t cp, int32_t max_cp, dcp_error *error)
+{
+    if (!dcp__is_cp(cp) || cp > max_cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "%s must be a power of two in [1, max_cp %d], got %d", name,
+                             (int)max_cp, (int)cp);
+    return DCP_OK;
+}
+
+static dcp_status dcp__check_max_cp(int32_t ranks, int32_t max_cp, dcp_error *error)
+{
+    if (!dcp__is_cp(max_cp) || max_cp > ranks)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "max_cp must be a power of two in [1, ranks %d], got %d", (int)ranks,
+                             (int)max_cp);
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_comm_split_args(int32_t ranks, int32_t rank, int32_t cp,
+                                      dcp_comm_split *split, dcp_error *error)
+{
+    dcp_status status;
+    if (!split) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "split must not be NULL");
+    if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
+        (status = dcp__check_cp("cp", cp, ranks, error)) != DCP_OK)
+        return status;
+    if (rank < ranks / cp * cp) {
+        split->color = rank / cp;
+        split->key = rank % cp;
+        split->size = cp;
+    } else { /* past the last full block: in no communicator of this size */
+        split->color = DCP_COMM_NO_COLOR;
+        split->key = 0;
+        split->size = 0;
+    }
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
+                                  int32_t first_rank, int32_t cp, int32_t idle,
+                                  dcp_comm_choice *choice, dcp_error *error)
+{
+    dcp_status status;
+    if (!choice) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
+    if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
+        (status = dcp__check_max_cp(ranks, max_cp, error)) != DCP_OK ||
+        (status = dcp__check_cp("cp", cp, max_cp, error)) != DCP_OK)
+        return status;
+    if (idle != 0 && idle != 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "idle must be 0 or 1, got %d",
+                             (int)idle);
+    if (idle && (cp != 1 || first_rank != rank))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "an idle rank %d must have cp 1 and first_rank %d, got cp %d and "
+                             "first_rank %d",
+                             (int)rank, (int)rank, (int)cp, (int)first_rank);
+    if (first_rank < 0 || first_rank % cp != 0 || first_rank > ranks - cp || rank < first_rank ||
+        rank - first_rank >= cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "group (first_rank %d, cp %d) is not an aligned group of the %d ranks "
+                             "that contains rank %d",
+                             (int)first_rank, (int)cp, (int)ranks, (int)rank);
+    choice->slot = dcp_comm_slot(cp);
+    choice->cp = cp;
+    choice->first_rank = first_rank;
+    choice->rank_in_comm = rank - first_rank;
+    choice->idle = idle;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_comm_choose_static(int32_t ranks, int32_t max_cp, int32_t rank, int32_t cp,
+                                         dcp_comm_choice *choice, dcp_error *error)
+{
+    dcp_status status;
+    int32_t first;
+    if (!choice) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
+    if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
+        (status = dcp__check_max_cp(ranks, max_cp, error)) != DCP_OK ||
+        (status = dcp__check_cp("cp", cp, max_cp, error)) != DCP_OK)
+        return status;
+    first = rank / cp * cp;
+    if (first > ranks - cp) /* the block is not full: the rank sits this CP size out */
+        return dcp_comm_choose(ranks, max_cp, rank, rank, 1, 1, choice, error);
+    return dcp_comm_choose(ranks, max_cp, rank, first, cp, 0, choice, error);
+}
+
+DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_t microbatch,
+                                      dcp_rank_group *where, dcp_error *error)
+{
+    const dcp_group *group;
+    dcp_status status;
+    int32_t g, i;
+    if (!where) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "where must not be NULL");
+    if ((status = dcp__locate(plan, rank, microbatch, &g, error)) != DCP_OK) return status;
+    where->group = g;
+    where->local_rows = 0;
+    if (g < 0)
+        return dcp_comm_choose(plan->config.ranks, plan->config.max_cp, rank, rank, 1, 1,
+                               &where->choice, error);
+    group = &plan->groups[g];
+    for (i = 0; i < group->sample_count; i++) /* a valid plan keeps these sums in range */
+        where->local_rows +=
+            dcp__padded(&plan->config,
+                        plan->sample_lengths[plan->group_samples[group->sample_offset + i]],
+                        group->cp) / group->cp;
+    return dcp_comm_choose(plan->config.ranks, plan->config.max_cp, rank, group->first_rank,
+                           group->cp, 0, &where->choice, error);
+}
+
+DCPDEF dcp_status dcp_comm_state_init(dcp_comm_state *state, int32_t ranks, int32_t rank,
+                                      int32_t max_cp, dcp_error *error)
+{
+    dcp_comm_state s;
+    dcp_status status;
+    if (!state) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state must not be NULL");
+    memset(&s, 0, sizeof s);
+    s.ranks = ranks, s.rank = rank, s.max_cp = max_cp;
+    if ((status = dcp_comm_choose(ranks, max_cp, rank, rank, 1, 0, &s.current, error)) != DCP_OK)
+        return status;
+    *state = s;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_comm_state_switch(dcp_comm_state *state, int32_t first_rank, int32_t cp,
+                                        int32_t idle, dcp_comm_choice *choice, dcp_error *error)
+{
+    dcp_comm_choice c;
+    dcp_status status;
+    if (!state) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state must not be NULL");
+    status = dcp_comm_choose(state->ranks, state->max_cp, state->rank, first_rank, cp, idle, &c,
+                             error);
+    if (status != DCP_OK) return status;
+    if (state->override_cp != 0 && !idle && cp != state->override_cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "a group of cp %d while an override pins cp %d: end the override, or "
+                             "plan with min_cp = max_cp = %d",
+                             (int)cp, (int)state->override_cp, (int)state->override_cp);
+    state->current = c;
+    if (choice) *choice = c;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_comm_override_begin(dcp_comm_state *state, int32_t cp,
+                                          dcp_comm_scope *scope, dcp_error *error)
+{
+    dcp_comm_choice c;
+    dcp_status status;
+    if (!state || !scope)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state and scope must not be NULL");
+    if (scope->depth != 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "scope is already open (depth %d): use a fresh, zeroed scope",
+                             (int)scope->depth);
+    status = dcp_comm_choose_static(state->ranks, state->max_cp, state->rank, cp, &c, error);
+    if (status != DCP_OK) return status;
+    scope->saved = state->current;
+    scope->saved_override_cp = state->override_cp;
+    scope->depth = state->depth + 1;
+    state->current = c;
+    state->override_cp = cp;
+    state->depth = scope->depth;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_comm_override_end(dcp_comm_state *state, dcp_comm_scope *scope,
+                                        dcp_error *error)
+{
+    int32_t depth;
+    if (!state || !scope)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state and scope must not be NULL");
+    depth = scope->depth;
+    if (depth < 1 || depth > state->depth)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "override scope is not open (its depth %d, %d open)", (int)depth,
+                             (int)state->depth);
+    state->current = scope->saved;
+    state->override_cp = scope->saved_override_cp;
+    scope->depth = 0;
+    if (depth != state->depth) {
+        int32_t inner = state->depth - depth;
+        state->depth = depth - 1;
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "override scope of depth %d ended while %d scope(s) inside it were "
+                             "open: they are closed too, the state of depth %d is restored",
+                             (int)depth, (int)inner, (int)(depth - 1));
+    }
+    state->depth = depth - 1;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_comm_override_run(dcp_comm_state *state, int32_t cp, dcp_comm_scoped_fn fn,
+                                        void *user, dcp_error *error)
+{
+    dcp_comm_scope scope;
+    dcp_status status, end_status;
+    dcp_error end_error;
+    if (!fn) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "fn must not be NULL");
+    memset(&scope, 0, sizeof scope);
+    if ((status = dcp_comm_override_begin(state, cp, &scope, error)) != DCP_OK) return status;
+    status = fn(state, user, error);
+    end_status = dcp_comm_override_end(state, &scope, &end_error); /* on every path */
+    if (status != DCP_OK) return status; /* fn's error message stays in *error */
+    if (end_status != DCP_OK) return dcp_error_set(error, end_status, "%s", end_error.message);
+    return dcp_error_clear(error);
+}
+
+/* count * element_size as size_t, or 0 with *overflow set. */
+static size_t dcp__bytes(int64_t count, size_t element_size, int *overflow)
+{
+    if (count < 0 || (element_size != 0 && (uint64_t)count > SIZE_MAX / element_size)) {
+        *overflow = 1;
+        return 0;
+    }
+    return (size_t)count * element_size;
+}
+
+DCPDEF dcp_status dcp_reroute_op_get(const dcp_reroute *reroute, int32_t index,
+                                     size_t element_size, dcp_reroute_op *op, dcp_error *error)
+{
+    const dcp_transfer *t;
+    int overflow = 0;
+    if (!reroute || !op)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute and op must not be NULL");
+    if (index < 0 || index >= reroute->count)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "index %d outside [0, %d)",
+                             (int)index, (int)reroute->count);
+    if (element_size == 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "element_size must be > 0");
+    t = &reroute->transfers[index];
+    if (t->source_begin < 0 || t->source_end < t->source_begin || t->destination_row < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "transfer %d: range [%lld, %lld) to row %lld is not a valid range",
+                             (int)index, (long long)t->source_begin, (long long)t->source_end,
+                             (long long)t->destination_row);
+    op->kind = t->kind;
+    op->peer = t->peer;
+    op->sample = t->sample;
+    op->microbatch = t->microbatch;
+    op->source_offset = dcp__bytes(t->source_begin, element_size, &overflow);
+    op->destination_offset = dcp__bytes(t->destination_row, element_size, &overflow);
+    op->bytes = dcp__bytes(t->source_end - t->source_begin, element_size, &overflow);
+    if (!overflow && op->destination_offset > SIZE_MAX - op->bytes) overflow = 1;
+    if (overflow)
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                             "transfer %d: rows [%lld, %lld) of %zu bytes overflow size_t",
+                             (int)index, (long long)t->source_begin, (long long)t->source_end,
+                             element_size);
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samples,
+                                    const int64_t *sample_rows, int32_t num_microbatches,
+                                    const int64_t *microbatch_rows, dcp_error *error)
+{
+    int32_t i;
+    if (!reroute)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute must not be NULL");
+    if (num_samples < 0 || num_microbatches < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "num_samples %d and num_microbatches %d must be >= 0",
+                             (int)num_samples, (int)num_microbatches);
+    for (i = 0; i < reroute->count; i++) {
+        const dcp_transfer *t = &reroute->transfers[i];
+        if (t->kind != DCP_TRANSFER_SEND && t->kind != DCP_TRANSFER_RECV &&
+            t->kind != DCP_TRANSFER_COPY)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "transfer %d: kind %d", (int)i,
+                                 (int)t->kind);
+        if (t->sample < 0 || t->sample >= num_samples)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "transfer %d: sample %d outside [0, num_samples %d)", (int)i,
+                                 (int)t->sample, (int)num_samples);
+        if (t->microbatch < 0 || t->microbatch >= num_microbatches)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "transfer %d: microbatch %d outside [0, num_microbatches %d)",
+                                 (int)i, (int)t->microbatch, (int)num_microbatches);
+        if (t->source_begin < 0 || t->source_end < t->source_begin || t->destination_row < 0 ||
+            t->destination_row > INT64_MAX - (t->source_end - t->source_begin))
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "transfer %d: range [%lld, %lld) to row %lld is not a valid range",
+                                 (int)i, (long long)t->source_begin, (long long)t->source_end,
+                                 (long long)t->destination_row);
+        if (sample_rows && t->kind != DCP_TRANSFER_RECV && t->source_end > sample_rows[t->sample])
+            return dcp_error_set(
+                error, DCP_ERROR_INVALID_ARGUMENT,
+                "transfer %d: positions up to %lld of sample %d, which has %lld rows", (int)i,
+                (long long)t->source_end, (int)t->sample, (long long)sample_rows[t->sample]);
+        if (microbatch_rows && t->kind != DCP_TRANSFER_SEND &&
+            t->destination_row + (t->source_end - t->source_begin) > microbatch_rows[t->microbatch])
+            return dcp_error_set(
+                error, DCP_ERROR_INVALID_ARGUMENT,
+                "transfer %d: rows [%lld, %lld) of microbatch %d, which has %lld rows", (int)i,
+                (long long)t->destination_row,
+                (long long)(t->destination_row + t->source_end - t->source_begin),
+                (int)t->microbatch, (long long)microbatch_rows[t->microbatch]);
+    }
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_reroute_rows_written(const dcp_reroute *reroute, int32_t num_microbatches,
+                                           int64_t *rows, dcp_error *error)
+{
+    dcp_status status;
+    int32_t i;
+    if (num_microbatches > 0 && !rows)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "rows must not be NULL for %d microbatches", (int)num_microbatches);
+    /* every transfer valid and in range; samples are not this function's business */
+    status = dcp_reroute_check(reroute, INT32_MAX, NULL, num_microbatches, NULL, error);
+    if (status != DCP_OK) return status;
+    for (i = 0; i < num_microbatches; i++) rows[i] = 0;
+    for (i = 0; i < reroute->count; i++) {
+        const dcp_transfer *t = &reroute->transfers[i];
+        const int64_t end = t->destination_row + (t->source_end - t->source_begin);
+        if (t->kind != DCP_TRANSFER_SEND && end > rows[t->microbatch])
+            rows[t->microbatch] = end; /* the bound dcp_reroute_check applies, empty ones too */
+    }
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_ring_exchange_plan(int32_t cp, int32_t rank, int32_t step,
+                                         dcp_ring_exchange *exchange, dcp_error *error)
+{
+    dcp_ring_exchange x;
+    const int last = step == cp - 1;
+    if (!exchange)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "exchange must not be NULL");
+    if (!dcp__is_cp(cp))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
+                             (int)cp);
+    if (rank < 0 || rank >= cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "rank must be in [0, cp %d), got %d", (int)cp, (int)rank);
+    if (step < 0 || step >= cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "step must be in [0, cp %d), got %d", (int)cp, (int)step);
+    x.next = (rank + 1) % cp;
+    x.prev = (rank + cp - 1) % cp;
+    x.kv_source = (rank - step + cp) % cp;
+    /* KV of step s >= 1 sits in slot (s - 1) % 2; step s receives step s + 1's into s % 2,
+       which step s - 1 read: the receive waits for that step's compute. */
+    x.kv_slot = step == 0 ? -1 : (step - 1) % 2;
+    x.kv_send = !last;
+    x.kv_recv_slot = last ? -1 : step % 2;
+    x.kv_recv_source = last ? -1 : (rank - step - 1 + 2 * cp) % cp;
+    /* dK, dV of the step's KV add into slot s % 2 and leave for next; s + 1's arrive in the
+       other slot; with cp 1 the only accumulator never moves. */
+    x.dkv_slot = step % 2;
+    x.dkv_zero = step == 0;
+    x.dkv_send = cp > 1;
+    x.dkv_recv_slot = cp > 1 ? (step + 1) % 2 : -1;
+    x.dkv_recv_source = cp > 1 ? (rank - step - 1 + 2 * cp) % cp : -1;
+    x.dkv_home_slot = !last ? -1 : cp > 1 ? x.dkv_recv_slot : x.dkv_slot;
+    *exchange = x;
+    return dcp_error_clear(error);
+}
+
+/* Appends a region of count elements of element_size bytes at the next aligned offset. */
+static void dcp__region(size_t *end, uint64_t count, size_t element_size, dcp_ring_region *region,
+                        int *overflow)
+{
+    size_t offset = (*end + DCP_RING_SCRATCH_ALIGN - 1) / DCP_RING_SCRATCH_ALIGN *
+                    DCP_RING_SCRATCH_ALIGN;
+    region->offset = 0;
+    region->bytes = 0;
+    if (count == 0 || *overflow) return;
+    if (*end > SIZE_MAX - DCP_RING_SCRATCH_ALIGN || count > SIZE_MAX / element_size ||
+        offset > SIZE_MAX - count * element_size) {
+        *overflow = 1;
+        return;
+    }
+    region->offset = offset;
+    region->bytes = (size_t)count * element_size;
+    *end = offset + region->bytes;
+}
+
+/* Shape bounds that keep every byte count in uint64 and size_t: 2^40 rows x 2^20 values a
+   row x 8 bytes an element is 2^63. */
+#define DCP__RING_MAX_LOCAL_ROWS (UINT64_C(1) << 40)
+#define DCP__RING_MAX_ROW_VALUES (UINT64_C(1) << 20) /* num_heads x head_dim */
+#define DCP__RING_MAX_ELEMENT_SIZE 8                  /* a double */
+
+DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_pass pass,
+                                          dcp_ring_scratch *scratch, dcp_error *error)
+{
+    dcp_ring_scratch s;
+    uint64_t q_values, kv_values, lse_values;
+    size_t end = 0;
+    int overflow = 0, slots;
+    if (!shape || !scratch)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "shape and scratch must not be NULL");
+    if (!dcp__is_cp(shape->cp) || shape->local_rows < 0 || shape->num_heads < 1 ||
+        shape->num_kv_heads < 1 || shape->num_heads % shape->num_kv_heads != 0 ||
+        shape->head_dim < 1 || shape->element_size < 1 ||
+        shape->element_size > DCP__RING_MAX_ELEMENT_SIZE)
+        return dcp_error_set(
+            error, DCP_ERROR_INVALID_ARGUMENT,
+            "ring shape: cp %d, local_rows %lld, heads %d, kv heads %d, head_dim %d, "
+            "element_size %zu",
+            (int)shape->cp, (long long)shape->local_rows, (int)shape->num_heads,
+            (int)shape->num_kv_heads, (int)shape->head_dim, shape->element_size);
+    if (pass != DCP_RING_FORWARD && pass != DCP_RING_BACKWARD)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "pass must be forward or backward");
+    if ((uint64_t)shape->local_rows > DCP__RING_MAX_LOCAL_ROWS ||
+        (uint64_t)shape->num_heads * (uint64_t)shape->head_dim > DCP__RING_MAX_ROW_VALUES)
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "ring shape of %lld rows overflows",
+                             (long long)shape->local_rows);
+    lse_values = (uint64_t)shape->local_rows * (uint64_t)shape->num_heads;
+    q_values = lse_values * (uint64_t)shape->head_dim;
+    kv_values = (uint64_t)shape->local_rows * (uint64_t)shape->num_kv_heads *
+                (uint64_t)shape->head_dim;
+    memset(&s, 0, sizeof s);
+    /* KV slots: none for cp 1, one for cp 2 (only step 1 reads a received KV), else two. */
+    slots = shape->cp == 1 ? 0 : shape->cp == 2 ? 1 : 2;
+    if (slots >= 1) dcp__region(&end, 2 * kv_values, shape->element_size, &s.kv[0], &overflow);
+    if (slots >= 2) dcp__region(&end, 2 * kv_values, shape->element_size, &s.kv[1], &overflow);
+    if (pass == DCP_RING_FORWARD && shape->cp > 1) {
+        dcp__region(&end, q_values, sizeof(float), &s.partial_out, &overflow);
+        dcp__region(&end, lse_values, sizeof(float), &s.partial_lse, &overflow);
+        dcp__region(&end, q_values, sizeof(float), &s.acc_out, &overflow);
+        dcp__region(&end, lse_values, sizeof(float), &s.acc_lse, &overflow);
+    }
+    if (pass == DCP_RING_BACKWARD) {
+        dcp__region(&end, q_values, sizeof(float), &s.dq, &overflow);
+        dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv[0], &overflow);
+        if (shape->cp > 1) dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv[1], &overflow);
+        if (shape->cp > 1)
+            dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv_step, &overflow);
+    }
+    if (overflow)
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                             "ring scratch of %lld rows overflows size_t",
+                             (long long)shape->local_rows);
+    s.total = end;
+    *scratch = s;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uint64_t *chunks,
+                                      dcp_error *error)
+{
+    if (!chunks) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "chunks must not be NULL");
+    *chunks = 0;
+    if (chunk_bytes == 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "chunk_bytes must be > 0");
+    if (length < DCP_METADATA_MIN_BYTES || length > DCP_METADATA_MAX_BYTES)
+        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
+                             "metadata length %llu outside [%d, %llu]: not a libdcp buffer",
+                             (unsigned long long)length, DCP_METADATA_MIN_BYTES,
+                             (unsigned long long)DCP_METADATA_MAX_BYTES);
+    *chunks = (length + chunk_bytes - 1) / chunk_bytes;
     return dcp_error_clear(error);
 }
 
@@ -7284,1208 +8486,6 @@ DCPDEF dcp_status dcp_conv1d_backward(const dcp_conv1d_params *params,
 }
 #endif /* DCP_NO_REFERENCE */
 
-/* ------------------------------------------------------------------- distributed logic */
-
-static int dcp__is_cp(int32_t cp) { return dcp_is_pow2(cp) && cp <= DCP_MAX_RANKS; }
-
-DCPDEF int32_t dcp_comm_slot_count(int32_t max_cp)
-{
-    return dcp__is_cp(max_cp) ? (int32_t)dcp__log2_int(max_cp) : 0;
-}
-
-DCPDEF int32_t dcp_comm_slot(int32_t cp)
-{
-    return dcp__is_cp(cp) && cp >= 2 ? (int32_t)dcp__log2_int(cp) - 1 : -1;
-}
-
-DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, int32_t *max_cp,
-                                  dcp_error *error)
-{
-    dcp_config c;
-    dcp_status status;
-    int32_t cp, best;
-    double best_seconds;
-    if (!max_cp) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "max_cp must not be NULL");
-    /* resolved before *max_cp is written: it may be &config->max_cp */
-    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
-    *max_cp = 0;
-    if ((status = dcp__check_length(max_length, error)) != DCP_OK) return status;
-    best = dcp__cp_min(&c, max_length);
-    if (best == 0)
-        return dcp_error_set(error, DCP_ERROR_INFEASIBLE,
-                             "max_length %lld > max_cp %d x max_tokens_per_rank %lld after "
-                             "padding",
-                             (long long)max_length, (int)c.max_cp,
-                             (long long)c.max_tokens_per_rank);
-    best_seconds = dcp__alone_seconds(&c, max_length, best);
-    for (cp = best * 2; cp <= c.max_cp && cp > 0; cp *= 2) {
-        const double seconds = dcp__alone_seconds(&c, max_length, cp);
-        if (seconds < best_seconds) best = cp, best_seconds = seconds;
-    }
-    *max_cp = best;
-    return dcp_error_clear(error);
-}
-
-static uint64_t dcp__hash_i64(uint64_t hash, int64_t value)
-{
-    unsigned char bytes[DCP__I64_BYTES];
-    int i;
-    for (i = 0; i < DCP__I64_BYTES; i++) bytes[i] = (unsigned char)((uint64_t)value >> (8 * i));
-    for (i = 0; i < DCP__I64_BYTES; i++) hash = (hash ^ bytes[i]) * DCP__FNV_PRIME;
-    return hash;
-}
-
-DCPDEF dcp_status dcp_plan_hash(const dcp_plan *plan, uint64_t *hash, dcp_error *error)
-{
-    const dcp_config *c;
-    uint64_t h = DCP__FNV_OFFSET_BASIS;
-    int32_t i;
-    if (!plan || !hash)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan and hash must not be NULL");
-    c = &plan->config;
-    h = dcp__hash_i64(h, c->ranks), h = dcp__hash_i64(h, c->max_tokens_per_rank);
-    h = dcp__hash_i64(h, c->min_cp), h = dcp__hash_i64(h, c->max_cp);
-    h = dcp__hash_i64(h, c->microbatch_multiple), h = dcp__hash_i64(h, c->pad_multiple_cp1);
-    h = dcp__hash_i64(h, c->pad_multiple);
-    h = dcp__hash_i64(h, plan->num_samples), h = dcp__hash_i64(h, plan->num_microbatches);
-    h = dcp__hash_i64(h, plan->num_groups);
-    if ((plan->num_samples > 0 && (!plan->sample_lengths || !plan->group_samples)) ||
-        !plan->microbatch_offsets || (plan->num_groups > 0 && !plan->groups))
-        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "the plan has NULL arrays");
-    for (i = 0; i < plan->num_samples; i++) h = dcp__hash_i64(h, plan->sample_lengths[i]);
-    for (i = 0; i <= plan->num_microbatches; i++) h = dcp__hash_i64(h, plan->microbatch_offsets[i]);
-    for (i = 0; i < plan->num_groups; i++) {
-        const dcp_group *g = &plan->groups[i];
-        h = dcp__hash_i64(h, g->first_rank), h = dcp__hash_i64(h, g->cp);
-        h = dcp__hash_i64(h, g->sample_offset), h = dcp__hash_i64(h, g->sample_count);
-    }
-    for (i = 0; i < plan->num_samples; i++) h = dcp__hash_i64(h, plan->group_samples[i]);
-    *hash = h;
-    return dcp_error_clear(error);
-}
-
-static dcp_status dcp__check_pool(int32_t ranks, int32_t rank, dcp_error *error)
-{
-    if (ranks < 1 || ranks > DCP_MAX_RANKS)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "ranks must be in [1, %d], got %d",
-                             DCP_MAX_RANKS, (int)ranks);
-    if (rank < 0 || rank >= ranks)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)",
-                             (int)rank, (int)ranks);
-    return DCP_OK;
-}
-
-static dcp_status dcp__check_cp(const char *name, int32_t cp, int32_t max_cp, dcp_error *error)
-{
-    if (!dcp__is_cp(cp) || cp > max_cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "%s must be a power of two in [1, max_cp %d], got %d", name,
-                             (int)max_cp, (int)cp);
-    return DCP_OK;
-}
-
-static dcp_status dcp__check_max_cp(int32_t ranks, int32_t max_cp, dcp_error *error)
-{
-    if (!dcp__is_cp(max_cp) || max_cp > ranks)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "max_cp must be a power of two in [1, ranks %d], got %d", (int)ranks,
-                             (int)max_cp);
-    return DCP_OK;
-}
-
-DCPDEF dcp_status dcp_comm_split_args(int32_t ranks, int32_t rank, int32_t cp,
-                                      dcp_comm_split *split, dcp_error *error)
-{
-    dcp_status status;
-    if (!split) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "split must not be NULL");
-    if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
-        (status = dcp__check_cp("cp", cp, ranks, error)) != DCP_OK)
-        return status;
-    if (rank < ranks / cp * cp) {
-        split->color = rank / cp;
-        split->key = rank % cp;
-        split->size = cp;
-    } else { /* past the last full block: in no communicator of this size */
-        split->color = DCP_COMM_NO_COLOR;
-        split->key = 0;
-        split->size = 0;
-    }
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
-                                  int32_t first_rank, int32_t cp, int32_t idle,
-                                  dcp_comm_choice *choice, dcp_error *error)
-{
-    dcp_status status;
-    if (!choice) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
-    if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
-        (status = dcp__check_max_cp(ranks, max_cp, error)) != DCP_OK ||
-        (status = dcp__check_cp("cp", cp, max_cp, error)) != DCP_OK)
-        return status;
-    if (idle != 0 && idle != 1)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "idle must be 0 or 1, got %d",
-                             (int)idle);
-    if (idle && (cp != 1 || first_rank != rank))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "an idle rank %d must have cp 1 and first_rank %d, got cp %d and "
-                             "first_rank %d",
-                             (int)rank, (int)rank, (int)cp, (int)first_rank);
-    if (first_rank < 0 || first_rank % cp != 0 || first_rank > ranks - cp || rank < first_rank ||
-        rank - first_rank >= cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "group (first_rank %d, cp %d) is not an aligned group of the %d ranks "
-                             "that contains rank %d",
-                             (int)first_rank, (int)cp, (int)ranks, (int)rank);
-    choice->slot = dcp_comm_slot(cp);
-    choice->cp = cp;
-    choice->first_rank = first_rank;
-    choice->rank_in_comm = rank - first_rank;
-    choice->idle = idle;
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_comm_choose_static(int32_t ranks, int32_t max_cp, int32_t rank, int32_t cp,
-                                         dcp_comm_choice *choice, dcp_error *error)
-{
-    dcp_status status;
-    int32_t first;
-    if (!choice) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
-    if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
-        (status = dcp__check_max_cp(ranks, max_cp, error)) != DCP_OK ||
-        (status = dcp__check_cp("cp", cp, max_cp, error)) != DCP_OK)
-        return status;
-    first = rank / cp * cp;
-    if (first > ranks - cp) /* the block is not full: the rank sits this CP size out */
-        return dcp_comm_choose(ranks, max_cp, rank, rank, 1, 1, choice, error);
-    return dcp_comm_choose(ranks, max_cp, rank, first, cp, 0, choice, error);
-}
-
-DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_t microbatch,
-                                      dcp_rank_group *where, dcp_error *error)
-{
-    const dcp_group *group;
-    dcp_status status;
-    int32_t g, i;
-    if (!where) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "where must not be NULL");
-    if ((status = dcp__locate(plan, rank, microbatch, &g, error)) != DCP_OK) return status;
-    where->group = g;
-    where->local_rows = 0;
-    if (g < 0)
-        return dcp_comm_choose(plan->config.ranks, plan->config.max_cp, rank, rank, 1, 1,
-                               &where->choice, error);
-    group = &plan->groups[g];
-    for (i = 0; i < group->sample_count; i++) /* a valid plan keeps these sums in range */
-        where->local_rows +=
-            dcp__padded(&plan->config,
-                        plan->sample_lengths[plan->group_samples[group->sample_offset + i]],
-                        group->cp) / group->cp;
-    return dcp_comm_choose(plan->config.ranks, plan->config.max_cp, rank, group->first_rank,
-                           group->cp, 0, &where->choice, error);
-}
-
-DCPDEF dcp_status dcp_comm_state_init(dcp_comm_state *state, int32_t ranks, int32_t rank,
-                                      int32_t max_cp, dcp_error *error)
-{
-    dcp_comm_state s;
-    dcp_status status;
-    if (!state) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state must not be NULL");
-    memset(&s, 0, sizeof s);
-    s.ranks = ranks, s.rank = rank, s.max_cp = max_cp;
-    if ((status = dcp_comm_choose(ranks, max_cp, rank, rank, 1, 0, &s.current, error)) != DCP_OK)
-        return status;
-    *state = s;
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_comm_state_switch(dcp_comm_state *state, int32_t first_rank, int32_t cp,
-                                        int32_t idle, dcp_comm_choice *choice, dcp_error *error)
-{
-    dcp_comm_choice c;
-    dcp_status status;
-    if (!state) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state must not be NULL");
-    status = dcp_comm_choose(state->ranks, state->max_cp, state->rank, first_rank, cp, idle, &c,
-                             error);
-    if (status != DCP_OK) return status;
-    if (state->override_cp != 0 && !idle && cp != state->override_cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "a group of cp %d while an override pins cp %d: end the override, or "
-                             "plan with min_cp = max_cp = %d",
-                             (int)cp, (int)state->override_cp, (int)state->override_cp);
-    state->current = c;
-    if (choice) *choice = c;
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_comm_override_begin(dcp_comm_state *state, int32_t cp,
-                                          dcp_comm_scope *scope, dcp_error *error)
-{
-    dcp_comm_choice c;
-    dcp_status status;
-    if (!state || !scope)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state and scope must not be NULL");
-    if (scope->depth != 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "scope is already open (depth %d): use a fresh, zeroed scope",
-                             (int)scope->depth);
-    status = dcp_comm_choose_static(state->ranks, state->max_cp, state->rank, cp, &c, error);
-    if (status != DCP_OK) return status;
-    scope->saved = state->current;
-    scope->saved_override_cp = state->override_cp;
-    scope->depth = state->depth + 1;
-    state->current = c;
-    state->override_cp = cp;
-    state->depth = scope->depth;
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_comm_override_end(dcp_comm_state *state, dcp_comm_scope *scope,
-                                        dcp_error *error)
-{
-    int32_t depth;
-    if (!state || !scope)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state and scope must not be NULL");
-    depth = scope->depth;
-    if (depth < 1 || depth > state->depth)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "override scope is not open (its depth %d, %d open)", (int)depth,
-                             (int)state->depth);
-    state->current = scope->saved;
-    state->override_cp = scope->saved_override_cp;
-    scope->depth = 0;
-    if (depth != state->depth) {
-        int32_t inner = state->depth - depth;
-        state->depth = depth - 1;
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "override scope of depth %d ended while %d scope(s) inside it were "
-                             "open: they are closed too, the state of depth %d is restored",
-                             (int)depth, (int)inner, (int)(depth - 1));
-    }
-    state->depth = depth - 1;
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_comm_override_run(dcp_comm_state *state, int32_t cp, dcp_comm_scoped_fn fn,
-                                        void *user, dcp_error *error)
-{
-    dcp_comm_scope scope;
-    dcp_status status, end_status;
-    dcp_error end_error;
-    if (!fn) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "fn must not be NULL");
-    memset(&scope, 0, sizeof scope);
-    if ((status = dcp_comm_override_begin(state, cp, &scope, error)) != DCP_OK) return status;
-    status = fn(state, user, error);
-    end_status = dcp_comm_override_end(state, &scope, &end_error); /* on every path */
-    if (status != DCP_OK) return status; /* fn's error message stays in *error */
-    if (end_status != DCP_OK) return dcp_error_set(error, end_status, "%s", end_error.message);
-    return dcp_error_clear(error);
-}
-
-/* count * element_size as size_t, or 0 with *overflow set. */
-static size_t dcp__bytes(int64_t count, size_t element_size, int *overflow)
-{
-    if (count < 0 || (element_size != 0 && (uint64_t)count > SIZE_MAX / element_size)) {
-        *overflow = 1;
-        return 0;
-    }
-    return (size_t)count * element_size;
-}
-
-DCPDEF dcp_status dcp_reroute_op_get(const dcp_reroute *reroute, int32_t index,
-                                     size_t element_size, dcp_reroute_op *op, dcp_error *error)
-{
-    const dcp_transfer *t;
-    int overflow = 0;
-    if (!reroute || !op)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute and op must not be NULL");
-    if (index < 0 || index >= reroute->count)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "index %d outside [0, %d)",
-                             (int)index, (int)reroute->count);
-    if (element_size == 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "element_size must be > 0");
-    t = &reroute->transfers[index];
-    if (t->source_begin < 0 || t->source_end < t->source_begin || t->destination_row < 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "transfer %d: range [%lld, %lld) to row %lld is not a valid range",
-                             (int)index, (long long)t->source_begin, (long long)t->source_end,
-                             (long long)t->destination_row);
-    op->kind = t->kind;
-    op->peer = t->peer;
-    op->sample = t->sample;
-    op->microbatch = t->microbatch;
-    op->source_offset = dcp__bytes(t->source_begin, element_size, &overflow);
-    op->destination_offset = dcp__bytes(t->destination_row, element_size, &overflow);
-    op->bytes = dcp__bytes(t->source_end - t->source_begin, element_size, &overflow);
-    if (!overflow && op->destination_offset > SIZE_MAX - op->bytes) overflow = 1;
-    if (overflow)
-        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
-                             "transfer %d: rows [%lld, %lld) of %zu bytes overflow size_t",
-                             (int)index, (long long)t->source_begin, (long long)t->source_end,
-                             element_size);
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_reroute_check(const dcp_reroute *reroute, int32_t num_samples,
-                                    const int64_t *sample_rows, int32_t num_microbatches,
-                                    const int64_t *microbatch_rows, dcp_error *error)
-{
-    int32_t i;
-    if (!reroute)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute must not be NULL");
-    if (num_samples < 0 || num_microbatches < 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "num_samples %d and num_microbatches %d must be >= 0",
-                             (int)num_samples, (int)num_microbatches);
-    for (i = 0; i < reroute->count; i++) {
-        const dcp_transfer *t = &reroute->transfers[i];
-        if (t->kind != DCP_TRANSFER_SEND && t->kind != DCP_TRANSFER_RECV &&
-            t->kind != DCP_TRANSFER_COPY)
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "transfer %d: kind %d", (int)i,
-                                 (int)t->kind);
-        if (t->sample < 0 || t->sample >= num_samples)
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                                 "transfer %d: sample %d outside [0, num_samples %d)", (int)i,
-                                 (int)t->sample, (int)num_samples);
-        if (t->microbatch < 0 || t->microbatch >= num_microbatches)
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                                 "transfer %d: microbatch %d outside [0, num_microbatches %d)",
-                                 (int)i, (int)t->microbatch, (int)num_microbatches);
-        if (t->source_begin < 0 || t->source_end < t->source_begin || t->destination_row < 0 ||
-            t->destination_row > INT64_MAX - (t->source_end - t->source_begin))
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                                 "transfer %d: range [%lld, %lld) to row %lld is not a valid range",
-                                 (int)i, (long long)t->source_begin, (long long)t->source_end,
-                                 (long long)t->destination_row);
-        if (sample_rows && t->kind != DCP_TRANSFER_RECV && t->source_end > sample_rows[t->sample])
-            return dcp_error_set(
-                error, DCP_ERROR_INVALID_ARGUMENT,
-                "transfer %d: positions up to %lld of sample %d, which has %lld rows", (int)i,
-                (long long)t->source_end, (int)t->sample, (long long)sample_rows[t->sample]);
-        if (microbatch_rows && t->kind != DCP_TRANSFER_SEND &&
-            t->destination_row + (t->source_end - t->source_begin) > microbatch_rows[t->microbatch])
-            return dcp_error_set(
-                error, DCP_ERROR_INVALID_ARGUMENT,
-                "transfer %d: rows [%lld, %lld) of microbatch %d, which has %lld rows", (int)i,
-                (long long)t->destination_row,
-                (long long)(t->destination_row + t->source_end - t->source_begin),
-                (int)t->microbatch, (long long)microbatch_rows[t->microbatch]);
-    }
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_reroute_rows_written(const dcp_reroute *reroute, int32_t num_microbatches,
-                                           int64_t *rows, dcp_error *error)
-{
-    dcp_status status;
-    int32_t i;
-    if (num_microbatches > 0 && !rows)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "rows must not be NULL for %d microbatches", (int)num_microbatches);
-    /* every transfer valid and in range; samples are not this function's business */
-    status = dcp_reroute_check(reroute, INT32_MAX, NULL, num_microbatches, NULL, error);
-    if (status != DCP_OK) return status;
-    for (i = 0; i < num_microbatches; i++) rows[i] = 0;
-    for (i = 0; i < reroute->count; i++) {
-        const dcp_transfer *t = &reroute->transfers[i];
-        const int64_t end = t->destination_row + (t->source_end - t->source_begin);
-        if (t->kind != DCP_TRANSFER_SEND && end > rows[t->microbatch])
-            rows[t->microbatch] = end; /* the bound dcp_reroute_check applies, empty ones too */
-    }
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_ring_exchange_plan(int32_t cp, int32_t rank, int32_t step,
-                                         dcp_ring_exchange *exchange, dcp_error *error)
-{
-    dcp_ring_exchange x;
-    const int last = step == cp - 1;
-    if (!exchange)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "exchange must not be NULL");
-    if (!dcp__is_cp(cp))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
-                             (int)cp);
-    if (rank < 0 || rank >= cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "rank must be in [0, cp %d), got %d", (int)cp, (int)rank);
-    if (step < 0 || step >= cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "step must be in [0, cp %d), got %d", (int)cp, (int)step);
-    x.next = (rank + 1) % cp;
-    x.prev = (rank + cp - 1) % cp;
-    x.kv_source = (rank - step + cp) % cp;
-    /* KV of step s >= 1 sits in slot (s - 1) % 2; step s receives step s + 1's into s % 2,
-       which step s - 1 read: the receive waits for that step's compute. */
-    x.kv_slot = step == 0 ? -1 : (step - 1) % 2;
-    x.kv_send = !last;
-    x.kv_recv_slot = last ? -1 : step % 2;
-    x.kv_recv_source = last ? -1 : (rank - step - 1 + 2 * cp) % cp;
-    /* dK, dV of the step's KV add into slot s % 2 and leave for next; s + 1's arrive in the
-       other slot; with cp 1 the only accumulator never moves. */
-    x.dkv_slot = step % 2;
-    x.dkv_zero = step == 0;
-    x.dkv_send = cp > 1;
-    x.dkv_recv_slot = cp > 1 ? (step + 1) % 2 : -1;
-    x.dkv_recv_source = cp > 1 ? (rank - step - 1 + 2 * cp) % cp : -1;
-    x.dkv_home_slot = !last ? -1 : cp > 1 ? x.dkv_recv_slot : x.dkv_slot;
-    *exchange = x;
-    return dcp_error_clear(error);
-}
-
-/* Appends a region of count elements of element_size bytes at the next aligned offset. */
-static void dcp__region(size_t *end, uint64_t count, size_t element_size, dcp_ring_region *region,
-                        int *overflow)
-{
-    size_t offset = (*end + DCP_RING_SCRATCH_ALIGN - 1) / DCP_RING_SCRATCH_ALIGN *
-                    DCP_RING_SCRATCH_ALIGN;
-    region->offset = 0;
-    region->bytes = 0;
-    if (count == 0 || *overflow) return;
-    if (*end > SIZE_MAX - DCP_RING_SCRATCH_ALIGN || count > SIZE_MAX / element_size ||
-        offset > SIZE_MAX - count * element_size) {
-        *overflow = 1;
-        return;
-    }
-    region->offset = offset;
-    region->bytes = (size_t)count * element_size;
-    *end = offset + region->bytes;
-}
-
-/* Shape bounds that keep every byte count in uint64 and size_t: 2^40 rows x 2^20 values a
-   row x 8 bytes an element is 2^63. */
-#define DCP__RING_MAX_LOCAL_ROWS (UINT64_C(1) << 40)
-#define DCP__RING_MAX_ROW_VALUES (UINT64_C(1) << 20) /* num_heads x head_dim */
-#define DCP__RING_MAX_ELEMENT_SIZE 8                  /* a double */
-
-DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_pass pass,
-                                          dcp_ring_scratch *scratch, dcp_error *error)
-{
-    dcp_ring_scratch s;
-    uint64_t q_values, kv_values, lse_values;
-    size_t end = 0;
-    int overflow = 0, slots;
-    if (!shape || !scratch)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "shape and scratch must not be NULL");
-    if (!dcp__is_cp(shape->cp) || shape->local_rows < 0 || shape->num_heads < 1 ||
-        shape->num_kv_heads < 1 || shape->num_heads % shape->num_kv_heads != 0 ||
-        shape->head_dim < 1 || shape->element_size < 1 ||
-        shape->element_size > DCP__RING_MAX_ELEMENT_SIZE)
-        return dcp_error_set(
-            error, DCP_ERROR_INVALID_ARGUMENT,
-            "ring shape: cp %d, local_rows %lld, heads %d, kv heads %d, head_dim %d, "
-            "element_size %zu",
-            (int)shape->cp, (long long)shape->local_rows, (int)shape->num_heads,
-            (int)shape->num_kv_heads, (int)shape->head_dim, shape->element_size);
-    if (pass != DCP_RING_FORWARD && pass != DCP_RING_BACKWARD)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "pass must be forward or backward");
-    if ((uint64_t)shape->local_rows > DCP__RING_MAX_LOCAL_ROWS ||
-        (uint64_t)shape->num_heads * (uint64_t)shape->head_dim > DCP__RING_MAX_ROW_VALUES)
-        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "ring shape of %lld rows overflows",
-                             (long long)shape->local_rows);
-    lse_values = (uint64_t)shape->local_rows * (uint64_t)shape->num_heads;
-    q_values = lse_values * (uint64_t)shape->head_dim;
-    kv_values = (uint64_t)shape->local_rows * (uint64_t)shape->num_kv_heads *
-                (uint64_t)shape->head_dim;
-    memset(&s, 0, sizeof s);
-    /* KV slots: none for cp 1, one for cp 2 (only step 1 reads a received KV), else two. */
-    slots = shape->cp == 1 ? 0 : shape->cp == 2 ? 1 : 2;
-    if (slots >= 1) dcp__region(&end, 2 * kv_values, shape->element_size, &s.kv[0], &overflow);
-    if (slots >= 2) dcp__region(&end, 2 * kv_values, shape->element_size, &s.kv[1], &overflow);
-    if (pass == DCP_RING_FORWARD && shape->cp > 1) {
-        dcp__region(&end, q_values, sizeof(float), &s.partial_out, &overflow);
-        dcp__region(&end, lse_values, sizeof(float), &s.partial_lse, &overflow);
-        dcp__region(&end, q_values, sizeof(float), &s.acc_out, &overflow);
-        dcp__region(&end, lse_values, sizeof(float), &s.acc_lse, &overflow);
-    }
-    if (pass == DCP_RING_BACKWARD) {
-        dcp__region(&end, q_values, sizeof(float), &s.dq, &overflow);
-        dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv[0], &overflow);
-        if (shape->cp > 1) dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv[1], &overflow);
-        if (shape->cp > 1)
-            dcp__region(&end, 2 * kv_values, sizeof(float), &s.dkv_step, &overflow);
-    }
-    if (overflow)
-        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
-                             "ring scratch of %lld rows overflows size_t",
-                             (long long)shape->local_rows);
-    s.total = end;
-    *scratch = s;
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uint64_t *chunks,
-                                      dcp_error *error)
-{
-    if (!chunks) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "chunks must not be NULL");
-    *chunks = 0;
-    if (chunk_bytes == 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "chunk_bytes must be > 0");
-    if (length < DCP_METADATA_MIN_BYTES || length > DCP_METADATA_MAX_BYTES)
-        return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
-                             "metadata length %llu outside [%d, %llu]: not a libdcp buffer",
-                             (unsigned long long)length, DCP_METADATA_MIN_BYTES,
-                             (unsigned long long)DCP_METADATA_MAX_BYTES);
-    *chunks = (length + chunk_bytes - 1) / chunk_bytes;
-    return dcp_error_clear(error);
-}
-
-/* ------------------------------------------------------------- sequence-length sources */
-
-/* Below INT64_MAX (9.2e18) with room: a draw near the mean still fits a length. */
-#define DCP__LOGNORMAL_MAX_MEAN 1e18
-
-static dcp_status dcp__check_lognormal(const dcp_lognormal *d, dcp_error *error)
-{
-    if (!d)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "distribution must not be NULL");
-    if (!(d->mean > 0.0 && d->mean <= DCP__LOGNORMAL_MAX_MEAN))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "lognormal mean must be in (0, %g], got %g", DCP__LOGNORMAL_MAX_MEAN,
-                             d->mean);
-    if (!(d->sigma >= 0.0 && d->sigma <= 16.0))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "lognormal sigma must be in [0, 16], got %g", d->sigma);
-    if (d->min_length < 1 || d->max_length < d->min_length ||
-        d->max_length > DCP_MAX_SAMPLE_LENGTH)
-        return dcp_error_set(
-            error, DCP_ERROR_INVALID_ARGUMENT, "lognormal needs 1 <= min %lld <= max %lld <= %lld",
-            (long long)d->min_length, (long long)d->max_length, (long long)DCP_MAX_SAMPLE_LENGTH);
-    return DCP_OK;
-}
-
-/* Rounds to the nearest integer and clips to [lo, hi]; NaN clips to lo. */
-static int64_t dcp__round_clip(double x, int64_t lo, int64_t hi)
-{
-    if (!(x >= (double)lo)) return lo;
-    if (x >= (double)hi) return hi;
-    x = floor(x + 0.5);
-    return x > (double)hi ? hi : (int64_t)x;
-}
-
-DCPDEF dcp_status dcp_rng_lognormal_length(dcp_rng *rng, const dcp_lognormal *d,
-                                           int64_t *length, dcp_error *error)
-{
-    dcp_status status;
-    double mu;
-    if (!rng || !length)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
-    if ((status = dcp__check_lognormal(d, error)) != DCP_OK) return status;
-    mu = dcp__log(d->mean) - dcp__exact(d->sigma * d->sigma) / 2.0;
-    *length = dcp__round_clip(dcp__exp(mu + dcp__exact(d->sigma * dcp_rng_normal(rng))),
-                              d->min_length, d->max_length);
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_lengths_lognormal(const dcp_lognormal *d, uint64_t seed,
-                                        int64_t *lengths, int32_t count, dcp_error *error)
-{
-    dcp_rng rng;
-    dcp_status status;
-    int32_t i;
-    if (!lengths || count < 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "lengths must not be NULL and count must be >= 0, got %d", (int)count);
-    if ((status = dcp__check_lognormal(d, error)) != DCP_OK) return status;
-    dcp_rng_seed(&rng, seed);
-    for (i = 0; i < count; i++)
-        if ((status = dcp_rng_lognormal_length(&rng, d, &lengths[i], error)) != DCP_OK)
-            return status;
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_rng_loguniform_length(dcp_rng *rng, int64_t min_length,
-                                            int64_t max_length, int64_t *length,
-                                            dcp_error *error)
-{
-    double lo, hi;
-    if (!rng || !length)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
-    if (min_length < 1 || max_length < min_length || max_length > DCP_MAX_SAMPLE_LENGTH)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "log-uniform needs 1 <= min %lld <= max %lld <= %lld",
-                             (long long)min_length, (long long)max_length,
-                             (long long)DCP_MAX_SAMPLE_LENGTH);
-    /* uniform in log over [min, max + 1), floored: every integer gets its share */
-    lo = dcp__log((double)min_length);
-    hi = dcp__log((double)max_length + 1.0);
-    *length = dcp__round_clip(floor(dcp__exp(lo + dcp__exact((hi - lo) * dcp_rng_uniform(rng)))),
-                              min_length, max_length);
-    return dcp_error_clear(error);
-}
-
-/* Length files. */
-
-typedef struct dcp__cursor {
-    const char *text;
-    size_t size;
-    size_t position;
-    int64_t line;
-} dcp__cursor;
-
-static int dcp__is_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
-}
-
-/* Next line without its comment and surrounding blanks; 0 at the end of the text. */
-static int dcp__next_line(dcp__cursor *cursor, const char **begin, const char **end)
-{
-    const char *b, *e, *stop;
-    if (cursor->position >= cursor->size) return 0;
-    b = cursor->text + cursor->position;
-    stop = (const char *)memchr(b, '\n', cursor->size - cursor->position);
-    if (!stop) stop = cursor->text + cursor->size;
-    cursor->position = (size_t)(stop - cursor->text) + 1;
-    cursor->line++;
-    e = (const char *)memchr(b, '#', (size_t)(stop - b));
-    if (!e) e = stop;
-    while (b < e && dcp__is_space(*b)) b++;
-    while (e > b && dcp__is_space(e[-1])) e--;
-    *begin = b;
-    *end = e;
-    return 1;
-}
-
-/* Copies at most 40 bytes of a field for a message, replacing unprintable bytes with '?'. */
-static void dcp__quote(const char *begin, const char *end, char *out, size_t capacity)
-{
-    size_t i = 0;
-    while (begin < end && i + 4 < capacity && i < 40) {
-        unsigned char c = (unsigned char)*begin++;
-        out[i++] = (c >= 32 && c < 127) ? (char)c : '?';
-    }
-    if (begin < end && i + 4 <= capacity) {
-        out[i++] = '.';
-        out[i++] = '.';
-        out[i++] = '.';
-    }
-    out[i] = '\0';
-}
-
-static dcp_status dcp__parse_length(const char *begin, const char *end, int64_t line,
-                                    int64_t *value, dcp_error *error)
-{
-    char quoted[48];
-    const char *p = begin;
-    int64_t v = 0;
-    dcp__quote(begin, end, quoted, sizeof quoted);
-    if (p < end && *p == '+') p++;
-    if (p < end && *p == '-' && p + 1 < end && p[1] >= '0' && p[1] <= '9')
-        return dcp_error_set(error, DCP_ERROR_PARSE, "line %lld: length %s must be >= 1",
-                             (long long)line, quoted);
-    if (p == end)
-        return dcp_error_set(error, DCP_ERROR_PARSE, "line %lld: empty length field",
-                             (long long)line);
-    for (; p < end; p++) {
-        if (*p < '0' || *p > '9')
-            return dcp_error_set(error, DCP_ERROR_PARSE,
-                                 "line %lld: length \"%s\" is not a positive integer",
-                                 (long long)line, quoted);
-        v = v * 10 + (*p - '0');
-        if (v > DCP_MAX_SAMPLE_LENGTH)
-            return dcp_error_set(error, DCP_ERROR_PARSE,
-                                 "line %lld: length %s exceeds the maximum %lld", (long long)line,
-                                 quoted, (long long)DCP_MAX_SAMPLE_LENGTH);
-    }
-    if (v == 0)
-        return dcp_error_set(error, DCP_ERROR_PARSE, "line %lld: length %s must be >= 1",
-                             (long long)line, quoted);
-    *value = v;
-    return DCP_OK;
-}
-
-/* Field `index` of a comma-separated line, trimmed and without surrounding quotes; returns
-   the number of fields. */
-static int32_t dcp__csv_field(const char *begin, const char *end, int32_t index,
-                              const char **field_begin, const char **field_end)
-{
-    int32_t fields = 0;
-    const char *p = begin;
-    for (;;) {
-        const char *comma = (const char *)memchr(p, ',', (size_t)(end - p));
-        const char *fe = comma ? comma : end, *fb = p;
-        if (fields == index) {
-            while (fb < fe && dcp__is_space(*fb)) fb++;
-            while (fe > fb && dcp__is_space(fe[-1])) fe--;
-            if (fe - fb >= 2 && *fb == '"' && fe[-1] == '"') {
-                fb++;
-                fe--;
-            }
-            *field_begin = fb;
-            *field_end = fe;
-        }
-        fields++;
-        if (!comma) return fields;
-        p = comma + 1;
-    }
-}
-
-static int dcp__names_length_column(const char *b, const char *e)
-{
-    static const char *const names[] = {"length", "seq_len", "seqlen", "sequence_length",
-                                        "seq_length", "num_tokens", "tokens"};
-    size_t i, n = (size_t)(e - b), k;
-    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strlen(names[i]) != n) continue;
-        for (k = 0; k < n; k++) {
-            char c = b[k];
-            if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
-            if (c != names[i][k]) break;
-        }
-        if (k == n) return 1;
-    }
-    return 0;
-}
-
-/* Reads the CSV header: *column gets the length column, *fields the column count. */
-static dcp_status dcp__csv_header(const char *b, const char *e, int64_t line, int32_t *column,
-                                  int32_t *fields, dcp_error *error)
-{
-    const char *fb = NULL, *fe = NULL;
-    int32_t i;
-    *fields = dcp__csv_field(b, e, 0, &fb, &fe);
-    for (i = 0; i < *fields; i++) {
-        dcp__csv_field(b, e, i, &fb, &fe);
-        if (dcp__names_length_column(fb, fe)) {
-            *column = i;
-            return DCP_OK;
-        }
-    }
-    if (*fields == 1) {
-        char quoted[48];
-        dcp__quote(b, e, quoted, sizeof quoted);
-        return dcp_error_set(error, DCP_ERROR_PARSE,
-                             "line %lld: \"%s\" is neither a length nor a header naming a length "
-                             "column (length, seq_len, seqlen, sequence_length, seq_length, "
-                             "num_tokens or tokens)",
-                             (long long)line, quoted);
-    }
-    return dcp_error_set(error, DCP_ERROR_PARSE,
-                         "line %lld: CSV header has no length column (expected length, seq_len, "
-                         "seqlen, sequence_length, seq_length, num_tokens or tokens)",
-                         (long long)line);
-}
-
-/* A header row is printable text with a letter, not starting like a number: anything else on
-   the first line is data, so "12a" or binary bytes are errors rather than a silent header. */
-static int dcp__looks_like_header(const char *b, const char *e)
-{
-    int letters = 0;
-    if (b == e || (*b >= '0' && *b <= '9') || *b == '+' || *b == '-' || *b == '.') return 0;
-    for (; b < e; b++) {
-        unsigned char c = (unsigned char)*b;
-        if (c < 32 || c > 126) return 0;
-        letters += (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-    }
-    return letters > 0;
-}
-
-static dcp_status dcp__parse_lines(dcp__cursor *cursor, int64_t *out, int64_t *out_lines,
-                                   int32_t *count, dcp_error *error)
-{
-    const char *b, *e;
-    int32_t column = -1, fields = 0;
-    dcp_status status;
-    *count = 0;
-    while (dcp__next_line(cursor, &b, &e)) {
-        const char *fb = b, *fe = e;
-        if (b == e) continue;
-        if (column < 0 && *count == 0 && dcp__looks_like_header(b, e)) {
-            if ((status = dcp__csv_header(b, e, cursor->line, &column, &fields, error)) != DCP_OK)
-                return status;
-            continue;
-        }
-        if (column >= 0) {
-            int32_t have = dcp__csv_field(b, e, column, &fb, &fe);
-            if (have != fields)
-                return dcp_error_set(error, DCP_ERROR_PARSE,
-                                     "line %lld: %d CSV fields, the header has %d",
-                                     (long long)cursor->line, (int)have, (int)fields);
-        }
-        if (*count == INT32_MAX)
-            return dcp_error_set(error, DCP_ERROR_OVERFLOW, "more than %d lengths", INT32_MAX);
-        if ((status = dcp__parse_length(fb, fe, cursor->line, &out[*count], error)) != DCP_OK)
-            return status;
-        if (out_lines) out_lines[*count] = cursor->line;
-        (*count)++;
-    }
-    if (*count == 0) return dcp_error_set(error, DCP_ERROR_PARSE, "no lengths found (empty input)");
-    return DCP_OK;
-}
-
-#define DCP__UTF8_BOM "\xEF\xBB\xBF"
-#define DCP__UTF8_BOM_SIZE 3
-
-DCPDEF dcp_status dcp_lengths_parse(const char *text, size_t size,
-                                    const dcp_allocator *allocator, int64_t **lengths,
-                                    int32_t *count, dcp_error *error)
-{
-    return dcp_lengths_parse_lines(text, size, allocator, lengths, NULL, count, error);
-}
-
-DCPDEF dcp_status dcp_lengths_parse_lines(const char *text, size_t size,
-                                          const dcp_allocator *allocator, int64_t **lengths,
-                                          int64_t **lines_out, int32_t *count, dcp_error *error)
-{
-    dcp__cursor cursor;
-    size_t lines = 1, i;
-    int64_t *out, *out_lines = NULL;
-    dcp_status status;
-    if (!lengths || !count)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "lengths and count must not be NULL");
-    *lengths = NULL;
-    *count = 0;
-    if (lines_out) *lines_out = NULL;
-    if (!text && size > 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "text is NULL with size %zu", size);
-    if (allocator && ((allocator->alloc == NULL) != (allocator->free == NULL)))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "allocator needs both alloc and free, or neither");
-    for (i = 0; i < size; i++) lines += text[i] == '\n';
-    out = (int64_t *)dcp__alloc_array(allocator, lines, sizeof(int64_t), "lengths", error);
-    if (out && lines_out)
-        out_lines = (int64_t *)dcp__alloc_array(allocator, lines, sizeof(int64_t), "lines", error);
-    if (!out || (lines_out && !out_lines)) {
-        dcp_free(allocator, out);
-        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    }
-    cursor.text = text;
-    cursor.size = size;
-    cursor.position = 0;
-    cursor.line = 0;
-    if (size >= DCP__UTF8_BOM_SIZE && memcmp(text, DCP__UTF8_BOM, DCP__UTF8_BOM_SIZE) == 0)
-        cursor.position = DCP__UTF8_BOM_SIZE; /* editors on Windows write one */
-    status = dcp__parse_lines(&cursor, out, out_lines, count, error);
-    if (status != DCP_OK) {
-        dcp_free(allocator, out);
-        dcp_free(allocator, out_lines);
-        *count = 0;
-        return status;
-    }
-    *lengths = out;
-    if (lines_out) *lines_out = out_lines;
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_lengths_read_file(const char *path, const dcp_allocator *allocator,
-                                        int64_t **lengths, int32_t *count, dcp_error *error)
-{
-    return dcp_lengths_read_file_lines(path, allocator, lengths, NULL, count, error);
-}
-
-DCPDEF dcp_status dcp_lengths_read_file_lines(const char *path, const dcp_allocator *allocator,
-                                              int64_t **lengths, int64_t **lines,
-                                              int32_t *count, dcp_error *error)
-{
-    FILE *file;
-    int read_errno = 0;
-    char *text = NULL;
-    size_t size = 0, capacity = 0;
-    dcp_status status;
-    if (!path) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "path must not be NULL");
-    if (allocator && ((allocator->alloc == NULL) != (allocator->free == NULL)))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "allocator needs both alloc and free, or neither");
-    file = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!file)
-        return dcp_error_set(error, DCP_ERROR_IO, "cannot open %s: %s", path, strerror(errno));
-    for (;;) { /* grow by doubling: works for pipes, where the size is unknown */
-        size_t got;
-        if (size == capacity) {
-            size_t grown = capacity ? capacity * 2 : 65536;
-            char *bigger = grown > capacity ? (char *)dcp_alloc(allocator, grown) : NULL;
-            if (!bigger) {
-                dcp_free(allocator, text);
-                if (file != stdin) fclose(file);
-                return dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY,
-                                     "%s: cannot allocate %zu bytes", path, grown);
-            }
-            if (size) memcpy(bigger, text, size);
-            dcp_free(allocator, text);
-            text = bigger;
-            capacity = grown;
-        }
-        errno = 0;
-        got = fread(text + size, 1, capacity - size, file);
-        read_errno = errno;
-        size += got;
-        if (got == 0) break;
-    }
-    status = ferror(file) ? dcp_error_set(error, DCP_ERROR_IO, "cannot read %s: %s", path,
-                                          strerror(read_errno))
-                          : DCP_OK;
-    if (file != stdin) fclose(file);
-    if (status == DCP_OK)
-        status = dcp_lengths_parse_lines(text, size, allocator, lengths, lines, count, error);
-    dcp_free(allocator, text);
-    return status;
-}
-
-/* ------------------------------------------------------------ helpers a data loader needs */
-
-DCPDEF dcp_status dcp_lengths_filter(const dcp_config *config, const int64_t *lengths,
-                                     int32_t count, int64_t *kept_lengths, int32_t *kept_ids,
-                                     int32_t *kept_count, int32_t *dropped_ids,
-                                     dcp_error *error)
-{
-    dcp_config c;
-    dcp_status status;
-    int32_t i, kept = 0, dropped = 0;
-    if (!lengths || !kept_lengths || !kept_ids || !kept_count)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "lengths, kept_lengths, kept_ids and kept_count must not be NULL");
-    if (count < 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must be >= 0, got %d",
-                             (int)count);
-    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
-    for (i = 0; i < count; i++) {
-        if (lengths[i] < 1 || lengths[i] > DCP_MAX_SAMPLE_LENGTH)
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                                 "sample %d has length %lld; lengths must be in [1, %lld]", (int)i,
-                                 (long long)lengths[i], (long long)DCP_MAX_SAMPLE_LENGTH);
-        if (dcp__cp_min(&c, lengths[i]) > 0) {
-            kept_lengths[kept] = lengths[i];
-            kept_ids[kept++] = i;
-        } else if (dropped_ids)
-            dropped_ids[dropped++] = i;
-    }
-    *kept_count = kept;
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
-                                           int32_t *microbatch, int32_t *group,
-                                           dcp_error *error)
-{
-    int32_t g, k = 0;
-    if (!plan || !microbatch || !group)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "plan, microbatch and group must not be NULL");
-    if (sample < 0 || sample >= plan->num_samples)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "sample %d outside [0, %d)",
-                             (int)sample, (int)plan->num_samples);
-    for (g = 0; g < plan->num_groups; g++) {
-        const dcp_group *candidate = &plan->groups[g];
-        int32_t i;
-        while (k < plan->num_microbatches && plan->microbatch_offsets[k + 1] <= g) k++;
-        for (i = 0; i < candidate->sample_count; i++)
-            if (plan->group_samples[candidate->sample_offset + i] == sample) {
-                *microbatch = k;
-                *group = g;
-                return dcp_error_clear(error);
-            }
-    }
-    return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "sample %d is in no group", (int)sample);
-}
-
-#define DCP__COMPARED_CONFIG_INTS 9
-
-static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
-                                       dcp_error *error)
-{
-    const int64_t ints_a[DCP__COMPARED_CONFIG_INTS] = {
-        a->ranks, a->max_tokens_per_rank, a->min_cp, a->max_cp, a->microbatch_multiple,
-        a->pad_multiple_cp1, a->pad_multiple, (int64_t)a->strategy, a->improve_moves};
-    const int64_t ints_b[DCP__COMPARED_CONFIG_INTS] = {
-        b->ranks, b->max_tokens_per_rank, b->min_cp, b->max_cp, b->microbatch_multiple,
-        b->pad_multiple_cp1, b->pad_multiple, (int64_t)b->strategy, b->improve_moves};
-    const char *names[DCP__COMPARED_CONFIG_INTS] = {
-        "ranks", "max_tokens_per_rank", "min_cp", "max_cp", "microbatch_multiple",
-        "pad_multiple_cp1", "pad_multiple", "strategy", "improve_moves"};
-    int i;
-    for (i = 0; i < DCP__COMPARED_CONFIG_INTS; i++)
-        if (ints_a[i] != ints_b[i])
-            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                                 "plans differ: config %s %lld vs %lld", names[i],
-                                 (long long)ints_a[i], (long long)ints_b[i]);
-    if (a->cost.attn_coeff != b->cost.attn_coeff || a->cost.linear_coeff != b->cost.linear_coeff ||
-        a->cost.ring_step_cost != b->cost.ring_step_cost)
-        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "plans differ: cost models");
-    return DCP_OK;
-}
-
-DCPDEF dcp_status dcp_plan_compare(const dcp_plan *a, const dcp_plan *b, dcp_error *error)
-{
-    dcp_status status;
-    int32_t i;
-    if (!a || !b) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plans must not be NULL");
-    if ((status = dcp__compare_configs(&a->config, &b->config, error)) != DCP_OK) return status;
-    if (a->num_samples != b->num_samples || a->num_microbatches != b->num_microbatches ||
-        a->num_groups != b->num_groups)
-        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                             "plans differ: %d/%d samples, %d/%d microbatches, %d/%d groups",
-                             (int)a->num_samples, (int)b->num_samples, (int)a->num_microbatches,
-                             (int)b->num_microbatches, (int)a->num_groups, (int)b->num_groups);
-    for (i = 0; i < a->num_samples; i++)
-        if (a->sample_lengths[i] != b->sample_lengths[i] ||
-            a->group_samples[i] != b->group_samples[i])
-            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                                 "plans differ at sample slot %d: length %lld/%lld, sample %d/%d",
-                                 (int)i, (long long)a->sample_lengths[i],
-                                 (long long)b->sample_lengths[i], (int)a->group_samples[i],
-                                 (int)b->group_samples[i]);
-    for (i = 0; i <= a->num_microbatches; i++)
-        if (a->microbatch_offsets[i] != b->microbatch_offsets[i])
-            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                                 "plans differ: microbatch %d starts at group %d/%d", (int)i,
-                                 (int)a->microbatch_offsets[i], (int)b->microbatch_offsets[i]);
-    for (i = 0; i < a->num_groups; i++) {
-        const dcp_group *x = &a->groups[i], *y = &b->groups[i];
-        if (x->first_rank != y->first_rank || x->cp != y->cp ||
-            x->sample_offset != y->sample_offset || x->sample_count != y->sample_count)
-            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                                 "plans differ at group %d: first rank %d/%d, cp %d/%d", (int)i,
-                                 (int)x->first_rank, (int)y->first_rank, (int)x->cp, (int)y->cp);
-    }
-    return dcp_error_clear(error);
-}
-
-/* One receive of a rank, for pairing: its peer and its index in the rank's list. */
-typedef struct dcp__recv_key {
-    int32_t peer;
-    int32_t index;
-} dcp__recv_key;
-
-static int dcp__recv_key_compare(const void *a, const void *b)
-{
-    const dcp__recv_key *x = (const dcp__recv_key *)a, *y = (const dcp__recv_key *)b;
-    if (x->peer != y->peer) return x->peer < y->peer ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
-/* First position of peer in a rank's receives sorted by (peer, index); count if none. */
-static int32_t dcp__recv_lower_bound(const dcp__recv_key *keys, int32_t count, int32_t peer)
-{
-    int32_t lo = 0, hi = count;
-    while (lo < hi) {
-        int32_t mid = lo + (hi - lo) / 2;
-        if (keys[mid].peer < peer) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
-static int dcp__transfers_pair(const dcp_transfer *send, const dcp_transfer *recv)
-{
-    return send->microbatch == recv->microbatch && send->sample == recv->sample &&
-           send->source_begin == recv->source_begin && send->source_end == recv->source_end &&
-           send->destination_row == recv->destination_row;
-}
-
-/* Pairs rank a's sends, in order, with its peers' receives from a, in order. keys holds every
-   rank's receives sorted by (peer, index), rank r's at keys[offsets[r] .. offsets[r + 1]);
-   sent[] counts a's sends per peer so far (zero on entry, reset on return). */
-static dcp_status dcp__match_rank_sends(const dcp_reroute *const *reroutes, int32_t ranks,
-                                        int32_t a, const dcp__recv_key *keys,
-                                        const size_t *offsets, int32_t *sent, dcp_error *error)
-{
-    const dcp_reroute *ra = reroutes[a];
-    dcp_status status = DCP_OK;
-    int32_t i;
-    for (i = 0; i < ra->count && status == DCP_OK; i++) {
-        const dcp_transfer *t = &ra->transfers[i];
-        const dcp__recv_key *peer_keys;
-        int32_t peer_count, k;
-        if (t->kind == DCP_TRANSFER_COPY && t->peer != a)
-            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                                   "rank %d transfer %d: a copy with peer %d", (int)a, (int)i,
-                                   (int)t->peer);
-        if (t->kind != DCP_TRANSFER_SEND || status != DCP_OK) continue;
-        if (t->peer < 0 || t->peer >= ranks || t->peer == a) {
-            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                                   "rank %d transfer %d: send to peer %d (outside [0, %d) or "
-                                   "itself)",
-                                   (int)a, (int)i, (int)t->peer, (int)ranks);
-            break;
-        }
-        peer_keys = keys + offsets[t->peer];
-        peer_count = (int32_t)(offsets[t->peer + 1] - offsets[t->peer]);
-        k = dcp__recv_lower_bound(peer_keys, peer_count, a) + sent[t->peer]++;
-        if (k >= peer_count || peer_keys[k].peer != a)
-            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                                   "rank %d send %d to rank %d (sample %d) has no matching "
-                                   "receive",
-                                   (int)a, (int)i, (int)t->peer, (int)t->sample);
-        else if (!dcp__transfers_pair(t, &reroutes[t->peer]->transfers[peer_keys[k].index]))
-            status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                                   "rank %d send %d to rank %d (sample %d, positions %lld-%lld) "
-                                   "differs from that rank's receive %d",
-                                   (int)a, (int)i, (int)t->peer, (int)t->sample,
-                                   (long long)t->source_begin, (long long)t->source_end,
-                                   (int)peer_keys[k].index);
-    }
-    for (i = 0; i < ra->count; i++)
-        if (ra->transfers[i].kind == DCP_TRANSFER_SEND && ra->transfers[i].peer >= 0 &&
-            ra->transfers[i].peer < ranks)
-            sent[ra->transfers[i].peer] = 0;
-    return status;
-}
-
-/* Counts the sends and receives of all lists; DCP_ERROR_INVALID_ARGUMENT for a missing list. */
-static dcp_status dcp__count_transfers(const dcp_reroute *const *reroutes, int32_t ranks,
-                                       size_t *sends, size_t *receives, dcp_error *error)
-{
-    int32_t r, i;
-    *sends = *receives = 0;
-    for (r = 0; r < ranks; r++) {
-        if (!reroutes[r] || reroutes[r]->rank != r || reroutes[r]->count < 0 ||
-            (reroutes[r]->count > 0 && !reroutes[r]->transfers))
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                                 "reroutes[%d] must be the list of rank %d", (int)r, (int)r);
-        for (i = 0; i < reroutes[r]->count; i++) {
-            *receives += reroutes[r]->transfers[i].kind == DCP_TRANSFER_RECV;
-            *sends += reroutes[r]->transfers[i].kind == DCP_TRANSFER_SEND;
-        }
-    }
-    return DCP_OK;
-}
-
-DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t ranks,
-                                    const dcp_allocator *allocator, dcp_error *error)
-{
-    dcp__recv_key *keys;
-    size_t *offsets, sends, receives;
-    int32_t *sent, r, i;
-    dcp_status status;
-    if (!reroutes || ranks < 1 || ranks > DCP_MAX_RANKS)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "reroutes must not be NULL and ranks in [1, %d], got %d",
-                             DCP_MAX_RANKS, (int)ranks);
-    if ((status = dcp__count_transfers(reroutes, ranks, &sends, &receives, error)) != DCP_OK)
-        return status;
-    if (sends != receives) /* with every send paired below, no receive is left over either */
-        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "%zu sends but %zu receives", sends,
-                             receives);
-    offsets = (size_t *)dcp__alloc_array(allocator, (size_t)ranks + 1, sizeof *offsets,
-                                         "reroute match", error);
-    sent = (int32_t *)dcp__alloc_array(allocator, (size_t)ranks, sizeof *sent, "reroute match",
-                                       error);
-    keys = (dcp__recv_key *)dcp__alloc_array(allocator, receives ? receives : 1, sizeof *keys,
-                                             "reroute match", error);
-    status = offsets && sent && keys ? DCP_OK : (error ? error->status : DCP_ERROR_OUT_OF_MEMORY);
-    if (status == DCP_OK) {
-        memset(sent, 0, (size_t)ranks * sizeof *sent);
-        offsets[0] = 0;
-        for (r = 0; r < ranks; r++) {
-            size_t n = offsets[r];
-            for (i = 0; i < reroutes[r]->count; i++)
-                if (reroutes[r]->transfers[i].kind == DCP_TRANSFER_RECV) {
-                    keys[n].peer = reroutes[r]->transfers[i].peer;
-                    keys[n++].index = i;
-                }
-            offsets[r + 1] = n;
-            qsort(keys + offsets[r], n - offsets[r], sizeof *keys, dcp__recv_key_compare);
-        }
-        for (r = 0; r < ranks && status == DCP_OK; r++)
-            status = dcp__match_rank_sends(reroutes, ranks, r, keys, offsets, sent, error);
-    }
-    dcp_free(allocator, offsets);
-    dcp_free(allocator, sent);
-    dcp_free(allocator, keys);
-    return status == DCP_OK ? dcp_error_clear(error) : status;
-}
 #ifdef __cplusplus
 }
 #endif
