@@ -33,7 +33,10 @@ NCCL_SKIP_REASON := $(if $(HAVE_NVCC),nccl.h not found in $(CUDA_HOME)/include (
 
 CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_comm test_costs \
              test_helpers test_tolerance
-CPU_HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-no-reference
+# dcp.h's switches in all four combinations, each as C99 and as C++ (tests/test_switches.c).
+SWITCH_BUILDS := all no-reference no-distributed planner-only
+CPU_HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx \
+                     $(SWITCH_BUILDS:%=$(BUILD)/switches-%) $(SWITCH_BUILDS:%=$(BUILD)/switches-%-cxx)
 GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels $(BUILD)/test_cuda_attention
 # Shell tests run by `make test` after the programs: the CLI, the README quick start, the
 # loader example.
@@ -96,9 +99,15 @@ $(BUILD)/header-cxx: tests/test_header.c tests/test.h dcp.h | $(BUILD)
 	$(CXX) $(CXX_FLAGS) -x c++ $< -o $@ -lm
 $(BUILD)/header-nvcc: tests/test_header.c tests/test.h dcp.h | $(BUILD)
 	$(NVCC) -std=c++14 -O2 -Xcompiler -Wall,-Wextra,-Werror -x cu $< -o $@
-# DCP_NO_REFERENCE: the planner without the CPU references (the file defines their names).
-$(BUILD)/header-no-reference: tests/test_no_reference.c tests/test.h dcp.h | $(BUILD)
-	$(CC) $(C_FLAGS) $< -o $@ -lm
+# The switches: a left-out layer's names are free for the test file to reuse.
+SWITCH_FLAGS_all :=
+SWITCH_FLAGS_no-reference := -DDCP_NO_REFERENCE
+SWITCH_FLAGS_no-distributed := -DDCP_NO_DISTRIBUTED
+SWITCH_FLAGS_planner-only := -DDCP_NO_REFERENCE -DDCP_NO_DISTRIBUTED
+$(BUILD)/switches-%-cxx: tests/test_switches.c tests/test.h dcp.h | $(BUILD)
+	$(CXX) $(CXX_FLAGS) $(SWITCH_FLAGS_$*) -x c++ $< -o $@ -lm
+$(BUILD)/switches-%: tests/test_switches.c tests/test.h dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) $(SWITCH_FLAGS_$*) $< -o $@ -lm
 
 # Compiled once (~95 s on 2 cores), position-independent so that the executables and the
 # Python benches' shared library link the same object.

@@ -40,8 +40,10 @@
        DCP_STATIC          make every function static (private copy per translation unit)
        DCP_MALLOC(size)    default allocation when no allocator is given (malloc)
        DCP_FREE(ptr)       matching free (free); define both or neither
-       DCP_NO_REFERENCE    leave out the CPU reference kernels (declarations and code) when
-                           only the planner is wanted
+       DCP_NO_REFERENCE    leave out the CPU reference kernels (declarations and code)
+       DCP_NO_DISTRIBUTED  leave out the distributed logic (what dcp_nccl.h builds on)
+   With both, a planner-only user compiles the planner, the data-loader layers, the operation
+   contracts and the CUDA declarations; every combination is compiled and run by make test.
    An allocator may also be passed at run time (dcp_config.allocator, dcp_allocator).
 
    CONVENTIONS
@@ -57,6 +59,9 @@
    REFERENCE (grouped by layer, in the order data flows)
    Basics
        dcp_status_string(status)                  constant text for a status code
+       dcp_alloc(alloc, size) / dcp_free(alloc, ptr)  the allocation path every layer uses;
+                                                  dcp_free frees what the library returned
+       dcp_is_pow2, dcp_check_rank, dcp_check_rank_buffers  argument checks every layer shares
        dcp_rng_seed / dcp_rng_next / dcp_rng_uniform / dcp_rng_normal / dcp_rng_below
                                                   xoshiro256** generator; identical streams
                                                   on every platform (integer core, own exp/log)
@@ -87,9 +92,6 @@
        dcp_lengths_parse(text, size, alloc, &out, &n, err)  length files; allocates *out
        dcp_lengths_read_file(path, alloc, &out, &n, err)    reads and parses; allocates *out
        dcp_lengths_parse_lines / dcp_lengths_read_file_lines  the same, plus each length's line
-       dcp_alloc(alloc, size) / dcp_free(alloc, ptr)  the allocation path every layer uses;
-                                                  dcp_free frees what the library returned
-       dcp_is_pow2, dcp_check_rank, dcp_check_rank_buffers  argument checks every layer shares
    THD layout (docs/DESIGN.md section 4)
        dcp_zigzag_position(P, c, r, i)             global position of local row i of rank r
        dcp_thd_layout, dcp_half                    a pack as one rank holds it; view halves
@@ -116,7 +118,7 @@
        dcp_plan_compare(a, b, err)                same plan? the message names the difference
        dcp_reroute_match(lists, ranks, alloc, err)  every send paired with its receive
    Distributed logic (docs/DESIGN.md section 6: what dcp_nccl.h decides, as pure functions; no
-   allocation)
+   allocation; absent with DCP_NO_DISTRIBUTED)
        dcp_comm_slot_count(max_cp) / dcp_comm_slot(cp)   communicator slots: one per CP size
                                                   2..max_cp (slot log2(cp) - 1); cp 1: -1
        dcp_comm_max_cp(config, max_length, &c, err)  largest useful CP size: the planner's
@@ -138,6 +140,15 @@
        dcp_ring_exchange_plan(cp, r, s, &x, err)  peers, KV and dK/dV slots of a ring step
        dcp_ring_scratch_layout(shape, pass, &s, err)  scratch regions of a ring pass
        dcp_metadata_chunks(length, chunk, &n, err)  length check of a metadata broadcast
+   Operation contracts (the arguments of the CPU references and the CUDA kernels alike; always
+   compiled; no allocation)
+       dcp_dtype, dcp_dtype_size(dtype)           element type of a device tensor; its bytes
+       dcp_attention_params, dcp_attention_view   an attention step's shape and its q/kv view
+       dcp_attention_params_resolve / dcp_attention_view_validate / dcp_rope_options_resolve /
+       dcp_conv1d_params_resolve                  the argument checks every entry point, CPU
+                                                  or CUDA, shares; defaults filled in
+       dcp_ring_step_plan(cp, rank, step, causal, &plan, err)
+                                                  KV source, q and kv halves, mask of a step
    CPU references (docs/DESIGN.md section 5; the contracts of the CUDA kernels; fp32 buffers,
    double sums, deterministic; no allocation except the ring forward; thread-safe on
    distinct output buffers; absent with DCP_NO_REFERENCE)
@@ -149,8 +160,6 @@
                                                   adds the step's gradient into dq, dk, dv
        dcp_attention_acc_init / _acc_merge / _acc_finalize
                                                   LSE merge of partial results, -inf guarded
-       dcp_ring_step_plan(cp, rank, step, causal, &plan, err)
-                                                  KV source, q and kv halves, mask of a step
        dcp_ring_attention_forward(params, layout, q[], k[], v[], out[], lse[], alloc, err)
        dcp_ring_attention_backward(params, layout, q[], k[], v[], out[], dout[], lse[],
                                    dq[], dk[], dv[], err)
@@ -161,14 +170,10 @@
        dcp_conv1d_forward(params, layout, total_rows, x, weight, bias, y, err)
        dcp_conv1d_backward(params, layout, total_rows, x, weight, bias, dy, dx, dweight,
                            dbias, err)            causal depthwise conv1d, optional SiLU
-       dcp_attention_params_resolve / dcp_attention_view_validate / dcp_rope_options_resolve /
-       dcp_conv1d_params_resolve                  the argument checks every entry point, CPU
-                                                  or CUDA, shares; no allocation
    CUDA (dcp_cuda.cu; device pointers, a cudaStream_t as void *; never allocate or
    synchronise; check every argument on the host first; CUDA errors -> DCP_ERROR_CUDA with
-   file, line and call; absent with DCP_NO_REFERENCE, except the device count)
+   file, line and call)
        dcp_cuda_device_count(&count, err)         0 without driver or device (not an error)
-       dcp_dtype, dcp_dtype_size(dtype)           element type of a device tensor; its bytes
        dcp_cuda_layout_init(host, d_cu, d_cu_padded, &layout, err)
                                                   device layout from checked host arrays
        dcp_cuda_rope_forward / _backward(options, layout, rank, dtype, head_dim, q_heads, q,
@@ -187,8 +192,12 @@
        dcp_cuda_virtual_ring_forward / _backward  a ring of cp ranks on one device
 
    VERSION HISTORY
-       0.1.0  planner, baselines, validator, simulator, length sources; THD views, reroute
-              lists, exchange format, FLOPs statistics. CHANGELOG.md lists every change.
+       0.1.0  planner (DAG and lockstep sync models), baselines, validator, simulator, SVG
+              timeline, length sources; THD views, reroute lists, exchange format, FLOPs
+              statistics; distributed logic of dcp_nccl.h; operation contracts and CPU
+              references (attention with ring steps, LSE merge, RoPE, conv1d); the CUDA
+              kernels (dcp_cuda.cu) and the NCCL layer (dcp_nccl.h).
+              CHANGELOG.md lists every change.
 
    LICENSE
    MIT. See the end of this file.
@@ -691,13 +700,15 @@ DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
    DCP_ERROR_INVALID_PLAN with a message naming the first difference. */
 DCPDEF dcp_status dcp_plan_compare(const dcp_plan *a, const dcp_plan *b, dcp_error *error);
 
+#ifndef DCP_NO_DISTRIBUTED
 /* ========================================================================= distributed logic
    Everything dcp_nccl.h decides, as pure functions tests run on simulated ranks (docs/DESIGN.md
    section 6): which communicator slot serves a CP size and how ncclCommSplit builds it, which
    communicator a rank uses in a microbatch and under an evaluation override (restored on every
    exit path), the byte ranges of a reroute list, the peers and buffer slots of every ring step,
    the scratch a ring needs, and the framing of a metadata broadcast. The NCCL layer only maps
-   these answers to calls. No allocation; thread-safe on distinct objects. */
+   these answers to calls. No allocation; thread-safe on distinct objects. Define
+   DCP_NO_DISTRIBUTED before including dcp.h to leave them out (dcp_nccl.h needs them). */
 
 /* The color ncclCommSplit takes for "no communicator" (NCCL_SPLIT_NOCOLOR). */
 #define DCP_COMM_NO_COLOR (-1)
@@ -918,20 +929,23 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
 #define DCP_METADATA_MAX_BYTES (UINT64_C(1) << 32) /* 4 GiB */
 DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uint64_t *chunks,
                                       dcp_error *error);
+#endif /* DCP_NO_DISTRIBUTED */
 
-#ifndef DCP_NO_REFERENCE
-/* ========================================================================== CPU references
-   The semantics every CUDA kernel is tested against (docs/DESIGN.md section 5): attention forward
-   and backward as one step that serves plain varlen attention and every ring-CP step alike,
-   the ring's step plan, LSE merging and a driver that runs the c ranks of a ring in one
-   process, RoPE with CP positions, and the causal depthwise conv1d of Gated DeltaNet.
-   Clarity before speed: fp32 tensors, double for every sum that decides accuracy (softmax
-   sums, dot products, weight and bias gradients) and loops in a fixed order, so results are
-   deterministic. Guarantees: padding rows and invisible keys are skipped, never multiplied by
-   zero (a NaN there cannot leak); every row a call owns is written (padding rows as 0, their
-   LSE as -inf); arguments are checked and reported, never asserted; only the ring driver
-   allocates (through the caller's allocator). Outputs must not overlap inputs unless a
-   function says so. Define DCP_NO_REFERENCE before including dcp.h to leave them out. */
+/* ======================================================================= operation contracts
+   The arguments every attention, RoPE and conv1d entry point takes, CPU reference or CUDA
+   kernel alike, and the checks they all run first: element types, operation parameters with
+   their defaults, the view of a ring step and the ring's step plan. Always compiled, so that
+   dcp_cuda.cu and dcp_nccl.h build whatever switches a user sets. No allocation. */
+
+/* Element type of a device tensor. */
+typedef enum dcp_dtype {
+    DCP_DTYPE_FLOAT32 = 0,
+    DCP_DTYPE_BFLOAT16 = 1,
+    DCP_DTYPE_FLOAT16 = 2
+} dcp_dtype;
+
+/* Bytes of one element of dtype (4 or 2); 0 for a value that is not a dcp_dtype. */
+DCPDEF size_t dcp_dtype_size(dcp_dtype dtype);
 
 /* Largest head_dim of attention: flash-attention's. It bounds the row of doubles each
    reference keeps on the stack. */
@@ -957,28 +971,6 @@ typedef struct dcp_attention_view {
     dcp_half kv_half;
 } dcp_attention_view;
 
-/* One attention step. Per query row of the view: softmax(scale q.k) over the visible keys of
-   the view (same sequence, both valid, causal mask by global position when params->causal),
-   into out [rows, num_heads, head_dim] and the natural-log LSE [num_heads, rows], fp32.
-   A row with no visible key, padding rows included, gets 0 and LSE -inf. Rows outside the q
-   view are left untouched. view NULL: all zero. */
-DCPDEF dcp_status dcp_attention_forward(const dcp_attention_params *params,
-                                        const dcp_thd_layout *layout,
-                                        const dcp_attention_view *view, const float *q,
-                                        const float *k, const float *v, float *out,
-                                        float *lse, dcp_error *error);
-/* Its gradient from the final (merged) out and lse: recomputes P = exp(scale q.k - lse) and
-   ADDS into dq (rows of the q view) and dk, dv (rows of the kv view), so the steps of a ring
-   sum up; the caller zeroes them first. With D_i = dO_i.O_i and dS_ij = P_ij (dO_i.V_j - D_i):
-   dV_j += sum_i P_ij dO_i, dQ_i += scale sum_j dS_ij K_j, dK_j += scale sum_i dS_ij Q_i.
-   Rows with LSE -inf contribute nothing. */
-DCPDEF dcp_status dcp_attention_backward(const dcp_attention_params *params,
-                                         const dcp_thd_layout *layout,
-                                         const dcp_attention_view *view, const float *q,
-                                         const float *k, const float *v, const float *out,
-                                         const float *dout, const float *lse, float *dq,
-                                         float *dk, float *dv, dcp_error *error);
-
 /* Checks params and fills their defaults (num_kv_heads, softmax_scale) into *resolved, as
    every attention entry point, CPU or CUDA, does first; view NULL means all zero, and
    dcp_attention_view_validate checks its ranks against cp and its halves (which need cp > 1).
@@ -988,23 +980,6 @@ DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *param
                                                dcp_error *error);
 DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, int32_t cp,
                                               dcp_error *error);
-
-/* Merging partial results through their LSEs (only num_heads and head_dim of params are
-   read). An accumulator (acc_out like out, acc_lse like lse) starts at 0 and -inf on every
-   local row; merge folds in a partial (out, lse) on the rows of `half` of every sequence,
-   skipping -inf on either side; finalize copies the accumulator of rank `rank` to (out, lse)
-   with padding rows 0 and -inf (out and lse may be acc_out and acc_lse themselves). */
-DCPDEF dcp_status dcp_attention_acc_init(const dcp_attention_params *params,
-                                         const dcp_thd_layout *layout, float *acc_out,
-                                         float *acc_lse, dcp_error *error);
-DCPDEF dcp_status dcp_attention_acc_merge(const dcp_attention_params *params,
-                                          const dcp_thd_layout *layout, dcp_half half,
-                                          const float *out, const float *lse, float *acc_out,
-                                          float *acc_lse, dcp_error *error);
-DCPDEF dcp_status dcp_attention_acc_finalize(const dcp_attention_params *params,
-                                             const dcp_thd_layout *layout, int32_t rank,
-                                             const float *acc_out, const float *acc_lse,
-                                             float *out, float *lse, dcp_error *error);
 
 /* Step `step` of a ring of cp ranks on rank `rank` (docs/DESIGN.md section 5): the KV comes from
    rank (rank - step) mod cp. Causal: step 0 is the whole local Q against the local KV with the
@@ -1018,26 +993,6 @@ typedef struct dcp_ring_step {
 
 DCPDEF dcp_status dcp_ring_step_plan(int32_t cp, int32_t rank, int32_t step, int32_t causal,
                                      dcp_ring_step *plan, dcp_error *error);
-/* The ring of layout->cp ranks simulated in one process: q[r], k[r], ... are rank r's local
-   buffers. Forward runs exactly the steps of dcp_ring_step_plan and merges them through the
-   LSE into out[r] and lse[r] (every local row written); allocates one rank's partial out and
-   lse (allocator NULL: DCP_MALLOC) and frees it before returning. Backward zeroes dq, dk, dv,
-   then adds each step's gradient: dq into rank r's buffer, dk and dv into the source's, as
-   the ring sends them home. No allocation. */
-DCPDEF dcp_status dcp_ring_attention_forward(const dcp_attention_params *params,
-                                             const dcp_thd_layout *layout,
-                                             const float *const *q, const float *const *k,
-                                             const float *const *v, float *const *out,
-                                             float *const *lse, const dcp_allocator *allocator,
-                                             dcp_error *error);
-DCPDEF dcp_status dcp_ring_attention_backward(const dcp_attention_params *params,
-                                              const dcp_thd_layout *layout,
-                                              const float *const *q, const float *const *k,
-                                              const float *const *v, const float *const *out,
-                                              const float *const *dout,
-                                              const float *const *lse, float *const *dq,
-                                              float *const *dk, float *const *dv,
-                                              dcp_error *error);
 
 #define DCP_DEFAULT_ROPE_THETA 10000.0
 
@@ -1062,17 +1017,6 @@ typedef struct dcp_rope_options {
 DCPDEF dcp_status dcp_rope_options_resolve(const dcp_rope_options *options, int32_t head_dim,
                                            dcp_rope_options *resolved, dcp_error *error);
 
-/* y = RoPE(x) on the local buffer x [rows, num_heads, head_dim] of rank `rank`; padding rows
-   give 0. y may be x. Backward applies the inverse rotation: dx from dy, likewise. */
-DCPDEF dcp_status dcp_rope_forward(const dcp_rope_options *options,
-                                   const dcp_thd_layout *layout, int32_t rank,
-                                   int32_t num_heads, int32_t head_dim, const float *x,
-                                   float *y, dcp_error *error);
-DCPDEF dcp_status dcp_rope_backward(const dcp_rope_options *options,
-                                    const dcp_thd_layout *layout, int32_t rank,
-                                    int32_t num_heads, int32_t head_dim, const float *dy,
-                                    float *dx, dcp_error *error);
-
 /* Widest conv1d accepted, and the width of a zero-initialised params (Gated DeltaNet's). */
 #define DCP_CONV1D_MAX_WIDTH 8
 #define DCP_DEFAULT_CONV1D_WIDTH 4
@@ -1086,6 +1030,91 @@ typedef struct dcp_conv1d_params {
 /* Checks params and fills the default width into *resolved. */
 DCPDEF dcp_status dcp_conv1d_params_resolve(const dcp_conv1d_params *params,
                                            dcp_conv1d_params *resolved, dcp_error *error);
+
+#ifndef DCP_NO_REFERENCE
+/* ========================================================================== CPU references
+   The semantics every CUDA kernel is tested against (docs/DESIGN.md section 5): attention forward
+   and backward as one step that serves plain varlen attention and every ring-CP step alike,
+   LSE merging and a driver that runs the c ranks of a ring in one process (by the contracts'
+   step plan), RoPE with CP positions, and the causal depthwise conv1d of Gated DeltaNet.
+   Clarity before speed: fp32 tensors, double for every sum that decides accuracy (softmax
+   sums, dot products, weight and bias gradients) and loops in a fixed order, so results are
+   deterministic. Guarantees: padding rows and invisible keys are skipped, never multiplied by
+   zero (a NaN there cannot leak); every row a call owns is written (padding rows as 0, their
+   LSE as -inf); arguments are checked and reported, never asserted; only the ring driver
+   allocates (through the caller's allocator). Outputs must not overlap inputs unless a
+   function says so. Define DCP_NO_REFERENCE before including dcp.h to leave them out. */
+
+/* One attention step. Per query row of the view: softmax(scale q.k) over the visible keys of
+   the view (same sequence, both valid, causal mask by global position when params->causal),
+   into out [rows, num_heads, head_dim] and the natural-log LSE [num_heads, rows], fp32.
+   A row with no visible key, padding rows included, gets 0 and LSE -inf. Rows outside the q
+   view are left untouched. view NULL: all zero. */
+DCPDEF dcp_status dcp_attention_forward(const dcp_attention_params *params,
+                                        const dcp_thd_layout *layout,
+                                        const dcp_attention_view *view, const float *q,
+                                        const float *k, const float *v, float *out,
+                                        float *lse, dcp_error *error);
+/* Its gradient from the final (merged) out and lse: recomputes P = exp(scale q.k - lse) and
+   ADDS into dq (rows of the q view) and dk, dv (rows of the kv view), so the steps of a ring
+   sum up; the caller zeroes them first. With D_i = dO_i.O_i and dS_ij = P_ij (dO_i.V_j - D_i):
+   dV_j += sum_i P_ij dO_i, dQ_i += scale sum_j dS_ij K_j, dK_j += scale sum_i dS_ij Q_i.
+   Rows with LSE -inf contribute nothing. */
+DCPDEF dcp_status dcp_attention_backward(const dcp_attention_params *params,
+                                         const dcp_thd_layout *layout,
+                                         const dcp_attention_view *view, const float *q,
+                                         const float *k, const float *v, const float *out,
+                                         const float *dout, const float *lse, float *dq,
+                                         float *dk, float *dv, dcp_error *error);
+
+/* Merging partial results through their LSEs (only num_heads and head_dim of params are
+   read). An accumulator (acc_out like out, acc_lse like lse) starts at 0 and -inf on every
+   local row; merge folds in a partial (out, lse) on the rows of `half` of every sequence,
+   skipping -inf on either side; finalize copies the accumulator of rank `rank` to (out, lse)
+   with padding rows 0 and -inf (out and lse may be acc_out and acc_lse themselves). */
+DCPDEF dcp_status dcp_attention_acc_init(const dcp_attention_params *params,
+                                         const dcp_thd_layout *layout, float *acc_out,
+                                         float *acc_lse, dcp_error *error);
+DCPDEF dcp_status dcp_attention_acc_merge(const dcp_attention_params *params,
+                                          const dcp_thd_layout *layout, dcp_half half,
+                                          const float *out, const float *lse, float *acc_out,
+                                          float *acc_lse, dcp_error *error);
+DCPDEF dcp_status dcp_attention_acc_finalize(const dcp_attention_params *params,
+                                             const dcp_thd_layout *layout, int32_t rank,
+                                             const float *acc_out, const float *acc_lse,
+                                             float *out, float *lse, dcp_error *error);
+
+/* The ring of layout->cp ranks simulated in one process: q[r], k[r], ... are rank r's local
+   buffers. Forward runs exactly the steps of dcp_ring_step_plan and merges them through the
+   LSE into out[r] and lse[r] (every local row written); allocates one rank's partial out and
+   lse (allocator NULL: DCP_MALLOC) and frees it before returning. Backward zeroes dq, dk, dv,
+   then adds each step's gradient: dq into rank r's buffer, dk and dv into the source's, as
+   the ring sends them home. No allocation. */
+DCPDEF dcp_status dcp_ring_attention_forward(const dcp_attention_params *params,
+                                             const dcp_thd_layout *layout,
+                                             const float *const *q, const float *const *k,
+                                             const float *const *v, float *const *out,
+                                             float *const *lse, const dcp_allocator *allocator,
+                                             dcp_error *error);
+DCPDEF dcp_status dcp_ring_attention_backward(const dcp_attention_params *params,
+                                              const dcp_thd_layout *layout,
+                                              const float *const *q, const float *const *k,
+                                              const float *const *v, const float *const *out,
+                                              const float *const *dout,
+                                              const float *const *lse, float *const *dq,
+                                              float *const *dk, float *const *dv,
+                                              dcp_error *error);
+
+/* y = RoPE(x) on the local buffer x [rows, num_heads, head_dim] of rank `rank`; padding rows
+   give 0. y may be x. Backward applies the inverse rotation: dx from dy, likewise. */
+DCPDEF dcp_status dcp_rope_forward(const dcp_rope_options *options,
+                                   const dcp_thd_layout *layout, int32_t rank,
+                                   int32_t num_heads, int32_t head_dim, const float *x,
+                                   float *y, dcp_error *error);
+DCPDEF dcp_status dcp_rope_backward(const dcp_rope_options *options,
+                                    const dcp_thd_layout *layout, int32_t rank,
+                                    int32_t num_heads, int32_t head_dim, const float *dy,
+                                    float *dx, dcp_error *error);
 
 /* Causal depthwise conv1d on a cp 1 layout, causal-conv1d's convention: x and y are
    [total_rows, channels] with total_rows >= cu_seqlens_padded[n] (a buffer tail may follow the
@@ -1117,18 +1146,6 @@ DCPDEF dcp_status dcp_conv1d_backward(const dcp_conv1d_params *params,
 /* Number of CUDA devices visible (0 when there is no driver or no device: not an error, so
    that callers and tests can skip the GPU path and say why). */
 DCP_CUDA_DEF dcp_status dcp_cuda_device_count(int32_t *count, dcp_error *error);
-
-#ifndef DCP_NO_REFERENCE /* the device entry points share the CPU references' contracts */
-
-/* Element type of a device tensor. */
-typedef enum dcp_dtype {
-    DCP_DTYPE_FLOAT32 = 0,
-    DCP_DTYPE_BFLOAT16 = 1,
-    DCP_DTYPE_FLOAT16 = 2
-} dcp_dtype;
-
-/* Bytes of one element of dtype (4 or 2); 0 for a value that is not a dcp_dtype. */
-DCPDEF size_t dcp_dtype_size(dcp_dtype dtype);
 
 /* A THD layout for device kernels: thd.cu_seqlens and thd.cu_seqlens_padded point to DEVICE
    memory (int32, as FlashAttention and TransformerEngine take them); the host-side sizes let a
@@ -1300,8 +1317,6 @@ DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params
                                                  float *dweight, float *dbias,
                                                  void *workspace, size_t workspace_bytes,
                                                  void *stream, dcp_error *error);
-
-#endif /* DCP_NO_REFERENCE */
 
 #ifdef __cplusplus
 }
@@ -5863,7 +5878,7 @@ DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32
     const dcp_group *group = NULL;
     dcp_rank_view *v;
     dcp_status status;
-    int32_t g, i;
+    int32_t g = -1, i; /* set by dcp__locate on success; -1 keeps g++ -O2 from guessing */
     if (!view) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
     *view = NULL;
     if ((status = dcp__locate(plan, rank, microbatch, &g, error)) != DCP_OK) return status;
@@ -6891,6 +6906,7 @@ DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t 
     dcp_free(allocator, keys);
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
+#ifndef DCP_NO_DISTRIBUTED
 /* ------------------------------------------------------------------- distributed logic */
 
 static int dcp__is_cp(int32_t cp) { return dcp_is_pow2(cp) && cp <= DCP_MAX_RANKS; }
@@ -7437,7 +7453,11 @@ DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uin
     return dcp_error_clear(error);
 }
 
-#ifndef DCP_NO_REFERENCE
+#endif /* DCP_NO_DISTRIBUTED */
+
+/* ----------------------------------------------------------------- operation contracts
+   The checks every attention, RoPE and conv1d entry point runs first, CPU or CUDA. */
+
 /* Declared with the device contracts; dcp_cuda.cu and dcp_nccl.h size their buffers by it. */
 DCPDEF size_t dcp_dtype_size(dcp_dtype dtype)
 {
@@ -7447,23 +7467,6 @@ DCPDEF size_t dcp_dtype_size(dcp_dtype dtype)
     case DCP_DTYPE_FLOAT16: return sizeof(uint16_t);
     }
     return 0;
-}
-
-/* ------------------------------------------------------------------ CPU references: checks
-   Each public reference checks every argument before it touches a buffer, so a failing call
-   writes nothing. */
-
-#define DCP__COUNT(array) ((int32_t)(sizeof(array) / sizeof((array)[0])))
-
-static dcp_status dcp__check_pointers(int32_t count, const void *const *pointers,
-                                      const char *const *names, dcp_error *error)
-{
-    int32_t i;
-    for (i = 0; i < count; i++)
-        if (!pointers[i])
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL",
-                                 names[i]);
-    return DCP_OK;
 }
 
 static dcp_status dcp__check_flag(const char *name, int32_t value, dcp_error *error)
@@ -7486,6 +7489,189 @@ static dcp_status dcp__check_half(const char *name, dcp_half half, int32_t cp, d
     return DCP_OK;
 }
 
+static int dcp__is_finite(double x) { return x >= -DBL_MAX && x <= DBL_MAX; }
+
+static dcp_status dcp__attention_resolve(const dcp_attention_params *params,
+                                         dcp_attention_params *resolved, dcp_error *error)
+{
+    dcp_attention_params p;
+    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
+    p = *params;
+    if (p.num_heads < 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "num_heads must be >= 1, got %d",
+                             (int)p.num_heads);
+    if (p.num_kv_heads == 0) p.num_kv_heads = p.num_heads;
+    if (p.num_kv_heads < 1 || p.num_heads % p.num_kv_heads != 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "num_heads %d must be a multiple of num_kv_heads %d", (int)p.num_heads,
+                             (int)p.num_kv_heads);
+    if (p.head_dim < 1 || p.head_dim > DCP_MAX_HEAD_DIM)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "head_dim must be in [1, %d], got %d", DCP_MAX_HEAD_DIM,
+                             (int)p.head_dim);
+    if (p.softmax_scale == 0.0) p.softmax_scale = 1.0 / sqrt((double)p.head_dim);
+    if (!(p.softmax_scale > 0.0 && dcp__is_finite(p.softmax_scale)))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "softmax_scale must be finite and > 0, got %g", p.softmax_scale);
+    *resolved = p;
+    return dcp__check_flag("causal", p.causal, error);
+}
+
+DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *params,
+                                               dcp_attention_params *resolved,
+                                               dcp_error *error)
+{
+    dcp_attention_params p;
+    dcp_status status;
+    if (!resolved)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    if ((status = dcp__attention_resolve(params, &p, error)) != DCP_OK) return status;
+    *resolved = p;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, int32_t cp,
+                                              dcp_error *error)
+{
+    dcp_attention_view v;
+    dcp_status status;
+    if (!dcp_is_pow2(cp) || cp > DCP_MAX_RANKS)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
+                             (int)cp);
+    if (view) v = *view;
+    else memset(&v, 0, sizeof v);
+    if ((status = dcp_check_rank("view.q_rank", v.q_rank, cp, error)) != DCP_OK ||
+        (status = dcp__check_half("view.q_half", v.q_half, cp, error)) != DCP_OK ||
+        (status = dcp_check_rank("view.kv_rank", v.kv_rank, cp, error)) != DCP_OK ||
+        (status = dcp__check_half("view.kv_half", v.kv_half, cp, error)) != DCP_OK)
+        return status;
+    return dcp_error_clear(error);
+}
+
+static dcp_ring_step dcp__ring_plan(int32_t cp, int32_t rank, int32_t step, int32_t causal)
+{
+    dcp_ring_step plan;
+    memset(&plan, 0, sizeof plan);
+    plan.view.q_rank = rank;
+    plan.view.kv_rank = (rank - step + cp) % cp;
+    if (causal && step == 0)
+        plan.causal = 1;
+    else if (causal && plan.view.kv_rank < rank)
+        plan.view.kv_half = DCP_HALF_FIRST; /* its chunk 2cp-1-source follows all our rows */
+    else if (causal)
+        plan.view.q_half = DCP_HALF_SECOND; /* our chunk `rank` precedes all of its rows */
+    return plan;
+}
+
+DCPDEF dcp_status dcp_ring_step_plan(int32_t cp, int32_t rank, int32_t step, int32_t causal,
+                                     dcp_ring_step *plan, dcp_error *error)
+{
+    dcp_status status;
+    if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
+    if (!dcp_is_pow2(cp) || cp > DCP_MAX_RANKS)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
+                             (int)cp);
+    if ((status = dcp_check_rank("rank", rank, cp, error)) != DCP_OK) return status;
+    if (step < 0 || step >= cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "step must be in [0, cp %d), got %d", (int)cp, (int)step);
+    if ((status = dcp__check_flag("causal", causal, error)) != DCP_OK) return status;
+    *plan = dcp__ring_plan(cp, rank, step, causal);
+    return dcp_error_clear(error);
+}
+
+static dcp_status dcp__rope_resolve(const dcp_rope_options *options, int32_t head_dim,
+                                    dcp_rope_options *resolved, dcp_error *error)
+{
+    dcp_rope_options o;
+    int32_t i;
+    if (options) o = *options;
+    else memset(&o, 0, sizeof o);
+    if (o.style != DCP_ROPE_ROTATE_HALF && o.style != DCP_ROPE_INTERLEAVED)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "style %d is not a dcp_rope_style",
+                             (int)o.style);
+    if (o.rotary_dim == 0) o.rotary_dim = head_dim;
+    if (o.rotary_dim < 2 || o.rotary_dim > head_dim || o.rotary_dim % 2 != 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "rotary_dim (default head_dim) must be even and in [2, head_dim %d], "
+                             "got %d",
+                             (int)head_dim, (int)o.rotary_dim);
+    if (o.theta_base == 0.0) o.theta_base = DCP_DEFAULT_ROPE_THETA;
+    if (!(o.theta_base > 0.0 && dcp__is_finite(o.theta_base)))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "theta_base must be finite and > 0, got %g", o.theta_base);
+    for (i = 0; o.inv_freq && i < o.rotary_dim / 2; i++)
+        if (!dcp__is_finite(o.inv_freq[i]))
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "inv_freq[%d] must be finite, got %g", (int)i, o.inv_freq[i]);
+    *resolved = o;
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_rope_options_resolve(const dcp_rope_options *options, int32_t head_dim,
+                                           dcp_rope_options *resolved, dcp_error *error)
+{
+    dcp_rope_options o;
+    dcp_status status;
+    if (!resolved)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    if (head_dim < 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "head_dim must be >= 1, got %d",
+                             (int)head_dim);
+    if ((status = dcp__rope_resolve(options, head_dim, &o, error)) != DCP_OK) return status;
+    *resolved = o;
+    return dcp_error_clear(error);
+}
+
+static dcp_status dcp__conv_resolve(const dcp_conv1d_params *params, dcp_conv1d_params *out,
+                                    dcp_error *error)
+{
+    dcp_conv1d_params p;
+    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
+    p = *params;
+    if (p.width == 0) p.width = DCP_DEFAULT_CONV1D_WIDTH;
+    if (p.channels < 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "channels must be >= 1, got %d",
+                             (int)p.channels);
+    if (p.width < 1 || p.width > DCP_CONV1D_MAX_WIDTH)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "width must be in [1, %d], got %d",
+                             DCP_CONV1D_MAX_WIDTH, (int)p.width);
+    *out = p;
+    return dcp__check_flag("silu", p.silu, error);
+}
+
+DCPDEF dcp_status dcp_conv1d_params_resolve(const dcp_conv1d_params *params,
+                                           dcp_conv1d_params *resolved, dcp_error *error)
+{
+    dcp_conv1d_params p;
+    dcp_status status;
+    if (!resolved)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    if ((status = dcp__conv_resolve(params, &p, error)) != DCP_OK) return status;
+    *resolved = p;
+    return dcp_error_clear(error);
+}
+
+#ifndef DCP_NO_REFERENCE
+/* ------------------------------------------------------------------ CPU references: checks
+   Each public reference checks every argument before it touches a buffer, so a failing call
+   writes nothing. */
+
+#define DCP__COUNT(array) ((int32_t)(sizeof(array) / sizeof((array)[0])))
+
+static dcp_status dcp__check_pointers(int32_t count, const void *const *pointers,
+                                      const char *const *names, dcp_error *error)
+{
+    int32_t i;
+    for (i = 0; i < count; i++)
+        if (!pointers[i])
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL",
+                                 names[i]);
+    return DCP_OK;
+}
+
 /* rows x heads x dim floats must be addressable in bytes and in int64_t indices (heads and
    dim >= 1, checked before). */
 static dcp_status dcp__check_elements(const char *name, int64_t rows, int64_t heads,
@@ -7498,8 +7684,6 @@ static dcp_status dcp__check_elements(const char *name, int64_t rows, int64_t he
                              (long long)rows, (long long)heads, (long long)dim, (long long)limit);
     return DCP_OK;
 }
-
-static int dcp__is_finite(double x) { return x >= -DBL_MAX && x <= DBL_MAX; }
 
 static double dcp__dot(const float *x, const float *y, int32_t n)
 {
@@ -7549,32 +7733,6 @@ typedef struct dcp__attn {
     const float *q, *k, *v, *out, *dout, *lse;
 } dcp__attn;
 
-static dcp_status dcp__attention_resolve(const dcp_attention_params *params,
-                                         dcp_attention_params *resolved, dcp_error *error)
-{
-    dcp_attention_params p;
-    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
-    p = *params;
-    if (p.num_heads < 1)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "num_heads must be >= 1, got %d",
-                             (int)p.num_heads);
-    if (p.num_kv_heads == 0) p.num_kv_heads = p.num_heads;
-    if (p.num_kv_heads < 1 || p.num_heads % p.num_kv_heads != 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "num_heads %d must be a multiple of num_kv_heads %d", (int)p.num_heads,
-                             (int)p.num_kv_heads);
-    if (p.head_dim < 1 || p.head_dim > DCP_MAX_HEAD_DIM)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "head_dim must be in [1, %d], got %d", DCP_MAX_HEAD_DIM,
-                             (int)p.head_dim);
-    if (p.softmax_scale == 0.0) p.softmax_scale = 1.0 / sqrt((double)p.head_dim);
-    if (!(p.softmax_scale > 0.0 && dcp__is_finite(p.softmax_scale)))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "softmax_scale must be finite and > 0, got %g", p.softmax_scale);
-    *resolved = p;
-    return dcp__check_flag("causal", p.causal, error);
-}
-
 static void dcp__attn_init(dcp__attn *a, const dcp_attention_params *resolved,
                            const dcp_thd_layout *layout, int64_t rows,
                            const dcp_attention_view *view)
@@ -7605,38 +7763,6 @@ static dcp_status dcp__attn_setup(dcp__attn *a, const dcp_attention_params *para
         (status = dcp_check_rank("view.kv_rank", a->view.kv_rank, layout->cp, error)) != DCP_OK)
         return status;
     return dcp__check_half("view.kv_half", a->view.kv_half, layout->cp, error);
-}
-
-DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *params,
-                                               dcp_attention_params *resolved,
-                                               dcp_error *error)
-{
-    dcp_attention_params p;
-    dcp_status status;
-    if (!resolved)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
-    if ((status = dcp__attention_resolve(params, &p, error)) != DCP_OK) return status;
-    *resolved = p;
-    return dcp_error_clear(error);
-}
-
-DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, int32_t cp,
-                                              dcp_error *error)
-{
-    dcp_attention_view v;
-    dcp_status status;
-    if (!dcp_is_pow2(cp) || cp > DCP_MAX_RANKS)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
-                             (int)cp);
-    if (view) v = *view;
-    else memset(&v, 0, sizeof v);
-    if ((status = dcp_check_rank("view.q_rank", v.q_rank, cp, error)) != DCP_OK ||
-        (status = dcp__check_half("view.q_half", v.q_half, cp, error)) != DCP_OK ||
-        (status = dcp_check_rank("view.kv_rank", v.kv_rank, cp, error)) != DCP_OK ||
-        (status = dcp__check_half("view.kv_half", v.kv_half, cp, error)) != DCP_OK)
-        return status;
-    return dcp_error_clear(error);
 }
 
 static int64_t dcp__q_at(const dcp__attn *a, int64_t row, int32_t head)
@@ -7973,39 +8099,6 @@ DCPDEF dcp_status dcp_attention_acc_finalize(const dcp_attention_params *params,
    The driver runs rank after rank, each through its cp steps in ring order; a real ring runs
    the ranks at once, but every rank's arithmetic, and so every result, is the same. */
 
-static dcp_ring_step dcp__ring_plan(int32_t cp, int32_t rank, int32_t step, int32_t causal)
-{
-    dcp_ring_step plan;
-    memset(&plan, 0, sizeof plan);
-    plan.view.q_rank = rank;
-    plan.view.kv_rank = (rank - step + cp) % cp;
-    if (causal && step == 0)
-        plan.causal = 1;
-    else if (causal && plan.view.kv_rank < rank)
-        plan.view.kv_half = DCP_HALF_FIRST; /* its chunk 2cp-1-source follows all our rows */
-    else if (causal)
-        plan.view.q_half = DCP_HALF_SECOND; /* our chunk `rank` precedes all of its rows */
-    return plan;
-}
-
-DCPDEF dcp_status dcp_ring_step_plan(int32_t cp, int32_t rank, int32_t step, int32_t causal,
-                                     dcp_ring_step *plan, dcp_error *error)
-{
-    dcp_status status;
-    if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
-    if (!dcp_is_pow2(cp) || cp > DCP_MAX_RANKS)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
-                             (int)cp);
-    if ((status = dcp_check_rank("rank", rank, cp, error)) != DCP_OK) return status;
-    if (step < 0 || step >= cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "step must be in [0, cp %d), got %d", (int)cp, (int)step);
-    if ((status = dcp__check_flag("causal", causal, error)) != DCP_OK) return status;
-    *plan = dcp__ring_plan(cp, rank, step, causal);
-    return dcp_error_clear(error);
-}
-
 /* The per-rank buffers of a simulated ring. */
 typedef struct dcp__ring {
     dcp_attention_params p; /* resolved */
@@ -8137,49 +8230,6 @@ DCPDEF dcp_status dcp_ring_attention_backward(const dcp_attention_params *params
    RoPE on the whole sequence followed by the split. Backward turns by the opposite angle:
    a rotation's inverse is its transpose. */
 
-static dcp_status dcp__rope_resolve(const dcp_rope_options *options, int32_t head_dim,
-                                    dcp_rope_options *resolved, dcp_error *error)
-{
-    dcp_rope_options o;
-    int32_t i;
-    if (options) o = *options;
-    else memset(&o, 0, sizeof o);
-    if (o.style != DCP_ROPE_ROTATE_HALF && o.style != DCP_ROPE_INTERLEAVED)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "style %d is not a dcp_rope_style",
-                             (int)o.style);
-    if (o.rotary_dim == 0) o.rotary_dim = head_dim;
-    if (o.rotary_dim < 2 || o.rotary_dim > head_dim || o.rotary_dim % 2 != 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "rotary_dim (default head_dim) must be even and in [2, head_dim %d], "
-                             "got %d",
-                             (int)head_dim, (int)o.rotary_dim);
-    if (o.theta_base == 0.0) o.theta_base = DCP_DEFAULT_ROPE_THETA;
-    if (!(o.theta_base > 0.0 && dcp__is_finite(o.theta_base)))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "theta_base must be finite and > 0, got %g", o.theta_base);
-    for (i = 0; o.inv_freq && i < o.rotary_dim / 2; i++)
-        if (!dcp__is_finite(o.inv_freq[i]))
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                                 "inv_freq[%d] must be finite, got %g", (int)i, o.inv_freq[i]);
-    *resolved = o;
-    return DCP_OK;
-}
-
-DCPDEF dcp_status dcp_rope_options_resolve(const dcp_rope_options *options, int32_t head_dim,
-                                           dcp_rope_options *resolved, dcp_error *error)
-{
-    dcp_rope_options o;
-    dcp_status status;
-    if (!resolved)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
-    if (head_dim < 1)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "head_dim must be >= 1, got %d",
-                             (int)head_dim);
-    if ((status = dcp__rope_resolve(options, head_dim, &o, error)) != DCP_OK) return status;
-    *resolved = o;
-    return dcp_error_clear(error);
-}
-
 static double dcp__rope_inv_freq(const dcp_rope_options *o, int32_t i)
 {
     return o->inv_freq ? o->inv_freq[i] : pow(o->theta_base, -2.0 * i / o->rotary_dim);
@@ -8294,35 +8344,6 @@ typedef struct dcp__conv {
     int64_t total_rows;
     const float *x, *weight, *bias, *dy;
 } dcp__conv;
-
-static dcp_status dcp__conv_resolve(const dcp_conv1d_params *params, dcp_conv1d_params *out,
-                                    dcp_error *error)
-{
-    dcp_conv1d_params p;
-    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
-    p = *params;
-    if (p.width == 0) p.width = DCP_DEFAULT_CONV1D_WIDTH;
-    if (p.channels < 1)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "channels must be >= 1, got %d",
-                             (int)p.channels);
-    if (p.width < 1 || p.width > DCP_CONV1D_MAX_WIDTH)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "width must be in [1, %d], got %d",
-                             DCP_CONV1D_MAX_WIDTH, (int)p.width);
-    *out = p;
-    return dcp__check_flag("silu", p.silu, error);
-}
-
-DCPDEF dcp_status dcp_conv1d_params_resolve(const dcp_conv1d_params *params,
-                                           dcp_conv1d_params *resolved, dcp_error *error)
-{
-    dcp_conv1d_params p;
-    dcp_status status;
-    if (!resolved)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
-    if ((status = dcp__conv_resolve(params, &p, error)) != DCP_OK) return status;
-    *resolved = p;
-    return dcp_error_clear(error);
-}
 
 static dcp_status dcp__conv_setup(dcp__conv *cv, const dcp_conv1d_params *params,
                                   const dcp_thd_layout *layout, int64_t total_rows,

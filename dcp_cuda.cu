@@ -3,7 +3,8 @@
    Build: nvcc -O2 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a \
           -c dcp_cuda.cu -o dcp_cuda.o      (or `make`, as build/dcp_cuda.o)
    and link it with the file that defines DCP_IMPLEMENTATION (this unit calls public dcp_
-   functions of dcp.h, so that file must not define DCP_STATIC or DCP_NO_REFERENCE). Every
+   functions of dcp.h: the operation contracts, which every switch keeps, so that file must
+   only not define DCP_STATIC). Every
    kernel has a CPU reference in dcp.h with the same contract; tests/test_cuda_kernels.cu and
    tests/test_cuda_attention.cu compare them. Entry points take device pointers and a stream,
    check every argument on the host (a failing call enqueues nothing) and return a

@@ -47,7 +47,7 @@
        dcp_nccl_set_destroy(set, &err);    // before the caller destroys pool_comm
 
    BUILDING
-   Include dcp.h (without DCP_NO_REFERENCE) and then dcp_nccl.h; define DCP_NCCL_IMPLEMENTATION
+   Include dcp.h (without DCP_NO_DISTRIBUTED) and then dcp_nccl.h; define DCP_NCCL_IMPLEMENTATION
    in exactly one C, C++ or CUDA file. It compiles as C99 and under nvcc. Link with
    dcp_cuda.o (the attention kernels), -lnccl and -lcudart:
        nvcc -O2 -arch=sm_90 your.cu dcp_cuda.cu -o your -lnccl
@@ -188,8 +188,8 @@
 
 #include "dcp.h"
 
-#ifdef DCP_NO_REFERENCE
-#error "dcp_nccl.h needs dcp.h's attention declarations: do not define DCP_NO_REFERENCE"
+#ifdef DCP_NO_DISTRIBUTED
+#error "dcp_nccl.h maps dcp.h's distributed logic to NCCL calls: do not define DCP_NO_DISTRIBUTED"
 #endif
 
 #include <cuda_runtime.h>
