@@ -1415,6 +1415,18 @@ DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params
                                                  void *workspace, size_t workspace_bytes,
                                                  void *stream, dcp_error *error);
 
+/* The head-parallel all-to-all's segment lists on the device, the contract of
+   dcp_a2a_segments_copy: segments is a DEVICE array of count entries (dcp_a2a_segments,
+   uploaded), total_rows the rows of the segments the call runs (PACK: the first `copies`;
+   UNPACK: all of them), which the caller knows from dcp_a2a_shape without reading the device.
+   16-byte copies when local, message, slice_bytes and local_pitch are multiples of 16, else
+   the widest of 8, 4, 2, 1 bytes that divides them all. Enqueue only. */
+DCP_CUDA_DEF dcp_status dcp_cuda_a2a_copy(const dcp_a2a_segment *segments, int64_t count,
+                                          int64_t copies, int64_t total_rows, size_t slice_bytes,
+                                          size_t local_pitch, dcp_a2a_direction direction,
+                                          void *local, void *message, void *stream,
+                                          dcp_error *error);
+
 #endif /* DCP_NO_REFERENCE */
 
 #ifdef __cplusplus
