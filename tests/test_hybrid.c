@@ -183,6 +183,25 @@ static int cp_matches(const pack *p, unsigned char *const *cp)
     return ok;
 }
 
+/* One rank's segment list of one side, run on host memory (what dcp_cuda_a2a_copy does). */
+static void run_side(const pack *p, const dcp_a2a_shape *s, dcp_a2a_side side,
+                     dcp_a2a_direction direction, unsigned char *local, unsigned char *message,
+                     int *ok)
+{
+    const int cp_side = side == DCP_A2A_CP_SIDE;
+    int64_t count = 0;
+    dcp_a2a_segment *seg;
+    *ok &= dcp_a2a_segments(&p->layout, s->rank, p->channels, p->channel_bytes, side, NULL, 0,
+                            &count, NULL) == DCP_OK;
+    seg = (dcp_a2a_segment *)malloc((size_t)(count + 1) * sizeof *seg);
+    *ok &= dcp_a2a_segments(&p->layout, s->rank, p->channels, p->channel_bytes, side, seg, count,
+                            &count, NULL) == DCP_OK;
+    *ok &= dcp_a2a_segments_copy(seg, count, cp_side ? s->cp_copies : s->hp_copies,
+                                 s->slice_bytes, cp_side ? s->row_bytes : s->slice_bytes,
+                                 direction, local, message, NULL) == DCP_OK;
+    free(seg);
+}
+
 /* The group's all-to-all as dcp_nccl.h runs it, with memcpy for the transport: every rank
    packs its send side, message s -> j moves, every rank unpacks its receive side. */
 static void simulate(const pack *p, int to_hp, unsigned char *const *cp_bufs,
@@ -200,22 +219,9 @@ static void simulate(const pack *p, int to_hp, unsigned char *const *cp_bufs,
     /* a rank's CP-side messages hold its valid rows: never more than its CP buffer */
     cp_msg = rank_buffers(p->cp, (size_t)p->cp_rows * p->row_bytes, POISON);
     hp_msg = rank_buffers(p->cp, shapes[0].hp_message_bytes, POISON);
-    for (r = 0; r < p->cp; r++) { /* pack */
-        const dcp_a2a_side side = to_hp ? DCP_A2A_CP_SIDE : DCP_A2A_HP_SIDE;
-        const dcp_a2a_shape *s = &shapes[r];
-        int64_t count = 0;
-        dcp_a2a_segment *seg;
-        *ok &= dcp_a2a_segments(&p->layout, r, p->channels, p->channel_bytes, side, NULL, 0,
-                                &count, NULL) == DCP_OK;
-        seg = (dcp_a2a_segment *)malloc((size_t)(count + 1) * sizeof *seg);
-        *ok &= dcp_a2a_segments(&p->layout, r, p->channels, p->channel_bytes, side, seg, count,
-                                &count, NULL) == DCP_OK;
-        *ok &= dcp_a2a_segments_copy(seg, count, to_hp ? s->cp_copies : s->hp_copies,
-                                     s->slice_bytes, to_hp ? s->row_bytes : s->slice_bytes,
-                                     DCP_A2A_PACK, to_hp ? cp_bufs[r] : hp_bufs[r],
-                                     to_hp ? cp_msg[r] : hp_msg[r], NULL) == DCP_OK;
-        free(seg);
-    }
+    for (r = 0; r < p->cp; r++) /* pack the sending side */
+        run_side(p, &shapes[r], to_hp ? DCP_A2A_CP_SIDE : DCP_A2A_HP_SIDE, DCP_A2A_PACK,
+                 to_hp ? cp_bufs[r] : hp_bufs[r], to_hp ? cp_msg[r] : hp_msg[r], ok);
     for (r = 0; r < p->cp; r++) /* the transport: CP rank r <-> HP rank j */
         for (j = 0; j < p->cp; j++) {
             const size_t bytes = (size_t)shapes[r].message_rows * p->slice_bytes;
@@ -224,22 +230,9 @@ static void simulate(const pack *p, int to_hp, unsigned char *const *cp_bufs,
             if (to_hp) memcpy(at_hp, at_cp, bytes);
             else memcpy(at_cp, at_hp, bytes);
         }
-    for (r = 0; r < p->cp; r++) { /* unpack */
-        const dcp_a2a_side side = to_hp ? DCP_A2A_HP_SIDE : DCP_A2A_CP_SIDE;
-        const dcp_a2a_shape *s = &shapes[r];
-        int64_t count = 0;
-        dcp_a2a_segment *seg;
-        *ok &= dcp_a2a_segments(&p->layout, r, p->channels, p->channel_bytes, side, NULL, 0,
-                                &count, NULL) == DCP_OK;
-        seg = (dcp_a2a_segment *)malloc((size_t)(count + 1) * sizeof *seg);
-        *ok &= dcp_a2a_segments(&p->layout, r, p->channels, p->channel_bytes, side, seg, count,
-                                &count, NULL) == DCP_OK;
-        *ok &= dcp_a2a_segments_copy(seg, count, to_hp ? s->hp_copies : s->cp_copies,
-                                     s->slice_bytes, to_hp ? s->slice_bytes : s->row_bytes,
-                                     DCP_A2A_UNPACK, to_hp ? hp_bufs[r] : cp_bufs[r],
-                                     to_hp ? hp_msg[r] : cp_msg[r], NULL) == DCP_OK;
-        free(seg);
-    }
+    for (r = 0; r < p->cp; r++) /* unpack the receiving side */
+        run_side(p, &shapes[r], to_hp ? DCP_A2A_HP_SIDE : DCP_A2A_CP_SIDE, DCP_A2A_UNPACK,
+                 to_hp ? hp_bufs[r] : cp_bufs[r], to_hp ? hp_msg[r] : cp_msg[r], ok);
     free_buffers(cp_msg, p->cp), free_buffers(hp_msg, p->cp);
     free(shapes), free(hp_offset);
 }
