@@ -1943,9 +1943,11 @@ DCP_NCCL_DEF dcp_status dcp_nccl_a2a_prepare(dcp_nccl_set *set, const dcp_nccl_b
     DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(device_workspace, host_workspace, g.segment_bytes,
                                          cudaMemcpyHostToDevice, stream));
 done:
-    if (status != DCP_OK) memset(a2a, 0, sizeof *a2a);
-    /* a failed wait has aborted already; a failed upload left nothing in flight */
-    return status == DCP_OK ? dcp_error_clear(error) : status;
+    if (status == DCP_OK) return dcp_error_clear(error);
+    /* as the reroute does past its checks: this rank cannot take part in the group's rounds
+       now, so the set is aborted (a failed wait has aborted it already) */
+    memset(a2a, 0, sizeof *a2a);
+    return set->aborted ? status : dcp_nccl__fail(set, binding->comm, status);
 }
 
 /* The checks of an execution; *same: cp 1 with one buffer for both layouts. */

@@ -1410,6 +1410,127 @@ static void a2a_cp1_is_a_no_op(void)
     CHECK_CONTAINS(err.message, "channels 6");
 }
 
+/* A failure injected at every hooked call of an all-to-all step (prepare, cp2hp, hp2cp,
+   wait) on one rank of a group of 4: every rank returns within the timeout with an error or
+   the right bytes, the failed rank's set is aborted, every stream drains. */
+typedef struct a2a_fault_test {
+    int faulty_rank;
+    long fault_at; /* 0: none (the counting run) */
+} a2a_fault_test;
+
+#define A2A_FAULT_CP 4
+#define A2A_FAULT_CHANNELS 8
+
+static dcp_status a2a_fault_step(rank_ctx *ctx, dcp_nccl_set *set, cudaStream_t stream,
+                                 dcp_error *err)
+{
+    static const int32_t cu[] = {0, 5, 9, 30}, cu_padded[] = {0, 8, 16, 40};
+    const dcp_thd_layout layout = {3, cu, cu_padded, A2A_FAULT_CP};
+    const size_t row_bytes = A2A_FAULT_CHANNELS * sizeof(float);
+    dcp_comm_scope scope;
+    dcp_nccl_binding b;
+    dcp_nccl_a2a a2a;
+    dcp_a2a_shape s;
+    dcp_status status, ended;
+    void *device_ws = NULL, *host_ws, *cp_in = NULL, *hp = NULL, *cp_out = NULL;
+    size_t device_bytes = 0, host_bytes = 0, byte;
+    int32_t i;
+    int64_t local;
+    memset(&scope, 0, sizeof scope);
+    if ((status = dcp_nccl_override_begin(set, A2A_FAULT_CP, &scope, &b, err)) != DCP_OK)
+        return status;
+    RANK_CHECK(ctx, dcp_a2a_shape_get(&layout, b.rank, A2A_FAULT_CHANNELS, sizeof(float), &s,
+                                      NULL) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_a2a_workspace_size(&layout, b.rank, A2A_FAULT_CHANNELS,
+                                                sizeof(float), &device_bytes, &host_bytes,
+                                                NULL) == DCP_OK);
+    cudaMalloc(&device_ws, device_bytes), cudaMalloc(&cp_in, (size_t)s.cp_rows * row_bytes);
+    cudaMalloc(&hp, (size_t)s.hp_rows * s.slice_bytes);
+    cudaMalloc(&cp_out, (size_t)s.cp_rows * row_bytes);
+    host_ws = malloc(host_bytes);
+    for (i = 0; i < layout.num_sequences; i++) /* valid rows: bytes of (rank, row); padding 0 */
+        for (local = 0; local < (cu_padded[i + 1] - cu_padded[i]) / A2A_FAULT_CP; local++)
+            for (byte = 0; byte < row_bytes; byte++)
+                ((unsigned char *)cp_in)[(size_t)(cu_padded[i] / A2A_FAULT_CP + local) *
+                                             row_bytes + byte] =
+                    dcp_zigzag_position(cu_padded[i + 1] - cu_padded[i], A2A_FAULT_CP, b.rank,
+                                        local) < cu[i + 1] - cu[i]
+                        ? (unsigned char)(1 + b.rank * 37 + local * 11 + (int64_t)byte)
+                        : 0;
+    status = dcp_nccl_a2a_prepare(set, &b, &layout, A2A_FAULT_CHANNELS, sizeof(float), device_ws,
+                                  device_bytes, host_ws, host_bytes, &a2a, stream, err);
+    if (status == DCP_OK) status = dcp_nccl_a2a_cp2hp(set, &a2a, cp_in, hp, stream, err);
+    if (status == DCP_OK) status = dcp_nccl_a2a_hp2cp(set, &a2a, hp, cp_out, stream, err);
+    if (status == DCP_OK) status = dcp_nccl_set_wait(set, stream, err);
+    if (status == DCP_OK)
+        RANK_CHECK(ctx, memcmp(cp_in, cp_out, (size_t)s.cp_rows * row_bytes) == 0);
+    ended = dcp_nccl_override_end(set, &scope, NULL); /* on every path */
+    RANK_CHECK(ctx, ended == DCP_OK);
+    RANK_CHECK(ctx, stream_drains(stream)); /* before the buffers go */
+    cudaFree(device_ws), cudaFree(cp_in), cudaFree(hp), cudaFree(cp_out), free(host_ws);
+    return status;
+}
+
+static void a2a_fault_rank(rank_ctx *ctx)
+{
+    const a2a_fault_test *t = (const a2a_fault_test *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, A2A_FAULT_CP, NULL);
+    dcp_nccl_set *set = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    double start;
+    int pool_aborted;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    set->timeout_ms = t->fault_at ? FAILURE_TIMEOUT_MS : CLEAN_TIMEOUT_MS;
+    fake_fault_arm(ctx->rank == t->faulty_rank ? t->fault_at : 0);
+    start = fake_now_ms();
+    ctx->status = a2a_fault_step(ctx, set, stream, &err);
+    ctx->elapsed_ms = fake_now_ms() - start;
+    ctx->calls = fake_fault_count();
+    fake_fault_arm(0);
+    if (ctx->status != DCP_OK) {
+        snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
+        RANK_CHECK(ctx, set->aborted == 1);
+    }
+    RANK_CHECK(ctx, stream_drains(stream));
+    RANK_CHECK(ctx, ctx->elapsed_ms < 4 * FAILURE_TIMEOUT_MS + TIMEOUT_SLACK_MS);
+    pool_aborted = set->pool == NULL;
+    (void)dcp_nccl_set_destroy(set, NULL);
+    pool_destroy(ctx, pool_aborted);
+    cudaStreamDestroy(stream);
+}
+
+static void a2a_fault_at_every_call(void)
+{
+    enum { RANKS = A2A_FAULT_CP };
+    static rank_ctx ctx[RANKS];
+    a2a_fault_test t;
+    long calls, at;
+    int r;
+    t.faulty_rank = 2, t.fault_at = 0;
+    CHECK_EQ(run_ranks(RANKS, 1, a2a_fault_rank, &t, ctx), 0); /* counting run, no fault */
+    for (r = 0; r < RANKS; r++) CHECK_EQ(ctx[r].status, DCP_OK);
+    CHECK(job_clean());
+    fake_job_destroy();
+    calls = ctx[t.faulty_rank].calls;
+    printf("  %ld hooked calls on rank %d\n", calls, t.faulty_rank);
+    CHECK(calls > 0);
+    for (at = 1; at <= calls; at++) {
+        t.fault_at = at;
+        CHECK_EQ(run_ranks(RANKS, 1, a2a_fault_rank, &t, ctx), 0);
+        CHECK(ctx[t.faulty_rank].status == DCP_ERROR_NCCL ||
+              ctx[t.faulty_rank].status == DCP_ERROR_CUDA);
+        if (test_current_failures) {
+            printf("  fault at call %ld: %s\n", at, ctx[t.faulty_rank].message);
+            break;
+        }
+        fake_job_destroy();
+    }
+    fake_job_destroy();
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -1427,6 +1548,7 @@ int main(int argc, char **argv)
          fault_at_every_call_leaves_ranks_consistent},
         {"a2a_64_ranks_equals_cpu_reference", a2a_64_ranks_equals_cpu_reference},
         {"a2a_cp1_is_a_no_op", a2a_cp1_is_a_no_op},
+        {"a2a_fault_at_every_call", a2a_fault_at_every_call},
 #ifdef __cplusplus
         {"cxx_guard_is_raii", cxx_guard_is_raii},
 #endif
