@@ -7568,6 +7568,10 @@ DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uin
    run's valid prefix; everything else (messages, segments, the copies) is laid out from them
    in one fixed order: peers, then sequences, then chunks. */
 
+/* The largest byte count or offset of the all-to-all: an int64_t offset and a size_t size. */
+#define DCP__A2A_BYTE_LIMIT ((uint64_t)INT64_MAX < (uint64_t)SIZE_MAX ? (uint64_t)INT64_MAX \
+                                                                    : (uint64_t)SIZE_MAX)
+
 static dcp_status dcp__a2a_check_rank(const dcp_thd_layout *layout, int32_t rank,
                                       dcp_error *error)
 {
@@ -7628,10 +7632,9 @@ DCPDEF dcp_status dcp_a2a_shape_get(const dcp_thd_layout *layout, int32_t rank, 
     s.group_rows = layout->cu_seqlens[layout->num_sequences];
     /* the CP buffer and the HP buffer both hold hp_rows x slice_bytes: one bound covers every
        byte offset of the lists (int64_t) and every buffer size (size_t) */
-    if (channel_bytes > (uint64_t)INT64_MAX / (uint64_t)channels ||
-        (s.hp_rows > 0 &&
-         (uint64_t)channel_bytes * (uint64_t)(channels / layout->cp) >
-             (uint64_t)(INT64_MAX < SIZE_MAX ? INT64_MAX : SIZE_MAX) / (uint64_t)s.hp_rows))
+    if ((uint64_t)channel_bytes > DCP__A2A_BYTE_LIMIT / (uint64_t)channels ||
+        (s.hp_rows > 0 && (uint64_t)channel_bytes * (uint64_t)(channels / layout->cp) >
+                              DCP__A2A_BYTE_LIMIT / (uint64_t)s.hp_rows))
         return dcp_error_set(error, DCP_ERROR_OVERFLOW,
                              "%lld rows of %d channels of %zu bytes overflow the byte offsets",
                              (long long)s.hp_rows, (int)channels, channel_bytes);
