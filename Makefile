@@ -245,3 +245,22 @@ $(BUILD)/test_nccl_host-san: tests/test_nccl_host.c tests/test.h dcp.h dcp_nccl.
 .PHONY: test-multirank
 test-multirank: $(BUILD)/ring_attention_nccl
 	sh tests/multirank.sh $(BUILD)/ring_attention_nccl
+
+# ---- hybrid models: the CP <-> head-parallel all-to-all (issue 20) --------------------------
+# tests/test_hybrid.c (plain and ASan/UBSan; the host-transport run is in test_nccl_host),
+# tests/test_cuda_hybrid.cu (GPU; skips without one) in `make test`; bench/a2a_bench.cu, N
+# processes: `make test-multirank` checks it at 2, 4 and 8 ranks on one GPU against the CPU
+# reference and prints its bandwidth table; run it by hand for bench/RESULTS.md.
+HYBRID_CPU_TESTS := $(BUILD)/test_hybrid $(BUILD)/test_hybrid-san
+HYBRID_GPU_TESTS := $(BUILD)/test_cuda_hybrid
+HYBRID_TESTS := $(HYBRID_CPU_TESTS) $(if $(HAVE_NVCC),$(HYBRID_GPU_TESTS))
+TEST_PROGRAMS += $(HYBRID_TESTS)
+SEEDED_TESTS += $(BUILD)/test_hybrid $(if $(HAVE_NVCC),$(HYBRID_GPU_TESTS))
+all: $(HYBRID_TESTS) $(if $(HAVE_NCCL),$(BUILD)/a2a_bench)
+test-seeds: $(BUILD)/test_hybrid $(if $(HAVE_NVCC),$(HYBRID_GPU_TESTS))
+GPU_TESTS += $(HYBRID_GPU_TESTS) # the recipes of test-gpu and sanitize-gpu run them too
+test-gpu sanitize-gpu: $(HYBRID_GPU_TESTS)
+$(BUILD)/a2a_bench: bench/a2a_bench.cu dcp.h dcp_nccl.h $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@ $(NCCL_LIBS)
+test-multirank: $(BUILD)/a2a_bench
+test-multirank: export A2A_PROGRAM := $(BUILD)/a2a_bench

@@ -929,6 +929,121 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
 #define DCP_METADATA_MAX_BYTES (UINT64_C(1) << 32) /* 4 GiB */
 DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uint64_t *chunks,
                                       dcp_error *error);
+
+/* =================================================================== head-parallel all-to-all
+   Linear-attention layers (Gated DeltaNet, Mamba) run a recurrence and a short causal conv1d
+   over whole sequences, which the zigzag split cuts into 2c chunks on c ranks. Around such a
+   layer the group switches layouts, as Megatron's tensor_a2a_cp2hp / tensor_a2a_hp2cp do: in
+   the head-parallel (HP) layout rank j of the group keeps only channel slice j (channels
+   [j C/c, (j+1) C/c) of C) of every row of the group's sequences, but whole sequences, in
+   order; cp2hp goes there, hp2cp comes back. A "channel" is any unit of channel_bytes bytes:
+   one element of a conv1d input, or one head of head_dim elements.
+   - CP layout of rank r: its local buffer [cu_seqlens_padded[n] / cp rows, C channels] of a
+     dcp_thd_layout (the zigzag rows of docs/DESIGN.md section 4).
+   - HP layout of rank j: [cu_seqlens_padded[n] rows, C / cp channels]; sequence i starts at row
+     cu_seqlens_padded[i] and row cu_seqlens_padded[i] + p holds global position p. Its layout
+     is the same cu arrays with cp 1 (dcp_a2a_hp_layout): conv1d runs on it unchanged.
+   Only valid rows travel: padding rows are never sent, and the receiving side writes them 0.
+   A run is a stretch of valid rows of one CP rank that is contiguous in both layouts (a chunk's
+   valid prefix; the middle rank's two adjacent chunks make one run), so a rank has at most 2n.
+   The message between CP rank r and HP rank j, either way, is r's valid rows in run order
+   (message_rows of them), channel slice j. Execution is pack (a segment list), one grouped
+   send/recv round, unpack (the other list): dcp_nccl.h on the device, dcp_a2a_segments_copy on
+   the host. No allocation; thread-safe. cp 1: both layouts are the same buffer. */
+
+/* A run of valid rows of one CP rank: rows [cp_row, cp_row + rows) of its CP buffer are rows
+   [hp_row, hp_row + rows) of the HP layout and rows [message_row, message_row + rows) of each
+   message it exchanges. */
+typedef struct dcp_a2a_run {
+    int64_t cp_row;
+    int64_t hp_row;
+    int64_t rows; /* >= 1 */
+    int64_t message_row;
+} dcp_a2a_run;
+
+/* Sizes of the all-to-all of one rank of a group. Segment lists: copies first, then zero fills
+   of the padding rows (used only when unpacking). */
+typedef struct dcp_a2a_shape {
+    int32_t cp, rank;            /* the group's size, the rank in it */
+    int32_t channels;            /* C, a multiple of cp */
+    size_t channel_bytes;        /* bytes of one channel */
+    size_t row_bytes;            /* a CP row: C x channel_bytes */
+    size_t slice_bytes;          /* an HP row and a message row: C / cp x channel_bytes */
+    int64_t cp_rows;             /* rows of the CP buffer: cu_seqlens_padded[n] / cp */
+    int64_t hp_rows;             /* rows of the HP buffer: cu_seqlens_padded[n] */
+    int64_t message_rows;        /* valid rows of this rank: rows of every message it sends in
+                                    cp2hp (and receives in hp2cp) */
+    int64_t group_rows;          /* valid rows of the group, cu_seqlens[n]: what it receives */
+    int64_t runs;                /* runs of this rank, <= 2 n */
+    int64_t cp_copies, cp_segments; /* CP-side list: cp x runs copies, then zero fills */
+    int64_t hp_copies, hp_segments; /* HP-side list: every rank's runs, then zero fills */
+    size_t cp_message_bytes;     /* CP-side message buffer: cp x message_rows x slice_bytes,
+                                    peer j's message at j x message_rows x slice_bytes */
+    size_t hp_message_bytes;     /* HP-side message buffer: group_rows x slice_bytes, rank s's
+                                    message after those of ranks < s */
+} dcp_a2a_shape;
+
+/* Which buffer a segment list moves between a local buffer and its message buffer:
+   DCP_A2A_CP_SIDE the CP buffer (row pitch row_bytes) and the cp messages of this rank's rows;
+   DCP_A2A_HP_SIDE the HP buffer (row pitch slice_bytes) and the messages of every rank. cp2hp
+   packs the CP side and unpacks the HP side; hp2cp packs the HP side and unpacks the CP side. */
+typedef enum dcp_a2a_side { DCP_A2A_CP_SIDE = 0, DCP_A2A_HP_SIDE = 1 } dcp_a2a_side;
+typedef enum dcp_a2a_direction {
+    DCP_A2A_PACK = 0,  /* local -> message: the copies only */
+    DCP_A2A_UNPACK = 1 /* message -> local: the copies, then zeros on the padding rows */
+} dcp_a2a_direction;
+
+/* rows consecutive rows: row k of the segment is local + local_offset + k x local pitch and
+   message + message_offset + k x slice_bytes (bytes). first_row: rows of the list's segments
+   before this one (a launch finds a row's segment by it). A zero fill's message_offset is 0. */
+typedef struct dcp_a2a_segment {
+    int64_t first_row;
+    int64_t rows;
+    int64_t local_offset;
+    int64_t message_offset;
+} dcp_a2a_segment;
+
+/* Checks layout (dcp_thd_layout_validate), rank in [0, cp), channels >= 1 and a multiple of cp
+   (otherwise DCP_ERROR_INVALID_ARGUMENT naming both), channel_bytes >= 1, sizes in size_t. */
+DCPDEF dcp_status dcp_a2a_shape_get(const dcp_thd_layout *layout, int32_t rank, int32_t channels,
+                                    size_t channel_bytes, dcp_a2a_shape *shape,
+                                    dcp_error *error);
+/* The runs of CP rank `rank`, in sequence order, chunk order: *count receives how many
+   (dcp_a2a_shape runs); runs NULL queries, otherwise capacity must hold them. */
+DCPDEF dcp_status dcp_a2a_runs(const dcp_thd_layout *layout, int32_t rank, dcp_a2a_run *runs,
+                               int64_t capacity, int64_t *count, dcp_error *error);
+/* Valid rows of CP rank `rank`: the rows of each of its messages (shape message_rows). */
+DCPDEF dcp_status dcp_a2a_message_rows(const dcp_thd_layout *layout, int32_t rank,
+                                       int64_t *rows, dcp_error *error);
+/* The segment list of one side for rank `rank`: *count receives its length (shape cp_segments
+   or hp_segments); segments NULL queries, otherwise capacity must hold it. */
+DCPDEF dcp_status dcp_a2a_segments(const dcp_thd_layout *layout, int32_t rank, int32_t channels,
+                                   size_t channel_bytes, dcp_a2a_side side,
+                                   dcp_a2a_segment *segments, int64_t capacity, int64_t *count,
+                                   dcp_error *error);
+/* Runs a segment list on host memory (the contract of dcp_cuda_a2a_copy): PACK copies the
+   first `copies` segments from local to message; UNPACK copies them back from message to local
+   and writes zeros for the rest. local_pitch: the local buffer's row bytes. Local and message
+   must not overlap. */
+DCPDEF dcp_status dcp_a2a_segments_copy(const dcp_a2a_segment *segments, int64_t count,
+                                        int64_t copies, size_t slice_bytes, size_t local_pitch,
+                                        dcp_a2a_direction direction, void *local, void *message,
+                                        dcp_error *error);
+/* The HP layout: *hp = *layout with cp 1 (the same cu arrays: whole sequences). */
+DCPDEF dcp_status dcp_a2a_hp_layout(const dcp_thd_layout *layout, dcp_thd_layout *hp,
+                                    dcp_error *error);
+/* The reference of both directions for the whole group in one process: cp_buffers[r] is rank
+   r's CP buffer, hp_buffers[j] rank j's HP buffer (every entry non-NULL, none overlapping).
+   Defined by positions, not by runs: HP row cu_seqlens_padded[i] + p of rank j gets channel
+   slice j of the CP row holding position p of sequence i (dcp_zigzag_position), padding rows
+   0; hp2cp is the inverse, padding rows 0. */
+DCPDEF dcp_status dcp_a2a_cp2hp(const dcp_thd_layout *layout, int32_t channels,
+                                size_t channel_bytes, const void *const *cp_buffers,
+                                void *const *hp_buffers, dcp_error *error);
+DCPDEF dcp_status dcp_a2a_hp2cp(const dcp_thd_layout *layout, int32_t channels,
+                                size_t channel_bytes, const void *const *hp_buffers,
+                                void *const *cp_buffers, dcp_error *error);
+
 #endif /* DCP_NO_DISTRIBUTED */
 
 /* ======================================================================= operation contracts
@@ -1317,6 +1432,20 @@ DCP_CUDA_DEF dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params
                                                  float *dweight, float *dbias,
                                                  void *workspace, size_t workspace_bytes,
                                                  void *stream, dcp_error *error);
+
+#ifndef DCP_NO_DISTRIBUTED /* the layout moves of the distributed logic */
+/* The head-parallel all-to-all's segment lists on the device, the contract of
+   dcp_a2a_segments_copy: segments is a DEVICE array of count entries (dcp_a2a_segments,
+   uploaded), total_rows the rows of the segments the call runs (PACK: the first `copies`;
+   UNPACK: all of them), which the caller knows from dcp_a2a_shape without reading the device.
+   16-byte copies when local, message, slice_bytes and local_pitch are multiples of 16, else
+   the widest of 8, 4, 2, 1 bytes that divides them all. Enqueue only. */
+DCP_CUDA_DEF dcp_status dcp_cuda_a2a_copy(const dcp_a2a_segment *segments, int64_t count,
+                                          int64_t copies, int64_t total_rows, size_t slice_bytes,
+                                          size_t local_pitch, dcp_a2a_direction direction,
+                                          void *local, void *message, void *stream,
+                                          dcp_error *error);
+#endif /* DCP_NO_DISTRIBUTED */
 
 #ifdef __cplusplus
 }
@@ -7450,6 +7579,356 @@ DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uin
                              (unsigned long long)length, DCP_METADATA_MIN_BYTES,
                              (unsigned long long)DCP_METADATA_MAX_BYTES);
     *chunks = (length + chunk_bytes - 1) / chunk_bytes;
+    return dcp_error_clear(error);
+}
+
+/* ------------------------------------------------------------ head-parallel all-to-all
+   Runs come from dcp__sample_runs (the zigzag rows of one sequence on one rank), keeping each
+   run's valid prefix; everything else (messages, segments, the copies) is laid out from them
+   in one fixed order: peers, then sequences, then chunks. */
+
+/* The largest byte count or offset of the all-to-all: an int64_t offset and a size_t size. */
+#define DCP__A2A_BYTE_LIMIT ((uint64_t)INT64_MAX < (uint64_t)SIZE_MAX ? (uint64_t)INT64_MAX \
+                                                                    : (uint64_t)SIZE_MAX)
+
+static dcp_status dcp__a2a_check_rank(const dcp_thd_layout *layout, int32_t rank,
+                                      dcp_error *error)
+{
+    dcp_status status = dcp_thd_layout_validate(layout, NULL, error);
+    if (status != DCP_OK) return status;
+    return dcp_check_rank("rank", rank, layout->cp, error);
+}
+
+/* The runs of rank (written when out is not NULL), their count and their rows. */
+static void dcp__a2a_collect(const dcp_thd_layout *l, int32_t rank, dcp_a2a_run *out,
+                             int64_t *count, int64_t *rows)
+{
+    int64_t runs = 0, message = 0;
+    int32_t i;
+    for (i = 0; i < l->num_sequences; i++) {
+        const int64_t start = l->cu_seqlens_padded[i];
+        dcp__run r[2];
+        int m = dcp__sample_runs((int64_t)l->cu_seqlens[i + 1] - l->cu_seqlens[i],
+                                 (int64_t)l->cu_seqlens_padded[i + 1] - start, l->cp, rank, r);
+        int k;
+        for (k = 0; k < m; k++) {
+            if (r[k].valid == 0) continue; /* a chunk of padding only: nothing travels */
+            if (out) {
+                out[runs].cp_row = start / l->cp + r[k].row;
+                out[runs].hp_row = start + r[k].position;
+                out[runs].rows = r[k].valid;
+                out[runs].message_row = message;
+            }
+            runs++;
+            message += r[k].valid;
+        }
+    }
+    *count = runs;
+    *rows = message;
+}
+
+DCPDEF dcp_status dcp_a2a_shape_get(const dcp_thd_layout *layout, int32_t rank, int32_t channels,
+                                    size_t channel_bytes, dcp_a2a_shape *shape,
+                                    dcp_error *error)
+{
+    dcp_a2a_shape s;
+    int64_t padding_runs = 0;
+    int32_t i;
+    dcp_status status;
+    if (!shape) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "shape must not be NULL");
+    if ((status = dcp__a2a_check_rank(layout, rank, error)) != DCP_OK) return status;
+    if (channels < 1 || channels % layout->cp != 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "channels %d must be >= 1 and divisible by cp %d (each rank keeps "
+                             "channels / cp of them)",
+                             (int)channels, (int)layout->cp);
+    if (channel_bytes == 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "channel_bytes must be >= 1");
+    memset(&s, 0, sizeof s);
+    s.cp = layout->cp, s.rank = rank, s.channels = channels, s.channel_bytes = channel_bytes;
+    s.hp_rows = layout->cu_seqlens_padded[layout->num_sequences];
+    s.cp_rows = s.hp_rows / layout->cp;
+    s.group_rows = layout->cu_seqlens[layout->num_sequences];
+    /* the CP buffer and the HP buffer both hold hp_rows x slice_bytes: one bound covers every
+       byte offset of the lists (int64_t) and every buffer size (size_t) */
+    if ((uint64_t)channel_bytes > DCP__A2A_BYTE_LIMIT / (uint64_t)channels ||
+        (s.hp_rows > 0 && (uint64_t)channel_bytes * (uint64_t)(channels / layout->cp) >
+                              DCP__A2A_BYTE_LIMIT / (uint64_t)s.hp_rows))
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                             "%lld rows of %d channels of %zu bytes overflow the byte offsets",
+                             (long long)s.hp_rows, (int)channels, channel_bytes);
+    s.row_bytes = (size_t)channels * channel_bytes;
+    s.slice_bytes = s.row_bytes / (size_t)layout->cp;
+    dcp__a2a_collect(layout, rank, NULL, &s.runs, &s.message_rows);
+    for (i = 0; i < layout->num_sequences; i++) {
+        dcp__run r[2];
+        int m = dcp__sample_runs((int64_t)layout->cu_seqlens[i + 1] - layout->cu_seqlens[i],
+                                 (int64_t)layout->cu_seqlens_padded[i + 1] -
+                                     layout->cu_seqlens_padded[i],
+                                 layout->cp, rank, r);
+        int k;
+        for (k = 0; k < m; k++) padding_runs += r[k].rows > r[k].valid;
+    }
+    s.cp_copies = layout->cp * s.runs;
+    s.cp_segments = s.cp_copies + layout->cp * padding_runs;
+    for (i = 0; i < layout->cp; i++) {
+        int64_t runs, rows;
+        dcp__a2a_collect(layout, i, NULL, &runs, &rows);
+        s.hp_copies += runs;
+    }
+    s.hp_segments = s.hp_copies;
+    for (i = 0; i < layout->num_sequences; i++)
+        s.hp_segments += layout->cu_seqlens_padded[i + 1] - layout->cu_seqlens_padded[i] >
+                         layout->cu_seqlens[i + 1] - layout->cu_seqlens[i];
+    s.cp_message_bytes = (size_t)layout->cp * (size_t)s.message_rows * s.slice_bytes;
+    s.hp_message_bytes = (size_t)s.group_rows * s.slice_bytes;
+    *shape = s;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_a2a_runs(const dcp_thd_layout *layout, int32_t rank, dcp_a2a_run *runs,
+                               int64_t capacity, int64_t *count, dcp_error *error)
+{
+    int64_t needed, rows;
+    dcp_status status;
+    if (!count) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must not be NULL");
+    if ((status = dcp__a2a_check_rank(layout, rank, error)) != DCP_OK) return status;
+    dcp__a2a_collect(layout, rank, NULL, &needed, &rows);
+    *count = needed;
+    if (runs && capacity < needed)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "runs capacity %lld < %lld runs of rank %d", (long long)capacity,
+                             (long long)needed, (int)rank);
+    if (runs) dcp__a2a_collect(layout, rank, runs, &needed, &rows);
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_a2a_message_rows(const dcp_thd_layout *layout, int32_t rank,
+                                       int64_t *rows, dcp_error *error)
+{
+    int64_t runs;
+    dcp_status status;
+    if (!rows) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rows must not be NULL");
+    if ((status = dcp__a2a_check_rank(layout, rank, error)) != DCP_OK) return status;
+    dcp__a2a_collect(layout, rank, NULL, &runs, rows);
+    return dcp_error_clear(error);
+}
+
+/* Appends one segment (counts only when out is NULL). */
+static void dcp__a2a_emit(dcp_a2a_segment *out, int64_t *count, int64_t *first, int64_t rows,
+                          int64_t local_offset, int64_t message_offset)
+{
+    if (out) {
+        out[*count].first_row = *first;
+        out[*count].rows = rows;
+        out[*count].local_offset = local_offset;
+        out[*count].message_offset = message_offset;
+    }
+    ++*count;
+    *first += rows;
+}
+
+/* CP side: peer j's message is every run of this rank, channel slice j; then the padding rows
+   of every slice. */
+static void dcp__a2a_cp_side(const dcp_thd_layout *l, const dcp_a2a_shape *s,
+                             dcp_a2a_segment *out, int64_t *count)
+{
+    const int64_t row = (int64_t)s->row_bytes, slice = (int64_t)s->slice_bytes;
+    int64_t first = 0;
+    int32_t j, i, pass;
+    *count = 0;
+    for (pass = 0; pass < 2; pass++) /* 0: copies, 1: zero fills */
+        for (j = 0; j < s->cp; j++) {
+            int64_t message = j * s->message_rows;
+            for (i = 0; i < l->num_sequences; i++) {
+                const int64_t base = l->cu_seqlens_padded[i] / l->cp;
+                dcp__run r[2];
+                int m = dcp__sample_runs(
+                    (int64_t)l->cu_seqlens[i + 1] - l->cu_seqlens[i],
+                    (int64_t)l->cu_seqlens_padded[i + 1] - l->cu_seqlens_padded[i], l->cp,
+                    s->rank, r);
+                int k;
+                for (k = 0; k < m; k++) {
+                    if (pass == 0 && r[k].valid > 0) {
+                        dcp__a2a_emit(out, count, &first, r[k].valid,
+                                      (base + r[k].row) * row + j * slice, message * slice);
+                        message += r[k].valid;
+                    }
+                    if (pass == 1 && r[k].rows > r[k].valid)
+                        dcp__a2a_emit(out, count, &first, r[k].rows - r[k].valid,
+                                      (base + r[k].row + r[k].valid) * row + j * slice, 0);
+                }
+            }
+        }
+}
+
+/* HP side: the messages of ranks 0, 1, ..., cp - 1 one after the other, each its runs in
+   order; then each sequence's padding tail. The same list on every rank of the group. */
+static void dcp__a2a_hp_side(const dcp_thd_layout *l, const dcp_a2a_shape *s,
+                             dcp_a2a_segment *out, int64_t *count)
+{
+    const int64_t slice = (int64_t)s->slice_bytes;
+    int64_t first = 0, message = 0;
+    int32_t source, i;
+    *count = 0;
+    for (source = 0; source < s->cp; source++)
+        for (i = 0; i < l->num_sequences; i++) {
+            const int64_t start = l->cu_seqlens_padded[i];
+            dcp__run r[2];
+            int m = dcp__sample_runs((int64_t)l->cu_seqlens[i + 1] - l->cu_seqlens[i],
+                                     (int64_t)l->cu_seqlens_padded[i + 1] - start, l->cp,
+                                     source, r);
+            int k;
+            for (k = 0; k < m; k++) {
+                if (r[k].valid == 0) continue;
+                dcp__a2a_emit(out, count, &first, r[k].valid, (start + r[k].position) * slice,
+                              message * slice);
+                message += r[k].valid;
+            }
+        }
+    for (i = 0; i < l->num_sequences; i++) {
+        const int64_t valid = (int64_t)l->cu_seqlens[i + 1] - l->cu_seqlens[i];
+        const int64_t padded = (int64_t)l->cu_seqlens_padded[i + 1] - l->cu_seqlens_padded[i];
+        if (padded > valid)
+            dcp__a2a_emit(out, count, &first, padded - valid,
+                          ((int64_t)l->cu_seqlens_padded[i] + valid) * slice, 0);
+    }
+}
+
+DCPDEF dcp_status dcp_a2a_segments(const dcp_thd_layout *layout, int32_t rank, int32_t channels,
+                                   size_t channel_bytes, dcp_a2a_side side,
+                                   dcp_a2a_segment *segments, int64_t capacity, int64_t *count,
+                                   dcp_error *error)
+{
+    dcp_a2a_shape s;
+    int64_t needed, written;
+    dcp_status status;
+    if (!count) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must not be NULL");
+    if (side != DCP_A2A_CP_SIDE && side != DCP_A2A_HP_SIDE)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "side must be 0 or 1, got %d",
+                             (int)side);
+    status = dcp_a2a_shape_get(layout, rank, channels, channel_bytes, &s, error);
+    if (status != DCP_OK) return status;
+    needed = side == DCP_A2A_CP_SIDE ? s.cp_segments : s.hp_segments;
+    *count = needed;
+    if (!segments) return dcp_error_clear(error);
+    if (capacity < needed)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "segments capacity %lld < %lld segments of the %s side",
+                             (long long)capacity, (long long)needed,
+                             side == DCP_A2A_CP_SIDE ? "CP" : "HP");
+    if (side == DCP_A2A_CP_SIDE) dcp__a2a_cp_side(layout, &s, segments, &written);
+    else dcp__a2a_hp_side(layout, &s, segments, &written);
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_a2a_segments_copy(const dcp_a2a_segment *segments, int64_t count,
+                                        int64_t copies, size_t slice_bytes, size_t local_pitch,
+                                        dcp_a2a_direction direction, void *local, void *message,
+                                        dcp_error *error)
+{
+    unsigned char *l = (unsigned char *)local, *m = (unsigned char *)message;
+    int64_t i, k;
+    if (count < 0 || copies < 0 || copies > count || (count > 0 && (!segments || !local)) ||
+        (copies > 0 && !message))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "segments: count %lld, copies %lld (need 0 <= copies <= count and "
+                             "non-NULL segments, local and message)",
+                             (long long)count, (long long)copies);
+    if (slice_bytes == 0 || local_pitch < slice_bytes)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "slice_bytes %zu must be >= 1 and <= local_pitch %zu", slice_bytes,
+                             local_pitch);
+    if (direction != DCP_A2A_PACK && direction != DCP_A2A_UNPACK)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "direction must be 0 or 1, got %d",
+                             (int)direction);
+    for (i = 0; i < (direction == DCP_A2A_PACK ? copies : count); i++) {
+        const dcp_a2a_segment *s = &segments[i];
+        for (k = 0; k < s->rows; k++) {
+            unsigned char *lrow = l + s->local_offset + (size_t)k * local_pitch;
+            unsigned char *mrow = m + s->message_offset + (size_t)k * slice_bytes;
+            if (i >= copies) memset(lrow, 0, slice_bytes);
+            else if (direction == DCP_A2A_PACK) memcpy(mrow, lrow, slice_bytes);
+            else memcpy(lrow, mrow, slice_bytes);
+        }
+    }
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_a2a_hp_layout(const dcp_thd_layout *layout, dcp_thd_layout *hp,
+                                    dcp_error *error)
+{
+    dcp_status status;
+    if (!hp) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "hp must not be NULL");
+    if ((status = dcp_thd_layout_validate(layout, NULL, error)) != DCP_OK) return status;
+    *hp = *layout;
+    hp->cp = 1;
+    return dcp_error_clear(error);
+}
+
+/* Arguments of the references: a valid shape and cp non-NULL buffers on each side. */
+static dcp_status dcp__a2a_reference_args(const dcp_thd_layout *layout, int32_t channels,
+                                          size_t channel_bytes, const void *const *cp_buffers,
+                                          const void *const *hp_buffers, dcp_a2a_shape *shape,
+                                          dcp_error *error)
+{
+    dcp_status status = dcp_a2a_shape_get(layout, 0, channels, channel_bytes, shape, error);
+    if (status != DCP_OK) return status;
+    if ((status = dcp_check_rank_buffers("cp_buffers", cp_buffers, layout->cp, error)) != DCP_OK)
+        return status;
+    return dcp_check_rank_buffers("hp_buffers", hp_buffers, layout->cp, error);
+}
+
+/* Both references: every local row of every CP rank by its global position. */
+static void dcp__a2a_reference(const dcp_thd_layout *l, const dcp_a2a_shape *s, int to_hp,
+                               unsigned char *const *cp, unsigned char *const *hp)
+{
+    int32_t r, j, i;
+    for (i = 0; i < l->num_sequences; i++) {
+        const int64_t start = l->cu_seqlens_padded[i];
+        const int64_t valid = (int64_t)l->cu_seqlens[i + 1] - l->cu_seqlens[i];
+        const int64_t padded = (int64_t)l->cu_seqlens_padded[i + 1] - start;
+        int64_t local;
+        for (r = 0; r < l->cp; r++)
+            for (local = 0; local < padded / l->cp; local++) {
+                const int64_t position = dcp_zigzag_position(padded, l->cp, r, local);
+                unsigned char *cp_row = cp[r] + (size_t)(start / l->cp + local) * s->row_bytes;
+                for (j = 0; j < l->cp; j++) {
+                    unsigned char *hp_row = hp[j] + (size_t)(start + position) * s->slice_bytes;
+                    unsigned char *slice = cp_row + (size_t)j * s->slice_bytes;
+                    if (position >= valid) /* padding: written as 0 on the receiving side */
+                        memset(to_hp ? hp_row : slice, 0, s->slice_bytes);
+                    else if (to_hp) memcpy(hp_row, slice, s->slice_bytes);
+                    else memcpy(slice, hp_row, s->slice_bytes);
+                }
+            }
+    }
+}
+
+DCPDEF dcp_status dcp_a2a_cp2hp(const dcp_thd_layout *layout, int32_t channels,
+                                size_t channel_bytes, const void *const *cp_buffers,
+                                void *const *hp_buffers, dcp_error *error)
+{
+    dcp_a2a_shape s;
+    dcp_status status = dcp__a2a_reference_args(layout, channels, channel_bytes, cp_buffers,
+                                                (const void *const *)hp_buffers, &s, error);
+    if (status != DCP_OK) return status;
+    dcp__a2a_reference(layout, &s, 1, (unsigned char *const *)cp_buffers,
+                       (unsigned char *const *)hp_buffers);
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_a2a_hp2cp(const dcp_thd_layout *layout, int32_t channels,
+                                size_t channel_bytes, const void *const *hp_buffers,
+                                void *const *cp_buffers, dcp_error *error)
+{
+    dcp_a2a_shape s;
+    dcp_status status = dcp__a2a_reference_args(layout, channels, channel_bytes,
+                                                (const void *const *)cp_buffers, hp_buffers, &s,
+                                                error);
+    if (status != DCP_OK) return status;
+    dcp__a2a_reference(layout, &s, 0, (unsigned char *const *)cp_buffers,
+                       (unsigned char *const *)hp_buffers);
     return dcp_error_clear(error);
 }
 

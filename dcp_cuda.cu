@@ -3022,3 +3022,141 @@ extern "C" dcp_status dcp_cuda_add_float32(float *acc, const float *x, int64_t c
     DCP_CUDA_CHECK_LAUNCH();
     return dcp_error_clear(error);
 }
+
+/* ================================================= head-parallel all-to-all: segment copies
+   One launch runs one segment list of dcp.h's head-parallel all-to-all (dcp_a2a_segments):
+   rows of slice_bytes between a local buffer (row pitch local_pitch: a CP buffer's channel
+   slice, or an HP buffer's row) and the packed message buffer (contiguous rows). The rows of
+   the list form one row space (segment s holds rows [first_row, first_row + rows)); a block
+   owns tiles of consecutive rows of it. Two threads find the segments of a tile's first and
+   last rows by binary search over first_row, then the block's threads stride over the tile's
+   (row, vector) units, consecutive threads on consecutive vectors of a row, so both sides are
+   read and written in coalesced runs; each unit searches its row's segment inside the tile's
+   range only. Vectors are 16 bytes where every address and pitch allows it, else the widest of
+   8, 4, 2, 1 bytes. Unpacking writes zeros on the padding segments (those past `copies`).
+   Every unit is written once: no atomics, no shared memory but the two indices. */
+
+#define DCP_CUDA__A2A_THREADS 256
+#define DCP_CUDA__A2A_TILE_UNITS 4096   /* vectors a tile aims at: 16 per thread */
+#define DCP_CUDA__A2A_MAX_TILE_ROWS 512 /* rows of a tile at most (short rows) */
+#define DCP_CUDA__A2A_MAX_BLOCKS 65536  /* grid cap of the grid-stride loop over tiles */
+#define DCP_CUDA__A2A_WIDEST 16         /* bytes of the widest vector */
+static_assert(sizeof(uint4) == DCP_CUDA__A2A_WIDEST, "the widest vector is a uint4");
+static_assert((int64_t)DCP_CUDA__A2A_TILE_UNITS * DCP_CUDA__A2A_MAX_TILE_ROWS <= INT32_MAX,
+              "a tile's units are counted in 32 bits");
+
+typedef struct dcp_cuda__a2a_args {
+    const dcp_a2a_segment *segments;
+    int64_t count;      /* segments the launch runs */
+    int64_t copies;     /* segments past it are zero fills */
+    int64_t total_rows;
+    int64_t tile_rows;
+    int64_t local_pitch;
+    int32_t units_per_row; /* vectors of a row */
+    int32_t pack;          /* 1: local -> message */
+    unsigned char *local;
+    unsigned char *message;
+} dcp_cuda__a2a_args;
+
+/* The last segment in [lo, hi] whose first row is <= row (first_row is increasing). */
+__device__ __forceinline__ int64_t dcp_cuda__a2a_find(const dcp_a2a_segment *segments, int64_t row,
+                                                      int64_t lo, int64_t hi)
+{
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (segments[mid].first_row <= row) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+template <typename V>
+__global__ void __launch_bounds__(DCP_CUDA__A2A_THREADS) dcp_cuda__a2a_kernel(dcp_cuda__a2a_args a)
+{
+    __shared__ int64_t range[2];
+    for (int64_t tile = blockIdx.x; tile * a.tile_rows < a.total_rows; tile += gridDim.x) {
+        const int64_t first = tile * a.tile_rows;
+        const int64_t end = first + a.tile_rows < a.total_rows ? first + a.tile_rows : a.total_rows;
+        const uint32_t units = (uint32_t)(end - first) * (uint32_t)a.units_per_row;
+        if (threadIdx.x < 2)
+            range[threadIdx.x] =
+                dcp_cuda__a2a_find(a.segments, threadIdx.x ? end - 1 : first, 0, a.count - 1);
+        __syncthreads();
+        for (uint32_t u = threadIdx.x; u < units; u += blockDim.x) {
+            const int64_t row = first + u / (uint32_t)a.units_per_row;
+            const uint32_t unit = u % (uint32_t)a.units_per_row;
+            const int64_t s = dcp_cuda__a2a_find(a.segments, row, range[0], range[1]);
+            const dcp_a2a_segment seg = a.segments[s];
+            const int64_t k = row - seg.first_row;
+            V *local, *message;
+            if (k >= seg.rows) continue; /* a list shorter than total_rows: never outside it */
+            local = (V *)(a.local + seg.local_offset + k * a.local_pitch) + unit;
+            message = (V *)(a.message + seg.message_offset) + k * a.units_per_row + unit;
+            if (s >= a.copies) *local = V();
+            else if (a.pack) *message = *local;
+            else *local = *message;
+        }
+        __syncthreads(); /* range is rewritten by the next tile */
+    }
+}
+
+template <typename V>
+static dcp_status dcp_cuda__a2a_launch(dcp_cuda__a2a_args a, size_t slice_bytes,
+                                       cudaStream_t stream, dcp_error *error)
+{
+    int64_t tiles;
+    a.units_per_row = (int32_t)(slice_bytes / sizeof(V));
+    a.tile_rows = DCP_CUDA__A2A_TILE_UNITS / a.units_per_row;
+    if (a.tile_rows < 1) a.tile_rows = 1;
+    if (a.tile_rows > DCP_CUDA__A2A_MAX_TILE_ROWS) a.tile_rows = DCP_CUDA__A2A_MAX_TILE_ROWS;
+    tiles = (a.total_rows + a.tile_rows - 1) / a.tile_rows;
+    dcp_cuda__a2a_kernel<V>
+        <<<(unsigned)(tiles < DCP_CUDA__A2A_MAX_BLOCKS ? tiles : DCP_CUDA__A2A_MAX_BLOCKS),
+           DCP_CUDA__A2A_THREADS, 0, stream>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_error_clear(error);
+}
+
+extern "C" dcp_status dcp_cuda_a2a_copy(const dcp_a2a_segment *segments, int64_t count,
+                                        int64_t copies, int64_t total_rows, size_t slice_bytes,
+                                        size_t local_pitch, dcp_a2a_direction direction,
+                                        void *local, void *message, void *stream,
+                                        dcp_error *error)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    dcp_cuda__a2a_args a;
+    uintptr_t all;
+    if (count < 0 || copies < 0 || copies > count || total_rows < 0 ||
+        (total_rows > 0 && (count == 0 || !segments || !local || (copies > 0 && !message))))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "segments: count %lld, copies %lld, total_rows %lld (need 0 <= "
+                             "copies <= count, count >= 1 and non-NULL buffers for rows)",
+                             (long long)count, (long long)copies, (long long)total_rows);
+    if (slice_bytes == 0 || local_pitch < slice_bytes || local_pitch > (size_t)INT64_MAX ||
+        slice_bytes > (size_t)INT32_MAX)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "slice_bytes %zu must be in [1, %d] and <= local_pitch %zu",
+                             slice_bytes, INT32_MAX, local_pitch);
+    if (direction != DCP_A2A_PACK && direction != DCP_A2A_UNPACK)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "direction must be 0 or 1, got %d",
+                             (int)direction);
+    if (total_rows == 0) return dcp_error_clear(error);
+    a.segments = segments;
+    a.count = direction == DCP_A2A_PACK ? copies : count;
+    a.copies = copies;
+    a.total_rows = total_rows;
+    a.local_pitch = (int64_t)local_pitch;
+    a.pack = direction == DCP_A2A_PACK;
+    a.local = (unsigned char *)local;
+    a.message = (unsigned char *)message;
+    a.tile_rows = 0, a.units_per_row = 0;
+    if (a.count == 0) return dcp_error_clear(error); /* pack of a list with no copies */
+    all = (uintptr_t)local | (uintptr_t)message | (uintptr_t)slice_bytes | (uintptr_t)local_pitch;
+    if (all % DCP_CUDA__A2A_WIDEST == 0) return dcp_cuda__a2a_launch<uint4>(a, slice_bytes, s, error);
+    if (all % sizeof(uint2) == 0) return dcp_cuda__a2a_launch<uint2>(a, slice_bytes, s, error);
+    if (all % sizeof(uint32_t) == 0)
+        return dcp_cuda__a2a_launch<uint32_t>(a, slice_bytes, s, error);
+    if (all % sizeof(uint16_t) == 0)
+        return dcp_cuda__a2a_launch<uint16_t>(a, slice_bytes, s, error);
+    return dcp_cuda__a2a_launch<uint8_t>(a, slice_bytes, s, error);
+}

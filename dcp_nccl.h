@@ -1736,3 +1736,315 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_view(dcp_nccl_set *set, ncclComm_t co
 
 #endif /* DCP_NCCL_IMPLEMENTATION_INCLUDED */
 #endif /* DCP_NCCL_IMPLEMENTATION */
+
+/* ================================================================ head-parallel all-to-all
+   The CP <-> head-parallel switch of linear-attention layers (dcp.h "head-parallel all-to-all":
+   what moves where, as segment lists) executed on a group: pack on the device
+   (dcp_cuda_a2a_copy), one ncclGroupStart/End of ncclSend/ncclRecv on the group's
+   communicator, unpack on the device, all on the caller's stream. dcp_nccl_a2a_prepare
+   uploads a rank's segment lists once per layout (microbatch); every layer then runs
+   dcp_nccl_a2a_cp2hp before and dcp_nccl_a2a_hp2cp after, enqueue only. cp 1: nothing is
+   sent and nothing allocated (the two layouts are one buffer). Failures follow the rules of
+   CONVENTIONS: argument errors before the first enqueue change nothing; a CUDA or NCCL error
+   after it aborts the set. */
+#ifndef DCP_NCCL_A2A_H
+#define DCP_NCCL_A2A_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A prepared all-to-all of one rank for one layout. Read-only for the caller; it points into
+   the caller's workspaces, which must outlive it and stay untouched while it is in use. */
+typedef struct dcp_nccl_a2a {
+    dcp_a2a_shape shape;              /* dcp_a2a_shape_get of the layout and rank */
+    ncclComm_t comm;                  /* the group's communicator; NULL at cp 1 */
+    const dcp_a2a_segment *cp_segments; /* device: the CP-side list (shape.cp_segments) */
+    const dcp_a2a_segment *hp_segments; /* device: the HP-side list (shape.hp_segments) */
+    void *cp_message;                 /* device: shape.cp_message_bytes */
+    void *hp_message;                 /* device: shape.hp_message_bytes */
+    const int64_t *message_offsets;   /* host [cp + 1]: rank s's message in the HP-side message
+                                         buffer is rows [offsets[s], offsets[s + 1]) */
+} dcp_nccl_a2a;
+
+/* Workspace a rank needs for a layout of cp ranks and channels x channel_bytes rows: device
+   bytes (the two segment lists and the two message buffers, 256-byte aligned regions) and
+   host bytes (the lists as built, and the message offsets). Both 0 at cp 1. */
+DCP_NCCL_DEF dcp_status dcp_nccl_a2a_workspace_size(const dcp_thd_layout *layout, int32_t rank,
+                                                    int32_t channels, size_t channel_bytes,
+                                                    size_t *device_bytes, size_t *host_bytes,
+                                                    dcp_error *error);
+/* Builds and uploads the lists of binding->rank for layout (HOST cu arrays; layout->cp must be
+   binding->cp; binding NULL: the one in force). Drains the stream by polling before the
+   upload (a pageable copy would block the host otherwise): one wait per layout, none per
+   layer. cp 1: checks the arguments, fills *a2a, enqueues nothing. */
+DCP_NCCL_DEF dcp_status dcp_nccl_a2a_prepare(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                                             const dcp_thd_layout *layout, int32_t channels,
+                                             size_t channel_bytes, void *device_workspace,
+                                             size_t device_bytes, void *host_workspace,
+                                             size_t host_bytes, dcp_nccl_a2a *a2a,
+                                             cudaStream_t stream, dcp_error *error);
+/* cp_in: this rank's CP buffer [cp_rows, channels]; hp_out: its HP buffer [hp_rows, channels /
+   cp], every row written (padding rows 0). hp2cp is the inverse: cp_out's padding rows 0.
+   Device pointers, no overlap with each other or the workspace. The contracts of
+   dcp_a2a_cp2hp / dcp_a2a_hp2cp for one rank. cp 1: hp_out == cp_in does nothing, otherwise
+   one device copy of the buffer. */
+DCP_NCCL_DEF dcp_status dcp_nccl_a2a_cp2hp(dcp_nccl_set *set, const dcp_nccl_a2a *a2a,
+                                           const void *cp_in, void *hp_out, cudaStream_t stream,
+                                           dcp_error *error);
+DCP_NCCL_DEF dcp_status dcp_nccl_a2a_hp2cp(dcp_nccl_set *set, const dcp_nccl_a2a *a2a,
+                                           const void *hp_in, void *cp_out, cudaStream_t stream,
+                                           dcp_error *error);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_NCCL_A2A_H */
+
+#if defined(DCP_NCCL_IMPLEMENTATION) && !defined(DCP_NCCL_A2A_IMPLEMENTATION_INCLUDED)
+#define DCP_NCCL_A2A_IMPLEMENTATION_INCLUDED
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Regions of the device workspace start at multiples of it (the messages take 16-byte
+   copies; NCCL likes aligned buffers). */
+#define DCP_NCCL__A2A_ALIGN ((size_t)256)
+
+static size_t dcp_nccl__a2a_round(size_t bytes)
+{
+    return (bytes + DCP_NCCL__A2A_ALIGN - 1) / DCP_NCCL__A2A_ALIGN * DCP_NCCL__A2A_ALIGN;
+}
+
+/* Where the regions of the two workspaces lie, for a shape. */
+typedef struct dcp_nccl__a2a_regions {
+    size_t segment_bytes;              /* both lists, CP side first */
+    size_t cp_message, hp_message;     /* device offsets */
+    size_t device_bytes, host_bytes;   /* host: the lists, then cp + 1 message offsets */
+} dcp_nccl__a2a_regions;
+
+static dcp_status dcp_nccl__a2a_regions_of(const dcp_a2a_shape *s, dcp_nccl__a2a_regions *g,
+                                           dcp_error *error)
+{
+    const uint64_t segments = (uint64_t)s->cp_segments + (uint64_t)s->hp_segments;
+    memset(g, 0, sizeof *g);
+    if (s->cp == 1) return DCP_OK;
+    if (segments > SIZE_MAX / 2 / sizeof(dcp_a2a_segment) ||
+        s->cp_message_bytes > SIZE_MAX / 4 || s->hp_message_bytes > SIZE_MAX / 4)
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                             "all-to-all workspace of %llu segments overflows size_t",
+                             (unsigned long long)segments);
+    g->segment_bytes = (size_t)segments * sizeof(dcp_a2a_segment);
+    g->cp_message = dcp_nccl__a2a_round(g->segment_bytes);
+    g->hp_message = g->cp_message + dcp_nccl__a2a_round(s->cp_message_bytes);
+    g->device_bytes = g->hp_message + dcp_nccl__a2a_round(s->hp_message_bytes);
+    g->host_bytes = g->segment_bytes + ((size_t)s->cp + 1) * sizeof(int64_t);
+    return DCP_OK;
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_a2a_workspace_size(const dcp_thd_layout *layout, int32_t rank,
+                                                    int32_t channels, size_t channel_bytes,
+                                                    size_t *device_bytes, size_t *host_bytes,
+                                                    dcp_error *error)
+{
+    dcp_a2a_shape s;
+    dcp_nccl__a2a_regions g;
+    dcp_status status;
+    if (!device_bytes || !host_bytes)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "device_bytes and host_bytes must not be NULL");
+    if ((status = dcp_a2a_shape_get(layout, rank, channels, channel_bytes, &s, error)) != DCP_OK)
+        return status;
+    if ((status = dcp_nccl__a2a_regions_of(&s, &g, error)) != DCP_OK) return status;
+    *device_bytes = g.device_bytes;
+    *host_bytes = g.host_bytes;
+    return dcp_error_clear(error);
+}
+
+/* Every check of prepare before it touches anything. */
+static dcp_status dcp_nccl__a2a_prepare_check(dcp_nccl_set *set, const dcp_nccl_binding *b,
+                                              const dcp_thd_layout *layout, int32_t channels,
+                                              size_t channel_bytes, size_t device_bytes,
+                                              const void *device_workspace, size_t host_bytes,
+                                              const void *host_workspace, dcp_a2a_shape *shape,
+                                              dcp_nccl__a2a_regions *g, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    if (!layout) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "layout must not be NULL");
+    if (b->idle || layout->cp != b->cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout cp %d must be the binding's cp %d (idle %d)",
+                             (int)layout->cp, (int)b->cp, (int)b->idle);
+    if (b->cp > 1 && !b->comm)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "a group of cp %d needs its communicator (binding comm NULL)",
+                             (int)b->cp);
+    status = dcp_a2a_shape_get(layout, b->rank, channels, channel_bytes, shape, error);
+    if (status != DCP_OK) return status;
+    if ((status = dcp_nccl__a2a_regions_of(shape, g, error)) != DCP_OK) return status;
+    if (device_bytes < g->device_bytes || host_bytes < g->host_bytes ||
+        (g->device_bytes > 0 && (!device_workspace || !host_workspace)))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "workspaces of %zu device and %zu host bytes; the all-to-all needs "
+                             "%zu and %zu (dcp_nccl_a2a_workspace_size)",
+                             device_bytes, host_bytes, g->device_bytes, g->host_bytes);
+    if (((uintptr_t)device_workspace | (uintptr_t)host_workspace) % sizeof(int64_t) != 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "workspaces must be %zu-byte aligned", sizeof(int64_t));
+    return DCP_OK;
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_a2a_prepare(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                                             const dcp_thd_layout *layout, int32_t channels,
+                                             size_t channel_bytes, void *device_workspace,
+                                             size_t device_bytes, void *host_workspace,
+                                             size_t host_bytes, dcp_nccl_a2a *a2a,
+                                             cudaStream_t stream, dcp_error *error)
+{
+    dcp_nccl_binding current;
+    dcp_nccl__a2a_regions g;
+    dcp_a2a_segment *host_segments = (dcp_a2a_segment *)host_workspace;
+    int64_t *offsets, count;
+    dcp_status status;
+    int32_t s;
+    if (!a2a) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "a2a must not be NULL");
+    if (!binding && set) dcp_nccl_set_current(set, &current), binding = &current;
+    if (!binding) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
+    memset(a2a, 0, sizeof *a2a);
+    status = dcp_nccl__a2a_prepare_check(set, binding, layout, channels, channel_bytes,
+                                         device_bytes, device_workspace, host_bytes,
+                                         host_workspace, &a2a->shape, &g, error);
+    if (status != DCP_OK || a2a->shape.cp == 1) return status == DCP_OK ? dcp_error_clear(error)
+                                                                         : status;
+    /* the lists and offsets on the host (pure dcp.h functions: they cannot fail now) */
+    (void)dcp_a2a_segments(layout, binding->rank, channels, channel_bytes, DCP_A2A_CP_SIDE,
+                           host_segments, a2a->shape.cp_segments, &count, NULL);
+    (void)dcp_a2a_segments(layout, binding->rank, channels, channel_bytes, DCP_A2A_HP_SIDE,
+                           host_segments + a2a->shape.cp_segments, a2a->shape.hp_segments,
+                           &count, NULL);
+    offsets = (int64_t *)((unsigned char *)host_workspace + g.segment_bytes);
+    offsets[0] = 0;
+    for (s = 0; s < a2a->shape.cp; s++) {
+        int64_t rows = 0;
+        (void)dcp_a2a_message_rows(layout, s, &rows, NULL);
+        offsets[s + 1] = offsets[s] + rows;
+    }
+    a2a->comm = binding->comm;
+    a2a->cp_segments = (const dcp_a2a_segment *)device_workspace;
+    a2a->hp_segments = a2a->cp_segments + a2a->shape.cp_segments;
+    a2a->cp_message = (unsigned char *)device_workspace + g.cp_message;
+    a2a->hp_message = (unsigned char *)device_workspace + g.hp_message;
+    a2a->message_offsets = offsets;
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, a2a->comm, "all-to-all prepare (the caller's stream)",
+                                 error));
+    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(device_workspace, host_workspace, g.segment_bytes,
+                                         cudaMemcpyHostToDevice, stream));
+done:
+    if (status == DCP_OK) return dcp_error_clear(error);
+    /* as the reroute does past its checks: this rank cannot take part in the group's rounds
+       now, so the set is aborted (a failed wait has aborted it already) */
+    memset(a2a, 0, sizeof *a2a);
+    return set->aborted ? status : dcp_nccl__fail(set, binding->comm, status);
+}
+
+/* The checks of an execution; *same: cp 1 with one buffer for both layouts. */
+static dcp_status dcp_nccl__a2a_run_check(dcp_nccl_set *set, const dcp_nccl_a2a *a2a,
+                                          const void *in, const void *out, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    if (!a2a || a2a->shape.cp < 1 || (a2a->shape.cp > 1 && (!a2a->comm || !a2a->cp_segments ||
+                                                              !a2a->message_offsets)))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "a2a must be filled by dcp_nccl_a2a_prepare");
+    if (a2a->shape.hp_rows > 0 && (!in || !out))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "buffers of %lld rows must not be NULL (in %p, out %p)",
+                             (long long)a2a->shape.hp_rows, in, out);
+    return DCP_OK;
+}
+
+/* One all-to-all: pack `from` (its list), the grouped round, unpack into `to`. to_hp: cp2hp. */
+static dcp_status dcp_nccl__a2a_run(dcp_nccl_set *set, const dcp_nccl_a2a *a2a, int to_hp,
+                                    const void *in, void *out, cudaStream_t stream,
+                                    dcp_error *error)
+{
+    const dcp_a2a_shape *s = &a2a->shape;
+    const dcp_a2a_segment *pack = to_hp ? a2a->cp_segments : a2a->hp_segments;
+    const dcp_a2a_segment *unpack = to_hp ? a2a->hp_segments : a2a->cp_segments;
+    unsigned char *cp_message = (unsigned char *)a2a->cp_message;
+    unsigned char *hp_message = (unsigned char *)a2a->hp_message;
+    const size_t mine = (size_t)s->message_rows * s->slice_bytes;
+    dcp_status status;
+    int grouped = 0;
+    int32_t j;
+    if ((status = dcp_nccl__a2a_run_check(set, a2a, in, out, error)) != DCP_OK) return status;
+    if (s->cp == 1) { /* one layout: no traffic, so a failed copy aborts nothing */
+        if (in == out || s->hp_rows == 0) return dcp_error_clear(error);
+        status = DCP_NCCL__RESULT(DCP_NCCL__LIB_CUDA,
+                                  DCP_NCCL__CALL_CUDA(cudaMemcpyAsync(
+                                      out, in, (size_t)s->hp_rows * s->row_bytes,
+                                      cudaMemcpyDeviceToDevice, stream)),
+                                  cudaMemcpyAsync, error);
+        return status == DCP_OK ? dcp_error_clear(error) : status;
+    }
+    DCP_NCCL__TRY(dcp_cuda_a2a_copy(
+        pack, to_hp ? s->cp_copies : s->hp_copies, to_hp ? s->cp_copies : s->hp_copies,
+        to_hp ? (int64_t)s->cp * s->message_rows : s->group_rows, s->slice_bytes,
+        to_hp ? s->row_bytes : s->slice_bytes, DCP_A2A_PACK, (void *)in,
+        to_hp ? (void *)cp_message : (void *)hp_message, stream, error));
+    /* peer j: my rows in its slice go out, its rows in my slice come in (either way round);
+       zero bytes are skipped by both sides alike (a rank with no valid row) */
+    DCP_NCCL__CHECK_NCCL(ncclGroupStart());
+    grouped = 1;
+    for (j = 0; j < s->cp; j++) {
+        unsigned char *at_cp = cp_message + (size_t)j * mine;
+        unsigned char *at_hp = hp_message + (size_t)a2a->message_offsets[j] * s->slice_bytes;
+        const size_t theirs =
+            (size_t)(a2a->message_offsets[j + 1] - a2a->message_offsets[j]) * s->slice_bytes;
+        if (mine > 0 && to_hp)
+            DCP_NCCL__CHECK_NCCL(ncclSend(at_cp, mine, ncclUint8, j, a2a->comm, stream));
+        if (theirs > 0 && !to_hp)
+            DCP_NCCL__CHECK_NCCL(ncclSend(at_hp, theirs, ncclUint8, j, a2a->comm, stream));
+        if (theirs > 0 && to_hp)
+            DCP_NCCL__CHECK_NCCL(ncclRecv(at_hp, theirs, ncclUint8, j, a2a->comm, stream));
+        if (mine > 0 && !to_hp)
+            DCP_NCCL__CHECK_NCCL(ncclRecv(at_cp, mine, ncclUint8, j, a2a->comm, stream));
+    }
+    grouped = 0;
+    DCP_NCCL__ON(a2a->comm, ncclGroupEnd());
+    DCP_NCCL__TRY(dcp_cuda_a2a_copy(unpack, to_hp ? s->hp_segments : s->cp_segments,
+                                    to_hp ? s->hp_copies : s->cp_copies,
+                                    to_hp ? s->hp_rows : (int64_t)s->cp * s->cp_rows,
+                                    s->slice_bytes, to_hp ? s->slice_bytes : s->row_bytes,
+                                    DCP_A2A_UNPACK, out,
+                                    to_hp ? (void *)hp_message : (void *)cp_message, stream,
+                                    error));
+done:
+    if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
+    /* past the checks a failure may have left this rank's half of the round posted */
+    return status == DCP_OK ? dcp_error_clear(error) : dcp_nccl__fail(set, a2a->comm, status);
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_a2a_cp2hp(dcp_nccl_set *set, const dcp_nccl_a2a *a2a,
+                                           const void *cp_in, void *hp_out, cudaStream_t stream,
+                                           dcp_error *error)
+{
+    return dcp_nccl__a2a_run(set, a2a, 1, cp_in, hp_out, stream, error);
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_a2a_hp2cp(dcp_nccl_set *set, const dcp_nccl_a2a *a2a,
+                                           const void *hp_in, void *cp_out, cudaStream_t stream,
+                                           dcp_error *error)
+{
+    return dcp_nccl__a2a_run(set, a2a, 0, hp_in, cp_out, stream, error);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_NCCL_IMPLEMENTATION && !DCP_NCCL_A2A_IMPLEMENTATION_INCLUDED */

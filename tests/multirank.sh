@@ -12,7 +12,8 @@
 #     within the set's timeout (DCP_TIMEOUT_MS, 20 s here) plus slack, naming the failure,
 #     and never hang;
 # then the exposed communication of the ring backward per step at 4 and 8 ranks
-# (DCP_TIME_RING) and the split-communicator memory at 8 ranks (printed, not judged).
+# (DCP_TIME_RING) and the split-communicator memory at 8 ranks (printed, not judged), and the
+# head-parallel all-to-all (A2A_PROGRAM, default build/a2a_bench) at 2, 4 and 8 ranks.
 # Without a GPU it prints "no CUDA device: skipped" and exits 0. Last line: N passed, M failed.
 program=${1:-build/ring_attention_nccl}
 repeat=${MULTIRANK_REPEAT:-1}
@@ -105,6 +106,34 @@ ok=1
 for f in "$work/memory".status.*; do [ "$(cat "$f")" = 0 ] || ok=0; done
 grep "split memory" "$work/memory.out.0"
 verdict $ok "split communicator memory, 8 ranks"
+
+# The head-parallel all-to-all (bench/a2a_bench, A2A_PROGRAM): with DCP_A2A_CHECK=1 every
+# group size c = 2..N against dcp_a2a_cp2hp and back, at N = 2, 4, 8; then its bandwidth table
+# at 8 ranks (printed, not judged: one GPU's ranks talk over sockets).
+a2a_program=${A2A_PROGRAM:-build/a2a_bench}
+ring_program=$program
+if [ -x "$a2a_program" ]; then
+    program=$a2a_program
+    for n in 2 4 8; do
+        launch "$n" "a2a-$n" DCP_A2A_CHECK=1
+        ok=1
+        r=0
+        while [ "$r" -lt "$n" ]; do
+            [ "$(cat "$work/a2a-$n.status.$r")" = 0 ] || ok=0
+            grep -q "a2a check ok" "$work/a2a-$n.out.$r" || ok=0
+            r=$((r + 1))
+        done
+        verdict $ok "head-parallel all-to-all, $n ranks (c = 2..$n) against the CPU reference"
+    done
+    launch 8 a2a-bench
+    ok=1
+    for f in "$work/a2a-bench".status.*; do [ "$(cat "$f")" = 0 ] || ok=0; done
+    cat "$work/a2a-bench.out.0"
+    verdict $ok "head-parallel all-to-all bandwidth, 8 ranks"
+    program=$ring_program
+else
+    verdict 0 "head-parallel all-to-all: $a2a_program not built (make build/a2a_bench)"
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ] && rm -rf "$work"

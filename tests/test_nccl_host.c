@@ -1203,6 +1203,334 @@ static void compile_time_allocator_is_used_both_ways(void)
     CHECK_EQ(frees, allocs);
 }
 
+/* ------------------------------------------- head-parallel all-to-all at 64 ranks (hybrid)
+   The device copy of the segment lists is replaced by dcp.h's host copy; every microbatch of a
+   dynamic plan over 64 ranks switches to its group (c from 1 to 16), prepares, runs cp2hp
+   against dcp_a2a_cp2hp of the whole group (built here from every member's view) and hp2cp
+   back to the input. */
+
+typedef struct a2a_call {
+    const dcp_a2a_segment *segments;
+    int64_t count, copies;
+    size_t slice_bytes, local_pitch;
+    dcp_a2a_direction direction;
+    void *local, *message;
+} a2a_call;
+
+static int a2a_run(void *arg)
+{
+    const a2a_call *c = (const a2a_call *)arg;
+    return dcp_a2a_segments_copy(c->segments, c->count, c->copies, c->slice_bytes,
+                                 c->local_pitch, c->direction, c->local, c->message,
+                                 NULL) != DCP_OK;
+}
+
+dcp_status dcp_cuda_a2a_copy(const dcp_a2a_segment *segments, int64_t count, int64_t copies,
+                             int64_t total_rows, size_t slice_bytes, size_t local_pitch,
+                             dcp_a2a_direction direction, void *local, void *message,
+                             void *stream, dcp_error *error)
+{
+    a2a_call *c;
+    if (count < 0 || copies < 0 || copies > count || total_rows < 0 || slice_bytes == 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "a2a copy: count %lld",
+                             (long long)count);
+    c = (a2a_call *)malloc(sizeof *c);
+    c->segments = segments, c->count = count, c->copies = copies;
+    c->slice_bytes = slice_bytes, c->local_pitch = local_pitch, c->direction = direction;
+    c->local = local, c->message = message;
+    if (fake_enqueue_host((cudaStream_t)stream, a2a_run, c) != cudaSuccess)
+        return dcp_error_set(error, DCP_ERROR_CUDA, "fake launch refused (NULL stream)");
+    return DCP_OK;
+}
+
+/* Channels of 3 bytes (an odd element size): the host copy takes any. */
+#define A2A_CHANNEL_BYTES 3
+
+static unsigned char a2a_byte(int32_t sample, int64_t position, size_t byte)
+{
+    return (unsigned char)(1 + (sample * 131 + position * 17 + (int64_t)byte * 7) % 251);
+}
+
+/* Rank `rank`'s CP buffer of microbatch k: each valid row from its sample and position,
+   padding rows 0. NULL for an idle rank. */
+static unsigned char *a2a_cp_buffer(const dcp_plan *plan, int32_t rank, int32_t k,
+                                    size_t row_bytes, dcp_rank_view **view_out)
+{
+    dcp_rank_view *view = NULL;
+    unsigned char *buffer;
+    int32_t *slot;
+    int64_t *position, row;
+    size_t b;
+    if (dcp_rank_view_create(plan, rank, k, &view, NULL) != DCP_OK) return NULL;
+    buffer = (unsigned char *)calloc((size_t)view->local_tokens * row_bytes + 1, 1);
+    slot = (int32_t *)malloc((size_t)view->local_tokens * sizeof(int32_t) + 4);
+    position = (int64_t *)malloc((size_t)view->local_tokens * sizeof(int64_t) + 8);
+    (void)dcp_rank_view_positions(view, slot, position, NULL);
+    for (row = 0; row < view->local_tokens; row++)
+        if (position[row] >= 0)
+            for (b = 0; b < row_bytes; b++)
+                buffer[(size_t)row * row_bytes + b] =
+                    a2a_byte(view->samples[slot[row]], position[row], b);
+    free(slot), free(position);
+    *view_out = view;
+    return buffer;
+}
+
+static void a2a_microbatch(rank_ctx *ctx, dcp_nccl_set *set, const dcp_plan *plan, int32_t k,
+                           int32_t channels, cudaStream_t stream)
+{
+    dcp_nccl_binding b;
+    dcp_rank_view *view = NULL;
+    dcp_thd_layout layout;
+    dcp_a2a_shape s;
+    dcp_nccl_a2a a2a;
+    dcp_error err;
+    unsigned char **group_cp, **group_hp, *cp_in;
+    void *device_ws = NULL, *host_ws, *hp_out = NULL, *cp_out = NULL, *d_in = NULL;
+    size_t device_bytes = 0, host_bytes = 0, row_bytes = (size_t)channels * A2A_CHANNEL_BYTES;
+    int32_t m;
+    RANK_CHECK(ctx, dcp_nccl_set_switch_plan(set, plan, k, &b, &err) == DCP_OK);
+    if (b.idle) return;
+    cp_in = a2a_cp_buffer(plan, ctx->rank, k, row_bytes, &view);
+    RANK_CHECK(ctx, cp_in != NULL);
+    if (!cp_in) return;
+    layout.num_sequences = view->num_samples, layout.cp = view->cp;
+    layout.cu_seqlens = view->cu_seqlens, layout.cu_seqlens_padded = view->cu_seqlens_padded;
+    RANK_CHECK(ctx, dcp_a2a_shape_get(&layout, b.rank, channels, A2A_CHANNEL_BYTES, &s, &err) ==
+                        DCP_OK);
+    /* the CPU reference of the whole group, from every member's own view */
+    group_cp = (unsigned char **)calloc((size_t)b.cp, sizeof *group_cp);
+    group_hp = (unsigned char **)calloc((size_t)b.cp, sizeof *group_hp);
+    for (m = 0; m < b.cp; m++) {
+        dcp_rank_view *member = NULL;
+        group_cp[m] = a2a_cp_buffer(plan, b.first_rank + m, k, row_bytes, &member);
+        group_hp[m] = (unsigned char *)malloc((size_t)s.hp_rows * s.slice_bytes + 1);
+        dcp_rank_view_destroy(member);
+    }
+    RANK_CHECK(ctx, dcp_a2a_cp2hp(&layout, channels, A2A_CHANNEL_BYTES,
+                                  (const void *const *)group_cp, (void *const *)group_hp,
+                                  &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_a2a_workspace_size(&layout, b.rank, channels, A2A_CHANNEL_BYTES,
+                                                &device_bytes, &host_bytes, &err) == DCP_OK);
+    RANK_CHECK(ctx, (device_bytes == 0) == (b.cp == 1) && (host_bytes == 0) == (b.cp == 1));
+    cudaMalloc(&device_ws, device_bytes + 1); /* poisoned */
+    host_ws = malloc(host_bytes + 8);
+    cudaMalloc(&d_in, (size_t)s.cp_rows * row_bytes + 1);
+    cudaMalloc(&hp_out, (size_t)s.hp_rows * s.slice_bytes + 1);
+    cudaMalloc(&cp_out, (size_t)s.cp_rows * row_bytes + 1);
+    memcpy(d_in, cp_in, (size_t)s.cp_rows * row_bytes); /* fake device memory is the host's */
+    RANK_CHECK(ctx, dcp_nccl_a2a_prepare(set, &b, &layout, channels, A2A_CHANNEL_BYTES, device_ws,
+                                         device_bytes, host_ws, host_bytes, &a2a, stream,
+                                         &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_a2a_cp2hp(set, &a2a, d_in, hp_out, stream, &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_a2a_hp2cp(set, &a2a, hp_out, cp_out, stream, &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
+    RANK_CHECK(ctx, memcmp(hp_out, group_hp[b.rank], (size_t)s.hp_rows * s.slice_bytes) == 0);
+    RANK_CHECK(ctx, memcmp(cp_out, cp_in, (size_t)s.cp_rows * row_bytes) == 0);
+    for (m = 0; m < b.cp; m++) free(group_cp[m]), free(group_hp[m]);
+    free(group_cp), free(group_hp), free(cp_in), free(host_ws);
+    cudaFree(device_ws), cudaFree(d_in), cudaFree(hp_out), cudaFree(cp_out);
+    dcp_rank_view_destroy(view);
+}
+
+static void a2a_rank(rank_ctx *ctx)
+{
+    const dcp_plan *plan = (const dcp_plan *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
+    dcp_nccl_set *set = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    int32_t k;
+    o.plan_config = &plan->config;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (set) {
+        /* channels divisible by every CP size of the plan */
+        for (k = 0; k < plan->num_microbatches; k++)
+            a2a_microbatch(ctx, set, plan, k, 2 * set->max_cp, stream);
+        RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    }
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+}
+
+/* A plan whose groups span c = 1 .. A2A_MAX_CP: lengths up to A2A_MAX_CP x M tokens. */
+#define A2A_MAX_CP 16
+#define A2A_TOKENS_PER_RANK 24
+static dcp_plan *a2a_plan(int32_t ranks, uint64_t seed)
+{
+    dcp_config c = make_config(ranks, A2A_TOKENS_PER_RANK);
+    int64_t lengths[160];
+    dcp_plan *plan = NULL;
+    dcp_rng rng;
+    int32_t i;
+    c.max_cp = A2A_MAX_CP;
+    dcp_rng_seed(&rng, seed);
+    for (i = 0; i < 160; i++) /* mostly short, every tenth near the largest group's room */
+        lengths[i] = 1 + (int64_t)dcp_rng_below(&rng, i % 10 == 0
+                                                          ? A2A_MAX_CP * A2A_TOKENS_PER_RANK - 40
+                                                          : 3 * A2A_TOKENS_PER_RANK);
+    if (dcp_plan_create(&c, lengths, 160, &plan, NULL) != DCP_OK) plan = NULL;
+    return plan;
+}
+
+static void a2a_64_ranks_equals_cpu_reference(void)
+{
+    enum { RANKS = 64 };
+    static rank_ctx ctx[RANKS];
+    dcp_plan *plan = a2a_plan(RANKS, HOST_SEED + 7);
+    int32_t i, largest = 1;
+    printf("  seed %d\n", HOST_SEED + 7);
+    CHECK(plan != NULL);
+    if (!plan) return;
+    for (i = 0; i < plan->num_groups; i++)
+        if (plan->groups[i].cp > largest) largest = plan->groups[i].cp;
+    printf("  %d microbatches, largest group %d\n", (int)plan->num_microbatches, (int)largest);
+    CHECK(largest >= 8); /* the plan exercises wide groups */
+    CHECK_EQ(run_ranks(RANKS, 1, a2a_rank, plan, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+    dcp_plan_destroy(plan);
+}
+
+/* cp 1 needs nothing: no workspace, no traffic, no copy when the buffers are one. */
+static void a2a_cp1_is_a_no_op(void)
+{
+    int32_t cu[] = {0, 5, 12}, cu_padded[] = {0, 8, 16};
+    dcp_thd_layout layout = {2, cu, cu_padded, 1};
+    size_t device_bytes = 1, host_bytes = 1;
+    dcp_error err;
+    CHECK_EQ(dcp_nccl_a2a_workspace_size(&layout, 0, 4, 2, &device_bytes, &host_bytes, &err),
+             DCP_OK);
+    CHECK_EQ(device_bytes, 0);
+    CHECK_EQ(host_bytes, 0);
+    layout.cp = 4;
+    CHECK_EQ(dcp_nccl_a2a_workspace_size(&layout, 0, 6, 2, &device_bytes, &host_bytes, &err),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(err.message, "channels 6");
+}
+
+/* A failure injected at every hooked call of an all-to-all step (prepare, cp2hp, hp2cp,
+   wait) on one rank of a group of 4: every rank returns within the timeout with an error or
+   the right bytes, the failed rank's set is aborted, every stream drains. */
+typedef struct a2a_fault_test {
+    int faulty_rank;
+    long fault_at; /* 0: none (the counting run) */
+} a2a_fault_test;
+
+#define A2A_FAULT_CP 4
+#define A2A_FAULT_CHANNELS 8
+
+static dcp_status a2a_fault_step(rank_ctx *ctx, dcp_nccl_set *set, cudaStream_t stream,
+                                 dcp_error *err)
+{
+    static const int32_t cu[] = {0, 5, 9, 30}, cu_padded[] = {0, 8, 16, 40};
+    const dcp_thd_layout layout = {3, cu, cu_padded, A2A_FAULT_CP};
+    const size_t row_bytes = A2A_FAULT_CHANNELS * sizeof(float);
+    dcp_comm_scope scope;
+    dcp_nccl_binding b;
+    dcp_nccl_a2a a2a;
+    dcp_a2a_shape s;
+    dcp_status status, ended;
+    void *device_ws = NULL, *host_ws, *cp_in = NULL, *hp = NULL, *cp_out = NULL;
+    size_t device_bytes = 0, host_bytes = 0, byte;
+    int32_t i;
+    int64_t local;
+    memset(&scope, 0, sizeof scope);
+    if ((status = dcp_nccl_override_begin(set, A2A_FAULT_CP, &scope, &b, err)) != DCP_OK)
+        return status;
+    RANK_CHECK(ctx, dcp_a2a_shape_get(&layout, b.rank, A2A_FAULT_CHANNELS, sizeof(float), &s,
+                                      NULL) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_a2a_workspace_size(&layout, b.rank, A2A_FAULT_CHANNELS,
+                                                sizeof(float), &device_bytes, &host_bytes,
+                                                NULL) == DCP_OK);
+    cudaMalloc(&device_ws, device_bytes), cudaMalloc(&cp_in, (size_t)s.cp_rows * row_bytes);
+    cudaMalloc(&hp, (size_t)s.hp_rows * s.slice_bytes);
+    cudaMalloc(&cp_out, (size_t)s.cp_rows * row_bytes);
+    host_ws = malloc(host_bytes);
+    for (i = 0; i < layout.num_sequences; i++) /* valid rows: bytes of (rank, row); padding 0 */
+        for (local = 0; local < (cu_padded[i + 1] - cu_padded[i]) / A2A_FAULT_CP; local++)
+            for (byte = 0; byte < row_bytes; byte++)
+                ((unsigned char *)cp_in)[(size_t)(cu_padded[i] / A2A_FAULT_CP + local) *
+                                             row_bytes + byte] =
+                    dcp_zigzag_position(cu_padded[i + 1] - cu_padded[i], A2A_FAULT_CP, b.rank,
+                                        local) < cu[i + 1] - cu[i]
+                        ? (unsigned char)(1 + b.rank * 37 + local * 11 + (int64_t)byte)
+                        : 0;
+    status = dcp_nccl_a2a_prepare(set, &b, &layout, A2A_FAULT_CHANNELS, sizeof(float), device_ws,
+                                  device_bytes, host_ws, host_bytes, &a2a, stream, err);
+    if (status == DCP_OK) status = dcp_nccl_a2a_cp2hp(set, &a2a, cp_in, hp, stream, err);
+    if (status == DCP_OK) status = dcp_nccl_a2a_hp2cp(set, &a2a, hp, cp_out, stream, err);
+    if (status == DCP_OK) status = dcp_nccl_set_wait(set, stream, err);
+    if (status == DCP_OK)
+        RANK_CHECK(ctx, memcmp(cp_in, cp_out, (size_t)s.cp_rows * row_bytes) == 0);
+    ended = dcp_nccl_override_end(set, &scope, NULL); /* on every path */
+    RANK_CHECK(ctx, ended == DCP_OK);
+    RANK_CHECK(ctx, stream_drains(stream)); /* before the buffers go */
+    cudaFree(device_ws), cudaFree(cp_in), cudaFree(hp), cudaFree(cp_out), free(host_ws);
+    return status;
+}
+
+static void a2a_fault_rank(rank_ctx *ctx)
+{
+    const a2a_fault_test *t = (const a2a_fault_test *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, A2A_FAULT_CP, NULL);
+    dcp_nccl_set *set = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    double start;
+    int pool_aborted;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    set->timeout_ms = t->fault_at ? FAILURE_TIMEOUT_MS : CLEAN_TIMEOUT_MS;
+    fake_fault_arm(ctx->rank == t->faulty_rank ? t->fault_at : 0);
+    start = fake_now_ms();
+    ctx->status = a2a_fault_step(ctx, set, stream, &err);
+    ctx->elapsed_ms = fake_now_ms() - start;
+    ctx->calls = fake_fault_count();
+    fake_fault_arm(0);
+    if (ctx->status != DCP_OK) {
+        snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
+        RANK_CHECK(ctx, set->aborted == 1);
+    }
+    RANK_CHECK(ctx, stream_drains(stream));
+    RANK_CHECK(ctx, ctx->elapsed_ms < 4 * FAILURE_TIMEOUT_MS + TIMEOUT_SLACK_MS);
+    pool_aborted = set->pool == NULL;
+    (void)dcp_nccl_set_destroy(set, NULL);
+    pool_destroy(ctx, pool_aborted);
+    cudaStreamDestroy(stream);
+}
+
+static void a2a_fault_at_every_call(void)
+{
+    enum { RANKS = A2A_FAULT_CP };
+    static rank_ctx ctx[RANKS];
+    a2a_fault_test t;
+    long calls, at;
+    int r;
+    t.faulty_rank = 2, t.fault_at = 0;
+    CHECK_EQ(run_ranks(RANKS, 1, a2a_fault_rank, &t, ctx), 0); /* counting run, no fault */
+    for (r = 0; r < RANKS; r++) CHECK_EQ(ctx[r].status, DCP_OK);
+    CHECK(job_clean());
+    fake_job_destroy();
+    calls = ctx[t.faulty_rank].calls;
+    printf("  %ld hooked calls on rank %d\n", calls, t.faulty_rank);
+    CHECK(calls > 0);
+    for (at = 1; at <= calls; at++) {
+        t.fault_at = at;
+        CHECK_EQ(run_ranks(RANKS, 1, a2a_fault_rank, &t, ctx), 0);
+        CHECK(ctx[t.faulty_rank].status == DCP_ERROR_NCCL ||
+              ctx[t.faulty_rank].status == DCP_ERROR_CUDA);
+        if (test_current_failures) {
+            printf("  fault at call %ld: %s\n", at, ctx[t.faulty_rank].message);
+            break;
+        }
+        fake_job_destroy();
+    }
+    fake_job_destroy();
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -1218,6 +1546,9 @@ int main(int argc, char **argv)
         {"broadcast_bad_argument_fails_alone", broadcast_bad_argument_fails_alone},
         {"fault_at_every_call_leaves_ranks_consistent",
          fault_at_every_call_leaves_ranks_consistent},
+        {"a2a_64_ranks_equals_cpu_reference", a2a_64_ranks_equals_cpu_reference},
+        {"a2a_cp1_is_a_no_op", a2a_cp1_is_a_no_op},
+        {"a2a_fault_at_every_call", a2a_fault_at_every_call},
 #ifdef __cplusplus
         {"cxx_guard_is_raii", cxx_guard_is_raii},
 #endif
