@@ -1203,6 +1203,303 @@ static void compile_time_allocator_is_used_both_ways(void)
     CHECK_EQ(frees, allocs);
 }
 
+/* --------------------------------------------- MTP roll and pipeline-stage fields (issue 20) */
+
+/* The roll's kernels: the CPU contracts of dcp.h enqueued on the stream (what the real entry
+   points check at launch, checked here). */
+typedef struct roll_call {
+    dcp_thd_layout thd;
+    int32_t rank;
+    size_t size;
+    const void *in, *received;
+    void *out, *boundaries;
+} roll_call;
+
+static int roll_gather_run(void *arg)
+{
+    const roll_call *c = (const roll_call *)arg;
+    return dcp_mtp_roll_gather(&c->thd, c->rank, c->size, c->in, c->boundaries, NULL) != DCP_OK;
+}
+
+static int roll_shift_run(void *arg)
+{
+    const roll_call *c = (const roll_call *)arg;
+    return dcp_mtp_roll_shift(&c->thd, c->rank, c->size, c->in, c->received, c->out, NULL) !=
+           DCP_OK;
+}
+
+static dcp_status roll_enqueue(int (*run)(void *), const dcp_cuda_layout *layout, int32_t rank,
+                               size_t size, const void *in, const void *received, void *out,
+                               void *boundaries, void *stream, dcp_error *error)
+{
+    roll_call *c;
+    dcp_status status = dcp_thd_layout_validate(layout ? &layout->thd : NULL, NULL, error);
+    if (status != DCP_OK) return status;
+    if ((status = dcp_check_rank("rank", rank, layout->thd.cp, error)) != DCP_OK) return status;
+    if (size == 0) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "element_size 0");
+    c = (roll_call *)calloc(1, sizeof *c);
+    c->thd = layout->thd, c->rank = rank, c->size = size;
+    c->in = in, c->received = received, c->out = out, c->boundaries = boundaries;
+    if (fake_enqueue_host((cudaStream_t)stream, run, c) != cudaSuccess)
+        return dcp_error_set(error, DCP_ERROR_CUDA, "fake launch refused (NULL stream)");
+    return DCP_OK;
+}
+
+dcp_status dcp_cuda_mtp_roll_gather(const dcp_cuda_layout *layout, int32_t rank,
+                                    size_t element_size, const void *in, void *boundaries,
+                                    void *stream, dcp_error *error)
+{
+    return roll_enqueue(roll_gather_run, layout, rank, element_size, in, NULL, NULL, boundaries,
+                        stream, error);
+}
+
+dcp_status dcp_cuda_mtp_roll_shift(const dcp_cuda_layout *layout, int32_t rank,
+                                   size_t element_size, const void *in, const void *received,
+                                   void *out, void *stream, dcp_error *error)
+{
+    return roll_enqueue(roll_shift_run, layout, rank, element_size, in, received, out, NULL,
+                        stream, error);
+}
+
+#define ROLL_SEQUENCES 5
+#define ROLL_MAX_CP 64
+/* Element sizes the roll runs with, by log2(cp): ids, labels, a loss mask, odd records. */
+static const size_t roll_sizes[] = {8, 4, 1, 12, 2, 16, 8};
+
+/* One group's pack, the same on every rank of the group: drawn from (seed, cp, group). */
+typedef struct roll_pack {
+    dcp_cuda_layout layout;
+    int32_t cu[ROLL_SEQUENCES + 1], cu_padded[ROLL_SEQUENCES + 1];
+    size_t size;
+    unsigned char *in[ROLL_MAX_CP], *expected[ROLL_MAX_CP];
+} roll_pack;
+
+static void roll_pack_make(roll_pack *p, uint64_t seed, int32_t cp, int32_t group, size_t size)
+{
+    dcp_rng rng;
+    int32_t i, r;
+    int64_t l;
+    memset(p, 0, sizeof *p);
+    dcp_rng_seed(&rng, seed * 1000003u + (uint64_t)cp * 1009u + (uint64_t)group);
+    for (i = 0; i < ROLL_SEQUENCES; i++) {
+        int64_t unit = cp > 1 ? 2 * (int64_t)cp : 1;
+        int64_t valid = 1 + (int64_t)dcp_rng_below(&rng, (uint64_t)(unit * 4));
+        int64_t padded = (valid + unit - 1) / unit * unit + unit * (int64_t)dcp_rng_below(&rng, 2);
+        p->cu[i + 1] = p->cu[i] + (int32_t)valid;
+        p->cu_padded[i + 1] = p->cu_padded[i] + (int32_t)padded;
+        if (padded > p->layout.max_seqlen_padded) p->layout.max_seqlen_padded = (int32_t)padded;
+    }
+    p->layout.thd.num_sequences = ROLL_SEQUENCES;
+    p->layout.thd.cu_seqlens = p->cu, p->layout.thd.cu_seqlens_padded = p->cu_padded;
+    p->layout.thd.cp = cp;
+    p->layout.local_rows = p->cu_padded[ROLL_SEQUENCES] / cp;
+    p->size = size;
+    for (r = 0; r < cp; r++) {
+        p->in[r] = (unsigned char *)malloc((size_t)p->layout.local_rows * size + 1);
+        p->expected[r] = (unsigned char *)malloc((size_t)p->layout.local_rows * size + 1);
+        for (l = 0; l < p->layout.local_rows * (int64_t)size; l++)
+            p->in[r][l] = (unsigned char)dcp_rng_below(&rng, 256);
+    }
+}
+
+static void roll_pack_free(roll_pack *p)
+{
+    int32_t r;
+    for (r = 0; r < p->layout.thd.cp; r++) free(p->in[r]), free(p->expected[r]);
+}
+
+/* Every rank rolls its buffer of every static CP size 1 .. 64 through dcp_nccl_mtp_roll (its
+   group's communicator from an evaluation override) and compares with the CPU reference of
+   its group, computed here from the same pack. */
+static void roll_rank(rank_ctx *ctx)
+{
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ROLL_MAX_CP, NULL);
+    dcp_nccl_set *set = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    int32_t cp, level = 0;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    for (cp = 1; set && cp <= ROLL_MAX_CP; cp *= 2, level++) {
+        dcp_comm_scope scope;
+        dcp_nccl_binding binding;
+        roll_pack p;
+        size_t scratch_bytes = 0;
+        void *scratch = NULL, *in = NULL, *out = NULL;
+        const int32_t member = ctx->rank % cp;
+        size_t bytes;
+        memset(&scope, 0, sizeof scope);
+        roll_pack_make(&p, HOST_SEED + 20, cp, ctx->rank / cp, roll_sizes[level]);
+        bytes = (size_t)p.layout.local_rows * p.size;
+        RANK_CHECK(ctx, dcp_mtp_roll_reference(&p.layout.thd, p.size, (const void *const *)p.in,
+                                               (void *const *)p.expected, NULL) == DCP_OK);
+        RANK_CHECK(ctx, dcp_nccl_mtp_roll_scratch_size(&p.layout, p.size, &scratch_bytes,
+                                                       NULL) == DCP_OK);
+        RANK_CHECK(ctx, (scratch_bytes == 0) == (cp == 1));
+        cudaMalloc(&scratch, scratch_bytes);
+        cudaMalloc(&in, bytes);
+        cudaMalloc(&out, bytes); /* poisoned: an unwritten row shows */
+        memcpy(in, p.in[member], bytes);
+        RANK_CHECK(ctx, dcp_nccl_override_begin(set, cp, &scope, &binding, &err) == DCP_OK);
+        RANK_CHECK(ctx, binding.rank == member && binding.cp == cp);
+        RANK_CHECK(ctx, dcp_nccl_mtp_roll(set, &binding, &p.layout, p.size, in, out, scratch,
+                                          scratch_bytes, stream, &err) == DCP_OK);
+        RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
+        RANK_CHECK(ctx, memcmp(out, p.expected[member], bytes) == 0);
+        if (cp > 1) /* a scratch too small is refused before any traffic */
+            RANK_CHECK(ctx, dcp_nccl_mtp_roll(set, &binding, &p.layout, p.size, in, out, scratch,
+                                              scratch_bytes - 1, stream,
+                                              &err) == DCP_ERROR_INVALID_ARGUMENT);
+        RANK_CHECK(ctx, dcp_nccl_override_end(set, &scope, &err) == DCP_OK);
+        cudaFree(scratch), cudaFree(in), cudaFree(out);
+        roll_pack_free(&p);
+    }
+    if (set) RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+}
+
+static void mtp_roll_64_ranks_equals_reference(void)
+{
+    enum { RANKS = 64 };
+    static rank_ctx ctx[RANKS];
+    printf("  seed %d\n", HOST_SEED + 20);
+    CHECK_EQ(run_ranks(RANKS, 1, roll_rank, NULL, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+
+/* Pipeline stages: each stage's reroute moves exactly its fields, counted on the wire. */
+#define STAGES 4 /* first, middle, last, last with MTP */
+static const size_t stage_element_sizes[DCP_FIELD_COUNT] = {8, 8, 8, 4};
+
+static unsigned char field_byte(int32_t field, int32_t sample, int64_t position, size_t b)
+{
+    return (unsigned char)(field * 61 + sample * 7 + position * 13 + (int64_t)b * 3 + 1);
+}
+
+static dcp_field_set stage_field_set(int32_t stage)
+{
+    dcp_field_set set;
+    memset(&set, 0, sizeof set);
+    set.fields = dcp_stage_fields(stage == 0, stage >= 2, stage == 3);
+    memcpy(set.element_size, stage_element_sizes, sizeof set.element_size);
+    return set;
+}
+
+/* Whole-sample buffers of every field for samples [0, S), as host memory ("device" here). */
+static unsigned char **field_samples(const dcp_plan *plan, int32_t field)
+{
+    unsigned char **data = (unsigned char **)calloc((size_t)plan->num_samples, sizeof *data);
+    int32_t s;
+    for (s = 0; s < plan->num_samples; s++) {
+        size_t e = stage_element_sizes[field], b;
+        int64_t p;
+        data[s] = (unsigned char *)malloc((size_t)plan->sample_lengths[s] * e + 1);
+        for (p = 0; p < plan->sample_lengths[s]; p++)
+            for (b = 0; b < e; b++) data[s][(size_t)p * e + b] = field_byte(field, s, p, b);
+    }
+    return data;
+}
+
+static void stage_rank(rank_ctx *ctx)
+{
+    const dcp_plan *plan = (const dcp_plan *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
+    dcp_nccl_set *set = NULL;
+    dcp_reroute *moves = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    const int32_t S = plan->num_samples, K = plan->num_microbatches;
+    int32_t *holders = (int32_t *)malloc((size_t)S * sizeof(int32_t)), s, k, f, stage;
+    unsigned char **whole[DCP_FIELD_COUNT], **micro[DCP_FIELD_COUNT];
+    int64_t *rows = (int64_t *)calloc((size_t)K, sizeof(int64_t));
+    o.plan_config = &plan->config;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    for (s = 0; s < S; s++) holders[s] = (s * 5 + 3) % ctx->ranks;
+    for (k = 0; k < K; k++) {
+        dcp_rank_group where;
+        RANK_CHECK(ctx, dcp_plan_rank_group(plan, ctx->rank, k, &where, NULL) == DCP_OK);
+        rows[k] = where.local_rows;
+    }
+    for (f = 0; f < DCP_FIELD_COUNT; f++) {
+        whole[f] = field_samples(plan, f);
+        micro[f] = (unsigned char **)calloc((size_t)K, sizeof(unsigned char *));
+    }
+    RANK_CHECK(ctx, dcp_reroute_create(plan, holders, ctx->rank, &moves, &err) == DCP_OK);
+    for (stage = 0; set && moves && stage < STAGES; stage++) {
+        dcp_field_set fields = stage_field_set(stage);
+        dcp_nccl_reroute_buffers buffers;
+        dcp_reroute_bytes want;
+        unsigned long long sent0, received0, sent1, received1;
+        memset(&buffers, 0, sizeof buffers);
+        buffers.num_samples = S, buffers.sample_rows = plan->sample_lengths;
+        buffers.num_microbatches = K, buffers.microbatch_rows = rows;
+        buffers.fields = &fields;
+        for (f = 0; f < DCP_FIELD_COUNT; f++) { /* only the stage's fields get buffers */
+            if (!(fields.fields & DCP_FIELD_BIT(f))) continue;
+            for (k = 0; k < K; k++)
+                cudaMalloc((void **)&micro[f][k], (size_t)rows[k] * stage_element_sizes[f]);
+            buffers.field_sample_data[f] = (const void *const *)whole[f];
+            buffers.field_microbatch_data[f] = (void *const *)micro[f];
+        }
+        RANK_CHECK(ctx, dcp_reroute_field_bytes(moves, &fields, &want, NULL) == DCP_OK);
+        fake_traffic(ctx->pool, &sent0, &received0);
+        RANK_CHECK(ctx, dcp_nccl_reroute_execute(set, moves, &buffers, stream, &err) == DCP_OK);
+        RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
+        fake_traffic(ctx->pool, &sent1, &received1);
+        RANK_CHECK(ctx, sent1 - sent0 == want.send && received1 - received0 == want.recv);
+        if (stage == 1) RANK_CHECK(ctx, want.send + want.recv + want.copy == 0);
+        for (k = 0; k < K; k++) { /* each field's buffers hold the view's pack of that field */
+            dcp_rank_view *view = NULL;
+            unsigned char *expect[DCP_FIELD_COUNT] = {NULL, NULL, NULL, NULL};
+            if (dcp_rank_view_create(plan, ctx->rank, k, &view, NULL) != DCP_OK) {
+                ctx->failures++;
+                continue;
+            }
+            for (f = 0; f < DCP_FIELD_COUNT; f++)
+                if (fields.fields & DCP_FIELD_BIT(f))
+                    expect[f] = (unsigned char *)malloc((size_t)rows[k] * stage_element_sizes[f] + 1);
+            RANK_CHECK(ctx, dcp_rank_view_pack_fields(view, &fields,
+                                                      (const void *const *const *)whole,
+                                                      (void *const *)expect, NULL) == DCP_OK);
+            for (f = 0; f < DCP_FIELD_COUNT; f++) {
+                if (!expect[f]) continue;
+                RANK_CHECK(ctx, memcmp(expect[f], micro[f][k],
+                                       (size_t)rows[k] * stage_element_sizes[f]) == 0);
+                free(expect[f]);
+                cudaFree(micro[f][k]);
+                micro[f][k] = NULL;
+            }
+            dcp_rank_view_destroy(view);
+        }
+    }
+    if (set) RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+    for (f = 0; f < DCP_FIELD_COUNT; f++) {
+        for (s = 0; s < S; s++) free(whole[f][s]);
+        free(whole[f]), free(micro[f]);
+    }
+    dcp_reroute_destroy(moves);
+    free(holders), free(rows);
+}
+
+static void stage_fields_64_ranks_move_only_their_bytes(void)
+{
+    enum { RANKS = 64 };
+    static rank_ctx ctx[RANKS];
+    dcp_plan *plan = host_plan(RANKS, 48, 150, HOST_SEED + 21);
+    printf("  seed %d\n", HOST_SEED + 21);
+    CHECK(plan != NULL);
+    if (!plan) return;
+    CHECK_EQ(run_ranks(RANKS, 1, stage_rank, plan, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+    dcp_plan_destroy(plan);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -1218,6 +1515,9 @@ int main(int argc, char **argv)
         {"broadcast_bad_argument_fails_alone", broadcast_bad_argument_fails_alone},
         {"fault_at_every_call_leaves_ranks_consistent",
          fault_at_every_call_leaves_ranks_consistent},
+        {"mtp_roll_64_ranks_equals_reference", mtp_roll_64_ranks_equals_reference},
+        {"stage_fields_64_ranks_move_only_their_bytes",
+         stage_fields_64_ranks_move_only_their_bytes},
 #ifdef __cplusplus
         {"cxx_guard_is_raii", cxx_guard_is_raii},
 #endif
