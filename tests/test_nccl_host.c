@@ -54,6 +54,7 @@ static void counted_free(void *ptr)
 #define DCP_NCCL_IMPLEMENTATION
 #include "../dcp_nccl.h"
 #include "test.h"
+#include "mtp_pack.h"
 
 #define HOST_SEED 16016
 /* Timeouts of the sets: long where nothing fails, short where a test waits for one. */
@@ -1261,52 +1262,9 @@ dcp_status dcp_cuda_mtp_roll_shift(const dcp_cuda_layout *layout, int32_t rank,
                         stream, error);
 }
 
-#define ROLL_SEQUENCES 5
 #define ROLL_MAX_CP 64
 /* Element sizes the roll runs with, by log2(cp): ids, labels, a loss mask, odd records. */
 static const size_t roll_sizes[] = {8, 4, 1, 12, 2, 16, 8};
-
-/* One group's pack, the same on every rank of the group: drawn from (seed, cp, group). */
-typedef struct roll_pack {
-    dcp_cuda_layout layout;
-    int32_t cu[ROLL_SEQUENCES + 1], cu_padded[ROLL_SEQUENCES + 1];
-    size_t size;
-    unsigned char *in[ROLL_MAX_CP], *expected[ROLL_MAX_CP];
-} roll_pack;
-
-static void roll_pack_make(roll_pack *p, uint64_t seed, int32_t cp, int32_t group, size_t size)
-{
-    dcp_rng rng;
-    int32_t i, r;
-    int64_t l;
-    memset(p, 0, sizeof *p);
-    dcp_rng_seed(&rng, seed * 1000003u + (uint64_t)cp * 1009u + (uint64_t)group);
-    for (i = 0; i < ROLL_SEQUENCES; i++) {
-        int64_t unit = cp > 1 ? 2 * (int64_t)cp : 1;
-        int64_t valid = 1 + (int64_t)dcp_rng_below(&rng, (uint64_t)(unit * 4));
-        int64_t padded = (valid + unit - 1) / unit * unit + unit * (int64_t)dcp_rng_below(&rng, 2);
-        p->cu[i + 1] = p->cu[i] + (int32_t)valid;
-        p->cu_padded[i + 1] = p->cu_padded[i] + (int32_t)padded;
-        if (padded > p->layout.max_seqlen_padded) p->layout.max_seqlen_padded = (int32_t)padded;
-    }
-    p->layout.thd.num_sequences = ROLL_SEQUENCES;
-    p->layout.thd.cu_seqlens = p->cu, p->layout.thd.cu_seqlens_padded = p->cu_padded;
-    p->layout.thd.cp = cp;
-    p->layout.local_rows = p->cu_padded[ROLL_SEQUENCES] / cp;
-    p->size = size;
-    for (r = 0; r < cp; r++) {
-        p->in[r] = (unsigned char *)malloc((size_t)p->layout.local_rows * size + 1);
-        p->expected[r] = (unsigned char *)malloc((size_t)p->layout.local_rows * size + 1);
-        for (l = 0; l < p->layout.local_rows * (int64_t)size; l++)
-            p->in[r][l] = (unsigned char)dcp_rng_below(&rng, 256);
-    }
-}
-
-static void roll_pack_free(roll_pack *p)
-{
-    int32_t r;
-    for (r = 0; r < p->layout.thd.cp; r++) free(p->in[r]), free(p->expected[r]);
-}
 
 /* Every rank rolls its buffer of every static CP size 1 .. 64 through dcp_nccl_mtp_roll (its
    group's communicator from an evaluation override) and compares with the CPU reference of
@@ -1323,17 +1281,18 @@ static void roll_rank(rank_ctx *ctx)
     for (cp = 1; set && cp <= ROLL_MAX_CP; cp *= 2, level++) {
         dcp_comm_scope scope;
         dcp_nccl_binding binding;
-        roll_pack p;
+        mtp_pack p;
+        dcp_cuda_layout layout;
         size_t scratch_bytes = 0;
         void *scratch = NULL, *in = NULL, *out = NULL;
         const int32_t member = ctx->rank % cp;
         size_t bytes;
         memset(&scope, 0, sizeof scope);
-        roll_pack_make(&p, HOST_SEED + 20, cp, ctx->rank / cp, roll_sizes[level]);
-        bytes = (size_t)p.layout.local_rows * p.size;
-        RANK_CHECK(ctx, dcp_mtp_roll_reference(&p.layout.thd, p.size, (const void *const *)p.in,
-                                               (void *const *)p.expected, NULL) == DCP_OK);
-        RANK_CHECK(ctx, dcp_nccl_mtp_roll_scratch_size(&p.layout, p.size, &scratch_bytes,
+        RANK_CHECK(ctx, mtp_pack_make(&p, HOST_SEED + 20, cp, ctx->rank / cp, roll_sizes[level]));
+        layout.thd = p.thd; /* "device" arrays are host memory here */
+        layout.local_rows = p.local_rows, layout.max_seqlen_padded = p.max_seqlen_padded;
+        bytes = (size_t)p.local_rows * p.size;
+        RANK_CHECK(ctx, dcp_nccl_mtp_roll_scratch_size(&layout, p.size, &scratch_bytes,
                                                        NULL) == DCP_OK);
         RANK_CHECK(ctx, (scratch_bytes == 0) == (cp == 1));
         cudaMalloc(&scratch, scratch_bytes);
@@ -1342,17 +1301,17 @@ static void roll_rank(rank_ctx *ctx)
         memcpy(in, p.in[member], bytes);
         RANK_CHECK(ctx, dcp_nccl_override_begin(set, cp, &scope, &binding, &err) == DCP_OK);
         RANK_CHECK(ctx, binding.rank == member && binding.cp == cp);
-        RANK_CHECK(ctx, dcp_nccl_mtp_roll(set, &binding, &p.layout, p.size, in, out, scratch,
+        RANK_CHECK(ctx, dcp_nccl_mtp_roll(set, &binding, &layout, p.size, in, out, scratch,
                                           scratch_bytes, stream, &err) == DCP_OK);
         RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
         RANK_CHECK(ctx, memcmp(out, p.expected[member], bytes) == 0);
         if (cp > 1) /* a scratch too small is refused before any traffic */
-            RANK_CHECK(ctx, dcp_nccl_mtp_roll(set, &binding, &p.layout, p.size, in, out, scratch,
+            RANK_CHECK(ctx, dcp_nccl_mtp_roll(set, &binding, &layout, p.size, in, out, scratch,
                                               scratch_bytes - 1, stream,
                                               &err) == DCP_ERROR_INVALID_ARGUMENT);
         RANK_CHECK(ctx, dcp_nccl_override_end(set, &scope, &err) == DCP_OK);
         cudaFree(scratch), cudaFree(in), cudaFree(out);
-        roll_pack_free(&p);
+        mtp_pack_free(&p);
     }
     if (set) RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
     pool_destroy(ctx, 0);
