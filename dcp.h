@@ -7860,24 +7860,30 @@ DCPDEF dcp_status dcp_reroute_field_bytes(const dcp_reroute *reroute, const dcp_
     return dcp_error_clear(error);
 }
 
-DCPDEF dcp_status dcp_rank_view_pack_fields(const dcp_rank_view *view, const dcp_field_set *set,
-                                            const void *const *const *sample_data,
-                                            void *const *local, dcp_error *error)
+/* The checks both directions make: the set, the buffers its fields need, the view. */
+static dcp_status dcp__check_fields(const dcp_rank_view *view, const dcp_field_set *set,
+                                    const void *sample_data, const void *local, dcp_error *error)
 {
     dcp_status status;
-    int f;
     if ((status = dcp_field_set_validate(set, NULL, error)) != DCP_OK) return status;
     if (set->fields && (!sample_data || !local))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "sample_data and local must not be NULL for fields 0x%x",
                              (unsigned)set->fields);
-    if ((status = dcp_rank_view_validate(view, error)) != DCP_OK) return status;
-    for (f = 0; f < DCP_FIELD_COUNT; f++)
-        if ((set->fields & DCP_FIELD_BIT(f)) &&
-            (status = dcp_rank_view_pack(view, sample_data[f], set->element_size[f], local[f],
-                                         error)) != DCP_OK)
-            return status;
-    return dcp_error_clear(error);
+    return dcp_rank_view_validate(view, error);
+}
+
+DCPDEF dcp_status dcp_rank_view_pack_fields(const dcp_rank_view *view, const dcp_field_set *set,
+                                            const void *const *const *sample_data,
+                                            void *const *local, dcp_error *error)
+{
+    dcp_status status = dcp__check_fields(view, set, sample_data, local, error);
+    int f;
+    for (f = 0; f < DCP_FIELD_COUNT && status == DCP_OK; f++)
+        if (set->fields & DCP_FIELD_BIT(f))
+            status = dcp_rank_view_pack(view, sample_data[f], set->element_size[f], local[f],
+                                        error);
+    return status;
 }
 
 DCPDEF dcp_status dcp_rank_view_unpack_fields(const dcp_rank_view *view,
@@ -7886,20 +7892,13 @@ DCPDEF dcp_status dcp_rank_view_unpack_fields(const dcp_rank_view *view,
                                               void *const *const *sample_data,
                                               dcp_error *error)
 {
-    dcp_status status;
+    dcp_status status = dcp__check_fields(view, set, sample_data, local, error);
     int f;
-    if ((status = dcp_field_set_validate(set, NULL, error)) != DCP_OK) return status;
-    if (set->fields && (!sample_data || !local))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "sample_data and local must not be NULL for fields 0x%x",
-                             (unsigned)set->fields);
-    if ((status = dcp_rank_view_validate(view, error)) != DCP_OK) return status;
-    for (f = 0; f < DCP_FIELD_COUNT; f++)
-        if ((set->fields & DCP_FIELD_BIT(f)) &&
-            (status = dcp_rank_view_unpack(view, local[f], set->element_size[f], sample_data[f],
-                                           error)) != DCP_OK)
-            return status;
-    return dcp_error_clear(error);
+    for (f = 0; f < DCP_FIELD_COUNT && status == DCP_OK; f++)
+        if (set->fields & DCP_FIELD_BIT(f))
+            status = dcp_rank_view_unpack(view, local[f], set->element_size[f], sample_data[f],
+                                          error);
+    return status;
 }
 
 #ifndef DCP_NO_REFERENCE

@@ -1308,6 +1308,23 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_scratch_size(const dcp_attention_params *p
 }
 
 /* The checks every ring call makes before it enqueues anything. */
+/* A binding fit for a group operation on layout: the same cp, and at cp > 1 the group's
+   communicator and a rank in it. `what` names the operation in the message. */
+static dcp_status dcp_nccl__check_binding(const dcp_nccl_binding *b, const dcp_cuda_layout *layout,
+                                          const char *what, dcp_error *error)
+{
+    if (layout->thd.cp != b->cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout cp %d differs from the binding's cp %d", (int)layout->thd.cp,
+                             (int)b->cp);
+    if (b->cp > 1 && (!b->comm || b->rank < 0 || b->rank >= b->cp))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "a %s of cp %d needs the group's communicator and a rank in it "
+                             "(binding: comm %s, rank %d)",
+                             what, (int)b->cp, b->comm ? "set" : "NULL", (int)b->rank);
+    return DCP_OK;
+}
+
 static dcp_status dcp_nccl__ring_setup(const dcp_nccl_set *set, const dcp_nccl_binding **binding,
                                        const dcp_attention_params *params,
                                        const dcp_cuda_layout *layout, dcp_dtype dtype,
@@ -1325,15 +1342,7 @@ static dcp_status dcp_nccl__ring_setup(const dcp_nccl_set *set, const dcp_nccl_b
     b = *binding;
     if ((status = dcp_nccl__ring_layout(params, layout, dtype, pass, ring, error)) != DCP_OK)
         return status;
-    if (layout->thd.cp != b->cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "layout cp %d differs from the binding's cp %d", (int)layout->thd.cp,
-                             (int)b->cp);
-    if (b->cp > 1 && (!b->comm || b->rank < 0 || b->rank >= b->cp))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "a ring of cp %d needs the group's communicator and a rank in it "
-                             "(binding: comm %s, rank %d)",
-                             (int)b->cp, b->comm ? "set" : "NULL", (int)b->rank);
+    if ((status = dcp_nccl__check_binding(b, layout, "ring", error)) != DCP_OK) return status;
     if (scratch_bytes < ring->total || (ring->total > 0 && !scratch))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "scratch of %zu bytes at %p; the pass needs %zu "
@@ -1877,15 +1886,7 @@ static dcp_status dcp_nccl__mtp_check(const dcp_nccl_set *set, const dcp_nccl_bi
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
     if ((status = dcp_nccl_mtp_roll_scratch_size(layout, element_size, &need, error)) != DCP_OK)
         return status;
-    if (layout->thd.cp != b->cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "layout cp %d differs from the binding's cp %d", (int)layout->thd.cp,
-                             (int)b->cp);
-    if (b->cp > 1 && (!b->comm || b->rank < 0 || b->rank >= b->cp))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "a roll at cp %d needs the group's communicator and a rank in it "
-                             "(binding: comm %s, rank %d)",
-                             (int)b->cp, b->comm ? "set" : "NULL", (int)b->rank);
+    if ((status = dcp_nccl__check_binding(b, layout, "roll", error)) != DCP_OK) return status;
     if (layout->local_rows > 0 && (!in || !out))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "in and out must not be NULL (%lld local rows)",
