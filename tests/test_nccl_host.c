@@ -7,8 +7,10 @@
    dcp_ring_attention_forward / _backward (blocking and non-blocking communicators; the dK/dV
    hop overlapped), a peer that dies mid-step (the others return an error within
    the timeout), and a failure injected at every CUDA/NCCL call of a step (every rank returns,
-   its streams drain, a failed rank's set is aborted). After every clean run each send was
-   received and no protocol rule was broken. Built with ASan/UBSan by make test, and also as
+   its streams drain, a failed rank's set is aborted), the MTP roll against the CPU reference at
+   every static CP size of 64 ranks and with a fault at each of its calls, and per-stage field
+   reroutes whose bytes on the wire (counted by the transport) are exactly the stage's. After
+   every clean run each send was received and no protocol rule was broken. Built with ASan/UBSan by make test, and also as
    C++, where it checks the RAII override guard with exceptions. */
 #define _POSIX_C_SOURCE 200809L
 #include "fake_nccl/fake_runtime.c"
@@ -1328,6 +1330,96 @@ static void mtp_roll_64_ranks_equals_reference(void)
     fake_job_destroy();
 }
 
+/* A fault at every hooked call of a roll on one rank of a group of 8: that rank fails naming
+   the call and its library, its set is aborted, every rank returns within the timeout's bound
+   and every stream drains (no rank is left waiting for boundaries that never come). */
+#define ROLL_FAULT_RANKS 8
+typedef struct roll_fault_test {
+    int faulty_rank;
+    long fault_at;
+} roll_fault_test;
+
+static void roll_fault_rank(rank_ctx *ctx)
+{
+    const roll_fault_test *t = (const roll_fault_test *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ROLL_FAULT_RANKS, NULL);
+    dcp_nccl_set *set = NULL;
+    dcp_comm_scope scope;
+    dcp_nccl_binding binding;
+    dcp_cuda_layout layout;
+    cudaStream_t stream;
+    dcp_error err;
+    mtp_pack p;
+    void *in = NULL, *out = NULL, *scratch = NULL;
+    size_t scratch_bytes = 0, bytes;
+    double start;
+    int pool_aborted;
+    memset(&scope, 0, sizeof scope);
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, mtp_pack_make(&p, HOST_SEED + 22, ROLL_FAULT_RANKS, 0, sizeof(int64_t)));
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    set->timeout_ms = t->fault_at ? FAILURE_TIMEOUT_MS : CLEAN_TIMEOUT_MS;
+    layout.thd = p.thd, layout.local_rows = p.local_rows;
+    layout.max_seqlen_padded = p.max_seqlen_padded;
+    bytes = (size_t)p.local_rows * p.size;
+    (void)dcp_nccl_mtp_roll_scratch_size(&layout, p.size, &scratch_bytes, NULL);
+    cudaMalloc(&in, bytes), cudaMalloc(&out, bytes), cudaMalloc(&scratch, scratch_bytes);
+    memcpy(in, p.in[ctx->rank], bytes);
+    RANK_CHECK(ctx, dcp_nccl_override_begin(set, ROLL_FAULT_RANKS, &scope, &binding, &err) ==
+                        DCP_OK);
+    fake_fault_arm(ctx->rank == t->faulty_rank ? t->fault_at : 0);
+    start = fake_now_ms();
+    ctx->status = dcp_nccl_mtp_roll(set, &binding, &layout, p.size, in, out, scratch,
+                                    scratch_bytes, stream, &err);
+    if (ctx->status == DCP_OK) ctx->status = dcp_nccl_set_wait(set, stream, &err);
+    ctx->elapsed_ms = fake_now_ms() - start;
+    ctx->calls = fake_fault_count();
+    fake_fault_arm(0);
+    (void)dcp_nccl_override_end(set, &scope, NULL);
+    if (ctx->status != DCP_OK) {
+        snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
+        RANK_CHECK(ctx, set->aborted == 1);
+    } else if (t->fault_at == 0)
+        RANK_CHECK(ctx, memcmp(out, p.expected[ctx->rank], bytes) == 0);
+    RANK_CHECK(ctx, stream_drains(stream));
+    RANK_CHECK(ctx, ctx->elapsed_ms < 4 * FAILURE_TIMEOUT_MS + TIMEOUT_SLACK_MS);
+    pool_aborted = set->pool == NULL;
+    (void)dcp_nccl_set_destroy(set, NULL);
+    pool_destroy(ctx, pool_aborted);
+    cudaStreamDestroy(stream);
+    cudaFree(in), cudaFree(out), cudaFree(scratch);
+    mtp_pack_free(&p);
+}
+
+static void mtp_roll_fault_at_every_call(void)
+{
+    static rank_ctx ctx[ROLL_FAULT_RANKS];
+    roll_fault_test t;
+    long calls, at;
+    int r;
+    t.faulty_rank = ROLL_FAULT_RANKS / 2, t.fault_at = 0;
+    printf("  seed %d\n", HOST_SEED + 22);
+    CHECK_EQ(run_ranks(ROLL_FAULT_RANKS, 1, roll_fault_rank, &t, ctx), 0); /* counting run */
+    for (r = 0; r < ROLL_FAULT_RANKS; r++) CHECK_EQ(ctx[r].status, DCP_OK);
+    CHECK(job_clean());
+    fake_job_destroy();
+    calls = ctx[t.faulty_rank].calls;
+    CHECK(calls >= 4); /* group start, sends, receives, group end */
+    printf("  %ld hooked calls on rank %d, a fault at each\n", calls, t.faulty_rank);
+    for (at = 1; at <= calls; at++) {
+        t.fault_at = at;
+        CHECK_EQ(run_ranks(ROLL_FAULT_RANKS, 1, roll_fault_rank, &t, ctx), 0);
+        CHECK_EQ(ctx[t.faulty_rank].status, DCP_ERROR_NCCL);
+        CHECK_CONTAINS(ctx[t.faulty_rank].message, "from nccl");
+        fake_job_destroy();
+        if (test_current_failures) {
+            printf("  fault at call %ld: %s\n", at, ctx[t.faulty_rank].message);
+            break;
+        }
+    }
+}
+
 /* Pipeline stages: each stage's reroute moves exactly its fields, counted on the wire. */
 #define STAGES 4 /* first, middle, last, last with MTP */
 static const size_t stage_element_sizes[DCP_FIELD_COUNT] = {8, 8, 8, 4};
@@ -1477,6 +1569,7 @@ int main(int argc, char **argv)
         {"mtp_roll_64_ranks_equals_reference", mtp_roll_64_ranks_equals_reference},
         {"stage_fields_64_ranks_move_only_their_bytes",
          stage_fields_64_ranks_move_only_their_bytes},
+        {"mtp_roll_fault_at_every_call", mtp_roll_fault_at_every_call},
 #ifdef __cplusplus
         {"cxx_guard_is_raii", cxx_guard_is_raii},
 #endif
