@@ -7842,7 +7842,8 @@ DCPDEF dcp_status dcp_reroute_field_bytes(const dcp_reroute *reroute, const dcp_
     size_t row_bytes;
     int k;
     if (!reroute || !bytes)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute and bytes must not be NULL");
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "reroute and bytes must not be NULL");
     if ((status = dcp_field_set_validate(set, &row_bytes, error)) != DCP_OK) return status;
     if (reroute->send_tokens < 0 || reroute->recv_tokens < 0 || reroute->copy_tokens < 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,

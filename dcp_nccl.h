@@ -162,6 +162,14 @@
                                         destination buffers zeroed first when their rows are
                                         given (padding rows must be zero); every argument and
                                         every destination checked before anything is enqueued
+                                        buffers.fields (a dcp_field_set): only a pipeline
+                                        stage's fields, each its own size, in one group; none
+                                        (a middle stage): no CUDA or NCCL call at all
+   MTP roll over a binding's group (dcp.h "MTP roll")
+       dcp_nccl_mtp_roll_scratch_size(layout, element_size, &bytes, err)   0 at cp 1
+       dcp_nccl_mtp_roll(set, binding, layout, element_size, in, out, scratch, scratch_bytes,
+                         stream, err)   gather, one group of n boundary elements to and from
+                                        each neighbour, shift; cp 1: the shift alone
    Ring attention over a binding's group
        dcp_nccl_ring_scratch_size(params, layout, dtype, pass, &bytes, err)
        dcp_nccl_ring_forward(set, binding, params, layout, dtype, q, k, v, out, lse, scratch,
@@ -311,8 +319,10 @@ DCP_NCCL_DEF dcp_status dcp_nccl_override_run(dcp_nccl_set *set, int32_t cp,
                                               dcp_nccl_scoped_fn fn, void *user,
                                               dcp_error *error);
 
-/* The buffers of a reroute, device pointers. Sample buffers hold a sample's valid tokens,
-   element_size bytes each; only the samples this rank holds are read (others may be NULL).
+/* The buffers of a reroute, device pointers; zero-initialise, then set what you use (the
+   per-stage members at the end must be zero unless set). Sample buffers hold a sample's valid
+   tokens, element_size bytes each; only the samples this rank holds are read (others may be
+   NULL).
    Microbatch buffers are this rank's THD buffers of the plan's microbatches. */
 typedef struct dcp_nccl_reroute_buffers {
     size_t element_size;

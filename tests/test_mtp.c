@@ -204,7 +204,8 @@ static void plan_lists_exactly_the_valid_boundaries(void)
             for (i = 0; i < n; i++) { /* chunk k's end needs chunk k + 1 when it starts < L */
                 int64_t valid = p.cu[i + 1] - p.cu[i], chunk;
                 int64_t h = (p.cu_padded[i + 1] - p.cu_padded[i]) / (cp > 1 ? 2 * cp : 1);
-                for (chunk = 1; chunk < (cp > 1 ? 2 * cp : 1); chunk++) expected += chunk * h < valid;
+                for (chunk = 1; chunk < (cp > 1 ? 2 * cp : 1); chunk++)
+                    expected += chunk * h < valid;
             }
             for (r = 0; r < cp; r++) {
                 int64_t query = -1, t;

@@ -2,10 +2,11 @@
    one GPU; the multi-rank logic is tests/test_comm.c's, on simulated ranks). A set on a pool of
    one (no split communicators), the switch and the evaluation override, a reroute to itself,
    a ring of one against the CPU reference, plan and view broadcasts through a small staging
-   buffer, the async-error poll, the abort path and the checking macro, the MTP roll's kernels (the ranks
-   of a group on one device) and its cp 1 path. With WORLD_SIZE > 1 in the environment it is
-   one process of tests/multirank.sh's multi-rank roll check instead (mtp_roll_multirank). Where
-   no CUDA device exists every test says "no CUDA device: skipped" and the program exits 0. */
+   buffer, the async-error poll, the abort path and the checking macro, the MTP roll's kernels
+   (the ranks of a group on one device) and its cp 1 path, a pipeline stage's field set through
+   the reroute. With WORLD_SIZE > 1 in the environment it is one process of tests/multirank.sh's
+   multi-rank roll check instead (mtp_roll_multirank). Where no CUDA device exists every test
+   says "no CUDA device: skipped" and the program exits 0. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 #define DCP_NCCL_IMPLEMENTATION
@@ -682,6 +683,90 @@ static void mtp_roll_of_one(void)
     CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
 }
 
+/* Pipeline stages on one rank (every sample held and planned on rank 0: local copies): the
+   middle stage moves nothing and leaves every buffer as it was; the last stage moves labels
+   (int64) and the loss mask (float32), each equal to packing its view, and leaves the tokens'
+   and position ids' buffers as they were. */
+static void stage_fields_reroute_to_itself(void)
+{
+    static const size_t sizes[DCP_FIELD_COUNT] = {8, 8, 8, 4};
+    const unsigned char stale = 0xAB;
+    ncclComm_t pool;
+    dcp_nccl_set *set = NULL;
+    dcp_plan *plan;
+    dcp_reroute *list = NULL;
+    dcp_error error;
+    int32_t s, k, f, stage, holders[16];
+    void *samples[DCP_FIELD_COUNT][16], *micro[DCP_FIELD_COUNT][64];
+    int64_t rows[64];
+    REQUIRE_GPU();
+    pool = pool_of_one();
+    CHECK_EQ(dcp_nccl_set_create(pool, NULL, &set, &error), DCP_OK);
+    plan = plan_of_one(9, 48);
+    if (!set || !plan) return;
+    CHECK(plan->num_microbatches <= 64);
+    for (f = 0; f < DCP_FIELD_COUNT; f++) {
+        for (s = 0; s < plan->num_samples; s++) {
+            size_t n = (size_t)plan->sample_lengths[s] * sizes[f];
+            unsigned char *host = (unsigned char *)malloc(n);
+            int64_t p;
+            for (p = 0; p < plan->sample_lengths[s]; p++)
+                token_record(s, p, sizes[f], host + (size_t)p * sizes[f]);
+            holders[s] = 0;
+            CHECK_EQ(cudaMalloc(&samples[f][s], n), cudaSuccess);
+            CHECK_EQ(cudaMemcpy(samples[f][s], host, n, cudaMemcpyHostToDevice), cudaSuccess);
+            free(host);
+        }
+        for (k = 0; k < plan->num_microbatches; k++) {
+            dcp_rank_group where;
+            CHECK_EQ(dcp_plan_rank_group(plan, 0, k, &where, NULL), DCP_OK);
+            rows[k] = where.local_rows;
+            CHECK_EQ(cudaMalloc(&micro[f][k], (size_t)rows[k] * sizes[f] + 1), cudaSuccess);
+            CHECK_EQ(cudaMemset(micro[f][k], stale, (size_t)rows[k] * sizes[f]), cudaSuccess);
+        }
+    }
+    CHECK_EQ(dcp_reroute_create(plan, holders, 0, &list, &error), DCP_OK);
+    for (stage = 0; list && stage < 2; stage++) { /* the middle stage, then the last */
+        dcp_field_set fields;
+        dcp_nccl_reroute_buffers buffers;
+        memset(&fields, 0, sizeof fields);
+        fields.fields = dcp_stage_fields(0, stage == 1, 0);
+        memcpy(fields.element_size, sizes, sizeof sizes);
+        memset(&buffers, 0, sizeof buffers);
+        buffers.num_samples = plan->num_samples;
+        buffers.sample_rows = plan->sample_lengths;
+        buffers.num_microbatches = plan->num_microbatches;
+        buffers.microbatch_rows = rows;
+        buffers.fields = &fields;
+        for (f = 0; f < DCP_FIELD_COUNT; f++) {
+            buffers.field_sample_data[f] = (const void *const *)samples[f];
+            buffers.field_microbatch_data[f] = micro[f];
+        }
+        CHECK_EQ(dcp_nccl_reroute_execute(set, list, &buffers, 0, &error), DCP_OK);
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        for (f = 0; f < DCP_FIELD_COUNT; f++)
+            for (k = 0; k < plan->num_microbatches; k++) {
+                size_t n = (size_t)rows[k] * sizes[f], i;
+                unsigned char *got = (unsigned char *)malloc(n + 1);
+                unsigned char *want = (unsigned char *)malloc(n + 1);
+                if (fields.fields & DCP_FIELD_BIT(f)) packed_view(plan, k, sizes[f], want);
+                else
+                    for (i = 0; i < n; i++) want[i] = stale;
+                CHECK_EQ(cudaMemcpy(got, micro[f][k], n, cudaMemcpyDeviceToHost), cudaSuccess);
+                CHECK(memcmp(got, want, n) == 0);
+                free(got), free(want);
+            }
+    }
+    for (f = 0; f < DCP_FIELD_COUNT; f++) {
+        for (s = 0; s < plan->num_samples; s++) cudaFree(samples[f][s]);
+        for (k = 0; k < plan->num_microbatches; k++) cudaFree(micro[f][k]);
+    }
+    dcp_reroute_destroy(list);
+    dcp_plan_destroy(plan);
+    CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
+    CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
+}
+
 /* Multi-rank mode (tests/multirank.sh): WORLD_SIZE processes, RANK this one, the NCCL id
    through the file argv[1] (rank 0 writes it, the others wait). Every static CP size 2 ..
    WORLD_SIZE in turn: the rank's group rolls its pack with dcp_nccl_mtp_roll and compares
@@ -798,6 +883,7 @@ int main(int argc, char **argv)
         {"checking_macro_names_the_call", checking_macro_names_the_call},
         {"mtp_roll_kernels_match_reference", mtp_roll_kernels_match_reference},
         {"mtp_roll_of_one", mtp_roll_of_one},
+        {"stage_fields_reroute_to_itself", stage_fields_reroute_to_itself},
     };
     const char *world = getenv("WORLD_SIZE");
     if (world && atoi(world) > 1) /* tests/multirank.sh: one process of a multi-rank run */
