@@ -142,6 +142,22 @@ static void token_record(int32_t s, int64_t position, size_t bytes, unsigned cha
     }
 }
 
+/* Every sample's token records (bytes each) in a device buffer of its own: samples[s]. */
+static void upload_token_records(const dcp_plan *plan, size_t bytes, void **samples)
+{
+    int32_t s;
+    for (s = 0; s < plan->num_samples; s++) {
+        size_t n = (size_t)plan->sample_lengths[s] * bytes;
+        unsigned char *host = (unsigned char *)malloc(n);
+        int64_t p;
+        for (p = 0; p < plan->sample_lengths[s]; p++)
+            token_record(s, p, bytes, host + (size_t)p * bytes);
+        CHECK_EQ(cudaMalloc(&samples[s], n), cudaSuccess);
+        CHECK_EQ(cudaMemcpy(samples[s], host, n, cudaMemcpyHostToDevice), cudaSuccess);
+        free(host);
+    }
+}
+
 /* Rank 0's buffer of microbatch k as packing its view of the token records gives it. */
 static void packed_view(const dcp_plan *plan, int32_t k, size_t bytes, unsigned char *want)
 {
@@ -229,17 +245,8 @@ static void reroute_to_itself(void)
     plan = plan_of_one(9, 48);
     if (!set || !plan) return;
     CHECK(plan->num_microbatches <= 64);
-    for (s = 0; s < plan->num_samples; s++) {
-        size_t n = (size_t)plan->sample_lengths[s] * bytes;
-        unsigned char *host = (unsigned char *)malloc(n);
-        int64_t p;
-        for (p = 0; p < plan->sample_lengths[s]; p++)
-            token_record(s, p, bytes, host + (size_t)p * bytes);
-        holders[s] = 0;
-        CHECK_EQ(cudaMalloc(&samples[s], n), cudaSuccess);
-        CHECK_EQ(cudaMemcpy(samples[s], host, n, cudaMemcpyHostToDevice), cudaSuccess);
-        free(host);
-    }
+    upload_token_records(plan, bytes, samples);
+    for (s = 0; s < plan->num_samples; s++) holders[s] = 0;
     for (k = 0; k < plan->num_microbatches; k++) {
         dcp_rank_group where;
         CHECK_EQ(dcp_plan_rank_group(plan, 0, k, &where, NULL), DCP_OK);
@@ -706,17 +713,7 @@ static void stage_fields_reroute_to_itself(void)
     if (!set || !plan) return;
     CHECK(plan->num_microbatches <= 64);
     for (f = 0; f < DCP_FIELD_COUNT; f++) {
-        for (s = 0; s < plan->num_samples; s++) {
-            size_t n = (size_t)plan->sample_lengths[s] * sizes[f];
-            unsigned char *host = (unsigned char *)malloc(n);
-            int64_t p;
-            for (p = 0; p < plan->sample_lengths[s]; p++)
-                token_record(s, p, sizes[f], host + (size_t)p * sizes[f]);
-            holders[s] = 0;
-            CHECK_EQ(cudaMalloc(&samples[f][s], n), cudaSuccess);
-            CHECK_EQ(cudaMemcpy(samples[f][s], host, n, cudaMemcpyHostToDevice), cudaSuccess);
-            free(host);
-        }
+        upload_token_records(plan, sizes[f], samples[f]);
         for (k = 0; k < plan->num_microbatches; k++) {
             dcp_rank_group where;
             CHECK_EQ(dcp_plan_rank_group(plan, 0, k, &where, NULL), DCP_OK);
@@ -725,6 +722,7 @@ static void stage_fields_reroute_to_itself(void)
             CHECK_EQ(cudaMemset(micro[f][k], stale, (size_t)rows[k] * sizes[f]), cudaSuccess);
         }
     }
+    for (s = 0; s < plan->num_samples; s++) holders[s] = 0;
     CHECK_EQ(dcp_reroute_create(plan, holders, 0, &list, &error), DCP_OK);
     for (stage = 0; list && stage < 2; stage++) { /* the middle stage, then the last */
         dcp_field_set fields;

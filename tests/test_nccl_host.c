@@ -572,19 +572,22 @@ static void reroute_rank(rank_ctx *ctx)
     free(holders), free(samples), free(micro), free(rows);
 }
 
-static void reroute_64_ranks_equals_views(void)
+/* fn on 64 ranks with a host_plan of 150 samples drawn from seed as its test; a clean job. */
+#define PLAN_JOB_RANKS 64
+static void run_plan_job(int seed, rank_fn fn)
 {
-    enum { RANKS = 64 };
-    static rank_ctx ctx[RANKS];
-    dcp_plan *plan = host_plan(RANKS, 48, 150, HOST_SEED + 1);
-    printf("  seed %d\n", HOST_SEED + 1);
+    static rank_ctx ctx[PLAN_JOB_RANKS];
+    dcp_plan *plan = host_plan(PLAN_JOB_RANKS, 48, 150, (uint64_t)seed);
+    printf("  seed %d\n", seed);
     CHECK(plan != NULL);
     if (!plan) return;
-    CHECK_EQ(run_ranks(RANKS, 1, reroute_rank, plan, ctx), 0);
+    CHECK_EQ(run_ranks(PLAN_JOB_RANKS, 1, fn, plan, ctx), 0);
     CHECK(job_clean());
     fake_job_destroy();
     dcp_plan_destroy(plan);
 }
+
+static void reroute_64_ranks_equals_views(void) { run_plan_job(HOST_SEED + 1, reroute_rank); }
 
 /* ------------------------------------------------------- ring attention against the CPU ring */
 
@@ -1539,16 +1542,7 @@ static void stage_rank(rank_ctx *ctx)
 
 static void stage_fields_64_ranks_move_only_their_bytes(void)
 {
-    enum { RANKS = 64 };
-    static rank_ctx ctx[RANKS];
-    dcp_plan *plan = host_plan(RANKS, 48, 150, HOST_SEED + 21);
-    printf("  seed %d\n", HOST_SEED + 21);
-    CHECK(plan != NULL);
-    if (!plan) return;
-    CHECK_EQ(run_ranks(RANKS, 1, stage_rank, plan, ctx), 0);
-    CHECK(job_clean());
-    fake_job_destroy();
-    dcp_plan_destroy(plan);
+    run_plan_job(HOST_SEED + 21, stage_rank);
 }
 
 int main(int argc, char **argv)
