@@ -264,3 +264,15 @@ $(BUILD)/a2a_bench: bench/a2a_bench.cu dcp.h dcp_nccl.h $(BUILD)/dcp_cuda.o | $(
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@ $(NCCL_LIBS)
 test-multirank: $(BUILD)/a2a_bench
 test-multirank: export A2A_PROGRAM := $(BUILD)/a2a_bench
+
+# ---- MTP roll and pipeline-stage fields (issue 20) -------------------------------------------
+# tests/test_mtp.c (CPU, plain and ASan/UBSan) joins `make test`, `make all` and the seed runs;
+# the host-transport and GPU tests share tests/mtp_pack.h.
+MTP_TESTS := $(BUILD)/test_mtp $(BUILD)/test_mtp-san
+TEST_PROGRAMS += $(MTP_TESTS)
+SEEDED_TESTS += $(BUILD)/test_mtp
+all: $(MTP_TESTS)
+test-seeds: $(BUILD)/test_mtp
+$(NCCL_HOST_TESTS) $(BUILD)/test_nccl_gpu.o: tests/mtp_pack.h
+# the multi-rank roll check runs build/test_nccl_gpu as N processes (tests/multirank.sh)
+test-multirank: $(BUILD)/test_nccl_gpu

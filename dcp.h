@@ -1044,6 +1044,124 @@ DCPDEF dcp_status dcp_a2a_hp2cp(const dcp_thd_layout *layout, int32_t channels,
                                 size_t channel_bytes, const void *const *hp_buffers,
                                 void *const *cp_buffers, dcp_error *error);
 
+/* ================================================================================= MTP roll
+   Multi-token prediction shifts input ids, labels, position ids and the loss mask left by one
+   within each sequence (Megatron's roll_tensor on packed sequences). For a sequence of valid
+   length L: out[p] = in[p + 1] for p < L - 1; the last valid position p = L - 1 gets the
+   fill, zero bytes (Megatron rolls the padded sequence and fills its end with 0; with libdcp's
+   zero padding that puts 0 at L - 1 too: token 0, label 0, loss mask 0); padding positions
+   p >= L keep their input, so padding stays padding (loss mask 0) and nothing crosses into
+   the next sequence. Roll d times for MTP depth d.
+
+   Under CP a sequence of padded length P is 2c zigzag chunks of h = P / (2c) rows, rank r
+   holding chunks r and 2c-1-r as its two halves (dcp_zigzag_position). Inside a half the shift
+   is local; the element that moves into a half's last row is the first row of the next chunk:
+   for the first half (chunk r) the first half of rank r+1, except on rank c-1 whose second half
+   is chunk c (a local copy); for the second half (chunk 2c-1-r) the second half of rank r-1
+   (rank 0's second half is the sequence's end). Only boundaries inside the valid tokens
+   (next chunk starts before L) carry data. At c = 1 a sequence is one chunk: no boundary.
+
+   The exchange layout, fixed so that device code needs no lists: `boundaries` [2][n] holds
+   the first row of each half of every sequence (DCP_MTP_ROLL_HALVES x num_sequences elements;
+   [0][i] goes to rank r-1, [1][i] to rank r+1); `received` [2][n] gets them ([0][i] from rank
+   r+1, [1][i] from rank r-1) and the shift reads [h][i] for the last row of half h. One
+   message of n elements per neighbour and direction, the same on both sides. */
+#define DCP_MTP_ROLL_HALVES 2
+
+/* One boundary element of rank `rank`'s roll. RECV: local row `row` (the last row of half
+   `half` of sequence `sequence`) gets the element at row `peer_row` of rank `peer`, through
+   slot received[half][sequence]; SEND: local row `row` (a half's first row) goes to rank
+   `peer`'s row `peer_row`, through slot boundaries[half][sequence]; COPY: rank c-1's
+   first-half end, from its own row `peer_row`. Ranks are ranks in the group. */
+typedef struct dcp_mtp_roll_transfer {
+    dcp_transfer_kind kind;
+    int32_t peer;
+    int32_t sequence;
+    int32_t half; /* 0 first, 1 second */
+    int64_t row;
+    int64_t peer_row;
+} dcp_mtp_roll_transfer;
+
+/* The boundary elements of rank `rank` of layout's group, by sequence then half: at most
+   2 per sequence of each of SEND and RECV/COPY, none at cp 1. *count receives how many; with
+   transfers NULL that is all (a size query), else capacity must be >= *count. For a rank view
+   the layout is {num_samples, cu_seqlens, cu_seqlens_padded, cp} and rank its rank_in_group.
+   No allocation. */
+DCPDEF dcp_status dcp_mtp_roll_plan(const dcp_thd_layout *layout, int32_t rank,
+                                    dcp_mtp_roll_transfer *transfers, int64_t capacity,
+                                    int64_t *count, dcp_error *error);
+/* The rank's side of the exchange, on host buffers of element_size bytes per row: gather
+   copies the first row of each half of every sequence into boundaries [2][n] (cp > 1; at cp 1
+   nothing, boundaries may be NULL). shift writes out (local_rows rows, must not overlap in)
+   by the rule above; a half's last row that needs an element of another rank reads
+   received[half][sequence], or is left unwritten when received is NULL (the reference then
+   fills it from the peer's buffer). dcp_cuda_mtp_roll_gather / _shift are the device kernels
+   with the same contracts. */
+DCPDEF dcp_status dcp_mtp_roll_gather(const dcp_thd_layout *layout, int32_t rank,
+                                      size_t element_size, const void *in, void *boundaries,
+                                      dcp_error *error);
+DCPDEF dcp_status dcp_mtp_roll_shift(const dcp_thd_layout *layout, int32_t rank,
+                                     size_t element_size, const void *in, const void *received,
+                                     void *out, dcp_error *error);
+/* The CPU reference: the group's c ranks in one process, in[r] and out[r] rank r's local
+   buffers (any element size: ids, labels, position ids, loss mask). Every rank's shift, then
+   every RECV and COPY of dcp_mtp_roll_plan as a copy from the peer's buffer. No allocation. */
+DCPDEF dcp_status dcp_mtp_roll_reference(const dcp_thd_layout *layout, size_t element_size,
+                                         const void *const *in, void *const *out,
+                                         dcp_error *error);
+
+/* ============================================================== pipeline stages: field sets
+   With pipeline parallelism a stage reads only some per-token fields of a sample (seed 001):
+   the first stage tokens and position ids, the last labels and loss mask, a stage with MTP
+   layers all four, the middle stages none -- they need only the metadata (the rank view,
+   which every stage builds from the plan or receives by broadcast). A field set names the
+   fields a stage moves and their element sizes; the reroute list (token ranges) is the same
+   for every field, so a stage moves each of its fields along it and nothing else. */
+typedef enum dcp_field {
+    DCP_FIELD_TOKENS = 0,
+    DCP_FIELD_POSITION_IDS = 1,
+    DCP_FIELD_LABELS = 2,
+    DCP_FIELD_LOSS_MASK = 3
+} dcp_field;
+#define DCP_FIELD_COUNT 4
+#define DCP_FIELD_BIT(field) (UINT32_C(1) << (field))
+#define DCP_FIELDS_ALL ((UINT32_C(1) << DCP_FIELD_COUNT) - 1)
+
+/* fields: DCP_FIELD_BIT bits; 0 moves nothing (a middle stage). element_size[f] >= 1 for every
+   field in the set, ignored for the others. */
+typedef struct dcp_field_set {
+    uint32_t fields;
+    size_t element_size[DCP_FIELD_COUNT];
+} dcp_field_set;
+
+/* The fields of a stage (each flag 0 or 1): first or mtp -> tokens and position ids, last or
+   mtp -> labels and loss mask; a stage that is both first and last (no pipeline) gets all. */
+DCPDEF uint32_t dcp_stage_fields(int32_t first_stage, int32_t last_stage, int32_t mtp_stage);
+/* Checks the bits and the element sizes of the set's fields; *row_bytes (may be NULL) gets
+   the bytes one token carries: the sum of their element sizes (0 for no field). */
+DCPDEF dcp_status dcp_field_set_validate(const dcp_field_set *set, size_t *row_bytes,
+                                         dcp_error *error);
+
+/* Bytes a reroute list moves for a field set (a stage's bytes on the wire): sent, received,
+   copied locally. 0 for a middle stage. DCP_ERROR_OVERFLOW past uint64. */
+typedef struct dcp_reroute_bytes {
+    uint64_t send, recv, copy;
+} dcp_reroute_bytes;
+
+DCPDEF dcp_status dcp_reroute_field_bytes(const dcp_reroute *reroute, const dcp_field_set *set,
+                                          dcp_reroute_bytes *bytes, dcp_error *error);
+/* dcp_rank_view_pack / _unpack for every field of the set: sample_data[f] and local[f] are
+   field f's per-sample buffers and THD buffer, with set->element_size[f]; entries of fields
+   outside the set are not read (may be NULL). A set with no field does nothing. */
+DCPDEF dcp_status dcp_rank_view_pack_fields(const dcp_rank_view *view, const dcp_field_set *set,
+                                            const void *const *const *sample_data,
+                                            void *const *local, dcp_error *error);
+DCPDEF dcp_status dcp_rank_view_unpack_fields(const dcp_rank_view *view,
+                                              const dcp_field_set *set,
+                                              const void *const *local,
+                                              void *const *const *sample_data,
+                                              dcp_error *error);
+
 #endif /* DCP_NO_DISTRIBUTED */
 
 /* ======================================================================= operation contracts
@@ -1445,7 +1563,23 @@ DCP_CUDA_DEF dcp_status dcp_cuda_a2a_copy(const dcp_a2a_segment *segments, int64
                                           size_t local_pitch, dcp_a2a_direction direction,
                                           void *local, void *message, void *stream,
                                           dcp_error *error);
+
+/* The MTP roll's two kernels, the contracts of dcp_mtp_roll_gather / dcp_mtp_roll_shift on a
+   device layout (rank `rank` of layout.thd.cp): in, out [local_rows] and boundaries,
+   received [DCP_MTP_ROLL_HALVES][num_sequences] elements of element_size bytes (any size;
+   moved as 16-, 8-, 4-, 2- or 1-byte words, the widest the size and the pointers allow).
+   received NULL leaves the rows that need another rank's element unwritten; out must not
+   overlap in. dcp_nccl_mtp_roll runs gather, the exchange and shift. */
+DCP_CUDA_DEF dcp_status dcp_cuda_mtp_roll_gather(const dcp_cuda_layout *layout, int32_t rank,
+                                                 size_t element_size, const void *in,
+                                                 void *boundaries, void *stream,
+                                                 dcp_error *error);
+DCP_CUDA_DEF dcp_status dcp_cuda_mtp_roll_shift(const dcp_cuda_layout *layout, int32_t rank,
+                                                size_t element_size, const void *in,
+                                                const void *received, void *out, void *stream,
+                                                dcp_error *error);
 #endif /* DCP_NO_DISTRIBUTED */
+
 
 #ifdef __cplusplus
 }
@@ -7930,6 +8064,338 @@ DCPDEF dcp_status dcp_a2a_hp2cp(const dcp_thd_layout *layout, int32_t channels,
     dcp__a2a_reference(layout, &s, 0, (unsigned char *const *)cp_buffers,
                        (unsigned char *const *)hp_buffers);
     return dcp_error_clear(error);
+}
+
+/* ------------------------------------------------------------------------------ MTP roll */
+
+/* One sequence of a validated layout as rank `rank` holds it: its first local row, the rows of
+   one half (a chunk; the whole sequence at cp 1), its valid length, and its halves. */
+typedef struct dcp__roll_seq {
+    int64_t offset;
+    int64_t half_rows;
+    int64_t valid;
+    int halves;
+} dcp__roll_seq;
+
+static dcp__roll_seq dcp__roll_sequence(const dcp_thd_layout *layout, int32_t i)
+{
+    dcp__roll_seq s;
+    const int64_t padded = (int64_t)layout->cu_seqlens_padded[i + 1] -
+                           layout->cu_seqlens_padded[i];
+    s.halves = layout->cp > 1 ? DCP_MTP_ROLL_HALVES : 1;
+    s.offset = layout->cu_seqlens_padded[i] / layout->cp;
+    s.half_rows = padded / ((int64_t)layout->cp * s.halves);
+    s.valid = (int64_t)layout->cu_seqlens[i + 1] - layout->cu_seqlens[i];
+    return s;
+}
+
+/* The chunk (0 .. 2cp-1) that half `half` of rank `rank` holds. */
+static int64_t dcp__roll_chunk(int32_t cp, int32_t rank, int half)
+{
+    return half == 0 ? rank : 2 * (int64_t)cp - 1 - rank;
+}
+
+/* Where the element for the last row of half `half` of sequence i on rank `rank` comes from:
+   the first row of the next chunk. Returns 0 when nothing moves there (cp 1, the sequence's
+   last chunk, or a next chunk that starts at or past the valid length); else fills a RECV
+   (COPY when the rank holds the next chunk itself) with the peer's row. */
+static int dcp__roll_incoming(const dcp_thd_layout *layout, int32_t rank, int32_t i, int half,
+                              dcp_mtp_roll_transfer *t)
+{
+    const dcp__roll_seq s = dcp__roll_sequence(layout, i);
+    const int32_t cp = layout->cp;
+    const int64_t next = dcp__roll_chunk(cp, rank, half) + 1;
+    int32_t peer;
+    int peer_half;
+    if (cp == 1 || next >= 2 * (int64_t)cp || next * s.half_rows >= s.valid) return 0;
+    peer = (int32_t)(next < cp ? next : 2 * (int64_t)cp - 1 - next);
+    peer_half = next < cp ? 0 : 1;
+    t->kind = peer == rank ? DCP_TRANSFER_COPY : DCP_TRANSFER_RECV;
+    t->peer = peer;
+    t->sequence = i;
+    t->half = half;
+    t->row = s.offset + (half + 1) * s.half_rows - 1;
+    t->peer_row = s.offset + peer_half * s.half_rows;
+    return 1;
+}
+
+/* The SEND that pairs with a neighbour's RECV of half `half` (a half's first row travels to
+   the neighbour on the same side: half 0 to rank - 1, half 1 to rank + 1). */
+static int dcp__roll_outgoing(const dcp_thd_layout *layout, int32_t rank, int32_t i, int half,
+                              dcp_mtp_roll_transfer *t)
+{
+    const int32_t peer = half == 0 ? rank - 1 : rank + 1;
+    dcp_mtp_roll_transfer in;
+    if (peer < 0 || peer >= layout->cp || !dcp__roll_incoming(layout, peer, i, half, &in) ||
+        in.kind != DCP_TRANSFER_RECV || in.peer != rank)
+        return 0;
+    t->kind = DCP_TRANSFER_SEND;
+    t->peer = peer;
+    t->sequence = i;
+    t->half = half;
+    t->row = in.peer_row;
+    t->peer_row = in.row;
+    return 1;
+}
+
+DCPDEF dcp_status dcp_mtp_roll_plan(const dcp_thd_layout *layout, int32_t rank,
+                                    dcp_mtp_roll_transfer *transfers, int64_t capacity,
+                                    int64_t *count, dcp_error *error)
+{
+    dcp_status status;
+    int64_t n = 0;
+    int32_t i;
+    int half;
+    if (!count) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must not be NULL");
+    *count = 0;
+    if ((status = dcp_thd_layout_validate(layout, NULL, error)) != DCP_OK) return status;
+    if ((status = dcp_check_rank("rank", rank, layout->cp, error)) != DCP_OK) return status;
+    for (i = 0; i < layout->num_sequences; i++)
+        for (half = 0; half < DCP_MTP_ROLL_HALVES; half++) {
+            dcp_mtp_roll_transfer t[2];
+            int k, found = dcp__roll_incoming(layout, rank, i, half, &t[0]);
+            found += dcp__roll_outgoing(layout, rank, i, half, &t[found]);
+            for (k = 0; k < found; k++, n++)
+                if (transfers && n < capacity) transfers[n] = t[k];
+        }
+    *count = n;
+    if (transfers && capacity < n)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "transfers capacity %lld < the %lld boundary transfers of rank %d",
+                             (long long)capacity, (long long)n, (int)rank);
+    return dcp_error_clear(error);
+}
+
+/* The checks every roll function makes: layout, rank, element size, and that `rows` rows and
+   the [2][n] boundary slots are addressable. */
+static dcp_status dcp__roll_check(const dcp_thd_layout *layout, int32_t rank,
+                                  size_t element_size, int64_t *rows, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_thd_layout_validate(layout, rows, error)) != DCP_OK) return status;
+    if ((status = dcp_check_rank("rank", rank, layout->cp, error)) != DCP_OK) return status;
+    if (element_size == 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "element_size must be > 0");
+    if ((uint64_t)*rows > SIZE_MAX / element_size ||
+        (uint64_t)layout->num_sequences * DCP_MTP_ROLL_HALVES > SIZE_MAX / element_size)
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                             "%lld rows or %d sequences of %zu bytes overflow size_t",
+                             (long long)*rows, (int)layout->num_sequences, element_size);
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_mtp_roll_gather(const dcp_thd_layout *layout, int32_t rank,
+                                      size_t element_size, const void *in, void *boundaries,
+                                      dcp_error *error)
+{
+    const unsigned char *src = (const unsigned char *)in;
+    unsigned char *dst = (unsigned char *)boundaries;
+    dcp_status status;
+    int64_t rows;
+    int32_t i;
+    int half;
+    if ((status = dcp__roll_check(layout, rank, element_size, &rows, error)) != DCP_OK)
+        return status;
+    if (layout->cp == 1 || layout->num_sequences == 0) return dcp_error_clear(error);
+    if (!in || !boundaries)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "in and boundaries must not be NULL");
+    for (half = 0; half < DCP_MTP_ROLL_HALVES; half++)
+        for (i = 0; i < layout->num_sequences; i++) {
+            const dcp__roll_seq s = dcp__roll_sequence(layout, i);
+            memcpy(dst + ((size_t)half * (size_t)layout->num_sequences + (size_t)i) * element_size,
+                   src + (size_t)(s.offset + half * s.half_rows) * element_size, element_size);
+        }
+    return dcp_error_clear(error);
+}
+
+/* The local shift of one half of one sequence (see dcp_mtp_roll_shift). */
+static void dcp__roll_shift_half(const dcp_thd_layout *layout, int32_t rank, int32_t i, int half,
+                                 size_t size, const unsigned char *in,
+                                 const unsigned char *received, unsigned char *out)
+{
+    const dcp__roll_seq s = dcp__roll_sequence(layout, i);
+    const int64_t first = dcp__roll_chunk(layout->cp, rank, half) * s.half_rows;
+    const int64_t begin = s.offset + half * s.half_rows;
+    dcp_mtp_roll_transfer t;
+    int64_t j;
+    for (j = 0; j < s.half_rows; j++) {
+        const int64_t position = first + j, row = begin + j;
+        unsigned char *o = out + (size_t)row * size;
+        if (position >= s.valid) /* padding stays padding */
+            memcpy(o, in + (size_t)row * size, size);
+        else if (position == s.valid - 1) /* the fill */
+            memset(o, 0, size);
+        else if (j + 1 < s.half_rows)
+            memcpy(o, in + (size_t)(row + 1) * size, size);
+        else if (dcp__roll_incoming(layout, rank, i, half, &t) && t.kind == DCP_TRANSFER_COPY)
+            memcpy(o, in + (size_t)t.peer_row * size, size);
+        else if (received)
+            memcpy(o, received + ((size_t)half * (size_t)layout->num_sequences + (size_t)i) * size,
+                   size);
+    }
+}
+
+DCPDEF dcp_status dcp_mtp_roll_shift(const dcp_thd_layout *layout, int32_t rank,
+                                     size_t element_size, const void *in, const void *received,
+                                     void *out, dcp_error *error)
+{
+    const unsigned char *src = (const unsigned char *)in;
+    unsigned char *dst = (unsigned char *)out;
+    dcp_status status;
+    int64_t rows;
+    size_t bytes;
+    int32_t i;
+    int half;
+    if ((status = dcp__roll_check(layout, rank, element_size, &rows, error)) != DCP_OK)
+        return status;
+    if (rows == 0) return dcp_error_clear(error);
+    if (!in || !out)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "in and out must not be NULL");
+    bytes = (size_t)rows * element_size;
+    if (src < dst + bytes && dst < src + bytes)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "out overlaps in (%lld rows of %zu bytes): the roll is out of place",
+                             (long long)rows, element_size);
+    for (i = 0; i < layout->num_sequences; i++)
+        for (half = 0; half < (layout->cp > 1 ? DCP_MTP_ROLL_HALVES : 1); half++)
+            dcp__roll_shift_half(layout, rank, i, half, element_size, src,
+                                 (const unsigned char *)received, dst);
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_mtp_roll_reference(const dcp_thd_layout *layout, size_t element_size,
+                                         const void *const *in, void *const *out,
+                                         dcp_error *error)
+{
+    dcp_status status;
+    int32_t r, i;
+    int half;
+    if ((status = dcp_thd_layout_validate(layout, NULL, error)) != DCP_OK) return status;
+    if ((status = dcp_check_rank_buffers("in", in, layout->cp, error)) != DCP_OK ||
+        (status = dcp_check_rank_buffers("out", (const void *const *)out, layout->cp, error)) !=
+            DCP_OK)
+        return status;
+    for (r = 0; r < layout->cp; r++)
+        if ((status = dcp_mtp_roll_shift(layout, r, element_size, in[r], NULL, out[r], error)) !=
+            DCP_OK)
+            return status;
+    for (r = 0; r < layout->cp; r++) /* the boundary rows, straight from the peers' buffers */
+        for (i = 0; i < layout->num_sequences; i++)
+            for (half = 0; half < DCP_MTP_ROLL_HALVES; half++) {
+                dcp_mtp_roll_transfer t;
+                if (!dcp__roll_incoming(layout, r, i, half, &t)) continue;
+                memcpy((unsigned char *)out[r] + (size_t)t.row * element_size,
+                       (const unsigned char *)in[t.peer] + (size_t)t.peer_row * element_size,
+                       element_size);
+            }
+    return dcp_error_clear(error);
+}
+
+/* ------------------------------------------------------------ pipeline stages: field sets */
+
+DCPDEF uint32_t dcp_stage_fields(int32_t first_stage, int32_t last_stage, int32_t mtp_stage)
+{
+    uint32_t fields = 0;
+    if (first_stage || mtp_stage)
+        fields |= DCP_FIELD_BIT(DCP_FIELD_TOKENS) | DCP_FIELD_BIT(DCP_FIELD_POSITION_IDS);
+    if (last_stage || mtp_stage)
+        fields |= DCP_FIELD_BIT(DCP_FIELD_LABELS) | DCP_FIELD_BIT(DCP_FIELD_LOSS_MASK);
+    return fields;
+}
+
+DCPDEF dcp_status dcp_field_set_validate(const dcp_field_set *set, size_t *row_bytes,
+                                         dcp_error *error)
+{
+    size_t total = 0;
+    int f;
+    if (!set) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
+    if (set->fields & ~DCP_FIELDS_ALL)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "set fields 0x%x has bits outside DCP_FIELDS_ALL 0x%x",
+                             (unsigned)set->fields, (unsigned)DCP_FIELDS_ALL);
+    for (f = 0; f < DCP_FIELD_COUNT; f++) {
+        if (!(set->fields & DCP_FIELD_BIT(f))) continue;
+        if (set->element_size[f] == 0)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "set element_size[%d] must be > 0 for a field in the set", f);
+        if (set->element_size[f] > SIZE_MAX - total)
+            return dcp_error_set(error, DCP_ERROR_OVERFLOW, "set element sizes overflow size_t");
+        total += set->element_size[f];
+    }
+    if (row_bytes) *row_bytes = total;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_reroute_field_bytes(const dcp_reroute *reroute, const dcp_field_set *set,
+                                          dcp_reroute_bytes *bytes, dcp_error *error)
+{
+    const uint64_t tokens[3] = {reroute ? (uint64_t)reroute->send_tokens : 0,
+                                reroute ? (uint64_t)reroute->recv_tokens : 0,
+                                reroute ? (uint64_t)reroute->copy_tokens : 0};
+    uint64_t out[3];
+    dcp_status status;
+    size_t row_bytes;
+    int k;
+    if (!reroute || !bytes)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "reroute and bytes must not be NULL");
+    if ((status = dcp_field_set_validate(set, &row_bytes, error)) != DCP_OK) return status;
+    if (reroute->send_tokens < 0 || reroute->recv_tokens < 0 || reroute->copy_tokens < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "reroute token counts %lld, %lld, %lld must be >= 0",
+                             (long long)reroute->send_tokens, (long long)reroute->recv_tokens,
+                             (long long)reroute->copy_tokens);
+    for (k = 0; k < 3; k++) {
+        if (row_bytes != 0 && tokens[k] > UINT64_MAX / row_bytes)
+            return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                                 "%llu tokens of %zu bytes overflow uint64",
+                                 (unsigned long long)tokens[k], row_bytes);
+        out[k] = tokens[k] * row_bytes;
+    }
+    bytes->send = out[0], bytes->recv = out[1], bytes->copy = out[2];
+    return dcp_error_clear(error);
+}
+
+/* The checks both directions make: the set, the buffers its fields need, the view. */
+static dcp_status dcp__check_fields(const dcp_rank_view *view, const dcp_field_set *set,
+                                    const void *sample_data, const void *local, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_field_set_validate(set, NULL, error)) != DCP_OK) return status;
+    if (set->fields && (!sample_data || !local))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "sample_data and local must not be NULL for fields 0x%x",
+                             (unsigned)set->fields);
+    return dcp_rank_view_validate(view, error);
+}
+
+DCPDEF dcp_status dcp_rank_view_pack_fields(const dcp_rank_view *view, const dcp_field_set *set,
+                                            const void *const *const *sample_data,
+                                            void *const *local, dcp_error *error)
+{
+    dcp_status status = dcp__check_fields(view, set, sample_data, local, error);
+    int f;
+    for (f = 0; f < DCP_FIELD_COUNT && status == DCP_OK; f++)
+        if (set->fields & DCP_FIELD_BIT(f))
+            status = dcp_rank_view_pack(view, sample_data[f], set->element_size[f], local[f],
+                                        error);
+    return status;
+}
+
+DCPDEF dcp_status dcp_rank_view_unpack_fields(const dcp_rank_view *view,
+                                              const dcp_field_set *set,
+                                              const void *const *local,
+                                              void *const *const *sample_data,
+                                              dcp_error *error)
+{
+    dcp_status status = dcp__check_fields(view, set, sample_data, local, error);
+    int f;
+    for (f = 0; f < DCP_FIELD_COUNT && status == DCP_OK; f++)
+        if (set->fields & DCP_FIELD_BIT(f))
+            status = dcp_rank_view_unpack(view, local[f], set->element_size[f], sample_data[f],
+                                          error);
+    return status;
 }
 
 #endif /* DCP_NO_DISTRIBUTED */

@@ -3160,3 +3160,205 @@ extern "C" dcp_status dcp_cuda_a2a_copy(const dcp_a2a_segment *segments, int64_t
         return dcp_cuda__a2a_launch<uint16_t>(a, slice_bytes, s, error);
     return dcp_cuda__a2a_launch<uint8_t>(a, slice_bytes, s, error);
 }
+
+/* ================================================================================== MTP roll
+   The device side of dcp.h's "MTP roll" (dcp_mtp_roll_gather / dcp_mtp_roll_shift are the CPU
+   contracts). Design. Elements are opaque: element_size bytes moved as Word-sized pieces, Word
+   the widest of 16, 8, 4, 2, 1 bytes that divides the element size and the alignment of every
+   pointer (int64 ids: one 8-byte word per row; a float loss mask: one 4-byte word). gather:
+   one thread per (half, sequence, word) -- 2n elements, a few hundred bytes. shift: a
+   grid-stride loop over (row, word) of the local buffer, so consecutive threads read and
+   write consecutive words of consecutive rows (coalesced); a thread finds its row's sequence
+   and position (dcp_cuda__row_info: binary search in cu_seqlens_padded, then the zigzag map)
+   and copies one word from where the CPU reference takes it -- the next row, the rank's own
+   second half (rank c-1's first-half end), the received slot, the row itself for padding --
+   or writes 0 on the last valid position (the fill). Every output word is written once and
+   out is never read, so the kernel needs no synchronisation; the grid covers local rows, not
+   max_seqlen x sequences. */
+
+#define DCP_CUDA__ROLL_THREADS 256
+#define DCP_CUDA__ROLL_MAX_BLOCKS 65536
+#define DCP_CUDA__ROLL_MAX_WORD 16 /* bytes: uint4 */
+
+struct dcp_cuda__roll_args {
+    const int32_t *cu_seqlens, *cu_seqlens_padded;
+    int32_t num_sequences, cp, rank;
+    int64_t rows;          /* local rows */
+    int64_t words;         /* words per element */
+    const void *in, *received;
+    void *out, *boundaries;
+};
+
+template <typename Word>
+__global__ void __launch_bounds__(DCP_CUDA__ROLL_THREADS)
+    dcp_cuda__roll_gather_kernel(dcp_cuda__roll_args a)
+{
+    const Word *in = (const Word *)a.in;
+    Word *boundaries = (Word *)a.boundaries;
+    const int64_t total = (int64_t)DCP_MTP_ROLL_HALVES * a.num_sequences * a.words;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+        const int64_t slot = t / a.words, word = t % a.words;
+        const int32_t half = (int32_t)(slot / a.num_sequences);
+        const int32_t seq = (int32_t)(slot % a.num_sequences);
+        const int64_t padded = (int64_t)a.cu_seqlens_padded[seq + 1] - a.cu_seqlens_padded[seq];
+        const int64_t row = a.cu_seqlens_padded[seq] / a.cp +
+                            half * (padded / ((int64_t)a.cp * DCP_MTP_ROLL_HALVES));
+        if (row >= 0 && row < a.rows) boundaries[t] = in[row * a.words + word];
+    }
+}
+
+/* The row (or received slot, as -2 - slot) that output row `row` copies, or -1 for the fill. */
+__device__ __forceinline__ int64_t dcp_cuda__roll_source(const dcp_cuda__roll_args &a,
+                                                          int64_t row)
+{
+    const dcp_cuda__row info = dcp_cuda__row_info(a.cu_seqlens, a.cu_seqlens_padded,
+                                                  a.num_sequences, a.cp, a.rank, row);
+    if (info.seq < 0 || info.position < 0) return row; /* padding stays padding */
+    const int64_t valid = (int64_t)a.cu_seqlens[info.seq + 1] - a.cu_seqlens[info.seq];
+    if (info.position == valid - 1) return -1;
+    const int32_t halves = a.cp > 1 ? DCP_MTP_ROLL_HALVES : 1;
+    const int64_t half_rows = info.rows / halves, local = row - info.offset;
+    const int64_t half = local / half_rows;
+    if (local % half_rows + 1 < half_rows) return row + 1;
+    if (half == 0 && a.rank == a.cp - 1) return info.offset + half_rows; /* chunk c is ours */
+    return -2 - (half * a.num_sequences + info.seq);
+}
+
+template <typename Word>
+__global__ void __launch_bounds__(DCP_CUDA__ROLL_THREADS)
+    dcp_cuda__roll_shift_kernel(dcp_cuda__roll_args a)
+{
+    const Word *in = (const Word *)a.in, *received = (const Word *)a.received;
+    Word *out = (Word *)a.out;
+    const int64_t total = a.rows * a.words, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+        const int64_t row = t / a.words, word = t % a.words;
+        const int64_t source = dcp_cuda__roll_source(a, row);
+        Word value = Word(); /* the fill: zero bytes */
+        if (source >= 0) {
+            if (source >= a.rows) continue; /* device arrays disagree with the host sizes */
+            value = in[source * a.words + word];
+        } else if (source < -1) {
+            if (!received) continue; /* the caller fills it (the CPU reference's contract) */
+            value = received[(-2 - source) * a.words + word];
+        }
+        out[t] = value;
+    }
+}
+
+/* The widest word that divides the element size and every given pointer's address. */
+static int dcp_cuda__roll_word(size_t element_size, const void *a, const void *b, const void *c)
+{
+    int word;
+    for (word = DCP_CUDA__ROLL_MAX_WORD; word > 1; word /= 2)
+        if (element_size % (size_t)word == 0 && (uintptr_t)a % word == 0 &&
+            (uintptr_t)b % word == 0 && (uintptr_t)c % word == 0)
+            break;
+    return word;
+}
+
+template <typename Word> struct dcp_cuda__roll_gather_of {
+    static void launch(unsigned grid, cudaStream_t s, const dcp_cuda__roll_args &a)
+    {
+        dcp_cuda__roll_gather_kernel<Word><<<grid, DCP_CUDA__ROLL_THREADS, 0, s>>>(a);
+    }
+};
+template <typename Word> struct dcp_cuda__roll_shift_of {
+    static void launch(unsigned grid, cudaStream_t s, const dcp_cuda__roll_args &a)
+    {
+        dcp_cuda__roll_shift_kernel<Word><<<grid, DCP_CUDA__ROLL_THREADS, 0, s>>>(a);
+    }
+};
+
+/* One launch of Kernel<Word> for `items` words of work, Word picked from `word` bytes. */
+template <template <typename> class Kernel>
+static dcp_status dcp_cuda__roll_launch(dcp_cuda__roll_args a, size_t element_size, int word,
+                                        int64_t items_per_word, cudaStream_t s, dcp_error *error)
+{
+    a.words = (int64_t)(element_size / (size_t)word);
+    const int64_t items = items_per_word * a.words;
+    const int64_t blocks = (items + DCP_CUDA__ROLL_THREADS - 1) / DCP_CUDA__ROLL_THREADS;
+    const unsigned grid =
+        (unsigned)(blocks < DCP_CUDA__ROLL_MAX_BLOCKS ? blocks : DCP_CUDA__ROLL_MAX_BLOCKS);
+    if (items == 0) return dcp_error_clear(error);
+    switch (word) {
+    case 16: Kernel<uint4>::launch(grid, s, a); break;
+    case 8: Kernel<uint2>::launch(grid, s, a); break;
+    case 4: Kernel<uint32_t>::launch(grid, s, a); break;
+    case 2: Kernel<uint16_t>::launch(grid, s, a); break;
+    default: Kernel<uint8_t>::launch(grid, s, a); break;
+    }
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_error_clear(error);
+}
+
+/* The host checks of both entry points; fills the arguments the kernels share. */
+static dcp_status dcp_cuda__roll_check(const dcp_cuda_layout *layout, int32_t rank,
+                                       size_t element_size, const void *in,
+                                       dcp_cuda__roll_args *a, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_cuda__check_layout(layout, error)) != DCP_OK) return status;
+    if ((status = dcp_check_rank("rank", rank, layout->thd.cp, error)) != DCP_OK) return status;
+    if (element_size == 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "element_size must be > 0");
+    if ((status = dcp_cuda__check_elements("in", layout->local_rows, 1, element_size, error)) !=
+            DCP_OK ||
+        (status = dcp_cuda__check_elements("boundaries",
+                                           (int64_t)layout->thd.num_sequences *
+                                               DCP_MTP_ROLL_HALVES,
+                                           1, element_size, error)) != DCP_OK)
+        return status;
+    if (layout->local_rows > 0 && !in)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "in must not be NULL");
+    memset(a, 0, sizeof *a);
+    a->cu_seqlens = layout->thd.cu_seqlens;
+    a->cu_seqlens_padded = layout->thd.cu_seqlens_padded;
+    a->num_sequences = layout->thd.num_sequences;
+    a->cp = layout->thd.cp;
+    a->rank = rank;
+    a->rows = layout->local_rows;
+    a->in = in;
+    return DCP_OK;
+}
+
+extern "C" dcp_status dcp_cuda_mtp_roll_gather(const dcp_cuda_layout *layout, int32_t rank,
+                                               size_t element_size, const void *in,
+                                               void *boundaries, void *stream, dcp_error *error)
+{
+    dcp_cuda__roll_args a;
+    dcp_status status = dcp_cuda__roll_check(layout, rank, element_size, in, &a, error);
+    if (status != DCP_OK) return status;
+    if (layout->thd.cp == 1 || layout->thd.num_sequences == 0) return dcp_error_clear(error);
+    if (!boundaries)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "boundaries must not be NULL");
+    a.boundaries = boundaries;
+    return dcp_cuda__roll_launch<dcp_cuda__roll_gather_of>(
+        a, element_size, dcp_cuda__roll_word(element_size, in, boundaries, NULL),
+        (int64_t)DCP_MTP_ROLL_HALVES * layout->thd.num_sequences, (cudaStream_t)stream, error);
+}
+
+extern "C" dcp_status dcp_cuda_mtp_roll_shift(const dcp_cuda_layout *layout, int32_t rank,
+                                              size_t element_size, const void *in,
+                                              const void *received, void *out, void *stream,
+                                              dcp_error *error)
+{
+    dcp_cuda__roll_args a;
+    size_t bytes;
+    dcp_status status = dcp_cuda__roll_check(layout, rank, element_size, in, &a, error);
+    if (status != DCP_OK) return status;
+    if (layout->local_rows == 0) return dcp_error_clear(error);
+    if (!out) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "out must not be NULL");
+    bytes = (size_t)layout->local_rows * element_size;
+    if ((const unsigned char *)in < (unsigned char *)out + bytes &&
+        (unsigned char *)out < (const unsigned char *)in + bytes)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "out overlaps in (%lld rows of %zu bytes): the roll is out of place",
+                             (long long)layout->local_rows, element_size);
+    a.received = received;
+    a.out = out;
+    return dcp_cuda__roll_launch<dcp_cuda__roll_shift_of>(
+        a, element_size, dcp_cuda__roll_word(element_size, in, out, received), layout->local_rows,
+        (cudaStream_t)stream, error);
+}

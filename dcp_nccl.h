@@ -162,6 +162,14 @@
                                         destination buffers zeroed first when their rows are
                                         given (padding rows must be zero); every argument and
                                         every destination checked before anything is enqueued
+                                        buffers.fields (a dcp_field_set): only a pipeline
+                                        stage's fields, each its own size, in one group; none
+                                        (a middle stage): no CUDA or NCCL call at all
+   MTP roll over a binding's group (dcp.h "MTP roll")
+       dcp_nccl_mtp_roll_scratch_size(layout, element_size, &bytes, err)   0 at cp 1
+       dcp_nccl_mtp_roll(set, binding, layout, element_size, in, out, scratch, scratch_bytes,
+                         stream, err)   gather, one group of n boundary elements to and from
+                                        each neighbour, shift; cp 1: the shift alone
    Ring attention over a binding's group
        dcp_nccl_ring_scratch_size(params, layout, dtype, pass, &bytes, err)
        dcp_nccl_ring_forward(set, binding, params, layout, dtype, q, k, v, out, lse, scratch,
@@ -311,8 +319,10 @@ DCP_NCCL_DEF dcp_status dcp_nccl_override_run(dcp_nccl_set *set, int32_t cp,
                                               dcp_nccl_scoped_fn fn, void *user,
                                               dcp_error *error);
 
-/* The buffers of a reroute, device pointers. Sample buffers hold a sample's valid tokens,
-   element_size bytes each; only the samples this rank holds are read (others may be NULL).
+/* The buffers of a reroute, device pointers; zero-initialise, then set what you use (the
+   per-stage members at the end must be zero unless set). Sample buffers hold a sample's valid
+   tokens, element_size bytes each; only the samples this rank holds are read (others may be
+   NULL).
    Microbatch buffers are this rank's THD buffers of the plan's microbatches. */
 typedef struct dcp_nccl_reroute_buffers {
     size_t element_size;
@@ -324,6 +334,14 @@ typedef struct dcp_nccl_reroute_buffers {
     const int64_t *microbatch_rows;     /* optional: rows of each microbatch buffer; when given,
                                            every destination is checked against them and the
                                            first microbatch_rows[k] rows are zeroed first */
+    /* Per pipeline stage (zero-initialised: the one field above, as before). When `fields` is
+       not NULL, each field f of fields->fields moves with fields->element_size[f] from
+       field_sample_data[f] to field_microbatch_data[f], all in one NCCL group (element_size,
+       sample_data and microbatch_data are then not read); a set without fields (a middle
+       stage, dcp_stage_fields(0, 0, 0)) moves nothing and makes no CUDA or NCCL call. */
+    const dcp_field_set *fields;
+    const void *const *field_sample_data[DCP_FIELD_COUNT];
+    void *const *field_microbatch_data[DCP_FIELD_COUNT];
 } dcp_nccl_reroute_buffers;
 
 /* Contract of microbatch_rows: AT LEAST the rows the list writes into each buffer
@@ -1144,48 +1162,92 @@ static dcp_status dcp_nccl__reroute_check(const dcp_nccl_set *set, const dcp_rer
     return DCP_OK;
 }
 
+/* The buffers of every field that moves, each as a one-field dcp_nccl_reroute_buffers:
+   *count 1 for plain buffers, one per field of buffers->fields (0 for a middle stage). */
+static dcp_status dcp_nccl__reroute_fields(const dcp_nccl_set *set, const dcp_reroute *reroute,
+                                           const dcp_nccl_reroute_buffers *buffers,
+                                           dcp_nccl_reroute_buffers *fields, int32_t *count,
+                                           dcp_error *error)
+{
+    dcp_error inner;
+    dcp_status status;
+    int32_t f;
+    *count = 0;
+    if (!buffers || !buffers->fields) {
+        if (buffers) fields[(*count)++] = *buffers;
+        return dcp_nccl__reroute_check(set, reroute, buffers, error);
+    }
+    if ((status = dcp_field_set_validate(buffers->fields, NULL, error)) != DCP_OK)
+        return status;
+    for (f = 0; f < DCP_FIELD_COUNT; f++) {
+        dcp_nccl_reroute_buffers *one = &fields[*count];
+        if (!(buffers->fields->fields & DCP_FIELD_BIT(f))) continue;
+        *one = *buffers;
+        one->fields = NULL;
+        one->element_size = buffers->fields->element_size[f];
+        one->sample_data = buffers->field_sample_data[f];
+        one->microbatch_data = buffers->field_microbatch_data[f];
+        if ((status = dcp_nccl__reroute_check(set, reroute, one, &inner)) != DCP_OK)
+            return dcp_error_set(error, status, "field %d: %s", (int)f, inner.message);
+        (*count)++;
+    }
+    if (*count == 0 && (status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    if (*count == 0 && (!reroute || reroute->rank != set->rank))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "reroute must be this rank's (%d) list", (int)set->rank);
+    return DCP_OK;
+}
+
 DCP_NCCL_DEF dcp_status dcp_nccl_reroute_execute(dcp_nccl_set *set, const dcp_reroute *reroute,
                                                  const dcp_nccl_reroute_buffers *buffers,
                                                  cudaStream_t stream, dcp_error *error)
 {
+    dcp_nccl_reroute_buffers fields[DCP_FIELD_COUNT];
     dcp_status status;
     int grouped = 0;
-    int32_t i;
-    if ((status = dcp_nccl__reroute_check(set, reroute, buffers, error)) != DCP_OK)
+    int32_t i, f, count;
+    if ((status = dcp_nccl__reroute_fields(set, reroute, buffers, fields, &count, error)) !=
+        DCP_OK)
         return status;
-    if (buffers->microbatch_rows) /* padding rows are zero; receives and copies fill the rest */
-        for (i = 0; i < buffers->num_microbatches; i++)
-            if (buffers->microbatch_rows[i] > 0 && buffers->microbatch_data[i])
-                DCP_NCCL__CHECK_CUDA(cudaMemsetAsync(buffers->microbatch_data[i], 0,
-                                                     (size_t)buffers->microbatch_rows[i] *
-                                                         buffers->element_size,
-                                                     stream));
-    for (i = 0; i < reroute->count; i++) { /* local copies */
-        dcp_reroute_op op;
-        (void)dcp_reroute_op_get(reroute, i, buffers->element_size, &op, NULL);
-        if (op.kind != DCP_TRANSFER_COPY || op.bytes == 0) continue;
-        DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(
-            (unsigned char *)buffers->microbatch_data[op.microbatch] + op.destination_offset,
-            (const unsigned char *)buffers->sample_data[op.sample] + op.source_offset, op.bytes,
-            cudaMemcpyDeviceToDevice, stream));
+    if (count == 0) return dcp_error_clear(error); /* a middle stage: metadata only */
+    for (f = 0; f < count; f++) {
+        const dcp_nccl_reroute_buffers *b = &fields[f];
+        if (b->microbatch_rows) /* padding rows are zero; receives and copies fill the rest */
+            for (i = 0; i < b->num_microbatches; i++)
+                if (b->microbatch_rows[i] > 0 && b->microbatch_data[i])
+                    DCP_NCCL__CHECK_CUDA(cudaMemsetAsync(
+                        b->microbatch_data[i], 0, (size_t)b->microbatch_rows[i] * b->element_size,
+                        stream));
+        for (i = 0; i < reroute->count; i++) { /* local copies */
+            dcp_reroute_op op;
+            (void)dcp_reroute_op_get(reroute, i, b->element_size, &op, NULL);
+            if (op.kind != DCP_TRANSFER_COPY || op.bytes == 0) continue;
+            DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(
+                (unsigned char *)b->microbatch_data[op.microbatch] + op.destination_offset,
+                (const unsigned char *)b->sample_data[op.sample] + op.source_offset, op.bytes,
+                cudaMemcpyDeviceToDevice, stream));
+        }
     }
     /* one group: A's sends to B pair with B's receives from A in list order (dcp.h builds
-       every list in one global order); zero bytes are skipped on both sides alike */
+       every list in one global order; fields in field order); zero bytes are skipped on both
+       sides alike */
     DCP_NCCL__CHECK_NCCL(ncclGroupStart());
     grouped = 1;
-    for (i = 0; i < reroute->count; i++) {
-        dcp_reroute_op op;
-        (void)dcp_reroute_op_get(reroute, i, buffers->element_size, &op, NULL);
-        if (op.bytes == 0) continue;
-        if (op.kind == DCP_TRANSFER_SEND)
-            DCP_NCCL__CHECK_NCCL(ncclSend(
-                (const unsigned char *)buffers->sample_data[op.sample] + op.source_offset,
-                op.bytes, ncclUint8, op.peer, set->pool, stream));
-        else if (op.kind == DCP_TRANSFER_RECV)
-            DCP_NCCL__CHECK_NCCL(ncclRecv(
-                (unsigned char *)buffers->microbatch_data[op.microbatch] + op.destination_offset,
-                op.bytes, ncclUint8, op.peer, set->pool, stream));
-    }
+    for (f = 0; f < count; f++)
+        for (i = 0; i < reroute->count; i++) {
+            const dcp_nccl_reroute_buffers *b = &fields[f];
+            dcp_reroute_op op;
+            (void)dcp_reroute_op_get(reroute, i, b->element_size, &op, NULL);
+            if (op.bytes == 0) continue;
+            if (op.kind == DCP_TRANSFER_SEND)
+                DCP_NCCL__CHECK_NCCL(ncclSend(
+                    (const unsigned char *)b->sample_data[op.sample] + op.source_offset,
+                    op.bytes, ncclUint8, op.peer, set->pool, stream));
+            else if (op.kind == DCP_TRANSFER_RECV)
+                DCP_NCCL__CHECK_NCCL(ncclRecv(
+                    (unsigned char *)b->microbatch_data[op.microbatch] + op.destination_offset,
+                    op.bytes, ncclUint8, op.peer, set->pool, stream));
+        }
     grouped = 0;
     DCP_NCCL__ON(set->pool, ncclGroupEnd());
 done:
@@ -1256,6 +1318,23 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_scratch_size(const dcp_attention_params *p
 }
 
 /* The checks every ring call makes before it enqueues anything. */
+/* A binding fit for a group operation on layout: the same cp, and at cp > 1 the group's
+   communicator and a rank in it. `what` names the operation in the message. */
+static dcp_status dcp_nccl__check_binding(const dcp_nccl_binding *b, const dcp_cuda_layout *layout,
+                                          const char *what, dcp_error *error)
+{
+    if (layout->thd.cp != b->cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout cp %d differs from the binding's cp %d", (int)layout->thd.cp,
+                             (int)b->cp);
+    if (b->cp > 1 && (!b->comm || b->rank < 0 || b->rank >= b->cp))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "a %s of cp %d needs the group's communicator and a rank in it "
+                             "(binding: comm %s, rank %d)",
+                             what, (int)b->cp, b->comm ? "set" : "NULL", (int)b->rank);
+    return DCP_OK;
+}
+
 static dcp_status dcp_nccl__ring_setup(const dcp_nccl_set *set, const dcp_nccl_binding **binding,
                                        const dcp_attention_params *params,
                                        const dcp_cuda_layout *layout, dcp_dtype dtype,
@@ -1273,15 +1352,7 @@ static dcp_status dcp_nccl__ring_setup(const dcp_nccl_set *set, const dcp_nccl_b
     b = *binding;
     if ((status = dcp_nccl__ring_layout(params, layout, dtype, pass, ring, error)) != DCP_OK)
         return status;
-    if (layout->thd.cp != b->cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "layout cp %d differs from the binding's cp %d", (int)layout->thd.cp,
-                             (int)b->cp);
-    if (b->cp > 1 && (!b->comm || b->rank < 0 || b->rank >= b->cp))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "a ring of cp %d needs the group's communicator and a rank in it "
-                             "(binding: comm %s, rank %d)",
-                             (int)b->cp, b->comm ? "set" : "NULL", (int)b->rank);
+    if ((status = dcp_nccl__check_binding(b, layout, "ring", error)) != DCP_OK) return status;
     if (scratch_bytes < ring->total || (ring->total > 0 && !scratch))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "scratch of %zu bytes at %p; the pass needs %zu "
@@ -2048,3 +2119,161 @@ DCP_NCCL_DEF dcp_status dcp_nccl_a2a_hp2cp(dcp_nccl_set *set, const dcp_nccl_a2a
 #endif
 
 #endif /* DCP_NCCL_IMPLEMENTATION && !DCP_NCCL_A2A_IMPLEMENTATION_INCLUDED */
+
+/* ============================================================================================
+   MTP roll over a CP group (dcp.h "MTP roll"): declarations and implementation in one
+   section, under their own guards. */
+#ifndef DCP_NCCL_MTP_H
+#define DCP_NCCL_MTP_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Device scratch dcp_nccl_mtp_roll needs for a layout: the boundary elements it gathers and
+   the ones it receives, DCP_MTP_ROLL_HALVES x num_sequences elements each (the second region
+   at a multiple of DCP_RING_SCRATCH_ALIGN); 0 at cp 1. */
+DCP_NCCL_DEF dcp_status dcp_nccl_mtp_roll_scratch_size(const dcp_cuda_layout *layout,
+                                                       size_t element_size, size_t *bytes,
+                                                       dcp_error *error);
+/* The MTP roll of this rank's local buffer `in` into `out` (device, local_rows x element_size
+   bytes; out must not overlap in) on the binding's group (NULL: the one in force); layout is
+   the group's, with device cu arrays (thd.cp = binding->cp). dcp_cuda_mtp_roll_gather collects
+   the first row of each half of every sequence, one NCCL group sends them to the neighbours
+   (n elements to rank - 1, n to rank + 1) and receives theirs, dcp_cuda_mtp_roll_shift writes
+   every row. cp 1: the shift alone, no communication, no scratch. Every rank of the group
+   calls it with the same layout. Only enqueues work on stream. */
+DCP_NCCL_DEF dcp_status dcp_nccl_mtp_roll(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                                          const dcp_cuda_layout *layout, size_t element_size,
+                                          const void *in, void *out, void *scratch,
+                                          size_t scratch_bytes, cudaStream_t stream,
+                                          dcp_error *error);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DCP_NCCL_MTP_H */
+
+#if defined(DCP_NCCL_IMPLEMENTATION) && !defined(DCP_NCCL_MTP_IMPLEMENTATION_INCLUDED)
+#define DCP_NCCL_MTP_IMPLEMENTATION_INCLUDED
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bytes of one side of the exchange (boundaries or received): 2 x n elements. */
+static dcp_status dcp_nccl__mtp_side_bytes(const dcp_cuda_layout *layout, size_t element_size,
+                                           size_t *bytes, dcp_error *error)
+{
+    if (!layout || !bytes)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "layout and bytes must not be NULL");
+    if (element_size == 0 || layout->thd.num_sequences < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "element_size %zu must be > 0 and num_sequences %d >= 0",
+                             element_size, (int)layout->thd.num_sequences);
+    if ((uint64_t)layout->thd.num_sequences * DCP_MTP_ROLL_HALVES >
+        (SIZE_MAX - DCP_RING_SCRATCH_ALIGN) / 2 / element_size)
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                             "%d sequences of %zu-byte boundaries overflow size_t",
+                             (int)layout->thd.num_sequences, element_size);
+    *bytes = (size_t)layout->thd.num_sequences * DCP_MTP_ROLL_HALVES * element_size;
+    return DCP_OK;
+}
+
+/* Where the received side starts in the scratch. */
+static size_t dcp_nccl__mtp_received_offset(size_t side_bytes)
+{
+    return (side_bytes + DCP_RING_SCRATCH_ALIGN - 1) / DCP_RING_SCRATCH_ALIGN *
+           DCP_RING_SCRATCH_ALIGN;
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_mtp_roll_scratch_size(const dcp_cuda_layout *layout,
+                                                       size_t element_size, size_t *bytes,
+                                                       dcp_error *error)
+{
+    size_t side = 0;
+    dcp_status status = dcp_nccl__mtp_side_bytes(layout, element_size, &side, error);
+    if (status != DCP_OK) return status;
+    *bytes = layout->thd.cp > 1 ? dcp_nccl__mtp_received_offset(side) + side : 0;
+    return dcp_error_clear(error);
+}
+
+/* Every check before the first enqueue, so that a bad argument fails before any traffic. */
+static dcp_status dcp_nccl__mtp_check(const dcp_nccl_set *set, const dcp_nccl_binding *b,
+                                      const dcp_cuda_layout *layout, size_t element_size,
+                                      const void *in, void *out, void *scratch,
+                                      size_t scratch_bytes, dcp_error *error)
+{
+    dcp_status status;
+    size_t need;
+    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    if ((status = dcp_nccl_mtp_roll_scratch_size(layout, element_size, &need, error)) != DCP_OK)
+        return status;
+    if ((status = dcp_nccl__check_binding(b, layout, "roll", error)) != DCP_OK) return status;
+    if (layout->local_rows > 0 && (!in || !out))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "in and out must not be NULL (%lld local rows)",
+                             (long long)layout->local_rows);
+    if (scratch_bytes < need || (need > 0 && !scratch))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "scratch of %zu bytes at %p; the roll needs %zu "
+                             "(dcp_nccl_mtp_roll_scratch_size)",
+                             scratch_bytes, scratch, need);
+    return DCP_OK;
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_mtp_roll(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                                          const dcp_cuda_layout *layout, size_t element_size,
+                                          const void *in, void *out, void *scratch,
+                                          size_t scratch_bytes, cudaStream_t stream,
+                                          dcp_error *error)
+{
+    dcp_nccl_binding current;
+    const dcp_nccl_binding *b = binding;
+    unsigned char *boundaries = (unsigned char *)scratch, *received;
+    size_t side = 0, half;
+    dcp_status status;
+    int grouped = 0;
+    if (!b && set) {
+        dcp_nccl_set_current(set, &current);
+        b = &current;
+    }
+    if (!b) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
+    status = dcp_nccl__mtp_check(set, b, layout, element_size, in, out, scratch, scratch_bytes,
+                                 error);
+    if (status != DCP_OK) return status;
+    if (b->cp == 1) /* one chunk per sequence: nothing crosses a rank */
+        return dcp_cuda_mtp_roll_shift(layout, 0, element_size, in, NULL, out, stream, error);
+    (void)dcp_nccl__mtp_side_bytes(layout, element_size, &side, NULL);
+    received = boundaries + dcp_nccl__mtp_received_offset(side);
+    half = side / DCP_MTP_ROLL_HALVES; /* n elements: one message */
+    DCP_NCCL__TRY(dcp_cuda_mtp_roll_gather(layout, b->rank, element_size, in, boundaries, stream,
+                                           error));
+    if (half > 0) { /* [0] to and from the previous rank's side, [1] the next's */
+        DCP_NCCL__CHECK_NCCL(ncclGroupStart());
+        grouped = 1;
+        if (b->rank > 0) {
+            DCP_NCCL__CHECK_NCCL(
+                ncclSend(boundaries, half, ncclUint8, b->rank - 1, b->comm, stream));
+            DCP_NCCL__CHECK_NCCL(
+                ncclRecv(received + half, half, ncclUint8, b->rank - 1, b->comm, stream));
+        }
+        if (b->rank + 1 < b->cp) {
+            DCP_NCCL__CHECK_NCCL(
+                ncclSend(boundaries + half, half, ncclUint8, b->rank + 1, b->comm, stream));
+            DCP_NCCL__CHECK_NCCL(ncclRecv(received, half, ncclUint8, b->rank + 1, b->comm, stream));
+        }
+        grouped = 0;
+        DCP_NCCL__ON(b->comm, ncclGroupEnd());
+    }
+    DCP_NCCL__TRY(dcp_cuda_mtp_roll_shift(layout, b->rank, element_size, in, received, out,
+                                          stream, error));
+done:
+    if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
+    /* past the checks a failure may leave a neighbour waiting for this rank's boundaries */
+    return status == DCP_OK ? dcp_error_clear(error) : dcp_nccl__fail(set, b->comm, status);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DCP_NCCL_MTP_IMPLEMENTATION_INCLUDED */

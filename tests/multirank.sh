@@ -12,8 +12,9 @@
 #     within the set's timeout (DCP_TIMEOUT_MS, 20 s here) plus slack, naming the failure,
 #     and never hang;
 # then the exposed communication of the ring backward per step at 4 and 8 ranks
-# (DCP_TIME_RING) and the split-communicator memory at 8 ranks (printed, not judged), and the
-# head-parallel all-to-all (A2A_PROGRAM, default build/a2a_bench) at 2, 4 and 8 ranks.
+# (DCP_TIME_RING) and the split-communicator memory at 8 ranks (printed, not judged), the
+# head-parallel all-to-all (A2A_PROGRAM, default build/a2a_bench) at 2, 4 and 8 ranks, and
+# the MTP roll at 2, 4 and 8 ranks (build/test_nccl_gpu in multi-rank mode).
 # Without a GPU it prints "no CUDA device: skipped" and exits 0. Last line: N passed, M failed.
 program=${1:-build/ring_attention_nccl}
 repeat=${MULTIRANK_REPEAT:-1}
@@ -134,6 +135,22 @@ if [ -x "$a2a_program" ]; then
 else
     verdict 0 "head-parallel all-to-all: $a2a_program not built (make build/a2a_bench)"
 fi
+
+# The MTP roll across ranks (issue 20): tests/test_nccl_gpu.cu in multi-rank mode, N = 2, 4, 8
+# processes, every static CP size 2 .. N against the CPU reference (MTP_PROGRAM, default
+# test_nccl_gpu beside PROGRAM).
+program=${MTP_PROGRAM:-$(dirname "$program")/test_nccl_gpu}
+for n in 2 4 8; do
+    launch "$n" "mtp-roll-$n"
+    ok=1
+    r=0
+    while [ "$r" -lt "$n" ]; do
+        [ "$(cat "$work/mtp-roll-$n.status.$r")" = 0 ] || ok=0
+        grep -q "mtp roll: rank $r matches" "$work/mtp-roll-$n.out.$r" || ok=0
+        r=$((r + 1))
+    done
+    verdict $ok "MTP roll, $n ranks on one GPU, cp 2 .. $n against the CPU reference"
+done
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ] && rm -rf "$work"

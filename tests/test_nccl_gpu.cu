@@ -2,14 +2,20 @@
    one GPU; the multi-rank logic is tests/test_comm.c's, on simulated ranks). A set on a pool of
    one (no split communicators), the switch and the evaluation override, a reroute to itself,
    a ring of one against the CPU reference, plan and view broadcasts through a small staging
-   buffer, the async-error poll, the abort path and the checking macro. Where no CUDA device
-   exists every test says "no CUDA device: skipped" and the program exits 0. */
+   buffer, the async-error poll, the abort path and the checking macro, the MTP roll's kernels
+   (the ranks of a group on one device) and its cp 1 path, a pipeline stage's field set through
+   the reroute. With WORLD_SIZE > 1 in the environment it is one process of tests/multirank.sh's
+   multi-rank roll check instead (mtp_roll_multirank). Where no CUDA device exists every test
+   says "no CUDA device: skipped" and the program exits 0. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 #define DCP_NCCL_IMPLEMENTATION
 #include "../dcp_nccl.h"
 #include "test.h"
 #include "tolerance.h"
+#include "mtp_pack.h"
+
+#include <unistd.h>
 
 #define GPU_SEED 9009
 #define SKIP_REASON "no CUDA device: skipped"
@@ -136,6 +142,22 @@ static void token_record(int32_t s, int64_t position, size_t bytes, unsigned cha
     }
 }
 
+/* Every sample's token records (bytes each) in a device buffer of its own: samples[s]. */
+static void upload_token_records(const dcp_plan *plan, size_t bytes, void **samples)
+{
+    int32_t s;
+    for (s = 0; s < plan->num_samples; s++) {
+        size_t n = (size_t)plan->sample_lengths[s] * bytes;
+        unsigned char *host = (unsigned char *)malloc(n);
+        int64_t p;
+        for (p = 0; p < plan->sample_lengths[s]; p++)
+            token_record(s, p, bytes, host + (size_t)p * bytes);
+        CHECK_EQ(cudaMalloc(&samples[s], n), cudaSuccess);
+        CHECK_EQ(cudaMemcpy(samples[s], host, n, cudaMemcpyHostToDevice), cudaSuccess);
+        free(host);
+    }
+}
+
 /* Rank 0's buffer of microbatch k as packing its view of the token records gives it. */
 static void packed_view(const dcp_plan *plan, int32_t k, size_t bytes, unsigned char *want)
 {
@@ -223,17 +245,8 @@ static void reroute_to_itself(void)
     plan = plan_of_one(9, 48);
     if (!set || !plan) return;
     CHECK(plan->num_microbatches <= 64);
-    for (s = 0; s < plan->num_samples; s++) {
-        size_t n = (size_t)plan->sample_lengths[s] * bytes;
-        unsigned char *host = (unsigned char *)malloc(n);
-        int64_t p;
-        for (p = 0; p < plan->sample_lengths[s]; p++)
-            token_record(s, p, bytes, host + (size_t)p * bytes);
-        holders[s] = 0;
-        CHECK_EQ(cudaMalloc(&samples[s], n), cudaSuccess);
-        CHECK_EQ(cudaMemcpy(samples[s], host, n, cudaMemcpyHostToDevice), cudaSuccess);
-        free(host);
-    }
+    upload_token_records(plan, bytes, samples);
+    for (s = 0; s < plan->num_samples; s++) holders[s] = 0;
     for (k = 0; k < plan->num_microbatches; k++) {
         dcp_rank_group where;
         CHECK_EQ(dcp_plan_rank_group(plan, 0, k, &where, NULL), DCP_OK);
@@ -544,6 +557,318 @@ static void checking_macro_names_the_call(void)
     CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
 }
 
+/* ------------------------------------------------------------------ MTP roll (issue 20) */
+
+#define MTP_GPU_SEED 2021
+/* Element sizes of the roll: a loss mask byte, bf16, odd records, int32, int64 ids, ... */
+static const size_t mtp_gpu_sizes[] = {1, 2, 3, 4, 8, 12, 16};
+
+/* A pack's cu arrays on the device and its device layout. */
+typedef struct mtp_device_layout {
+    int32_t *cu, *cu_padded;
+    dcp_cuda_layout layout;
+} mtp_device_layout;
+
+static int mtp_device_layout_make(const mtp_pack *p, mtp_device_layout *d)
+{
+    const size_t bytes = (MTP_PACK_SEQUENCES + 1) * sizeof(int32_t);
+    memset(d, 0, sizeof *d);
+    return cudaMalloc((void **)&d->cu, bytes) == cudaSuccess &&
+           cudaMalloc((void **)&d->cu_padded, bytes) == cudaSuccess &&
+           cudaMemcpy(d->cu, p->cu, bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
+           cudaMemcpy(d->cu_padded, p->cu_padded, bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
+           dcp_cuda_layout_init(&p->thd, d->cu, d->cu_padded, &d->layout, NULL) == DCP_OK;
+}
+
+static void mtp_device_layout_free(mtp_device_layout *d) { cudaFree(d->cu), cudaFree(d->cu_padded); }
+
+/* The kernels against the CPU reference, the c ranks of a group on one device: every rank
+   gathers, the boundaries travel by cudaMemcpy in the exchange layout (half 0 from rank r + 1,
+   half 1 from rank r - 1), every rank shifts into a poisoned output. Pointers offset by one
+   byte too, so every word width down to one byte runs. */
+static void mtp_roll_kernels_match_reference(void)
+{
+    static const int32_t cps[] = {1, 2, 4, 8, 64};
+    size_t c, z;
+    int offset;
+    REQUIRE_GPU();
+    printf("  seed %d\n", MTP_GPU_SEED);
+    for (c = 0; c < sizeof cps / sizeof cps[0]; c++)
+        for (z = 0; z < sizeof mtp_gpu_sizes / sizeof mtp_gpu_sizes[0]; z++)
+            for (offset = 0; offset <= 1; offset++) {
+                const int32_t cp = cps[c];
+                mtp_pack p;
+                mtp_device_layout d;
+                unsigned char *in[MTP_PACK_MAX_CP], *out[MTP_PACK_MAX_CP];
+                unsigned char *sent[MTP_PACK_MAX_CP], *received[MTP_PACK_MAX_CP];
+                size_t bytes, side, half;
+                int32_t r;
+                CHECK(mtp_pack_make(&p, MTP_GPU_SEED, cp, (int32_t)z, mtp_gpu_sizes[z]));
+                CHECK(mtp_device_layout_make(&p, &d));
+                bytes = (size_t)p.local_rows * p.size;
+                side = DCP_MTP_ROLL_HALVES * MTP_PACK_SEQUENCES * p.size;
+                half = side / DCP_MTP_ROLL_HALVES;
+                for (r = 0; r < cp; r++) {
+                    unsigned char *block[4];
+                    int b;
+                    for (b = 0; b < 4; b++)
+                        CHECK_EQ(cudaMalloc((void **)&block[b], (b < 2 ? bytes : side) + 16),
+                                 cudaSuccess);
+                    in[r] = block[0] + offset, out[r] = block[1] + offset;
+                    sent[r] = block[2] + offset, received[r] = block[3] + offset;
+                    CHECK_EQ(cudaMemcpy(in[r], p.in[r], bytes, cudaMemcpyHostToDevice),
+                             cudaSuccess);
+                    CHECK_EQ(cudaMemset(out[r], 0x5A, bytes), cudaSuccess);
+                    CHECK_EQ(dcp_cuda_mtp_roll_gather(&d.layout, r, p.size, in[r], sent[r], NULL,
+                                                      NULL),
+                             DCP_OK);
+                }
+                for (r = 0; r < cp && cp > 1; r++) {
+                    if (r + 1 < cp)
+                        CHECK_EQ(cudaMemcpy(received[r], sent[r + 1], half,
+                                            cudaMemcpyDeviceToDevice),
+                                 cudaSuccess);
+                    if (r > 0)
+                        CHECK_EQ(cudaMemcpy(received[r] + half, sent[r - 1] + half, half,
+                                            cudaMemcpyDeviceToDevice),
+                                 cudaSuccess);
+                }
+                for (r = 0; r < cp; r++) {
+                    unsigned char *got = (unsigned char *)malloc(bytes + 1);
+                    CHECK_EQ(dcp_cuda_mtp_roll_shift(&d.layout, r, p.size, in[r], received[r],
+                                                     out[r], NULL, NULL),
+                             DCP_OK);
+                    CHECK_EQ(cudaMemcpy(got, out[r], bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+                    if (memcmp(got, p.expected[r], bytes) != 0) {
+                        printf("  cp %d, %zu-byte elements, offset %d: rank %d differs\n",
+                               (int)cp, p.size, offset, (int)r);
+                        CHECK(0);
+                    }
+                    free(got);
+                    cudaFree(in[r] - offset), cudaFree(out[r] - offset);
+                    cudaFree(sent[r] - offset), cudaFree(received[r] - offset);
+                }
+                mtp_device_layout_free(&d);
+                mtp_pack_free(&p);
+            }
+}
+
+/* dcp_nccl_mtp_roll on a pool of one: cp 1, the shift alone, no scratch. */
+static void mtp_roll_of_one(void)
+{
+    ncclComm_t pool;
+    dcp_nccl_set *set = NULL;
+    dcp_error error;
+    mtp_pack p;
+    mtp_device_layout d;
+    void *in = NULL, *out = NULL;
+    unsigned char *got;
+    size_t bytes, scratch = 1;
+    REQUIRE_GPU();
+    pool = pool_of_one();
+    CHECK_EQ(dcp_nccl_set_create(pool, NULL, &set, &error), DCP_OK);
+    if (!set) return;
+    CHECK(mtp_pack_make(&p, MTP_GPU_SEED + 1, 1, 0, 8));
+    CHECK(mtp_device_layout_make(&p, &d));
+    bytes = (size_t)p.local_rows * p.size;
+    CHECK_EQ(dcp_nccl_mtp_roll_scratch_size(&d.layout, p.size, &scratch, &error), DCP_OK);
+    CHECK_EQ(scratch, 0);
+    CHECK_EQ(cudaMalloc(&in, bytes), cudaSuccess);
+    CHECK_EQ(cudaMalloc(&out, bytes), cudaSuccess);
+    CHECK_EQ(cudaMemcpy(in, p.in[0], bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    CHECK_EQ(dcp_nccl_mtp_roll(set, NULL, &d.layout, p.size, in, out, NULL, 0, 0, &error),
+             DCP_OK);
+    CHECK_EQ(dcp_nccl_set_wait(set, 0, &error), DCP_OK);
+    got = (unsigned char *)malloc(bytes + 1);
+    CHECK_EQ(cudaMemcpy(got, out, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    CHECK(memcmp(got, p.expected[0], bytes) == 0);
+    free(got);
+    cudaFree(in), cudaFree(out);
+    mtp_device_layout_free(&d);
+    mtp_pack_free(&p);
+    CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
+    CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
+}
+
+/* Pipeline stages on one rank (every sample held and planned on rank 0: local copies): the
+   middle stage moves nothing and leaves every buffer as it was; the last stage moves labels
+   (int64) and the loss mask (float32), each equal to packing its view, and leaves the tokens'
+   and position ids' buffers as they were. */
+static void stage_fields_reroute_to_itself(void)
+{
+    static const size_t sizes[DCP_FIELD_COUNT] = {8, 8, 8, 4};
+    const unsigned char stale = 0xAB;
+    ncclComm_t pool;
+    dcp_nccl_set *set = NULL;
+    dcp_plan *plan;
+    dcp_reroute *list = NULL;
+    dcp_error error;
+    int32_t s, k, f, stage, holders[16];
+    void *samples[DCP_FIELD_COUNT][16], *micro[DCP_FIELD_COUNT][64];
+    int64_t rows[64];
+    REQUIRE_GPU();
+    pool = pool_of_one();
+    CHECK_EQ(dcp_nccl_set_create(pool, NULL, &set, &error), DCP_OK);
+    plan = plan_of_one(9, 48);
+    if (!set || !plan) return;
+    CHECK(plan->num_microbatches <= 64);
+    for (f = 0; f < DCP_FIELD_COUNT; f++) {
+        upload_token_records(plan, sizes[f], samples[f]);
+        for (k = 0; k < plan->num_microbatches; k++) {
+            dcp_rank_group where;
+            CHECK_EQ(dcp_plan_rank_group(plan, 0, k, &where, NULL), DCP_OK);
+            rows[k] = where.local_rows;
+            CHECK_EQ(cudaMalloc(&micro[f][k], (size_t)rows[k] * sizes[f] + 1), cudaSuccess);
+            CHECK_EQ(cudaMemset(micro[f][k], stale, (size_t)rows[k] * sizes[f]), cudaSuccess);
+        }
+    }
+    for (s = 0; s < plan->num_samples; s++) holders[s] = 0;
+    CHECK_EQ(dcp_reroute_create(plan, holders, 0, &list, &error), DCP_OK);
+    for (stage = 0; list && stage < 2; stage++) { /* the middle stage, then the last */
+        dcp_field_set fields;
+        dcp_nccl_reroute_buffers buffers;
+        memset(&fields, 0, sizeof fields);
+        fields.fields = dcp_stage_fields(0, stage == 1, 0);
+        memcpy(fields.element_size, sizes, sizeof sizes);
+        memset(&buffers, 0, sizeof buffers);
+        buffers.num_samples = plan->num_samples;
+        buffers.sample_rows = plan->sample_lengths;
+        buffers.num_microbatches = plan->num_microbatches;
+        buffers.microbatch_rows = rows;
+        buffers.fields = &fields;
+        for (f = 0; f < DCP_FIELD_COUNT; f++) {
+            buffers.field_sample_data[f] = (const void *const *)samples[f];
+            buffers.field_microbatch_data[f] = micro[f];
+        }
+        CHECK_EQ(dcp_nccl_reroute_execute(set, list, &buffers, 0, &error), DCP_OK);
+        CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        for (f = 0; f < DCP_FIELD_COUNT; f++)
+            for (k = 0; k < plan->num_microbatches; k++) {
+                size_t n = (size_t)rows[k] * sizes[f], i;
+                unsigned char *got = (unsigned char *)malloc(n + 1);
+                unsigned char *want = (unsigned char *)malloc(n + 1);
+                if (fields.fields & DCP_FIELD_BIT(f)) packed_view(plan, k, sizes[f], want);
+                else
+                    for (i = 0; i < n; i++) want[i] = stale;
+                CHECK_EQ(cudaMemcpy(got, micro[f][k], n, cudaMemcpyDeviceToHost), cudaSuccess);
+                CHECK(memcmp(got, want, n) == 0);
+                free(got), free(want);
+            }
+    }
+    for (f = 0; f < DCP_FIELD_COUNT; f++) {
+        for (s = 0; s < plan->num_samples; s++) cudaFree(samples[f][s]);
+        for (k = 0; k < plan->num_microbatches; k++) cudaFree(micro[f][k]);
+    }
+    dcp_reroute_destroy(list);
+    dcp_plan_destroy(plan);
+    CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
+    CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
+}
+
+/* Multi-rank mode (tests/multirank.sh): WORLD_SIZE processes, RANK this one, the NCCL id
+   through the file argv[1] (rank 0 writes it, the others wait). Every static CP size 2 ..
+   WORLD_SIZE in turn: the rank's group rolls its pack with dcp_nccl_mtp_roll and compares
+   with the CPU reference. Prints "mtp roll: rank R matches" and exits 0, else 1. */
+#define MTP_ID_WAIT_MS 120000
+#define MTP_ID_POLL_US 10000
+
+static int mtp_exchange_id(const char *path, int rank, ncclUniqueId *id)
+{
+    int waited_ms = 0;
+    if (rank == 0) {
+        char temporary[4096];
+        FILE *f;
+        snprintf(temporary, sizeof temporary, "%s.tmp", path);
+        f = fopen(temporary, "wb");
+        if (ncclGetUniqueId(id) != ncclSuccess || !f) return 0;
+        if (fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0) return 0;
+        return rename(temporary, path) == 0; /* readers never see a partial id */
+    }
+    while (waited_ms < MTP_ID_WAIT_MS) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            size_t got = fread(id, sizeof *id, 1, f);
+            fclose(f);
+            if (got == 1) return 1;
+        }
+        usleep(MTP_ID_POLL_US);
+        waited_ms += MTP_ID_POLL_US / 1000;
+    }
+    return 0;
+}
+
+static int mtp_roll_multirank(int rank, int ranks, const char *id_path)
+{
+    ncclUniqueId id;
+    ncclComm_t pool = NULL;
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_options options;
+    dcp_error error;
+    cudaStream_t stream;
+    int32_t cp, level = 0, failures = 0;
+    if (!gpu_available()) {
+        printf("%s\n", SKIP_REASON);
+        return 0;
+    }
+    if (!mtp_exchange_id(id_path, rank, &id) ||
+        ncclCommInitRank(&pool, ranks, id, rank) != ncclSuccess ||
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+        fprintf(stderr, "rank %d: NCCL or CUDA setup failed\n", rank);
+        return 1;
+    }
+    memset(&options, 0, sizeof options);
+    if (dcp_nccl_set_create(pool, &options, &set, &error) != DCP_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, error.message);
+        return 1;
+    }
+    for (cp = 2; cp <= set->max_cp; cp *= 2, level++) {
+        dcp_comm_scope scope;
+        dcp_nccl_binding binding;
+        mtp_pack p;
+        mtp_device_layout d;
+        const size_t size = mtp_gpu_sizes[level % (sizeof mtp_gpu_sizes / sizeof mtp_gpu_sizes[0])];
+        void *in = NULL, *out = NULL, *scratch = NULL;
+        unsigned char *got;
+        size_t bytes, scratch_bytes = 0;
+        int ok;
+        memset(&scope, 0, sizeof scope);
+        if (!mtp_pack_make(&p, MTP_GPU_SEED + 2, cp, rank / cp, size) ||
+            !mtp_device_layout_make(&p, &d)) {
+            fprintf(stderr, "rank %d: cp %d: pack or layout failed\n", rank, (int)cp);
+            return 1;
+        }
+        bytes = (size_t)p.local_rows * size;
+        ok = dcp_nccl_mtp_roll_scratch_size(&d.layout, size, &scratch_bytes, &error) == DCP_OK &&
+             cudaMalloc(&in, bytes) == cudaSuccess && cudaMalloc(&out, bytes) == cudaSuccess &&
+             cudaMalloc(&scratch, scratch_bytes) == cudaSuccess &&
+             cudaMemcpy(in, p.in[rank % cp], bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
+             cudaMemset(out, 0x5A, bytes) == cudaSuccess &&
+             dcp_nccl_override_begin(set, cp, &scope, &binding, &error) == DCP_OK &&
+             dcp_nccl_mtp_roll(set, &binding, &d.layout, size, in, out, scratch, scratch_bytes,
+                               stream, &error) == DCP_OK &&
+             dcp_nccl_set_wait(set, stream, &error) == DCP_OK &&
+             dcp_nccl_override_end(set, &scope, &error) == DCP_OK;
+        if (!ok) {
+            fprintf(stderr, "rank %d: cp %d: %s\n", rank, (int)cp, error.message);
+            return 1;
+        }
+        got = (unsigned char *)malloc(bytes + 1);
+        ok = cudaMemcpy(got, out, bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
+             memcmp(got, p.expected[rank % cp], bytes) == 0;
+        printf("rank %d: mtp roll cp %d, %zu-byte elements, %lld rows: %s\n", rank, (int)cp, size,
+               (long long)p.local_rows, ok ? "matches the CPU reference" : "DIFFERS");
+        failures += !ok;
+        free(got);
+        cudaFree(in), cudaFree(out), cudaFree(scratch);
+        mtp_device_layout_free(&d);
+        mtp_pack_free(&p);
+    }
+    if (dcp_nccl_set_destroy(set, &error) != DCP_OK || ncclCommDestroy(pool) != ncclSuccess)
+        failures++;
+    if (failures == 0) printf("mtp roll: rank %d matches\n", rank);
+    return failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -554,7 +879,14 @@ int main(int argc, char **argv)
         {"broadcast_plan_and_view", broadcast_plan_and_view},
         {"async_poll_and_abort", async_poll_and_abort},
         {"checking_macro_names_the_call", checking_macro_names_the_call},
+        {"mtp_roll_kernels_match_reference", mtp_roll_kernels_match_reference},
+        {"mtp_roll_of_one", mtp_roll_of_one},
+        {"stage_fields_reroute_to_itself", stage_fields_reroute_to_itself},
     };
+    const char *world = getenv("WORLD_SIZE");
+    if (world && atoi(world) > 1) /* tests/multirank.sh: one process of a multi-rank run */
+        return mtp_roll_multirank(getenv("RANK") ? atoi(getenv("RANK")) : 0, atoi(world),
+                                  argc > 1 ? argv[1] : "/tmp/dcp_mtp_nccl_id");
     if (!gpu_available()) printf("%s\n", SKIP_REASON);
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }

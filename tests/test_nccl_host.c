@@ -7,9 +7,12 @@
    dcp_ring_attention_forward / _backward (blocking and non-blocking communicators; the dK/dV
    hop overlapped), a peer that dies mid-step (the others return an error within
    the timeout), and a failure injected at every CUDA/NCCL call of a step (every rank returns,
-   its streams drain, a failed rank's set is aborted). After every clean run each send was
-   received and no protocol rule was broken. Built with ASan/UBSan by make test, and also as
-   C++, where it checks the RAII override guard with exceptions. */
+   its streams drain, a failed rank's set is aborted), the head-parallel all-to-all and the MTP
+   roll against their CPU references on 64 ranks (each also with a fault at every call), and
+   per-stage field reroutes whose bytes on the wire (counted by the transport) are exactly the
+   stage's. After every clean run each send was received and no protocol rule was broken.
+   Built with ASan/UBSan by make test, and also as C++, where it checks the RAII override
+   guard with exceptions. */
 #define _POSIX_C_SOURCE 200809L
 #include "fake_nccl/fake_runtime.c"
 
@@ -54,6 +57,7 @@ static void counted_free(void *ptr)
 #define DCP_NCCL_IMPLEMENTATION
 #include "../dcp_nccl.h"
 #include "test.h"
+#include "mtp_pack.h"
 
 #define HOST_SEED 16016
 /* Timeouts of the sets: long where nothing fails, short where a test waits for one. */
@@ -569,19 +573,22 @@ static void reroute_rank(rank_ctx *ctx)
     free(holders), free(samples), free(micro), free(rows);
 }
 
-static void reroute_64_ranks_equals_views(void)
+/* fn on 64 ranks with a host_plan of 150 samples drawn from seed as its test; a clean job. */
+#define PLAN_JOB_RANKS 64
+static void run_plan_job(int seed, rank_fn fn)
 {
-    enum { RANKS = 64 };
-    static rank_ctx ctx[RANKS];
-    dcp_plan *plan = host_plan(RANKS, 48, 150, HOST_SEED + 1);
-    printf("  seed %d\n", HOST_SEED + 1);
+    static rank_ctx ctx[PLAN_JOB_RANKS];
+    dcp_plan *plan = host_plan(PLAN_JOB_RANKS, 48, 150, (uint64_t)seed);
+    printf("  seed %d\n", seed);
     CHECK(plan != NULL);
     if (!plan) return;
-    CHECK_EQ(run_ranks(RANKS, 1, reroute_rank, plan, ctx), 0);
+    CHECK_EQ(run_ranks(PLAN_JOB_RANKS, 1, fn, plan, ctx), 0);
     CHECK(job_clean());
     fake_job_destroy();
     dcp_plan_destroy(plan);
 }
+
+static void reroute_64_ranks_equals_views(void) { run_plan_job(HOST_SEED + 1, reroute_rank); }
 
 /* ------------------------------------------------------- ring attention against the CPU ring */
 
@@ -1531,6 +1538,342 @@ static void a2a_fault_at_every_call(void)
     fake_job_destroy();
 }
 
+/* --------------------------------------------- MTP roll and pipeline-stage fields (issue 20) */
+
+/* The roll's kernels: the CPU contracts of dcp.h enqueued on the stream (what the real entry
+   points check at launch, checked here). */
+typedef struct roll_call {
+    dcp_thd_layout thd;
+    int32_t rank;
+    size_t size;
+    const void *in, *received;
+    void *out, *boundaries;
+} roll_call;
+
+static int roll_gather_run(void *arg)
+{
+    const roll_call *c = (const roll_call *)arg;
+    return dcp_mtp_roll_gather(&c->thd, c->rank, c->size, c->in, c->boundaries, NULL) != DCP_OK;
+}
+
+static int roll_shift_run(void *arg)
+{
+    const roll_call *c = (const roll_call *)arg;
+    return dcp_mtp_roll_shift(&c->thd, c->rank, c->size, c->in, c->received, c->out, NULL) !=
+           DCP_OK;
+}
+
+static dcp_status roll_enqueue(int (*run)(void *), const dcp_cuda_layout *layout, int32_t rank,
+                               size_t size, const void *in, const void *received, void *out,
+                               void *boundaries, void *stream, dcp_error *error)
+{
+    roll_call *c;
+    dcp_status status = dcp_thd_layout_validate(layout ? &layout->thd : NULL, NULL, error);
+    if (status != DCP_OK) return status;
+    if ((status = dcp_check_rank("rank", rank, layout->thd.cp, error)) != DCP_OK) return status;
+    if (size == 0) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "element_size 0");
+    c = (roll_call *)calloc(1, sizeof *c);
+    c->thd = layout->thd, c->rank = rank, c->size = size;
+    c->in = in, c->received = received, c->out = out, c->boundaries = boundaries;
+    if (fake_enqueue_host((cudaStream_t)stream, run, c) != cudaSuccess)
+        return dcp_error_set(error, DCP_ERROR_CUDA, "fake launch refused (NULL stream)");
+    return DCP_OK;
+}
+
+dcp_status dcp_cuda_mtp_roll_gather(const dcp_cuda_layout *layout, int32_t rank,
+                                    size_t element_size, const void *in, void *boundaries,
+                                    void *stream, dcp_error *error)
+{
+    return roll_enqueue(roll_gather_run, layout, rank, element_size, in, NULL, NULL, boundaries,
+                        stream, error);
+}
+
+dcp_status dcp_cuda_mtp_roll_shift(const dcp_cuda_layout *layout, int32_t rank,
+                                   size_t element_size, const void *in, const void *received,
+                                   void *out, void *stream, dcp_error *error)
+{
+    return roll_enqueue(roll_shift_run, layout, rank, element_size, in, received, out, NULL,
+                        stream, error);
+}
+
+#define ROLL_MAX_CP 64
+/* Element sizes the roll runs with, by log2(cp): ids, labels, a loss mask, odd records. */
+static const size_t roll_sizes[] = {8, 4, 1, 12, 2, 16, 8};
+
+/* Every rank rolls its buffer of every static CP size 1 .. 64 through dcp_nccl_mtp_roll (its
+   group's communicator from an evaluation override) and compares with the CPU reference of
+   its group, computed here from the same pack. */
+static void roll_rank(rank_ctx *ctx)
+{
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ROLL_MAX_CP, NULL);
+    dcp_nccl_set *set = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    int32_t cp, level = 0;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    for (cp = 1; set && cp <= ROLL_MAX_CP; cp *= 2, level++) {
+        dcp_comm_scope scope;
+        dcp_nccl_binding binding;
+        mtp_pack p;
+        dcp_cuda_layout layout;
+        size_t scratch_bytes = 0;
+        void *scratch = NULL, *in = NULL, *out = NULL;
+        const int32_t member = ctx->rank % cp;
+        size_t bytes;
+        memset(&scope, 0, sizeof scope);
+        RANK_CHECK(ctx, mtp_pack_make(&p, HOST_SEED + 20, cp, ctx->rank / cp, roll_sizes[level]));
+        layout.thd = p.thd; /* "device" arrays are host memory here */
+        layout.local_rows = p.local_rows, layout.max_seqlen_padded = p.max_seqlen_padded;
+        bytes = (size_t)p.local_rows * p.size;
+        RANK_CHECK(ctx, dcp_nccl_mtp_roll_scratch_size(&layout, p.size, &scratch_bytes,
+                                                       NULL) == DCP_OK);
+        RANK_CHECK(ctx, (scratch_bytes == 0) == (cp == 1));
+        cudaMalloc(&scratch, scratch_bytes);
+        cudaMalloc(&in, bytes);
+        cudaMalloc(&out, bytes); /* poisoned: an unwritten row shows */
+        memcpy(in, p.in[member], bytes);
+        RANK_CHECK(ctx, dcp_nccl_override_begin(set, cp, &scope, &binding, &err) == DCP_OK);
+        RANK_CHECK(ctx, binding.rank == member && binding.cp == cp);
+        RANK_CHECK(ctx, dcp_nccl_mtp_roll(set, &binding, &layout, p.size, in, out, scratch,
+                                          scratch_bytes, stream, &err) == DCP_OK);
+        RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
+        RANK_CHECK(ctx, memcmp(out, p.expected[member], bytes) == 0);
+        if (cp > 1) /* a scratch too small is refused before any traffic */
+            RANK_CHECK(ctx, dcp_nccl_mtp_roll(set, &binding, &layout, p.size, in, out, scratch,
+                                              scratch_bytes - 1, stream,
+                                              &err) == DCP_ERROR_INVALID_ARGUMENT);
+        RANK_CHECK(ctx, dcp_nccl_override_end(set, &scope, &err) == DCP_OK);
+        cudaFree(scratch), cudaFree(in), cudaFree(out);
+        mtp_pack_free(&p);
+    }
+    if (set) RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+}
+
+static void mtp_roll_64_ranks_equals_reference(void)
+{
+    enum { RANKS = 64 };
+    static rank_ctx ctx[RANKS];
+    printf("  seed %d\n", HOST_SEED + 20);
+    CHECK_EQ(run_ranks(RANKS, 1, roll_rank, NULL, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+
+/* A fault at every hooked call of a roll on one rank of a group of 8: that rank fails naming
+   the call and its library, its set is aborted, every rank returns within the timeout's bound
+   and every stream drains (no rank is left waiting for boundaries that never come). */
+#define ROLL_FAULT_RANKS 8
+typedef struct roll_fault_test {
+    int faulty_rank;
+    long fault_at;
+} roll_fault_test;
+
+static void roll_fault_rank(rank_ctx *ctx)
+{
+    const roll_fault_test *t = (const roll_fault_test *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ROLL_FAULT_RANKS, NULL);
+    dcp_nccl_set *set = NULL;
+    dcp_comm_scope scope;
+    dcp_nccl_binding binding;
+    dcp_cuda_layout layout;
+    cudaStream_t stream;
+    dcp_error err;
+    mtp_pack p;
+    void *in = NULL, *out = NULL, *scratch = NULL;
+    size_t scratch_bytes = 0, bytes;
+    double start;
+    int pool_aborted;
+    memset(&scope, 0, sizeof scope);
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, mtp_pack_make(&p, HOST_SEED + 22, ROLL_FAULT_RANKS, 0, sizeof(int64_t)));
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    set->timeout_ms = t->fault_at ? FAILURE_TIMEOUT_MS : CLEAN_TIMEOUT_MS;
+    layout.thd = p.thd, layout.local_rows = p.local_rows;
+    layout.max_seqlen_padded = p.max_seqlen_padded;
+    bytes = (size_t)p.local_rows * p.size;
+    (void)dcp_nccl_mtp_roll_scratch_size(&layout, p.size, &scratch_bytes, NULL);
+    cudaMalloc(&in, bytes), cudaMalloc(&out, bytes), cudaMalloc(&scratch, scratch_bytes);
+    memcpy(in, p.in[ctx->rank], bytes);
+    RANK_CHECK(ctx, dcp_nccl_override_begin(set, ROLL_FAULT_RANKS, &scope, &binding, &err) ==
+                        DCP_OK);
+    fake_fault_arm(ctx->rank == t->faulty_rank ? t->fault_at : 0);
+    start = fake_now_ms();
+    ctx->status = dcp_nccl_mtp_roll(set, &binding, &layout, p.size, in, out, scratch,
+                                    scratch_bytes, stream, &err);
+    if (ctx->status == DCP_OK) ctx->status = dcp_nccl_set_wait(set, stream, &err);
+    ctx->elapsed_ms = fake_now_ms() - start;
+    ctx->calls = fake_fault_count();
+    fake_fault_arm(0);
+    (void)dcp_nccl_override_end(set, &scope, NULL);
+    if (ctx->status != DCP_OK) {
+        snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
+        RANK_CHECK(ctx, set->aborted == 1);
+    } else if (t->fault_at == 0)
+        RANK_CHECK(ctx, memcmp(out, p.expected[ctx->rank], bytes) == 0);
+    RANK_CHECK(ctx, stream_drains(stream));
+    RANK_CHECK(ctx, ctx->elapsed_ms < 4 * FAILURE_TIMEOUT_MS + TIMEOUT_SLACK_MS);
+    pool_aborted = set->pool == NULL;
+    (void)dcp_nccl_set_destroy(set, NULL);
+    pool_destroy(ctx, pool_aborted);
+    cudaStreamDestroy(stream);
+    cudaFree(in), cudaFree(out), cudaFree(scratch);
+    mtp_pack_free(&p);
+}
+
+static void mtp_roll_fault_at_every_call(void)
+{
+    static rank_ctx ctx[ROLL_FAULT_RANKS];
+    roll_fault_test t;
+    long calls, at;
+    int r;
+    t.faulty_rank = ROLL_FAULT_RANKS / 2, t.fault_at = 0;
+    printf("  seed %d\n", HOST_SEED + 22);
+    CHECK_EQ(run_ranks(ROLL_FAULT_RANKS, 1, roll_fault_rank, &t, ctx), 0); /* counting run */
+    for (r = 0; r < ROLL_FAULT_RANKS; r++) CHECK_EQ(ctx[r].status, DCP_OK);
+    CHECK(job_clean());
+    fake_job_destroy();
+    calls = ctx[t.faulty_rank].calls;
+    CHECK(calls >= 4); /* group start, sends, receives, group end */
+    printf("  %ld hooked calls on rank %d, a fault at each\n", calls, t.faulty_rank);
+    for (at = 1; at <= calls; at++) {
+        t.fault_at = at;
+        CHECK_EQ(run_ranks(ROLL_FAULT_RANKS, 1, roll_fault_rank, &t, ctx), 0);
+        CHECK_EQ(ctx[t.faulty_rank].status, DCP_ERROR_NCCL);
+        CHECK_CONTAINS(ctx[t.faulty_rank].message, "from nccl");
+        fake_job_destroy();
+        if (test_current_failures) {
+            printf("  fault at call %ld: %s\n", at, ctx[t.faulty_rank].message);
+            break;
+        }
+    }
+}
+
+/* Pipeline stages: each stage's reroute moves exactly its fields, counted on the wire. */
+#define STAGES 4 /* first, middle, last, last with MTP */
+static const size_t stage_element_sizes[DCP_FIELD_COUNT] = {8, 8, 8, 4};
+
+static unsigned char field_byte(int32_t field, int32_t sample, int64_t position, size_t b)
+{
+    return (unsigned char)(field * 61 + sample * 7 + position * 13 + (int64_t)b * 3 + 1);
+}
+
+static dcp_field_set stage_field_set(int32_t stage)
+{
+    dcp_field_set set;
+    memset(&set, 0, sizeof set);
+    set.fields = dcp_stage_fields(stage == 0, stage >= 2, stage == 3);
+    memcpy(set.element_size, stage_element_sizes, sizeof set.element_size);
+    return set;
+}
+
+/* Whole-sample buffers of every field for samples [0, S), as host memory ("device" here). */
+static unsigned char **field_samples(const dcp_plan *plan, int32_t field)
+{
+    unsigned char **data = (unsigned char **)calloc((size_t)plan->num_samples, sizeof *data);
+    int32_t s;
+    for (s = 0; s < plan->num_samples; s++) {
+        size_t e = stage_element_sizes[field], b;
+        int64_t p;
+        data[s] = (unsigned char *)malloc((size_t)plan->sample_lengths[s] * e + 1);
+        for (p = 0; p < plan->sample_lengths[s]; p++)
+            for (b = 0; b < e; b++) data[s][(size_t)p * e + b] = field_byte(field, s, p, b);
+    }
+    return data;
+}
+
+static void stage_rank(rank_ctx *ctx)
+{
+    const dcp_plan *plan = (const dcp_plan *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
+    dcp_nccl_set *set = NULL;
+    dcp_reroute *moves = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    const int32_t S = plan->num_samples, K = plan->num_microbatches;
+    int32_t *holders = (int32_t *)malloc((size_t)S * sizeof(int32_t)), s, k, f, stage;
+    unsigned char **whole[DCP_FIELD_COUNT], **micro[DCP_FIELD_COUNT];
+    int64_t *rows = (int64_t *)calloc((size_t)K, sizeof(int64_t));
+    o.plan_config = &plan->config;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    for (s = 0; s < S; s++) holders[s] = (s * 5 + 3) % ctx->ranks;
+    for (k = 0; k < K; k++) {
+        dcp_rank_group where;
+        RANK_CHECK(ctx, dcp_plan_rank_group(plan, ctx->rank, k, &where, NULL) == DCP_OK);
+        rows[k] = where.local_rows;
+    }
+    for (f = 0; f < DCP_FIELD_COUNT; f++) {
+        whole[f] = field_samples(plan, f);
+        micro[f] = (unsigned char **)calloc((size_t)K, sizeof(unsigned char *));
+    }
+    RANK_CHECK(ctx, dcp_reroute_create(plan, holders, ctx->rank, &moves, &err) == DCP_OK);
+    for (stage = 0; set && moves && stage < STAGES; stage++) {
+        dcp_field_set fields = stage_field_set(stage);
+        dcp_nccl_reroute_buffers buffers;
+        dcp_reroute_bytes want;
+        unsigned long long sent0, received0, sent1, received1;
+        memset(&buffers, 0, sizeof buffers);
+        buffers.num_samples = S, buffers.sample_rows = plan->sample_lengths;
+        buffers.num_microbatches = K, buffers.microbatch_rows = rows;
+        buffers.fields = &fields;
+        for (f = 0; f < DCP_FIELD_COUNT; f++) { /* only the stage's fields get buffers */
+            if (!(fields.fields & DCP_FIELD_BIT(f))) continue;
+            for (k = 0; k < K; k++)
+                cudaMalloc((void **)&micro[f][k], (size_t)rows[k] * stage_element_sizes[f]);
+            buffers.field_sample_data[f] = (const void *const *)whole[f];
+            buffers.field_microbatch_data[f] = (void *const *)micro[f];
+        }
+        RANK_CHECK(ctx, dcp_reroute_field_bytes(moves, &fields, &want, NULL) == DCP_OK);
+        fake_traffic(ctx->pool, &sent0, &received0);
+        RANK_CHECK(ctx, dcp_nccl_reroute_execute(set, moves, &buffers, stream, &err) == DCP_OK);
+        RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
+        fake_traffic(ctx->pool, &sent1, &received1);
+        RANK_CHECK(ctx, sent1 - sent0 == want.send && received1 - received0 == want.recv);
+        if (stage == 1) RANK_CHECK(ctx, want.send + want.recv + want.copy == 0);
+        for (k = 0; k < K; k++) { /* each field's buffers hold the view's pack of that field */
+            dcp_rank_view *view = NULL;
+            unsigned char *expect[DCP_FIELD_COUNT] = {NULL, NULL, NULL, NULL};
+            if (dcp_rank_view_create(plan, ctx->rank, k, &view, NULL) != DCP_OK) {
+                ctx->failures++;
+                continue;
+            }
+            for (f = 0; f < DCP_FIELD_COUNT; f++)
+                if (fields.fields & DCP_FIELD_BIT(f))
+                    expect[f] = (unsigned char *)malloc((size_t)rows[k] * stage_element_sizes[f] + 1);
+            RANK_CHECK(ctx, dcp_rank_view_pack_fields(view, &fields,
+                                                      (const void *const *const *)whole,
+                                                      (void *const *)expect, NULL) == DCP_OK);
+            for (f = 0; f < DCP_FIELD_COUNT; f++) {
+                if (!expect[f]) continue;
+                RANK_CHECK(ctx, memcmp(expect[f], micro[f][k],
+                                       (size_t)rows[k] * stage_element_sizes[f]) == 0);
+                free(expect[f]);
+                cudaFree(micro[f][k]);
+                micro[f][k] = NULL;
+            }
+            dcp_rank_view_destroy(view);
+        }
+    }
+    if (set) RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+    for (f = 0; f < DCP_FIELD_COUNT; f++) {
+        for (s = 0; s < S; s++) free(whole[f][s]);
+        free(whole[f]), free(micro[f]);
+    }
+    dcp_reroute_destroy(moves);
+    free(holders), free(rows);
+}
+
+static void stage_fields_64_ranks_move_only_their_bytes(void)
+{
+    run_plan_job(HOST_SEED + 21, stage_rank);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -1549,6 +1892,10 @@ int main(int argc, char **argv)
         {"a2a_64_ranks_equals_cpu_reference", a2a_64_ranks_equals_cpu_reference},
         {"a2a_cp1_is_a_no_op", a2a_cp1_is_a_no_op},
         {"a2a_fault_at_every_call", a2a_fault_at_every_call},
+        {"mtp_roll_64_ranks_equals_reference", mtp_roll_64_ranks_equals_reference},
+        {"stage_fields_64_ranks_move_only_their_bytes",
+         stage_fields_64_ranks_move_only_their_bytes},
+        {"mtp_roll_fault_at_every_call", mtp_roll_fault_at_every_call},
 #ifdef __cplusplus
         {"cxx_guard_is_raii", cxx_guard_is_raii},
 #endif

@@ -109,6 +109,7 @@ struct fake_comm {
     int pending_polls;
     ncclResult_t async_error;
     unsigned long collectives, splits;
+    unsigned long long sent_bytes, received_bytes; /* point-to-point payload that ran */
 };
 
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -225,6 +226,13 @@ static void fake_job_destroy(void)
         }
         free(g->mailbox_head), free(g->mailbox_tail), free(g);
     }
+}
+
+/* Bytes of point-to-point payload comm's sends and receives have moved so far (the bytes on
+   the wire of a simulated rank); only the owning rank's thread changes them. */
+static void fake_traffic(ncclComm_t comm, unsigned long long *sent, unsigned long long *received)
+{
+    *sent = comm->sent_bytes, *received = comm->received_bytes;
 }
 
 /* Kernel stand-ins: fn(arg) runs when the stream reaches it; arg is freed after. */
@@ -381,6 +389,7 @@ static int fake_run(cudaStream_t stream, fake_op *op)
         const int box = op->comm->rank * g->size + op->peer;
         m->next = NULL, m->bytes = op->bytes;
         memcpy(m->data, op->source, op->bytes);
+        op->comm->sent_bytes += op->bytes;
         pthread_mutex_lock(&fake_lock);
         if (g->mailbox_tail[box]) g->mailbox_tail[box]->next = m;
         else g->mailbox_head[box] = m;
@@ -402,6 +411,7 @@ static int fake_run(cudaStream_t stream, fake_op *op)
         pthread_mutex_unlock(&fake_lock);
         if (!m) return 0;
         mismatch = m->bytes != op->bytes;
+        op->comm->received_bytes += m->bytes;
         memcpy(op->destination, m->data, m->bytes < op->bytes ? m->bytes : op->bytes);
         free(m);
         if (mismatch) fake_violation("a receive's byte count differs from its send's");
