@@ -33,6 +33,8 @@ NCCL_SKIP_REASON := $(if $(HAVE_NVCC),nccl.h not found in $(CUDA_HOME)/include (
 
 CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_comm test_costs \
              test_helpers test_tolerance
+# cost calibration: the fit and the calibration benches' host side (bench/*.h)
+CPU_TESTS += test_calibrate
 CPU_HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx $(BUILD)/header-no-reference
 GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels $(BUILD)/test_cuda_attention
 # Shell tests run by `make test` after the programs: the CLI, the README quick start, the
@@ -51,6 +53,8 @@ PYTHON_LIBS := $(BUILD)/libdcp.so $(BUILD)/dcp-struct-layout
 
 CPU_BUILDS := $(BUILD)/dcp-plan $(BUILD)/plan_bench $(BUILD)/loader $(PYTHON_LIBS)
 CUDA_BUILDS := $(BUILD)/kernels_bench $(BUILD)/attention_bench $(BUILD)/libdcp_cuda.so
+# the cost-calibration benches (rules at the end)
+CUDA_BUILDS += $(BUILD)/calibrate $(BUILD)/plan_vs_exec
 NCCL_BUILDS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o $(BUILD)/ring_attention_nccl
 
 TEST_PROGRAMS := $(CPU_PROGRAMS) $(if $(HAVE_NVCC),$(CUDA_PROGRAMS)) \
@@ -236,3 +240,16 @@ $(BUILD)/test_nccl_host-san: tests/test_nccl_host.c tests/test.h dcp.h dcp_nccl.
 .PHONY: test-multirank
 test-multirank: $(BUILD)/ring_attention_nccl
 	sh tests/multirank.sh $(BUILD)/ring_attention_nccl
+
+# ---- cost calibration (bench/calibrate, bench/plan_vs_exec; see README "Calibrating the cost
+# model") ------------------------------------------------------------------------------------
+# The host side both GPU benches share, tested by test_calibrate without a GPU.
+CALIBRATE_HOST := bench/calibrate_grid.h bench/plan_exec.h
+$(BUILD)/test_calibrate $(BUILD)/test_calibrate-san: $(CALIBRATE_HOST)
+# cuBLAS times the linear layers' stand-in GEMMs where the toolkit has it; without it the
+# benches take the per-token time of the linear layers from --linear-seconds-per-token.
+HAVE_CUBLAS := $(if $(HAVE_NVCC),$(if $(wildcard $(CUDA_HOME)/include/cublas_v2.h),yes,),)
+CUBLAS_FLAGS := $(if $(HAVE_CUBLAS),-DBENCH_HAVE_CUBLAS=1 -lcublas,)
+$(BUILD)/calibrate $(BUILD)/plan_vs_exec: $(BUILD)/%: bench/%.cu bench/layer_timer.h \
+        bench/bench_util.h $(CALIBRATE_HOST) dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@ $(CUBLAS_FLAGS)
