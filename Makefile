@@ -40,6 +40,8 @@ GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels $(BUILD)/test_cuda_at
 # Shell tests run by `make test` after the programs: the CLI, the README quick start, the
 # loader example.
 SCRIPT_TESTS := tests/test_cli.sh tests/test_readme.sh tests/test_loader.sh tests/test_python.sh
+# bench/plan_vs_exec's host path without a GPU (--dry-run); skipped where nvcc is missing
+SCRIPT_TESTS += tests/test_calibrate_benches.sh
 # dcp_nccl.h over the host transport (tests/fake_nccl): needs neither a GPU nor NCCL.
 FAKE_NCCL := tests/fake_nccl/nccl.h tests/fake_nccl/cuda_runtime.h tests/fake_nccl/fake_runtime.c
 NCCL_HOST_TESTS := $(BUILD)/test_nccl_host $(BUILD)/test_nccl_host-san $(BUILD)/test_nccl_host-cxx

@@ -2246,7 +2246,10 @@ static dcp_status dcp__fit_scales(dcp__fit_system *s, dcp_error *error)
     for (i = 0; i < s->count; i++) {
         double row[DCP__COST_TERMS];
         dcp__fit_row(s, i, row);
-        for (j = 0; j < s->term_count; j++) sum[j] += (row[j] / column_max[j]) * (row[j] / column_max[j]);
+        for (j = 0; j < s->term_count; j++) {
+            double scaled = row[j] / column_max[j];
+            sum[j] += scaled * scaled;
+        }
     }
     for (j = 0; j < s->term_count; j++) s->column_scale[j] = column_max[j] * sqrt(sum[j]);
     return DCP_OK;
@@ -2399,7 +2402,8 @@ static dcp_status dcp__fit_finish(const dcp__fit_system *s, const double coeffs[
     double squares = 0.0, relative_squares = 0.0;
     int32_t i, j;
     for (j = 0; j < DCP__COST_TERMS; j++) {
-        if (coeffs[j] != 0.0 && !(coeffs[j] >= DCP_MIN_COST_COEFF && coeffs[j] <= DCP_MAX_COST_COEFF))
+        if (coeffs[j] != 0.0 &&
+            !(coeffs[j] >= DCP_MIN_COST_COEFF && coeffs[j] <= DCP_MAX_COST_COEFF))
             return dcp_error_set(error, DCP_ERROR_OVERFLOW,
                                  "fitted %s = %g is outside the planner's range: 0 or [%g, %g] "
                                  "(are the units and the seconds on one scale?)",

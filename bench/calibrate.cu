@@ -8,6 +8,7 @@
    own accounting), the fit from dcp_cost_fit_measurements (relative residuals). Then the
    residuals per measurement, per document length and per CP size: a term the model lacks
    (a per-document launch cost, tile quantisation of short documents) shows as a trend there.
+   Last, a held-out lognormal pack the fit never saw, at cp 1 and 4, model against measurement.
 
    Usage: build/calibrate [layer options] [--max-tokens N]
    --max-tokens caps the grid's largest group (default 131072) for smaller GPUs.
@@ -21,6 +22,12 @@
 #include <math.h>
 
 #define MAX_BUCKETS 32
+/* The held-out check: a lognormal pack (attention_bench's mix) the fit never saw, at cp 1 and
+   HELD_OUT_CP, priced by the fitted model. */
+#define HELD_OUT_TOKENS 65536
+#define HELD_OUT_CP 4
+#define HELD_OUT_SEED 1
+static const dcp_lognormal held_out_mix = {4096.0, 1.1, 128, 16384};
 
 typedef struct calibrate_row {
     calibrate_point point;
@@ -44,6 +51,47 @@ static void measure_point(layer_timer *t, const calibrate_point *p, calibrate_ro
     row->attention_seconds = layer_timer_attention_seconds(t, lengths, padded, p->documents, p->cp);
     row->linear_seconds = p->cp * layer_timer_linear_seconds(t, stored / p->cp);
     row->m.seconds = row->attention_seconds + row->linear_seconds;
+}
+
+/* Lengths of the held-out pack: lognormal draws until HELD_OUT_TOKENS (the last one cut). */
+static int32_t held_out_lengths(int64_t *lengths)
+{
+    int64_t draws[CALIBRATE_MAX_DOCUMENTS], total = 0;
+    int32_t n = 0;
+    BENCH_DCP(dcp_lengths_lognormal(&held_out_mix, HELD_OUT_SEED, draws, CALIBRATE_MAX_DOCUMENTS,
+                                    &bench_error_));
+    for (; n < CALIBRATE_MAX_DOCUMENTS && total < HELD_OUT_TOKENS; n++) {
+        lengths[n] = draws[n] < HELD_OUT_TOKENS - total ? draws[n] : HELD_OUT_TOKENS - total;
+        total += lengths[n];
+    }
+    return n;
+}
+
+/* Measures the held-out pack at cp 1 and HELD_OUT_CP and prints model against measurement. */
+static void print_held_out(layer_timer *t, const dcp_cost_model *cost)
+{
+    int64_t lengths[CALIBRATE_MAX_DOCUMENTS], padded[CALIBRATE_MAX_DOCUMENTS];
+    const int32_t sizes[2] = {1, HELD_OUT_CP}, n = held_out_lengths(lengths);
+    dcp_config config = calibrate_config();
+    int32_t s, i;
+    printf("\nheld out (not fitted): lognormal pack of %d tokens, %d documents\n",
+           HELD_OUT_TOKENS, (int)n);
+    for (s = 0; s < 2; s++) {
+        const int32_t cp = sizes[s];
+        dcp_cost_measurement m;
+        int64_t stored = 0;
+        for (i = 0; i < n; i++) {
+            BENCH_DCP(dcp_padded_length(&config, lengths[i], cp, &padded[i], &bench_error_));
+            stored += padded[i];
+        }
+        BENCH_DCP(dcp_cost_group_terms(&config, lengths, n, cp, &m, &bench_error_));
+        m.attn_units *= cp, m.linear_units *= cp, m.ring_steps *= cp;
+        m.seconds = layer_timer_attention_seconds(t, lengths, padded, n, cp) +
+                    cp * layer_timer_linear_seconds(t, stored / cp);
+        printf("  cp %d: measured %.3f ms, model %.3f ms, residual %+.2f%%\n", (int)cp,
+               m.seconds * 1e3, dcp_cost_measurement_seconds(cost, &m) * 1e3,
+               100.0 * (dcp_cost_measurement_seconds(cost, &m) / m.seconds - 1.0));
+    }
 }
 
 static double relative_residual(const dcp_cost_model *cost, const dcp_cost_measurement *m)
@@ -161,7 +209,6 @@ int main(int argc, char **argv)
         measure_point(&timer, &points[i], &rows[i]);
         measurements[i] = rows[i].m;
     }
-    layer_timer_destroy(&timer);
     if (dcp_cost_fit_measurements(measurements, n, NULL, &fit, &error) != DCP_OK) {
         fprintf(stderr, "fit: %s\n", error.message);
         return 1;
@@ -169,6 +216,10 @@ int main(int argc, char **argv)
     print_rows(rows, n, &fit.cost);
     print_buckets("doc", rows, n, &fit.cost, 0);
     print_buckets("cp", rows, n, &fit.cost, 1);
+    /* padding at cp 4 adds under 2 cp rows a document */
+    if (max_tokens >= HELD_OUT_TOKENS + 2 * HELD_OUT_CP * CALIBRATE_MAX_DOCUMENTS)
+        print_held_out(&timer, &fit.cost);
+    layer_timer_destroy(&timer);
     print_result(&fit);
     return 0;
 }

@@ -164,7 +164,8 @@ __global__ void layer_fill_kernel(uint16_t *data, size_t count, uint32_t seed, i
         uint32_t h = (uint32_t)i * 2654435761u ^ seed;
         h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
         float x = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
-        data[i] = fp16 ? __half_as_ushort(__float2half(x)) : __bfloat16_as_ushort(__float2bfloat16(x));
+        data[i] = fp16 ? __half_as_ushort(__float2half(x))
+                       : __bfloat16_as_ushort(__float2bfloat16(x));
     }
 }
 
@@ -245,7 +246,8 @@ static void layer_timer_init(layer_timer *t, const layer_shape *shape, int64_t c
         fprintf(stderr, "out of host memory\n");
         exit(1);
     }
-    t->weight_in[0] = shape->hidden, t->weight_out[0] = (shape->heads + 2 * shape->kv_heads) * shape->head_dim;
+    t->weight_in[0] = shape->hidden;
+    t->weight_out[0] = (shape->heads + 2 * shape->kv_heads) * shape->head_dim;
     t->weight_in[1] = shape->heads * shape->head_dim, t->weight_out[1] = shape->hidden;
     t->weight_in[2] = shape->hidden, t->weight_out[2] = shape->ffn;
     t->weight_in[3] = shape->ffn, t->weight_out[3] = shape->hidden;

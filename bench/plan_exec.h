@@ -66,7 +66,8 @@ static dcp_status plan_exec_account(const dcp_plan *plan, const double *group_se
     }
     times->step_seconds = 0.0;
     for (r = 0; r < plan->config.ranks; r++)
-        if (times->rank_finish[r] > times->step_seconds) times->step_seconds = times->rank_finish[r];
+        if (times->rank_finish[r] > times->step_seconds)
+            times->step_seconds = times->rank_finish[r];
     return dcp_error_clear(error);
 }
 

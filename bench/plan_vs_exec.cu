@@ -13,9 +13,12 @@
 
    Usage: build/plan_vs_exec [layer options] [--attn-coeff A --linear-coeff B
             --ring-step-cost G] [--sync-ranks E] [--workload NAME] [--max-rows N] [--verbose]
+            [--dry-run]
    --sync-ranks: the plans' E (default 1: a dense model's DAG; 0: the whole pool). --max-rows
    skips workloads whose widest group stores more rows (default 262144, about 22 GB at the
-   default layer). Prints "no CUDA device: skipped" and exits 0 without a GPU. */
+   default layer). Prints "no CUDA device: skipped" and exits 0 without a GPU. --dry-run runs
+   the host path without one: the model's durations stand in for the measured ones
+   (tests/test_calibrate_benches.sh). */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 #include "bench_util.h"
@@ -120,6 +123,27 @@ static void execute_plan(layer_timer *t, linear_cache *cache, const dcp_plan *pl
     free(padded);
 }
 
+/* --dry-run's stand-in for execute_plan: the model's per-rank duration of every group, from
+   dcp_cost_group_terms (not from the schedule), so the whole host path runs without a GPU and
+   must report no error. */
+static void model_durations(const dcp_plan *plan, double *group_seconds)
+{
+    int64_t *lengths = (int64_t *)malloc((size_t)plan->num_samples * sizeof *lengths);
+    int32_t g;
+    if (!lengths) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    for (g = 0; g < plan->num_groups; g++) {
+        dcp_cost_measurement terms;
+        plan_exec_group_lengths(plan, g, lengths);
+        BENCH_DCP(dcp_cost_group_terms(&plan->config, lengths, plan->groups[g].sample_count,
+                                       plan->groups[g].cp, &terms, &bench_error_));
+        group_seconds[g] = dcp_cost_measurement_seconds(&plan->config.cost, &terms);
+    }
+    free(lengths);
+}
+
 /* Predicted and measured times of one plan. */
 typedef struct exec_result {
     double predicted, measured;
@@ -186,7 +210,8 @@ static void print_details(const dcp_plan *plan, const exec_arrays *a)
                a->times[1].rank_finish[r] * 1e3);
     printf("    microbatch  slowest group: predicted ms  measured ms\n");
     for (k = 0; k < plan->num_microbatches; k++)
-        printf("    %10d  %27.3f  %11.3f\n", (int)k, a->slowest[0][k] * 1e3, a->slowest[1][k] * 1e3);
+        printf("    %10d  %27.3f  %11.3f\n", (int)k, a->slowest[0][k] * 1e3,
+               a->slowest[1][k] * 1e3);
 }
 
 static exec_result run_plan(layer_timer *t, linear_cache *cache, const dcp_plan *plan, int verbose)
@@ -197,7 +222,8 @@ static exec_result run_plan(layer_timer *t, linear_cache *cache, const dcp_plan 
     arrays_init(&a, plan);
     BENCH_DCP(dcp_plan_schedule(plan, NULL, a.start, a.end, &bench_error_));
     for (g = 0; g < plan->num_groups; g++) a.predicted_seconds[g] = a.end[g] - a.start[g];
-    execute_plan(t, cache, plan, a.measured_seconds);
+    if (t) execute_plan(t, cache, plan, a.measured_seconds);
+    else model_durations(plan, a.measured_seconds);
     BENCH_DCP(plan_exec_account(plan, a.predicted_seconds, &a.times[0], &bench_error_));
     BENCH_DCP(plan_exec_account(plan, a.measured_seconds, &a.times[1], &bench_error_));
     for (s = 0; s < 2; s++)
@@ -237,7 +263,7 @@ typedef struct exec_options {
     dcp_cost_model cost;
     int32_t sync_ranks, max_rows;
     const char *only;
-    int verbose, calibrated;
+    int verbose, calibrated, dry_run;
 } exec_options;
 
 static void run_workload(layer_timer *t, linear_cache *cache, const exec_workload *w,
@@ -287,7 +313,9 @@ static int usage(const char *program)
             "  --workload NAME       only this workload\n"
             "  --max-rows N          skip workloads whose widest group stores more rows\n"
             "                        (default %d)\n"
-            "  --verbose             per-rank and per-microbatch tables\n",
+            "  --verbose             per-rank and per-microbatch tables\n"
+            "  --dry-run             no GPU: the model's durations stand in for measured ones\n"
+            "                        (the host path end to end; every error must be 0)\n",
             program, layer_usage, DEFAULT_MAX_ROWS);
     return 2;
 }
@@ -303,6 +331,24 @@ static int parse_cost(const char *flag, const char *text, double *value)
     return 1;
 }
 
+/* The cost model as the planner takes it, and a known workload name: refused before the GPU
+   is touched. */
+static int check_options(const exec_options *o)
+{
+    dcp_config config = dcp_config_init(), resolved;
+    dcp_error error;
+    size_t w;
+    config.ranks = 1, config.max_tokens_per_rank = 1, config.cost = o->cost;
+    if (dcp_config_resolve(&config, &resolved, &error) != DCP_OK) {
+        fprintf(stderr, "%s\n", error.message);
+        return 0;
+    }
+    for (w = 0; o->only && w < sizeof workloads / sizeof workloads[0]; w++)
+        if (!strcmp(o->only, workloads[w].name)) return 1;
+    if (o->only) fprintf(stderr, "--workload %s: no such workload\n", o->only);
+    return !o->only;
+}
+
 static int parse_options(int argc, char **argv, exec_options *o)
 {
     int a;
@@ -316,17 +362,20 @@ static int parse_options(int argc, char **argv, exec_options *o)
             if (taken < 0) return 0;
             continue;
         }
-        if (!strcmp(flag, "--verbose")) {
-            o->verbose = 1;
+        if (!strcmp(flag, "--verbose") || !strcmp(flag, "--dry-run")) {
+            *(flag[2] == 'v' ? &o->verbose : &o->dry_run) = 1;
             continue;
         }
         if (!value) return 0;
         a++;
         if (!strcmp(flag, "--attn-coeff")) ok = parse_cost(flag, value, &o->cost.attn_coeff);
-        else if (!strcmp(flag, "--linear-coeff")) ok = parse_cost(flag, value, &o->cost.linear_coeff);
+        else if (!strcmp(flag, "--linear-coeff"))
+            ok = parse_cost(flag, value, &o->cost.linear_coeff);
         else if (!strcmp(flag, "--ring-step-cost"))
             ok = parse_cost(flag, value, &o->cost.ring_step_cost);
-        else if (!strcmp(flag, "--sync-ranks")) o->sync_ranks = (int32_t)atoi(value);
+        else if (!strcmp(flag, "--sync-ranks"))
+            ok = !strcmp(value, "0") ? (o->sync_ranks = 0, 1)
+                                     : layer_parse_int(flag, value, &o->sync_ranks);
         else if (!strcmp(flag, "--workload")) o->only = value;
         else if (!strcmp(flag, "--max-rows")) ok = layer_parse_int(flag, value, &o->max_rows);
         else return 0;
@@ -335,7 +384,7 @@ static int parse_options(int argc, char **argv, exec_options *o)
             !strncmp(flag, "--ring", 6))
             o->calibrated = 1;
     }
-    return layer_shape_resolve(&o->shape);
+    return layer_shape_resolve(&o->shape) && check_options(o);
 }
 
 /* The widest group a workload's plans can hold: max_cp x M rows. */
@@ -356,15 +405,20 @@ int main(int argc, char **argv)
     size_t w;
     int devices = 0;
     if (!parse_options(argc, argv, &o)) return usage(argv[0]);
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    if (!o.dry_run && (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)) {
         printf("no CUDA device: skipped\n");
         return 0;
     }
-    bench_device_line();
-    layer_shape_print(&o.shape);
+    if (!o.calibrated) {
+        o.cost.attn_coeff = DCP_DEFAULT_ATTN_COEFF;
+        o.cost.linear_coeff = DCP_DEFAULT_LINEAR_COEFF;
+        o.cost.ring_step_cost = DCP_DEFAULT_RING_STEP_COST;
+    }
+    if (o.dry_run) printf("dry run: no GPU; measured = the model's durations\n");
+    else bench_device_line(), layer_shape_print(&o.shape);
     printf("cost model: attn_coeff %.6g, linear_coeff %.6g, ring_step_cost %.6g%s; sync ranks %d\n",
            o.cost.attn_coeff, o.cost.linear_coeff, o.cost.ring_step_cost,
-           o.calibrated ? "" : " (none given: the library's defaults, uncalibrated)",
+           o.calibrated ? "" : " (no cost flags: the library's defaults, uncalibrated)",
            (int)o.sync_ranks);
     for (w = 0; w < sizeof workloads / sizeof workloads[0]; w++) {
         if (widest_group(&workloads[w]) > o.max_rows) continue;
@@ -378,7 +432,7 @@ int main(int argc, char **argv)
                (int)o.max_rows);
         return 0;
     }
-    layer_timer_init(&timer, &o.shape, capacity, linear_capacity, max_documents);
+    if (!o.dry_run) layer_timer_init(&timer, &o.shape, capacity, linear_capacity, max_documents);
     printf("\n%-17s %-8s %6s %4s | %12s %12s %8s | %10s %10s\n", "workload", "strategy", "groups",
            "K", "predicted ms", "measured ms", "error", "rank max", "mb max");
     for (w = 0; w < sizeof workloads / sizeof workloads[0]; w++) {
@@ -389,8 +443,8 @@ int main(int argc, char **argv)
                    (long long)widest_group(wl), (int)o.max_rows);
             continue;
         }
-        run_workload(&timer, &cache, wl, &o);
+        run_workload(o.dry_run ? NULL : &timer, &cache, wl, &o);
     }
-    layer_timer_destroy(&timer);
+    if (!o.dry_run) layer_timer_destroy(&timer);
     return 0;
 }

@@ -343,7 +343,8 @@ static void test_fit_rejects(void)
     m[2].linear_units = -1.0;
     expect_fit_error(m, 4, NULL, DCP_ERROR_INVALID_ARGUMENT, "measurement 2 has linear_units = -1");
     m[2].linear_units = NAN;
-    expect_fit_error(m, 4, NULL, DCP_ERROR_INVALID_ARGUMENT, "measurement 2 has linear_units = nan");
+    expect_fit_error(m, 4, NULL, DCP_ERROR_INVALID_ARGUMENT,
+                     "measurement 2 has linear_units = nan");
     m[2].linear_units = 1e4;
     m[3].seconds = 0.0;
     expect_fit_error(m, 4, NULL, DCP_ERROR_INVALID_ARGUMENT, "measurement 3 has seconds = 0");
