@@ -9,8 +9,9 @@
      The virtual ring has no communication: its per-step cost is the launches and merges of
      the extra steps, a lower bound on a real ring's exposed step cost.
    - The linear layers: GEMMs of the layer's weight shapes through cuBLAS (QKV hidden x
-     (heads + 2 kv_heads) head_dim, output heads head_dim x hidden, MLP hidden x ffn and ffn x
-     hidden), each forward, input gradient and weight gradient, on the rank's stored tokens;
+     (heads + 2 kv_heads) head_dim, output heads head_dim x hidden, MLP hidden x ffn (2 ffn
+     gated) and ffn x hidden), each forward, input gradient and weight gradient, on the rank's
+     stored tokens;
      or, with --linear-seconds-per-token (or a build without cuBLAS), that time per token.
    Timing is bench_time's: median of --iterations runs after 3 warm-ups, L2 flushed before
    each. Include after dcp.h and bench_util.h. */
@@ -32,6 +33,8 @@
 typedef struct layer_shape {
     int32_t hidden;     /* --hidden, default 4096 (the library's default model) */
     int32_t ffn;        /* --ffn, MLP width, default 4 x hidden */
+    int32_t gated_mlp;  /* --mlp swiglu: gate and up projections (hidden x 2 ffn); --mlp gelu
+                           (default): one up projection (hidden x ffn) */
     int32_t heads;      /* --heads, default 32 */
     int32_t kv_heads;   /* --kv-heads, default 8 */
     int32_t head_dim;   /* --head-dim, 64 or 128 (the CUDA attention's), default 128 */
@@ -45,7 +48,7 @@ typedef struct layer_shape {
 static layer_shape layer_shape_default(void)
 {
     layer_shape s;
-    s.hidden = 4096, s.ffn = 0, s.heads = 32, s.kv_heads = 8, s.head_dim = 128;
+    s.hidden = 4096, s.ffn = 0, s.gated_mlp = 0, s.heads = 32, s.kv_heads = 8, s.head_dim = 128;
     s.dtype = DCP_DTYPE_BFLOAT16, s.iterations = 5, s.linear_seconds_per_token = 0.0;
     return s;
 }
@@ -53,6 +56,7 @@ static layer_shape layer_shape_default(void)
 static const char layer_usage[] =
     "  --hidden H            model width (default 4096)\n"
     "  --ffn F               MLP width (default 4 x hidden)\n"
+    "  --mlp gelu|swiglu     one up projection, or gate and up (default gelu)\n"
     "  --heads N             query heads (default 32)\n"
     "  --kv-heads N          key/value heads (default 8)\n"
     "  --head-dim D          64 or 128 (default 128)\n"
@@ -93,7 +97,8 @@ static int layer_parse_option(layer_shape *s, int argc, char **argv, int *i)
     int ok;
     if (strcmp(flag, "--hidden") && strcmp(flag, "--ffn") && strcmp(flag, "--heads") &&
         strcmp(flag, "--kv-heads") && strcmp(flag, "--head-dim") && strcmp(flag, "--dtype") &&
-        strcmp(flag, "--iterations") && strcmp(flag, "--linear-seconds-per-token"))
+        strcmp(flag, "--iterations") && strcmp(flag, "--linear-seconds-per-token") &&
+        strcmp(flag, "--mlp"))
         return 0;
     if (!value) {
         fprintf(stderr, "%s needs a value\n", flag);
@@ -108,7 +113,11 @@ static int layer_parse_option(layer_shape *s, int argc, char **argv, int *i)
     else if (!strcmp(flag, "--iterations")) ok = layer_parse_int(flag, value, &s->iterations);
     else if (!strcmp(flag, "--linear-seconds-per-token"))
         ok = layer_parse_double(flag, value, &s->linear_seconds_per_token);
-    else {
+    else if (!strcmp(flag, "--mlp")) {
+        ok = !strcmp(value, "gelu") || !strcmp(value, "swiglu");
+        s->gated_mlp = !strcmp(value, "swiglu");
+        if (!ok) fprintf(stderr, "--mlp: expected gelu or swiglu, got '%s'\n", value);
+    } else {
         ok = !strcmp(value, "bf16") || !strcmp(value, "fp16");
         s->dtype = !strcmp(value, "fp16") ? DCP_DTYPE_FLOAT16 : DCP_DTYPE_BFLOAT16;
         if (!ok) fprintf(stderr, "--dtype: expected bf16 or fp16, got '%s'\n", value);
@@ -140,9 +149,10 @@ static int layer_shape_resolve(layer_shape *s)
 
 static void layer_shape_print(const layer_shape *s)
 {
-    printf("layer: hidden %d, ffn %d, heads %d, kv heads %d, head dim %d, %s; linear part: ",
-           (int)s->hidden, (int)s->ffn, (int)s->heads, (int)s->kv_heads, (int)s->head_dim,
-           s->dtype == DCP_DTYPE_FLOAT16 ? "fp16" : "bf16");
+    printf("layer: hidden %d, ffn %d (%s), heads %d, kv heads %d, head dim %d, %s; linear "
+           "part: ",
+           (int)s->hidden, (int)s->ffn, s->gated_mlp ? "swiglu" : "gelu", (int)s->heads,
+           (int)s->kv_heads, (int)s->head_dim, s->dtype == DCP_DTYPE_FLOAT16 ? "fp16" : "bf16");
     if (s->linear_seconds_per_token > 0.0)
         printf("%.4g s per token (given)\n", s->linear_seconds_per_token);
     else
@@ -249,7 +259,8 @@ static void layer_timer_init(layer_timer *t, const layer_shape *shape, int64_t c
     t->weight_in[0] = shape->hidden;
     t->weight_out[0] = (shape->heads + 2 * shape->kv_heads) * shape->head_dim;
     t->weight_in[1] = shape->heads * shape->head_dim, t->weight_out[1] = shape->hidden;
-    t->weight_in[2] = shape->hidden, t->weight_out[2] = shape->ffn;
+    t->weight_in[2] = shape->hidden;
+    t->weight_out[2] = (shape->gated_mlp ? 2 : 1) * shape->ffn;
     t->weight_in[3] = shape->ffn, t->weight_out[3] = shape->hidden;
     for (w = 0; w < LAYER_WEIGHTS; w++) {
         size_t in = (size_t)t->weight_in[w], out = (size_t)t->weight_out[w];
