@@ -33,6 +33,8 @@ NCCL_SKIP_REASON := $(if $(HAVE_NVCC),nccl.h not found in $(CUDA_HOME)/include (
 
 CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_comm test_costs \
              test_helpers test_tolerance
+# cost calibration: the fit and the calibration benches' host side (bench/*.h)
+CPU_TESTS += test_calibrate
 # dcp.h's switches in all four combinations, each as C99 and as C++ (tests/test_switches.c).
 SWITCH_BUILDS := all no-reference no-distributed planner-only
 CPU_HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx \
@@ -41,6 +43,8 @@ GPU_TESTS := $(BUILD)/test_cuda $(BUILD)/test_cuda_kernels $(BUILD)/test_cuda_at
 # Shell tests run by `make test` after the programs: the CLI, the README quick start, the
 # loader example.
 SCRIPT_TESTS := tests/test_cli.sh tests/test_readme.sh tests/test_loader.sh tests/test_python.sh
+# bench/plan_vs_exec's host path without a GPU (--dry-run); skipped where nvcc is missing
+SCRIPT_TESTS += tests/test_calibrate_benches.sh
 # dcp_nccl.h over the host transport (tests/fake_nccl): needs neither a GPU nor NCCL.
 FAKE_NCCL := tests/fake_nccl/nccl.h tests/fake_nccl/cuda_runtime.h tests/fake_nccl/fake_runtime.c
 NCCL_HOST_TESTS := $(BUILD)/test_nccl_host $(BUILD)/test_nccl_host-san $(BUILD)/test_nccl_host-cxx
@@ -54,6 +58,8 @@ PYTHON_LIBS := $(BUILD)/libdcp.so $(BUILD)/dcp-struct-layout
 
 CPU_BUILDS := $(BUILD)/dcp-plan $(BUILD)/plan_bench $(BUILD)/loader $(PYTHON_LIBS)
 CUDA_BUILDS := $(BUILD)/kernels_bench $(BUILD)/attention_bench $(BUILD)/libdcp_cuda.so
+# the cost-calibration benches (rules at the end)
+CUDA_BUILDS += $(BUILD)/calibrate $(BUILD)/plan_vs_exec
 NCCL_BUILDS := $(BUILD)/nccl-c.o $(BUILD)/nccl-nvcc.o $(BUILD)/ring_attention_nccl
 
 TEST_PROGRAMS := $(CPU_PROGRAMS) $(if $(HAVE_NVCC),$(CUDA_PROGRAMS)) \
@@ -276,3 +282,16 @@ test-seeds: $(BUILD)/test_mtp
 $(NCCL_HOST_TESTS) $(BUILD)/test_nccl_gpu.o: tests/mtp_pack.h
 # the multi-rank roll check runs build/test_nccl_gpu as N processes (tests/multirank.sh)
 test-multirank: $(BUILD)/test_nccl_gpu
+
+# ---- cost calibration (bench/calibrate, bench/plan_vs_exec; see README "Calibrating the cost
+# model") ------------------------------------------------------------------------------------
+# The host side both GPU benches share, tested by test_calibrate without a GPU.
+CALIBRATE_HOST := bench/calibrate_grid.h bench/plan_exec.h
+$(BUILD)/test_calibrate $(BUILD)/test_calibrate-san: $(CALIBRATE_HOST)
+# cuBLAS times the linear layers' stand-in GEMMs where the toolkit has it; without it the
+# benches take the per-token time of the linear layers from --linear-seconds-per-token.
+HAVE_CUBLAS := $(if $(HAVE_NVCC),$(if $(wildcard $(CUDA_HOME)/include/cublas_v2.h),yes,),)
+CUBLAS_FLAGS := $(if $(HAVE_CUBLAS),-DBENCH_HAVE_CUBLAS=1 -lcublas,)
+$(BUILD)/calibrate $(BUILD)/plan_vs_exec: $(BUILD)/%: bench/%.cu bench/layer_timer.h \
+        bench/bench_util.h $(CALIBRATE_HOST) dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@ $(CUBLAS_FLAGS)

@@ -398,6 +398,96 @@ DCPDEF double dcp_cost_ring_seconds(const dcp_cost_model *cost, int32_t cp);
 DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengths,
                                   int32_t count, double *seconds, dcp_error *error);
 
+/* ========================================================================== cost calibration
+   The workload model's three coefficients fitted to measured times, so that a plan is made
+   with the device's own costs instead of the defaults' assumptions (bench/calibrate measures
+   them on a GPU; bench/plan_vs_exec checks the plans made with them). A measurement is a piece
+   of work whose model time is linear in the coefficients:
+       seconds = attn_coeff attn_units + linear_coeff linear_units + ring_step_cost ring_steps
+   dcp_cost_group_terms gives the three units of one rank of a group exactly as the planner
+   charges it (dcp_plan_schedule's group time is dcp_cost_measurement_seconds of them), so the
+   fitted model is the planner's model, not a look-alike. The fit is non-negative least squares
+   on small normal equations (columns scaled to unit norm, all in double); it allocates nothing
+   and keeps no state. */
+
+/* The units a measurement covers, and its measured time. */
+typedef struct dcp_cost_measurement {
+    double attn_units;   /* what attn_coeff multiplies: sum of L^2 / c over one rank's samples */
+    double linear_units; /* what linear_coeff multiplies: stored tokens, sum of P / c */
+    double ring_steps;   /* what ring_step_cost multiplies: c - 1 per group */
+    double seconds;      /* measured, > 0 (the fit's input; the other calls ignore it) */
+} dcp_cost_measurement;
+
+/* The terms one rank of a group of cp ranks pays for samples of valid lengths
+   lengths[0 .. count) (count >= 0; padded as config pads them at cp), in *terms (seconds
+   set to 0). A group timed whole on one device, its cp ranks one after another, covers cp
+   times these units. */
+DCPDEF dcp_status dcp_cost_group_terms(const dcp_config *config, const int64_t *lengths,
+                                       int32_t count, int32_t cp, dcp_cost_measurement *terms,
+                                       dcp_error *error);
+/* The model's time of a measurement's units (its seconds field is not read). */
+DCPDEF double dcp_cost_measurement_seconds(const dcp_cost_model *cost,
+                                           const dcp_cost_measurement *measurement);
+
+/* Bits of dcp_cost_fit_options.held_terms and dcp_cost_fit.zero_terms, one per coefficient. */
+#define DCP_COST_TERM_ATTN 1u
+#define DCP_COST_TERM_LINEAR 2u
+#define DCP_COST_TERM_RING 4u
+#define DCP_COST_TERMS_ALL 7u
+
+typedef enum dcp_cost_fit_weighting {
+    DCP_COST_FIT_RELATIVE = 0, /* minimise the sum of ((model - measured) / measured)^2: a 30 us
+                                  measurement counts as much as a 300 ms one (timing noise is
+                                  roughly proportional to the time); the default */
+    DCP_COST_FIT_ABSOLUTE = 1  /* minimise the sum of (model - measured)^2 in seconds: the
+                                  longest measurements decide */
+} dcp_cost_fit_weighting;
+
+/* Zero-initialise for the defaults: fit all three coefficients, relative residuals. */
+typedef struct dcp_cost_fit_options {
+    dcp_cost_fit_weighting weighting; /* default DCP_COST_FIT_RELATIVE */
+    uint32_t held_terms; /* DCP_COST_TERM_* bits held at the value in `held` instead of fitted:
+                            a coefficient measured another way (the caller's per-token time
+                            of the linear layers), or one these measurements cannot see (no
+                            ring steps). Default 0: fit all three */
+    dcp_cost_model held; /* the held coefficients: each 0 or in the supported range */
+} dcp_cost_fit_options;
+
+/* The smallest pivot of the scaled normal equations a fit accepts. The matrix has a unit
+   diagonal, and a pivot is 1 minus the share of a term's column that the earlier terms
+   explain: below this the terms cannot be told apart (every measurement at one document
+   length, say, makes attention proportional to tokens) and the coefficients would be noise. */
+#define DCP_COST_FIT_MIN_PIVOT 1e-9
+
+typedef struct dcp_cost_fit {
+    dcp_cost_model cost;    /* fitted (held terms as given): paste it into dcp_config.cost */
+    dcp_cost_model standard_error; /* of each fitted coefficient (0 for held ones), from the
+                               residuals' spread and the design: a coefficient within two of
+                               its standard errors of 0 is not resolved by these measurements */
+    uint32_t zero_terms;    /* fitted terms that the non-negativity constraint set to 0: the
+                               measurements want them negative, a sign the model misses a term
+                               or the term is below the noise */
+    int32_t count;          /* measurements fitted */
+    double conditioning;    /* smallest pivot of the scaled normal equations, in
+                               (DCP_COST_FIT_MIN_PIVOT, 1]: 1 when the fitted terms' columns are
+                               orthogonal, small when they are nearly proportional */
+    double rms_relative_residual; /* sqrt(mean ((model - measured) / measured)^2) */
+    double max_relative_residual; /* max |model - measured| / measured */
+    int32_t max_residual_index;   /* the measurement where that maximum is */
+    double rms_residual_seconds;  /* sqrt(mean (model - measured)^2) */
+} dcp_cost_fit;
+
+/* Fits the coefficients not held to measurements[0 .. count), under the constraint that each
+   is >= 0, and fills *fit. options NULL: the defaults. Rejects, naming what is wrong: a unit
+   that is negative or not finite, seconds not > 0, a fitted term no measurement has (all its
+   units 0), fewer measurements than fitted terms, terms the measurements cannot tell apart
+   (pivot below DCP_COST_FIT_MIN_PIVOT; the message names the pair when two are proportional),
+   and a result the planner cannot take (a coefficient outside the supported range:
+   DCP_ERROR_OVERFLOW; all three 0: DCP_ERROR_INFEASIBLE). No allocation; thread-safe. */
+DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurements,
+                                            int32_t count, const dcp_cost_fit_options *options,
+                                            dcp_cost_fit *fit, dcp_error *error);
+
 /* =================================================================================== planner
    A plan lists K microbatches; microbatch k holds groups (first_rank, cp) that are aligned
    (first_rank % cp == 0) and disjoint; ranks in no group are idle in that microbatch. The
@@ -1676,6 +1766,9 @@ DCPDEF void dcp_free(const dcp_allocator *allocator, void *ptr)
 
 DCPDEF int dcp_is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
+/* NaN fails both comparisons, an infinity one: libm-free and exact. */
+static int dcp__is_finite(double x) { return x >= -DBL_MAX && x <= DBL_MAX; }
+
 DCPDEF dcp_status dcp_check_rank(const char *name, int32_t rank, int32_t cp, dcp_error *error)
 {
     if (rank < 0 || rank >= cp)
@@ -2235,6 +2328,436 @@ DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengt
         status = dcp__lower_bound(&c, lengths, count, cp_min, c.sync_ranks, seconds, error);
     dcp_free(&c.allocator, cp_min);
     return status == DCP_OK ? dcp_error_clear(error) : status;
+}
+
+/* ---------------------------------------------------------------------- cost calibration
+   The fit in four phases, each its own function: check the input, build the scaled normal
+   equations of the terms not held, solve non-negative least squares on them exactly (with
+   three terms, the best of the 2^3 supports whose unconstrained solution is feasible: the
+   optimum is the unconstrained solution on its own support, so it is among them), then the
+   residuals of the result. */
+
+#define DCP__COST_TERMS 3
+
+static const char *const dcp__cost_coeff_names[DCP__COST_TERMS] = {"attn_coeff", "linear_coeff",
+                                                                   "ring_step_cost"};
+static const char *const dcp__cost_unit_names[DCP__COST_TERMS] = {"attn_units", "linear_units",
+                                                                  "ring_steps"};
+
+DCPDEF dcp_status dcp_cost_group_terms(const dcp_config *config, const int64_t *lengths,
+                                       int32_t count, int32_t cp, dcp_cost_measurement *terms,
+                                       dcp_error *error)
+{
+    dcp_config c;
+    dcp_status status;
+    double attention = 0.0, stored = 0.0;
+    int32_t i;
+    if (!terms) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "terms must not be NULL");
+    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    if (count < 0 || (count > 0 && !lengths))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "count must be >= 0 with lengths not NULL, got count %d, lengths %s",
+                             (int)count, lengths ? "set" : "NULL");
+    if (!dcp_is_pow2(cp) || cp > c.max_cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp must be a power of two <= max_cp %d, got %d", (int)c.max_cp,
+                             (int)cp);
+    for (i = 0; i < count; i++) {
+        double l = (double)lengths[i];
+        if (lengths[i] < 1 || lengths[i] > DCP_MAX_SAMPLE_LENGTH)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "lengths[%d] = %lld; lengths must be in [1, %lld]", (int)i,
+                                 (long long)lengths[i], (long long)DCP_MAX_SAMPLE_LENGTH);
+        attention += l * l;
+        stored += (double)dcp__padded(&c, lengths[i], cp);
+    }
+    terms->attn_units = attention / (double)cp;
+    terms->linear_units = stored / (double)cp;
+    terms->ring_steps = (double)(cp - 1);
+    terms->seconds = 0.0;
+    return dcp_error_clear(error);
+}
+
+static void dcp__measurement_units(const dcp_cost_measurement *m, double units[DCP__COST_TERMS])
+{
+    units[0] = m->attn_units;
+    units[1] = m->linear_units;
+    units[2] = m->ring_steps;
+}
+
+static void dcp__cost_coeffs(const dcp_cost_model *cost, double coeffs[DCP__COST_TERMS])
+{
+    coeffs[0] = cost->attn_coeff;
+    coeffs[1] = cost->linear_coeff;
+    coeffs[2] = cost->ring_step_cost;
+}
+
+DCPDEF double dcp_cost_measurement_seconds(const dcp_cost_model *cost,
+                                           const dcp_cost_measurement *measurement)
+{
+    if (!cost || !measurement) return 0.0;
+    return cost->attn_coeff * measurement->attn_units +
+           cost->linear_coeff * measurement->linear_units +
+           cost->ring_step_cost * measurement->ring_steps;
+}
+
+
+static dcp_status dcp__check_fit_options(const dcp_cost_fit_options *o, dcp_error *error)
+{
+    double held[DCP__COST_TERMS];
+    int32_t j;
+    if (o->weighting != DCP_COST_FIT_RELATIVE && o->weighting != DCP_COST_FIT_ABSOLUTE)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "options->weighting %d is not a dcp_cost_fit_weighting",
+                             (int)o->weighting);
+    if (o->held_terms & ~DCP_COST_TERMS_ALL)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "options->held_terms 0x%x has bits outside DCP_COST_TERMS_ALL 0x%x",
+                             (unsigned)o->held_terms, (unsigned)DCP_COST_TERMS_ALL);
+    dcp__cost_coeffs(&o->held, held);
+    for (j = 0; j < DCP__COST_TERMS; j++) {
+        if (!(o->held_terms & (1u << j))) continue;
+        if (!(held[j] >= 0.0 && held[j] <= DBL_MAX) ||
+            (held[j] != 0.0 && (held[j] < DCP_MIN_COST_COEFF || held[j] > DCP_MAX_COST_COEFF)))
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "held %s = %g must be 0 or in [%g, %g]", dcp__cost_coeff_names[j],
+                                 held[j], DCP_MIN_COST_COEFF, DCP_MAX_COST_COEFF);
+    }
+    return DCP_OK;
+}
+
+static dcp_status dcp__check_measurements(const dcp_cost_measurement *measurements,
+                                          int32_t count, dcp_error *error)
+{
+    int32_t i, j;
+    if (!measurements || count < 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "measurements must not be NULL and count must be >= 1, got %s and %d",
+                             measurements ? "an array" : "NULL", (int)count);
+    for (i = 0; i < count; i++) {
+        double units[DCP__COST_TERMS];
+        dcp__measurement_units(&measurements[i], units);
+        for (j = 0; j < DCP__COST_TERMS; j++)
+            if (!(units[j] >= 0.0 && units[j] <= DBL_MAX))
+                return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                     "measurement %d has %s = %g; units must be finite and >= 0",
+                                     (int)i, dcp__cost_unit_names[j], units[j]);
+        if (!(measurements[i].seconds > 0.0 && measurements[i].seconds <= DBL_MAX))
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "measurement %d has seconds = %g; a measured time must be finite "
+                                 "and > 0",
+                                 (int)i, measurements[i].seconds);
+    }
+    return DCP_OK;
+}
+
+/* The weighted least-squares problem in the fitted terms only: row i is weight_i times
+   (units of the fitted terms ; seconds minus the held terms' time). Columns are divided by
+   their norms (column_scale) and the target by its largest entry (target_scale), so the
+   normal matrix has a unit diagonal and its entries are the columns' cosines. */
+typedef struct dcp__fit_system {
+    const dcp_cost_measurement *measurements;
+    int32_t count;
+    dcp_cost_fit_weighting weighting;
+    double held[DCP__COST_TERMS]; /* 0 for the fitted terms */
+    int32_t terms[DCP__COST_TERMS]; /* indices of the fitted terms */
+    int32_t term_count;
+    double column_scale[DCP__COST_TERMS];
+    double target_scale;
+    double gram[DCP__COST_TERMS][DCP__COST_TERMS];
+    double rhs[DCP__COST_TERMS];
+} dcp__fit_system;
+
+/* Row i of the weighted system: the fitted terms' units (unscaled) and the target. */
+static double dcp__fit_row(const dcp__fit_system *s, int32_t i, double row[DCP__COST_TERMS])
+{
+    const dcp_cost_measurement *m = &s->measurements[i];
+    double units[DCP__COST_TERMS], weight, target = m->seconds;
+    int32_t j;
+    weight = s->weighting == DCP_COST_FIT_RELATIVE ? 1.0 / m->seconds : 1.0;
+    dcp__measurement_units(m, units);
+    for (j = 0; j < DCP__COST_TERMS; j++) target -= s->held[j] * units[j];
+    for (j = 0; j < s->term_count; j++) row[j] = weight * units[s->terms[j]];
+    return weight * target;
+}
+
+/* Largest |entry| of every fitted column and of the target: the first pass of an overflow-
+   free norm. Fails when a weighted entry is not finite. */
+static dcp_status dcp__fit_maxima(const dcp__fit_system *s, double column_max[DCP__COST_TERMS],
+                                  double *target_max, dcp_error *error)
+{
+    int32_t i, j;
+    for (j = 0; j < s->term_count; j++) column_max[j] = 0.0;
+    *target_max = 0.0;
+    for (i = 0; i < s->count; i++) {
+        double row[DCP__COST_TERMS], target = dcp__fit_row(s, i, row);
+        for (j = 0; j < s->term_count; j++) {
+            if (!dcp__is_finite(row[j]))
+                return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                                     "measurement %d: %s / seconds overflows a double",
+                                     (int)i, dcp__cost_unit_names[s->terms[j]]);
+            if (row[j] > column_max[j]) column_max[j] = row[j];
+        }
+        if (!dcp__is_finite(target))
+            return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                                 "measurement %d: the time left after the held terms overflows",
+                                 (int)i);
+        if (fabs(target) > *target_max) *target_max = fabs(target);
+    }
+    return DCP_OK;
+}
+
+static dcp_status dcp__fit_scales(dcp__fit_system *s, dcp_error *error)
+{
+    double column_max[DCP__COST_TERMS], sum[DCP__COST_TERMS];
+    int32_t i, j;
+    dcp_status status = dcp__fit_maxima(s, column_max, &s->target_scale, error);
+    if (status != DCP_OK) return status;
+    if (s->target_scale == 0.0) s->target_scale = 1.0;
+    for (j = 0; j < s->term_count; j++) {
+        if (column_max[j] == 0.0)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "no measurement has %s > 0, so %s cannot be fitted: measure "
+                                 "work that has it, or hold it (options->held_terms)",
+                                 dcp__cost_unit_names[s->terms[j]],
+                                 dcp__cost_coeff_names[s->terms[j]]);
+        sum[j] = 0.0;
+    }
+    for (i = 0; i < s->count; i++) {
+        double row[DCP__COST_TERMS];
+        dcp__fit_row(s, i, row);
+        for (j = 0; j < s->term_count; j++) {
+            double scaled = row[j] / column_max[j];
+            sum[j] += scaled * scaled;
+        }
+    }
+    for (j = 0; j < s->term_count; j++) s->column_scale[j] = column_max[j] * sqrt(sum[j]);
+    return DCP_OK;
+}
+
+static void dcp__fit_normal_equations(dcp__fit_system *s)
+{
+    int32_t i, j, k;
+    for (j = 0; j < s->term_count; j++) {
+        s->rhs[j] = 0.0;
+        for (k = 0; k < s->term_count; k++) s->gram[j][k] = 0.0;
+    }
+    for (i = 0; i < s->count; i++) {
+        double row[DCP__COST_TERMS], target = dcp__fit_row(s, i, row) / s->target_scale;
+        for (j = 0; j < s->term_count; j++) row[j] /= s->column_scale[j];
+        for (j = 0; j < s->term_count; j++) {
+            s->rhs[j] += row[j] * target;
+            for (k = 0; k < s->term_count; k++) s->gram[j][k] += row[j] * row[k];
+        }
+    }
+}
+
+/* Solves gram[sub][sub] u = rhs[sub] for the fitted-term positions sub[0 .. n) by Cholesky
+   (rhs: s->rhs, or a unit vector for a column of the inverse);
+   *min_pivot receives the smallest pivot (the Schur complements of the unit-diagonal matrix).
+   Returns 0 when a pivot is not positive. */
+static int dcp__fit_solve(const dcp__fit_system *s, const double *rhs, const int32_t *sub,
+                          int32_t n, double u[DCP__COST_TERMS], double *min_pivot)
+{
+    double l[DCP__COST_TERMS][DCP__COST_TERMS], y[DCP__COST_TERMS];
+    int32_t j, k, m;
+    *min_pivot = 1.0;
+    for (j = 0; j < n; j++) {
+        double pivot = s->gram[sub[j]][sub[j]];
+        for (m = 0; m < j; m++) pivot -= l[j][m] * l[j][m];
+        if (pivot < *min_pivot) *min_pivot = pivot;
+        if (!(pivot > 0.0)) return 0;
+        l[j][j] = sqrt(pivot);
+        for (k = j + 1; k < n; k++) {
+            double v = s->gram[sub[k]][sub[j]];
+            for (m = 0; m < j; m++) v -= l[k][m] * l[j][m];
+            l[k][j] = v / l[j][j];
+        }
+    }
+    for (j = 0; j < n; j++) { /* L y = rhs, then L^T u = y */
+        y[j] = rhs[sub[j]];
+        for (m = 0; m < j; m++) y[j] -= l[j][m] * y[m];
+        y[j] /= l[j][j];
+    }
+    for (j = n - 1; j >= 0; j--) {
+        u[j] = y[j];
+        for (m = j + 1; m < n; m++) u[j] -= l[m][j] * u[m];
+        u[j] /= l[j][j];
+    }
+    return 1;
+}
+
+/* The degenerate design named: two proportional columns when there are, else all of them. */
+static dcp_status dcp__fit_degenerate(const dcp__fit_system *s, dcp_error *error)
+{
+    int32_t j, k;
+    for (j = 0; j < s->term_count; j++)
+        for (k = j + 1; k < s->term_count; k++)
+            if (1.0 - s->gram[j][k] * s->gram[j][k] < DCP_COST_FIT_MIN_PIVOT)
+                return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                     "the measurements cannot tell %s from %s: %s and %s are "
+                                     "proportional across them (vary document length and token "
+                                     "count and CP size independently)",
+                                     dcp__cost_coeff_names[s->terms[j]],
+                                     dcp__cost_coeff_names[s->terms[k]],
+                                     dcp__cost_unit_names[s->terms[j]],
+                                     dcp__cost_unit_names[s->terms[k]]);
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "the measurements cannot tell the %d fitted terms apart: their units "
+                         "are linearly dependent (pivot below DCP_COST_FIT_MIN_PIVOT %g)",
+                         (int)s->term_count, DCP_COST_FIT_MIN_PIVOT);
+}
+
+/* Squared residual norm of the scaled system at u over the fitted positions sub[0 .. n). */
+static double dcp__fit_objective(const dcp__fit_system *s, const int32_t *sub, int32_t n,
+                                 const double *u)
+{
+    double total = 0.0;
+    int32_t i, j;
+    for (i = 0; i < s->count; i++) {
+        double row[DCP__COST_TERMS], r = dcp__fit_row(s, i, row) / s->target_scale;
+        for (j = 0; j < n; j++) r -= u[j] * row[sub[j]] / s->column_scale[sub[j]];
+        total += r * r;
+    }
+    return total;
+}
+
+/* Non-negative least squares over every support; coeffs[term] receives the fitted values.
+   Returns the optimum's squared residual norm (scaled). */
+static double dcp__fit_nnls(const dcp__fit_system *s, double coeffs[DCP__COST_TERMS])
+{
+    double best = -1.0, best_u[DCP__COST_TERMS];
+    int32_t best_sub[DCP__COST_TERMS], best_n = 0, j;
+    uint32_t support;
+    for (support = 0; support < (1u << s->term_count); support++) {
+        int32_t sub[DCP__COST_TERMS], n = 0, feasible = 1;
+        double u[DCP__COST_TERMS], pivot, objective;
+        for (j = 0; j < s->term_count; j++)
+            if (support & (1u << j)) sub[n++] = j;
+        if (n > 0 && !dcp__fit_solve(s, s->rhs, sub, n, u, &pivot)) continue;
+        for (j = 0; j < n; j++)
+            if (u[j] < 0.0) feasible = 0;
+        if (!feasible) continue;
+        objective = dcp__fit_objective(s, sub, n, u);
+        if (best < 0.0 || objective < best) {
+            best = objective;
+            best_n = n;
+            for (j = 0; j < n; j++) best_sub[j] = sub[j], best_u[j] = u[j];
+        }
+    }
+    for (j = 0; j < DCP__COST_TERMS; j++) coeffs[j] = s->held[j];
+    for (j = 0; j < best_n; j++)
+        coeffs[s->terms[best_sub[j]]] =
+            best_u[j] * s->target_scale / s->column_scale[best_sub[j]];
+    return best;
+}
+
+/* Standard errors of the fitted coefficients: the residual variance (objective over n - k
+   degrees of freedom) times the diagonal of the inverse normal matrix, unscaled; 0 when the
+   measurements leave no degree of freedom. */
+static void dcp__fit_standard_errors(const dcp__fit_system *s, double objective,
+                                     dcp_cost_model *standard_error)
+{
+    double errors[DCP__COST_TERMS] = {0.0, 0.0, 0.0}, variance = 0.0;
+    int32_t j, all[DCP__COST_TERMS];
+    if (s->count > s->term_count) variance = objective / (double)(s->count - s->term_count);
+    for (j = 0; j < s->term_count; j++) all[j] = j;
+    for (j = 0; j < s->term_count; j++) {
+        double unit[DCP__COST_TERMS] = {0.0, 0.0, 0.0}, column[DCP__COST_TERMS], pivot;
+        unit[j] = 1.0;
+        if (!dcp__fit_solve(s, unit, all, s->term_count, column, &pivot)) continue;
+        errors[s->terms[j]] =
+            sqrt(variance * (column[j] > 0.0 ? column[j] : 0.0)) * s->target_scale /
+            s->column_scale[j];
+    }
+    standard_error->attn_coeff = errors[0];
+    standard_error->linear_coeff = errors[1];
+    standard_error->ring_step_cost = errors[2];
+}
+
+/* The fitted model's range (the planner's limits) and the residuals of every measurement. */
+static dcp_status dcp__fit_finish(const dcp__fit_system *s, const double coeffs[DCP__COST_TERMS],
+                                  uint32_t fitted, dcp_cost_fit *fit, dcp_error *error)
+{
+    double squares = 0.0, relative_squares = 0.0;
+    int32_t i, j;
+    for (j = 0; j < DCP__COST_TERMS; j++) {
+        if (coeffs[j] != 0.0 &&
+            !(coeffs[j] >= DCP_MIN_COST_COEFF && coeffs[j] <= DCP_MAX_COST_COEFF))
+            return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                                 "fitted %s = %g is outside the planner's range: 0 or [%g, %g] "
+                                 "(are the units and the seconds on one scale?)",
+                                 dcp__cost_coeff_names[j], coeffs[j], DCP_MIN_COST_COEFF,
+                                 DCP_MAX_COST_COEFF);
+        if (coeffs[j] == 0.0 && (fitted & (1u << j))) fit->zero_terms |= 1u << j;
+    }
+    if (coeffs[0] == 0.0 && coeffs[1] == 0.0 && coeffs[2] == 0.0)
+        return dcp_error_set(error, DCP_ERROR_INFEASIBLE,
+                             "every coefficient came out 0, which dcp_config reads as the default "
+                             "model: the measurements leave no time for the fitted terms");
+    fit->cost.attn_coeff = coeffs[0];
+    fit->cost.linear_coeff = coeffs[1];
+    fit->cost.ring_step_cost = coeffs[2];
+    for (i = 0; i < s->count; i++) {
+        double seconds = s->measurements[i].seconds;
+        double r = dcp_cost_measurement_seconds(&fit->cost, &s->measurements[i]) - seconds;
+        double relative = fabs(r) / seconds;
+        squares += r * r;
+        relative_squares += relative * relative;
+        if (relative > fit->max_relative_residual || i == 0) {
+            fit->max_relative_residual = relative;
+            fit->max_residual_index = i;
+        }
+    }
+    fit->rms_residual_seconds = sqrt(squares / (double)s->count);
+    fit->rms_relative_residual = sqrt(relative_squares / (double)s->count);
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurements,
+                                            int32_t count, const dcp_cost_fit_options *options,
+                                            dcp_cost_fit *fit, dcp_error *error)
+{
+    dcp_cost_fit_options defaults;
+    dcp__fit_system s;
+    double coeffs[DCP__COST_TERMS], objective;
+    int32_t j, all[DCP__COST_TERMS];
+    uint32_t fitted;
+    dcp_status status;
+    if (!fit) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "fit must not be NULL");
+    memset(&defaults, 0, sizeof defaults);
+    if (!options) options = &defaults;
+    if ((status = dcp__check_fit_options(options, error)) != DCP_OK ||
+        (status = dcp__check_measurements(measurements, count, error)) != DCP_OK)
+        return status;
+    memset(&s, 0, sizeof s);
+    s.measurements = measurements;
+    s.count = count;
+    s.weighting = options->weighting;
+    fitted = DCP_COST_TERMS_ALL & ~options->held_terms;
+    dcp__cost_coeffs(&options->held, coeffs);
+    for (j = 0; j < DCP__COST_TERMS; j++) {
+        if (fitted & (1u << j)) s.terms[s.term_count++] = j;
+        else s.held[j] = coeffs[j];
+    }
+    if (count < s.term_count)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "%d measurements cannot determine %d coefficients", (int)count,
+                             (int)s.term_count);
+    if ((status = dcp__fit_scales(&s, error)) != DCP_OK) return status;
+    dcp__fit_normal_equations(&s);
+    memset(fit, 0, sizeof *fit);
+    fit->count = count;
+    fit->conditioning = 1.0;
+    for (j = 0; j < s.term_count; j++) all[j] = j;
+    if (s.term_count > 0 &&
+        (!dcp__fit_solve(&s, s.rhs, all, s.term_count, coeffs, &fit->conditioning) ||
+         fit->conditioning < DCP_COST_FIT_MIN_PIVOT))
+        return dcp__fit_degenerate(&s, error);
+    objective = dcp__fit_nnls(&s, coeffs);
+    if ((status = dcp__fit_finish(&s, coeffs, fitted, fit, error)) != DCP_OK) return status;
+    dcp__fit_standard_errors(&s, objective, &fit->standard_error);
+    return dcp_error_clear(error);
 }
 
 /* ---------------------------------------------------------------------- plan assembly
@@ -8434,7 +8957,6 @@ static dcp_status dcp__check_half(const char *name, dcp_half half, int32_t cp, d
     return DCP_OK;
 }
 
-static int dcp__is_finite(double x) { return x >= -DBL_MAX && x <= DBL_MAX; }
 
 static dcp_status dcp__attention_resolve(const dcp_attention_params *params,
                                          dcp_attention_params *resolved, dcp_error *error)
