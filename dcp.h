@@ -1129,6 +1129,9 @@ typedef enum dcp_dtype {
 
 /* Bytes of one element of dtype (4 or 2); 0 for a value that is not a dcp_dtype. */
 DCPDEF size_t dcp_dtype_size(dcp_dtype dtype);
+/* Constant text for dtype ("float32", "bfloat16", "float16"; "unknown" for a value that is not
+   a dcp_dtype): error messages of every unit and test labels use it. */
+DCPDEF const char *dcp_dtype_name(dcp_dtype dtype);
 
 /* A THD layout for device kernels: thd.cu_seqlens and thd.cu_seqlens_padded point to DEVICE
    memory (int32, as FlashAttention and TransformerEngine take them); the host-side sizes let a
@@ -7447,6 +7450,16 @@ DCPDEF size_t dcp_dtype_size(dcp_dtype dtype)
     case DCP_DTYPE_FLOAT16: return sizeof(uint16_t);
     }
     return 0;
+}
+
+DCPDEF const char *dcp_dtype_name(dcp_dtype dtype)
+{
+    switch (dtype) {
+    case DCP_DTYPE_FLOAT32: return "float32";
+    case DCP_DTYPE_BFLOAT16: return "bfloat16";
+    case DCP_DTYPE_FLOAT16: return "float16";
+    }
+    return "unknown";
 }
 
 /* ------------------------------------------------------------------ CPU references: checks
