@@ -1927,43 +1927,31 @@ template <int N> __device__ __forceinline__ void dcp_cuda__cp_async_wait()
 }
 
 /* Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. */
+#define DCP_CUDA__LDMATRIX_X4(layout)                                                              \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4" layout ".shared.b16 {%0, %1, %2, %3}, [%4];\n"    \
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                                 \
+                 : "r"(dcp_cuda__smem_address(row)))
+template <bool TRANSPOSE = false>
 __device__ __forceinline__ void dcp_cuda__ldmatrix_x4(uint32_t (&r)[4], const void *row)
 {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(dcp_cuda__smem_address(row)));
+    if (TRANSPOSE) DCP_CUDA__LDMATRIX_X4(".trans");
+    else DCP_CUDA__LDMATRIX_X4("");
 }
 
-__device__ __forceinline__ void dcp_cuda__ldmatrix_x4_trans(uint32_t (&r)[4], const void *row)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(dcp_cuda__smem_address(row)));
-}
-
-/* c += a b, m16n8k16, float32 accumulators. */
+/* c += a b, m16n8k16, float32 accumulators; T (bf16 or fp16) is the type of a and b. */
+#define DCP_CUDA__MMA(types)                                                                       \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32" types ".f32 {%0, %1, %2, %3}, "         \
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                                \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                 \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 template <typename T>
 __device__ __forceinline__ void dcp_cuda__mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                              uint32_t b1);
-
-template <>
-__device__ __forceinline__ void dcp_cuda__mma<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
-                                                             uint32_t b0, uint32_t b1)
+                                              uint32_t b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void dcp_cuda__mma<__half>(float (&c)[4], const uint32_t (&a)[4],
-                                                      uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
+                  "tensor-core inputs are bf16 or fp16");
+    if (std::is_same<T, __nv_bfloat16>::value) DCP_CUDA__MMA(".bf16.bf16");
+    else DCP_CUDA__MMA(".f16.f16");
 }
 
 /* Two floats as one register of two 16-bit values, the first in the low half. */
@@ -2123,6 +2111,21 @@ __device__ __forceinline__ void dcp_cuda__load_kv_stage(T *sk, T *sv, const dcp_
     dcp_cuda__load_kv_tile<T, D>(sv + stage * K::TILE_ELEMENTS, a.v, a, s, kv_head, k0);
 }
 
+/* Step `tile` of the key stream: the load of tile + 1 into the other stage starts, then every
+   thread waits until tile `tile` (and all committed before it) has landed. */
+template <typename T, int D>
+__device__ __forceinline__ void dcp_cuda__kv_stream_step(T *sk, T *sv, const dcp_cuda__attn_args &a,
+                                                         const dcp_cuda__seq_view &s,
+                                                         int32_t kv_head, int32_t tile,
+                                                         int32_t tiles)
+{
+    const int stage = tile & 1;
+    if (tile + 1 < tiles) dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, kv_head, tile + 1, stage ^ 1);
+    dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
+    dcp_cuda__cp_async_wait<1>();
+    __syncthreads();
+}
+
 /* The key tiles the q tile at q0 sees: from k_begin to its last valid row's key limit (the
    largest of the tile); 0 when the tile has no valid row or sees no key. */
 template <int D>
@@ -2134,6 +2137,27 @@ __device__ __forceinline__ int32_t dcp_cuda__key_tiles(const dcp_cuda__attn_args
     const int64_t k_stop = q_last >= q0 ? dcp_cuda__key_limit(a, s, q_last) : 0;
     return k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + K::TILE_KEYS - 1) / K::TILE_KEYS)
                               : 0;
+}
+
+/* What a block of a query-stationary kernel (forward, dQ) owns: its schedule entry's q tile
+   (the sequence as the step sees it, the tile's first view row q0), its query head (grid.y)
+   and kv head, and the key tiles the q tile sees. */
+struct dcp_cuda__q_block {
+    dcp_cuda__seq_view s;
+    int64_t q0;
+    int32_t head, kv_head, tiles;
+};
+
+/* This block's q tile; false past the schedule's count. */
+template <int D>
+__device__ __forceinline__ bool dcp_cuda__q_block_of(const dcp_cuda__attn_args &a,
+                                                     dcp_cuda__q_block *b)
+{
+    if (!dcp_cuda__attn_tile_of(a, false, &b->s, &b->q0)) return false;
+    b->head = blockIdx.y;
+    b->kv_head = b->head / a.group;
+    b->tiles = dcp_cuda__key_tiles<D>(a, b->s, b->q0);
+    return true;
 }
 
 /* c (16 x N) += A B^T for the k step kc: A a fragment (16 x 16), B N rows of shared memory,
@@ -2211,7 +2235,7 @@ __device__ __forceinline__ void dcp_cuda__mma_pb(float (&c)[N / DCP_CUDA__MMA_N]
 #pragma unroll
         for (int dp = 0; dp < N / (2 * DCP_CUDA__MMA_N); dp++) {
             uint32_t bf[4];
-            dcp_cuda__ldmatrix_x4_trans(bf, b + (kc * 16 + (m8 & 1) * 8 + r8) * STRIDE +
+            dcp_cuda__ldmatrix_x4<true>(bf, b + (kc * 16 + (m8 & 1) * 8 + r8) * STRIDE +
                                                 dp * 16 + (m8 >> 1) * 8);
             dcp_cuda__mma<T>(c[2 * dp], pa, bf[0], bf[1]);
             dcp_cuda__mma<T>(c[2 * dp + 1], pa, bf[2], bf[3]);
@@ -2236,6 +2260,17 @@ __device__ __forceinline__ int32_t dcp_cuda__warp_min(int32_t v)
     return v;
 }
 
+/* f(n, e, column) for each float of the lane's share of a C fragment (16 x 8N, N n blocks):
+   element e of block n is at row g + 8 (e >> 1) and column 8n + 2t + (e & 1). */
+template <int N, typename F> __device__ __forceinline__ void dcp_cuda__each_c(F f)
+{
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) f(n, e, n * DCP_CUDA__MMA_N + 2 * t + (e & 1));
+}
+
 /* Rows are queries (C layout: rows g and g + 8 of the warp's 16, limit[0] and limit[1]),
    columns the keys k0 + 0 .. 8 N - 1: a key at or past its row's limit becomes -inf, which
    dcp_cuda__exp2_scaled turns into exactly 0. Only tiles that cross a limit need it. */
@@ -2243,12 +2278,9 @@ template <int N>
 __device__ __forceinline__ void dcp_cuda__mask_keys(float (&sc)[N][4], int32_t k0,
                                                     const int32_t (&limit)[2])
 {
-    const int t = threadIdx.x & 3;
-#pragma unroll
-    for (int n = 0; n < N; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            if (k0 + n * 8 + 2 * t + (e & 1) >= limit[e >> 1]) sc[n][e] = -INFINITY;
+    dcp_cuda__each_c<N>([&](int n, int e, int column) {
+        if (k0 + column >= limit[e >> 1]) sc[n][e] = -INFINITY;
+    });
 }
 
 /* Online softmax over one key tile of raw scores sc (rows as in dcp_cuda__mask_keys): the
@@ -2310,6 +2342,27 @@ __device__ __forceinline__ void dcp_cuda__softmax_update(float (&sc)[N][4], floa
    -inf; rows outside the q view are not touched; tiles come longest sequence first from the
    schedule, so a pack of many short documents fills the GPU without any host round trip. */
 
+/* The shared tiles of a kernel, taken in order from the dynamic shared memory (tiles of
+   TILE_ELEMENTS elements); the kernel's _smem function counts the same tiles. */
+template <typename T, int D> struct dcp_cuda__smem_tiles {
+    T *next;
+    __device__ __forceinline__ dcp_cuda__smem_tiles() : next(reinterpret_cast<T *>(dcp_cuda__smem))
+    {
+    }
+    __device__ __forceinline__ T *take(int tiles)
+    {
+        T *first = next;
+        next += tiles * dcp_cuda__attn_traits<D>::TILE_ELEMENTS;
+        return first;
+    }
+};
+
+/* Stage `stage` of a buffer of STAGES tiles. */
+template <int D, typename T> __device__ __forceinline__ T *dcp_cuda__stage(T *tiles, int stage)
+{
+    return tiles + stage * dcp_cuda__attn_traits<D>::TILE_ELEMENTS;
+}
+
 template <int D> constexpr size_t dcp_cuda__attn_smem(size_t element)
 {
     using K = dcp_cuda__attn_traits<D>;
@@ -2321,21 +2374,17 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_forward_kernel(const dcp_cuda__attn_args a)
 {
     using K = dcp_cuda__attn_traits<D>;
-    constexpr int TE = K::TILE_ELEMENTS;
-    T *sq = reinterpret_cast<T *>(dcp_cuda__smem);
-    T *sk = sq + TE;               /* [STAGES][TILE_KEYS][STRIDE] */
-    T *sv = sk + K::STAGES * TE;   /* [STAGES][TILE_KEYS][STRIDE] */
-    dcp_cuda__seq_view s;
-    int64_t q0;
-    if (!dcp_cuda__attn_tile_of(a, false, &s, &q0)) return;
-    const int32_t head = blockIdx.y, kv_head = head / a.group;
+    dcp_cuda__q_block b;
+    if (!dcp_cuda__q_block_of<D>(a, &b)) return;
+    dcp_cuda__smem_tiles<T, D> smem;
+    T *sq = smem.take(1), *sk = smem.take(K::STAGES), *sv = smem.take(K::STAGES);
+    const dcp_cuda__seq_view &s = b.s;
     const int tid = threadIdx.x, warp = tid / DCP_CUDA__WARP_SIZE, lane = tid % DCP_CUDA__WARP_SIZE;
     const int g = lane >> 2, t = lane & 3; /* the m16n8 C layout: row g (+ 8), columns 2t, 2t+1 */
-    const int32_t tiles = dcp_cuda__key_tiles<D>(a, s, q0);
 
-    dcp_cuda__load_q_tile<T, D>(sq, a.q, a, s, head, q0);
+    dcp_cuda__load_q_tile<T, D>(sq, a.q, a, s, b.head, b.q0);
     dcp_cuda__cp_async_commit();
-    if (tiles > 0) dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, kv_head, 0, 0);
+    if (b.tiles > 0) dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, b.kv_head, 0, 0);
     dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
     dcp_cuda__cp_async_wait<1>(); /* Q has landed */
     __syncthreads();
@@ -2347,21 +2396,17 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     /* this lane's two query rows and their key limits; a key tile needs the mask only when it
        reaches past the smallest limit of the warp's 16 rows: the tiles on the diagonal and at
        the end of the valid keys (and every tile of a warp with an invalid row) */
-    const int64_t warp_q0 = q0 + warp * K::WARP_ROWS;
+    const int64_t warp_q0 = b.q0 + warp * K::WARP_ROWS;
     const int32_t limit[2] = {dcp_cuda__key_limit(a, s, warp_q0 + g),
                               dcp_cuda__key_limit(a, s, warp_q0 + g + 8)};
     const int32_t unmasked_end = dcp_cuda__warp_min(min(limit[0], limit[1]));
     float o[K::HEAD_BLOCKS][4], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
     dcp_cuda__zero(o);
 
-    for (int32_t tile = 0; tile < tiles; tile++) {
+    for (int32_t tile = 0; tile < b.tiles; tile++) {
         const int stage = tile & 1;
-        if (tile + 1 < tiles)
-            dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, kv_head, tile + 1, stage ^ 1);
-        dcp_cuda__cp_async_commit();
-        dcp_cuda__cp_async_wait<1>(); /* tile `tile` has landed */
-        __syncthreads();
-        const T *ks = sk + stage * TE, *vs = sv + stage * TE;
+        dcp_cuda__kv_stream_step<T, D>(sk, sv, a, s, b.kv_head, tile, b.tiles);
+        const T *ks = dcp_cuda__stage<D>(sk, stage), *vs = dcp_cuda__stage<D>(sv, stage);
         const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
         float sc[K::KEY_BLOCKS][4];
         dcp_cuda__zero(sc);
@@ -2383,7 +2428,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         if (index >= s.q_end) continue;
         const int64_t out_row = s.offset + index;
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const int64_t at = (out_row * a.heads + head) * D + 2 * t;
+        const int64_t at = (out_row * a.heads + b.head) * D + 2 * t;
 #pragma unroll
         for (int d = 0; d < K::HEAD_BLOCKS; d++) {
             const float x = o[d][2 * row] * inv, y = o[d][2 * row + 1] * inv;
@@ -2395,7 +2440,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
                     dcp_cuda__pack2<T>(x, y);
         }
         if (t == 0)
-            a.lse_out[(int64_t)head * a.rows + out_row] =
+            a.lse_out[(int64_t)b.head * a.rows + out_row] =
                 sum > 0.0f ? (row_max[row] * a.scale_log2 + log2f(sum)) * (float)DCP_CUDA__LN2
                            : -INFINITY;
     }
@@ -2562,7 +2607,7 @@ __device__ __forceinline__ void dcp_cuda__attn_dq_atomic(const dcp_cuda__attn_ar
             uint32_t af[4], bf[4]; /* dS fragments reloaded per column block: registers are
                                       scarce beside the dK, dV accumulators */
             dcp_cuda__ldmatrix_x4(af, ds_rows + kc * 16);
-            dcp_cuda__ldmatrix_x4_trans(bf, sk + (kc * 16 + (m8 & 1) * 8 + r8) * K::STRIDE +
+            dcp_cuda__ldmatrix_x4<true>(bf, sk + (kc * 16 + (m8 & 1) * 8 + r8) * K::STRIDE +
                                                 dp * 16 + (m8 >> 1) * 8);
             dcp_cuda__mma<T>(acc[0], af, bf[0], bf[1]);
             dcp_cuda__mma<T>(acc[1], af, bf[2], bf[3]);
@@ -2582,13 +2627,11 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_dkv_kernel(const dcp_cuda__attn_args a)
 {
     using K = dcp_cuda__attn_traits<D>;
-    constexpr int TE = K::TILE_ELEMENTS;
-    T *sk = reinterpret_cast<T *>(dcp_cuda__smem);
-    T *sv = sk + TE;
-    T *sq = sv + TE;               /* [STAGES][TILE_ROWS][STRIDE] */
-    T *sdo = sq + K::STAGES * TE;  /* [STAGES][TILE_ROWS][STRIDE] */
-    T *sds = sdo + K::STAGES * TE; /* [TILE_ROWS][DS_STRIDE]: dS as [query][key] (atomic dQ) */
-    /* [STAGES][TILE_ROWS] each: */
+    dcp_cuda__smem_tiles<T, D> smem;
+    T *sk = smem.take(1), *sv = smem.take(1);
+    T *sq = smem.take(K::STAGES), *sdo = smem.take(K::STAGES);
+    T *sds = smem.next; /* [TILE_ROWS][DS_STRIDE]: dS as [query][key] (atomic dQ) */
+    /* then the row state, [STAGES][TILE_ROWS] each: */
     float *slse = reinterpret_cast<float *>(sds + K::TILE_ROWS * K::DS_STRIDE);
     float *sdelta = slse + K::STAGES * K::TILE_ROWS;
     int32_t *slimit = reinterpret_cast<int32_t *>(sdelta + K::STAGES * K::TILE_ROWS);
@@ -2622,8 +2665,8 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     auto load_unit = [&](int32_t u, int stage) {
         const int32_t head = unit_head(u);
         const int64_t q0 = unit_q0(u);
-        dcp_cuda__load_q_tile<T, D>(sq + stage * TE, a.q, a, s, head, q0);
-        dcp_cuda__load_q_tile<T, D>(sdo + stage * TE, a.dout, a, s, head, q0);
+        dcp_cuda__load_q_tile<T, D>(dcp_cuda__stage<D>(sq, stage), a.q, a, s, head, q0);
+        dcp_cuda__load_q_tile<T, D>(dcp_cuda__stage<D>(sdo, stage), a.dout, a, s, head, q0);
         for (int r = tid; r < K::TILE_ROWS; r += K::THREADS) {
             const dcp_cuda__bwd_row row = dcp_cuda__bwd_row_of(a, s, head, q0 + r);
             slse[stage * K::TILE_ROWS + r] = row.lse_log2;
@@ -2649,7 +2692,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
         dcp_cuda__cp_async_wait<1>(); /* unit u (and K, V) have landed */
         __syncthreads();
-        const T *qs = sq + stage * TE, *dos = sdo + stage * TE;
+        const T *qs = dcp_cuda__stage<D>(sq, stage), *dos = dcp_cuda__stage<D>(sdo, stage);
         const float *lse = slse + stage * K::TILE_ROWS, *delta = sdelta + stage * K::TILE_ROWS;
         const int32_t *limit = slimit + stage * K::TILE_ROWS;
 
@@ -2657,34 +2700,26 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         float p[K::ROW_BLOCKS][4];
         dcp_cuda__zero(p);
         dcp_cuda__mma_abt<T, K::TILE_ROWS, D, K::STRIDE>(p, k_rows, qs);
-#pragma unroll
-        for (int n = 0; n < K::ROW_BLOCKS; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int query = n * 8 + 2 * t + (e & 1);
-                p[n][e] = key[e >> 1] < limit[query]
-                              ? dcp_cuda__exp2_scaled(p[n][e], a.scale_log2, lse[query])
-                              : 0.0f;
-            }
+        dcp_cuda__each_c<K::ROW_BLOCKS>([&](int n, int e, int query) {
+            p[n][e] = key[e >> 1] < limit[query]
+                          ? dcp_cuda__exp2_scaled(p[n][e], a.scale_log2, lse[query])
+                          : 0.0f;
+        });
         dcp_cuda__mma_pb<T, K::TILE_ROWS, D, K::STRIDE>(dv, p, dos);
         /* dS^T = P^T (dP^T - delta), dP^T = V dO^T */
         float ds[K::ROW_BLOCKS][4];
         dcp_cuda__zero(ds);
         dcp_cuda__mma_abt<T, K::TILE_ROWS, D, K::STRIDE>(ds, v_rows, dos);
-#pragma unroll
-        for (int n = 0; n < K::ROW_BLOCKS; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                ds[n][e] = p[n][e] * (ds[n][e] - delta[n * 8 + 2 * t + (e & 1)]);
+        dcp_cuda__each_c<K::ROW_BLOCKS>([&](int n, int e, int query) {
+            ds[n][e] = p[n][e] * (ds[n][e] - delta[query]);
+        });
         dcp_cuda__mma_pb<T, K::TILE_ROWS, D, K::STRIDE>(dk, ds, qs);
         if (ATOMIC_DQ) {
             /* dS to shared memory as [query][key], then dq += scale dS K per warp's 16 queries */
-#pragma unroll
-            for (int n = 0; n < K::ROW_BLOCKS; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    sds[(n * 8 + 2 * t + (e & 1)) * K::DS_STRIDE + warp * K::WARP_ROWS + g +
-                        8 * (e >> 1)] = dcp_cuda__from_float<T>(ds[n][e]);
+            dcp_cuda__each_c<K::ROW_BLOCKS>([&](int n, int e, int query) {
+                sds[query * K::DS_STRIDE + warp * K::WARP_ROWS + g + 8 * (e >> 1)] =
+                    dcp_cuda__from_float<T>(ds[n][e]);
+            });
             __syncthreads();
             dcp_cuda__attn_dq_atomic<T, D>(a, s, unit_head(u), unit_q0(u), sds, sk);
         }
@@ -2711,30 +2746,25 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_dq_kernel(const dcp_cuda__attn_args a)
 {
     using K = dcp_cuda__attn_traits<D>;
-    constexpr int TE = K::TILE_ELEMENTS;
-    T *sq = reinterpret_cast<T *>(dcp_cuda__smem);
-    T *sdo = sq + TE;
-    T *sk = sdo + TE;             /* [STAGES][TILE_KEYS][STRIDE] */
-    T *sv = sk + K::STAGES * TE;  /* [STAGES][TILE_KEYS][STRIDE] */
-    dcp_cuda__seq_view s;
-    int64_t q0;
-    if (!dcp_cuda__attn_tile_of(a, false, &s, &q0)) return;
-    const int32_t head = blockIdx.y, kv_head = head / a.group;
+    dcp_cuda__q_block b;
+    if (!dcp_cuda__q_block_of<D>(a, &b) || b.tiles == 0) return; /* no visible key: no term */
+    dcp_cuda__smem_tiles<T, D> smem;
+    T *sq = smem.take(1), *sdo = smem.take(1);
+    T *sk = smem.take(K::STAGES), *sv = smem.take(K::STAGES);
+    const dcp_cuda__seq_view &s = b.s;
     const int tid = threadIdx.x, warp = tid / DCP_CUDA__WARP_SIZE, lane = tid % DCP_CUDA__WARP_SIZE;
     const int g = lane >> 2, t = lane & 3; /* the m16n8 C layout: row g (+ 8), columns 2t, 2t+1 */
-    const int32_t tiles = dcp_cuda__key_tiles<D>(a, s, q0);
-    if (tiles == 0) return; /* no visible key: nothing to add */
 
-    dcp_cuda__load_q_tile<T, D>(sq, a.q, a, s, head, q0);
-    dcp_cuda__load_q_tile<T, D>(sdo, a.dout, a, s, head, q0);
+    dcp_cuda__load_q_tile<T, D>(sq, a.q, a, s, b.head, b.q0);
+    dcp_cuda__load_q_tile<T, D>(sdo, a.dout, a, s, b.head, b.q0);
     dcp_cuda__cp_async_commit();
-    dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, kv_head, 0, 0);
+    dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, b.kv_head, 0, 0);
     dcp_cuda__cp_async_commit();
 
     dcp_cuda__bwd_row row[2];
 #pragma unroll
     for (int e = 0; e < 2; e++)
-        row[e] = dcp_cuda__bwd_row_of(a, s, head, q0 + warp * K::WARP_ROWS + g + 8 * e);
+        row[e] = dcp_cuda__bwd_row_of(a, s, b.head, b.q0 + warp * K::WARP_ROWS + g + 8 * e);
     const int32_t limit[2] = {row[0].limit, row[1].limit};
     const int32_t unmasked_end = dcp_cuda__warp_min(min(limit[0], limit[1])); /* as the forward */
     const T *q_rows = sq + warp * K::WARP_ROWS * K::STRIDE;
@@ -2742,14 +2772,10 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     float dq[K::HEAD_BLOCKS][4];
     dcp_cuda__zero(dq);
 
-    for (int32_t tile = 0; tile < tiles; tile++) {
+    for (int32_t tile = 0; tile < b.tiles; tile++) {
         const int stage = tile & 1;
-        if (tile + 1 < tiles)
-            dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, kv_head, tile + 1, stage ^ 1);
-        dcp_cuda__cp_async_commit();
-        dcp_cuda__cp_async_wait<1>(); /* tile `tile` (and Q, dO) have landed */
-        __syncthreads();
-        const T *ks = sk + stage * TE, *vs = sv + stage * TE;
+        dcp_cuda__kv_stream_step<T, D>(sk, sv, a, s, b.kv_head, tile, b.tiles); /* Q, dO too */
+        const T *ks = dcp_cuda__stage<D>(sk, stage), *vs = dcp_cuda__stage<D>(sv, stage);
         const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
         float p[K::KEY_BLOCKS][4], ds[K::KEY_BLOCKS][4];
         dcp_cuda__zero(p);
@@ -2772,9 +2798,9 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
 
 #pragma unroll
     for (int e = 0; e < 2; e++) {
-        const int64_t index = q0 + warp * K::WARP_ROWS + g + 8 * e;
+        const int64_t index = b.q0 + warp * K::WARP_ROWS + g + 8 * e;
         if (index >= s.q_valid) continue;
-        const int64_t at = ((s.offset + index) * a.heads + head) * D + 2 * t;
+        const int64_t at = ((s.offset + index) * a.heads + b.head) * D + 2 * t;
 #pragma unroll
         for (int d = 0; d < K::HEAD_BLOCKS; d++) {
             a.dq[at + d * 8] += a.scale * dq[d][2 * e];
@@ -2961,6 +2987,27 @@ static dcp_status dcp_cuda__attn_check_alignment(const void *q, const void *k, c
                          (int)sizeof(float), q, k, v, dout, out, (const void *)lse);
 }
 
+/* A checked call's launch arguments: the tensors' alignment and the workspace checked, q, k,
+   v and the workspace's regions filled in (the caller adds its outputs). */
+static dcp_status dcp_cuda__attn_bind(const dcp_attention_params *p, const dcp_cuda_layout *layout,
+                                      const dcp_attention_view *view, const void *q,
+                                      const void *k, const void *v, const void *dout,
+                                      const void *out, const float *lse, void *workspace,
+                                      size_t workspace_bytes, dcp_cuda__attn_args *a,
+                                      dcp_error *error)
+{
+    size_t needed;
+    dcp_status status;
+    if ((status = dcp_cuda__attn_check_alignment(q, k, v, dout, out, lse, error)) != DCP_OK ||
+        (status = dcp_cuda_attention_workspace_size(p, layout, &needed, error)) != DCP_OK ||
+        (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
+        return status;
+    *a = dcp_cuda__attn_args_of(p, layout, view);
+    a->q = q, a->k = k, a->v = v;
+    dcp_cuda__attn_workspace(a, layout, workspace);
+    return DCP_OK;
+}
+
 extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *params,
                                                  const dcp_cuda_layout *layout,
                                                  const dcp_attention_view *view, dcp_dtype dtype,
@@ -2971,8 +3018,6 @@ extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *par
 {
     dcp_attention_params p;
     dcp_cuda__attn_args a;
-    size_t needed;
-    cudaStream_t s = (cudaStream_t)stream;
     dcp_status status;
     if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
         return status;
@@ -2983,18 +3028,15 @@ extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *par
     if (!q || !k || !v || !out || !lse)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "q, k, v, out and lse must not be NULL");
-    if ((status = dcp_cuda__attn_check_alignment(q, k, v, NULL, out, lse, error)) != DCP_OK ||
-        (status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
-        (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
+    if ((status = dcp_cuda__attn_bind(&p, layout, view, q, k, v, NULL, out, lse, workspace,
+                                      workspace_bytes, &a, error)) != DCP_OK)
         return status;
-    a = dcp_cuda__attn_args_of(&p, layout, view);
-    a.q = q, a.k = k, a.v = v, a.o = out, a.lse_out = lse;
+    a.o = out, a.lse_out = lse;
     a.out_fp32 = out_dtype == DCP_DTYPE_FLOAT32;
-    dcp_cuda__attn_workspace(&a, layout, workspace);
     if (layout->local_rows == 0) return dcp_error_clear(error);
     return dcp_cuda__with_attn_shape(dtype, p.head_dim, [&](auto element, auto head_dim) {
         return dcp_cuda__attn_forward_launch<decltype(element), decltype(head_dim)::value>(
-            a, dcp_cuda__attn_capacity(layout), s, error);
+            a, dcp_cuda__attn_capacity(layout), (cudaStream_t)stream, error);
     });
 }
 
@@ -3037,8 +3079,6 @@ extern "C" dcp_status dcp_cuda_attention_backward(
 {
     dcp_attention_params p;
     dcp_cuda__attn_args a;
-    size_t needed;
-    cudaStream_t s = (cudaStream_t)stream;
     dcp_status status;
     if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
         return status;
@@ -3048,18 +3088,15 @@ extern "C" dcp_status dcp_cuda_attention_backward(
     if (!q || !k || !v || !out || !dout || !lse || !dq || !dk || !dv)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "q, k, v, out, dout, lse, dq, dk and dv must not be NULL");
-    if ((status = dcp_cuda__attn_check_alignment(q, k, v, dout, out, lse, error)) != DCP_OK ||
-        (status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
-        (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
+    if ((status = dcp_cuda__attn_bind(&p, layout, view, q, k, v, dout, out, lse, workspace,
+                                      workspace_bytes, &a, error)) != DCP_OK)
         return status;
-    a = dcp_cuda__attn_args_of(&p, layout, view);
-    a.q = q, a.k = k, a.v = v, a.out = out, a.dout = dout, a.lse = lse;
+    a.out = out, a.dout = dout, a.lse = lse;
     a.dq = dq, a.dk = dk, a.dv = dv;
-    dcp_cuda__attn_workspace(&a, layout, workspace);
     if (layout->local_rows == 0) return dcp_error_clear(error);
     return dcp_cuda__with_attn_shape(dtype, p.head_dim, [&](auto element, auto head_dim) {
         return dcp_cuda__attn_backward_launch<decltype(element), decltype(head_dim)::value>(
-            a, dcp_cuda__attn_capacity(layout), deterministic, s, error);
+            a, dcp_cuda__attn_capacity(layout), deterministic, (cudaStream_t)stream, error);
     });
 }
 
@@ -3069,18 +3106,18 @@ extern "C" dcp_status dcp_cuda_attention_backward(
    reference dcp_ring_attention_forward / _backward has the same structure. */
 
 /* The checks of a virtual ring call: its attention arguments and the cp per-rank buffers of
-   each named array. */
+   each array of `buffers`, named by `names` (NULL-terminated). */
 static dcp_status dcp_cuda__virtual_ring_check(const dcp_attention_params *params,
                                                const dcp_cuda_layout *layout, dcp_dtype dtype,
                                                const void *const *const *buffers,
-                                               const char *const *names, int32_t count,
-                                               dcp_attention_params *p, dcp_error *error)
+                                               const char *const *names, dcp_attention_params *p,
+                                               dcp_error *error)
 {
     int32_t i;
     dcp_status status;
     if ((status = dcp_cuda__attn_check(params, layout, NULL, dtype, p, error)) != DCP_OK)
         return status;
-    for (i = 0; i < count; i++)
+    for (i = 0; names[i]; i++)
         if ((status = dcp_check_rank_buffers(names[i], buffers[i], layout->thd.cp, error)) !=
             DCP_OK)
             return status;
@@ -3094,16 +3131,14 @@ extern "C" dcp_status dcp_cuda_virtual_ring_forward(
     float *acc_out, float *acc_lse, void *workspace, size_t workspace_bytes, void *stream,
     dcp_error *error)
 {
-    static const char *const names[] = {"q", "k", "v", "out", "lse"};
+    static const char *const names[] = {"q", "k", "v", "out", "lse", NULL};
     const void *const *const buffers[] = {q, k, v, (const void *const *)out,
                                           (const void *const *)lse};
     dcp_attention_params p;
     int32_t rank, step, cp;
     dcp_status status;
-    if ((status = dcp_cuda__virtual_ring_check(params, layout, dtype, buffers, names,
-                                               (int32_t)(sizeof names / sizeof names[0]), &p,
-                                               error)) != DCP_OK)
-        return status;
+    status = dcp_cuda__virtual_ring_check(params, layout, dtype, buffers, names, &p, error);
+    if (status != DCP_OK) return status;
     cp = layout->thd.cp;
     if (!partial_out || !partial_lse || !acc_out || !acc_lse)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
@@ -3140,7 +3175,8 @@ extern "C" dcp_status dcp_cuda_virtual_ring_backward(
     float *const *dv, int32_t deterministic, void *workspace, size_t workspace_bytes,
     void *stream, dcp_error *error)
 {
-    static const char *const names[] = {"q", "k", "v", "out", "dout", "lse", "dq", "dk", "dv"};
+    static const char *const names[] = {"q",  "k",  "v",  "out", "dout",
+                                        "lse", "dq", "dk", "dv",  NULL};
     const void *const *const buffers[] = {
         q, k, v, out, dout, (const void *const *)lse, (const void *const *)dq,
         (const void *const *)dk, (const void *const *)dv};
@@ -3148,10 +3184,8 @@ extern "C" dcp_status dcp_cuda_virtual_ring_backward(
     int32_t rank, step, cp;
     cudaStream_t s = (cudaStream_t)stream;
     dcp_status status;
-    if ((status = dcp_cuda__virtual_ring_check(params, layout, dtype, buffers, names,
-                                               (int32_t)(sizeof names / sizeof names[0]), &p,
-                                               error)) != DCP_OK)
-        return status;
+    status = dcp_cuda__virtual_ring_check(params, layout, dtype, buffers, names, &p, error);
+    if (status != DCP_OK) return status;
     cp = layout->thd.cp;
     for (rank = 0; rank < cp; rank++) {
         const size_t q_bytes =
