@@ -497,15 +497,12 @@ struct dcp_cuda__rope_tensors {
 static dcp_status dcp_cuda__rope_resolve(const dcp_rope_options *options, int32_t head_dim,
                                          dcp_rope_options *o, dcp_error *error)
 {
-    dcp_rope_options host_options;
+    dcp_rope_options host_options = options ? *options : dcp_rope_options(); /* zero: defaults */
     dcp_status status;
-    if (options) host_options = *options;
-    else memset(&host_options, 0, sizeof host_options);
     host_options.inv_freq = NULL;
-    if ((status = dcp_rope_options_resolve(&host_options, head_dim, o, error)) != DCP_OK)
-        return status;
-    o->inv_freq = options ? options->inv_freq : NULL;
-    return DCP_OK;
+    status = dcp_rope_options_resolve(&host_options, head_dim, o, error);
+    if (status == DCP_OK) o->inv_freq = options ? options->inv_freq : NULL;
+    return status;
 }
 
 static dcp_status dcp_cuda__rope_check(const dcp_rope_options *o, const dcp_cuda_layout *layout,
@@ -1163,6 +1160,21 @@ static dcp_status dcp_cuda__conv_geometry(const dcp_conv1d_params *p, int64_t to
     return DCP_OK;
 }
 
+/* The shape of a conv1d call: params (resolved into *p, a width the kernels serve), dtype,
+   and total_rows x channels addressable. */
+static dcp_status dcp_cuda__conv_shape(const dcp_conv1d_params *params, int64_t total_rows,
+                                       dcp_dtype dtype, dcp_conv1d_params *p, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_cuda__conv_width(params, p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
+        return status;
+    if (total_rows < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "total_rows must be >= 0, got %lld", (long long)total_rows);
+    return dcp_cuda__check_elements("x", total_rows, p->channels, dcp_dtype_size(dtype), error);
+}
+
 extern "C" dcp_status dcp_cuda_conv1d_launch_geometry(const dcp_conv1d_params *params,
                                                       int64_t total_rows, dcp_dtype dtype,
                                                       int32_t backward, int32_t vector,
@@ -1170,21 +1182,13 @@ extern "C" dcp_status dcp_cuda_conv1d_launch_geometry(const dcp_conv1d_params *p
                                                       dcp_error *error)
 {
     dcp_conv1d_params p;
-    dcp_status status;
+    dcp_status status = dcp_cuda__conv_shape(params, total_rows, dtype, &p, error);
+    if (status != DCP_OK) return status;
     if (!geometry)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "geometry must not be NULL");
-    if ((status = dcp_cuda__conv_width(params, &p, error)) != DCP_OK ||
-        (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
-        return status;
-    if (total_rows < 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "total_rows must be >= 0, got %lld", (long long)total_rows);
-    if ((status = dcp_cuda__check_elements("x", total_rows, p.channels,
-                                           dcp_dtype_size(dtype), error)) != DCP_OK ||
-        (status = dcp_cuda__conv_geometry(&p, total_rows, dcp_dtype_size(dtype),
-                                          backward != 0, vector != 0, geometry, error)) != DCP_OK)
-        return status;
-    return dcp_error_clear(error);
+    status = dcp_cuda__conv_geometry(&p, total_rows, dcp_dtype_size(dtype), backward != 0,
+                                     vector != 0, geometry, error);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
@@ -1192,9 +1196,8 @@ static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
                                        dcp_dtype dtype, dcp_conv1d_params *p, dcp_error *error)
 {
     dcp_status status;
-    if ((status = dcp_cuda__conv_width(params, p, error)) != DCP_OK ||
-        (status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
-        (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
+    if ((status = dcp_cuda__conv_shape(params, total_rows, dtype, p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_layout(layout, error)) != DCP_OK)
         return status;
     if (layout->thd.cp != 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
@@ -1204,8 +1207,7 @@ static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "total_rows %lld < the layout's local_rows %lld",
                              (long long)total_rows, (long long)layout->local_rows);
-    return dcp_cuda__check_elements("x", total_rows, p->channels, dcp_dtype_size(dtype),
-                                    error);
+    return DCP_OK;
 }
 
 static dcp_cuda__conv_args dcp_cuda__conv_args_of(const dcp_conv1d_params *p,
