@@ -681,7 +681,6 @@ extern "C" dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
 #define DCP_CUDA__CONV_REDUCE_THREADS 256
 #define DCP_CUDA__CONV_BACKWARD_16BIT_BYTES 8 /* a lane's access, backward of 16-bit tensors */
 static_assert(DCP_CUDA__CONV_LANES == DCP_CUDA__WARP_SIZE, "a lane of the warp per vector");
-static_assert(DCP_CUDA__CONV_MAX_GROUPS <= DCP_CUDA__MAX_GRID_Y, "channel groups are grid.y");
 
 /* Channels per lane on the vector path: 16 bytes in the forward; the backward keeps three
    float rows of state per channel (the x and g windows and the gradients), so 16-bit tensors
