@@ -142,7 +142,9 @@
        dcp_metadata_chunks(length, chunk, &n, err)  length check of a metadata broadcast
    Operation contracts (the arguments of the CPU references and the CUDA kernels alike; always
    compiled; no allocation)
-       dcp_dtype, dcp_dtype_size(dtype)           element type of a device tensor; its bytes
+       dcp_dtype, dcp_dtype_size(dtype), dcp_dtype_name(dtype)
+                                                  element type of a device tensor; its bytes
+                                                  and its name
        dcp_attention_params, dcp_attention_view   an attention step's shape and its q/kv view
        dcp_attention_params_resolve / dcp_attention_view_validate / dcp_rope_options_resolve /
        dcp_conv1d_params_resolve                  the argument checks every entry point, CPU
@@ -1269,6 +1271,9 @@ typedef enum dcp_dtype {
 
 /* Bytes of one element of dtype (4 or 2); 0 for a value that is not a dcp_dtype. */
 DCPDEF size_t dcp_dtype_size(dcp_dtype dtype);
+/* Constant text for dtype ("float32", "bfloat16", "float16"; "unknown" for a value that is not
+   a dcp_dtype): error messages of every unit and test labels use it. */
+DCPDEF const char *dcp_dtype_name(dcp_dtype dtype);
 
 /* Largest head_dim of attention: flash-attention's. It bounds the row of doubles each
    reference keeps on the stack. */
@@ -7822,16 +7827,24 @@ DCPDEF dcp_status dcp_comm_split_args(int32_t ranks, int32_t rank, int32_t cp,
     return dcp_error_clear(error);
 }
 
-DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
-                                  int32_t first_rank, int32_t cp, int32_t idle,
-                                  dcp_comm_choice *choice, dcp_error *error)
+/* The arguments both choosers take: the pool, max_cp, cp and the output. */
+static dcp_status dcp__check_choice(int32_t ranks, int32_t max_cp, int32_t rank, int32_t cp,
+                                    const dcp_comm_choice *choice, dcp_error *error)
 {
     dcp_status status;
     if (!choice) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
     if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
-        (status = dcp__check_max_cp(ranks, max_cp, error)) != DCP_OK ||
-        (status = dcp__check_cp("cp", cp, max_cp, error)) != DCP_OK)
+        (status = dcp__check_max_cp(ranks, max_cp, error)) != DCP_OK)
         return status;
+    return dcp__check_cp("cp", cp, max_cp, error);
+}
+
+DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
+                                  int32_t first_rank, int32_t cp, int32_t idle,
+                                  dcp_comm_choice *choice, dcp_error *error)
+{
+    dcp_status status = dcp__check_choice(ranks, max_cp, rank, cp, choice, error);
+    if (status != DCP_OK) return status;
     if (idle != 0 && idle != 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "idle must be 0 or 1, got %d",
                              (int)idle);
@@ -7857,13 +7870,9 @@ DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
 DCPDEF dcp_status dcp_comm_choose_static(int32_t ranks, int32_t max_cp, int32_t rank, int32_t cp,
                                          dcp_comm_choice *choice, dcp_error *error)
 {
-    dcp_status status;
     int32_t first;
-    if (!choice) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "choice must not be NULL");
-    if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
-        (status = dcp__check_max_cp(ranks, max_cp, error)) != DCP_OK ||
-        (status = dcp__check_cp("cp", cp, max_cp, error)) != DCP_OK)
-        return status;
+    dcp_status status = dcp__check_choice(ranks, max_cp, rank, cp, choice, error);
+    if (status != DCP_OK) return status;
     first = rank / cp * cp;
     if (first > ranks - cp) /* the block is not full: the rank sits this CP size out */
         return dcp_comm_choose(ranks, max_cp, rank, rank, 1, 1, choice, error);
@@ -8937,6 +8946,15 @@ DCPDEF size_t dcp_dtype_size(dcp_dtype dtype)
     return 0;
 }
 
+DCPDEF const char *dcp_dtype_name(dcp_dtype dtype)
+{
+    /* indexed by value: DCP_DTYPE_FLOAT32 = 0, DCP_DTYPE_BFLOAT16 = 1, DCP_DTYPE_FLOAT16 = 2 */
+    static const char *const names[] = {"float32", "bfloat16", "float16"};
+    const int32_t index = (int32_t)dtype;
+    return index >= 0 && index < (int32_t)(sizeof names / sizeof names[0]) ? names[index]
+                                                                          : "unknown";
+}
+
 static dcp_status dcp__check_flag(const char *name, int32_t value, dcp_error *error)
 {
     if (value != 0 && value != 1)
@@ -9267,11 +9285,37 @@ static double dcp__attn_score(const dcp__attn *a, int64_t q_row, int32_t head, i
                                          a->p.head_dim);
 }
 
+/* The buffers of a reference pass besides the dcp__attn inputs: the forward writes out and
+   lse, the backward dq, dk and dv; a merge reads a partial result into out and lse. */
+typedef struct dcp__attn_outputs {
+    const float *partial_out, *partial_lse;
+    float *out, *lse, *dq, *dk, *dv;
+} dcp__attn_outputs;
+
+/* One (local row, head) of a pass over a view. */
+typedef void (*dcp__attn_row_fn)(const dcp__attn *a, const dcp__seq *s, int64_t local,
+                                 int32_t head, const dcp__attn_outputs *o);
+
+/* row() for every local row of the half `half` of every sequence and each of `heads` heads:
+   the walk of every reference pass (queries of the q view, or keys of the kv view). */
+static void dcp__attn_walk(const dcp__attn *a, dcp_half half, int32_t heads, dcp__attn_row_fn row,
+                           const dcp__attn_outputs *o)
+{
+    int32_t i, head;
+    for (i = 0; i < a->layout->num_sequences; i++) {
+        const dcp__seq s = dcp__thd_seq(a->layout, i);
+        int64_t local, begin, end;
+        dcp__half_rows(&s, half, &begin, &end);
+        for (local = begin; local < end; local++)
+            for (head = 0; head < heads; head++) row(a, &s, local, head, o);
+    }
+}
+
 static void dcp__attn_forward_row(const dcp__attn *a, const dcp__seq *s, int64_t q_local,
-                                  int32_t head, float *out, float *lse)
+                                  int32_t head, const dcp__attn_outputs *out)
 {
     const int64_t q_row = s->offset + q_local, q_pos = dcp__q_position(a, s, q_local);
-    float *o = out + dcp__q_at(a, q_row, head);
+    float *o = out->out + dcp__q_at(a, q_row, head);
     double acc[DCP_MAX_HEAD_DIM], max_score = -INFINITY, sum = 0.0;
     int64_t k_local, begin, end;
     int32_t d;
@@ -9290,20 +9334,16 @@ static void dcp__attn_forward_row(const dcp__attn *a, const dcp__seq *s, int64_t
     }
     /* sum stays 0 when no key is visible (padding query rows included): 0 and -inf */
     for (d = 0; d < a->p.head_dim; d++) o[d] = sum > 0.0 ? (float)(acc[d] / sum) : 0.0f;
-    lse[dcp__lse_at(a, q_row, head)] = sum > 0.0 ? (float)(max_score + log(sum)) : -INFINITY;
+    out->lse[dcp__lse_at(a, q_row, head)] =
+        sum > 0.0 ? (float)(max_score + log(sum)) : -INFINITY;
 }
 
 static void dcp__attn_forward(const dcp__attn *a, float *out, float *lse)
 {
-    int32_t i, head;
-    for (i = 0; i < a->layout->num_sequences; i++) {
-        const dcp__seq s = dcp__thd_seq(a->layout, i);
-        int64_t q_local, begin, end;
-        dcp__half_rows(&s, a->view.q_half, &begin, &end);
-        for (q_local = begin; q_local < end; q_local++)
-            for (head = 0; head < a->p.num_heads; head++)
-                dcp__attn_forward_row(a, &s, q_local, head, out, lse);
-    }
+    dcp__attn_outputs o;
+    memset(&o, 0, sizeof o);
+    o.out = out, o.lse = lse;
+    dcp__attn_walk(a, a->view.q_half, a->p.num_heads, dcp__attn_forward_row, &o);
 }
 
 /* D_i = dO_i . O_i of one query row and head. */
@@ -9324,11 +9364,11 @@ static void dcp__attn_probs(const dcp__attn *a, int64_t q_row, int32_t head, int
 }
 
 static void dcp__attn_dq_row(const dcp__attn *a, const dcp__seq *s, int64_t q_local,
-                             int32_t head, float *dq)
+                             int32_t head, const dcp__attn_outputs *o)
 {
     const int64_t q_row = s->offset + q_local, q_pos = dcp__q_position(a, s, q_local);
     double acc[DCP_MAX_HEAD_DIM], delta;
-    float *g = dq + dcp__q_at(a, q_row, head);
+    float *g = o->dq + dcp__q_at(a, q_row, head);
     int64_t k_local, begin, end;
     int32_t d;
     if (q_pos >= s->valid || a->lse[dcp__lse_at(a, q_row, head)] == -INFINITY) return;
@@ -9366,8 +9406,9 @@ static void dcp__attn_dkv_pair(const dcp__attn *a, const dcp__seq *s, int64_t q_
 }
 
 static void dcp__attn_dkv_row(const dcp__attn *a, const dcp__seq *s, int64_t k_local,
-                              int32_t kv_head, float *dk, float *dv)
+                              int32_t kv_head, const dcp__attn_outputs *o)
 {
+    float *dk = o->dk, *dv = o->dv;
     const int64_t at = dcp__kv_at(a, s->offset + k_local, kv_head);
     double dk_acc[DCP_MAX_HEAD_DIM], dv_acc[DCP_MAX_HEAD_DIM];
     int64_t q_local, begin, end;
@@ -9383,20 +9424,26 @@ static void dcp__attn_dkv_row(const dcp__attn *a, const dcp__seq *s, int64_t k_l
     }
 }
 
+/* dq of the q view's rows, then dk and dv of the kv view's rows (each element written by one
+   row, from the inputs only: the order does not change a value). */
 static void dcp__attn_backward(const dcp__attn *a, float *dq, float *dk, float *dv)
 {
-    int32_t i, head;
-    for (i = 0; i < a->layout->num_sequences; i++) {
-        const dcp__seq s = dcp__thd_seq(a->layout, i);
-        int64_t local, begin, end;
-        dcp__half_rows(&s, a->view.q_half, &begin, &end);
-        for (local = begin; local < end; local++)
-            for (head = 0; head < a->p.num_heads; head++) dcp__attn_dq_row(a, &s, local, head, dq);
-        dcp__half_rows(&s, a->view.kv_half, &begin, &end);
-        for (local = begin; local < end; local++)
-            for (head = 0; head < a->p.num_kv_heads; head++)
-                dcp__attn_dkv_row(a, &s, local, head, dk, dv);
-    }
+    dcp__attn_outputs o;
+    memset(&o, 0, sizeof o);
+    o.dq = dq, o.dk = dk, o.dv = dv;
+    dcp__attn_walk(a, a->view.q_half, a->p.num_heads, dcp__attn_dq_row, &o);
+    dcp__attn_walk(a, a->view.kv_half, a->p.num_kv_heads, dcp__attn_dkv_row, &o);
+}
+
+/* dcp__attn_setup, then every one of the named pointers given. */
+static dcp_status dcp__attn_setup_checked(dcp__attn *a, const dcp_attention_params *params,
+                                          const dcp_thd_layout *layout,
+                                          const dcp_attention_view *view,
+                                          const char *const *names, const void *const *pointers,
+                                          int32_t count, dcp_error *error)
+{
+    const dcp_status status = dcp__attn_setup(a, params, layout, view, error);
+    return status != DCP_OK ? status : dcp__check_pointers(count, pointers, names, error);
 }
 
 DCPDEF dcp_status dcp_attention_forward(const dcp_attention_params *params,
@@ -9405,14 +9452,12 @@ DCPDEF dcp_status dcp_attention_forward(const dcp_attention_params *params,
                                         const float *k, const float *v, float *out,
                                         float *lse, dcp_error *error)
 {
-    const void *pointers[5];
     static const char *const names[] = {"q", "k", "v", "out", "lse"};
+    const void *const pointers[] = {q, k, v, out, lse};
     dcp__attn a;
-    dcp_status status;
-    pointers[0] = q, pointers[1] = k, pointers[2] = v, pointers[3] = out, pointers[4] = lse;
-    if ((status = dcp__attn_setup(&a, params, layout, view, error)) != DCP_OK ||
-        (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
-        return status;
+    const dcp_status status = dcp__attn_setup_checked(&a, params, layout, view, names, pointers,
+                                                      DCP__COUNT(names), error);
+    if (status != DCP_OK) return status;
     a.q = q, a.k = k, a.v = v;
     dcp__attn_forward(&a, out, lse);
     return dcp_error_clear(error);
@@ -9425,15 +9470,12 @@ DCPDEF dcp_status dcp_attention_backward(const dcp_attention_params *params,
                                          const float *dout, const float *lse, float *dq,
                                          float *dk, float *dv, dcp_error *error)
 {
-    const void *pointers[9];
     static const char *const names[] = {"q", "k", "v", "out", "dout", "lse", "dq", "dk", "dv"};
+    const void *const pointers[] = {q, k, v, out, dout, lse, dq, dk, dv};
     dcp__attn a;
-    dcp_status status;
-    pointers[0] = q, pointers[1] = k, pointers[2] = v, pointers[3] = out, pointers[4] = dout;
-    pointers[5] = lse, pointers[6] = dq, pointers[7] = dk, pointers[8] = dv;
-    if ((status = dcp__attn_setup(&a, params, layout, view, error)) != DCP_OK ||
-        (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
-        return status;
+    const dcp_status status = dcp__attn_setup_checked(&a, params, layout, view, names, pointers,
+                                                      DCP__COUNT(names), error);
+    if (status != DCP_OK) return status;
     a.q = q, a.k = k, a.v = v, a.out = out, a.dout = dout, a.lse = lse;
     dcp__attn_backward(&a, dq, dk, dv);
     return dcp_error_clear(error);
@@ -9472,22 +9514,22 @@ static void dcp__merge_head(int32_t dim, const float *out, float lse, float *acc
     *acc_lse = (float)merged;
 }
 
+static void dcp__acc_merge_row(const dcp__attn *a, const dcp__seq *s, int64_t local,
+                               int32_t head, const dcp__attn_outputs *o)
+{
+    const int64_t at = dcp__q_at(a, s->offset + local, head);
+    const int64_t lse_at = dcp__lse_at(a, s->offset + local, head);
+    dcp__merge_head(a->p.head_dim, o->partial_out + at, o->partial_lse[lse_at], o->out + at,
+                    o->lse + lse_at);
+}
+
 static void dcp__acc_merge(const dcp__attn *a, dcp_half half, const float *out,
                            const float *lse, float *acc_out, float *acc_lse)
 {
-    int32_t i, head;
-    for (i = 0; i < a->layout->num_sequences; i++) {
-        const dcp__seq s = dcp__thd_seq(a->layout, i);
-        int64_t local, begin, end;
-        dcp__half_rows(&s, half, &begin, &end);
-        for (local = begin; local < end; local++)
-            for (head = 0; head < a->p.num_heads; head++) {
-                const int64_t at = dcp__q_at(a, s.offset + local, head);
-                const int64_t lse_at = dcp__lse_at(a, s.offset + local, head);
-                dcp__merge_head(a->p.head_dim, out + at, lse[lse_at], acc_out + at,
-                                acc_lse + lse_at);
-            }
-    }
+    dcp__attn_outputs o;
+    memset(&o, 0, sizeof o);
+    o.partial_out = out, o.partial_lse = lse, o.out = acc_out, o.lse = acc_lse;
+    dcp__attn_walk(a, half, a->p.num_heads, dcp__acc_merge_row, &o);
 }
 
 /* out and lse may be acc_out and acc_lse: each element is read before it is written. */
@@ -9510,20 +9552,31 @@ static void dcp__acc_finish(const dcp__attn *a, int32_t rank, const float *acc_o
     }
 }
 
+/* The checks of the LSE-merge entry points: the attention shape, the call's half and rank
+   (DCP_HALF_ALL and 0 where a call has none) and its buffers (acc_init passes its two twice). */
+static dcp_status dcp__acc_setup(dcp__attn *a, const dcp_attention_params *params,
+                                 const dcp_thd_layout *layout, dcp_half half, int32_t rank,
+                                 const float *acc_out, const float *acc_lse, const float *out,
+                                 const float *lse, dcp_error *error)
+{
+    static const char *const names[] = {"acc_out", "acc_lse", "out", "lse"};
+    const void *const pointers[] = {acc_out, acc_lse, out, lse};
+    dcp_status status = dcp__attn_setup(a, params, layout, NULL, error);
+    if (status == DCP_OK) status = dcp__check_half("half", half, layout->cp, error);
+    if (status == DCP_OK) status = dcp_check_rank("rank", rank, layout->cp, error);
+    if (status == DCP_OK) status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error);
+    return status;
+}
+
 DCPDEF dcp_status dcp_attention_acc_init(const dcp_attention_params *params,
                                          const dcp_thd_layout *layout, float *acc_out,
                                          float *acc_lse, dcp_error *error)
 {
-    const void *pointers[2];
-    static const char *const names[] = {"acc_out", "acc_lse"};
     dcp__attn a;
-    dcp_status status;
-    pointers[0] = acc_out, pointers[1] = acc_lse;
-    if ((status = dcp__attn_setup(&a, params, layout, NULL, error)) != DCP_OK ||
-        (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
-        return status;
-    dcp__acc_clear(&a, acc_out, acc_lse);
-    return dcp_error_clear(error);
+    const dcp_status status = dcp__acc_setup(&a, params, layout, DCP_HALF_ALL, 0, acc_out,
+                                             acc_lse, acc_out, acc_lse, error);
+    if (status == DCP_OK) dcp__acc_clear(&a, acc_out, acc_lse);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 DCPDEF dcp_status dcp_attention_acc_merge(const dcp_attention_params *params,
@@ -9531,17 +9584,11 @@ DCPDEF dcp_status dcp_attention_acc_merge(const dcp_attention_params *params,
                                           const float *out, const float *lse, float *acc_out,
                                           float *acc_lse, dcp_error *error)
 {
-    const void *pointers[4];
-    static const char *const names[] = {"out", "lse", "acc_out", "acc_lse"};
     dcp__attn a;
-    dcp_status status;
-    pointers[0] = out, pointers[1] = lse, pointers[2] = acc_out, pointers[3] = acc_lse;
-    if ((status = dcp__attn_setup(&a, params, layout, NULL, error)) != DCP_OK ||
-        (status = dcp__check_half("half", half, layout->cp, error)) != DCP_OK ||
-        (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
-        return status;
-    dcp__acc_merge(&a, half, out, lse, acc_out, acc_lse);
-    return dcp_error_clear(error);
+    const dcp_status status =
+        dcp__acc_setup(&a, params, layout, half, 0, acc_out, acc_lse, out, lse, error);
+    if (status == DCP_OK) dcp__acc_merge(&a, half, out, lse, acc_out, acc_lse);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 DCPDEF dcp_status dcp_attention_acc_finalize(const dcp_attention_params *params,
@@ -9549,17 +9596,11 @@ DCPDEF dcp_status dcp_attention_acc_finalize(const dcp_attention_params *params,
                                              const float *acc_out, const float *acc_lse,
                                              float *out, float *lse, dcp_error *error)
 {
-    const void *pointers[4];
-    static const char *const names[] = {"acc_out", "acc_lse", "out", "lse"};
     dcp__attn a;
-    dcp_status status;
-    pointers[0] = acc_out, pointers[1] = acc_lse, pointers[2] = out, pointers[3] = lse;
-    if ((status = dcp__attn_setup(&a, params, layout, NULL, error)) != DCP_OK ||
-        (status = dcp_check_rank("rank", rank, layout->cp, error)) != DCP_OK ||
-        (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
-        return status;
-    dcp__acc_finish(&a, rank, acc_out, acc_lse, out, lse);
-    return dcp_error_clear(error);
+    const dcp_status status = dcp__acc_setup(&a, params, layout, DCP_HALF_ALL, rank, acc_out,
+                                             acc_lse, out, lse, error);
+    if (status == DCP_OK) dcp__acc_finish(&a, rank, acc_out, acc_lse, out, lse);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* ------------------------------------------------------------ CPU references: ring attention
@@ -9735,10 +9776,9 @@ static dcp_status dcp__rope_setup(const dcp_rope_options *options,
                                   const char *const *names, dcp_rope_options *o,
                                   dcp_error *error)
 {
-    const void *pointers[2];
+    const void *const pointers[] = {x, y};
     int64_t rows;
     dcp_status status;
-    pointers[0] = x, pointers[1] = y;
     if (heads < 1 || dim < 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "num_heads and head_dim must be >= 1, got %d and %d", (int)heads,
@@ -9772,18 +9812,27 @@ static void dcp__rope_apply(const dcp_rope_options *o, const dcp_thd_layout *lay
     }
 }
 
+/* One RoPE pass: forward (direction +1, x -> y) or backward (-1, dy -> dx). */
+static dcp_status dcp__rope_run(const dcp_rope_options *options, const dcp_thd_layout *layout,
+                                int32_t rank, int32_t heads, int32_t dim, double direction,
+                                const float *x, float *y, dcp_error *error)
+{
+    static const char *const forward_names[] = {"x", "y"}, *const backward_names[] = {"dy", "dx"};
+    dcp_rope_options o;
+    const dcp_status status =
+        dcp__rope_setup(options, layout, rank, heads, dim, x, y,
+                        direction > 0.0 ? forward_names : backward_names, &o, error);
+    if (status != DCP_OK) return status;
+    dcp__rope_apply(&o, layout, rank, heads, dim, direction, x, y);
+    return dcp_error_clear(error);
+}
+
 DCPDEF dcp_status dcp_rope_forward(const dcp_rope_options *options,
                                    const dcp_thd_layout *layout, int32_t rank,
                                    int32_t num_heads, int32_t head_dim, const float *x,
                                    float *y, dcp_error *error)
 {
-    static const char *const names[] = {"x", "y"};
-    dcp_rope_options o;
-    dcp_status status = dcp__rope_setup(options, layout, rank, num_heads, head_dim, x, y, names,
-                                        &o, error);
-    if (status != DCP_OK) return status;
-    dcp__rope_apply(&o, layout, rank, num_heads, head_dim, 1.0, x, y);
-    return dcp_error_clear(error);
+    return dcp__rope_run(options, layout, rank, num_heads, head_dim, 1.0, x, y, error);
 }
 
 DCPDEF dcp_status dcp_rope_backward(const dcp_rope_options *options,
@@ -9791,13 +9840,7 @@ DCPDEF dcp_status dcp_rope_backward(const dcp_rope_options *options,
                                     int32_t num_heads, int32_t head_dim, const float *dy,
                                     float *dx, dcp_error *error)
 {
-    static const char *const names[] = {"dy", "dx"};
-    dcp_rope_options o;
-    dcp_status status = dcp__rope_setup(options, layout, rank, num_heads, head_dim, dy, dx,
-                                        names, &o, error);
-    if (status != DCP_OK) return status;
-    dcp__rope_apply(&o, layout, rank, num_heads, head_dim, -1.0, dy, dx);
-    return dcp_error_clear(error);
+    return dcp__rope_run(options, layout, rank, num_heads, head_dim, -1.0, dy, dx, error);
 }
 
 /* ------------------------------------------------------------------- CPU references: conv1d
@@ -9937,11 +9980,10 @@ DCPDEF dcp_status dcp_conv1d_forward(const dcp_conv1d_params *params,
                                      const float *x, const float *weight, const float *bias,
                                      float *y, dcp_error *error)
 {
-    const void *pointers[3];
     static const char *const names[] = {"x", "weight", "y"};
+    const void *const pointers[] = {x, weight, y};
     dcp__conv cv;
     dcp_status status;
-    pointers[0] = x, pointers[1] = weight, pointers[2] = y;
     if ((status = dcp__conv_setup(&cv, params, layout, total_rows, error)) != DCP_OK ||
         (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
         return status;
@@ -9956,12 +9998,10 @@ DCPDEF dcp_status dcp_conv1d_backward(const dcp_conv1d_params *params,
                                       const float *dy, float *dx, float *dweight,
                                       float *dbias, dcp_error *error)
 {
-    const void *pointers[5];
     static const char *const names[] = {"x", "weight", "dy", "dx", "dweight"};
+    const void *const pointers[] = {x, weight, dy, dx, dweight};
     dcp__conv cv;
     dcp_status status;
-    pointers[0] = x, pointers[1] = weight, pointers[2] = dy, pointers[3] = dx;
-    pointers[4] = dweight;
     if ((status = dcp__conv_setup(&cv, params, layout, total_rows, error)) != DCP_OK ||
         (status = dcp__check_pointers(DCP__COUNT(names), pointers, names, error)) != DCP_OK)
         return status;

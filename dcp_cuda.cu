@@ -28,7 +28,21 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <type_traits>
+
 /* ==================================================================================== basics */
+
+/* Facts of the hardware and of the CUDA programming model the launches rely on. */
+#define DCP_CUDA__WARP_SIZE 32            /* lanes of a warp */
+#define DCP_CUDA__FULL_WARP 0xffffffffu   /* shuffle mask: every lane of a warp */
+#define DCP_CUDA__MAX_BLOCK_THREADS 1024  /* threads of one block, at most */
+#define DCP_CUDA__MAX_GRID_Y 65535        /* blocks along a grid's y dimension, at most */
+#define DCP_CUDA__VECTOR_BYTES 16         /* the widest single access (one LDG.128 / STG.128) */
+
+/* The attention kernels keep exponentials and LSEs in base 2 (ex2.approx): log2(e) takes a
+   natural-log quantity to base 2 and ln(2) takes it back. */
+#define DCP_CUDA__LOG2E 1.4426950408889634
+#define DCP_CUDA__LN2 0.69314718055994531
 
 /* The one checking macro: a failing CUDA call becomes DCP_ERROR_CUDA with file, line and the
    call's text. Used in functions that have a `dcp_error *error` in scope. */
@@ -63,16 +77,6 @@ extern "C" dcp_status dcp_cuda_device_count(int32_t *count, dcp_error *error)
 }
 
 /* ------------------------------------------------------------------------- host checks */
-
-static const char *dcp_cuda__dtype_name(dcp_dtype dtype)
-{
-    switch (dtype) {
-    case DCP_DTYPE_FLOAT32: return "float32";
-    case DCP_DTYPE_BFLOAT16: return "bfloat16";
-    case DCP_DTYPE_FLOAT16: return "float16";
-    }
-    return "unknown";
-}
 
 static dcp_status dcp_cuda__check_dtype(const char *name, dcp_dtype dtype, int allow_float32,
                                         dcp_error *error)
@@ -132,6 +136,48 @@ static dcp_status dcp_cuda__check_elements(const char *name, int64_t rows, int64
                              "%s: %lld rows x %lld elements of %zu bytes are too many", name,
                              (long long)rows, (long long)width, element);
     return DCP_OK;
+}
+
+/* Every kernel's arguments, zeroed, with the device layout's sequence arrays filled in. */
+template <typename Args>
+static void dcp_cuda__args_of_layout(Args *a, const dcp_cuda_layout *layout)
+{
+    memset(a, 0, sizeof *a);
+    a->cu_seqlens = layout->thd.cu_seqlens;
+    a->cu_seqlens_padded = layout->thd.cu_seqlens_padded;
+    a->num_sequences = layout->thd.num_sequences;
+}
+
+/* count float32 values in two device buffers a and b (`names` names them): count >= 0 and,
+   when it is not 0, both given and the bytes addressable. */
+static dcp_status dcp_cuda__check_values(int64_t count, const void *a, const void *b,
+                                         const char *names, dcp_error *error)
+{
+    if (count < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must be >= 0, got %lld",
+                             (long long)count);
+    if (count == 0) return DCP_OK;
+    if (!a || !b)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s must not be NULL", names);
+    if ((uint64_t)count > SIZE_MAX / sizeof(float))
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "count %lld is too large",
+                             (long long)count);
+    return DCP_OK;
+}
+
+/* fn(T()) for the element type T of dtype, the one switch of every launch that takes the
+   three dtypes (`name` is the argument's name, for a value the caller did not check). */
+template <typename Fn>
+static dcp_status dcp_cuda__with_dtype(const char *name, dcp_dtype dtype, dcp_error *error,
+                                       Fn fn)
+{
+    switch (dtype) {
+    case DCP_DTYPE_FLOAT32: return fn(float());
+    case DCP_DTYPE_BFLOAT16: return fn(__nv_bfloat16());
+    case DCP_DTYPE_FLOAT16: return fn(__half());
+    }
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "%s %d is not a dcp_dtype", name,
+                         (int)dtype);
 }
 
 extern "C" dcp_status dcp_cuda_layout_init(const dcp_thd_layout *host,
@@ -287,6 +333,7 @@ __device__ __forceinline__ dcp_cuda__row dcp_cuda__row_info(const int32_t *cu,
 #define DCP_CUDA__ROPE_MAX_ROWS 64    /* rows per block, at most */
 #define DCP_CUDA__ROPE_UNITS 2048     /* units of work a block aims at */
 #define DCP_CUDA__ROPE_MAX_ANGLES 4096 /* rows x pairs of (cos, sin) per block: 32 KB */
+#define DCP_CUDA__ROPE_MAX_ROW_UNITS (1 << 30) /* heads x units of a row: int32 unit indices */
 
 struct dcp_cuda__rope_args {
     const int32_t *cu_seqlens, *cu_seqlens_padded;
@@ -420,7 +467,7 @@ static dcp_status dcp_cuda__rope_launch(dcp_cuda__rope_args a, int32_t style, in
 {
     const unsigned blocks = (unsigned)((a.rows + a.rows_per_block - 1) / a.rows_per_block);
     const size_t shared = (size_t)a.rows_per_block * a.pairs * sizeof(float2);
-    constexpr int V = (int)(16 / sizeof(T));
+    constexpr int V = (int)(DCP_CUDA__VECTOR_BYTES / sizeof(T));
     if (style == DCP_ROPE_ROTATE_HALF && vector)
         dcp_cuda__rope_kernel<T, DCP_ROPE_ROTATE_HALF, V>
             <<<blocks, DCP_CUDA__ROPE_THREADS, shared, stream>>>(a);
@@ -437,105 +484,142 @@ static dcp_status dcp_cuda__rope_launch(dcp_cuda__rope_args a, int32_t style, in
     return dcp_error_clear(error);
 }
 
-static dcp_status dcp_cuda__rope(const dcp_rope_options *options, const dcp_cuda_layout *layout,
-                                 int32_t rank, dcp_dtype dtype, int32_t head_dim,
-                                 int32_t num_q_heads, const void *q, void *q_out,
-                                 int32_t num_k_heads, const void *k, void *k_out,
-                                 double direction, const char *const *names, void *stream,
-                                 dcp_error *error)
+/* The tensors of one RoPE call (q or k may be absent) and their names for messages:
+   q, q_out, k, k_out as the entry point calls them. */
+struct dcp_cuda__rope_tensors {
+    int32_t q_heads, k_heads;
+    const void *q, *k;
+    void *q_out, *k_out;
+    const char *const *names;
+};
+
+/* The options resolved on the host: the inv_freq table is a device array, so the rest is
+   resolved without it and the pointer put back. */
+static dcp_status dcp_cuda__rope_resolve(const dcp_rope_options *options, int32_t head_dim,
+                                         dcp_rope_options *o, dcp_error *error)
 {
-    dcp_rope_options o, host_options;
-    dcp_cuda__rope_args a;
-    size_t element;
-    int32_t V, heads, units;
-    int vector;
+    dcp_rope_options host_options = options ? *options : dcp_rope_options(); /* zero: defaults */
     dcp_status status;
-    /* the table is a device array: resolve the rest, then put it back */
-    if (options) host_options = *options;
-    else memset(&host_options, 0, sizeof host_options);
     host_options.inv_freq = NULL;
-    if ((status = dcp_rope_options_resolve(&host_options, head_dim, &o, error)) != DCP_OK)
-        return status;
-    o.inv_freq = options ? options->inv_freq : NULL;
+    status = dcp_rope_options_resolve(&host_options, head_dim, o, error);
+    if (status == DCP_OK) o->inv_freq = options ? options->inv_freq : NULL;
+    return status;
+}
+
+static dcp_status dcp_cuda__rope_check(const dcp_rope_options *o, const dcp_cuda_layout *layout,
+                                       int32_t rank, dcp_dtype dtype, int32_t head_dim,
+                                       const dcp_cuda__rope_tensors *x, dcp_error *error)
+{
+    const char *const *names = x->names;
+    dcp_status status;
     if ((status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
         (status = dcp_check_rank("rank", rank, layout->thd.cp, error)) != DCP_OK ||
         (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
         return status;
-    if (!q != !q_out || !k != !k_out)
+    if (!x->q != !x->q_out || !x->k != !x->k_out)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "%s and %s, and %s and %s, must both be given or both be NULL",
                              names[0], names[1], names[2], names[3]);
-    if (!q && !k)
+    if (!x->q && !x->k)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "at least one of %s and %s must be given", names[0], names[2]);
-    if ((q && num_q_heads < 1) || (k && num_k_heads < 1))
+    if ((x->q && x->q_heads < 1) || (x->k && x->k_heads < 1))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "num_q_heads and num_k_heads of given tensors must be >= 1, got "
                              "%d and %d",
-                             (int)num_q_heads, (int)num_k_heads);
-    element = dcp_dtype_size(dtype);
-    if ((q && (status = dcp_cuda__check_elements(names[0], layout->local_rows,
-                                                 (int64_t)num_q_heads * head_dim, element,
-                                                 error)) != DCP_OK) ||
-        (k && (status = dcp_cuda__check_elements(names[2], layout->local_rows,
-                                                 (int64_t)num_k_heads * head_dim, element,
-                                                 error)) != DCP_OK))
+                             (int)x->q_heads, (int)x->k_heads);
+    if ((x->q && (status = dcp_cuda__check_elements(names[0], layout->local_rows,
+                                                    (int64_t)x->q_heads * head_dim,
+                                                    dcp_dtype_size(dtype), error)) != DCP_OK) ||
+        (x->k && (status = dcp_cuda__check_elements(names[2], layout->local_rows,
+                                                    (int64_t)x->k_heads * head_dim,
+                                                    dcp_dtype_size(dtype), error)) != DCP_OK))
         return status;
-    if (o.rotary_dim / 2 > DCP_CUDA__ROPE_MAX_ANGLES)
+    if (o->rotary_dim / 2 > DCP_CUDA__ROPE_MAX_ANGLES)
         return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
                              "rotary_dim %d: the kernel keeps at most %d pairs per row",
-                             (int)o.rotary_dim, DCP_CUDA__ROPE_MAX_ANGLES);
-    memset(&a, 0, sizeof a);
-    a.cu_seqlens = layout->thd.cu_seqlens;
-    a.cu_seqlens_padded = layout->thd.cu_seqlens_padded;
-    a.num_sequences = layout->thd.num_sequences;
+                             (int)o->rotary_dim, DCP_CUDA__ROPE_MAX_ANGLES);
+    return DCP_OK;
+}
+
+static dcp_cuda__rope_args dcp_cuda__rope_args_of(const dcp_rope_options *o,
+                                                  const dcp_cuda_layout *layout, int32_t rank,
+                                                  int32_t head_dim,
+                                                  const dcp_cuda__rope_tensors *x,
+                                                  double direction)
+{
+    dcp_cuda__rope_args a;
+    dcp_cuda__args_of_layout(&a, layout);
     a.cp = layout->thd.cp;
     a.rank = rank;
     a.rows = layout->local_rows;
     a.head_dim = head_dim;
-    a.rotary_dim = o.rotary_dim;
-    a.pairs = o.rotary_dim / 2;
-    a.q_heads = q ? num_q_heads : 0;
-    a.k_heads = k ? num_k_heads : 0;
-    a.q = q, a.q_out = q_out, a.k = k, a.k_out = k_out;
-    a.inv_freq = o.inv_freq;
-    a.theta_base = o.theta_base;
+    a.rotary_dim = o->rotary_dim;
+    a.pairs = o->rotary_dim / 2;
+    a.q_heads = x->q ? x->q_heads : 0;
+    a.k_heads = x->k ? x->k_heads : 0;
+    a.q = x->q, a.q_out = x->q_out, a.k = x->k, a.k_out = x->k_out;
+    a.inv_freq = o->inv_freq;
+    a.theta_base = o->theta_base;
     a.direction = direction;
-    /* 16-byte units when every size and pointer allows */
-    V = (int32_t)(16 / element);
-    vector = (o.style == DCP_ROPE_ROTATE_HALF ? a.pairs % V == 0 : a.rotary_dim % V == 0) &&
-             (head_dim - a.rotary_dim) % V == 0 && dcp_cuda__aligned(q, 16) &&
-             dcp_cuda__aligned(q_out, 16) && dcp_cuda__aligned(k, 16) &&
-             dcp_cuda__aligned(k_out, 16);
-    if (!vector) V = 1;
-    a.pair_units = o.style == DCP_ROPE_ROTATE_HALF ? a.pairs / V
-                                                   : a.rotary_dim / (V == 1 ? 2 : V);
-    a.copy_units = (head_dim - a.rotary_dim) / V;
-    heads = a.q_heads + a.k_heads;
-    units = a.pair_units + a.copy_units;
-    if ((int64_t)heads * units > (1 << 30))
+    return a;
+}
+
+/* Units of work and rows per block (DCP_CUDA__ROPE_UNITS a block, bounded by the rows and the
+   angles it keeps); *vector says whether the units are 16 bytes wide (every size and pointer
+   allows) or single elements. */
+static dcp_status dcp_cuda__rope_units(dcp_cuda__rope_args *a, int32_t style, size_t element,
+                                       int *vector, dcp_error *error)
+{
+    int32_t V = (int32_t)(DCP_CUDA__VECTOR_BYTES / element), heads, units;
+    *vector = (style == DCP_ROPE_ROTATE_HALF ? a->pairs % V == 0 : a->rotary_dim % V == 0) &&
+              (a->head_dim - a->rotary_dim) % V == 0 &&
+              dcp_cuda__aligned(a->q, DCP_CUDA__VECTOR_BYTES) &&
+              dcp_cuda__aligned(a->q_out, DCP_CUDA__VECTOR_BYTES) &&
+              dcp_cuda__aligned(a->k, DCP_CUDA__VECTOR_BYTES) &&
+              dcp_cuda__aligned(a->k_out, DCP_CUDA__VECTOR_BYTES);
+    if (!*vector) V = 1;
+    a->pair_units = style == DCP_ROPE_ROTATE_HALF ? a->pairs / V
+                                                  : a->rotary_dim / (V == 1 ? 2 : V);
+    a->copy_units = (a->head_dim - a->rotary_dim) / V;
+    heads = a->q_heads + a->k_heads;
+    units = a->pair_units + a->copy_units;
+    if ((int64_t)heads * units > DCP_CUDA__ROPE_MAX_ROW_UNITS)
         return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
                              "RoPE rows of %d heads x %d units are too wide", (int)heads,
                              (int)units);
-    a.rows_per_block = DCP_CUDA__ROPE_UNITS / (heads * units);
-    if (a.rows_per_block > DCP_CUDA__ROPE_MAX_ROWS) a.rows_per_block = DCP_CUDA__ROPE_MAX_ROWS;
-    if (a.rows_per_block > DCP_CUDA__ROPE_MAX_ANGLES / a.pairs)
-        a.rows_per_block = DCP_CUDA__ROPE_MAX_ANGLES / a.pairs;
-    if (a.rows_per_block < 1) a.rows_per_block = 1;
-    if (a.rows == 0) return dcp_error_clear(error);
-    if ((a.rows + a.rows_per_block - 1) / a.rows_per_block > INT32_MAX)
+    a->rows_per_block = DCP_CUDA__ROPE_UNITS / (heads * units);
+    if (a->rows_per_block > DCP_CUDA__ROPE_MAX_ROWS) a->rows_per_block = DCP_CUDA__ROPE_MAX_ROWS;
+    if (a->rows_per_block > DCP_CUDA__ROPE_MAX_ANGLES / a->pairs)
+        a->rows_per_block = DCP_CUDA__ROPE_MAX_ANGLES / a->pairs;
+    if (a->rows_per_block < 1) a->rows_per_block = 1;
+    if ((a->rows + a->rows_per_block - 1) / a->rows_per_block > INT32_MAX)
         return dcp_error_set(error, DCP_ERROR_UNSUPPORTED, "%lld local rows are too many",
-                             (long long)a.rows);
-    switch (dtype) {
-    case DCP_DTYPE_FLOAT32:
-        return dcp_cuda__rope_launch<float>(a, o.style, vector, (cudaStream_t)stream, error);
-    case DCP_DTYPE_BFLOAT16:
-        return dcp_cuda__rope_launch<__nv_bfloat16>(a, o.style, vector, (cudaStream_t)stream,
-                                                    error);
-    case DCP_DTYPE_FLOAT16:
-        return dcp_cuda__rope_launch<__half>(a, o.style, vector, (cudaStream_t)stream, error);
-    }
-    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
+                             (long long)a->rows);
+    return DCP_OK;
+}
+
+static dcp_status dcp_cuda__rope(const dcp_rope_options *options, const dcp_cuda_layout *layout,
+                                 int32_t rank, dcp_dtype dtype, int32_t head_dim,
+                                 const dcp_cuda__rope_tensors *x, double direction, void *stream,
+                                 dcp_error *error)
+{
+    const cudaStream_t s = (cudaStream_t)stream;
+    dcp_rope_options o;
+    dcp_cuda__rope_args a;
+    int vector;
+    dcp_status status;
+    if ((status = dcp_cuda__rope_resolve(options, head_dim, &o, error)) != DCP_OK ||
+        (status = dcp_cuda__rope_check(&o, layout, rank, dtype, head_dim, x, error)) != DCP_OK)
+        return status;
+    a = dcp_cuda__rope_args_of(&o, layout, rank, head_dim, x, direction);
+    if ((status = dcp_cuda__rope_units(&a, o.style, dcp_dtype_size(dtype), &vector, error)) !=
+        DCP_OK)
+        return status;
+    if (a.rows == 0) return dcp_error_clear(error);
+    return dcp_cuda__with_dtype("dtype", dtype, error, [&](auto element) {
+        return dcp_cuda__rope_launch<decltype(element)>(a, o.style, vector, s, error);
+    });
 }
 
 extern "C" dcp_status dcp_cuda_rope_forward(const dcp_rope_options *options,
@@ -546,8 +630,8 @@ extern "C" dcp_status dcp_cuda_rope_forward(const dcp_rope_options *options,
                                             void *stream, dcp_error *error)
 {
     static const char *const names[] = {"q", "q_out", "k", "k_out"};
-    return dcp_cuda__rope(options, layout, rank, dtype, head_dim, num_q_heads, q, q_out,
-                          num_k_heads, k, k_out, 1.0, names, stream, error);
+    const dcp_cuda__rope_tensors x = {num_q_heads, num_k_heads, q, k, q_out, k_out, names};
+    return dcp_cuda__rope(options, layout, rank, dtype, head_dim, &x, 1.0, stream, error);
 }
 
 extern "C" dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
@@ -558,8 +642,8 @@ extern "C" dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
                                              void *stream, dcp_error *error)
 {
     static const char *const names[] = {"dq_out", "dq", "dk_out", "dk"};
-    return dcp_cuda__rope(options, layout, rank, dtype, head_dim, num_q_heads, dq_out, dq,
-                          num_k_heads, dk_out, dk, -1.0, names, stream, error);
+    const dcp_cuda__rope_tensors dx = {num_q_heads, num_k_heads, dq_out, dk_out, dq, dk, names};
+    return dcp_cuda__rope(options, layout, rank, dtype, head_dim, &dx, -1.0, stream, error);
 }
 
 /* ==================================================================================== conv1d
@@ -594,8 +678,10 @@ extern "C" dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
 #define DCP_CUDA__CONV_THREADS (DCP_CUDA__CONV_LANES * DCP_CUDA__CONV_WARPS)
 #define DCP_CUDA__CONV_TARGET_WARPS 16384 /* runs a launch aims at: several waves on any GPU */
 #define DCP_CUDA__CONV_MIN_RUN 8          /* rows per run at least: small launches still spread */
-#define DCP_CUDA__CONV_MAX_GROUPS 65535   /* channel groups: the grid's y limit */
+#define DCP_CUDA__CONV_MAX_GROUPS DCP_CUDA__MAX_GRID_Y /* channel groups: grid.y */
 #define DCP_CUDA__CONV_REDUCE_THREADS 256
+#define DCP_CUDA__CONV_BACKWARD_16BIT_BYTES 8 /* a lane's access, backward of 16-bit tensors */
+static_assert(DCP_CUDA__CONV_LANES == DCP_CUDA__WARP_SIZE, "a lane of the warp per vector");
 
 /* Channels per lane on the vector path: 16 bytes in the forward; the backward keeps three
    float rows of state per channel (the x and g windows and the gradients), so 16-bit tensors
@@ -603,7 +689,9 @@ extern "C" dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
    in registers at the occupancy that keeps enough bytes in flight. */
 __host__ __device__ constexpr int dcp_cuda__conv_lane_width(int element, int backward)
 {
-    return (backward && element < 4 ? 8 : 16) / element;
+    return (backward && element < (int)sizeof(float) ? DCP_CUDA__CONV_BACKWARD_16BIT_BYTES
+                                                      : DCP_CUDA__VECTOR_BYTES) /
+           element;
 }
 
 /* Every shape constant of one kernel configuration. */
@@ -620,7 +708,8 @@ template <typename T, int V, int W> struct dcp_cuda__conv_traits {
     static constexpr int kForwardBlocks = W > 4 ? 2 : V >= 8 ? 3 : 4;
     static constexpr int kBackwardBlocks = W > 4 ? 2 : 3;
     static_assert(W >= 1 && W <= DCP_CUDA_CONV1D_MAX_WIDTH, "width out of range");
-    static_assert(V == 1 || V * sizeof(T) == 16 || V * sizeof(T) == 8,
+    static_assert(V == 1 || V * sizeof(T) == DCP_CUDA__VECTOR_BYTES ||
+                      V * sizeof(T) == DCP_CUDA__CONV_BACKWARD_16BIT_BYTES,
                   "a lane moves 16 or 8 bytes, or one element");
 };
 
@@ -664,6 +753,24 @@ __device__ __forceinline__ int32_t dcp_cuda__conv_next_seq(const dcp_cuda__conv_
     j++;
     while (j < a.num_sequences && (int64_t)a.cu_seqlens_padded[j + 1] <= t) j++;
     return j;
+}
+
+/* The run of one warp and lane: the rows [first, last) and the lane's first channel c0. */
+struct dcp_cuda__conv_run {
+    int64_t c0, first, last;
+};
+
+/* This thread's run; false when its lane is past the channels or its warp past the rows. */
+template <int V>
+__device__ __forceinline__ bool dcp_cuda__conv_run_of(const dcp_cuda__conv_args &a,
+                                                      dcp_cuda__conv_run *run)
+{
+    run->c0 = ((int64_t)blockIdx.y * DCP_CUDA__CONV_LANES + threadIdx.x) * V;
+    run->first = ((int64_t)blockIdx.x * DCP_CUDA__CONV_WARPS + threadIdx.y) * a.rows_per_warp;
+    if (run->c0 >= a.channels || run->first >= a.total_rows) return false;
+    run->last = run->first + a.rows_per_warp < a.total_rows ? run->first + a.rows_per_warp
+                                                            : a.total_rows;
+    return true;
 }
 
 template <typename T, int V>
@@ -743,6 +850,27 @@ template <int V> __device__ __forceinline__ void dcp_cuda__conv_zero(float (&row
 {
 #pragma unroll
     for (int v = 0; v < V; v++) row[v] = 0.0f;
+}
+
+/* The walk of a run, forward and backward alike: sequence after sequence, valid_rows(s, t,
+   own_end) on the run's valid rows [t, own_end) of sequence s (when there are any), then the
+   run's padding rows of s written 0 in out (y or dx, already offset to the lane's channels). */
+template <typename T, int V, typename ValidRows>
+__device__ __forceinline__ void dcp_cuda__conv_walk(const dcp_cuda__conv_args &a,
+                                                    const dcp_cuda__conv_run &run, T *out,
+                                                    ValidRows valid_rows)
+{
+    int32_t j = dcp_cuda__find_sequence(a.cu_seqlens_padded, a.num_sequences, run.first);
+    for (int64_t t = run.first; t < run.last;) {
+        const dcp_cuda__conv_seq s = dcp_cuda__conv_seq_at(a, j, t);
+        const int64_t stop = s.end < run.last ? s.end : run.last;
+        const int64_t own_end = s.valid_end < stop ? s.valid_end : stop;
+        if (t < own_end) valid_rows(s, t, own_end);
+        for (int64_t r = t > own_end ? t : own_end; r < stop; r++)
+            dcp_cuda__conv_store_zero<T, V>(out + r * a.channels);
+        t = stop;
+        j = dcp_cuda__conv_next_seq(a, j, t);
+    }
 }
 
 template <typename T> __device__ __forceinline__ float dcp_cuda__conv_sigmoid(float z)
@@ -838,31 +966,18 @@ __global__ void __launch_bounds__(DCP_CUDA__CONV_THREADS,
                                   dcp_cuda__conv_traits<T, V, W>::kForwardBlocks)
     dcp_cuda__conv_forward_kernel(const dcp_cuda__conv_args a)
 {
-    const int64_t c0 = ((int64_t)blockIdx.y * DCP_CUDA__CONV_LANES + threadIdx.x) * V;
-    const int64_t first =
-        ((int64_t)blockIdx.x * DCP_CUDA__CONV_WARPS + threadIdx.y) * a.rows_per_warp;
-    if (c0 >= a.channels || first >= a.total_rows) return; /* no barrier follows */
-    const int64_t last =
-        first + a.rows_per_warp < a.total_rows ? first + a.rows_per_warp : a.total_rows;
-    const T *x = static_cast<const T *>(a.x) + c0;
-    T *y = static_cast<T *>(a.out) + c0;
+    dcp_cuda__conv_run run;
+    if (!dcp_cuda__conv_run_of<V>(a, &run)) return; /* no barrier follows */
+    const T *x = static_cast<const T *>(a.x) + run.c0;
+    T *y = static_cast<T *>(a.out) + run.c0;
     float w[W][V], b[V], window[W][V];
-    dcp_cuda__conv_weights<V, W>(a, c0, w, b);
-    int32_t j = dcp_cuda__find_sequence(a.cu_seqlens_padded, a.num_sequences, first);
-    for (int64_t t = first; t < last;) {
-        const dcp_cuda__conv_seq s = dcp_cuda__conv_seq_at(a, j, t);
-        const int64_t stop = s.end < last ? s.end : last;
-        const int64_t valid_stop = s.valid_end < stop ? s.valid_end : stop;
-        if (t < valid_stop) {
-            dcp_cuda__conv_halo<T, V, W>(x, a.channels, t, s.start, window);
-            dcp_cuda__conv_forward_rows<T, V, W>(x, y, a.channels, t, valid_stop, w, b,
-                                                 a.silu != 0, window);
-        }
-        for (int64_t r = t > valid_stop ? t : valid_stop; r < stop; r++)
-            dcp_cuda__conv_store_zero<T, V>(y + r * a.channels);
-        t = stop;
-        j = dcp_cuda__conv_next_seq(a, j, t);
-    }
+    dcp_cuda__conv_weights<V, W>(a, run.c0, w, b);
+    dcp_cuda__conv_walk<T, V>(a, run, y,
+                              [&](const dcp_cuda__conv_seq &s, int64_t t, int64_t valid_stop) {
+                                  dcp_cuda__conv_halo<T, V, W>(x, a.channels, t, s.start, window);
+                                  dcp_cuda__conv_forward_rows<T, V, W>(
+                                      x, y, a.channels, t, valid_stop, w, b, a.silu != 0, window);
+                              });
 }
 
 /* The rows [t, own_end) of one sequence that a run owns, backward: g of the rows [t,
@@ -939,38 +1054,25 @@ __global__ void __launch_bounds__(DCP_CUDA__CONV_THREADS,
 {
     typedef dcp_cuda__conv_traits<T, V, W> K;
     __shared__ float sums[DCP_CUDA__CONV_WARPS][K::kValues][DCP_CUDA__CONV_LANES * V];
-    const int64_t c0 = ((int64_t)blockIdx.y * DCP_CUDA__CONV_LANES + threadIdx.x) * V;
-    const int64_t first =
-        ((int64_t)blockIdx.x * DCP_CUDA__CONV_WARPS + threadIdx.y) * a.rows_per_warp;
+    dcp_cuda__conv_run run;
     float dw[W][V], db[V];
 #pragma unroll
     for (int k = 0; k < W; k++) dcp_cuda__conv_zero<V>(dw[k]);
     dcp_cuda__conv_zero<V>(db);
-    if (c0 < a.channels && first < a.total_rows) { /* else: zero partials, and the barrier */
-        const int64_t last =
-            first + a.rows_per_warp < a.total_rows ? first + a.rows_per_warp : a.total_rows;
-        const T *x = static_cast<const T *>(a.x) + c0;
-        const T *dy = static_cast<const T *>(a.dy) + c0;
-        T *dx = static_cast<T *>(a.out) + c0;
+    if (dcp_cuda__conv_run_of<V>(a, &run)) { /* else: zero partials, and the barrier */
+        const T *x = static_cast<const T *>(a.x) + run.c0;
+        const T *dy = static_cast<const T *>(a.dy) + run.c0;
+        T *dx = static_cast<T *>(a.out) + run.c0;
+        const int64_t ahead = run.last + K::kHalo; /* the rows dx of the run's rows reads */
         float w[W][V], b[V], xw[W][V];
-        dcp_cuda__conv_weights<V, W>(a, c0, w, b);
-        int32_t j = dcp_cuda__find_sequence(a.cu_seqlens_padded, a.num_sequences, first);
-        for (int64_t t = first; t < last;) {
-            const dcp_cuda__conv_seq s = dcp_cuda__conv_seq_at(a, j, t);
-            const int64_t stop = s.end < last ? s.end : last;
-            const int64_t own_end = s.valid_end < stop ? s.valid_end : stop;
-            if (t < own_end) {
-                const int64_t ahead = last + K::kHalo;
+        dcp_cuda__conv_weights<V, W>(a, run.c0, w, b);
+        dcp_cuda__conv_walk<T, V>(
+            a, run, dx, [&](const dcp_cuda__conv_seq &s, int64_t t, int64_t own_end) {
                 dcp_cuda__conv_halo<T, V, W>(x, a.channels, t, s.start, xw);
                 dcp_cuda__conv_backward_rows<T, V, W>(
                     x, dy, dx, a.channels, t, own_end, s.valid_end < ahead ? s.valid_end : ahead,
                     w, b, a.silu != 0, xw, dw, db);
-            }
-            for (int64_t r = t > own_end ? t : own_end; r < stop; r++)
-                dcp_cuda__conv_store_zero<T, V>(dx + r * a.channels);
-            t = stop;
-            j = dcp_cuda__conv_next_seq(a, j, t);
-        }
+            });
     }
     /* the block's partial: its warps summed in order, in double */
 #pragma unroll
@@ -982,7 +1084,8 @@ __global__ void __launch_bounds__(DCP_CUDA__CONV_THREADS,
     __syncthreads();
     for (int32_t i = threadIdx.y * DCP_CUDA__CONV_LANES + threadIdx.x;
          i < K::kValues * DCP_CUDA__CONV_LANES * V; i += DCP_CUDA__CONV_THREADS) {
-        const int32_t q = i / (DCP_CUDA__CONV_LANES * V), lane_value = i % (DCP_CUDA__CONV_LANES * V);
+        const int32_t q = i / (DCP_CUDA__CONV_LANES * V);
+        const int32_t lane_value = i % (DCP_CUDA__CONV_LANES * V);
         const int64_t c = (int64_t)blockIdx.y * DCP_CUDA__CONV_LANES * V + lane_value;
         if (c >= a.channels) continue;
         double sum = 0.0;
@@ -1057,6 +1160,21 @@ static dcp_status dcp_cuda__conv_geometry(const dcp_conv1d_params *p, int64_t to
     return DCP_OK;
 }
 
+/* The shape of a conv1d call: params (resolved into *p, a width the kernels serve), dtype,
+   and total_rows x channels addressable. */
+static dcp_status dcp_cuda__conv_shape(const dcp_conv1d_params *params, int64_t total_rows,
+                                       dcp_dtype dtype, dcp_conv1d_params *p, dcp_error *error)
+{
+    dcp_status status;
+    if ((status = dcp_cuda__conv_width(params, p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
+        return status;
+    if (total_rows < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "total_rows must be >= 0, got %lld", (long long)total_rows);
+    return dcp_cuda__check_elements("x", total_rows, p->channels, dcp_dtype_size(dtype), error);
+}
+
 extern "C" dcp_status dcp_cuda_conv1d_launch_geometry(const dcp_conv1d_params *params,
                                                       int64_t total_rows, dcp_dtype dtype,
                                                       int32_t backward, int32_t vector,
@@ -1064,21 +1182,13 @@ extern "C" dcp_status dcp_cuda_conv1d_launch_geometry(const dcp_conv1d_params *p
                                                       dcp_error *error)
 {
     dcp_conv1d_params p;
-    dcp_status status;
+    dcp_status status = dcp_cuda__conv_shape(params, total_rows, dtype, &p, error);
+    if (status != DCP_OK) return status;
     if (!geometry)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "geometry must not be NULL");
-    if ((status = dcp_cuda__conv_width(params, &p, error)) != DCP_OK ||
-        (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
-        return status;
-    if (total_rows < 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "total_rows must be >= 0, got %lld", (long long)total_rows);
-    if ((status = dcp_cuda__check_elements("x", total_rows, p.channels,
-                                           dcp_dtype_size(dtype), error)) != DCP_OK ||
-        (status = dcp_cuda__conv_geometry(&p, total_rows, dcp_dtype_size(dtype),
-                                          backward != 0, vector != 0, geometry, error)) != DCP_OK)
-        return status;
-    return dcp_error_clear(error);
+    status = dcp_cuda__conv_geometry(&p, total_rows, dcp_dtype_size(dtype), backward != 0,
+                                     vector != 0, geometry, error);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
@@ -1086,9 +1196,8 @@ static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
                                        dcp_dtype dtype, dcp_conv1d_params *p, dcp_error *error)
 {
     dcp_status status;
-    if ((status = dcp_cuda__conv_width(params, p, error)) != DCP_OK ||
-        (status = dcp_cuda__check_layout(layout, error)) != DCP_OK ||
-        (status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK)
+    if ((status = dcp_cuda__conv_shape(params, total_rows, dtype, p, error)) != DCP_OK ||
+        (status = dcp_cuda__check_layout(layout, error)) != DCP_OK)
         return status;
     if (layout->thd.cp != 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
@@ -1098,8 +1207,7 @@ static dcp_status dcp_cuda__conv_check(const dcp_conv1d_params *params,
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "total_rows %lld < the layout's local_rows %lld",
                              (long long)total_rows, (long long)layout->local_rows);
-    return dcp_cuda__check_elements("x", total_rows, p->channels, dcp_dtype_size(dtype),
-                                    error);
+    return DCP_OK;
 }
 
 static dcp_cuda__conv_args dcp_cuda__conv_args_of(const dcp_conv1d_params *p,
@@ -1108,10 +1216,7 @@ static dcp_cuda__conv_args dcp_cuda__conv_args_of(const dcp_conv1d_params *p,
                                                   const dcp_cuda_conv1d_geometry *g)
 {
     dcp_cuda__conv_args a;
-    memset(&a, 0, sizeof a);
-    a.cu_seqlens = layout->thd.cu_seqlens;
-    a.cu_seqlens_padded = layout->thd.cu_seqlens_padded;
-    a.num_sequences = layout->thd.num_sequences;
+    dcp_cuda__args_of_layout(&a, layout);
     a.total_rows = total_rows;
     a.rows_per_warp = g->rows_per_warp;
     a.channels = p->channels;
@@ -1164,29 +1269,22 @@ static dcp_status dcp_cuda__conv_launch_typed(const dcp_cuda__conv_args &a, int3
     return dcp_error_clear(error);
 }
 
-template <bool BACKWARD>
-static dcp_status dcp_cuda__conv_launch_dtype(const dcp_cuda__conv_args &a, dcp_dtype dtype,
-                                              int32_t width, const dcp_cuda_conv1d_geometry *g,
-                                              cudaStream_t stream, dcp_error *error)
-{
-    switch (dtype) {
-    case DCP_DTYPE_FLOAT32:
-        return dcp_cuda__conv_launch_typed<float, BACKWARD>(a, width, g, stream, error);
-    case DCP_DTYPE_BFLOAT16:
-        return dcp_cuda__conv_launch_typed<__nv_bfloat16, BACKWARD>(a, width, g, stream, error);
-    case DCP_DTYPE_FLOAT16:
-        return dcp_cuda__conv_launch_typed<__half, BACKWARD>(a, width, g, stream, error);
-    }
-    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d", (int)dtype);
-}
-
 static dcp_status dcp_cuda__conv_launch(const dcp_cuda__conv_args &a, dcp_dtype dtype,
                                         int32_t width, int32_t backward,
                                         const dcp_cuda_conv1d_geometry *g, cudaStream_t stream,
                                         dcp_error *error)
 {
-    return backward ? dcp_cuda__conv_launch_dtype<true>(a, dtype, width, g, stream, error)
-                    : dcp_cuda__conv_launch_dtype<false>(a, dtype, width, g, stream, error);
+    return dcp_cuda__with_dtype("dtype", dtype, error, [&](auto element) {
+        typedef decltype(element) T;
+        return backward ? dcp_cuda__conv_launch_typed<T, true>(a, width, g, stream, error)
+                        : dcp_cuda__conv_launch_typed<T, false>(a, width, g, stream, error);
+    });
+}
+
+/* The backward's workspace: a float partial per slice, value (taps and bias) and channel. */
+static size_t dcp_cuda__conv_partial_bytes(int64_t slices, const dcp_conv1d_params *p)
+{
+    return (size_t)slices * (size_t)(p->width + 1) * (size_t)p->channels * sizeof(float);
 }
 
 extern "C" dcp_status dcp_cuda_conv1d_workspace_size(const dcp_conv1d_params *params,
@@ -1196,8 +1294,7 @@ extern "C" dcp_status dcp_cuda_conv1d_workspace_size(const dcp_conv1d_params *pa
     dcp_status status;
     if (!bytes) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
     if ((status = dcp_cuda__conv_width(params, &p, error)) != DCP_OK) return status;
-    *bytes = (size_t)DCP_CUDA_CONV1D_SLICES * (size_t)(p.width + 1) * (size_t)p.channels *
-             sizeof(float);
+    *bytes = dcp_cuda__conv_partial_bytes(DCP_CUDA_CONV1D_SLICES, &p);
     return dcp_error_clear(error);
 }
 
@@ -1216,7 +1313,8 @@ extern "C" dcp_status dcp_cuda_conv1d_forward(const dcp_conv1d_params *params,
     if (!x || !weight || !y)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "x, weight and y must not be NULL");
     if ((status = dcp_cuda__conv_geometry(&p, total_rows, dcp_dtype_size(dtype), 0,
-                                          dcp_cuda__aligned(x, 16) && dcp_cuda__aligned(y, 16),
+                                          dcp_cuda__aligned(x, DCP_CUDA__VECTOR_BYTES) &&
+                                              dcp_cuda__aligned(y, DCP_CUDA__VECTOR_BYTES),
                                           &g, error)) != DCP_OK)
         return status;
     if (g.slices == 0) return dcp_error_clear(error);
@@ -1249,16 +1347,18 @@ extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "dbias must not be NULL when bias is given");
     if ((status = dcp_cuda__conv_geometry(&p, total_rows, dcp_dtype_size(dtype), 1,
-                                          dcp_cuda__aligned(x, 16) && dcp_cuda__aligned(dy, 16) &&
-                                              dcp_cuda__aligned(dx, 16),
+                                          dcp_cuda__aligned(x, DCP_CUDA__VECTOR_BYTES) &&
+                                              dcp_cuda__aligned(dy, DCP_CUDA__VECTOR_BYTES) &&
+                                              dcp_cuda__aligned(dx, DCP_CUDA__VECTOR_BYTES),
                                           &g, error)) != DCP_OK)
         return status;
-    needed = (size_t)g.slices * (size_t)(p.width + 1) * (size_t)p.channels * sizeof(float);
-    if (needed > 0 && (!workspace || workspace_bytes < needed || !dcp_cuda__aligned(workspace, 16)))
+    needed = dcp_cuda__conv_partial_bytes(g.slices, &p);
+    if (needed > 0 && (!workspace || workspace_bytes < needed ||
+                       !dcp_cuda__aligned(workspace, DCP_CUDA__VECTOR_BYTES)))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "workspace %p of %zu bytes: need %zu bytes, 16-byte aligned "
+                             "workspace %p of %zu bytes: need %zu bytes, %d-byte aligned "
                              "(dcp_cuda_conv1d_workspace_size)",
-                             workspace, workspace_bytes, needed);
+                             workspace, workspace_bytes, needed, DCP_CUDA__VECTOR_BYTES);
     a = dcp_cuda__conv_args_of(&p, layout, total_rows, &g);
     a.x = x, a.weight = weight, a.bias = bias, a.dy = dy, a.out = dx;
     a.partial = (float *)workspace;
@@ -1298,6 +1398,12 @@ extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
    writes it. Init: cudaMemsetAsync for the zeros and a fill for -inf. */
 
 #define DCP_CUDA__WARPS 8 /* warps per block of the row kernels */
+#define DCP_CUDA__ROW_THREADS (DCP_CUDA__WARPS * DCP_CUDA__WARP_SIZE)
+#define DCP_CUDA__MERGE_VALUES 4 /* floats a lane moves per access on the vector path */
+static_assert(DCP_CUDA__MERGE_VALUES * sizeof(float) == DCP_CUDA__VECTOR_BYTES,
+              "a merge lane moves one 16-byte vector");
+#define DCP_CUDA__FILL_THREADS 256
+#define DCP_CUDA__FILL_MAX_BLOCKS 65536 /* grid cap of the fill's grid-stride loop */
 
 struct dcp_cuda__merge_args {
     const int32_t *cu_seqlens, *cu_seqlens_padded;
@@ -1319,11 +1425,11 @@ __global__ void dcp_cuda__fill_kernel(float *p, int64_t count, float value)
 }
 
 template <int V>
-__global__ void __launch_bounds__(DCP_CUDA__WARPS * 32)
+__global__ void __launch_bounds__(DCP_CUDA__ROW_THREADS)
     dcp_cuda__merge_kernel(const dcp_cuda__merge_args a)
 {
-    const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int32_t lane = threadIdx.x & 31;
+    const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / DCP_CUDA__WARP_SIZE;
+    const int32_t lane = threadIdx.x % DCP_CUDA__WARP_SIZE;
     if (unit >= (int64_t)a.heads * a.rows) return; /* whole warps leave together */
     const int32_t head = (int32_t)(unit / a.rows);
     const int64_t row = unit - (int64_t)head * a.rows;
@@ -1343,7 +1449,7 @@ __global__ void __launch_bounds__(DCP_CUDA__WARPS * 32)
     const float w_acc = acc >= lse ? inv : e * inv, w_out = acc >= lse ? e * inv : inv;
     const float merged = high + log1pf(e);
     const int64_t at = (row * a.heads + head) * (int64_t)a.dim;
-    for (int32_t d = lane * V; d < a.dim; d += 32 * V) {
+    for (int32_t d = lane * V; d < a.dim; d += DCP_CUDA__WARP_SIZE * V) {
         float o[V], c[V];
         dcp_cuda__load<float, V>(a.out + at + d, o);
         if (!copy) {
@@ -1358,7 +1464,7 @@ __global__ void __launch_bounds__(DCP_CUDA__WARPS * 32)
 }
 
 #define DCP_CUDA__FINAL_THREADS 256
-#define DCP_CUDA__FINAL_VALUES 8       /* values per unit on the vector path */
+#define DCP_CUDA__FINAL_VALUES 8       /* values per unit on the vector path: 16 bytes of bf16 */
 #define DCP_CUDA__FINAL_UNITS 4        /* units a thread loads before it stores any */
 #define DCP_CUDA__FINAL_TILE_UNITS 2048 /* units a finalize tile aims at: two rounds */
 #define DCP_CUDA__FINAL_MAX_ROWS 64    /* rows per tile at most (their flags in shared memory) */
@@ -1449,6 +1555,19 @@ static unsigned dcp_cuda__final_blocks(int64_t work)
                                                        : DCP_CUDA__FINAL_MAX_BLOCKS);
 }
 
+/* A launch with a warp per (head, row) unit and `warps` warps a block: its units, heads x
+   rows, at most INT32_MAX / 32 blocks' worth, so block and thread indices stay far from
+   overflow. */
+static dcp_status dcp_cuda__check_row_units(int32_t heads, int64_t rows, int32_t warps,
+                                            dcp_error *error)
+{
+    if ((int64_t)heads * rows > (int64_t)INT32_MAX / DCP_CUDA__WARP_SIZE * warps)
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "%lld rows x %d heads are too many for one launch",
+                             (long long)rows, (int)heads);
+    return DCP_OK;
+}
+
 /* Checks shared by the merge entry points: params (num_heads, head_dim), layout, sizes. */
 static dcp_status dcp_cuda__merge_check(const dcp_attention_params *params,
                                         const dcp_cuda_layout *layout,
@@ -1461,21 +1580,14 @@ static dcp_status dcp_cuda__merge_check(const dcp_attention_params *params,
                                            (int64_t)p->num_heads * p->head_dim, sizeof(float),
                                            error)) != DCP_OK)
         return status;
-    if ((int64_t)p->num_heads * layout->local_rows > (int64_t)INT32_MAX / 32 * DCP_CUDA__WARPS)
-        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
-                             "%lld rows x %d heads are too many for one launch",
-                             (long long)layout->local_rows, (int)p->num_heads);
-    return DCP_OK;
+    return dcp_cuda__check_row_units(p->num_heads, layout->local_rows, DCP_CUDA__WARPS, error);
 }
 
 static dcp_cuda__merge_args dcp_cuda__merge_args_of(const dcp_attention_params *p,
                                                     const dcp_cuda_layout *layout)
 {
     dcp_cuda__merge_args a;
-    memset(&a, 0, sizeof a);
-    a.cu_seqlens = layout->thd.cu_seqlens;
-    a.cu_seqlens_padded = layout->thd.cu_seqlens_padded;
-    a.num_sequences = layout->thd.num_sequences;
+    dcp_cuda__args_of_layout(&a, layout);
     a.cp = layout->thd.cp;
     a.rows = layout->local_rows;
     a.heads = p->num_heads;
@@ -1505,9 +1617,11 @@ extern "C" dcp_status dcp_cuda_acc_init(const dcp_attention_params *params,
     if (values == 0) return dcp_error_clear(error);
     DCP_CUDA_CHECK(cudaMemsetAsync(acc_out, 0, (size_t)values * sizeof(float), s));
     {
-        const int64_t blocks = (lses + 255) / 256;
-        dcp_cuda__fill_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(
-            acc_lse, lses, -INFINITY);
+        const int64_t blocks = (lses + DCP_CUDA__FILL_THREADS - 1) / DCP_CUDA__FILL_THREADS;
+        dcp_cuda__fill_kernel<<<(unsigned)(blocks < DCP_CUDA__FILL_MAX_BLOCKS
+                                               ? blocks
+                                               : DCP_CUDA__FILL_MAX_BLOCKS),
+                                DCP_CUDA__FILL_THREADS, 0, s>>>(acc_lse, lses, -INFINITY);
         DCP_CUDA_CHECK_LAUNCH();
     }
     return dcp_error_clear(error);
@@ -1537,10 +1651,13 @@ extern "C" dcp_status dcp_cuda_acc_merge(const dcp_attention_params *params,
     a.half = half;
     a.out = out, a.lse = lse, a.acc_out = acc_out, a.acc_lse = acc_lse;
     if (a.rows == 0) return dcp_error_clear(error);
-    if (p.head_dim % 4 == 0 && dcp_cuda__aligned(out, 16) && dcp_cuda__aligned(acc_out, 16))
-        dcp_cuda__merge_kernel<4><<<dcp_cuda__row_blocks(a), DCP_CUDA__WARPS * 32, 0, s>>>(a);
+    if (p.head_dim % DCP_CUDA__MERGE_VALUES == 0 &&
+        dcp_cuda__aligned(out, DCP_CUDA__VECTOR_BYTES) &&
+        dcp_cuda__aligned(acc_out, DCP_CUDA__VECTOR_BYTES))
+        dcp_cuda__merge_kernel<DCP_CUDA__MERGE_VALUES>
+            <<<dcp_cuda__row_blocks(a), DCP_CUDA__ROW_THREADS, 0, s>>>(a);
     else
-        dcp_cuda__merge_kernel<1><<<dcp_cuda__row_blocks(a), DCP_CUDA__WARPS * 32, 0, s>>>(a);
+        dcp_cuda__merge_kernel<1><<<dcp_cuda__row_blocks(a), DCP_CUDA__ROW_THREADS, 0, s>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
     return dcp_error_clear(error);
 }
@@ -1593,18 +1710,15 @@ extern "C" dcp_status dcp_cuda_acc_finalize(const dcp_attention_params *params,
     if (out_dtype != DCP_DTYPE_FLOAT32 && (const void *)out == (const void *)acc_out)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "out may be acc_out only when out_dtype is float32, got %s",
-                             dcp_cuda__dtype_name(out_dtype));
+                             dcp_dtype_name(out_dtype));
     a = dcp_cuda__merge_args_of(&p, layout);
     a.rank = rank;
     a.acc_out = (float *)acc_out, a.acc_lse = (float *)acc_lse;
     a.final_out = out, a.final_lse = lse;
     if (a.rows == 0) return dcp_error_clear(error);
-    switch (out_dtype) {
-    case DCP_DTYPE_FLOAT32: return dcp_cuda__finalize_launch<float>(a, s, error);
-    case DCP_DTYPE_BFLOAT16: return dcp_cuda__finalize_launch<__nv_bfloat16>(a, s, error);
-    case DCP_DTYPE_FLOAT16: return dcp_cuda__finalize_launch<__half>(a, s, error);
-    }
-    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "out_dtype %d", (int)out_dtype);
+    return dcp_cuda__with_dtype("out_dtype", out_dtype, error, [&](auto element) {
+        return dcp_cuda__finalize_launch<decltype(element)>(a, s, error);
+    });
 }
 
 template <typename T>
@@ -1630,16 +1744,10 @@ extern "C" dcp_status dcp_cuda_convert(const float *in, dcp_dtype dtype, void *o
 {
     cudaStream_t s = (cudaStream_t)stream;
     dcp_status status;
-    if ((status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK) return status;
-    if (count < 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must be >= 0, got %lld",
-                             (long long)count);
+    if ((status = dcp_cuda__check_dtype("dtype", dtype, 1, error)) != DCP_OK ||
+        (status = dcp_cuda__check_values(count, in, out, "in and out", error)) != DCP_OK)
+        return status;
     if (count == 0) return dcp_error_clear(error);
-    if (!in || !out)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "in and out must not be NULL");
-    if ((uint64_t)count > SIZE_MAX / sizeof(float))
-        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "count %lld is too large",
-                             (long long)count);
     switch (dtype) {
     case DCP_DTYPE_FLOAT32:
         if ((const void *)in != out)
@@ -1736,24 +1844,43 @@ __device__ __forceinline__ dcp_cuda__seq_view dcp_cuda__seq_of(const dcp_cuda__a
    local_rows / 64 + num_sequences (no read-back); blocks past the count exit at once. */
 
 #define DCP_CUDA__TILE 64
+#define DCP_CUDA__ATTN_D_SMALL 64  /* the head dims the attention kernels are built for */
+#define DCP_CUDA__ATTN_D_LARGE 128
+#define DCP_CUDA__SCHEDULE_THREADS DCP_CUDA__MAX_BLOCK_THREADS
+#define DCP_CUDA__SCHEDULE_BUCKETS 32 /* floor(log2) classes of a positive int32 tile count */
+static_assert(DCP_CUDA__SCHEDULE_BUCKETS == 8 * sizeof(int32_t), "a bucket per bit (__clz)");
+static_assert(DCP_CUDA__SCHEDULE_BUCKETS <= DCP_CUDA__SCHEDULE_THREADS, "a thread per bucket");
 
-__global__ void __launch_bounds__(1024)
+/* The bucket of a sequence of `tiles` > 0 tiles: floor(log2(tiles)). */
+__device__ __forceinline__ int32_t dcp_cuda__schedule_bucket(int32_t tiles)
+{
+    return DCP_CUDA__SCHEDULE_BUCKETS - 1 - __clz(tiles);
+}
+
+/* Tiles of sequence j's q view (of its kv view when use_kv). */
+__device__ __forceinline__ int32_t dcp_cuda__view_tiles(const dcp_cuda__attn_args &a, int32_t j,
+                                                        int32_t use_kv)
+{
+    const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, j);
+    const int64_t rows = use_kv ? s.k_end - s.k_begin : s.q_end - s.q_begin;
+    return (int32_t)((rows + DCP_CUDA__TILE - 1) / DCP_CUDA__TILE);
+}
+
+__global__ void __launch_bounds__(DCP_CUDA__SCHEDULE_THREADS)
     dcp_cuda__schedule_kernel(const dcp_cuda__attn_args a, int32_t use_kv, int32_t *count,
                               int2 *entries, int64_t capacity)
 {
-    __shared__ int32_t bucket_tiles[32], cursor[32];
-    if (threadIdx.x < 32) bucket_tiles[threadIdx.x] = 0;
+    __shared__ int32_t bucket_tiles[DCP_CUDA__SCHEDULE_BUCKETS], cursor[DCP_CUDA__SCHEDULE_BUCKETS];
+    if (threadIdx.x < DCP_CUDA__SCHEDULE_BUCKETS) bucket_tiles[threadIdx.x] = 0;
     __syncthreads();
     for (int32_t j = threadIdx.x; j < a.num_sequences; j += blockDim.x) {
-        const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, j);
-        const int64_t rows = use_kv ? s.k_end - s.k_begin : s.q_end - s.q_begin;
-        const int32_t tiles = (int32_t)((rows + DCP_CUDA__TILE - 1) / DCP_CUDA__TILE);
-        if (tiles > 0) atomicAdd(&bucket_tiles[31 - __clz(tiles)], tiles);
+        const int32_t tiles = dcp_cuda__view_tiles(a, j, use_kv);
+        if (tiles > 0) atomicAdd(&bucket_tiles[dcp_cuda__schedule_bucket(tiles)], tiles);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
         int64_t offset = 0;
-        for (int32_t b = 31; b >= 0; b--) {
+        for (int32_t b = DCP_CUDA__SCHEDULE_BUCKETS - 1; b >= 0; b--) {
             cursor[b] = (int32_t)offset;
             offset += bucket_tiles[b];
         }
@@ -1761,17 +1888,21 @@ __global__ void __launch_bounds__(1024)
     }
     __syncthreads();
     for (int32_t j = threadIdx.x; j < a.num_sequences; j += blockDim.x) {
-        const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, j);
-        const int64_t rows = use_kv ? s.k_end - s.k_begin : s.q_end - s.q_begin;
-        const int32_t tiles = (int32_t)((rows + DCP_CUDA__TILE - 1) / DCP_CUDA__TILE);
+        const int32_t tiles = dcp_cuda__view_tiles(a, j, use_kv);
         if (tiles <= 0) continue;
-        const int32_t base = atomicAdd(&cursor[31 - __clz(tiles)], tiles);
+        const int32_t base = atomicAdd(&cursor[dcp_cuda__schedule_bucket(tiles)], tiles);
         for (int32_t t = 0; t < tiles && base + t < capacity; t++)
             entries[base + t] = make_int2(j, tiles - 1 - t);
     }
 }
 
 /* --------------------------------------------------------------- tensor-core primitives */
+
+/* The mma.sync shape m16n8k16: A 16 x 16, B 16 x 8, C 16 x 8 (4 floats a lane). ldmatrix.x4
+   loads four 8 x 8 b16 matrices: one A fragment, or the B fragments of two n blocks. */
+#define DCP_CUDA__MMA_M 16
+#define DCP_CUDA__MMA_N 8
+#define DCP_CUDA__MMA_K 16
 
 __device__ __forceinline__ uint32_t dcp_cuda__smem_address(const void *p)
 {
@@ -1798,43 +1929,31 @@ template <int N> __device__ __forceinline__ void dcp_cuda__cp_async_wait()
 }
 
 /* Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. */
+#define DCP_CUDA__LDMATRIX_X4(layout)                                                              \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4" layout ".shared.b16 {%0, %1, %2, %3}, [%4];\n"    \
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                                 \
+                 : "r"(dcp_cuda__smem_address(row)))
+template <bool TRANSPOSE = false>
 __device__ __forceinline__ void dcp_cuda__ldmatrix_x4(uint32_t (&r)[4], const void *row)
 {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(dcp_cuda__smem_address(row)));
+    if (TRANSPOSE) DCP_CUDA__LDMATRIX_X4(".trans");
+    else DCP_CUDA__LDMATRIX_X4("");
 }
 
-__device__ __forceinline__ void dcp_cuda__ldmatrix_x4_trans(uint32_t (&r)[4], const void *row)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(dcp_cuda__smem_address(row)));
-}
-
-/* c += a b, m16n8k16, float32 accumulators. */
+/* c += a b, m16n8k16, float32 accumulators; T (bf16 or fp16) is the type of a and b. */
+#define DCP_CUDA__MMA(types)                                                                       \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32" types ".f32 {%0, %1, %2, %3}, "         \
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                                \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                 \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 template <typename T>
 __device__ __forceinline__ void dcp_cuda__mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                              uint32_t b1);
-
-template <>
-__device__ __forceinline__ void dcp_cuda__mma<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
-                                                             uint32_t b0, uint32_t b1)
+                                              uint32_t b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void dcp_cuda__mma<__half>(float (&c)[4], const uint32_t (&a)[4],
-                                                      uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
+                  "tensor-core inputs are bf16 or fp16");
+    if (std::is_same<T, __nv_bfloat16>::value) DCP_CUDA__MMA(".bf16.bf16");
+    else DCP_CUDA__MMA(".f16.f16");
 }
 
 /* Two floats as one register of two 16-bit values, the first in the low half. */
@@ -1861,22 +1980,34 @@ template <int D> struct dcp_cuda__attn_traits {
     static constexpr int HEAD_DIM = D;
     static constexpr int TILE_ROWS = DCP_CUDA__TILE; /* query rows of a q tile */
     static constexpr int TILE_KEYS = DCP_CUDA__TILE; /* key rows of a kv tile */
-    static constexpr int WARP_ROWS = 16;             /* rows of one m16n8k16 A operand */
+    static constexpr int WARP_ROWS = DCP_CUDA__MMA_M; /* rows of one m16n8k16 A operand */
     static constexpr int WARPS = 4;
-    static constexpr int THREADS = WARPS * 32;
+    static constexpr int THREADS = WARPS * DCP_CUDA__WARP_SIZE;
+    /* tiles in flight through shared memory (K, V in the forward and dQ; Q, dO in dK, dV) */
+    static constexpr int STAGES = 2;
     /* shared row: +16 bytes, so the 8 row reads of an ldmatrix hit distinct banks */
-    static constexpr int STRIDE = D + 8;
+    static constexpr int ROW_PAD = DCP_CUDA__VECTOR_BYTES / 2; /* elements of 2 bytes */
+    static constexpr int STRIDE = D + ROW_PAD;
     static constexpr int TILE_ELEMENTS = TILE_ROWS * STRIDE;
-    static constexpr int DS_STRIDE = TILE_KEYS + 8; /* the backward's dS tile, [query][key] */
-    static constexpr int HEAD_BLOCKS = D / 8;       /* n blocks of 8 over the head dim */
-    static constexpr int KEY_BLOCKS = TILE_KEYS / 8;
-    static constexpr int ROW_BLOCKS = TILE_ROWS / 8;
-    static_assert(D % 16 == 0, "the head dim is a whole number of m16n8k16 k steps");
+    static constexpr int DS_STRIDE = TILE_KEYS + ROW_PAD; /* the backward's dS, [query][key] */
+    static constexpr int HEAD_BLOCKS = D / DCP_CUDA__MMA_N;       /* n blocks over the head dim */
+    static constexpr int KEY_BLOCKS = TILE_KEYS / DCP_CUDA__MMA_N; /* n blocks over a kv tile */
+    static constexpr int ROW_BLOCKS = TILE_ROWS / DCP_CUDA__MMA_N; /* n blocks over a q tile */
+    static constexpr int HEAD_STEPS = D / DCP_CUDA__MMA_K;         /* k steps over the head dim */
+    static constexpr int KEY_STEPS = TILE_KEYS / DCP_CUDA__MMA_K;  /* k steps over a kv tile */
+    /* what the dK, dV kernel keeps per query row beside its tiles: LSE, delta, key limit */
+    static constexpr int ROW_STATE_BYTES = 2 * (int)sizeof(float) + (int)sizeof(int32_t);
+    static_assert(D % DCP_CUDA__MMA_K == 0, "the head dim is a whole number of m16n8k16 k steps");
     static_assert(TILE_ROWS == TILE_KEYS, "one tile size: q and kv tiles share shared buffers");
     static_assert(WARPS * WARP_ROWS == TILE_ROWS, "each warp owns 16 rows of a tile");
-    static_assert(TILE_KEYS % 16 == 0, "a tile is a whole number of k steps");
-    static_assert((STRIDE * 2) % 16 == 0 && (DS_STRIDE * 2) % 16 == 0,
+    static_assert(TILE_KEYS % DCP_CUDA__MMA_K == 0, "a tile is a whole number of k steps");
+    static_assert(HEAD_BLOCKS % 2 == 0 && KEY_BLOCKS % 2 == 0 && ROW_BLOCKS % 2 == 0,
+                  "ldmatrix.x4 loads B fragments in pairs of n blocks");
+    static_assert((STRIDE * 2) % DCP_CUDA__VECTOR_BYTES == 0 &&
+                      (DS_STRIDE * 2) % DCP_CUDA__VECTOR_BYTES == 0,
                   "ldmatrix and cp.async rows are 16-byte aligned");
+    static_assert(STAGES == 2, "the loops double-buffer: stage = i & 1, the next stage ^ 1, "
+                               "cp.async.wait_group 1");
 };
 
 /* This block's schedule entry: its sequence as the step sees it and the first view row of its
@@ -1941,16 +2072,106 @@ __device__ __forceinline__ void dcp_cuda__load_tile(T *tile, const T *head_base,
     }
 }
 
+/* The q-view tile [q0, q0 + TILE_ROWS) of query head `head` of a [rows, heads, D] tensor (Q
+   or dO) into a shared tile. */
+template <typename T, int D>
+__device__ __forceinline__ void dcp_cuda__load_q_tile(T *tile, const void *tensor,
+                                                      const dcp_cuda__attn_args &a,
+                                                      const dcp_cuda__seq_view &s, int32_t head,
+                                                      int64_t q0)
+{
+    using K = dcp_cuda__attn_traits<D>;
+    dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
+        tile, static_cast<const T *>(tensor) + (int64_t)head * D, (int64_t)a.heads * D, s.offset,
+        q0, s.q_valid);
+}
+
+/* The kv-view tile [k0, k0 + TILE_KEYS) of kv head `kv_head` of a [rows, kv_heads, D] tensor
+   (K or V) into a shared tile. */
+template <typename T, int D>
+__device__ __forceinline__ void dcp_cuda__load_kv_tile(T *tile, const void *tensor,
+                                                       const dcp_cuda__attn_args &a,
+                                                       const dcp_cuda__seq_view &s,
+                                                       int32_t kv_head, int64_t k0)
+{
+    using K = dcp_cuda__attn_traits<D>;
+    dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(
+        tile, static_cast<const T *>(tensor) + (int64_t)kv_head * D, (int64_t)a.kv_heads * D,
+        s.offset, k0, s.k_valid);
+}
+
+/* The key stream of the query-stationary kernels (forward, dQ): key tile `tile` of the kv
+   view, K and V, into stage `stage` of sk and sv ([STAGES][TILE_KEYS][STRIDE] each). */
+template <typename T, int D>
+__device__ __forceinline__ void dcp_cuda__load_kv_stage(T *sk, T *sv, const dcp_cuda__attn_args &a,
+                                                        const dcp_cuda__seq_view &s,
+                                                        int32_t kv_head, int32_t tile, int stage)
+{
+    using K = dcp_cuda__attn_traits<D>;
+    const int64_t k0 = s.k_begin + (int64_t)tile * K::TILE_KEYS;
+    dcp_cuda__load_kv_tile<T, D>(sk + stage * K::TILE_ELEMENTS, a.k, a, s, kv_head, k0);
+    dcp_cuda__load_kv_tile<T, D>(sv + stage * K::TILE_ELEMENTS, a.v, a, s, kv_head, k0);
+}
+
+/* Step `tile` of the key stream: the load of tile + 1 into the other stage starts, then every
+   thread waits until tile `tile` (and all committed before it) has landed. */
+template <typename T, int D>
+__device__ __forceinline__ void dcp_cuda__kv_stream_step(T *sk, T *sv, const dcp_cuda__attn_args &a,
+                                                         const dcp_cuda__seq_view &s,
+                                                         int32_t kv_head, int32_t tile,
+                                                         int32_t tiles)
+{
+    const int stage = tile & 1;
+    if (tile + 1 < tiles) dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, kv_head, tile + 1, stage ^ 1);
+    dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
+    dcp_cuda__cp_async_wait<1>();
+    __syncthreads();
+}
+
+/* The key tiles the q tile at q0 sees: from k_begin to its last valid row's key limit (the
+   largest of the tile); 0 when the tile has no valid row or sees no key. */
+template <int D>
+__device__ __forceinline__ int32_t dcp_cuda__key_tiles(const dcp_cuda__attn_args &a,
+                                                       const dcp_cuda__seq_view &s, int64_t q0)
+{
+    using K = dcp_cuda__attn_traits<D>;
+    const int64_t q_last = (q0 + K::TILE_ROWS < s.q_valid ? q0 + K::TILE_ROWS : s.q_valid) - 1;
+    const int64_t k_stop = q_last >= q0 ? dcp_cuda__key_limit(a, s, q_last) : 0;
+    return k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + K::TILE_KEYS - 1) / K::TILE_KEYS)
+                              : 0;
+}
+
+/* What a block of a query-stationary kernel (forward, dQ) owns: its schedule entry's q tile
+   (the sequence as the step sees it, the tile's first view row q0), its query head (grid.y)
+   and kv head, and the key tiles the q tile sees. */
+struct dcp_cuda__q_block {
+    dcp_cuda__seq_view s;
+    int64_t q0;
+    int32_t head, kv_head, tiles;
+};
+
+/* This block's q tile; false past the schedule's count. */
+template <int D>
+__device__ __forceinline__ bool dcp_cuda__q_block_of(const dcp_cuda__attn_args &a,
+                                                     dcp_cuda__q_block *b)
+{
+    if (!dcp_cuda__attn_tile_of(a, false, &b->s, &b->q0)) return false;
+    b->head = blockIdx.y;
+    b->kv_head = b->head / a.group;
+    b->tiles = dcp_cuda__key_tiles<D>(a, b->s, b->q0);
+    return true;
+}
+
 /* c (16 x N) += A B^T for the k step kc: A a fragment (16 x 16), B N rows of shared memory,
    row-major (ldmatrix; rows n, columns kc x 16 ..). */
 template <typename T, int N, int STRIDE>
-__device__ __forceinline__ void dcp_cuda__mma_abt_step(float (&c)[N / 8][4],
+__device__ __forceinline__ void dcp_cuda__mma_abt_step(float (&c)[N / DCP_CUDA__MMA_N][4],
                                                        const uint32_t (&af)[4], const T *b, int kc)
 {
-    static_assert(N % 16 == 0, "whole pairs of n blocks");
-    const int lane = threadIdx.x & 31, m8 = lane >> 3, r8 = lane & 7;
+    static_assert(N % (2 * DCP_CUDA__MMA_N) == 0, "whole pairs of n blocks");
+    const int lane = threadIdx.x % DCP_CUDA__WARP_SIZE, m8 = lane >> 3, r8 = lane & 7;
 #pragma unroll
-    for (int np = 0; np < N / 16; np++) {
+    for (int np = 0; np < N / (2 * DCP_CUDA__MMA_N); np++) {
         uint32_t bf[4];
         dcp_cuda__ldmatrix_x4(bf, b + (np * 16 + (m8 >> 1) * 8 + r8) * STRIDE + kc * 16 +
                                       (m8 & 1) * 8);
@@ -1963,18 +2184,19 @@ __device__ __forceinline__ void dcp_cuda__mma_abt_step(float (&c)[N / 8][4],
 template <int STRIDE, typename T>
 __device__ __forceinline__ void dcp_cuda__a_fragment(uint32_t (&af)[4], const T *a, int kc)
 {
-    const int lane = threadIdx.x & 31, m8 = lane >> 3, r8 = lane & 7;
+    const int lane = threadIdx.x % DCP_CUDA__WARP_SIZE, m8 = lane >> 3, r8 = lane & 7;
     dcp_cuda__ldmatrix_x4(af, a + ((m8 & 1) * 8 + r8) * STRIDE + kc * 16 + (m8 >> 1) * 8);
 }
 
 /* c (16 x N) += A B^T with both operands in shared memory, row-major: A the warp's 16 rows of
    K_DIM columns, B N rows of K_DIM columns (the backward's S^T = K Q^T, dP = dO V^T, ...). */
 template <typename T, int N, int K_DIM, int STRIDE>
-__device__ __forceinline__ void dcp_cuda__mma_abt(float (&c)[N / 8][4], const T *a, const T *b)
+__device__ __forceinline__ void dcp_cuda__mma_abt(float (&c)[N / DCP_CUDA__MMA_N][4], const T *a,
+                                                  const T *b)
 {
-    static_assert(K_DIM % 16 == 0, "whole m16n8k16 k steps");
+    static_assert(K_DIM % DCP_CUDA__MMA_K == 0, "whole m16n8k16 k steps");
 #pragma unroll
-    for (int kc = 0; kc < K_DIM / 16; kc++) {
+    for (int kc = 0; kc < K_DIM / DCP_CUDA__MMA_K; kc++) {
         uint32_t af[4];
         dcp_cuda__a_fragment<STRIDE>(af, a, kc);
         dcp_cuda__mma_abt_step<T, N, STRIDE>(c, af, b, kc);
@@ -1983,35 +2205,39 @@ __device__ __forceinline__ void dcp_cuda__mma_abt(float (&c)[N / 8][4], const T 
 
 /* The same with A's fragments already in registers (the forward's Q, loaded once). */
 template <typename T, int N, int K_DIM, int STRIDE>
-__device__ __forceinline__ void dcp_cuda__mma_abt_frag(float (&c)[N / 8][4],
-                                                       const uint32_t (&af)[K_DIM / 16][4],
+__device__ __forceinline__ void dcp_cuda__mma_abt_frag(float (&c)[N / DCP_CUDA__MMA_N][4],
+                                                       const uint32_t (&af)[K_DIM /
+                                                                            DCP_CUDA__MMA_K][4],
                                                        const T *b)
 {
-    static_assert(K_DIM % 16 == 0, "whole m16n8k16 k steps");
+    static_assert(K_DIM % DCP_CUDA__MMA_K == 0, "whole m16n8k16 k steps");
 #pragma unroll
-    for (int kc = 0; kc < K_DIM / 16; kc++) dcp_cuda__mma_abt_step<T, N, STRIDE>(c, af[kc], b, kc);
+    for (int kc = 0; kc < K_DIM / DCP_CUDA__MMA_K; kc++)
+        dcp_cuda__mma_abt_step<T, N, STRIDE>(c, af[kc], b, kc);
 }
 
 /* c (16 x N) += P B: P (16 x K_DIM) from float accumulators of an earlier product, rounded
    to T (the C layout of m16n8k16 is the A layout of the next), B K_DIM rows of N columns in
    shared memory, row-major (ldmatrix.trans; the forward's O += P V). */
 template <typename T, int K_DIM, int N, int STRIDE>
-__device__ __forceinline__ void dcp_cuda__mma_pb(float (&c)[N / 8][4],
-                                                 const float (&p)[K_DIM / 8][4], const T *b)
+__device__ __forceinline__ void dcp_cuda__mma_pb(float (&c)[N / DCP_CUDA__MMA_N][4],
+                                                 const float (&p)[K_DIM / DCP_CUDA__MMA_N][4],
+                                                 const T *b)
 {
-    static_assert(N % 16 == 0 && K_DIM % 16 == 0, "whole m16n8k16 steps");
-    const int lane = threadIdx.x & 31, m8 = lane >> 3, r8 = lane & 7;
+    static_assert(N % (2 * DCP_CUDA__MMA_N) == 0 && K_DIM % DCP_CUDA__MMA_K == 0,
+                  "whole m16n8k16 steps, pairs of n blocks");
+    const int lane = threadIdx.x % DCP_CUDA__WARP_SIZE, m8 = lane >> 3, r8 = lane & 7;
 #pragma unroll
-    for (int kc = 0; kc < K_DIM / 16; kc++) {
+    for (int kc = 0; kc < K_DIM / DCP_CUDA__MMA_K; kc++) {
         uint32_t pa[4];
         pa[0] = dcp_cuda__pack2<T>(p[2 * kc][0], p[2 * kc][1]);
         pa[1] = dcp_cuda__pack2<T>(p[2 * kc][2], p[2 * kc][3]);
         pa[2] = dcp_cuda__pack2<T>(p[2 * kc + 1][0], p[2 * kc + 1][1]);
         pa[3] = dcp_cuda__pack2<T>(p[2 * kc + 1][2], p[2 * kc + 1][3]);
 #pragma unroll
-        for (int dp = 0; dp < N / 16; dp++) {
+        for (int dp = 0; dp < N / (2 * DCP_CUDA__MMA_N); dp++) {
             uint32_t bf[4];
-            dcp_cuda__ldmatrix_x4_trans(bf, b + (kc * 16 + (m8 & 1) * 8 + r8) * STRIDE +
+            dcp_cuda__ldmatrix_x4<true>(bf, b + (kc * 16 + (m8 & 1) * 8 + r8) * STRIDE +
                                                 dp * 16 + (m8 >> 1) * 8);
             dcp_cuda__mma<T>(c[2 * dp], pa, bf[0], bf[1]);
             dcp_cuda__mma<T>(c[2 * dp + 1], pa, bf[2], bf[3]);
@@ -2031,9 +2257,20 @@ template <int R, int C> __device__ __forceinline__ void dcp_cuda__zero(float (&x
 __device__ __forceinline__ int32_t dcp_cuda__warp_min(int32_t v)
 {
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    for (int offset = DCP_CUDA__WARP_SIZE / 2; offset > 0; offset >>= 1)
+        v = min(v, __shfl_xor_sync(DCP_CUDA__FULL_WARP, v, offset));
     return v;
+}
+
+/* f(n, e, column) for each float of the lane's share of a C fragment (16 x 8N, N n blocks):
+   element e of block n is at row g + 8 (e >> 1) and column 8n + 2t + (e & 1). */
+template <int N, typename F> __device__ __forceinline__ void dcp_cuda__each_c(F f)
+{
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) f(n, e, n * DCP_CUDA__MMA_N + 2 * t + (e & 1));
 }
 
 /* Rows are queries (C layout: rows g and g + 8 of the warp's 16, limit[0] and limit[1]),
@@ -2043,12 +2280,9 @@ template <int N>
 __device__ __forceinline__ void dcp_cuda__mask_keys(float (&sc)[N][4], int32_t k0,
                                                     const int32_t (&limit)[2])
 {
-    const int t = threadIdx.x & 3;
-#pragma unroll
-    for (int n = 0; n < N; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            if (k0 + n * 8 + 2 * t + (e & 1) >= limit[e >> 1]) sc[n][e] = -INFINITY;
+    dcp_cuda__each_c<N>([&](int n, int e, int column) {
+        if (k0 + column >= limit[e >> 1]) sc[n][e] = -INFINITY;
+    });
 }
 
 /* Online softmax over one key tile of raw scores sc (rows as in dcp_cuda__mask_keys): the
@@ -2068,8 +2302,10 @@ __device__ __forceinline__ void dcp_cuda__softmax_update(float (&sc)[N][4], floa
 #pragma unroll
     for (int row = 0; row < 2; row++) {
         /* the four lanes of a row hold its columns */
-        tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 1));
-        tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 2));
+        tile_max[row] =
+            fmaxf(tile_max[row], __shfl_xor_sync(DCP_CUDA__FULL_WARP, tile_max[row], 1));
+        tile_max[row] =
+            fmaxf(tile_max[row], __shfl_xor_sync(DCP_CUDA__FULL_WARP, tile_max[row], 2));
         bias[row] = tile_max[row] == -INFINITY ? 0.0f : tile_max[row] * scale_log2;
         const float alpha = dcp_cuda__exp2_scaled(row_max[row], scale_log2, bias[row]);
         row_max[row] = tile_max[row];
@@ -2108,9 +2344,31 @@ __device__ __forceinline__ void dcp_cuda__softmax_update(float (&sc)[N][4], floa
    -inf; rows outside the q view are not touched; tiles come longest sequence first from the
    schedule, so a pack of many short documents fills the GPU without any host round trip. */
 
+/* The shared tiles of a kernel, taken in order from the dynamic shared memory (tiles of
+   TILE_ELEMENTS elements); the kernel's _smem function counts the same tiles. */
+template <typename T, int D> struct dcp_cuda__smem_tiles {
+    T *next;
+    __device__ __forceinline__ dcp_cuda__smem_tiles() : next(reinterpret_cast<T *>(dcp_cuda__smem))
+    {
+    }
+    __device__ __forceinline__ T *take(int tiles)
+    {
+        T *first = next;
+        next += tiles * dcp_cuda__attn_traits<D>::TILE_ELEMENTS;
+        return first;
+    }
+};
+
+/* Stage `stage` of a buffer of STAGES tiles. */
+template <int D, typename T> __device__ __forceinline__ T *dcp_cuda__stage(T *tiles, int stage)
+{
+    return tiles + stage * dcp_cuda__attn_traits<D>::TILE_ELEMENTS;
+}
+
 template <int D> constexpr size_t dcp_cuda__attn_smem(size_t element)
 {
-    return (size_t)5 * dcp_cuda__attn_traits<D>::TILE_ELEMENTS * element; /* Q, 2 x K, 2 x V */
+    using K = dcp_cuda__attn_traits<D>;
+    return (size_t)(1 + 2 * K::STAGES) * K::TILE_ELEMENTS * element; /* Q, K and V stages */
 }
 
 template <typename T, int D>
@@ -2118,63 +2376,39 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_forward_kernel(const dcp_cuda__attn_args a)
 {
     using K = dcp_cuda__attn_traits<D>;
-    constexpr int TE = K::TILE_ELEMENTS;
-    T *sq = reinterpret_cast<T *>(dcp_cuda__smem);
-    T *sk = sq + TE;     /* [2][TILE_KEYS][STRIDE] */
-    T *sv = sk + 2 * TE; /* [2][TILE_KEYS][STRIDE] */
-    dcp_cuda__seq_view s;
-    int64_t q0;
-    if (!dcp_cuda__attn_tile_of(a, false, &s, &q0)) return;
-    const int32_t head = blockIdx.y, kv_head = head / a.group;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int m8 = lane >> 3, r8 = lane & 7;
-    const int64_t q_stride = (int64_t)a.heads * D, kv_stride = (int64_t)a.kv_heads * D;
-    const T *kg = static_cast<const T *>(a.k) + (int64_t)kv_head * D;
-    const T *vg = static_cast<const T *>(a.v) + (int64_t)kv_head * D;
+    dcp_cuda__q_block b;
+    if (!dcp_cuda__q_block_of<D>(a, &b)) return;
+    dcp_cuda__smem_tiles<T, D> smem;
+    T *sq = smem.take(1), *sk = smem.take(K::STAGES), *sv = smem.take(K::STAGES);
+    const dcp_cuda__seq_view &s = b.s;
+    const int tid = threadIdx.x, warp = tid / DCP_CUDA__WARP_SIZE, lane = tid % DCP_CUDA__WARP_SIZE;
+    const int g = lane >> 2, t = lane & 3; /* the m16n8 C layout: row g (+ 8), columns 2t, 2t+1 */
 
-    /* the keys this tile can see end at its last valid row's limit (the largest) */
-    const int64_t q_last = (q0 + K::TILE_ROWS < s.q_valid ? q0 + K::TILE_ROWS : s.q_valid) - 1;
-    const int64_t k_stop = q_last >= q0 ? dcp_cuda__key_limit(a, s, q_last) : 0;
-    const int32_t tiles =
-        k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + K::TILE_KEYS - 1) / K::TILE_KEYS) : 0;
-
-    dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
-        sq, static_cast<const T *>(a.q) + (int64_t)head * D, q_stride, s.offset, q0, s.q_valid);
+    dcp_cuda__load_q_tile<T, D>(sq, a.q, a, s, b.head, b.q0);
     dcp_cuda__cp_async_commit();
-    auto load_kv = [&](int32_t tile, int stage) {
-        const int64_t k0 = s.k_begin + (int64_t)tile * K::TILE_KEYS;
-        dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(sk + stage * TE, kg, kv_stride,
-                                                            s.offset, k0, s.k_valid);
-        dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(sv + stage * TE, vg, kv_stride,
-                                                            s.offset, k0, s.k_valid);
-    };
-    if (tiles > 0) load_kv(0, 0);
+    if (b.tiles > 0) dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, b.kv_head, 0, 0);
     dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
     dcp_cuda__cp_async_wait<1>(); /* Q has landed */
     __syncthreads();
 
-    uint32_t qf[D / 16][4];
+    uint32_t qf[K::HEAD_STEPS][4];
 #pragma unroll
-    for (int kc = 0; kc < D / 16; kc++)
-        dcp_cuda__ldmatrix_x4(qf[kc], sq + (warp * K::WARP_ROWS + (m8 & 1) * 8 + r8) * K::STRIDE +
-                                          kc * 16 + (m8 >> 1) * 8);
+    for (int kc = 0; kc < K::HEAD_STEPS; kc++)
+        dcp_cuda__a_fragment<K::STRIDE>(qf[kc], sq + warp * K::WARP_ROWS * K::STRIDE, kc);
     /* this lane's two query rows and their key limits; a key tile needs the mask only when it
        reaches past the smallest limit of the warp's 16 rows: the tiles on the diagonal and at
        the end of the valid keys (and every tile of a warp with an invalid row) */
-    const int64_t warp_q0 = q0 + warp * K::WARP_ROWS;
+    const int64_t warp_q0 = b.q0 + warp * K::WARP_ROWS;
     const int32_t limit[2] = {dcp_cuda__key_limit(a, s, warp_q0 + g),
                               dcp_cuda__key_limit(a, s, warp_q0 + g + 8)};
     const int32_t unmasked_end = dcp_cuda__warp_min(min(limit[0], limit[1]));
     float o[K::HEAD_BLOCKS][4], row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
     dcp_cuda__zero(o);
 
-    for (int32_t tile = 0; tile < tiles; tile++) {
+    for (int32_t tile = 0; tile < b.tiles; tile++) {
         const int stage = tile & 1;
-        if (tile + 1 < tiles) load_kv(tile + 1, stage ^ 1);
-        dcp_cuda__cp_async_commit();
-        dcp_cuda__cp_async_wait<1>(); /* tile `tile` has landed */
-        __syncthreads();
-        const T *ks = sk + stage * TE, *vs = sv + stage * TE;
+        dcp_cuda__kv_stream_step<T, D>(sk, sv, a, s, b.kv_head, tile, b.tiles);
+        const T *ks = dcp_cuda__stage<D>(sk, stage), *vs = dcp_cuda__stage<D>(sv, stage);
         const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
         float sc[K::KEY_BLOCKS][4];
         dcp_cuda__zero(sc);
@@ -2190,13 +2424,13 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
 #pragma unroll
     for (int row = 0; row < 2; row++) {
         float sum = row_sum[row];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        sum += __shfl_xor_sync(DCP_CUDA__FULL_WARP, sum, 1);
+        sum += __shfl_xor_sync(DCP_CUDA__FULL_WARP, sum, 2);
         const int64_t index = warp_q0 + g + 8 * row;
         if (index >= s.q_end) continue;
         const int64_t out_row = s.offset + index;
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const int64_t at = (out_row * a.heads + head) * D + 2 * t;
+        const int64_t at = (out_row * a.heads + b.head) * D + 2 * t;
 #pragma unroll
         for (int d = 0; d < K::HEAD_BLOCKS; d++) {
             const float x = o[d][2 * row] * inv, y = o[d][2 * row + 1] * inv;
@@ -2208,8 +2442,8 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
                     dcp_cuda__pack2<T>(x, y);
         }
         if (t == 0)
-            a.lse_out[(int64_t)head * a.rows + out_row] =
-                sum > 0.0f ? (row_max[row] * a.scale_log2 + log2f(sum)) * 0.69314718055994531f
+            a.lse_out[(int64_t)b.head * a.rows + out_row] =
+                sum > 0.0f ? (row_max[row] * a.scale_log2 + log2f(sum)) * (float)DCP_CUDA__LN2
                            : -INFINITY;
     }
 }
@@ -2241,8 +2475,8 @@ template <int E> __device__ __forceinline__ float dcp_cuda__warp_dot(const float
 #pragma unroll
     for (int e = 0; e < E; e++) sum = fmaf(x[e], y[e], sum);
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    for (int offset = DCP_CUDA__WARP_SIZE / 2; offset > 0; offset >>= 1)
+        sum += __shfl_xor_sync(DCP_CUDA__FULL_WARP, sum, offset);
     return sum;
 }
 
@@ -2251,7 +2485,7 @@ template <int E> __device__ __forceinline__ float dcp_cuda__warp_dot(const float
 __device__ __forceinline__ bool dcp_cuda__attn_row(const dcp_cuda__attn_args &a, int32_t *head,
                                                    int64_t *row)
 {
-    const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / DCP_CUDA__WARP_SIZE;
     if (unit >= (int64_t)a.heads * a.rows) return false;
     *head = (int32_t)(unit / a.rows);
     *row = unit - (int64_t)*head * a.rows;
@@ -2268,11 +2502,11 @@ template <typename T, int D>
 __global__ void __launch_bounds__(DCP_CUDA__DELTA_THREADS)
     dcp_cuda__attn_delta_kernel(const dcp_cuda__attn_args a)
 {
-    constexpr int E = D / 32;
+    constexpr int E = D / DCP_CUDA__WARP_SIZE;
     int32_t head;
     int64_t row;
     if (!dcp_cuda__attn_row(a, &head, &row)) return;
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x % DCP_CUDA__WARP_SIZE;
     const int64_t at = (row * a.heads + head) * D + lane * E;
     float o[E], d[E];
     dcp_cuda__load<T, E>(static_cast<const T *>(a.out) + at, o);
@@ -2298,7 +2532,7 @@ __device__ __forceinline__ dcp_cuda__bwd_row dcp_cuda__bwd_row_of(const dcp_cuda
         const int64_t at = (int64_t)head * a.rows + s.offset + index;
         const float lse = a.lse[at];
         if (lse == -INFINITY) r.limit = 0;
-        else r.lse_log2 = lse * 1.4426950408889634f, r.delta = a.delta[at];
+        else r.lse_log2 = lse * (float)DCP_CUDA__LOG2E, r.delta = a.delta[at];
     }
     return r;
 }
@@ -2306,15 +2540,26 @@ __device__ __forceinline__ dcp_cuda__bwd_row dcp_cuda__bwd_row_of(const dcp_cuda
 template <int D> constexpr size_t dcp_cuda__attn_dkv_smem(size_t element)
 {
     using K = dcp_cuda__attn_traits<D>;
-    /* K, V, 2 x Q, 2 x dO, dS; then LSE, delta and limit of 2 x TILE_ROWS rows */
-    return (size_t)6 * K::TILE_ELEMENTS * element +
-           (size_t)K::TILE_ROWS * K::DS_STRIDE * element + (size_t)2 * K::TILE_ROWS * 12;
+    /* K, V, STAGES x Q, STAGES x dO, dS; then the row state of STAGES x TILE_ROWS rows */
+    return (size_t)(2 + 2 * K::STAGES) * K::TILE_ELEMENTS * element +
+           (size_t)K::TILE_ROWS * K::DS_STRIDE * element +
+           (size_t)K::STAGES * K::TILE_ROWS * K::ROW_STATE_BYTES;
 }
 
 template <int D> constexpr size_t dcp_cuda__attn_dq_smem(size_t element)
 {
-    return (size_t)6 * dcp_cuda__attn_traits<D>::TILE_ELEMENTS * element; /* Q, dO, 2 x K, 2 x V */
+    using K = dcp_cuda__attn_traits<D>;
+    return (size_t)(2 + 2 * K::STAGES) * K::TILE_ELEMENTS * element; /* Q, dO, K and V stages */
 }
+
+/* Every kernel's shared memory fits a block on both targets (sm_80 allows the less). */
+#define DCP_CUDA__MAX_SHARED_BYTES (163 * 1024) /* dynamic shared memory of a block, sm_80 */
+static_assert(dcp_cuda__attn_smem<DCP_CUDA__ATTN_D_LARGE>(2) <= DCP_CUDA__MAX_SHARED_BYTES,
+              "the forward's tiles of the largest head dim fit in shared memory");
+static_assert(dcp_cuda__attn_dkv_smem<DCP_CUDA__ATTN_D_LARGE>(2) <= DCP_CUDA__MAX_SHARED_BYTES,
+              "the dK, dV kernel's tiles of the largest head dim fit in shared memory");
+static_assert(dcp_cuda__attn_dq_smem<DCP_CUDA__ATTN_D_LARGE>(2) <= DCP_CUDA__MAX_SHARED_BYTES,
+              "the dQ kernel's tiles of the largest head dim fit in shared memory");
 
 /* The first q tile of the view whose last valid row sees key k0 (the limits are monotone in
    local order); q_tiles when none does. */
@@ -2342,7 +2587,8 @@ __device__ __forceinline__ void dcp_cuda__attn_dq_atomic(const dcp_cuda__attn_ar
                                                          const T *sk)
 {
     using K = dcp_cuda__attn_traits<D>;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int lane = threadIdx.x % DCP_CUDA__WARP_SIZE, warp = threadIdx.x / DCP_CUDA__WARP_SIZE;
+    const int g = lane >> 2, t = lane & 3;
     const int m8 = lane >> 3, r8 = lane & 7;
     const T *ds_rows =
         sds + (warp * K::WARP_ROWS + (m8 & 1) * 8 + r8) * K::DS_STRIDE + (m8 >> 1) * 8;
@@ -2355,15 +2601,15 @@ __device__ __forceinline__ void dcp_cuda__attn_dq_atomic(const dcp_cuda__attn_ar
         at[e] = ((s.offset + index) * a.heads + head) * D + 2 * t;
     }
 #pragma unroll 1 /* registers: the caller holds dK and dV */
-    for (int dp = 0; dp < D / 16; dp++) {
+    for (int dp = 0; dp < K::HEAD_BLOCKS / 2; dp++) { /* a pair of n blocks */
         float acc[2][4];
         dcp_cuda__zero(acc);
 #pragma unroll
-        for (int kc = 0; kc < K::TILE_KEYS / 16; kc++) {
+        for (int kc = 0; kc < K::KEY_STEPS; kc++) {
             uint32_t af[4], bf[4]; /* dS fragments reloaded per column block: registers are
                                       scarce beside the dK, dV accumulators */
             dcp_cuda__ldmatrix_x4(af, ds_rows + kc * 16);
-            dcp_cuda__ldmatrix_x4_trans(bf, sk + (kc * 16 + (m8 & 1) * 8 + r8) * K::STRIDE +
+            dcp_cuda__ldmatrix_x4<true>(bf, sk + (kc * 16 + (m8 & 1) * 8 + r8) * K::STRIDE +
                                                 dp * 16 + (m8 >> 1) * 8);
             dcp_cuda__mma<T>(acc[0], af, bf[0], bf[1]);
             dcp_cuda__mma<T>(acc[1], af, bf[2], bf[3]);
@@ -2383,15 +2629,14 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_dkv_kernel(const dcp_cuda__attn_args a)
 {
     using K = dcp_cuda__attn_traits<D>;
-    constexpr int TE = K::TILE_ELEMENTS;
-    T *sk = reinterpret_cast<T *>(dcp_cuda__smem);
-    T *sv = sk + TE;
-    T *sq = sv + TE;      /* [2][TILE_ROWS][STRIDE] */
-    T *sdo = sq + 2 * TE; /* [2][TILE_ROWS][STRIDE] */
-    T *sds = sdo + 2 * TE; /* [TILE_ROWS][DS_STRIDE]: dS as [query][key] (atomic dQ) */
-    float *slse = reinterpret_cast<float *>(sds + K::TILE_ROWS * K::DS_STRIDE); /* [2][TILE_ROWS] */
-    float *sdelta = slse + 2 * K::TILE_ROWS;
-    int32_t *slimit = reinterpret_cast<int32_t *>(sdelta + 2 * K::TILE_ROWS);
+    dcp_cuda__smem_tiles<T, D> smem;
+    T *sk = smem.take(1), *sv = smem.take(1);
+    T *sq = smem.take(K::STAGES), *sdo = smem.take(K::STAGES);
+    T *sds = smem.next; /* [TILE_ROWS][DS_STRIDE]: dS as [query][key] (atomic dQ) */
+    /* then the row state, [STAGES][TILE_ROWS] each: */
+    float *slse = reinterpret_cast<float *>(sds + K::TILE_ROWS * K::DS_STRIDE);
+    float *sdelta = slse + K::STAGES * K::TILE_ROWS;
+    int32_t *slimit = reinterpret_cast<int32_t *>(sdelta + K::STAGES * K::TILE_ROWS);
     /* the sequence view lives in shared memory: read where used, it frees the registers the
        dK, dV accumulators need (ptxas spilled with it in registers) */
     __shared__ dcp_cuda__seq_view s;
@@ -2404,17 +2649,15 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         __syncthreads();
     }
     const int32_t kv_head = blockIdx.y;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int64_t q_stride = (int64_t)a.heads * D, kv_stride = (int64_t)a.kv_heads * D;
+    const int tid = threadIdx.x, warp = tid / DCP_CUDA__WARP_SIZE, lane = tid % DCP_CUDA__WARP_SIZE;
+    const int g = lane >> 2, t = lane & 3; /* the m16n8 C layout: row g (+ 8), columns 2t, 2t+1 */
     const int32_t q_tiles = (int32_t)((s.q_valid - s.q_begin + K::TILE_ROWS - 1) / K::TILE_ROWS);
     const int32_t first = dcp_cuda__first_q_tile(a, s, q_tiles, k0);
     const int32_t per_head = q_tiles - first, units = per_head * a.group;
     if (units <= 0) return; /* no query sees these keys: nothing to add */
 
-    dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(
-        sk, static_cast<const T *>(a.k) + (int64_t)kv_head * D, kv_stride, s.offset, k0, s.k_valid);
-    dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(
-        sv, static_cast<const T *>(a.v) + (int64_t)kv_head * D, kv_stride, s.offset, k0, s.k_valid);
+    dcp_cuda__load_kv_tile<T, D>(sk, a.k, a, s, kv_head, k0);
+    dcp_cuda__load_kv_tile<T, D>(sv, a.v, a, s, kv_head, k0);
     dcp_cuda__cp_async_commit();
     /* unit u: query head kv_head x group + u / per_head, its q tile first + u % per_head */
     auto unit_head = [&](int32_t u) { return kv_head * a.group + u / per_head; };
@@ -2424,12 +2667,8 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     auto load_unit = [&](int32_t u, int stage) {
         const int32_t head = unit_head(u);
         const int64_t q0 = unit_q0(u);
-        dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
-            sq + stage * TE, static_cast<const T *>(a.q) + (int64_t)head * D, q_stride, s.offset,
-            q0, s.q_valid);
-        dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
-            sdo + stage * TE, static_cast<const T *>(a.dout) + (int64_t)head * D, q_stride,
-            s.offset, q0, s.q_valid);
+        dcp_cuda__load_q_tile<T, D>(dcp_cuda__stage<D>(sq, stage), a.q, a, s, head, q0);
+        dcp_cuda__load_q_tile<T, D>(dcp_cuda__stage<D>(sdo, stage), a.dout, a, s, head, q0);
         for (int r = tid; r < K::TILE_ROWS; r += K::THREADS) {
             const dcp_cuda__bwd_row row = dcp_cuda__bwd_row_of(a, s, head, q0 + r);
             slse[stage * K::TILE_ROWS + r] = row.lse_log2;
@@ -2455,7 +2694,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
         dcp_cuda__cp_async_wait<1>(); /* unit u (and K, V) have landed */
         __syncthreads();
-        const T *qs = sq + stage * TE, *dos = sdo + stage * TE;
+        const T *qs = dcp_cuda__stage<D>(sq, stage), *dos = dcp_cuda__stage<D>(sdo, stage);
         const float *lse = slse + stage * K::TILE_ROWS, *delta = sdelta + stage * K::TILE_ROWS;
         const int32_t *limit = slimit + stage * K::TILE_ROWS;
 
@@ -2463,34 +2702,26 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         float p[K::ROW_BLOCKS][4];
         dcp_cuda__zero(p);
         dcp_cuda__mma_abt<T, K::TILE_ROWS, D, K::STRIDE>(p, k_rows, qs);
-#pragma unroll
-        for (int n = 0; n < K::ROW_BLOCKS; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int query = n * 8 + 2 * t + (e & 1);
-                p[n][e] = key[e >> 1] < limit[query]
-                              ? dcp_cuda__exp2_scaled(p[n][e], a.scale_log2, lse[query])
-                              : 0.0f;
-            }
+        dcp_cuda__each_c<K::ROW_BLOCKS>([&](int n, int e, int query) {
+            p[n][e] = key[e >> 1] < limit[query]
+                          ? dcp_cuda__exp2_scaled(p[n][e], a.scale_log2, lse[query])
+                          : 0.0f;
+        });
         dcp_cuda__mma_pb<T, K::TILE_ROWS, D, K::STRIDE>(dv, p, dos);
         /* dS^T = P^T (dP^T - delta), dP^T = V dO^T */
         float ds[K::ROW_BLOCKS][4];
         dcp_cuda__zero(ds);
         dcp_cuda__mma_abt<T, K::TILE_ROWS, D, K::STRIDE>(ds, v_rows, dos);
-#pragma unroll
-        for (int n = 0; n < K::ROW_BLOCKS; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                ds[n][e] = p[n][e] * (ds[n][e] - delta[n * 8 + 2 * t + (e & 1)]);
+        dcp_cuda__each_c<K::ROW_BLOCKS>([&](int n, int e, int query) {
+            ds[n][e] = p[n][e] * (ds[n][e] - delta[query]);
+        });
         dcp_cuda__mma_pb<T, K::TILE_ROWS, D, K::STRIDE>(dk, ds, qs);
         if (ATOMIC_DQ) {
             /* dS to shared memory as [query][key], then dq += scale dS K per warp's 16 queries */
-#pragma unroll
-            for (int n = 0; n < K::ROW_BLOCKS; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    sds[(n * 8 + 2 * t + (e & 1)) * K::DS_STRIDE + warp * K::WARP_ROWS + g +
-                        8 * (e >> 1)] = dcp_cuda__from_float<T>(ds[n][e]);
+            dcp_cuda__each_c<K::ROW_BLOCKS>([&](int n, int e, int query) {
+                sds[query * K::DS_STRIDE + warp * K::WARP_ROWS + g + 8 * (e >> 1)] =
+                    dcp_cuda__from_float<T>(ds[n][e]);
+            });
             __syncthreads();
             dcp_cuda__attn_dq_atomic<T, D>(a, s, unit_head(u), unit_q0(u), sds, sk);
         }
@@ -2517,46 +2748,25 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_dq_kernel(const dcp_cuda__attn_args a)
 {
     using K = dcp_cuda__attn_traits<D>;
-    constexpr int TE = K::TILE_ELEMENTS;
-    T *sq = reinterpret_cast<T *>(dcp_cuda__smem);
-    T *sdo = sq + TE;
-    T *sk = sdo + TE;     /* [2][TILE_KEYS][STRIDE] */
-    T *sv = sk + 2 * TE;  /* [2][TILE_KEYS][STRIDE] */
-    dcp_cuda__seq_view s;
-    int64_t q0;
-    if (!dcp_cuda__attn_tile_of(a, false, &s, &q0)) return;
-    const int32_t head = blockIdx.y, kv_head = head / a.group;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int64_t q_stride = (int64_t)a.heads * D, kv_stride = (int64_t)a.kv_heads * D;
-    const T *kg = static_cast<const T *>(a.k) + (int64_t)kv_head * D;
-    const T *vg = static_cast<const T *>(a.v) + (int64_t)kv_head * D;
-    /* the keys this tile sees end at its last valid row's limit (the largest) */
-    const int64_t q_last = (q0 + K::TILE_ROWS < s.q_valid ? q0 + K::TILE_ROWS : s.q_valid) - 1;
-    const int64_t k_stop = q_last >= q0 ? dcp_cuda__key_limit(a, s, q_last) : 0;
-    const int32_t tiles =
-        k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + K::TILE_KEYS - 1) / K::TILE_KEYS) : 0;
-    if (tiles == 0) return; /* no visible key: nothing to add */
+    dcp_cuda__q_block b;
+    if (!dcp_cuda__q_block_of<D>(a, &b) || b.tiles == 0) return; /* no visible key: no term */
+    dcp_cuda__smem_tiles<T, D> smem;
+    T *sq = smem.take(1), *sdo = smem.take(1);
+    T *sk = smem.take(K::STAGES), *sv = smem.take(K::STAGES);
+    const dcp_cuda__seq_view &s = b.s;
+    const int tid = threadIdx.x, warp = tid / DCP_CUDA__WARP_SIZE, lane = tid % DCP_CUDA__WARP_SIZE;
+    const int g = lane >> 2, t = lane & 3; /* the m16n8 C layout: row g (+ 8), columns 2t, 2t+1 */
 
-    dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
-        sq, static_cast<const T *>(a.q) + (int64_t)head * D, q_stride, s.offset, q0, s.q_valid);
-    dcp_cuda__load_tile<T, D, K::TILE_ROWS, K::THREADS>(
-        sdo, static_cast<const T *>(a.dout) + (int64_t)head * D, q_stride, s.offset, q0,
-        s.q_valid);
+    dcp_cuda__load_q_tile<T, D>(sq, a.q, a, s, b.head, b.q0);
+    dcp_cuda__load_q_tile<T, D>(sdo, a.dout, a, s, b.head, b.q0);
     dcp_cuda__cp_async_commit();
-    auto load_kv = [&](int32_t tile, int stage) {
-        const int64_t k0 = s.k_begin + (int64_t)tile * K::TILE_KEYS;
-        dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(sk + stage * TE, kg, kv_stride,
-                                                            s.offset, k0, s.k_valid);
-        dcp_cuda__load_tile<T, D, K::TILE_KEYS, K::THREADS>(sv + stage * TE, vg, kv_stride,
-                                                            s.offset, k0, s.k_valid);
-    };
-    load_kv(0, 0);
+    dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, b.kv_head, 0, 0);
     dcp_cuda__cp_async_commit();
 
     dcp_cuda__bwd_row row[2];
 #pragma unroll
     for (int e = 0; e < 2; e++)
-        row[e] = dcp_cuda__bwd_row_of(a, s, head, q0 + warp * K::WARP_ROWS + g + 8 * e);
+        row[e] = dcp_cuda__bwd_row_of(a, s, b.head, b.q0 + warp * K::WARP_ROWS + g + 8 * e);
     const int32_t limit[2] = {row[0].limit, row[1].limit};
     const int32_t unmasked_end = dcp_cuda__warp_min(min(limit[0], limit[1])); /* as the forward */
     const T *q_rows = sq + warp * K::WARP_ROWS * K::STRIDE;
@@ -2564,13 +2774,10 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     float dq[K::HEAD_BLOCKS][4];
     dcp_cuda__zero(dq);
 
-    for (int32_t tile = 0; tile < tiles; tile++) {
+    for (int32_t tile = 0; tile < b.tiles; tile++) {
         const int stage = tile & 1;
-        if (tile + 1 < tiles) load_kv(tile + 1, stage ^ 1);
-        dcp_cuda__cp_async_commit();
-        dcp_cuda__cp_async_wait<1>(); /* tile `tile` (and Q, dO) have landed */
-        __syncthreads();
-        const T *ks = sk + stage * TE, *vs = sv + stage * TE;
+        dcp_cuda__kv_stream_step<T, D>(sk, sv, a, s, b.kv_head, tile, b.tiles); /* Q, dO too */
+        const T *ks = dcp_cuda__stage<D>(sk, stage), *vs = dcp_cuda__stage<D>(sv, stage);
         const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
         float p[K::KEY_BLOCKS][4], ds[K::KEY_BLOCKS][4];
         dcp_cuda__zero(p);
@@ -2593,9 +2800,9 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
 
 #pragma unroll
     for (int e = 0; e < 2; e++) {
-        const int64_t index = q0 + warp * K::WARP_ROWS + g + 8 * e;
+        const int64_t index = b.q0 + warp * K::WARP_ROWS + g + 8 * e;
         if (index >= s.q_valid) continue;
-        const int64_t at = ((s.offset + index) * a.heads + head) * D + 2 * t;
+        const int64_t at = ((s.offset + index) * a.heads + b.head) * D + 2 * t;
 #pragma unroll
         for (int d = 0; d < K::HEAD_BLOCKS; d++) {
             a.dq[at + d * 8] += a.scale * dq[d][2 * e];
@@ -2613,11 +2820,29 @@ static int64_t dcp_cuda__attn_capacity(const dcp_cuda_layout *layout)
     return layout->local_rows / DCP_CUDA__TILE + layout->thd.num_sequences + 1;
 }
 
-#define DCP_CUDA__ALIGN(x) (((x) + 255) & ~(size_t)255)
+/* The attention workspace: the tile schedule (its count in a header padded so that the int2
+   entries after it are 16-byte aligned), then the backward's delta, each region aligned. */
+#define DCP_CUDA__WORKSPACE_ALIGNMENT 256
+#define DCP_CUDA__SCHEDULE_HEADER 16
+#define DCP_CUDA__ALIGN(x)                                                                         \
+    (((x) + DCP_CUDA__WORKSPACE_ALIGNMENT - 1) & ~(size_t)(DCP_CUDA__WORKSPACE_ALIGNMENT - 1))
+static_assert(DCP_CUDA__SCHEDULE_HEADER >= sizeof(int32_t) &&
+                  DCP_CUDA__SCHEDULE_HEADER % DCP_CUDA__VECTOR_BYTES == 0,
+              "the header holds the count and keeps the entries 16-byte aligned");
 
 static size_t dcp_cuda__attn_schedule_bytes(const dcp_cuda_layout *layout)
 {
-    return DCP_CUDA__ALIGN(16 + (size_t)dcp_cuda__attn_capacity(layout) * sizeof(int2));
+    return DCP_CUDA__ALIGN(DCP_CUDA__SCHEDULE_HEADER +
+                           (size_t)dcp_cuda__attn_capacity(layout) * sizeof(int2));
+}
+
+/* The schedule's count and entries in a checked workspace; the delta region after them. */
+static void dcp_cuda__attn_workspace(dcp_cuda__attn_args *a, const dcp_cuda_layout *layout,
+                                     void *workspace)
+{
+    a->count = (const int32_t *)workspace;
+    a->entries = (const int2 *)((char *)workspace + DCP_CUDA__SCHEDULE_HEADER);
+    a->delta = (float *)((char *)workspace + dcp_cuda__attn_schedule_bytes(layout));
 }
 
 static dcp_status dcp_cuda__attn_check(const dcp_attention_params *params,
@@ -2631,21 +2856,19 @@ static dcp_status dcp_cuda__attn_check(const dcp_attention_params *params,
         (status = dcp_attention_view_validate(view, layout->thd.cp, error)) != DCP_OK ||
         (status = dcp_cuda__check_dtype("dtype", dtype, 0, error)) != DCP_OK)
         return status;
-    if (p->head_dim != 64 && p->head_dim != 128)
+    if (p->head_dim != DCP_CUDA__ATTN_D_SMALL && p->head_dim != DCP_CUDA__ATTN_D_LARGE)
         return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
-                             "head_dim %d: the CUDA attention serves 64 and 128", (int)p->head_dim);
-    if (p->num_heads > 65535)
-        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED, "num_heads %d > 65535",
-                             (int)p->num_heads);
+                             "head_dim %d: the CUDA attention serves %d and %d", (int)p->head_dim,
+                             DCP_CUDA__ATTN_D_SMALL, DCP_CUDA__ATTN_D_LARGE);
+    if (p->num_heads > DCP_CUDA__MAX_GRID_Y) /* heads are grid.y */
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED, "num_heads %d > %d",
+                             (int)p->num_heads, DCP_CUDA__MAX_GRID_Y);
     if ((status = dcp_cuda__check_elements("q", layout->local_rows,
                                            (int64_t)p->num_heads * p->head_dim, sizeof(float),
                                            error)) != DCP_OK)
         return status;
-    if ((int64_t)p->num_heads * layout->local_rows > (int64_t)INT32_MAX / 32 * 8)
-        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
-                             "%lld rows x %d heads are too many for one launch",
-                             (long long)layout->local_rows, (int)p->num_heads);
-    return DCP_OK;
+    return dcp_cuda__check_row_units(p->num_heads, layout->local_rows,
+                                     DCP_CUDA__DELTA_THREADS / DCP_CUDA__WARP_SIZE, error);
 }
 
 static dcp_cuda__attn_args dcp_cuda__attn_args_of(const dcp_attention_params *p,
@@ -2653,10 +2876,7 @@ static dcp_cuda__attn_args dcp_cuda__attn_args_of(const dcp_attention_params *p,
                                                   const dcp_attention_view *view)
 {
     dcp_cuda__attn_args a;
-    memset(&a, 0, sizeof a);
-    a.cu_seqlens = layout->thd.cu_seqlens;
-    a.cu_seqlens_padded = layout->thd.cu_seqlens_padded;
-    a.num_sequences = layout->thd.num_sequences;
+    dcp_cuda__args_of_layout(&a, layout);
     a.cp = layout->thd.cp;
     if (view) {
         a.q_rank = view->q_rank, a.q_half = view->q_half;
@@ -2668,18 +2888,19 @@ static dcp_cuda__attn_args dcp_cuda__attn_args_of(const dcp_attention_params *p,
     a.kv_heads = p->num_kv_heads;
     a.group = p->num_heads / p->num_kv_heads;
     a.scale = (float)p->softmax_scale;
-    a.scale_log2 = (float)(p->softmax_scale * 1.4426950408889634);
+    a.scale_log2 = (float)(p->softmax_scale * DCP_CUDA__LOG2E);
     return a;
 }
 
 static dcp_status dcp_cuda__check_workspace(void *workspace, size_t bytes, size_t needed,
                                             dcp_error *error)
 {
-    if (!workspace || bytes < needed || !dcp_cuda__aligned(workspace, 256))
+    if (!workspace || bytes < needed ||
+        !dcp_cuda__aligned(workspace, DCP_CUDA__WORKSPACE_ALIGNMENT))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "workspace %p of %zu bytes: need %zu bytes, 256-byte aligned "
+                             "workspace %p of %zu bytes: need %zu bytes, %d-byte aligned "
                              "(dcp_cuda_attention_workspace_size)",
-                             workspace, bytes, needed);
+                             workspace, bytes, needed, DCP_CUDA__WORKSPACE_ALIGNMENT);
     return DCP_OK;
 }
 
@@ -2699,21 +2920,94 @@ extern "C" dcp_status dcp_cuda_attention_workspace_size(const dcp_attention_para
     return dcp_error_clear(error);
 }
 
+/* fn(T(), std::integral_constant<int, D>()) for the input type T and head dim D of a checked
+   call: the attention kernels are built for bf16 and fp16 and two head dims. */
+template <typename Fn>
+static dcp_status dcp_cuda__with_attn_shape(dcp_dtype dtype, int32_t head_dim, Fn fn)
+{
+    typedef std::integral_constant<int, DCP_CUDA__ATTN_D_SMALL> small;
+    typedef std::integral_constant<int, DCP_CUDA__ATTN_D_LARGE> large;
+    if (dtype == DCP_DTYPE_BFLOAT16)
+        return head_dim == small::value ? fn(__nv_bfloat16(), small())
+                                        : fn(__nv_bfloat16(), large());
+    return head_dim == small::value ? fn(__half(), small()) : fn(__half(), large());
+}
+
+/* The tile schedule of the step's q view (kv view when use_kv) into the workspace. */
+static dcp_status dcp_cuda__schedule(const dcp_cuda__attn_args &a, int32_t use_kv,
+                                     int64_t capacity, cudaStream_t s, dcp_error *error)
+{
+    dcp_cuda__schedule_kernel<<<1, DCP_CUDA__SCHEDULE_THREADS, 0, s>>>(
+        a, use_kv, (int32_t *)a.count, (int2 *)a.entries, capacity);
+    DCP_CUDA_CHECK_LAUNCH();
+    return DCP_OK;
+}
+
+/* An attention kernel over the schedule (grid: capacity x heads), with its dynamic shared
+   memory allowed first (it is over the 48 KB default). */
+static dcp_status dcp_cuda__attn_launch(void (*kernel)(const dcp_cuda__attn_args), int32_t heads,
+                                        int threads, size_t shared, const dcp_cuda__attn_args &a,
+                                        int64_t capacity, cudaStream_t s, dcp_error *error)
+{
+    DCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)shared));
+    kernel<<<dim3((unsigned)capacity, (unsigned)heads), threads, shared, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return DCP_OK;
+}
+
 template <typename T, int D>
 static dcp_status dcp_cuda__attn_forward_launch(dcp_cuda__attn_args a, int64_t capacity,
                                                 cudaStream_t s, dcp_error *error)
 {
-    const size_t shared = dcp_cuda__attn_smem<D>(sizeof(T));
-    const dim3 grid((unsigned)capacity, (unsigned)a.heads);
-    dcp_cuda__schedule_kernel<<<1, 1024, 0, s>>>(a, 0, (int32_t *)a.count, (int2 *)a.entries,
-                                                 capacity);
-    DCP_CUDA_CHECK_LAUNCH();
-    DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_forward_kernel<T, D>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)shared));
-    dcp_cuda__attn_forward_kernel<T, D><<<grid, dcp_cuda__attn_traits<D>::THREADS, shared, s>>>(a);
-    DCP_CUDA_CHECK_LAUNCH();
+    dcp_status status;
+    if ((status = dcp_cuda__schedule(a, 0, capacity, s, error)) != DCP_OK ||
+        (status = dcp_cuda__attn_launch(dcp_cuda__attn_forward_kernel<T, D>, a.heads,
+                                        dcp_cuda__attn_traits<D>::THREADS,
+                                        dcp_cuda__attn_smem<D>(sizeof(T)), a, capacity, s,
+                                        error)) != DCP_OK)
+        return status;
     return dcp_error_clear(error);
+}
+
+/* The pointers the kernels access in wide pieces: q, k, v and dout (NULL in the forward) by
+   16-byte rows (cp.async), out by pairs of values (8 bytes at most), lse by floats. */
+static dcp_status dcp_cuda__attn_check_alignment(const void *q, const void *k, const void *v,
+                                                 const void *dout, const void *out,
+                                                 const float *lse, dcp_error *error)
+{
+    if (dcp_cuda__aligned(q, DCP_CUDA__VECTOR_BYTES) &&
+        dcp_cuda__aligned(k, DCP_CUDA__VECTOR_BYTES) &&
+        dcp_cuda__aligned(v, DCP_CUDA__VECTOR_BYTES) &&
+        dcp_cuda__aligned(dout, DCP_CUDA__VECTOR_BYTES) &&
+        dcp_cuda__aligned(out, sizeof(float2)) && dcp_cuda__aligned(lse, sizeof(float)))
+        return DCP_OK;
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "q, k, v%s must be %d-byte aligned, out %d-byte and lse %d-byte aligned "
+                         "(got q %p, k %p, v %p, dout %p, out %p, lse %p)",
+                         dout ? " and dout" : "", DCP_CUDA__VECTOR_BYTES, (int)sizeof(float2),
+                         (int)sizeof(float), q, k, v, dout, out, (const void *)lse);
+}
+
+/* A checked call's launch arguments: the tensors' alignment and the workspace checked, q, k,
+   v and the workspace's regions filled in (the caller adds its outputs). */
+static dcp_status dcp_cuda__attn_bind(const dcp_attention_params *p, const dcp_cuda_layout *layout,
+                                      const dcp_attention_view *view, const void *q,
+                                      const void *k, const void *v, const void *dout,
+                                      const void *out, const float *lse, void *workspace,
+                                      size_t workspace_bytes, dcp_cuda__attn_args *a,
+                                      dcp_error *error)
+{
+    size_t needed;
+    dcp_status status;
+    if ((status = dcp_cuda__attn_check_alignment(q, k, v, dout, out, lse, error)) != DCP_OK ||
+        (status = dcp_cuda_attention_workspace_size(p, layout, &needed, error)) != DCP_OK ||
+        (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
+        return status;
+    *a = dcp_cuda__attn_args_of(p, layout, view);
+    a->q = q, a->k = k, a->v = v;
+    dcp_cuda__attn_workspace(a, layout, workspace);
+    return DCP_OK;
 }
 
 extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *params,
@@ -2726,43 +3020,26 @@ extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *par
 {
     dcp_attention_params p;
     dcp_cuda__attn_args a;
-    size_t needed;
-    cudaStream_t s = (cudaStream_t)stream;
     dcp_status status;
     if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
         return status;
     if (out_dtype != DCP_DTYPE_FLOAT32 && out_dtype != dtype)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "out_dtype %s must be float32 or dtype %s",
-                             dcp_cuda__dtype_name(out_dtype), dcp_cuda__dtype_name(dtype));
+                             dcp_dtype_name(out_dtype), dcp_dtype_name(dtype));
     if (!q || !k || !v || !out || !lse)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "q, k, v, out and lse must not be NULL");
-    if (!dcp_cuda__aligned(q, 16) || !dcp_cuda__aligned(k, 16) || !dcp_cuda__aligned(v, 16) ||
-        !dcp_cuda__aligned(out, 8) || !dcp_cuda__aligned(lse, 4))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "q, k, v must be 16-byte aligned and out 8-byte aligned (got %p, "
-                             "%p, %p, %p)",
-                             q, k, v, out);
-    if ((status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
-        (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
+    if ((status = dcp_cuda__attn_bind(&p, layout, view, q, k, v, NULL, out, lse, workspace,
+                                      workspace_bytes, &a, error)) != DCP_OK)
         return status;
-    a = dcp_cuda__attn_args_of(&p, layout, view);
-    a.q = q, a.k = k, a.v = v, a.o = out, a.lse_out = lse;
+    a.o = out, a.lse_out = lse;
     a.out_fp32 = out_dtype == DCP_DTYPE_FLOAT32;
-    a.count = (const int32_t *)workspace;
-    a.entries = (const int2 *)((char *)workspace + 16);
     if (layout->local_rows == 0) return dcp_error_clear(error);
-    if (dtype == DCP_DTYPE_BFLOAT16)
-        return p.head_dim == 64 ? dcp_cuda__attn_forward_launch<__nv_bfloat16, 64>(
-                                      a, dcp_cuda__attn_capacity(layout), s, error)
-                                : dcp_cuda__attn_forward_launch<__nv_bfloat16, 128>(
-                                      a, dcp_cuda__attn_capacity(layout), s, error);
-    return p.head_dim == 64
-               ? dcp_cuda__attn_forward_launch<__half, 64>(a, dcp_cuda__attn_capacity(layout), s,
-                                                           error)
-               : dcp_cuda__attn_forward_launch<__half, 128>(a, dcp_cuda__attn_capacity(layout), s,
-                                                            error);
+    return dcp_cuda__with_attn_shape(dtype, p.head_dim, [&](auto element, auto head_dim) {
+        return dcp_cuda__attn_forward_launch<decltype(element), decltype(head_dim)::value>(
+            a, dcp_cuda__attn_capacity(layout), (cudaStream_t)stream, error);
+    });
 }
 
 template <typename T, int D>
@@ -2771,42 +3048,27 @@ static dcp_status dcp_cuda__attn_backward_launch(dcp_cuda__attn_args a, int64_t 
                                                  dcp_error *error)
 {
     using K = dcp_cuda__attn_traits<D>;
-    const unsigned delta_blocks =
-        (unsigned)(((int64_t)a.heads * a.rows * 32 + DCP_CUDA__DELTA_THREADS - 1) /
-                   DCP_CUDA__DELTA_THREADS);
+    const unsigned delta_blocks = (unsigned)(((int64_t)a.heads * a.rows * DCP_CUDA__WARP_SIZE +
+                                              DCP_CUDA__DELTA_THREADS - 1) /
+                                             DCP_CUDA__DELTA_THREADS);
     const size_t dkv_shared = dcp_cuda__attn_dkv_smem<D>(sizeof(T));
-    const size_t dq_shared = dcp_cuda__attn_dq_smem<D>(sizeof(T));
+    dcp_status status;
     dcp_cuda__attn_delta_kernel<T, D><<<delta_blocks, DCP_CUDA__DELTA_THREADS, 0, s>>>(a);
     DCP_CUDA_CHECK_LAUNCH();
     /* dK, dV over the kv schedule (and dQ by atomics when not deterministic) */
-    dcp_cuda__schedule_kernel<<<1, 1024, 0, s>>>(a, 1, (int32_t *)a.count, (int2 *)a.entries,
-                                                 capacity);
-    DCP_CUDA_CHECK_LAUNCH();
-    if (deterministic) {
-        DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_dkv_kernel<T, D, false>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)dkv_shared));
-        dcp_cuda__attn_dkv_kernel<T, D, false>
-            <<<dim3((unsigned)capacity, (unsigned)a.kv_heads), K::THREADS, dkv_shared, s>>>(a);
-        DCP_CUDA_CHECK_LAUNCH();
-        /* dQ over the q schedule (the same workspace: stream order) */
-        dcp_cuda__schedule_kernel<<<1, 1024, 0, s>>>(a, 0, (int32_t *)a.count,
-                                                     (int2 *)a.entries, capacity);
-        DCP_CUDA_CHECK_LAUNCH();
-        DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_dq_kernel<T, D>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)dq_shared));
-        dcp_cuda__attn_dq_kernel<T, D>
-            <<<dim3((unsigned)capacity, (unsigned)a.heads), K::THREADS, dq_shared, s>>>(a);
-        DCP_CUDA_CHECK_LAUNCH();
-    } else {
-        DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_dkv_kernel<T, D, true>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)dkv_shared));
-        dcp_cuda__attn_dkv_kernel<T, D, true>
-            <<<dim3((unsigned)capacity, (unsigned)a.kv_heads), K::THREADS, dkv_shared, s>>>(a);
-        DCP_CUDA_CHECK_LAUNCH();
-    }
+    if ((status = dcp_cuda__schedule(a, 1, capacity, s, error)) != DCP_OK ||
+        (status = dcp_cuda__attn_launch(deterministic ? dcp_cuda__attn_dkv_kernel<T, D, false>
+                                                      : dcp_cuda__attn_dkv_kernel<T, D, true>,
+                                        a.kv_heads, K::THREADS, dkv_shared, a, capacity, s,
+                                        error)) != DCP_OK)
+        return status;
+    /* deterministic: dQ over the q schedule (the same workspace: stream order) */
+    if (deterministic &&
+        ((status = dcp_cuda__schedule(a, 0, capacity, s, error)) != DCP_OK ||
+         (status = dcp_cuda__attn_launch(dcp_cuda__attn_dq_kernel<T, D>, a.heads, K::THREADS,
+                                         dcp_cuda__attn_dq_smem<D>(sizeof(T)), a, capacity, s,
+                                         error)) != DCP_OK))
+        return status;
     return dcp_error_clear(error);
 }
 
@@ -2819,9 +3081,6 @@ extern "C" dcp_status dcp_cuda_attention_backward(
 {
     dcp_attention_params p;
     dcp_cuda__attn_args a;
-    size_t needed;
-    int64_t capacity;
-    cudaStream_t s = (cudaStream_t)stream;
     dcp_status status;
     if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
         return status;
@@ -2831,38 +3090,41 @@ extern "C" dcp_status dcp_cuda_attention_backward(
     if (!q || !k || !v || !out || !dout || !lse || !dq || !dk || !dv)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "q, k, v, out, dout, lse, dq, dk and dv must not be NULL");
-    if (!dcp_cuda__aligned(q, 16) || !dcp_cuda__aligned(k, 16) || !dcp_cuda__aligned(v, 16) ||
-        !dcp_cuda__aligned(dout, 16) || !dcp_cuda__aligned(out, 8))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "q, k, v and dout must be 16-byte aligned and out 8-byte aligned "
-                             "(got %p, %p, %p, %p, %p)",
-                             q, k, v, dout, out);
-    if ((status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
-        (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
+    if ((status = dcp_cuda__attn_bind(&p, layout, view, q, k, v, dout, out, lse, workspace,
+                                      workspace_bytes, &a, error)) != DCP_OK)
         return status;
-    a = dcp_cuda__attn_args_of(&p, layout, view);
-    a.q = q, a.k = k, a.v = v, a.out = out, a.dout = dout, a.lse = lse;
+    a.out = out, a.dout = dout, a.lse = lse;
     a.dq = dq, a.dk = dk, a.dv = dv;
-    a.count = (const int32_t *)workspace;
-    a.entries = (const int2 *)((char *)workspace + 16);
-    a.delta = (float *)((char *)workspace + dcp_cuda__attn_schedule_bytes(layout));
     if (layout->local_rows == 0) return dcp_error_clear(error);
-    capacity = dcp_cuda__attn_capacity(layout);
-    if (dtype == DCP_DTYPE_BFLOAT16)
-        return p.head_dim == 64 ? dcp_cuda__attn_backward_launch<__nv_bfloat16, 64>(
-                                      a, capacity, deterministic, s, error)
-                                : dcp_cuda__attn_backward_launch<__nv_bfloat16, 128>(
-                                      a, capacity, deterministic, s, error);
-    return p.head_dim == 64
-               ? dcp_cuda__attn_backward_launch<__half, 64>(a, capacity, deterministic, s, error)
-               : dcp_cuda__attn_backward_launch<__half, 128>(a, capacity, deterministic, s,
-                                                             error);
+    return dcp_cuda__with_attn_shape(dtype, p.head_dim, [&](auto element, auto head_dim) {
+        return dcp_cuda__attn_backward_launch<decltype(element), decltype(head_dim)::value>(
+            a, dcp_cuda__attn_capacity(layout), deterministic, (cudaStream_t)stream, error);
+    });
 }
 
 /* ------------------------------------------------------------------- virtual ring driver
    The steps of dcp_ring_step_plan, rank after rank, through the same entry points a real
    ring calls (dcp_nccl.h does the same with the KV received from the neighbour); the CPU
    reference dcp_ring_attention_forward / _backward has the same structure. */
+
+/* The checks of a virtual ring call: its attention arguments and the cp per-rank buffers of
+   each array of `buffers`, named by `names` (NULL-terminated). */
+static dcp_status dcp_cuda__virtual_ring_check(const dcp_attention_params *params,
+                                               const dcp_cuda_layout *layout, dcp_dtype dtype,
+                                               const void *const *const *buffers,
+                                               const char *const *names, dcp_attention_params *p,
+                                               dcp_error *error)
+{
+    int32_t i;
+    dcp_status status;
+    if ((status = dcp_cuda__attn_check(params, layout, NULL, dtype, p, error)) != DCP_OK)
+        return status;
+    for (i = 0; names[i]; i++)
+        if ((status = dcp_check_rank_buffers(names[i], buffers[i], layout->thd.cp, error)) !=
+            DCP_OK)
+            return status;
+    return DCP_OK;
+}
 
 extern "C" dcp_status dcp_cuda_virtual_ring_forward(
     const dcp_attention_params *params, const dcp_cuda_layout *layout, dcp_dtype dtype,
@@ -2871,20 +3133,15 @@ extern "C" dcp_status dcp_cuda_virtual_ring_forward(
     float *acc_out, float *acc_lse, void *workspace, size_t workspace_bytes, void *stream,
     dcp_error *error)
 {
+    static const char *const names[] = {"q", "k", "v", "out", "lse", NULL};
+    const void *const *const buffers[] = {q, k, v, (const void *const *)out,
+                                          (const void *const *)lse};
     dcp_attention_params p;
     int32_t rank, step, cp;
     dcp_status status;
-    if ((status = dcp_cuda__attn_check(params, layout, NULL, dtype, &p, error)) != DCP_OK)
-        return status;
+    status = dcp_cuda__virtual_ring_check(params, layout, dtype, buffers, names, &p, error);
+    if (status != DCP_OK) return status;
     cp = layout->thd.cp;
-    if ((status = dcp_check_rank_buffers("q", q, cp, error)) != DCP_OK ||
-        (status = dcp_check_rank_buffers("k", k, cp, error)) != DCP_OK ||
-        (status = dcp_check_rank_buffers("v", v, cp, error)) != DCP_OK ||
-        (status = dcp_check_rank_buffers("out", (const void *const *)out, cp, error)) !=
-            DCP_OK ||
-        (status = dcp_check_rank_buffers("lse", (const void *const *)lse, cp, error)) !=
-            DCP_OK)
-        return status;
     if (!partial_out || !partial_lse || !acc_out || !acc_lse)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "partial_out, partial_lse, acc_out and acc_lse must not be NULL");
@@ -2920,30 +3177,23 @@ extern "C" dcp_status dcp_cuda_virtual_ring_backward(
     float *const *dv, int32_t deterministic, void *workspace, size_t workspace_bytes,
     void *stream, dcp_error *error)
 {
+    static const char *const names[] = {"q",  "k",  "v",  "out", "dout",
+                                        "lse", "dq", "dk", "dv",  NULL};
+    const void *const *const buffers[] = {
+        q, k, v, out, dout, (const void *const *)lse, (const void *const *)dq,
+        (const void *const *)dk, (const void *const *)dv};
     dcp_attention_params p;
     int32_t rank, step, cp;
     cudaStream_t s = (cudaStream_t)stream;
     dcp_status status;
-    if ((status = dcp_cuda__attn_check(params, layout, NULL, dtype, &p, error)) != DCP_OK)
-        return status;
+    status = dcp_cuda__virtual_ring_check(params, layout, dtype, buffers, names, &p, error);
+    if (status != DCP_OK) return status;
     cp = layout->thd.cp;
-    if ((status = dcp_check_rank_buffers("q", q, cp, error)) != DCP_OK ||
-        (status = dcp_check_rank_buffers("k", k, cp, error)) != DCP_OK ||
-        (status = dcp_check_rank_buffers("v", v, cp, error)) != DCP_OK ||
-        (status = dcp_check_rank_buffers("out", out, cp, error)) != DCP_OK ||
-        (status = dcp_check_rank_buffers("dout", dout, cp, error)) != DCP_OK ||
-        (status = dcp_check_rank_buffers("lse", (const void *const *)lse, cp, error)) !=
-            DCP_OK ||
-        (status = dcp_check_rank_buffers("dq", (const void *const *)dq, cp, error)) !=
-            DCP_OK ||
-        (status = dcp_check_rank_buffers("dk", (const void *const *)dk, cp, error)) !=
-            DCP_OK ||
-        (status = dcp_check_rank_buffers("dv", (const void *const *)dv, cp, error)) !=
-            DCP_OK)
-        return status;
     for (rank = 0; rank < cp; rank++) {
-        const size_t q_bytes = (size_t)layout->local_rows * p.num_heads * p.head_dim * 4;
-        const size_t kv_bytes = (size_t)layout->local_rows * p.num_kv_heads * p.head_dim * 4;
+        const size_t q_bytes =
+            (size_t)layout->local_rows * p.num_heads * p.head_dim * sizeof(float);
+        const size_t kv_bytes =
+            (size_t)layout->local_rows * p.num_kv_heads * p.head_dim * sizeof(float);
         DCP_CUDA_CHECK(cudaMemsetAsync(dq[rank], 0, q_bytes, s));
         DCP_CUDA_CHECK(cudaMemsetAsync(dk[rank], 0, kv_bytes, s));
         DCP_CUDA_CHECK(cudaMemsetAsync(dv[rank], 0, kv_bytes, s));
@@ -2977,6 +3227,8 @@ extern "C" dcp_status dcp_cuda_virtual_ring_backward(
 #define DCP_CUDA_ADD_THREADS 256
 #define DCP_CUDA_ADD_MAX_BLOCKS 65536
 #define DCP_CUDA_ADD_VECTOR 4
+static_assert(DCP_CUDA_ADD_VECTOR * sizeof(float) == DCP_CUDA__VECTOR_BYTES,
+              "a thread adds one 16-byte vector");
 
 template <int V>
 __global__ void dcp_cuda__add_kernel(float *acc, const float *x, int64_t count)
@@ -3000,21 +3252,17 @@ extern "C" dcp_status dcp_cuda_add_float32(float *acc, const float *x, int64_t c
     cudaStream_t s = (cudaStream_t)stream;
     int64_t threads, blocks;
     unsigned grid;
-    if (count < 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must be >= 0, got %lld",
-                             (long long)count);
+    dcp_status status;
+    if ((status = dcp_cuda__check_values(count, acc, x, "acc and x", error)) != DCP_OK)
+        return status;
     if (count == 0) return dcp_error_clear(error);
-    if (!acc || !x)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "acc and x must not be NULL");
-    if ((uint64_t)count > SIZE_MAX / sizeof(float))
-        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "count %lld is too large",
-                             (long long)count);
     if ((const float *)acc < x + count && x < (const float *)acc + count)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "acc and x overlap");
     threads = (count + DCP_CUDA_ADD_VECTOR - 1) / DCP_CUDA_ADD_VECTOR;
     blocks = (threads + DCP_CUDA_ADD_THREADS - 1) / DCP_CUDA_ADD_THREADS;
     grid = (unsigned)(blocks < DCP_CUDA_ADD_MAX_BLOCKS ? blocks : DCP_CUDA_ADD_MAX_BLOCKS);
-    if (dcp_cuda__aligned(acc, 16) && dcp_cuda__aligned(x, 16))
+    if (dcp_cuda__aligned(acc, DCP_CUDA__VECTOR_BYTES) &&
+        dcp_cuda__aligned(x, DCP_CUDA__VECTOR_BYTES))
         dcp_cuda__add_kernel<DCP_CUDA_ADD_VECTOR><<<grid, DCP_CUDA_ADD_THREADS, 0, s>>>(acc, x,
                                                                                       count);
     else

@@ -822,49 +822,77 @@ done:
     return status;
 }
 
+/* The options with their defaults filled in, checked against the pool (its size and this
+   rank's place in it are read here). */
+static dcp_status dcp_nccl__options_resolve(ncclComm_t pool, const dcp_nccl_options *options,
+                                            dcp_nccl_options *o, int *ranks, int *rank,
+                                            dcp_error *error)
+{
+    dcp_status status = DCP_OK;
+    memset(o, 0, sizeof *o);
+    if (options) *o = *options;
+    if ((o->allocator.alloc == NULL) != (o->allocator.free == NULL))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "allocator needs both alloc and free, or neither");
+    if (o->staging_bytes == 0) o->staging_bytes = DCP_NCCL_DEFAULT_STAGING_BYTES;
+    if (o->staging_bytes < DCP_NCCL_MIN_STAGING_BYTES)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "staging_bytes must be >= %d, got %zu", DCP_NCCL_MIN_STAGING_BYTES,
+                             o->staging_bytes);
+    DCP_NCCL__CHECK_NCCL(ncclCommCount(pool, ranks));
+    DCP_NCCL__CHECK_NCCL(ncclCommUserRank(pool, rank));
+    if (o->timeout_ms == 0) o->timeout_ms = DCP_NCCL_DEFAULT_TIMEOUT_MS;
+    if (o->timeout_ms < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "timeout_ms must be >= 0, got %lld",
+                             (long long)o->timeout_ms);
+    if (o->max_cp == 0 && o->plan_config) { /* what a plan of that config can pick, no more */
+        dcp_config resolved;
+        if ((status = dcp_config_resolve(o->plan_config, &resolved, error)) != DCP_OK)
+            return status;
+        if (resolved.ranks != *ranks)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "plan_config is for %d ranks, the pool has %d",
+                                 (int)resolved.ranks, *ranks);
+        o->max_cp = resolved.max_cp;
+    }
+    if (o->max_cp == 0)
+        for (o->max_cp = 1; o->max_cp * 2 <= *ranks && o->max_cp * 2 <= DCP_MAX_RANKS;)
+            o->max_cp *= 2;
+done:
+    return status;
+}
+
+/* The set's CUDA objects: the communication stream (the highest priority, so that the ring's
+   transfers start while kernels run), its events and the staging buffer. */
+static dcp_status dcp_nccl__set_streams(dcp_nccl_set *set, dcp_error *error)
+{
+    dcp_status status = DCP_OK;
+    int least = 0, greatest = 0;
+    DCP_NCCL__CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    DCP_NCCL__CHECK_CUDA(cudaStreamCreateWithPriority(&set->comm_stream, cudaStreamNonBlocking,
+                                                      greatest));
+    DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->compute_done, cudaEventDisableTiming));
+    DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->comm_done, cudaEventDisableTiming));
+    DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->dkv_done, cudaEventDisableTiming));
+    DCP_NCCL__CHECK_CUDA(cudaMalloc(&set->staging, set->staging_bytes));
+done:
+    return status;
+}
+
 DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_options *options,
                                             dcp_nccl_set **out, dcp_error *error)
 {
     dcp_nccl_options o;
     dcp_nccl_set *set = NULL;
     dcp_status status = DCP_OK;
-    int ranks = 0, rank = 0, least = 0, greatest = 0;
+    int ranks = 0, rank = 0;
     if (!out) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
     *out = NULL;
     if (!pool) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "pool must not be NULL");
-    memset(&o, 0, sizeof o);
-    if (options) o = *options;
-    if ((o.allocator.alloc == NULL) != (o.allocator.free == NULL))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "allocator needs both alloc and free, or neither");
-    if (o.staging_bytes == 0) o.staging_bytes = DCP_NCCL_DEFAULT_STAGING_BYTES;
-    if (o.staging_bytes < DCP_NCCL_MIN_STAGING_BYTES)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "staging_bytes must be >= %d, got %zu", DCP_NCCL_MIN_STAGING_BYTES,
-                             o.staging_bytes);
-    DCP_NCCL__CHECK_NCCL(ncclCommCount(pool, &ranks));
-    DCP_NCCL__CHECK_NCCL(ncclCommUserRank(pool, &rank));
-    if (o.timeout_ms == 0) o.timeout_ms = DCP_NCCL_DEFAULT_TIMEOUT_MS;
-    if (o.timeout_ms < 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "timeout_ms must be >= 0, got %lld",
-                             (long long)o.timeout_ms);
-    if (o.max_cp == 0 && o.plan_config) { /* what a plan of that config can pick, no more */
-        dcp_config resolved;
-        if ((status = dcp_config_resolve(o.plan_config, &resolved, error)) != DCP_OK)
-            return status;
-        if (resolved.ranks != ranks)
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                                 "plan_config is for %d ranks, the pool has %d",
-                                 (int)resolved.ranks, ranks);
-        o.max_cp = resolved.max_cp;
-    }
-    if (o.max_cp == 0)
-        for (o.max_cp = 1; o.max_cp * 2 <= ranks && o.max_cp * 2 <= DCP_MAX_RANKS;) o.max_cp *= 2;
+    if ((status = dcp_nccl__options_resolve(pool, options, &o, &ranks, &rank, error)) != DCP_OK)
+        return status;
     set = (dcp_nccl_set *)dcp_alloc(&o.allocator, sizeof *set);
-    if (!set) {
-        status = dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY, "cannot allocate the set");
-        goto done;
-    }
+    if (!set) return dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY, "cannot allocate the set");
     memset(set, 0, sizeof *set);
     set->allocator = o.allocator;
     set->pool = pool;
@@ -877,14 +905,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
         set->config = o.config ? *o.config : defaults;
     }
     DCP_NCCL__TRY(dcp_comm_state_init(&set->state, ranks, rank, o.max_cp, error));
-    /* the ring's transfers get the highest priority so that they start while kernels run */
-    DCP_NCCL__CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    DCP_NCCL__CHECK_CUDA(cudaStreamCreateWithPriority(&set->comm_stream, cudaStreamNonBlocking,
-                                                      greatest));
-    DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->compute_done, cudaEventDisableTiming));
-    DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->comm_done, cudaEventDisableTiming));
-    DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->dkv_done, cudaEventDisableTiming));
-    DCP_NCCL__CHECK_CUDA(cudaMalloc(&set->staging, set->staging_bytes));
+    DCP_NCCL__TRY(dcp_nccl__set_streams(set, error));
     DCP_NCCL__TRY(dcp_nccl__agree(set, error));
     DCP_NCCL__TRY(dcp_nccl__split(set, error));
     *out = set;
@@ -1267,34 +1288,43 @@ typedef struct dcp_nccl__ring {
     size_t element_size;
 } dcp_nccl__ring;
 
-static dcp_status dcp_nccl__ring_layout(const dcp_attention_params *params,
+/* The ring's shape for one call (dcp_ring_scratch_layout's input). */
+static dcp_status dcp_nccl__ring_shape(const dcp_attention_params *params,
+                                       const dcp_cuda_layout *layout, dcp_dtype dtype,
+                                       dcp_ring_shape *shape, dcp_error *error)
+{
+    if (!params || !layout)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "params and layout must not be NULL");
+    memset(shape, 0, sizeof *shape);
+    shape->element_size = dcp_dtype_size(dtype);
+    if (shape->element_size == 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d is not a dcp_dtype",
+                             (int)dtype);
+    shape->cp = layout->thd.cp;
+    shape->local_rows = layout->local_rows;
+    shape->num_heads = params->num_heads;
+    shape->num_kv_heads = params->num_kv_heads ? params->num_kv_heads : params->num_heads;
+    shape->head_dim = params->head_dim;
+    return DCP_OK;
+}
+
+/* The scratch of a pass: its regions, then the attention workspace, aligned. */
+static dcp_status dcp_nccl__ring_layout(dcp_nccl__ring *ring, const dcp_attention_params *params,
                                         const dcp_cuda_layout *layout, dcp_dtype dtype,
-                                        dcp_ring_pass pass, dcp_nccl__ring *ring,
-                                        dcp_error *error)
+                                        dcp_ring_pass pass, dcp_error *error)
 {
     dcp_ring_shape shape;
     dcp_status status;
-    if (!params || !layout || !ring)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "params, layout and bytes must not be NULL");
     memset(ring, 0, sizeof *ring);
-    ring->element_size = dcp_dtype_size(dtype);
-    if (ring->element_size == 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "dtype %d is not a dcp_dtype",
-                             (int)dtype);
-    memset(&shape, 0, sizeof shape);
-    shape.cp = layout->thd.cp;
-    shape.local_rows = layout->local_rows;
-    shape.num_heads = params->num_heads;
-    shape.num_kv_heads = params->num_kv_heads ? params->num_kv_heads : params->num_heads;
-    shape.head_dim = params->head_dim;
-    shape.element_size = ring->element_size;
-    if ((status = dcp_ring_scratch_layout(&shape, pass, &ring->regions, error)) != DCP_OK)
+    if ((status = dcp_nccl__ring_shape(params, layout, dtype, &shape, error)) != DCP_OK ||
+        (status = dcp_ring_scratch_layout(&shape, pass, &ring->regions, error)) != DCP_OK ||
+        (status = dcp_cuda_attention_workspace_size(params, layout, &ring->workspace_bytes,
+                                                    error)) != DCP_OK)
         return status;
+    ring->element_size = shape.element_size;
     ring->q_values = layout->local_rows * shape.num_heads * shape.head_dim;
     ring->kv_values = layout->local_rows * shape.num_kv_heads * shape.head_dim;
-    status = dcp_cuda_attention_workspace_size(params, layout, &ring->workspace_bytes, error);
-    if (status != DCP_OK) return status;
     ring->workspace_offset = (ring->regions.total + DCP_RING_SCRATCH_ALIGN - 1) /
                              DCP_RING_SCRATCH_ALIGN * DCP_RING_SCRATCH_ALIGN;
     if (ring->workspace_bytes > SIZE_MAX - ring->workspace_offset)
@@ -1311,7 +1341,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_scratch_size(const dcp_attention_params *p
     dcp_nccl__ring ring;
     dcp_status status;
     if (!bytes) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
-    if ((status = dcp_nccl__ring_layout(params, layout, dtype, pass, &ring, error)) != DCP_OK)
+    if ((status = dcp_nccl__ring_layout(&ring, params, layout, dtype, pass, error)) != DCP_OK)
         return status;
     *bytes = ring.total;
     return dcp_error_clear(error);
@@ -1350,7 +1380,7 @@ static dcp_status dcp_nccl__ring_setup(const dcp_nccl_set *set, const dcp_nccl_b
         *binding = current;
     }
     b = *binding;
-    if ((status = dcp_nccl__ring_layout(params, layout, dtype, pass, ring, error)) != DCP_OK)
+    if ((status = dcp_nccl__ring_layout(ring, params, layout, dtype, pass, error)) != DCP_OK)
         return status;
     if ((status = dcp_nccl__check_binding(b, layout, "ring", error)) != DCP_OK) return status;
     if (scratch_bytes < ring->total || (ring->total > 0 && !scratch))
@@ -1366,31 +1396,28 @@ static void *dcp_nccl__at(void *scratch, size_t offset)
     return (unsigned char *)scratch + offset;
 }
 
-/* Posts the KV transfer of step x (k then v to next, k then v from prev) on the communication
-   stream once the compute stream has passed the last reader of the receiving slot. */
-static dcp_status dcp_nccl__post_kv(dcp_nccl_set *set, const dcp_nccl_binding *b,
-                                    const dcp_nccl__ring *ring, const dcp_ring_exchange *x,
-                                    const void *k, const void *v, void *scratch, dcp_error *error)
+/* One hop of the ring on the communication stream, once the compute stream has passed the
+   last reader of the receiving buffer: `count` pieces of `bytes` each sent to next (send[i];
+   none when send is NULL) and received from prev into recv, one after the other (none when
+   recv is NULL), in one NCCL group. */
+static dcp_status dcp_nccl__post_hop(dcp_nccl_set *set, const dcp_nccl_binding *b,
+                                     const dcp_ring_exchange *x, const void *const *send,
+                                     void *recv, int32_t count, size_t bytes, dcp_error *error)
 {
-    const size_t bytes = (size_t)ring->kv_values * ring->element_size;
     dcp_status status = DCP_OK;
     int grouped = 0;
-    if (!x->kv_send && x->kv_recv_slot < 0) return DCP_OK;
+    int32_t i;
+    if (!send && !recv) return DCP_OK;
     DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(set->comm_stream, set->compute_done, 0));
     if (bytes == 0) goto done;
     DCP_NCCL__CHECK_NCCL(ncclGroupStart());
     grouped = 1;
-    if (x->kv_send) {
-        DCP_NCCL__CHECK_NCCL(ncclSend(k, bytes, ncclUint8, x->next, b->comm, set->comm_stream));
-        DCP_NCCL__CHECK_NCCL(ncclSend(v, bytes, ncclUint8, x->next, b->comm, set->comm_stream));
-    }
-    if (x->kv_recv_slot >= 0) {
-        unsigned char *slot = (unsigned char *)dcp_nccl__at(
-            scratch, ring->regions.kv[x->kv_recv_slot].offset);
-        DCP_NCCL__CHECK_NCCL(ncclRecv(slot, bytes, ncclUint8, x->prev, b->comm, set->comm_stream));
+    for (i = 0; send && i < count; i++)
         DCP_NCCL__CHECK_NCCL(
-            ncclRecv(slot + bytes, bytes, ncclUint8, x->prev, b->comm, set->comm_stream));
-    }
+            ncclSend(send[i], bytes, ncclUint8, x->next, b->comm, set->comm_stream));
+    for (i = 0; recv && i < count; i++)
+        DCP_NCCL__CHECK_NCCL(ncclRecv((unsigned char *)recv + (size_t)i * bytes, bytes,
+                                      ncclUint8, x->prev, b->comm, set->comm_stream));
     grouped = 0;
     DCP_NCCL__ON(b->comm, ncclGroupEnd());
 done:
@@ -1398,31 +1425,32 @@ done:
     return status;
 }
 
+/* Posts the KV transfer of step x: k then v to next, k then v from prev into the receiving
+   slot. */
+static dcp_status dcp_nccl__post_kv(dcp_nccl_set *set, const dcp_nccl_binding *b,
+                                    const dcp_nccl__ring *ring, const dcp_ring_exchange *x,
+                                    const void *k, const void *v, void *scratch, dcp_error *error)
+{
+    const void *const kv[] = {k, v};
+    void *slot = x->kv_recv_slot >= 0
+                     ? dcp_nccl__at(scratch, ring->regions.kv[x->kv_recv_slot].offset)
+                     : NULL;
+    return dcp_nccl__post_hop(set, b, x, x->kv_send ? kv : NULL, slot, 2,
+                              (size_t)ring->kv_values * ring->element_size, error);
+}
+
 /* The step's dK, dV accumulator moves one hop: sent to next, the next one received from prev. */
 static dcp_status dcp_nccl__post_dkv(dcp_nccl_set *set, const dcp_nccl_binding *b,
                                      const dcp_nccl__ring *ring, const dcp_ring_exchange *x,
                                      void *scratch, dcp_error *error)
 {
-    const size_t bytes = 2 * (size_t)ring->kv_values * sizeof(float);
-    dcp_status status = DCP_OK;
-    int grouped = 0;
-    if (!x->dkv_send && x->dkv_recv_slot < 0) return DCP_OK;
-    DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(set->comm_stream, set->compute_done, 0));
-    if (bytes == 0) goto done;
-    DCP_NCCL__CHECK_NCCL(ncclGroupStart());
-    grouped = 1;
-    if (x->dkv_send)
-        DCP_NCCL__CHECK_NCCL(ncclSend(dcp_nccl__at(scratch, ring->regions.dkv[x->dkv_slot].offset),
-                                      bytes, ncclUint8, x->next, b->comm, set->comm_stream));
-    if (x->dkv_recv_slot >= 0)
-        DCP_NCCL__CHECK_NCCL(
-            ncclRecv(dcp_nccl__at(scratch, ring->regions.dkv[x->dkv_recv_slot].offset), bytes,
-                     ncclUint8, x->prev, b->comm, set->comm_stream));
-    grouped = 0;
-    DCP_NCCL__ON(b->comm, ncclGroupEnd());
-done:
-    if (grouped) (void)ncclGroupEnd();
-    return status;
+    const void *const accumulator[] = {
+        dcp_nccl__at(scratch, ring->regions.dkv[x->dkv_slot].offset)};
+    void *slot = x->dkv_recv_slot >= 0
+                     ? dcp_nccl__at(scratch, ring->regions.dkv[x->dkv_recv_slot].offset)
+                     : NULL;
+    return dcp_nccl__post_hop(set, b, x, x->dkv_send ? accumulator : NULL, slot, 1,
+                              2 * (size_t)ring->kv_values * sizeof(float), error);
 }
 
 /* The compute stream waits for everything posted on the communication stream so far. */
@@ -1535,6 +1563,64 @@ done:
     return dcp_nccl__ring_exit(set, binding->comm, stream, status, error);
 }
 
+/* What every step of a ring backward pass reads and writes besides the ring's scratch. */
+typedef struct dcp_nccl__backward {
+    const dcp_attention_params *params;
+    const dcp_cuda_layout *layout;
+    dcp_dtype dtype;
+    const void *q, *k, *v, *out, *dout;
+    const float *lse;
+    int32_t deterministic;
+    void *scratch, *workspace;
+    float *dq_acc;   /* dQ of every step, float32 */
+    float *step_dkv; /* a step's own dK, dV while its accumulator arrives (NULL at cp 1) */
+} dcp_nccl__backward;
+
+/* Step s of a ring backward: its KV goes on to next, its gradient is computed (into its own
+   buffer while the accumulator it belongs to still arrives, then folded in), and the
+   accumulator leaves for next while step s + 1 computes. *home is where the rank's own dK, dV
+   end up, once the last step has posted. */
+static dcp_status dcp_nccl__backward_step(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                                          const dcp_nccl__ring *ring, const dcp_nccl__backward *w,
+                                          int32_t s, cudaStream_t stream, float **home,
+                                          dcp_error *error)
+{
+    const int32_t cp = binding->cp;
+    dcp_ring_exchange x;
+    dcp_ring_step step;
+    dcp_attention_params p = *w->params;
+    const void *step_k, *step_v;
+    float *acc, *target;
+    dcp_status status = DCP_OK;
+    DCP_NCCL__TRY(dcp_ring_exchange_plan(cp, binding->rank, s, &x, error));
+    DCP_NCCL__TRY(dcp_ring_step_plan(cp, binding->rank, s, p.causal, &step, error));
+    dcp_nccl__step_kv(ring, &x, w->k, w->v, w->scratch, &step_k, &step_v);
+    DCP_NCCL__TRY(dcp_nccl__post_kv(set, binding, ring, &x, step_k, step_v, w->scratch, error));
+    DCP_NCCL__TRY(dcp_nccl__mark(set, set->comm_done, error)); /* step s + 1's KV */
+    acc = (float *)dcp_nccl__at(w->scratch, ring->regions.dkv[x.dkv_slot].offset);
+    /* step 0 starts the rank's own accumulator */
+    target = x.dkv_zero || !w->step_dkv ? acc : w->step_dkv;
+    DCP_NCCL__CHECK_CUDA(cudaMemsetAsync(target, 0, ring->regions.dkv[x.dkv_slot].bytes, stream));
+    p.causal = step.causal;
+    DCP_NCCL__TRY(dcp_cuda_attention_backward(
+        &p, w->layout, &step.view, w->dtype, w->q, step_k, step_v, w->out, w->dout, w->lse,
+        w->dq_acc, target, target + ring->kv_values, w->deterministic, w->workspace,
+        ring->workspace_bytes, (void *)stream, error));
+    if (target != acc) { /* now the accumulator must be here: fold the step in */
+        DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(stream, set->dkv_done, 0));
+        DCP_NCCL__TRY(
+            dcp_cuda_add_float32(acc, target, 2 * ring->kv_values, (void *)stream, error));
+    }
+    DCP_NCCL__CHECK_CUDA(cudaEventRecord(set->compute_done, stream));
+    DCP_NCCL__TRY(dcp_nccl__post_dkv(set, binding, ring, &x, w->scratch, error));
+    DCP_NCCL__TRY(dcp_nccl__mark(set, set->dkv_done, error));
+    DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(stream, set->comm_done, 0)); /* its KV only */
+    if (x.dkv_home_slot >= 0)
+        *home = (float *)dcp_nccl__at(w->scratch, ring->regions.dkv[x.dkv_home_slot].offset);
+done:
+    return status;
+}
+
 DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     dcp_nccl_set *set, const dcp_nccl_binding *binding, const dcp_attention_params *params,
     const dcp_cuda_layout *layout, dcp_dtype dtype, const void *q, const void *k, const void *v,
@@ -1544,60 +1630,29 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
 {
     dcp_nccl_binding current;
     dcp_nccl__ring ring;
+    dcp_nccl__backward w;
     dcp_status status;
-    float *dq_acc, *home = NULL, *step_dkv;
-    void *workspace;
-    int32_t s, cp;
+    float *home = NULL;
+    int32_t s;
     status = dcp_nccl__ring_setup(set, &binding, params, layout, dtype, DCP_RING_BACKWARD,
                                   scratch, scratch_bytes, &current, &ring, error);
     if (status != DCP_OK) return status;
-    cp = binding->cp;
-    workspace = ring.workspace_bytes ? dcp_nccl__at(scratch, ring.workspace_offset) : NULL;
     if (layout->local_rows == 0) return dcp_error_clear(error);
-    dq_acc = (float *)dcp_nccl__at(scratch, ring.regions.dq.offset);
-    step_dkv = ring.regions.dkv_step.bytes
-                   ? (float *)dcp_nccl__at(scratch, ring.regions.dkv_step.offset)
-                   : NULL;
-    DCP_NCCL__CHECK_CUDA(cudaMemsetAsync(dq_acc, 0, ring.regions.dq.bytes, stream));
+    w.params = params, w.layout = layout, w.dtype = dtype;
+    w.q = q, w.k = k, w.v = v, w.out = out, w.dout = dout, w.lse = lse;
+    w.deterministic = deterministic;
+    w.scratch = scratch;
+    w.workspace = ring.workspace_bytes ? dcp_nccl__at(scratch, ring.workspace_offset) : NULL;
+    w.dq_acc = (float *)dcp_nccl__at(scratch, ring.regions.dq.offset);
+    w.step_dkv = ring.regions.dkv_step.bytes
+                     ? (float *)dcp_nccl__at(scratch, ring.regions.dkv_step.offset)
+                     : NULL;
+    DCP_NCCL__CHECK_CUDA(cudaMemsetAsync(w.dq_acc, 0, ring.regions.dq.bytes, stream));
     DCP_NCCL__CHECK_CUDA(cudaEventRecord(set->compute_done, stream));
-    for (s = 0; s < cp; s++) {
-        dcp_ring_exchange x;
-        dcp_ring_step step;
-        dcp_attention_params p = *params;
-        const void *step_k, *step_v;
-        float *acc, *target;
-        DCP_NCCL__TRY(dcp_ring_exchange_plan(cp, binding->rank, s, &x, error));
-        DCP_NCCL__TRY(dcp_ring_step_plan(cp, binding->rank, s, params->causal, &step, error));
-        dcp_nccl__step_kv(&ring, &x, k, v, scratch, &step_k, &step_v);
-        DCP_NCCL__TRY(dcp_nccl__post_kv(set, binding, &ring, &x, step_k, step_v, scratch, error));
-        DCP_NCCL__TRY(dcp_nccl__mark(set, set->comm_done, error)); /* step s + 1's KV */
-        acc = (float *)dcp_nccl__at(scratch, ring.regions.dkv[x.dkv_slot].offset);
-        /* the step's gradient goes to its own buffer while the accumulator it belongs to is
-           still arriving (posted at the end of step s - 1); step 0 starts the rank's own */
-        target = x.dkv_zero || !step_dkv ? acc : step_dkv;
-        DCP_NCCL__CHECK_CUDA(
-            cudaMemsetAsync(target, 0, ring.regions.dkv[x.dkv_slot].bytes, stream));
-        p.causal = step.causal;
-        DCP_NCCL__TRY(dcp_cuda_attention_backward(&p, layout, &step.view, dtype, q, step_k,
-                                                  step_v, out, dout, lse, dq_acc, target,
-                                                  target + ring.kv_values, deterministic,
-                                                  workspace, ring.workspace_bytes,
-                                                  (void *)stream, error));
-        if (target != acc) { /* now the accumulator must be here: fold the step in */
-            DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(stream, set->dkv_done, 0));
-            DCP_NCCL__TRY(dcp_cuda_add_float32(acc, target, 2 * ring.kv_values, (void *)stream,
-                                               error));
-        }
-        DCP_NCCL__CHECK_CUDA(cudaEventRecord(set->compute_done, stream));
-        /* the accumulator leaves for next while step s + 1 computes */
-        DCP_NCCL__TRY(dcp_nccl__post_dkv(set, binding, &ring, &x, scratch, error));
-        DCP_NCCL__TRY(dcp_nccl__mark(set, set->dkv_done, error));
-        DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(stream, set->comm_done, 0)); /* its KV only */
-        if (x.dkv_home_slot >= 0)
-            home = (float *)dcp_nccl__at(scratch, ring.regions.dkv[x.dkv_home_slot].offset);
-    }
+    for (s = 0; s < binding->cp; s++)
+        DCP_NCCL__TRY(dcp_nccl__backward_step(set, binding, &ring, &w, s, stream, &home, error));
     DCP_NCCL__CHECK_CUDA(cudaStreamWaitEvent(stream, set->dkv_done, 0)); /* the home hop */
-    DCP_NCCL__TRY(dcp_cuda_convert(dq_acc, dtype, dq, ring.q_values, (void *)stream, error));
+    DCP_NCCL__TRY(dcp_cuda_convert(w.dq_acc, dtype, dq, ring.q_values, (void *)stream, error));
     DCP_NCCL__TRY(dcp_cuda_convert(home, dtype, dk, ring.kv_values, (void *)stream, error));
     DCP_NCCL__TRY(dcp_cuda_convert(home + ring.kv_values, dtype, dv, ring.kv_values,
                                    (void *)stream, error));
@@ -1614,6 +1669,71 @@ static void dcp_nccl__defer(dcp_status *local, dcp_error *local_error, dcp_statu
     if (*local != DCP_OK || status == DCP_OK) return;
     *local = status;
     *local_error = *reason;
+}
+
+/* A rank's own bad argument fails that rank AFTER it has taken part in every chunk: its peers
+   are in the same collectives and must not wait for it (a root sends length 0, which every
+   rank rejects). */
+static void dcp_nccl__broadcast_own_arguments(int is_root, const void *data, size_t size,
+                                              void **received, size_t *received_size,
+                                              dcp_status *local, dcp_error *local_error)
+{
+    dcp_error reason;
+    if (is_root && !data && size > 0)
+        dcp_nccl__defer(local, local_error,
+                        dcp_error_set(&reason, DCP_ERROR_INVALID_ARGUMENT,
+                                      "the root's data is NULL"),
+                        &reason);
+    if (!is_root && (!received || !received_size))
+        dcp_nccl__defer(local, local_error,
+                        dcp_error_set(&reason, DCP_ERROR_INVALID_ARGUMENT,
+                                      "received and received_size must not be NULL off the "
+                                      "root"),
+                        &reason);
+}
+
+/* The root's length reaches every rank (pageable copies would block the host on a stalled
+   stream, so the stream is drained by polling before each of them). */
+static dcp_status dcp_nccl__broadcast_length(dcp_nccl_set *set, ncclComm_t comm, int32_t root,
+                                             uint64_t *length, cudaStream_t stream,
+                                             dcp_error *error)
+{
+    dcp_status status = DCP_OK;
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast (the caller's stream)", error));
+    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(set->staging, length, sizeof *length,
+                                         cudaMemcpyHostToDevice, stream));
+    DCP_NCCL__ON(comm, ncclBroadcast(set->staging, set->staging, sizeof *length, ncclUint8, root,
+                                     comm, stream));
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the length", error));
+    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(length, set->staging, sizeof *length,
+                                         cudaMemcpyDeviceToHost, stream));
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the length", error));
+done:
+    return status;
+}
+
+/* The chunk of `length` bytes at `begin` through the staging buffer: from data on the root
+   (data NULL elsewhere), into host where a rank keeps the bytes (host NULL otherwise). */
+static dcp_status dcp_nccl__broadcast_chunk(dcp_nccl_set *set, ncclComm_t comm, int32_t root,
+                                            const void *data, unsigned char *host,
+                                            uint64_t length, uint64_t begin,
+                                            cudaStream_t stream, dcp_error *error)
+{
+    const size_t n = (size_t)(length - begin < set->staging_bytes ? length - begin
+                                                                  : set->staging_bytes);
+    dcp_status status = DCP_OK;
+    if (data)
+        DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(set->staging, (const unsigned char *)data + begin, n,
+                                             cudaMemcpyHostToDevice, stream));
+    DCP_NCCL__ON(comm, ncclBroadcast(set->staging, set->staging, n, ncclUint8, root, comm, stream));
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the bytes", error));
+    if (host) {
+        DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(host + begin, set->staging, n,
+                                             cudaMemcpyDeviceToHost, stream));
+        DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the bytes", error));
+    }
+done:
+    return status;
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t comm,
@@ -1635,32 +1755,11 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
     if (root < 0 || root >= ranks) /* the same answer on every rank that passes the same root */
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "root %d outside [0, %d)",
                              (int)root, ranks);
-    /* a rank's own bad argument fails that rank AFTER it has taken part in every chunk: its
-       peers are in the same collectives and must not wait for it (a root sends length 0,
-       which every rank rejects) */
-    if (me == root && !data && size > 0)
-        dcp_nccl__defer(&local, &local_error,
-                        dcp_error_set(&reason, DCP_ERROR_INVALID_ARGUMENT,
-                                      "the root's data is NULL"),
-                        &reason);
-    if (me != root && (!received || !received_size))
-        dcp_nccl__defer(&local, &local_error,
-                        dcp_error_set(&reason, DCP_ERROR_INVALID_ARGUMENT,
-                                      "received and received_size must not be NULL off the "
-                                      "root"),
-                        &reason);
-    /* 1. the length, one uint64; pageable copies would block the host on a stalled stream,
-       so the stream is drained by polling before each of them */
+    dcp_nccl__broadcast_own_arguments(me == root, data, size, received, received_size, &local,
+                                      &local_error);
+    /* 1. the length, one uint64 */
     length = me == root && local == DCP_OK ? (uint64_t)size : 0;
-    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast (the caller's stream)", error));
-    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(set->staging, &length, sizeof length,
-                                         cudaMemcpyHostToDevice, stream));
-    DCP_NCCL__ON(comm, ncclBroadcast(set->staging, set->staging, sizeof length, ncclUint8, root,
-                                     comm, stream));
-    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the length", error));
-    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(&length, set->staging, sizeof length,
-                                         cudaMemcpyDeviceToHost, stream));
-    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the length", error));
+    DCP_NCCL__TRY(dcp_nccl__broadcast_length(set, comm, root, &length, stream, error));
     /* every rank judges the same length the same way: all go on, or all stop here */
     if ((status = dcp_metadata_chunks(length, set->staging_bytes, &chunks, error)) != DCP_OK) {
         if (local == DCP_OK) return status; /* nothing is in flight: no abort */
@@ -1678,22 +1777,10 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
     }
     /* 2. the bytes, chunk by chunk through the staging buffer; a rank that failed locally
        still takes part, so that no peer waits for it */
-    for (c = 0; c < chunks; c++) {
-        const uint64_t begin = c * set->staging_bytes;
-        const size_t n = (size_t)(length - begin < set->staging_bytes ? length - begin
-                                                                      : set->staging_bytes);
-        if (me == root)
-            DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(set->staging, (const unsigned char *)data + begin,
-                                                 n, cudaMemcpyHostToDevice, stream));
-        DCP_NCCL__ON(comm,
-                     ncclBroadcast(set->staging, set->staging, n, ncclUint8, root, comm, stream));
-        DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the bytes", error));
-        if (host && me != root) {
-            DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(host + begin, set->staging, n,
-                                                 cudaMemcpyDeviceToHost, stream));
-            DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the bytes", error));
-        }
-    }
+    for (c = 0; c < chunks; c++)
+        DCP_NCCL__TRY(dcp_nccl__broadcast_chunk(set, comm, root, me == root ? data : NULL,
+                                                me == root ? NULL : host, length,
+                                                c * set->staging_bytes, stream, error));
     if (local != DCP_OK) goto done;
     if (me == root && host) memcpy(host, data, (size_t)length);
     if (received) *received = host, host = NULL;

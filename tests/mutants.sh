@@ -19,7 +19,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 # name | test program | test names | text in dcp_cuda.cu | its replacement
 MUTANTS=$(cat <<'END'
-scale_without_log2e|test_cuda_attention|attention_steps|a.scale_log2 = (float)(p->softmax_scale * 1.4426950408889634);|a.scale_log2 = (float)(p->softmax_scale);
+scale_without_log2e|test_cuda_attention|attention_steps|a.scale_log2 = (float)(p->softmax_scale * DCP_CUDA__LOG2E);|a.scale_log2 = (float)(p->softmax_scale);
 mask_past_diagonal|test_cuda_attention|attention_steps|    const int64_t seen = dcp_cuda__valid_rows(s.padded, q_pos + 1, a.cp, a.kv_rank);|    const int64_t seen = dcp_cuda__valid_rows(s.padded, q_pos + 2, a.cp, a.kv_rank);
 drop_second_key_tile|test_cuda_attention|attention_steps|        if (k0 + K::TILE_KEYS > unmasked_end) dcp_cuda__mask_keys(sc, k0, limit);|        if (k0 + K::TILE_KEYS > unmasked_end) dcp_cuda__mask_keys(sc, k0, limit); { const int32_t none[2] = {0, 0}; if (tile == 1) dcp_cuda__mask_keys(sc, k0, none); }
 dq_without_scale|test_cuda_attention|attention_steps|            a.dq[at + d * 8] += a.scale * dq[d][2 * e];|            a.dq[at + d * 8] += dq[d][2 * e];

@@ -194,6 +194,10 @@ static void shared_checks_accept_and_name(void)
     CHECK_EQ(dcp_dtype_size(DCP_DTYPE_BFLOAT16), 2u);
     CHECK_EQ(dcp_dtype_size(DCP_DTYPE_FLOAT16), 2u);
     CHECK_EQ(dcp_dtype_size((dcp_dtype)7), 0u);
+    CHECK(strcmp(dcp_dtype_name(DCP_DTYPE_FLOAT32), "float32") == 0);
+    CHECK(strcmp(dcp_dtype_name(DCP_DTYPE_BFLOAT16), "bfloat16") == 0);
+    CHECK(strcmp(dcp_dtype_name(DCP_DTYPE_FLOAT16), "float16") == 0);
+    CHECK(strcmp(dcp_dtype_name((dcp_dtype)7), "unknown") == 0);
 }
 
 int main(int argc, char **argv)
