@@ -1675,7 +1675,6 @@ DCP_CUDA_DEF dcp_status dcp_cuda_mtp_roll_shift(const dcp_cuda_layout *layout, i
                                                 dcp_error *error);
 #endif /* DCP_NO_DISTRIBUTED */
 
-
 #ifdef __cplusplus
 }
 #endif
@@ -2405,7 +2404,6 @@ DCPDEF double dcp_cost_measurement_seconds(const dcp_cost_model *cost,
            cost->linear_coeff * measurement->linear_units +
            cost->ring_step_cost * measurement->ring_steps;
 }
-
 
 static dcp_status dcp__check_fit_options(const dcp_cost_fit_options *o, dcp_error *error)
 {
@@ -8975,12 +8973,15 @@ static dcp_status dcp__check_half(const char *name, dcp_half half, int32_t cp, d
     return DCP_OK;
 }
 
-
-static dcp_status dcp__attention_resolve(const dcp_attention_params *params,
-                                         dcp_attention_params *resolved, dcp_error *error)
+DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *params,
+                                               dcp_attention_params *resolved,
+                                               dcp_error *error)
 {
     dcp_attention_params p;
+    dcp_status status;
     if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
+    if (!resolved)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
     p = *params;
     if (p.num_heads < 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "num_heads must be >= 1, got %d",
@@ -8998,19 +8999,7 @@ static dcp_status dcp__attention_resolve(const dcp_attention_params *params,
     if (!(p.softmax_scale > 0.0 && dcp__is_finite(p.softmax_scale)))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "softmax_scale must be finite and > 0, got %g", p.softmax_scale);
-    *resolved = p;
-    return dcp__check_flag("causal", p.causal, error);
-}
-
-DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *params,
-                                               dcp_attention_params *resolved,
-                                               dcp_error *error)
-{
-    dcp_attention_params p;
-    dcp_status status;
-    if (!resolved)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
-    if ((status = dcp__attention_resolve(params, &p, error)) != DCP_OK) return status;
+    if ((status = dcp__check_flag("causal", p.causal, error)) != DCP_OK) return status;
     *resolved = p;
     return dcp_error_clear(error);
 }
@@ -9110,11 +9099,14 @@ DCPDEF dcp_status dcp_rope_options_resolve(const dcp_rope_options *options, int3
     return dcp_error_clear(error);
 }
 
-static dcp_status dcp__conv_resolve(const dcp_conv1d_params *params, dcp_conv1d_params *out,
-                                    dcp_error *error)
+DCPDEF dcp_status dcp_conv1d_params_resolve(const dcp_conv1d_params *params,
+                                           dcp_conv1d_params *resolved, dcp_error *error)
 {
     dcp_conv1d_params p;
+    dcp_status status;
     if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
+    if (!resolved)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
     p = *params;
     if (p.width == 0) p.width = DCP_DEFAULT_CONV1D_WIDTH;
     if (p.channels < 1)
@@ -9123,18 +9115,7 @@ static dcp_status dcp__conv_resolve(const dcp_conv1d_params *params, dcp_conv1d_
     if (p.width < 1 || p.width > DCP_CONV1D_MAX_WIDTH)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "width must be in [1, %d], got %d",
                              DCP_CONV1D_MAX_WIDTH, (int)p.width);
-    *out = p;
-    return dcp__check_flag("silu", p.silu, error);
-}
-
-DCPDEF dcp_status dcp_conv1d_params_resolve(const dcp_conv1d_params *params,
-                                           dcp_conv1d_params *resolved, dcp_error *error)
-{
-    dcp_conv1d_params p;
-    dcp_status status;
-    if (!resolved)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
-    if ((status = dcp__conv_resolve(params, &p, error)) != DCP_OK) return status;
+    if ((status = dcp__check_flag("silu", p.silu, error)) != DCP_OK) return status;
     *resolved = p;
     return dcp_error_clear(error);
 }
@@ -9238,7 +9219,7 @@ static dcp_status dcp__attn_setup(dcp__attn *a, const dcp_attention_params *para
     dcp_attention_params p;
     int64_t rows;
     dcp_status status;
-    if ((status = dcp__attention_resolve(params, &p, error)) != DCP_OK) return status;
+    if ((status = dcp_attention_params_resolve(params, &p, error)) != DCP_OK) return status;
     if ((status = dcp_thd_layout_validate(layout, &rows, error)) != DCP_OK) return status;
     if ((status = dcp__check_elements("q", rows, p.num_heads, p.head_dim, error)) != DCP_OK)
         return status;
@@ -9862,7 +9843,7 @@ static dcp_status dcp__conv_setup(dcp__conv *cv, const dcp_conv1d_params *params
     dcp_conv1d_params p;
     int64_t rows;
     dcp_status status;
-    if ((status = dcp__conv_resolve(params, &p, error)) != DCP_OK ||
+    if ((status = dcp_conv1d_params_resolve(params, &p, error)) != DCP_OK ||
         (status = dcp_thd_layout_validate(layout, &rows, error)) != DCP_OK)
         return status;
     if (layout->cp != 1)
