@@ -3772,7 +3772,10 @@ static void dcp__fill_run(dcp__fill *f, const int32_t *levels, int32_t region_le
    any sample, else one with at most the level's largest room in tokens, found in the
    fill-to-the-top arrays (tokens fall along them) instead of rescanning every sample left. */
 
-/* Per level: the open groups and their largest room (-1: none open). */
+/* Per level: the open groups and their largest room (-1: none open). Once a level has no
+   free block left its groups are fixed for the microbatch (blocks are only taken), and a
+   tournament tree over them in opening order (per node the least load and the largest room
+   below) finds the least-loaded group with room in O(log D) instead of a scan of the level. */
 typedef struct dcp__greedy_state {
     dcp__open_group *groups;
     int32_t open;
@@ -3780,7 +3783,95 @@ typedef struct dcp__greedy_state {
     int32_t *position; /* [count]: place of a sample in the longest-first order */
     /* each level's open groups in opening order: first, last, next [ranks] (-1 ends) */
     int32_t level_first[DCP_CP_LEVELS], level_last[DCP_CP_LEVELS], *level_next;
+    /* the level trees: level j's nodes 1 .. 2 leaves - 1 at tree_base[j] + node, leaves in
+       opening order (tree_leaves[j] 0: not built this microbatch); nodes_used of
+       DCP__GREEDY_TREE_NODES(ranks) */
+    int64_t *tree_load, *tree_room;
+    int32_t *leaf_group;  /* [nodes]: the group of a leaf, -1 for padding */
+    int32_t *group_leaf;  /* [ranks]: a group's leaf position in its level's tree */
+    int32_t tree_base[DCP_CP_LEVELS], tree_leaves[DCP_CP_LEVELS], nodes_used;
 } dcp__greedy_state;
+
+/* Every level's tree has fewer than 2 x its groups' leaves, its groups less than 2 x groups
+   nodes; at most `ranks` groups in all, plus one padded leaf pair per level. */
+#define DCP__GREEDY_TREE_NODES(ranks) (4 * (size_t)(ranks) + 2 * DCP_CP_LEVELS)
+
+/* Builds level j's tree over its open groups (called when its last free block is gone). */
+static void dcp__greedy_tree_build(dcp__greedy_state *g, int32_t level, int64_t capacity)
+{
+    int32_t leaves = 1, count = 0, k, n, base = g->nodes_used;
+    int64_t *load = g->tree_load + base, *room = g->tree_room + base;
+    for (k = g->level_first[level]; k >= 0; k = g->level_next[k]) count++;
+    while (leaves < count) leaves *= 2;
+    g->tree_base[level] = base;
+    g->tree_leaves[level] = leaves;
+    g->nodes_used += 2 * leaves;
+    for (n = leaves, k = g->level_first[level]; n < 2 * leaves; n++) {
+        g->leaf_group[base + n] = k;
+        load[n] = k >= 0 ? g->groups[k].load : DCP__TICKS_INF;
+        room[n] = k >= 0 ? capacity - g->groups[k].used : -1;
+        if (k >= 0) {
+            g->group_leaf[k] = n;
+            k = g->level_next[k];
+        }
+    }
+    for (n = leaves - 1; n >= 1; n--) {
+        load[n] = load[2 * n] < load[2 * n + 1] ? load[2 * n] : load[2 * n + 1];
+        room[n] = room[2 * n] > room[2 * n + 1] ? room[2 * n] : room[2 * n + 1];
+    }
+}
+
+/* The least-loaded leaf (lowest position on ties) below node n with room >= tokens, if it
+   beats (*best_load, *best): subtrees without room, or whose least load cannot beat the best
+   found, are skipped; the less-loaded child is searched first. */
+static void dcp__greedy_tree_search(const dcp__greedy_state *g, int32_t base, int32_t n,
+                                    int32_t leaves, int64_t tokens, int32_t *best,
+                                    int64_t *best_load)
+{
+    const int64_t *load = g->tree_load + base, *room = g->tree_room + base;
+    int32_t first, start = n, width = 1;
+    if (room[n] < tokens || load[n] > *best_load) return;
+    while (start < leaves) { /* the node's first leaf */
+        start *= 2;
+        width *= 2;
+    }
+    if (load[n] == *best_load && start >= *best) return;
+    if (width == 1) {
+        *best = n;
+        *best_load = load[n];
+        return;
+    }
+    first = load[2 * n + 1] < load[2 * n] ? 2 * n + 1 : 2 * n;
+    dcp__greedy_tree_search(g, base, first, leaves, tokens, best, best_load);
+    dcp__greedy_tree_search(g, base, first ^ 1, leaves, tokens, best, best_load);
+}
+
+/* Group k's load or room changed: its leaf and the path above it follow. */
+static void dcp__greedy_tree_update(dcp__greedy_state *g, int32_t level, int32_t k,
+                                    int64_t capacity)
+{
+    int32_t base = g->tree_base[level], n = g->group_leaf[k];
+    int64_t *load = g->tree_load + base, *room = g->tree_room + base;
+    load[n] = g->groups[k].load;
+    room[n] = capacity - g->groups[k].used;
+    for (n /= 2; n >= 1; n /= 2) {
+        load[n] = load[2 * n] < load[2 * n + 1] ? load[2 * n] : load[2 * n + 1];
+        room[n] = room[2 * n] > room[2 * n + 1] ? room[2 * n] : room[2 * n + 1];
+    }
+}
+
+/* The least-loaded open group of the level with room for `tokens` (lowest index on ties: the
+   leaves are in opening order), building the level's tree on first use; -1 when none. */
+static int32_t dcp__greedy_least_loaded(dcp__greedy_state *g, int32_t level, int64_t tokens,
+                                        int64_t capacity)
+{
+    int32_t best = INT32_MAX;
+    int64_t best_load = DCP__TICKS_INF;
+    if (g->tree_leaves[level] == 0) dcp__greedy_tree_build(g, level, capacity);
+    dcp__greedy_tree_search(g, g->tree_base[level], 1, g->tree_leaves[level], tokens, &best,
+                            &best_load);
+    return best == INT32_MAX ? -1 : g->leaf_group[g->tree_base[level] + best];
+}
 
 /* The first unplaced sample of the level after order position `after` that fits now; -1 none. */
 static int32_t dcp__greedy_next(dcp__fill *f, const dcp__greedy_state *g, const dcp__buddy *buddy,
@@ -3814,8 +3905,7 @@ static void dcp__greedy_place(dcp__fill *f, dcp__greedy_state *g, dcp__buddy *bu
 {
     const dcp__batch *batch = f->batch;
     int64_t tokens = f->sorted[i].tokens, capacity = f->capacity;
-    int32_t first = dcp__buddy_take(buddy, level), best = -1, k;
-    int64_t room;
+    int32_t first = dcp__buddy_take(buddy, level), best;
     if (first >= 0) {
         g->groups[g->open].first_rank = first;
         g->groups[g->open].level = level;
@@ -3826,22 +3916,16 @@ static void dcp__greedy_place(dcp__fill *f, dcp__greedy_state *g, dcp__buddy *bu
         else g->level_next[g->level_last[level]] = g->open;
         g->level_last[level] = g->open;
         best = g->open++;
-    } else
-        for (k = g->level_first[level]; k >= 0; k = g->level_next[k])
-            if (g->groups[k].used + tokens <= capacity &&
-                (best < 0 || g->groups[k].load < g->groups[best].load))
-                best = k;
-    room = capacity - g->groups[best].used; /* before: the level's largest when it equals */
+    } else /* the caller saw the level's largest room fit: a group exists */
+        best = dcp__greedy_least_loaded(g, level, tokens, capacity);
     g->groups[best].load += f->sorted[i].ticks;
     g->groups[best].used += tokens;
     dcp__fill_place(f, i, level, g->groups[best].first_rank);
     if (first >= 0) { /* only a new room joins the level */
         if (capacity - tokens > g->max_room[level]) g->max_room[level] = capacity - tokens;
-    } else if (room == g->max_room[level]) { /* the largest room shrank: rescan the level */
-        g->max_room[level] = -1;
-        for (k = g->level_first[level]; k >= 0; k = g->level_next[k])
-            if (capacity - g->groups[k].used > g->max_room[level])
-                g->max_room[level] = capacity - g->groups[k].used;
+    } else {
+        dcp__greedy_tree_update(g, level, best, capacity);
+        g->max_room[level] = g->tree_room[g->tree_base[level] + 1];
     }
 }
 
@@ -3867,13 +3951,21 @@ static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *plac
                                                    sizeof *g.groups, "greedy groups", error);
     g.level_next = (int32_t *)dcp__alloc_array(allocator, (size_t)config->ranks, sizeof(int32_t),
                                                "greedy groups", error);
+    g.group_leaf = (int32_t *)dcp__alloc_array(allocator, (size_t)config->ranks, sizeof(int32_t),
+                                               "greedy groups", error);
+    g.tree_load = (int64_t *)dcp__alloc_array(allocator, DCP__GREEDY_TREE_NODES(config->ranks),
+                                              sizeof(int64_t), "greedy trees", error);
+    g.tree_room = (int64_t *)dcp__alloc_array(allocator, DCP__GREEDY_TREE_NODES(config->ranks),
+                                              sizeof(int64_t), "greedy trees", error);
+    g.leaf_group = (int32_t *)dcp__alloc_array(allocator, DCP__GREEDY_TREE_NODES(config->ranks),
+                                               sizeof(int32_t), "greedy trees", error);
     buddy.ranks = config->ranks;
     buddy.leaf_base = dcp__leaf_base(config->ranks);
     buddy.node_level = dcp__node_levels(allocator, buddy.leaf_base, error);
     buddy.free_level = (int8_t *)dcp__alloc_array(allocator, 2 * (size_t)buddy.leaf_base,
                                                   sizeof(int8_t), "greedy buddy", error);
-    if (!levels || !order || !g.position || !g.groups || !g.level_next || !buddy.node_level ||
-        !buddy.free_level) {
+    if (!levels || !order || !g.position || !g.groups || !g.level_next || !g.group_leaf ||
+        !g.tree_load || !g.tree_room || !g.leaf_group || !buddy.node_level || !buddy.free_level) {
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
         goto done;
     }
@@ -3887,9 +3979,11 @@ static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *plac
         int32_t cursor = -1, j;
         dcp__buddy_reset(&buddy);
         g.open = 0;
+        g.nodes_used = 0;
         for (j = 0; j < DCP_CP_LEVELS; j++) {
             g.max_room[j] = -1;
             g.level_first[j] = g.level_last[j] = -1;
+            g.tree_leaves[j] = 0;
         }
         for (;;) {
             int32_t best = -1, best_level = 0;
@@ -3915,6 +4009,10 @@ done:
     dcp_free(allocator, g.position);
     dcp_free(allocator, g.groups);
     dcp_free(allocator, g.level_next);
+    dcp_free(allocator, g.group_leaf);
+    dcp_free(allocator, g.tree_load);
+    dcp_free(allocator, g.tree_room);
+    dcp_free(allocator, g.leaf_group);
     dcp_free(allocator, buddy.node_level);
     dcp_free(allocator, buddy.free_level);
     return status;
