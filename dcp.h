@@ -1813,20 +1813,29 @@ static dcp_status dcp__check_samples(const dcp_config *config, const int64_t *le
     return DCP_OK;
 }
 
-/* Per-rank time of one sample alone at CP size cp: compute plus one ring. */
-static double dcp__alone_seconds(const dcp_config *config, int64_t length, int32_t cp)
+/* Per-rank time of one sample alone at CP size cp: compute plus one ring. `attention` is
+   dcp__attention_seconds of its length (computed once by callers that try every cp). */
+static double dcp__alone_seconds_given(const dcp_config *config, double attention,
+                                       int64_t length, int32_t cp)
 {
-    return dcp_cost_sample_seconds(&config->cost, length, dcp__padded(config, length, cp), cp) +
+    return dcp__sample_seconds(&config->cost, attention, dcp__padded(config, length, cp), cp) +
            dcp_cost_ring_seconds(&config->cost, cp);
 }
 
-/* The sample's best per-rank time over its feasible CP sizes. */
-static double dcp__best_alone_seconds(const dcp_config *config, int64_t length, int32_t cp_min)
+static double dcp__alone_seconds(const dcp_config *config, int64_t length, int32_t cp)
 {
-    double best = dcp__alone_seconds(config, length, cp_min);
+    return dcp__alone_seconds_given(config, dcp__attention_seconds(&config->cost, length), length,
+                                    cp);
+}
+
+/* The sample's best per-rank time over its feasible CP sizes. */
+static double dcp__best_alone_seconds(const dcp_config *config, double attention, int64_t length,
+                                      int32_t cp_min)
+{
+    double best = dcp__alone_seconds_given(config, attention, length, cp_min);
     int32_t cp;
     for (cp = cp_min * 2; cp <= config->max_cp && cp > 0; cp *= 2) {
-        double t = dcp__alone_seconds(config, length, cp);
+        double t = dcp__alone_seconds_given(config, attention, length, cp);
         if (t < best) best = t;
     }
     return best;
@@ -1847,11 +1856,11 @@ static int32_t dcp__usable_ranks(const dcp_config *config)
 /* A sample's share of the total work in the lower bound. A group of size c >= 2 holds at
    most c M padded tokens and pays c (c - 1) G of ring work per microbatch, so each of its
    tokens carries at least G (c - 1) / M of ring work: an unavoidable share of total work. */
-static double dcp__bound_work(const dcp_config *config, int64_t length, int32_t cp_min)
+static double dcp__bound_work(const dcp_config *config, double attention, int64_t length,
+                              int32_t cp_min)
 {
     double l = (double)length;
-    double work = dcp__attention_seconds(&config->cost, length) +
-                  dcp__exact(config->cost.linear_coeff * l);
+    double work = attention + dcp__exact(config->cost.linear_coeff * l);
     double ring = dcp__exact(config->cost.ring_step_cost * (double)(cp_min - 1)) * l /
                   (double)config->max_tokens_per_rank;
     return work + ring;
@@ -1897,25 +1906,30 @@ static double dcp__barrier_bound_level(const dcp_config *config, const dcp__boun
     return integral / blocks;
 }
 
-/* Lower bound of a resolved config over validated samples under sync ranks `sync`. */
-static dcp_status dcp__lower_bound(const dcp_config *config, const int64_t *lengths,
-                                   int32_t count, const int32_t *cp_min, int32_t sync,
-                                   double *seconds, dcp_error *error)
+/* Lower bounds of a resolved config over validated samples, one per sync ranks E in
+   syncs[0 .. bounds), into seconds[]: the parts every E shares (each sample's best time and
+   work, the slowest-first order) are computed once. */
+static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *lengths,
+                                    int32_t count, const int32_t *cp_min, const int32_t *syncs,
+                                    int32_t bounds, double *seconds, dcp_error *error)
 {
-    double work_at[DCP_CP_LEVELS], work = 0.0, bound = 0.0;
-    int32_t i, level, lowest = dcp__log2_int(config->min_cp), top = dcp__log2_int(config->max_cp);
+    double work_at[DCP_CP_LEVELS], longest = 0.0;
+    int32_t i, b, level, lowest = dcp__log2_int(config->min_cp);
+    int32_t top = dcp__log2_int(config->max_cp), barrier = 0;
     dcp__bound_item *items = NULL;
-    if (sync > 1) {
+    for (b = 0; b < bounds; b++) barrier |= syncs[b] > 1;
+    if (barrier) {
         items = (dcp__bound_item *)dcp__alloc_array(&config->allocator, (size_t)count,
                                                     sizeof *items, "lower bound", error);
         if (!items) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     for (level = 0; level < DCP_CP_LEVELS; level++) work_at[level] = 0.0;
     for (i = 0; i < count; i++) {
-        double alone = dcp__best_alone_seconds(config, lengths[i], cp_min[i]);
+        double attention = dcp__attention_seconds(&config->cost, lengths[i]);
+        double alone = dcp__best_alone_seconds(config, attention, lengths[i], cp_min[i]);
         int32_t own = dcp__log2_int(cp_min[i]);
-        work_at[own] += dcp__bound_work(config, lengths[i], cp_min[i]);
-        if (alone > bound) bound = alone;
+        work_at[own] += dcp__bound_work(config, attention, lengths[i], cp_min[i]);
+        if (alone > longest) longest = alone;
         if (items) {
             items[i].seconds = alone;
             items[i].tokens = lengths[i];
@@ -1924,18 +1938,21 @@ static dcp_status dcp__lower_bound(const dcp_config *config, const int64_t *leng
         }
     }
     if (items) qsort(items, (size_t)count, sizeof *items, dcp__bound_item_slowest_first);
-    for (level = top; level >= lowest; level--) { /* work of the samples needing >= 2^level */
-        double per_rank, barrier;
-        work += work_at[level];
-        if (work == 0.0) continue;
-        per_rank = work / (double)dcp__ranks_covered(config, (int32_t)1 << level);
-        if (per_rank > bound) bound = per_rank;
-        if (!items) continue;
-        barrier = dcp__barrier_bound_level(config, items, count, level, sync);
-        if (barrier > bound) bound = barrier;
+    for (b = 0; b < bounds; b++) {
+        double work = 0.0, bound = longest;
+        for (level = top; level >= lowest; level--) { /* work of the samples needing >= 2^level */
+            double per_rank, slowest;
+            work += work_at[level];
+            if (work == 0.0) continue;
+            per_rank = work / (double)dcp__ranks_covered(config, (int32_t)1 << level);
+            if (per_rank > bound) bound = per_rank;
+            if (syncs[b] <= 1) continue;
+            slowest = dcp__barrier_bound_level(config, items, count, level, syncs[b]);
+            if (slowest > bound) bound = slowest;
+        }
+        seconds[b] = bound;
     }
     dcp_free(&config->allocator, items);
-    *seconds = bound;
     return DCP_OK;
 }
 
@@ -1954,7 +1971,7 @@ DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengt
     if (!cp_min) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     status = dcp__check_samples(&c, lengths, count, cp_min, error);
     if (status == DCP_OK)
-        status = dcp__lower_bound(&c, lengths, count, cp_min, c.sync_ranks, seconds, error);
+        status = dcp__lower_bounds(&c, lengths, count, cp_min, &c.sync_ranks, 1, seconds, error);
     dcp_free(&c.allocator, cp_min);
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
@@ -2102,8 +2119,9 @@ static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
                                   const int64_t *lengths, int32_t count, dcp_error *error)
 {
     const dcp_allocator *allocator = &config->allocator;
+    const int32_t syncs[2] = {1, config->sync_ranks}; /* the DAG bound and the config's */
     size_t cells;
-    double total = 0.0, scale;
+    double total = 0.0, scale, bounds[2];
     int32_t i, level, exponent;
     memset(batch, 0, sizeof *batch);
     batch->config = config;
@@ -2148,13 +2166,13 @@ static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
             batch->ticks[cell] = dcp__to_ticks(seconds, scale);
         }
     }
-    if (dcp__lower_bound(config, lengths, count, batch->cp_min, 1, &batch->lower_bound, error) !=
-            DCP_OK ||
-        dcp__lower_bound(config, lengths, count, batch->cp_min, config->sync_ranks,
-                         &batch->sync_bound, error) != DCP_OK) {
+    if (dcp__lower_bounds(config, lengths, count, batch->cp_min, syncs, 2, bounds, error) !=
+        DCP_OK) {
         dcp__batch_free(batch);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
+    batch->lower_bound = bounds[0];
+    batch->sync_bound = bounds[1];
     return DCP_OK;
 }
 
@@ -4916,8 +4934,8 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
                                     dcp_plan_stats *stats, dcp_error *error)
 {
     dcp_config config;
-    double *finish;
-    int32_t *cp_min, i;
+    double *finish, bounds[3];
+    int32_t *cp_min, i, syncs[3]; /* bounds under the plan's E, E = 1 and E = D */
     dcp_status status;
     if (!stats) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "stats must not be NULL");
     if ((status = dcp__simulation_setup(plan, cost, &config, &finish, error)) != DCP_OK)
@@ -4943,14 +4961,16 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
         stats->valid_tokens += plan->sample_lengths[i];
         cp_min[i] = dcp__cp_min(&config, plan->sample_lengths[i]);
     }
-    status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min,
-                              config.sync_ranks, &stats->lower_bound_seconds, error);
-    if (status == DCP_OK)
-        status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min, 1,
-                                  &stats->dag_lower_bound_seconds, error);
-    if (status == DCP_OK)
-        status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min,
-                                  config.ranks, &stats->barrier_lower_bound_seconds, error);
+    syncs[0] = config.sync_ranks;
+    syncs[1] = 1;
+    syncs[2] = config.ranks;
+    status = dcp__lower_bounds(&config, plan->sample_lengths, plan->num_samples, cp_min, syncs, 3,
+                               bounds, error);
+    if (status == DCP_OK) {
+        stats->lower_bound_seconds = bounds[0];
+        stats->dag_lower_bound_seconds = bounds[1];
+        stats->barrier_lower_bound_seconds = bounds[2];
+    }
     stats->efficiency = stats->step_seconds > 0.0
                             ? stats->lower_bound_seconds / stats->step_seconds
                             : 1.0;
