@@ -4637,13 +4637,22 @@ static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *pl
             dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
                                &best_microbatches);
     }
-    if (status == DCP_OK && sync == config->ranks)
+    if (status == DCP_OK && sync == config->ranks) {
         best_microbatches = dcp__unload(batch, x.best, best_microbatches);
-    else if (status == DCP_OK) {
+        best_step = dcp__placement_step_ticks(batch, x.best, best_microbatches, &x.step);
+    } else if (status == DCP_OK) {
         /* the pool-wide unloading of the best plan is a candidate under E < D too */
         memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
         microbatches = dcp__unload(batch, placements, best_microbatches);
         dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step, &best_microbatches);
+    }
+    if (status == DCP_OK && !dcp__sync_balanced(batch, best_step)) {
+        /* the static baseline last, against the final plan (the planner's fallback for E > 1,
+           compared in ticks without building its plan) */
+        status = dcp__plan_static(batch, placements, &microbatches, error);
+        if (status == DCP_OK)
+            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
+                               &best_microbatches);
     }
     if (status == DCP_OK)
         status = dcp__plan_build(config, batch->lengths, x.best, batch->count, best_microbatches,
@@ -4690,7 +4699,8 @@ static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strat
 
 /* A dynamic plan that is not balanced is compared with both baselines and the fastest is
    returned (ties keep the dynamic plan): the planner never returns a step slower than a plan
-   it could have built. Balanced plans skip this, as the baselines cost more than planning. */
+   it could have built. Balanced plans skip this, as the baselines cost more than planning.
+   Under E > 1 the lockstep planner has already compared both, in ticks. */
 static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *placements,
                                      dcp_plan **plan, dcp_error *error)
 {
@@ -4699,13 +4709,13 @@ static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *pl
     double *finish, best;
     dcp_status status = DCP_OK;
     int i;
+    if (batch->config->sync_ranks > 1) return DCP_OK;
     finish = (double *)dcp__alloc_array(a, (size_t)batch->config->ranks, sizeof(double),
                                         "fallback", error);
     if (!finish) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     else if ((best = dcp__plan_step_seconds(*plan, finish)) * DCP__BALANCED_EFFICIENCY >
              batch->sync_bound) {
-        /* under E > 1 the greedy plan was already a candidate of the lockstep planner */
-        for (i = batch->config->sync_ranks > 1; i < 2 && status == DCP_OK; i++) {
+        for (i = 0; i < 2 && status == DCP_OK; i++) {
             dcp_plan *other = NULL;
             double step;
             status = dcp__plan_strategy(batch, baselines[i], placements, &other, error);
