@@ -1866,6 +1866,42 @@ static double dcp__bound_work(const dcp_config *config, double attention, int64_
     return work + ring;
 }
 
+/* DCP__DEFINE_SORT(name, type, before) defines `static void name(type *keys, type *scratch,
+   int64_t count)`: a typed stable merge sort (insertion-sorted runs of DCP__SORT_RUN, then
+   bottom-up merges through scratch, count elements) by before(&a, &b), true when a goes
+   strictly first. With a total order the result is qsort's; typed, the comparison inlines
+   (qsort's calls through a pointer were a third of plan time on large batches). The
+   planner's sorts (lower bound, sample orders, fill keys, plan assembly) share it. */
+#define DCP__SORT_RUN 16
+#define DCP__DEFINE_SORT(name, type, before)                                                    \
+    static void name(type *keys, type *scratch, int64_t count)                                  \
+    {                                                                                           \
+        type *from = keys, *to = scratch, *swap;                                                \
+        int64_t width, lo, i, k;                                                                \
+        for (lo = 0; lo < count; lo += DCP__SORT_RUN) {                                         \
+            int64_t hi = lo + DCP__SORT_RUN < count ? lo + DCP__SORT_RUN : count;               \
+            for (i = lo + 1; i < hi; i++) {                                                     \
+                type key = keys[i];                                                             \
+                for (k = i; k > lo && before(&key, &keys[k - 1]); k--) keys[k] = keys[k - 1];  \
+                keys[k] = key;                                                                  \
+            }                                                                                   \
+        }                                                                                       \
+        for (width = DCP__SORT_RUN; width < count; width *= 2) {                                \
+            for (lo = 0; lo < count; lo += 2 * width) {                                         \
+                int64_t mid = lo + width < count ? lo + width : count;                          \
+                int64_t hi = lo + 2 * width < count ? lo + 2 * width : count, a = lo, b = mid;  \
+                for (k = lo; a < mid && b < hi; k++)                                            \
+                    to[k] = before(&from[b], &from[a]) ? from[b++] : from[a++];                 \
+                for (; a < mid; k++) to[k] = from[a++];                                         \
+                for (; b < hi; k++) to[k] = from[b++];                                          \
+            }                                                                                   \
+            swap = from;                                                                        \
+            from = to;                                                                          \
+            to = swap;                                                                          \
+        }                                                                                       \
+        if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);                     \
+    }
+
 /* One sample as the barrier bound sees it: its best time and the tokens it stores at least. */
 typedef struct dcp__bound_item {
     double seconds;
@@ -1874,12 +1910,12 @@ typedef struct dcp__bound_item {
     int32_t id;
 } dcp__bound_item;
 
-static int dcp__bound_item_slowest_first(const void *a, const void *b)
+/* Slowest first, ties by id: a total order. */
+static int dcp__bound_item_before(const dcp__bound_item *x, const dcp__bound_item *y)
 {
-    const dcp__bound_item *x = (const dcp__bound_item *)a, *y = (const dcp__bound_item *)b;
-    if (x->seconds != y->seconds) return x->seconds > y->seconds ? -1 : 1;
-    return x->id < y->id ? -1 : (x->id > y->id);
+    return x->seconds != y->seconds ? x->seconds > y->seconds : x->id < y->id;
 }
+DCP__DEFINE_SORT(dcp__bound_item_sort, dcp__bound_item, dcp__bound_item_before)
 
 /* The barrier bound of the samples needing >= 2^level ranks, items slowest first. Let n(x) be
    the number of (block, microbatch) pairs whose slowest group takes longer than x: the
@@ -1916,12 +1952,18 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
     double work_at[DCP_CP_LEVELS], longest = 0.0;
     int32_t i, b, level, lowest = dcp__log2_int(config->min_cp);
     int32_t top = dcp__log2_int(config->max_cp), barrier = 0;
-    dcp__bound_item *items = NULL;
+    dcp__bound_item *items = NULL, *scratch = NULL;
     for (b = 0; b < bounds; b++) barrier |= syncs[b] > 1;
     if (barrier) {
         items = (dcp__bound_item *)dcp__alloc_array(&config->allocator, (size_t)count,
                                                     sizeof *items, "lower bound", error);
-        if (!items) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+        scratch = (dcp__bound_item *)dcp__alloc_array(&config->allocator, (size_t)count,
+                                                      sizeof *scratch, "lower bound", error);
+        if (!items || !scratch) {
+            dcp_free(&config->allocator, items);
+            dcp_free(&config->allocator, scratch);
+            return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+        }
     }
     for (level = 0; level < DCP_CP_LEVELS; level++) work_at[level] = 0.0;
     for (i = 0; i < count; i++) {
@@ -1937,7 +1979,7 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
             items[i].id = i;
         }
     }
-    if (items) qsort(items, (size_t)count, sizeof *items, dcp__bound_item_slowest_first);
+    if (items) dcp__bound_item_sort(items, scratch, count);
     for (b = 0; b < bounds; b++) {
         double work = 0.0, bound = longest;
         for (level = top; level >= lowest; level--) { /* work of the samples needing >= 2^level */
@@ -1953,6 +1995,7 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
         seconds[b] = bound;
     }
     dcp_free(&config->allocator, items);
+    dcp_free(&config->allocator, scratch);
     return DCP_OK;
 }
 
@@ -1988,15 +2031,15 @@ typedef struct dcp__placement {
     int32_t sample;
 } dcp__placement;
 
-static int dcp__placement_compare(const void *a, const void *b)
+/* Microbatch, first rank, order, sample: total (a sample appears once). */
+static int dcp__placement_before(const dcp__placement *x, const dcp__placement *y)
 {
-    const dcp__placement *x = (const dcp__placement *)a, *y = (const dcp__placement *)b;
-    if (x->microbatch != y->microbatch) return x->microbatch < y->microbatch ? -1 : 1;
-    if (x->first_rank != y->first_rank) return x->first_rank < y->first_rank ? -1 : 1;
-    if (x->order != y->order) return x->order < y->order ? -1 : 1;
-    if (x->sample != y->sample) return x->sample < y->sample ? -1 : 1;
-    return 0;
+    if (x->microbatch != y->microbatch) return x->microbatch < y->microbatch;
+    if (x->first_rank != y->first_rank) return x->first_rank < y->first_rank;
+    if (x->order != y->order) return x->order < y->order;
+    return x->sample < y->sample;
 }
+DCP__DEFINE_SORT(dcp__placement_sort, dcp__placement, dcp__placement_before)
 
 DCPDEF void dcp_plan_destroy(dcp_plan *plan)
 {
@@ -2044,11 +2087,16 @@ static dcp_status dcp__plan_build(const dcp_config *config, const int64_t *lengt
 {
     int32_t i, groups = 0, k, multiple = config->microbatch_multiple;
     dcp_plan *plan;
+    dcp__placement *scratch;
     if (num_microbatches > INT32_MAX - multiple)
         return dcp_error_set(error, DCP_ERROR_OVERFLOW, "microbatch count %d overflows",
                              (int)num_microbatches);
     num_microbatches = (num_microbatches + multiple - 1) / multiple * multiple;
-    qsort(placements, (size_t)count, sizeof *placements, dcp__placement_compare);
+    scratch = (dcp__placement *)dcp__alloc_array(&config->allocator, (size_t)count,
+                                                 sizeof *scratch, "plan order", error);
+    if (!scratch) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    dcp__placement_sort(placements, scratch, count);
+    dcp_free(&config->allocator, scratch);
     for (i = 0; i < count; i++)
         if (i == 0 || placements[i].microbatch != placements[i - 1].microbatch ||
             placements[i].first_rank != placements[i - 1].first_rank)
@@ -2199,6 +2247,12 @@ static int dcp__keyed_descending(const void *a, const void *b)
     if (x->key != y->key) return x->key > y->key ? -1 : 1;
     return x->id < y->id ? -1 : (x->id > y->id);
 }
+
+static int dcp__keyed_before(const dcp__keyed *x, const dcp__keyed *y)
+{
+    return x->key != y->key ? x->key > y->key : x->id < y->id;
+}
+DCP__DEFINE_SORT(dcp__keyed_sort, dcp__keyed, dcp__keyed_before)
 
 /* ---------------------------------------------------------------- baseline: static CP
    Every sample at the CP size the longest needs; D / c data-parallel replicas; samples dealt
@@ -2392,7 +2446,7 @@ static dcp_status dcp__order_by_ticks(const dcp__batch *batch, const int32_t *le
 {
     const dcp_allocator *allocator = &batch->config->allocator;
     int32_t i;
-    dcp__keyed *keyed = (dcp__keyed *)dcp__alloc_array(allocator, (size_t)batch->count,
+    dcp__keyed *keyed = (dcp__keyed *)dcp__alloc_array(allocator, 2 * (size_t)batch->count,
                                                        sizeof *keyed, "sample order", error);
     if (!keyed) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     for (i = 0; i < batch->count; i++) {
@@ -2402,7 +2456,7 @@ static dcp_status dcp__order_by_ticks(const dcp__batch *batch, const int32_t *le
         keyed[i].key = level_major ? ((int64_t)level << 58) + (ticks >> 3) : ticks;
         keyed[i].id = i;
     }
-    qsort(keyed, (size_t)batch->count, sizeof *keyed, dcp__keyed_descending);
+    dcp__keyed_sort(keyed, keyed + batch->count, batch->count); /* second half: scratch */
     for (i = 0; i < batch->count; i++) order[i] = keyed[i].id;
     dcp_free(allocator, keyed);
     return DCP_OK;
@@ -3510,38 +3564,12 @@ static int dcp__fill_key_compare(const void *a, const void *b)
     return x->tie < y->tie ? -1 : (x->tie > y->tie);
 }
 
-/* Sorts keys by dcp__fill_key_compare: insertion-sorted runs, then bottom-up merges. The
-   order is total, so the result is qsort's; typed, the comparison inlines (the fill
-   candidates' sort dominated plan time at 10^5 samples). scratch: count keys. */
-#define DCP__FILL_SORT_RUN 16
-static void dcp__fill_key_sort(dcp__fill_key *keys, dcp__fill_key *scratch, int64_t count)
+static int dcp__fill_key_before(const dcp__fill_key *x, const dcp__fill_key *y)
 {
-    dcp__fill_key *from = keys, *to = scratch, *swap;
-    int64_t width, lo, i, k;
-    for (lo = 0; lo < count; lo += DCP__FILL_SORT_RUN) {
-        int64_t hi = lo + DCP__FILL_SORT_RUN < count ? lo + DCP__FILL_SORT_RUN : count;
-        for (i = lo + 1; i < hi; i++) {
-            dcp__fill_key key = keys[i];
-            for (k = i; k > lo && dcp__fill_key_compare(&key, &keys[k - 1]) < 0; k--)
-                keys[k] = keys[k - 1];
-            keys[k] = key;
-        }
-    }
-    for (width = DCP__FILL_SORT_RUN; width < count; width *= 2) {
-        for (lo = 0; lo < count; lo += 2 * width) {
-            int64_t mid = lo + width < count ? lo + width : count;
-            int64_t hi = lo + 2 * width < count ? lo + 2 * width : count, a = lo, b = mid;
-            for (k = lo; a < mid && b < hi; k++)
-                to[k] = dcp__fill_key_compare(&from[b], &from[a]) < 0 ? from[b++] : from[a++];
-            for (; a < mid; k++) to[k] = from[a++];
-            for (; b < hi; k++) to[k] = from[b++];
-        }
-        swap = from;
-        from = to;
-        to = swap;
-    }
-    if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);
+    return dcp__fill_key_compare(x, y) < 0;
 }
+/* The fill candidates' sort (qsort's order: dcp__fill_key_compare is total). */
+DCP__DEFINE_SORT(dcp__fill_key_sort, dcp__fill_key, dcp__fill_key_before)
 
 typedef struct dcp__fill {
     const dcp__batch *batch;
