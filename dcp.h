@@ -4240,6 +4240,7 @@ typedef struct dcp__unload {
     int32_t *cover, *head, *next;  /* covering group's first rank or -1; sample lists */
     int8_t *level;                 /* group level at its first rank, -1 elsewhere */
     int32_t *groups, *free_ranks;  /* per microbatch: groups per level; ranks in no group */
+    int32_t *above;                /* [ranks]: first ranks of a microbatch's slowest groups */
     dcp__placement *undo;          /* moves of one lowering attempt, to roll back */
 } dcp__unload_state;
 
@@ -4460,31 +4461,39 @@ static int32_t dcp__unload_next_level(const dcp__unload_state *u, int32_t s, int
     return next < u->batch->levels && ((int32_t)1 << next) <= u->ranks ? next : -1;
 }
 
-/* The largest group time of microbatch k below `above` (0 when none). */
-static int64_t dcp__unload_below(const dcp__unload_state *u, int32_t k, int64_t above)
+/* One scan of microbatch k: the largest group time below its slowest time (0 when none),
+   and into u->above[0 .. *count) the first ranks, ascending, of the groups at or above it. */
+static int64_t dcp__unload_below(dcp__unload_state *u, int32_t k, int32_t *count)
 {
     int64_t best = 0;
     int32_t r;
+    *count = 0;
     for (r = 0; r < u->ranks; r++) {
         size_t c = dcp__cell(u, k, r);
-        if (u->level[c] >= 0 && u->load[c] < above && u->load[c] > best) best = u->load[c];
+        if (u->level[c] < 0) continue;
+        if (u->load[c] >= u->slowest[k])
+            u->above[(*count)++] = r;
+        else if (u->load[c] > best)
+            best = u->load[c];
     }
     return best;
 }
 
-/* Lowers microbatch k's slowest time to `limit`: samples leave every group slower than that
-   for other microbatches where they fit under those microbatches' own slowest time (which
-   therefore stay), a group left empty disappears. All or nothing: when some group cannot get
-   down to the limit, every move of the attempt is undone. Returns 1 when it lowered k. */
-static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit,
+/* Lowers microbatch k's slowest time to `limit`, the largest group time below it (the groups
+   above it are u->above[0 .. count)): samples leave those groups for other microbatches where
+   they fit under those microbatches' own slowest time (which therefore stay), a group left
+   empty disappears. All or nothing: when some group cannot get down to the limit, every move
+   of the attempt is undone. Returns 1 when it lowered k, whose slowest time is then the
+   limit (the group at the limit is untouched; with none, every group left is empty). */
+static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit, int32_t count,
                              dcp__placement *placements, int64_t *budget)
 {
-    int32_t r, moves = 0, ok = 1;
+    int32_t i, moves = 0, ok = 1;
     *budget -= 1; /* an attempt, even one that moves nothing */
-    for (r = 0; r < u->ranks && ok; r++) {
+    for (i = 0; i < count && ok; i++) {
+        int32_t r = u->above[i];
         size_t c = dcp__cell(u, k, r);
         int32_t j = u->level[c], s, next;
-        if (j < 0 || u->load[c] <= limit) continue;
         for (s = u->head[c]; s >= 0 && u->level[c] == j && u->load[c] > limit; s = next) {
             int32_t other, target = -1, j2 = j;
             next = u->next[s];
@@ -4511,7 +4520,7 @@ static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit,
                          dcp__log2_int(from->cp), placements);
         placements[s] = *from;
     }
-    if (ok) u->slowest[k] = dcp__unload_below(u, k, limit + 1);
+    if (ok) u->slowest[k] = limit;
     return ok;
 }
 
@@ -4521,14 +4530,15 @@ static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit,
 static void dcp__unload_levels(dcp__unload_state *u, dcp__placement *placements,
                                int64_t budget)
 {
-    int32_t k, improved = 1;
+    int32_t k, improved = 1, count;
     while (improved && budget > 0) {
         improved = 0;
         for (k = u->microbatches - 1; k >= 0 && budget > 0; k--)
-            while (u->slowest[k] > 0 && budget > 0 &&
-                   dcp__unload_lower(u, k, dcp__unload_below(u, k, u->slowest[k]), placements,
-                                     &budget))
+            while (u->slowest[k] > 0 && budget > 0) {
+                int64_t limit = dcp__unload_below(u, k, &count);
+                if (!dcp__unload_lower(u, k, limit, count, placements, &budget)) break;
                 improved = 1;
+            }
     }
 }
 
@@ -4577,10 +4587,11 @@ static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
                                                "unload", NULL);
     u.undo = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count, sizeof *u.undo,
                                                 "unload", NULL);
+    u.above = (int32_t *)dcp__alloc_array(a, (size_t)u.ranks, sizeof(int32_t), "unload", NULL);
     renumber = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t), "unload",
                                            NULL);
     if (u.load && u.used && u.slowest && u.cover && u.head && u.next && u.level && u.groups &&
-        u.free_ranks && u.undo && renumber) {
+        u.free_ranks && u.undo && u.above && renumber) {
         for (k = 0; k < microbatches; k++) {
             u.free_ranks[k] = u.ranks;
             for (s = 0; s < DCP_CP_LEVELS; s++) u.groups[(size_t)k * DCP_CP_LEVELS + (size_t)s] = 0;
@@ -4611,6 +4622,7 @@ static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
     dcp_free(a, u.groups);
     dcp_free(a, u.free_ranks);
     dcp_free(a, u.undo);
+    dcp_free(a, u.above);
     dcp_free(a, renumber);
     return microbatches;
 }
