@@ -4241,6 +4241,10 @@ typedef struct dcp__unload {
     int8_t *level;                 /* group level at its first rank, -1 elsewhere */
     int32_t *groups, *free_ranks;  /* per microbatch: groups per level; ranks in no group */
     int32_t *above;                /* [ranks]: first ranks of a microbatch's slowest groups */
+    /* per (microbatch, level): a lower bound on its groups' least load and an upper bound on
+       their largest room (exact after a target search that scanned them all, kept safe by
+       every change since), so that most searches that cannot succeed end at once */
+    int64_t *least_load, *most_room;
     dcp__placement *undo;          /* moves of one lowering attempt, to roll back */
 } dcp__unload_state;
 
@@ -4267,29 +4271,46 @@ static int32_t dcp__unload_slowest(const dcp__unload_state *u, int32_t k, int64_
     return best;
 }
 
+/* The group at first rank r of microbatch k changed (load, room, or it is new): the bounds
+   of its level stay safe. */
+static void dcp__unload_touch(dcp__unload_state *u, int32_t k, int32_t r)
+{
+    size_t c = dcp__cell(u, k, r), at = (size_t)k * DCP_CP_LEVELS + (size_t)u->level[c];
+    int64_t room = u->batch->config->max_tokens_per_rank - u->used[c];
+    if (u->load[c] < u->least_load[at]) u->least_load[at] = u->load[c];
+    if (room > u->most_room[at]) u->most_room[at] = room;
+}
+
 /* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1. */
-static int32_t dcp__unload_target(const dcp__unload_state *u, int32_t k, int32_t s, int32_t j)
+static int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, int32_t j)
 {
     const dcp__batch *batch = u->batch;
+    const int64_t capacity = batch->config->max_tokens_per_rank;
     int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
+    int64_t least = DCP__TICKS_INF, most = -1;
+    size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)j;
     int32_t size = (int32_t)1 << j, r, q;
-    /* every group of level j costs at least its ring steps plus this sample; without a
-       group of the level or room for a new one, no place (prunes the scan only) */
-    if (batch->ring_ticks[j] + ticks > u->slowest[k] ||
-        (u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)j] == 0 && u->free_ranks[k] < size))
+    int fresh = batch->ring_ticks[j] + ticks <= u->slowest[k] && u->free_ranks[k] >= size;
+    /* a new group costs at least its ring steps plus this sample and needs free ranks; an
+       existing one qualifies only within the level's bounds (prunes the scan only) */
+    if (!fresh && (u->groups[at] == 0 || u->least_load[at] + ticks > u->slowest[k] ||
+                   u->most_room[at] < tokens))
         return -1;
     for (r = 0; r + size <= u->ranks; r += size) {
         size_t c = dcp__cell(u, k, r);
         if (u->level[c] == j) {
-            if (u->used[c] + tokens <= batch->config->max_tokens_per_rank &&
-                u->load[c] + ticks <= u->slowest[k])
+            if (u->used[c] + tokens <= capacity && u->load[c] + ticks <= u->slowest[k])
                 return r;
+            least = u->load[c] < least ? u->load[c] : least;
+            most = capacity - u->used[c] > most ? capacity - u->used[c] : most;
             continue;
         }
-        if (batch->ring_ticks[j] + ticks > u->slowest[k]) continue;
+        if (!fresh) continue;
         for (q = r; q < r + size && u->cover[dcp__cell(u, k, q)] < 0; q++) {}
         if (q == r + size) return r;
     }
+    u->least_load[at] = least; /* every group of the level was seen: exact */
+    u->most_room[at] = most;
     return -1;
 }
 
@@ -4310,6 +4331,7 @@ static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t 
     u->used[c] += dcp__sample_tokens(u->batch, s, j);
     u->next[s] = u->head[c];
     u->head[c] = s;
+    dcp__unload_touch(u, k, r);
 }
 
 /* Unlinks sample s from the list of cell c. */
@@ -4355,6 +4377,8 @@ static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s
                 u->used[c] += t_tokens - tokens;
                 u->load[d] += ticks - t_ticks;
                 u->used[d] += tokens - t_tokens;
+                dcp__unload_touch(u, k, placements[s].first_rank);
+                dcp__unload_touch(u, other, r);
                 u->next[s] = u->head[d];
                 u->head[d] = s;
                 u->next[t] = u->head[c];
@@ -4400,6 +4424,7 @@ static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, in
                         *link = u->next[s];
                         u->load[c] -= ticks;
                         u->used[c] -= dcp__sample_tokens(u->batch, s, j);
+                        dcp__unload_touch(u, k, g);
                         dcp__unload_add(u, other, r, s, j);
                         placements[s].microbatch = other;
                         placements[s].first_rank = r;
@@ -4443,7 +4468,10 @@ static void dcp__unload_move(dcp__unload_state *u, int32_t s, int32_t j, int32_t
     dcp__unload_unlink(u, c, s);
     u->load[c] -= dcp__sample_ticks(u->batch, s, j);
     u->used[c] -= dcp__sample_tokens(u->batch, s, j);
-    if (u->head[c] < 0) dcp__unload_clear(u, k, r);
+    if (u->head[c] < 0)
+        dcp__unload_clear(u, k, r);
+    else
+        dcp__unload_touch(u, k, r);
     dcp__unload_add(u, to, r2, s, j2);
     placements[s].microbatch = to;
     placements[s].first_rank = r2;
@@ -4588,13 +4616,22 @@ static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
     u.undo = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count, sizeof *u.undo,
                                                 "unload", NULL);
     u.above = (int32_t *)dcp__alloc_array(a, (size_t)u.ranks, sizeof(int32_t), "unload", NULL);
+    u.least_load = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                               sizeof(int64_t), "unload", NULL);
+    u.most_room = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                              sizeof(int64_t), "unload", NULL);
     renumber = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t), "unload",
                                            NULL);
     if (u.load && u.used && u.slowest && u.cover && u.head && u.next && u.level && u.groups &&
-        u.free_ranks && u.undo && u.above && renumber) {
+        u.free_ranks && u.undo && u.above && u.least_load && u.most_room && renumber) {
         for (k = 0; k < microbatches; k++) {
             u.free_ranks[k] = u.ranks;
-            for (s = 0; s < DCP_CP_LEVELS; s++) u.groups[(size_t)k * DCP_CP_LEVELS + (size_t)s] = 0;
+            for (s = 0; s < DCP_CP_LEVELS; s++) {
+                size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)s;
+                u.groups[at] = 0;
+                u.least_load[at] = DCP__TICKS_INF; /* no group: nothing to bound */
+                u.most_room[at] = -1;
+            }
         }
         for (c = 0; c < cells; c++) {
             u.cover[c] = -1;
@@ -4623,6 +4660,8 @@ static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
     dcp_free(a, u.free_ranks);
     dcp_free(a, u.undo);
     dcp_free(a, u.above);
+    dcp_free(a, u.least_load);
+    dcp_free(a, u.most_room);
     dcp_free(a, renumber);
     return microbatches;
 }
