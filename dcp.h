@@ -3554,21 +3554,15 @@ typedef struct dcp__fill_key {
     int32_t tie; /* order among equal ticks and tokens */
 } dcp__fill_key;
 
-/* Level ascending, then slowest first (ticks, then tokens, descending), then id: total. */
-static int dcp__fill_key_compare(const void *a, const void *b)
-{
-    const dcp__fill_key *x = (const dcp__fill_key *)a, *y = (const dcp__fill_key *)b;
-    if (x->level != y->level) return x->level < y->level ? -1 : 1;
-    if (x->ticks != y->ticks) return x->ticks > y->ticks ? -1 : 1;
-    if (x->tokens != y->tokens) return x->tokens > y->tokens ? -1 : 1;
-    return x->tie < y->tie ? -1 : (x->tie > y->tie);
-}
-
+/* Level ascending, then slowest first (ticks, then tokens, descending), then tie: a total
+   order, so the sort's result is unique (tests/test_planner.c checks it against qsort). */
 static int dcp__fill_key_before(const dcp__fill_key *x, const dcp__fill_key *y)
 {
-    return dcp__fill_key_compare(x, y) < 0;
+    if (x->level != y->level) return x->level < y->level;
+    if (x->ticks != y->ticks) return x->ticks > y->ticks;
+    if (x->tokens != y->tokens) return x->tokens > y->tokens;
+    return x->tie < y->tie;
 }
-/* The fill candidates' sort (qsort's order: dcp__fill_key_compare is total). */
 DCP__DEFINE_SORT(dcp__fill_key_sort, dcp__fill_key, dcp__fill_key_before)
 
 typedef struct dcp__fill {
@@ -3607,8 +3601,13 @@ static int32_t dcp__fill_find(dcp__fill *f, int32_t level, int32_t i)
    -1 when none. Both keys fall along the level's range, so each bound is a binary search. */
 static int32_t dcp__fill_take(dcp__fill *f, int32_t level, int64_t ticks, int64_t tokens)
 {
-    int32_t lo = f->first[level], hi = f->first[level + 1], a = lo, b = hi, i;
+    int32_t lo = f->first[level], hi = f->first[level + 1], a, b, i;
     if (ticks < 0 || tokens < 0 || lo == hi) return -1;
+    lo = dcp__fill_find(f, level, lo); /* every entry before it is placed */
+    if (lo == hi) return -1;
+    if (f->sorted[lo].ticks <= ticks && f->sorted[lo].tokens <= tokens) return lo;
+    a = lo;
+    b = hi;
     while (a < b) { /* first entry with ticks <= bound */
         int32_t mid = a + (b - a) / 2;
         if (f->sorted[mid].ticks <= ticks) b = mid; else a = mid + 1;
@@ -3923,7 +3922,13 @@ static int32_t dcp__greedy_least_loaded(dcp__greedy_state *g, int32_t level, int
 static int32_t dcp__greedy_next(dcp__fill *f, const dcp__greedy_state *g, const dcp__buddy *buddy,
                                 int32_t level, int32_t after)
 {
-    int32_t lo = f->first[level], hi = f->first[level + 1], a = lo, b = hi, i;
+    int32_t lo = f->first[level], hi = f->first[level + 1], a, b, i;
+    if (lo == hi || (lo = dcp__fill_find(f, level, lo)) == hi) return -1;
+    if (g->position[f->sorted[lo].id] > after &&
+        (buddy->free_level[1] >= level || f->sorted[lo].tokens <= g->max_room[level]))
+        return lo; /* the first unplaced entry: every one before it is placed */
+    a = lo;
+    b = hi;
     while (a < b) { /* first entry placed after the cursor in the order */
         int32_t mid = a + (b - a) / 2;
         if (g->position[f->sorted[mid].id] > after) b = mid; else a = mid + 1;
