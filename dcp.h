@@ -2148,6 +2148,7 @@ typedef struct dcp__batch {
     double tick_seconds;     /* seconds per tick */
     double lower_bound;      /* seconds, under the DAG model (E = 1) */
     double sync_bound;       /* seconds, under the config's sync_ranks */
+    double barrier_bound;    /* seconds, under E = D (for E > 1 only) */
 } dcp__batch;
 
 static void dcp__batch_free(dcp__batch *batch)
@@ -2167,9 +2168,9 @@ static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
                                   const int64_t *lengths, int32_t count, dcp_error *error)
 {
     const dcp_allocator *allocator = &config->allocator;
-    const int32_t syncs[2] = {1, config->sync_ranks}; /* the DAG bound and the config's */
+    const int32_t syncs[3] = {1, config->sync_ranks, config->ranks}; /* E = 1, E, E = D */
     size_t cells;
-    double total = 0.0, scale, bounds[2];
+    double total = 0.0, scale, bounds[3];
     int32_t i, level, exponent;
     memset(batch, 0, sizeof *batch);
     batch->config = config;
@@ -2214,13 +2215,18 @@ static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
             batch->ticks[cell] = dcp__to_ticks(seconds, scale);
         }
     }
-    if (dcp__lower_bounds(config, lengths, count, batch->cp_min, syncs, 2, bounds, error) !=
-        DCP_OK) {
+    /* the E = D bound only between the extremes, where the E = D plan is a candidate */
+    if (dcp__lower_bounds(config, lengths, count, batch->cp_min, syncs,
+                          config->sync_ranks > 1 && config->sync_ranks < config->ranks ? 3 : 2,
+                          bounds, error) != DCP_OK) {
         dcp__batch_free(batch);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     batch->lower_bound = bounds[0];
     batch->sync_bound = bounds[1];
+    batch->barrier_bound = config->sync_ranks == config->ranks ? bounds[1]
+                           : config->sync_ranks > 1           ? bounds[2]
+                                                              : 0.0; /* unused under E = 1 */
     return DCP_OK;
 }
 
@@ -4589,84 +4595,261 @@ static int32_t dcp__unload_compact(const dcp__unload_state *u, dcp__placement *p
     return kept;
 }
 
-/* Runs the unloading on placements under E = D; leaves them unchanged when the state would
-   not fit DCP__UNLOAD_MAX_CELLS or memory is short (an optional phase). */
+static void dcp__unload_close(dcp__unload_state *u)
+{
+    const dcp_allocator *a = &u->batch->config->allocator;
+    dcp_free(a, u->load);
+    dcp_free(a, u->used);
+    dcp_free(a, u->slowest);
+    dcp_free(a, u->cover);
+    dcp_free(a, u->head);
+    dcp_free(a, u->next);
+    dcp_free(a, u->level);
+    dcp_free(a, u->groups);
+    dcp_free(a, u->free_ranks);
+    dcp_free(a, u->undo);
+    dcp_free(a, u->above);
+    dcp_free(a, u->least_load);
+    dcp_free(a, u->most_room);
+}
+
+/* The unloading state of placements: returns 0 (state closed) when it would not fit
+   DCP__UNLOAD_MAX_CELLS or memory is short; the unloading is an optional phase. */
+static int dcp__unload_open(dcp__unload_state *u, const dcp__batch *batch,
+                            const dcp__placement *placements, int32_t microbatches)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    size_t cells = (size_t)microbatches * (size_t)batch->config->ranks, c;
+    int32_t s, k;
+    memset(u, 0, sizeof *u);
+    u->batch = batch;
+    if (cells > DCP__UNLOAD_MAX_CELLS) return 0;
+    u->ranks = batch->config->ranks;
+    u->microbatches = microbatches;
+    u->load = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
+    u->used = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
+    u->slowest = (int64_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int64_t), "unload",
+                                             NULL);
+    u->cover = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
+    u->head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
+    u->next = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t), "unload",
+                                          NULL);
+    u->level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
+    u->groups = (int32_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                            sizeof(int32_t), "unload", NULL);
+    u->free_ranks = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t),
+                                                "unload", NULL);
+    u->undo = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count, sizeof *u->undo,
+                                                 "unload", NULL);
+    u->above = (int32_t *)dcp__alloc_array(a, (size_t)u->ranks, sizeof(int32_t), "unload", NULL);
+    u->least_load = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                                sizeof(int64_t), "unload", NULL);
+    u->most_room = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                               sizeof(int64_t), "unload", NULL);
+    if (!u->load || !u->used || !u->slowest || !u->cover || !u->head || !u->next || !u->level ||
+        !u->groups || !u->free_ranks || !u->undo || !u->above || !u->least_load ||
+        !u->most_room) {
+        dcp__unload_close(u);
+        return 0;
+    }
+    for (k = 0; k < microbatches; k++) {
+        u->free_ranks[k] = u->ranks;
+        for (s = 0; s < DCP_CP_LEVELS; s++) {
+            size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)s;
+            u->groups[at] = 0;
+            u->least_load[at] = DCP__TICKS_INF; /* no group: nothing to bound */
+            u->most_room[at] = -1;
+        }
+    }
+    for (c = 0; c < cells; c++) {
+        u->cover[c] = -1;
+        u->level[c] = -1;
+    }
+    for (s = 0; s < batch->count; s++)
+        dcp__unload_add(u, placements[s].microbatch, placements[s].first_rank, s,
+                        dcp__log2_int(placements[s].cp));
+    for (k = 0; k < microbatches; k++) {
+        int64_t second;
+        int32_t g = dcp__unload_slowest(u, k, &second);
+        u->slowest[k] = g < 0 ? 0 : u->load[dcp__cell(u, k, g)];
+    }
+    return 1;
+}
+
+/* The unloading's budget in block positions and samples examined. */
+static int64_t dcp__unload_budget(const dcp__batch *batch)
+{
+    int64_t budget = dcp__improve_budget(batch->config, batch->count);
+    budget *= DCP__UNLOAD_POSITIONS_PER_MOVE;
+    return budget > DCP__UNLOAD_MAX_STEPS ? DCP__UNLOAD_MAX_STEPS : budget;
+}
+
+/* Runs the unloading on placements under E = D; leaves them unchanged when the state cannot
+   be built (see dcp__unload_open). */
 static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
                            int32_t microbatches)
 {
     const dcp_allocator *a = &batch->config->allocator;
-    size_t cells = (size_t)microbatches * (size_t)batch->config->ranks, c;
-    int64_t budget = dcp__improve_budget(batch->config, batch->count);
+    int64_t budget = dcp__unload_budget(batch);
     dcp__unload_state u;
-    int32_t s, k, *renumber;
-    if (cells > DCP__UNLOAD_MAX_CELLS || budget <= 0) return microbatches;
-    memset(&u, 0, sizeof u);
-    u.batch = batch;
-    u.ranks = batch->config->ranks;
-    u.microbatches = microbatches;
-    budget *= DCP__UNLOAD_POSITIONS_PER_MOVE; /* in block positions and samples examined */
-    if (budget > DCP__UNLOAD_MAX_STEPS) budget = DCP__UNLOAD_MAX_STEPS;
-    u.load = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
-    u.used = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
-    u.slowest = (int64_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int64_t), "unload",
-                                            NULL);
-    u.cover = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
-    u.head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
-    u.next = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t), "unload", NULL);
-    u.level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
-    u.groups = (int32_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
-                                           sizeof(int32_t), "unload", NULL);
-    u.free_ranks = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t),
-                                               "unload", NULL);
-    u.undo = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count, sizeof *u.undo,
-                                                "unload", NULL);
-    u.above = (int32_t *)dcp__alloc_array(a, (size_t)u.ranks, sizeof(int32_t), "unload", NULL);
-    u.least_load = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
-                                               sizeof(int64_t), "unload", NULL);
-    u.most_room = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
-                                              sizeof(int64_t), "unload", NULL);
+    int32_t *renumber;
+    if (budget <= 0) return microbatches;
     renumber = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t), "unload",
                                            NULL);
-    if (u.load && u.used && u.slowest && u.cover && u.head && u.next && u.level && u.groups &&
-        u.free_ranks && u.undo && u.above && u.least_load && u.most_room && renumber) {
-        for (k = 0; k < microbatches; k++) {
-            u.free_ranks[k] = u.ranks;
-            for (s = 0; s < DCP_CP_LEVELS; s++) {
-                size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)s;
-                u.groups[at] = 0;
-                u.least_load[at] = DCP__TICKS_INF; /* no group: nothing to bound */
-                u.most_room[at] = -1;
-            }
-        }
-        for (c = 0; c < cells; c++) {
-            u.cover[c] = -1;
-            u.level[c] = -1;
-        }
-        for (s = 0; s < batch->count; s++)
-            dcp__unload_add(&u, placements[s].microbatch, placements[s].first_rank, s,
-                            dcp__log2_int(placements[s].cp));
-        for (k = 0; k < microbatches; k++) {
-            int64_t second;
-            int32_t g = dcp__unload_slowest(&u, k, &second);
-            u.slowest[k] = g < 0 ? 0 : u.load[dcp__cell(&u, k, g)];
-        }
+    if (renumber && dcp__unload_open(&u, batch, placements, microbatches)) {
         dcp__unload_run(&u, placements, budget);
         dcp__unload_levels(&u, placements, budget);
         microbatches = dcp__unload_compact(&u, placements, renumber);
+        dcp__unload_close(&u);
     }
-    dcp_free(a, u.load);
-    dcp_free(a, u.used);
-    dcp_free(a, u.slowest);
-    dcp_free(a, u.cover);
-    dcp_free(a, u.head);
-    dcp_free(a, u.next);
-    dcp_free(a, u.level);
-    dcp_free(a, u.groups);
-    dcp_free(a, u.free_ranks);
-    dcp_free(a, u.undo);
-    dcp_free(a, u.above);
-    dcp_free(a, u.least_load);
-    dcp_free(a, u.most_room);
+    dcp_free(a, renumber);
+    return microbatches;
+}
+
+/* ------------------------------------------------ lockstep planner: unloading blocks (1 < E < D)
+   Between the extremes each block of E ranks runs its microbatches in lockstep: its time is
+   about the sum over microbatches of its slowest group there, and the step the slowest
+   block's. The pass takes the slowest block and moves a sample off one of its microbatches'
+   slowest group to a place, in any block and microbatch, where its group stays within that
+   block's slowest group there (a group of its CP size with room, or free ranks), as the
+   E = D unloading does per microbatch. Groups wider than E couple blocks, so every move is
+   simulated under E and kept only when it lowers (the step, the sum of the blocks' finishes);
+   each kept move lowers that pair, so the pass ends. Bounded like the unloading. */
+
+#define DCP__BLOCK_SIMULATION_WEIGHT 4
+
+/* The slowest group time in block [first, first + sync) of microbatch k, groups wider than
+   the block included (0 when none). */
+static int64_t dcp__block_slowest(const dcp__unload_state *u, int32_t k, int32_t first,
+                                  int32_t sync)
+{
+    int64_t slowest = 0;
+    int32_t q;
+    for (q = first; q < first + sync; q++) {
+        int32_t g = u->cover[dcp__cell(u, k, q)];
+        if (g >= 0 && u->load[dcp__cell(u, k, g)] > slowest) slowest = u->load[dcp__cell(u, k, g)];
+    }
+    return slowest;
+}
+
+/* A place for sample s (level j <= log2 E) in block [first, first + sync) of microbatch k
+   within its slowest time: a first rank, or -1. */
+static int32_t dcp__block_target(const dcp__unload_state *u, int32_t k, int32_t first,
+                                 int32_t sync, int32_t s, int32_t j)
+{
+    const dcp__batch *batch = u->batch;
+    int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
+    int64_t slowest = dcp__block_slowest(u, k, first, sync);
+    int32_t size = (int32_t)1 << j, r, q;
+    for (r = first; r < first + sync; r += size) {
+        size_t c = dcp__cell(u, k, r);
+        if (u->level[c] == j) {
+            if (u->used[c] + tokens <= batch->config->max_tokens_per_rank &&
+                u->load[c] + ticks <= slowest)
+                return r;
+            continue;
+        }
+        if (batch->ring_ticks[j] + ticks > slowest) continue;
+        for (q = r; q < r + size && u->cover[dcp__cell(u, k, q)] < 0; q++) {}
+        if (q == r + size) return r;
+    }
+    return -1;
+}
+
+/* The step under E and the sum of the blocks' finishes, in ticks; *critical receives the
+   first rank of the slowest block (the first on ties). */
+static int64_t dcp__block_step(const dcp__batch *batch, const dcp__placement *placements,
+                               int32_t microbatches, dcp__step_scratch *x, int64_t *sum,
+                               int32_t *critical)
+{
+    const int32_t ranks = batch->config->ranks, sync = batch->config->sync_ranks;
+    int64_t step = dcp__placement_step_ticks(batch, placements, microbatches, x), worst = -1;
+    int32_t first, r;
+    *sum = 0;
+    for (first = 0; first < ranks; first += sync) {
+        int64_t finish = 0;
+        for (r = first; r < first + sync; r++) finish = x->finish[r] > finish ? x->finish[r] : finish;
+        *sum += finish;
+        if (finish > worst) {
+            worst = finish;
+            *critical = first;
+        }
+    }
+    return step;
+}
+
+/* Tries moving sample s (in the group at first rank r of microbatch k) to the first place
+   found outside that cell; keeps the move when it lowers (*step, *sum). Returns 1 when kept. */
+static int dcp__block_try(dcp__unload_state *u, dcp__placement *placements, dcp__step_scratch *x,
+                          int32_t s, int32_t k, int32_t r, int64_t *step, int64_t *sum,
+                          int32_t *critical, int64_t *budget)
+{
+    const int32_t sync = u->batch->config->sync_ranks;
+    int32_t j = u->level[dcp__cell(u, k, r)], k2, first, target = -1, at = 0;
+    dcp__placement before = placements[s];
+    int64_t new_step, new_sum;
+    int32_t new_critical = *critical;
+    for (k2 = 0; k2 < u->microbatches && target < 0 && *budget > 0; k2++)
+        for (first = 0; first < u->ranks && target < 0 && *budget > 0; first += sync) {
+            if (k2 == k && first == *critical) continue;
+            *budget -= sync;
+            target = dcp__block_target(u, k2, first, sync, s, j);
+            at = k2;
+        }
+    if (target < 0) return 0;
+    /* a simulation costs about DCP__BLOCK_SIMULATION_WEIGHT positions per sample and cell */
+    *budget -= DCP__BLOCK_SIMULATION_WEIGHT * (u->batch->count + (int64_t)u->microbatches * u->ranks);
+    dcp__unload_move(u, s, j, k, r, at, target, j, placements);
+    new_step = dcp__block_step(u->batch, placements, u->microbatches, x, &new_sum, &new_critical);
+    if (new_step < *step || (new_step == *step && new_sum < *sum)) {
+        *step = new_step;
+        *sum = new_sum;
+        *critical = new_critical;
+        return 1;
+    }
+    dcp__unload_move(u, s, j, at, target, before.microbatch, before.first_rank, j, placements);
+    placements[s] = before;
+    return 0;
+}
+
+/* The pass over placements (under the batch's E, 1 < E < D); returns the microbatch count
+   (microbatches left empty are dropped). Leaves them unchanged when memory is short. */
+static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *placements,
+                                  int32_t microbatches, dcp__step_scratch *x)
+{
+    const int32_t sync = batch->config->sync_ranks, top = dcp__log2_int(sync);
+    const dcp_allocator *a = &batch->config->allocator;
+    int64_t budget = dcp__unload_budget(batch), step, sum;
+    int32_t critical = 0, improved = 1, k, q, *renumber;
+    dcp__unload_state u;
+    if (budget <= 0) return microbatches;
+    renumber = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t), "unload",
+                                           NULL);
+    if (!renumber || !dcp__unload_open(&u, batch, placements, microbatches)) {
+        dcp_free(a, renumber);
+        return microbatches;
+    }
+    step = dcp__block_step(batch, placements, microbatches, x, &sum, &critical);
+    while (improved && budget > 0) {
+        improved = 0;
+        for (k = 0; k < microbatches && !improved && budget > 0; k++) {
+            /* the critical block's slowest group of its own in microbatch k */
+            int64_t slowest = dcp__block_slowest(&u, k, critical, sync);
+            budget -= sync;
+            for (q = critical; q < critical + sync && !improved; q++) {
+                size_t c = dcp__cell(&u, k, q);
+                int32_t s, next;
+                if (u.level[c] < 0 || u.level[c] > top || u.load[c] < slowest) continue;
+                for (s = u.head[c]; s >= 0 && !improved && budget > 0; s = next) {
+                    next = u.next[s];
+                    improved = dcp__block_try(&u, placements, x, s, k, q, &step, &sum,
+                                              &critical, &budget);
+                }
+            }
+        }
+    }
+    microbatches = dcp__unload_compact(&u, placements, renumber);
+    dcp__unload_close(&u);
     dcp_free(a, renumber);
     return microbatches;
 }
@@ -4682,67 +4865,122 @@ static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
    the bench's 8192-sample batches, where they were the slowest candidate but one): above
    this many samples the tree is not tried. */
 #define DCP__TREE_CANDIDATE_SAMPLES_BARRIER 4096
-static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *placements,
-                                     dcp_plan **plan, dcp_error *error)
+/* The lockstep search under the batch's E: leaves its best placements in x->best, their
+   microbatch count and step in ticks under E in *best_microbatches and *best_step. */
+static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *placements,
+                                       dcp__lockstep *x, int32_t *best_microbatches,
+                                       int64_t *best_step, dcp_error *error)
 {
     const dcp_config *config = batch->config;
-    const dcp_allocator *a = &config->allocator;
     int32_t sync = config->sync_ranks, region_count = sync < config->ranks ? 2 : 1, r, w;
-    int32_t regions[2], microbatches = 0, best_microbatches = 0;
-    int64_t best_step = 0;
-    dcp__lockstep x;
+    int32_t regions[2], microbatches = 0;
+    /* between the extremes the E-independent plans (the tree's, greedy's, static's: the
+       E = 1 plan is one of them) are always candidates, so that the plan is never slower
+       under E than the E = 1 plan */
+    int between = sync > 1 && sync < config->ranks;
     dcp__fill fill;
     dcp_status status;
-    *plan = NULL;
-    memset(&x, 0, sizeof x);
+    *best_microbatches = 0;
+    *best_step = 0;
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
     regions[1] = fill.root_level;
-    if (!dcp__lockstep_init(batch, &x, error)) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    for (r = 0; r < region_count && status == DCP_OK; r++)
+    for (r = 0; r < region_count; r++)
         for (w = 0; w < dcp__fill_candidate_count(batch->count); w++) {
-            if (best_microbatches > 0 && dcp__sync_balanced(batch, best_step)) break;
-            dcp__fill_candidate(&fill, w, regions[r], x.levels, placements, &microbatches);
-            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
-                               &best_microbatches);
+            if (*best_microbatches > 0 && dcp__sync_balanced(batch, *best_step)) break;
+            dcp__fill_candidate(&fill, w, regions[r], x->levels, placements, &microbatches);
+            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
         }
-    if (status == DCP_OK && batch->count <= DCP__TREE_CANDIDATE_SAMPLES &&
+    dcp__fill_free(&fill);
+    if (batch->count <= DCP__TREE_CANDIDATE_SAMPLES &&
         (sync < config->ranks || (batch->count <= DCP__TREE_CANDIDATE_SAMPLES_BARRIER &&
-                                  !dcp__sync_balanced(batch, best_step)))) {
+                                  !dcp__sync_balanced(batch, *best_step)))) {
         status = dcp__plan_dynamic(batch, placements, &microbatches, error);
         if (status == DCP_OK)
-            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
-                               &best_microbatches);
+            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }
-    if (status == DCP_OK && !dcp__sync_balanced(batch, best_step)) {
+    if (status == DCP_OK && (between || !dcp__sync_balanced(batch, *best_step))) {
         /* the greedy baseline's plan is a candidate too: unloading may improve on it */
         status = dcp__plan_greedy(batch, placements, &microbatches, error);
         if (status == DCP_OK)
-            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
-                               &best_microbatches);
+            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }
     if (status == DCP_OK && sync == config->ranks) {
-        best_microbatches = dcp__unload(batch, x.best, best_microbatches);
-        best_step = dcp__placement_step_ticks(batch, x.best, best_microbatches, &x.step);
+        *best_microbatches = dcp__unload(batch, x->best, *best_microbatches);
+        *best_step = dcp__placement_step_ticks(batch, x->best, *best_microbatches, &x->step);
     } else if (status == DCP_OK) {
         /* the pool-wide unloading of the best plan is a candidate under E < D too */
-        memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
-        microbatches = dcp__unload(batch, placements, best_microbatches);
-        dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step, &best_microbatches);
+        memcpy(placements, x->best, (size_t)batch->count * sizeof *placements);
+        microbatches = dcp__unload(batch, placements, *best_microbatches);
+        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }
-    if (status == DCP_OK && !dcp__sync_balanced(batch, best_step)) {
+    if (status == DCP_OK && (between || !dcp__sync_balanced(batch, *best_step))) {
         /* the static baseline last, against the final plan (the planner's fallback for E > 1,
            compared in ticks without building its plan) */
         status = dcp__plan_static(batch, placements, &microbatches, error);
         if (status == DCP_OK)
+            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+    }
+    return status;
+}
+
+/* Between the extremes (1 < E < D) the plan made for E = D is a candidate too, evaluated
+   under E: the plan is then never slower under E than either extreme's plan. */
+static dcp_status dcp__lockstep_barrier_candidate(const dcp__batch *batch,
+                                                  dcp__placement *placements, dcp__lockstep *x,
+                                                  int32_t *best_microbatches,
+                                                  int64_t *best_step, dcp_error *error)
+{
+    dcp_config barrier_config = *batch->config;
+    dcp__batch barrier = *batch;
+    dcp__lockstep y;
+    int32_t microbatches;
+    int64_t step;
+    dcp_status status;
+    barrier_config.sync_ranks = barrier_config.ranks;
+    barrier.config = &barrier_config;
+    barrier.sync_bound = batch->barrier_bound;
+    memset(&y, 0, sizeof y);
+    if (!dcp__lockstep_init(&barrier, &y, error))
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    else
+        status = dcp__lockstep_search(&barrier, placements, &y, &microbatches, &step, error);
+    if (status == DCP_OK)
+        dcp__lockstep_keep(batch, x, y.best, microbatches, best_step, best_microbatches);
+    dcp__lockstep_free(&batch->config->allocator, &y);
+    return status;
+}
+
+static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *placements,
+                                     dcp_plan **plan, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    int32_t best_microbatches = 0;
+    int64_t best_step = 0;
+    dcp__lockstep x;
+    dcp_status status;
+    *plan = NULL;
+    memset(&x, 0, sizeof x);
+    if (!dcp__lockstep_init(batch, &x, error))
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    else
+        status = dcp__lockstep_search(batch, placements, &x, &best_microbatches, &best_step,
+                                      error);
+    if (status == DCP_OK && config->sync_ranks < config->ranks) {
+        status = dcp__lockstep_barrier_candidate(batch, placements, &x, &best_microbatches,
+                                                 &best_step, error);
+        if (status == DCP_OK) { /* the best, unloaded block by block */
+            int32_t microbatches;
+            memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
+            microbatches = dcp__unload_blocks(batch, placements, best_microbatches, &x.step);
             dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
                                &best_microbatches);
+        }
     }
     if (status == DCP_OK)
         status = dcp__plan_build(config, batch->lengths, x.best, batch->count, best_microbatches,
                                  plan, error);
-    dcp__fill_free(&fill);
-    dcp__lockstep_free(a, &x);
+    dcp__lockstep_free(&config->allocator, &x);
     return status;
 }
 

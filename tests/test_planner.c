@@ -479,6 +479,55 @@ static void random_workload_properties(void)
     }
 }
 
+/* Between the extremes (1 < E < D) the plan made for E is never slower under E than the
+   plans made for E = 1 and E = D (both are among its candidates; the block unloading only
+   keeps what lowers the step), on random workloads whose pool has such an E. */
+static void between_plans_beat_both_extremes(void)
+{
+    enum { CAPACITY = 96, WORKLOADS = 1500 };
+    int64_t lengths[CAPACITY];
+    dcp_rng rng;
+    int w, tried = 0, failures_before = test_current_failures;
+    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 12));
+    for (w = 0; w < WORKLOADS && test_current_failures - failures_before < 5; w++) {
+        dcp_config c;
+        int32_t count = random_workload(&rng, &c, lengths, CAPACITY), sync = 2, choices = 0;
+        int32_t extremes[2], i;
+        dcp_plan *plan;
+        double at_e = 0.0;
+        for (i = 2; i < c.ranks; i *= 2) /* every power of two strictly between */
+            if (c.ranks % i == 0 && dcp_rng_below(&rng, (uint64_t)++choices) == 0) sync = i;
+        if (choices == 0) continue;
+        tried++;
+        c.strategy = DCP_STRATEGY_DYNAMIC;
+        c.sync_ranks = sync;
+        extremes[0] = 1;
+        extremes[1] = c.ranks;
+        plan = plan_or_null(&c, lengths, count);
+        CHECK(plan != NULL);
+        if (!plan) continue;
+        CHECK_EQ(dcp_plan_validate(plan, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_step_time(plan, NULL, sync, &at_e, NULL), DCP_OK);
+        for (i = 0; i < 2; i++) {
+            dcp_plan *other;
+            double other_at_e = 0.0;
+            c.sync_ranks = extremes[i];
+            other = plan_or_null(&c, lengths, count);
+            CHECK(other != NULL);
+            if (!other) continue;
+            CHECK_EQ(dcp_plan_step_time(other, NULL, sync, &other_at_e, NULL), DCP_OK);
+            CHECK(at_e <= other_at_e * (1.0 + 1e-9));
+            if (test_current_failures > failures_before)
+                fprintf(stderr, "workload %d: D %d, E %d: %.9g under E against %.9g for the plan "
+                        "made for E = %d\n",
+                        w, (int)c.ranks, (int)sync, at_e, other_at_e, (int)extremes[i]);
+            dcp_plan_destroy(other);
+        }
+        dcp_plan_destroy(plan);
+    }
+    CHECK(tried > WORKLOADS / 4); /* the pools drawn do offer such an E */
+}
+
 /* The local search only keeps improvements: for every candidate tree, the largest path sum
    after it is never above the one before, and the tree stays consistent (the extracted plan
    validates). Checked on the planner's internals, which this file compiles. */
@@ -901,6 +950,7 @@ int main(int argc, char **argv)
         {"single_rank_and_single_sample", single_rank_and_single_sample},
         {"named_workloads_meet_targets", named_workloads_meet_targets},
         {"random_workload_properties", random_workload_properties},
+        {"between_plans_beat_both_extremes", between_plans_beat_both_extremes},
         {"local_search_never_hurts", local_search_never_hurts},
         {"unloading_never_hurts", unloading_never_hurts},
         {"fill_key_sort_matches_qsort", fill_key_sort_matches_qsort},
