@@ -4408,6 +4408,73 @@ static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s
     return 0;
 }
 
+/* Removes an empty group (its cell at first rank r of microbatch k) from the state. */
+static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
+{
+    size_t c = dcp__cell(u, k, r);
+    int32_t q;
+    for (q = r; q < r + ((int32_t)1 << u->level[c]); q++) u->cover[dcp__cell(u, k, q)] = -1;
+    u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)u->level[c]]--;
+    u->free_ranks[k] += (int32_t)1 << u->level[c];
+    u->level[c] = -1;
+    u->load[c] = 0;
+    u->used[c] = 0;
+}
+
+/* Splits the group at first rank r of microbatch k (level j >= 1, at most
+   DCP__REPACK_MAX_SAMPLES samples, each feasible one level narrower) into two groups on its
+   halves, largest first onto the less loaded half, when both halves fit the memory cap and
+   end below the group's time: a wide group of a few long samples is then not slower than
+   two narrower ones side by side (the widening is judged by the time it costs the
+   microbatch). Returns 1 when it split. */
+static int dcp__unload_split(dcp__unload_state *u, int32_t k, int32_t r,
+                             dcp__placement *placements, int64_t *budget)
+{
+    const dcp__batch *batch = u->batch;
+    size_t c = dcp__cell(u, k, r);
+    int32_t j = u->level[c], half = (int32_t)1 << (j - 1), samples[DCP__REPACK_MAX_SAMPLES];
+    int32_t side[DCP__REPACK_MAX_SAMPLES], count = 0, i, m, s;
+    int64_t load[2], used[2];
+    if (j < 1) return 0;
+    for (s = u->head[c]; s >= 0; s = u->next[s]) {
+        if (count == DCP__REPACK_MAX_SAMPLES || batch->cp_min[s] > half) return 0;
+        samples[count++] = s;
+    }
+    *budget -= count + 1;
+    if (count < 2) return 0;
+    for (i = 1; i < count; i++) /* largest first (ticks one level down); ties by id */
+        for (m = i; m > 0; m--) {
+            int32_t x = samples[m - 1], y = samples[m];
+            int64_t wx = dcp__sample_ticks(batch, x, j - 1), wy = dcp__sample_ticks(batch, y, j - 1);
+            if (wx > wy || (wx == wy && x < y)) break;
+            samples[m - 1] = y;
+            samples[m] = x;
+        }
+    load[0] = load[1] = batch->ring_ticks[j - 1];
+    used[0] = used[1] = 0;
+    for (i = 0; i < count; i++) {
+        side[i] = load[1] < load[0];
+        load[side[i]] += dcp__sample_ticks(batch, samples[i], j - 1);
+        used[side[i]] += dcp__sample_tokens(batch, samples[i], j - 1);
+    }
+    if (used[0] > batch->config->max_tokens_per_rank ||
+        used[1] > batch->config->max_tokens_per_rank || load[0] >= u->load[c] ||
+        load[1] >= u->load[c])
+        return 0;
+    u->head[c] = -1; /* empty the group, then place the samples on its halves */
+    u->load[c] = 0;
+    u->used[c] = 0;
+    dcp__unload_clear(u, k, r);
+    for (i = 0; i < count; i++) {
+        s = samples[i];
+        dcp__unload_add(u, k, r + side[i] * half, s, j - 1);
+        placements[s].first_rank = r + side[i] * half;
+        placements[s].cp = half;
+        placements[s].order = INT32_MAX;
+    }
+    return 1;
+}
+
 /* Moves samples off each microbatch's slowest group while that lowers the sum. */
 static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, int64_t budget)
 {
@@ -4447,28 +4514,21 @@ static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, in
                 }
                 if (r >= 0) break;
             }
-            if (*link < 0 && budget > 0) /* no move: try swapping a sample of the group */
+            if (*link < 0 && budget > 0) { /* no move: try swapping a sample of the group */
                 for (link = &u->head[c]; *link >= 0 && budget > 0; link = &u->next[*link])
                     if (dcp__unload_swap(u, k, c, *link, j, second, placements, &budget)) {
                         improved = 1;
                         break;
                     }
+                if (*link < 0 && budget > 0 && dcp__unload_split(u, k, g, placements, &budget)) {
+                    u->slowest[k] = u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
+                    improved = 1;
+                }
+            }
         }
     }
 }
 
-/* Removes an empty group (its cell at first rank r of microbatch k) from the state. */
-static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
-{
-    size_t c = dcp__cell(u, k, r);
-    int32_t q;
-    for (q = r; q < r + ((int32_t)1 << u->level[c]); q++) u->cover[dcp__cell(u, k, q)] = -1;
-    u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)u->level[c]]--;
-    u->free_ranks[k] += (int32_t)1 << u->level[c];
-    u->level[c] = -1;
-    u->load[c] = 0;
-    u->used[c] = 0;
-}
 
 /* Moves sample s (level j) from cell (k, r) to cell (to, r2) at level j2; a group left empty
    is removed. */
