@@ -2510,7 +2510,19 @@ typedef struct dcp__bin {
     int64_t used;
     int32_t samples;
     int32_t next;
+    int32_t slot; /* its place in its node's list */
 } dcp__bin;
+
+/* A node's bins in list order under a tournament tree (per subtree the largest room of a
+   non-empty bin, -1 none, and the count of empty bins), so that first fit and the node's
+   largest room cost O(log bins) instead of a walk of the list: with thousands of samples per
+   rank a node holds thousands of bins, and the walks made planning quadratic. */
+typedef struct dcp__bin_index {
+    int32_t count, leaves; /* bins listed; leaves of the tree (a power of two, 0: none yet) */
+    int32_t *ids;          /* [leaves] */
+    int64_t *room;         /* [2 leaves] */
+    int32_t *empty;        /* [2 leaves] */
+} dcp__bin_index;
 
 typedef struct dcp__heap_entry {
     int64_t key;
@@ -2540,6 +2552,7 @@ typedef struct dcp__tree {
     int32_t *bin_tail;
     dcp__bin *bins;
     int32_t bin_count, bin_capacity;
+    dcp__bin_index *bin_index; /* [nodes] */
     int32_t *sample_node;
     int32_t *sample_bin;
     int32_t *sample_level;
@@ -2564,6 +2577,15 @@ static void dcp__tree_free(dcp__tree *tree)
     dcp_free(a, tree->max_free);
     dcp_free(a, tree->bin_head);
     dcp_free(a, tree->bin_tail);
+    if (tree->bin_index) {
+        int32_t n;
+        for (n = 0; n < 2 * tree->leaf_base; n++) {
+            dcp_free(a, tree->bin_index[n].ids);
+            dcp_free(a, tree->bin_index[n].room);
+            dcp_free(a, tree->bin_index[n].empty);
+        }
+        dcp_free(a, tree->bin_index);
+    }
     dcp_free(a, tree->bins);
     dcp_free(a, tree->sample_node);
     dcp_free(a, tree->sample_bin);
@@ -2599,6 +2621,9 @@ static dcp_status dcp__tree_init(dcp__tree *tree, const dcp__batch *batch, dcp_e
     tree->max_free = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "tree", error);
     tree->bin_head = (int32_t *)dcp__alloc_array(a, nodes, sizeof(int32_t), "tree", error);
     tree->bin_tail = (int32_t *)dcp__alloc_array(a, nodes, sizeof(int32_t), "tree", error);
+    tree->bin_index = (dcp__bin_index *)dcp__alloc_array(a, nodes, sizeof(dcp__bin_index),
+                                                         "tree bins", error);
+    if (tree->bin_index) memset(tree->bin_index, 0, nodes * sizeof(dcp__bin_index));
     tree->bins = (dcp__bin *)dcp__alloc_array(a, (size_t)tree->bin_capacity, sizeof(dcp__bin),
                                               "tree bins", error);
     tree->sample_node = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "tree", error);
@@ -2612,7 +2637,7 @@ static dcp_status dcp__tree_init(dcp__tree *tree, const dcp__batch *batch, dcp_e
                                                      "tree heap", error);
     if (!tree->node_level || !tree->add || !tree->bins_used || !tree->node_free ||
         !tree->mx_time || !tree->mx_bins || !tree->best_time || !tree->min_bins ||
-        !tree->max_free || !tree->bin_head || !tree->bin_tail || !tree->bins ||
+        !tree->max_free || !tree->bin_head || !tree->bin_tail || !tree->bins || !tree->bin_index ||
         !tree->sample_node || !tree->sample_bin || !tree->sample_level || !tree->node_first ||
         !tree->sample_next || !tree->sample_prev || !tree->heap) {
         dcp__tree_free(tree);
@@ -2719,6 +2744,15 @@ static void dcp__tree_reset(dcp__tree *tree, int32_t microbatch_limit)
         tree->node_free[n] = -1;
         tree->bin_head[n] = -1;
         tree->bin_tail[n] = -1;
+        if (tree->bin_index[n].count > 0) { /* empty the node's bin tree */
+            dcp__bin_index *x = &tree->bin_index[n];
+            int32_t i;
+            for (i = 1; i < 2 * x->leaves; i++) {
+                x->room[i] = -1;
+                x->empty[i] = 0;
+            }
+            x->count = 0;
+        }
         tree->node_first[n] = -1;
         (void)dcp__tree_refresh(tree, n, DCP__ALL_LEVELS);
     }
@@ -2866,25 +2900,71 @@ static int32_t dcp__tree_find(dcp__tree *tree, int32_t j, int64_t tokens, int64_
     return best;
 }
 
-static void dcp__tree_update_free(dcp__tree *tree, int32_t n)
+/* Bin b (in slot `slot` of node n's list) changed: its leaf, the path above and the node's
+   largest room follow. */
+static void dcp__tree_bin_changed(dcp__tree *tree, int32_t n, int32_t b)
 {
-    int64_t best = -1;
-    int32_t b;
-    for (b = tree->bin_head[n]; b >= 0; b = tree->bins[b].next)
-        if (tree->bins[b].samples > 0 && tree->capacity - tree->bins[b].used > best)
-            best = tree->capacity - tree->bins[b].used;
-    tree->node_free[n] = best;
+    dcp__bin_index *x = &tree->bin_index[n];
+    int32_t i = x->leaves + tree->bins[b].slot;
+    x->room[i] = tree->bins[b].samples > 0 ? tree->capacity - tree->bins[b].used : -1;
+    x->empty[i] = tree->bins[b].samples == 0;
+    for (i /= 2; i >= 1; i /= 2) {
+        x->room[i] = x->room[2 * i] > x->room[2 * i + 1] ? x->room[2 * i] : x->room[2 * i + 1];
+        x->empty[i] = x->empty[2 * i] + x->empty[2 * i + 1];
+    }
+    tree->node_free[n] = x->room[1];
 }
 
-/* First fit among the node's non-empty bins, else an empty one (reused or new). */
+/* Doubles node n's bin tree (its leaves keep their bins); 0 when memory is short. A node's
+   first tree has room for a few microbatches' bins, so most nodes allocate once. */
+#define DCP__BIN_INDEX_FIRST_LEAVES 16
+static int dcp__tree_bin_index_grow(dcp__tree *tree, int32_t n, dcp_error *error)
+{
+    dcp__bin_index *x = &tree->bin_index[n];
+    int32_t leaves = x->leaves > 0 ? 2 * x->leaves : DCP__BIN_INDEX_FIRST_LEAVES, i;
+    int32_t *ids = (int32_t *)dcp__alloc_array(tree->allocator, (size_t)leaves, sizeof(int32_t),
+                                               "tree bins", error);
+    int64_t *room = (int64_t *)dcp__alloc_array(tree->allocator, 2 * (size_t)leaves,
+                                                sizeof(int64_t), "tree bins", error);
+    int32_t *empty = (int32_t *)dcp__alloc_array(tree->allocator, 2 * (size_t)leaves,
+                                                 sizeof(int32_t), "tree bins", error);
+    if (!ids || !room || !empty) {
+        dcp_free(tree->allocator, ids);
+        dcp_free(tree->allocator, room);
+        dcp_free(tree->allocator, empty);
+        return 0;
+    }
+    if (x->count > 0) memcpy(ids, x->ids, (size_t)x->count * sizeof *ids);
+    dcp_free(tree->allocator, x->ids);
+    dcp_free(tree->allocator, x->room);
+    dcp_free(tree->allocator, x->empty);
+    x->ids = ids;
+    x->room = room;
+    x->empty = empty;
+    x->leaves = leaves;
+    for (i = 1; i < 2 * leaves; i++) {
+        room[i] = -1;
+        empty[i] = 0;
+    }
+    for (i = 0; i < x->count; i++) dcp__tree_bin_changed(tree, n, ids[i]);
+    return 1;
+}
+
+/* First fit among the node's non-empty bins (in list order), else its first empty bin, else
+   a new one; -1 when memory is short. */
 static int32_t dcp__tree_bin_for(dcp__tree *tree, int32_t n, int64_t tokens, dcp_error *error)
 {
-    int32_t b, empty = -1;
-    for (b = tree->bin_head[n]; b >= 0; b = tree->bins[b].next) {
-        if (tree->bins[b].samples > 0 && tree->bins[b].used + tokens <= tree->capacity) return b;
-        if (tree->bins[b].samples == 0 && empty < 0) empty = b;
+    dcp__bin_index *x = &tree->bin_index[n];
+    int32_t b, i = 1;
+    if (x->count > 0 && x->room[1] >= tokens) { /* leftmost leaf with room */
+        while (i < x->leaves) i = x->room[2 * i] >= tokens ? 2 * i : 2 * i + 1;
+        return x->ids[i - x->leaves];
     }
-    if (empty >= 0) return empty;
+    if (x->count > 0 && x->empty[1] > 0) { /* leftmost empty bin */
+        while (i < x->leaves) i = x->empty[2 * i] > 0 ? 2 * i : 2 * i + 1;
+        return x->ids[i - x->leaves];
+    }
+    if (x->count == x->leaves && !dcp__tree_bin_index_grow(tree, n, error)) return -1;
     if (tree->bin_count == tree->bin_capacity) { /* local search can strand empty bins */
         int32_t capacity = tree->bin_capacity * 2;
         dcp__bin *bins = (dcp__bin *)dcp__alloc_array(tree->allocator, (size_t)capacity,
@@ -2899,6 +2979,9 @@ static int32_t dcp__tree_bin_for(dcp__tree *tree, int32_t n, int64_t tokens, dcp
     tree->bins[b].used = 0;
     tree->bins[b].samples = 0;
     tree->bins[b].next = -1;
+    tree->bins[b].slot = x->count;
+    x->ids[x->count++] = b;
+    dcp__tree_bin_changed(tree, n, b);
     if (tree->bin_tail[n] >= 0)
         tree->bins[tree->bin_tail[n]].next = b;
     else
@@ -2925,7 +3008,7 @@ static void dcp__tree_place_in(dcp__tree *tree, int32_t s, int32_t n, int32_t b)
     tree->sample_next[s] = tree->node_first[n];
     if (tree->node_first[n] >= 0) tree->sample_prev[tree->node_first[n]] = s;
     tree->node_first[n] = s;
-    dcp__tree_update_free(tree, n);
+    dcp__tree_bin_changed(tree, n, b);
     dcp__tree_refresh_path(tree, n);
 }
 
@@ -2954,7 +3037,7 @@ static void dcp__tree_remove(dcp__tree *tree, int32_t s)
     else
         tree->node_first[n] = tree->sample_next[s];
     if (tree->sample_next[s] >= 0) tree->sample_prev[tree->sample_next[s]] = tree->sample_prev[s];
-    dcp__tree_update_free(tree, n);
+    dcp__tree_bin_changed(tree, n, b);
     dcp__tree_refresh_path(tree, n);
 }
 
@@ -3080,19 +3163,23 @@ static int dcp__try_place(dcp__tree *tree, int32_t x, int32_t n, int32_t level,
 
 /* Swaps s (on node a) with a smaller sample of the least-loaded node b of its level when
    both nodes then end below T; returns 1 when swapped, else leaves both where they were. */
+#define DCP__SWAP_CANDIDATES 1024
 static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32_t *budget,
                          dcp_status *status, dcp_error *error)
 {
     const dcp__batch *batch = tree->batch;
-    int32_t j = tree->node_level[a], b, other, best = -1, s_bin, best_bin;
+    int32_t j = tree->node_level[a], b, other, best = -1, s_bin, best_bin, seen;
     int64_t ws = dcp__sample_ticks(batch, s, j), b_max, ideal, best_gap = DCP__TICKS_INF;
     if (*budget <= 0) return 0;
     (*budget)--;
     b = dcp__tree_find(tree, j, 0, 0, &b_max);
     if (b < 0 || b == a) return 0;
-    /* after the swap a's max is about T - ws + w and b's is b_max + ws - w: aim between */
+    /* after the swap a's max is about T - ws + w and b's is b_max + ws - w: aim between;
+       among the node's DCP__SWAP_CANDIDATES latest samples (a node of thousands of samples
+       has near-ideal ones among them, and a full walk made planning quadratic) */
     ideal = ws - (T - b_max) / 2;
-    for (other = tree->node_first[b]; other >= 0; other = tree->sample_next[other]) {
+    for (other = tree->node_first[b], seen = 0; other >= 0 && seen < DCP__SWAP_CANDIDATES;
+         other = tree->sample_next[other], seen++) {
         int64_t w = dcp__sample_ticks(batch, other, j), gap = w > ideal ? w - ideal : ideal - w;
         if (w < ws && b_max + ws - w < T && gap < best_gap) {
             best_gap = gap;
