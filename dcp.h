@@ -4343,6 +4343,11 @@ typedef struct dcp__unload {
        their largest room (exact after a target search that scanned them all, kept safe by
        every change since), so that most searches that cannot succeed end at once */
     int64_t *least_load, *most_room;
+    /* per microbatch a tournament tree over first ranks (leaf: the group's load there, -1 for
+       none): its slowest groups and the next slower time without a scan of the ranks */
+    int32_t leaf_base;
+    int64_t *peak; /* [microbatches * 2 leaf_base] */
+    int64_t swap_budget; /* the swaps' own bound, besides the budget (see dcp__unload_ordered) */
     dcp__placement *undo;          /* moves of one lowering attempt, to roll back */
 } dcp__unload_state;
 
@@ -4352,21 +4357,35 @@ static size_t dcp__cell(const dcp__unload_state *u, int32_t k, int32_t r)
 }
 
 /* The slowest group of microbatch k (its first rank; -1 none) and the second slowest time. */
+static int64_t *dcp__unload_peak(const dcp__unload_state *u, int32_t k)
+{
+    return u->peak + (size_t)k * 2 * (size_t)u->leaf_base;
+}
+
+/* The group at first rank r of microbatch k now has this load (-1: none there). */
+static void dcp__unload_peak_set(dcp__unload_state *u, int32_t k, int32_t r, int64_t load)
+{
+    int64_t *peak = dcp__unload_peak(u, k);
+    int32_t n = u->leaf_base + r;
+    peak[n] = load;
+    for (n /= 2; n >= 1; n /= 2)
+        peak[n] = peak[2 * n] > peak[2 * n + 1] ? peak[2 * n] : peak[2 * n + 1];
+}
+
+/* The slowest group of microbatch k (its first rank, the lowest on ties; -1 none) and the
+   second slowest time (the slowest of the others, 0 when none). */
 static int32_t dcp__unload_slowest(const dcp__unload_state *u, int32_t k, int64_t *second)
 {
-    int32_t r, best = -1;
+    const int64_t *peak = dcp__unload_peak(u, k);
+    int32_t n = 1;
     *second = 0;
-    for (r = 0; r < u->ranks; r++) {
-        size_t c = dcp__cell(u, k, r);
-        if (u->level[c] < 0) continue;
-        if (best < 0 || u->load[c] > u->load[dcp__cell(u, k, best)]) {
-            if (best >= 0 && u->load[dcp__cell(u, k, best)] > *second)
-                *second = u->load[dcp__cell(u, k, best)];
-            best = r;
-        } else if (u->load[c] > *second)
-            *second = u->load[c];
+    if (peak[1] < 0) return -1;
+    while (n < u->leaf_base) { /* down to the leftmost leaf at the maximum */
+        int32_t other = peak[2 * n] == peak[1] ? 2 * n + 1 : 2 * n;
+        if (peak[other] > *second) *second = peak[other];
+        n = other ^ 1;
     }
-    return best;
+    return n - u->leaf_base;
 }
 
 /* The group at first rank r of microbatch k changed (load, room, or it is new): the bounds
@@ -4377,10 +4396,13 @@ static void dcp__unload_touch(dcp__unload_state *u, int32_t k, int32_t r)
     int64_t room = u->batch->config->max_tokens_per_rank - u->used[c];
     if (u->load[c] < u->least_load[at]) u->least_load[at] = u->load[c];
     if (room > u->most_room[at]) u->most_room[at] = room;
+    dcp__unload_peak_set(u, k, r, u->load[c]);
 }
 
-/* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1. */
-static int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, int32_t j)
+/* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1.
+   Charges the budget one unit, plus the block positions it scanned. */
+static int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, int32_t j,
+                                  int64_t *budget)
 {
     const dcp__batch *batch = u->batch;
     const int64_t capacity = batch->config->max_tokens_per_rank;
@@ -4391,11 +4413,13 @@ static int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, in
     int fresh = batch->ring_ticks[j] + ticks <= u->slowest[k] && u->free_ranks[k] >= size;
     /* a new group costs at least its ring steps plus this sample and needs free ranks; an
        existing one qualifies only within the level's bounds (prunes the scan only) */
+    *budget -= 1;
     if (!fresh && (u->groups[at] == 0 || u->least_load[at] + ticks > u->slowest[k] ||
                    u->most_room[at] < tokens))
         return -1;
     for (r = 0; r + size <= u->ranks; r += size) {
         size_t c = dcp__cell(u, k, r);
+        *budget -= 1;
         if (u->level[c] == j) {
             if (u->used[c] + tokens <= capacity && u->load[c] + ticks <= u->slowest[k])
                 return r;
@@ -4443,14 +4467,18 @@ static void dcp__unload_unlink(dcp__unload_state *u, size_t c, int32_t s)
 /* Swaps s (in the slowest group, cell c of microbatch k) with a faster sample of its level in
    another microbatch whose group stays within that microbatch's slowest time, when that
    lowers microbatch k's slowest time; returns 1 when it did. Memory caps hold on both sides. */
-static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s, int32_t j,
-                            int64_t second, dcp__placement *placements, int64_t *budget)
+static int dcp__unload_swap_scan(dcp__unload_state *u, int32_t k, size_t c, int32_t s,
+                                 int32_t j, int64_t second, dcp__placement *placements,
+                                 int64_t *budget)
 {
     const dcp__batch *batch = u->batch;
     const int64_t capacity = batch->config->max_tokens_per_rank;
     int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
     int32_t other, r, size = (int32_t)1 << j;
-    for (other = 0; other < u->microbatches && *budget > 0; other++) {
+    int64_t start = *budget;
+    if (second >= u->load[c] || u->swap_budget <= 0) return 0; /* no swap lowers k */
+    for (other = 0; other < u->microbatches && *budget > 0 && u->swap_budget > start - *budget;
+         other++) {
         *budget -= 1; /* a microbatch looked at, even when skipped */
         if (other == k || u->slowest[other] < ticks) continue;
         *budget -= u->ranks >> j;
@@ -4495,6 +4523,15 @@ static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s
     return 0;
 }
 
+static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s, int32_t j,
+                            int64_t second, dcp__placement *placements, int64_t *budget)
+{
+    int64_t before = *budget;
+    int swapped = dcp__unload_swap_scan(u, k, c, s, j, second, placements, budget);
+    u->swap_budget -= before - *budget;
+    return swapped;
+}
+
 /* Removes an empty group (its cell at first rank r of microbatch k) from the state. */
 static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
 {
@@ -4506,6 +4543,7 @@ static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
     u->level[c] = -1;
     u->load[c] = 0;
     u->used[c] = 0;
+    dcp__unload_peak_set(u, k, r, -1);
 }
 
 /* Splits the group at first rank r of microbatch k (level j >= 1, at most
@@ -4563,8 +4601,9 @@ static int dcp__unload_split(dcp__unload_state *u, int32_t k, int32_t r,
 }
 
 /* Moves samples off each microbatch's slowest group while that lowers the sum. */
-static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, int64_t budget)
+static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, int64_t *budget_left)
 {
+    int64_t budget = *budget_left;
     int32_t k, improved = 1;
     while (improved && budget > 0) {
         improved = 0;
@@ -4583,8 +4622,7 @@ static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, in
                     continue;
                 for (other = 0; other < u->microbatches && r < 0 && budget > 0; other++) {
                     if (other == k) continue;
-                    budget -= u->ranks >> j;
-                    r = dcp__unload_target(u, other, s, j);
+                    r = dcp__unload_target(u, other, s, j, &budget);
                     if (r >= 0) {
                         *link = u->next[s];
                         u->load[c] -= ticks;
@@ -4614,6 +4652,7 @@ static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, in
             }
         }
     }
+    *budget_left = budget;
 }
 
 
@@ -4647,21 +4686,32 @@ static int32_t dcp__unload_next_level(const dcp__unload_state *u, int32_t s, int
     return next < u->batch->levels && ((int32_t)1 << next) <= u->ranks ? next : -1;
 }
 
-/* One scan of microbatch k: the largest group time below its slowest time (0 when none),
-   and into u->above[0 .. *count) the first ranks, ascending, of the groups at or above it. */
+/* Below node n of microbatch k's tree: appends the first ranks, ascending, of the groups at
+   or above its slowest time to u->above and raises *best to the largest time below it. */
+static void dcp__unload_below_node(dcp__unload_state *u, int32_t k, int32_t n, int32_t *count,
+                                   int64_t *best)
+{
+    const int64_t *peak = dcp__unload_peak(u, k);
+    if (peak[n] < u->slowest[k]) {
+        if (peak[n] > *best) *best = peak[n];
+        return;
+    }
+    if (n >= u->leaf_base) {
+        u->above[(*count)++] = n - u->leaf_base;
+        return;
+    }
+    dcp__unload_below_node(u, k, 2 * n, count, best);
+    dcp__unload_below_node(u, k, 2 * n + 1, count, best);
+}
+
+/* Microbatch k's largest group time below its slowest time (0 when none), and into
+   u->above[0 .. *count) the first ranks, ascending, of the groups at or above it (the tree
+   visits only their paths and the subtrees beside them). */
 static int64_t dcp__unload_below(dcp__unload_state *u, int32_t k, int32_t *count)
 {
     int64_t best = 0;
-    int32_t r;
     *count = 0;
-    for (r = 0; r < u->ranks; r++) {
-        size_t c = dcp__cell(u, k, r);
-        if (u->level[c] < 0) continue;
-        if (u->load[c] >= u->slowest[k])
-            u->above[(*count)++] = r;
-        else if (u->load[c] > best)
-            best = u->load[c];
-    }
+    dcp__unload_below_node(u, k, 1, count, &best);
     return best;
 }
 
@@ -4687,8 +4737,7 @@ static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit, int
                 if (other == k) continue;
                 /* its own CP size first, then every feasible one */
                 for (j2 = j; j2 >= 0; j2 = dcp__unload_next_level(u, s, j, j2)) {
-                    *budget -= (u->ranks >> j2) + 1;
-                    if ((target = dcp__unload_target(u, other, s, j2)) >= 0) break;
+                    if ((target = dcp__unload_target(u, other, s, j2, budget)) >= 0) break;
                 }
                 if (target < 0) continue;
                 u->undo[moves] = placements[s];
@@ -4714,8 +4763,9 @@ static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit, int
    so a microbatch of one slowest level is dissolved into the others' slack) while that
    succeeds; every success lowers the sum and raises no microbatch. */
 static void dcp__unload_levels(dcp__unload_state *u, dcp__placement *placements,
-                               int64_t budget)
+                               int64_t *budget_left)
 {
+    int64_t budget = *budget_left;
     int32_t k, improved = 1, count;
     while (improved && budget > 0) {
         improved = 0;
@@ -4726,6 +4776,7 @@ static void dcp__unload_levels(dcp__unload_state *u, dcp__placement *placements,
                 improved = 1;
             }
     }
+    *budget_left = budget;
 }
 
 /* Renumbers the microbatches that still hold samples 0, 1, ... in order; returns their count. */
@@ -4758,6 +4809,7 @@ static void dcp__unload_close(dcp__unload_state *u)
     dcp_free(a, u->above);
     dcp_free(a, u->least_load);
     dcp_free(a, u->most_room);
+    dcp_free(a, u->peak);
 }
 
 /* The unloading state of placements: returns 0 (state closed) when it would not fit
@@ -4793,12 +4845,16 @@ static int dcp__unload_open(dcp__unload_state *u, const dcp__batch *batch,
                                                 sizeof(int64_t), "unload", NULL);
     u->most_room = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
                                                sizeof(int64_t), "unload", NULL);
+    u->leaf_base = dcp__leaf_base(u->ranks);
+    u->peak = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * 2 * (size_t)u->leaf_base,
+                                          sizeof(int64_t), "unload", NULL);
     if (!u->load || !u->used || !u->slowest || !u->cover || !u->head || !u->next || !u->level ||
         !u->groups || !u->free_ranks || !u->undo || !u->above || !u->least_load ||
-        !u->most_room) {
+        !u->most_room || !u->peak) {
         dcp__unload_close(u);
         return 0;
     }
+    for (c = 0; c < (size_t)microbatches * 2 * (size_t)u->leaf_base; c++) u->peak[c] = -1;
     for (k = 0; k < microbatches; k++) {
         u->free_ranks[k] = u->ranks;
         for (s = 0; s < DCP_CP_LEVELS; s++) {
@@ -4831,26 +4887,75 @@ static int64_t dcp__unload_budget(const dcp__batch *batch)
     return budget > DCP__UNLOAD_MAX_STEPS ? DCP__UNLOAD_MAX_STEPS : budget;
 }
 
-/* Runs the unloading on placements under E = D; leaves them unchanged when the state cannot
-   be built (see dcp__unload_open). */
-static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
-                           int32_t microbatches)
+/* Runs the unloading on placements under E = D: the lowering pass and the moves and swaps
+   (in that order, or the other with run_first), in turn while they lower the sum of the
+   microbatches' slowest times, within DCP__UNLOAD_PASSES times the budget in all; leaves them
+   unchanged when the state cannot be built (see dcp__unload_open). */
+#define DCP__UNLOAD_PASSES 2
+/* Small plans: both orders of the passes are tried and swaps are bounded by the budget only;
+   larger ones lower first and their swaps stop after DCP__UNLOAD_SWAP_MAX_STEPS. */
+#define DCP__UNLOAD_SMALL_CELLS 4096
+#define DCP__UNLOAD_SWAP_MAX_STEPS (INT64_C(1) << 19)
+static int32_t dcp__unload_ordered(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t microbatches, int run_first)
 {
     const dcp_allocator *a = &batch->config->allocator;
-    int64_t budget = dcp__unload_budget(batch);
+    int64_t budget = dcp__unload_budget(batch) * DCP__UNLOAD_PASSES;
     dcp__unload_state u;
     int32_t *renumber;
     if (budget <= 0) return microbatches;
     renumber = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t), "unload",
                                            NULL);
     if (renumber && dcp__unload_open(&u, batch, placements, microbatches)) {
-        dcp__unload_run(&u, placements, budget);
-        dcp__unload_levels(&u, placements, budget);
+        int64_t sum = -1, now = 0;
+        int32_t k;
+        /* swaps examine every sample of the other microbatches: on large plans they would
+           take most of the budget for little (they pay off on few samples per rank) */
+        u.swap_budget = budget;
+        if ((int64_t)microbatches * batch->config->ranks > DCP__UNLOAD_SMALL_CELLS &&
+            budget > DCP__UNLOAD_SWAP_MAX_STEPS)
+            u.swap_budget = DCP__UNLOAD_SWAP_MAX_STEPS;
+        for (k = 0; k < microbatches; k++) now += u.slowest[k];
+        while (now != sum && budget > 0) { /* every round lowers the sum: it ends */
+            sum = now;
+            if (run_first) dcp__unload_run(&u, placements, &budget);
+            dcp__unload_levels(&u, placements, &budget);
+            if (!run_first) dcp__unload_run(&u, placements, &budget);
+            for (k = 0, now = 0; k < microbatches; k++) now += u.slowest[k];
+        }
         microbatches = dcp__unload_compact(&u, placements, renumber);
         dcp__unload_close(&u);
     }
     dcp_free(a, renumber);
     return microbatches;
+}
+
+static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
+                           int32_t microbatches)
+{
+    return dcp__unload_ordered(batch, placements, microbatches, 0);
+}
+
+/* The two orders of the passes reach different local optima; on small plans (at most
+   DCP__UNLOAD_SMALL_CELLS microbatch-rank cells, where the unloading costs little) both run
+   and the one with the faster step under E = D is kept (ties: lowering first).
+   scratch: [count] placements. */
+static int32_t dcp__unload_best(const dcp__batch *batch, dcp__placement *placements,
+                                int32_t microbatches, dcp__placement *scratch,
+                                dcp__step_scratch *x)
+{
+    int32_t first, second;
+    if ((int64_t)microbatches * batch->config->ranks > DCP__UNLOAD_SMALL_CELLS)
+        return dcp__unload_ordered(batch, placements, microbatches, 0);
+    memcpy(scratch, placements, (size_t)batch->count * sizeof *placements);
+    first = dcp__unload_ordered(batch, placements, microbatches, 0);
+    second = dcp__unload_ordered(batch, scratch, microbatches, 1);
+    if (dcp__placement_step_ticks(batch, scratch, second, x) <
+        dcp__placement_step_ticks(batch, placements, first, x)) {
+        memcpy(placements, scratch, (size_t)batch->count * sizeof *placements);
+        return second;
+    }
+    return first;
 }
 
 /* ------------------------------------------------ lockstep planner: unloading blocks (1 < E < D)
@@ -5053,7 +5158,8 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
             dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }
     if (status == DCP_OK && sync == config->ranks) {
-        *best_microbatches = dcp__unload(batch, x->best, *best_microbatches);
+        *best_microbatches =
+            dcp__unload_best(batch, x->best, *best_microbatches, placements, &x->step);
         *best_step = dcp__placement_step_ticks(batch, x->best, *best_microbatches, &x->step);
     } else if (status == DCP_OK) {
         /* the pool-wide unloading of the best plan is a candidate under E < D too */
