@@ -4348,6 +4348,11 @@ typedef struct dcp__unload {
     int32_t leaf_base;
     int64_t *peak; /* [microbatches * 2 leaf_base] */
     int64_t swap_budget; /* the swaps' own bound, besides the budget (see dcp__unload_ordered) */
+    /* per microbatch a count of its group changes; per (microbatch, level) the last target
+       search that scanned in vain (the count then, the sample's ticks and tokens): a sample
+       no faster and no smaller finds nothing there either while the count stands (slowest
+       times only fall) */
+    int64_t *changes, *failed_at, *failed_ticks, *failed_tokens;
     dcp__placement *undo;          /* moves of one lowering attempt, to roll back */
 } dcp__unload_state;
 
@@ -4397,6 +4402,7 @@ static void dcp__unload_touch(dcp__unload_state *u, int32_t k, int32_t r)
     if (u->load[c] < u->least_load[at]) u->least_load[at] = u->load[c];
     if (room > u->most_room[at]) u->most_room[at] = room;
     dcp__unload_peak_set(u, k, r, u->load[c]);
+    u->changes[k]++;
 }
 
 /* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1.
@@ -4417,6 +4423,9 @@ static int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, in
     if (!fresh && (u->groups[at] == 0 || u->least_load[at] + ticks > u->slowest[k] ||
                    u->most_room[at] < tokens))
         return -1;
+    if (u->failed_at[at] == u->changes[k] && ticks >= u->failed_ticks[at] &&
+        tokens >= u->failed_tokens[at])
+        return -1;
     for (r = 0; r + size <= u->ranks; r += size) {
         size_t c = dcp__cell(u, k, r);
         *budget -= 1;
@@ -4433,6 +4442,9 @@ static int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, in
     }
     u->least_load[at] = least; /* every group of the level was seen: exact */
     u->most_room[at] = most;
+    u->failed_at[at] = u->changes[k];
+    u->failed_ticks[at] = ticks;
+    u->failed_tokens[at] = tokens;
     return -1;
 }
 
@@ -4544,6 +4556,7 @@ static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
     u->load[c] = 0;
     u->used[c] = 0;
     dcp__unload_peak_set(u, k, r, -1);
+    u->changes[k]++;
 }
 
 /* Splits the group at first rank r of microbatch k (level j >= 1, at most
@@ -4810,6 +4823,10 @@ static void dcp__unload_close(dcp__unload_state *u)
     dcp_free(a, u->least_load);
     dcp_free(a, u->most_room);
     dcp_free(a, u->peak);
+    dcp_free(a, u->changes);
+    dcp_free(a, u->failed_at);
+    dcp_free(a, u->failed_ticks);
+    dcp_free(a, u->failed_tokens);
 }
 
 /* The unloading state of placements: returns 0 (state closed) when it would not fit
@@ -4848,12 +4865,23 @@ static int dcp__unload_open(dcp__unload_state *u, const dcp__batch *batch,
     u->leaf_base = dcp__leaf_base(u->ranks);
     u->peak = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * 2 * (size_t)u->leaf_base,
                                           sizeof(int64_t), "unload", NULL);
+    u->changes = (int64_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int64_t), "unload",
+                                             NULL);
+    u->failed_at = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                               sizeof(int64_t), "unload", NULL);
+    u->failed_ticks = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                                  sizeof(int64_t), "unload", NULL);
+    u->failed_tokens = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                                   sizeof(int64_t), "unload", NULL);
     if (!u->load || !u->used || !u->slowest || !u->cover || !u->head || !u->next || !u->level ||
         !u->groups || !u->free_ranks || !u->undo || !u->above || !u->least_load ||
-        !u->most_room || !u->peak) {
+        !u->most_room || !u->peak || !u->changes || !u->failed_at || !u->failed_ticks ||
+        !u->failed_tokens) {
         dcp__unload_close(u);
         return 0;
     }
+    for (k = 0; k < microbatches; k++) u->changes[k] = 0;
+    for (c = 0; c < (size_t)microbatches * DCP_CP_LEVELS; c++) u->failed_at[c] = -1;
     for (c = 0; c < (size_t)microbatches * 2 * (size_t)u->leaf_base; c++) u->peak[c] = -1;
     for (k = 0; k < microbatches; k++) {
         u->free_ranks[k] = u->ranks;
