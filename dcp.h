@@ -5058,6 +5058,73 @@ static int64_t dcp__block_step(const dcp__batch *batch, const dcp__placement *pl
     return step;
 }
 
+/* A sample of level j in block [first, first + sync) of microbatch k2, faster than `ticks`,
+   whose group stays within that block's slowest time and memory cap when it trades places
+   with a sample of `ticks` and `tokens` (whose own group has `room` tokens free): its id, or
+   -1. *at receives its group's first rank. */
+static int32_t dcp__block_swap_partner(const dcp__unload_state *u, int32_t k2, int32_t first,
+                                       int32_t sync, int32_t j, int64_t ticks, int64_t tokens,
+                                       int64_t room, int32_t *at)
+{
+    const dcp__batch *batch = u->batch;
+    int64_t slowest = dcp__block_slowest(u, k2, first, sync);
+    int32_t r, t, size = (int32_t)1 << j;
+    for (r = first; r < first + sync; r += size) {
+        size_t d = dcp__cell(u, k2, r);
+        if (u->level[d] != j || u->load[d] >= slowest) continue;
+        for (t = u->head[d]; t >= 0; t = u->next[t]) {
+            int64_t t_ticks = dcp__sample_ticks(batch, t, j), t_tokens = dcp__sample_tokens(batch, t, j);
+            if (t_ticks < ticks && u->load[d] - t_ticks + ticks <= slowest &&
+                u->used[d] - t_tokens + tokens <= batch->config->max_tokens_per_rank &&
+                t_tokens - tokens <= room) {
+                *at = r;
+                return t;
+            }
+        }
+    }
+    return -1;
+}
+
+/* Trades sample s (group at first rank r of microbatch k) with the first partner found in
+   another block or microbatch; keeps the trade when it lowers (*step, *sum). Returns 1 when
+   kept. */
+static int dcp__block_swap(dcp__unload_state *u, dcp__placement *placements, dcp__step_scratch *x,
+                           int32_t s, int32_t k, int32_t r, int64_t *step, int64_t *sum,
+                           int32_t *critical, int64_t *budget)
+{
+    const int32_t sync = u->batch->config->sync_ranks;
+    size_t c = dcp__cell(u, k, r);
+    int32_t j = u->level[c], k2, first, t = -1, at = 0, in = 0, new_critical = *critical;
+    int64_t ticks = dcp__sample_ticks(u->batch, s, j), tokens = dcp__sample_tokens(u->batch, s, j);
+    int64_t room = u->batch->config->max_tokens_per_rank - u->used[c], new_step, new_sum;
+    dcp__placement before_s, before_t;
+    for (k2 = 0; k2 < u->microbatches && t < 0 && *budget > 0; k2++)
+        for (first = 0; first < u->ranks && t < 0 && *budget > 0; first += sync) {
+            if (k2 == k && first == *critical) continue;
+            *budget -= sync;
+            t = dcp__block_swap_partner(u, k2, first, sync, j, ticks, tokens, room, &at);
+            in = k2;
+        }
+    if (t < 0) return 0;
+    before_s = placements[s];
+    before_t = placements[t];
+    *budget -= DCP__BLOCK_SIMULATION_WEIGHT * (u->batch->count + (int64_t)u->microbatches * u->ranks);
+    dcp__unload_move(u, s, j, k, r, in, at, j, placements);
+    dcp__unload_move(u, t, j, in, at, k, r, j, placements);
+    new_step = dcp__block_step(u->batch, placements, u->microbatches, x, &new_sum, &new_critical);
+    if (new_step < *step || (new_step == *step && new_sum < *sum)) {
+        *step = new_step;
+        *sum = new_sum;
+        *critical = new_critical;
+        return 1;
+    }
+    dcp__unload_move(u, t, j, k, r, in, at, j, placements);
+    dcp__unload_move(u, s, j, in, at, k, r, j, placements);
+    placements[s] = before_s;
+    placements[t] = before_t;
+    return 0;
+}
+
 /* Tries moving sample s (in the group at first rank r of microbatch k) to the first place
    found outside that cell; keeps the move when it lowers (*step, *sum). Returns 1 when kept. */
 static int dcp__block_try(dcp__unload_state *u, dcp__placement *placements, dcp__step_scratch *x,
@@ -5123,7 +5190,9 @@ static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *place
                 for (s = u.head[c]; s >= 0 && !improved && budget > 0; s = next) {
                     next = u.next[s];
                     improved = dcp__block_try(&u, placements, x, s, k, q, &step, &sum,
-                                              &critical, &budget);
+                                              &critical, &budget) ||
+                               dcp__block_swap(&u, placements, x, s, k, q, &step, &sum,
+                                               &critical, &budget);
                 }
             }
         }
