@@ -1918,24 +1918,32 @@ static int dcp__bound_item_before(const dcp__bound_item *x, const dcp__bound_ite
 DCP__DEFINE_SORT(dcp__bound_item_sort, dcp__bound_item, dcp__bound_item_before)
 
 /* The barrier bound of the samples needing >= 2^level ranks, items slowest first. Let n(x) be
-   the number of (block, microbatch) pairs whose slowest group takes longer than x: the
-   samples slower than x hold Tok(x) tokens and lie in such pairs, each holding at most
-   min(E, ranks covered) M tokens, so n(x) >= ceil(Tok(x) / that). A block's step is at least
+   the number of (block, microbatch) pairs whose slowest group takes longer than x: a group
+   holding a sample slower than x (its best time alone, over every CP size, exceeds x) takes
+   longer than x, and each pair holds at most cap = min(E, ranks covered) M tokens, so
+   n(x) >= ceil(Tok(x) / cap) for the Tok(x) tokens (valid lengths: a stored sample is never
+   shorter) of the samples slower than x. When one block covers every usable rank (E at least
+   the ranks covered), no group spans two blocks, so two samples of more than cap / 2 tokens
+   never share a pair: n(x) is also at least the count of such samples slower than x (the
+   bin-packing bound; it binds when long samples cannot pair up). A block's step is at least
    the sum of its microbatches' slowest groups, so the step is at least the mean over the
    blocks of the integral of n(x), which is sum_i t_i (n_i - n_{i-1}) with n_i the count after
-   the i slowest samples (the layer-cake formula). */
+   the i slowest samples (the layer-cake formula; n_i never falls). */
 static double dcp__barrier_bound_level(const dcp_config *config, const dcp__bound_item *items,
                                        int32_t count, int32_t level, int32_t sync)
 {
     int32_t covered = dcp__ranks_covered(config, (int32_t)1 << level), i;
-    int64_t block_ranks = sync < covered ? sync : covered, tokens = 0, pairs = 0;
+    int64_t block_ranks = sync < covered ? sync : covered, tokens = 0, pairs = 0, big = 0;
     int64_t capacity = block_ranks * config->max_tokens_per_rank;
     double blocks = (double)(sync < covered ? covered / sync : 1), integral = 0.0;
+    int one_block = sync >= covered;
     for (i = 0; i < count; i++) {
         int64_t now;
         if (items[i].level < level) continue;
         tokens += items[i].tokens;
+        big += one_block && 2 * items[i].tokens > capacity;
         now = tokens / capacity + (tokens % capacity != 0);
+        if (big > now) now = big;
         integral += items[i].seconds * (double)(now - pairs);
         pairs = now;
     }

@@ -625,6 +625,119 @@ static void giant_pair_is_not_over_widened(void)
     dcp_plan_destroy(plan);
 }
 
+/* Exhaustive optimum of a tiny batch under E = D (the barrier model): the step is the sum
+   over microbatches of their slowest group, so f(S) = min over the microbatch T holding S's
+   first sample of cost(T) + f(S \ T), with cost(T) the least slowest-group time of T split
+   into groups on at most D ranks (aligned power-of-two blocks fit iff their sizes sum to at
+   most D). Small enough to enumerate: at most EXHAUSTIVE_MOST samples. */
+#define EXHAUSTIVE_MOST 7
+typedef struct exhaustive {
+    const dcp_config *config; /* resolved */
+    const int64_t *lengths;
+    int32_t count;
+    double cost[1 << EXHAUSTIVE_MOST], best[1 << EXHAUSTIVE_MOST];
+} exhaustive;
+
+/* Per-rank time and tokens of the group `members` at CP size cp; 0 when it does not fit. */
+static int group_at(const exhaustive *x, unsigned members, int32_t cp, double *seconds)
+{
+    int64_t tokens = 0;
+    int32_t i;
+    *seconds = dcp_cost_ring_seconds(&x->config->cost, cp);
+    for (i = 0; i < x->count; i++) {
+        int64_t padded;
+        int32_t least;
+        if (!(members >> i & 1u)) continue;
+        if (dcp_cp_size_min(x->config, x->lengths[i], &least, NULL) != DCP_OK || least > cp)
+            return 0;
+        dcp_padded_length(x->config, x->lengths[i], cp, &padded, NULL);
+        tokens += padded / cp;
+        *seconds += dcp_cost_sample_seconds(&x->config->cost, x->lengths[i], padded, cp);
+    }
+    return tokens <= x->config->max_tokens_per_rank;
+}
+
+/* The least slowest-group time of `rest` split into groups on `ranks` ranks (worst so far
+   `slowest`); a large value when impossible. */
+static double split_cost(const exhaustive *x, unsigned rest, int32_t ranks, double slowest)
+{
+    unsigned first, group;
+    double best = 1e300;
+    if (rest == 0) return slowest;
+    first = rest & (~rest + 1u);
+    for (group = rest; group != 0; group = (group - 1) & rest) { /* subsets of rest with first */
+        int32_t cp;
+        if (!(group & first)) continue;
+        for (cp = x->config->min_cp; cp <= x->config->max_cp && cp <= ranks; cp *= 2) {
+            double seconds, total;
+            if (!group_at(x, group, cp, &seconds)) continue;
+            total = split_cost(x, rest & ~group, ranks - cp, seconds > slowest ? seconds : slowest);
+            if (total < best) best = total;
+        }
+    }
+    return best;
+}
+
+static double exhaustive_barrier_step(exhaustive *x)
+{
+    unsigned all = (1u << x->count) - 1u, set, sub;
+    for (set = 1; set <= all; set++) x->cost[set] = split_cost(x, set, x->config->ranks, 0.0);
+    x->best[0] = 0.0;
+    for (set = 1; set <= all; set++) {
+        unsigned first = set & (~set + 1u);
+        x->best[set] = 1e300;
+        for (sub = set; sub != 0; sub = (sub - 1) & set)
+            if ((sub & first) && x->cost[sub] + x->best[set & ~sub] < x->best[set])
+                x->best[set] = x->cost[sub] + x->best[set & ~sub];
+    }
+    return x->best[all];
+}
+
+/* On tiny random batches under E = D: the barrier lower bound <= the exhaustive optimum <=
+   the planner's step (the bound is valid; how far each is from the optimum is printed, the
+   measure of which one is loose). */
+static void barrier_bound_below_exhaustive_optimum(void)
+{
+    enum { WORKLOADS = 300 };
+    dcp_rng rng;
+    int w, models;
+    double bound_gap = 0.0, plan_gap = 0.0, worst_bound = 1.0, worst_plan = 1.0;
+    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 4));
+    for (w = 0; w < WORKLOADS; w++) {
+        static const int32_t pools[3] = {2, 4, 8};
+        int64_t lengths[EXHAUSTIVE_MOST];
+        exhaustive x;
+        dcp_config c = make_config(pools[dcp_rng_below(&rng, 3)], 64), resolved;
+        dcp_plan *plan;
+        double optimum, bound = 0.0, step = 0.0;
+        int32_t i;
+        models = (int)dcp_rng_below(&rng, 2);
+        if (models) c.cost.attn_coeff = 1.0; /* L^2 only, else the default model */
+        x.count = 2 + (int32_t)dcp_rng_below(&rng, EXHAUSTIVE_MOST - 1);
+        for (i = 0; i < x.count; i++) /* up to c.ranks x 64 tokens: every CP size in play */
+            lengths[i] = 1 + (int64_t)dcp_rng_below(&rng, (uint64_t)(c.ranks * 64));
+        CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+        x.config = &resolved;
+        x.lengths = lengths;
+        optimum = exhaustive_barrier_step(&x);
+        CHECK_EQ(dcp_lower_bound(&c, lengths, x.count, &bound, NULL), DCP_OK);
+        plan = plan_or_null(&c, lengths, x.count);
+        CHECK(plan != NULL);
+        if (!plan) continue;
+        CHECK_EQ(dcp_plan_step_time(plan, NULL, 0, &step, NULL), DCP_OK);
+        CHECK(bound <= optimum * (1.0 + 1e-9));
+        CHECK(optimum <= step * (1.0 + 1e-9));
+        bound_gap += bound / optimum;
+        plan_gap += optimum / step;
+        if (bound / optimum < worst_bound) worst_bound = bound / optimum;
+        if (optimum / step < worst_plan) worst_plan = optimum / step;
+        dcp_plan_destroy(plan);
+    }
+    printf("    %d tiny batches, E = D: bound / optimum mean %.3f (worst %.3f), optimum / planner "
+           "mean %.3f (worst %.3f)\n",
+           WORKLOADS, bound_gap / WORKLOADS, worst_bound, plan_gap / WORKLOADS, worst_plan);
+}
+
 /* The local search only keeps improvements: for every candidate tree, the largest path sum
    after it is never above the one before, and the tree stays consistent (the extracted plan
    validates). Checked on the planner's internals, which this file compiles. */
@@ -1040,6 +1153,7 @@ int main(int argc, char **argv)
         {"simulator_under_every_sync_model", simulator_under_every_sync_model},
         {"sync_ranks_validation", sync_ranks_validation},
         {"lower_bounds_by_hand", lower_bounds_by_hand},
+        {"barrier_bound_below_exhaustive_optimum", barrier_bound_below_exhaustive_optimum},
         {"validator_catches_every_broken_invariant", validator_catches_every_broken_invariant},
         {"bad_input_is_an_error_naming_it", bad_input_is_an_error_naming_it},
         {"sums_beyond_32_bits", sums_beyond_32_bits},
