@@ -353,8 +353,8 @@ typedef struct dcp_config {
     int32_t improve_moves;       /* local-search budget in evaluated moves: 0 = default
                                     (DCP_DEFAULT_IMPROVE_MOVES_PER_SAMPLE per sample plus
                                     DCP_DEFAULT_IMPROVE_MOVES_BASE), negative = none; under
-                                    E = D it bounds the unloading phase too (in microbatches
-                                    examined, D block positions each) */
+                                    E > 1 it bounds the unloading phases too (64 block
+                                    positions or samples examined per move) */
     dcp_allocator allocator;     /* zero: DCP_MALLOC / DCP_FREE */
 } dcp_config;
 
@@ -385,7 +385,8 @@ DCPDEF double dcp_cost_ring_seconds(const dcp_cost_model *cost, int32_t cp);
    of two are bounded per aligned block); work counts a L^2 + b L per sample plus the ring
    overhead the memory cap forces on it. For E > 1 also the barrier bound: a block's step is
    at least the sum over microbatches of its slowest group, and the samples slower than any
-   threshold need at least (their tokens / the block's E M) block-microbatches that slow. */
+   threshold need at least (their tokens / the block's E M) block-microbatches that slow, and
+   under E = D at least one each for those of more than half of D M tokens. */
 DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengths,
                                   int32_t count, double *seconds, dcp_error *error);
 
@@ -5215,8 +5216,9 @@ static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *place
    also the pool-wide fill) and, up to DCP__TREE_CANDIDATE_SAMPLES samples (the tree planner
    is not yet linear in samples per rank), the DAG tree planner, whose wide-first plans are
    often good under lockstep too (always for E < D, where blocks are independent but for wide
-   groups; for E = D only when the fills are not balanced); each is evaluated under E in ticks
-   and the fastest becomes the plan. */
+   groups; for E = D only when the fills are not balanced), the greedy and static baselines'
+   plans; each is evaluated under E in ticks and the fastest is unloaded (E = D), or, between
+   the extremes, compared with the plan made for E = D and unloaded block by block. */
 #define DCP__TREE_CANDIDATE_SAMPLES 16384
 /* Under E = D the tree's DAG plans lose to greedy + unloading on many samples (measured on
    the bench's 8192-sample batches, where they were the slowest candidate but one): above
