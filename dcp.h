@@ -4581,10 +4581,11 @@ static int dcp__unload_split(dcp__unload_state *u, int32_t k, int32_t r,
 {
     const dcp__batch *batch = u->batch;
     size_t c = dcp__cell(u, k, r);
-    int32_t j = u->level[c], half = (int32_t)1 << (j - 1), samples[DCP__REPACK_MAX_SAMPLES];
+    int32_t j = u->level[c], half, samples[DCP__REPACK_MAX_SAMPLES];
     int32_t side[DCP__REPACK_MAX_SAMPLES], count = 0, i, m, s;
     int64_t load[2], used[2];
     if (j < 1) return 0;
+    half = (int32_t)1 << (j - 1);
     for (s = u->head[c]; s >= 0; s = u->next[s]) {
         if (count == DCP__REPACK_MAX_SAMPLES || batch->cp_min[s] > half) return 0;
         samples[count++] = s;
@@ -5048,19 +5049,22 @@ static int32_t dcp__block_target(const dcp__unload_state *u, int32_t k, int32_t 
 }
 
 /* The step under E and the sum of the blocks' finishes, in ticks; *critical receives the
-   first rank of the slowest block (the first on ties). */
+   first rank of the slowest block (the first on ties). A finish is below 2^DCP__TICK_BITS
+   (the batch's scale), so the sum adds finishes shifted right by log2 of the block count
+   rounded up: it cannot overflow. */
 static int64_t dcp__block_step(const dcp__batch *batch, const dcp__placement *placements,
                                int32_t microbatches, dcp__step_scratch *x, int64_t *sum,
                                int32_t *critical)
 {
     const int32_t ranks = batch->config->ranks, sync = batch->config->sync_ranks;
+    const int32_t shift = dcp__log2_int(dcp__leaf_base((ranks + sync - 1) / sync));
     int64_t step = dcp__placement_step_ticks(batch, placements, microbatches, x), worst = -1;
     int32_t first, r;
     *sum = 0;
     for (first = 0; first < ranks; first += sync) {
         int64_t finish = 0;
         for (r = first; r < first + sync; r++) finish = x->finish[r] > finish ? x->finish[r] : finish;
-        *sum += finish;
+        *sum += finish >> shift;
         if (finish > worst) {
             worst = finish;
             *critical = first;
