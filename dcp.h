@@ -364,8 +364,8 @@ typedef struct dcp_config {
     int32_t improve_moves;       /* local-search budget in evaluated moves: 0 = default
                                     (DCP_DEFAULT_IMPROVE_MOVES_PER_SAMPLE per sample plus
                                     DCP_DEFAULT_IMPROVE_MOVES_BASE), negative = none; under
-                                    E = D it bounds the unloading phase too (in microbatches
-                                    examined, D block positions each) */
+                                    E > 1 it bounds the unloading phases too (64 block
+                                    positions or samples examined per move) */
     dcp_allocator allocator;     /* zero: DCP_MALLOC / DCP_FREE */
 } dcp_config;
 
@@ -396,7 +396,8 @@ DCPDEF double dcp_cost_ring_seconds(const dcp_cost_model *cost, int32_t cp);
    of two are bounded per aligned block); work counts a L^2 + b L per sample plus the ring
    overhead the memory cap forces on it. For E > 1 also the barrier bound: a block's step is
    at least the sum over microbatches of its slowest group, and the samples slower than any
-   threshold need at least (their tokens / the block's E M) block-microbatches that slow. */
+   threshold need at least (their tokens / the block's E M) block-microbatches that slow, and
+   under E = D at least one each for those of more than half of D M tokens. */
 DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengths,
                                   int32_t count, double *seconds, dcp_error *error);
 
@@ -2188,20 +2189,29 @@ static dcp_status dcp__check_samples(const dcp_config *config, const int64_t *le
     return DCP_OK;
 }
 
-/* Per-rank time of one sample alone at CP size cp: compute plus one ring. */
-static double dcp__alone_seconds(const dcp_config *config, int64_t length, int32_t cp)
+/* Per-rank time of one sample alone at CP size cp: compute plus one ring. `attention` is
+   dcp__attention_seconds of its length (computed once by callers that try every cp). */
+static double dcp__alone_seconds_given(const dcp_config *config, double attention,
+                                       int64_t length, int32_t cp)
 {
-    return dcp_cost_sample_seconds(&config->cost, length, dcp__padded(config, length, cp), cp) +
+    return dcp__sample_seconds(&config->cost, attention, dcp__padded(config, length, cp), cp) +
            dcp_cost_ring_seconds(&config->cost, cp);
 }
 
-/* The sample's best per-rank time over its feasible CP sizes. */
-static double dcp__best_alone_seconds(const dcp_config *config, int64_t length, int32_t cp_min)
+static double dcp__alone_seconds(const dcp_config *config, int64_t length, int32_t cp)
 {
-    double best = dcp__alone_seconds(config, length, cp_min);
+    return dcp__alone_seconds_given(config, dcp__attention_seconds(&config->cost, length), length,
+                                    cp);
+}
+
+/* The sample's best per-rank time over its feasible CP sizes. */
+static double dcp__best_alone_seconds(const dcp_config *config, double attention, int64_t length,
+                                      int32_t cp_min)
+{
+    double best = dcp__alone_seconds_given(config, attention, length, cp_min);
     int32_t cp;
     for (cp = cp_min * 2; cp <= config->max_cp && cp > 0; cp *= 2) {
-        double t = dcp__alone_seconds(config, length, cp);
+        double t = dcp__alone_seconds_given(config, attention, length, cp);
         if (t < best) best = t;
     }
     return best;
@@ -2222,15 +2232,51 @@ static int32_t dcp__usable_ranks(const dcp_config *config)
 /* A sample's share of the total work in the lower bound. A group of size c >= 2 holds at
    most c M padded tokens and pays c (c - 1) G of ring work per microbatch, so each of its
    tokens carries at least G (c - 1) / M of ring work: an unavoidable share of total work. */
-static double dcp__bound_work(const dcp_config *config, int64_t length, int32_t cp_min)
+static double dcp__bound_work(const dcp_config *config, double attention, int64_t length,
+                              int32_t cp_min)
 {
     double l = (double)length;
-    double work = dcp__attention_seconds(&config->cost, length) +
-                  dcp__exact(config->cost.linear_coeff * l);
+    double work = attention + dcp__exact(config->cost.linear_coeff * l);
     double ring = dcp__exact(config->cost.ring_step_cost * (double)(cp_min - 1)) * l /
                   (double)config->max_tokens_per_rank;
     return work + ring;
 }
+
+/* DCP__DEFINE_SORT(name, type, before) defines `static void name(type *keys, type *scratch,
+   int64_t count)`: a typed stable merge sort (insertion-sorted runs of DCP__SORT_RUN, then
+   bottom-up merges through scratch, count elements) by before(&a, &b), true when a goes
+   strictly first. With a total order the result is qsort's; typed, the comparison inlines
+   (qsort's calls through a pointer were a third of plan time on large batches). The
+   planner's sorts (lower bound, sample orders, fill keys, plan assembly) share it. */
+#define DCP__SORT_RUN 16
+#define DCP__DEFINE_SORT(name, type, before)                                                    \
+    static void name(type *keys, type *scratch, int64_t count)                                  \
+    {                                                                                           \
+        type *from = keys, *to = scratch, *swap;                                                \
+        int64_t width, lo, i, k;                                                                \
+        for (lo = 0; lo < count; lo += DCP__SORT_RUN) {                                         \
+            int64_t hi = lo + DCP__SORT_RUN < count ? lo + DCP__SORT_RUN : count;               \
+            for (i = lo + 1; i < hi; i++) {                                                     \
+                type key = keys[i];                                                             \
+                for (k = i; k > lo && before(&key, &keys[k - 1]); k--) keys[k] = keys[k - 1];  \
+                keys[k] = key;                                                                  \
+            }                                                                                   \
+        }                                                                                       \
+        for (width = DCP__SORT_RUN; width < count; width *= 2) {                                \
+            for (lo = 0; lo < count; lo += 2 * width) {                                         \
+                int64_t mid = lo + width < count ? lo + width : count;                          \
+                int64_t hi = lo + 2 * width < count ? lo + 2 * width : count, a = lo, b = mid;  \
+                for (k = lo; a < mid && b < hi; k++)                                            \
+                    to[k] = before(&from[b], &from[a]) ? from[b++] : from[a++];                 \
+                for (; a < mid; k++) to[k] = from[a++];                                         \
+                for (; b < hi; k++) to[k] = from[b++];                                          \
+            }                                                                                   \
+            swap = from;                                                                        \
+            from = to;                                                                          \
+            to = swap;                                                                          \
+        }                                                                                       \
+        if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);                     \
+    }
 
 /* One sample as the barrier bound sees it: its best time and the tokens it stores at least. */
 typedef struct dcp__bound_item {
@@ -2240,57 +2286,76 @@ typedef struct dcp__bound_item {
     int32_t id;
 } dcp__bound_item;
 
-static int dcp__bound_item_slowest_first(const void *a, const void *b)
+/* Slowest first, ties by id: a total order. */
+static int dcp__bound_item_before(const dcp__bound_item *x, const dcp__bound_item *y)
 {
-    const dcp__bound_item *x = (const dcp__bound_item *)a, *y = (const dcp__bound_item *)b;
-    if (x->seconds != y->seconds) return x->seconds > y->seconds ? -1 : 1;
-    return x->id < y->id ? -1 : (x->id > y->id);
+    return x->seconds != y->seconds ? x->seconds > y->seconds : x->id < y->id;
 }
+DCP__DEFINE_SORT(dcp__bound_item_sort, dcp__bound_item, dcp__bound_item_before)
 
 /* The barrier bound of the samples needing >= 2^level ranks, items slowest first. Let n(x) be
-   the number of (block, microbatch) pairs whose slowest group takes longer than x: the
-   samples slower than x hold Tok(x) tokens and lie in such pairs, each holding at most
-   min(E, ranks covered) M tokens, so n(x) >= ceil(Tok(x) / that). A block's step is at least
+   the number of (block, microbatch) pairs whose slowest group takes longer than x: a group
+   holding a sample slower than x (its best time alone, over every CP size, exceeds x) takes
+   longer than x, and each pair holds at most cap = min(E, ranks covered) M tokens, so
+   n(x) >= ceil(Tok(x) / cap) for the Tok(x) tokens (valid lengths: a stored sample is never
+   shorter) of the samples slower than x. When one block covers every usable rank (E at least
+   the ranks covered), no group spans two blocks, so two samples of more than cap / 2 tokens
+   never share a pair: n(x) is also at least the count of such samples slower than x (the
+   bin-packing bound; it binds when long samples cannot pair up). A block's step is at least
    the sum of its microbatches' slowest groups, so the step is at least the mean over the
    blocks of the integral of n(x), which is sum_i t_i (n_i - n_{i-1}) with n_i the count after
-   the i slowest samples (the layer-cake formula). */
+   the i slowest samples (the layer-cake formula; n_i never falls). */
 static double dcp__barrier_bound_level(const dcp_config *config, const dcp__bound_item *items,
                                        int32_t count, int32_t level, int32_t sync)
 {
     int32_t covered = dcp__ranks_covered(config, (int32_t)1 << level), i;
-    int64_t block_ranks = sync < covered ? sync : covered, tokens = 0, pairs = 0;
+    int64_t block_ranks = sync < covered ? sync : covered, tokens = 0, pairs = 0, big = 0;
     int64_t capacity = block_ranks * config->max_tokens_per_rank;
     double blocks = (double)(sync < covered ? covered / sync : 1), integral = 0.0;
+    int one_block = sync >= covered;
     for (i = 0; i < count; i++) {
         int64_t now;
         if (items[i].level < level) continue;
         tokens += items[i].tokens;
+        big += one_block && 2 * items[i].tokens > capacity;
         now = tokens / capacity + (tokens % capacity != 0);
+        if (big > now) now = big;
         integral += items[i].seconds * (double)(now - pairs);
         pairs = now;
     }
     return integral / blocks;
 }
 
-/* Lower bound of a resolved config over validated samples under sync ranks `sync`. */
-static dcp_status dcp__lower_bound(const dcp_config *config, const int64_t *lengths,
-                                   int32_t count, const int32_t *cp_min, int32_t sync,
-                                   double *seconds, dcp_error *error)
+/* Lower bounds of a resolved config over validated samples, one per sync ranks E in
+   syncs[0 .. bounds), into seconds[]: the parts every E shares (each sample's best time and
+   work, the slowest-first order) are computed once. */
+static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *lengths,
+                                    int32_t count, const int32_t *cp_min, const int32_t *syncs,
+                                    int32_t bounds, double *seconds, dcp_error *error)
 {
-    double work_at[DCP_CP_LEVELS], work = 0.0, bound = 0.0;
-    int32_t i, level, lowest = dcp__log2_int(config->min_cp), top = dcp__log2_int(config->max_cp);
-    dcp__bound_item *items = NULL;
-    if (sync > 1) {
+    double work_at[DCP_CP_LEVELS], longest = 0.0;
+    int32_t i, b, level, lowest = dcp__log2_int(config->min_cp);
+    int32_t top = dcp__log2_int(config->max_cp), barrier = 0;
+    dcp__bound_item *items = NULL, *scratch = NULL;
+    for (b = 0; b < bounds; b++) barrier |= syncs[b] > 1;
+    if (barrier) {
         items = (dcp__bound_item *)dcp__alloc_array(&config->allocator, (size_t)count,
                                                     sizeof *items, "lower bound", error);
-        if (!items) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+        scratch = (dcp__bound_item *)dcp__alloc_array(&config->allocator, (size_t)count,
+                                                      sizeof *scratch, "lower bound", error);
+        if (!items || !scratch) {
+            dcp_free(&config->allocator, items);
+            dcp_free(&config->allocator, scratch);
+            return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+        }
     }
     for (level = 0; level < DCP_CP_LEVELS; level++) work_at[level] = 0.0;
     for (i = 0; i < count; i++) {
-        double alone = dcp__best_alone_seconds(config, lengths[i], cp_min[i]);
+        double attention = dcp__attention_seconds(&config->cost, lengths[i]);
+        double alone = dcp__best_alone_seconds(config, attention, lengths[i], cp_min[i]);
         int32_t own = dcp__log2_int(cp_min[i]);
-        work_at[own] += dcp__bound_work(config, lengths[i], cp_min[i]);
-        if (alone > bound) bound = alone;
+        work_at[own] += dcp__bound_work(config, attention, lengths[i], cp_min[i]);
+        if (alone > longest) longest = alone;
         if (items) {
             items[i].seconds = alone;
             items[i].tokens = lengths[i];
@@ -2298,19 +2363,23 @@ static dcp_status dcp__lower_bound(const dcp_config *config, const int64_t *leng
             items[i].id = i;
         }
     }
-    if (items) qsort(items, (size_t)count, sizeof *items, dcp__bound_item_slowest_first);
-    for (level = top; level >= lowest; level--) { /* work of the samples needing >= 2^level */
-        double per_rank, barrier;
-        work += work_at[level];
-        if (work == 0.0) continue;
-        per_rank = work / (double)dcp__ranks_covered(config, (int32_t)1 << level);
-        if (per_rank > bound) bound = per_rank;
-        if (!items) continue;
-        barrier = dcp__barrier_bound_level(config, items, count, level, sync);
-        if (barrier > bound) bound = barrier;
+    if (items) dcp__bound_item_sort(items, scratch, count);
+    for (b = 0; b < bounds; b++) {
+        double work = 0.0, bound = longest;
+        for (level = top; level >= lowest; level--) { /* work of the samples needing >= 2^level */
+            double per_rank, slowest;
+            work += work_at[level];
+            if (work == 0.0) continue;
+            per_rank = work / (double)dcp__ranks_covered(config, (int32_t)1 << level);
+            if (per_rank > bound) bound = per_rank;
+            if (syncs[b] <= 1) continue;
+            slowest = dcp__barrier_bound_level(config, items, count, level, syncs[b]);
+            if (slowest > bound) bound = slowest;
+        }
+        seconds[b] = bound;
     }
     dcp_free(&config->allocator, items);
-    *seconds = bound;
+    dcp_free(&config->allocator, scratch);
     return DCP_OK;
 }
 
@@ -2329,7 +2398,7 @@ DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengt
     if (!cp_min) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     status = dcp__check_samples(&c, lengths, count, cp_min, error);
     if (status == DCP_OK)
-        status = dcp__lower_bound(&c, lengths, count, cp_min, c.sync_ranks, seconds, error);
+        status = dcp__lower_bounds(&c, lengths, count, cp_min, &c.sync_ranks, 1, seconds, error);
     dcp_free(&c.allocator, cp_min);
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
@@ -2775,15 +2844,15 @@ typedef struct dcp__placement {
     int32_t sample;
 } dcp__placement;
 
-static int dcp__placement_compare(const void *a, const void *b)
+/* Microbatch, first rank, order, sample: total (a sample appears once). */
+static int dcp__placement_before(const dcp__placement *x, const dcp__placement *y)
 {
-    const dcp__placement *x = (const dcp__placement *)a, *y = (const dcp__placement *)b;
-    if (x->microbatch != y->microbatch) return x->microbatch < y->microbatch ? -1 : 1;
-    if (x->first_rank != y->first_rank) return x->first_rank < y->first_rank ? -1 : 1;
-    if (x->order != y->order) return x->order < y->order ? -1 : 1;
-    if (x->sample != y->sample) return x->sample < y->sample ? -1 : 1;
-    return 0;
+    if (x->microbatch != y->microbatch) return x->microbatch < y->microbatch;
+    if (x->first_rank != y->first_rank) return x->first_rank < y->first_rank;
+    if (x->order != y->order) return x->order < y->order;
+    return x->sample < y->sample;
 }
+DCP__DEFINE_SORT(dcp__placement_sort, dcp__placement, dcp__placement_before)
 
 DCPDEF void dcp_plan_destroy(dcp_plan *plan)
 {
@@ -2831,11 +2900,16 @@ static dcp_status dcp__plan_build(const dcp_config *config, const int64_t *lengt
 {
     int32_t i, groups = 0, k, multiple = config->microbatch_multiple;
     dcp_plan *plan;
+    dcp__placement *scratch;
     if (num_microbatches > INT32_MAX - multiple)
         return dcp_error_set(error, DCP_ERROR_OVERFLOW, "microbatch count %d overflows",
                              (int)num_microbatches);
     num_microbatches = (num_microbatches + multiple - 1) / multiple * multiple;
-    qsort(placements, (size_t)count, sizeof *placements, dcp__placement_compare);
+    scratch = (dcp__placement *)dcp__alloc_array(&config->allocator, (size_t)count,
+                                                 sizeof *scratch, "plan order", error);
+    if (!scratch) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    dcp__placement_sort(placements, scratch, count);
+    dcp_free(&config->allocator, scratch);
     for (i = 0; i < count; i++)
         if (i == 0 || placements[i].microbatch != placements[i - 1].microbatch ||
             placements[i].first_rank != placements[i - 1].first_rank)
@@ -2887,6 +2961,7 @@ typedef struct dcp__batch {
     double tick_seconds;     /* seconds per tick */
     double lower_bound;      /* seconds, under the DAG model (E = 1) */
     double sync_bound;       /* seconds, under the config's sync_ranks */
+    double barrier_bound;    /* seconds, under E = D (for E > 1 only) */
 } dcp__batch;
 
 static void dcp__batch_free(dcp__batch *batch)
@@ -2906,8 +2981,9 @@ static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
                                   const int64_t *lengths, int32_t count, dcp_error *error)
 {
     const dcp_allocator *allocator = &config->allocator;
+    const int32_t syncs[3] = {1, config->sync_ranks, config->ranks}; /* E = 1, E, E = D */
     size_t cells;
-    double total = 0.0, scale;
+    double total = 0.0, scale, bounds[3];
     int32_t i, level, exponent;
     memset(batch, 0, sizeof *batch);
     batch->config = config;
@@ -2952,13 +3028,18 @@ static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
             batch->ticks[cell] = dcp__to_ticks(seconds, scale);
         }
     }
-    if (dcp__lower_bound(config, lengths, count, batch->cp_min, 1, &batch->lower_bound, error) !=
-            DCP_OK ||
-        dcp__lower_bound(config, lengths, count, batch->cp_min, config->sync_ranks,
-                         &batch->sync_bound, error) != DCP_OK) {
+    /* the E = D bound only between the extremes, where the E = D plan is a candidate */
+    if (dcp__lower_bounds(config, lengths, count, batch->cp_min, syncs,
+                          config->sync_ranks > 1 && config->sync_ranks < config->ranks ? 3 : 2,
+                          bounds, error) != DCP_OK) {
         dcp__batch_free(batch);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
+    batch->lower_bound = bounds[0];
+    batch->sync_bound = bounds[1];
+    batch->barrier_bound = config->sync_ranks == config->ranks ? bounds[1]
+                           : config->sync_ranks > 1           ? bounds[2]
+                                                              : 0.0; /* unused under E = 1 */
     return DCP_OK;
 }
 
@@ -2985,6 +3066,12 @@ static int dcp__keyed_descending(const void *a, const void *b)
     if (x->key != y->key) return x->key > y->key ? -1 : 1;
     return x->id < y->id ? -1 : (x->id > y->id);
 }
+
+static int dcp__keyed_before(const dcp__keyed *x, const dcp__keyed *y)
+{
+    return x->key != y->key ? x->key > y->key : x->id < y->id;
+}
+DCP__DEFINE_SORT(dcp__keyed_sort, dcp__keyed, dcp__keyed_before)
 
 /* ---------------------------------------------------------------- baseline: static CP
    Every sample at the CP size the longest needs; D / c data-parallel replicas; samples dealt
@@ -3178,7 +3265,7 @@ static dcp_status dcp__order_by_ticks(const dcp__batch *batch, const int32_t *le
 {
     const dcp_allocator *allocator = &batch->config->allocator;
     int32_t i;
-    dcp__keyed *keyed = (dcp__keyed *)dcp__alloc_array(allocator, (size_t)batch->count,
+    dcp__keyed *keyed = (dcp__keyed *)dcp__alloc_array(allocator, 2 * (size_t)batch->count,
                                                        sizeof *keyed, "sample order", error);
     if (!keyed) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     for (i = 0; i < batch->count; i++) {
@@ -3188,7 +3275,7 @@ static dcp_status dcp__order_by_ticks(const dcp__batch *batch, const int32_t *le
         keyed[i].key = level_major ? ((int64_t)level << 58) + (ticks >> 3) : ticks;
         keyed[i].id = i;
     }
-    qsort(keyed, (size_t)batch->count, sizeof *keyed, dcp__keyed_descending);
+    dcp__keyed_sort(keyed, keyed + batch->count, batch->count); /* second half: scratch */
     for (i = 0; i < batch->count; i++) order[i] = keyed[i].id;
     dcp_free(allocator, keyed);
     return DCP_OK;
@@ -3236,7 +3323,19 @@ typedef struct dcp__bin {
     int64_t used;
     int32_t samples;
     int32_t next;
+    int32_t slot; /* its place in its node's list */
 } dcp__bin;
+
+/* A node's bins in list order under a tournament tree (per subtree the largest room of a
+   non-empty bin, -1 none, and the count of empty bins), so that first fit and the node's
+   largest room cost O(log bins) instead of a walk of the list: with thousands of samples per
+   rank a node holds thousands of bins, and the walks made planning quadratic. */
+typedef struct dcp__bin_index {
+    int32_t count, leaves; /* bins listed; leaves of the tree (a power of two, 0: none yet) */
+    int32_t *ids;          /* [leaves] */
+    int64_t *room;         /* [2 leaves] */
+    int32_t *empty;        /* [2 leaves] */
+} dcp__bin_index;
 
 typedef struct dcp__heap_entry {
     int64_t key;
@@ -3266,6 +3365,7 @@ typedef struct dcp__tree {
     int32_t *bin_tail;
     dcp__bin *bins;
     int32_t bin_count, bin_capacity;
+    dcp__bin_index *bin_index; /* [nodes] */
     int32_t *sample_node;
     int32_t *sample_bin;
     int32_t *sample_level;
@@ -3290,6 +3390,15 @@ static void dcp__tree_free(dcp__tree *tree)
     dcp_free(a, tree->max_free);
     dcp_free(a, tree->bin_head);
     dcp_free(a, tree->bin_tail);
+    if (tree->bin_index) {
+        int32_t n;
+        for (n = 0; n < 2 * tree->leaf_base; n++) {
+            dcp_free(a, tree->bin_index[n].ids);
+            dcp_free(a, tree->bin_index[n].room);
+            dcp_free(a, tree->bin_index[n].empty);
+        }
+        dcp_free(a, tree->bin_index);
+    }
     dcp_free(a, tree->bins);
     dcp_free(a, tree->sample_node);
     dcp_free(a, tree->sample_bin);
@@ -3325,6 +3434,9 @@ static dcp_status dcp__tree_init(dcp__tree *tree, const dcp__batch *batch, dcp_e
     tree->max_free = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "tree", error);
     tree->bin_head = (int32_t *)dcp__alloc_array(a, nodes, sizeof(int32_t), "tree", error);
     tree->bin_tail = (int32_t *)dcp__alloc_array(a, nodes, sizeof(int32_t), "tree", error);
+    tree->bin_index = (dcp__bin_index *)dcp__alloc_array(a, nodes, sizeof(dcp__bin_index),
+                                                         "tree bins", error);
+    if (tree->bin_index) memset(tree->bin_index, 0, nodes * sizeof(dcp__bin_index));
     tree->bins = (dcp__bin *)dcp__alloc_array(a, (size_t)tree->bin_capacity, sizeof(dcp__bin),
                                               "tree bins", error);
     tree->sample_node = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "tree", error);
@@ -3338,7 +3450,7 @@ static dcp_status dcp__tree_init(dcp__tree *tree, const dcp__batch *batch, dcp_e
                                                      "tree heap", error);
     if (!tree->node_level || !tree->add || !tree->bins_used || !tree->node_free ||
         !tree->mx_time || !tree->mx_bins || !tree->best_time || !tree->min_bins ||
-        !tree->max_free || !tree->bin_head || !tree->bin_tail || !tree->bins ||
+        !tree->max_free || !tree->bin_head || !tree->bin_tail || !tree->bins || !tree->bin_index ||
         !tree->sample_node || !tree->sample_bin || !tree->sample_level || !tree->node_first ||
         !tree->sample_next || !tree->sample_prev || !tree->heap) {
         dcp__tree_free(tree);
@@ -3445,6 +3557,15 @@ static void dcp__tree_reset(dcp__tree *tree, int32_t microbatch_limit)
         tree->node_free[n] = -1;
         tree->bin_head[n] = -1;
         tree->bin_tail[n] = -1;
+        if (tree->bin_index[n].count > 0) { /* empty the node's bin tree */
+            dcp__bin_index *x = &tree->bin_index[n];
+            int32_t i;
+            for (i = 1; i < 2 * x->leaves; i++) {
+                x->room[i] = -1;
+                x->empty[i] = 0;
+            }
+            x->count = 0;
+        }
         tree->node_first[n] = -1;
         (void)dcp__tree_refresh(tree, n, DCP__ALL_LEVELS);
     }
@@ -3592,25 +3713,71 @@ static int32_t dcp__tree_find(dcp__tree *tree, int32_t j, int64_t tokens, int64_
     return best;
 }
 
-static void dcp__tree_update_free(dcp__tree *tree, int32_t n)
+/* Bin b (in slot `slot` of node n's list) changed: its leaf, the path above and the node's
+   largest room follow. */
+static void dcp__tree_bin_changed(dcp__tree *tree, int32_t n, int32_t b)
 {
-    int64_t best = -1;
-    int32_t b;
-    for (b = tree->bin_head[n]; b >= 0; b = tree->bins[b].next)
-        if (tree->bins[b].samples > 0 && tree->capacity - tree->bins[b].used > best)
-            best = tree->capacity - tree->bins[b].used;
-    tree->node_free[n] = best;
+    dcp__bin_index *x = &tree->bin_index[n];
+    int32_t i = x->leaves + tree->bins[b].slot;
+    x->room[i] = tree->bins[b].samples > 0 ? tree->capacity - tree->bins[b].used : -1;
+    x->empty[i] = tree->bins[b].samples == 0;
+    for (i /= 2; i >= 1; i /= 2) {
+        x->room[i] = x->room[2 * i] > x->room[2 * i + 1] ? x->room[2 * i] : x->room[2 * i + 1];
+        x->empty[i] = x->empty[2 * i] + x->empty[2 * i + 1];
+    }
+    tree->node_free[n] = x->room[1];
 }
 
-/* First fit among the node's non-empty bins, else an empty one (reused or new). */
+/* Doubles node n's bin tree (its leaves keep their bins); 0 when memory is short. A node's
+   first tree has room for a few microbatches' bins, so most nodes allocate once. */
+#define DCP__BIN_INDEX_FIRST_LEAVES 16
+static int dcp__tree_bin_index_grow(dcp__tree *tree, int32_t n, dcp_error *error)
+{
+    dcp__bin_index *x = &tree->bin_index[n];
+    int32_t leaves = x->leaves > 0 ? 2 * x->leaves : DCP__BIN_INDEX_FIRST_LEAVES, i;
+    int32_t *ids = (int32_t *)dcp__alloc_array(tree->allocator, (size_t)leaves, sizeof(int32_t),
+                                               "tree bins", error);
+    int64_t *room = (int64_t *)dcp__alloc_array(tree->allocator, 2 * (size_t)leaves,
+                                                sizeof(int64_t), "tree bins", error);
+    int32_t *empty = (int32_t *)dcp__alloc_array(tree->allocator, 2 * (size_t)leaves,
+                                                 sizeof(int32_t), "tree bins", error);
+    if (!ids || !room || !empty) {
+        dcp_free(tree->allocator, ids);
+        dcp_free(tree->allocator, room);
+        dcp_free(tree->allocator, empty);
+        return 0;
+    }
+    if (x->count > 0) memcpy(ids, x->ids, (size_t)x->count * sizeof *ids);
+    dcp_free(tree->allocator, x->ids);
+    dcp_free(tree->allocator, x->room);
+    dcp_free(tree->allocator, x->empty);
+    x->ids = ids;
+    x->room = room;
+    x->empty = empty;
+    x->leaves = leaves;
+    for (i = 1; i < 2 * leaves; i++) {
+        room[i] = -1;
+        empty[i] = 0;
+    }
+    for (i = 0; i < x->count; i++) dcp__tree_bin_changed(tree, n, ids[i]);
+    return 1;
+}
+
+/* First fit among the node's non-empty bins (in list order), else its first empty bin, else
+   a new one; -1 when memory is short. */
 static int32_t dcp__tree_bin_for(dcp__tree *tree, int32_t n, int64_t tokens, dcp_error *error)
 {
-    int32_t b, empty = -1;
-    for (b = tree->bin_head[n]; b >= 0; b = tree->bins[b].next) {
-        if (tree->bins[b].samples > 0 && tree->bins[b].used + tokens <= tree->capacity) return b;
-        if (tree->bins[b].samples == 0 && empty < 0) empty = b;
+    dcp__bin_index *x = &tree->bin_index[n];
+    int32_t b, i = 1;
+    if (x->count > 0 && x->room[1] >= tokens) { /* leftmost leaf with room */
+        while (i < x->leaves) i = x->room[2 * i] >= tokens ? 2 * i : 2 * i + 1;
+        return x->ids[i - x->leaves];
     }
-    if (empty >= 0) return empty;
+    if (x->count > 0 && x->empty[1] > 0) { /* leftmost empty bin */
+        while (i < x->leaves) i = x->empty[2 * i] > 0 ? 2 * i : 2 * i + 1;
+        return x->ids[i - x->leaves];
+    }
+    if (x->count == x->leaves && !dcp__tree_bin_index_grow(tree, n, error)) return -1;
     if (tree->bin_count == tree->bin_capacity) { /* local search can strand empty bins */
         int32_t capacity = tree->bin_capacity * 2;
         dcp__bin *bins = (dcp__bin *)dcp__alloc_array(tree->allocator, (size_t)capacity,
@@ -3625,6 +3792,9 @@ static int32_t dcp__tree_bin_for(dcp__tree *tree, int32_t n, int64_t tokens, dcp
     tree->bins[b].used = 0;
     tree->bins[b].samples = 0;
     tree->bins[b].next = -1;
+    tree->bins[b].slot = x->count;
+    x->ids[x->count++] = b;
+    dcp__tree_bin_changed(tree, n, b);
     if (tree->bin_tail[n] >= 0)
         tree->bins[tree->bin_tail[n]].next = b;
     else
@@ -3651,7 +3821,7 @@ static void dcp__tree_place_in(dcp__tree *tree, int32_t s, int32_t n, int32_t b)
     tree->sample_next[s] = tree->node_first[n];
     if (tree->node_first[n] >= 0) tree->sample_prev[tree->node_first[n]] = s;
     tree->node_first[n] = s;
-    dcp__tree_update_free(tree, n);
+    dcp__tree_bin_changed(tree, n, b);
     dcp__tree_refresh_path(tree, n);
 }
 
@@ -3680,7 +3850,7 @@ static void dcp__tree_remove(dcp__tree *tree, int32_t s)
     else
         tree->node_first[n] = tree->sample_next[s];
     if (tree->sample_next[s] >= 0) tree->sample_prev[tree->sample_next[s]] = tree->sample_prev[s];
-    dcp__tree_update_free(tree, n);
+    dcp__tree_bin_changed(tree, n, b);
     dcp__tree_refresh_path(tree, n);
 }
 
@@ -3806,19 +3976,23 @@ static int dcp__try_place(dcp__tree *tree, int32_t x, int32_t n, int32_t level,
 
 /* Swaps s (on node a) with a smaller sample of the least-loaded node b of its level when
    both nodes then end below T; returns 1 when swapped, else leaves both where they were. */
+#define DCP__SWAP_CANDIDATES 1024
 static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32_t *budget,
                          dcp_status *status, dcp_error *error)
 {
     const dcp__batch *batch = tree->batch;
-    int32_t j = tree->node_level[a], b, other, best = -1, s_bin, best_bin;
+    int32_t j = tree->node_level[a], b, other, best = -1, s_bin, best_bin, seen;
     int64_t ws = dcp__sample_ticks(batch, s, j), b_max, ideal, best_gap = DCP__TICKS_INF;
     if (*budget <= 0) return 0;
     (*budget)--;
     b = dcp__tree_find(tree, j, 0, 0, &b_max);
     if (b < 0 || b == a) return 0;
-    /* after the swap a's max is about T - ws + w and b's is b_max + ws - w: aim between */
+    /* after the swap a's max is about T - ws + w and b's is b_max + ws - w: aim between;
+       among the node's DCP__SWAP_CANDIDATES latest samples (a node of thousands of samples
+       has near-ideal ones among them, and a full walk made planning quadratic) */
     ideal = ws - (T - b_max) / 2;
-    for (other = tree->node_first[b]; other >= 0; other = tree->sample_next[other]) {
+    for (other = tree->node_first[b], seen = 0; other >= 0 && seen < DCP__SWAP_CANDIDATES;
+         other = tree->sample_next[other], seen++) {
         int64_t w = dcp__sample_ticks(batch, other, j), gap = w > ideal ? w - ideal : ideal - w;
         if (w < ws && b_max + ws - w < T && gap < best_gap) {
             best_gap = gap;
@@ -4286,48 +4460,16 @@ typedef struct dcp__fill_key {
     int32_t tie; /* order among equal ticks and tokens */
 } dcp__fill_key;
 
-/* Level ascending, then slowest first (ticks, then tokens, descending), then id: total. */
-static int dcp__fill_key_compare(const void *a, const void *b)
+/* Level ascending, then slowest first (ticks, then tokens, descending), then tie: a total
+   order, so the sort's result is unique (tests/test_planner.c checks it against qsort). */
+static int dcp__fill_key_before(const dcp__fill_key *x, const dcp__fill_key *y)
 {
-    const dcp__fill_key *x = (const dcp__fill_key *)a, *y = (const dcp__fill_key *)b;
-    if (x->level != y->level) return x->level < y->level ? -1 : 1;
-    if (x->ticks != y->ticks) return x->ticks > y->ticks ? -1 : 1;
-    if (x->tokens != y->tokens) return x->tokens > y->tokens ? -1 : 1;
-    return x->tie < y->tie ? -1 : (x->tie > y->tie);
+    if (x->level != y->level) return x->level < y->level;
+    if (x->ticks != y->ticks) return x->ticks > y->ticks;
+    if (x->tokens != y->tokens) return x->tokens > y->tokens;
+    return x->tie < y->tie;
 }
-
-/* Sorts keys by dcp__fill_key_compare: insertion-sorted runs, then bottom-up merges. The
-   order is total, so the result is qsort's; typed, the comparison inlines (the fill
-   candidates' sort dominated plan time at 10^5 samples). scratch: count keys. */
-#define DCP__FILL_SORT_RUN 16
-static void dcp__fill_key_sort(dcp__fill_key *keys, dcp__fill_key *scratch, int64_t count)
-{
-    dcp__fill_key *from = keys, *to = scratch, *swap;
-    int64_t width, lo, i, k;
-    for (lo = 0; lo < count; lo += DCP__FILL_SORT_RUN) {
-        int64_t hi = lo + DCP__FILL_SORT_RUN < count ? lo + DCP__FILL_SORT_RUN : count;
-        for (i = lo + 1; i < hi; i++) {
-            dcp__fill_key key = keys[i];
-            for (k = i; k > lo && dcp__fill_key_compare(&key, &keys[k - 1]) < 0; k--)
-                keys[k] = keys[k - 1];
-            keys[k] = key;
-        }
-    }
-    for (width = DCP__FILL_SORT_RUN; width < count; width *= 2) {
-        for (lo = 0; lo < count; lo += 2 * width) {
-            int64_t mid = lo + width < count ? lo + width : count;
-            int64_t hi = lo + 2 * width < count ? lo + 2 * width : count, a = lo, b = mid;
-            for (k = lo; a < mid && b < hi; k++)
-                to[k] = dcp__fill_key_compare(&from[b], &from[a]) < 0 ? from[b++] : from[a++];
-            for (; a < mid; k++) to[k] = from[a++];
-            for (; b < hi; k++) to[k] = from[b++];
-        }
-        swap = from;
-        from = to;
-        to = swap;
-    }
-    if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);
-}
+DCP__DEFINE_SORT(dcp__fill_key_sort, dcp__fill_key, dcp__fill_key_before)
 
 typedef struct dcp__fill {
     const dcp__batch *batch;
@@ -4365,8 +4507,13 @@ static int32_t dcp__fill_find(dcp__fill *f, int32_t level, int32_t i)
    -1 when none. Both keys fall along the level's range, so each bound is a binary search. */
 static int32_t dcp__fill_take(dcp__fill *f, int32_t level, int64_t ticks, int64_t tokens)
 {
-    int32_t lo = f->first[level], hi = f->first[level + 1], a = lo, b = hi, i;
+    int32_t lo = f->first[level], hi = f->first[level + 1], a, b, i;
     if (ticks < 0 || tokens < 0 || lo == hi) return -1;
+    lo = dcp__fill_find(f, level, lo); /* every entry before it is placed */
+    if (lo == hi) return -1;
+    if (f->sorted[lo].ticks <= ticks && f->sorted[lo].tokens <= tokens) return lo;
+    a = lo;
+    b = hi;
     while (a < b) { /* first entry with ticks <= bound */
         int32_t mid = a + (b - a) / 2;
         if (f->sorted[mid].ticks <= ticks) b = mid; else a = mid + 1;
@@ -4576,7 +4723,10 @@ static void dcp__fill_run(dcp__fill *f, const int32_t *levels, int32_t region_le
    any sample, else one with at most the level's largest room in tokens, found in the
    fill-to-the-top arrays (tokens fall along them) instead of rescanning every sample left. */
 
-/* Per level: the open groups and their largest room (-1: none open). */
+/* Per level: the open groups and their largest room (-1: none open). Once a level has no
+   free block left its groups are fixed for the microbatch (blocks are only taken), and a
+   tournament tree over them in opening order (per node the least load and the largest room
+   below) finds the least-loaded group with room in O(log D) instead of a scan of the level. */
 typedef struct dcp__greedy_state {
     dcp__open_group *groups;
     int32_t open;
@@ -4584,13 +4734,107 @@ typedef struct dcp__greedy_state {
     int32_t *position; /* [count]: place of a sample in the longest-first order */
     /* each level's open groups in opening order: first, last, next [ranks] (-1 ends) */
     int32_t level_first[DCP_CP_LEVELS], level_last[DCP_CP_LEVELS], *level_next;
+    /* the level trees: level j's nodes 1 .. 2 leaves - 1 at tree_base[j] + node, leaves in
+       opening order (tree_leaves[j] 0: not built this microbatch); nodes_used of
+       DCP__GREEDY_TREE_NODES(ranks) */
+    int64_t *tree_load, *tree_room;
+    int32_t *leaf_group;  /* [nodes]: the group of a leaf, -1 for padding */
+    int32_t *group_leaf;  /* [ranks]: a group's leaf position in its level's tree */
+    int32_t tree_base[DCP_CP_LEVELS], tree_leaves[DCP_CP_LEVELS], nodes_used;
 } dcp__greedy_state;
+
+/* Every level's tree has fewer than 2 x its groups' leaves, its groups less than 2 x groups
+   nodes; at most `ranks` groups in all, plus one padded leaf pair per level. */
+#define DCP__GREEDY_TREE_NODES(ranks) (4 * (size_t)(ranks) + 2 * DCP_CP_LEVELS)
+
+/* Builds level j's tree over its open groups (called when its last free block is gone). */
+static void dcp__greedy_tree_build(dcp__greedy_state *g, int32_t level, int64_t capacity)
+{
+    int32_t leaves = 1, count = 0, k, n, base = g->nodes_used;
+    int64_t *load = g->tree_load + base, *room = g->tree_room + base;
+    for (k = g->level_first[level]; k >= 0; k = g->level_next[k]) count++;
+    while (leaves < count) leaves *= 2;
+    g->tree_base[level] = base;
+    g->tree_leaves[level] = leaves;
+    g->nodes_used += 2 * leaves;
+    for (n = leaves, k = g->level_first[level]; n < 2 * leaves; n++) {
+        g->leaf_group[base + n] = k;
+        load[n] = k >= 0 ? g->groups[k].load : DCP__TICKS_INF;
+        room[n] = k >= 0 ? capacity - g->groups[k].used : -1;
+        if (k >= 0) {
+            g->group_leaf[k] = n;
+            k = g->level_next[k];
+        }
+    }
+    for (n = leaves - 1; n >= 1; n--) {
+        load[n] = load[2 * n] < load[2 * n + 1] ? load[2 * n] : load[2 * n + 1];
+        room[n] = room[2 * n] > room[2 * n + 1] ? room[2 * n] : room[2 * n + 1];
+    }
+}
+
+/* The least-loaded leaf (lowest position on ties) below node n with room >= tokens, if it
+   beats (*best_load, *best): subtrees without room, or whose least load cannot beat the best
+   found, are skipped; the less-loaded child is searched first. */
+static void dcp__greedy_tree_search(const dcp__greedy_state *g, int32_t base, int32_t n,
+                                    int32_t leaves, int64_t tokens, int32_t *best,
+                                    int64_t *best_load)
+{
+    const int64_t *load = g->tree_load + base, *room = g->tree_room + base;
+    int32_t first, start = n, width = 1;
+    if (room[n] < tokens || load[n] > *best_load) return;
+    while (start < leaves) { /* the node's first leaf */
+        start *= 2;
+        width *= 2;
+    }
+    if (load[n] == *best_load && start >= *best) return;
+    if (width == 1) {
+        *best = n;
+        *best_load = load[n];
+        return;
+    }
+    first = load[2 * n + 1] < load[2 * n] ? 2 * n + 1 : 2 * n;
+    dcp__greedy_tree_search(g, base, first, leaves, tokens, best, best_load);
+    dcp__greedy_tree_search(g, base, first ^ 1, leaves, tokens, best, best_load);
+}
+
+/* Group k's load or room changed: its leaf and the path above it follow. */
+static void dcp__greedy_tree_update(dcp__greedy_state *g, int32_t level, int32_t k,
+                                    int64_t capacity)
+{
+    int32_t base = g->tree_base[level], n = g->group_leaf[k];
+    int64_t *load = g->tree_load + base, *room = g->tree_room + base;
+    load[n] = g->groups[k].load;
+    room[n] = capacity - g->groups[k].used;
+    for (n /= 2; n >= 1; n /= 2) {
+        load[n] = load[2 * n] < load[2 * n + 1] ? load[2 * n] : load[2 * n + 1];
+        room[n] = room[2 * n] > room[2 * n + 1] ? room[2 * n] : room[2 * n + 1];
+    }
+}
+
+/* The least-loaded open group of the level with room for `tokens` (lowest index on ties: the
+   leaves are in opening order), building the level's tree on first use; -1 when none. */
+static int32_t dcp__greedy_least_loaded(dcp__greedy_state *g, int32_t level, int64_t tokens,
+                                        int64_t capacity)
+{
+    int32_t best = INT32_MAX;
+    int64_t best_load = DCP__TICKS_INF;
+    if (g->tree_leaves[level] == 0) dcp__greedy_tree_build(g, level, capacity);
+    dcp__greedy_tree_search(g, g->tree_base[level], 1, g->tree_leaves[level], tokens, &best,
+                            &best_load);
+    return best == INT32_MAX ? -1 : g->leaf_group[g->tree_base[level] + best];
+}
 
 /* The first unplaced sample of the level after order position `after` that fits now; -1 none. */
 static int32_t dcp__greedy_next(dcp__fill *f, const dcp__greedy_state *g, const dcp__buddy *buddy,
                                 int32_t level, int32_t after)
 {
-    int32_t lo = f->first[level], hi = f->first[level + 1], a = lo, b = hi, i;
+    int32_t lo = f->first[level], hi = f->first[level + 1], a, b, i;
+    if (lo == hi || (lo = dcp__fill_find(f, level, lo)) == hi) return -1;
+    if (g->position[f->sorted[lo].id] > after &&
+        (buddy->free_level[1] >= level || f->sorted[lo].tokens <= g->max_room[level]))
+        return lo; /* the first unplaced entry: every one before it is placed */
+    a = lo;
+    b = hi;
     while (a < b) { /* first entry placed after the cursor in the order */
         int32_t mid = a + (b - a) / 2;
         if (g->position[f->sorted[mid].id] > after) b = mid; else a = mid + 1;
@@ -4618,8 +4862,7 @@ static void dcp__greedy_place(dcp__fill *f, dcp__greedy_state *g, dcp__buddy *bu
 {
     const dcp__batch *batch = f->batch;
     int64_t tokens = f->sorted[i].tokens, capacity = f->capacity;
-    int32_t first = dcp__buddy_take(buddy, level), best = -1, k;
-    int64_t room;
+    int32_t first = dcp__buddy_take(buddy, level), best;
     if (first >= 0) {
         g->groups[g->open].first_rank = first;
         g->groups[g->open].level = level;
@@ -4630,22 +4873,16 @@ static void dcp__greedy_place(dcp__fill *f, dcp__greedy_state *g, dcp__buddy *bu
         else g->level_next[g->level_last[level]] = g->open;
         g->level_last[level] = g->open;
         best = g->open++;
-    } else
-        for (k = g->level_first[level]; k >= 0; k = g->level_next[k])
-            if (g->groups[k].used + tokens <= capacity &&
-                (best < 0 || g->groups[k].load < g->groups[best].load))
-                best = k;
-    room = capacity - g->groups[best].used; /* before: the level's largest when it equals */
+    } else /* the caller saw the level's largest room fit: a group exists */
+        best = dcp__greedy_least_loaded(g, level, tokens, capacity);
     g->groups[best].load += f->sorted[i].ticks;
     g->groups[best].used += tokens;
     dcp__fill_place(f, i, level, g->groups[best].first_rank);
     if (first >= 0) { /* only a new room joins the level */
         if (capacity - tokens > g->max_room[level]) g->max_room[level] = capacity - tokens;
-    } else if (room == g->max_room[level]) { /* the largest room shrank: rescan the level */
-        g->max_room[level] = -1;
-        for (k = g->level_first[level]; k >= 0; k = g->level_next[k])
-            if (capacity - g->groups[k].used > g->max_room[level])
-                g->max_room[level] = capacity - g->groups[k].used;
+    } else {
+        dcp__greedy_tree_update(g, level, best, capacity);
+        g->max_room[level] = g->tree_room[g->tree_base[level] + 1];
     }
 }
 
@@ -4671,13 +4908,21 @@ static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *plac
                                                    sizeof *g.groups, "greedy groups", error);
     g.level_next = (int32_t *)dcp__alloc_array(allocator, (size_t)config->ranks, sizeof(int32_t),
                                                "greedy groups", error);
+    g.group_leaf = (int32_t *)dcp__alloc_array(allocator, (size_t)config->ranks, sizeof(int32_t),
+                                               "greedy groups", error);
+    g.tree_load = (int64_t *)dcp__alloc_array(allocator, DCP__GREEDY_TREE_NODES(config->ranks),
+                                              sizeof(int64_t), "greedy trees", error);
+    g.tree_room = (int64_t *)dcp__alloc_array(allocator, DCP__GREEDY_TREE_NODES(config->ranks),
+                                              sizeof(int64_t), "greedy trees", error);
+    g.leaf_group = (int32_t *)dcp__alloc_array(allocator, DCP__GREEDY_TREE_NODES(config->ranks),
+                                               sizeof(int32_t), "greedy trees", error);
     buddy.ranks = config->ranks;
     buddy.leaf_base = dcp__leaf_base(config->ranks);
     buddy.node_level = dcp__node_levels(allocator, buddy.leaf_base, error);
     buddy.free_level = (int8_t *)dcp__alloc_array(allocator, 2 * (size_t)buddy.leaf_base,
                                                   sizeof(int8_t), "greedy buddy", error);
-    if (!levels || !order || !g.position || !g.groups || !g.level_next || !buddy.node_level ||
-        !buddy.free_level) {
+    if (!levels || !order || !g.position || !g.groups || !g.level_next || !g.group_leaf ||
+        !g.tree_load || !g.tree_room || !g.leaf_group || !buddy.node_level || !buddy.free_level) {
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
         goto done;
     }
@@ -4691,9 +4936,11 @@ static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *plac
         int32_t cursor = -1, j;
         dcp__buddy_reset(&buddy);
         g.open = 0;
+        g.nodes_used = 0;
         for (j = 0; j < DCP_CP_LEVELS; j++) {
             g.max_room[j] = -1;
             g.level_first[j] = g.level_last[j] = -1;
+            g.tree_leaves[j] = 0;
         }
         for (;;) {
             int32_t best = -1, best_level = 0;
@@ -4719,6 +4966,10 @@ done:
     dcp_free(allocator, g.position);
     dcp_free(allocator, g.groups);
     dcp_free(allocator, g.level_next);
+    dcp_free(allocator, g.group_leaf);
+    dcp_free(allocator, g.tree_load);
+    dcp_free(allocator, g.tree_room);
+    dcp_free(allocator, g.leaf_group);
     dcp_free(allocator, buddy.node_level);
     dcp_free(allocator, buddy.free_level);
     return status;
@@ -4889,9 +5140,11 @@ static void dcp__lockstep_keep(const dcp__batch *batch, dcp__lockstep *x,
    examined) and by DCP__UNLOAD_MAX_CELLS microbatch-rank cells of state. */
 #define DCP__UNLOAD_MAX_CELLS (1 << 22)
 /* Block positions and samples the unloading may examine per improve_moves unit, and at most
-   in all (a few tens of milliseconds: the phase pays off on few samples per rank). */
+   per pass (each pass costs a few milliseconds at most: the unloading converges within it on
+   the bench's batches up to 8192 samples; larger ones stop earlier, e.g. 32768 x 4096 at
+   efficiency 0.91 instead of 0.96, which keeps 10^5 samples within 0.2 s). */
 #define DCP__UNLOAD_POSITIONS_PER_MOVE 64
-#define DCP__UNLOAD_MAX_STEPS (INT64_C(1) << 23)
+#define DCP__UNLOAD_MAX_STEPS (INT64_C(1) << 21)
 
 typedef struct dcp__unload {
     const dcp__batch *batch;
@@ -4900,6 +5153,21 @@ typedef struct dcp__unload {
     int32_t *cover, *head, *next;  /* covering group's first rank or -1; sample lists */
     int8_t *level;                 /* group level at its first rank, -1 elsewhere */
     int32_t *groups, *free_ranks;  /* per microbatch: groups per level; ranks in no group */
+    int32_t *above;                /* [ranks]: first ranks of a microbatch's slowest groups */
+    /* per (microbatch, level): a lower bound on its groups' least load and an upper bound on
+       their largest room (exact after a target search that scanned them all, kept safe by
+       every change since), so that most searches that cannot succeed end at once */
+    int64_t *least_load, *most_room;
+    /* per microbatch a tournament tree over first ranks (leaf: the group's load there, -1 for
+       none): its slowest groups and the next slower time without a scan of the ranks */
+    int32_t leaf_base;
+    int64_t *peak; /* [microbatches * 2 leaf_base] */
+    int64_t swap_budget; /* the swaps' own bound, besides the budget (see dcp__unload_ordered) */
+    /* per microbatch a count of its group changes; per (microbatch, level) the last target
+       search that scanned in vain (the count then, the sample's ticks and tokens): a sample
+       no faster and no smaller finds nothing there either while the count stands (slowest
+       times only fall) */
+    int64_t *changes, *failed_at, *failed_ticks, *failed_tokens;
     dcp__placement *undo;          /* moves of one lowering attempt, to roll back */
 } dcp__unload_state;
 
@@ -4909,46 +5177,89 @@ static size_t dcp__cell(const dcp__unload_state *u, int32_t k, int32_t r)
 }
 
 /* The slowest group of microbatch k (its first rank; -1 none) and the second slowest time. */
-static int32_t dcp__unload_slowest(const dcp__unload_state *u, int32_t k, int64_t *second)
+static int64_t *dcp__unload_peak(const dcp__unload_state *u, int32_t k)
 {
-    int32_t r, best = -1;
-    *second = 0;
-    for (r = 0; r < u->ranks; r++) {
-        size_t c = dcp__cell(u, k, r);
-        if (u->level[c] < 0) continue;
-        if (best < 0 || u->load[c] > u->load[dcp__cell(u, k, best)]) {
-            if (best >= 0 && u->load[dcp__cell(u, k, best)] > *second)
-                *second = u->load[dcp__cell(u, k, best)];
-            best = r;
-        } else if (u->load[c] > *second)
-            *second = u->load[c];
-    }
-    return best;
+    return u->peak + (size_t)k * 2 * (size_t)u->leaf_base;
 }
 
-/* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1. */
-static int32_t dcp__unload_target(const dcp__unload_state *u, int32_t k, int32_t s, int32_t j)
+/* The group at first rank r of microbatch k now has this load (-1: none there). */
+static void dcp__unload_peak_set(dcp__unload_state *u, int32_t k, int32_t r, int64_t load)
+{
+    int64_t *peak = dcp__unload_peak(u, k);
+    int32_t n = u->leaf_base + r;
+    peak[n] = load;
+    for (n /= 2; n >= 1; n /= 2)
+        peak[n] = peak[2 * n] > peak[2 * n + 1] ? peak[2 * n] : peak[2 * n + 1];
+}
+
+/* The slowest group of microbatch k (its first rank, the lowest on ties; -1 none) and the
+   second slowest time (the slowest of the others, 0 when none). */
+static int32_t dcp__unload_slowest(const dcp__unload_state *u, int32_t k, int64_t *second)
+{
+    const int64_t *peak = dcp__unload_peak(u, k);
+    int32_t n = 1;
+    *second = 0;
+    if (peak[1] < 0) return -1;
+    while (n < u->leaf_base) { /* down to the leftmost leaf at the maximum */
+        int32_t other = peak[2 * n] == peak[1] ? 2 * n + 1 : 2 * n;
+        if (peak[other] > *second) *second = peak[other];
+        n = other ^ 1;
+    }
+    return n - u->leaf_base;
+}
+
+/* The group at first rank r of microbatch k changed (load, room, or it is new): the bounds
+   of its level stay safe. */
+static void dcp__unload_touch(dcp__unload_state *u, int32_t k, int32_t r)
+{
+    size_t c = dcp__cell(u, k, r), at = (size_t)k * DCP_CP_LEVELS + (size_t)u->level[c];
+    int64_t room = u->batch->config->max_tokens_per_rank - u->used[c];
+    if (u->load[c] < u->least_load[at]) u->least_load[at] = u->load[c];
+    if (room > u->most_room[at]) u->most_room[at] = room;
+    dcp__unload_peak_set(u, k, r, u->load[c]);
+    u->changes[k]++;
+}
+
+/* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1.
+   Charges the budget one unit, plus the block positions it scanned. */
+static int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, int32_t j,
+                                  int64_t *budget)
 {
     const dcp__batch *batch = u->batch;
+    const int64_t capacity = batch->config->max_tokens_per_rank;
     int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
+    int64_t least = DCP__TICKS_INF, most = -1;
+    size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)j;
     int32_t size = (int32_t)1 << j, r, q;
-    /* every group of level j costs at least its ring steps plus this sample; without a
-       group of the level or room for a new one, no place (prunes the scan only) */
-    if (batch->ring_ticks[j] + ticks > u->slowest[k] ||
-        (u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)j] == 0 && u->free_ranks[k] < size))
+    int fresh = batch->ring_ticks[j] + ticks <= u->slowest[k] && u->free_ranks[k] >= size;
+    /* a new group costs at least its ring steps plus this sample and needs free ranks; an
+       existing one qualifies only within the level's bounds (prunes the scan only) */
+    *budget -= 1;
+    if (!fresh && (u->groups[at] == 0 || u->least_load[at] + ticks > u->slowest[k] ||
+                   u->most_room[at] < tokens))
+        return -1;
+    if (u->failed_at[at] == u->changes[k] && ticks >= u->failed_ticks[at] &&
+        tokens >= u->failed_tokens[at])
         return -1;
     for (r = 0; r + size <= u->ranks; r += size) {
         size_t c = dcp__cell(u, k, r);
+        *budget -= 1;
         if (u->level[c] == j) {
-            if (u->used[c] + tokens <= batch->config->max_tokens_per_rank &&
-                u->load[c] + ticks <= u->slowest[k])
+            if (u->used[c] + tokens <= capacity && u->load[c] + ticks <= u->slowest[k])
                 return r;
+            least = u->load[c] < least ? u->load[c] : least;
+            most = capacity - u->used[c] > most ? capacity - u->used[c] : most;
             continue;
         }
-        if (batch->ring_ticks[j] + ticks > u->slowest[k]) continue;
+        if (!fresh) continue;
         for (q = r; q < r + size && u->cover[dcp__cell(u, k, q)] < 0; q++) {}
         if (q == r + size) return r;
     }
+    u->least_load[at] = least; /* every group of the level was seen: exact */
+    u->most_room[at] = most;
+    u->failed_at[at] = u->changes[k];
+    u->failed_ticks[at] = ticks;
+    u->failed_tokens[at] = tokens;
     return -1;
 }
 
@@ -4969,6 +5280,7 @@ static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t 
     u->used[c] += dcp__sample_tokens(u->batch, s, j);
     u->next[s] = u->head[c];
     u->head[c] = s;
+    dcp__unload_touch(u, k, r);
 }
 
 /* Unlinks sample s from the list of cell c. */
@@ -4982,14 +5294,18 @@ static void dcp__unload_unlink(dcp__unload_state *u, size_t c, int32_t s)
 /* Swaps s (in the slowest group, cell c of microbatch k) with a faster sample of its level in
    another microbatch whose group stays within that microbatch's slowest time, when that
    lowers microbatch k's slowest time; returns 1 when it did. Memory caps hold on both sides. */
-static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s, int32_t j,
-                            int64_t second, dcp__placement *placements, int64_t *budget)
+static int dcp__unload_swap_scan(dcp__unload_state *u, int32_t k, size_t c, int32_t s,
+                                 int32_t j, int64_t second, dcp__placement *placements,
+                                 int64_t *budget)
 {
     const dcp__batch *batch = u->batch;
     const int64_t capacity = batch->config->max_tokens_per_rank;
     int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
     int32_t other, r, size = (int32_t)1 << j;
-    for (other = 0; other < u->microbatches && *budget > 0; other++) {
+    int64_t start = *budget;
+    if (second >= u->load[c] || u->swap_budget <= 0) return 0; /* no swap lowers k */
+    for (other = 0; other < u->microbatches && *budget > 0 && u->swap_budget > start - *budget;
+         other++) {
         *budget -= 1; /* a microbatch looked at, even when skipped */
         if (other == k || u->slowest[other] < ticks) continue;
         *budget -= u->ranks >> j;
@@ -5014,6 +5330,8 @@ static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s
                 u->used[c] += t_tokens - tokens;
                 u->load[d] += ticks - t_ticks;
                 u->used[d] += tokens - t_tokens;
+                dcp__unload_touch(u, k, placements[s].first_rank);
+                dcp__unload_touch(u, other, r);
                 u->next[s] = u->head[d];
                 u->head[d] = s;
                 u->next[t] = u->head[c];
@@ -5032,9 +5350,89 @@ static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s
     return 0;
 }
 
-/* Moves samples off each microbatch's slowest group while that lowers the sum. */
-static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, int64_t budget)
+static int dcp__unload_swap(dcp__unload_state *u, int32_t k, size_t c, int32_t s, int32_t j,
+                            int64_t second, dcp__placement *placements, int64_t *budget)
 {
+    int64_t before = *budget;
+    int swapped = dcp__unload_swap_scan(u, k, c, s, j, second, placements, budget);
+    u->swap_budget -= before - *budget;
+    return swapped;
+}
+
+/* Removes an empty group (its cell at first rank r of microbatch k) from the state. */
+static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
+{
+    size_t c = dcp__cell(u, k, r);
+    int32_t q;
+    for (q = r; q < r + ((int32_t)1 << u->level[c]); q++) u->cover[dcp__cell(u, k, q)] = -1;
+    u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)u->level[c]]--;
+    u->free_ranks[k] += (int32_t)1 << u->level[c];
+    u->level[c] = -1;
+    u->load[c] = 0;
+    u->used[c] = 0;
+    dcp__unload_peak_set(u, k, r, -1);
+    u->changes[k]++;
+}
+
+/* Splits the group at first rank r of microbatch k (level j >= 1, at most
+   DCP__REPACK_MAX_SAMPLES samples, each feasible one level narrower) into two groups on its
+   halves, largest first onto the less loaded half, when both halves fit the memory cap and
+   end below the group's time: a wide group of a few long samples is then not slower than
+   two narrower ones side by side (the widening is judged by the time it costs the
+   microbatch). Returns 1 when it split. */
+static int dcp__unload_split(dcp__unload_state *u, int32_t k, int32_t r,
+                             dcp__placement *placements, int64_t *budget)
+{
+    const dcp__batch *batch = u->batch;
+    size_t c = dcp__cell(u, k, r);
+    int32_t j = u->level[c], half, samples[DCP__REPACK_MAX_SAMPLES];
+    int32_t side[DCP__REPACK_MAX_SAMPLES], count = 0, i, m, s;
+    int64_t load[2], used[2];
+    if (j < 1) return 0;
+    half = (int32_t)1 << (j - 1);
+    for (s = u->head[c]; s >= 0; s = u->next[s]) {
+        if (count == DCP__REPACK_MAX_SAMPLES || batch->cp_min[s] > half) return 0;
+        samples[count++] = s;
+    }
+    *budget -= count + 1;
+    if (count < 2) return 0;
+    for (i = 1; i < count; i++) /* largest first (ticks one level down); ties by id */
+        for (m = i; m > 0; m--) {
+            int32_t x = samples[m - 1], y = samples[m];
+            int64_t wx = dcp__sample_ticks(batch, x, j - 1), wy = dcp__sample_ticks(batch, y, j - 1);
+            if (wx > wy || (wx == wy && x < y)) break;
+            samples[m - 1] = y;
+            samples[m] = x;
+        }
+    load[0] = load[1] = batch->ring_ticks[j - 1];
+    used[0] = used[1] = 0;
+    for (i = 0; i < count; i++) {
+        side[i] = load[1] < load[0];
+        load[side[i]] += dcp__sample_ticks(batch, samples[i], j - 1);
+        used[side[i]] += dcp__sample_tokens(batch, samples[i], j - 1);
+    }
+    if (used[0] > batch->config->max_tokens_per_rank ||
+        used[1] > batch->config->max_tokens_per_rank || load[0] >= u->load[c] ||
+        load[1] >= u->load[c])
+        return 0;
+    u->head[c] = -1; /* empty the group, then place the samples on its halves */
+    u->load[c] = 0;
+    u->used[c] = 0;
+    dcp__unload_clear(u, k, r);
+    for (i = 0; i < count; i++) {
+        s = samples[i];
+        dcp__unload_add(u, k, r + side[i] * half, s, j - 1);
+        placements[s].first_rank = r + side[i] * half;
+        placements[s].cp = half;
+        placements[s].order = INT32_MAX;
+    }
+    return 1;
+}
+
+/* Moves samples off each microbatch's slowest group while that lowers the sum. */
+static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, int64_t *budget_left)
+{
+    int64_t budget = *budget_left;
     int32_t k, improved = 1;
     while (improved && budget > 0) {
         improved = 0;
@@ -5053,12 +5451,12 @@ static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, in
                     continue;
                 for (other = 0; other < u->microbatches && r < 0 && budget > 0; other++) {
                     if (other == k) continue;
-                    budget -= u->ranks >> j;
-                    r = dcp__unload_target(u, other, s, j);
+                    r = dcp__unload_target(u, other, s, j, &budget);
                     if (r >= 0) {
                         *link = u->next[s];
                         u->load[c] -= ticks;
                         u->used[c] -= dcp__sample_tokens(u->batch, s, j);
+                        dcp__unload_touch(u, k, g);
                         dcp__unload_add(u, other, r, s, j);
                         placements[s].microbatch = other;
                         placements[s].first_rank = r;
@@ -5070,28 +5468,22 @@ static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, in
                 }
                 if (r >= 0) break;
             }
-            if (*link < 0 && budget > 0) /* no move: try swapping a sample of the group */
+            if (*link < 0 && budget > 0) { /* no move: try swapping a sample of the group */
                 for (link = &u->head[c]; *link >= 0 && budget > 0; link = &u->next[*link])
                     if (dcp__unload_swap(u, k, c, *link, j, second, placements, &budget)) {
                         improved = 1;
                         break;
                     }
+                if (*link < 0 && budget > 0 && dcp__unload_split(u, k, g, placements, &budget)) {
+                    u->slowest[k] = u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
+                    improved = 1;
+                }
+            }
         }
     }
+    *budget_left = budget;
 }
 
-/* Removes an empty group (its cell at first rank r of microbatch k) from the state. */
-static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
-{
-    size_t c = dcp__cell(u, k, r);
-    int32_t q;
-    for (q = r; q < r + ((int32_t)1 << u->level[c]); q++) u->cover[dcp__cell(u, k, q)] = -1;
-    u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)u->level[c]]--;
-    u->free_ranks[k] += (int32_t)1 << u->level[c];
-    u->level[c] = -1;
-    u->load[c] = 0;
-    u->used[c] = 0;
-}
 
 /* Moves sample s (level j) from cell (k, r) to cell (to, r2) at level j2; a group left empty
    is removed. */
@@ -5102,7 +5494,10 @@ static void dcp__unload_move(dcp__unload_state *u, int32_t s, int32_t j, int32_t
     dcp__unload_unlink(u, c, s);
     u->load[c] -= dcp__sample_ticks(u->batch, s, j);
     u->used[c] -= dcp__sample_tokens(u->batch, s, j);
-    if (u->head[c] < 0) dcp__unload_clear(u, k, r);
+    if (u->head[c] < 0)
+        dcp__unload_clear(u, k, r);
+    else
+        dcp__unload_touch(u, k, r);
     dcp__unload_add(u, to, r2, s, j2);
     placements[s].microbatch = to;
     placements[s].first_rank = r2;
@@ -5120,31 +5515,50 @@ static int32_t dcp__unload_next_level(const dcp__unload_state *u, int32_t s, int
     return next < u->batch->levels && ((int32_t)1 << next) <= u->ranks ? next : -1;
 }
 
-/* The largest group time of microbatch k below `above` (0 when none). */
-static int64_t dcp__unload_below(const dcp__unload_state *u, int32_t k, int64_t above)
+/* Below node n of microbatch k's tree: appends the first ranks, ascending, of the groups at
+   or above its slowest time to u->above and raises *best to the largest time below it. */
+static void dcp__unload_below_node(dcp__unload_state *u, int32_t k, int32_t n, int32_t *count,
+                                   int64_t *best)
+{
+    const int64_t *peak = dcp__unload_peak(u, k);
+    if (peak[n] < u->slowest[k]) {
+        if (peak[n] > *best) *best = peak[n];
+        return;
+    }
+    if (n >= u->leaf_base) {
+        u->above[(*count)++] = n - u->leaf_base;
+        return;
+    }
+    dcp__unload_below_node(u, k, 2 * n, count, best);
+    dcp__unload_below_node(u, k, 2 * n + 1, count, best);
+}
+
+/* Microbatch k's largest group time below its slowest time (0 when none), and into
+   u->above[0 .. *count) the first ranks, ascending, of the groups at or above it (the tree
+   visits only their paths and the subtrees beside them). */
+static int64_t dcp__unload_below(dcp__unload_state *u, int32_t k, int32_t *count)
 {
     int64_t best = 0;
-    int32_t r;
-    for (r = 0; r < u->ranks; r++) {
-        size_t c = dcp__cell(u, k, r);
-        if (u->level[c] >= 0 && u->load[c] < above && u->load[c] > best) best = u->load[c];
-    }
+    *count = 0;
+    dcp__unload_below_node(u, k, 1, count, &best);
     return best;
 }
 
-/* Lowers microbatch k's slowest time to `limit`: samples leave every group slower than that
-   for other microbatches where they fit under those microbatches' own slowest time (which
-   therefore stay), a group left empty disappears. All or nothing: when some group cannot get
-   down to the limit, every move of the attempt is undone. Returns 1 when it lowered k. */
-static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit,
+/* Lowers microbatch k's slowest time to `limit`, the largest group time below it (the groups
+   above it are u->above[0 .. count)): samples leave those groups for other microbatches where
+   they fit under those microbatches' own slowest time (which therefore stay), a group left
+   empty disappears. All or nothing: when some group cannot get down to the limit, every move
+   of the attempt is undone. Returns 1 when it lowered k, whose slowest time is then the
+   limit (the group at the limit is untouched; with none, every group left is empty). */
+static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit, int32_t count,
                              dcp__placement *placements, int64_t *budget)
 {
-    int32_t r, moves = 0, ok = 1;
+    int32_t i, moves = 0, ok = 1;
     *budget -= 1; /* an attempt, even one that moves nothing */
-    for (r = 0; r < u->ranks && ok; r++) {
+    for (i = 0; i < count && ok; i++) {
+        int32_t r = u->above[i];
         size_t c = dcp__cell(u, k, r);
         int32_t j = u->level[c], s, next;
-        if (j < 0 || u->load[c] <= limit) continue;
         for (s = u->head[c]; s >= 0 && u->level[c] == j && u->load[c] > limit; s = next) {
             int32_t other, target = -1, j2 = j;
             next = u->next[s];
@@ -5152,8 +5566,7 @@ static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit,
                 if (other == k) continue;
                 /* its own CP size first, then every feasible one */
                 for (j2 = j; j2 >= 0; j2 = dcp__unload_next_level(u, s, j, j2)) {
-                    *budget -= (u->ranks >> j2) + 1;
-                    if ((target = dcp__unload_target(u, other, s, j2)) >= 0) break;
+                    if ((target = dcp__unload_target(u, other, s, j2, budget)) >= 0) break;
                 }
                 if (target < 0) continue;
                 u->undo[moves] = placements[s];
@@ -5171,7 +5584,7 @@ static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit,
                          dcp__log2_int(from->cp), placements);
         placements[s] = *from;
     }
-    if (ok) u->slowest[k] = dcp__unload_below(u, k, limit + 1);
+    if (ok) u->slowest[k] = limit;
     return ok;
 }
 
@@ -5179,17 +5592,20 @@ static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit,
    so a microbatch of one slowest level is dissolved into the others' slack) while that
    succeeds; every success lowers the sum and raises no microbatch. */
 static void dcp__unload_levels(dcp__unload_state *u, dcp__placement *placements,
-                               int64_t budget)
+                               int64_t *budget_left)
 {
-    int32_t k, improved = 1;
+    int64_t budget = *budget_left;
+    int32_t k, improved = 1, count;
     while (improved && budget > 0) {
         improved = 0;
         for (k = u->microbatches - 1; k >= 0 && budget > 0; k--)
-            while (u->slowest[k] > 0 && budget > 0 &&
-                   dcp__unload_lower(u, k, dcp__unload_below(u, k, u->slowest[k]), placements,
-                                     &budget))
+            while (u->slowest[k] > 0 && budget > 0) {
+                int64_t limit = dcp__unload_below(u, k, &count);
+                if (!dcp__unload_lower(u, k, limit, count, placements, &budget)) break;
                 improved = 1;
+            }
     }
+    *budget_left = budget;
 }
 
 /* Renumbers the microbatches that still hold samples 0, 1, ... in order; returns their count. */
@@ -5206,71 +5622,402 @@ static int32_t dcp__unload_compact(const dcp__unload_state *u, dcp__placement *p
     return kept;
 }
 
-/* Runs the unloading on placements under E = D; leaves them unchanged when the state would
-   not fit DCP__UNLOAD_MAX_CELLS or memory is short (an optional phase). */
-static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
-                           int32_t microbatches)
+static void dcp__unload_close(dcp__unload_state *u)
+{
+    const dcp_allocator *a = &u->batch->config->allocator;
+    dcp_free(a, u->load);
+    dcp_free(a, u->used);
+    dcp_free(a, u->slowest);
+    dcp_free(a, u->cover);
+    dcp_free(a, u->head);
+    dcp_free(a, u->next);
+    dcp_free(a, u->level);
+    dcp_free(a, u->groups);
+    dcp_free(a, u->free_ranks);
+    dcp_free(a, u->undo);
+    dcp_free(a, u->above);
+    dcp_free(a, u->least_load);
+    dcp_free(a, u->most_room);
+    dcp_free(a, u->peak);
+    dcp_free(a, u->changes);
+    dcp_free(a, u->failed_at);
+    dcp_free(a, u->failed_ticks);
+    dcp_free(a, u->failed_tokens);
+}
+
+/* The unloading state of placements: returns 0 (state closed) when it would not fit
+   DCP__UNLOAD_MAX_CELLS or memory is short; the unloading is an optional phase. */
+static int dcp__unload_open(dcp__unload_state *u, const dcp__batch *batch,
+                            const dcp__placement *placements, int32_t microbatches)
 {
     const dcp_allocator *a = &batch->config->allocator;
     size_t cells = (size_t)microbatches * (size_t)batch->config->ranks, c;
-    int64_t budget = dcp__improve_budget(batch->config, batch->count);
-    dcp__unload_state u;
-    int32_t s, k, *renumber;
-    if (cells > DCP__UNLOAD_MAX_CELLS || budget <= 0) return microbatches;
-    memset(&u, 0, sizeof u);
-    u.batch = batch;
-    u.ranks = batch->config->ranks;
-    u.microbatches = microbatches;
-    budget *= DCP__UNLOAD_POSITIONS_PER_MOVE; /* in block positions and samples examined */
-    if (budget > DCP__UNLOAD_MAX_STEPS) budget = DCP__UNLOAD_MAX_STEPS;
-    u.load = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
-    u.used = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
-    u.slowest = (int64_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int64_t), "unload",
-                                            NULL);
-    u.cover = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
-    u.head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
-    u.next = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t), "unload", NULL);
-    u.level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
-    u.groups = (int32_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
-                                           sizeof(int32_t), "unload", NULL);
-    u.free_ranks = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t),
-                                               "unload", NULL);
-    u.undo = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count, sizeof *u.undo,
+    int32_t s, k;
+    memset(u, 0, sizeof *u);
+    u->batch = batch;
+    if (cells > DCP__UNLOAD_MAX_CELLS) return 0;
+    u->ranks = batch->config->ranks;
+    u->microbatches = microbatches;
+    u->load = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
+    u->used = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
+    u->slowest = (int64_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int64_t), "unload",
+                                             NULL);
+    u->cover = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
+    u->head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
+    u->next = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t), "unload",
+                                          NULL);
+    u->level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
+    u->groups = (int32_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                            sizeof(int32_t), "unload", NULL);
+    u->free_ranks = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t),
                                                 "unload", NULL);
+    u->undo = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count, sizeof *u->undo,
+                                                 "unload", NULL);
+    u->above = (int32_t *)dcp__alloc_array(a, (size_t)u->ranks, sizeof(int32_t), "unload", NULL);
+    u->least_load = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                                sizeof(int64_t), "unload", NULL);
+    u->most_room = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                               sizeof(int64_t), "unload", NULL);
+    u->leaf_base = dcp__leaf_base(u->ranks);
+    u->peak = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * 2 * (size_t)u->leaf_base,
+                                          sizeof(int64_t), "unload", NULL);
+    u->changes = (int64_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int64_t), "unload",
+                                             NULL);
+    u->failed_at = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                               sizeof(int64_t), "unload", NULL);
+    u->failed_ticks = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                                  sizeof(int64_t), "unload", NULL);
+    u->failed_tokens = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
+                                                   sizeof(int64_t), "unload", NULL);
+    if (!u->load || !u->used || !u->slowest || !u->cover || !u->head || !u->next || !u->level ||
+        !u->groups || !u->free_ranks || !u->undo || !u->above || !u->least_load ||
+        !u->most_room || !u->peak || !u->changes || !u->failed_at || !u->failed_ticks ||
+        !u->failed_tokens) {
+        dcp__unload_close(u);
+        return 0;
+    }
+    for (k = 0; k < microbatches; k++) u->changes[k] = 0;
+    for (c = 0; c < (size_t)microbatches * DCP_CP_LEVELS; c++) u->failed_at[c] = -1;
+    for (c = 0; c < (size_t)microbatches * 2 * (size_t)u->leaf_base; c++) u->peak[c] = -1;
+    for (k = 0; k < microbatches; k++) {
+        u->free_ranks[k] = u->ranks;
+        for (s = 0; s < DCP_CP_LEVELS; s++) {
+            size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)s;
+            u->groups[at] = 0;
+            u->least_load[at] = DCP__TICKS_INF; /* no group: nothing to bound */
+            u->most_room[at] = -1;
+        }
+    }
+    for (c = 0; c < cells; c++) {
+        u->cover[c] = -1;
+        u->level[c] = -1;
+    }
+    for (s = 0; s < batch->count; s++)
+        dcp__unload_add(u, placements[s].microbatch, placements[s].first_rank, s,
+                        dcp__log2_int(placements[s].cp));
+    for (k = 0; k < microbatches; k++) {
+        int64_t second;
+        int32_t g = dcp__unload_slowest(u, k, &second);
+        u->slowest[k] = g < 0 ? 0 : u->load[dcp__cell(u, k, g)];
+    }
+    return 1;
+}
+
+/* The unloading's budget in block positions and samples examined. */
+static int64_t dcp__unload_budget(const dcp__batch *batch)
+{
+    int64_t budget = dcp__improve_budget(batch->config, batch->count);
+    budget *= DCP__UNLOAD_POSITIONS_PER_MOVE;
+    return budget > DCP__UNLOAD_MAX_STEPS ? DCP__UNLOAD_MAX_STEPS : budget;
+}
+
+/* Runs the unloading on placements under E = D: the lowering pass and the moves and swaps
+   (in that order, or the other with run_first), in turn while they lower the sum of the
+   microbatches' slowest times, within DCP__UNLOAD_PASSES times the budget in all; leaves them
+   unchanged when the state cannot be built (see dcp__unload_open). */
+#define DCP__UNLOAD_PASSES 2
+/* Small plans: both orders of the passes are tried and swaps are bounded by the budget only;
+   larger ones lower first and their swaps stop after DCP__UNLOAD_SWAP_MAX_STEPS. */
+#define DCP__UNLOAD_SMALL_CELLS 4096
+#define DCP__UNLOAD_SWAP_MAX_STEPS (INT64_C(1) << 19)
+static int32_t dcp__unload_ordered(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t microbatches, int run_first)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    int64_t budget = dcp__unload_budget(batch) * DCP__UNLOAD_PASSES;
+    dcp__unload_state u;
+    int32_t *renumber;
+    if (budget <= 0) return microbatches;
     renumber = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t), "unload",
                                            NULL);
-    if (u.load && u.used && u.slowest && u.cover && u.head && u.next && u.level && u.groups &&
-        u.free_ranks && u.undo && renumber) {
-        for (k = 0; k < microbatches; k++) {
-            u.free_ranks[k] = u.ranks;
-            for (s = 0; s < DCP_CP_LEVELS; s++) u.groups[(size_t)k * DCP_CP_LEVELS + (size_t)s] = 0;
+    if (renumber && dcp__unload_open(&u, batch, placements, microbatches)) {
+        int64_t sum = -1, now = 0;
+        int32_t k;
+        /* swaps examine every sample of the other microbatches: on large plans they would
+           take most of the budget for little (they pay off on few samples per rank) */
+        u.swap_budget = budget;
+        if ((int64_t)microbatches * batch->config->ranks > DCP__UNLOAD_SMALL_CELLS &&
+            budget > DCP__UNLOAD_SWAP_MAX_STEPS)
+            u.swap_budget = DCP__UNLOAD_SWAP_MAX_STEPS;
+        for (k = 0; k < microbatches; k++) now += u.slowest[k];
+        while (now != sum && budget > 0) { /* every round lowers the sum: it ends */
+            sum = now;
+            if (run_first) dcp__unload_run(&u, placements, &budget);
+            dcp__unload_levels(&u, placements, &budget);
+            if (!run_first) dcp__unload_run(&u, placements, &budget);
+            for (k = 0, now = 0; k < microbatches; k++) now += u.slowest[k];
         }
-        for (c = 0; c < cells; c++) {
-            u.cover[c] = -1;
-            u.level[c] = -1;
-        }
-        for (s = 0; s < batch->count; s++)
-            dcp__unload_add(&u, placements[s].microbatch, placements[s].first_rank, s,
-                            dcp__log2_int(placements[s].cp));
-        for (k = 0; k < microbatches; k++) {
-            int64_t second;
-            int32_t g = dcp__unload_slowest(&u, k, &second);
-            u.slowest[k] = g < 0 ? 0 : u.load[dcp__cell(&u, k, g)];
-        }
-        dcp__unload_run(&u, placements, budget);
-        dcp__unload_levels(&u, placements, budget);
         microbatches = dcp__unload_compact(&u, placements, renumber);
+        dcp__unload_close(&u);
     }
-    dcp_free(a, u.load);
-    dcp_free(a, u.used);
-    dcp_free(a, u.slowest);
-    dcp_free(a, u.cover);
-    dcp_free(a, u.head);
-    dcp_free(a, u.next);
-    dcp_free(a, u.level);
-    dcp_free(a, u.groups);
-    dcp_free(a, u.free_ranks);
-    dcp_free(a, u.undo);
+    dcp_free(a, renumber);
+    return microbatches;
+}
+
+static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
+                           int32_t microbatches)
+{
+    return dcp__unload_ordered(batch, placements, microbatches, 0);
+}
+
+/* The two orders of the passes reach different local optima; on small plans (at most
+   DCP__UNLOAD_SMALL_CELLS microbatch-rank cells, where the unloading costs little) both run
+   and the one with the faster step under E = D is kept (ties: lowering first).
+   scratch: [count] placements. */
+static int32_t dcp__unload_best(const dcp__batch *batch, dcp__placement *placements,
+                                int32_t microbatches, dcp__placement *scratch,
+                                dcp__step_scratch *x)
+{
+    int32_t first, second;
+    if ((int64_t)microbatches * batch->config->ranks > DCP__UNLOAD_SMALL_CELLS)
+        return dcp__unload_ordered(batch, placements, microbatches, 0);
+    memcpy(scratch, placements, (size_t)batch->count * sizeof *placements);
+    first = dcp__unload_ordered(batch, placements, microbatches, 0);
+    second = dcp__unload_ordered(batch, scratch, microbatches, 1);
+    if (dcp__placement_step_ticks(batch, scratch, second, x) <
+        dcp__placement_step_ticks(batch, placements, first, x)) {
+        memcpy(placements, scratch, (size_t)batch->count * sizeof *placements);
+        return second;
+    }
+    return first;
+}
+
+/* ------------------------------------------------ lockstep planner: unloading blocks (1 < E < D)
+   Between the extremes each block of E ranks runs its microbatches in lockstep: its time is
+   about the sum over microbatches of its slowest group there, and the step the slowest
+   block's. The pass takes the slowest block and moves a sample off one of its microbatches'
+   slowest group to a place, in any block and microbatch, where its group stays within that
+   block's slowest group there (a group of its CP size with room, or free ranks), as the
+   E = D unloading does per microbatch. Groups wider than E couple blocks, so every move is
+   simulated under E and kept only when it lowers (the step, the sum of the blocks' finishes);
+   each kept move lowers that pair, so the pass ends. Bounded like the unloading. */
+
+#define DCP__BLOCK_SIMULATION_WEIGHT 4
+
+/* The slowest group time in block [first, first + sync) of microbatch k, groups wider than
+   the block included (0 when none). */
+static int64_t dcp__block_slowest(const dcp__unload_state *u, int32_t k, int32_t first,
+                                  int32_t sync)
+{
+    int64_t slowest = 0;
+    int32_t q;
+    for (q = first; q < first + sync; q++) {
+        int32_t g = u->cover[dcp__cell(u, k, q)];
+        if (g >= 0 && u->load[dcp__cell(u, k, g)] > slowest) slowest = u->load[dcp__cell(u, k, g)];
+    }
+    return slowest;
+}
+
+/* A place for sample s (level j <= log2 E) in block [first, first + sync) of microbatch k
+   within its slowest time: a first rank, or -1. */
+static int32_t dcp__block_target(const dcp__unload_state *u, int32_t k, int32_t first,
+                                 int32_t sync, int32_t s, int32_t j)
+{
+    const dcp__batch *batch = u->batch;
+    int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
+    int64_t slowest = dcp__block_slowest(u, k, first, sync);
+    int32_t size = (int32_t)1 << j, r, q;
+    for (r = first; r < first + sync; r += size) {
+        size_t c = dcp__cell(u, k, r);
+        if (u->level[c] == j) {
+            if (u->used[c] + tokens <= batch->config->max_tokens_per_rank &&
+                u->load[c] + ticks <= slowest)
+                return r;
+            continue;
+        }
+        if (batch->ring_ticks[j] + ticks > slowest) continue;
+        for (q = r; q < r + size && u->cover[dcp__cell(u, k, q)] < 0; q++) {}
+        if (q == r + size) return r;
+    }
+    return -1;
+}
+
+/* The step under E and the sum of the blocks' finishes, in ticks; *critical receives the
+   first rank of the slowest block (the first on ties). A finish is below 2^DCP__TICK_BITS
+   (the batch's scale), so the sum adds finishes shifted right by log2 of the block count
+   rounded up: it cannot overflow. */
+static int64_t dcp__block_step(const dcp__batch *batch, const dcp__placement *placements,
+                               int32_t microbatches, dcp__step_scratch *x, int64_t *sum,
+                               int32_t *critical)
+{
+    const int32_t ranks = batch->config->ranks, sync = batch->config->sync_ranks;
+    const int32_t shift = dcp__log2_int(dcp__leaf_base((ranks + sync - 1) / sync));
+    int64_t step = dcp__placement_step_ticks(batch, placements, microbatches, x), worst = -1;
+    int32_t first, r;
+    *sum = 0;
+    for (first = 0; first < ranks; first += sync) {
+        int64_t finish = 0;
+        for (r = first; r < first + sync; r++) finish = x->finish[r] > finish ? x->finish[r] : finish;
+        *sum += finish >> shift;
+        if (finish > worst) {
+            worst = finish;
+            *critical = first;
+        }
+    }
+    return step;
+}
+
+/* A sample of level j in block [first, first + sync) of microbatch k2, faster than `ticks`,
+   whose group stays within that block's slowest time and memory cap when it trades places
+   with a sample of `ticks` and `tokens` (whose own group has `room` tokens free): its id, or
+   -1. *at receives its group's first rank. */
+static int32_t dcp__block_swap_partner(const dcp__unload_state *u, int32_t k2, int32_t first,
+                                       int32_t sync, int32_t j, int64_t ticks, int64_t tokens,
+                                       int64_t room, int32_t *at)
+{
+    const dcp__batch *batch = u->batch;
+    int64_t slowest = dcp__block_slowest(u, k2, first, sync);
+    int32_t r, t, size = (int32_t)1 << j;
+    for (r = first; r < first + sync; r += size) {
+        size_t d = dcp__cell(u, k2, r);
+        if (u->level[d] != j || u->load[d] >= slowest) continue;
+        for (t = u->head[d]; t >= 0; t = u->next[t]) {
+            int64_t t_ticks = dcp__sample_ticks(batch, t, j), t_tokens = dcp__sample_tokens(batch, t, j);
+            if (t_ticks < ticks && u->load[d] - t_ticks + ticks <= slowest &&
+                u->used[d] - t_tokens + tokens <= batch->config->max_tokens_per_rank &&
+                t_tokens - tokens <= room) {
+                *at = r;
+                return t;
+            }
+        }
+    }
+    return -1;
+}
+
+/* Trades sample s (group at first rank r of microbatch k) with the first partner found in
+   another block or microbatch; keeps the trade when it lowers (*step, *sum). Returns 1 when
+   kept. */
+static int dcp__block_swap(dcp__unload_state *u, dcp__placement *placements, dcp__step_scratch *x,
+                           int32_t s, int32_t k, int32_t r, int64_t *step, int64_t *sum,
+                           int32_t *critical, int64_t *budget)
+{
+    const int32_t sync = u->batch->config->sync_ranks;
+    size_t c = dcp__cell(u, k, r);
+    int32_t j = u->level[c], k2, first, t = -1, at = 0, in = 0, new_critical = *critical;
+    int64_t ticks = dcp__sample_ticks(u->batch, s, j), tokens = dcp__sample_tokens(u->batch, s, j);
+    int64_t room = u->batch->config->max_tokens_per_rank - u->used[c], new_step, new_sum;
+    dcp__placement before_s, before_t;
+    for (k2 = 0; k2 < u->microbatches && t < 0 && *budget > 0; k2++)
+        for (first = 0; first < u->ranks && t < 0 && *budget > 0; first += sync) {
+            if (k2 == k && first == *critical) continue;
+            *budget -= sync;
+            t = dcp__block_swap_partner(u, k2, first, sync, j, ticks, tokens, room, &at);
+            in = k2;
+        }
+    if (t < 0) return 0;
+    before_s = placements[s];
+    before_t = placements[t];
+    *budget -= DCP__BLOCK_SIMULATION_WEIGHT * (u->batch->count + (int64_t)u->microbatches * u->ranks);
+    dcp__unload_move(u, s, j, k, r, in, at, j, placements);
+    dcp__unload_move(u, t, j, in, at, k, r, j, placements);
+    new_step = dcp__block_step(u->batch, placements, u->microbatches, x, &new_sum, &new_critical);
+    if (new_step < *step || (new_step == *step && new_sum < *sum)) {
+        *step = new_step;
+        *sum = new_sum;
+        *critical = new_critical;
+        return 1;
+    }
+    dcp__unload_move(u, t, j, k, r, in, at, j, placements);
+    dcp__unload_move(u, s, j, in, at, k, r, j, placements);
+    placements[s] = before_s;
+    placements[t] = before_t;
+    return 0;
+}
+
+/* Tries moving sample s (in the group at first rank r of microbatch k) to the first place
+   found outside that cell; keeps the move when it lowers (*step, *sum). Returns 1 when kept. */
+static int dcp__block_try(dcp__unload_state *u, dcp__placement *placements, dcp__step_scratch *x,
+                          int32_t s, int32_t k, int32_t r, int64_t *step, int64_t *sum,
+                          int32_t *critical, int64_t *budget)
+{
+    const int32_t sync = u->batch->config->sync_ranks;
+    int32_t j = u->level[dcp__cell(u, k, r)], k2, first, target = -1, at = 0;
+    dcp__placement before = placements[s];
+    int64_t new_step, new_sum;
+    int32_t new_critical = *critical;
+    for (k2 = 0; k2 < u->microbatches && target < 0 && *budget > 0; k2++)
+        for (first = 0; first < u->ranks && target < 0 && *budget > 0; first += sync) {
+            if (k2 == k && first == *critical) continue;
+            *budget -= sync;
+            target = dcp__block_target(u, k2, first, sync, s, j);
+            at = k2;
+        }
+    if (target < 0) return 0;
+    /* a simulation costs about DCP__BLOCK_SIMULATION_WEIGHT positions per sample and cell */
+    *budget -= DCP__BLOCK_SIMULATION_WEIGHT * (u->batch->count + (int64_t)u->microbatches * u->ranks);
+    dcp__unload_move(u, s, j, k, r, at, target, j, placements);
+    new_step = dcp__block_step(u->batch, placements, u->microbatches, x, &new_sum, &new_critical);
+    if (new_step < *step || (new_step == *step && new_sum < *sum)) {
+        *step = new_step;
+        *sum = new_sum;
+        *critical = new_critical;
+        return 1;
+    }
+    dcp__unload_move(u, s, j, at, target, before.microbatch, before.first_rank, j, placements);
+    placements[s] = before;
+    return 0;
+}
+
+/* The pass over placements (under the batch's E, 1 < E < D); returns the microbatch count
+   (microbatches left empty are dropped). Leaves them unchanged when memory is short. */
+static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *placements,
+                                  int32_t microbatches, dcp__step_scratch *x)
+{
+    const int32_t sync = batch->config->sync_ranks, top = dcp__log2_int(sync);
+    const dcp_allocator *a = &batch->config->allocator;
+    int64_t budget = dcp__unload_budget(batch), step, sum;
+    int32_t critical = 0, improved = 1, k, q, *renumber;
+    dcp__unload_state u;
+    if (budget <= 0) return microbatches;
+    renumber = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t), "unload",
+                                           NULL);
+    if (!renumber || !dcp__unload_open(&u, batch, placements, microbatches)) {
+        dcp_free(a, renumber);
+        return microbatches;
+    }
+    step = dcp__block_step(batch, placements, microbatches, x, &sum, &critical);
+    while (improved && budget > 0) {
+        improved = 0;
+        for (k = 0; k < microbatches && !improved && budget > 0; k++) {
+            /* the critical block's slowest group of its own in microbatch k */
+            int64_t slowest = dcp__block_slowest(&u, k, critical, sync);
+            budget -= sync;
+            for (q = critical; q < critical + sync && !improved; q++) {
+                size_t c = dcp__cell(&u, k, q);
+                int32_t s, next;
+                if (u.level[c] < 0 || u.level[c] > top || u.load[c] < slowest) continue;
+                for (s = u.head[c]; s >= 0 && !improved && budget > 0; s = next) {
+                    next = u.next[s];
+                    improved = dcp__block_try(&u, placements, x, s, k, q, &step, &sum,
+                                              &critical, &budget) ||
+                               dcp__block_swap(&u, placements, x, s, k, q, &step, &sum,
+                                               &critical, &budget);
+                }
+            }
+        }
+    }
+    microbatches = dcp__unload_compact(&u, placements, renumber);
+    dcp__unload_close(&u);
     dcp_free(a, renumber);
     return microbatches;
 }
@@ -5279,65 +6026,131 @@ static int32_t dcp__unload(const dcp__batch *batch, dcp__placement *placements,
    also the pool-wide fill) and, up to DCP__TREE_CANDIDATE_SAMPLES samples (the tree planner
    is not yet linear in samples per rank), the DAG tree planner, whose wide-first plans are
    often good under lockstep too (always for E < D, where blocks are independent but for wide
-   groups; for E = D only when the fills are not balanced); each is evaluated under E in ticks
-   and the fastest becomes the plan. */
+   groups; for E = D only when the fills are not balanced), the greedy and static baselines'
+   plans; each is evaluated under E in ticks and the fastest is unloaded (E = D), or, between
+   the extremes, compared with the plan made for E = D and unloaded block by block. */
 #define DCP__TREE_CANDIDATE_SAMPLES 16384
 /* Under E = D the tree's DAG plans lose to greedy + unloading on many samples (measured on
    the bench's 8192-sample batches, where they were the slowest candidate but one): above
    this many samples the tree is not tried. */
 #define DCP__TREE_CANDIDATE_SAMPLES_BARRIER 4096
+/* The lockstep search under the batch's E: leaves its best placements in x->best, their
+   microbatch count and step in ticks under E in *best_microbatches and *best_step. */
+static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *placements,
+                                       dcp__lockstep *x, int32_t *best_microbatches,
+                                       int64_t *best_step, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    int32_t sync = config->sync_ranks, region_count = sync < config->ranks ? 2 : 1, r, w;
+    int32_t regions[2], microbatches = 0;
+    /* between the extremes the E-independent plans (the tree's, greedy's, static's: the
+       E = 1 plan is one of them) are always candidates, so that the plan is never slower
+       under E than the E = 1 plan */
+    int between = sync > 1 && sync < config->ranks;
+    dcp__fill fill;
+    dcp_status status;
+    *best_microbatches = 0;
+    *best_step = 0;
+    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
+    regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
+    regions[1] = fill.root_level;
+    for (r = 0; r < region_count; r++)
+        for (w = 0; w < dcp__fill_candidate_count(batch->count); w++) {
+            if (*best_microbatches > 0 && dcp__sync_balanced(batch, *best_step)) break;
+            dcp__fill_candidate(&fill, w, regions[r], x->levels, placements, &microbatches);
+            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+        }
+    dcp__fill_free(&fill);
+    if (batch->count <= DCP__TREE_CANDIDATE_SAMPLES &&
+        (sync < config->ranks || (batch->count <= DCP__TREE_CANDIDATE_SAMPLES_BARRIER &&
+                                  !dcp__sync_balanced(batch, *best_step)))) {
+        status = dcp__plan_dynamic(batch, placements, &microbatches, error);
+        if (status == DCP_OK)
+            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+    }
+    if (status == DCP_OK && (between || !dcp__sync_balanced(batch, *best_step))) {
+        /* the greedy baseline's plan is a candidate too: unloading may improve on it */
+        status = dcp__plan_greedy(batch, placements, &microbatches, error);
+        if (status == DCP_OK)
+            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+    }
+    if (status == DCP_OK && sync == config->ranks) {
+        *best_microbatches =
+            dcp__unload_best(batch, x->best, *best_microbatches, placements, &x->step);
+        *best_step = dcp__placement_step_ticks(batch, x->best, *best_microbatches, &x->step);
+    } else if (status == DCP_OK) {
+        /* the pool-wide unloading of the best plan is a candidate under E < D too */
+        memcpy(placements, x->best, (size_t)batch->count * sizeof *placements);
+        microbatches = dcp__unload(batch, placements, *best_microbatches);
+        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+    }
+    if (status == DCP_OK && (between || !dcp__sync_balanced(batch, *best_step))) {
+        /* the static baseline last, against the final plan (the planner's fallback for E > 1,
+           compared in ticks without building its plan) */
+        status = dcp__plan_static(batch, placements, &microbatches, error);
+        if (status == DCP_OK)
+            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+    }
+    return status;
+}
+
+/* Between the extremes (1 < E < D) the plan made for E = D is a candidate too, evaluated
+   under E: the plan is then never slower under E than either extreme's plan. */
+static dcp_status dcp__lockstep_barrier_candidate(const dcp__batch *batch,
+                                                  dcp__placement *placements, dcp__lockstep *x,
+                                                  int32_t *best_microbatches,
+                                                  int64_t *best_step, dcp_error *error)
+{
+    dcp_config barrier_config = *batch->config;
+    dcp__batch barrier = *batch;
+    dcp__lockstep y;
+    int32_t microbatches;
+    int64_t step;
+    dcp_status status;
+    barrier_config.sync_ranks = barrier_config.ranks;
+    barrier.config = &barrier_config;
+    barrier.sync_bound = batch->barrier_bound;
+    memset(&y, 0, sizeof y);
+    if (!dcp__lockstep_init(&barrier, &y, error))
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    else
+        status = dcp__lockstep_search(&barrier, placements, &y, &microbatches, &step, error);
+    if (status == DCP_OK)
+        dcp__lockstep_keep(batch, x, y.best, microbatches, best_step, best_microbatches);
+    dcp__lockstep_free(&batch->config->allocator, &y);
+    return status;
+}
+
 static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *placements,
                                      dcp_plan **plan, dcp_error *error)
 {
     const dcp_config *config = batch->config;
-    const dcp_allocator *a = &config->allocator;
-    int32_t sync = config->sync_ranks, region_count = sync < config->ranks ? 2 : 1, r, w;
-    int32_t regions[2], microbatches = 0, best_microbatches = 0;
+    int32_t best_microbatches = 0;
     int64_t best_step = 0;
     dcp__lockstep x;
-    dcp__fill fill;
     dcp_status status;
     *plan = NULL;
     memset(&x, 0, sizeof x);
-    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
-    regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
-    regions[1] = fill.root_level;
-    if (!dcp__lockstep_init(batch, &x, error)) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    for (r = 0; r < region_count && status == DCP_OK; r++)
-        for (w = 0; w < dcp__fill_candidate_count(batch->count); w++) {
-            if (best_microbatches > 0 && dcp__sync_balanced(batch, best_step)) break;
-            dcp__fill_candidate(&fill, w, regions[r], x.levels, placements, &microbatches);
+    if (!dcp__lockstep_init(batch, &x, error))
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    else
+        status = dcp__lockstep_search(batch, placements, &x, &best_microbatches, &best_step,
+                                      error);
+    if (status == DCP_OK && config->sync_ranks < config->ranks) {
+        status = dcp__lockstep_barrier_candidate(batch, placements, &x, &best_microbatches,
+                                                 &best_step, error);
+        if (status == DCP_OK) { /* the best, unloaded block by block */
+            int32_t microbatches;
+            memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
+            microbatches = dcp__unload_blocks(batch, placements, best_microbatches, &x.step);
             dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
                                &best_microbatches);
         }
-    if (status == DCP_OK && batch->count <= DCP__TREE_CANDIDATE_SAMPLES &&
-        (sync < config->ranks || (batch->count <= DCP__TREE_CANDIDATE_SAMPLES_BARRIER &&
-                                  !dcp__sync_balanced(batch, best_step)))) {
-        status = dcp__plan_dynamic(batch, placements, &microbatches, error);
-        if (status == DCP_OK)
-            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
-                               &best_microbatches);
-    }
-    if (status == DCP_OK && !dcp__sync_balanced(batch, best_step)) {
-        /* the greedy baseline's plan is a candidate too: unloading may improve on it */
-        status = dcp__plan_greedy(batch, placements, &microbatches, error);
-        if (status == DCP_OK)
-            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
-                               &best_microbatches);
-    }
-    if (status == DCP_OK && sync == config->ranks)
-        best_microbatches = dcp__unload(batch, x.best, best_microbatches);
-    else if (status == DCP_OK) {
-        /* the pool-wide unloading of the best plan is a candidate under E < D too */
-        memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
-        microbatches = dcp__unload(batch, placements, best_microbatches);
-        dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step, &best_microbatches);
     }
     if (status == DCP_OK)
         status = dcp__plan_build(config, batch->lengths, x.best, batch->count, best_microbatches,
                                  plan, error);
-    dcp__fill_free(&fill);
-    dcp__lockstep_free(a, &x);
+    dcp__lockstep_free(&config->allocator, &x);
     return status;
 }
 
@@ -5378,7 +6191,8 @@ static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strat
 
 /* A dynamic plan that is not balanced is compared with both baselines and the fastest is
    returned (ties keep the dynamic plan): the planner never returns a step slower than a plan
-   it could have built. Balanced plans skip this, as the baselines cost more than planning. */
+   it could have built. Balanced plans skip this, as the baselines cost more than planning.
+   Under E > 1 the lockstep planner has already compared both, in ticks. */
 static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *placements,
                                      dcp_plan **plan, dcp_error *error)
 {
@@ -5387,13 +6201,13 @@ static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *pl
     double *finish, best;
     dcp_status status = DCP_OK;
     int i;
+    if (batch->config->sync_ranks > 1) return DCP_OK;
     finish = (double *)dcp__alloc_array(a, (size_t)batch->config->ranks, sizeof(double),
                                         "fallback", error);
     if (!finish) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     else if ((best = dcp__plan_step_seconds(*plan, finish)) * DCP__BALANCED_EFFICIENCY >
              batch->sync_bound) {
-        /* under E > 1 the greedy plan was already a candidate of the lockstep planner */
-        for (i = batch->config->sync_ranks > 1; i < 2 && status == DCP_OK; i++) {
+        for (i = 0; i < 2 && status == DCP_OK; i++) {
             dcp_plan *other = NULL;
             double step;
             status = dcp__plan_strategy(batch, baselines[i], placements, &other, error);
@@ -5622,8 +6436,8 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
                                     dcp_plan_stats *stats, dcp_error *error)
 {
     dcp_config config;
-    double *finish;
-    int32_t *cp_min, i;
+    double *finish, bounds[3];
+    int32_t *cp_min, i, syncs[3]; /* bounds under the plan's E, E = 1 and E = D */
     dcp_status status;
     if (!stats) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "stats must not be NULL");
     if ((status = dcp__simulation_setup(plan, cost, &config, &finish, error)) != DCP_OK)
@@ -5649,14 +6463,16 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
         stats->valid_tokens += plan->sample_lengths[i];
         cp_min[i] = dcp__cp_min(&config, plan->sample_lengths[i]);
     }
-    status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min,
-                              config.sync_ranks, &stats->lower_bound_seconds, error);
-    if (status == DCP_OK)
-        status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min, 1,
-                                  &stats->dag_lower_bound_seconds, error);
-    if (status == DCP_OK)
-        status = dcp__lower_bound(&config, plan->sample_lengths, plan->num_samples, cp_min,
-                                  config.ranks, &stats->barrier_lower_bound_seconds, error);
+    syncs[0] = config.sync_ranks;
+    syncs[1] = 1;
+    syncs[2] = config.ranks;
+    status = dcp__lower_bounds(&config, plan->sample_lengths, plan->num_samples, cp_min, syncs, 3,
+                               bounds, error);
+    if (status == DCP_OK) {
+        stats->lower_bound_seconds = bounds[0];
+        stats->dag_lower_bound_seconds = bounds[1];
+        stats->barrier_lower_bound_seconds = bounds[2];
+    }
     stats->efficiency = stats->step_seconds > 0.0
                             ? stats->lower_bound_seconds / stats->step_seconds
                             : 1.0;

@@ -479,6 +479,265 @@ static void random_workload_properties(void)
     }
 }
 
+/* Between the extremes (1 < E < D) the plan made for E is never slower under E than the
+   plans made for E = 1 and E = D (both are among its candidates; the block unloading only
+   keeps what lowers the step), on random workloads whose pool has such an E. */
+static void between_plans_beat_both_extremes(void)
+{
+    enum { CAPACITY = 96, WORKLOADS = 1500 };
+    int64_t lengths[CAPACITY];
+    dcp_rng rng;
+    int w, tried = 0, failures_before = test_current_failures;
+    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 12));
+    for (w = 0; w < WORKLOADS && test_current_failures - failures_before < 5; w++) {
+        dcp_config c;
+        int32_t count = random_workload(&rng, &c, lengths, CAPACITY), sync = 2, choices = 0;
+        int32_t extremes[2], i;
+        dcp_plan *plan;
+        double at_e = 0.0;
+        for (i = 2; i < c.ranks; i *= 2) /* every power of two strictly between */
+            if (c.ranks % i == 0 && dcp_rng_below(&rng, (uint64_t)++choices) == 0) sync = i;
+        if (choices == 0) continue;
+        tried++;
+        c.strategy = DCP_STRATEGY_DYNAMIC;
+        c.sync_ranks = sync;
+        extremes[0] = 1;
+        extremes[1] = c.ranks;
+        plan = plan_or_null(&c, lengths, count);
+        CHECK(plan != NULL);
+        if (!plan) continue;
+        CHECK_EQ(dcp_plan_validate(plan, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_step_time(plan, NULL, sync, &at_e, NULL), DCP_OK);
+        for (i = 0; i < 2; i++) {
+            dcp_plan *other;
+            double other_at_e = 0.0;
+            c.sync_ranks = extremes[i];
+            other = plan_or_null(&c, lengths, count);
+            CHECK(other != NULL);
+            if (!other) continue;
+            CHECK_EQ(dcp_plan_step_time(other, NULL, sync, &other_at_e, NULL), DCP_OK);
+            CHECK(at_e <= other_at_e * (1.0 + 1e-9));
+            if (test_current_failures > failures_before)
+                fprintf(stderr, "workload %d: D %d, E %d: %.9g under E against %.9g for the plan "
+                        "made for E = %d\n",
+                        w, (int)c.ranks, (int)sync, at_e, other_at_e, (int)extremes[i]);
+            dcp_plan_destroy(other);
+        }
+        dcp_plan_destroy(plan);
+    }
+    CHECK(tried > WORKLOADS / 4); /* the pools drawn do offer such an E */
+}
+
+/* Two long samples sharing a group of all D ranks (default model: the ring of D ranks costs
+   more than the two halves' rings): the unloading splits the group onto its halves, so its
+   step is not above the hand-made plan that gives each sample D / 2 ranks side by side. */
+static void unloading_splits_a_wide_pair(void)
+{
+    enum { RANKS = 8 };
+    static const int64_t lengths[2] = {8192, 8000};
+    dcp__placement placements[2] = {{0, 0, RANKS, 0, 0}, {0, 0, RANKS, 1, 1}};
+    dcp__placement narrower[2] = {{0, 0, RANKS / 2, 0, 0}, {0, RANKS / 2, RANKS / 2, 0, 1}};
+    dcp_config c = make_config(RANKS, 4096), resolved;
+    dcp__batch batch;
+    dcp__lockstep x;
+    dcp_plan *plan = NULL;
+    int32_t kept;
+    int64_t wide, hand_made;
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+    CHECK_EQ(dcp__batch_init(&batch, &resolved, lengths, 2, NULL), DCP_OK);
+    memset(&x, 0, sizeof x);
+    CHECK(dcp__lockstep_init(&batch, &x, NULL));
+    wide = dcp__placement_step_ticks(&batch, placements, 1, &x.step);
+    hand_made = dcp__placement_step_ticks(&batch, narrower, 1, &x.step);
+    CHECK(hand_made < wide); /* the case is one where the wide group does not pay */
+    kept = dcp__unload(&batch, placements, 1);
+    CHECK_EQ(kept, 1);
+    CHECK(dcp__placement_step_ticks(&batch, placements, kept, &x.step) <= hand_made);
+    CHECK_EQ(placements[0].cp, RANKS / 2);
+    CHECK_EQ(placements[1].cp, RANKS / 2);
+    CHECK(placements[0].first_rank != placements[1].first_rank);
+    CHECK_EQ(dcp__plan_build(&resolved, lengths, placements, 2, kept, &plan, NULL), DCP_OK);
+    CHECK_EQ(dcp_plan_validate(plan, NULL), DCP_OK);
+    dcp_plan_destroy(plan);
+    dcp__lockstep_free(&resolved.allocator, &x);
+    dcp__batch_free(&batch);
+}
+
+/* The plan with group g split onto its halves, one sample each (g holds two); NULL when a
+   sample does not fit its half. */
+static dcp_plan *split_group(const dcp_plan *plan, int32_t g)
+{
+    dcp_group *groups = (dcp_group *)malloc((size_t)(plan->num_groups + 1) * sizeof *groups);
+    int32_t *offsets = (int32_t *)malloc((size_t)(plan->num_microbatches + 1) * sizeof *offsets);
+    dcp_plan *split;
+    int32_t i, k;
+    memcpy(groups, plan->groups, (size_t)g * sizeof *groups);
+    memcpy(groups + g + 2, plan->groups + g + 1,
+           (size_t)(plan->num_groups - g - 1) * sizeof *groups);
+    for (i = 0; i < 2; i++) {
+        groups[g + i].cp = plan->groups[g].cp / 2;
+        groups[g + i].first_rank = plan->groups[g].first_rank + i * groups[g + i].cp;
+        groups[g + i].sample_offset = plan->groups[g].sample_offset + i;
+        groups[g + i].sample_count = 1;
+    }
+    for (k = 0; k <= plan->num_microbatches; k++)
+        offsets[k] = plan->microbatch_offsets[k] + (plan->microbatch_offsets[k] > g);
+    split = manual_plan(&plan->config, plan->sample_lengths, plan->num_samples,
+                        plan->num_microbatches, offsets, groups, plan->num_groups + 1,
+                        plan->group_samples);
+    free(groups);
+    free(offsets);
+    if (dcp_plan_validate(split, NULL) != DCP_OK) {
+        dcp_plan_destroy(split);
+        return NULL;
+    }
+    return split;
+}
+
+/* A heavy-tailed batch with two giant samples on 32 ranks, E = D (the pool size where the
+   planner used to give the giants one wide group, 0.9% slower): no group of two samples in
+   the plan is worth splitting onto its halves under the planner's own model. */
+static void giant_pair_is_not_over_widened(void)
+{
+    enum { COUNT = 256, RANKS = 32, GIANT = 65536 };
+    static const dcp_lognormal heavy = {4096, 1.4, 256, 65536};
+    int64_t lengths[COUNT];
+    dcp_config c = make_config(RANKS, 4096);
+    dcp_plan *plan;
+    double step, split_step;
+    int32_t g, pairs = 0;
+    CHECK_EQ(dcp_lengths_lognormal(&heavy, 20261121, lengths, COUNT, NULL), DCP_OK);
+    lengths[0] = lengths[97] = GIANT;
+    plan = plan_or_null(&c, lengths, COUNT);
+    CHECK(plan != NULL);
+    if (!plan) return;
+    CHECK_EQ(dcp_plan_step_time(plan, NULL, 0, &step, NULL), DCP_OK);
+    for (g = 0; g < plan->num_groups; g++) {
+        dcp_plan *split;
+        if (plan->groups[g].sample_count != 2 || plan->groups[g].cp < 2) continue;
+        if (!(split = split_group(plan, g))) continue;
+        pairs++;
+        CHECK_EQ(dcp_plan_step_time(split, NULL, 0, &split_step, NULL), DCP_OK);
+        CHECK(split_step >= step * (1.0 - 1e-12));
+        dcp_plan_destroy(split);
+    }
+    CHECK(pairs > 0); /* some pair could be split at all */
+    dcp_plan_destroy(plan);
+}
+
+/* Exhaustive optimum of a tiny batch under E = D (the barrier model): the step is the sum
+   over microbatches of their slowest group, so f(S) = min over the microbatch T holding S's
+   first sample of cost(T) + f(S \ T), with cost(T) the least slowest-group time of T split
+   into groups on at most D ranks (aligned power-of-two blocks fit iff their sizes sum to at
+   most D). Small enough to enumerate: at most EXHAUSTIVE_MOST samples. */
+#define EXHAUSTIVE_MOST 7
+typedef struct exhaustive {
+    const dcp_config *config; /* resolved */
+    const int64_t *lengths;
+    int32_t count;
+    double cost[1 << EXHAUSTIVE_MOST], best[1 << EXHAUSTIVE_MOST];
+} exhaustive;
+
+/* Per-rank time and tokens of the group `members` at CP size cp; 0 when it does not fit. */
+static int group_at(const exhaustive *x, unsigned members, int32_t cp, double *seconds)
+{
+    int64_t tokens = 0;
+    int32_t i;
+    *seconds = dcp_cost_ring_seconds(&x->config->cost, cp);
+    for (i = 0; i < x->count; i++) {
+        int64_t padded;
+        int32_t least;
+        if (!(members >> i & 1u)) continue;
+        if (dcp_cp_size_min(x->config, x->lengths[i], &least, NULL) != DCP_OK || least > cp)
+            return 0;
+        dcp_padded_length(x->config, x->lengths[i], cp, &padded, NULL);
+        tokens += padded / cp;
+        *seconds += dcp_cost_sample_seconds(&x->config->cost, x->lengths[i], padded, cp);
+    }
+    return tokens <= x->config->max_tokens_per_rank;
+}
+
+/* The least slowest-group time of `rest` split into groups on `ranks` ranks (worst so far
+   `slowest`); a large value when impossible. */
+static double split_cost(const exhaustive *x, unsigned rest, int32_t ranks, double slowest)
+{
+    unsigned first, group;
+    double best = 1e300;
+    if (rest == 0) return slowest;
+    first = rest & (~rest + 1u);
+    for (group = rest; group != 0; group = (group - 1) & rest) { /* subsets of rest with first */
+        int32_t cp;
+        if (!(group & first)) continue;
+        for (cp = x->config->min_cp; cp <= x->config->max_cp && cp <= ranks; cp *= 2) {
+            double seconds, total;
+            if (!group_at(x, group, cp, &seconds)) continue;
+            total = split_cost(x, rest & ~group, ranks - cp, seconds > slowest ? seconds : slowest);
+            if (total < best) best = total;
+        }
+    }
+    return best;
+}
+
+static double exhaustive_barrier_step(exhaustive *x)
+{
+    unsigned all = (1u << x->count) - 1u, set, sub;
+    for (set = 1; set <= all; set++) x->cost[set] = split_cost(x, set, x->config->ranks, 0.0);
+    x->best[0] = 0.0;
+    for (set = 1; set <= all; set++) {
+        unsigned first = set & (~set + 1u);
+        x->best[set] = 1e300;
+        for (sub = set; sub != 0; sub = (sub - 1) & set)
+            if ((sub & first) && x->cost[sub] + x->best[set & ~sub] < x->best[set])
+                x->best[set] = x->cost[sub] + x->best[set & ~sub];
+    }
+    return x->best[all];
+}
+
+/* On tiny random batches under E = D: the barrier lower bound <= the exhaustive optimum <=
+   the planner's step (the bound is valid; how far each is from the optimum is printed, the
+   measure of which one is loose). */
+static void barrier_bound_below_exhaustive_optimum(void)
+{
+    enum { WORKLOADS = 300 };
+    dcp_rng rng;
+    int w, models;
+    double bound_gap = 0.0, plan_gap = 0.0, worst_bound = 1.0, worst_plan = 1.0;
+    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 4));
+    for (w = 0; w < WORKLOADS; w++) {
+        static const int32_t pools[3] = {2, 4, 8};
+        int64_t lengths[EXHAUSTIVE_MOST];
+        exhaustive x;
+        dcp_config c = make_config(pools[dcp_rng_below(&rng, 3)], 64), resolved;
+        dcp_plan *plan;
+        double optimum, bound = 0.0, step = 0.0;
+        int32_t i;
+        models = (int)dcp_rng_below(&rng, 2);
+        if (models) c.cost.attn_coeff = 1.0; /* L^2 only, else the default model */
+        x.count = 2 + (int32_t)dcp_rng_below(&rng, EXHAUSTIVE_MOST - 1);
+        for (i = 0; i < x.count; i++) /* up to c.ranks x 64 tokens: every CP size in play */
+            lengths[i] = 1 + (int64_t)dcp_rng_below(&rng, (uint64_t)(c.ranks * 64));
+        CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+        x.config = &resolved;
+        x.lengths = lengths;
+        optimum = exhaustive_barrier_step(&x);
+        CHECK_EQ(dcp_lower_bound(&c, lengths, x.count, &bound, NULL), DCP_OK);
+        plan = plan_or_null(&c, lengths, x.count);
+        CHECK(plan != NULL);
+        if (!plan) continue;
+        CHECK_EQ(dcp_plan_step_time(plan, NULL, 0, &step, NULL), DCP_OK);
+        CHECK(bound <= optimum * (1.0 + 1e-9));
+        CHECK(optimum <= step * (1.0 + 1e-9));
+        bound_gap += bound / optimum;
+        plan_gap += optimum / step;
+        if (bound / optimum < worst_bound) worst_bound = bound / optimum;
+        if (optimum / step < worst_plan) worst_plan = optimum / step;
+        dcp_plan_destroy(plan);
+    }
+    printf("    %d tiny batches, E = D: bound / optimum mean %.3f (worst %.3f), optimum / planner "
+           "mean %.3f (worst %.3f)\n",
+           WORKLOADS, bound_gap / WORKLOADS, worst_bound, plan_gap / WORKLOADS, worst_plan);
+}
+
 /* The local search only keeps improvements: for every candidate tree, the largest path sum
    after it is never above the one before, and the tree stays consistent (the extracted plan
    validates). Checked on the planner's internals, which this file compiles. */
@@ -525,6 +784,16 @@ static void local_search_never_hurts(void)
    valid. Checked on the planner's internals. */
 /* The fill's typed merge sort orders keys exactly as qsort with the same (total) comparison,
    on sizes around its run length and with many equal ticks and tokens (ties broken by tie). */
+/* The fill keys' order for qsort, written apart from the library's. */
+static int fill_key_compare(const void *a, const void *b)
+{
+    const dcp__fill_key *x = (const dcp__fill_key *)a, *y = (const dcp__fill_key *)b;
+    if (x->level != y->level) return x->level < y->level ? -1 : 1;
+    if (x->ticks != y->ticks) return x->ticks > y->ticks ? -1 : 1;
+    if (x->tokens != y->tokens) return x->tokens > y->tokens ? -1 : 1;
+    return x->tie < y->tie ? -1 : (x->tie > y->tie);
+}
+
 static void fill_key_sort_matches_qsort(void)
 {
     enum { MOST = 5000 };
@@ -544,7 +813,7 @@ static void fill_key_sort_matches_qsort(void)
             keys[i].tie = count - i;
             expected[i] = keys[i];
         }
-        qsort(expected, (size_t)count, sizeof *expected, dcp__fill_key_compare);
+        qsort(expected, (size_t)count, sizeof *expected, fill_key_compare);
         dcp__fill_key_sort(keys, scratch, count);
         for (i = 0; i < count && keys[i].id == expected[i].id; i++) {}
         CHECK_EQ(i, count);
@@ -884,6 +1153,7 @@ int main(int argc, char **argv)
         {"simulator_under_every_sync_model", simulator_under_every_sync_model},
         {"sync_ranks_validation", sync_ranks_validation},
         {"lower_bounds_by_hand", lower_bounds_by_hand},
+        {"barrier_bound_below_exhaustive_optimum", barrier_bound_below_exhaustive_optimum},
         {"validator_catches_every_broken_invariant", validator_catches_every_broken_invariant},
         {"bad_input_is_an_error_naming_it", bad_input_is_an_error_naming_it},
         {"sums_beyond_32_bits", sums_beyond_32_bits},
@@ -891,10 +1161,13 @@ int main(int argc, char **argv)
         {"single_rank_and_single_sample", single_rank_and_single_sample},
         {"named_workloads_meet_targets", named_workloads_meet_targets},
         {"random_workload_properties", random_workload_properties},
+        {"between_plans_beat_both_extremes", between_plans_beat_both_extremes},
         {"local_search_never_hurts", local_search_never_hurts},
         {"unloading_never_hurts", unloading_never_hurts},
         {"fill_key_sort_matches_qsort", fill_key_sort_matches_qsort},
         {"unloading_dissolves_a_microbatch", unloading_dissolves_a_microbatch},
+        {"unloading_splits_a_wide_pair", unloading_splits_a_wide_pair},
+        {"giant_pair_is_not_over_widened", giant_pair_is_not_over_widened},
         {"svg_draws_every_group", svg_draws_every_group},
         {"svg_stacks_plans_on_one_scale", svg_stacks_plans_on_one_scale},
         {"svg_refuses_small_buffers_and_bad_arguments",
