@@ -73,6 +73,13 @@
        dcp_cost_sample_seconds(cost, L, P, c)     per-rank compute time (a L^2 + b P) / c
        dcp_cost_ring_seconds(cost, c)             ring overhead of one group for one microbatch
        dcp_lower_bound(config, lengths, n, out, err)
+   Cost calibration (the workload model fitted to measured times; bench/calibrate uses it;
+   no allocation)
+       dcp_cost_group_terms(config, L, n, cp, &m, err)  one rank's units of a group, exactly as
+                                                  dcp_plan_schedule charges it
+       dcp_cost_measurement_seconds(cost, m)      the model's time of a measurement's units
+       dcp_cost_fit_measurements(m, n, options, &fit, err)  non-negative least squares of the
+                                                  three coefficients, residuals, standard errors
    Planner
        dcp_plan_create(config, lengths, n, &plan, err)   allocates the plan (config.allocator)
        dcp_plan_destroy(plan)
@@ -140,6 +147,25 @@
        dcp_ring_exchange_plan(cp, r, s, &x, err)  peers, KV and dK/dV slots of a ring step
        dcp_ring_scratch_layout(shape, pass, &s, err)  scratch regions of a ring pass
        dcp_metadata_chunks(length, chunk, &n, err)  length check of a metadata broadcast
+   Head-parallel all-to-all (the CP <-> head-parallel switch of linear-attention layers;
+   no allocation; with the distributed logic)
+       dcp_a2a_shape_get / dcp_a2a_runs / dcp_a2a_message_rows / dcp_a2a_segments
+                                                  what moves where (caller's arrays, NULL asks
+                                                  the size)
+       dcp_a2a_segments_copy, dcp_a2a_hp_layout   a segment list on host memory; the
+                                                  head-parallel layout (cp 1: conv1d runs on it)
+       dcp_a2a_cp2hp / dcp_a2a_hp2cp(layout, channels, bytes, in[], out[], err)
+                                                  CPU references of a whole group
+   MTP roll (multi-token prediction's per-sequence shift under CP; no allocation; with the
+   distributed logic)
+       dcp_mtp_roll_plan(layout, r, transfers, cap, &n, err)  which row needs one element of
+                                                  which rank
+       dcp_mtp_roll_gather / _shift / _reference  one rank's side on the host; a whole group
+   Pipeline stages (each stage moves only the fields it reads; with the distributed logic)
+       dcp_stage_fields(first, last, mtp), dcp_field_set_validate
+                                                  a stage's fields; a set's bytes per token
+       dcp_reroute_field_bytes(list, set, &bytes, err)  a stage's bytes on the wire
+       dcp_rank_view_pack_fields / _unpack_fields  pack/unpack for every field of a set
    Operation contracts (the arguments of the CPU references and the CUDA kernels alike; always
    compiled; no allocation)
        dcp_dtype, dcp_dtype_size(dtype), dcp_dtype_name(dtype)
@@ -192,12 +218,17 @@
                                                   GQA, causal by global position; backward
                                                   adds into float32 dq, dk, dv
        dcp_cuda_virtual_ring_forward / _backward  a ring of cp ranks on one device
+       dcp_cuda_add_float32(acc, x, count, stream, err)  acc += x (the ring backward's dK, dV)
+       dcp_cuda_a2a_copy                          a head-parallel segment list (pack, unpack);
+                                                  with the distributed logic only
+       dcp_cuda_mtp_roll_gather / _shift          the MTP roll's kernels; likewise
 
    VERSION HISTORY
        0.1.0  planner (DAG and lockstep sync models), baselines, validator, simulator, SVG
               timeline, length sources; THD views, reroute lists, exchange format, FLOPs
-              statistics; distributed logic of dcp_nccl.h; operation contracts and CPU
-              references (attention with ring steps, LSE merge, RoPE, conv1d); the CUDA
+              statistics; cost calibration; distributed logic of dcp_nccl.h, the
+              head-parallel all-to-all, the MTP roll and stage fields; operation contracts
+              and CPU references (attention with ring steps, LSE merge, RoPE, conv1d); the CUDA
               kernels (dcp_cuda.cu) and the NCCL layer (dcp_nccl.h).
               CHANGELOG.md lists every change.
 
