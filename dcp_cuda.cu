@@ -2753,6 +2753,7 @@ static dcp_status dcp_cuda__attention_forward(dcp_cuda_attention_path path,
                              "q, k, v must be 16-byte aligned and out 8-byte aligned (got %p, "
                              "%p, %p, %p)",
                              q, k, v, out);
+    if ((wgmma = dcp_cuda__forward_uses_wgmma(path, out, error)) < 0) return DCP_ERROR_UNSUPPORTED;
     if ((status = dcp_cuda_attention_workspace_size(&p, layout, &needed, error)) != DCP_OK ||
         (status = dcp_cuda__check_workspace(workspace, workspace_bytes, needed, error)) != DCP_OK)
         return status;
@@ -2761,7 +2762,6 @@ static dcp_status dcp_cuda__attention_forward(dcp_cuda_attention_path path,
     a.out_fp32 = out_dtype == DCP_DTYPE_FLOAT32;
     a.count = (const int32_t *)workspace;
     a.entries = (const int2 *)((char *)workspace + 16);
-    if ((wgmma = dcp_cuda__forward_uses_wgmma(path, out, error)) < 0) return DCP_ERROR_UNSUPPORTED;
     if (layout->local_rows == 0) return dcp_error_clear(error);
     if (wgmma) return dcp_cuda__attn_forward_sm90(a, p.head_dim, dtype, layout, s, error);
     if (dtype == DCP_DTYPE_BFLOAT16)
@@ -3620,10 +3620,11 @@ static dcp_status dcp_cuda__attn_forward_sm90(const dcp_cuda__attn_args &a, int3
 static int dcp_cuda__forward_uses_wgmma(dcp_cuda_attention_path path, const void *out,
                                         dcp_error *error)
 {
-    const int eligible = dcp_cuda__aligned(out, 16) && dcp_cuda__sm90_available();
-    if (path == DCP_CUDA_ATTENTION_PATH_MMA_SYNC) return 0;
-    if (path == DCP_CUDA_ATTENTION_PATH_AUTO) return DCP_CUDA__AUTO_PREFERS_WGMMA && eligible;
-    if (eligible) return 1;
+    if (path == DCP_CUDA_ATTENTION_PATH_MMA_SYNC ||
+        (path == DCP_CUDA_ATTENTION_PATH_AUTO && !DCP_CUDA__AUTO_PREFERS_WGMMA))
+        return 0;
+    if (dcp_cuda__aligned(out, 16) && dcp_cuda__sm90_available()) return 1;
+    if (path == DCP_CUDA_ATTENTION_PATH_AUTO) return 0;
     dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
                   "path DCP_CUDA_ATTENTION_PATH_WGMMA needs a device of compute capability 9.0, "
                   "dcp_cuda.cu built for sm_90a and out 16-byte aligned (out %p; "

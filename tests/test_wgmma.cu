@@ -221,9 +221,9 @@ __global__ void __launch_bounds__(GEMM_THREADS) gemm_ss_kernel(const T *a, const
     dcp_cuda__wgmma_fence();
 #pragma unroll
     for (kc = 0; kc < GEMM_K / DCP_CUDA__WGMMA_K; kc++)
-        dcp_cuda__wgmma<T, N>::ss(d, dcp_cuda__desc_kmajor(dcp_cuda__smem_address(sa), GEMM_M, 0, kc),
-                                  dcp_cuda__desc_kmajor(dcp_cuda__smem_address(sb), N, 0, kc),
-                                  kc > 0);
+        dcp_cuda__wgmma<T, N>::ss(
+            d, dcp_cuda__desc_kmajor(dcp_cuda__smem_address(sa), GEMM_M, 0, kc),
+            dcp_cuda__desc_kmajor(dcp_cuda__smem_address(sb), N, 0, kc), kc > 0);
     dcp_cuda__wgmma_commit();
     dcp_cuda__wgmma_wait<0>();
     dcp_cuda__fence_operands(d);
