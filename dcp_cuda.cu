@@ -3659,3 +3659,113 @@ extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *par
                                             dtype, q, k, v, out_dtype, out, lse, workspace,
                                             workspace_bytes, stream, error);
 }
+
+/* ---------------------------------------------- sm_90a: TMA tensor maps (host side, H2)
+   The next version copies Q, K and V with cp.async.bulk.tensor (TMA) from a producer warp
+   into an mbarrier ring. Its tensor maps, built here: a [rows, heads, head_dim] tensor of
+   16-bit elements as a 3-D map (innermost first: head_dim, heads, rows), a box of one
+   64-column swizzle block of one head and box_rows rows, written to shared memory with the
+   128-byte swizzle (exactly the dcp_cuda__sw128 layout the wgmma descriptors read), rows
+   past the tensor zero-filled. A box never crosses a head; it may cross a document, whose
+   foreign rows the kernel masks (keys: the row limits) or does not store (queries) — and
+   zeroes in shared memory for V's last tile, since P = 0 does not cancel a NaN padding row.
+   The encoder comes from the driver through the runtime (cudaGetDriverEntryPointByVersion,
+   the successor of the cudaGetDriverEntryPoint that CUDA 13 deprecates), so nothing links
+   against libcuda; the geometry and its checks are separate and host-testable. Until the
+   TMA kernel calls them only tests/test_wgmma.cu does (inline: unused is no warning). */
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled; cuda.h types only, no libcuda */
+
+#define DCP_CUDA__TMA_RANK 3
+#define DCP_CUDA__TMA_MAX_BOX 256                 /* elements per box dimension */
+#define DCP_CUDA__TMA_STRIDE_LIMIT (1ull << 40)   /* global strides are below 2^40 bytes */
+#define DCP_CUDA__TMA_DIM_LIMIT (1ull << 32)      /* global dimensions are at most 2^32 */
+#define DCP_CUDA__TMA_ALIGN 16                    /* base address and strides */
+#define DCP_CUDA__TMA_ENCODER_VERSION 12000       /* cuTensorMapEncodeTiled's ABI: CUDA 12.0 */
+
+struct dcp_cuda__tma_geometry {
+    cuuint64_t dims[DCP_CUDA__TMA_RANK];        /* head_dim, heads, rows */
+    cuuint64_t strides[DCP_CUDA__TMA_RANK - 1]; /* bytes between heads, between rows */
+    cuuint32_t box[DCP_CUDA__TMA_RANK];         /* 64 columns, 1 head, box_rows rows */
+    cuuint32_t element_strides[DCP_CUDA__TMA_RANK];
+};
+
+/* The geometry of the map of base [rows, heads, head_dim] (16-bit elements) with boxes of
+   box_rows rows, checked against cuTensorMapEncodeTiled's rules and the swizzle's: base
+   16-byte aligned; head_dim whole 64-column blocks; box_rows whole 8-row atoms, at most 256;
+   dimensions in [1, 2^32], strides below 2^40. */
+static inline dcp_status dcp_cuda__tma_geometry_of(const void *base, int64_t rows, int32_t heads,
+                                            int32_t head_dim, int32_t box_rows,
+                                            dcp_cuda__tma_geometry *g, dcp_error *error)
+{
+    using L = dcp_cuda__sw128;
+    if (!base || !dcp_cuda__aligned(base, DCP_CUDA__TMA_ALIGN))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "TMA base %p must be non-NULL and %d-byte aligned", base,
+                             DCP_CUDA__TMA_ALIGN);
+    if (rows < 1 || (uint64_t)rows > DCP_CUDA__TMA_DIM_LIMIT || heads < 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "TMA rows %lld and heads %d must be in [1, 2^32]", (long long)rows,
+                             (int)heads);
+    if (head_dim < (int32_t)L::BLOCK_COLS || head_dim % (int32_t)L::BLOCK_COLS)
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "TMA head_dim %d: whole %u-column swizzle blocks only", (int)head_dim,
+                             L::BLOCK_COLS);
+    if (box_rows < 1 || box_rows > DCP_CUDA__TMA_MAX_BOX || box_rows % (int32_t)L::ATOM_ROWS)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "TMA box_rows %d must be a multiple of %u in [1, %d]", (int)box_rows,
+                             L::ATOM_ROWS, DCP_CUDA__TMA_MAX_BOX);
+    const uint64_t row_bytes = (uint64_t)heads * (uint64_t)head_dim * L::ELEMENT_BYTES;
+    if (row_bytes >= DCP_CUDA__TMA_STRIDE_LIMIT)
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "TMA row stride of %d heads x %d is %llu bytes, not below 2^40",
+                             (int)heads, (int)head_dim, (unsigned long long)row_bytes);
+    g->dims[0] = (cuuint64_t)head_dim;
+    g->dims[1] = (cuuint64_t)heads;
+    g->dims[2] = (cuuint64_t)rows;
+    g->strides[0] = (cuuint64_t)head_dim * L::ELEMENT_BYTES;
+    g->strides[1] = row_bytes;
+    g->box[0] = L::BLOCK_COLS;
+    g->box[1] = 1;
+    g->box[2] = (cuuint32_t)box_rows;
+    for (int i = 0; i < DCP_CUDA__TMA_RANK; i++) g->element_strides[i] = 1;
+    return dcp_error_clear(error);
+}
+
+/* The map of a checked geometry: 16-bit elements of dtype, 128-byte swizzle, 256-byte L2
+   promotion, zero fill. DCP_ERROR_CUDA when the driver has no encoder (no driver, or older
+   than CUDA 12.0) or rejects the map. Host-only: no device, stream or allocation. */
+static inline dcp_status dcp_cuda__tma_encode(CUtensorMap *map, const dcp_cuda__tma_geometry *g,
+                                       const void *base, dcp_dtype dtype, dcp_error *error)
+{
+    void *entry = NULL;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    CUresult result;
+    if (dtype != DCP_DTYPE_BFLOAT16 && dtype != DCP_DTYPE_FLOAT16)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "TMA dtype %s: bfloat16 or float16", dcp_cuda__dtype_name(dtype));
+#if CUDART_VERSION >= 12050
+    const cudaError_t queried = cudaGetDriverEntryPointByVersion(
+        "cuTensorMapEncodeTiled", &entry, DCP_CUDA__TMA_ENCODER_VERSION, cudaEnableDefault, &found);
+#else
+    const cudaError_t queried =
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &entry, cudaEnableDefault, &found);
+#endif
+    if (queried != cudaSuccess || found != cudaDriverEntryPointSuccess || !entry) {
+        (void)cudaGetLastError();
+        return dcp_error_set(error, DCP_ERROR_CUDA,
+                             "cuTensorMapEncodeTiled is not available from the driver (query "
+                             "result %d): TMA needs a CUDA 12.0+ driver",
+                             (int)found);
+    }
+    result = ((PFN_cuTensorMapEncodeTiled_v12000)entry)(
+        map,
+        dtype == DCP_DTYPE_BFLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                    : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        DCP_CUDA__TMA_RANK, const_cast<void *>(base), g->dims, g->strides, g->box,
+        g->element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS)
+        return dcp_error_set(error, DCP_ERROR_CUDA, "cuTensorMapEncodeTiled failed: CUresult %d",
+                             (int)result);
+    return dcp_error_clear(error);
+}

@@ -189,6 +189,81 @@ static void test_attention_tiles_fit(void)
     CHECK(desc::encodable(k128::TILE_KEYS * layout::ROW_BYTES)); /* V's leading offset */
 }
 
+/* The TMA map of K [1000 rows, 8 heads, 128]: boxes of one 64-column swizzle row of one head
+   and 128 rows; the arguments cuTensorMapEncodeTiled or the swizzle would refuse, refused
+   first with a message naming them. */
+static void test_tma_geometry(void)
+{
+    static unsigned char buffer[64];
+    unsigned char *base = buffer + (16 - (uintptr_t)buffer % 16) % 16;
+    dcp_cuda__tma_geometry g;
+    dcp_error error;
+    int i;
+    CHECK_EQ(dcp_cuda__tma_geometry_of(base, 1000, 8, 128, 128, &g, &error), DCP_OK);
+    CHECK_EQ(g.dims[0], (cuuint64_t)128);
+    CHECK_EQ(g.dims[1], (cuuint64_t)8);
+    CHECK_EQ(g.dims[2], (cuuint64_t)1000);
+    CHECK_EQ(g.strides[0], (cuuint64_t)128 * 2);     /* bytes from one head to the next */
+    CHECK_EQ(g.strides[1], (cuuint64_t)8 * 128 * 2); /* from one row to the next */
+    CHECK_EQ(g.box[0] * layout::ELEMENT_BYTES, layout::ROW_BYTES); /* one swizzle row */
+    CHECK_EQ(g.box[1], (cuuint32_t)1);
+    CHECK_EQ(g.box[2], (cuuint32_t)128);
+    for (i = 0; i < DCP_CUDA__TMA_RANK; i++) CHECK_EQ(g.element_strides[i], (cuuint32_t)1);
+
+    CHECK_EQ(dcp_cuda__tma_geometry_of(base + 8, 1000, 8, 128, 128, &g, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "16-byte aligned");
+    CHECK_EQ(dcp_cuda__tma_geometry_of(NULL, 1000, 8, 128, 128, &g, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ(dcp_cuda__tma_geometry_of(base, 0, 8, 128, 128, &g, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "rows 0");
+    CHECK_EQ(dcp_cuda__tma_geometry_of(base, 1000, 0, 128, 128, &g, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "heads 0");
+    CHECK_EQ(dcp_cuda__tma_geometry_of(base, 1000, 8, 96, 128, &g, &error), DCP_ERROR_UNSUPPORTED);
+    CHECK_CONTAINS(error.message, "head_dim 96");
+    CHECK_EQ(dcp_cuda__tma_geometry_of(base, 1000, 8, 128, 12, &g, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "box_rows 12");
+    CHECK_EQ(dcp_cuda__tma_geometry_of(base, 1000, 8, 128, 264, &g, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "box_rows 264");
+    CHECK_EQ(dcp_cuda__tma_geometry_of(base, 1000, INT32_MAX, 512, 128, &g, &error),
+             DCP_ERROR_UNSUPPORTED);
+    CHECK_CONTAINS(error.message, "2^40");
+}
+
+/* The encoder through the runtime: a map where a driver is present (required with a GPU);
+   without one, DCP_ERROR_CUDA naming the encoder, never a crash or a link error. */
+static void test_tma_encode(void)
+{
+    const int64_t rows = 1000;
+    const int32_t heads = 8, head_dim = 128;
+    dcp_cuda__tma_geometry g;
+    CUtensorMap map;
+    dcp_error error;
+    cuda_arena arena;
+    dcp_status status;
+    void *base;
+    memset(&arena, 0, sizeof arena);
+    base = cuda_test_gpu() ? dev_alloc(&arena, (size_t)rows * heads * head_dim * 2)
+                           : host_alloc(&arena, (size_t)rows * heads * head_dim * 2);
+    CHECK_EQ(dcp_cuda__tma_geometry_of(base, rows, heads, head_dim, 128, &g, &error), DCP_OK);
+    CHECK_EQ(dcp_cuda__tma_encode(&map, &g, base, DCP_DTYPE_FLOAT32, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "float32");
+    status = dcp_cuda__tma_encode(&map, &g, base, DCP_DTYPE_BFLOAT16, &error);
+    if (cuda_test_gpu()) {
+        if (status != DCP_OK) fprintf(stderr, "%s\n", error.message);
+        CHECK_EQ(status, DCP_OK);
+    } else {
+        CHECK(status == DCP_OK || status == DCP_ERROR_CUDA);
+        if (status != DCP_OK) CHECK_CONTAINS(error.message, "cuTensorMapEncodeTiled");
+    }
+    cuda_arena_free(&arena);
+}
+
 /* ====================================================================== GPU: wgmma products */
 
 enum { GEMM_M = 64, GEMM_K = 128, GEMM_THREADS = DCP_CUDA__WARPGROUP_THREADS };
@@ -391,6 +466,8 @@ int main(int argc, char **argv)
         {"kmajor_descriptors_read_the_tile", test_kmajor_descriptors_read_the_tile},
         {"mnmajor_descriptors_read_the_tile", test_mnmajor_descriptors_read_the_tile},
         {"attention_tiles_fit", test_attention_tiles_fit},
+        {"tma_geometry", test_tma_geometry},
+        {"tma_encode", test_tma_encode},
         {"wgmma_ss", test_wgmma_ss},
         {"wgmma_rs", test_wgmma_rs},
     };
