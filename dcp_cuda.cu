@@ -3362,6 +3362,18 @@ template <int D> struct dcp_cuda__attn_sm90_traits {
                   "the output staging fits in the K and V buffers");
 };
 
+/* The key tiles (of tile_keys view rows) the q rows [q0, q0 + rows) see: up to the limit of
+   their last valid row, the largest (limits grow with the row); 0 for a tile of no valid
+   row. */
+__device__ __forceinline__ int32_t dcp_cuda__key_tiles(const dcp_cuda__attn_args &a,
+                                                       const dcp_cuda__seq_view &s, int64_t q0,
+                                                       int rows, int tile_keys)
+{
+    const int64_t last = (q0 + rows < s.q_valid ? q0 + rows : s.q_valid) - 1;
+    const int64_t stop = last >= q0 ? dcp_cuda__key_limit(a, s, last) : 0;
+    return stop > s.k_begin ? (int32_t)((stop - s.k_begin + tile_keys - 1) / tile_keys) : 0;
+}
+
 #ifdef DCP_CUDA__SM90A
 /* Normalise warpgroup wg's 64 output rows and store them through shared memory: each lane
    puts its accumulator pairs into `stage` ([64] rows of D OUT, padded), then the warpgroup
@@ -3428,18 +3440,11 @@ __global__ void __launch_bounds__(dcp_cuda__attn_sm90_traits<D>::THREADS, 1)
     const int2 entry = a.entries[blockIdx.x];
     const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, entry.x);
     const int64_t q0 = s.q_begin + (int64_t)entry.y * K::TILE_ROWS;
-    const int32_t head = blockIdx.y, kv_head = head / a.group;
+    const int32_t head = blockIdx.y;
     const int wg = threadIdx.x / DCP_CUDA__WARPGROUP_THREADS;
     const int warp = (threadIdx.x % DCP_CUDA__WARPGROUP_THREADS) / 32, g = (threadIdx.x & 31) >> 2;
-    const int64_t kv_stride = (int64_t)a.kv_heads * D;
-    const T *kg = static_cast<const T *>(a.k) + (int64_t)kv_head * D;
-    const T *vg = static_cast<const T *>(a.v) + (int64_t)kv_head * D;
-
-    /* the keys this block can see end at its last valid row's limit (the largest) */
-    const int64_t q_last = (q0 + K::TILE_ROWS < s.q_valid ? q0 + K::TILE_ROWS : s.q_valid) - 1;
-    const int64_t k_stop = q_last >= q0 ? dcp_cuda__key_limit(a, s, q_last) : 0;
-    const int32_t tiles =
-        k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + K::TILE_KEYS - 1) / K::TILE_KEYS) : 0;
+    const int64_t kv_stride = (int64_t)a.kv_heads * D, kv_column = (int64_t)(head / a.group) * D;
+    const int32_t tiles = dcp_cuda__key_tiles(a, s, q0, K::TILE_ROWS, K::TILE_KEYS);
 
     dcp_cuda__load_tile_sw128<T, D, K::TILE_ROWS, K::THREADS>(
         sq, static_cast<const T *>(a.q) + (int64_t)head * D, (int64_t)a.heads * D, s.offset, q0,
@@ -3448,9 +3453,11 @@ __global__ void __launch_bounds__(dcp_cuda__attn_sm90_traits<D>::THREADS, 1)
     auto load_kv = [&](int32_t tile, int stage) {
         const int64_t k0 = s.k_begin + (int64_t)tile * K::TILE_KEYS;
         dcp_cuda__load_tile_sw128<T, D, K::TILE_KEYS, K::THREADS>(
-            sk + stage * K::KV_BYTES, kg, kv_stride, s.offset, k0, s.k_valid);
+            sk + stage * K::KV_BYTES, static_cast<const T *>(a.k) + kv_column, kv_stride,
+            s.offset, k0, s.k_valid);
         dcp_cuda__load_tile_sw128<T, D, K::TILE_KEYS, K::THREADS>(
-            sv + stage * K::KV_BYTES, vg, kv_stride, s.offset, k0, s.k_valid);
+            sv + stage * K::KV_BYTES, static_cast<const T *>(a.v) + kv_column, kv_stride,
+            s.offset, k0, s.k_valid);
     };
     if (tiles > 0) load_kv(0, 0);
     dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */

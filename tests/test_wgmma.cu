@@ -46,6 +46,14 @@ static uint32_t emulate_mnmajor(uint64_t d, uint32_t k, uint32_t n)
     return layout::swizzle(linear);
 }
 
+/* The descriptors leave the base offset 0, which the PTX ISA allows when the start address
+   lies in the first 128-byte row of a 1024-byte pattern ((address >> 7) & 7 == 0): k steps
+   move the start inside that row, rows and column blocks by whole atoms. */
+static int starts_in_first_atom_row(uint64_t d)
+{
+    return (desc::address(d) / layout::ROW_BYTES) % layout::ATOM_ROWS == 0;
+}
+
 static void test_swizzle_permutes_each_atom(void)
 {
     enum { ATOMS = 4 };
@@ -145,6 +153,7 @@ static void test_kmajor_descriptors_read_the_tile(void)
                 for (kc = 0; kc < dim / DCP_CUDA__WGMMA_K; kc++) {
                     const uint64_t d = dcp_cuda__desc_kmajor(tile, rows, row0, kc);
                     if (desc::mode(d) != desc::SWIZZLE_128B) wrong++;
+                    if (!starts_in_first_atom_row(d)) wrong++;
                     for (m = 0; m < 64; m++)
                         for (k = 0; k < DCP_CUDA__WGMMA_K; k++)
                             if (emulate_kmajor(d, m, k) !=
@@ -167,6 +176,7 @@ static void test_mnmajor_descriptors_read_the_tile(void)
         for (kc = 0; kc < rows / DCP_CUDA__WGMMA_K; kc++) {
             const uint64_t d = dcp_cuda__desc_mnmajor(tile, rows, kc);
             if (desc::mode(d) != desc::SWIZZLE_128B) wrong++;
+            if (!starts_in_first_atom_row(d)) wrong++;
             for (k = 0; k < DCP_CUDA__WGMMA_K; k++)
                 for (n = 0; n < dim; n++)
                     if (emulate_mnmajor(d, k, n) !=
@@ -276,6 +286,32 @@ __device__ __forceinline__ void accumulator_place(int n, int e, int *row, int *c
     *col = n * 8 + 2 * (lane & 3) + (e & 1);
 }
 
+#ifdef DCP_CUDA__SM90A
+/* NaN in every accumulator and the fences before the first product: its k step (scale-d 0)
+   must overwrite them, not add to them. */
+template <int B> __device__ __forceinline__ void start_products(float (&d)[B][4])
+{
+    for (int n = 0; n < B; n++)
+        for (int e = 0; e < 4; e++) d[n][e] = NAN;
+    dcp_cuda__fence_operands(d);
+    dcp_cuda__wgmma_fence();
+}
+
+/* Waits for the issued products and writes the accumulators to c [64][8 B]. */
+template <int B> __device__ __forceinline__ void finish_products(float (&d)[B][4], float *c)
+{
+    dcp_cuda__wgmma_commit();
+    dcp_cuda__wgmma_wait<0>();
+    dcp_cuda__fence_operands(d);
+    for (int n = 0; n < B; n++)
+        for (int e = 0; e < 4; e++) {
+            int row, col;
+            accumulator_place(n, e, &row, &col);
+            c[row * 8 * B + col] = d[n][e];
+        }
+}
+#endif
+
 /* c [64][N] float = a [64][K] b[N][K]^T: both operands K-major in swizzled shared memory. */
 template <typename T, int N>
 __global__ void __launch_bounds__(GEMM_THREADS) gemm_ss_kernel(const T *a, const T *b, float *c)
@@ -283,31 +319,19 @@ __global__ void __launch_bounds__(GEMM_THREADS) gemm_ss_kernel(const T *a, const
 #ifdef DCP_CUDA__SM90A
     __shared__ __align__(1024) unsigned char sa[GEMM_M * GEMM_K * 2], sb[N * GEMM_K * 2];
     float d[N / 8][4];
-    int n, e, kc;
     dcp_cuda__load_tile_sw128<T, GEMM_K, GEMM_M, GEMM_THREADS>(sa, a, GEMM_K, 0, 0, GEMM_M);
     dcp_cuda__load_tile_sw128<T, GEMM_K, N, GEMM_THREADS>(sb, b, GEMM_K, 0, 0, N);
     dcp_cuda__cp_async_commit();
     dcp_cuda__cp_async_wait<0>();
     dcp_cuda__fence_proxy_async();
     __syncthreads();
-    for (n = 0; n < N / 8; n++)
-        for (e = 0; e < 4; e++) d[n][e] = NAN; /* the first k step must not read these */
-    dcp_cuda__fence_operands(d);
-    dcp_cuda__wgmma_fence();
+    start_products(d);
 #pragma unroll
-    for (kc = 0; kc < GEMM_K / DCP_CUDA__WGMMA_K; kc++)
+    for (int kc = 0; kc < GEMM_K / DCP_CUDA__WGMMA_K; kc++)
         dcp_cuda__wgmma<T, N>::ss(
             d, dcp_cuda__desc_kmajor(dcp_cuda__smem_address(sa), GEMM_M, 0, kc),
             dcp_cuda__desc_kmajor(dcp_cuda__smem_address(sb), N, 0, kc), kc > 0);
-    dcp_cuda__wgmma_commit();
-    dcp_cuda__wgmma_wait<0>();
-    dcp_cuda__fence_operands(d);
-    for (n = 0; n < N / 8; n++)
-        for (e = 0; e < 4; e++) {
-            int row, col;
-            accumulator_place(n, e, &row, &col);
-            c[row * N + col] = d[n][e];
-        }
+    finish_products(d, c);
 #else
     (void)a, (void)b, (void)c;
 #endif
@@ -335,27 +359,16 @@ __global__ void __launch_bounds__(GEMM_THREADS) gemm_rs_kernel(const float *a, c
         }
     for (kc = 0; kc < GEMM_K / DCP_CUDA__WGMMA_K; kc++)
         dcp_cuda__a_from_accumulators<T, GEMM_K / 8>(fragments[kc], p, kc);
-    for (n = 0; n < N / 8; n++)
-        for (e = 0; e < 4; e++) d[n][e] = NAN; /* the first k step must not read these */
     dcp_cuda__cp_async_wait<0>();
     dcp_cuda__fence_proxy_async();
     __syncthreads();
-    dcp_cuda__fence_operands(d);
-    dcp_cuda__wgmma_fence();
+    start_products(d);
 #pragma unroll
     for (kc = 0; kc < GEMM_K / DCP_CUDA__WGMMA_K; kc++)
         dcp_cuda__wgmma<T, N>::rs(
             d, fragments[kc], dcp_cuda__desc_mnmajor(dcp_cuda__smem_address(sb), GEMM_K, kc),
             kc > 0);
-    dcp_cuda__wgmma_commit();
-    dcp_cuda__wgmma_wait<0>();
-    dcp_cuda__fence_operands(d);
-    for (n = 0; n < N / 8; n++)
-        for (e = 0; e < 4; e++) {
-            int row, col;
-            accumulator_place(n, e, &row, &col);
-            c[row * N + col] = d[n][e];
-        }
+    finish_products(d, c);
 #else
     (void)a, (void)b, (void)c;
 #endif
