@@ -3679,7 +3679,8 @@ extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *par
    The encoder comes from the driver through the runtime (cudaGetDriverEntryPointByVersion,
    the successor of the cudaGetDriverEntryPoint that CUDA 13 deprecates), so nothing links
    against libcuda; the geometry and its checks are separate and host-testable. Until the
-   TMA kernel calls them only tests/test_wgmma.cu does (inline: unused is no warning). */
+   TMA kernel calls them only tests/test_wgmma.cu does, so they are not static (an unused
+   static function is a compiler warning); the dcp_cuda__ prefix keeps them private. */
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled; cuda.h types only, no libcuda */
 
 #define DCP_CUDA__TMA_RANK 3
@@ -3700,9 +3701,9 @@ struct dcp_cuda__tma_geometry {
    box_rows rows, checked against cuTensorMapEncodeTiled's rules and the swizzle's: base
    16-byte aligned; head_dim whole 64-column blocks; box_rows whole 8-row atoms, at most 256;
    dimensions in [1, 2^32], strides below 2^40. */
-static inline dcp_status dcp_cuda__tma_geometry_of(const void *base, int64_t rows, int32_t heads,
-                                            int32_t head_dim, int32_t box_rows,
-                                            dcp_cuda__tma_geometry *g, dcp_error *error)
+dcp_status dcp_cuda__tma_geometry_of(const void *base, int64_t rows, int32_t heads,
+                                     int32_t head_dim, int32_t box_rows,
+                                     dcp_cuda__tma_geometry *g, dcp_error *error)
 {
     using L = dcp_cuda__sw128;
     if (!base || !dcp_cuda__aligned(base, DCP_CUDA__TMA_ALIGN))
@@ -3741,8 +3742,8 @@ static inline dcp_status dcp_cuda__tma_geometry_of(const void *base, int64_t row
 /* The map of a checked geometry: 16-bit elements of dtype, 128-byte swizzle, 256-byte L2
    promotion, zero fill. DCP_ERROR_CUDA when the driver has no encoder (no driver, or older
    than CUDA 12.0) or rejects the map. Host-only: no device, stream or allocation. */
-static inline dcp_status dcp_cuda__tma_encode(CUtensorMap *map, const dcp_cuda__tma_geometry *g,
-                                       const void *base, dcp_dtype dtype, dcp_error *error)
+dcp_status dcp_cuda__tma_encode(CUtensorMap *map, const dcp_cuda__tma_geometry *g,
+                                const void *base, dcp_dtype dtype, dcp_error *error)
 {
     void *entry = NULL;
     cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
