@@ -3499,7 +3499,8 @@ __global__ void __launch_bounds__(dcp_cuda__attn_sm90_traits<D>::THREADS, 1)
         dcp_cuda__fence_operands(sc);
 
         const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
-        if (k0 + K::TILE_KEYS > unmasked_end) dcp_cuda__mask_keys(sc, k0, limit);
+        if (k0 + K::TILE_KEYS > unmasked_end) /* a diagonal tile or the end of the keys */
+            dcp_cuda__mask_keys(sc, k0, limit);
         dcp_cuda__softmax_update(sc, o, row_max, row_sum, a.scale_log2);
 
         /* O += P V, P from the S accumulators: every fragment converted before the fence, so
