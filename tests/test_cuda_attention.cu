@@ -278,17 +278,20 @@ static void attention_ring_step_views(void)
                             CHECK_EQ(dcp_ring_step_plan(cps[cp], rank, step, causal, &plan,
                                                         &error),
                                      DCP_OK);
+                            /* the shape varies with the (rank, step) pair, not with the
+                               innermost causal flag, so each shape meets both masks */
+                            const uint64_t pair = stream / 2;
                             memset(&c, 0, sizeof c);
                             c.dtype = dt ? DCP_DTYPE_FLOAT16 : DCP_DTYPE_BFLOAT16;
-                            c.out_dtype = stream % 2 ? DCP_DTYPE_FLOAT32 : c.dtype;
+                            c.out_dtype = pair % 2 ? DCP_DTYPE_FLOAT32 : c.dtype;
                             c.head_dim = d ? 128 : 64;
-                            c.heads = gqa[stream % 3][0];
-                            c.kv_heads = gqa[stream % 3][1];
+                            c.heads = gqa[pair % 3][0];
+                            c.kv_heads = gqa[pair % 3][1];
                             c.cp = cps[cp];
                             c.causal = plan.causal;
-                            c.sequences = 1 + (int32_t)(stream % 7);
+                            c.sequences = 1 + (int32_t)(pair % 7);
                             /* long enough for several 128-key tiles and a partial last one */
-                            c.max_length = stream % 4 == 0 ? 1100 : 300;
+                            c.max_length = pair % 4 == 1 ? 1100 : 300;
                             c.view = &plan.view;
                             c.forward_only = 1;
                             for (path = 0; path < path_count; path++) {
