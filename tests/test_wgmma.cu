@@ -1,8 +1,8 @@
 /* Tests of the Hopper building blocks of dcp_cuda.cu (section "attention on Hopper"): the
    128-byte swizzled shared layout and the wgmma matrix descriptors on the CPU (they run in
    `make test` on any machine), and a standalone wgmma product against a CPU product on a
-   device of compute capability 9.0 (skipped elsewhere: "no CUDA device: skipped", or the
-   reason the device cannot run sm_90a code).
+   device of compute capability 9.0 (without a GPU: "no CUDA device: skipped"; on another
+   device it checks that the wgmma path says it is unavailable).
 
    White box: the swizzle, the descriptors and the wgmma wrappers are internal to dcp_cuda.cu,
    so this file includes it (one translation unit, built for sm_90a only: Makefile
@@ -374,10 +374,14 @@ __global__ void __launch_bounds__(GEMM_THREADS) gemm_rs_kernel(const float *a, c
 #endif
 }
 
-/* Marks the test skipped and returns 1 unless the device runs sm_90a code. */
-static int skip_without_sm90(void)
+/* 1 when the products cannot run here. No GPU: the test is skipped. A device of compute
+   capability 9.0 must offer the wgmma path (this test is built for sm_90a): if it does not,
+   that is a failure. Any other device must not offer it (the dispatch would launch sm_90a
+   code it cannot run): checked, and the products are not run. */
+static int products_cannot_run(void)
 {
-    int32_t available = 0;
+    int32_t available = -1;
+    int device = 0, major = 0, minor = 0;
     dcp_error error;
     if (!cuda_test_gpu()) {
         test_skip("no CUDA device: skipped");
@@ -385,11 +389,17 @@ static int skip_without_sm90(void)
     }
     CHECK_EQ(dcp_cuda_attention_path_available(DCP_CUDA_ATTENTION_PATH_WGMMA, &available, &error),
              DCP_OK);
-    if (!available) {
-        test_skip("the device is not compute capability 9.0 with sm_90a code: skipped");
-        return 1;
+    CUDA_TEST_CALL(cudaGetDevice(&device));
+    CUDA_TEST_CALL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CUDA_TEST_CALL(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    if (major == 9 && minor == 0) {
+        CHECK_EQ(available, 1);
+        return available != 1;
     }
-    return 0;
+    CHECK_EQ(available, 0);
+    printf("device %d.%d: the wgmma path is unavailable, as it must be; products not run\n",
+           major, minor);
+    return 1;
 }
 
 /* c = a b^T (transposed_b) or a b in double, a [64][K], b [N][K] or [K][N]. */
@@ -456,14 +466,14 @@ template <typename T, int N> static void gemm_rs_case(dcp_dtype dtype, uint64_t 
 
 static void test_wgmma_ss(void)
 {
-    if (skip_without_sm90()) return;
+    if (products_cannot_run()) return;
     gemm_ss_case<__nv_bfloat16>(DCP_DTYPE_BFLOAT16, 1);
     gemm_ss_case<__half>(DCP_DTYPE_FLOAT16, 2);
 }
 
 static void test_wgmma_rs(void)
 {
-    if (skip_without_sm90()) return;
+    if (products_cannot_run()) return;
     gemm_rs_case<__nv_bfloat16, 64>(DCP_DTYPE_BFLOAT16, 3);
     gemm_rs_case<__nv_bfloat16, 128>(DCP_DTYPE_BFLOAT16, 4);
     gemm_rs_case<__half, 64>(DCP_DTYPE_FLOAT16, 5);
