@@ -1534,6 +1534,29 @@ DCP_CUDA_DEF dcp_status dcp_cuda_attention_forward(
     dcp_dtype out_dtype, void *out, float *lse, void *workspace, size_t workspace_bytes,
     void *stream, dcp_error *error);
 
+/* Which kernels the forward runs. MMA_SYNC: the sm_80+ kernels (mma.sync), on every device.
+   WGMMA: the sm_90a kernels (wgmma, 128 query rows a block); only on a device of compute
+   capability 9.0 with dcp_cuda.cu built for sm_90a and out 16-byte aligned, otherwise the call
+   fails with DCP_ERROR_UNSUPPORTED. AUTO, what dcp_cuda_attention_forward runs: MMA_SYNC for
+   now, because the wgmma kernels have not yet passed the GPU tests on an H100; it becomes
+   WGMMA where available once they have. The backward is mma.sync on every path. */
+typedef enum dcp_cuda_attention_path {
+    DCP_CUDA_ATTENTION_PATH_AUTO = 0,
+    DCP_CUDA_ATTENTION_PATH_MMA_SYNC = 1,
+    DCP_CUDA_ATTENTION_PATH_WGMMA = 2
+} dcp_cuda_attention_path;
+
+/* *available = 1 when path can run on the current device (0 without a device). Host-only. */
+DCP_CUDA_DEF dcp_status dcp_cuda_attention_path_available(dcp_cuda_attention_path path,
+                                                          int32_t *available, dcp_error *error);
+
+/* dcp_cuda_attention_forward on the kernels of path (tests run both against the reference). */
+DCP_CUDA_DEF dcp_status dcp_cuda_attention_forward_using(
+    dcp_cuda_attention_path path, const dcp_attention_params *params,
+    const dcp_cuda_layout *layout, const dcp_attention_view *view, dcp_dtype dtype,
+    const void *q, const void *k, const void *v, dcp_dtype out_dtype, void *out, float *lse,
+    void *workspace, size_t workspace_bytes, void *stream, dcp_error *error);
+
 /* The gradient of one step, the contract of dcp_attention_backward: out and dout (dtype) are
    the final merged output and its gradient, lse the final float32 LSE; ADDS into float32 dq,
    dk, dv. q, k, v and dout 16-byte aligned, out 8-byte aligned. deterministic (no default: 0

@@ -1857,15 +1857,17 @@ __device__ __forceinline__ int32_t dcp_cuda__schedule_bucket(int32_t tiles)
     return DCP_CUDA__SCHEDULE_BUCKETS - 1 - __clz(tiles);
 }
 
-/* Tiles of sequence j's q view (of its kv view when use_kv). */
+/* Tiles of TILE_ROWS rows in sequence j's q view (in its kv view when use_kv). */
+template <int TILE_ROWS>
 __device__ __forceinline__ int32_t dcp_cuda__view_tiles(const dcp_cuda__attn_args &a, int32_t j,
                                                         int32_t use_kv)
 {
     const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, j);
     const int64_t rows = use_kv ? s.k_end - s.k_begin : s.q_end - s.q_begin;
-    return (int32_t)((rows + DCP_CUDA__TILE - 1) / DCP_CUDA__TILE);
+    return (int32_t)((rows + TILE_ROWS - 1) / TILE_ROWS);
 }
 
+template <int TILE_ROWS = DCP_CUDA__TILE>
 __global__ void __launch_bounds__(DCP_CUDA__SCHEDULE_THREADS)
     dcp_cuda__schedule_kernel(const dcp_cuda__attn_args a, int32_t use_kv, int32_t *count,
                               int2 *entries, int64_t capacity)
@@ -1874,7 +1876,7 @@ __global__ void __launch_bounds__(DCP_CUDA__SCHEDULE_THREADS)
     if (threadIdx.x < DCP_CUDA__SCHEDULE_BUCKETS) bucket_tiles[threadIdx.x] = 0;
     __syncthreads();
     for (int32_t j = threadIdx.x; j < a.num_sequences; j += blockDim.x) {
-        const int32_t tiles = dcp_cuda__view_tiles(a, j, use_kv);
+        const int32_t tiles = dcp_cuda__view_tiles<TILE_ROWS>(a, j, use_kv);
         if (tiles > 0) atomicAdd(&bucket_tiles[dcp_cuda__schedule_bucket(tiles)], tiles);
     }
     __syncthreads();
@@ -1888,7 +1890,7 @@ __global__ void __launch_bounds__(DCP_CUDA__SCHEDULE_THREADS)
     }
     __syncthreads();
     for (int32_t j = threadIdx.x; j < a.num_sequences; j += blockDim.x) {
-        const int32_t tiles = dcp_cuda__view_tiles(a, j, use_kv);
+        const int32_t tiles = dcp_cuda__view_tiles<TILE_ROWS>(a, j, use_kv);
         if (tiles <= 0) continue;
         const int32_t base = atomicAdd(&cursor[dcp_cuda__schedule_bucket(tiles)], tiles);
         for (int32_t t = 0; t < tiles && base + t < capacity; t++)
@@ -3010,16 +3012,25 @@ static dcp_status dcp_cuda__attn_bind(const dcp_attention_params *p, const dcp_c
     return DCP_OK;
 }
 
-extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *params,
-                                                 const dcp_cuda_layout *layout,
-                                                 const dcp_attention_view *view, dcp_dtype dtype,
-                                                 const void *q, const void *k, const void *v,
-                                                 dcp_dtype out_dtype, void *out, float *lse,
-                                                 void *workspace, size_t workspace_bytes,
-                                                 void *stream, dcp_error *error)
+/* The wgmma forward (section "attention on Hopper" at the end of this file). */
+static int dcp_cuda__forward_uses_wgmma(dcp_cuda_attention_path path, const void *out,
+                                        dcp_error *error);
+static dcp_status dcp_cuda__attn_forward_sm90(const dcp_cuda__attn_args &a, int32_t head_dim,
+                                              dcp_dtype dtype, const dcp_cuda_layout *layout,
+                                              cudaStream_t s, dcp_error *error);
+
+static dcp_status dcp_cuda__attention_forward(dcp_cuda_attention_path path,
+                                              const dcp_attention_params *params,
+                                              const dcp_cuda_layout *layout,
+                                              const dcp_attention_view *view, dcp_dtype dtype,
+                                              const void *q, const void *k, const void *v,
+                                              dcp_dtype out_dtype, void *out, float *lse,
+                                              void *workspace, size_t workspace_bytes,
+                                              void *stream, dcp_error *error)
 {
     dcp_attention_params p;
     dcp_cuda__attn_args a;
+    int wgmma = 0;
     dcp_status status;
     if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
         return status;
@@ -3030,12 +3041,18 @@ extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *par
     if (!q || !k || !v || !out || !lse)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "q, k, v, out and lse must not be NULL");
-    if ((status = dcp_cuda__attn_bind(&p, layout, view, q, k, v, NULL, out, lse, workspace,
-                                      workspace_bytes, &a, error)) != DCP_OK)
+    status = dcp_cuda__attn_bind(&p, layout, view, q, k, v, NULL, out, lse, workspace,
+                                 workspace_bytes, &a, error);
+    if (status == DCP_OK && (wgmma = dcp_cuda__forward_uses_wgmma(path, out, error)) < 0)
+        status = DCP_ERROR_UNSUPPORTED;
+    if (status != DCP_OK)
         return status;
     a.o = out, a.lse_out = lse;
     a.out_fp32 = out_dtype == DCP_DTYPE_FLOAT32;
     if (layout->local_rows == 0) return dcp_error_clear(error);
+    if (wgmma)
+        return dcp_cuda__attn_forward_sm90(a, p.head_dim, dtype, layout,
+                                           (cudaStream_t)stream, error);
     return dcp_cuda__with_attn_shape(dtype, p.head_dim, [&](auto element, auto head_dim) {
         return dcp_cuda__attn_forward_launch<decltype(element), decltype(head_dim)::value>(
             a, dcp_cuda__attn_capacity(layout), (cudaStream_t)stream, error);
@@ -3609,4 +3626,749 @@ extern "C" dcp_status dcp_cuda_mtp_roll_shift(const dcp_cuda_layout *layout, int
     return dcp_cuda__roll_launch<dcp_cuda__roll_shift_of>(
         a, element_size, dcp_cuda__roll_word(element_size, in, out, received), layout->local_rows,
         (cudaStream_t)stream, error);
+}
+
+/* ========================================================== attention on Hopper (sm_90a)
+   FlashAttention-3's forward on Hopper's own instructions, in the build order of issue 19,
+   each step testable on its own: (1) 128-byte swizzled shared tiles and wgmma matrix
+   descriptors as host-testable functions, with the wgmma wrappers a standalone product test
+   runs (tests/test_wgmma.cu); (2) the forward with cp.async feeding wgmma (this section);
+   then TMA, warp specialisation and the overlaps (bench/ATTENTION_NOTES.md, versions H1..).
+   Only sm_90a code may execute wgmma: the wrappers exist only when the device pass compiles
+   for it (__CUDA_ARCH_FEAT_SM90_ALL, which nvcc defines for compute_90a); the kernel keeps
+   its symbol in every pass (the host stub needs it) with a trapping body elsewhere, and the
+   host launches it only where dcp_cuda__sm90_available says the device runs its sm_90a code.
+   NOTHING HERE HAS RUN ON A GPU YET: dcp_cuda_attention_forward keeps the mma.sync kernels
+   (DCP_CUDA__AUTO_PREFERS_WGMMA) until tests/test_wgmma.cu and the wgmma runs of
+   tests/test_cuda_attention.cu pass on an H100. */
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DCP_CUDA__SM90A 1
+#endif
+
+#define DCP_CUDA__WARPGROUP_THREADS 128      /* four warps issue one wgmma together */
+#define DCP_CUDA__SM90_MAX_SMEM (227 * 1024) /* dynamic shared memory per block on H100/H200 */
+
+/* ------------------------------------------------ sm_90a: swizzled tiles and descriptors
+   A tile of 16-bit elements is stored in column blocks of 64 elements (128 bytes a row);
+   eight rows of a block make a 1024-byte atom in which the 16-byte chunk c of row r sits at
+   chunk c ^ r (CUTLASS's Swizzle<3,4,3>: address bits [4, 7) ^= bits [7, 10)). The eight
+   rows of one 16-byte column then lie in eight distinct bank groups, for the cp.async writes
+   and for wgmma's reads; the hardware applies the XOR to the absolute shared address, so
+   every tile starts 1024-byte aligned. Host and device: tests/test_wgmma.cu checks the
+   mapping on the CPU. */
+struct dcp_cuda__sw128 {
+    static constexpr uint32_t ROW_BYTES = 128;
+    static constexpr uint32_t ATOM_ROWS = 8;
+    static constexpr uint32_t ATOM_BYTES = ROW_BYTES * ATOM_ROWS;
+    static constexpr uint32_t CHUNK_BYTES = 16;
+    static constexpr uint32_t ELEMENT_BYTES = 2;                   /* bf16, fp16 */
+    static constexpr uint32_t BLOCK_COLS = ROW_BYTES / ELEMENT_BYTES; /* columns of a block */
+
+    /* The swizzled place of byte `offset` from a 1024-byte aligned base. */
+    __host__ __device__ static constexpr uint32_t swizzle(uint32_t offset)
+    {
+        return offset ^ (((offset / ROW_BYTES) % ATOM_ROWS) * CHUNK_BYTES);
+    }
+    /* Byte offset of element (row, col) of a tile of `rows` rows (a multiple of ATOM_ROWS). */
+    __host__ __device__ static constexpr uint32_t offset(uint32_t row, uint32_t col,
+                                                         uint32_t rows)
+    {
+        return swizzle((col / BLOCK_COLS) * rows * ROW_BYTES + row * ROW_BYTES +
+                       (col % BLOCK_COLS) * ELEMENT_BYTES);
+    }
+};
+
+/* The wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): bits
+   [0, 14) start address >> 4, [16, 30) leading dimension byte offset >> 4, [32, 46) stride
+   dimension byte offset >> 4, [49, 52) base offset (0 here: tiles are atom-aligned), [62, 64)
+   the swizzle mode. Addresses and offsets are in 16-byte units of the 256 KB shared window. */
+struct dcp_cuda__gmma_desc {
+    static constexpr uint32_t SWIZZLE_NONE = 0, SWIZZLE_128B = 1, SWIZZLE_64B = 2,
+                              SWIZZLE_32B = 3;
+    static constexpr uint32_t UNIT = 16;
+    static constexpr uint32_t FIELD_BITS = 14;
+    static constexpr uint64_t FIELD_MASK = (1u << FIELD_BITS) - 1;
+    static constexpr uint32_t LIMIT = (1u << FIELD_BITS) * UNIT; /* first unencodable byte */
+    static constexpr int LEADING_SHIFT = 16, STRIDE_SHIFT = 32, MODE_SHIFT = 62;
+    static constexpr uint64_t MODE_MASK = 3;
+
+    /* True when bytes fits a field: a multiple of 16 below 256 KB. */
+    __host__ __device__ static constexpr bool encodable(uint32_t bytes)
+    {
+        return bytes % UNIT == 0 && bytes < LIMIT;
+    }
+    __host__ __device__ static constexpr uint64_t encode(uint32_t address, uint32_t leading,
+                                                        uint32_t stride, uint32_t mode)
+    {
+        return ((uint64_t)(address / UNIT) & FIELD_MASK) |
+               (((uint64_t)(leading / UNIT) & FIELD_MASK) << LEADING_SHIFT) |
+               (((uint64_t)(stride / UNIT) & FIELD_MASK) << STRIDE_SHIFT) |
+               (((uint64_t)mode & MODE_MASK) << MODE_SHIFT);
+    }
+    __host__ __device__ static constexpr uint32_t address(uint64_t d)
+    {
+        return (uint32_t)(d & FIELD_MASK) * UNIT;
+    }
+    __host__ __device__ static constexpr uint32_t leading(uint64_t d)
+    {
+        return (uint32_t)((d >> LEADING_SHIFT) & FIELD_MASK) * UNIT;
+    }
+    __host__ __device__ static constexpr uint32_t stride(uint64_t d)
+    {
+        return (uint32_t)((d >> STRIDE_SHIFT) & FIELD_MASK) * UNIT;
+    }
+    __host__ __device__ static constexpr uint32_t mode(uint64_t d)
+    {
+        return (uint32_t)((d >> MODE_SHIFT) & MODE_MASK);
+    }
+};
+
+/* Rows of the reduced dimension k one wgmma consumes (m64nNk16 for 16-bit inputs). */
+#define DCP_CUDA__WGMMA_K 16
+
+/* K-major operand (the reduced dimension contiguous: Q as A, K as B of S = Q K^T): the k step
+   kc of rows [row0, ..) of a swizzled tile of `rows` rows. A k step is 32 bytes inside a row,
+   so step kc starts in column block kc / 4 at byte (kc % 4) x 32; the stride offset is the
+   distance between 8-row atoms; the leading offset is unused with a swizzle (16 by
+   convention). */
+__host__ __device__ constexpr uint64_t dcp_cuda__desc_kmajor(uint32_t tile, uint32_t rows,
+                                                             uint32_t row0, uint32_t kc)
+{
+    return dcp_cuda__gmma_desc::encode(
+        tile + dcp_cuda__sw128::offset(row0, kc * DCP_CUDA__WGMMA_K, rows),
+        dcp_cuda__gmma_desc::UNIT, dcp_cuda__sw128::ATOM_BYTES,
+        dcp_cuda__gmma_desc::SWIZZLE_128B);
+}
+
+/* MN-major operand (the output dimension contiguous: V as B of O = P V, read transposed):
+   the k step kc is rows [16 kc, 16 kc + 16) of a swizzled tile of `rows` rows; the leading
+   offset is the distance between 64-column blocks (along N), the stride offset the distance
+   between 8-row atoms (along k). */
+__host__ __device__ constexpr uint64_t dcp_cuda__desc_mnmajor(uint32_t tile, uint32_t rows,
+                                                              uint32_t kc)
+{
+    return dcp_cuda__gmma_desc::encode(
+        tile + dcp_cuda__sw128::offset(kc * DCP_CUDA__WGMMA_K, 0, rows),
+        rows * dcp_cuda__sw128::ROW_BYTES, dcp_cuda__sw128::ATOM_BYTES,
+        dcp_cuda__gmma_desc::SWIZZLE_128B);
+}
+
+/* Rows [first, first + ROWS) of a view into a swizzled tile: the contract of
+   dcp_cuda__load_tile (rows at or past `valid` zero-filled by cp.async, never read). Thread i
+   copies 16-byte chunk i % (D / 8) of every ROWS_PER_PASS-th row; ROWS_PER_PASS is a whole
+   number of atoms, so the chunk's swizzled place is the same in every pass and the thread's
+   addresses are one base plus constants. */
+template <typename T, int D, int ROWS, int THREADS>
+__device__ __forceinline__ void dcp_cuda__load_tile_sw128(unsigned char *tile,
+                                                          const T *head_base, int64_t row_stride,
+                                                          int64_t offset, int64_t first,
+                                                          int64_t valid)
+{
+    using L = dcp_cuda__sw128;
+    constexpr int CHUNK = L::CHUNK_BYTES / sizeof(T), CHUNKS = D / CHUNK;
+    constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
+    static_assert(sizeof(T) == L::ELEMENT_BYTES, "16-bit elements");
+    static_assert(THREADS % CHUNKS == 0 && ROWS % ROWS_PER_PASS == 0 &&
+                      ROWS_PER_PASS % L::ATOM_ROWS == 0,
+                  "every pass covers whole atoms with every thread");
+    const int row = threadIdx.x / CHUNKS, column = (threadIdx.x % CHUNKS) * CHUNK;
+    const int64_t rows_left = valid - first - row;
+    const T *src = head_base + (offset + first + row) * row_stride + column;
+    unsigned char *dst = tile + L::offset(row, column, ROWS);
+#pragma unroll
+    for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
+        const bool ok = pass * ROWS_PER_PASS < rows_left;
+        dcp_cuda__cp_async16(dst + pass * ROWS_PER_PASS * L::ROW_BYTES,
+                             ok ? src + pass * ROWS_PER_PASS * row_stride : head_base,
+                             ok ? 16 : 0);
+    }
+}
+
+/* The A fragment (64 x 16 over the warpgroup, registers as mma.sync's m16n8k16 A per warp) of
+   the k step kc from float accumulators of an earlier wgmma (N/8 blocks of 4; the C layout of
+   one is the A layout of the next), rounded to T: P of O += P V. */
+template <typename T, int N>
+__device__ __forceinline__ void dcp_cuda__a_from_accumulators(uint32_t (&a)[4],
+                                                              const float (&c)[N][4], int kc)
+{
+    a[0] = dcp_cuda__pack2<T>(c[2 * kc][0], c[2 * kc][1]);
+    a[1] = dcp_cuda__pack2<T>(c[2 * kc][2], c[2 * kc][3]);
+    a[2] = dcp_cuda__pack2<T>(c[2 * kc + 1][0], c[2 * kc + 1][1]);
+    a[3] = dcp_cuda__pack2<T>(c[2 * kc + 1][2], c[2 * kc + 1][3]);
+}
+
+/* ------------------------------------------------------------ sm_90a: wgmma primitives
+   The asynchronous warpgroup product and its fences (PTX ISA 9.7.15): fence before the first
+   wgmma that touches registers other instructions wrote, commit the issued ones as a group,
+   wait until at most N groups are pending before their accumulators are read. The operand
+   fences keep the compiler from moving accesses of the accumulators into that window. */
+#ifdef DCP_CUDA__SM90A
+__device__ __forceinline__ void dcp_cuda__wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void dcp_cuda__wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void dcp_cuda__wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Shared-memory writes of the generic proxy (cp.async, st.shared) made visible to the async
+   proxy wgmma reads through; each writer fences before the barrier that publishes them. */
+__device__ __forceinline__ void dcp_cuda__fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+template <int R>
+__device__ __forceinline__ void dcp_cuda__fence_operands(float (&x)[R][4])
+{
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) asm volatile("" : "+f"(x[r][c])::"memory");
+}
+
+/* m64nNk16, float32 accumulators d (N / 8 blocks of 4: per warp the m16n8 C layout, warp w
+   of the warpgroup rows 16 w ..). ss: A and B K-major in shared memory (descriptors); rs: A
+   from registers, B MN-major (transposed) in shared memory. accumulate 0: d = A B. */
+template <typename T, int N> struct dcp_cuda__wgmma;
+
+#define DCP_CUDA__ACC4(d, n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+#define DCP_CUDA__ACC32(d, n)                                                                  \
+    DCP_CUDA__ACC4(d, (n)), DCP_CUDA__ACC4(d, (n) + 1), DCP_CUDA__ACC4(d, (n) + 2),            \
+        DCP_CUDA__ACC4(d, (n) + 3), DCP_CUDA__ACC4(d, (n) + 4), DCP_CUDA__ACC4(d, (n) + 5),    \
+        DCP_CUDA__ACC4(d, (n) + 6), DCP_CUDA__ACC4(d, (n) + 7)
+#define DCP_CUDA__REGS32                                                                       \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define DCP_CUDA__REGS64                                                                       \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "   \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "    \
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "    \
+    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+/* scale-d is a predicate: set from the accumulate flag inside the statement. Immediates:
+   scale-a 1, scale-b 1, then transpose-a 0 / transpose-b 0 (ss, both K-major) or
+   transpose-b 1 (rs, B MN-major). */
+#define DCP_CUDA__WGMMA_SPECIALISE(T, PTX)                                                     \
+    template <> struct dcp_cuda__wgmma<T, 128> {                                               \
+        static __device__ __forceinline__ void ss(float (&d)[16][4], uint64_t a, uint64_t b,   \
+                                                  int accumulate)                              \
+        {                                                                                      \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                          \
+                         "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " "        \
+                         DCP_CUDA__REGS64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"                    \
+                         : DCP_CUDA__ACC32(d, 0), DCP_CUDA__ACC32(d, 8)                        \
+                         : "l"(a), "l"(b), "r"(accumulate));                                   \
+        }                                                                                      \
+        static __device__ __forceinline__ void rs(float (&d)[16][4], const uint32_t (&a)[4],   \
+                                                  uint64_t b, int accumulate)                  \
+        {                                                                                      \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                          \
+                         "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " "        \
+                         DCP_CUDA__REGS64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"      \
+                         : DCP_CUDA__ACC32(d, 0), DCP_CUDA__ACC32(d, 8)                        \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),                 \
+                           "r"(accumulate));                                                   \
+        }                                                                                      \
+    };                                                                                         \
+    template <> struct dcp_cuda__wgmma<T, 64> {                                                \
+        static __device__ __forceinline__ void rs(float (&d)[8][4], const uint32_t (&a)[4],    \
+                                                  uint64_t b, int accumulate)                  \
+        {                                                                                      \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                          \
+                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " "         \
+                         DCP_CUDA__REGS32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"      \
+                         : DCP_CUDA__ACC32(d, 0)                                               \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),                 \
+                           "r"(accumulate));                                                   \
+        }                                                                                      \
+    };
+DCP_CUDA__WGMMA_SPECIALISE(__nv_bfloat16, "bf16")
+DCP_CUDA__WGMMA_SPECIALISE(__half, "f16")
+#undef DCP_CUDA__WGMMA_SPECIALISE
+#undef DCP_CUDA__REGS64
+#undef DCP_CUDA__REGS32
+#undef DCP_CUDA__ACC32
+#undef DCP_CUDA__ACC4
+
+/* Barrier over the threads of warpgroup wg (0 or 1) only: named barriers 1 and 2 (0 is
+   __syncthreads); immediate ids, so that ptxas reserves 3 barriers, not all 16. */
+__device__ __forceinline__ void dcp_cuda__warpgroup_sync(int wg)
+{
+    if (wg == 0)
+        asm volatile("bar.sync 1, %0;\n" ::"n"(DCP_CUDA__WARPGROUP_THREADS) : "memory");
+    else
+        asm volatile("bar.sync 2, %0;\n" ::"n"(DCP_CUDA__WARPGROUP_THREADS) : "memory");
+}
+#endif /* DCP_CUDA__SM90A */
+
+/* -------------------------------------------------- sm_90a: attention forward (version H1)
+   Design (FlashAttention-3's consumer math, fed by cp.async for now). A block of two
+   warpgroups owns one schedule entry: 128 rows of one sequence's q view (the schedule in
+   tiles of 128 rows), for one query head (grid.y); warpgroup w owns rows 64 w .. 64 w + 63,
+   the M of wgmma. Q (loaded once) and the K and V tiles (128 keys, two stages: the copy of
+   tile i + 1 overlaps the math of tile i) live in 128-byte swizzled shared tiles, copied by
+   all 256 threads with cp.async (rows past the view's valid keys zero-filled, never read).
+   Per key tile and warpgroup: S = Q K^T by wgmma m64n128k16 with both operands in shared
+   memory (K-major descriptors, D / 16 k steps), the mask and online softmax of the mma.sync
+   forward on the accumulators (the wgmma C layout is, per warp, the m16n8 C layout of
+   mma.sync, so dcp_cuda__mask_keys and dcp_cuda__softmax_update serve unchanged), P rounded
+   to T as the register A operand of O += P V by wgmma m64nDk16 with V MN-major (transposed
+   descriptor, no ldmatrix.trans). Same semantics as the mma.sync forward: key limits by
+   global position per row (varlen THD, ring-step views, causal zigzag), GQA by head / group,
+   rows with no visible key get 0 and LSE -inf, rows outside the q view are not touched. The
+   output is staged in shared memory (the K/V buffers, free after the loop) and stored with
+   16-byte writes. Both warpgroups walk the same key tiles (the block's bound): on a causal
+   diagonal the first warpgroup computes a masked tile it could skip, which the warp-
+   specialised version removes. */
+
+template <int D> struct dcp_cuda__attn_sm90_traits {
+    using L = dcp_cuda__sw128;
+    static constexpr int HEAD_DIM = D;
+    static constexpr int WARPGROUPS = 2;
+    static constexpr int WARPGROUP_ROWS = 64; /* the M of wgmma */
+    static constexpr int WARP_ROWS = 16;      /* rows of one warp in the C layout */
+    static constexpr int TILE_ROWS = WARPGROUPS * WARPGROUP_ROWS;
+    static constexpr int TILE_KEYS = 128; /* the N of S = Q K^T */
+    static constexpr int THREADS = WARPGROUPS * DCP_CUDA__WARPGROUP_THREADS;
+    static constexpr int STAGES = 2;
+    static constexpr int KEY_BLOCKS = TILE_KEYS / 8; /* 8-column blocks of S */
+    static constexpr int HEAD_BLOCKS = D / 8;        /* 8-column blocks of O */
+    static constexpr uint32_t Q_BYTES = TILE_ROWS * D * L::ELEMENT_BYTES;
+    static constexpr uint32_t KV_BYTES = TILE_KEYS * D * L::ELEMENT_BYTES;
+    /* epilogue staging: a row of the widest output (float32) padded by one chunk */
+    static constexpr uint32_t STAGE_ROW_BYTES = D * sizeof(float) + L::CHUNK_BYTES;
+    /* Q, K and V stages, and room to align the start to an atom */
+    static constexpr size_t SMEM = Q_BYTES + 2 * STAGES * KV_BYTES + L::ATOM_BYTES;
+    static_assert(D % L::BLOCK_COLS == 0, "whole 64-column swizzle blocks");
+    static_assert(DCP_CUDA__WARPGROUP_THREADS / 32 * WARP_ROWS == WARPGROUP_ROWS,
+                  "four warps of 16 rows make the 64 rows of a wgmma");
+    static_assert(D % DCP_CUDA__WGMMA_K == 0 && TILE_KEYS % DCP_CUDA__WGMMA_K == 0,
+                  "whole k steps in both products");
+    static_assert(TILE_ROWS % L::ATOM_ROWS == 0 && TILE_KEYS % L::ATOM_ROWS == 0,
+                  "tiles are whole swizzle atoms");
+    static_assert(SMEM <= DCP_CUDA__SM90_MAX_SMEM, "fits one block's shared memory");
+    static_assert(WARPGROUPS == 2, "dcp_cuda__warpgroup_sync names two barriers");
+    static_assert(TILE_ROWS * STAGE_ROW_BYTES <= 2 * STAGES * KV_BYTES,
+                  "the output staging fits in the K and V buffers");
+};
+
+/* The key tiles (of tile_keys view rows) the q rows [q0, q0 + rows) see: up to the limit of
+   their last valid row, the largest (limits grow with the row); 0 for a tile of no valid
+   row. */
+__device__ __forceinline__ int32_t dcp_cuda__key_tiles(const dcp_cuda__attn_args &a,
+                                                       const dcp_cuda__seq_view &s, int64_t q0,
+                                                       int rows, int tile_keys)
+{
+    const int64_t last = (q0 + rows < s.q_valid ? q0 + rows : s.q_valid) - 1;
+    const int64_t stop = last >= q0 ? dcp_cuda__key_limit(a, s, last) : 0;
+    return stop > s.k_begin ? (int32_t)((stop - s.k_begin + tile_keys - 1) / tile_keys) : 0;
+}
+
+#ifdef DCP_CUDA__SM90A
+/* Normalise warpgroup wg's 64 output rows and store them through shared memory: each lane
+   puts its accumulator pairs into `stage` ([64] rows of D OUT, padded), then the warpgroup
+   copies whole rows out with 16-byte writes, skipping rows outside the q view. The lane
+   holding a row's first columns writes its natural-log LSE (-inf when no key was visible). */
+template <typename OUT, typename T, int D>
+__device__ __forceinline__ void dcp_cuda__sm90_store_rows(
+    const dcp_cuda__attn_args &a, const dcp_cuda__seq_view &s, int32_t head, int64_t wg_q0,
+    int wg, unsigned char *stage, const float (&o)[D / 8][4], const float (&row_max)[2],
+    const float (&row_sum)[2])
+{
+    using K = dcp_cuda__attn_sm90_traits<D>;
+    constexpr float LN2 = 0.69314718055994531f;
+    constexpr int CHUNK = dcp_cuda__sw128::CHUNK_BYTES;
+    constexpr int ROW_CHUNKS = D * (int)sizeof(OUT) / CHUNK;
+    const int wtid = threadIdx.x % DCP_CUDA__WARPGROUP_THREADS, lane = threadIdx.x & 31;
+    const int first_row = (wtid / 32) * K::WARP_ROWS + (lane >> 2), t = lane & 3;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = first_row + 8 * half;
+        float sum = row_sum[half];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* the four lanes of a row */
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        OUT *row = reinterpret_cast<OUT *>(stage + r * K::STAGE_ROW_BYTES) + 2 * t;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            const float x = o[n][2 * half] * inv, y = o[n][2 * half + 1] * inv;
+            if (sizeof(OUT) == sizeof(float))
+                *reinterpret_cast<float2 *>(row + 8 * n) = make_float2(x, y);
+            else
+                *reinterpret_cast<uint32_t *>(row + 8 * n) = dcp_cuda__pack2<T>(x, y);
+        }
+        if (t == 0 && wg_q0 + r < s.q_end)
+            a.lse_out[(int64_t)head * a.rows + s.offset + wg_q0 + r] =
+                sum > 0.0f ? (row_max[half] * a.scale_log2 + log2f(sum)) * LN2 : -INFINITY;
+    }
+    dcp_cuda__warpgroup_sync(wg);
+    for (int i = wtid; i < K::WARPGROUP_ROWS * ROW_CHUNKS; i += DCP_CUDA__WARPGROUP_THREADS) {
+        const int r = i / ROW_CHUNKS, c = i % ROW_CHUNKS;
+        if (wg_q0 + r >= s.q_end) continue;
+        const int64_t element = ((s.offset + wg_q0 + r) * a.heads + head) * D;
+        *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(static_cast<OUT *>(a.o) +
+                                                                     element) +
+                                   c * CHUNK) =
+            *reinterpret_cast<const uint4 *>(stage + r * K::STAGE_ROW_BYTES + c * CHUNK);
+    }
+}
+#endif
+
+template <typename T, int D>
+__global__ void __launch_bounds__(dcp_cuda__attn_sm90_traits<D>::THREADS, 1)
+    dcp_cuda__attn_forward_sm90_kernel(const dcp_cuda__attn_args a)
+{
+#ifdef DCP_CUDA__SM90A
+    using K = dcp_cuda__attn_sm90_traits<D>;
+    using L = dcp_cuda__sw128;
+    /* dynamic shared memory is 16-byte aligned; the swizzle needs atoms */
+    unsigned char *base = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(dcp_cuda__smem) + L::ATOM_BYTES - 1) &
+        ~(uintptr_t)(L::ATOM_BYTES - 1));
+    unsigned char *sq = base, *sk = sq + K::Q_BYTES, *sv = sk + K::STAGES * K::KV_BYTES;
+    if ((int32_t)blockIdx.x >= *a.count) return;
+    const int2 entry = a.entries[blockIdx.x];
+    const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, entry.x);
+    const int64_t q0 = s.q_begin + (int64_t)entry.y * K::TILE_ROWS;
+    const int32_t head = blockIdx.y;
+    const int wg = threadIdx.x / DCP_CUDA__WARPGROUP_THREADS;
+    const int warp = (threadIdx.x % DCP_CUDA__WARPGROUP_THREADS) / 32, g = (threadIdx.x & 31) >> 2;
+    const int64_t kv_stride = (int64_t)a.kv_heads * D, kv_column = (int64_t)(head / a.group) * D;
+    const int32_t tiles = dcp_cuda__key_tiles(a, s, q0, K::TILE_ROWS, K::TILE_KEYS);
+
+    dcp_cuda__load_tile_sw128<T, D, K::TILE_ROWS, K::THREADS>(
+        sq, static_cast<const T *>(a.q) + (int64_t)head * D, (int64_t)a.heads * D, s.offset, q0,
+        s.q_valid);
+    dcp_cuda__cp_async_commit();
+    auto load_kv = [&](int32_t tile, int stage) {
+        const int64_t k0 = s.k_begin + (int64_t)tile * K::TILE_KEYS;
+        dcp_cuda__load_tile_sw128<T, D, K::TILE_KEYS, K::THREADS>(
+            sk + stage * K::KV_BYTES, static_cast<const T *>(a.k) + kv_column, kv_stride,
+            s.offset, k0, s.k_valid);
+        dcp_cuda__load_tile_sw128<T, D, K::TILE_KEYS, K::THREADS>(
+            sv + stage * K::KV_BYTES, static_cast<const T *>(a.v) + kv_column, kv_stride,
+            s.offset, k0, s.k_valid);
+    };
+    if (tiles > 0) load_kv(0, 0);
+    dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
+
+    /* this lane's two rows (g and g + 8 of its warp's 16) and their key limits; a tile needs
+       the mask only where it reaches past the smallest limit of the warp's rows */
+    const int64_t wg_q0 = q0 + wg * K::WARPGROUP_ROWS;
+    const int64_t warp_q0 = wg_q0 + warp * K::WARP_ROWS;
+    const int32_t limit[2] = {dcp_cuda__key_limit(a, s, warp_q0 + g),
+                              dcp_cuda__key_limit(a, s, warp_q0 + g + 8)};
+    const int32_t unmasked_end = dcp_cuda__warp_min(min(limit[0], limit[1]));
+    float sc[K::KEY_BLOCKS][4], o[K::HEAD_BLOCKS][4];
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    dcp_cuda__zero(sc);
+    dcp_cuda__zero(o);
+    const uint32_t q_address = dcp_cuda__smem_address(sq);
+    const uint32_t k_address = dcp_cuda__smem_address(sk);
+    const uint32_t v_address = dcp_cuda__smem_address(sv);
+
+    for (int32_t tile = 0; tile < tiles; tile++) {
+        const int stage = tile & 1;
+        if (tile + 1 < tiles) load_kv(tile + 1, stage ^ 1);
+        dcp_cuda__cp_async_commit();
+        dcp_cuda__cp_async_wait<1>(); /* Q and tile `tile` have landed */
+        dcp_cuda__fence_proxy_async();
+        __syncthreads();
+        const uint32_t ks = k_address + stage * K::KV_BYTES, vs = v_address + stage * K::KV_BYTES;
+
+        /* S = Q K^T */
+        dcp_cuda__fence_operands(sc);
+        dcp_cuda__wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < D / DCP_CUDA__WGMMA_K; kc++)
+            dcp_cuda__wgmma<T, K::TILE_KEYS>::ss(
+                sc, dcp_cuda__desc_kmajor(q_address, K::TILE_ROWS, wg * K::WARPGROUP_ROWS, kc),
+                dcp_cuda__desc_kmajor(ks, K::TILE_KEYS, 0, kc), kc > 0);
+        dcp_cuda__wgmma_commit();
+        dcp_cuda__wgmma_wait<0>();
+        dcp_cuda__fence_operands(sc);
+
+        const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
+        if (k0 + K::TILE_KEYS > unmasked_end) /* a diagonal tile or the end of the keys */
+            dcp_cuda__mask_keys(sc, k0, limit);
+        dcp_cuda__softmax_update(sc, o, row_max, row_sum, a.scale_log2);
+
+        /* O += P V, P from the S accumulators: every fragment converted before the fence, so
+           that no wgmma waits for registers written after it (ptxas would insert a fence
+           before each) */
+        uint32_t pa[K::TILE_KEYS / DCP_CUDA__WGMMA_K][4];
+#pragma unroll
+        for (int kc = 0; kc < K::TILE_KEYS / DCP_CUDA__WGMMA_K; kc++)
+            dcp_cuda__a_from_accumulators<T, K::KEY_BLOCKS>(pa[kc], sc, kc);
+        dcp_cuda__fence_operands(o);
+        dcp_cuda__wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < K::TILE_KEYS / DCP_CUDA__WGMMA_K; kc++)
+            dcp_cuda__wgmma<T, D>::rs(o, pa[kc], dcp_cuda__desc_mnmajor(vs, K::TILE_KEYS, kc), 1);
+        dcp_cuda__wgmma_commit();
+        dcp_cuda__wgmma_wait<0>();
+        dcp_cuda__fence_operands(o);
+        __syncthreads(); /* this stage is free for the copy two tiles ahead */
+    }
+    dcp_cuda__cp_async_wait<0>();
+    __syncthreads(); /* every wgmma has read its last K and V: the staging may overwrite them */
+    unsigned char *stage = sk + wg * K::WARPGROUP_ROWS * K::STAGE_ROW_BYTES;
+    if (a.out_fp32)
+        dcp_cuda__sm90_store_rows<float, T, D>(a, s, head, wg_q0, wg, stage, o, row_max,
+                                               row_sum);
+    else
+        dcp_cuda__sm90_store_rows<T, T, D>(a, s, head, wg_q0, wg, stage, o, row_max, row_sum);
+#else
+    (void)a;
+    __trap(); /* never launched: dcp_cuda__sm90_available is false for this binary */
+#endif
+}
+
+/* ------------------------------------------------------------------ sm_90a: host side */
+
+/* dcp_cuda_attention_forward's choice for DCP_CUDA_ATTENTION_PATH_AUTO: 0 (mma.sync) until the
+   wgmma forward has passed tests/test_wgmma.cu and tests/test_cuda_attention.cu on an H100;
+   then 1 (wgmma wherever dcp_cuda__sm90_available). */
+#define DCP_CUDA__AUTO_PREFERS_WGMMA 0
+
+/* 1 when the current device runs the sm_90a kernels: compute capability 9.0 and this build's
+   kernel binary for it is sm_90 code (an sm_80-only build has none for a 9.0 device). No
+   device, or any failing query: 0, with the runtime's error state cleared. */
+static int dcp_cuda__sm90_available(void)
+{
+    int device = 0, major = 0, minor = 0;
+    cudaFuncAttributes attributes;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) !=
+            cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (major != 9 || minor != 0) return 0;
+    if (cudaFuncGetAttributes(&attributes,
+                              dcp_cuda__attn_forward_sm90_kernel<__nv_bfloat16, 64>) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return attributes.binaryVersion == 90;
+}
+
+extern "C" dcp_status dcp_cuda_attention_path_available(dcp_cuda_attention_path path,
+                                                        int32_t *available, dcp_error *error)
+{
+    if (!available)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "available must not be NULL");
+    switch (path) {
+    case DCP_CUDA_ATTENTION_PATH_AUTO:
+    case DCP_CUDA_ATTENTION_PATH_MMA_SYNC:
+        *available = 1;
+        return dcp_error_clear(error);
+    case DCP_CUDA_ATTENTION_PATH_WGMMA:
+        *available = dcp_cuda__sm90_available();
+        return dcp_error_clear(error);
+    }
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "path %d is not a dcp_cuda_attention_path", (int)path);
+}
+
+template <typename T, int D>
+static dcp_status dcp_cuda__attn_forward_sm90_launch(dcp_cuda__attn_args a, int64_t capacity,
+                                                     cudaStream_t s, dcp_error *error)
+{
+    using K = dcp_cuda__attn_sm90_traits<D>;
+    dcp_cuda__schedule_kernel<K::TILE_ROWS>
+        <<<1, 1024, 0, s>>>(a, 0, (int32_t *)a.count, (int2 *)a.entries, capacity);
+    DCP_CUDA_CHECK_LAUNCH();
+    DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_forward_sm90_kernel<T, D>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)K::SMEM));
+    dcp_cuda__attn_forward_sm90_kernel<T, D>
+        <<<dim3((unsigned)capacity, (unsigned)a.heads), K::THREADS, K::SMEM, s>>>(a);
+    DCP_CUDA_CHECK_LAUNCH();
+    return dcp_error_clear(error);
+}
+
+/* The wgmma forward of checked arguments (dcp_cuda__attention_forward did the checks). Its
+   schedule has 128-row tiles: at most local_rows / 128 + num_sequences entries, fewer than
+   the workspace holds for the 64-row schedule. */
+static dcp_status dcp_cuda__attn_forward_sm90(const dcp_cuda__attn_args &a, int32_t head_dim,
+                                              dcp_dtype dtype, const dcp_cuda_layout *layout,
+                                              cudaStream_t s, dcp_error *error)
+{
+    const int64_t capacity = layout->local_rows / dcp_cuda__attn_sm90_traits<64>::TILE_ROWS +
+                             layout->thd.num_sequences + 1;
+    static_assert(dcp_cuda__attn_sm90_traits<64>::TILE_ROWS ==
+                      dcp_cuda__attn_sm90_traits<128>::TILE_ROWS,
+                  "one schedule tile for both head dims");
+    if (dtype == DCP_DTYPE_BFLOAT16)
+        return head_dim == 64
+                   ? dcp_cuda__attn_forward_sm90_launch<__nv_bfloat16, 64>(a, capacity, s, error)
+                   : dcp_cuda__attn_forward_sm90_launch<__nv_bfloat16, 128>(a, capacity, s,
+                                                                            error);
+    return head_dim == 64 ? dcp_cuda__attn_forward_sm90_launch<__half, 64>(a, capacity, s, error)
+                          : dcp_cuda__attn_forward_sm90_launch<__half, 128>(a, capacity, s, error);
+}
+
+/* Which kernels a forward call runs: 1 wgmma, 0 mma.sync, -1 (with the error set) when the
+   caller asked for wgmma where it cannot run. The wgmma epilogue writes 16-byte rows, so it
+   needs out 16-byte aligned (AUTO falls back to mma.sync otherwise). */
+static int dcp_cuda__forward_uses_wgmma(dcp_cuda_attention_path path, const void *out,
+                                        dcp_error *error)
+{
+    if (path == DCP_CUDA_ATTENTION_PATH_MMA_SYNC ||
+        (path == DCP_CUDA_ATTENTION_PATH_AUTO && !DCP_CUDA__AUTO_PREFERS_WGMMA))
+        return 0;
+    if (dcp_cuda__aligned(out, 16) && dcp_cuda__sm90_available()) return 1;
+    if (path == DCP_CUDA_ATTENTION_PATH_AUTO) return 0;
+    dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                  "path DCP_CUDA_ATTENTION_PATH_WGMMA needs a device of compute capability 9.0, "
+                  "dcp_cuda.cu built for sm_90a and out 16-byte aligned (out %p; "
+                  "dcp_cuda_attention_path_available says whether the device qualifies)",
+                  out);
+    return -1;
+}
+
+extern "C" dcp_status dcp_cuda_attention_forward_using(
+    dcp_cuda_attention_path path, const dcp_attention_params *params,
+    const dcp_cuda_layout *layout, const dcp_attention_view *view, dcp_dtype dtype,
+    const void *q, const void *k, const void *v, dcp_dtype out_dtype, void *out, float *lse,
+    void *workspace, size_t workspace_bytes, void *stream, dcp_error *error)
+{
+    if (path != DCP_CUDA_ATTENTION_PATH_AUTO && path != DCP_CUDA_ATTENTION_PATH_MMA_SYNC &&
+        path != DCP_CUDA_ATTENTION_PATH_WGMMA)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "path %d is not a dcp_cuda_attention_path", (int)path);
+    return dcp_cuda__attention_forward(path, params, layout, view, dtype, q, k, v, out_dtype,
+                                       out, lse, workspace, workspace_bytes, stream, error);
+}
+
+extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *params,
+                                                 const dcp_cuda_layout *layout,
+                                                 const dcp_attention_view *view, dcp_dtype dtype,
+                                                 const void *q, const void *k, const void *v,
+                                                 dcp_dtype out_dtype, void *out, float *lse,
+                                                 void *workspace, size_t workspace_bytes,
+                                                 void *stream, dcp_error *error)
+{
+    return dcp_cuda_attention_forward_using(DCP_CUDA_ATTENTION_PATH_AUTO, params, layout, view,
+                                            dtype, q, k, v, out_dtype, out, lse, workspace,
+                                            workspace_bytes, stream, error);
+}
+
+/* ---------------------------------------------- sm_90a: TMA tensor maps (host side, H2)
+   The next version copies Q, K and V with cp.async.bulk.tensor (TMA) from a producer warp
+   into an mbarrier ring. Its tensor maps, built here: a [rows, heads, head_dim] tensor of
+   16-bit elements as a 3-D map (innermost first: head_dim, heads, rows), a box of one
+   64-column swizzle block of one head and box_rows rows, written to shared memory with the
+   128-byte swizzle (exactly the dcp_cuda__sw128 layout the wgmma descriptors read), rows
+   past the tensor zero-filled. A box never crosses a head; it may cross a document, whose
+   foreign rows the kernel masks (keys: the row limits) or does not store (queries) — and
+   zeroes in shared memory for V's last tile, since P = 0 does not cancel a NaN padding row.
+   The encoder comes from the driver through the runtime (cudaGetDriverEntryPointByVersion,
+   the successor of the cudaGetDriverEntryPoint that CUDA 13 deprecates), so nothing links
+   against libcuda; the geometry and its checks are separate and host-testable. Until the
+   TMA kernel calls them only tests/test_wgmma.cu does, so they are not static (an unused
+   static function is a compiler warning); the dcp_cuda__ prefix keeps them private. */
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled; cuda.h types only, no libcuda */
+
+#define DCP_CUDA__TMA_RANK 3
+#define DCP_CUDA__TMA_MAX_BOX 256                 /* elements per box dimension */
+#define DCP_CUDA__TMA_STRIDE_LIMIT (1ull << 40)   /* global strides are below 2^40 bytes */
+#define DCP_CUDA__TMA_DIM_LIMIT (1ull << 32)      /* global dimensions are at most 2^32 */
+#define DCP_CUDA__TMA_ALIGN 16                    /* base address and strides */
+#define DCP_CUDA__TMA_ENCODER_VERSION 12000       /* cuTensorMapEncodeTiled's ABI: CUDA 12.0 */
+
+struct dcp_cuda__tma_geometry {
+    cuuint64_t dims[DCP_CUDA__TMA_RANK];        /* head_dim, heads, rows */
+    cuuint64_t strides[DCP_CUDA__TMA_RANK - 1]; /* bytes between heads, between rows */
+    cuuint32_t box[DCP_CUDA__TMA_RANK];         /* 64 columns, 1 head, box_rows rows */
+    cuuint32_t element_strides[DCP_CUDA__TMA_RANK];
+};
+
+/* The geometry of the map of base [rows, heads, head_dim] (16-bit elements) with boxes of
+   box_rows rows, checked against cuTensorMapEncodeTiled's rules and the swizzle's: base
+   16-byte aligned; head_dim whole 64-column blocks; box_rows whole 8-row atoms, at most 256;
+   dimensions in [1, 2^32], strides below 2^40. */
+dcp_status dcp_cuda__tma_geometry_of(const void *base, int64_t rows, int32_t heads,
+                                     int32_t head_dim, int32_t box_rows,
+                                     dcp_cuda__tma_geometry *g, dcp_error *error)
+{
+    using L = dcp_cuda__sw128;
+    if (!base || !dcp_cuda__aligned(base, DCP_CUDA__TMA_ALIGN))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "TMA base %p must be non-NULL and %d-byte aligned", base,
+                             DCP_CUDA__TMA_ALIGN);
+    if (rows < 1 || (uint64_t)rows > DCP_CUDA__TMA_DIM_LIMIT || heads < 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "TMA rows %lld and heads %d must be in [1, 2^32]", (long long)rows,
+                             (int)heads);
+    if (head_dim < (int32_t)L::BLOCK_COLS || head_dim % (int32_t)L::BLOCK_COLS)
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "TMA head_dim %d: whole %u-column swizzle blocks only", (int)head_dim,
+                             L::BLOCK_COLS);
+    if (box_rows < 1 || box_rows > DCP_CUDA__TMA_MAX_BOX || box_rows % (int32_t)L::ATOM_ROWS)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "TMA box_rows %d must be a multiple of %u in [1, %d]", (int)box_rows,
+                             L::ATOM_ROWS, DCP_CUDA__TMA_MAX_BOX);
+    const uint64_t row_bytes = (uint64_t)heads * (uint64_t)head_dim * L::ELEMENT_BYTES;
+    if (row_bytes >= DCP_CUDA__TMA_STRIDE_LIMIT)
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "TMA row stride of %d heads x %d is %llu bytes, not below 2^40",
+                             (int)heads, (int)head_dim, (unsigned long long)row_bytes);
+    g->dims[0] = (cuuint64_t)head_dim;
+    g->dims[1] = (cuuint64_t)heads;
+    g->dims[2] = (cuuint64_t)rows;
+    g->strides[0] = (cuuint64_t)head_dim * L::ELEMENT_BYTES;
+    g->strides[1] = row_bytes;
+    g->box[0] = L::BLOCK_COLS;
+    g->box[1] = 1;
+    g->box[2] = (cuuint32_t)box_rows;
+    for (int i = 0; i < DCP_CUDA__TMA_RANK; i++) g->element_strides[i] = 1;
+    return dcp_error_clear(error);
+}
+
+/* The map of a checked geometry: 16-bit elements of dtype, 128-byte swizzle, 256-byte L2
+   promotion, zero fill. DCP_ERROR_CUDA when the driver has no encoder (no driver, or older
+   than CUDA 12.0) or rejects the map. Host-only: no device, stream or allocation. */
+dcp_status dcp_cuda__tma_encode(CUtensorMap *map, const dcp_cuda__tma_geometry *g,
+                                const void *base, dcp_dtype dtype, dcp_error *error)
+{
+    void *entry = NULL;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    CUresult result;
+    if (dtype != DCP_DTYPE_BFLOAT16 && dtype != DCP_DTYPE_FLOAT16)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "TMA dtype %s: bfloat16 or float16", dcp_cuda__dtype_name(dtype));
+#if CUDART_VERSION >= 12050
+    const cudaError_t queried = cudaGetDriverEntryPointByVersion(
+        "cuTensorMapEncodeTiled", &entry, DCP_CUDA__TMA_ENCODER_VERSION, cudaEnableDefault, &found);
+#else
+    const cudaError_t queried =
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &entry, cudaEnableDefault, &found);
+#endif
+    if (queried != cudaSuccess || found != cudaDriverEntryPointSuccess || !entry) {
+        (void)cudaGetLastError();
+        return dcp_error_set(error, DCP_ERROR_CUDA,
+                             "cuTensorMapEncodeTiled is not available from the driver (query "
+                             "result %d): TMA needs a CUDA 12.0+ driver",
+                             (int)found);
+    }
+    result = ((PFN_cuTensorMapEncodeTiled_v12000)entry)(
+        map,
+        dtype == DCP_DTYPE_BFLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                    : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        DCP_CUDA__TMA_RANK, const_cast<void *>(base), g->dims, g->strides, g->box,
+        g->element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS)
+        return dcp_error_set(error, DCP_ERROR_CUDA, "cuTensorMapEncodeTiled failed: CUresult %d",
+                             (int)result);
+    return dcp_error_clear(error);
 }

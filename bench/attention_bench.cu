@@ -4,7 +4,9 @@
    FLOPs: forward 4 sum(L^2) heads d, halved for causal; backward 2.5 x forward, timed with
    deterministic = 0 (dq by float atomics, the target's path) and = 1 (bwd-det). Time: median
    of --repeat runs (CUDA events, L2 flushed before each). PyTorch's baselines (flash and cuDNN
-   SDPA) on the same packs: bench/attention_bench.py.
+   SDPA) on the same packs: bench/attention_bench.py. The forward runs on the mma.sync kernels
+   and, where the device runs them (compute capability 9.0, sm_90a build), on the wgmma
+   kernels too (fwd-wgmma; "-" elsewhere).
 
    Usage: build/attention_bench [--repeat N]    (needs a GPU) */
 #define DCP_IMPLEMENTATION
@@ -24,15 +26,17 @@ typedef struct attn_bench {
     float *lse, *dq, *dk, *dv;
     void *workspace;
     size_t workspace_bytes;
-    int32_t deterministic; /* of the backward */
+    int32_t deterministic;        /* of the backward */
+    dcp_cuda_attention_path path; /* of the forward */
 } attn_bench;
 
 static void run_forward(void *c)
 {
     attn_bench *b = (attn_bench *)c;
-    BENCH_DCP(dcp_cuda_attention_forward(&b->p, &b->layout, NULL, DCP_DTYPE_BFLOAT16, b->q, b->k,
-                                         b->v, DCP_DTYPE_BFLOAT16, b->out, b->lse, b->workspace,
-                                         b->workspace_bytes, NULL, &bench_error_));
+    BENCH_DCP(dcp_cuda_attention_forward_using(b->path, &b->p, &b->layout, NULL,
+                                               DCP_DTYPE_BFLOAT16, b->q, b->k, b->v,
+                                               DCP_DTYPE_BFLOAT16, b->out, b->lse, b->workspace,
+                                               b->workspace_bytes, NULL, &bench_error_));
 }
 
 static void run_backward(void *c)
@@ -90,6 +94,7 @@ int main(int argc, char **argv)
     const size_t qn = (size_t)TOKENS * HEADS * DIM, kn = (size_t)TOKENS * KV_HEADS * DIM;
     attn_bench b;
     int repeat = 11, i, devices = 0;
+    int32_t wgmma = 0;
     for (i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -108,13 +113,16 @@ int main(int argc, char **argv)
     b.dq = (float *)bench_alloc(qn * 4);
     b.dk = (float *)bench_alloc(kn * 4), b.dv = (float *)bench_alloc(kn * 4);
     fill_bf16(b.q, qn, 1), fill_bf16(b.k, kn, 2), fill_bf16(b.v, kn, 3), fill_bf16(b.dout, qn, 4);
-    printf("%-12s %6s %10s %10s %10s %10s %12s %12s\n", "pack", "docs", "fwd ms", "fwd TF/s",
-           "bwd ms", "bwd TF/s", "bwd-det ms", "bwd-det TF/s");
+    BENCH_DCP(dcp_cuda_attention_path_available(DCP_CUDA_ATTENTION_PATH_WGMMA, &wgmma,
+                                                &bench_error_));
+    printf("%-12s %6s %10s %10s %10s %10s %12s %12s %14s %14s\n", "pack", "docs", "fwd ms",
+           "fwd TF/s", "bwd ms", "bwd TF/s", "bwd-det ms", "bwd-det TF/s", "fwd-wgmma ms",
+           "fwd-wgmma TF/s");
     for (i = 0; i < 4; i++) {
         const int32_t n = pack_lengths(documents[i], lengths);
         dcp_thd_layout host;
         int32_t *cu_device, j;
-        double flops = 0.0, forward, backward, backward_det;
+        double flops = 0.0, forward, backward, backward_det, forward_wgmma = 0.0;
         char name[32];
         cu[0] = 0;
         for (j = 0; j < n; j++) {
@@ -128,17 +136,24 @@ int main(int argc, char **argv)
         BENCH_DCP(dcp_cuda_attention_workspace_size(&b.p, &b.layout, &b.workspace_bytes,
                                                     &bench_error_));
         b.workspace = bench_alloc(b.workspace_bytes);
+        b.path = DCP_CUDA_ATTENTION_PATH_MMA_SYNC;
         forward = bench_time(run_forward, &b, repeat);
+        b.path = DCP_CUDA_ATTENTION_PATH_WGMMA;
+        if (wgmma) forward_wgmma = bench_time(run_forward, &b, repeat);
         b.deterministic = 0;
         backward = bench_time(run_backward, &b, repeat);
         b.deterministic = 1;
         backward_det = bench_time(run_backward, &b, repeat);
         if (documents[i]) snprintf(name, sizeof name, "docs %dK", (int)(documents[i] / 1024));
         else snprintf(name, sizeof name, "lognormal");
-        printf("%-12s %6d %10.3f %10.1f %10.3f %10.1f %12.3f %12.1f\n", name, (int)n, forward,
+        printf("%-12s %6d %10.3f %10.1f %10.3f %10.1f %12.3f %12.1f", name, (int)n, forward,
                flops / (forward * 1e-3) / 1e12, backward,
                2.5 * flops / (backward * 1e-3) / 1e12, backward_det,
                2.5 * flops / (backward_det * 1e-3) / 1e12);
+        if (wgmma)
+            printf(" %14.3f %14.1f\n", forward_wgmma, flops / (forward_wgmma * 1e-3) / 1e12);
+        else
+            printf(" %14s %14s\n", "-", "-");
         BENCH_CALL(cudaFree(b.workspace));
         BENCH_CALL(cudaFree(cu_device));
     }

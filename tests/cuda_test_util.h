@@ -267,7 +267,7 @@ static void layout_make(test_layout *t, cuda_arena *a, const int64_t *lengths, i
 
 /* n random lengths in [1, max_length], a third of them short (1..8 tokens), and random
    extra padding on some, so that halves of whole chunks are padding at cp > 1. */
-static void layout_random(test_layout *t, cuda_arena *a, dcp_rng *rng, int32_t n,
+static TEST_MAYBE_UNUSED void layout_random(test_layout *t, cuda_arena *a, dcp_rng *rng, int32_t n,
                           int64_t max_length, int32_t cp)
 {
     int64_t lengths[CUDA_TEST_MAX_SEQUENCES];
@@ -284,7 +284,7 @@ static void layout_random(test_layout *t, cuda_arena *a, dcp_rng *rng, int32_t n
 
 /* Sets every element of the padding rows of a [rows, width] host tensor to NaN, so that a
    kernel that reads one spreads it (used for inputs whose padding must never be read). */
-static void nan_padding_rows(const test_layout *t, int32_t rank, float *values, int64_t width)
+static TEST_MAYBE_UNUSED void nan_padding_rows(const test_layout *t, int32_t rank, float *values, int64_t width)
 {
     int32_t i;
     int64_t local, d;

@@ -41,11 +41,21 @@ static void *workspace_for(cuda_arena *a, const dcp_attention_params *p,
 
 /* ============================================================ one step against the reference */
 
+static const char *path_name(dcp_cuda_attention_path path)
+{
+    return path == DCP_CUDA_ATTENTION_PATH_WGMMA      ? "wgmma"
+           : path == DCP_CUDA_ATTENTION_PATH_MMA_SYNC ? "mma.sync"
+                                                      : "auto";
+}
+
 typedef struct step_case {
     dcp_dtype dtype, out_dtype;
     int32_t head_dim, heads, kv_heads, cp, causal;
     int32_t sequences;
     int64_t max_length;
+    dcp_cuda_attention_path path;   /* the forward's kernels (0: AUTO) */
+    const dcp_attention_view *view; /* NULL: a random view of cp */
+    int32_t forward_only;           /* 1: the backward is not run */
 } step_case;
 
 static void step_run(const step_case *c, uint64_t stream)
@@ -71,6 +81,7 @@ static void step_run(const step_case *c, uint64_t stream)
         view.q_half = (dcp_half)dcp_rng_below(&rng, 3);
         view.kv_half = (dcp_half)dcp_rng_below(&rng, 3);
     }
+    if (c->view) view = *c->view;
     memset(&p, 0, sizeof p);
     p.num_heads = c->heads;
     p.num_kv_heads = c->kv_heads;
@@ -82,7 +93,8 @@ static void step_run(const step_case *c, uint64_t stream)
     kn = rows * c->kv_heads * c->head_dim;
     ln = rows * c->heads;
     snprintf(label, sizeof label,
-             "attention %s->%s d%d h%d/%d cp%d causal%d view q%d/%d kv%d/%d rows %lld",
+             "attention %s %s->%s d%d h%d/%d cp%d causal%d view q%d/%d kv%d/%d rows %lld",
+             path_name(c->path),
              dtype_name(c->dtype), dtype_name(c->out_dtype), (int)c->head_dim, (int)c->heads,
              (int)c->kv_heads, (int)c->cp, (int)c->causal, (int)view.q_rank, (int)view.q_half,
              (int)view.kv_rank, (int)view.kv_half, (long long)rows);
@@ -103,8 +115,8 @@ static void step_run(const step_case *c, uint64_t stream)
     d_out = dev_alloc(&a, (size_t)qn * dtype_size(c->out_dtype));
     d_lse = dev_alloc(&a, (size_t)ln * 4);
     {
-        const dcp_status status = dcp_cuda_attention_forward(
-            &p, &t.device, &view, c->dtype, dq_in, dk_in, dv_in, c->out_dtype, d_out,
+        const dcp_status status = dcp_cuda_attention_forward_using(
+            c->path, &p, &t.device, &view, c->dtype, dq_in, dk_in, dv_in, c->out_dtype, d_out,
             (float *)d_lse, workspace, workspace_bytes, NULL, &error);
         if (status != DCP_OK) fprintf(stderr, "%s: %s\n", label, error.message);
         CHECK_EQ(status, DCP_OK);
@@ -113,6 +125,10 @@ static void step_run(const step_case *c, uint64_t stream)
                   tolerance_of(c->dtype)));
     CHECK(compare(label, download(&a, DCP_DTYPE_FLOAT32, d_lse, ln), lse_ref, ln,
                   tolerance_lse()));
+    if (c->forward_only) {
+        cuda_arena_free(&a);
+        return;
+    }
 
     /* backward from the reference's out (rounded to dtype, as the GPU stores it) and LSE;
        the gradients start random, both sides add into them */
@@ -215,6 +231,77 @@ static void attention_steps(void)
                     }
 }
 
+/* The forward paths this device runs: mma.sync always, wgmma where the device runs sm_90a
+   code. On a device of compute capability 9.0 the wgmma path must be there (this build has
+   sm_90a code): missing, it is a failure, not a skip. */
+static int forward_paths(dcp_cuda_attention_path paths[2])
+{
+    int32_t available = 0, major = 0, minor = 0, device = 0;
+    dcp_error error;
+    paths[0] = DCP_CUDA_ATTENTION_PATH_MMA_SYNC;
+    CHECK_EQ(dcp_cuda_attention_path_available(DCP_CUDA_ATTENTION_PATH_WGMMA, &available, &error),
+             DCP_OK);
+    CUDA_TEST_CALL(cudaGetDevice(&device));
+    CUDA_TEST_CALL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CUDA_TEST_CALL(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    if (major == 9 && minor == 0) CHECK(available);
+    if (!available) {
+        printf("wgmma path: device is %d.%d, not 9.0: only mma.sync runs\n", (int)major,
+               (int)minor);
+        return 1;
+    }
+    paths[1] = DCP_CUDA_ATTENTION_PATH_WGMMA;
+    return 2;
+}
+
+/* Every view dcp_ring_step_plan gives (cp 1, 2, 4; every rank and step; causal and not), on
+   every forward path, bf16 and fp16, d 64 and 128, against the CPU reference. The same
+   inputs (one stream per case) go through both paths. */
+static void attention_ring_step_views(void)
+{
+    static const int32_t gqa[][2] = {{4, 4}, {8, 2}, {8, 1}};
+    static const int32_t cps[] = {1, 2, 4};
+    dcp_cuda_attention_path paths[2];
+    uint64_t stream = 8000;
+    int dt, d, cp, rank, step, causal, path, path_count;
+    CUDA_TEST_REQUIRE_GPU();
+    path_count = forward_paths(paths);
+    for (dt = 0; dt < 2; dt++)
+        for (d = 0; d < 2; d++)
+            for (cp = 0; cp < 3; cp++)
+                for (rank = 0; rank < cps[cp]; rank++)
+                    for (step = 0; step < cps[cp]; step++)
+                        for (causal = 0; causal < 2; causal++, stream++) {
+                            dcp_ring_step plan;
+                            dcp_error error;
+                            step_case c;
+                            CHECK_EQ(dcp_ring_step_plan(cps[cp], rank, step, causal, &plan,
+                                                        &error),
+                                     DCP_OK);
+                            /* the shape varies with the (rank, step) pair, not with the
+                               innermost causal flag, so each shape meets both masks */
+                            const uint64_t pair = stream / 2;
+                            memset(&c, 0, sizeof c);
+                            c.dtype = dt ? DCP_DTYPE_FLOAT16 : DCP_DTYPE_BFLOAT16;
+                            c.out_dtype = pair % 2 ? DCP_DTYPE_FLOAT32 : c.dtype;
+                            c.head_dim = d ? 128 : 64;
+                            c.heads = gqa[pair % 3][0];
+                            c.kv_heads = gqa[pair % 3][1];
+                            c.cp = cps[cp];
+                            c.causal = plan.causal;
+                            c.sequences = 1 + (int32_t)(pair % 7);
+                            /* long enough for several 128-key tiles and a partial last one */
+                            c.max_length = pair % 4 == 1 ? 1100 : 300;
+                            c.view = &plan.view;
+                            c.forward_only = 1;
+                            for (path = 0; path < path_count; path++) {
+                                c.path = paths[path];
+                                step_run(&c, stream);
+                            }
+                            if (test_current_failures) return;
+                        }
+}
+
 /* ================================================= a long mixed pack, rows against doubles */
 
 /* Output row and LSE of (row, head) in double, cp 1, from float inputs. */
@@ -255,9 +342,14 @@ static void attention_long_pack(void)
 {
     static const int64_t lengths[] = {16384, 1, 2, 4097, 129, 1000, 63, 64, 65};
     const int32_t n = 9;
-    int causal;
+    dcp_cuda_attention_path paths[2];
+    int run, path_count;
     CUDA_TEST_REQUIRE_GPU();
-    for (causal = 0; causal < 2; causal++) {
+    path_count = forward_paths(paths);
+    for (run = 0; run < 2 * path_count; run++) {
+        const int causal = run % 2; /* the same inputs on every path */
+        const dcp_cuda_attention_path path = paths[run / 2];
+        char what[64];
         cuda_arena a;
         test_layout t;
         dcp_rng rng = cuda_test_rng(6000 + causal);
@@ -290,9 +382,10 @@ static void attention_long_pack(void)
         d_out = dev_alloc(&a, (size_t)qn * 4);
         d_lse = dev_alloc(&a, (size_t)rows * 4 * 4);
         workspace = workspace_for(&a, &p, &t.device, &workspace_bytes);
-        CHECK_EQ(dcp_cuda_attention_forward(&p, &t.device, NULL, DCP_DTYPE_BFLOAT16, dq_, dk_, dv_,
-                                            DCP_DTYPE_FLOAT32, d_out, (float *)d_lse, workspace,
-                                            workspace_bytes, NULL, &error),
+        CHECK_EQ(dcp_cuda_attention_forward_using(path, &p, &t.device, NULL,
+                                                  DCP_DTYPE_BFLOAT16, dq_, dk_, dv_,
+                                                  DCP_DTYPE_FLOAT32, d_out, (float *)d_lse,
+                                                  workspace, workspace_bytes, NULL, &error),
                  DCP_OK);
         out = download(&a, DCP_DTYPE_FLOAT32, d_out, qn);
         lse = download(&a, DCP_DTYPE_FLOAT32, d_lse, rows * 4);
@@ -324,9 +417,11 @@ static void attention_long_pack(void)
             }
             ref_lse[i] = (float)l, got_lse[i] = lse[h * rows + row];
         }
-        CHECK(compare("long pack rows", got_rows, ref_rows, LONG_PACK_SAMPLES * 128,
+        snprintf(what, sizeof what, "long pack rows (%s, causal %d)", path_name(path), causal);
+        CHECK(compare(what, got_rows, ref_rows, LONG_PACK_SAMPLES * 128,
                       tolerance_of(DCP_DTYPE_BFLOAT16)));
-        CHECK(compare("long pack LSE", got_lse, ref_lse, LONG_PACK_SAMPLES, tolerance_lse()));
+        snprintf(what, sizeof what, "long pack LSE (%s, causal %d)", path_name(path), causal);
+        CHECK(compare(what, got_lse, ref_lse, LONG_PACK_SAMPLES, tolerance_lse()));
         cuda_arena_free(&a);
     }
 }
@@ -730,6 +825,45 @@ static dcp_cuda_layout argument_layout(void)
 /* The first 16-byte aligned byte of buffer (which has 16 bytes to spare). */
 static char *aligned16(char *buffer) { return buffer + (16 - (uintptr_t)buffer % 16) % 16; }
 
+/* The forward's path: a value outside the enum, the wgmma path where it cannot run (an out
+   8- but not 16-byte aligned; no sm_90a device), and the availability query. Nothing here
+   reaches a launch: every call fails its checks first. */
+static void arguments_attention_path(const dcp_attention_params *p,
+                                     const dcp_cuda_layout *layout, void *b, size_t bytes)
+{
+    dcp_error error;
+    int32_t available = -1;
+    CHECK_EQ(dcp_cuda_attention_forward_using((dcp_cuda_attention_path)7, p, layout, NULL,
+                                              DCP_DTYPE_BFLOAT16, b, b, b, DCP_DTYPE_FLOAT32, b,
+                                              (float *)b, b, bytes, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "path 7");
+    CHECK_EQ(dcp_cuda_attention_forward_using(DCP_CUDA_ATTENTION_PATH_WGMMA, p, layout, NULL,
+                                              DCP_DTYPE_BFLOAT16, b, b, b, DCP_DTYPE_FLOAT32,
+                                              (char *)b + 8, (float *)b, b, bytes, NULL, &error),
+             DCP_ERROR_UNSUPPORTED);
+    CHECK_CONTAINS(error.message, "DCP_CUDA_ATTENTION_PATH_WGMMA needs");
+    CHECK_EQ(dcp_cuda_attention_path_available(DCP_CUDA_ATTENTION_PATH_WGMMA, NULL, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ(dcp_cuda_attention_path_available((dcp_cuda_attention_path)-1, &available, &error),
+             DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "path -1");
+    CHECK_EQ(dcp_cuda_attention_path_available(DCP_CUDA_ATTENTION_PATH_MMA_SYNC, &available,
+                                               &error),
+             DCP_OK);
+    CHECK_EQ(available, 1);
+    CHECK_EQ(dcp_cuda_attention_path_available(DCP_CUDA_ATTENTION_PATH_WGMMA, &available, &error),
+             DCP_OK);
+    if (!cuda_test_gpu()) CHECK_EQ(available, 0);
+    if (!available) {
+        CHECK_EQ(dcp_cuda_attention_forward_using(DCP_CUDA_ATTENTION_PATH_WGMMA, p, layout, NULL,
+                                                  DCP_DTYPE_BFLOAT16, b, b, b, DCP_DTYPE_FLOAT32,
+                                                  b, (float *)b, b, bytes, NULL, &error),
+                 DCP_ERROR_UNSUPPORTED);
+        CHECK_CONTAINS(error.message, "compute capability 9.0");
+    }
+}
+
 static void arguments_attention(void)
 {
     dcp_cuda_layout layout = argument_layout();
@@ -768,6 +902,7 @@ static void arguments_attention(void)
                                         &error),
              DCP_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(error.message, "aligned");
+    arguments_attention_path(&p, &layout, b, bytes);
     CHECK_EQ(dcp_cuda_attention_backward(&p, &layout, &view, DCP_DTYPE_BFLOAT16, b, b, b, b, b,
                                          (float *)b, (float *)b, (float *)b, (float *)b, 2, b,
                                          bytes, NULL, &error),
@@ -832,6 +967,7 @@ int main(int argc, char **argv)
         {"arguments_attention", arguments_attention},
         {"arguments_attention_backward", arguments_attention_backward},
         {"attention_steps", attention_steps},
+        {"attention_ring_step_views", attention_ring_step_views},
         {"attention_long_pack", attention_long_pack},
         {"attention_long_pack_backward", attention_long_pack_backward},
         {"virtual_ring", virtual_ring},
