@@ -217,6 +217,9 @@
                                                   and halves), bf16/fp16, head dim 64 or 128,
                                                   GQA, causal by global position; backward
                                                   adds into float32 dq, dk, dv
+       dcp_cuda_attention_forward_using(path, ...) / dcp_cuda_attention_path_available
+                                                  the forward on a chosen kernel path (mma.sync,
+                                                  or wgmma on sm_90a); AUTO is mma.sync for now
        dcp_cuda_virtual_ring_forward / _backward  a ring of cp ranks on one device
        dcp_cuda_add_float32(acc, x, count, stream, err)  acc += x (the ring backward's dK, dV)
        dcp_cuda_a2a_copy                          a head-parallel segment list (pack, unpack);
