@@ -3944,7 +3944,7 @@ template <int D> struct dcp_cuda__attn_sm90_traits {
     /* Q, K and V stages, and room to align the start to an atom */
     static constexpr size_t SMEM = Q_BYTES + 2 * STAGES * KV_BYTES + L::ATOM_BYTES;
     static_assert(D % L::BLOCK_COLS == 0, "whole 64-column swizzle blocks");
-    static_assert(DCP_CUDA__WARPGROUP_THREADS / 32 * WARP_ROWS == WARPGROUP_ROWS,
+    static_assert(DCP_CUDA__WARPGROUP_THREADS / DCP_CUDA__WARP_SIZE * WARP_ROWS == WARPGROUP_ROWS,
                   "four warps of 16 rows make the 64 rows of a wgmma");
     static_assert(D % DCP_CUDA__WGMMA_K == 0 && TILE_KEYS % DCP_CUDA__WGMMA_K == 0,
                   "whole k steps in both products");
@@ -3984,7 +3984,7 @@ __device__ __forceinline__ void dcp_cuda__sm90_store_rows(
     constexpr int CHUNK = dcp_cuda__sw128::CHUNK_BYTES;
     constexpr int ROW_CHUNKS = D * (int)sizeof(OUT) / CHUNK;
     const int wtid = threadIdx.x % DCP_CUDA__WARPGROUP_THREADS, lane = threadIdx.x & 31;
-    const int first_row = (wtid / 32) * K::WARP_ROWS + (lane >> 2), t = lane & 3;
+    const int first_row = (wtid / DCP_CUDA__WARP_SIZE) * K::WARP_ROWS + (lane >> 2), t = lane & 3;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int r = first_row + 8 * half;
@@ -4036,7 +4036,8 @@ __global__ void __launch_bounds__(dcp_cuda__attn_sm90_traits<D>::THREADS, 1)
     const int64_t q0 = s.q_begin + (int64_t)entry.y * K::TILE_ROWS;
     const int32_t head = blockIdx.y;
     const int wg = threadIdx.x / DCP_CUDA__WARPGROUP_THREADS;
-    const int warp = (threadIdx.x % DCP_CUDA__WARPGROUP_THREADS) / 32, g = (threadIdx.x & 31) >> 2;
+    const int warp = (threadIdx.x % DCP_CUDA__WARPGROUP_THREADS) / DCP_CUDA__WARP_SIZE,
+              g = (threadIdx.x % DCP_CUDA__WARP_SIZE) >> 2;
     const int64_t kv_stride = (int64_t)a.kv_heads * D, kv_column = (int64_t)(head / a.group) * D;
     const int32_t tiles = dcp_cuda__key_tiles(a, s, q0, K::TILE_ROWS, K::TILE_KEYS);
 
@@ -4184,7 +4185,7 @@ static dcp_status dcp_cuda__attn_forward_sm90_launch(dcp_cuda__attn_args a, int6
 {
     using K = dcp_cuda__attn_sm90_traits<D>;
     dcp_cuda__schedule_kernel<K::TILE_ROWS>
-        <<<1, 1024, 0, s>>>(a, 0, (int32_t *)a.count, (int2 *)a.entries, capacity);
+        <<<1, DCP_CUDA__SCHEDULE_THREADS, 0, s>>>(a, 0, (int32_t *)a.count, (int2 *)a.entries, capacity);
     DCP_CUDA_CHECK_LAUNCH();
     DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_forward_sm90_kernel<T, D>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -4225,7 +4226,7 @@ static int dcp_cuda__forward_uses_wgmma(dcp_cuda_attention_path path, const void
     if (path == DCP_CUDA_ATTENTION_PATH_MMA_SYNC ||
         (path == DCP_CUDA_ATTENTION_PATH_AUTO && !DCP_CUDA__AUTO_PREFERS_WGMMA))
         return 0;
-    if (dcp_cuda__aligned(out, 16) && dcp_cuda__sm90_available()) return 1;
+    if (dcp_cuda__aligned(out, DCP_CUDA__VECTOR_BYTES) && dcp_cuda__sm90_available()) return 1;
     if (path == DCP_CUDA_ATTENTION_PATH_AUTO) return 0;
     dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
                   "path DCP_CUDA_ATTENTION_PATH_WGMMA needs a device of compute capability 9.0, "
@@ -4345,7 +4346,7 @@ dcp_status dcp_cuda__tma_encode(CUtensorMap *map, const dcp_cuda__tma_geometry *
     CUresult result;
     if (dtype != DCP_DTYPE_BFLOAT16 && dtype != DCP_DTYPE_FLOAT16)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "TMA dtype %s: bfloat16 or float16", dcp_cuda__dtype_name(dtype));
+                             "TMA dtype %s: bfloat16 or float16", dcp_dtype_name(dtype));
 #if CUDART_VERSION >= 12050
     const cudaError_t queried = cudaGetDriverEntryPointByVersion(
         "cuTensorMapEncodeTiled", &entry, DCP_CUDA__TMA_ENCODER_VERSION, cudaEnableDefault, &found);
