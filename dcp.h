@@ -3092,18 +3092,30 @@ static int64_t dcp__sample_tokens(const dcp__batch *batch, int32_t sample, int32
     return batch->tokens[(size_t)sample * (size_t)batch->levels + (size_t)level];
 }
 
-/* Sample ids sorted by decreasing key, ties by increasing id (a total order: qsort is then
-   deterministic everywhere). */
+/* Ids sorted by key, ties by increasing id (a total order: qsort is then deterministic
+   everywhere): the planners' sample ids by decreasing work or tokens, the exchange's receives
+   by increasing peer. */
 typedef struct dcp__keyed {
     int64_t key;
     int32_t id;
 } dcp__keyed;
 
-static int dcp__keyed_descending(const void *a, const void *b)
+/* key_sign 1: increasing keys; -1: decreasing. */
+static int dcp__keyed_compare(const void *a, const void *b, int key_sign)
 {
     const dcp__keyed *x = (const dcp__keyed *)a, *y = (const dcp__keyed *)b;
-    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    if (x->key != y->key) return x->key < y->key ? -key_sign : key_sign;
     return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+static int dcp__keyed_descending(const void *a, const void *b)
+{
+    return dcp__keyed_compare(a, b, -1);
+}
+
+static int dcp__keyed_ascending(const void *a, const void *b)
+{
+    return dcp__keyed_compare(a, b, 1);
 }
 
 static int dcp__keyed_before(const dcp__keyed *x, const dcp__keyed *y)
@@ -3529,6 +3541,19 @@ static int64_t dcp__node_start(const dcp__tree *tree, int32_t n)
 #define DCP__ALL_LEVELS 0x7fffffffu
 #define DCP__MAX_CHANGED 0x80000000u
 
+/* Stores level j's (best time, fewest bins, largest room) of a node's cells; returns level
+   j's bit when they changed, 0 when they did not. */
+static uint32_t dcp__tree_store(dcp__tree *tree, size_t cell, int32_t j, int64_t t, int32_t m,
+                                int64_t f)
+{
+    const size_t at = cell + (size_t)j;
+    if (t == tree->best_time[at] && m == tree->min_bins[at] && f == tree->max_free[at]) return 0;
+    tree->best_time[at] = t;
+    tree->min_bins[at] = m;
+    tree->max_free[at] = f;
+    return 1u << j;
+}
+
 static uint32_t dcp__tree_refresh(dcp__tree *tree, int32_t n, uint32_t levels)
 {
     int32_t level = tree->node_level[n], j, top, L = tree->levels;
@@ -3561,13 +3586,7 @@ static uint32_t dcp__tree_refresh(dcp__tree *tree, int32_t n, uint32_t levels)
                                                                 : tree->max_free[cb + j];
             t = t >= DCP__TICKS_INF ? DCP__TICKS_INF : t + tree->add[n];
             m = m >= DCP__BINS_INF ? DCP__BINS_INF : m + tree->bins_used[n];
-            if (t != tree->best_time[cell + j] || m != tree->min_bins[cell + j] ||
-                f != tree->max_free[cell + j]) {
-                tree->best_time[cell + j] = t;
-                tree->min_bins[cell + j] = m;
-                tree->max_free[cell + j] = f;
-                changed |= 1u << j;
-            }
+            changed |= dcp__tree_store(tree, cell, j, t, m, f);
         }
     }
     if (mx_time != tree->mx_time[n] || mx_bins != tree->mx_bins[n]) {
@@ -3578,13 +3597,7 @@ static uint32_t dcp__tree_refresh(dcp__tree *tree, int32_t n, uint32_t levels)
     if (level < L) {
         int64_t t = valid ? mx_time : DCP__TICKS_INF, f = valid ? tree->node_free[n] : -1;
         int32_t m = valid ? mx_bins : DCP__BINS_INF;
-        if (t != tree->best_time[cell + level] || m != tree->min_bins[cell + level] ||
-            f != tree->max_free[cell + level]) {
-            tree->best_time[cell + level] = t;
-            tree->min_bins[cell + level] = m;
-            tree->max_free[cell + level] = f;
-            changed |= 1u << level;
-        }
+        changed |= dcp__tree_store(tree, cell, level, t, m, f);
     }
     return changed;
 }
@@ -8408,26 +8421,14 @@ DCPDEF dcp_status dcp_plan_compare(const dcp_plan *a, const dcp_plan *b, dcp_err
     return dcp_error_clear(error);
 }
 
-/* One receive of a rank, for pairing: its peer and its index in the rank's list. */
-typedef struct dcp__recv_key {
-    int32_t peer;
-    int32_t index;
-} dcp__recv_key;
-
-static int dcp__recv_key_compare(const void *a, const void *b)
-{
-    const dcp__recv_key *x = (const dcp__recv_key *)a, *y = (const dcp__recv_key *)b;
-    if (x->peer != y->peer) return x->peer < y->peer ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
-/* First position of peer in a rank's receives sorted by (peer, index); count if none. */
-static int32_t dcp__recv_lower_bound(const dcp__recv_key *keys, int32_t count, int32_t peer)
+/* A rank's receives for pairing are keyed (key: the peer, id: the index in the rank's list)
+   and sorted by increasing (peer, index). Returns the first position of peer; count if none. */
+static int32_t dcp__recv_lower_bound(const dcp__keyed *keys, int32_t count, int32_t peer)
 {
     int32_t lo = 0, hi = count;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
-        if (keys[mid].peer < peer) lo = mid + 1;
+        if (keys[mid].key < peer) lo = mid + 1;
         else hi = mid;
     }
     return lo;
@@ -8444,7 +8445,7 @@ static int dcp__transfers_pair(const dcp_transfer *send, const dcp_transfer *rec
    rank's receives sorted by (peer, index), rank r's at keys[offsets[r] .. offsets[r + 1]);
    sent[] counts a's sends per peer so far (zero on entry, reset on return). */
 static dcp_status dcp__match_rank_sends(const dcp_reroute *const *reroutes, int32_t ranks,
-                                        int32_t a, const dcp__recv_key *keys,
+                                        int32_t a, const dcp__keyed *keys,
                                         const size_t *offsets, int32_t *sent, dcp_error *error)
 {
     const dcp_reroute *ra = reroutes[a];
@@ -8452,7 +8453,7 @@ static dcp_status dcp__match_rank_sends(const dcp_reroute *const *reroutes, int3
     int32_t i;
     for (i = 0; i < ra->count && status == DCP_OK; i++) {
         const dcp_transfer *t = &ra->transfers[i];
-        const dcp__recv_key *peer_keys;
+        const dcp__keyed *peer_keys;
         int32_t peer_count, k;
         if (t->kind == DCP_TRANSFER_COPY && t->peer != a)
             status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
@@ -8469,18 +8470,18 @@ static dcp_status dcp__match_rank_sends(const dcp_reroute *const *reroutes, int3
         peer_keys = keys + offsets[t->peer];
         peer_count = (int32_t)(offsets[t->peer + 1] - offsets[t->peer]);
         k = dcp__recv_lower_bound(peer_keys, peer_count, a) + sent[t->peer]++;
-        if (k >= peer_count || peer_keys[k].peer != a)
+        if (k >= peer_count || peer_keys[k].key != a)
             status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
                                    "rank %d send %d to rank %d (sample %d) has no matching "
                                    "receive",
                                    (int)a, (int)i, (int)t->peer, (int)t->sample);
-        else if (!dcp__transfers_pair(t, &reroutes[t->peer]->transfers[peer_keys[k].index]))
+        else if (!dcp__transfers_pair(t, &reroutes[t->peer]->transfers[peer_keys[k].id]))
             status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
                                    "rank %d send %d to rank %d (sample %d, positions %lld-%lld) "
                                    "differs from that rank's receive %d",
                                    (int)a, (int)i, (int)t->peer, (int)t->sample,
                                    (long long)t->source_begin, (long long)t->source_end,
-                                   (int)peer_keys[k].index);
+                                   (int)peer_keys[k].id);
     }
     for (i = 0; i < ra->count; i++)
         if (ra->transfers[i].kind == DCP_TRANSFER_SEND && ra->transfers[i].peer >= 0 &&
@@ -8511,7 +8512,7 @@ static dcp_status dcp__count_transfers(const dcp_reroute *const *reroutes, int32
 DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t ranks,
                                     const dcp_allocator *allocator, dcp_error *error)
 {
-    dcp__recv_key *keys;
+    dcp__keyed *keys;
     size_t *offsets, sends, receives;
     int32_t *sent, r, i;
     dcp_status status;
@@ -8528,8 +8529,8 @@ DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t 
                                          "reroute match", error);
     sent = (int32_t *)dcp__alloc_array(allocator, (size_t)ranks, sizeof *sent, "reroute match",
                                        error);
-    keys = (dcp__recv_key *)dcp__alloc_array(allocator, receives ? receives : 1, sizeof *keys,
-                                             "reroute match", error);
+    keys = (dcp__keyed *)dcp__alloc_array(allocator, receives ? receives : 1, sizeof *keys,
+                                          "reroute match", error);
     status = offsets && sent && keys ? DCP_OK : (error ? error->status : DCP_ERROR_OUT_OF_MEMORY);
     if (status == DCP_OK) {
         memset(sent, 0, (size_t)ranks * sizeof *sent);
@@ -8538,11 +8539,11 @@ DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t 
             size_t n = offsets[r];
             for (i = 0; i < reroutes[r]->count; i++)
                 if (reroutes[r]->transfers[i].kind == DCP_TRANSFER_RECV) {
-                    keys[n].peer = reroutes[r]->transfers[i].peer;
-                    keys[n++].index = i;
+                    keys[n].key = reroutes[r]->transfers[i].peer;
+                    keys[n++].id = i;
                 }
             offsets[r + 1] = n;
-            qsort(keys + offsets[r], n - offsets[r], sizeof *keys, dcp__recv_key_compare);
+            qsort(keys + offsets[r], n - offsets[r], sizeof *keys, dcp__keyed_ascending);
         }
         for (r = 0; r < ranks && status == DCP_OK; r++)
             status = dcp__match_rank_sends(reroutes, ranks, r, keys, offsets, sent, error);
