@@ -9819,6 +9819,16 @@ static dcp_status dcp__check_flag(const char *name, int32_t value, dcp_error *er
     return DCP_OK;
 }
 
+/* A resolver's own arguments: the parameters to resolve and where the result goes. */
+static dcp_status dcp__check_resolve_args(const void *params, const void *resolved,
+                                          dcp_error *error)
+{
+    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
+    if (!resolved)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    return DCP_OK;
+}
+
 static dcp_status dcp__check_half(const char *name, dcp_half half, int32_t cp, dcp_error *error)
 {
     if (half != DCP_HALF_ALL && half != DCP_HALF_FIRST && half != DCP_HALF_SECOND)
@@ -9837,9 +9847,7 @@ DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *param
 {
     dcp_attention_params p;
     dcp_status status;
-    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
-    if (!resolved)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    if ((status = dcp__check_resolve_args(params, resolved, error)) != DCP_OK) return status;
     p = *params;
     if (p.num_heads < 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "num_heads must be >= 1, got %d",
@@ -9962,9 +9970,7 @@ DCPDEF dcp_status dcp_conv1d_params_resolve(const dcp_conv1d_params *params,
 {
     dcp_conv1d_params p;
     dcp_status status;
-    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
-    if (!resolved)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    if ((status = dcp__check_resolve_args(params, resolved, error)) != DCP_OK) return status;
     p = *params;
     if (p.width == 0) p.width = DCP_DEFAULT_CONV1D_WIDTH;
     if (p.channels < 1)
