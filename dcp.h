@@ -1869,6 +1869,15 @@ static void *dcp__alloc_array(const dcp_allocator *allocator, size_t count, size
     return ptr;
 }
 
+/* Frees a list of arrays: a function allocates its arrays one by one, so that a failure
+   names the array, and frees them as one list whatever the allocation got to (dcp_free
+   skips NULL), so the list is the one place that names what it owns. */
+static void dcp__free_list(const dcp_allocator *allocator, void *const *list, size_t count)
+{
+    size_t i;
+    for (i = 0; i < count; i++) dcp_free(allocator, list[i]);
+}
+
 static int dcp__log2_int(int64_t x) /* x a power of two */
 {
     int level = 0;
@@ -2913,14 +2922,12 @@ DCP__DEFINE_SORT(dcp__placement_sort, dcp__placement, dcp__placement_before)
 
 DCPDEF void dcp_plan_destroy(dcp_plan *plan)
 {
-    dcp_allocator allocator;
-    if (!plan) return;
-    allocator = plan->config.allocator;
-    dcp_free(&allocator, plan->sample_lengths);
-    dcp_free(&allocator, plan->microbatch_offsets);
-    dcp_free(&allocator, plan->groups);
-    dcp_free(&allocator, plan->group_samples);
-    dcp_free(&allocator, plan);
+    if (plan) {
+        const dcp_allocator allocator = plan->config.allocator; /* outlives the plan it frees */
+        void *list[] = {plan->sample_lengths, plan->microbatch_offsets, plan->groups,
+                        plan->group_samples, plan};
+        dcp__free_list(&allocator, list, sizeof list / sizeof *list);
+    }
 }
 
 static dcp_plan *dcp__plan_alloc(const dcp_config *config, int32_t num_samples,
@@ -3034,14 +3041,76 @@ static int64_t dcp__to_ticks(double seconds, double scale)
     return (int64_t)(dcp__exact(seconds * scale) + 0.5);
 }
 
+/* Ticks per second, a power of two so that scaling is exact: the batch's total time (every
+   sample alone at its minimum CP size, plus a max-CP ring per sample) fits in
+   DCP__TICK_BITS bits. */
+static double dcp__batch_tick_scale(const dcp__batch *batch)
+{
+    const dcp_config *config = batch->config;
+    double total = 0.0;
+    int32_t i, exponent;
+    for (i = 0; i < batch->count; i++)
+        total += dcp__alone_seconds(config, batch->lengths[i], batch->cp_min[i]);
+    total += (double)batch->count * dcp_cost_ring_seconds(&config->cost, config->max_cp);
+    (void)frexp(total, &exponent); /* total < 2^exponent */
+    return total > 0.0 ? ldexp(1.0, DCP__TICK_BITS - exponent) : 1.0;
+}
+
+/* The tables the planners read instead of the cost model: one ring's ticks per CP level, and
+   each sample's per-rank tokens and ticks at every level from its minimum CP size up (0
+   below, where it does not fit). */
+static void dcp__batch_tabulate(dcp__batch *batch, double scale)
+{
+    const dcp_config *config = batch->config;
+    int32_t i, level;
+    for (level = 0; level < batch->levels; level++)
+        batch->ring_ticks[level] =
+            dcp__to_ticks(dcp_cost_ring_seconds(&config->cost, (int32_t)1 << level), scale);
+    for (i = 0; i < batch->count; i++) {
+        double attention = dcp__attention_seconds(&config->cost, batch->lengths[i]);
+        int32_t lowest = dcp__log2_int(batch->cp_min[i]);
+        for (level = 0; level < batch->levels; level++) {
+            int32_t cp = (int32_t)1 << level;
+            size_t cell = (size_t)i * (size_t)batch->levels + (size_t)level;
+            int64_t padded = dcp__padded(config, batch->lengths[i], cp);
+            double seconds;
+            batch->tokens[cell] = 0;
+            batch->ticks[cell] = 0;
+            if (level < lowest) continue;
+            seconds = dcp__sample_seconds(&config->cost, attention, padded, cp);
+            batch->tokens[cell] = padded / cp;
+            batch->ticks[cell] = dcp__to_ticks(seconds, scale);
+        }
+    }
+}
+
+/* The lower bounds a plan's efficiency is measured against: under the DAG (E = 1), under the
+   config's sync_ranks, and under E = D. */
+static dcp_status dcp__batch_bounds(dcp__batch *batch, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const int32_t syncs[3] = {1, config->sync_ranks, config->ranks}; /* E = 1, E, E = D */
+    double bounds[3];
+    dcp_status status;
+    /* the E = D bound only between the extremes, where the E = D plan is a candidate */
+    status = dcp__lower_bounds(config, batch->lengths, batch->count, batch->cp_min, syncs,
+                               config->sync_ranks > 1 && config->sync_ranks < config->ranks ? 3 : 2,
+                               bounds, error);
+    if (status != DCP_OK) return status;
+    batch->lower_bound = bounds[0];
+    batch->sync_bound = bounds[1];
+    batch->barrier_bound = config->sync_ranks == config->ranks ? bounds[1]
+                           : config->sync_ranks > 1           ? bounds[2]
+                                                              : 0.0; /* unused under E = 1 */
+    return DCP_OK;
+}
+
 static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
                                   const int64_t *lengths, int32_t count, dcp_error *error)
 {
     const dcp_allocator *allocator = &config->allocator;
-    const int32_t syncs[3] = {1, config->sync_ranks, config->ranks}; /* E = 1, E, E = D */
     size_t cells;
-    double total = 0.0, scale, bounds[3];
-    int32_t i, level, exponent;
+    double scale;
     memset(batch, 0, sizeof *batch);
     batch->config = config;
     batch->lengths = lengths;
@@ -3060,43 +3129,13 @@ static dcp_status dcp__batch_init(dcp__batch *batch, const dcp_config *config,
         dcp__batch_free(batch);
         return error ? error->status : DCP_ERROR_INVALID_ARGUMENT;
     }
-    for (i = 0; i < count; i++)
-        total += dcp__alone_seconds(config, lengths[i], batch->cp_min[i]);
-    total += (double)count * dcp_cost_ring_seconds(&config->cost, config->max_cp);
-    (void)frexp(total, &exponent); /* total < 2^exponent */
-    scale = total > 0.0 ? ldexp(1.0, DCP__TICK_BITS - exponent) : 1.0;
+    scale = dcp__batch_tick_scale(batch);
     batch->tick_seconds = 1.0 / scale;
-    for (level = 0; level < batch->levels; level++)
-        batch->ring_ticks[level] =
-            dcp__to_ticks(dcp_cost_ring_seconds(&config->cost, (int32_t)1 << level), scale);
-    for (i = 0; i < count; i++) {
-        double attention = dcp__attention_seconds(&config->cost, lengths[i]);
-        int32_t lowest = dcp__log2_int(batch->cp_min[i]);
-        for (level = 0; level < batch->levels; level++) {
-            int32_t cp = (int32_t)1 << level;
-            size_t cell = (size_t)i * (size_t)batch->levels + (size_t)level;
-            int64_t padded = dcp__padded(config, lengths[i], cp);
-            double seconds;
-            batch->tokens[cell] = 0;
-            batch->ticks[cell] = 0;
-            if (level < lowest) continue;
-            seconds = dcp__sample_seconds(&config->cost, attention, padded, cp);
-            batch->tokens[cell] = padded / cp;
-            batch->ticks[cell] = dcp__to_ticks(seconds, scale);
-        }
-    }
-    /* the E = D bound only between the extremes, where the E = D plan is a candidate */
-    if (dcp__lower_bounds(config, lengths, count, batch->cp_min, syncs,
-                          config->sync_ranks > 1 && config->sync_ranks < config->ranks ? 3 : 2,
-                          bounds, error) != DCP_OK) {
+    dcp__batch_tabulate(batch, scale);
+    if (dcp__batch_bounds(batch, error) != DCP_OK) {
         dcp__batch_free(batch);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
-    batch->lower_bound = bounds[0];
-    batch->sync_bound = bounds[1];
-    batch->barrier_bound = config->sync_ranks == config->ranks ? bounds[1]
-                           : config->sync_ranks > 1           ? bounds[2]
-                                                              : 0.0; /* unused under E = 1 */
     return DCP_OK;
 }
 
@@ -3110,18 +3149,30 @@ static int64_t dcp__sample_tokens(const dcp__batch *batch, int32_t sample, int32
     return batch->tokens[(size_t)sample * (size_t)batch->levels + (size_t)level];
 }
 
-/* Sample ids sorted by decreasing key, ties by increasing id (a total order: qsort is then
-   deterministic everywhere). */
+/* Ids sorted by key, ties by increasing id (a total order: qsort is then deterministic
+   everywhere): the planners' sample ids by decreasing work or tokens, the exchange's receives
+   by increasing peer. */
 typedef struct dcp__keyed {
     int64_t key;
     int32_t id;
 } dcp__keyed;
 
-static int dcp__keyed_descending(const void *a, const void *b)
+/* key_sign 1: increasing keys; -1: decreasing. */
+static int dcp__keyed_compare(const void *a, const void *b, int key_sign)
 {
     const dcp__keyed *x = (const dcp__keyed *)a, *y = (const dcp__keyed *)b;
-    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    if (x->key != y->key) return x->key < y->key ? -key_sign : key_sign;
     return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+static int dcp__keyed_descending(const void *a, const void *b)
+{
+    return dcp__keyed_compare(a, b, -1);
+}
+
+static int dcp__keyed_ascending(const void *a, const void *b)
+{
+    return dcp__keyed_compare(a, b, 1);
 }
 
 static int dcp__keyed_before(const dcp__keyed *x, const dcp__keyed *y)
@@ -3169,82 +3220,108 @@ static int32_t dcp__static_first_fit(int64_t *room, int32_t leaves, int64_t toke
     return bin;
 }
 
+typedef struct dcp__static_scratch {
+    int32_t *heap;           /* [replicas]: min-heap by tokens dealt */
+    int64_t *replica_tokens; /* [replicas]: tokens dealt */
+    int32_t *first;          /* [replicas + 1]: samples dealt, then the offset of the room tree */
+    int32_t *fill;           /* [replicas]: leaves of the room tree */
+    int32_t *replica_of;     /* [count] */
+    int64_t *room;           /* the replicas' room trees, one after the other */
+} dcp__static_scratch;
+
+static void dcp__static_free(const dcp_allocator *a, dcp__static_scratch *x)
+{
+    void *list[] = {x->heap, x->replica_tokens, x->first, x->fill, x->replica_of, x->room};
+    dcp__free_list(a, list, sizeof list / sizeof *list);
+}
+
+static dcp_status dcp__static_alloc(dcp__static_scratch *x, const dcp__batch *batch,
+                                    int32_t replicas, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    x->heap = (int32_t *)dcp__alloc_array(a, (size_t)replicas, sizeof(int32_t), "static", error);
+    x->replica_tokens = (int64_t *)dcp__alloc_array(a, (size_t)replicas, sizeof(int64_t),
+                                                    "static", error);
+    x->first = (int32_t *)dcp__alloc_array(a, (size_t)replicas + 1, sizeof(int32_t), "static",
+                                           error);
+    x->fill = (int32_t *)dcp__alloc_array(a, (size_t)replicas, sizeof(int32_t), "static", error);
+    x->replica_of = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t),
+                                                "static", error);
+    /* a segment tree of rooms per replica: at most as many bins as its samples, rounded up
+       to a power of two, two nodes per leaf */
+    x->room = (int64_t *)dcp__alloc_array(a, 4 * (size_t)batch->count + 2 * (size_t)replicas,
+                                          sizeof(int64_t), "static bins", error);
+    if (!x->heap || !x->replica_tokens || !x->first || !x->fill || !x->replica_of || !x->room)
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    return DCP_OK;
+}
+
+/* Deals samples in input order to the replica with the fewest tokens (lowest index on ties);
+   counts each replica's samples in first[]. */
+static void dcp__static_deal(dcp__static_scratch *x, const dcp__batch *batch, int32_t level,
+                             int32_t replicas)
+{
+    int32_t i, r;
+    for (r = 0; r < replicas; r++) {
+        x->heap[r] = r;
+        x->replica_tokens[r] = 0;
+        x->first[r] = 0;
+    }
+    for (i = 0; i < batch->count; i++) {
+        int32_t best = x->heap[0];
+        x->replica_of[i] = best;
+        x->replica_tokens[best] += dcp__sample_tokens(batch, i, level);
+        x->first[best]++;
+        dcp__static_sift(x->heap, replicas, x->replica_tokens);
+    }
+}
+
+/* Lays out the replicas' room trees, sized by their sample counts, every bin empty. */
+static void dcp__static_trees(dcp__static_scratch *x, int32_t replicas, int64_t capacity)
+{
+    int32_t r, at;
+    for (r = 0, at = 0; r < replicas; r++) { /* counts to offsets into the room trees */
+        int32_t count = x->first[r], leaves = 1;
+        while (leaves < count) leaves *= 2;
+        x->first[r] = at;
+        x->fill[r] = leaves;
+        at += 2 * leaves;
+    }
+    for (r = 0; r < replicas; r++) {
+        int32_t n;
+        for (n = 1; n < 2 * x->fill[r]; n++) x->room[x->first[r] + n - 1] = capacity;
+    }
+}
+
 static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *placements,
                                    int32_t *num_microbatches, dcp_error *error)
 {
     const dcp_config *config = batch->config;
-    const dcp_allocator *allocator = &config->allocator;
-    const int64_t capacity = config->max_tokens_per_rank;
-    int32_t cp = config->min_cp, level, replicas, i, r, most = 0;
-    int32_t *heap, *replica_of, *first, *fill;
-    int64_t *replica_tokens, *room;
-    dcp_status status = DCP_OK;
+    int32_t cp = config->min_cp, level, replicas, i, most = 0;
+    dcp__static_scratch x;
+    dcp_status status;
+    memset(&x, 0, sizeof x);
     for (i = 0; i < batch->count; i++)
         if (batch->cp_min[i] > cp) cp = batch->cp_min[i];
     level = dcp__log2_int(cp);
     replicas = config->ranks / cp;
-    heap = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int32_t), "static",
-                                       error);
-    replica_tokens = (int64_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int64_t),
-                                                 "static", error);
-    first = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas + 1, sizeof(int32_t),
-                                        "static", error);
-    fill = (int32_t *)dcp__alloc_array(allocator, (size_t)replicas, sizeof(int32_t), "static",
-                                       error);
-    replica_of = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
-                                             "static", error);
-    /* a segment tree of rooms per replica: at most as many bins as its samples, rounded up
-       to a power of two, two nodes per leaf */
-    room = (int64_t *)dcp__alloc_array(allocator, 4 * (size_t)batch->count + 2 * (size_t)replicas,
-                                       sizeof(int64_t), "static bins", error);
-    if (!heap || !replica_tokens || !first || !fill || !replica_of || !room) {
-        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-        goto done;
+    if ((status = dcp__static_alloc(&x, batch, replicas, error)) == DCP_OK) {
+        dcp__static_deal(&x, batch, level, replicas);
+        dcp__static_trees(&x, replicas, config->max_tokens_per_rank);
+        for (i = 0; i < batch->count; i++) {
+            int32_t r = x.replica_of[i];
+            int32_t k = dcp__static_first_fit(x.room + x.first[r] - 1, x.fill[r],
+                                              dcp__sample_tokens(batch, i, level));
+            placements[i].microbatch = k;
+            placements[i].first_rank = r * cp;
+            placements[i].cp = cp;
+            placements[i].order = i;
+            placements[i].sample = i;
+            if (k + 1 > most) most = k + 1;
+        }
+        *num_microbatches = most;
     }
-    /* deal samples in input order to the replica with the fewest tokens (lowest index on ties) */
-    for (r = 0; r < replicas; r++) {
-        heap[r] = r;
-        replica_tokens[r] = 0;
-        first[r] = 0;
-    }
-    for (i = 0; i < batch->count; i++) {
-        int32_t best = heap[0];
-        replica_of[i] = best;
-        replica_tokens[best] += dcp__sample_tokens(batch, i, level);
-        first[best]++;
-        dcp__static_sift(heap, replicas, replica_tokens);
-    }
-    for (r = 0, i = 0; r < replicas; r++) { /* counts to offsets into the room trees */
-        int32_t count = first[r], leaves = 1;
-        while (leaves < count) leaves *= 2;
-        first[r] = i;
-        fill[r] = leaves;
-        i += 2 * leaves;
-    }
-    for (r = 0; r < replicas; r++) {
-        int32_t n;
-        for (n = 1; n < 2 * fill[r]; n++) room[first[r] + n - 1] = capacity;
-    }
-    for (i = 0; i < batch->count; i++) {
-        int64_t tokens = dcp__sample_tokens(batch, i, level);
-        int32_t k;
-        r = replica_of[i];
-        k = dcp__static_first_fit(room + first[r] - 1, fill[r], tokens);
-        placements[i].microbatch = k;
-        placements[i].first_rank = r * cp;
-        placements[i].cp = cp;
-        placements[i].order = i;
-        placements[i].sample = i;
-        if (k + 1 > most) most = k + 1;
-    }
-    *num_microbatches = most;
-done:
-    dcp_free(allocator, heap);
-    dcp_free(allocator, replica_tokens);
-    dcp_free(allocator, first);
-    dcp_free(allocator, fill);
-    dcp_free(allocator, replica_of);
-    dcp_free(allocator, room);
+    dcp__static_free(&config->allocator, &x);
     return status;
 }
 
@@ -3436,34 +3513,20 @@ typedef struct dcp__tree {
 static void dcp__tree_free(dcp__tree *tree)
 {
     const dcp_allocator *a = tree->allocator;
-    dcp_free(a, tree->node_level);
-    dcp_free(a, tree->add);
-    dcp_free(a, tree->bins_used);
-    dcp_free(a, tree->node_free);
-    dcp_free(a, tree->mx_time);
-    dcp_free(a, tree->mx_bins);
-    dcp_free(a, tree->best_time);
-    dcp_free(a, tree->min_bins);
-    dcp_free(a, tree->max_free);
-    dcp_free(a, tree->bin_head);
-    dcp_free(a, tree->bin_tail);
+    void *list[] = {tree->node_level, tree->add, tree->bins_used, tree->node_free,
+                    tree->mx_time, tree->mx_bins, tree->best_time, tree->min_bins,
+                    tree->max_free, tree->bin_head, tree->bin_tail, tree->bin_index, tree->bins,
+                    tree->sample_node, tree->sample_bin, tree->sample_level, tree->node_first,
+                    tree->sample_next, tree->sample_prev, tree->heap};
     if (tree->bin_index) {
         int32_t n;
         for (n = 0; n < 2 * tree->leaf_base; n++) {
-            dcp_free(a, tree->bin_index[n].ids);
-            dcp_free(a, tree->bin_index[n].room);
-            dcp_free(a, tree->bin_index[n].empty);
+            void *bin_lists[] = {tree->bin_index[n].ids, tree->bin_index[n].room,
+                                 tree->bin_index[n].empty};
+            dcp__free_list(a, bin_lists, sizeof bin_lists / sizeof *bin_lists);
         }
-        dcp_free(a, tree->bin_index);
     }
-    dcp_free(a, tree->bins);
-    dcp_free(a, tree->sample_node);
-    dcp_free(a, tree->sample_bin);
-    dcp_free(a, tree->sample_level);
-    dcp_free(a, tree->node_first);
-    dcp_free(a, tree->sample_next);
-    dcp_free(a, tree->sample_prev);
-    dcp_free(a, tree->heap);
+    dcp__free_list(a, list, sizeof list / sizeof *list);
 }
 
 static dcp_status dcp__tree_init(dcp__tree *tree, const dcp__batch *batch, dcp_error *error)
@@ -3535,6 +3598,19 @@ static int64_t dcp__node_start(const dcp__tree *tree, int32_t n)
 #define DCP__ALL_LEVELS 0x7fffffffu
 #define DCP__MAX_CHANGED 0x80000000u
 
+/* Stores level j's (best time, fewest bins, largest room) of a node's cells; returns level
+   j's bit when they changed, 0 when they did not. */
+static uint32_t dcp__tree_store(dcp__tree *tree, size_t cell, int32_t j, int64_t t, int32_t m,
+                                int64_t f)
+{
+    const size_t at = cell + (size_t)j;
+    if (t == tree->best_time[at] && m == tree->min_bins[at] && f == tree->max_free[at]) return 0;
+    tree->best_time[at] = t;
+    tree->min_bins[at] = m;
+    tree->max_free[at] = f;
+    return 1u << j;
+}
+
 static uint32_t dcp__tree_refresh(dcp__tree *tree, int32_t n, uint32_t levels)
 {
     int32_t level = tree->node_level[n], j, top, L = tree->levels;
@@ -3567,13 +3643,7 @@ static uint32_t dcp__tree_refresh(dcp__tree *tree, int32_t n, uint32_t levels)
                                                                 : tree->max_free[cb + j];
             t = t >= DCP__TICKS_INF ? DCP__TICKS_INF : t + tree->add[n];
             m = m >= DCP__BINS_INF ? DCP__BINS_INF : m + tree->bins_used[n];
-            if (t != tree->best_time[cell + j] || m != tree->min_bins[cell + j] ||
-                f != tree->max_free[cell + j]) {
-                tree->best_time[cell + j] = t;
-                tree->min_bins[cell + j] = m;
-                tree->max_free[cell + j] = f;
-                changed |= 1u << j;
-            }
+            changed |= dcp__tree_store(tree, cell, j, t, m, f);
         }
     }
     if (mx_time != tree->mx_time[n] || mx_bins != tree->mx_bins[n]) {
@@ -3584,13 +3654,7 @@ static uint32_t dcp__tree_refresh(dcp__tree *tree, int32_t n, uint32_t levels)
     if (level < L) {
         int64_t t = valid ? mx_time : DCP__TICKS_INF, f = valid ? tree->node_free[n] : -1;
         int32_t m = valid ? mx_bins : DCP__BINS_INF;
-        if (t != tree->best_time[cell + level] || m != tree->min_bins[cell + level] ||
-            f != tree->max_free[cell + level]) {
-            tree->best_time[cell + level] = t;
-            tree->min_bins[cell + level] = m;
-            tree->max_free[cell + level] = f;
-            changed |= 1u << level;
-        }
+        changed |= dcp__tree_store(tree, cell, level, t, m, f);
     }
     return changed;
 }
@@ -4186,6 +4250,12 @@ typedef struct dcp__extract {
     dcp__keyed *keyed;
 } dcp__extract;
 
+static void dcp__extract_free(const dcp_allocator *a, dcp__extract *x)
+{
+    void *list[] = {x->offset, x->bin_index, x->spread_used, x->spread_bin, x->keyed};
+    dcp__free_list(a, list, sizeof list / sizeof *list);
+}
+
 /* Spreads a leaf's samples over up to `available` microbatches by fewest-tokens-first;
    leaves them in their bins if that ever runs out of room. */
 static void dcp__spread_leaf(const dcp__tree *tree, int32_t n, int32_t available,
@@ -4264,11 +4334,7 @@ static dcp_status dcp__tree_extract(const dcp__tree *tree, const int32_t *order,
     }
     *num_microbatches = k;
 done:
-    dcp_free(a, x.offset);
-    dcp_free(a, x.bin_index);
-    dcp_free(a, x.spread_used);
-    dcp_free(a, x.spread_bin);
-    dcp_free(a, x.keyed);
+    dcp__extract_free(a, &x);
     return status;
 }
 
@@ -4685,11 +4751,8 @@ static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
 
 static void dcp__fill_free(dcp__fill *f)
 {
-    const dcp_allocator *a = &f->batch->config->allocator;
-    dcp_free(a, f->sorted);
-    dcp_free(a, f->scratch);
-    dcp_free(a, f->sorted_levels);
-    dcp_free(a, f->next);
+    void *list[] = {f->sorted, f->scratch, f->sorted_levels, f->next};
+    dcp__free_list(&f->batch->config->allocator, list, sizeof list / sizeof *list);
 }
 
 static dcp_status dcp__fill_init(dcp__fill *f, const dcp__batch *batch, dcp_error *error)
@@ -4788,7 +4851,9 @@ typedef struct dcp__greedy_state {
     dcp__open_group *groups;
     int32_t open;
     int64_t max_room[DCP_CP_LEVELS];
+    int32_t *order;    /* [count]: the samples longest-first */
     int32_t *position; /* [count]: place of a sample in the longest-first order */
+    int32_t *levels;   /* [count]: a sample's minimum CP level */
     /* each level's open groups in opening order: first, last, next [ranks] (-1 ends) */
     int32_t level_first[DCP_CP_LEVELS], level_last[DCP_CP_LEVELS], *level_next;
     /* the level trees: level j's nodes 1 .. 2 leaves - 1 at tree_base[j] + node, leaves in
@@ -4943,92 +5008,97 @@ static void dcp__greedy_place(dcp__fill *f, dcp__greedy_state *g, dcp__buddy *bu
     }
 }
 
+static void dcp__greedy_free(const dcp_allocator *a, dcp__greedy_state *g, dcp__buddy *buddy)
+{
+    void *list[] = {g->levels, g->order, g->position, g->groups, g->level_next, g->group_leaf,
+                    g->tree_load, g->tree_room, g->leaf_group, buddy->node_level,
+                    buddy->free_level};
+    dcp__free_list(a, list, sizeof list / sizeof *list);
+}
+
+static dcp_status dcp__greedy_alloc(dcp__greedy_state *g, dcp__buddy *buddy,
+                                    const dcp__batch *batch, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const dcp_allocator *a = &config->allocator;
+    const size_t count = (size_t)batch->count, ranks = (size_t)config->ranks;
+    memset(g, 0, sizeof *g);
+    g->levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "greedy levels", error);
+    g->order = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "greedy order", error);
+    g->position = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "greedy order", error);
+    g->groups = (dcp__open_group *)dcp__alloc_array(a, ranks, sizeof *g->groups, "greedy groups",
+                                                    error);
+    g->level_next = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "greedy groups", error);
+    g->group_leaf = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "greedy groups", error);
+    g->tree_load = (int64_t *)dcp__alloc_array(a, DCP__GREEDY_TREE_NODES(config->ranks),
+                                               sizeof(int64_t), "greedy trees", error);
+    g->tree_room = (int64_t *)dcp__alloc_array(a, DCP__GREEDY_TREE_NODES(config->ranks),
+                                               sizeof(int64_t), "greedy trees", error);
+    g->leaf_group = (int32_t *)dcp__alloc_array(a, DCP__GREEDY_TREE_NODES(config->ranks),
+                                                sizeof(int32_t), "greedy trees", error);
+    buddy->ranks = config->ranks;
+    buddy->leaf_base = dcp__leaf_base(config->ranks);
+    buddy->node_level = dcp__node_levels(a, buddy->leaf_base, error);
+    buddy->free_level = (int8_t *)dcp__alloc_array(a, 2 * (size_t)buddy->leaf_base,
+                                                   sizeof(int8_t), "greedy buddy", error);
+    if (!g->levels || !g->order || !g->position || !g->groups || !g->level_next ||
+        !g->group_leaf || !g->tree_load || !g->tree_room || !g->leaf_group ||
+        !buddy->node_level || !buddy->free_level)
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    return DCP_OK;
+}
+
+/* One microbatch: every block free and no group open, then, over the levels, the next sample
+   in the longest-first order that fits, until none does. */
+static void dcp__greedy_microbatch(dcp__fill *fill, dcp__greedy_state *g, dcp__buddy *buddy)
+{
+    int32_t cursor = -1, j;
+    dcp__buddy_reset(buddy);
+    g->open = 0;
+    g->nodes_used = 0;
+    for (j = 0; j < DCP_CP_LEVELS; j++) {
+        g->max_room[j] = -1;
+        g->level_first[j] = g->level_last[j] = -1;
+        g->tree_leaves[j] = 0;
+    }
+    for (;;) {
+        int32_t best = -1, best_level = 0;
+        for (j = 0; j <= fill->top; j++) {
+            int32_t i = dcp__greedy_next(fill, g, buddy, j, cursor);
+            if (i >= 0 && (best < 0 || g->position[fill->sorted[i].id] <
+                                           g->position[fill->sorted[best].id])) {
+                best = i;
+                best_level = j;
+            }
+        }
+        if (best < 0) break;
+        cursor = g->position[fill->sorted[best].id];
+        dcp__greedy_place(fill, g, buddy, best, best_level);
+    }
+    fill->microbatch++;
+}
+
 static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
                                    int32_t *num_microbatches, dcp_error *error)
 {
-    const dcp_config *config = batch->config;
-    const dcp_allocator *allocator = &config->allocator;
     dcp__buddy buddy;
     dcp__fill fill;
     dcp__greedy_state g;
     dcp_status status;
-    int32_t *levels, *order, s;
+    int32_t s;
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
-    memset(&g, 0, sizeof g);
-    levels = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
-                                         "greedy levels", error);
-    order = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
-                                        "greedy order", error);
-    g.position = (int32_t *)dcp__alloc_array(allocator, (size_t)batch->count, sizeof(int32_t),
-                                             "greedy order", error);
-    g.groups = (dcp__open_group *)dcp__alloc_array(allocator, (size_t)config->ranks,
-                                                   sizeof *g.groups, "greedy groups", error);
-    g.level_next = (int32_t *)dcp__alloc_array(allocator, (size_t)config->ranks, sizeof(int32_t),
-                                               "greedy groups", error);
-    g.group_leaf = (int32_t *)dcp__alloc_array(allocator, (size_t)config->ranks, sizeof(int32_t),
-                                               "greedy groups", error);
-    g.tree_load = (int64_t *)dcp__alloc_array(allocator, DCP__GREEDY_TREE_NODES(config->ranks),
-                                              sizeof(int64_t), "greedy trees", error);
-    g.tree_room = (int64_t *)dcp__alloc_array(allocator, DCP__GREEDY_TREE_NODES(config->ranks),
-                                              sizeof(int64_t), "greedy trees", error);
-    g.leaf_group = (int32_t *)dcp__alloc_array(allocator, DCP__GREEDY_TREE_NODES(config->ranks),
-                                               sizeof(int32_t), "greedy trees", error);
-    buddy.ranks = config->ranks;
-    buddy.leaf_base = dcp__leaf_base(config->ranks);
-    buddy.node_level = dcp__node_levels(allocator, buddy.leaf_base, error);
-    buddy.free_level = (int8_t *)dcp__alloc_array(allocator, 2 * (size_t)buddy.leaf_base,
-                                                  sizeof(int8_t), "greedy buddy", error);
-    if (!levels || !order || !g.position || !g.groups || !g.level_next || !g.group_leaf ||
-        !g.tree_load || !g.tree_room || !g.leaf_group || !buddy.node_level || !buddy.free_level) {
-        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-        goto done;
-    }
-    if ((status = dcp__order_by_ticks(batch, NULL, 0, order, error)) != DCP_OK) goto done;
+    if ((status = dcp__greedy_alloc(&g, &buddy, batch, error)) != DCP_OK) goto done;
+    if ((status = dcp__order_by_ticks(batch, NULL, 0, g.order, error)) != DCP_OK) goto done;
     for (s = 0; s < batch->count; s++) {
-        g.position[order[s]] = s;
-        levels[s] = dcp__log2_int(batch->cp_min[s]);
+        g.position[g.order[s]] = s;
+        g.levels[s] = dcp__log2_int(batch->cp_min[s]);
     }
-    dcp__fill_sort(&fill, levels, g.position, placements);
-    while (fill.remaining > 0) {
-        int32_t cursor = -1, j;
-        dcp__buddy_reset(&buddy);
-        g.open = 0;
-        g.nodes_used = 0;
-        for (j = 0; j < DCP_CP_LEVELS; j++) {
-            g.max_room[j] = -1;
-            g.level_first[j] = g.level_last[j] = -1;
-            g.tree_leaves[j] = 0;
-        }
-        for (;;) {
-            int32_t best = -1, best_level = 0;
-            for (j = 0; j <= fill.top; j++) {
-                int32_t i = dcp__greedy_next(&fill, &g, &buddy, j, cursor);
-                if (i >= 0 && (best < 0 || g.position[fill.sorted[i].id] <
-                                               g.position[fill.sorted[best].id])) {
-                    best = i;
-                    best_level = j;
-                }
-            }
-            if (best < 0) break;
-            cursor = g.position[fill.sorted[best].id];
-            dcp__greedy_place(&fill, &g, &buddy, best, best_level);
-        }
-        fill.microbatch++;
-    }
+    dcp__fill_sort(&fill, g.levels, g.position, placements);
+    while (fill.remaining > 0) dcp__greedy_microbatch(&fill, &g, &buddy);
     *num_microbatches = fill.microbatch;
 done:
     dcp__fill_free(&fill);
-    dcp_free(allocator, levels);
-    dcp_free(allocator, order);
-    dcp_free(allocator, g.position);
-    dcp_free(allocator, g.groups);
-    dcp_free(allocator, g.level_next);
-    dcp_free(allocator, g.group_leaf);
-    dcp_free(allocator, g.tree_load);
-    dcp_free(allocator, g.tree_room);
-    dcp_free(allocator, g.leaf_group);
-    dcp_free(allocator, buddy.node_level);
-    dcp_free(allocator, buddy.free_level);
+    dcp__greedy_free(&batch->config->allocator, &g, &buddy);
     return status;
 }
 
@@ -5146,14 +5216,9 @@ typedef struct dcp__lockstep {
 
 static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
 {
-    dcp_free(a, x->step.order);
-    dcp_free(a, x->step.offsets);
-    dcp_free(a, x->step.stamp);
-    dcp_free(a, x->step.cp);
-    dcp_free(a, x->step.finish);
-    dcp_free(a, x->step.load);
-    dcp_free(a, x->levels);
-    dcp_free(a, x->best);
+    void *list[] = {x->step.order, x->step.offsets, x->step.stamp, x->step.cp,
+                    x->step.finish, x->step.load, x->levels, x->best};
+    dcp__free_list(a, list, sizeof list / sizeof *list);
 }
 
 static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
@@ -5681,25 +5746,66 @@ static int32_t dcp__unload_compact(const dcp__unload_state *u, dcp__placement *p
 
 static void dcp__unload_close(dcp__unload_state *u)
 {
+    void *list[] = {u->load, u->used, u->slowest, u->cover, u->head, u->next,
+                    u->level, u->groups, u->free_ranks, u->undo, u->above, u->least_load,
+                    u->most_room, u->peak, u->changes, u->failed_at, u->failed_ticks,
+                    u->failed_tokens};
+    dcp__free_list(&u->batch->config->allocator, list, sizeof list / sizeof *list);
+}
+
+/* Allocates the state's arrays for its microbatches x ranks cells; 0 when memory is short. */
+static int dcp__unload_alloc(dcp__unload_state *u, size_t cells)
+{
     const dcp_allocator *a = &u->batch->config->allocator;
-    dcp_free(a, u->load);
-    dcp_free(a, u->used);
-    dcp_free(a, u->slowest);
-    dcp_free(a, u->cover);
-    dcp_free(a, u->head);
-    dcp_free(a, u->next);
-    dcp_free(a, u->level);
-    dcp_free(a, u->groups);
-    dcp_free(a, u->free_ranks);
-    dcp_free(a, u->undo);
-    dcp_free(a, u->above);
-    dcp_free(a, u->least_load);
-    dcp_free(a, u->most_room);
-    dcp_free(a, u->peak);
-    dcp_free(a, u->changes);
-    dcp_free(a, u->failed_at);
-    dcp_free(a, u->failed_ticks);
-    dcp_free(a, u->failed_tokens);
+    const size_t microbatches = (size_t)u->microbatches, count = (size_t)u->batch->count;
+    const size_t per_level = microbatches * DCP_CP_LEVELS;
+    u->load = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
+    u->used = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
+    u->slowest = (int64_t *)dcp__alloc_array(a, microbatches, sizeof(int64_t), "unload", NULL);
+    u->cover = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
+    u->head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
+    u->next = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "unload", NULL);
+    u->level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
+    u->groups = (int32_t *)dcp__alloc_array(a, per_level, sizeof(int32_t), "unload", NULL);
+    u->free_ranks = (int32_t *)dcp__alloc_array(a, microbatches, sizeof(int32_t), "unload", NULL);
+    u->undo = (dcp__placement *)dcp__alloc_array(a, count, sizeof *u->undo, "unload", NULL);
+    u->above = (int32_t *)dcp__alloc_array(a, (size_t)u->ranks, sizeof(int32_t), "unload", NULL);
+    u->least_load = (int64_t *)dcp__alloc_array(a, per_level, sizeof(int64_t), "unload", NULL);
+    u->most_room = (int64_t *)dcp__alloc_array(a, per_level, sizeof(int64_t), "unload", NULL);
+    u->peak = (int64_t *)dcp__alloc_array(a, microbatches * 2 * (size_t)u->leaf_base,
+                                          sizeof(int64_t), "unload", NULL);
+    u->changes = (int64_t *)dcp__alloc_array(a, microbatches, sizeof(int64_t), "unload", NULL);
+    u->failed_at = (int64_t *)dcp__alloc_array(a, per_level, sizeof(int64_t), "unload", NULL);
+    u->failed_ticks = (int64_t *)dcp__alloc_array(a, per_level, sizeof(int64_t), "unload", NULL);
+    u->failed_tokens = (int64_t *)dcp__alloc_array(a, per_level, sizeof(int64_t), "unload", NULL);
+    return u->load && u->used && u->slowest && u->cover && u->head && u->next && u->level &&
+           u->groups && u->free_ranks && u->undo && u->above && u->least_load &&
+           u->most_room && u->peak && u->changes && u->failed_at && u->failed_ticks &&
+           u->failed_tokens;
+}
+
+/* Empty microbatches: every rank free, no group, no cell covered, no change and no failed
+   attempt recorded yet. */
+static void dcp__unload_empty(dcp__unload_state *u, size_t cells)
+{
+    const size_t per_level = (size_t)u->microbatches * DCP_CP_LEVELS;
+    size_t c;
+    int32_t k;
+    for (k = 0; k < u->microbatches; k++) {
+        u->changes[k] = 0;
+        u->free_ranks[k] = u->ranks;
+    }
+    for (c = 0; c < per_level; c++) {
+        u->failed_at[c] = -1;
+        u->groups[c] = 0;
+        u->least_load[c] = DCP__TICKS_INF; /* no group: nothing to bound */
+        u->most_room[c] = -1;
+    }
+    for (c = 0; c < (size_t)u->microbatches * 2 * (size_t)u->leaf_base; c++) u->peak[c] = -1;
+    for (c = 0; c < cells; c++) {
+        u->cover[c] = -1;
+        u->level[c] = -1;
+    }
 }
 
 /* The unloading state of placements: returns 0 (state closed) when it would not fit
@@ -5707,68 +5813,19 @@ static void dcp__unload_close(dcp__unload_state *u)
 static int dcp__unload_open(dcp__unload_state *u, const dcp__batch *batch,
                             const dcp__placement *placements, int32_t microbatches)
 {
-    const dcp_allocator *a = &batch->config->allocator;
-    size_t cells = (size_t)microbatches * (size_t)batch->config->ranks, c;
+    size_t cells = (size_t)microbatches * (size_t)batch->config->ranks;
     int32_t s, k;
     memset(u, 0, sizeof *u);
     u->batch = batch;
     if (cells > DCP__UNLOAD_MAX_CELLS) return 0;
     u->ranks = batch->config->ranks;
     u->microbatches = microbatches;
-    u->load = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
-    u->used = (int64_t *)dcp__alloc_array(a, cells, sizeof(int64_t), "unload", NULL);
-    u->slowest = (int64_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int64_t), "unload",
-                                             NULL);
-    u->cover = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
-    u->head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
-    u->next = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t), "unload",
-                                          NULL);
-    u->level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
-    u->groups = (int32_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
-                                            sizeof(int32_t), "unload", NULL);
-    u->free_ranks = (int32_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int32_t),
-                                                "unload", NULL);
-    u->undo = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count, sizeof *u->undo,
-                                                 "unload", NULL);
-    u->above = (int32_t *)dcp__alloc_array(a, (size_t)u->ranks, sizeof(int32_t), "unload", NULL);
-    u->least_load = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
-                                                sizeof(int64_t), "unload", NULL);
-    u->most_room = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
-                                               sizeof(int64_t), "unload", NULL);
     u->leaf_base = dcp__leaf_base(u->ranks);
-    u->peak = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * 2 * (size_t)u->leaf_base,
-                                          sizeof(int64_t), "unload", NULL);
-    u->changes = (int64_t *)dcp__alloc_array(a, (size_t)microbatches, sizeof(int64_t), "unload",
-                                             NULL);
-    u->failed_at = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
-                                               sizeof(int64_t), "unload", NULL);
-    u->failed_ticks = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
-                                                  sizeof(int64_t), "unload", NULL);
-    u->failed_tokens = (int64_t *)dcp__alloc_array(a, (size_t)microbatches * DCP_CP_LEVELS,
-                                                   sizeof(int64_t), "unload", NULL);
-    if (!u->load || !u->used || !u->slowest || !u->cover || !u->head || !u->next || !u->level ||
-        !u->groups || !u->free_ranks || !u->undo || !u->above || !u->least_load ||
-        !u->most_room || !u->peak || !u->changes || !u->failed_at || !u->failed_ticks ||
-        !u->failed_tokens) {
+    if (!dcp__unload_alloc(u, cells)) {
         dcp__unload_close(u);
         return 0;
     }
-    for (k = 0; k < microbatches; k++) u->changes[k] = 0;
-    for (c = 0; c < (size_t)microbatches * DCP_CP_LEVELS; c++) u->failed_at[c] = -1;
-    for (c = 0; c < (size_t)microbatches * 2 * (size_t)u->leaf_base; c++) u->peak[c] = -1;
-    for (k = 0; k < microbatches; k++) {
-        u->free_ranks[k] = u->ranks;
-        for (s = 0; s < DCP_CP_LEVELS; s++) {
-            size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)s;
-            u->groups[at] = 0;
-            u->least_load[at] = DCP__TICKS_INF; /* no group: nothing to bound */
-            u->most_room[at] = -1;
-        }
-    }
-    for (c = 0; c < cells; c++) {
-        u->cover[c] = -1;
-        u->level[c] = -1;
-    }
+    dcp__unload_empty(u, cells);
     for (s = 0; s < batch->count; s++)
         dcp__unload_add(u, placements[s].microbatch, placements[s].first_rank, s,
                         dcp__log2_int(placements[s].cp));
@@ -7470,15 +7527,12 @@ static dcp_status dcp__locate(const dcp_plan *plan, int32_t rank, int32_t microb
 
 DCPDEF void dcp_rank_view_destroy(dcp_rank_view *view)
 {
-    dcp_allocator allocator;
-    if (!view) return;
-    allocator = view->allocator;
-    dcp_free(&allocator, view->samples);
-    dcp_free(&allocator, view->sample_lengths);
-    dcp_free(&allocator, view->cu_seqlens);
-    dcp_free(&allocator, view->cu_seqlens_padded);
-    dcp_free(&allocator, view->local_offsets);
-    dcp_free(&allocator, view);
+    if (view) {
+        const dcp_allocator allocator = view->allocator; /* outlives the view it frees */
+        void *list[] = {view->samples, view->sample_lengths, view->cu_seqlens,
+                        view->cu_seqlens_padded, view->local_offsets, view};
+        dcp__free_list(&allocator, list, sizeof list / sizeof *list);
+    }
 }
 
 static dcp_rank_view *dcp__view_alloc(const dcp_allocator *allocator, int32_t num_samples,
@@ -8424,26 +8478,14 @@ DCPDEF dcp_status dcp_plan_compare(const dcp_plan *a, const dcp_plan *b, dcp_err
     return dcp_error_clear(error);
 }
 
-/* One receive of a rank, for pairing: its peer and its index in the rank's list. */
-typedef struct dcp__recv_key {
-    int32_t peer;
-    int32_t index;
-} dcp__recv_key;
-
-static int dcp__recv_key_compare(const void *a, const void *b)
-{
-    const dcp__recv_key *x = (const dcp__recv_key *)a, *y = (const dcp__recv_key *)b;
-    if (x->peer != y->peer) return x->peer < y->peer ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
-/* First position of peer in a rank's receives sorted by (peer, index); count if none. */
-static int32_t dcp__recv_lower_bound(const dcp__recv_key *keys, int32_t count, int32_t peer)
+/* A rank's receives for pairing are keyed (key: the peer, id: the index in the rank's list)
+   and sorted by increasing (peer, index). Returns the first position of peer; count if none. */
+static int32_t dcp__recv_lower_bound(const dcp__keyed *keys, int32_t count, int32_t peer)
 {
     int32_t lo = 0, hi = count;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
-        if (keys[mid].peer < peer) lo = mid + 1;
+        if (keys[mid].key < peer) lo = mid + 1;
         else hi = mid;
     }
     return lo;
@@ -8460,7 +8502,7 @@ static int dcp__transfers_pair(const dcp_transfer *send, const dcp_transfer *rec
    rank's receives sorted by (peer, index), rank r's at keys[offsets[r] .. offsets[r + 1]);
    sent[] counts a's sends per peer so far (zero on entry, reset on return). */
 static dcp_status dcp__match_rank_sends(const dcp_reroute *const *reroutes, int32_t ranks,
-                                        int32_t a, const dcp__recv_key *keys,
+                                        int32_t a, const dcp__keyed *keys,
                                         const size_t *offsets, int32_t *sent, dcp_error *error)
 {
     const dcp_reroute *ra = reroutes[a];
@@ -8468,7 +8510,7 @@ static dcp_status dcp__match_rank_sends(const dcp_reroute *const *reroutes, int3
     int32_t i;
     for (i = 0; i < ra->count && status == DCP_OK; i++) {
         const dcp_transfer *t = &ra->transfers[i];
-        const dcp__recv_key *peer_keys;
+        const dcp__keyed *peer_keys;
         int32_t peer_count, k;
         if (t->kind == DCP_TRANSFER_COPY && t->peer != a)
             status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
@@ -8485,18 +8527,18 @@ static dcp_status dcp__match_rank_sends(const dcp_reroute *const *reroutes, int3
         peer_keys = keys + offsets[t->peer];
         peer_count = (int32_t)(offsets[t->peer + 1] - offsets[t->peer]);
         k = dcp__recv_lower_bound(peer_keys, peer_count, a) + sent[t->peer]++;
-        if (k >= peer_count || peer_keys[k].peer != a)
+        if (k >= peer_count || peer_keys[k].key != a)
             status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
                                    "rank %d send %d to rank %d (sample %d) has no matching "
                                    "receive",
                                    (int)a, (int)i, (int)t->peer, (int)t->sample);
-        else if (!dcp__transfers_pair(t, &reroutes[t->peer]->transfers[peer_keys[k].index]))
+        else if (!dcp__transfers_pair(t, &reroutes[t->peer]->transfers[peer_keys[k].id]))
             status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
                                    "rank %d send %d to rank %d (sample %d, positions %lld-%lld) "
                                    "differs from that rank's receive %d",
                                    (int)a, (int)i, (int)t->peer, (int)t->sample,
                                    (long long)t->source_begin, (long long)t->source_end,
-                                   (int)peer_keys[k].index);
+                                   (int)peer_keys[k].id);
     }
     for (i = 0; i < ra->count; i++)
         if (ra->transfers[i].kind == DCP_TRANSFER_SEND && ra->transfers[i].peer >= 0 &&
@@ -8527,7 +8569,7 @@ static dcp_status dcp__count_transfers(const dcp_reroute *const *reroutes, int32
 DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t ranks,
                                     const dcp_allocator *allocator, dcp_error *error)
 {
-    dcp__recv_key *keys;
+    dcp__keyed *keys;
     size_t *offsets, sends, receives;
     int32_t *sent, r, i;
     dcp_status status;
@@ -8544,8 +8586,8 @@ DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t 
                                          "reroute match", error);
     sent = (int32_t *)dcp__alloc_array(allocator, (size_t)ranks, sizeof *sent, "reroute match",
                                        error);
-    keys = (dcp__recv_key *)dcp__alloc_array(allocator, receives ? receives : 1, sizeof *keys,
-                                             "reroute match", error);
+    keys = (dcp__keyed *)dcp__alloc_array(allocator, receives ? receives : 1, sizeof *keys,
+                                          "reroute match", error);
     status = offsets && sent && keys ? DCP_OK : (error ? error->status : DCP_ERROR_OUT_OF_MEMORY);
     if (status == DCP_OK) {
         memset(sent, 0, (size_t)ranks * sizeof *sent);
@@ -8554,11 +8596,11 @@ DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t 
             size_t n = offsets[r];
             for (i = 0; i < reroutes[r]->count; i++)
                 if (reroutes[r]->transfers[i].kind == DCP_TRANSFER_RECV) {
-                    keys[n].peer = reroutes[r]->transfers[i].peer;
-                    keys[n++].index = i;
+                    keys[n].key = reroutes[r]->transfers[i].peer;
+                    keys[n++].id = i;
                 }
             offsets[r + 1] = n;
-            qsort(keys + offsets[r], n - offsets[r], sizeof *keys, dcp__recv_key_compare);
+            qsort(keys + offsets[r], n - offsets[r], sizeof *keys, dcp__keyed_ascending);
         }
         for (r = 0; r < ranks && status == DCP_OK; r++)
             status = dcp__match_rank_sends(reroutes, ranks, r, keys, offsets, sent, error);
@@ -9834,6 +9876,16 @@ static dcp_status dcp__check_flag(const char *name, int32_t value, dcp_error *er
     return DCP_OK;
 }
 
+/* A resolver's own arguments: the parameters to resolve and where the result goes. */
+static dcp_status dcp__check_resolve_args(const void *params, const void *resolved,
+                                          dcp_error *error)
+{
+    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
+    if (!resolved)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    return DCP_OK;
+}
+
 static dcp_status dcp__check_half(const char *name, dcp_half half, int32_t cp, dcp_error *error)
 {
     if (half != DCP_HALF_ALL && half != DCP_HALF_FIRST && half != DCP_HALF_SECOND)
@@ -9852,9 +9904,7 @@ DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *param
 {
     dcp_attention_params p;
     dcp_status status;
-    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
-    if (!resolved)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    if ((status = dcp__check_resolve_args(params, resolved, error)) != DCP_OK) return status;
     p = *params;
     if (p.num_heads < 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "num_heads must be >= 1, got %d",
@@ -9977,9 +10027,7 @@ DCPDEF dcp_status dcp_conv1d_params_resolve(const dcp_conv1d_params *params,
 {
     dcp_conv1d_params p;
     dcp_status status;
-    if (!params) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "params must not be NULL");
-    if (!resolved)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    if ((status = dcp__check_resolve_args(params, resolved, error)) != DCP_OK) return status;
     p = *params;
     if (p.width == 0) p.width = DCP_DEFAULT_CONV1D_WIDTH;
     if (p.channels < 1)
