@@ -1869,6 +1869,9 @@ static void *dcp__alloc_array(const dcp_allocator *allocator, size_t count, size
     return ptr;
 }
 
+/* Entries of a fixed-size array. */
+#define DCP__COUNT(array) ((int32_t)(sizeof(array) / sizeof((array)[0])))
+
 /* Frees a list of arrays: a function allocates its arrays one by one, so that a failure
    names the array, and frees them as one list whatever the allocation got to (dcp_free
    skips NULL), so the list is the one place that names what it owns. */
@@ -2926,7 +2929,7 @@ DCPDEF void dcp_plan_destroy(dcp_plan *plan)
         const dcp_allocator allocator = plan->config.allocator; /* outlives the plan it frees */
         void *list[] = {plan->sample_lengths, plan->microbatch_offsets, plan->groups,
                         plan->group_samples, plan};
-        dcp__free_list(&allocator, list, sizeof list / sizeof *list);
+        dcp__free_list(&allocator, list, DCP__COUNT(list));
     }
 }
 
@@ -3232,7 +3235,7 @@ typedef struct dcp__static_scratch {
 static void dcp__static_free(const dcp_allocator *a, dcp__static_scratch *x)
 {
     void *list[] = {x->heap, x->replica_tokens, x->first, x->fill, x->replica_of, x->room};
-    dcp__free_list(a, list, sizeof list / sizeof *list);
+    dcp__free_list(a, list, DCP__COUNT(list));
 }
 
 static dcp_status dcp__static_alloc(dcp__static_scratch *x, const dcp__batch *batch,
@@ -3523,10 +3526,10 @@ static void dcp__tree_free(dcp__tree *tree)
         for (n = 0; n < 2 * tree->leaf_base; n++) {
             void *bin_lists[] = {tree->bin_index[n].ids, tree->bin_index[n].room,
                                  tree->bin_index[n].empty};
-            dcp__free_list(a, bin_lists, sizeof bin_lists / sizeof *bin_lists);
+            dcp__free_list(a, bin_lists, DCP__COUNT(bin_lists));
         }
     }
-    dcp__free_list(a, list, sizeof list / sizeof *list);
+    dcp__free_list(a, list, DCP__COUNT(list));
 }
 
 static dcp_status dcp__tree_init(dcp__tree *tree, const dcp__batch *batch, dcp_error *error)
@@ -4253,7 +4256,7 @@ typedef struct dcp__extract {
 static void dcp__extract_free(const dcp_allocator *a, dcp__extract *x)
 {
     void *list[] = {x->offset, x->bin_index, x->spread_used, x->spread_bin, x->keyed};
-    dcp__free_list(a, list, sizeof list / sizeof *list);
+    dcp__free_list(a, list, DCP__COUNT(list));
 }
 
 /* Spreads a leaf's samples over up to `available` microbatches by fewest-tokens-first;
@@ -4752,7 +4755,7 @@ static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
 static void dcp__fill_free(dcp__fill *f)
 {
     void *list[] = {f->sorted, f->scratch, f->sorted_levels, f->next};
-    dcp__free_list(&f->batch->config->allocator, list, sizeof list / sizeof *list);
+    dcp__free_list(&f->batch->config->allocator, list, DCP__COUNT(list));
 }
 
 static dcp_status dcp__fill_init(dcp__fill *f, const dcp__batch *batch, dcp_error *error)
@@ -5013,7 +5016,7 @@ static void dcp__greedy_free(const dcp_allocator *a, dcp__greedy_state *g, dcp__
     void *list[] = {g->levels, g->order, g->position, g->groups, g->level_next, g->group_leaf,
                     g->tree_load, g->tree_room, g->leaf_group, buddy->node_level,
                     buddy->free_level};
-    dcp__free_list(a, list, sizeof list / sizeof *list);
+    dcp__free_list(a, list, DCP__COUNT(list));
 }
 
 static dcp_status dcp__greedy_alloc(dcp__greedy_state *g, dcp__buddy *buddy,
@@ -5218,7 +5221,7 @@ static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
 {
     void *list[] = {x->step.order, x->step.offsets, x->step.stamp, x->step.cp,
                     x->step.finish, x->step.load, x->levels, x->best};
-    dcp__free_list(a, list, sizeof list / sizeof *list);
+    dcp__free_list(a, list, DCP__COUNT(list));
 }
 
 static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
@@ -5750,7 +5753,7 @@ static void dcp__unload_close(dcp__unload_state *u)
                     u->level, u->groups, u->free_ranks, u->undo, u->above, u->least_load,
                     u->most_room, u->peak, u->changes, u->failed_at, u->failed_ticks,
                     u->failed_tokens};
-    dcp__free_list(&u->batch->config->allocator, list, sizeof list / sizeof *list);
+    dcp__free_list(&u->batch->config->allocator, list, DCP__COUNT(list));
 }
 
 /* Allocates the state's arrays for its microbatches x ranks cells; 0 when memory is short. */
@@ -7531,7 +7534,7 @@ DCPDEF void dcp_rank_view_destroy(dcp_rank_view *view)
         const dcp_allocator allocator = view->allocator; /* outlives the view it frees */
         void *list[] = {view->samples, view->sample_lengths, view->cu_seqlens,
                         view->cu_seqlens_padded, view->local_offsets, view};
-        dcp__free_list(&allocator, list, sizeof list / sizeof *list);
+        dcp__free_list(&allocator, list, DCP__COUNT(list));
     }
 }
 
@@ -10045,8 +10048,6 @@ DCPDEF dcp_status dcp_conv1d_params_resolve(const dcp_conv1d_params *params,
 /* ------------------------------------------------------------------ CPU references: checks
    Each public reference checks every argument before it touches a buffer, so a failing call
    writes nothing. */
-
-#define DCP__COUNT(array) ((int32_t)(sizeof(array) / sizeof((array)[0])))
 
 static dcp_status dcp__check_pointers(int32_t count, const void *const *pointers,
                                       const char *const *names, dcp_error *error)
