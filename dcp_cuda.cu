@@ -3030,7 +3030,7 @@ static dcp_status dcp_cuda__attention_forward(dcp_cuda_attention_path path,
 {
     dcp_attention_params p;
     dcp_cuda__attn_args a;
-    int wgmma = 0;
+    int wgmma;
     dcp_status status;
     if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
         return status;
@@ -3041,11 +3041,11 @@ static dcp_status dcp_cuda__attention_forward(dcp_cuda_attention_path path,
     if (!q || !k || !v || !out || !lse)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "q, k, v, out and lse must not be NULL");
-    status = dcp_cuda__attn_bind(&p, layout, view, q, k, v, NULL, out, lse, workspace,
-                                 workspace_bytes, &a, error);
-    if (status == DCP_OK && (wgmma = dcp_cuda__forward_uses_wgmma(path, out, error)) < 0)
-        status = DCP_ERROR_UNSUPPORTED;
-    if (status != DCP_OK)
+    /* The path first: a caller who asked for wgmma hears why it cannot run before any other
+       complaint about buffers the mma.sync path would take. */
+    if ((wgmma = dcp_cuda__forward_uses_wgmma(path, out, error)) < 0) return DCP_ERROR_UNSUPPORTED;
+    if ((status = dcp_cuda__attn_bind(&p, layout, view, q, k, v, NULL, out, lse, workspace,
+                                      workspace_bytes, &a, error)) != DCP_OK)
         return status;
     a.o = out, a.lse_out = lse;
     a.out_fp32 = out_dtype == DCP_DTYPE_FLOAT32;
