@@ -8064,39 +8064,89 @@ static dcp_status dcp__read_preamble(dcp__reader *r, const unsigned char magic[8
     return DCP_OK;
 }
 
+/* The scalar fields of a record in the format, in order: one table per record serves the
+   writer and the reader, so the two cannot drift apart. */
+typedef enum dcp__field_kind {
+    DCP__FIELD_I32,
+    DCP__FIELD_I64,
+    DCP__FIELD_F64,
+    DCP__FIELD_STRATEGY /* a dcp_strategy, stored as int32 */
+} dcp__field_kind;
+
+typedef struct dcp__field {
+    size_t offset; /* in the record's struct */
+    dcp__field_kind kind;
+} dcp__field;
+
+#define DCP__COST_FIELD(name) (offsetof(dcp_config, cost) + offsetof(dcp_cost_model, name))
+
+static const dcp__field dcp__config_fields[] = {
+    {offsetof(dcp_config, ranks), DCP__FIELD_I32},
+    {offsetof(dcp_config, max_tokens_per_rank), DCP__FIELD_I64},
+    {offsetof(dcp_config, min_cp), DCP__FIELD_I32},
+    {offsetof(dcp_config, max_cp), DCP__FIELD_I32},
+    {offsetof(dcp_config, microbatch_multiple), DCP__FIELD_I32},
+    {offsetof(dcp_config, pad_multiple_cp1), DCP__FIELD_I32},
+    {offsetof(dcp_config, pad_multiple), DCP__FIELD_I32},
+    {offsetof(dcp_config, strategy), DCP__FIELD_STRATEGY},
+    {offsetof(dcp_config, improve_moves), DCP__FIELD_I32},
+    {offsetof(dcp_config, sync_ranks), DCP__FIELD_I32},
+    {DCP__COST_FIELD(attn_coeff), DCP__FIELD_F64},
+    {DCP__COST_FIELD(linear_coeff), DCP__FIELD_F64},
+    {DCP__COST_FIELD(ring_step_cost), DCP__FIELD_F64}};
+
+/* A view's scalars; its arrays follow them. */
+static const dcp__field dcp__view_header_fields[] = {
+    {offsetof(dcp_rank_view, rank), DCP__FIELD_I32},
+    {offsetof(dcp_rank_view, microbatch), DCP__FIELD_I32},
+    {offsetof(dcp_rank_view, first_rank), DCP__FIELD_I32},
+    {offsetof(dcp_rank_view, cp), DCP__FIELD_I32},
+    {offsetof(dcp_rank_view, rank_in_group), DCP__FIELD_I32},
+    {offsetof(dcp_rank_view, idle), DCP__FIELD_I32},
+    {offsetof(dcp_rank_view, num_samples), DCP__FIELD_I32},
+    {offsetof(dcp_rank_view, max_seqlen), DCP__FIELD_I32},
+    {offsetof(dcp_rank_view, pad_multiple), DCP__FIELD_I64},
+    {offsetof(dcp_rank_view, local_tokens), DCP__FIELD_I64}};
+
+static void dcp__put_fields(dcp__writer *w, const void *record, const dcp__field *fields,
+                            int32_t count)
+{
+    int32_t i;
+    for (i = 0; i < count; i++) {
+        const void *at = (const unsigned char *)record + fields[i].offset;
+        switch (fields[i].kind) {
+        case DCP__FIELD_I32: dcp__put_i32(w, *(const int32_t *)at); break;
+        case DCP__FIELD_I64: dcp__put_i64(w, *(const int64_t *)at); break;
+        case DCP__FIELD_F64: dcp__put_f64(w, *(const double *)at); break;
+        case DCP__FIELD_STRATEGY: dcp__put_i32(w, (int32_t)*(const dcp_strategy *)at); break;
+        }
+    }
+}
+
+static void dcp__get_fields(dcp__reader *r, void *record, const dcp__field *fields,
+                            int32_t count)
+{
+    int32_t i;
+    for (i = 0; i < count; i++) {
+        void *at = (unsigned char *)record + fields[i].offset;
+        switch (fields[i].kind) {
+        case DCP__FIELD_I32: *(int32_t *)at = dcp__get_i32(r); break;
+        case DCP__FIELD_I64: *(int64_t *)at = dcp__get_i64(r); break;
+        case DCP__FIELD_F64: *(double *)at = dcp__get_f64(r); break;
+        case DCP__FIELD_STRATEGY: *(dcp_strategy *)at = (dcp_strategy)dcp__get_i32(r); break;
+        }
+    }
+}
+
 static void dcp__put_config(dcp__writer *w, const dcp_config *c)
 {
-    dcp__put_i32(w, c->ranks);
-    dcp__put_i64(w, c->max_tokens_per_rank);
-    dcp__put_i32(w, c->min_cp);
-    dcp__put_i32(w, c->max_cp);
-    dcp__put_i32(w, c->microbatch_multiple);
-    dcp__put_i32(w, c->pad_multiple_cp1);
-    dcp__put_i32(w, c->pad_multiple);
-    dcp__put_i32(w, (int32_t)c->strategy);
-    dcp__put_i32(w, c->improve_moves);
-    dcp__put_i32(w, c->sync_ranks);
-    dcp__put_f64(w, c->cost.attn_coeff);
-    dcp__put_f64(w, c->cost.linear_coeff);
-    dcp__put_f64(w, c->cost.ring_step_cost);
+    dcp__put_fields(w, c, dcp__config_fields, DCP__COUNT(dcp__config_fields));
 }
 
 static void dcp__get_config(dcp__reader *r, dcp_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->ranks = dcp__get_i32(r);
-    c->max_tokens_per_rank = dcp__get_i64(r);
-    c->min_cp = dcp__get_i32(r);
-    c->max_cp = dcp__get_i32(r);
-    c->microbatch_multiple = dcp__get_i32(r);
-    c->pad_multiple_cp1 = dcp__get_i32(r);
-    c->pad_multiple = dcp__get_i32(r);
-    c->strategy = (dcp_strategy)dcp__get_i32(r);
-    c->improve_moves = dcp__get_i32(r);
-    c->sync_ranks = dcp__get_i32(r);
-    c->cost.attn_coeff = dcp__get_f64(r);
-    c->cost.linear_coeff = dcp__get_f64(r);
-    c->cost.ring_step_cost = dcp__get_f64(r);
+    dcp__get_fields(r, c, dcp__config_fields, DCP__COUNT(dcp__config_fields));
 }
 
 static void dcp__put_plan_body(dcp__writer *w, const dcp_plan *plan)
@@ -8237,16 +8287,7 @@ DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
 static void dcp__put_view_body(dcp__writer *w, const dcp_rank_view *v)
 {
     int32_t i;
-    dcp__put_i32(w, v->rank);
-    dcp__put_i32(w, v->microbatch);
-    dcp__put_i32(w, v->first_rank);
-    dcp__put_i32(w, v->cp);
-    dcp__put_i32(w, v->rank_in_group);
-    dcp__put_i32(w, v->idle);
-    dcp__put_i32(w, v->num_samples);
-    dcp__put_i32(w, v->max_seqlen);
-    dcp__put_i64(w, v->pad_multiple);
-    dcp__put_i64(w, v->local_tokens);
+    dcp__put_fields(w, v, dcp__view_header_fields, DCP__COUNT(dcp__view_header_fields));
     for (i = 0; i < v->num_samples; i++) dcp__put_i32(w, v->samples[i]);
     for (i = 0; i < v->num_samples; i++) dcp__put_i64(w, v->sample_lengths[i]);
     for (i = 0; i <= v->num_samples; i++) dcp__put_i32(w, v->cu_seqlens[i]);
@@ -8287,16 +8328,7 @@ DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
     r.size = size;
     if ((status = dcp__read_preamble(&r, dcp__view_magic, "view", error)) != DCP_OK) return status;
     memset(&header, 0, sizeof header);
-    header.rank = dcp__get_i32(&r);
-    header.microbatch = dcp__get_i32(&r);
-    header.first_rank = dcp__get_i32(&r);
-    header.cp = dcp__get_i32(&r);
-    header.rank_in_group = dcp__get_i32(&r);
-    header.idle = dcp__get_i32(&r);
-    header.num_samples = dcp__get_i32(&r);
-    header.max_seqlen = dcp__get_i32(&r);
-    header.pad_multiple = dcp__get_i64(&r);
-    header.local_tokens = dcp__get_i64(&r);
+    dcp__get_fields(&r, &header, dcp__view_header_fields, DCP__COUNT(dcp__view_header_fields));
     if (r.overrun || header.num_samples < 0 ||
         DCP__VIEW_ARRAY_BYTES(header.num_samples) != r.size - r.position)
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
