@@ -5294,7 +5294,66 @@ typedef struct dcp__unload {
        times only fall) */
     int64_t *changes, *failed_at, *failed_ticks, *failed_tokens;
     dcp__placement *undo;          /* moves of one lowering attempt, to roll back */
+    /* bit sets over ranks, u->words words per row, so that a target search of a narrow
+       level visits only its level's groups and the free aligned blocks: per microbatch the
+       covered ranks (and the bits past the last rank, never free); per (microbatch, level
+       below DCP__UNLOAD_BIT_LEVELS) the first ranks of that level's groups */
+    int32_t words;
+    uint64_t *covered, *starts;
 } dcp__unload_state;
+
+#define DCP__WORD_BITS 64
+/* Levels whose groups lie in one word of a bit set: CP sizes 1 .. 32 (2^5 < 64). */
+#define DCP__UNLOAD_BIT_LEVELS 6
+
+/* The index of the lowest set bit of x != 0 (a de Bruijn sequence: portable C99). */
+static int32_t dcp__lowest_bit_index(uint64_t x)
+{
+    static const int8_t index[DCP__WORD_BITS] = {
+        0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
+        43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
+        44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6};
+    return index[((x & (~x + 1)) * UINT64_C(0x03f79d71b4cb0a89)) >> 58];
+}
+
+/* The bits at multiples of 2^j in a word (j < DCP__UNLOAD_BIT_LEVELS). */
+static uint64_t dcp__aligned_bits(int32_t j)
+{
+    uint64_t bits = 1;
+    int32_t shift;
+    for (shift = (int32_t)1 << j; shift < DCP__WORD_BITS; shift *= 2) bits |= bits << shift;
+    return bits;
+}
+
+/* Sets (on) or clears the bits of ranks [r, r + 2^j) of one row: an aligned block. */
+static void dcp__bits_assign(uint64_t *row, int32_t r, int32_t j, int on)
+{
+    int32_t size = (int32_t)1 << j, w;
+    if (size >= DCP__WORD_BITS) {
+        for (w = r / DCP__WORD_BITS; w < (r + size) / DCP__WORD_BITS; w++)
+            row[w] = on ? ~UINT64_C(0) : 0;
+        return;
+    }
+    {
+        uint64_t mask = ((UINT64_C(1) << size) - 1) << (r % DCP__WORD_BITS);
+        if (on)
+            row[r / DCP__WORD_BITS] |= mask;
+        else
+            row[r / DCP__WORD_BITS] &= ~mask;
+    }
+}
+
+static uint64_t *dcp__unload_starts(const dcp__unload_state *u, int32_t k, int32_t j)
+{
+    return u->starts + ((size_t)k * DCP__UNLOAD_BIT_LEVELS + (size_t)j) * (size_t)u->words;
+}
+
+/* Group at first rank r, level j, of microbatch k: created (on) or removed. */
+static void dcp__unload_bits(dcp__unload_state *u, int32_t k, int32_t r, int32_t j, int on)
+{
+    dcp__bits_assign(u->covered + (size_t)k * (size_t)u->words, r, j, on);
+    if (j < DCP__UNLOAD_BIT_LEVELS) dcp__bits_assign(dcp__unload_starts(u, k, j), r, 0, on);
+}
 
 static size_t dcp__cell(const dcp__unload_state *u, int32_t k, int32_t r)
 {
@@ -5345,27 +5404,92 @@ static void dcp__unload_touch(dcp__unload_state *u, int32_t k, int32_t r)
     u->changes[k]++;
 }
 
-/* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1.
-   Charges the budget one unit, plus the block positions it scanned. */
-static int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, int32_t j,
-                                  int64_t *budget)
+/* A target search of level j in microbatch k scanned every position in vain: its level's
+   groups have least load `least` and largest room `most` (exact), and it is recorded. */
+static void dcp__unload_failed(dcp__unload_state *u, int32_t k, int32_t j, int64_t ticks,
+                               int64_t tokens, int64_t least, int64_t most)
 {
-    const dcp__batch *batch = u->batch;
-    const int64_t capacity = batch->config->max_tokens_per_rank;
-    int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
-    int64_t least = DCP__TICKS_INF, most = -1;
     size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)j;
+    u->least_load[at] = least; /* every group of the level was seen: exact */
+    u->most_room[at] = most;
+    u->failed_at[at] = u->changes[k];
+    u->failed_ticks[at] = ticks;
+    u->failed_tokens[at] = tokens;
+}
+
+/* The groups of level j in word w of microbatch k's bit sets (aligned first ranks). */
+static uint64_t dcp__unload_groups_in(const dcp__unload_state *u, int32_t k, int32_t j, int32_t w)
+{
+    return dcp__unload_starts(u, k, j)[w] & dcp__aligned_bits(j);
+}
+
+/* The free aligned blocks of 2^j ranks in word w of microbatch k: bit i when ranks
+   i .. i + 2^j - 1 of the word are all free. */
+static uint64_t dcp__unload_free_in(const dcp__unload_state *u, int32_t k, int32_t j, int32_t w)
+{
+    uint64_t free = ~u->covered[(size_t)k * (size_t)u->words + (size_t)w];
+    int32_t shift;
+    for (shift = 1; shift < ((int32_t)1 << j); shift *= 2) free &= free >> shift;
+    return free & dcp__aligned_bits(j);
+}
+
+/* The scan of dcp__unload_target for a level below DCP__UNLOAD_BIT_LEVELS, on the bit sets:
+   the same first rank (the leftmost group of level j with room under the slowest time, or
+   free aligned block when fresh) and the same charge (the positions a scan from the left
+   passes), visiting only the level's groups and the free blocks. The level's least load and
+   most room are gathered in a second pass, only when it finds nothing. */
+static int32_t dcp__unload_target_bits(dcp__unload_state *u, int32_t k, int32_t j, int64_t ticks,
+                                       int64_t tokens, int fresh, int64_t *budget)
+{
+    const int64_t capacity = u->batch->config->max_tokens_per_rank;
+    const int64_t load_limit = u->slowest[k] - ticks, used_limit = capacity - tokens;
+    int64_t least = DCP__TICKS_INF, most = -1;
+    int32_t w;
+    for (w = 0; w < u->words; w++) {
+        uint64_t groups = dcp__unload_groups_in(u, k, j, w);
+        uint64_t free = fresh ? dcp__unload_free_in(u, k, j, w) : 0;
+        while (groups | free) {
+            uint64_t either = groups | free, low = either & (~either + 1);
+            int32_t r = w * DCP__WORD_BITS + dcp__lowest_bit_index(low);
+            size_t c = dcp__cell(u, k, r);
+            if ((free & low) || (u->used[c] <= used_limit && u->load[c] <= load_limit)) {
+                *budget -= (r >> j) + 1;
+                return r;
+            }
+            groups &= ~low;
+        }
+    }
+    *budget -= u->ranks >> j;
+    for (w = 0; w < u->words; w++) {
+        uint64_t groups = dcp__unload_groups_in(u, k, j, w);
+        for (; groups; groups &= groups - 1) {
+            size_t c = dcp__cell(u, k, w * DCP__WORD_BITS + dcp__lowest_bit_index(groups));
+            least = u->load[c] < least ? u->load[c] : least;
+            most = capacity - u->used[c] > most ? capacity - u->used[c] : most;
+        }
+    }
+    dcp__unload_failed(u, k, j, ticks, tokens, least, most);
+    return -1;
+}
+
+/* The scan of dcp__unload_target past its pruning: the leftmost group of level j in
+   microbatch k with room under the slowest time, or (fresh) free aligned block, or -1;
+   charges the budget the block positions it scanned. */
+/* Kept out of line so that its caller, mostly the pruning, inlines into the passes' loops. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DCP__OUT_OF_LINE __attribute__((noinline))
+#else
+#define DCP__OUT_OF_LINE
+#endif
+static DCP__OUT_OF_LINE int32_t dcp__unload_target_scan(dcp__unload_state *u, int32_t k,
+                                                        int32_t j, int64_t ticks, int64_t tokens,
+                                                        int fresh, int64_t *budget)
+{
+    const int64_t capacity = u->batch->config->max_tokens_per_rank;
+    int64_t least = DCP__TICKS_INF, most = -1;
     int32_t size = (int32_t)1 << j, r, q;
-    int fresh = batch->ring_ticks[j] + ticks <= u->slowest[k] && u->free_ranks[k] >= size;
-    /* a new group costs at least its ring steps plus this sample and needs free ranks; an
-       existing one qualifies only within the level's bounds (prunes the scan only) */
-    *budget -= 1;
-    if (!fresh && (u->groups[at] == 0 || u->least_load[at] + ticks > u->slowest[k] ||
-                   u->most_room[at] < tokens))
-        return -1;
-    if (u->failed_at[at] == u->changes[k] && ticks >= u->failed_ticks[at] &&
-        tokens >= u->failed_tokens[at])
-        return -1;
+    if (j < DCP__UNLOAD_BIT_LEVELS)
+        return dcp__unload_target_bits(u, k, j, ticks, tokens, fresh, budget);
     for (r = 0; r + size <= u->ranks; r += size) {
         size_t c = dcp__cell(u, k, r);
         *budget -= 1;
@@ -5380,12 +5504,31 @@ static int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, in
         for (q = r; q < r + size && u->cover[dcp__cell(u, k, q)] < 0; q++) {}
         if (q == r + size) return r;
     }
-    u->least_load[at] = least; /* every group of the level was seen: exact */
-    u->most_room[at] = most;
-    u->failed_at[at] = u->changes[k];
-    u->failed_ticks[at] = ticks;
-    u->failed_tokens[at] = tokens;
+    dcp__unload_failed(u, k, j, ticks, tokens, least, most);
     return -1;
+}
+
+/* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1.
+   Charges the budget one unit, plus the block positions it scanned. Most searches end at
+   the pruning, so it is kept small enough to inline. */
+static inline int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, int32_t j,
+                                         int64_t *budget)
+{
+    const dcp__batch *batch = u->batch;
+    int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
+    size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)j;
+    int fresh = batch->ring_ticks[j] + ticks <= u->slowest[k] &&
+                u->free_ranks[k] >= ((int32_t)1 << j);
+    /* a new group costs at least its ring steps plus this sample and needs free ranks; an
+       existing one qualifies only within the level's bounds (prunes the scan only) */
+    *budget -= 1;
+    if (!fresh && (u->groups[at] == 0 || u->least_load[at] + ticks > u->slowest[k] ||
+                   u->most_room[at] < tokens))
+        return -1;
+    if (u->failed_at[at] == u->changes[k] && ticks >= u->failed_ticks[at] &&
+        tokens >= u->failed_tokens[at])
+        return -1;
+    return dcp__unload_target_scan(u, k, j, ticks, tokens, fresh, budget);
 }
 
 static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t s, int32_t j)
@@ -5400,6 +5543,7 @@ static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t 
         u->used[c] = 0;
         u->head[c] = -1;
         for (q = r; q < r + ((int32_t)1 << j); q++) u->cover[dcp__cell(u, k, q)] = r;
+        dcp__unload_bits(u, k, r, j, 1);
     }
     u->load[c] += dcp__sample_ticks(u->batch, s, j);
     u->used[c] += dcp__sample_tokens(u->batch, s, j);
@@ -5490,6 +5634,7 @@ static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
     size_t c = dcp__cell(u, k, r);
     int32_t q;
     for (q = r; q < r + ((int32_t)1 << u->level[c]); q++) u->cover[dcp__cell(u, k, q)] = -1;
+    dcp__unload_bits(u, k, r, u->level[c], 0);
     u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)u->level[c]]--;
     u->free_ranks[k] += (int32_t)1 << u->level[c];
     u->level[c] = -1;
@@ -5752,7 +5897,7 @@ static void dcp__unload_close(dcp__unload_state *u)
     void *list[] = {u->load, u->used, u->slowest, u->cover, u->head, u->next,
                     u->level, u->groups, u->free_ranks, u->undo, u->above, u->least_load,
                     u->most_room, u->peak, u->changes, u->failed_at, u->failed_ticks,
-                    u->failed_tokens};
+                    u->failed_tokens, u->covered, u->starts};
     dcp__free_list(&u->batch->config->allocator, list, DCP__COUNT(list));
 }
 
@@ -5781,10 +5926,15 @@ static int dcp__unload_alloc(dcp__unload_state *u, size_t cells)
     u->failed_at = (int64_t *)dcp__alloc_array(a, per_level, sizeof(int64_t), "unload", NULL);
     u->failed_ticks = (int64_t *)dcp__alloc_array(a, per_level, sizeof(int64_t), "unload", NULL);
     u->failed_tokens = (int64_t *)dcp__alloc_array(a, per_level, sizeof(int64_t), "unload", NULL);
+    u->covered = (uint64_t *)dcp__alloc_array(a, microbatches * (size_t)u->words,
+                                              sizeof(uint64_t), "unload", NULL);
+    u->starts = (uint64_t *)dcp__alloc_array(
+        a, microbatches * DCP__UNLOAD_BIT_LEVELS * (size_t)u->words, sizeof(uint64_t), "unload",
+        NULL);
     return u->load && u->used && u->slowest && u->cover && u->head && u->next && u->level &&
            u->groups && u->free_ranks && u->undo && u->above && u->least_load &&
            u->most_room && u->peak && u->changes && u->failed_at && u->failed_ticks &&
-           u->failed_tokens;
+           u->failed_tokens && u->covered && u->starts;
 }
 
 /* Empty microbatches: every rank free, no group, no cell covered, no change and no failed
@@ -5809,6 +5959,15 @@ static void dcp__unload_empty(dcp__unload_state *u, size_t cells)
         u->cover[c] = -1;
         u->level[c] = -1;
     }
+    for (k = 0; k < u->microbatches; k++) { /* the bits past the last rank: never free */
+        uint64_t *row = u->covered + (size_t)k * (size_t)u->words;
+        int32_t w;
+        for (w = 0; w < u->words; w++) row[w] = 0;
+        if (u->ranks % DCP__WORD_BITS)
+            row[u->words - 1] = ~UINT64_C(0) << (u->ranks % DCP__WORD_BITS);
+    }
+    for (c = 0; c < (size_t)u->microbatches * DCP__UNLOAD_BIT_LEVELS * (size_t)u->words; c++)
+        u->starts[c] = 0;
 }
 
 /* The unloading state of placements: returns 0 (state closed) when it would not fit
@@ -5824,6 +5983,7 @@ static int dcp__unload_open(dcp__unload_state *u, const dcp__batch *batch,
     u->ranks = batch->config->ranks;
     u->microbatches = microbatches;
     u->leaf_base = dcp__leaf_base(u->ranks);
+    u->words = (u->ranks + DCP__WORD_BITS - 1) / DCP__WORD_BITS;
     if (!dcp__unload_alloc(u, cells)) {
         dcp__unload_close(u);
         return 0;
