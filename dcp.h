@@ -4899,18 +4899,15 @@ static void dcp__greedy_tree_build(dcp__greedy_state *g, int32_t level, int64_t 
 
 /* The least-loaded leaf (lowest position on ties) below node n with room >= tokens, if it
    beats (*best_load, *best): subtrees without room, or whose least load cannot beat the best
-   found, are skipped; the less-loaded child is searched first. */
+   found, are skipped; the less-loaded child is searched first. The node's first leaf is
+   `start` and it spans `width` leaves (the root: leaves and leaves). */
 static void dcp__greedy_tree_search(const dcp__greedy_state *g, int32_t base, int32_t n,
-                                    int32_t leaves, int64_t tokens, int32_t *best,
+                                    int32_t start, int32_t width, int64_t tokens, int32_t *best,
                                     int64_t *best_load)
 {
     const int64_t *load = g->tree_load + base, *room = g->tree_room + base;
-    int32_t first, start = n, width = 1;
+    int32_t first, half = width / 2;
     if (room[n] < tokens || load[n] > *best_load) return;
-    while (start < leaves) { /* the node's first leaf */
-        start *= 2;
-        width *= 2;
-    }
     if (load[n] == *best_load && start >= *best) return;
     if (width == 1) {
         *best = n;
@@ -4918,8 +4915,10 @@ static void dcp__greedy_tree_search(const dcp__greedy_state *g, int32_t base, in
         return;
     }
     first = load[2 * n + 1] < load[2 * n] ? 2 * n + 1 : 2 * n;
-    dcp__greedy_tree_search(g, base, first, leaves, tokens, best, best_load);
-    dcp__greedy_tree_search(g, base, first ^ 1, leaves, tokens, best, best_load);
+    dcp__greedy_tree_search(g, base, first, start + (first & 1) * half, half, tokens, best,
+                            best_load);
+    dcp__greedy_tree_search(g, base, first ^ 1, start + ((first ^ 1) & 1) * half, half, tokens,
+                            best, best_load);
 }
 
 /* Group k's load or room changed: its leaf and the path above it follow. */
@@ -4944,8 +4943,8 @@ static int32_t dcp__greedy_least_loaded(dcp__greedy_state *g, int32_t level, int
     int32_t best = INT32_MAX;
     int64_t best_load = DCP__TICKS_INF;
     if (g->tree_leaves[level] == 0) dcp__greedy_tree_build(g, level, capacity);
-    dcp__greedy_tree_search(g, g->tree_base[level], 1, g->tree_leaves[level], tokens, &best,
-                            &best_load);
+    dcp__greedy_tree_search(g, g->tree_base[level], 1, g->tree_leaves[level],
+                            g->tree_leaves[level], tokens, &best, &best_load);
     return best == INT32_MAX ? -1 : g->leaf_group[g->tree_base[level] + best];
 }
 
