@@ -5305,14 +5305,19 @@ typedef struct dcp__unload {
 /* Levels whose groups lie in one word of a bit set: CP sizes 1 .. 32 (2^5 < 64). */
 #define DCP__UNLOAD_BIT_LEVELS 6
 
-/* The index of the lowest set bit of x != 0 (a de Bruijn sequence: portable C99). */
+/* The index of the lowest set bit of x != 0 (the compiler's builtin, else a de Bruijn
+   sequence: portable C99). */
 static int32_t dcp__lowest_bit_index(uint64_t x)
 {
+#if defined(__GNUC__) || defined(__clang__)
+    return (int32_t)__builtin_ctzll((unsigned long long)x);
+#else
     static const int8_t index[DCP__WORD_BITS] = {
         0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
         43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
         44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6};
     return index[((x & (~x + 1)) * UINT64_C(0x03f79d71b4cb0a89)) >> 58];
+#endif
 }
 
 /* The bits at multiples of 2^j in a word (j < DCP__UNLOAD_BIT_LEVELS). */
@@ -5514,16 +5519,18 @@ static inline int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_
                                          int64_t *budget)
 {
     const dcp__batch *batch = u->batch;
-    int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
-    size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)j;
-    int fresh = batch->ring_ticks[j] + ticks <= u->slowest[k] &&
-                u->free_ranks[k] >= ((int32_t)1 << j);
+    const int64_t ticks = dcp__sample_ticks(batch, s, j), slowest = u->slowest[k];
+    const size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)j;
+    int64_t tokens;
+    int fresh;
+    *budget -= 1;
     /* a new group costs at least its ring steps plus this sample and needs free ranks; an
        existing one qualifies only within the level's bounds (prunes the scan only) */
-    *budget -= 1;
-    if (!fresh && (u->groups[at] == 0 || u->least_load[at] + ticks > u->slowest[k] ||
-                   u->most_room[at] < tokens))
+    fresh = batch->ring_ticks[j] + ticks <= slowest && u->free_ranks[k] >= ((int32_t)1 << j);
+    if (!fresh && (u->groups[at] == 0 || u->least_load[at] + ticks > slowest))
         return -1;
+    tokens = dcp__sample_tokens(batch, s, j);
+    if (!fresh && u->most_room[at] < tokens) return -1;
     if (u->failed_at[at] == u->changes[k] && ticks >= u->failed_ticks[at] &&
         tokens >= u->failed_tokens[at])
         return -1;
