@@ -4794,6 +4794,39 @@ static void dcp__fill_reset(dcp__fill *f, dcp__placement *placements)
 
 /* Sorts the samples at `levels` into the per-level arrays, all unplaced. position (may be
    NULL) breaks ties of ticks and tokens instead of the id. */
+static void dcp__fill_key_set(const dcp__fill *f, dcp__fill_key *key, int32_t s, int32_t level,
+                              int32_t tie)
+{
+    key->level = level;
+    key->ticks = dcp__sample_ticks(f->batch, s, level);
+    key->tokens = dcp__sample_tokens(f->batch, s, level);
+    key->id = s;
+    key->tie = tie;
+}
+
+/* Re-sorts f->sorted (sorted at f->sorted_levels, ties by id) for new levels: the entries
+   whose level stays keep their order, the others are sorted apart and merged in. The order
+   is total, so the result is the full sort's; a fill candidate that widens a few samples
+   costs a sort of those few. */
+static void dcp__fill_resort(dcp__fill *f, const int32_t *levels)
+{
+    const int32_t count = f->batch->count;
+    int32_t i, kept = 0, moved = count, a, b, k;
+    for (i = 0; i < count; i++) { /* kept from the front of scratch, moved from its back */
+        int32_t s = f->sorted[i].id;
+        if (levels[s] == f->sorted_levels[s])
+            f->scratch[kept++] = f->sorted[i];
+        else
+            dcp__fill_key_set(f, &f->scratch[--moved], s, levels[s], s);
+    }
+    dcp__fill_key_sort(f->scratch + moved, f->sorted, count - moved);
+    for (k = 0, a = 0, b = moved; a < kept && b < count; k++)
+        f->sorted[k] = dcp__fill_key_before(&f->scratch[b], &f->scratch[a]) ? f->scratch[b++]
+                                                                             : f->scratch[a++];
+    for (; a < kept; k++) f->sorted[k] = f->scratch[a++];
+    for (; b < count; k++) f->sorted[k] = f->scratch[b++];
+}
+
 static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *position,
                            dcp__placement *placements)
 {
@@ -4804,16 +4837,15 @@ static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *p
         dcp__fill_reset(f, placements);
         return;
     }
+    if (f->sorted_valid && !position) {
+        dcp__fill_resort(f, levels);
+    } else {
+        for (s = 0; s < batch->count; s++)
+            dcp__fill_key_set(f, &f->sorted[s], s, levels[s], position ? position[s] : s);
+        dcp__fill_key_sort(f->sorted, f->scratch, batch->count);
+    }
     memcpy(f->sorted_levels, levels, (size_t)batch->count * sizeof *levels);
     f->sorted_valid = !position;
-    for (s = 0; s < batch->count; s++) {
-        f->sorted[s].level = levels[s];
-        f->sorted[s].ticks = dcp__sample_ticks(batch, s, levels[s]);
-        f->sorted[s].tokens = dcp__sample_tokens(batch, s, levels[s]);
-        f->sorted[s].id = s;
-        f->sorted[s].tie = position ? position[s] : s;
-    }
-    dcp__fill_key_sort(f->sorted, f->scratch, batch->count);
     for (j = 0, i = 0; j <= f->top + 1; j++) {
         while (i < batch->count && f->sorted[i].level < j) i++;
         f->first[j] = i;
