@@ -4792,8 +4792,6 @@ static void dcp__fill_reset(dcp__fill *f, dcp__placement *placements)
     f->remaining = f->batch->count;
 }
 
-/* Sorts the samples at `levels` into the per-level arrays, all unplaced. position (may be
-   NULL) breaks ties of ticks and tokens instead of the id. */
 static void dcp__fill_key_set(const dcp__fill *f, dcp__fill_key *key, int32_t s, int32_t level,
                               int32_t tie)
 {
@@ -4827,6 +4825,8 @@ static void dcp__fill_resort(dcp__fill *f, const int32_t *levels)
     for (; b < count; k++) f->sorted[k] = f->scratch[b++];
 }
 
+/* Sorts the samples at `levels` into the per-level arrays, all unplaced. position (may be
+   NULL) breaks ties of ticks and tokens instead of the id. */
 static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *position,
                            dcp__placement *placements)
 {
@@ -5338,10 +5338,11 @@ typedef struct dcp__unload {
 #define DCP__UNLOAD_BIT_LEVELS 6
 
 /* The index of the lowest set bit of x != 0 (the compiler's builtin, else a de Bruijn
-   sequence: portable C99). */
+   sequence: portable C99). DCP__PORTABLE_BITS forces the portable code, so that a test
+   compiled by gcc checks it too (tests/test_helpers.c). */
 static int32_t dcp__lowest_bit_index(uint64_t x)
 {
-#if defined(__GNUC__) || defined(__clang__)
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(DCP__PORTABLE_BITS)
     return (int32_t)__builtin_ctzll((unsigned long long)x);
 #else
     static const int8_t index[DCP__WORD_BITS] = {

@@ -1,6 +1,8 @@
 /* The helpers a data loader needs: dcp_config_init, dcp_lengths_filter, length files with
    line numbers (BOM, headers), dcp_plan_sample_location, dcp_plan_compare and
-   dcp_reroute_match, each also against a planted fault it must report. */
+   dcp_reroute_match, each also against a planted fault it must report; and the portable
+   lowest-set-bit code the planner uses where the compiler has no builtin (forced here). */
+#define DCP__PORTABLE_BITS
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 #include "test.h"
@@ -200,6 +202,23 @@ static void shared_checks_accept_and_name(void)
     CHECK(strcmp(dcp_dtype_name((dcp_dtype)7), "unknown") == 0);
 }
 
+/* Every single bit, alone and with random bits above it. */
+static void lowest_bit_index_is_portable(void)
+{
+    dcp_rng rng;
+    int32_t bit, i;
+    dcp_rng_seed(&rng, TEST_SEED);
+    for (bit = 0; bit < 64; bit++) {
+        const uint64_t low = (uint64_t)1 << bit;
+        CHECK_EQ(dcp__lowest_bit_index(low), bit);
+        CHECK_EQ(dcp__lowest_bit_index(low | (~(low - 1) & dcp_rng_next(&rng))), bit);
+    }
+    for (i = 0; i < 1000; i++) { /* random bits above a known lowest one */
+        const uint64_t x = (dcp_rng_next(&rng) | 1) << (i % 64);
+        CHECK_EQ(dcp__lowest_bit_index(x), i % 64);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -210,6 +229,7 @@ int main(int argc, char **argv)
         {"compare_finds_a_difference", compare_finds_a_difference},
         {"reroute_match_pairs_and_catches_faults", reroute_match_pairs_and_catches_faults},
         {"shared_checks_accept_and_name", shared_checks_accept_and_name},
+        {"lowest_bit_index_is_portable", lowest_bit_index_is_portable},
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }
