@@ -37,6 +37,7 @@
 #include "../dcp.h"
 #define DCP_NCCL_IMPLEMENTATION
 #include "../dcp_nccl.h"
+#include "nccl_id_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,33 +197,13 @@ static void measure_split_memory(int rank, int ranks, cudaStream_t stream)
     }
 }
 
-/* Rank 0 writes the id to path (atomically, through a rename); the others wait for it. */
+/* The pool's NCCL id through the file at path (examples/nccl_id_file.h). */
 static ncclUniqueId exchange_id(const char *path, int rank)
 {
     ncclUniqueId id;
-    char temporary[4096];
-    int waited_ms = 0;
-    if (rank == 0) {
-        FILE *f;
-        NCCL(ncclGetUniqueId(&id));
-        snprintf(temporary, sizeof temporary, "%s.tmp.%d", path, (int)getpid());
-        f = fopen(temporary, "wb");
-        if (!f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0)
-            die("writing the NCCL id", temporary);
-        if (rename(temporary, path) != 0) die("renaming the NCCL id file to", path);
-        return id;
-    }
-    for (;;) {
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            size_t got = fread(&id, sizeof id, 1, f);
-            fclose(f);
-            if (got == 1) return id;
-        }
-        if (waited_ms > 120000) die("no NCCL id file after 120 s", path);
-        usleep(10000);
-        waited_ms += 10;
-    }
+    const char *why = "";
+    if (!nccl_id_file_exchange(path, rank, &id, &why)) die(why, path);
+    return id;
 }
 
 /* The generated value of element i of row `position` of sample s in tensor t, as bf16. */

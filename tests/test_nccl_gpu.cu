@@ -14,6 +14,7 @@
 #include "test.h"
 #include "tolerance.h"
 #include "mtp_pack.h"
+#include "../examples/nccl_id_file.h"
 
 #include <unistd.h>
 
@@ -769,37 +770,11 @@ static void stage_fields_reroute_to_itself(void)
    through the file argv[1] (rank 0 writes it, the others wait). Every static CP size 2 ..
    WORLD_SIZE in turn: the rank's group rolls its pack with dcp_nccl_mtp_roll and compares
    with the CPU reference. Prints "mtp roll: rank R matches" and exits 0, else 1. */
-#define MTP_ID_WAIT_MS 120000
-#define MTP_ID_POLL_US 10000
-
-static int mtp_exchange_id(const char *path, int rank, ncclUniqueId *id)
-{
-    int waited_ms = 0;
-    if (rank == 0) {
-        char temporary[4096];
-        FILE *f;
-        snprintf(temporary, sizeof temporary, "%s.tmp", path);
-        f = fopen(temporary, "wb");
-        if (ncclGetUniqueId(id) != ncclSuccess || !f) return 0;
-        if (fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0) return 0;
-        return rename(temporary, path) == 0; /* readers never see a partial id */
-    }
-    while (waited_ms < MTP_ID_WAIT_MS) {
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            size_t got = fread(id, sizeof *id, 1, f);
-            fclose(f);
-            if (got == 1) return 1;
-        }
-        usleep(MTP_ID_POLL_US);
-        waited_ms += MTP_ID_POLL_US / 1000;
-    }
-    return 0;
-}
 
 static int mtp_roll_multirank(int rank, int ranks, const char *id_path)
 {
     ncclUniqueId id;
+    const char *why = "";
     ncclComm_t pool = NULL;
     dcp_nccl_set *set = NULL;
     dcp_nccl_options options;
@@ -810,8 +785,11 @@ static int mtp_roll_multirank(int rank, int ranks, const char *id_path)
         printf("%s\n", SKIP_REASON);
         return 0;
     }
-    if (!mtp_exchange_id(id_path, rank, &id) ||
-        ncclCommInitRank(&pool, ranks, id, rank) != ncclSuccess ||
+    if (!nccl_id_file_exchange(id_path, rank, &id, &why)) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, why, id_path);
+        return 1;
+    }
+    if (ncclCommInitRank(&pool, ranks, id, rank) != ncclSuccess ||
         cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
         fprintf(stderr, "rank %d: NCCL or CUDA setup failed\n", rank);
         return 1;
