@@ -167,11 +167,11 @@ $(BUILD)/nccl-nvcc.o: tests/test_nccl_compile.c dcp_nccl.h dcp.h | $(BUILD)
 # dcp_nccl.h's one-rank GPU test (in `make test`; it prints "no CUDA device: skipped" without
 # a GPU) and the multi-GPU ring-attention example (built by `make`; run one process per GPU).
 $(BUILD)/test_nccl_gpu.o: tests/test_nccl_gpu.cu tests/test.h tests/tolerance.h dcp.h dcp_nccl.h \
-                         examples/nccl_id_file.h | $(BUILD)
+                         examples/multiprocess.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 $(BUILD)/test_nccl_gpu: $(BUILD)/test_nccl_gpu.o $(BUILD)/dcp_cuda.o
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(NCCL_LIBS)
-$(BUILD)/ring_attention_nccl.o: examples/ring_attention_nccl.cu examples/nccl_id_file.h dcp.h \
+$(BUILD)/ring_attention_nccl.o: examples/ring_attention_nccl.cu examples/multiprocess.h dcp.h \
                                 dcp_nccl.h | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 $(BUILD)/ring_attention_nccl: $(BUILD)/ring_attention_nccl.o $(BUILD)/dcp_cuda.o
@@ -268,7 +268,7 @@ all: $(HYBRID_TESTS) $(if $(HAVE_NCCL),$(BUILD)/a2a_bench)
 test-seeds: $(BUILD)/test_hybrid $(if $(HAVE_NVCC),$(HYBRID_GPU_TESTS))
 GPU_TESTS += $(HYBRID_GPU_TESTS) # the recipes of test-gpu and sanitize-gpu run them too
 test-gpu sanitize-gpu: $(HYBRID_GPU_TESTS)
-$(BUILD)/a2a_bench: bench/a2a_bench.cu examples/nccl_id_file.h dcp.h dcp_nccl.h \
+$(BUILD)/a2a_bench: bench/a2a_bench.cu examples/multiprocess.h dcp.h dcp_nccl.h \
                     $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@ $(NCCL_LIBS)
 test-multirank: $(BUILD)/a2a_bench

@@ -20,7 +20,6 @@
 #include "../dcp.h"
 #define DCP_NCCL_IMPLEMENTATION
 #include "../dcp_nccl.h"
-#include "../examples/nccl_id_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,28 +42,15 @@ static void die(const char *what, const char *why)
     exit(1);
 }
 
-#define CUDA(call)                                                                             \
-    do {                                                                                       \
-        cudaError_t cuda_result_ = (call);                                                     \
-        if (cuda_result_ != cudaSuccess) die(#call, cudaGetErrorString(cuda_result_));         \
-    } while (0)
-#define NCCL(call)                                                                             \
-    do {                                                                                       \
-        ncclResult_t nccl_result_ = (call);                                                    \
-        if (nccl_result_ != ncclSuccess) die(#call, ncclGetErrorString(nccl_result_));         \
-    } while (0)
+/* The checks below end the process through die(). */
+#include "../examples/multiprocess.h"
+
 #define TRY(call)                                                                              \
     do {                                                                                       \
         dcp_error try_error_;                                                                  \
         dcp_error *err = &try_error_;                                                          \
         if ((call) != DCP_OK) die(#call, try_error_.message);                                  \
     } while (0)
-
-static int env_int(const char *name, int fallback)
-{
-    const char *value = getenv(name);
-    return value && *value ? atoi(value) : fallback;
-}
 
 /* The pool's NCCL id through the file at path (examples/nccl_id_file.h). */
 static ncclUniqueId exchange_id(const char *path, int rank)

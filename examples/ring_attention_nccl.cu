@@ -37,7 +37,6 @@
 #include "../dcp.h"
 #define DCP_NCCL_IMPLEMENTATION
 #include "../dcp_nccl.h"
-#include "nccl_id_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +67,9 @@ static void die(const char *what, const char *detail)
     exit(1);
 }
 
+/* The checks below end the process through die(). */
+#include "multiprocess.h"
+
 /* The error every dcp call of this program fills. */
 static dcp_error err;
 #define TRY(call)                                                                              \
@@ -75,22 +77,6 @@ static dcp_error err;
         err.message[0] = '\0';                                                                 \
         if ((call) != DCP_OK) die(#call, err.message);                                         \
     } while (0)
-#define CUDA(call)                                                                             \
-    do {                                                                                       \
-        cudaError_t cuda_result_ = (call);                                                     \
-        if (cuda_result_ != cudaSuccess) die(#call, cudaGetErrorString(cuda_result_));         \
-    } while (0)
-#define NCCL(call)                                                                             \
-    do {                                                                                       \
-        ncclResult_t nccl_result_ = (call);                                                    \
-        if (nccl_result_ != ncclSuccess) die(#call, ncclGetErrorString(nccl_result_));         \
-    } while (0)
-
-static int env_int(const char *name, int fallback)
-{
-    const char *value = getenv(name);
-    return value && *value ? atoi(value) : fallback;
-}
 
 /* A non-blocking NCCL call polled to its end (the pool's own creation, before a set exists). */
 static void nccl_settle(ncclComm_t comm, ncclResult_t result, const char *what)

@@ -14,7 +14,7 @@
 #include "test.h"
 #include "tolerance.h"
 #include "mtp_pack.h"
-#include "../examples/nccl_id_file.h"
+#include "../examples/multiprocess.h"
 
 #include <unistd.h>
 
