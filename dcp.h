@@ -10213,11 +10213,16 @@ DCPDEF dcp_status dcp_ring_step_plan(int32_t cp, int32_t rank, int32_t step, int
     return dcp_error_clear(error);
 }
 
-static dcp_status dcp__rope_resolve(const dcp_rope_options *options, int32_t head_dim,
-                                    dcp_rope_options *resolved, dcp_error *error)
+DCPDEF dcp_status dcp_rope_options_resolve(const dcp_rope_options *options, int32_t head_dim,
+                                           dcp_rope_options *resolved, dcp_error *error)
 {
     dcp_rope_options o;
     int32_t i;
+    if (!resolved)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
+    if (head_dim < 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "head_dim must be >= 1, got %d",
+                             (int)head_dim);
     if (options) o = *options;
     else memset(&o, 0, sizeof o);
     if (o.style != DCP_ROPE_ROTATE_HALF && o.style != DCP_ROPE_INTERLEAVED)
@@ -10237,21 +10242,6 @@ static dcp_status dcp__rope_resolve(const dcp_rope_options *options, int32_t hea
         if (!dcp__is_finite(o.inv_freq[i]))
             return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                                  "inv_freq[%d] must be finite, got %g", (int)i, o.inv_freq[i]);
-    *resolved = o;
-    return DCP_OK;
-}
-
-DCPDEF dcp_status dcp_rope_options_resolve(const dcp_rope_options *options, int32_t head_dim,
-                                           dcp_rope_options *resolved, dcp_error *error)
-{
-    dcp_rope_options o;
-    dcp_status status;
-    if (!resolved)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "resolved must not be NULL");
-    if (head_dim < 1)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "head_dim must be >= 1, got %d",
-                             (int)head_dim);
-    if ((status = dcp__rope_resolve(options, head_dim, &o, error)) != DCP_OK) return status;
     *resolved = o;
     return dcp_error_clear(error);
 }
@@ -10917,7 +10907,7 @@ static dcp_status dcp__rope_setup(const dcp_rope_options *options,
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "num_heads and head_dim must be >= 1, got %d and %d", (int)heads,
                              (int)dim);
-    if ((status = dcp__rope_resolve(options, dim, o, error)) != DCP_OK) return status;
+    if ((status = dcp_rope_options_resolve(options, dim, o, error)) != DCP_OK) return status;
     if ((status = dcp_thd_layout_validate(layout, &rows, error)) != DCP_OK) return status;
     if ((status = dcp_check_rank("rank", rank, layout->cp, error)) != DCP_OK) return status;
     if ((status = dcp__check_elements(names[0], rows, heads, dim, error)) != DCP_OK)
