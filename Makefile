@@ -12,6 +12,10 @@ CLANG ?= clang
 CUDA_HOME ?= /usr/local/cuda
 BUILD := build
 FUZZ_SECONDS ?= 60
+# Builds run one job per core (CI's 2 cores halve `make test`'s compile time); the tests
+# themselves run one after another in a single recipe. `make JOBS=1 ...` builds serially.
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+MAKEFLAGS += -j$(JOBS)
 
 WARNINGS := -Wall -Wextra -Wpedantic -Werror
 OPT ?= -O2

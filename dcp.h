@@ -1459,14 +1459,11 @@ DCPDEF dcp_status dcp_ring_attention_forward(const dcp_attention_params *params,
                                              const float *const *v, float *const *out,
                                              float *const *lse, const dcp_allocator *allocator,
                                              dcp_error *error);
-DCPDEF dcp_status dcp_ring_attention_backward(const dcp_attention_params *params,
-                                              const dcp_thd_layout *layout,
-                                              const float *const *q, const float *const *k,
-                                              const float *const *v, const float *const *out,
-                                              const float *const *dout,
-                                              const float *const *lse, float *const *dq,
-                                              float *const *dk, float *const *dv,
-                                              dcp_error *error);
+DCPDEF dcp_status dcp_ring_attention_backward(
+    const dcp_attention_params *params, const dcp_thd_layout *layout, const float *const *q,
+    const float *const *k, const float *const *v, const float *const *out,
+    const float *const *dout, const float *const *lse, float *const *dq, float *const *dk,
+    float *const *dv, dcp_error *error);
 
 /* y = RoPE(x) on the local buffer x [rows, num_heads, head_dim] of rank `rank`; padding rows
    give 0. y may be x. Backward applies the inverse rotation: dx from dy, likewise. */
@@ -8295,17 +8292,13 @@ static const dcp__field dcp__config_fields[] = {
     {DCP__COST_FIELD(ring_step_cost), DCP__FIELD_F64}};
 
 /* A view's scalars; its arrays follow them. */
+#define DCP__VIEW_FIELD(name, kind) {offsetof(dcp_rank_view, name), DCP__FIELD_##kind}
 static const dcp__field dcp__view_header_fields[] = {
-    {offsetof(dcp_rank_view, rank), DCP__FIELD_I32},
-    {offsetof(dcp_rank_view, microbatch), DCP__FIELD_I32},
-    {offsetof(dcp_rank_view, first_rank), DCP__FIELD_I32},
-    {offsetof(dcp_rank_view, cp), DCP__FIELD_I32},
-    {offsetof(dcp_rank_view, rank_in_group), DCP__FIELD_I32},
-    {offsetof(dcp_rank_view, idle), DCP__FIELD_I32},
-    {offsetof(dcp_rank_view, num_samples), DCP__FIELD_I32},
-    {offsetof(dcp_rank_view, max_seqlen), DCP__FIELD_I32},
-    {offsetof(dcp_rank_view, pad_multiple), DCP__FIELD_I64},
-    {offsetof(dcp_rank_view, local_tokens), DCP__FIELD_I64}};
+    DCP__VIEW_FIELD(rank, I32),              DCP__VIEW_FIELD(microbatch, I32),
+    DCP__VIEW_FIELD(first_rank, I32),        DCP__VIEW_FIELD(cp, I32),
+    DCP__VIEW_FIELD(rank_in_group, I32),     DCP__VIEW_FIELD(idle, I32),
+    DCP__VIEW_FIELD(num_samples, I32),       DCP__VIEW_FIELD(max_seqlen, I32),
+    DCP__VIEW_FIELD(pad_multiple, I64),      DCP__VIEW_FIELD(local_tokens, I64)};
 
 static void dcp__put_fields(dcp__writer *w, const void *record, const dcp__field *fields,
                             int32_t count)
@@ -9404,10 +9397,11 @@ DCPDEF dcp_status dcp_metadata_chunks(uint64_t length, uint64_t chunk_bytes, uin
 #define DCP__A2A_BYTE_LIMIT ((uint64_t)INT64_MAX < (uint64_t)SIZE_MAX ? (uint64_t)INT64_MAX \
                                                                     : (uint64_t)SIZE_MAX)
 
-static dcp_status dcp__a2a_check_rank(const dcp_thd_layout *layout, int32_t rank,
-                                      dcp_error *error)
+/* The layout and the rank in it: the first checks of the all-to-all and the MTP roll. */
+static dcp_status dcp__check_layout_rank(const dcp_thd_layout *layout, int32_t rank,
+                                         int64_t *rows, dcp_error *error)
 {
-    dcp_status status = dcp_thd_layout_validate(layout, NULL, error);
+    dcp_status status = dcp_thd_layout_validate(layout, rows, error);
     if (status != DCP_OK) return status;
     return dcp_check_rank("rank", rank, layout->cp, error);
 }
@@ -9449,7 +9443,7 @@ DCPDEF dcp_status dcp_a2a_shape_get(const dcp_thd_layout *layout, int32_t rank, 
     int32_t i;
     dcp_status status;
     if (!shape) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "shape must not be NULL");
-    if ((status = dcp__a2a_check_rank(layout, rank, error)) != DCP_OK) return status;
+    if ((status = dcp__check_layout_rank(layout, rank, NULL, error)) != DCP_OK) return status;
     if (channels < 1 || channels % layout->cp != 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "channels %d must be >= 1 and divisible by cp %d (each rank keeps "
@@ -9505,7 +9499,7 @@ DCPDEF dcp_status dcp_a2a_runs(const dcp_thd_layout *layout, int32_t rank, dcp_a
     int64_t needed, rows;
     dcp_status status;
     if (!count) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must not be NULL");
-    if ((status = dcp__a2a_check_rank(layout, rank, error)) != DCP_OK) return status;
+    if ((status = dcp__check_layout_rank(layout, rank, NULL, error)) != DCP_OK) return status;
     dcp__a2a_collect(layout, rank, NULL, &needed, &rows);
     *count = needed;
     if (runs && capacity < needed)
@@ -9522,7 +9516,7 @@ DCPDEF dcp_status dcp_a2a_message_rows(const dcp_thd_layout *layout, int32_t ran
     int64_t runs;
     dcp_status status;
     if (!rows) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rows must not be NULL");
-    if ((status = dcp__a2a_check_rank(layout, rank, error)) != DCP_OK) return status;
+    if ((status = dcp__check_layout_rank(layout, rank, NULL, error)) != DCP_OK) return status;
     dcp__a2a_collect(layout, rank, NULL, &runs, rows);
     return dcp_error_clear(error);
 }
@@ -9817,18 +9811,13 @@ static int dcp__roll_outgoing(const dcp_thd_layout *layout, int32_t rank, int32_
     return 1;
 }
 
-DCPDEF dcp_status dcp_mtp_roll_plan(const dcp_thd_layout *layout, int32_t rank,
-                                    dcp_mtp_roll_transfer *transfers, int64_t capacity,
-                                    int64_t *count, dcp_error *error)
+/* Lists the rank's transfers into transfers[0, capacity) (NULL: only counts); their count. */
+static int64_t dcp__roll_list(const dcp_thd_layout *layout, int32_t rank,
+                              dcp_mtp_roll_transfer *transfers, int64_t capacity)
 {
-    dcp_status status;
     int64_t n = 0;
     int32_t i;
     int half;
-    if (!count) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must not be NULL");
-    *count = 0;
-    if ((status = dcp_thd_layout_validate(layout, NULL, error)) != DCP_OK) return status;
-    if ((status = dcp_check_rank("rank", rank, layout->cp, error)) != DCP_OK) return status;
     for (i = 0; i < layout->num_sequences; i++)
         for (half = 0; half < DCP_MTP_ROLL_HALVES; half++) {
             dcp_mtp_roll_transfer t[2];
@@ -9837,11 +9826,22 @@ DCPDEF dcp_status dcp_mtp_roll_plan(const dcp_thd_layout *layout, int32_t rank,
             for (k = 0; k < found; k++, n++)
                 if (transfers && n < capacity) transfers[n] = t[k];
         }
-    *count = n;
-    if (transfers && capacity < n)
+    return n;
+}
+
+DCPDEF dcp_status dcp_mtp_roll_plan(const dcp_thd_layout *layout, int32_t rank,
+                                    dcp_mtp_roll_transfer *transfers, int64_t capacity,
+                                    int64_t *count, dcp_error *error)
+{
+    dcp_status status;
+    if (!count) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must not be NULL");
+    *count = 0;
+    if ((status = dcp__check_layout_rank(layout, rank, NULL, error)) != DCP_OK) return status;
+    *count = dcp__roll_list(layout, rank, transfers, capacity);
+    if (transfers && capacity < *count)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "transfers capacity %lld < the %lld boundary transfers of rank %d",
-                             (long long)capacity, (long long)n, (int)rank);
+                             (long long)capacity, (long long)*count, (int)rank);
     return dcp_error_clear(error);
 }
 
@@ -9851,8 +9851,7 @@ static dcp_status dcp__roll_check(const dcp_thd_layout *layout, int32_t rank,
                                   size_t element_size, int64_t *rows, dcp_error *error)
 {
     dcp_status status;
-    if ((status = dcp_thd_layout_validate(layout, rows, error)) != DCP_OK) return status;
-    if ((status = dcp_check_rank("rank", rank, layout->cp, error)) != DCP_OK) return status;
+    if ((status = dcp__check_layout_rank(layout, rank, rows, error)) != DCP_OK) return status;
     if (element_size == 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "element_size must be > 0");
     if ((uint64_t)*rows > SIZE_MAX / element_size ||
@@ -9863,28 +9862,33 @@ static dcp_status dcp__roll_check(const dcp_thd_layout *layout, int32_t rank,
     return DCP_OK;
 }
 
+/* The first and last row of each half of each sequence, into the [2][n] boundary slots. */
+static void dcp__roll_gather_rows(const dcp_thd_layout *layout, size_t size,
+                                  const unsigned char *in, unsigned char *boundaries)
+{
+    int32_t i;
+    int half;
+    for (half = 0; half < DCP_MTP_ROLL_HALVES; half++)
+        for (i = 0; i < layout->num_sequences; i++) {
+            const dcp__roll_seq s = dcp__roll_sequence(layout, i);
+            memcpy(boundaries + ((size_t)half * (size_t)layout->num_sequences + (size_t)i) * size,
+                   in + (size_t)(s.offset + half * s.half_rows) * size, size);
+        }
+}
+
 DCPDEF dcp_status dcp_mtp_roll_gather(const dcp_thd_layout *layout, int32_t rank,
                                       size_t element_size, const void *in, void *boundaries,
                                       dcp_error *error)
 {
-    const unsigned char *src = (const unsigned char *)in;
-    unsigned char *dst = (unsigned char *)boundaries;
-    dcp_status status;
     int64_t rows;
-    int32_t i;
-    int half;
-    if ((status = dcp__roll_check(layout, rank, element_size, &rows, error)) != DCP_OK)
-        return status;
+    const dcp_status status = dcp__roll_check(layout, rank, element_size, &rows, error);
+    if (status != DCP_OK) return status;
     if (layout->cp == 1 || layout->num_sequences == 0) return dcp_error_clear(error);
     if (!in || !boundaries)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "in and boundaries must not be NULL");
-    for (half = 0; half < DCP_MTP_ROLL_HALVES; half++)
-        for (i = 0; i < layout->num_sequences; i++) {
-            const dcp__roll_seq s = dcp__roll_sequence(layout, i);
-            memcpy(dst + ((size_t)half * (size_t)layout->num_sequences + (size_t)i) * element_size,
-                   src + (size_t)(s.offset + half * s.half_rows) * element_size, element_size);
-        }
+    dcp__roll_gather_rows(layout, element_size, (const unsigned char *)in,
+                          (unsigned char *)boundaries);
     return dcp_error_clear(error);
 }
 
@@ -10006,33 +10010,39 @@ DCPDEF dcp_status dcp_field_set_validate(const dcp_field_set *set, size_t *row_b
     return dcp_error_clear(error);
 }
 
+/* tokens rows of row_bytes each, as bytes; name is the count's field, for the message. */
+static dcp_status dcp__token_bytes(const char *name, int64_t tokens, size_t row_bytes,
+                                   uint64_t *bytes, dcp_error *error)
+{
+    if (tokens < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute->%s = %lld must be >= 0",
+                             name, (long long)tokens);
+    if (row_bytes != 0 && (uint64_t)tokens > UINT64_MAX / row_bytes)
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW,
+                             "reroute->%s = %lld tokens of %zu bytes overflow uint64", name,
+                             (long long)tokens, row_bytes);
+    *bytes = (uint64_t)tokens * row_bytes;
+    return DCP_OK;
+}
+
 DCPDEF dcp_status dcp_reroute_field_bytes(const dcp_reroute *reroute, const dcp_field_set *set,
                                           dcp_reroute_bytes *bytes, dcp_error *error)
 {
-    const uint64_t tokens[3] = {reroute ? (uint64_t)reroute->send_tokens : 0,
-                                reroute ? (uint64_t)reroute->recv_tokens : 0,
-                                reroute ? (uint64_t)reroute->copy_tokens : 0};
-    uint64_t out[3];
-    dcp_status status;
+    dcp_reroute_bytes result;
     size_t row_bytes;
-    int k;
-    if (!reroute || !bytes)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "reroute and bytes must not be NULL");
+    dcp_status status;
+    if (!reroute)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute must not be NULL");
     if ((status = dcp_field_set_validate(set, &row_bytes, error)) != DCP_OK) return status;
-    if (reroute->send_tokens < 0 || reroute->recv_tokens < 0 || reroute->copy_tokens < 0)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "reroute token counts %lld, %lld, %lld must be >= 0",
-                             (long long)reroute->send_tokens, (long long)reroute->recv_tokens,
-                             (long long)reroute->copy_tokens);
-    for (k = 0; k < 3; k++) {
-        if (row_bytes != 0 && tokens[k] > UINT64_MAX / row_bytes)
-            return dcp_error_set(error, DCP_ERROR_OVERFLOW,
-                                 "%llu tokens of %zu bytes overflow uint64",
-                                 (unsigned long long)tokens[k], row_bytes);
-        out[k] = tokens[k] * row_bytes;
-    }
-    bytes->send = out[0], bytes->recv = out[1], bytes->copy = out[2];
+    if (!bytes) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
+    if ((status = dcp__token_bytes("send_tokens", reroute->send_tokens, row_bytes, &result.send,
+                                   error)) != DCP_OK ||
+        (status = dcp__token_bytes("recv_tokens", reroute->recv_tokens, row_bytes, &result.recv,
+                                   error)) != DCP_OK ||
+        (status = dcp__token_bytes("copy_tokens", reroute->copy_tokens, row_bytes, &result.copy,
+                                   error)) != DCP_OK)
+        return status;
+    *bytes = result;
     return dcp_error_clear(error);
 }
 
@@ -10049,17 +10059,29 @@ static dcp_status dcp__check_fields(const dcp_rank_view *view, const dcp_field_s
     return dcp_rank_view_validate(view, error);
 }
 
+/* Pack and unpack differ only in the way each field's rows go, so one loop serves both. The
+   pointer arrays come in without const; only the side that the direction reads is read. */
+static dcp_status dcp__rank_view_fields(const dcp_rank_view *view, const dcp_field_set *set,
+                                        void *const *const *sample_data, void *const *local,
+                                        int unpack, dcp_error *error)
+{
+    dcp_status status = dcp__check_fields(view, set, sample_data, local, error);
+    int f;
+    for (f = 0; f < DCP_FIELD_COUNT && status == DCP_OK; f++) {
+        const size_t size = set->element_size[f];
+        if (!(set->fields & DCP_FIELD_BIT(f))) continue;
+        status = unpack ? dcp_rank_view_unpack(view, local[f], size, sample_data[f], error)
+                        : dcp_rank_view_pack(view, (const void *const *)sample_data[f], size,
+                                             local[f], error);
+    }
+    return status;
+}
+
 DCPDEF dcp_status dcp_rank_view_pack_fields(const dcp_rank_view *view, const dcp_field_set *set,
                                             const void *const *const *sample_data,
                                             void *const *local, dcp_error *error)
 {
-    dcp_status status = dcp__check_fields(view, set, sample_data, local, error);
-    int f;
-    for (f = 0; f < DCP_FIELD_COUNT && status == DCP_OK; f++)
-        if (set->fields & DCP_FIELD_BIT(f))
-            status = dcp_rank_view_pack(view, sample_data[f], set->element_size[f], local[f],
-                                        error);
-    return status;
+    return dcp__rank_view_fields(view, set, (void *const *const *)sample_data, local, 0, error);
 }
 
 DCPDEF dcp_status dcp_rank_view_unpack_fields(const dcp_rank_view *view,
@@ -10068,13 +10090,7 @@ DCPDEF dcp_status dcp_rank_view_unpack_fields(const dcp_rank_view *view,
                                               void *const *const *sample_data,
                                               dcp_error *error)
 {
-    dcp_status status = dcp__check_fields(view, set, sample_data, local, error);
-    int f;
-    for (f = 0; f < DCP_FIELD_COUNT && status == DCP_OK; f++)
-        if (set->fields & DCP_FIELD_BIT(f))
-            status = dcp_rank_view_unpack(view, local[f], set->element_size[f], sample_data[f],
-                                          error);
-    return status;
+    return dcp__rank_view_fields(view, set, sample_data, (void *const *)local, 1, error);
 }
 
 #endif /* DCP_NO_DISTRIBUTED */
@@ -10821,14 +10837,11 @@ DCPDEF dcp_status dcp_ring_attention_forward(const dcp_attention_params *params,
     return dcp_error_clear(error);
 }
 
-DCPDEF dcp_status dcp_ring_attention_backward(const dcp_attention_params *params,
-                                              const dcp_thd_layout *layout,
-                                              const float *const *q, const float *const *k,
-                                              const float *const *v, const float *const *out,
-                                              const float *const *dout,
-                                              const float *const *lse, float *const *dq,
-                                              float *const *dk, float *const *dv,
-                                              dcp_error *error)
+DCPDEF dcp_status dcp_ring_attention_backward(
+    const dcp_attention_params *params, const dcp_thd_layout *layout, const float *const *q,
+    const float *const *k, const float *const *v, const float *const *out,
+    const float *const *dout, const float *const *lse, float *const *dq, float *const *dk,
+    float *const *dv, dcp_error *error)
 {
     const float *const *buffers[9];
     static const char *const names[] = {"q", "k", "v", "out", "dout", "lse", "dq", "dk", "dv"};

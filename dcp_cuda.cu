@@ -622,29 +622,25 @@ static dcp_status dcp_cuda__rope(const dcp_rope_options *options, const dcp_cuda
     });
 }
 
-extern "C" dcp_status dcp_cuda_rope_forward(const dcp_rope_options *options,
-                                            const dcp_cuda_layout *layout, int32_t rank,
-                                            dcp_dtype dtype, int32_t head_dim,
-                                            int32_t num_q_heads, const void *q, void *q_out,
-                                            int32_t num_k_heads, const void *k, void *k_out,
-                                            void *stream, dcp_error *error)
-{
-    static const char *const names[] = {"q", "q_out", "k", "k_out"};
-    const dcp_cuda__rope_tensors x = {num_q_heads, num_k_heads, q, k, q_out, k_out, names};
-    return dcp_cuda__rope(options, layout, rank, dtype, head_dim, &x, 1.0, stream, error);
-}
-
-extern "C" dcp_status dcp_cuda_rope_backward(const dcp_rope_options *options,
-                                             const dcp_cuda_layout *layout, int32_t rank,
-                                             dcp_dtype dtype, int32_t head_dim,
-                                             int32_t num_q_heads, const void *dq_out, void *dq,
-                                             int32_t num_k_heads, const void *dk_out, void *dk,
-                                             void *stream, dcp_error *error)
-{
-    static const char *const names[] = {"dq_out", "dq", "dk_out", "dk"};
-    const dcp_cuda__rope_tensors dx = {num_q_heads, num_k_heads, dq_out, dk_out, dq, dk, names};
-    return dcp_cuda__rope(options, layout, rank, dtype, head_dim, &dx, -1.0, stream, error);
-}
+/* The forward and backward entry points differ only in the names their errors give the
+   tensors and in the rotation's sign (the backward rotates by -theta, since R(theta)^T =
+   R(-theta)), so one macro writes both and their checks cannot drift apart. */
+#define DCP_CUDA__ROPE_ENTRY(function, sign, q_in, q_out, k_in, k_out)                           \
+    extern "C" dcp_status function(const dcp_rope_options *options,                              \
+                                   const dcp_cuda_layout *layout, int32_t rank, dcp_dtype dtype, \
+                                   int32_t head_dim, int32_t num_q_heads, const void *q_in,      \
+                                   void *q_out, int32_t num_k_heads, const void *k_in,           \
+                                   void *k_out, void *stream, dcp_error *error)                  \
+    {                                                                                            \
+        static const char *const names[] = {#q_in, #q_out, #k_in, #k_out};                       \
+        const dcp_cuda__rope_tensors x = {num_q_heads, num_k_heads, q_in, k_in,                  \
+                                          q_out, k_out, names};                                  \
+        return dcp_cuda__rope(options, layout, rank, dtype, head_dim, &x, sign, stream,          \
+                              error);                                                            \
+    }
+DCP_CUDA__ROPE_ENTRY(dcp_cuda_rope_forward, 1.0, q, q_out, k, k_out)
+DCP_CUDA__ROPE_ENTRY(dcp_cuda_rope_backward, -1.0, dq_out, dq, dk_out, dk)
+#undef DCP_CUDA__ROPE_ENTRY
 
 /* ==================================================================================== conv1d
    Design (forward and backward share it). The unit of work is a warp: its 32 lanes hold 32
@@ -3019,21 +3015,19 @@ static dcp_status dcp_cuda__attn_forward_sm90(const dcp_cuda__attn_args &a, int3
                                               dcp_dtype dtype, const dcp_cuda_layout *layout,
                                               cudaStream_t s, dcp_error *error);
 
-static dcp_status dcp_cuda__attention_forward(dcp_cuda_attention_path path,
-                                              const dcp_attention_params *params,
-                                              const dcp_cuda_layout *layout,
-                                              const dcp_attention_view *view, dcp_dtype dtype,
-                                              const void *q, const void *k, const void *v,
-                                              dcp_dtype out_dtype, void *out, float *lse,
-                                              void *workspace, size_t workspace_bytes,
-                                              void *stream, dcp_error *error)
+extern "C" dcp_status dcp_cuda_attention_forward_using(
+    dcp_cuda_attention_path path, const dcp_attention_params *params,
+    const dcp_cuda_layout *layout, const dcp_attention_view *view, dcp_dtype dtype,
+    const void *q, const void *k, const void *v, dcp_dtype out_dtype, void *out, float *lse,
+    void *workspace, size_t workspace_bytes, void *stream, dcp_error *error)
 {
+    if (path != DCP_CUDA_ATTENTION_PATH_AUTO && path != DCP_CUDA_ATTENTION_PATH_MMA_SYNC &&
+        path != DCP_CUDA_ATTENTION_PATH_WGMMA)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "path %d is not a dcp_cuda_attention_path", (int)path);
     dcp_attention_params p;
-    dcp_cuda__attn_args a;
-    int wgmma;
-    dcp_status status;
-    if ((status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error)) != DCP_OK)
-        return status;
+    dcp_status status = dcp_cuda__attn_check(params, layout, view, dtype, &p, error);
+    if (status != DCP_OK) return status;
     if (out_dtype != DCP_DTYPE_FLOAT32 && out_dtype != dtype)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "out_dtype %s must be float32 or dtype %s",
@@ -3043,7 +3037,9 @@ static dcp_status dcp_cuda__attention_forward(dcp_cuda_attention_path path,
                              "q, k, v, out and lse must not be NULL");
     /* The path first: a caller who asked for wgmma hears why it cannot run before any other
        complaint about buffers the mma.sync path would take. */
-    if ((wgmma = dcp_cuda__forward_uses_wgmma(path, out, error)) < 0) return DCP_ERROR_UNSUPPORTED;
+    const int wgmma = dcp_cuda__forward_uses_wgmma(path, out, error);
+    if (wgmma < 0) return DCP_ERROR_UNSUPPORTED;
+    dcp_cuda__attn_args a;
     if ((status = dcp_cuda__attn_bind(&p, layout, view, q, k, v, NULL, out, lse, workspace,
                                       workspace_bytes, &a, error)) != DCP_OK)
         return status;
@@ -4196,7 +4192,7 @@ static dcp_status dcp_cuda__attn_forward_sm90_launch(dcp_cuda__attn_args a, int6
     return dcp_error_clear(error);
 }
 
-/* The wgmma forward of checked arguments (dcp_cuda__attention_forward did the checks). Its
+/* The wgmma forward of checked arguments (dcp_cuda_attention_forward_using did the checks). Its
    schedule has 128-row tiles: at most local_rows / 128 + num_sequences entries, fewer than
    the workspace holds for the 64-row schedule. */
 static dcp_status dcp_cuda__attn_forward_sm90(const dcp_cuda__attn_args &a, int32_t head_dim,
@@ -4234,20 +4230,6 @@ static int dcp_cuda__forward_uses_wgmma(dcp_cuda_attention_path path, const void
                   "dcp_cuda_attention_path_available says whether the device qualifies)",
                   out);
     return -1;
-}
-
-extern "C" dcp_status dcp_cuda_attention_forward_using(
-    dcp_cuda_attention_path path, const dcp_attention_params *params,
-    const dcp_cuda_layout *layout, const dcp_attention_view *view, dcp_dtype dtype,
-    const void *q, const void *k, const void *v, dcp_dtype out_dtype, void *out, float *lse,
-    void *workspace, size_t workspace_bytes, void *stream, dcp_error *error)
-{
-    if (path != DCP_CUDA_ATTENTION_PATH_AUTO && path != DCP_CUDA_ATTENTION_PATH_MMA_SYNC &&
-        path != DCP_CUDA_ATTENTION_PATH_WGMMA)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "path %d is not a dcp_cuda_attention_path", (int)path);
-    return dcp_cuda__attention_forward(path, params, layout, view, dtype, q, k, v, out_dtype,
-                                       out, lse, workspace, workspace_bytes, stream, error);
 }
 
 extern "C" dcp_status dcp_cuda_attention_forward(const dcp_attention_params *params,

@@ -368,13 +368,11 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_scratch_size(const dcp_attention_params *p
    steps of dcp_ring_step_plan, each a float32 partial merged through the LSE
    (dcp_cuda_acc_merge), the next step's KV received into the other scratch slot meanwhile
    (dcp_ring_exchange_plan), then dcp_cuda_acc_finalize. */
-DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(dcp_nccl_set *set, const dcp_nccl_binding *binding,
-                                              const dcp_attention_params *params,
-                                              const dcp_cuda_layout *layout, dcp_dtype dtype,
-                                              const void *q, const void *k, const void *v,
-                                              void *out, float *lse, void *scratch,
-                                              size_t scratch_bytes, cudaStream_t stream,
-                                              dcp_error *error);
+DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(
+    dcp_nccl_set *set, const dcp_nccl_binding *binding, const dcp_attention_params *params,
+    const dcp_cuda_layout *layout, dcp_dtype dtype, const void *q, const void *k, const void *v,
+    void *out, float *lse, void *scratch, size_t scratch_bytes, cudaStream_t stream,
+    dcp_error *error);
 /* Its gradient from the final out, dout (dtype) and lse: dQ accumulates in float32 scratch on
    this rank; dK, dV of each KV accumulate in a float32 buffer that travels the ring one hop
    behind its KV and comes home after the last step; then dcp_cuda_convert writes dq, dk, dv
@@ -1505,13 +1503,11 @@ static void dcp_nccl__step_kv(const dcp_nccl__ring *ring, const dcp_ring_exchang
     *step_v = (const unsigned char *)*step_k + (size_t)ring->kv_values * ring->element_size;
 }
 
-DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(dcp_nccl_set *set, const dcp_nccl_binding *binding,
-                                              const dcp_attention_params *params,
-                                              const dcp_cuda_layout *layout, dcp_dtype dtype,
-                                              const void *q, const void *k, const void *v,
-                                              void *out, float *lse, void *scratch,
-                                              size_t scratch_bytes, cudaStream_t stream,
-                                              dcp_error *error)
+DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(
+    dcp_nccl_set *set, const dcp_nccl_binding *binding, const dcp_attention_params *params,
+    const dcp_cuda_layout *layout, dcp_dtype dtype, const void *q, const void *k, const void *v,
+    void *out, float *lse, void *scratch, size_t scratch_bytes, cudaStream_t stream,
+    dcp_error *error)
 {
     dcp_nccl_binding current;
     dcp_nccl__ring ring;
