@@ -88,6 +88,8 @@
                                                   E = 1 (DAG) and E = D (barrier), lower
                                                   bounds; allocates scratch, frees it
        dcp_plan_schedule(plan, cost, start, end, err)  each group's start and end (plan's E)
+       dcp_plan_schedule_durations(plan, secs, start, end, err)  the same from given (measured)
+                                                  group durations
        dcp_plan_step_time(plan, cost, E, &s, err) step time under any sync_ranks E
        dcp_strategy_name(strategy)
        dcp_plan_svg(plans, titles, n, cost, buf, cap, &size, err)  timeline SVG of one plan or
@@ -580,6 +582,12 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
    of plan->num_groups entries. cost NULL: the plan's own model. */
 DCPDEF dcp_status dcp_plan_schedule(const dcp_plan *plan, const dcp_cost_model *cost,
                                     double *group_start, double *group_end, dcp_error *error);
+/* The same rule with given durations: group_seconds[g] is group g's time on each of its ranks
+   (measured, or from any other model), finite and >= 0. What an executed step's per-group
+   times add up to under the plan's E (bench/plan_vs_exec compares it with the prediction). */
+DCPDEF dcp_status dcp_plan_schedule_durations(const dcp_plan *plan, const double *group_seconds,
+                                              double *group_start, double *group_end,
+                                              dcp_error *error);
 /* Step time of the plan under any sync_ranks E (0: the plan's own; else a power of two
    dividing the plan's ranks, or the ranks), so reports can show E = 1, E = D and the chosen
    E side by side. cost NULL: the plan's own model. Allocates scratch, frees it. */
@@ -4511,11 +4519,12 @@ static void dcp__schedule_lockstep(double *finish, int32_t ranks, int32_t sync)
 /* Runs the sync model E = `sync`: before each microbatch every block of E ranks levels to its
    slowest rank, then each group starts when all its ranks are free (a group wider than E
    couples the blocks it spans). E = 1 is the DAG model; E = D is the sum over microbatches of
-   the slowest group. Fills the per-group times when the arrays are given, and the stats that
-   follow from the schedule. */
+   the slowest group. Group g lasts durations[g] when durations is given, else what the cost
+   model says. Fills the per-group times when the arrays are given, and the stats that follow
+   from the schedule. */
 static void dcp__schedule(const dcp_plan *plan, const dcp_cost_model *cost, int32_t sync,
-                          double *finish, double *group_start, double *group_end,
-                          dcp_plan_stats *stats)
+                          const double *durations, double *finish, double *group_start,
+                          double *group_end, dcp_plan_stats *stats)
 {
     int32_t k, g, r, covered = 0;
     for (r = 0; r < plan->config.ranks; r++) finish[r] = 0.0;
@@ -4526,6 +4535,7 @@ static void dcp__schedule(const dcp_plan *plan, const dcp_cost_model *cost, int3
             const dcp_group *group = &plan->groups[g];
             int64_t tokens;
             double seconds = dcp__group_seconds(plan, cost, group, &tokens), start = 0.0;
+            if (durations) seconds = durations[g]; /* measured: the model gives only tokens */
             for (r = group->first_rank; r < group->first_rank + group->cp; r++)
                 if (finish[r] > start) start = finish[r];
             for (r = group->first_rank; r < group->first_rank + group->cp; r++)
@@ -4552,7 +4562,8 @@ static double dcp__plan_step_seconds(const dcp_plan *plan, double *finish)
 {
     dcp_plan_stats stats;
     memset(&stats, 0, sizeof stats);
-    dcp__schedule(plan, &plan->config.cost, plan->config.sync_ranks, finish, NULL, NULL, &stats);
+    dcp__schedule(plan, &plan->config.cost, plan->config.sync_ranks, NULL, finish, NULL, NULL,
+                  &stats);
     return stats.step_seconds;
 }
 
@@ -6705,22 +6716,48 @@ static dcp_status dcp__simulation_setup(const dcp_plan *plan, const dcp_cost_mod
     return *finish ? DCP_OK : (error ? error->status : DCP_ERROR_OUT_OF_MEMORY);
 }
 
-DCPDEF dcp_status dcp_plan_schedule(const dcp_plan *plan, const dcp_cost_model *cost,
-                                    double *group_start, double *group_end, dcp_error *error)
+/* What dcp_plan_schedule and dcp_plan_schedule_durations share; durations NULL: the model's. */
+static dcp_status dcp__schedule_groups(const dcp_plan *plan, const dcp_cost_model *cost,
+                                       const double *durations, double *group_start,
+                                       double *group_end, dcp_error *error)
 {
     dcp_config config;
     dcp_plan_stats stats;
     double *finish;
+    int32_t g;
     dcp_status status;
     if (!group_start || !group_end)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "group_start and group_end must not be NULL");
     if ((status = dcp__simulation_setup(plan, cost, &config, &finish, error)) != DCP_OK)
         return status;
+    for (g = 0; durations && g < plan->num_groups; g++)
+        if (!dcp__is_finite(durations[g]) || durations[g] < 0.0) {
+            dcp_free(&config.allocator, finish);
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "group_seconds[%d] = %g must be finite and >= 0", (int)g,
+                                 durations[g]);
+        }
     memset(&stats, 0, sizeof stats);
-    dcp__schedule(plan, &config.cost, config.sync_ranks, finish, group_start, group_end, &stats);
+    dcp__schedule(plan, &config.cost, config.sync_ranks, durations, finish, group_start,
+                  group_end, &stats);
     dcp_free(&config.allocator, finish);
     return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_plan_schedule(const dcp_plan *plan, const dcp_cost_model *cost,
+                                    double *group_start, double *group_end, dcp_error *error)
+{
+    return dcp__schedule_groups(plan, cost, NULL, group_start, group_end, error);
+}
+
+DCPDEF dcp_status dcp_plan_schedule_durations(const dcp_plan *plan, const double *group_seconds,
+                                              double *group_start, double *group_end,
+                                              dcp_error *error)
+{
+    if (!group_seconds)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "group_seconds must not be NULL");
+    return dcp__schedule_groups(plan, NULL, group_seconds, group_start, group_end, error);
 }
 
 DCPDEF dcp_status dcp_plan_step_time(const dcp_plan *plan, const dcp_cost_model *cost,
@@ -6738,7 +6775,7 @@ DCPDEF dcp_status dcp_plan_step_time(const dcp_plan *plan, const dcp_cost_model 
     status = dcp__check_sync_ranks(sync_ranks, config.ranks, error);
     if (status == DCP_OK) {
         memset(&stats, 0, sizeof stats);
-        dcp__schedule(plan, &config.cost, sync_ranks, finish, NULL, NULL, &stats);
+        dcp__schedule(plan, &config.cost, sync_ranks, NULL, finish, NULL, NULL, &stats);
         *seconds = stats.step_seconds;
     }
     dcp_free(&config.allocator, finish);
@@ -6762,14 +6799,14 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     memset(stats, 0, sizeof *stats);
-    dcp__schedule(plan, &config.cost, config.sync_ranks, finish, NULL, NULL, stats);
+    dcp__schedule(plan, &config.cost, config.sync_ranks, NULL, finish, NULL, NULL, stats);
     stats->sync_ranks = config.sync_ranks;
     if (config.sync_ranks == 1)
         stats->dag_seconds = stats->step_seconds;
     else {
         dcp_plan_stats dag;
         memset(&dag, 0, sizeof dag);
-        dcp__schedule(plan, &config.cost, 1, finish, NULL, NULL, &dag);
+        dcp__schedule(plan, &config.cost, 1, NULL, finish, NULL, NULL, &dag);
         stats->dag_seconds = dag.step_seconds;
     }
     for (i = 0; i < plan->num_samples; i++) {
