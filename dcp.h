@@ -4359,19 +4359,23 @@ typedef enum dcp__candidate {
     DCP__CANDIDATE_COUNT
 } dcp__candidate;
 
+/* Sample s's level widened from j while that shortens its time and the time exceeds target
+   (target 0: its fastest level from j). */
+static int32_t dcp__widened_level(const dcp__batch *batch, int32_t s, int32_t j, int64_t target)
+{
+    while (j + 1 < batch->levels) {
+        int64_t now = dcp__sample_ticks(batch, s, j) + batch->ring_ticks[j];
+        int64_t wider = dcp__sample_ticks(batch, s, j + 1) + batch->ring_ticks[j + 1];
+        if (now <= target || wider >= now) break;
+        j++;
+    }
+    return j;
+}
+
 static void dcp__widen_levels(const dcp__batch *batch, int64_t target, int32_t *levels)
 {
     int32_t s;
-    for (s = 0; s < batch->count; s++) {
-        int32_t j = levels[s];
-        while (j + 1 < batch->levels) {
-            int64_t now = dcp__sample_ticks(batch, s, j) + batch->ring_ticks[j];
-            int64_t wider = dcp__sample_ticks(batch, s, j + 1) + batch->ring_ticks[j + 1];
-            if (now <= target || wider >= now) break;
-            j++;
-        }
-        levels[s] = j;
-    }
+    for (s = 0; s < batch->count; s++) levels[s] = dcp__widened_level(batch, s, levels[s], target);
 }
 
 static void dcp__candidate_levels(const dcp__batch *batch, dcp__candidate candidate,
@@ -4597,6 +4601,9 @@ static int dcp__fill_key_before(const dcp__fill_key *x, const dcp__fill_key *y)
 }
 DCP__DEFINE_SORT(dcp__fill_key_sort, dcp__fill_key, dcp__fill_key_before)
 
+/* A slack_numerator that fills a microbatch up to the memory cap alone (no time limit). */
+#define DCP__FILL_SLACK_UNLIMITED (-1)
+
 typedef struct dcp__fill {
     const dcp__batch *batch;
     int32_t ranks;
@@ -4734,7 +4741,9 @@ static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
     if (level <= f->region_level) {
         entry = dcp__fill_slowest(f, level, &at, &time);
         if (entry < 0) return;
-        time += time / f->slack_denominator * f->slack_numerator;
+        time = f->slack_numerator == DCP__FILL_SLACK_UNLIMITED
+                   ? INT64_MAX
+                   : time + time / f->slack_denominator * f->slack_numerator;
         dcp__fill_group(f, entry, at, start, time);
         dcp__fill_under(f, start, level, time, start, at);
         return;
@@ -5146,6 +5155,7 @@ typedef struct dcp__fill_variant {
     int32_t slack_numerator, slack_denominator;
 } dcp__fill_variant;
 
+
 static const dcp__fill_variant dcp__fill_variants[] = {
     {0, 1, 0, 1}, {1, 2, 1, 1}, {0, 1, 1, 2}, {1, 1, 1, 4}, {1, 2, 0, 1}, {0, 1, 1, 1},
     {1, 1, 1, 2}, {2, 1, 1, 4}, {1, 1, 0, 1}, {0, 1, 1, 4}, {1, 2, 1, 4}, {2, 1, 1, 2},
@@ -5240,6 +5250,34 @@ static void dcp__fill_candidate(dcp__fill *f, int32_t variant, int32_t region_le
     f->slack_numerator = v->slack_numerator;
     f->slack_denominator = v->slack_denominator;
     dcp__fill_run(f, levels, region_level, placements, microbatches);
+}
+
+/* The widest fill, when every sample is fastest on the widest CP size: each microbatch one
+   group of that size per aligned block, filled up to the memory cap alone. Under a barrier,
+   where width costs nothing (the L^2 model: no ring cost), a group of the whole pool costs
+   exactly the microbatch's work over D, so on a power-of-two pool the plan meets the work
+   bound, in the fewest microbatches; the fill variants' widening thresholds never widen the
+   short samples, and they fill only up to the slowest sample's time. When some sample is
+   faster narrower, width costs something and this candidate is not built (*microbatches 0). */
+static dcp_status dcp__fill_widest(const dcp__batch *batch, int32_t region_level,
+                                   int32_t *levels, dcp__placement *placements,
+                                   int32_t *microbatches, dcp_error *error)
+{
+    const int32_t top = batch->levels - 1;
+    dcp__fill fill;
+    dcp_status status;
+    int32_t s;
+    *microbatches = 0;
+    for (s = 0; s < batch->count; s++) {
+        levels[s] = dcp__widened_level(batch, s, dcp__log2_int(batch->cp_min[s]), 0);
+        if (levels[s] != top) return DCP_OK;
+    }
+    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
+    fill.slack_numerator = DCP__FILL_SLACK_UNLIMITED;
+    dcp__fill_run(&fill, levels, region_level < 0 ? fill.root_level : region_level, placements,
+                  microbatches);
+    dcp__fill_free(&fill);
+    return DCP_OK;
 }
 
 typedef struct dcp__lockstep {
@@ -6367,6 +6405,12 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
     dcp_status status;
     *best_microbatches = 0;
     *best_step = 0;
+    /* first: when it exists it is usually balanced, and the searches below then stop early */
+    status = dcp__fill_widest(batch, sync < config->ranks ? dcp__log2_int(sync) : -1, x->levels,
+                              placements, &microbatches, error);
+    if (status != DCP_OK) return status;
+    if (microbatches > 0)
+        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
     regions[1] = fill.root_level;

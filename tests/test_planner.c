@@ -702,6 +702,8 @@ static void barrier_bound_below_exhaustive_optimum(void)
     dcp_rng rng;
     int w, models;
     double bound_gap = 0.0, plan_gap = 0.0, worst_bound = 1.0, worst_plan = 1.0;
+    double model_gap[2] = {0.0, 0.0};
+    int model_count[2] = {0, 0};
     dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 4));
     for (w = 0; w < WORKLOADS; w++) {
         static const int32_t pools[3] = {2, 4, 8};
@@ -728,6 +730,8 @@ static void barrier_bound_below_exhaustive_optimum(void)
         CHECK(bound <= optimum * (1.0 + 1e-9));
         CHECK(optimum <= step * (1.0 + 1e-9));
         bound_gap += bound / optimum;
+        model_gap[models] += bound / optimum;
+        model_count[models]++;
         plan_gap += optimum / step;
         if (bound / optimum < worst_bound) worst_bound = bound / optimum;
         if (optimum / step < worst_plan) worst_plan = optimum / step;
@@ -736,6 +740,43 @@ static void barrier_bound_below_exhaustive_optimum(void)
     printf("    %d tiny batches, E = D: bound / optimum mean %.3f (worst %.3f), optimum / planner "
            "mean %.3f (worst %.3f)\n",
            WORKLOADS, bound_gap / WORKLOADS, worst_bound, plan_gap / WORKLOADS, worst_plan);
+    printf("    bound / optimum mean: default model %.3f (%d batches), L^2 model %.3f (%d)\n",
+           model_gap[0] / (model_count[0] ? model_count[0] : 1), model_count[0],
+           model_gap[1] / (model_count[1] ? model_count[1] : 1), model_count[1]);
+}
+
+/* Under E = D and the L^2 model (no ring cost) on a power-of-two pool, a group of all D ranks
+   per microbatch costs exactly the microbatch's work over D, so the optimum is the work bound
+   and the planner must reach it (the widest fill candidate), on random batches of every
+   shape: lengths up to the pool's capacity, memory caps from tight to loose. */
+static void barrier_plan_meets_work_bound_when_width_is_free(void)
+{
+    enum { WORKLOADS = 200, MOST = 300 };
+    dcp_rng rng;
+    int64_t lengths[MOST];
+    int w;
+    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 5));
+    for (w = 0; w < WORKLOADS; w++) {
+        int32_t ranks = 1 << dcp_rng_below(&rng, 7), count, i;
+        dcp_config c = make_config(ranks, 16 + (int64_t)dcp_rng_below(&rng, 4096));
+        dcp_plan *plan;
+        dcp_plan_stats stats;
+        c.cost.attn_coeff = 1.0;
+        count = 1 + (int32_t)dcp_rng_below(&rng, MOST);
+        for (i = 0; i < count; i++) /* padded to 2D, at most D M: fits the pool */
+            lengths[i] = 1 + (int64_t)dcp_rng_below(
+                                 &rng, (uint64_t)(ranks * c.max_tokens_per_rank - 2 * ranks));
+        plan = plan_or_null(&c, lengths, count);
+        CHECK(plan != NULL);
+        if (!plan) continue;
+        CHECK_EQ(dcp_plan_simulate(plan, NULL, &stats, NULL), DCP_OK);
+        CHECK(stats.step_seconds <= stats.lower_bound_seconds * (1.0 + 1e-9));
+        if (stats.step_seconds > stats.lower_bound_seconds * (1.0 + 1e-9))
+            printf("    D %d, M %lld, %d samples: step %.9g, bound %.9g\n", (int)ranks,
+                   (long long)c.max_tokens_per_rank, (int)count, stats.step_seconds,
+                   stats.lower_bound_seconds);
+        dcp_plan_destroy(plan);
+    }
 }
 
 /* The local search only keeps improvements: for every candidate tree, the largest path sum
@@ -1154,6 +1195,8 @@ int main(int argc, char **argv)
         {"sync_ranks_validation", sync_ranks_validation},
         {"lower_bounds_by_hand", lower_bounds_by_hand},
         {"barrier_bound_below_exhaustive_optimum", barrier_bound_below_exhaustive_optimum},
+        {"barrier_plan_meets_work_bound_when_width_is_free",
+         barrier_plan_meets_work_bound_when_width_is_free},
         {"validator_catches_every_broken_invariant", validator_catches_every_broken_invariant},
         {"bad_input_is_an_error_naming_it", bad_input_is_an_error_naming_it},
         {"sums_beyond_32_bits", sums_beyond_32_bits},
