@@ -5293,8 +5293,7 @@ static dcp_status dcp__fill_widest(const dcp__batch *batch, int32_t region_level
    the smallest group until no rank is idle). It packs microbatches up to the memory floor
    where the fills stop at the slowest sample's time: on the bench's seed-lognormal and
    qwen-longtail batches (default model, E = D) Megatron's plans beat ours by 1.2% and 0.7%
-   before it. O(K N (groups + levels)): for pools that are a power of two (any group sizes that
-   sum to at most the pool lay out aligned) and batches up to DCP__PACKING_MAX_SAMPLES. */
+   before it. O(K N (groups + levels)): for batches up to DCP__PACKING_MAX_SAMPLES. */
 #define DCP__PACKING_CAP_SLACK 0.05 /* Megatron's _DYNAMIC_CP_WORKLOAD_CAP_DELTA */
 #define DCP__PACKING_MAX_SAMPLES 1024
 
@@ -5421,9 +5420,10 @@ static void dcp__packing_widen(dcp__packing *p)
     }
 }
 
-/* The microbatch's placements: groups laid out widest first from rank 0 (aligned, since the
-   sizes are powers of two summing to at most the pool, itself a power of two), each group's
-   samples in placement order. */
+/* The microbatch's placements: groups laid out widest first from rank 0, each group's samples
+   in placement order. Aligned and inside the pool on any D: every start is a sum of sizes at
+   least as large, powers of two, so a multiple of the group's size, and the sizes sum to at
+   most D. */
 static void dcp__packing_emit(dcp__packing *p, int32_t microbatch, dcp__placement *placements)
 {
     const dcp__batch *batch = p->batch;
@@ -6670,8 +6670,7 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
         *best_microbatches =
             dcp__unload_best(batch, x->best, *best_microbatches, placements, &x->step);
         *best_step = dcp__placement_step_ticks(batch, x->best, *best_microbatches, &x->step);
-        if (dcp_is_pow2(config->ranks) && batch->count <= DCP__PACKING_MAX_SAMPLES &&
-            !dcp__sync_balanced(batch, *best_step))
+        if (batch->count <= DCP__PACKING_MAX_SAMPLES && !dcp__sync_balanced(batch, *best_step))
             status = dcp__packing_candidate(batch, placements, x, best_microbatches, best_step,
                                             error);
     } else if (status == DCP_OK) {
