@@ -5233,6 +5233,14 @@ static int dcp__sync_balanced(const dcp__batch *batch, int64_t step_ticks)
            DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
 }
 
+/* A step at the lower bound (to the ticks' rounding) is optimal: nothing can improve it. */
+#define DCP__BOUND_MET_EFFICIENCY (1.0 - 1e-9)
+static int dcp__sync_bound_met(const dcp__batch *batch, int64_t step_ticks)
+{
+    return batch->sync_bound >=
+           DCP__BOUND_MET_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
+}
+
 /* One fill-to-the-top candidate's placements. The sort is kept while the levels repeat. */
 static void dcp__fill_candidate(dcp__fill *f, int32_t variant, int32_t region_level,
                                 int32_t *levels, dcp__placement *placements,
@@ -6667,8 +6675,9 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
             dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }
     if (status == DCP_OK && sync == config->ranks) {
-        *best_microbatches =
-            dcp__unload_best(batch, x->best, *best_microbatches, placements, &x->step);
+        if (!dcp__sync_bound_met(batch, *best_step)) /* the widest fill often is */
+            *best_microbatches =
+                dcp__unload_best(batch, x->best, *best_microbatches, placements, &x->step);
         *best_step = dcp__placement_step_ticks(batch, x->best, *best_microbatches, &x->step);
         if (batch->count <= DCP__PACKING_MAX_SAMPLES && !dcp__sync_balanced(batch, *best_step))
             status = dcp__packing_candidate(batch, placements, x, best_microbatches, best_step,
