@@ -5363,9 +5363,11 @@ static void dcp__packing_put(dcp__packing *p, int32_t s, int32_t g, int32_t leve
 }
 
 /* Where sample s lowers the microbatch's slowest rank most, within cap: 1 and placed, or 0.
-   Candidates in Megatron's order (CP size ascending; per size the open groups in opening
-   order, then a new group), the first of the lowest kept: one pass over the groups finds each
-   level's first lowest open group, so a sample costs O(groups + levels). */
+   Candidates in Megatron's order, CP size ascending, per size the least loaded open group with
+   room, then a new group; the first of the lowest kept. (Megatron takes, per size, the first
+   open group in opening order that gives the lowest maximum: the same group unless several
+   stay under the microbatch's current maximum, where the least loaded one keeps more room.)
+   One pass over the groups finds each level's least loaded: O(groups + levels) a sample. */
 static int dcp__packing_place(dcp__packing *p, int32_t s, int64_t cap)
 {
     const dcp__batch *batch = p->batch;
@@ -5453,20 +5455,52 @@ static void dcp__packing_emit(dcp__packing *p, int32_t microbatch, dcp__placemen
     }
 }
 
-static dcp_status dcp__plan_packing(const dcp__batch *batch, dcp__placement *placements,
-                                    int32_t *microbatches, dcp_error *error)
+/* Megatron's cap on a microbatch's slowest rank (1 + its slack) times the per-rank time of M
+   tokens of samples no longer than the longest left, L: attention at most a L M (each sample's
+   a l^2 / c is a l times its l / c tokens), linear b M, plus the widest group's ring. */
+static int64_t dcp__packing_cap(const dcp__batch *batch, int64_t longest)
 {
     const dcp_config *config = batch->config;
     const double capacity = (double)config->max_tokens_per_rank;
+    double seconds = (1.0 + DCP__PACKING_CAP_SLACK) *
+                     (config->cost.attn_coeff * (double)longest * capacity +
+                      config->cost.linear_coeff * capacity);
+    return dcp__to_ticks(seconds, 1.0 / batch->tick_seconds) +
+           batch->ring_ticks[batch->levels - 1];
+}
+
+/* One microbatch from the queue's first `left` samples; the ones that wait stay at the front
+   of the queue in order. Returns how many wait. */
+static int32_t dcp__packing_microbatch(dcp__packing *p, int32_t left, int32_t microbatch,
+                                       dcp__placement *placements)
+{
+    const dcp__batch *batch = p->batch;
+    int64_t cap = dcp__packing_cap(batch, batch->lengths[p->queue[0]]);
+    int32_t waiting = 0, i;
+    p->groups = p->placed_count = 0;
+    p->free_ranks = batch->config->ranks;
+    p->slowest = 0;
+    dcp__packing_put(p, p->queue[0], 0, dcp__log2_int(batch->cp_min[p->queue[0]]));
+    for (i = 1; i < left; i++)
+        if (!dcp__packing_place(p, p->queue[i], cap)) p->queue[waiting++] = p->queue[i];
+    dcp__packing_widen(p);
+    dcp__packing_emit(p, microbatch, placements);
+    return waiting;
+}
+
+static dcp_status dcp__plan_packing(const dcp__batch *batch, dcp__placement *placements,
+                                    int32_t *microbatches, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
     dcp__keyed *keyed;
     dcp__packing p;
     int32_t left = batch->count, i;
     *microbatches = 0;
-    keyed = (dcp__keyed *)dcp__alloc_array(&config->allocator, 2 * (size_t)batch->count,
-                                           sizeof *keyed, "packing order", error);
+    keyed = (dcp__keyed *)dcp__alloc_array(a, 2 * (size_t)batch->count, sizeof *keyed,
+                                           "packing order", error);
     if (!dcp__packing_init(batch, &p, error) || !keyed) {
-        dcp_free(&config->allocator, keyed);
-        dcp__packing_free(&config->allocator, &p);
+        dcp_free(a, keyed);
+        dcp__packing_free(a, &p);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     for (i = 0; i < batch->count; i++) {
@@ -5475,27 +5509,9 @@ static dcp_status dcp__plan_packing(const dcp__batch *batch, dcp__placement *pla
     }
     dcp__keyed_sort(keyed, keyed + batch->count, batch->count); /* longest first */
     for (i = 0; i < batch->count; i++) p.queue[i] = keyed[i].id;
-    dcp_free(&config->allocator, keyed);
-    while (left > 0) {
-        double tallest = (double)batch->lengths[p.queue[0]];
-        int64_t cap = dcp__to_ticks((1.0 + DCP__PACKING_CAP_SLACK) *
-                                        (config->cost.attn_coeff * tallest * capacity +
-                                         config->cost.linear_coeff * capacity),
-                                    1.0 / batch->tick_seconds) +
-                      batch->ring_ticks[batch->levels - 1];
-        int32_t waiting = 0;
-        p.groups = p.placed_count = 0;
-        p.free_ranks = config->ranks;
-        p.slowest = 0;
-        dcp__packing_put(&p, p.queue[0], 0, dcp__log2_int(batch->cp_min[p.queue[0]]));
-        for (i = 1; i < left; i++)
-            if (!dcp__packing_place(&p, p.queue[i], cap)) p.queue[waiting++] = p.queue[i];
-        dcp__packing_widen(&p);
-        dcp__packing_emit(&p, *microbatches, placements);
-        (*microbatches)++;
-        left = waiting;
-    }
-    dcp__packing_free(&config->allocator, &p);
+    dcp_free(a, keyed);
+    while (left > 0) left = dcp__packing_microbatch(&p, left, (*microbatches)++, placements);
+    dcp__packing_free(a, &p);
     return DCP_OK;
 }
 
@@ -6609,25 +6625,19 @@ static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *place
 #define DCP__TREE_CANDIDATE_SAMPLES_BARRIER 4096
 /* The lockstep search under the batch's E: leaves its best placements in x->best, their
    microbatch count and step in ticks under E in *best_microbatches and *best_step. */
-/* The packing-aware plan, unloaded like the best of the other candidates, against that one
-   unloaded: each reaches its own local optimum, so they are compared after unloading. */
+/* The packing-aware plan, unloaded (one order of the passes: both cost twice as much for the
+   same plans on the bench's batches), against the unloaded best of the other candidates: each
+   reaches its own local optimum, so they are compared after unloading. */
 static dcp_status dcp__packing_candidate(const dcp__batch *batch, dcp__placement *placements,
                                          dcp__lockstep *x, int32_t *best_microbatches,
                                          int64_t *best_step, dcp_error *error)
 {
-    const dcp_allocator *a = &batch->config->allocator;
-    dcp__placement *scratch = (dcp__placement *)dcp__alloc_array(
-        a, (size_t)batch->count, sizeof *scratch, "packing candidate", error);
     int32_t microbatches;
-    dcp_status status;
-    if (!scratch) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    status = dcp__plan_packing(batch, placements, &microbatches, error);
-    if (status == DCP_OK) {
-        microbatches = dcp__unload(batch, placements, microbatches);
-        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-    }
-    dcp_free(a, scratch);
-    return status;
+    dcp_status status = dcp__plan_packing(batch, placements, &microbatches, error);
+    if (status != DCP_OK) return status;
+    microbatches = dcp__unload(batch, placements, microbatches);
+    dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+    return DCP_OK;
 }
 
 static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *placements,
