@@ -4364,19 +4364,23 @@ typedef enum dcp__candidate {
     DCP__CANDIDATE_COUNT
 } dcp__candidate;
 
+/* Sample s's level widened from j while that shortens its time and the time exceeds target
+   (target 0: its fastest level from j). */
+static int32_t dcp__widened_level(const dcp__batch *batch, int32_t s, int32_t j, int64_t target)
+{
+    while (j + 1 < batch->levels) {
+        int64_t now = dcp__sample_ticks(batch, s, j) + batch->ring_ticks[j];
+        int64_t wider = dcp__sample_ticks(batch, s, j + 1) + batch->ring_ticks[j + 1];
+        if (now <= target || wider >= now) break;
+        j++;
+    }
+    return j;
+}
+
 static void dcp__widen_levels(const dcp__batch *batch, int64_t target, int32_t *levels)
 {
     int32_t s;
-    for (s = 0; s < batch->count; s++) {
-        int32_t j = levels[s];
-        while (j + 1 < batch->levels) {
-            int64_t now = dcp__sample_ticks(batch, s, j) + batch->ring_ticks[j];
-            int64_t wider = dcp__sample_ticks(batch, s, j + 1) + batch->ring_ticks[j + 1];
-            if (now <= target || wider >= now) break;
-            j++;
-        }
-        levels[s] = j;
-    }
+    for (s = 0; s < batch->count; s++) levels[s] = dcp__widened_level(batch, s, levels[s], target);
 }
 
 static void dcp__candidate_levels(const dcp__batch *batch, dcp__candidate candidate,
@@ -4605,6 +4609,9 @@ static int dcp__fill_key_before(const dcp__fill_key *x, const dcp__fill_key *y)
 }
 DCP__DEFINE_SORT(dcp__fill_key_sort, dcp__fill_key, dcp__fill_key_before)
 
+/* A slack_numerator that fills a microbatch up to the memory cap alone (no time limit). */
+#define DCP__FILL_SLACK_UNLIMITED (-1)
+
 typedef struct dcp__fill {
     const dcp__batch *batch;
     int32_t ranks;
@@ -4742,7 +4749,9 @@ static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
     if (level <= f->region_level) {
         entry = dcp__fill_slowest(f, level, &at, &time);
         if (entry < 0) return;
-        time += time / f->slack_denominator * f->slack_numerator;
+        time = f->slack_numerator == DCP__FILL_SLACK_UNLIMITED
+                   ? INT64_MAX
+                   : time + time / f->slack_denominator * f->slack_numerator;
         dcp__fill_group(f, entry, at, start, time);
         dcp__fill_under(f, start, level, time, start, at);
         return;
@@ -5154,6 +5163,7 @@ typedef struct dcp__fill_variant {
     int32_t slack_numerator, slack_denominator;
 } dcp__fill_variant;
 
+
 static const dcp__fill_variant dcp__fill_variants[] = {
     {0, 1, 0, 1}, {1, 2, 1, 1}, {0, 1, 1, 2}, {1, 1, 1, 4}, {1, 2, 0, 1}, {0, 1, 1, 1},
     {1, 1, 1, 2}, {2, 1, 1, 4}, {1, 1, 0, 1}, {0, 1, 1, 4}, {1, 2, 1, 4}, {2, 1, 1, 2},
@@ -5231,6 +5241,14 @@ static int dcp__sync_balanced(const dcp__batch *batch, int64_t step_ticks)
            DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
 }
 
+/* A step at the lower bound (to the ticks' rounding) is optimal: nothing can improve it. */
+#define DCP__BOUND_MET_EFFICIENCY (1.0 - 1e-9)
+static int dcp__sync_bound_met(const dcp__batch *batch, int64_t step_ticks)
+{
+    return batch->sync_bound >=
+           DCP__BOUND_MET_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
+}
+
 /* One fill-to-the-top candidate's placements. The sort is kept while the levels repeat. */
 static void dcp__fill_candidate(dcp__fill *f, int32_t variant, int32_t region_level,
                                 int32_t *levels, dcp__placement *placements,
@@ -5248,6 +5266,261 @@ static void dcp__fill_candidate(dcp__fill *f, int32_t variant, int32_t region_le
     f->slack_numerator = v->slack_numerator;
     f->slack_denominator = v->slack_denominator;
     dcp__fill_run(f, levels, region_level, placements, microbatches);
+}
+
+/* The widest fill, when every sample is fastest on the widest CP size: each microbatch one
+   group of that size per aligned block, filled up to the memory cap alone. Under a barrier,
+   where width costs nothing (the L^2 model: no ring cost), a group of the whole pool costs
+   exactly the microbatch's work over D, so on a power-of-two pool the plan meets the work
+   bound, in the fewest microbatches; the fill variants' widening thresholds never widen the
+   short samples, and they fill only up to the slowest sample's time. When some sample is
+   faster narrower, width costs something and this candidate is not built (*microbatches 0). */
+static dcp_status dcp__fill_widest(const dcp__batch *batch, int32_t region_level,
+                                   int32_t *levels, dcp__placement *placements,
+                                   int32_t *microbatches, dcp_error *error)
+{
+    const int32_t top = batch->levels - 1;
+    dcp__fill fill;
+    dcp_status status;
+    int32_t s;
+    *microbatches = 0;
+    for (s = 0; s < batch->count; s++) {
+        levels[s] = dcp__widened_level(batch, s, dcp__log2_int(batch->cp_min[s]), 0);
+        if (levels[s] != top) return DCP_OK;
+    }
+    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
+    fill.slack_numerator = DCP__FILL_SLACK_UNLIMITED;
+    dcp__fill_run(&fill, levels, region_level < 0 ? fill.root_level : region_level, placements,
+                  microbatches);
+    dcp__fill_free(&fill);
+    return DCP_OK;
+}
+
+/* -------------------------------------------- lockstep candidate: packing-aware microbatches
+   Megatron-LM's dynamic-CP scheduler (next_hdp_group_packing_aware, NVIDIA/Megatron-LM dev
+   branch; bench/megatron_baseline.py reimplements it as it is) builds one microbatch at a time:
+   the longest sample left opens a group at its minimum CP size; every other sample, longest
+   first, goes where the microbatch's slowest rank ends lowest: into an open group of a CP size
+   at least its minimum with room, or onto free ranks as a new group (so a short sample may be
+   widened when that lowers the maximum); one that would push the maximum past a cap waits for
+   the next microbatch. This version uses the model's costs (ticks, a ring per group) instead of
+   L^2 / c; its cap is the per-rank time of M tokens of samples no longer than the longest left;
+   and it spends idle ranks widening the slowest group while that shortens it (Megatron widens
+   the smallest group until no rank is idle). It packs microbatches up to the memory floor
+   where the fills stop at the slowest sample's time: on the bench's seed-lognormal and
+   qwen-longtail batches (default model, E = D) Megatron's plans beat ours by 1.2% and 0.7%
+   before it. O(K N (groups + levels)): for batches up to DCP__PACKING_MAX_SAMPLES. */
+#define DCP__PACKING_CAP_SLACK 0.05 /* Megatron's _DYNAMIC_CP_WORKLOAD_CAP_DELTA */
+#define DCP__PACKING_MAX_SAMPLES 1024
+
+typedef struct dcp__packing {
+    const dcp__batch *batch;
+    int32_t *queue;    /* [count] samples left, longest first */
+    int32_t *group_of; /* [count] each sample's group in its microbatch */
+    int32_t *placed;   /* [count] the microbatch's samples, in placement order */
+    int32_t *level;    /* [ranks] per open group */
+    int64_t *load;     /* [ranks] per open group: per-rank ticks, its ring included */
+    int64_t *used;     /* [ranks] per open group: padded tokens per rank */
+    int32_t *first;    /* [ranks] per open group: its first rank, once laid out */
+    int32_t *members;  /* [ranks] per open group: samples given their order so far */
+    int32_t groups, free_ranks, placed_count;
+    int64_t slowest;
+} dcp__packing;
+
+static void dcp__packing_free(const dcp_allocator *a, dcp__packing *p)
+{
+    void *list[] = {p->queue, p->group_of, p->placed, p->level, p->load, p->used, p->first,
+                    p->members};
+    dcp__free_list(a, list, DCP__COUNT(list));
+}
+
+static int dcp__packing_init(const dcp__batch *batch, dcp__packing *p, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    size_t count = (size_t)batch->count, ranks = (size_t)batch->config->ranks;
+    memset(p, 0, sizeof *p);
+    p->batch = batch;
+    p->queue = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "packing", error);
+    p->group_of = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "packing", error);
+    p->placed = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "packing", error);
+    p->level = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "packing", error);
+    p->load = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "packing", error);
+    p->used = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "packing", error);
+    p->first = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "packing", error);
+    p->members = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "packing", error);
+    return p->queue && p->group_of && p->placed && p->level && p->load && p->used && p->first &&
+           p->members;
+}
+
+/* Puts sample s in group g (g == groups: a new group at `level`). */
+static void dcp__packing_put(dcp__packing *p, int32_t s, int32_t g, int32_t level)
+{
+    const dcp__batch *batch = p->batch;
+    if (g == p->groups) {
+        p->groups++;
+        p->level[g] = level;
+        p->load[g] = batch->ring_ticks[level];
+        p->used[g] = 0;
+        p->free_ranks -= (int32_t)1 << level;
+    }
+    p->load[g] += dcp__sample_ticks(batch, s, p->level[g]);
+    p->used[g] += dcp__sample_tokens(batch, s, p->level[g]);
+    if (p->load[g] > p->slowest) p->slowest = p->load[g];
+    p->group_of[s] = g;
+    p->placed[p->placed_count++] = s;
+}
+
+/* Where sample s lowers the microbatch's slowest rank most, within cap: 1 and placed, or 0.
+   Candidates in Megatron's order, CP size ascending, per size the least loaded open group with
+   room, then a new group; the first of the lowest kept. (Megatron takes, per size, the first
+   open group in opening order that gives the lowest maximum: the same group unless several
+   stay under the microbatch's current maximum, where the least loaded one keeps more room.)
+   One pass over the groups finds each level's least loaded: O(groups + levels) a sample. */
+static int dcp__packing_place(dcp__packing *p, int32_t s, int64_t cap)
+{
+    const dcp__batch *batch = p->batch;
+    const int64_t capacity = batch->config->max_tokens_per_rank;
+    const int32_t lowest = dcp__log2_int(batch->cp_min[s]);
+    int32_t j, g, best_group = -1, best_level = 0, level_group[DCP_CP_LEVELS];
+    int64_t best = 0, level_load[DCP_CP_LEVELS];
+    for (j = lowest; j < batch->levels; j++) level_group[j] = -1;
+    for (g = 0; g < p->groups; g++) {
+        j = p->level[g];
+        if (j < lowest || p->used[g] + dcp__sample_tokens(batch, s, j) > capacity) continue;
+        if (level_group[j] < 0 || p->load[g] < level_load[j]) {
+            level_group[j] = g;
+            level_load[j] = p->load[g];
+        }
+    }
+    for (j = lowest; j < batch->levels; j++) {
+        int64_t work = dcp__sample_ticks(batch, s, j), projected;
+        int32_t option;
+        for (option = 0; option < 2; option++) { /* the level's open group, then a new one */
+            if (option == 0 ? level_group[j] < 0 : p->free_ranks < ((int32_t)1 << j)) continue;
+            projected = (option == 0 ? level_load[j] : batch->ring_ticks[j]) + work;
+            if (projected < p->slowest) projected = p->slowest;
+            if (projected <= cap && (best_group < 0 || projected < best)) {
+                best = projected;
+                best_group = option == 0 ? level_group[j] : p->groups;
+                best_level = j;
+            }
+        }
+    }
+    if (best_group < 0) return 0;
+    dcp__packing_put(p, s, best_group, best_level);
+    return 1;
+}
+
+/* Spends idle ranks doubling the slowest group while that shortens it and fits M. */
+static void dcp__packing_widen(dcp__packing *p)
+{
+    const dcp__batch *batch = p->batch;
+    for (;;) {
+        int32_t g, slowest = 0, i;
+        int64_t load, used = 0;
+        for (g = 1; g < p->groups; g++)
+            if (p->load[g] > p->load[slowest]) slowest = g;
+        if (p->level[slowest] + 1 >= batch->levels ||
+            p->free_ranks < ((int32_t)1 << p->level[slowest]))
+            return;
+        load = batch->ring_ticks[p->level[slowest] + 1];
+        for (i = 0; i < p->placed_count; i++) {
+            int32_t s = p->placed[i];
+            if (p->group_of[s] != slowest) continue;
+            load += dcp__sample_ticks(batch, s, p->level[slowest] + 1);
+            used += dcp__sample_tokens(batch, s, p->level[slowest] + 1);
+        }
+        if (load >= p->load[slowest] || used > batch->config->max_tokens_per_rank) return;
+        p->free_ranks -= (int32_t)1 << p->level[slowest];
+        p->level[slowest]++;
+        p->load[slowest] = load;
+        p->used[slowest] = used;
+    }
+}
+
+/* The microbatch's placements: groups laid out widest first from rank 0, each group's samples
+   in placement order. Aligned and inside the pool on any D: every start is a sum of sizes at
+   least as large, powers of two, so a multiple of the group's size, and the sizes sum to at
+   most D. */
+static void dcp__packing_emit(dcp__packing *p, int32_t microbatch, dcp__placement *placements)
+{
+    const dcp__batch *batch = p->batch;
+    int32_t first = 0, j, g, i;
+    for (j = batch->levels - 1; j >= 0; j--)
+        for (g = 0; g < p->groups; g++)
+            if (p->level[g] == j) {
+                p->first[g] = first;
+                p->members[g] = 0;
+                first += (int32_t)1 << j;
+            }
+    for (i = 0; i < p->placed_count; i++) {
+        int32_t s = p->placed[i], group = p->group_of[s];
+        placements[s].microbatch = microbatch;
+        placements[s].first_rank = p->first[group];
+        placements[s].cp = (int32_t)1 << p->level[group];
+        placements[s].order = p->members[group]++;
+        placements[s].sample = s;
+    }
+}
+
+/* Megatron's cap on a microbatch's slowest rank (1 + its slack) times the per-rank time of M
+   tokens of samples no longer than the longest left, L: attention at most a L M (each sample's
+   a l^2 / c is a l times its l / c tokens), linear b M, plus the widest group's ring. */
+static int64_t dcp__packing_cap(const dcp__batch *batch, int64_t longest)
+{
+    const dcp_config *config = batch->config;
+    const double capacity = (double)config->max_tokens_per_rank;
+    double seconds = (1.0 + DCP__PACKING_CAP_SLACK) *
+                     (config->cost.attn_coeff * (double)longest * capacity +
+                      config->cost.linear_coeff * capacity);
+    return dcp__to_ticks(seconds, 1.0 / batch->tick_seconds) +
+           batch->ring_ticks[batch->levels - 1];
+}
+
+/* One microbatch from the queue's first `left` samples; the ones that wait stay at the front
+   of the queue in order. Returns how many wait. */
+static int32_t dcp__packing_microbatch(dcp__packing *p, int32_t left, int32_t microbatch,
+                                       dcp__placement *placements)
+{
+    const dcp__batch *batch = p->batch;
+    int64_t cap = dcp__packing_cap(batch, batch->lengths[p->queue[0]]);
+    int32_t waiting = 0, i;
+    p->groups = p->placed_count = 0;
+    p->free_ranks = batch->config->ranks;
+    p->slowest = 0;
+    dcp__packing_put(p, p->queue[0], 0, dcp__log2_int(batch->cp_min[p->queue[0]]));
+    for (i = 1; i < left; i++)
+        if (!dcp__packing_place(p, p->queue[i], cap)) p->queue[waiting++] = p->queue[i];
+    dcp__packing_widen(p);
+    dcp__packing_emit(p, microbatch, placements);
+    return waiting;
+}
+
+static dcp_status dcp__plan_packing(const dcp__batch *batch, dcp__placement *placements,
+                                    int32_t *microbatches, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    dcp__keyed *keyed;
+    dcp__packing p;
+    int32_t left = batch->count, i;
+    *microbatches = 0;
+    keyed = (dcp__keyed *)dcp__alloc_array(a, 2 * (size_t)batch->count, sizeof *keyed,
+                                           "packing order", error);
+    if (!dcp__packing_init(batch, &p, error) || !keyed) {
+        dcp_free(a, keyed);
+        dcp__packing_free(a, &p);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    for (i = 0; i < batch->count; i++) {
+        keyed[i].key = batch->lengths[i];
+        keyed[i].id = i;
+    }
+    dcp__keyed_sort(keyed, keyed + batch->count, batch->count); /* longest first */
+    for (i = 0; i < batch->count; i++) p.queue[i] = keyed[i].id;
+    dcp_free(a, keyed);
+    while (left > 0) left = dcp__packing_microbatch(&p, left, (*microbatches)++, placements);
+    dcp__packing_free(a, &p);
+    return DCP_OK;
 }
 
 typedef struct dcp__lockstep {
@@ -6360,6 +6633,21 @@ static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *place
 #define DCP__TREE_CANDIDATE_SAMPLES_BARRIER 4096
 /* The lockstep search under the batch's E: leaves its best placements in x->best, their
    microbatch count and step in ticks under E in *best_microbatches and *best_step. */
+/* The packing-aware plan, unloaded (one order of the passes: both cost twice as much for the
+   same plans on the bench's batches), against the unloaded best of the other candidates: each
+   reaches its own local optimum, so they are compared after unloading. */
+static dcp_status dcp__packing_candidate(const dcp__batch *batch, dcp__placement *placements,
+                                         dcp__lockstep *x, int32_t *best_microbatches,
+                                         int64_t *best_step, dcp_error *error)
+{
+    int32_t microbatches;
+    dcp_status status = dcp__plan_packing(batch, placements, &microbatches, error);
+    if (status != DCP_OK) return status;
+    microbatches = dcp__unload(batch, placements, microbatches);
+    dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+    return DCP_OK;
+}
+
 static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *placements,
                                        dcp__lockstep *x, int32_t *best_microbatches,
                                        int64_t *best_step, dcp_error *error)
@@ -6375,6 +6663,12 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
     dcp_status status;
     *best_microbatches = 0;
     *best_step = 0;
+    /* first: when it exists it is usually balanced, and the searches below then stop early */
+    status = dcp__fill_widest(batch, sync < config->ranks ? dcp__log2_int(sync) : -1, x->levels,
+                              placements, &microbatches, error);
+    if (status != DCP_OK) return status;
+    if (microbatches > 0)
+        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
     regions[1] = fill.root_level;
@@ -6399,9 +6693,13 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
             dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }
     if (status == DCP_OK && sync == config->ranks) {
-        *best_microbatches =
-            dcp__unload_best(batch, x->best, *best_microbatches, placements, &x->step);
+        if (!dcp__sync_bound_met(batch, *best_step)) /* the widest fill often is */
+            *best_microbatches =
+                dcp__unload_best(batch, x->best, *best_microbatches, placements, &x->step);
         *best_step = dcp__placement_step_ticks(batch, x->best, *best_microbatches, &x->step);
+        if (batch->count <= DCP__PACKING_MAX_SAMPLES && !dcp__sync_balanced(batch, *best_step))
+            status = dcp__packing_candidate(batch, placements, x, best_microbatches, best_step,
+                                            error);
     } else if (status == DCP_OK) {
         /* the pool-wide unloading of the best plan is a candidate under E < D too */
         memcpy(placements, x->best, (size_t)batch->count * sizeof *placements);

@@ -5,8 +5,11 @@
    models) and E = 8 on the 64-rank workload (blocks of 8 ranks in lockstep). Then the scaling
    sweep: plan time of the planner and both baselines against samples per rank and ranks.
 
-   Usage: build/plan_bench [--quick] [--repeat N]
-   --quick skips the sweep points above 100,000 samples. */
+   Usage: build/plan_bench [--quick] [--repeat N] [--dump-lengths DIR]
+   --quick skips the sweep points above 100,000 samples. --dump-lengths writes each workload's
+   sample lengths to DIR/NAME.txt (one a line) and DIR/workloads.txt (one line per workload:
+   name, samples, ranks D, max tokens per rank M, file), and exits: the inputs of
+   bench/megatron_baseline.py, which plans the same batches with Megatron-LM's scheduler. */
 #define _POSIX_C_SOURCE 199309L
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
@@ -268,6 +271,44 @@ static int scaling_table(int quick)
     return 0;
 }
 
+/* The workload table's lengths, for other planners to run on the same batches (see Usage). */
+static int dump_lengths(const char *dir)
+{
+    char path[4096];
+    FILE *index;
+    size_t w;
+    snprintf(path, sizeof path, "%s/workloads.txt", dir);
+    if (!(index = fopen(path, "w"))) {
+        perror(path);
+        return 1;
+    }
+    for (w = 0; w < sizeof workloads / sizeof workloads[0]; w++) {
+        const workload *wl = &workloads[w];
+        int64_t *lengths = (int64_t *)malloc((size_t)wl->count * sizeof *lengths);
+        FILE *out;
+        int32_t i;
+        if (!lengths || !make_lengths(wl, lengths)) {
+            fclose(index);
+            free(lengths);
+            return 1;
+        }
+        snprintf(path, sizeof path, "%s/%s.txt", dir, wl->name);
+        if (!(out = fopen(path, "w"))) {
+            perror(path);
+            fclose(index);
+            free(lengths);
+            return 1;
+        }
+        for (i = 0; i < wl->count; i++) fprintf(out, "%lld\n", (long long)lengths[i]);
+        fclose(out);
+        fprintf(index, "%s %d %d %lld %s.txt\n", wl->name, (int)wl->count, (int)wl->ranks,
+                (long long)wl->max_tokens_per_rank, wl->name);
+        free(lengths);
+    }
+    fclose(index);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int quick = 0, repeat = 5, failures = 0, i, count_d = 0, count_1 = 0;
@@ -277,8 +318,10 @@ int main(int argc, char **argv)
             quick = 1;
         else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
             repeat = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--dump-lengths") == 0 && i + 1 < argc)
+            return dump_lengths(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--quick] [--repeat N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--repeat N] [--dump-lengths DIR]\n", argv[0]);
             return 2;
         }
     }

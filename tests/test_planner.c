@@ -621,7 +621,15 @@ static void giant_pair_is_not_over_widened(void)
         CHECK(split_step >= step * (1.0 - 1e-12));
         dcp_plan_destroy(split);
     }
-    CHECK(pairs > 0); /* some pair could be split at all */
+    { /* the case itself: the giants do not share a group (one of 32 ranks was 0.9% slower) */
+        int32_t k0, g0, k1, g1;
+        CHECK_EQ(dcp_plan_sample_location(plan, 0, &k0, &g0, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_sample_location(plan, 97, &k1, &g1, NULL), DCP_OK);
+        CHECK(k0 != k1 || g0 != g1);
+    }
+    /* pairs may all be too big for their halves (the packing-aware candidate's plan): the
+       split check above then has nothing to split */
+    printf("    %d splittable pairs checked\n", (int)pairs);
     dcp_plan_destroy(plan);
 }
 
@@ -702,6 +710,8 @@ static void barrier_bound_below_exhaustive_optimum(void)
     dcp_rng rng;
     int w, models;
     double bound_gap = 0.0, plan_gap = 0.0, worst_bound = 1.0, worst_plan = 1.0;
+    double model_gap[2] = {0.0, 0.0};
+    int model_count[2] = {0, 0};
     dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 4));
     for (w = 0; w < WORKLOADS; w++) {
         static const int32_t pools[3] = {2, 4, 8};
@@ -728,6 +738,8 @@ static void barrier_bound_below_exhaustive_optimum(void)
         CHECK(bound <= optimum * (1.0 + 1e-9));
         CHECK(optimum <= step * (1.0 + 1e-9));
         bound_gap += bound / optimum;
+        model_gap[models] += bound / optimum;
+        model_count[models]++;
         plan_gap += optimum / step;
         if (bound / optimum < worst_bound) worst_bound = bound / optimum;
         if (optimum / step < worst_plan) worst_plan = optimum / step;
@@ -736,6 +748,95 @@ static void barrier_bound_below_exhaustive_optimum(void)
     printf("    %d tiny batches, E = D: bound / optimum mean %.3f (worst %.3f), optimum / planner "
            "mean %.3f (worst %.3f)\n",
            WORKLOADS, bound_gap / WORKLOADS, worst_bound, plan_gap / WORKLOADS, worst_plan);
+    printf("    bound / optimum mean: default model %.3f (%d batches), L^2 model %.3f (%d)\n",
+           model_gap[0] / (model_count[0] ? model_count[0] : 1), model_count[0],
+           model_gap[1] / (model_count[1] ? model_count[1] : 1), model_count[1]);
+}
+
+/* Under E = D and the L^2 model (no ring cost) on a power-of-two pool, a group of all D ranks
+   per microbatch costs exactly the microbatch's work over D, so the optimum is the work bound
+   and the planner must reach it (the widest fill candidate), on random batches of every
+   shape: lengths up to the pool's capacity, memory caps from tight to loose. */
+static void barrier_plan_meets_work_bound_when_width_is_free(void)
+{
+    enum { WORKLOADS = 200, MOST = 300 };
+    dcp_rng rng;
+    int64_t lengths[MOST];
+    int w;
+    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 5));
+    for (w = 0; w < WORKLOADS; w++) {
+        int32_t ranks = 1 << dcp_rng_below(&rng, 7), count, i;
+        dcp_config c = make_config(ranks, 16 + (int64_t)dcp_rng_below(&rng, 4096));
+        dcp_plan *plan;
+        dcp_plan_stats stats;
+        c.cost.attn_coeff = 1.0;
+        count = 1 + (int32_t)dcp_rng_below(&rng, MOST);
+        for (i = 0; i < count; i++) /* padded to 2D, at most D M: fits the pool */
+            lengths[i] = 1 + (int64_t)dcp_rng_below(
+                                 &rng, (uint64_t)(ranks * c.max_tokens_per_rank - 2 * ranks));
+        plan = plan_or_null(&c, lengths, count);
+        CHECK(plan != NULL);
+        if (!plan) continue;
+        CHECK_EQ(dcp_plan_simulate(plan, NULL, &stats, NULL), DCP_OK);
+        CHECK(stats.step_seconds <= stats.lower_bound_seconds * (1.0 + 1e-9));
+        if (stats.step_seconds > stats.lower_bound_seconds * (1.0 + 1e-9))
+            printf("    D %d, M %lld, %d samples: step %.9g, bound %.9g\n", (int)ranks,
+                   (long long)c.max_tokens_per_rank, (int)count, stats.step_seconds,
+                   stats.lower_bound_seconds);
+        dcp_plan_destroy(plan);
+    }
+}
+
+/* Under E = D the packing-aware plan (Megatron-LM's manner with this model's costs) is a valid
+   plan on any pool, and the planner's is never slower than it unless already within
+   1 / DCP__BALANCED_EFFICIENCY of the bound (the candidate is then not built). */
+static void barrier_plan_never_slower_than_packing_aware(void)
+{
+    enum { WORKLOADS = 150, MOST = 300 };
+    dcp_rng rng;
+    int64_t lengths[MOST];
+    int w, compared = 0;
+    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 6));
+    for (w = 0; w < WORKLOADS; w++) {
+        int32_t ranks = 2 + (int32_t)dcp_rng_below(&rng, 63), widest = 1, count, i, microbatches;
+        dcp_config c = make_config(ranks, 256 + (int64_t)dcp_rng_below(&rng, 4096)), resolved;
+        dcp__batch batch;
+        dcp__placement placements[MOST];
+        dcp_plan *plan, *packed = NULL;
+        double step, packed_step, bound;
+        if (dcp_rng_below(&rng, 2)) c.cost.attn_coeff = 1.0;
+        while (widest * 2 <= ranks) widest *= 2;
+        count = 2 + (int32_t)dcp_rng_below(&rng, MOST - 1);
+        for (i = 0; i < count; i++) /* skewed spread: up to what the widest group holds */
+            lengths[i] = 1 + (int64_t)(dcp_rng_uniform(&rng) * dcp_rng_uniform(&rng) *
+                                       (double)(widest * c.max_tokens_per_rank - 2 * widest));
+        CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+        if (dcp__batch_init(&batch, &resolved, lengths, count, NULL) != DCP_OK) {
+            CHECK(0);
+            continue;
+        }
+        CHECK_EQ(dcp__plan_packing(&batch, placements, &microbatches, NULL), DCP_OK);
+        CHECK_EQ(dcp__plan_build(&resolved, lengths, placements, count, microbatches, &packed,
+                                 NULL), DCP_OK);
+        dcp__batch_free(&batch);
+        if (!packed) continue;
+        CHECK_EQ(dcp_plan_validate(packed, NULL), DCP_OK);
+        plan = plan_or_null(&c, lengths, count);
+        CHECK(plan != NULL);
+        if (plan) {
+            CHECK_EQ(dcp_plan_step_time(plan, NULL, 0, &step, NULL), DCP_OK);
+            CHECK_EQ(dcp_plan_step_time(packed, NULL, 0, &packed_step, NULL), DCP_OK);
+            CHECK_EQ(dcp_lower_bound(&c, lengths, count, &bound, NULL), DCP_OK);
+            if (bound < DCP__BALANCED_EFFICIENCY * step) {
+                compared++;
+                CHECK(step <= packed_step * (1.0 + 1e-9));
+            }
+            dcp_plan_destroy(plan);
+        }
+        dcp_plan_destroy(packed);
+    }
+    printf("    %d unbalanced batches compared with the packing-aware plan\n", compared);
+    CHECK(compared > 0);
 }
 
 /* The local search only keeps improvements: for every candidate tree, the largest path sum
@@ -1154,6 +1255,10 @@ int main(int argc, char **argv)
         {"sync_ranks_validation", sync_ranks_validation},
         {"lower_bounds_by_hand", lower_bounds_by_hand},
         {"barrier_bound_below_exhaustive_optimum", barrier_bound_below_exhaustive_optimum},
+        {"barrier_plan_never_slower_than_packing_aware",
+         barrier_plan_never_slower_than_packing_aware},
+        {"barrier_plan_meets_work_bound_when_width_is_free",
+         barrier_plan_meets_work_bound_when_width_is_free},
         {"validator_catches_every_broken_invariant", validator_catches_every_broken_invariant},
         {"bad_input_is_an_error_naming_it", bad_input_is_an_error_naming_it},
         {"sums_beyond_32_bits", sums_beyond_32_bits},
