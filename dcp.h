@@ -5172,33 +5172,75 @@ typedef struct dcp__step_scratch {
     int64_t *finish, *load;
 } dcp__step_scratch;
 
-static int64_t dcp__placement_step_ticks(const dcp__batch *batch, const dcp__placement *placements,
-                                         int32_t microbatches, dcp__step_scratch *x)
+/* Buckets the samples by microbatch: x->order[x->offsets[k] .. x->offsets[k + 1]) are the
+   samples of microbatch k, in id order. */
+static void dcp__step_bucket(const dcp__batch *batch, const dcp__placement *placements,
+                             int32_t microbatches, dcp__step_scratch *x)
 {
-    const int32_t ranks = batch->config->ranks, sync = batch->config->sync_ranks;
-    int32_t i, k, r, first;
-    int64_t step = 0;
+    int32_t i, k;
     for (k = 0; k <= microbatches; k++) x->offsets[k] = 0;
     for (i = 0; i < batch->count; i++) x->offsets[placements[i].microbatch + 1]++;
     for (k = 0; k < microbatches; k++) x->offsets[k + 1] += x->offsets[k];
     for (i = 0; i < batch->count; i++) x->order[x->offsets[placements[i].microbatch]++] = i;
     for (k = microbatches; k > 0; k--) x->offsets[k] = x->offsets[k - 1];
     x->offsets[0] = 0;
+}
+
+/* Adds microbatch k's samples to their groups' loads (x->load at the first rank; x->stamp
+   marks the groups of k, x->cp their size). */
+static void dcp__step_group_loads(const dcp__batch *batch, const dcp__placement *placements,
+                                  int32_t k, dcp__step_scratch *x)
+{
+    int32_t i;
+    for (i = x->offsets[k]; i < x->offsets[k + 1]; i++) {
+        const dcp__placement *p = &placements[x->order[i]];
+        int32_t level = dcp__log2_int(p->cp);
+        if (x->stamp[p->first_rank] != k) {
+            x->stamp[p->first_rank] = k;
+            x->cp[p->first_rank] = p->cp;
+            x->load[p->first_rank] = batch->ring_ticks[level];
+        }
+        x->load[p->first_rank] += dcp__sample_ticks(batch, p->sample, level);
+    }
+}
+
+/* Under E = D every microbatch starts once the previous one has ended on every rank, so the
+   step is the sum over microbatches of their slowest group: the general schedule's result
+   without its passes over the ranks (x->finish is not filled). */
+static int64_t dcp__barrier_step_ticks(const dcp__batch *batch, const dcp__placement *placements,
+                                       int32_t microbatches, dcp__step_scratch *x)
+{
+    int32_t i, k, r;
+    int64_t step = 0;
+    for (r = 0; r < batch->config->ranks; r++) x->stamp[r] = -1;
+    for (k = 0; k < microbatches; k++) {
+        int64_t slowest = 0;
+        dcp__step_group_loads(batch, placements, k, x);
+        for (i = x->offsets[k]; i < x->offsets[k + 1]; i++) {
+            int64_t load = x->load[placements[x->order[i]].first_rank];
+            slowest = load > slowest ? load : slowest;
+        }
+        step += slowest;
+    }
+    return step;
+}
+
+/* The step of placements under the config's E, in ticks; x->finish receives each rank's
+   finish (not under E = D). */
+static int64_t dcp__placement_step_ticks(const dcp__batch *batch, const dcp__placement *placements,
+                                         int32_t microbatches, dcp__step_scratch *x)
+{
+    const int32_t ranks = batch->config->ranks, sync = batch->config->sync_ranks;
+    int32_t k, r, first;
+    int64_t step = 0;
+    dcp__step_bucket(batch, placements, microbatches, x);
+    if (sync >= ranks) return dcp__barrier_step_ticks(batch, placements, microbatches, x);
     for (r = 0; r < ranks; r++) {
         x->finish[r] = 0;
         x->stamp[r] = -1;
     }
     for (k = 0; k < microbatches; k++) {
-        for (i = x->offsets[k]; i < x->offsets[k + 1]; i++) {
-            const dcp__placement *p = &placements[x->order[i]];
-            int32_t level = dcp__log2_int(p->cp);
-            if (x->stamp[p->first_rank] != k) {
-                x->stamp[p->first_rank] = k;
-                x->cp[p->first_rank] = p->cp;
-                x->load[p->first_rank] = batch->ring_ticks[level];
-            }
-            x->load[p->first_rank] += dcp__sample_ticks(batch, p->sample, level);
-        }
+        dcp__step_group_loads(batch, placements, k, x);
         for (first = 0; sync > 1 && first < ranks; first += sync) { /* lockstep */
             int32_t end = first + sync < ranks ? first + sync : ranks;
             int64_t ready = 0;
