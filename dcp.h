@@ -5395,13 +5395,14 @@ static int32_t dcp__lowest_bit_index(uint64_t x)
 #endif
 }
 
-/* The bits at multiples of 2^j in a word (j < DCP__UNLOAD_BIT_LEVELS). */
+/* The bits at multiples of 2^j in a word (j < DCP__UNLOAD_BIT_LEVELS): a table, as the
+   target searches ask for them in their inner loops. */
 static uint64_t dcp__aligned_bits(int32_t j)
 {
-    uint64_t bits = 1;
-    int32_t shift;
-    for (shift = (int32_t)1 << j; shift < DCP__WORD_BITS; shift *= 2) bits |= bits << shift;
-    return bits;
+    static const uint64_t bits[DCP__UNLOAD_BIT_LEVELS] = {
+        UINT64_C(0xffffffffffffffff), UINT64_C(0x5555555555555555), UINT64_C(0x1111111111111111),
+        UINT64_C(0x0101010101010101), UINT64_C(0x0001000100010001), UINT64_C(0x0000000100000001)};
+    return bits[j];
 }
 
 /* Sets (on) or clears the bits of ranks [r, r + 2^j) of one row: an aligned block. */
@@ -5451,8 +5452,11 @@ static void dcp__unload_peak_set(dcp__unload_state *u, int32_t k, int32_t r, int
     int64_t *peak = dcp__unload_peak(u, k);
     int32_t n = u->leaf_base + r;
     peak[n] = load;
-    for (n /= 2; n >= 1; n /= 2)
-        peak[n] = peak[2 * n] > peak[2 * n + 1] ? peak[2 * n] : peak[2 * n + 1];
+    for (n /= 2; n >= 1; n /= 2) { /* up while the maximum changes */
+        int64_t above = peak[2 * n] > peak[2 * n + 1] ? peak[2 * n] : peak[2 * n + 1];
+        if (peak[n] == above) break;
+        peak[n] = above;
+    }
 }
 
 /* The slowest group of microbatch k (its first rank, the lowest on ties; -1 none) and the
