@@ -5591,29 +5591,45 @@ static DCP__OUT_OF_LINE int32_t dcp__unload_target_scan(dcp__unload_state *u, in
     return -1;
 }
 
-/* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1.
-   Charges the budget one unit, plus the block positions it scanned. Most searches end at
-   the pruning, so it is kept small enough to inline. */
-static inline int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, int32_t j,
-                                         int64_t *budget)
+/* A level at which the unloading may place a sample, with what its target searches read
+   there (set once per sample, not once per microbatch searched). */
+typedef struct dcp__unload_option {
+    int64_t ticks;   /* the sample's ticks at the level */
+    int64_t opening; /* with a new group's ring steps: the least time of a group it opens */
+    int32_t level, size;
+} dcp__unload_option;
+
+static void dcp__unload_option_set(const dcp__unload_state *u, int32_t s, int32_t j,
+                                   dcp__unload_option *o)
 {
-    const dcp__batch *batch = u->batch;
-    const int64_t ticks = dcp__sample_ticks(batch, s, j), slowest = u->slowest[k];
-    const size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)j;
+    o->ticks = dcp__sample_ticks(u->batch, s, j);
+    o->opening = u->batch->ring_ticks[j] + o->ticks;
+    o->level = j;
+    o->size = (int32_t)1 << j;
+}
+
+/* A place for sample s (at option o's level) in microbatch k under its slowest time: a first
+   rank, or -1. Charges the budget one unit, plus the block positions it scanned. Most
+   searches end at the pruning, so it is kept small enough to inline. */
+static inline int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s,
+                                         const dcp__unload_option *o, int64_t *budget)
+{
+    const int64_t ticks = o->ticks, slowest = u->slowest[k];
+    const size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)o->level;
     int64_t tokens;
     int fresh;
     *budget -= 1;
     /* a new group costs at least its ring steps plus this sample and needs free ranks; an
        existing one qualifies only within the level's bounds (prunes the scan only) */
-    fresh = batch->ring_ticks[j] + ticks <= slowest && u->free_ranks[k] >= ((int32_t)1 << j);
+    fresh = o->opening <= slowest && u->free_ranks[k] >= o->size;
     if (!fresh && (u->groups[at] == 0 || u->least_load[at] + ticks > slowest))
         return -1;
-    tokens = dcp__sample_tokens(batch, s, j);
+    tokens = dcp__sample_tokens(u->batch, s, o->level);
     if (!fresh && u->most_room[at] < tokens) return -1;
     if (u->failed_at[at] == u->changes[k] && ticks >= u->failed_ticks[at] &&
         tokens >= u->failed_tokens[at])
         return -1;
-    return dcp__unload_target_scan(u, k, j, ticks, tokens, fresh, budget);
+    return dcp__unload_target_scan(u, k, o->level, ticks, tokens, fresh, budget);
 }
 
 static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t s, int32_t j)
@@ -5801,12 +5817,14 @@ static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, in
             for (link = &u->head[c]; *link >= 0 && budget > 0; link = &u->next[*link]) {
                 int32_t s = *link, other, r = -1;
                 int64_t ticks = dcp__sample_ticks(u->batch, s, j);
+                dcp__unload_option own;
                 if (u->head[c] == s && u->next[s] < 0) break; /* its only sample */
                 if ((second > u->load[c] - ticks ? second : u->load[c] - ticks) >= u->load[c])
                     continue;
+                dcp__unload_option_set(u, s, j, &own);
                 for (other = 0; other < u->microbatches && r < 0 && budget > 0; other++) {
                     if (other == k) continue;
-                    r = dcp__unload_target(u, other, s, j, &budget);
+                    r = dcp__unload_target(u, other, s, &own, &budget);
                     if (r >= 0) {
                         *link = u->next[s];
                         u->load[c] -= ticks;
@@ -5860,14 +5878,18 @@ static void dcp__unload_move(dcp__unload_state *u, int32_t s, int32_t j, int32_t
     placements[s].order = INT32_MAX;
 }
 
-/* The level to try after `tried` for sample s placed at level j: its own first, then every
-   feasible level (from its minimum CP size up to max_cp) but j; -1 after the last. */
-static int32_t dcp__unload_next_level(const dcp__unload_state *u, int32_t s, int32_t j,
-                                      int32_t tried)
+/* The levels to try for sample s placed at level j, in order: its own first, then every
+   feasible level (from its minimum CP size up to max_cp, within the pool) but j. Returns
+   their count. */
+static int32_t dcp__unload_options(const dcp__unload_state *u, int32_t s, int32_t j,
+                                   dcp__unload_option options[DCP_CP_LEVELS])
 {
-    int32_t next = tried == j ? dcp__log2_int(u->batch->cp_min[s]) : tried + 1;
-    if (next == j) next++;
-    return next < u->batch->levels && ((int32_t)1 << next) <= u->ranks ? next : -1;
+    int32_t count = 1, level;
+    dcp__unload_option_set(u, s, j, &options[0]);
+    for (level = dcp__log2_int(u->batch->cp_min[s]);
+         level < u->batch->levels && ((int32_t)1 << level) <= u->ranks; level++)
+        if (level != j) dcp__unload_option_set(u, s, level, &options[count++]);
+    return count;
 }
 
 /* Below node n of microbatch k's tree: appends the first ranks, ascending, of the groups at
@@ -5915,18 +5937,17 @@ static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit, int
         size_t c = dcp__cell(u, k, r);
         int32_t j = u->level[c], s, next;
         for (s = u->head[c]; s >= 0 && u->level[c] == j && u->load[c] > limit; s = next) {
-            int32_t other, target = -1, j2 = j;
+            dcp__unload_option options[DCP_CP_LEVELS];
+            int32_t other, target = -1, o = 0, levels = dcp__unload_options(u, s, j, options);
             next = u->next[s];
             for (other = 0; other < u->microbatches && target < 0 && *budget > 0; other++) {
                 if (other == k) continue;
-                /* its own CP size first, then every feasible one */
-                for (j2 = j; j2 >= 0; j2 = dcp__unload_next_level(u, s, j, j2)) {
-                    if ((target = dcp__unload_target(u, other, s, j2, budget)) >= 0) break;
-                }
+                for (o = 0; o < levels; o++) /* its own CP size first, then every feasible one */
+                    if ((target = dcp__unload_target(u, other, s, &options[o], budget)) >= 0) break;
                 if (target < 0) continue;
                 u->undo[moves] = placements[s];
                 u->undo[moves++].sample = s;
-                dcp__unload_move(u, s, j, k, r, other, target, j2, placements);
+                dcp__unload_move(u, s, j, k, r, other, target, options[o].level, placements);
             }
         }
         ok = u->level[c] < 0 || u->load[c] <= limit;
