@@ -4615,6 +4615,10 @@ typedef struct dcp__fill {
     int32_t microbatch;
     int32_t order;
     int32_t remaining;
+    /* the samples by ticks at their minimum CP level, slowest first, ties by id (as
+       dcp__order_by_ticks gives them), when the caller has them: the fills at the minimum
+       levels then bucket it instead of sorting (NULL: not known) */
+    const int32_t *minimal_order;
 } dcp__fill;
 
 /* The first entry at or after i (an index into sorted) that is not yet placed; each level's
@@ -4825,10 +4829,36 @@ static void dcp__fill_resort(dcp__fill *f, const int32_t *levels)
     for (; b < count; k++) f->sorted[k] = f->scratch[b++];
 }
 
+/* f->sorted from `order`, the samples by ticks at `levels`, slowest first, ties by id:
+   bucketed by level in that order, then each run of equal ticks sorted by the rest of the
+   key (tokens, tie). The key is a total order, so this is the full sort's result, in O(N)
+   when ticks rarely tie. position as in dcp__fill_sort. */
+static void dcp__fill_sort_ordered(dcp__fill *f, const int32_t *levels, const int32_t *order,
+                                   const int32_t *position)
+{
+    const int32_t count = f->batch->count;
+    int32_t at[DCP_CP_LEVELS + 1], i, j, run;
+    for (j = 0; j <= f->top + 1; j++) at[j] = 0;
+    for (i = 0; i < count; i++) at[levels[i] + 1]++;
+    for (j = 0; j <= f->top; j++) at[j + 1] += at[j];
+    for (i = 0; i < count; i++) {
+        int32_t s = order[i];
+        dcp__fill_key_set(f, &f->sorted[at[levels[s]]++], s, levels[s], position ? position[s] : s);
+    }
+    for (i = 0; i < count; i = run) {
+        const dcp__fill_key *first = &f->sorted[i];
+        for (run = i + 1; run < count && f->sorted[run].level == first->level &&
+                          f->sorted[run].ticks == first->ticks;
+             run++) {}
+        if (run - i > 1) dcp__fill_key_sort(f->sorted + i, f->scratch, run - i);
+    }
+}
+
 /* Sorts the samples at `levels` into the per-level arrays, all unplaced. position (may be
-   NULL) breaks ties of ticks and tokens instead of the id. */
-static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *position,
-                           dcp__placement *placements)
+   NULL) breaks ties of ticks and tokens instead of the id. order (may be NULL): the samples
+   by ticks at `levels` as dcp__fill_sort_ordered takes them. */
+static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *order,
+                           const int32_t *position, dcp__placement *placements)
 {
     const dcp__batch *batch = f->batch;
     int32_t s, j, i;
@@ -4839,6 +4869,8 @@ static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *p
     }
     if (f->sorted_valid && !position) {
         dcp__fill_resort(f, levels);
+    } else if (order) {
+        dcp__fill_sort_ordered(f, levels, order, position);
     } else {
         for (s = 0; s < batch->count; s++)
             dcp__fill_key_set(f, &f->sorted[s], s, levels[s], position ? position[s] : s);
@@ -4854,11 +4886,13 @@ static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *p
     dcp__fill_reset(f, placements);
 }
 
-/* Plans every sample at `levels` with blocks of 2^region_level ranks opening microbatches. */
-static void dcp__fill_run(dcp__fill *f, const int32_t *levels, int32_t region_level,
-                          dcp__placement *placements, int32_t *num_microbatches)
+/* Plans every sample at `levels` with blocks of 2^region_level ranks opening microbatches;
+   order as in dcp__fill_sort. */
+static void dcp__fill_run(dcp__fill *f, const int32_t *levels, const int32_t *order,
+                          int32_t region_level, dcp__placement *placements,
+                          int32_t *num_microbatches)
 {
-    dcp__fill_sort(f, levels, NULL, placements);
+    dcp__fill_sort(f, levels, order, NULL, placements);
     f->region_level = region_level;
     if (f->slack_denominator < 1) f->slack_denominator = 1;
     while (f->remaining > 0) { /* each microbatch places at least its slowest sample */
@@ -5112,8 +5146,12 @@ static void dcp__greedy_microbatch(dcp__fill *fill, dcp__greedy_state *g, dcp__b
     fill->microbatch++;
 }
 
-static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
-                                   int32_t *num_microbatches, dcp_error *error)
+/* The greedy baseline's plan. minimal_order: the samples longest-work first as
+   dcp__order_by_ticks(batch, NULL, 0) gives them, when the caller has them (NULL: sorted
+   here). */
+static dcp_status dcp__plan_greedy_ordered(const dcp__batch *batch, const int32_t *minimal_order,
+                                           dcp__placement *placements,
+                                           int32_t *num_microbatches, dcp_error *error)
 {
     dcp__buddy buddy;
     dcp__fill fill;
@@ -5122,18 +5160,28 @@ static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *plac
     int32_t s;
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     if ((status = dcp__greedy_alloc(&g, &buddy, batch, error)) != DCP_OK) goto done;
-    if ((status = dcp__order_by_ticks(batch, NULL, 0, g.order, error)) != DCP_OK) goto done;
+    if (minimal_order)
+        memcpy(g.order, minimal_order, (size_t)batch->count * sizeof *g.order);
+    else if ((status = dcp__order_by_ticks(batch, NULL, 0, g.order, error)) != DCP_OK)
+        goto done;
     for (s = 0; s < batch->count; s++) {
         g.position[g.order[s]] = s;
         g.levels[s] = dcp__log2_int(batch->cp_min[s]);
     }
-    dcp__fill_sort(&fill, g.levels, g.position, placements);
+    /* the fill's key breaks ties of ticks by tokens before the position */
+    dcp__fill_sort(&fill, g.levels, g.order, g.position, placements);
     while (fill.remaining > 0) dcp__greedy_microbatch(&fill, &g, &buddy);
     *num_microbatches = fill.microbatch;
 done:
     dcp__fill_free(&fill);
     dcp__greedy_free(&batch->config->allocator, &g, &buddy);
     return status;
+}
+
+static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t *num_microbatches, dcp_error *error)
+{
+    return dcp__plan_greedy_ordered(batch, NULL, placements, num_microbatches, error);
 }
 
 /* The fill-to-the-top candidates, most often best first: a widening threshold in units of
@@ -5281,19 +5329,22 @@ static void dcp__fill_candidate(dcp__fill *f, int32_t variant, int32_t region_le
     }
     f->slack_numerator = v->slack_numerator;
     f->slack_denominator = v->slack_denominator;
-    dcp__fill_run(f, levels, region_level, placements, microbatches);
+    /* the minimum levels: their order is the one the caller may have */
+    dcp__fill_run(f, levels, v->widen_numerator > 0 ? NULL : f->minimal_order, region_level,
+                  placements, microbatches);
 }
 
 typedef struct dcp__lockstep {
     dcp__step_scratch step;
     int32_t *levels;
+    int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels: fills and greedy */
     dcp__placement *best;
 } dcp__lockstep;
 
 static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
 {
     void *list[] = {x->step.order, x->step.offsets, x->step.stamp, x->step.cp,
-                    x->step.finish, x->step.load, x->levels, x->best};
+                    x->step.finish, x->step.load, x->levels, x->minimal_order, x->best};
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
@@ -5311,10 +5362,12 @@ static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_err
     x->step.finish = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
     x->step.load = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
     x->levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
+    x->minimal_order =
+        (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
     x->best = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "lockstep",
                                                  error);
     return x->step.order && x->step.offsets && x->step.stamp && x->step.cp && x->step.finish &&
-           x->step.load && x->levels && x->best;
+           x->step.load && x->levels && x->minimal_order && x->best;
 }
 
 /* Keeps the placements when they are faster under E (ties keep the earlier). */
@@ -6434,7 +6487,10 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
     dcp_status status;
     *best_microbatches = 0;
     *best_step = 0;
-    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
+    if ((status = dcp__order_by_ticks(batch, NULL, 0, x->minimal_order, error)) != DCP_OK ||
+        (status = dcp__fill_init(&fill, batch, error)) != DCP_OK)
+        return status;
+    fill.minimal_order = x->minimal_order;
     regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
     regions[1] = fill.root_level;
     for (r = 0; r < region_count; r++)
@@ -6453,7 +6509,8 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
     }
     if (status == DCP_OK && (between || !dcp__sync_balanced(batch, *best_step))) {
         /* the greedy baseline's plan is a candidate too: unloading may improve on it */
-        status = dcp__plan_greedy(batch, placements, &microbatches, error);
+        status = dcp__plan_greedy_ordered(batch, x->minimal_order, placements, &microbatches,
+                                          error);
         if (status == DCP_OK)
             dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }
