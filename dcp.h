@@ -5714,9 +5714,63 @@ static void dcp__unload_unlink(dcp__unload_state *u, size_t c, int32_t s)
     *link = u->next[s];
 }
 
+/* Trades sample s (cell c, microbatch k, level j) with sample t (first rank r of microbatch
+   other); microbatch k's slowest time follows. */
+static void dcp__unload_trade(dcp__unload_state *u, int32_t k, size_t c, int32_t s, int32_t other,
+                              int32_t r, int32_t t, int32_t j, dcp__placement *placements)
+{
+    const dcp__batch *batch = u->batch;
+    size_t d = dcp__cell(u, other, r);
+    int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
+    int64_t t_ticks = dcp__sample_ticks(batch, t, j), t_tokens = dcp__sample_tokens(batch, t, j);
+    int64_t second;
+    dcp__unload_unlink(u, c, s);
+    dcp__unload_unlink(u, d, t);
+    u->load[c] += t_ticks - ticks;
+    u->used[c] += t_tokens - tokens;
+    u->load[d] += ticks - t_ticks;
+    u->used[d] += tokens - t_tokens;
+    dcp__unload_touch(u, k, placements[s].first_rank);
+    dcp__unload_touch(u, other, r);
+    u->next[s] = u->head[d];
+    u->head[d] = s;
+    u->next[t] = u->head[c];
+    u->head[c] = t;
+    placements[t].microbatch = k;
+    placements[t].first_rank = placements[s].first_rank;
+    placements[t].order = INT32_MAX;
+    placements[s].microbatch = other;
+    placements[s].first_rank = r;
+    placements[s].order = INT32_MAX;
+    u->slowest[k] = u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
+}
+
+/* The first sample in the list of cell d (level j) with ticks in [least, ticks) and tokens
+   in [fewest, most]: its id, or -1. *examined receives the samples looked at, the found one
+   included. The bounds are the trade's conditions solved for the partner, so the walk reads
+   only the partner's own ticks and tokens. */
+static int32_t dcp__unload_partner_in(const dcp__unload_state *u, size_t d, int32_t j,
+                                      int64_t least, int64_t ticks, int64_t fewest, int64_t most,
+                                      int64_t *examined)
+{
+    const dcp__batch *batch = u->batch;
+    int64_t looked = 0;
+    int32_t t;
+    for (t = u->head[d]; t >= 0; t = u->next[t]) {
+        int64_t t_ticks = dcp__sample_ticks(batch, t, j), t_tokens;
+        looked++;
+        if (t_ticks >= ticks || t_ticks < least) continue;
+        t_tokens = dcp__sample_tokens(batch, t, j);
+        if (t_tokens <= most && t_tokens >= fewest) break;
+    }
+    *examined = looked;
+    return t;
+}
+
 /* Swaps s (in the slowest group, cell c of microbatch k) with a faster sample of its level in
    another microbatch whose group stays within that microbatch's slowest time, when that
-   lowers microbatch k's slowest time; returns 1 when it did. Memory caps hold on both sides. */
+   lowers microbatch k's slowest time; returns 1 when it did. Memory caps hold on both sides.
+   (The slowest time after the trade is below k's: t is faster and second is below it.) */
 static int dcp__unload_swap_scan(dcp__unload_state *u, int32_t k, size_t c, int32_t s,
                                  int32_t j, int64_t second, dcp__placement *placements,
                                  int64_t *budget)
@@ -5725,7 +5779,7 @@ static int dcp__unload_swap_scan(dcp__unload_state *u, int32_t k, size_t c, int3
     const int64_t capacity = batch->config->max_tokens_per_rank;
     int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
     int32_t other, r, size = (int32_t)1 << j;
-    int64_t start = *budget;
+    int64_t start = *budget, examined;
     if (second >= u->load[c] || u->swap_budget <= 0) return 0; /* no swap lowers k */
     for (other = 0; other < u->microbatches && *budget > 0 && u->swap_budget > start - *budget;
          other++) {
@@ -5737,37 +5791,14 @@ static int dcp__unload_swap_scan(dcp__unload_state *u, int32_t k, size_t c, int3
             size_t d = dcp__cell(u, other, r);
             int32_t t;
             if (u->level[d] != j) continue;
-            for (t = u->head[d]; t >= 0; t = u->next[t]) {
-                int64_t t_ticks = dcp__sample_ticks(batch, t, j);
-                *budget -= 1;
-                int64_t t_tokens = dcp__sample_tokens(batch, t, j);
-                int64_t after = u->load[c] - ticks + t_ticks;
-                if (t_ticks >= ticks || (after > second ? after : second) >= u->load[c] ||
-                    u->load[d] - t_ticks + ticks > u->slowest[other] ||
-                    u->used[c] - tokens + t_tokens > capacity ||
-                    u->used[d] - t_tokens + tokens > capacity)
-                    continue;
-                dcp__unload_unlink(u, c, s);
-                dcp__unload_unlink(u, d, t);
-                u->load[c] = after;
-                u->used[c] += t_tokens - tokens;
-                u->load[d] += ticks - t_ticks;
-                u->used[d] += tokens - t_tokens;
-                dcp__unload_touch(u, k, placements[s].first_rank);
-                dcp__unload_touch(u, other, r);
-                u->next[s] = u->head[d];
-                u->head[d] = s;
-                u->next[t] = u->head[c];
-                u->head[c] = t;
-                placements[t].microbatch = k;
-                placements[t].first_rank = placements[s].first_rank;
-                placements[t].order = INT32_MAX;
-                placements[s].microbatch = other;
-                placements[s].first_rank = r;
-                placements[s].order = INT32_MAX;
-                u->slowest[k] = u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
-                return 1;
-            }
+            /* t's group stays within other's slowest time; both memory caps hold */
+            t = dcp__unload_partner_in(u, d, j, ticks + u->load[d] - u->slowest[other], ticks,
+                                       u->used[d] + tokens - capacity,
+                                       capacity - u->used[c] + tokens, &examined);
+            *budget -= examined;
+            if (t < 0) continue;
+            dcp__unload_trade(u, k, c, s, other, r, t, j, placements);
+            return 1;
         }
     }
     return 0;
