@@ -5404,6 +5404,7 @@ typedef struct dcp__unload {
     int32_t *cover, *head, *next;  /* covering group's first rank or -1; sample lists */
     int8_t *level;                 /* group level at its first rank, -1 elsewhere */
     int32_t *groups, *free_ranks;  /* per microbatch: groups per level; ranks in no group */
+    uint32_t *level_mask;          /* per microbatch: bit j when it has a group of level j */
     int32_t *above;                /* [ranks]: first ranks of a microbatch's slowest groups */
     /* per (microbatch, level): a lower bound on its groups' least load and an upper bound on
        their largest room (exact after a target search that scanned them all, kept safe by
@@ -5691,6 +5692,7 @@ static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t 
     int32_t q;
     if (u->level[c] != j) { /* a new group: the cell was empty */
         u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)j]++;
+        u->level_mask[k] |= (uint32_t)1 << j;
         u->free_ranks[k] -= (int32_t)1 << j;
         u->level[c] = (int8_t)j;
         u->load[c] = u->batch->ring_ticks[j];
@@ -5820,7 +5822,8 @@ static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
     int32_t q;
     for (q = r; q < r + ((int32_t)1 << u->level[c]); q++) u->cover[dcp__cell(u, k, q)] = -1;
     dcp__unload_bits(u, k, r, u->level[c], 0);
-    u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)u->level[c]]--;
+    if (--u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)u->level[c]] == 0)
+        u->level_mask[k] &= ~((uint32_t)1 << u->level[c]);
     u->free_ranks[k] += (int32_t)1 << u->level[c];
     u->level[c] = -1;
     u->load[c] = 0;
@@ -6025,9 +6028,16 @@ static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit, int
             int32_t other, target = -1, o = 0, levels = dcp__unload_options(u, s, j, options);
             next = u->next[s];
             for (other = 0; other < u->microbatches && target < 0 && *budget > 0; other++) {
+                const uint32_t with_groups = u->level_mask[other];
+                const int32_t free_ranks = u->free_ranks[other];
                 if (other == k) continue;
-                for (o = 0; o < levels; o++) /* its own CP size first, then every feasible one */
+                for (o = 0; o < levels; o++) { /* its own CP size first, then every feasible one */
+                    if (!(with_groups >> options[o].level & 1) && free_ranks < options[o].size) {
+                        *budget -= 1; /* no group to join, no room for one: pruned at once */
+                        continue;
+                    }
                     if ((target = dcp__unload_target(u, other, s, &options[o], budget)) >= 0) break;
+                }
                 if (target < 0) continue;
                 u->undo[moves] = placements[s];
                 u->undo[moves++].sample = s;
@@ -6085,7 +6095,7 @@ static int32_t dcp__unload_compact(const dcp__unload_state *u, dcp__placement *p
 static void dcp__unload_close(dcp__unload_state *u)
 {
     void *list[] = {u->load, u->used, u->slowest, u->cover, u->head, u->next,
-                    u->level, u->groups, u->free_ranks, u->undo, u->above, u->least_load,
+                    u->level, u->groups, u->free_ranks, u->level_mask, u->undo, u->above, u->least_load,
                     u->most_room, u->peak, u->changes, u->failed_at, u->failed_ticks,
                     u->failed_tokens, u->covered, u->starts};
     dcp__free_list(&u->batch->config->allocator, list, DCP__COUNT(list));
@@ -6106,6 +6116,7 @@ static int dcp__unload_alloc(dcp__unload_state *u, size_t cells)
     u->level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
     u->groups = (int32_t *)dcp__alloc_array(a, per_level, sizeof(int32_t), "unload", NULL);
     u->free_ranks = (int32_t *)dcp__alloc_array(a, microbatches, sizeof(int32_t), "unload", NULL);
+    u->level_mask = (uint32_t *)dcp__alloc_array(a, microbatches, sizeof(uint32_t), "unload", NULL);
     u->undo = (dcp__placement *)dcp__alloc_array(a, count, sizeof *u->undo, "unload", NULL);
     u->above = (int32_t *)dcp__alloc_array(a, (size_t)u->ranks, sizeof(int32_t), "unload", NULL);
     u->least_load = (int64_t *)dcp__alloc_array(a, per_level, sizeof(int64_t), "unload", NULL);
@@ -6122,7 +6133,7 @@ static int dcp__unload_alloc(dcp__unload_state *u, size_t cells)
         a, microbatches * DCP__UNLOAD_BIT_LEVELS * (size_t)u->words, sizeof(uint64_t), "unload",
         NULL);
     return u->load && u->used && u->slowest && u->cover && u->head && u->next && u->level &&
-           u->groups && u->free_ranks && u->undo && u->above && u->least_load &&
+           u->groups && u->free_ranks && u->level_mask && u->undo && u->above && u->least_load &&
            u->most_room && u->peak && u->changes && u->failed_at && u->failed_ticks &&
            u->failed_tokens && u->covered && u->starts;
 }
@@ -6137,6 +6148,7 @@ static void dcp__unload_empty(dcp__unload_state *u, size_t cells)
     for (k = 0; k < u->microbatches; k++) {
         u->changes[k] = 0;
         u->free_ranks[k] = u->ranks;
+        u->level_mask[k] = 0;
     }
     for (c = 0; c < per_level; c++) {
         u->failed_at[c] = -1;
