@@ -2157,10 +2157,14 @@ static int64_t dcp__pad_multiple(const dcp_config *config, int32_t cp)
     return config->pad_multiple_cp1 / dcp__gcd(config->pad_multiple_cp1, user) * user;
 }
 
+static int64_t dcp__round_up(int64_t length, int64_t multiple)
+{
+    return (length + multiple - 1) / multiple * multiple;
+}
+
 static int64_t dcp__padded(const dcp_config *config, int64_t length, int32_t cp)
 {
-    int64_t multiple = dcp__pad_multiple(config, cp);
-    return (length + multiple - 1) / multiple * multiple;
+    return dcp__round_up(length, dcp__pad_multiple(config, cp));
 }
 
 static dcp_status dcp__check_length(int64_t length, dcp_error *error)
@@ -3078,24 +3082,27 @@ static double dcp__batch_tick_scale(const dcp__batch *batch)
 static void dcp__batch_tabulate(dcp__batch *batch, double scale)
 {
     const dcp_config *config = batch->config;
+    int64_t multiple[DCP_CP_LEVELS]; /* each level's padding multiple, computed once */
     int32_t i, level;
-    for (level = 0; level < batch->levels; level++)
+    for (level = 0; level < batch->levels; level++) {
         batch->ring_ticks[level] =
             dcp__to_ticks(dcp_cost_ring_seconds(&config->cost, (int32_t)1 << level), scale);
+        multiple[level] = dcp__pad_multiple(config, (int32_t)1 << level);
+    }
     for (i = 0; i < batch->count; i++) {
-        double attention = dcp__attention_seconds(&config->cost, batch->lengths[i]);
-        int32_t lowest = dcp__log2_int(batch->cp_min[i]);
-        for (level = 0; level < batch->levels; level++) {
+        const int64_t length = batch->lengths[i];
+        const int32_t lowest = dcp__log2_int(batch->cp_min[i]);
+        double attention = dcp__attention_seconds(&config->cost, length);
+        int64_t *tokens = batch->tokens + (size_t)i * (size_t)batch->levels;
+        int64_t *ticks = batch->ticks + (size_t)i * (size_t)batch->levels;
+        for (level = 0; level < lowest; level++)
+            tokens[level] = ticks[level] = 0;
+        for (; level < batch->levels; level++) {
             int32_t cp = (int32_t)1 << level;
-            size_t cell = (size_t)i * (size_t)batch->levels + (size_t)level;
-            int64_t padded = dcp__padded(config, batch->lengths[i], cp);
-            double seconds;
-            batch->tokens[cell] = 0;
-            batch->ticks[cell] = 0;
-            if (level < lowest) continue;
-            seconds = dcp__sample_seconds(&config->cost, attention, padded, cp);
-            batch->tokens[cell] = padded / cp;
-            batch->ticks[cell] = dcp__to_ticks(seconds, scale);
+            int64_t padded = dcp__round_up(length, multiple[level]);
+            tokens[level] = padded / cp;
+            ticks[level] =
+                dcp__to_ticks(dcp__sample_seconds(&config->cost, attention, padded, cp), scale);
         }
     }
 }
