@@ -5750,6 +5750,25 @@ static void dcp__unload_trade(dcp__unload_state *u, int32_t k, size_t c, int32_t
     u->slowest[k] = u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
 }
 
+/* The first rank, r or after, of a group of level j in microbatch k; -1 when none. Levels
+   below DCP__UNLOAD_BIT_LEVELS read the bit sets, wider ones look at their aligned blocks. */
+static int32_t dcp__unload_next_group(const dcp__unload_state *u, int32_t k, int32_t j, int32_t r)
+{
+    const int32_t size = (int32_t)1 << j;
+    int32_t w;
+    if (j >= DCP__UNLOAD_BIT_LEVELS) {
+        for (; r + size <= u->ranks; r += size)
+            if (u->level[dcp__cell(u, k, r)] == j) return r;
+        return -1;
+    }
+    for (w = r / DCP__WORD_BITS; w < u->words; w++) {
+        uint64_t groups = dcp__unload_groups_in(u, k, j, w);
+        if (w == r / DCP__WORD_BITS) groups &= ~UINT64_C(0) << (r % DCP__WORD_BITS);
+        if (groups) return w * DCP__WORD_BITS + dcp__lowest_bit_index(groups);
+    }
+    return -1;
+}
+
 /* The first sample in the list of cell d (level j) with ticks in [least, ticks) and tokens
    in [fewest, most]: its id, or -1. *examined receives the samples looked at, the found one
    included. The bounds are the trade's conditions solved for the partner, so the walk reads
@@ -5792,10 +5811,10 @@ static int dcp__unload_swap_scan(dcp__unload_state *u, int32_t k, size_t c, int3
         if (other == k || u->slowest[other] < ticks) continue;
         *budget -= u->ranks >> j;
         if (u->groups[(size_t)other * DCP_CP_LEVELS + (size_t)j] == 0) continue;
-        for (r = 0; r + size <= u->ranks; r += size) {
+        for (r = dcp__unload_next_group(u, other, j, 0); r >= 0;
+             r = dcp__unload_next_group(u, other, j, r + size)) {
             size_t d = dcp__cell(u, other, r);
             int32_t t;
-            if (u->level[d] != j) continue;
             /* t's group stays within other's slowest time; both memory caps hold */
             t = dcp__unload_partner_in(u, d, j, ticks + u->load[d] - u->slowest[other], ticks,
                                        u->used[d] + tokens - capacity,
