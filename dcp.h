@@ -3416,6 +3416,46 @@ static int32_t dcp__leaf_base(int32_t ranks)
     return base;
 }
 
+/* A stable least-significant-digit radix sort of keyed entries whose keys are >= 0 and whose
+   ids ascend in the input: by decreasing key, ties by increasing id, which is
+   dcp__keyed_sort's order, in DCP__RADIX_DIGITS passes of O(count) (a digit every key shares
+   is skipped) instead of a merge sort's log2(count). scratch: [count]. */
+#define DCP__RADIX_BITS 8
+#define DCP__RADIX_BUCKETS (1 << DCP__RADIX_BITS)
+#define DCP__RADIX_DIGITS (64 / DCP__RADIX_BITS)
+/* Below this many entries the passes' fixed cost (DCP__RADIX_BUCKETS per digit) outweighs
+   the merge sort's log2(count) passes. */
+#define DCP__RADIX_MIN_COUNT 1024
+static void dcp__keyed_radix_sort(dcp__keyed *keys, dcp__keyed *scratch, int32_t count)
+{
+    int32_t counts[DCP__RADIX_DIGITS][DCP__RADIX_BUCKETS], d, b, i;
+    dcp__keyed *from = keys, *to = scratch, *swap;
+    memset(counts, 0, sizeof counts);
+    for (i = 0; i < count; i++) { /* ascending in ~key is descending in key */
+        uint64_t inverted = ~(uint64_t)keys[i].key;
+        for (d = 0; d < DCP__RADIX_DIGITS; d++)
+            counts[d][(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++;
+    }
+    for (d = 0; d < DCP__RADIX_DIGITS; d++) {
+        int32_t at = 0, *offset = counts[d];
+        for (b = 0; b < DCP__RADIX_BUCKETS && offset[b] < count; b++) {}
+        if (b < DCP__RADIX_BUCKETS) continue; /* every key has this digit */
+        for (b = 0; b < DCP__RADIX_BUCKETS; b++) {
+            int32_t in_bucket = offset[b];
+            offset[b] = at;
+            at += in_bucket;
+        }
+        for (i = 0; i < count; i++) {
+            uint64_t inverted = ~(uint64_t)from[i].key;
+            to[offset[(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++] = from[i];
+        }
+        swap = from;
+        from = to;
+        to = swap;
+    }
+    if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);
+}
+
 /* Samples by decreasing per-rank ticks at the given levels (NULL: their minimum levels). */
 static dcp_status dcp__order_by_ticks(const dcp__batch *batch, const int32_t *levels,
                                       int level_major, int32_t *order, dcp_error *error)
@@ -3432,7 +3472,10 @@ static dcp_status dcp__order_by_ticks(const dcp__batch *batch, const int32_t *le
         keyed[i].key = level_major ? ((int64_t)level << 58) + (ticks >> 3) : ticks;
         keyed[i].id = i;
     }
-    dcp__keyed_sort(keyed, keyed + batch->count, batch->count); /* second half: scratch */
+    if (batch->count < DCP__RADIX_MIN_COUNT) /* second half: scratch */
+        dcp__keyed_sort(keyed, keyed + batch->count, batch->count);
+    else
+        dcp__keyed_radix_sort(keyed, keyed + batch->count, batch->count);
     for (i = 0; i < batch->count; i++) order[i] = keyed[i].id;
     dcp_free(allocator, keyed);
     return DCP_OK;
