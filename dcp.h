@@ -5626,29 +5626,30 @@ static int32_t dcp__unload_target_bits(dcp__unload_state *u, int32_t k, int32_t 
 {
     const int64_t capacity = u->batch->config->max_tokens_per_rank;
     const int64_t load_limit = u->slowest[k] - ticks, used_limit = capacity - tokens;
+    const int64_t *load = u->load + dcp__cell(u, k, 0), *used = u->used + dcp__cell(u, k, 0);
     int64_t least = DCP__TICKS_INF, most = -1;
-    int32_t w;
+    int32_t w, r;
     for (w = 0; w < u->words; w++) {
-        uint64_t groups = dcp__unload_groups_in(u, k, j, w);
+        uint64_t groups = dcp__unload_groups_in(u, k, j, w), below_free = ~UINT64_C(0), g;
         uint64_t free = fresh ? dcp__unload_free_in(u, k, j, w) : 0;
-        while (groups | free) {
-            uint64_t either = groups | free, low = either & (~either + 1);
-            int32_t r = w * DCP__WORD_BITS + dcp__lowest_bit_index(low);
-            size_t c = dcp__cell(u, k, r);
-            if ((free & low) || (u->used[c] <= used_limit && u->load[c] <= load_limit)) {
-                *budget -= (r >> j) + 1;
-                return r;
-            }
-            groups &= ~low;
+        if (free) below_free = (free & (~free + 1)) - 1; /* the groups left of the first free block */
+        for (g = groups & below_free; g; g &= g - 1) {
+            r = w * DCP__WORD_BITS + dcp__lowest_bit_index(g);
+            if (used[r] <= used_limit && load[r] <= load_limit) break;
+        }
+        if (g || free) { /* a group with room, else the free block */
+            r = w * DCP__WORD_BITS + dcp__lowest_bit_index(g ? g : free);
+            *budget -= (r >> j) + 1;
+            return r;
         }
     }
     *budget -= u->ranks >> j;
     for (w = 0; w < u->words; w++) {
         uint64_t groups = dcp__unload_groups_in(u, k, j, w);
         for (; groups; groups &= groups - 1) {
-            size_t c = dcp__cell(u, k, w * DCP__WORD_BITS + dcp__lowest_bit_index(groups));
-            least = u->load[c] < least ? u->load[c] : least;
-            most = capacity - u->used[c] > most ? capacity - u->used[c] : most;
+            r = w * DCP__WORD_BITS + dcp__lowest_bit_index(groups);
+            least = load[r] < least ? load[r] : least;
+            most = capacity - used[r] > most ? capacity - used[r] : most;
         }
     }
     dcp__unload_failed(u, k, j, ticks, tokens, least, most);
