@@ -6068,8 +6068,14 @@ static void dcp__unload_below_node(dcp__unload_state *u, int32_t k, int32_t n, i
    visits only their paths and the subtrees beside them). */
 static int64_t dcp__unload_below(dcp__unload_state *u, int32_t k, int32_t *count)
 {
-    int64_t best = 0;
+    int64_t best = 0, second;
+    int32_t slowest = dcp__unload_slowest(u, k, &second);
     *count = 0;
+    if (slowest >= 0 && u->load[dcp__cell(u, k, slowest)] >= u->slowest[k] &&
+        second < u->slowest[k]) { /* the usual case, one group at the top: no tree walk */
+        u->above[(*count)++] = slowest;
+        return second;
+    }
     dcp__unload_below_node(u, k, 1, count, &best);
     return best;
 }
