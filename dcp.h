@@ -4697,7 +4697,8 @@ static int32_t dcp__fill_find(dcp__fill *f, int32_t level, int32_t i)
 }
 
 /* The slowest unplaced sample of the level with at most `ticks` ticks and `tokens` tokens;
-   -1 when none. Both keys fall along the level's range, so each bound is a binary search. */
+   -1 when none. Both keys fall along the level's range, so each bound holds from some entry
+   on, and both from the later of the two: one binary search. */
 static int32_t dcp__fill_take(dcp__fill *f, int32_t level, int64_t ticks, int64_t tokens)
 {
     int32_t lo = f->first[level], hi = f->first[level + 1], a, b, i;
@@ -4707,19 +4708,12 @@ static int32_t dcp__fill_take(dcp__fill *f, int32_t level, int64_t ticks, int64_
     if (f->sorted[lo].ticks <= ticks && f->sorted[lo].tokens <= tokens) return lo;
     a = lo;
     b = hi;
-    while (a < b) { /* first entry with ticks <= bound */
+    while (a < b) { /* first entry within both bounds */
         int32_t mid = a + (b - a) / 2;
-        if (f->sorted[mid].ticks <= ticks) b = mid; else a = mid + 1;
+        if (f->sorted[mid].ticks <= ticks && f->sorted[mid].tokens <= tokens) b = mid;
+        else a = mid + 1;
     }
-    i = a;
-    a = lo;
-    b = hi;
-    while (a < b) { /* first entry with tokens <= bound */
-        int32_t mid = a + (b - a) / 2;
-        if (f->sorted[mid].tokens <= tokens) b = mid; else a = mid + 1;
-    }
-    if (a > i) i = a;
-    i = dcp__fill_find(f, level, i);
+    i = dcp__fill_find(f, level, a);
     return i < hi ? i : -1;
 }
 
