@@ -2977,23 +2977,76 @@ static dcp_plan *dcp__plan_alloc(const dcp_config *config, int32_t num_samples,
     return plan;
 }
 
+/* One stable counting sort of placements by key(p) in [0, range): from `from` into `to`;
+   counts: [range + 1]. */
+#define DCP__DEFINE_PLACEMENT_PASS(name, key)                                                    \
+    static void name(const dcp__placement *from, dcp__placement *to, int32_t count,             \
+                     int32_t range, int32_t *counts)                                            \
+    {                                                                                           \
+        int32_t i, k;                                                                           \
+        for (k = 0; k <= range; k++) counts[k] = 0;                                             \
+        for (i = 0; i < count; i++) counts[key(&from[i]) + 1]++;                                \
+        for (k = 0; k < range; k++) counts[k + 1] += counts[k];                                 \
+        for (i = 0; i < count; i++) to[counts[key(&from[i])]++] = from[i];                      \
+    }
+/* order below count, or INT32_MAX (moved by the unloading) counted as count: last */
+#define DCP__PLACEMENT_ORDER_KEY(p) ((p)->order == INT32_MAX ? count : (p)->order)
+#define DCP__PLACEMENT_RANK_KEY(p) ((p)->first_rank)
+#define DCP__PLACEMENT_MICROBATCH_KEY(p) ((p)->microbatch)
+DCP__DEFINE_PLACEMENT_PASS(dcp__placement_by_order, DCP__PLACEMENT_ORDER_KEY)
+DCP__DEFINE_PLACEMENT_PASS(dcp__placement_by_rank, DCP__PLACEMENT_RANK_KEY)
+DCP__DEFINE_PLACEMENT_PASS(dcp__placement_by_microbatch, DCP__PLACEMENT_MICROBATCH_KEY)
+
+/* Sorts placements[s] (sample s's) by dcp__placement_before: when every order is below count
+   or INT32_MAX, three stable counting sorts, least significant key first (the sample ties
+   are already in order), O(count + ranks + microbatches); else the merge sort.
+   scratch: [count]; counts: [max(count + 1, ranks, microbatches) + 1]. */
+static void dcp__placement_order(dcp__placement *placements, dcp__placement *scratch,
+                                 int32_t count, int32_t ranks, int32_t microbatches,
+                                 int32_t *counts)
+{
+    int32_t i;
+    for (i = 0; i < count; i++)
+        if (placements[i].sample != i ||
+            ((placements[i].order < 0 || placements[i].order >= count) &&
+             placements[i].order != INT32_MAX))
+            break;
+    if (i < count) {
+        dcp__placement_sort(placements, scratch, count);
+        return;
+    }
+    dcp__placement_by_order(placements, scratch, count, count + 1, counts);
+    dcp__placement_by_rank(scratch, placements, count, ranks, counts);
+    dcp__placement_by_microbatch(placements, scratch, count, microbatches, counts);
+    memcpy(placements, scratch, (size_t)count * sizeof *placements);
+}
+
 /* Sorts the placements (in place) and builds the plan; K is rounded up to the multiple. */
 static dcp_status dcp__plan_build(const dcp_config *config, const int64_t *lengths,
                                   dcp__placement *placements, int32_t count,
                                   int32_t num_microbatches, dcp_plan **out, dcp_error *error)
 {
-    int32_t i, groups = 0, k, multiple = config->microbatch_multiple;
+    int32_t i, groups = 0, k, multiple = config->microbatch_multiple, range, *counts;
     dcp_plan *plan;
     dcp__placement *scratch;
     if (num_microbatches > INT32_MAX - multiple)
         return dcp_error_set(error, DCP_ERROR_OVERFLOW, "microbatch count %d overflows",
                              (int)num_microbatches);
     num_microbatches = (num_microbatches + multiple - 1) / multiple * multiple;
+    range = count + 1 > config->ranks ? count + 1 : config->ranks;
+    range = range > num_microbatches ? range : num_microbatches;
     scratch = (dcp__placement *)dcp__alloc_array(&config->allocator, (size_t)count,
                                                  sizeof *scratch, "plan order", error);
-    if (!scratch) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    dcp__placement_sort(placements, scratch, count);
+    counts = (int32_t *)dcp__alloc_array(&config->allocator, (size_t)range + 1, sizeof *counts,
+                                         "plan order", error);
+    if (!scratch || !counts) {
+        dcp_free(&config->allocator, scratch);
+        dcp_free(&config->allocator, counts);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    dcp__placement_order(placements, scratch, count, config->ranks, num_microbatches, counts);
     dcp_free(&config->allocator, scratch);
+    dcp_free(&config->allocator, counts);
     for (i = 0; i < count; i++)
         if (i == 0 || placements[i].microbatch != placements[i - 1].microbatch ||
             placements[i].first_rank != placements[i - 1].first_rank)
