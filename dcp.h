@@ -5524,6 +5524,7 @@ typedef struct dcp__unload {
        none): its slowest groups and the next slower time without a scan of the ranks */
     int32_t leaf_base;
     int64_t *peak; /* [microbatches * 2 leaf_base] */
+    int peaks_ready; /* 0 while dcp__unload_open adds the plan's samples: built once after */
     int64_t swap_budget; /* the swaps' own bound, besides the budget (see dcp__unload_ordered) */
     /* per microbatch a count of its group changes; per (microbatch, level) the last target
        search that scanned in vain (the count then, the sample's ticks and tokens): a sample
@@ -5630,7 +5631,7 @@ static void dcp__unload_touch(dcp__unload_state *u, int32_t k, int32_t r)
     int64_t room = u->batch->config->max_tokens_per_rank - u->used[c];
     if (u->load[c] < u->least_load[at]) u->least_load[at] = u->load[c];
     if (room > u->most_room[at]) u->most_room[at] = room;
-    dcp__unload_peak_set(u, k, r, u->load[c]);
+    if (u->peaks_ready) dcp__unload_peak_set(u, k, r, u->load[c]);
     u->changes[k]++;
 }
 
@@ -6258,7 +6259,7 @@ static int dcp__unload_alloc(dcp__unload_state *u, size_t cells)
 }
 
 /* Empty microbatches: every rank free, no group, no cell covered, no change and no failed
-   attempt recorded yet. */
+   attempt recorded yet (the tournament trees are built once the groups are in). */
 static void dcp__unload_empty(dcp__unload_state *u, size_t cells)
 {
     const size_t per_level = (size_t)u->microbatches * DCP_CP_LEVELS;
@@ -6275,7 +6276,6 @@ static void dcp__unload_empty(dcp__unload_state *u, size_t cells)
         u->least_load[c] = DCP__TICKS_INF; /* no group: nothing to bound */
         u->most_room[c] = -1;
     }
-    for (c = 0; c < (size_t)u->microbatches * 2 * (size_t)u->leaf_base; c++) u->peak[c] = -1;
     for (c = 0; c < cells; c++) {
         u->cover[c] = -1;
         u->level[c] = -1;
@@ -6289,6 +6289,23 @@ static void dcp__unload_empty(dcp__unload_state *u, size_t cells)
     }
     for (c = 0; c < (size_t)u->microbatches * DCP__UNLOAD_BIT_LEVELS * (size_t)u->words; c++)
         u->starts[c] = 0;
+}
+
+/* Every microbatch's tournament tree from its groups' loads, bottom-up (the same trees as
+   updating them group by group, in O(microbatches x leaf_base)). */
+static void dcp__unload_build_peaks(dcp__unload_state *u)
+{
+    int32_t k, n;
+    for (k = 0; k < u->microbatches; k++) {
+        int64_t *peak = dcp__unload_peak(u, k);
+        for (n = 0; n < u->leaf_base; n++) {
+            size_t c = dcp__cell(u, k, n);
+            peak[u->leaf_base + n] = n < u->ranks && u->level[c] >= 0 ? u->load[c] : -1;
+        }
+        for (n = u->leaf_base - 1; n >= 1; n--)
+            peak[n] = peak[2 * n] > peak[2 * n + 1] ? peak[2 * n] : peak[2 * n + 1];
+    }
+    u->peaks_ready = 1;
 }
 
 /* The unloading state of placements: returns 0 (state closed) when it would not fit
@@ -6313,6 +6330,7 @@ static int dcp__unload_open(dcp__unload_state *u, const dcp__batch *batch,
     for (s = 0; s < batch->count; s++)
         dcp__unload_add(u, placements[s].microbatch, placements[s].first_rank, s,
                         dcp__log2_int(placements[s].cp));
+    dcp__unload_build_peaks(u);
     for (k = 0; k < microbatches; k++) {
         int64_t second;
         int32_t g = dcp__unload_slowest(u, k, &second);
