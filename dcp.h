@@ -4722,6 +4722,7 @@ typedef struct dcp__fill {
     int64_t slack_numerator, slack_denominator; /* fill up to T (1 + slack), T the slowest */
     int64_t capacity;     /* M */
     int32_t first[DCP_CP_LEVELS + 1]; /* level j's samples: sorted[first[j] .. first[j + 1]) */
+    int32_t widest;       /* the widest level that holds samples */
     dcp__fill_key *sorted;
     dcp__fill_key *scratch; /* [count]: the sort's merge buffer */
     int32_t *sorted_levels; /* the levels `sorted` holds, to skip re-sorting */
@@ -4822,7 +4823,7 @@ static void dcp__fill_under(dcp__fill *f, int32_t start, int32_t level, int64_t 
 {
     int32_t half;
     if (start >= f->ranks || (start == pin_start && level == pin_level)) return;
-    if (!(pin_level < level && pin_start >> level == start >> level) && level <= f->top &&
+    if (!(pin_level < level && pin_start >> level == start >> level) && level <= f->widest &&
         start + ((int64_t)1 << level) <= f->ranks) {
         int32_t entry = dcp__fill_take(f, level, limit - f->batch->ring_ticks[level],
                                        f->capacity);
@@ -4993,6 +4994,7 @@ static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *o
         f->first[j] = i;
     }
     f->first[f->top + 1] = batch->count;
+    for (f->widest = f->top; f->widest > 0 && f->first[f->widest] == batch->count; f->widest--) {}
     dcp__fill_reset(f, placements);
 }
 
@@ -5241,7 +5243,7 @@ static void dcp__greedy_microbatch(dcp__fill *fill, dcp__greedy_state *g, dcp__b
     }
     for (;;) {
         int32_t best = -1, best_level = 0;
-        for (j = 0; j <= fill->top; j++) {
+        for (j = 0; j <= fill->widest; j++) { /* levels above hold no sample */
             int32_t i = dcp__greedy_next(fill, g, buddy, j, cursor);
             if (i >= 0 && (best < 0 || g->position[fill->sorted[i].id] <
                                            g->position[fill->sorted[best].id])) {
