@@ -5514,6 +5514,8 @@ typedef struct dcp__unload {
     int32_t ranks, microbatches;
     int64_t *load, *used, *slowest; /* per cell (microbatch, first rank); per microbatch */
     int32_t *cover, *head, *next;  /* covering group's first rank or -1; sample lists */
+    int64_t *own_ticks;            /* [count]: each sample's ticks at its group's level (the
+                                      swaps' walks read this, not the batch's wide table) */
     int8_t *level;                 /* group level at its first rank, -1 elsewhere */
     int32_t *groups, *free_ranks;  /* per microbatch: groups per level; ranks in no group */
     uint32_t *level_mask;          /* per microbatch: bit j when it has a group of level j */
@@ -5798,7 +5800,8 @@ static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t 
         for (q = r; q < r + ((int32_t)1 << j); q++) u->cover[dcp__cell(u, k, q)] = r;
         dcp__unload_bits(u, k, r, j, 1);
     }
-    u->load[c] += dcp__sample_ticks(u->batch, s, j);
+    u->own_ticks[s] = dcp__sample_ticks(u->batch, s, j);
+    u->load[c] += u->own_ticks[s];
     u->used[c] += dcp__sample_tokens(u->batch, s, j);
     u->next[s] = u->head[c];
     u->head[c] = s;
@@ -5875,7 +5878,7 @@ static int32_t dcp__unload_partner_in(const dcp__unload_state *u, size_t d, int3
     int64_t looked = 0;
     int32_t t;
     for (t = u->head[d]; t >= 0; t = u->next[t]) {
-        int64_t t_ticks = dcp__sample_ticks(batch, t, j), t_tokens;
+        int64_t t_ticks = u->own_ticks[t], t_tokens;
         looked++;
         if (t_ticks >= ticks || t_ticks < least) continue;
         t_tokens = dcp__sample_tokens(batch, t, j);
@@ -6216,7 +6219,7 @@ static int32_t dcp__unload_compact(const dcp__unload_state *u, dcp__placement *p
 
 static void dcp__unload_close(dcp__unload_state *u)
 {
-    void *list[] = {u->load, u->used, u->slowest, u->cover, u->head, u->next,
+    void *list[] = {u->load, u->used, u->slowest, u->cover, u->head, u->next, u->own_ticks,
                     u->level, u->groups, u->free_ranks, u->level_mask, u->undo, u->above, u->least_load,
                     u->most_room, u->peak, u->changes, u->failed_at, u->failed_ticks,
                     u->failed_tokens, u->covered, u->starts};
@@ -6235,6 +6238,7 @@ static int dcp__unload_alloc(dcp__unload_state *u, size_t cells)
     u->cover = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
     u->head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
     u->next = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "unload", NULL);
+    u->own_ticks = (int64_t *)dcp__alloc_array(a, count, sizeof(int64_t), "unload", NULL);
     u->level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
     u->groups = (int32_t *)dcp__alloc_array(a, per_level, sizeof(int32_t), "unload", NULL);
     u->free_ranks = (int32_t *)dcp__alloc_array(a, microbatches, sizeof(int32_t), "unload", NULL);
@@ -6254,7 +6258,8 @@ static int dcp__unload_alloc(dcp__unload_state *u, size_t cells)
     u->starts = (uint64_t *)dcp__alloc_array(
         a, microbatches * DCP__UNLOAD_BIT_LEVELS * (size_t)u->words, sizeof(uint64_t), "unload",
         NULL);
-    return u->load && u->used && u->slowest && u->cover && u->head && u->next && u->level &&
+    return u->load && u->used && u->slowest && u->cover && u->head && u->next && u->own_ticks &&
+           u->level &&
            u->groups && u->free_ranks && u->level_mask && u->undo && u->above && u->least_load &&
            u->most_room && u->peak && u->changes && u->failed_at && u->failed_ticks &&
            u->failed_tokens && u->covered && u->starts;
