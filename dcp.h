@@ -3436,8 +3436,9 @@ static int32_t dcp__buddy_take(dcp__buddy *buddy, int32_t level)
     while (buddy->node_level[n] > level)
         n = buddy->free_level[2 * n] >= level ? 2 * n : 2 * n + 1;
     buddy->free_level[n] = -1;
-    for (m = n / 2; m >= 1; m /= 2) {
+    for (m = n / 2; m >= 1; m /= 2) { /* up while the largest free block below changes */
         int8_t a = buddy->free_level[2 * m], b = buddy->free_level[2 * m + 1];
+        if (buddy->free_level[m] == (a > b ? a : b)) break;
         buddy->free_level[m] = a > b ? a : b;
     }
     return (int32_t)(((int64_t)n - ((int64_t)buddy->leaf_base >> level)) << level);
@@ -5107,9 +5108,12 @@ static void dcp__greedy_tree_update(dcp__greedy_state *g, int32_t level, int32_t
     int64_t *load = g->tree_load + base, *room = g->tree_room + base;
     load[n] = g->groups[k].load;
     room[n] = capacity - g->groups[k].used;
-    for (n /= 2; n >= 1; n /= 2) {
-        load[n] = load[2 * n] < load[2 * n + 1] ? load[2 * n] : load[2 * n + 1];
-        room[n] = room[2 * n] > room[2 * n + 1] ? room[2 * n] : room[2 * n + 1];
+    for (n /= 2; n >= 1; n /= 2) { /* up while the least load or the largest room changes */
+        int64_t least = load[2 * n] < load[2 * n + 1] ? load[2 * n] : load[2 * n + 1];
+        int64_t most = room[2 * n] > room[2 * n + 1] ? room[2 * n] : room[2 * n + 1];
+        if (load[n] == least && room[n] == most) break;
+        load[n] = least;
+        room[n] = most;
     }
 }
 
