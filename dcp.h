@@ -5464,6 +5464,8 @@ static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
+/* The search's scratch, and the samples by ticks at their minimum levels (for the fills and
+   greedy); 0 when memory is short. */
 static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
 {
     const dcp_allocator *a = &batch->config->allocator;
@@ -5483,7 +5485,8 @@ static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_err
     x->best = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "lockstep",
                                                  error);
     return x->step.order && x->step.offsets && x->step.stamp && x->step.cp && x->step.finish &&
-           x->step.load && x->levels && x->minimal_order && x->best;
+           x->step.load && x->levels && x->minimal_order && x->best &&
+           dcp__order_by_ticks(batch, NULL, 0, x->minimal_order, error) == DCP_OK;
 }
 
 /* Keeps the placements when they are faster under E (ties keep the earlier). */
@@ -6678,9 +6681,7 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
     dcp_status status;
     *best_microbatches = 0;
     *best_step = 0;
-    if ((status = dcp__order_by_ticks(batch, NULL, 0, x->minimal_order, error)) != DCP_OK ||
-        (status = dcp__fill_init(&fill, batch, error)) != DCP_OK)
-        return status;
+    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     fill.minimal_order = x->minimal_order;
     regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
     regions[1] = fill.root_level;
