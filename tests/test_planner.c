@@ -820,7 +820,9 @@ static void fill_key_sort_matches_qsort(void)
     }
 }
 
-/* A batch of `count` random lengths (log-uniform in [64, 4 M], the memory cap M = 4096 per
+enum { FILL_TEST_MOST = 2048 }; /* samples in the fill tests' batches, at most */
+
+/* A batch of `count` random lengths (log-uniform in [64, ranks x M], the memory cap M = 4096 per
    rank) under cost model `model` (0 default, 1 L^2 only, 2 ring only: every sample's ticks 0,
    so ticks tie across different token counts) on `ranks` ranks. */
 static void fill_test_batch(dcp_rng *rng, int32_t count, int32_t ranks, int model,
@@ -846,8 +848,7 @@ static void fill_test_batch(dcp_rng *rng, int32_t count, int32_t ranks, int mode
    the id when tie is NULL), with each level's range where dcp__fill_sort puts it. */
 static int fill_matches_qsort(const dcp__fill *f, const int32_t *levels, const int32_t *tie)
 {
-    enum { MOST = 2048 };
-    static dcp__fill_key expected[MOST];
+    static dcp__fill_key expected[FILL_TEST_MOST];
     const int32_t count = f->batch->count;
     int32_t s, j, same = 1;
     for (s = 0; s < count; s++)
@@ -864,67 +865,19 @@ static int fill_matches_qsort(const dcp__fill *f, const int32_t *levels, const i
     return same && f->first[f->top + 1] == count;
 }
 
-/* The incremental re-sort (dcp__fill_resort: a fill candidate that widens some samples sorts
-   only those and merges them in) gives the full sort's order: random batches and cost models
-   (ring only: all ticks tie), a chain of level changes (random samples widened, some back to
-   their minimum), each checked against qsort of every key at the new levels. */
-static void fill_resort_matches_full_sort(void)
+/* Runs check(rng, fill, levels) on fills of random batches of several sizes under each test
+   cost model, levels[] holding every sample's minimum level (the fill not yet sorted). */
+static void for_each_fill_batch(uint64_t seed,
+                                void (*check)(dcp_rng *rng, dcp__fill *fill, int32_t *levels))
 {
-    enum { MOST = 2048, ROUNDS = 6 };
-    static int64_t lengths[MOST];
-    static int32_t levels[MOST];
-    static dcp__placement placements[MOST];
-    const int32_t sizes[] = {1, 2, 17, 100, 1000, MOST};
+    static int64_t lengths[FILL_TEST_MOST];
+    static int32_t levels[FILL_TEST_MOST];
+    const int32_t sizes[] = {1, 2, 17, 100, 1000, FILL_TEST_MOST};
     dcp_rng rng;
     size_t n;
-    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 21));
-    for (n = 0; n < sizeof sizes / sizeof sizes[0]; n++) {
-        int model;
-        for (model = 0; model < 3; model++) {
-            dcp_config resolved;
-            dcp__batch batch;
-            dcp__fill fill;
-            int32_t s, round;
-            fill_test_batch(&rng, sizes[n], 64, model, &resolved, lengths, &batch);
-            CHECK_EQ(dcp__fill_init(&fill, &batch, NULL), DCP_OK);
-            for (s = 0; s < sizes[n]; s++) levels[s] = dcp__log2_int(batch.cp_min[s]);
-            dcp__fill_sort(&fill, levels, NULL, NULL, placements); /* a full sort */
-            CHECK(fill_matches_qsort(&fill, levels, NULL));
-            for (round = 0; round < ROUNDS; round++) {
-                double widen = round % 2 ? 0.02 : 0.3; /* few or many samples move */
-                for (s = 0; s < sizes[n]; s++) {
-                    int32_t lowest = dcp__log2_int(batch.cp_min[s]);
-                    if (dcp_rng_uniform(&rng) >= widen) continue;
-                    levels[s] = dcp_rng_uniform(&rng) < 0.25
-                                    ? lowest
-                                    : lowest + (int32_t)(dcp_rng_uniform(&rng) *
-                                                         (double)(fill.top - lowest + 1));
-                }
-                CHECK(fill.sorted_valid); /* so the call below re-sorts incrementally */
-                dcp__fill_sort(&fill, levels, NULL, NULL, placements);
-                CHECK(fill_matches_qsort(&fill, levels, NULL));
-            }
-            dcp__fill_free(&fill);
-            dcp__batch_free(&batch);
-        }
-    }
-}
-
-/* Bucketing the samples by ticks order (dcp__fill_sort_ordered, used at the minimum levels
-   by the fills and greedy) gives the full sort's order, with ties by id and by a position,
-   also when ticks tie across different token counts (ring-only model). */
-static void fill_sort_from_order_matches_full_sort(void)
-{
-    enum { MOST = 2048 };
-    static int64_t lengths[MOST];
-    static int32_t levels[MOST], order[MOST], position[MOST];
-    static dcp__placement placements[MOST];
-    const int32_t sizes[] = {1, 2, 17, 100, 1000, MOST};
-    dcp_rng rng;
-    size_t n;
-    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 22));
-    for (n = 0; n < sizeof sizes / sizeof sizes[0]; n++) {
-        int model;
+    int model;
+    dcp_rng_seed(&rng, test_seed_for(seed));
+    for (n = 0; n < sizeof sizes / sizeof sizes[0]; n++)
         for (model = 0; model < 3; model++) {
             dcp_config resolved;
             dcp__batch batch;
@@ -932,19 +885,69 @@ static void fill_sort_from_order_matches_full_sort(void)
             int32_t s;
             fill_test_batch(&rng, sizes[n], 64, model, &resolved, lengths, &batch);
             CHECK_EQ(dcp__fill_init(&fill, &batch, NULL), DCP_OK);
-            CHECK_EQ(dcp__order_by_ticks(&batch, NULL, 0, order, NULL), DCP_OK);
-            for (s = 0; s < sizes[n]; s++) {
-                levels[s] = dcp__log2_int(batch.cp_min[s]);
-                position[order[s]] = s;
-            }
-            dcp__fill_sort(&fill, levels, order, NULL, placements);
-            CHECK(fill_matches_qsort(&fill, levels, NULL));
-            dcp__fill_sort(&fill, levels, order, position, placements);
-            CHECK(fill_matches_qsort(&fill, levels, position));
+            for (s = 0; s < sizes[n]; s++) levels[s] = dcp__log2_int(batch.cp_min[s]);
+            check(&rng, &fill, levels);
             dcp__fill_free(&fill);
             dcp__batch_free(&batch);
         }
+}
+
+/* A chain of level changes (random samples widened, some back to their minimum), each
+   re-sorted incrementally and checked. */
+static void check_resorts(dcp_rng *rng, dcp__fill *fill, int32_t *levels)
+{
+    enum { ROUNDS = 6 };
+    static dcp__placement placements[FILL_TEST_MOST];
+    const dcp__batch *batch = fill->batch;
+    int32_t s, round;
+    dcp__fill_sort(fill, levels, NULL, NULL, placements); /* a full sort */
+    CHECK(fill_matches_qsort(fill, levels, NULL));
+    for (round = 0; round < ROUNDS; round++) {
+        double widen = round % 2 ? 0.02 : 0.3; /* few or many samples move */
+        for (s = 0; s < batch->count; s++) {
+            int32_t lowest = dcp__log2_int(batch->cp_min[s]);
+            if (dcp_rng_uniform(rng) >= widen) continue;
+            levels[s] = dcp_rng_uniform(rng) < 0.25
+                            ? lowest
+                            : lowest + (int32_t)(dcp_rng_uniform(rng) *
+                                                 (double)(fill->top - lowest + 1));
+        }
+        CHECK(fill->sorted_valid); /* so the call below re-sorts incrementally */
+        dcp__fill_sort(fill, levels, NULL, NULL, placements);
+        CHECK(fill_matches_qsort(fill, levels, NULL));
     }
+}
+
+/* The incremental re-sort (dcp__fill_resort: a fill candidate that widens some samples sorts
+   only those and merges them in) gives the full sort's order: random batches and cost models
+   (ring only: all ticks tie), each step of a chain of level changes checked against qsort of
+   every key at the new levels. */
+static void fill_resort_matches_full_sort(void)
+{
+    for_each_fill_batch(PROPERTY_SEED + 21, check_resorts);
+}
+
+/* Sorts from the order by ticks, ties by id and by position, and checks. */
+static void check_sort_from_order(dcp_rng *rng, dcp__fill *fill, int32_t *levels)
+{
+    static int32_t order[FILL_TEST_MOST], position[FILL_TEST_MOST];
+    static dcp__placement placements[FILL_TEST_MOST];
+    int32_t s;
+    (void)rng;
+    CHECK_EQ(dcp__order_by_ticks(fill->batch, NULL, 0, order, NULL), DCP_OK);
+    for (s = 0; s < fill->batch->count; s++) position[order[s]] = s;
+    dcp__fill_sort(fill, levels, order, NULL, placements);
+    CHECK(fill_matches_qsort(fill, levels, NULL));
+    dcp__fill_sort(fill, levels, order, position, placements);
+    CHECK(fill_matches_qsort(fill, levels, position));
+}
+
+/* Bucketing the samples by ticks order (dcp__fill_sort_ordered, used at the minimum levels
+   by the fills and greedy) gives the full sort's order, with ties by id and by a position,
+   also when ticks tie across different token counts (ring-only model). */
+static void fill_sort_from_order_matches_full_sort(void)
+{
+    for_each_fill_batch(PROPERTY_SEED + 22, check_sort_from_order);
 }
 
 /* The radix sort of dcp__order_by_ticks orders as the merge sort: random keys below 2^62
