@@ -4690,7 +4690,7 @@ static double dcp__plan_step_seconds(const dcp_plan *plan, double *finish)
 
    Speed. The samples of each CP level sit in an array sorted slowest first; along it both
    ticks and tokens fall (both grow with the length), so "the slowest sample with at most t
-   ticks and r tokens" is two binary searches and a find over removed entries (union-find with
+   ticks and r tokens" is one binary search and a find over removed entries (union-find with
    path halving). A microbatch visits O(D) nodes: O(N log N + K D log N) in all, K the
    microbatch count. Which samples to widen is decided by the step time it buys: a few
    widening thresholds are each planned and simulated under E, and the fastest is kept. */
