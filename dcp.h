@@ -1881,27 +1881,14 @@ static void dcp__free_list(const dcp_allocator *allocator, void *const *list, si
     for (i = 0; i < count; i++) dcp_free(allocator, list[i]);
 }
 
-#define DCP__WORD_BITS 64
-
-/* The index of the lowest set bit of x != 0 (the compiler's builtin, else a de Bruijn
-   sequence: portable C99). DCP__PORTABLE_BITS forces the portable code, so that a test
-   compiled by gcc checks it too (tests/test_helpers.c). */
-static int32_t dcp__lowest_bit_index(uint64_t x)
+static int dcp__log2_int(int64_t x) /* x a power of two */
 {
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(DCP__PORTABLE_BITS)
-    return (int32_t)__builtin_ctzll((unsigned long long)x);
-#else
-    static const int8_t index[DCP__WORD_BITS] = {
-        0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
-        43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
-        44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6};
-    return index[((x & (~x + 1)) * UINT64_C(0x03f79d71b4cb0a89)) >> 58];
-#endif
-}
-
-static int dcp__log2_int(int64_t x) /* x a power of two (0 for x < 1) */
-{
-    return x > 1 ? (int)dcp__lowest_bit_index((uint64_t)x) : 0;
+    int level = 0;
+    while (x > 1) {
+        x >>= 1;
+        level++;
+    }
+    return level;
 }
 
 static int64_t dcp__gcd(int64_t a, int64_t b)
@@ -5551,8 +5538,25 @@ typedef struct dcp__unload {
     uint64_t *covered, *starts;
 } dcp__unload_state;
 
+#define DCP__WORD_BITS 64
 /* Levels whose groups lie in one word of a bit set: CP sizes 1 .. 32 (2^5 < 64). */
 #define DCP__UNLOAD_BIT_LEVELS 6
+
+/* The index of the lowest set bit of x != 0 (the compiler's builtin, else a de Bruijn
+   sequence: portable C99). DCP__PORTABLE_BITS forces the portable code, so that a test
+   compiled by gcc checks it too (tests/test_helpers.c). */
+static int32_t dcp__lowest_bit_index(uint64_t x)
+{
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(DCP__PORTABLE_BITS)
+    return (int32_t)__builtin_ctzll((unsigned long long)x);
+#else
+    static const int8_t index[DCP__WORD_BITS] = {
+        0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
+        43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
+        44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6};
+    return index[((x & (~x + 1)) * UINT64_C(0x03f79d71b4cb0a89)) >> 58];
+#endif
+}
 
 /* The bits at multiples of 2^j in a word (j < DCP__UNLOAD_BIT_LEVELS): a table, as the
    target searches ask for them in their inner loops. */
