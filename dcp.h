@@ -2149,10 +2149,14 @@ static int64_t dcp__pad_multiple(const dcp_config *config, int32_t cp)
     return config->pad_multiple_cp1 / dcp__gcd(config->pad_multiple_cp1, user) * user;
 }
 
+static int64_t dcp__round_up(int64_t length, int64_t multiple)
+{
+    return (length + multiple - 1) / multiple * multiple;
+}
+
 static int64_t dcp__padded(const dcp_config *config, int64_t length, int32_t cp)
 {
-    int64_t multiple = dcp__pad_multiple(config, cp);
-    return (length + multiple - 1) / multiple * multiple;
+    return dcp__round_up(length, dcp__pad_multiple(config, cp));
 }
 
 static dcp_status dcp__check_length(int64_t length, dcp_error *error)
@@ -2965,23 +2969,76 @@ static dcp_plan *dcp__plan_alloc(const dcp_config *config, int32_t num_samples,
     return plan;
 }
 
+/* One stable counting sort of placements by key(p) in [0, range): from `from` into `to`;
+   counts: [range + 1]. */
+#define DCP__DEFINE_PLACEMENT_PASS(name, key)                                                    \
+    static void name(const dcp__placement *from, dcp__placement *to, int32_t count,             \
+                     int32_t range, int32_t *counts)                                            \
+    {                                                                                           \
+        int32_t i, k;                                                                           \
+        for (k = 0; k <= range; k++) counts[k] = 0;                                             \
+        for (i = 0; i < count; i++) counts[key(&from[i]) + 1]++;                                \
+        for (k = 0; k < range; k++) counts[k + 1] += counts[k];                                 \
+        for (i = 0; i < count; i++) to[counts[key(&from[i])]++] = from[i];                      \
+    }
+/* order below count, or INT32_MAX (moved by the unloading) counted as count: last */
+#define DCP__PLACEMENT_ORDER_KEY(p) ((p)->order == INT32_MAX ? count : (p)->order)
+#define DCP__PLACEMENT_RANK_KEY(p) ((p)->first_rank)
+#define DCP__PLACEMENT_MICROBATCH_KEY(p) ((p)->microbatch)
+DCP__DEFINE_PLACEMENT_PASS(dcp__placement_by_order, DCP__PLACEMENT_ORDER_KEY)
+DCP__DEFINE_PLACEMENT_PASS(dcp__placement_by_rank, DCP__PLACEMENT_RANK_KEY)
+DCP__DEFINE_PLACEMENT_PASS(dcp__placement_by_microbatch, DCP__PLACEMENT_MICROBATCH_KEY)
+
+/* Sorts placements[s] (sample s's) by dcp__placement_before: when every order is below count
+   or INT32_MAX, three stable counting sorts, least significant key first (the sample ties
+   are already in order), O(count + ranks + microbatches); else the merge sort.
+   scratch: [count]; counts: [max(count + 1, ranks, microbatches) + 1]. */
+static void dcp__placement_order(dcp__placement *placements, dcp__placement *scratch,
+                                 int32_t count, int32_t ranks, int32_t microbatches,
+                                 int32_t *counts)
+{
+    int32_t i;
+    for (i = 0; i < count; i++)
+        if (placements[i].sample != i ||
+            ((placements[i].order < 0 || placements[i].order >= count) &&
+             placements[i].order != INT32_MAX))
+            break;
+    if (i < count) {
+        dcp__placement_sort(placements, scratch, count);
+        return;
+    }
+    dcp__placement_by_order(placements, scratch, count, count + 1, counts);
+    dcp__placement_by_rank(scratch, placements, count, ranks, counts);
+    dcp__placement_by_microbatch(placements, scratch, count, microbatches, counts);
+    memcpy(placements, scratch, (size_t)count * sizeof *placements);
+}
+
 /* Sorts the placements (in place) and builds the plan; K is rounded up to the multiple. */
 static dcp_status dcp__plan_build(const dcp_config *config, const int64_t *lengths,
                                   dcp__placement *placements, int32_t count,
                                   int32_t num_microbatches, dcp_plan **out, dcp_error *error)
 {
-    int32_t i, groups = 0, k, multiple = config->microbatch_multiple;
+    int32_t i, groups = 0, k, multiple = config->microbatch_multiple, range, *counts;
     dcp_plan *plan;
     dcp__placement *scratch;
     if (num_microbatches > INT32_MAX - multiple)
         return dcp_error_set(error, DCP_ERROR_OVERFLOW, "microbatch count %d overflows",
                              (int)num_microbatches);
     num_microbatches = (num_microbatches + multiple - 1) / multiple * multiple;
+    range = count + 1 > config->ranks ? count + 1 : config->ranks;
+    range = range > num_microbatches ? range : num_microbatches;
     scratch = (dcp__placement *)dcp__alloc_array(&config->allocator, (size_t)count,
                                                  sizeof *scratch, "plan order", error);
-    if (!scratch) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    dcp__placement_sort(placements, scratch, count);
+    counts = (int32_t *)dcp__alloc_array(&config->allocator, (size_t)range + 1, sizeof *counts,
+                                         "plan order", error);
+    if (!scratch || !counts) {
+        dcp_free(&config->allocator, scratch);
+        dcp_free(&config->allocator, counts);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    dcp__placement_order(placements, scratch, count, config->ranks, num_microbatches, counts);
     dcp_free(&config->allocator, scratch);
+    dcp_free(&config->allocator, counts);
     for (i = 0; i < count; i++)
         if (i == 0 || placements[i].microbatch != placements[i - 1].microbatch ||
             placements[i].first_rank != placements[i - 1].first_rank)
@@ -3070,24 +3127,27 @@ static double dcp__batch_tick_scale(const dcp__batch *batch)
 static void dcp__batch_tabulate(dcp__batch *batch, double scale)
 {
     const dcp_config *config = batch->config;
+    int64_t multiple[DCP_CP_LEVELS]; /* each level's padding multiple, computed once */
     int32_t i, level;
-    for (level = 0; level < batch->levels; level++)
+    for (level = 0; level < batch->levels; level++) {
         batch->ring_ticks[level] =
             dcp__to_ticks(dcp_cost_ring_seconds(&config->cost, (int32_t)1 << level), scale);
+        multiple[level] = dcp__pad_multiple(config, (int32_t)1 << level);
+    }
     for (i = 0; i < batch->count; i++) {
-        double attention = dcp__attention_seconds(&config->cost, batch->lengths[i]);
-        int32_t lowest = dcp__log2_int(batch->cp_min[i]);
-        for (level = 0; level < batch->levels; level++) {
+        const int64_t length = batch->lengths[i];
+        const int32_t lowest = dcp__log2_int(batch->cp_min[i]);
+        double attention = dcp__attention_seconds(&config->cost, length);
+        int64_t *tokens = batch->tokens + (size_t)i * (size_t)batch->levels;
+        int64_t *ticks = batch->ticks + (size_t)i * (size_t)batch->levels;
+        for (level = 0; level < lowest; level++)
+            tokens[level] = ticks[level] = 0;
+        for (; level < batch->levels; level++) {
             int32_t cp = (int32_t)1 << level;
-            size_t cell = (size_t)i * (size_t)batch->levels + (size_t)level;
-            int64_t padded = dcp__padded(config, batch->lengths[i], cp);
-            double seconds;
-            batch->tokens[cell] = 0;
-            batch->ticks[cell] = 0;
-            if (level < lowest) continue;
-            seconds = dcp__sample_seconds(&config->cost, attention, padded, cp);
-            batch->tokens[cell] = padded / cp;
-            batch->ticks[cell] = dcp__to_ticks(seconds, scale);
+            int64_t padded = dcp__round_up(length, multiple[level]);
+            tokens[level] = padded / cp;
+            ticks[level] =
+                dcp__to_ticks(dcp__sample_seconds(&config->cost, attention, padded, cp), scale);
         }
     }
 }
@@ -3368,8 +3428,9 @@ static int32_t dcp__buddy_take(dcp__buddy *buddy, int32_t level)
     while (buddy->node_level[n] > level)
         n = buddy->free_level[2 * n] >= level ? 2 * n : 2 * n + 1;
     buddy->free_level[n] = -1;
-    for (m = n / 2; m >= 1; m /= 2) {
+    for (m = n / 2; m >= 1; m /= 2) { /* up while the largest free block below changes */
         int8_t a = buddy->free_level[2 * m], b = buddy->free_level[2 * m + 1];
+        if (buddy->free_level[m] == (a > b ? a : b)) break;
         buddy->free_level[m] = a > b ? a : b;
     }
     return (int32_t)(((int64_t)n - ((int64_t)buddy->leaf_base >> level)) << level);
@@ -3401,6 +3462,46 @@ static int32_t dcp__leaf_base(int32_t ranks)
     return base;
 }
 
+/* A stable least-significant-digit radix sort of keyed entries whose keys are >= 0 and whose
+   ids ascend in the input: by decreasing key, ties by increasing id, which is
+   dcp__keyed_sort's order, in DCP__RADIX_DIGITS passes of O(count) (a digit every key shares
+   is skipped) instead of a merge sort's log2(count). scratch: [count]. */
+#define DCP__RADIX_BITS 8
+#define DCP__RADIX_BUCKETS (1 << DCP__RADIX_BITS)
+#define DCP__RADIX_DIGITS (64 / DCP__RADIX_BITS)
+/* Below this many entries the passes' fixed cost (DCP__RADIX_BUCKETS per digit) outweighs
+   the merge sort's log2(count) passes. */
+#define DCP__RADIX_MIN_COUNT 1024
+static void dcp__keyed_radix_sort(dcp__keyed *keys, dcp__keyed *scratch, int32_t count)
+{
+    int32_t counts[DCP__RADIX_DIGITS][DCP__RADIX_BUCKETS], d, b, i;
+    dcp__keyed *from = keys, *to = scratch, *swap;
+    memset(counts, 0, sizeof counts);
+    for (i = 0; i < count; i++) { /* ascending in ~key is descending in key */
+        uint64_t inverted = ~(uint64_t)keys[i].key;
+        for (d = 0; d < DCP__RADIX_DIGITS; d++)
+            counts[d][(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++;
+    }
+    for (d = 0; d < DCP__RADIX_DIGITS; d++) {
+        int32_t at = 0, *offset = counts[d];
+        for (b = 0; b < DCP__RADIX_BUCKETS && offset[b] < count; b++) {}
+        if (b < DCP__RADIX_BUCKETS) continue; /* every key has this digit */
+        for (b = 0; b < DCP__RADIX_BUCKETS; b++) {
+            int32_t in_bucket = offset[b];
+            offset[b] = at;
+            at += in_bucket;
+        }
+        for (i = 0; i < count; i++) {
+            uint64_t inverted = ~(uint64_t)from[i].key;
+            to[offset[(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++] = from[i];
+        }
+        swap = from;
+        from = to;
+        to = swap;
+    }
+    if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);
+}
+
 /* Samples by decreasing per-rank ticks at the given levels (NULL: their minimum levels). */
 static dcp_status dcp__order_by_ticks(const dcp__batch *batch, const int32_t *levels,
                                       int level_major, int32_t *order, dcp_error *error)
@@ -3417,7 +3518,10 @@ static dcp_status dcp__order_by_ticks(const dcp__batch *batch, const int32_t *le
         keyed[i].key = level_major ? ((int64_t)level << 58) + (ticks >> 3) : ticks;
         keyed[i].id = i;
     }
-    dcp__keyed_sort(keyed, keyed + batch->count, batch->count); /* second half: scratch */
+    if (batch->count < DCP__RADIX_MIN_COUNT) /* second half: scratch */
+        dcp__keyed_sort(keyed, keyed + batch->count, batch->count);
+    else
+        dcp__keyed_radix_sort(keyed, keyed + batch->count, batch->count);
     for (i = 0; i < batch->count; i++) order[i] = keyed[i].id;
     dcp_free(allocator, keyed);
     return DCP_OK;
@@ -4585,7 +4689,7 @@ static double dcp__plan_step_seconds(const dcp_plan *plan, double *finish)
 
    Speed. The samples of each CP level sit in an array sorted slowest first; along it both
    ticks and tokens fall (both grow with the length), so "the slowest sample with at most t
-   ticks and r tokens" is two binary searches and a find over removed entries (union-find with
+   ticks and r tokens" is one binary search and a find over removed entries (union-find with
    path halving). A microbatch visits O(D) nodes: O(N log N + K D log N) in all, K the
    microbatch count. Which samples to widen is decided by the step time it buys: a few
    widening thresholds are each planned and simulated under E, and the fastest is kept. */
@@ -4621,6 +4725,7 @@ typedef struct dcp__fill {
     int64_t slack_numerator, slack_denominator; /* fill up to T (1 + slack), T the slowest */
     int64_t capacity;     /* M */
     int32_t first[DCP_CP_LEVELS + 1]; /* level j's samples: sorted[first[j] .. first[j + 1]) */
+    int32_t widest;       /* the widest level that holds samples */
     dcp__fill_key *sorted;
     dcp__fill_key *scratch; /* [count]: the sort's merge buffer */
     int32_t *sorted_levels; /* the levels `sorted` holds, to skip re-sorting */
@@ -4630,6 +4735,10 @@ typedef struct dcp__fill {
     int32_t microbatch;
     int32_t order;
     int32_t remaining;
+    /* the samples by ticks at their minimum CP level, slowest first, ties by id (as
+       dcp__order_by_ticks gives them), when the caller has them: the fills at the minimum
+       levels then bucket it instead of sorting (NULL: not known) */
+    const int32_t *minimal_order;
 } dcp__fill;
 
 /* The first entry at or after i (an index into sorted) that is not yet placed; each level's
@@ -4645,7 +4754,8 @@ static int32_t dcp__fill_find(dcp__fill *f, int32_t level, int32_t i)
 }
 
 /* The slowest unplaced sample of the level with at most `ticks` ticks and `tokens` tokens;
-   -1 when none. Both keys fall along the level's range, so each bound is a binary search. */
+   -1 when none. Both keys fall along the level's range, so each bound holds from some entry
+   on, and both from the later of the two: one binary search. */
 static int32_t dcp__fill_take(dcp__fill *f, int32_t level, int64_t ticks, int64_t tokens)
 {
     int32_t lo = f->first[level], hi = f->first[level + 1], a, b, i;
@@ -4655,19 +4765,12 @@ static int32_t dcp__fill_take(dcp__fill *f, int32_t level, int64_t ticks, int64_
     if (f->sorted[lo].ticks <= ticks && f->sorted[lo].tokens <= tokens) return lo;
     a = lo;
     b = hi;
-    while (a < b) { /* first entry with ticks <= bound */
+    while (a < b) { /* first entry within both bounds */
         int32_t mid = a + (b - a) / 2;
-        if (f->sorted[mid].ticks <= ticks) b = mid; else a = mid + 1;
+        if (f->sorted[mid].ticks <= ticks && f->sorted[mid].tokens <= tokens) b = mid;
+        else a = mid + 1;
     }
-    i = a;
-    a = lo;
-    b = hi;
-    while (a < b) { /* first entry with tokens <= bound */
-        int32_t mid = a + (b - a) / 2;
-        if (f->sorted[mid].tokens <= tokens) b = mid; else a = mid + 1;
-    }
-    if (a > i) i = a;
-    i = dcp__fill_find(f, level, i);
+    i = dcp__fill_find(f, level, a);
     return i < hi ? i : -1;
 }
 
@@ -4723,7 +4826,7 @@ static void dcp__fill_under(dcp__fill *f, int32_t start, int32_t level, int64_t 
 {
     int32_t half;
     if (start >= f->ranks || (start == pin_start && level == pin_level)) return;
-    if (!(pin_level < level && pin_start >> level == start >> level) && level <= f->top &&
+    if (!(pin_level < level && pin_start >> level == start >> level) && level <= f->widest &&
         start + ((int64_t)1 << level) <= f->ranks) {
         int32_t entry = dcp__fill_take(f, level, limit - f->batch->ring_ticks[level],
                                        f->capacity);
@@ -4842,10 +4945,36 @@ static void dcp__fill_resort(dcp__fill *f, const int32_t *levels)
     for (; b < count; k++) f->sorted[k] = f->scratch[b++];
 }
 
+/* f->sorted from `order`, the samples by ticks at `levels`, slowest first, ties by id:
+   bucketed by level in that order, then each run of equal ticks sorted by the rest of the
+   key (tokens, tie). The key is a total order, so this is the full sort's result, in O(N)
+   when ticks rarely tie. position as in dcp__fill_sort. */
+static void dcp__fill_sort_ordered(dcp__fill *f, const int32_t *levels, const int32_t *order,
+                                   const int32_t *position)
+{
+    const int32_t count = f->batch->count;
+    int32_t at[DCP_CP_LEVELS + 1], i, j, run;
+    for (j = 0; j <= f->top + 1; j++) at[j] = 0;
+    for (i = 0; i < count; i++) at[levels[i] + 1]++;
+    for (j = 0; j <= f->top; j++) at[j + 1] += at[j];
+    for (i = 0; i < count; i++) {
+        int32_t s = order[i];
+        dcp__fill_key_set(f, &f->sorted[at[levels[s]]++], s, levels[s], position ? position[s] : s);
+    }
+    for (i = 0; i < count; i = run) {
+        const dcp__fill_key *first = &f->sorted[i];
+        for (run = i + 1; run < count && f->sorted[run].level == first->level &&
+                          f->sorted[run].ticks == first->ticks;
+             run++) {}
+        if (run - i > 1) dcp__fill_key_sort(f->sorted + i, f->scratch, run - i);
+    }
+}
+
 /* Sorts the samples at `levels` into the per-level arrays, all unplaced. position (may be
-   NULL) breaks ties of ticks and tokens instead of the id. */
-static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *position,
-                           dcp__placement *placements)
+   NULL) breaks ties of ticks and tokens instead of the id. order (may be NULL): the samples
+   by ticks at `levels` as dcp__fill_sort_ordered takes them. */
+static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *order,
+                           const int32_t *position, dcp__placement *placements)
 {
     const dcp__batch *batch = f->batch;
     int32_t s, j, i;
@@ -4856,6 +4985,8 @@ static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *p
     }
     if (f->sorted_valid && !position) {
         dcp__fill_resort(f, levels);
+    } else if (order) {
+        dcp__fill_sort_ordered(f, levels, order, position);
     } else {
         for (s = 0; s < batch->count; s++)
             dcp__fill_key_set(f, &f->sorted[s], s, levels[s], position ? position[s] : s);
@@ -4868,14 +4999,17 @@ static void dcp__fill_sort(dcp__fill *f, const int32_t *levels, const int32_t *p
         f->first[j] = i;
     }
     f->first[f->top + 1] = batch->count;
+    for (f->widest = f->top; f->widest > 0 && f->first[f->widest] == batch->count; f->widest--) {}
     dcp__fill_reset(f, placements);
 }
 
-/* Plans every sample at `levels` with blocks of 2^region_level ranks opening microbatches. */
-static void dcp__fill_run(dcp__fill *f, const int32_t *levels, int32_t region_level,
-                          dcp__placement *placements, int32_t *num_microbatches)
+/* Plans every sample at `levels` with blocks of 2^region_level ranks opening microbatches;
+   order as in dcp__fill_sort. */
+static void dcp__fill_run(dcp__fill *f, const int32_t *levels, const int32_t *order,
+                          int32_t region_level, dcp__placement *placements,
+                          int32_t *num_microbatches)
 {
-    dcp__fill_sort(f, levels, NULL, placements);
+    dcp__fill_sort(f, levels, order, NULL, placements);
     f->region_level = region_level;
     if (f->slack_denominator < 1) f->slack_denominator = 1;
     while (f->remaining > 0) { /* each microbatch places at least its slowest sample */
@@ -4978,9 +5112,12 @@ static void dcp__greedy_tree_update(dcp__greedy_state *g, int32_t level, int32_t
     int64_t *load = g->tree_load + base, *room = g->tree_room + base;
     load[n] = g->groups[k].load;
     room[n] = capacity - g->groups[k].used;
-    for (n /= 2; n >= 1; n /= 2) {
-        load[n] = load[2 * n] < load[2 * n + 1] ? load[2 * n] : load[2 * n + 1];
-        room[n] = room[2 * n] > room[2 * n + 1] ? room[2 * n] : room[2 * n + 1];
+    for (n /= 2; n >= 1; n /= 2) { /* up while the least load or the largest room changes */
+        int64_t least = load[2 * n] < load[2 * n + 1] ? load[2 * n] : load[2 * n + 1];
+        int64_t most = room[2 * n] > room[2 * n + 1] ? room[2 * n] : room[2 * n + 1];
+        if (load[n] == least && room[n] == most) break;
+        load[n] = least;
+        room[n] = most;
     }
 }
 
@@ -5114,7 +5251,7 @@ static void dcp__greedy_microbatch(dcp__fill *fill, dcp__greedy_state *g, dcp__b
     }
     for (;;) {
         int32_t best = -1, best_level = 0;
-        for (j = 0; j <= fill->top; j++) {
+        for (j = 0; j <= fill->widest; j++) { /* levels above hold no sample */
             int32_t i = dcp__greedy_next(fill, g, buddy, j, cursor);
             if (i >= 0 && (best < 0 || g->position[fill->sorted[i].id] <
                                            g->position[fill->sorted[best].id])) {
@@ -5129,8 +5266,12 @@ static void dcp__greedy_microbatch(dcp__fill *fill, dcp__greedy_state *g, dcp__b
     fill->microbatch++;
 }
 
-static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
-                                   int32_t *num_microbatches, dcp_error *error)
+/* The greedy baseline's plan. minimal_order: the samples longest-work first as
+   dcp__order_by_ticks(batch, NULL, 0) gives them, when the caller has them (NULL: sorted
+   here). */
+static dcp_status dcp__plan_greedy_ordered(const dcp__batch *batch, const int32_t *minimal_order,
+                                           dcp__placement *placements,
+                                           int32_t *num_microbatches, dcp_error *error)
 {
     dcp__buddy buddy;
     dcp__fill fill;
@@ -5139,18 +5280,28 @@ static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *plac
     int32_t s;
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     if ((status = dcp__greedy_alloc(&g, &buddy, batch, error)) != DCP_OK) goto done;
-    if ((status = dcp__order_by_ticks(batch, NULL, 0, g.order, error)) != DCP_OK) goto done;
+    if (minimal_order)
+        memcpy(g.order, minimal_order, (size_t)batch->count * sizeof *g.order);
+    else if ((status = dcp__order_by_ticks(batch, NULL, 0, g.order, error)) != DCP_OK)
+        goto done;
     for (s = 0; s < batch->count; s++) {
         g.position[g.order[s]] = s;
         g.levels[s] = dcp__log2_int(batch->cp_min[s]);
     }
-    dcp__fill_sort(&fill, g.levels, g.position, placements);
+    /* the fill's key breaks ties of ticks by tokens before the position */
+    dcp__fill_sort(&fill, g.levels, g.order, g.position, placements);
     while (fill.remaining > 0) dcp__greedy_microbatch(&fill, &g, &buddy);
     *num_microbatches = fill.microbatch;
 done:
     dcp__fill_free(&fill);
     dcp__greedy_free(&batch->config->allocator, &g, &buddy);
     return status;
+}
+
+static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t *num_microbatches, dcp_error *error)
+{
+    return dcp__plan_greedy_ordered(batch, NULL, placements, num_microbatches, error);
 }
 
 /* The fill-to-the-top candidates, most often best first: a widening threshold in units of
@@ -5190,33 +5341,75 @@ typedef struct dcp__step_scratch {
     int64_t *finish, *load;
 } dcp__step_scratch;
 
-static int64_t dcp__placement_step_ticks(const dcp__batch *batch, const dcp__placement *placements,
-                                         int32_t microbatches, dcp__step_scratch *x)
+/* Buckets the samples by microbatch: x->order[x->offsets[k] .. x->offsets[k + 1]) are the
+   samples of microbatch k, in id order. */
+static void dcp__step_bucket(const dcp__batch *batch, const dcp__placement *placements,
+                             int32_t microbatches, dcp__step_scratch *x)
 {
-    const int32_t ranks = batch->config->ranks, sync = batch->config->sync_ranks;
-    int32_t i, k, r, first;
-    int64_t step = 0;
+    int32_t i, k;
     for (k = 0; k <= microbatches; k++) x->offsets[k] = 0;
     for (i = 0; i < batch->count; i++) x->offsets[placements[i].microbatch + 1]++;
     for (k = 0; k < microbatches; k++) x->offsets[k + 1] += x->offsets[k];
     for (i = 0; i < batch->count; i++) x->order[x->offsets[placements[i].microbatch]++] = i;
     for (k = microbatches; k > 0; k--) x->offsets[k] = x->offsets[k - 1];
     x->offsets[0] = 0;
+}
+
+/* Adds microbatch k's samples to their groups' loads (x->load at the first rank; x->stamp
+   marks the groups of k, x->cp their size). */
+static void dcp__step_group_loads(const dcp__batch *batch, const dcp__placement *placements,
+                                  int32_t k, dcp__step_scratch *x)
+{
+    int32_t i;
+    for (i = x->offsets[k]; i < x->offsets[k + 1]; i++) {
+        const dcp__placement *p = &placements[x->order[i]];
+        int32_t level = dcp__log2_int(p->cp);
+        if (x->stamp[p->first_rank] != k) {
+            x->stamp[p->first_rank] = k;
+            x->cp[p->first_rank] = p->cp;
+            x->load[p->first_rank] = batch->ring_ticks[level];
+        }
+        x->load[p->first_rank] += dcp__sample_ticks(batch, p->sample, level);
+    }
+}
+
+/* Under E = D every microbatch starts once the previous one has ended on every rank, so the
+   step is the sum over microbatches of their slowest group: the general schedule's result
+   without its passes over the ranks (x->finish is not filled). */
+static int64_t dcp__barrier_step_ticks(const dcp__batch *batch, const dcp__placement *placements,
+                                       int32_t microbatches, dcp__step_scratch *x)
+{
+    int32_t i, k, r;
+    int64_t step = 0;
+    for (r = 0; r < batch->config->ranks; r++) x->stamp[r] = -1;
+    for (k = 0; k < microbatches; k++) {
+        int64_t slowest = 0;
+        dcp__step_group_loads(batch, placements, k, x);
+        for (i = x->offsets[k]; i < x->offsets[k + 1]; i++) {
+            int64_t load = x->load[placements[x->order[i]].first_rank];
+            slowest = load > slowest ? load : slowest;
+        }
+        step += slowest;
+    }
+    return step;
+}
+
+/* The step of placements under the config's E, in ticks; x->finish receives each rank's
+   finish (not under E = D). */
+static int64_t dcp__placement_step_ticks(const dcp__batch *batch, const dcp__placement *placements,
+                                         int32_t microbatches, dcp__step_scratch *x)
+{
+    const int32_t ranks = batch->config->ranks, sync = batch->config->sync_ranks;
+    int32_t k, r, first;
+    int64_t step = 0;
+    dcp__step_bucket(batch, placements, microbatches, x);
+    if (sync >= ranks) return dcp__barrier_step_ticks(batch, placements, microbatches, x);
     for (r = 0; r < ranks; r++) {
         x->finish[r] = 0;
         x->stamp[r] = -1;
     }
     for (k = 0; k < microbatches; k++) {
-        for (i = x->offsets[k]; i < x->offsets[k + 1]; i++) {
-            const dcp__placement *p = &placements[x->order[i]];
-            int32_t level = dcp__log2_int(p->cp);
-            if (x->stamp[p->first_rank] != k) {
-                x->stamp[p->first_rank] = k;
-                x->cp[p->first_rank] = p->cp;
-                x->load[p->first_rank] = batch->ring_ticks[level];
-            }
-            x->load[p->first_rank] += dcp__sample_ticks(batch, p->sample, level);
-        }
+        dcp__step_group_loads(batch, placements, k, x);
         for (first = 0; sync > 1 && first < ranks; first += sync) { /* lockstep */
             int32_t end = first + sync < ranks ? first + sync : ranks;
             int64_t ready = 0;
@@ -5265,7 +5458,9 @@ static void dcp__fill_candidate(dcp__fill *f, int32_t variant, int32_t region_le
     }
     f->slack_numerator = v->slack_numerator;
     f->slack_denominator = v->slack_denominator;
-    dcp__fill_run(f, levels, region_level, placements, microbatches);
+    /* the minimum levels: their order is the one the caller may have */
+    dcp__fill_run(f, levels, v->widen_numerator > 0 ? NULL : f->minimal_order, region_level,
+                  placements, microbatches);
 }
 
 /* The widest fill, when every sample is fastest on the widest CP size: each microbatch one
@@ -5526,16 +5721,19 @@ static dcp_status dcp__plan_packing(const dcp__batch *batch, dcp__placement *pla
 typedef struct dcp__lockstep {
     dcp__step_scratch step;
     int32_t *levels;
+    int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels: fills and greedy */
     dcp__placement *best;
 } dcp__lockstep;
 
 static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
 {
     void *list[] = {x->step.order, x->step.offsets, x->step.stamp, x->step.cp,
-                    x->step.finish, x->step.load, x->levels, x->best};
+                    x->step.finish, x->step.load, x->levels, x->minimal_order, x->best};
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
+/* The search's scratch, and the samples by ticks at their minimum levels (for the fills and
+   greedy); 0 when memory is short. */
 static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
 {
     const dcp_allocator *a = &batch->config->allocator;
@@ -5550,10 +5748,13 @@ static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_err
     x->step.finish = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
     x->step.load = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
     x->levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
+    x->minimal_order =
+        (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
     x->best = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "lockstep",
                                                  error);
     return x->step.order && x->step.offsets && x->step.stamp && x->step.cp && x->step.finish &&
-           x->step.load && x->levels && x->best;
+           x->step.load && x->levels && x->minimal_order && x->best &&
+           dcp__order_by_ticks(batch, NULL, 0, x->minimal_order, error) == DCP_OK;
 }
 
 /* Keeps the placements when they are faster under E (ties keep the earlier). */
@@ -5588,8 +5789,11 @@ typedef struct dcp__unload {
     int32_t ranks, microbatches;
     int64_t *load, *used, *slowest; /* per cell (microbatch, first rank); per microbatch */
     int32_t *cover, *head, *next;  /* covering group's first rank or -1; sample lists */
+    int64_t *own_ticks;            /* [count]: each sample's ticks at its group's level (the
+                                      swaps' walks read this, not the batch's wide table) */
     int8_t *level;                 /* group level at its first rank, -1 elsewhere */
     int32_t *groups, *free_ranks;  /* per microbatch: groups per level; ranks in no group */
+    uint32_t *level_mask;          /* per microbatch: bit j when it has a group of level j */
     int32_t *above;                /* [ranks]: first ranks of a microbatch's slowest groups */
     /* per (microbatch, level): a lower bound on its groups' least load and an upper bound on
        their largest room (exact after a target search that scanned them all, kept safe by
@@ -5599,6 +5803,7 @@ typedef struct dcp__unload {
        none): its slowest groups and the next slower time without a scan of the ranks */
     int32_t leaf_base;
     int64_t *peak; /* [microbatches * 2 leaf_base] */
+    int peaks_ready; /* 0 while dcp__unload_open adds the plan's samples: built once after */
     int64_t swap_budget; /* the swaps' own bound, besides the budget (see dcp__unload_ordered) */
     /* per microbatch a count of its group changes; per (microbatch, level) the last target
        search that scanned in vain (the count then, the sample's ticks and tokens): a sample
@@ -5634,13 +5839,14 @@ static int32_t dcp__lowest_bit_index(uint64_t x)
 #endif
 }
 
-/* The bits at multiples of 2^j in a word (j < DCP__UNLOAD_BIT_LEVELS). */
+/* The bits at multiples of 2^j in a word (j < DCP__UNLOAD_BIT_LEVELS): a table, as the
+   target searches ask for them in their inner loops. */
 static uint64_t dcp__aligned_bits(int32_t j)
 {
-    uint64_t bits = 1;
-    int32_t shift;
-    for (shift = (int32_t)1 << j; shift < DCP__WORD_BITS; shift *= 2) bits |= bits << shift;
-    return bits;
+    static const uint64_t bits[DCP__UNLOAD_BIT_LEVELS] = {
+        UINT64_C(0xffffffffffffffff), UINT64_C(0x5555555555555555), UINT64_C(0x1111111111111111),
+        UINT64_C(0x0101010101010101), UINT64_C(0x0001000100010001), UINT64_C(0x0000000100000001)};
+    return bits[j];
 }
 
 /* Sets (on) or clears the bits of ranks [r, r + 2^j) of one row: an aligned block. */
@@ -5690,8 +5896,11 @@ static void dcp__unload_peak_set(dcp__unload_state *u, int32_t k, int32_t r, int
     int64_t *peak = dcp__unload_peak(u, k);
     int32_t n = u->leaf_base + r;
     peak[n] = load;
-    for (n /= 2; n >= 1; n /= 2)
-        peak[n] = peak[2 * n] > peak[2 * n + 1] ? peak[2 * n] : peak[2 * n + 1];
+    for (n /= 2; n >= 1; n /= 2) { /* up while the maximum changes */
+        int64_t above = peak[2 * n] > peak[2 * n + 1] ? peak[2 * n] : peak[2 * n + 1];
+        if (peak[n] == above) break;
+        peak[n] = above;
+    }
 }
 
 /* The slowest group of microbatch k (its first rank, the lowest on ties; -1 none) and the
@@ -5718,7 +5927,7 @@ static void dcp__unload_touch(dcp__unload_state *u, int32_t k, int32_t r)
     int64_t room = u->batch->config->max_tokens_per_rank - u->used[c];
     if (u->load[c] < u->least_load[at]) u->least_load[at] = u->load[c];
     if (room > u->most_room[at]) u->most_room[at] = room;
-    dcp__unload_peak_set(u, k, r, u->load[c]);
+    if (u->peaks_ready) dcp__unload_peak_set(u, k, r, u->load[c]);
     u->changes[k]++;
 }
 
@@ -5761,29 +5970,30 @@ static int32_t dcp__unload_target_bits(dcp__unload_state *u, int32_t k, int32_t 
 {
     const int64_t capacity = u->batch->config->max_tokens_per_rank;
     const int64_t load_limit = u->slowest[k] - ticks, used_limit = capacity - tokens;
+    const int64_t *load = u->load + dcp__cell(u, k, 0), *used = u->used + dcp__cell(u, k, 0);
     int64_t least = DCP__TICKS_INF, most = -1;
-    int32_t w;
+    int32_t w, r;
     for (w = 0; w < u->words; w++) {
-        uint64_t groups = dcp__unload_groups_in(u, k, j, w);
+        uint64_t groups = dcp__unload_groups_in(u, k, j, w), below_free = ~UINT64_C(0), g;
         uint64_t free = fresh ? dcp__unload_free_in(u, k, j, w) : 0;
-        while (groups | free) {
-            uint64_t either = groups | free, low = either & (~either + 1);
-            int32_t r = w * DCP__WORD_BITS + dcp__lowest_bit_index(low);
-            size_t c = dcp__cell(u, k, r);
-            if ((free & low) || (u->used[c] <= used_limit && u->load[c] <= load_limit)) {
-                *budget -= (r >> j) + 1;
-                return r;
-            }
-            groups &= ~low;
+        if (free) below_free = (free & (~free + 1)) - 1; /* the groups left of the first free block */
+        for (g = groups & below_free; g; g &= g - 1) {
+            r = w * DCP__WORD_BITS + dcp__lowest_bit_index(g);
+            if (used[r] <= used_limit && load[r] <= load_limit) break;
+        }
+        if (g || free) { /* a group with room, else the free block */
+            r = w * DCP__WORD_BITS + dcp__lowest_bit_index(g ? g : free);
+            *budget -= (r >> j) + 1;
+            return r;
         }
     }
     *budget -= u->ranks >> j;
     for (w = 0; w < u->words; w++) {
         uint64_t groups = dcp__unload_groups_in(u, k, j, w);
         for (; groups; groups &= groups - 1) {
-            size_t c = dcp__cell(u, k, w * DCP__WORD_BITS + dcp__lowest_bit_index(groups));
-            least = u->load[c] < least ? u->load[c] : least;
-            most = capacity - u->used[c] > most ? capacity - u->used[c] : most;
+            r = w * DCP__WORD_BITS + dcp__lowest_bit_index(groups);
+            least = load[r] < least ? load[r] : least;
+            most = capacity - used[r] > most ? capacity - used[r] : most;
         }
     }
     dcp__unload_failed(u, k, j, ticks, tokens, least, most);
@@ -5826,29 +6036,45 @@ static DCP__OUT_OF_LINE int32_t dcp__unload_target_scan(dcp__unload_state *u, in
     return -1;
 }
 
-/* A place for sample s (level j) in microbatch k under its slowest time: a first rank, or -1.
-   Charges the budget one unit, plus the block positions it scanned. Most searches end at
-   the pruning, so it is kept small enough to inline. */
-static inline int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s, int32_t j,
-                                         int64_t *budget)
+/* A level at which the unloading may place a sample, with what its target searches read
+   there (set once per sample, not once per microbatch searched). */
+typedef struct dcp__unload_option {
+    int64_t ticks;   /* the sample's ticks at the level */
+    int64_t opening; /* with a new group's ring steps: the least time of a group it opens */
+    int32_t level, size;
+} dcp__unload_option;
+
+static void dcp__unload_option_set(const dcp__unload_state *u, int32_t s, int32_t j,
+                                   dcp__unload_option *o)
 {
-    const dcp__batch *batch = u->batch;
-    const int64_t ticks = dcp__sample_ticks(batch, s, j), slowest = u->slowest[k];
-    const size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)j;
+    o->ticks = dcp__sample_ticks(u->batch, s, j);
+    o->opening = u->batch->ring_ticks[j] + o->ticks;
+    o->level = j;
+    o->size = (int32_t)1 << j;
+}
+
+/* A place for sample s (at option o's level) in microbatch k under its slowest time: a first
+   rank, or -1. Charges the budget one unit, plus the block positions it scanned. Most
+   searches end at the pruning, so it is kept small enough to inline. */
+static inline int32_t dcp__unload_target(dcp__unload_state *u, int32_t k, int32_t s,
+                                         const dcp__unload_option *o, int64_t *budget)
+{
+    const int64_t ticks = o->ticks, slowest = u->slowest[k];
+    const size_t at = (size_t)k * DCP_CP_LEVELS + (size_t)o->level;
     int64_t tokens;
     int fresh;
     *budget -= 1;
     /* a new group costs at least its ring steps plus this sample and needs free ranks; an
        existing one qualifies only within the level's bounds (prunes the scan only) */
-    fresh = batch->ring_ticks[j] + ticks <= slowest && u->free_ranks[k] >= ((int32_t)1 << j);
+    fresh = o->opening <= slowest && u->free_ranks[k] >= o->size;
     if (!fresh && (u->groups[at] == 0 || u->least_load[at] + ticks > slowest))
         return -1;
-    tokens = dcp__sample_tokens(batch, s, j);
+    tokens = dcp__sample_tokens(u->batch, s, o->level);
     if (!fresh && u->most_room[at] < tokens) return -1;
     if (u->failed_at[at] == u->changes[k] && ticks >= u->failed_ticks[at] &&
         tokens >= u->failed_tokens[at])
         return -1;
-    return dcp__unload_target_scan(u, k, j, ticks, tokens, fresh, budget);
+    return dcp__unload_target_scan(u, k, o->level, ticks, tokens, fresh, budget);
 }
 
 static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t s, int32_t j)
@@ -5857,6 +6083,7 @@ static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t 
     int32_t q;
     if (u->level[c] != j) { /* a new group: the cell was empty */
         u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)j]++;
+        u->level_mask[k] |= (uint32_t)1 << j;
         u->free_ranks[k] -= (int32_t)1 << j;
         u->level[c] = (int8_t)j;
         u->load[c] = u->batch->ring_ticks[j];
@@ -5865,7 +6092,8 @@ static void dcp__unload_add(dcp__unload_state *u, int32_t k, int32_t r, int32_t 
         for (q = r; q < r + ((int32_t)1 << j); q++) u->cover[dcp__cell(u, k, q)] = r;
         dcp__unload_bits(u, k, r, j, 1);
     }
-    u->load[c] += dcp__sample_ticks(u->batch, s, j);
+    u->own_ticks[s] = dcp__sample_ticks(u->batch, s, j);
+    u->load[c] += u->own_ticks[s];
     u->used[c] += dcp__sample_tokens(u->batch, s, j);
     u->next[s] = u->head[c];
     u->head[c] = s;
@@ -5880,9 +6108,82 @@ static void dcp__unload_unlink(dcp__unload_state *u, size_t c, int32_t s)
     *link = u->next[s];
 }
 
+/* Trades sample s (cell c, microbatch k, level j) with sample t (first rank r of microbatch
+   other); microbatch k's slowest time follows. */
+static void dcp__unload_trade(dcp__unload_state *u, int32_t k, size_t c, int32_t s, int32_t other,
+                              int32_t r, int32_t t, int32_t j, dcp__placement *placements)
+{
+    const dcp__batch *batch = u->batch;
+    size_t d = dcp__cell(u, other, r);
+    int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
+    int64_t t_ticks = dcp__sample_ticks(batch, t, j), t_tokens = dcp__sample_tokens(batch, t, j);
+    int64_t second;
+    dcp__unload_unlink(u, c, s);
+    dcp__unload_unlink(u, d, t);
+    u->load[c] += t_ticks - ticks;
+    u->used[c] += t_tokens - tokens;
+    u->load[d] += ticks - t_ticks;
+    u->used[d] += tokens - t_tokens;
+    dcp__unload_touch(u, k, placements[s].first_rank);
+    dcp__unload_touch(u, other, r);
+    u->next[s] = u->head[d];
+    u->head[d] = s;
+    u->next[t] = u->head[c];
+    u->head[c] = t;
+    placements[t].microbatch = k;
+    placements[t].first_rank = placements[s].first_rank;
+    placements[t].order = INT32_MAX;
+    placements[s].microbatch = other;
+    placements[s].first_rank = r;
+    placements[s].order = INT32_MAX;
+    u->slowest[k] = u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
+}
+
+/* The first rank, r or after, of a group of level j in microbatch k; -1 when none. Levels
+   below DCP__UNLOAD_BIT_LEVELS read the bit sets, wider ones look at their aligned blocks. */
+static int32_t dcp__unload_next_group(const dcp__unload_state *u, int32_t k, int32_t j, int32_t r)
+{
+    const int32_t size = (int32_t)1 << j;
+    int32_t w;
+    if (j >= DCP__UNLOAD_BIT_LEVELS) {
+        for (; r + size <= u->ranks; r += size)
+            if (u->level[dcp__cell(u, k, r)] == j) return r;
+        return -1;
+    }
+    for (w = r / DCP__WORD_BITS; w < u->words; w++) {
+        uint64_t groups = dcp__unload_groups_in(u, k, j, w);
+        if (w == r / DCP__WORD_BITS) groups &= ~UINT64_C(0) << (r % DCP__WORD_BITS);
+        if (groups) return w * DCP__WORD_BITS + dcp__lowest_bit_index(groups);
+    }
+    return -1;
+}
+
+/* The first sample in the list of cell d (level j) with ticks in [least, ticks) and tokens
+   in [fewest, most]: its id, or -1. *examined receives the samples looked at, the found one
+   included. The bounds are the trade's conditions solved for the partner, so the walk reads
+   only the partner's own ticks and tokens. */
+static int32_t dcp__unload_partner_in(const dcp__unload_state *u, size_t d, int32_t j,
+                                      int64_t least, int64_t ticks, int64_t fewest, int64_t most,
+                                      int64_t *examined)
+{
+    const dcp__batch *batch = u->batch;
+    int64_t looked = 0;
+    int32_t t;
+    for (t = u->head[d]; t >= 0; t = u->next[t]) {
+        int64_t t_ticks = u->own_ticks[t], t_tokens;
+        looked++;
+        if (t_ticks >= ticks || t_ticks < least) continue;
+        t_tokens = dcp__sample_tokens(batch, t, j);
+        if (t_tokens <= most && t_tokens >= fewest) break;
+    }
+    *examined = looked;
+    return t;
+}
+
 /* Swaps s (in the slowest group, cell c of microbatch k) with a faster sample of its level in
    another microbatch whose group stays within that microbatch's slowest time, when that
-   lowers microbatch k's slowest time; returns 1 when it did. Memory caps hold on both sides. */
+   lowers microbatch k's slowest time; returns 1 when it did. Memory caps hold on both sides.
+   (The slowest time after the trade is below k's: t is faster and second is below it.) */
 static int dcp__unload_swap_scan(dcp__unload_state *u, int32_t k, size_t c, int32_t s,
                                  int32_t j, int64_t second, dcp__placement *placements,
                                  int64_t *budget)
@@ -5891,7 +6192,7 @@ static int dcp__unload_swap_scan(dcp__unload_state *u, int32_t k, size_t c, int3
     const int64_t capacity = batch->config->max_tokens_per_rank;
     int64_t ticks = dcp__sample_ticks(batch, s, j), tokens = dcp__sample_tokens(batch, s, j);
     int32_t other, r, size = (int32_t)1 << j;
-    int64_t start = *budget;
+    int64_t start = *budget, examined;
     if (second >= u->load[c] || u->swap_budget <= 0) return 0; /* no swap lowers k */
     for (other = 0; other < u->microbatches && *budget > 0 && u->swap_budget > start - *budget;
          other++) {
@@ -5899,41 +6200,18 @@ static int dcp__unload_swap_scan(dcp__unload_state *u, int32_t k, size_t c, int3
         if (other == k || u->slowest[other] < ticks) continue;
         *budget -= u->ranks >> j;
         if (u->groups[(size_t)other * DCP_CP_LEVELS + (size_t)j] == 0) continue;
-        for (r = 0; r + size <= u->ranks; r += size) {
+        for (r = dcp__unload_next_group(u, other, j, 0); r >= 0;
+             r = dcp__unload_next_group(u, other, j, r + size)) {
             size_t d = dcp__cell(u, other, r);
             int32_t t;
-            if (u->level[d] != j) continue;
-            for (t = u->head[d]; t >= 0; t = u->next[t]) {
-                int64_t t_ticks = dcp__sample_ticks(batch, t, j);
-                *budget -= 1;
-                int64_t t_tokens = dcp__sample_tokens(batch, t, j);
-                int64_t after = u->load[c] - ticks + t_ticks;
-                if (t_ticks >= ticks || (after > second ? after : second) >= u->load[c] ||
-                    u->load[d] - t_ticks + ticks > u->slowest[other] ||
-                    u->used[c] - tokens + t_tokens > capacity ||
-                    u->used[d] - t_tokens + tokens > capacity)
-                    continue;
-                dcp__unload_unlink(u, c, s);
-                dcp__unload_unlink(u, d, t);
-                u->load[c] = after;
-                u->used[c] += t_tokens - tokens;
-                u->load[d] += ticks - t_ticks;
-                u->used[d] += tokens - t_tokens;
-                dcp__unload_touch(u, k, placements[s].first_rank);
-                dcp__unload_touch(u, other, r);
-                u->next[s] = u->head[d];
-                u->head[d] = s;
-                u->next[t] = u->head[c];
-                u->head[c] = t;
-                placements[t].microbatch = k;
-                placements[t].first_rank = placements[s].first_rank;
-                placements[t].order = INT32_MAX;
-                placements[s].microbatch = other;
-                placements[s].first_rank = r;
-                placements[s].order = INT32_MAX;
-                u->slowest[k] = u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
-                return 1;
-            }
+            /* t's group stays within other's slowest time; both memory caps hold */
+            t = dcp__unload_partner_in(u, d, j, ticks + u->load[d] - u->slowest[other], ticks,
+                                       u->used[d] + tokens - capacity,
+                                       capacity - u->used[c] + tokens, &examined);
+            *budget -= examined;
+            if (t < 0) continue;
+            dcp__unload_trade(u, k, c, s, other, r, t, j, placements);
+            return 1;
         }
     }
     return 0;
@@ -5955,7 +6233,8 @@ static void dcp__unload_clear(dcp__unload_state *u, int32_t k, int32_t r)
     int32_t q;
     for (q = r; q < r + ((int32_t)1 << u->level[c]); q++) u->cover[dcp__cell(u, k, q)] = -1;
     dcp__unload_bits(u, k, r, u->level[c], 0);
-    u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)u->level[c]]--;
+    if (--u->groups[(size_t)k * DCP_CP_LEVELS + (size_t)u->level[c]] == 0)
+        u->level_mask[k] &= ~((uint32_t)1 << u->level[c]);
     u->free_ranks[k] += (int32_t)1 << u->level[c];
     u->level[c] = -1;
     u->load[c] = 0;
@@ -6036,12 +6315,14 @@ static void dcp__unload_run(dcp__unload_state *u, dcp__placement *placements, in
             for (link = &u->head[c]; *link >= 0 && budget > 0; link = &u->next[*link]) {
                 int32_t s = *link, other, r = -1;
                 int64_t ticks = dcp__sample_ticks(u->batch, s, j);
+                dcp__unload_option own;
                 if (u->head[c] == s && u->next[s] < 0) break; /* its only sample */
                 if ((second > u->load[c] - ticks ? second : u->load[c] - ticks) >= u->load[c])
                     continue;
+                dcp__unload_option_set(u, s, j, &own);
                 for (other = 0; other < u->microbatches && r < 0 && budget > 0; other++) {
                     if (other == k) continue;
-                    r = dcp__unload_target(u, other, s, j, &budget);
+                    r = dcp__unload_target(u, other, s, &own, &budget);
                     if (r >= 0) {
                         *link = u->next[s];
                         u->load[c] -= ticks;
@@ -6095,14 +6376,18 @@ static void dcp__unload_move(dcp__unload_state *u, int32_t s, int32_t j, int32_t
     placements[s].order = INT32_MAX;
 }
 
-/* The level to try after `tried` for sample s placed at level j: its own first, then every
-   feasible level (from its minimum CP size up to max_cp) but j; -1 after the last. */
-static int32_t dcp__unload_next_level(const dcp__unload_state *u, int32_t s, int32_t j,
-                                      int32_t tried)
+/* The levels to try for sample s placed at level j, in order: its own first, then every
+   feasible level (from its minimum CP size up to max_cp, within the pool) but j. Returns
+   their count. */
+static int32_t dcp__unload_options(const dcp__unload_state *u, int32_t s, int32_t j,
+                                   dcp__unload_option options[DCP_CP_LEVELS])
 {
-    int32_t next = tried == j ? dcp__log2_int(u->batch->cp_min[s]) : tried + 1;
-    if (next == j) next++;
-    return next < u->batch->levels && ((int32_t)1 << next) <= u->ranks ? next : -1;
+    int32_t count = 1, level;
+    dcp__unload_option_set(u, s, j, &options[0]);
+    for (level = dcp__log2_int(u->batch->cp_min[s]);
+         level < u->batch->levels && ((int32_t)1 << level) <= u->ranks; level++)
+        if (level != j) dcp__unload_option_set(u, s, level, &options[count++]);
+    return count;
 }
 
 /* Below node n of microbatch k's tree: appends the first ranks, ascending, of the groups at
@@ -6128,8 +6413,14 @@ static void dcp__unload_below_node(dcp__unload_state *u, int32_t k, int32_t n, i
    visits only their paths and the subtrees beside them). */
 static int64_t dcp__unload_below(dcp__unload_state *u, int32_t k, int32_t *count)
 {
-    int64_t best = 0;
+    int64_t best = 0, second;
+    int32_t slowest = dcp__unload_slowest(u, k, &second);
     *count = 0;
+    if (slowest >= 0 && u->load[dcp__cell(u, k, slowest)] >= u->slowest[k] &&
+        second < u->slowest[k]) { /* the usual case, one group at the top: no tree walk */
+        u->above[(*count)++] = slowest;
+        return second;
+    }
     dcp__unload_below_node(u, k, 1, count, &best);
     return best;
 }
@@ -6150,18 +6441,24 @@ static int dcp__unload_lower(dcp__unload_state *u, int32_t k, int64_t limit, int
         size_t c = dcp__cell(u, k, r);
         int32_t j = u->level[c], s, next;
         for (s = u->head[c]; s >= 0 && u->level[c] == j && u->load[c] > limit; s = next) {
-            int32_t other, target = -1, j2 = j;
+            dcp__unload_option options[DCP_CP_LEVELS];
+            int32_t other, target = -1, o = 0, levels = dcp__unload_options(u, s, j, options);
             next = u->next[s];
             for (other = 0; other < u->microbatches && target < 0 && *budget > 0; other++) {
+                const uint32_t with_groups = u->level_mask[other];
+                const int32_t free_ranks = u->free_ranks[other];
                 if (other == k) continue;
-                /* its own CP size first, then every feasible one */
-                for (j2 = j; j2 >= 0; j2 = dcp__unload_next_level(u, s, j, j2)) {
-                    if ((target = dcp__unload_target(u, other, s, j2, budget)) >= 0) break;
+                for (o = 0; o < levels; o++) { /* its own CP size first, then every feasible one */
+                    if (!(with_groups >> options[o].level & 1) && free_ranks < options[o].size) {
+                        *budget -= 1; /* no group to join, no room for one: pruned at once */
+                        continue;
+                    }
+                    if ((target = dcp__unload_target(u, other, s, &options[o], budget)) >= 0) break;
                 }
                 if (target < 0) continue;
                 u->undo[moves] = placements[s];
                 u->undo[moves++].sample = s;
-                dcp__unload_move(u, s, j, k, r, other, target, j2, placements);
+                dcp__unload_move(u, s, j, k, r, other, target, options[o].level, placements);
             }
         }
         ok = u->level[c] < 0 || u->load[c] <= limit;
@@ -6214,8 +6511,8 @@ static int32_t dcp__unload_compact(const dcp__unload_state *u, dcp__placement *p
 
 static void dcp__unload_close(dcp__unload_state *u)
 {
-    void *list[] = {u->load, u->used, u->slowest, u->cover, u->head, u->next,
-                    u->level, u->groups, u->free_ranks, u->undo, u->above, u->least_load,
+    void *list[] = {u->load, u->used, u->slowest, u->cover, u->head, u->next, u->own_ticks,
+                    u->level, u->groups, u->free_ranks, u->level_mask, u->undo, u->above, u->least_load,
                     u->most_room, u->peak, u->changes, u->failed_at, u->failed_ticks,
                     u->failed_tokens, u->covered, u->starts};
     dcp__free_list(&u->batch->config->allocator, list, DCP__COUNT(list));
@@ -6233,9 +6530,11 @@ static int dcp__unload_alloc(dcp__unload_state *u, size_t cells)
     u->cover = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
     u->head = (int32_t *)dcp__alloc_array(a, cells, sizeof(int32_t), "unload", NULL);
     u->next = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "unload", NULL);
+    u->own_ticks = (int64_t *)dcp__alloc_array(a, count, sizeof(int64_t), "unload", NULL);
     u->level = (int8_t *)dcp__alloc_array(a, cells, sizeof(int8_t), "unload", NULL);
     u->groups = (int32_t *)dcp__alloc_array(a, per_level, sizeof(int32_t), "unload", NULL);
     u->free_ranks = (int32_t *)dcp__alloc_array(a, microbatches, sizeof(int32_t), "unload", NULL);
+    u->level_mask = (uint32_t *)dcp__alloc_array(a, microbatches, sizeof(uint32_t), "unload", NULL);
     u->undo = (dcp__placement *)dcp__alloc_array(a, count, sizeof *u->undo, "unload", NULL);
     u->above = (int32_t *)dcp__alloc_array(a, (size_t)u->ranks, sizeof(int32_t), "unload", NULL);
     u->least_load = (int64_t *)dcp__alloc_array(a, per_level, sizeof(int64_t), "unload", NULL);
@@ -6251,14 +6550,15 @@ static int dcp__unload_alloc(dcp__unload_state *u, size_t cells)
     u->starts = (uint64_t *)dcp__alloc_array(
         a, microbatches * DCP__UNLOAD_BIT_LEVELS * (size_t)u->words, sizeof(uint64_t), "unload",
         NULL);
-    return u->load && u->used && u->slowest && u->cover && u->head && u->next && u->level &&
-           u->groups && u->free_ranks && u->undo && u->above && u->least_load &&
+    return u->load && u->used && u->slowest && u->cover && u->head && u->next && u->own_ticks &&
+           u->level &&
+           u->groups && u->free_ranks && u->level_mask && u->undo && u->above && u->least_load &&
            u->most_room && u->peak && u->changes && u->failed_at && u->failed_ticks &&
            u->failed_tokens && u->covered && u->starts;
 }
 
 /* Empty microbatches: every rank free, no group, no cell covered, no change and no failed
-   attempt recorded yet. */
+   attempt recorded yet (the tournament trees are built once the groups are in). */
 static void dcp__unload_empty(dcp__unload_state *u, size_t cells)
 {
     const size_t per_level = (size_t)u->microbatches * DCP_CP_LEVELS;
@@ -6267,6 +6567,7 @@ static void dcp__unload_empty(dcp__unload_state *u, size_t cells)
     for (k = 0; k < u->microbatches; k++) {
         u->changes[k] = 0;
         u->free_ranks[k] = u->ranks;
+        u->level_mask[k] = 0;
     }
     for (c = 0; c < per_level; c++) {
         u->failed_at[c] = -1;
@@ -6274,7 +6575,6 @@ static void dcp__unload_empty(dcp__unload_state *u, size_t cells)
         u->least_load[c] = DCP__TICKS_INF; /* no group: nothing to bound */
         u->most_room[c] = -1;
     }
-    for (c = 0; c < (size_t)u->microbatches * 2 * (size_t)u->leaf_base; c++) u->peak[c] = -1;
     for (c = 0; c < cells; c++) {
         u->cover[c] = -1;
         u->level[c] = -1;
@@ -6288,6 +6588,23 @@ static void dcp__unload_empty(dcp__unload_state *u, size_t cells)
     }
     for (c = 0; c < (size_t)u->microbatches * DCP__UNLOAD_BIT_LEVELS * (size_t)u->words; c++)
         u->starts[c] = 0;
+}
+
+/* Every microbatch's tournament tree from its groups' loads, bottom-up (the same trees as
+   updating them group by group, in O(microbatches x leaf_base)). */
+static void dcp__unload_build_peaks(dcp__unload_state *u)
+{
+    int32_t k, n;
+    for (k = 0; k < u->microbatches; k++) {
+        int64_t *peak = dcp__unload_peak(u, k);
+        for (n = 0; n < u->leaf_base; n++) {
+            size_t c = dcp__cell(u, k, n);
+            peak[u->leaf_base + n] = n < u->ranks && u->level[c] >= 0 ? u->load[c] : -1;
+        }
+        for (n = u->leaf_base - 1; n >= 1; n--)
+            peak[n] = peak[2 * n] > peak[2 * n + 1] ? peak[2 * n] : peak[2 * n + 1];
+    }
+    u->peaks_ready = 1;
 }
 
 /* The unloading state of placements: returns 0 (state closed) when it would not fit
@@ -6312,6 +6629,7 @@ static int dcp__unload_open(dcp__unload_state *u, const dcp__batch *batch,
     for (s = 0; s < batch->count; s++)
         dcp__unload_add(u, placements[s].microbatch, placements[s].first_rank, s,
                         dcp__log2_int(placements[s].cp));
+    dcp__unload_build_peaks(u);
     for (k = 0; k < microbatches; k++) {
         int64_t second;
         int32_t g = dcp__unload_slowest(u, k, &second);
@@ -6670,6 +6988,7 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
     if (microbatches > 0)
         dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
+    fill.minimal_order = x->minimal_order;
     regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
     regions[1] = fill.root_level;
     for (r = 0; r < region_count; r++)
@@ -6688,7 +7007,8 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
     }
     if (status == DCP_OK && (between || !dcp__sync_balanced(batch, *best_step))) {
         /* the greedy baseline's plan is a candidate too: unloading may improve on it */
-        status = dcp__plan_greedy(batch, placements, &microbatches, error);
+        status = dcp__plan_greedy_ordered(batch, x->minimal_order, placements, &microbatches,
+                                          error);
         if (status == DCP_OK)
             dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }

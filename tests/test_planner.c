@@ -921,6 +921,200 @@ static void fill_key_sort_matches_qsort(void)
     }
 }
 
+enum { FILL_TEST_MOST = 2048 }; /* samples in the fill tests' batches, at most */
+
+/* A batch of `count` random lengths (log-uniform in [64, ranks x M], the memory cap M = 4096 per
+   rank) under cost model `model` (0 default, 1 L^2 only, 2 ring only: every sample's ticks 0,
+   so ticks tie across different token counts) on `ranks` ranks. */
+static void fill_test_batch(dcp_rng *rng, int32_t count, int32_t ranks, int model,
+                            dcp_config *resolved, int64_t *lengths, dcp__batch *batch)
+{
+    static const dcp_cost_model models[3] = {
+        {DCP_DEFAULT_ATTN_COEFF, DCP_DEFAULT_LINEAR_COEFF, DCP_DEFAULT_RING_STEP_COST},
+        {1.0, 0.0, 0.0},
+        {0.0, 0.0, DCP_DEFAULT_RING_STEP_COST}};
+    dcp_config c = make_config(ranks, 4096);
+    int32_t i;
+    c.cost = models[model];
+    CHECK_EQ(dcp_config_resolve(&c, resolved, NULL), DCP_OK);
+    for (i = 0; i < count; i++)
+        CHECK_EQ(dcp_rng_loguniform_length(rng, 64, (int64_t)ranks * 4096, &lengths[i], NULL),
+                 DCP_OK);
+    /* a few repeated lengths: equal keys, ordered by their tie */
+    for (i = 1; i < count; i += 7) lengths[i] = lengths[i - 1];
+    CHECK_EQ(dcp__batch_init(batch, resolved, lengths, count, NULL), DCP_OK);
+}
+
+/* The fill's arrays must equal the qsort of every sample's key at `levels` (ties: tie[s], or
+   the id when tie is NULL), with each level's range where dcp__fill_sort puts it. */
+static int fill_matches_qsort(const dcp__fill *f, const int32_t *levels, const int32_t *tie)
+{
+    static dcp__fill_key expected[FILL_TEST_MOST];
+    const int32_t count = f->batch->count;
+    int32_t s, j, same = 1;
+    for (s = 0; s < count; s++)
+        dcp__fill_key_set(f, &expected[s], s, levels[s], tie ? tie[s] : s);
+    qsort(expected, (size_t)count, sizeof *expected, fill_key_compare);
+    for (s = 0; s < count; s++)
+        same &= f->sorted[s].id == expected[s].id && f->sorted[s].level == expected[s].level &&
+                f->sorted[s].ticks == expected[s].ticks &&
+                f->sorted[s].tokens == expected[s].tokens && f->sorted[s].tie == expected[s].tie;
+    for (j = 0, s = 0; j <= f->top; j++) {
+        same &= f->first[j] == s;
+        while (s < count && expected[s].level == j) s++;
+    }
+    return same && f->first[f->top + 1] == count;
+}
+
+/* Runs check(rng, fill, levels) on fills of random batches of several sizes under each test
+   cost model, levels[] holding every sample's minimum level (the fill not yet sorted). */
+static void for_each_fill_batch(uint64_t seed,
+                                void (*check)(dcp_rng *rng, dcp__fill *fill, int32_t *levels))
+{
+    static int64_t lengths[FILL_TEST_MOST];
+    static int32_t levels[FILL_TEST_MOST];
+    const int32_t sizes[] = {1, 2, 17, 100, 1000, FILL_TEST_MOST};
+    dcp_rng rng;
+    size_t n;
+    int model;
+    dcp_rng_seed(&rng, test_seed_for(seed));
+    for (n = 0; n < sizeof sizes / sizeof sizes[0]; n++)
+        for (model = 0; model < 3; model++) {
+            dcp_config resolved;
+            dcp__batch batch;
+            dcp__fill fill;
+            int32_t s;
+            fill_test_batch(&rng, sizes[n], 64, model, &resolved, lengths, &batch);
+            CHECK_EQ(dcp__fill_init(&fill, &batch, NULL), DCP_OK);
+            for (s = 0; s < sizes[n]; s++) levels[s] = dcp__log2_int(batch.cp_min[s]);
+            check(&rng, &fill, levels);
+            dcp__fill_free(&fill);
+            dcp__batch_free(&batch);
+        }
+}
+
+/* A chain of level changes (random samples widened, some back to their minimum), each
+   re-sorted incrementally and checked. */
+static void check_resorts(dcp_rng *rng, dcp__fill *fill, int32_t *levels)
+{
+    enum { ROUNDS = 6 };
+    static dcp__placement placements[FILL_TEST_MOST];
+    const dcp__batch *batch = fill->batch;
+    int32_t s, round;
+    dcp__fill_sort(fill, levels, NULL, NULL, placements); /* a full sort */
+    CHECK(fill_matches_qsort(fill, levels, NULL));
+    for (round = 0; round < ROUNDS; round++) {
+        double widen = round % 2 ? 0.02 : 0.3; /* few or many samples move */
+        for (s = 0; s < batch->count; s++) {
+            int32_t lowest = dcp__log2_int(batch->cp_min[s]);
+            if (dcp_rng_uniform(rng) >= widen) continue;
+            levels[s] = dcp_rng_uniform(rng) < 0.25
+                            ? lowest
+                            : lowest + (int32_t)(dcp_rng_uniform(rng) *
+                                                 (double)(fill->top - lowest + 1));
+        }
+        CHECK(fill->sorted_valid); /* so the call below re-sorts incrementally */
+        dcp__fill_sort(fill, levels, NULL, NULL, placements);
+        CHECK(fill_matches_qsort(fill, levels, NULL));
+    }
+}
+
+/* The incremental re-sort (dcp__fill_resort: a fill candidate that widens some samples sorts
+   only those and merges them in) gives the full sort's order: random batches and cost models
+   (ring only: all ticks tie), each step of a chain of level changes checked against qsort of
+   every key at the new levels. */
+static void fill_resort_matches_full_sort(void)
+{
+    for_each_fill_batch(PROPERTY_SEED + 21, check_resorts);
+}
+
+/* Sorts from the order by ticks, ties by id and by position, and checks. */
+static void check_sort_from_order(dcp_rng *rng, dcp__fill *fill, int32_t *levels)
+{
+    static int32_t order[FILL_TEST_MOST], position[FILL_TEST_MOST];
+    static dcp__placement placements[FILL_TEST_MOST];
+    int32_t s;
+    (void)rng;
+    CHECK_EQ(dcp__order_by_ticks(fill->batch, NULL, 0, order, NULL), DCP_OK);
+    for (s = 0; s < fill->batch->count; s++) position[order[s]] = s;
+    dcp__fill_sort(fill, levels, order, NULL, placements);
+    CHECK(fill_matches_qsort(fill, levels, NULL));
+    dcp__fill_sort(fill, levels, order, position, placements);
+    CHECK(fill_matches_qsort(fill, levels, position));
+}
+
+/* Bucketing the samples by ticks order (dcp__fill_sort_ordered, used at the minimum levels
+   by the fills and greedy) gives the full sort's order, with ties by id and by a position,
+   also when ticks tie across different token counts (ring-only model). */
+static void fill_sort_from_order_matches_full_sort(void)
+{
+    for_each_fill_batch(PROPERTY_SEED + 22, check_sort_from_order);
+}
+
+/* The radix sort of dcp__order_by_ticks orders as the merge sort: random keys below 2^62
+   (many shared digits, many equal keys), sizes around DCP__RADIX_MIN_COUNT. */
+static void keyed_radix_sort_matches_merge_sort(void)
+{
+    enum { MOST = 5000 };
+    static dcp__keyed keys[MOST], expected[MOST], scratch[MOST];
+    const int32_t sizes[] = {0, 1, 2, 255, 256, 1023, 1024, 1025, MOST};
+    dcp_rng rng;
+    size_t n;
+    int32_t i;
+    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 23));
+    for (n = 0; n < sizeof sizes / sizeof sizes[0]; n++) {
+        int32_t count = sizes[n];
+        int shift = (int)(dcp_rng_uniform(&rng) * 62);
+        for (i = 0; i < count; i++) {
+            uint64_t bits = dcp_rng_next(&rng) >> 2; /* below 2^62 */
+            keys[i].key = dcp_rng_uniform(&rng) < 0.3 ? (int64_t)(bits % 16)
+                                                      : (int64_t)(bits >> shift);
+            keys[i].id = i;
+            expected[i] = keys[i];
+        }
+        dcp__keyed_sort(expected, scratch, count);
+        dcp__keyed_radix_sort(keys, scratch, count);
+        for (i = 0; i < count && keys[i].id == expected[i].id && keys[i].key == expected[i].key;
+             i++) {}
+        CHECK_EQ(i, count);
+    }
+}
+
+/* Plan assembly's counting sorts order placements as the merge sort (and fall back to it
+   when an order is out of their range): random microbatches, first ranks, orders below the
+   count or INT32_MAX (moved by the unloading). */
+static void placement_order_matches_merge_sort(void)
+{
+    enum { MOST = 3000, RANKS = 64, MICROBATCHES = 40 };
+    static dcp__placement placements[MOST], expected[MOST], scratch[MOST];
+    static int32_t counts[MOST + 2];
+    const int32_t sizes[] = {1, 2, 17, 500, MOST};
+    dcp_rng rng;
+    size_t n;
+    int32_t i, out_of_range;
+    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 24));
+    for (n = 0; n < sizeof sizes / sizeof sizes[0]; n++)
+        for (out_of_range = 0; out_of_range < 2; out_of_range++) {
+            int32_t count = sizes[n];
+            for (i = 0; i < count; i++) {
+                dcp__placement *p = &placements[i];
+                p->microbatch = (int32_t)(dcp_rng_uniform(&rng) * MICROBATCHES);
+                p->first_rank = (int32_t)(dcp_rng_uniform(&rng) * RANKS);
+                p->cp = 1;
+                p->order = dcp_rng_uniform(&rng) < 0.3 ? INT32_MAX
+                                                       : (int32_t)(dcp_rng_uniform(&rng) * count);
+                p->sample = i;
+                expected[i] = *p;
+            }
+            if (out_of_range) placements[count / 2].order = expected[count / 2].order = -1;
+            dcp__placement_sort(expected, scratch, count);
+            dcp__placement_order(placements, scratch, count, RANKS, MICROBATCHES, counts);
+            for (i = 0; i < count && memcmp(&placements[i], &expected[i], sizeof expected[i]) == 0;
+                 i++) {}
+            CHECK_EQ(i, count);
+        }
+}
+
 static void unloading_never_hurts(void)
 {
     dcp_rng rng;
@@ -1270,6 +1464,10 @@ int main(int argc, char **argv)
         {"local_search_never_hurts", local_search_never_hurts},
         {"unloading_never_hurts", unloading_never_hurts},
         {"fill_key_sort_matches_qsort", fill_key_sort_matches_qsort},
+        {"fill_resort_matches_full_sort", fill_resort_matches_full_sort},
+        {"fill_sort_from_order_matches_full_sort", fill_sort_from_order_matches_full_sort},
+        {"keyed_radix_sort_matches_merge_sort", keyed_radix_sort_matches_merge_sort},
+        {"placement_order_matches_merge_sort", placement_order_matches_merge_sort},
         {"unloading_dissolves_a_microbatch", unloading_dissolves_a_microbatch},
         {"unloading_splits_a_wide_pair", unloading_splits_a_wide_pair},
         {"giant_pair_is_not_over_widened", giant_pair_is_not_over_widened},
