@@ -5485,8 +5485,8 @@ static dcp_status dcp__fill_widest(const dcp__batch *batch, int32_t region_level
     }
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     fill.slack_numerator = DCP__FILL_SLACK_UNLIMITED;
-    dcp__fill_run(&fill, levels, region_level < 0 ? fill.root_level : region_level, placements,
-                  microbatches);
+    dcp__fill_run(&fill, levels, NULL, region_level < 0 ? fill.root_level : region_level,
+                  placements, microbatches);
     dcp__fill_free(&fill);
     return DCP_OK;
 }
@@ -6966,30 +6966,24 @@ static dcp_status dcp__packing_candidate(const dcp__batch *batch, dcp__placement
     return DCP_OK;
 }
 
-static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *placements,
-                                       dcp__lockstep *x, int32_t *best_microbatches,
-                                       int64_t *best_step, dcp_error *error)
+/* The fill candidates: the widest fill first (when it exists it is usually balanced, and the
+   searches after it then stop early), then the fills of each region. */
+static dcp_status dcp__lockstep_fills(const dcp__batch *batch, dcp__placement *placements,
+                                      dcp__lockstep *x, int32_t *best_microbatches,
+                                      int64_t *best_step, dcp_error *error)
 {
-    const dcp_config *config = batch->config;
-    int32_t sync = config->sync_ranks, region_count = sync < config->ranks ? 2 : 1, r, w;
-    int32_t regions[2], microbatches = 0;
-    /* between the extremes the E-independent plans (the tree's, greedy's, static's: the
-       E = 1 plan is one of them) are always candidates, so that the plan is never slower
-       under E than the E = 1 plan */
-    int between = sync > 1 && sync < config->ranks;
+    const int32_t sync = batch->config->sync_ranks, ranks = batch->config->ranks;
+    const int32_t region_count = sync < ranks ? 2 : 1;
+    int32_t regions[2], microbatches = 0, r, w;
     dcp__fill fill;
-    dcp_status status;
-    *best_microbatches = 0;
-    *best_step = 0;
-    /* first: when it exists it is usually balanced, and the searches below then stop early */
-    status = dcp__fill_widest(batch, sync < config->ranks ? dcp__log2_int(sync) : -1, x->levels,
-                              placements, &microbatches, error);
+    dcp_status status = dcp__fill_widest(batch, sync < ranks ? dcp__log2_int(sync) : -1,
+                                         x->levels, placements, &microbatches, error);
     if (status != DCP_OK) return status;
     if (microbatches > 0)
         dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     fill.minimal_order = x->minimal_order;
-    regions[0] = sync < config->ranks ? dcp__log2_int(sync) : fill.root_level;
+    regions[0] = sync < ranks ? dcp__log2_int(sync) : fill.root_level;
     regions[1] = fill.root_level;
     for (r = 0; r < region_count; r++)
         for (w = 0; w < dcp__fill_candidate_count(batch->count); w++) {
@@ -6998,6 +6992,47 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
             dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
         }
     dcp__fill_free(&fill);
+    return DCP_OK;
+}
+
+/* The unloading of the best plan so far: under E = D it replaces the best (then the
+   packing-aware candidate competes with it); under E < D it is one more candidate. */
+static dcp_status dcp__lockstep_unloaded(const dcp__batch *batch, dcp__placement *placements,
+                                         dcp__lockstep *x, int32_t *best_microbatches,
+                                         int64_t *best_step, dcp_error *error)
+{
+    int32_t microbatches;
+    if (batch->config->sync_ranks < batch->config->ranks) {
+        memcpy(placements, x->best, (size_t)batch->count * sizeof *placements);
+        microbatches = dcp__unload(batch, placements, *best_microbatches);
+        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+        return DCP_OK;
+    }
+    if (!dcp__sync_bound_met(batch, *best_step)) /* the widest fill often is */
+        *best_microbatches =
+            dcp__unload_best(batch, x->best, *best_microbatches, placements, &x->step);
+    *best_step = dcp__placement_step_ticks(batch, x->best, *best_microbatches, &x->step);
+    if (batch->count <= DCP__PACKING_MAX_SAMPLES && !dcp__sync_balanced(batch, *best_step))
+        return dcp__packing_candidate(batch, placements, x, best_microbatches, best_step, error);
+    return DCP_OK;
+}
+
+static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *placements,
+                                       dcp__lockstep *x, int32_t *best_microbatches,
+                                       int64_t *best_step, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const int32_t sync = config->sync_ranks;
+    /* between the extremes the E-independent plans (the tree's, greedy's, static's: the
+       E = 1 plan is one of them) are always candidates, so that the plan is never slower
+       under E than the E = 1 plan */
+    const int between = sync > 1 && sync < config->ranks;
+    int32_t microbatches = 0;
+    dcp_status status;
+    *best_microbatches = 0;
+    *best_step = 0;
+    status = dcp__lockstep_fills(batch, placements, x, best_microbatches, best_step, error);
+    if (status != DCP_OK) return status;
     if (batch->count <= DCP__TREE_CANDIDATE_SAMPLES &&
         (sync < config->ranks || (batch->count <= DCP__TREE_CANDIDATE_SAMPLES_BARRIER &&
                                   !dcp__sync_balanced(batch, *best_step)))) {
@@ -7012,20 +7047,8 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
         if (status == DCP_OK)
             dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }
-    if (status == DCP_OK && sync == config->ranks) {
-        if (!dcp__sync_bound_met(batch, *best_step)) /* the widest fill often is */
-            *best_microbatches =
-                dcp__unload_best(batch, x->best, *best_microbatches, placements, &x->step);
-        *best_step = dcp__placement_step_ticks(batch, x->best, *best_microbatches, &x->step);
-        if (batch->count <= DCP__PACKING_MAX_SAMPLES && !dcp__sync_balanced(batch, *best_step))
-            status = dcp__packing_candidate(batch, placements, x, best_microbatches, best_step,
-                                            error);
-    } else if (status == DCP_OK) {
-        /* the pool-wide unloading of the best plan is a candidate under E < D too */
-        memcpy(placements, x->best, (size_t)batch->count * sizeof *placements);
-        microbatches = dcp__unload(batch, placements, *best_microbatches);
-        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-    }
+    if (status == DCP_OK)
+        status = dcp__lockstep_unloaded(batch, placements, x, best_microbatches, best_step, error);
     if (status == DCP_OK && (between || !dcp__sync_balanced(batch, *best_step))) {
         /* the static baseline last, against the final plan (the planner's fallback for E > 1,
            compared in ticks without building its plan) */
@@ -7108,6 +7131,34 @@ DCPDEF const char *dcp_strategy_name(dcp_strategy strategy)
     return "unknown";
 }
 
+/* The widest fill under E = 1: when every sample is fastest on the widest CP size (no ring
+   cost) and the fill meets the lower bound, nothing beats it, and the tree planner is not run.
+   *microbatches 0 when it is not built or not optimal. The scan stops at the first sample
+   that is faster narrower, so under a ring cost this costs next to nothing. */
+static dcp_status dcp__plan_widest_if_optimal(const dcp__batch *batch,
+                                              dcp__placement *placements, int32_t *microbatches,
+                                              dcp_error *error)
+{
+    dcp__lockstep x;
+    dcp_status status;
+    int32_t s;
+    *microbatches = 0;
+    for (s = 0; s < batch->count; s++)
+        if (dcp__widened_level(batch, s, dcp__log2_int(batch->cp_min[s]), 0) != batch->levels - 1)
+            return DCP_OK;
+    memset(&x, 0, sizeof x);
+    if (!dcp__lockstep_init(batch, &x, error))
+        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    else
+        status = dcp__fill_widest(batch, -1, x.levels, placements, microbatches, error);
+    if (status == DCP_OK && *microbatches > 0 &&
+        !dcp__sync_bound_met(batch,
+                             dcp__placement_step_ticks(batch, placements, *microbatches, &x.step)))
+        *microbatches = 0;
+    dcp__lockstep_free(&batch->config->allocator, &x);
+    return status;
+}
+
 static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strategy,
                                      dcp__placement *placements, dcp_plan **plan,
                                      dcp_error *error)
@@ -7123,7 +7174,9 @@ static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strat
         break;
     default:
         if (batch->config->sync_ranks > 1) return dcp__plan_lockstep(batch, placements, plan, error);
-        status = dcp__plan_dynamic(batch, placements, &num_microbatches, error);
+        status = dcp__plan_widest_if_optimal(batch, placements, &num_microbatches, error);
+        if (status == DCP_OK && num_microbatches == 0)
+            status = dcp__plan_dynamic(batch, placements, &num_microbatches, error);
         break;
     }
     if (status != DCP_OK) return status;
