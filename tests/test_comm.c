@@ -134,7 +134,7 @@ static void plan_groups_map_to_split_communicators(void)
 
 static void choose_rejects_bad_groups(void)
 {
-    dcp_comm_choice c;
+    dcp_comm_choice c = {0}; /* zeroed so that inlining never makes gcc see it unset */
     dcp_error error;
     dcp_plan *plan = NULL;
     dcp_rank_group where;
