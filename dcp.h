@@ -5480,19 +5480,27 @@ static void dcp__fill_candidate(dcp__fill *f, int32_t variant, int32_t region_le
    bound, in the fewest microbatches; the fill variants' widening thresholds never widen the
    short samples, and they fill only up to the slowest sample's time. When some sample is
    faster narrower, width costs something and this candidate is not built (*microbatches 0). */
+/* Whether every sample is fastest on the widest CP size (width costs nothing). Stops at the
+   first sample that is faster narrower, so under any ring cost it costs next to nothing. */
+static int dcp__width_is_free(const dcp__batch *batch)
+{
+    int32_t s;
+    for (s = 0; s < batch->count; s++)
+        if (dcp__widened_level(batch, s, dcp__log2_int(batch->cp_min[s]), 0) != batch->levels - 1)
+            return 0;
+    return 1;
+}
+
 static dcp_status dcp__fill_widest(const dcp__batch *batch, int32_t region_level,
                                    int32_t *levels, dcp__placement *placements,
                                    int32_t *microbatches, dcp_error *error)
 {
-    const int32_t top = batch->levels - 1;
     dcp__fill fill;
     dcp_status status;
     int32_t s;
     *microbatches = 0;
-    for (s = 0; s < batch->count; s++) {
-        levels[s] = dcp__widened_level(batch, s, dcp__log2_int(batch->cp_min[s]), 0);
-        if (levels[s] != top) return DCP_OK;
-    }
+    if (!dcp__width_is_free(batch)) return DCP_OK;
+    for (s = 0; s < batch->count; s++) levels[s] = batch->levels - 1;
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     fill.slack_numerator = DCP__FILL_SLACK_UNLIMITED;
     dcp__fill_run(&fill, levels, NULL, region_level < 0 ? fill.root_level : region_level,
@@ -7143,19 +7151,15 @@ DCPDEF const char *dcp_strategy_name(dcp_strategy strategy)
 
 /* The widest fill under E = 1: when every sample is fastest on the widest CP size (no ring
    cost) and the fill meets the lower bound, nothing beats it, and the tree planner is not run.
-   *microbatches 0 when it is not built or not optimal. The scan stops at the first sample
-   that is faster narrower, so under a ring cost this costs next to nothing. */
+   *microbatches 0 when it is not built or not optimal. */
 static dcp_status dcp__plan_widest_if_optimal(const dcp__batch *batch,
                                               dcp__placement *placements, int32_t *microbatches,
                                               dcp_error *error)
 {
     dcp__lockstep x;
     dcp_status status;
-    int32_t s;
     *microbatches = 0;
-    for (s = 0; s < batch->count; s++)
-        if (dcp__widened_level(batch, s, dcp__log2_int(batch->cp_min[s]), 0) != batch->levels - 1)
-            return DCP_OK;
+    if (!dcp__width_is_free(batch)) return DCP_OK; /* before the scratch is allocated */
     memset(&x, 0, sizeof x);
     if (!dcp__lockstep_init(batch, &x, error))
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
