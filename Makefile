@@ -21,7 +21,7 @@ WARNINGS := -Wall -Wextra -Wpedantic -Werror
 OPT ?= -O2
 C_FLAGS := -std=c99 $(OPT) $(WARNINGS)
 CXX_FLAGS := -std=c++11 $(OPT) $(WARNINGS)
-SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
+SANITIZE := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
 # sm_80 runs on Ampere and later; sm_90a adds Hopper's wgmma and TMA paths.
 CUDA_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a
 NVCC_FLAGS := -std=c++14 -O2 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror

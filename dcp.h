@@ -5683,11 +5683,14 @@ static int64_t dcp__packing_cap(const dcp__batch *batch, int64_t longest)
 {
     const dcp_config *config = batch->config;
     const double capacity = (double)config->max_tokens_per_rank;
+    const double scale = 1.0 / batch->tick_seconds;
     double seconds = (1.0 + DCP__PACKING_CAP_SLACK) *
                      (config->cost.attn_coeff * (double)longest * capacity +
                       config->cost.linear_coeff * capacity);
-    return dcp__to_ticks(seconds, 1.0 / batch->tick_seconds) +
-           batch->ring_ticks[batch->levels - 1];
+    /* M tokens of the longest sample's length may take longer than the whole batch (whose time
+       fits the ticks), e.g. with a loose memory cap: then nothing can reach the cap */
+    if (!(seconds * scale < (double)DCP__TICKS_INF)) return DCP__TICKS_INF;
+    return dcp__to_ticks(seconds, scale) + batch->ring_ticks[batch->levels - 1];
 }
 
 /* One microbatch from the queue's first `left` samples; the ones that wait stay at the front

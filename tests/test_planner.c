@@ -594,6 +594,39 @@ static dcp_plan *split_group(const dcp_plan *plan, int32_t g)
     return split;
 }
 
+/* A memory cap far above the batch (M = DCP_MAX_SAMPLE_LENGTH): M tokens of the longest
+   sample take longer than the whole batch, whose time fits the planner's ticks, so a cap or
+   bound derived from M must not be converted to ticks unchecked (the packing-aware candidate
+   did: UBSan stopped the -san build at the float-to-int overflow, found by fuzz_costs). Random
+   short batches under every E, each plan valid and at or above the bound. */
+static void loose_memory_cap_plans_cleanly(void)
+{
+    enum { WORKLOADS = 60, MOST = 24 };
+    dcp_rng rng;
+    int64_t lengths[MOST];
+    int w;
+    dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 7));
+    for (w = 0; w < WORKLOADS; w++) {
+        int32_t ranks = 1 << dcp_rng_below(&rng, 7), i;
+        int32_t count = 1 + (int32_t)dcp_rng_below(&rng, MOST);
+        dcp_config c = make_config(ranks, DCP_MAX_SAMPLE_LENGTH);
+        dcp_plan *plan;
+        dcp_plan_stats stats;
+        c.cost.attn_coeff = 2.048e-11; /* fuzz_costs' input; the defaults' order of magnitude */
+        c.cost.linear_coeff = 1.00663e-06;
+        c.cost.ring_step_cost = 1.5e-05;
+        c.sync_ranks = w % 3 == 0 ? 1 : (w % 3 == 1 ? ranks : (ranks > 1 ? ranks / 2 : 1));
+        for (i = 0; i < count; i++) lengths[i] = 1 + (int64_t)dcp_rng_below(&rng, 8192);
+        plan = plan_or_null(&c, lengths, count);
+        CHECK(plan != NULL);
+        if (!plan) continue;
+        CHECK_EQ(dcp_plan_validate(plan, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_simulate(plan, NULL, &stats, NULL), DCP_OK);
+        CHECK(stats.step_seconds >= stats.lower_bound_seconds * (1.0 - 1e-9));
+        dcp_plan_destroy(plan);
+    }
+}
+
 /* A heavy-tailed batch with two giant samples on 32 ranks, E = D (the pool size where the
    planner used to give the giants one wide group, 0.9% slower): no group of two samples in
    the plan is worth splitting onto its halves under the planner's own model. */
@@ -1450,6 +1483,7 @@ int main(int argc, char **argv)
         {"sync_ranks_validation", sync_ranks_validation},
         {"lower_bounds_by_hand", lower_bounds_by_hand},
         {"barrier_bound_below_exhaustive_optimum", barrier_bound_below_exhaustive_optimum},
+        {"loose_memory_cap_plans_cleanly", loose_memory_cap_plans_cleanly},
         {"barrier_plan_never_slower_than_packing_aware",
          barrier_plan_never_slower_than_packing_aware},
         {"plan_meets_work_bound_when_width_is_free",
