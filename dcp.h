@@ -3101,9 +3101,13 @@ static void dcp__batch_free(dcp__batch *batch)
     dcp_free(allocator, batch->ticks);
 }
 
+/* Saturates at DCP__TICKS_INF: the batch's own times fit the ticks by construction, but a
+   time derived from the config alone (a cap from M tokens, say) may lie beyond any step of
+   the batch, and converting it unchecked would overflow int64. */
 static int64_t dcp__to_ticks(double seconds, double scale)
 {
-    return (int64_t)(dcp__exact(seconds * scale) + 0.5);
+    const double ticks = dcp__exact(seconds * scale) + 0.5;
+    return ticks < (double)DCP__TICKS_INF ? (int64_t)ticks : DCP__TICKS_INF;
 }
 
 /* Ticks per second, a power of two so that scaling is exact: the batch's total time (every
@@ -5473,13 +5477,6 @@ static void dcp__fill_candidate(dcp__fill *f, int32_t variant, int32_t region_le
                   placements, microbatches);
 }
 
-/* The widest fill, when every sample is fastest on the widest CP size: each microbatch one
-   group of that size per aligned block, filled up to the memory cap alone. Under a barrier,
-   where width costs nothing (the L^2 model: no ring cost), a group of the whole pool costs
-   exactly the microbatch's work over D, so on a power-of-two pool the plan meets the work
-   bound, in the fewest microbatches; the fill variants' widening thresholds never widen the
-   short samples, and they fill only up to the slowest sample's time. When some sample is
-   faster narrower, width costs something and this candidate is not built (*microbatches 0). */
 /* Whether every sample is fastest on the widest CP size (width costs nothing). Stops at the
    first sample that is faster narrower, so under any ring cost it costs next to nothing. */
 static int dcp__width_is_free(const dcp__batch *batch)
@@ -5491,6 +5488,14 @@ static int dcp__width_is_free(const dcp__batch *batch)
     return 1;
 }
 
+/* The widest fill, when every sample is fastest on the widest CP size: each microbatch one
+   group of that size per aligned block, filled up to the memory cap alone. Under a barrier,
+   where width costs nothing (the L^2 model: no ring cost), a group of the whole pool costs
+   exactly the microbatch's work over D, so on a power-of-two pool the plan meets the work
+   bound, in the fewest microbatches; the fill variants' widening thresholds never widen the
+   short samples, and they fill only up to the slowest sample's time. When some sample is
+   faster narrower, width costs something and this candidate is not built: callers ask
+   dcp__width_is_free first. */
 static dcp_status dcp__fill_widest(const dcp__batch *batch, int32_t region_level,
                                    int32_t *levels, dcp__placement *placements,
                                    int32_t *microbatches, dcp_error *error)
@@ -5499,7 +5504,6 @@ static dcp_status dcp__fill_widest(const dcp__batch *batch, int32_t region_level
     dcp_status status;
     int32_t s;
     *microbatches = 0;
-    if (!dcp__width_is_free(batch)) return DCP_OK;
     for (s = 0; s < batch->count; s++) levels[s] = batch->levels - 1;
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     fill.slack_numerator = DCP__FILL_SLACK_UNLIMITED;
@@ -5683,14 +5687,12 @@ static int64_t dcp__packing_cap(const dcp__batch *batch, int64_t longest)
 {
     const dcp_config *config = batch->config;
     const double capacity = (double)config->max_tokens_per_rank;
-    const double scale = 1.0 / batch->tick_seconds;
     double seconds = (1.0 + DCP__PACKING_CAP_SLACK) *
                      (config->cost.attn_coeff * (double)longest * capacity +
                       config->cost.linear_coeff * capacity);
-    /* M tokens of the longest sample's length may take longer than the whole batch (whose time
-       fits the ticks), e.g. with a loose memory cap: then nothing can reach the cap */
-    if (!(seconds * scale < (double)DCP__TICKS_INF)) return DCP__TICKS_INF;
-    return dcp__to_ticks(seconds, scale) + batch->ring_ticks[batch->levels - 1];
+    /* with a loose memory cap this lies beyond the batch: no cap (dcp__to_ticks saturates) */
+    return dcp__to_ticks(seconds, 1.0 / batch->tick_seconds) +
+           batch->ring_ticks[batch->levels - 1];
 }
 
 /* One microbatch from the queue's first `left` samples; the ones that wait stay at the front
@@ -6997,8 +6999,10 @@ static dcp_status dcp__lockstep_fills(const dcp__batch *batch, dcp__placement *p
     const int32_t region_count = sync < ranks ? 2 : 1;
     int32_t regions[2], microbatches = 0, r, w;
     dcp__fill fill;
-    dcp_status status = dcp__fill_widest(batch, sync < ranks ? dcp__log2_int(sync) : -1,
-                                         x->levels, placements, &microbatches, error);
+    dcp_status status = DCP_OK;
+    if (dcp__width_is_free(batch))
+        status = dcp__fill_widest(batch, sync < ranks ? dcp__log2_int(sync) : -1, x->levels,
+                                  placements, &microbatches, error);
     if (status != DCP_OK) return status;
     if (microbatches > 0)
         dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
