@@ -93,6 +93,10 @@ class SampleCost:
         self._cost = ctypes.byref(self._config.cost)
         self._padded = ctypes.c_int64()
 
+    def cost_model(self) -> Dict[str, float]:
+        """The resolved coefficients (defaults filled in), as ``plan(cost=...)`` takes them."""
+        return {name: getattr(self._config.cost, name) for name in COST_FIELDS}
+
     def padded_length(self, length: int, cp: int) -> int:
         cpu().call("dcp_padded_length", ctypes.byref(self._config), length, cp,
                    ctypes.byref(self._padded))
