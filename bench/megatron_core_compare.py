@@ -85,7 +85,7 @@ def workloads(args):
     rows = []
     if args.lengths_dir:
         with open(os.path.join(args.lengths_dir, "workloads.txt")) as index:
-            for name, _, ranks, tokens, filename in (line.split() for line in index if line.strip()):
+            for name, _, ranks, tokens, filename in (l.split() for l in index if l.strip()):
                 if args.quick and int(ranks) > max(QUICK_RANKS):
                     continue
                 with open(os.path.join(args.lengths_dir, filename)) as f:

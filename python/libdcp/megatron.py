@@ -28,6 +28,7 @@ code relies on (:func:`check_sample_id_groups`) and the step-time model of Megat
 """
 import bisect
 import hashlib
+import operator
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -44,7 +45,7 @@ DEFAULT_SYNC_RANKS = 1
 # sub-sample as its own forward, ring steps included. Plans made with the ring cost scaled by
 # each factor are run in Megatron's model (execute) under the true cost and the fastest kept:
 # larger factors trade CP width for fewer per-forward rings (measured: bench/RESULTS.md).
-DEFAULT_RING_SCALES = (1, 2, 4, 8, 16)
+DEFAULT_RING_SCALES = (1, 2, 4, 8, 16, 32)
 # Digest of a rank's view of the batch that the ranks compare (bytes of blake2b).
 DIGEST_BYTES = 8
 
@@ -232,13 +233,14 @@ class TokenCounts:
 
 
 def token_counts(sample_id_groups: SampleIdGroups, lengths: Dict[int, int]) -> TokenCounts:
-    """TokenCounts of sample_id_groups; ``lengths[sample id]`` valid tokens."""
+    """TokenCounts of sample_id_groups (each sample on an aligned block of ranks, as
+    check_sample_id_groups requires); ``lengths[sample id]`` valid tokens."""
     counts = []
     for group in sample_id_groups:
-        holders = _holders(group)
+        holders = _holders(group)  # aligned blocks (check_sample_id_groups): r - first is r's place
         counts.append(tuple(
-            sum(local_valid_tokens(lengths[s], len(holders[s]), holders[s].index(r))
-                for s in items) for r, items in enumerate(group)))
+            sum(local_valid_tokens(lengths[s], len(holders[s]), r - holders[s][0]) for s in items)
+            for r, items in enumerate(group)))
     return TokenCounts(sum(lengths.values()), tuple(counts))
 
 
@@ -400,7 +402,7 @@ class LibdcpCPScheduler:
 
     def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[Tuple[int, int]],
                                   config: Any = None) -> Tuple[List, SampleIdGroups]:
-        pairs = [(int(s), int(n)) for s, n in sample_id_seqlens]
+        pairs = [_id_and_length(i, pair) for i, pair in enumerate(sample_id_seqlens)]
         if self.settings.check_agreement:
             check_ranks_agree(pairs, self.dp_cp_group)
         ids, lengths = [s for s, _ in pairs], [n for _, n in pairs]
@@ -422,12 +424,15 @@ class LibdcpCPScheduler:
         config = self.settings.plan_config()
         cost = self._cost.cost_model()
         by_length = dict(enumerate(lengths))
+        scales = self.settings.ring_scales if cost["ring_step_cost"] > 0 else (1,)
         best = None
-        for scale in self.settings.ring_scales if cost["ring_step_cost"] > 0 else (1,):
+        for scale in scales:
             scaled = dict(cost, ring_step_cost=cost["ring_step_cost"] * scale)
             plan = make_plan(lengths, self.total_hdp_gpus, self.settings.max_tokens_per_rank,
                              **dict(config, cost=scaled))
             positions = plan_groups(plan, self.settings.sync_ranks)
+            if len(scales) == 1:
+                return plan, positions
             step = execute(positions, by_length, self._cost).step_seconds
             if best is None or step < best[0]:
                 best = (step, plan, positions)
@@ -455,6 +460,18 @@ class LibdcpCPScheduler:
         rank = None if self.source_rank is None else self.source_rank(sample)
         return ScheduleInputError(f"sample {sample} ({self._where(sample)}): "
                                   f"{failure.message[match.end():]}", sample=sample, rank=rank)
+
+
+def _id_and_length(index: int, pair: Any) -> Tuple[int, int]:
+    """(id, length) as ints: Python, numpy or torch integers; bool, float and str refused."""
+    try:
+        sample, length = pair
+        if isinstance(sample, bool) or isinstance(length, bool):
+            raise TypeError("bool")
+        return operator.index(sample), operator.index(length)
+    except (TypeError, ValueError) as failure:
+        raise TypeError(f"sample_id_seqlens[{index}] must be an (id, length) pair of ints, got "
+                        f"{pair!r}") from failure
 
 
 class _MinimalConfig:

@@ -195,7 +195,8 @@ class Scheduler(unittest.TestCase):
         self.assertEqual(scheduler.total_hdp_gpus, 8)
         self.assertEqual(scheduler.gpus_needed(4096), 1)
         self.assertEqual(scheduler.gpus_needed(4097), 2)
-        self.assertGreater(scheduler.get_total_workload(8192), scheduler.get_total_workload(8192, 4))
+        self.assertGreater(scheduler.get_total_workload(8192),
+                           scheduler.get_total_workload(8192, 4))
         tokens = scheduler.last_tokens
         self.assertEqual(tokens.global_tokens, sum(self.lengths))
         self.assertEqual(sum(tokens.rank_tokens(r) for r in range(8)), sum(self.lengths))
@@ -229,6 +230,10 @@ class Scheduler(unittest.TestCase):
         self.assertEqual(caught.exception.rank, 3)
         with self.assertRaises(M.ScheduleInputError):
             scheduler.get_groups_and_subsamples(self.pairs + [self.pairs[0]], None)
+        for bad in ((1, 100.0), (True, 100), ("1", 100), (1,)):
+            with self.assertRaises(TypeError) as caught:
+                scheduler.get_groups_and_subsamples(self.pairs + [bad], None)
+            self.assertIn(f"sample_id_seqlens[{len(self.pairs)}]", str(caught.exception))
 
     def test_disagreeing_views_name_the_sample_and_the_rank(self):
         views = [list(self.pairs) for _ in range(4)]
