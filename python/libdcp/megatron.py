@@ -208,8 +208,10 @@ def plan_groups(plan: Plan, sync_ranks: int) -> List[List[List[int]]]:
 
 # -- per-token loss ---------------------------------------------------------------------------
 def local_valid_tokens(length: int, cp: int, rank_in_group: int) -> int:
-    """Valid tokens rank ``rank_in_group`` of ``cp`` holds of a sample (DESIGN.md section 4:
-    padded to a multiple of 2 cp, chunks r and 2 cp - 1 - r; padding at the end)."""
+    """Valid tokens rank ``rank_in_group`` of ``cp`` computes of a sub-sample as Megatron splits
+    it (get_batch_on_this_cp_rank: 2 cp equal chunks, r and 2 cp - 1 - r; its lengths are
+    multiples of 2 cp, so each rank holds length / cp). Other lengths count as DESIGN.md
+    section 4 pads them (to a multiple of 2 cp, padding at the end)."""
     if cp == 1:
         return length
     chunk = -(-length // (2 * cp))
@@ -237,7 +239,7 @@ def token_counts(sample_id_groups: SampleIdGroups, lengths: Dict[int, int]) -> T
     check_sample_id_groups requires); ``lengths[sample id]`` valid tokens."""
     counts = []
     for group in sample_id_groups:
-        holders = _holders(group)  # aligned blocks (check_sample_id_groups): r - first is r's place
+        holders = _holders(group)  # aligned blocks: r - first rank is r's place in the group
         counts.append(tuple(
             sum(local_valid_tokens(lengths[s], len(holders[s]), r - holders[s][0]) for s in items)
             for r, items in enumerate(group)))
