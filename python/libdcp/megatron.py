@@ -26,7 +26,6 @@ agree on the lengths (with torch.distributed initialised): the mapping, the chec
 code relies on (:func:`check_sample_id_groups`) and the step-time model of Megatron's execution
 (:func:`execute`) are plain Python, so the tests run them without torch.
 """
-import bisect
 import hashlib
 import operator
 import re
@@ -579,16 +578,11 @@ def install_into(wrapper: Any, **settings: Any) -> LibdcpCPScheduler:
 
     def get_global_seqlens(subsample_seqlens):
         seqlens, offsets = gather(subsample_seqlens)
-        offsets_now["offsets"] = [int(o) for o in offsets]
+        offsets_now["offsets"] = offsets
         return seqlens, offsets
 
-    def source_rank(sample: int) -> int:
-        # dp_cp rank of the DP rank whose share holds the id (Megatron's _gid_to_src_rank)
-        offsets = offsets_now.get("offsets", [0])
-        dp_rank = bisect.bisect_right(offsets, sample) - 1
-        import torch.distributed as dist
-        global_rank = dist.get_process_group_ranks(wrapper.dp_group)[dp_rank]
-        return global_rank // wrapper.tp_group.size()
+    def source_rank(sample: int) -> int:  # Megatron's own reckoning of where an id came from
+        return int(wrapper._gid_to_src_rank(sample, offsets_now["offsets"]))
     wrapper.get_global_seqlens = get_global_seqlens
     scheduler.source_rank = source_rank
     wrapper.cp_balancing_scheduler = scheduler

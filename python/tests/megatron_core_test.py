@@ -136,7 +136,7 @@ class RealBadInput(unittest.TestCase):
         per_rank = launch(world, "bad")
         expected = {"too-long": (5, "sample 5 (in DP x CP rank"),
                     "zero": (3, "sample 3 (in DP x CP rank"),
-                    "disagree": (7, f"sample 7 is (id, length) (7, "),
+                    "disagree": (7, "sample 7 is (id, length) (7, "),
                     "too-long-loaded": (None, "(loaded by DP x CP rank 1): has length")}
         for case, (sample, text) in expected.items():
             for r, result in enumerate(per_rank):
