@@ -57,7 +57,7 @@ CPU_PROGRAMS := $(CPU_TESTS:%=$(BUILD)/%) $(CPU_TESTS:%=$(BUILD)/%-san) $(CPU_HE
                 $(NCCL_HOST_TESTS)
 CUDA_PROGRAMS := $(BUILD)/header-nvcc $(GPU_TESTS)
 NCCL_PROGRAMS := $(BUILD)/test_nccl_gpu
-# The Python package (python/dcp): dcp.h's implementation as a shared library (C compiler
+# The Python package (python/libdcp): dcp.h's implementation as a shared library (C compiler
 # only, no nvcc) and the struct-layout dump its tests compare the ctypes mirrors against.
 PYTHON_LIBS := $(BUILD)/libdcp.so $(BUILD)/dcp-struct-layout
 
@@ -319,3 +319,32 @@ WGMMA_TEST_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 $(BUILD)/test_wgmma: tests/test_wgmma.cu tests/test.h tests/cuda_test_util.h tests/tolerance.h \
                      dcp.h dcp_cuda.cu | $(BUILD)
 	$(NVCC) -std=c++14 -O2 $(WGMMA_TEST_ARCH) -Xcompiler -Wall,-Wextra,-Werror $< -o $@
+
+# ---- libdcp inside Megatron-Core (issue 27) ---------------------------------------------------
+# `make test-megatron` (CI runs it after `make test`): a virtual environment with the pinned
+# test-only packages of python/tests/megatron-requirements.txt (torch, megatron-core 0.16.1;
+# installed from PyPI once, reused while the list is unchanged), then
+# python/tests/megatron_core_test.py: megatron-core's own data-loader wrapper and hybrid-CP
+# schedule on 4 and 8 gloo ranks with its scheduler and with libdcp's, bad input, the per-token
+# loss example, and `pip install ./python` / `pip wheel ./python` in fresh environments. Prints
+# its time. `make bench-megatron-core` runs bench/megatron_core_compare.py (bench/RESULTS.md).
+PYTHON3 ?= python3
+MEGATRON_VENV := $(BUILD)/venv-megatron
+MEGATRON_REQUIREMENTS := python/tests/megatron-requirements.txt
+MEGATRON_PYTHON := $(MEGATRON_VENV)/bin/python
+.PHONY: test-megatron bench-megatron-core
+$(MEGATRON_VENV)/installed: $(MEGATRON_REQUIREMENTS) | $(BUILD)
+	rm -rf $(MEGATRON_VENV)
+	$(PYTHON3) -m venv $(MEGATRON_VENV)
+	$(MEGATRON_PYTHON) -m pip install -q -r $(MEGATRON_REQUIREMENTS)
+	touch $@
+test-megatron: $(MEGATRON_VENV)/installed $(BUILD)/libdcp.so
+	@start=$$(date +%s); \
+	DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
+	    $(MEGATRON_PYTHON) -B python/tests/run.py megatron_core_test.py; status=$$?; \
+	echo "test-megatron: $$(( $$(date +%s) - start )) s"; exit $$status
+bench-megatron-core: $(MEGATRON_VENV)/installed $(BUILD)/libdcp.so $(BUILD)/plan_bench
+	mkdir -p $(BUILD)/bench-lengths
+	$(BUILD)/plan_bench --dump-lengths $(BUILD)/bench-lengths
+	DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
+	    $(MEGATRON_PYTHON) bench/megatron_core_compare.py --lengths-dir $(BUILD)/bench-lengths

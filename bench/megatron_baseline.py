@@ -52,9 +52,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-import dcp  # noqa: E402
-from dcp import _structs as S  # noqa: E402
-from dcp._library import cpu  # noqa: E402
+import libdcp  # noqa: E402
+from libdcp import _structs as S  # noqa: E402
+from libdcp._library import cpu  # noqa: E402
 
 # Megatron's _DYNAMIC_CP_WORKLOAD_CAP_DELTA: the cap's slack over longest * M.
 WORKLOAD_CAP_DELTA = 0.05
@@ -258,7 +258,7 @@ def simulate(plan_pointer):
 def resolved_config(ranks, max_tokens_per_rank, cost):
     resolved = S.Config()
     cpu().call("dcp_config_resolve",
-               ctypes.byref(dcp.planner.make_config(ranks, max_tokens_per_rank, cost=cost)),
+               ctypes.byref(libdcp.planner.make_config(ranks, max_tokens_per_rank, cost=cost)),
                ctypes.byref(resolved))
     return resolved
 
@@ -266,7 +266,7 @@ def resolved_config(ranks, max_tokens_per_rank, cost):
 def compare(name, lengths, ranks, max_tokens_per_rank, model_name, cost, megatron):
     """One row: Megatron's plan and ours under E = D with `cost`."""
     config = resolved_config(ranks, max_tokens_per_rank, cost)
-    ours = dcp.plan(lengths, ranks, max_tokens_per_rank, cost=cost)
+    ours = libdcp.plan(lengths, ranks, max_tokens_per_rank, cost=cost)
     our_stats = simulate(ours._pointer)
     bound = our_stats.barrier_lower_bound_seconds
     own_sum = barrier_seconds(megatron, lengths, cost)

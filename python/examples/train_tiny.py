@@ -3,9 +3,9 @@ c = 1, 2, 4 and checks each step's loss against the same model trained without C
 documents, PyTorch SDPA and a rotate-half RoPE).
 
 For each global batch the planner (min_cp = max_cp = c on a pool of c ranks, so every group is
-the whole ring) picks the microbatches; dcp.loader.DynamicCPLoader gives every rank of the ring
+the whole ring) picks the microbatches; libdcp.loader.DynamicCPLoader gives every rank of the ring
 its packed tokens, labels, position ids and loss mask; the c ranks' buffers are stacked and run
-through dcp.ops.rope (CP positions) and dcp.ops.ring_attention (the ring simulated on the
+through libdcp.ops.rope (CP positions) and libdcp.ops.ring_attention (the ring simulated on the
 device), everything else row-wise. The loss is the mean cross entropy over valid label tokens,
 which must not depend on c.
 
@@ -23,8 +23,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-import dcp
-from dcp.loader import DynamicCPLoader
+import libdcp
+from libdcp.loader import DynamicCPLoader
 
 VOCAB, HIDDEN, HEADS, HEAD_DIM, LAYERS = 97, 128, 2, 64, 2
 THETA = 10000.0
@@ -134,7 +134,7 @@ def loss_with_cp(model, batch, cp, device, reference_ops, max_tokens_per_rank):
                 q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
                 return dense_ring_reference(q, k, v, views)
         else:
-            from dcp import ops
+            from libdcp import ops
             layout = ops.Layout.from_view(views[0], device)
 
             def attend(q, k, v):

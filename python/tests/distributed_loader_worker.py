@@ -9,7 +9,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from dcp import loader
+from libdcp import loader
 
 
 def main(rank, ranks, port, out_path):

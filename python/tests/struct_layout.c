@@ -1,7 +1,7 @@
 /* Prints the size of every struct the Python package mirrors through ctypes and the offset of
    each of its fields, one per line ("size NAME BYTES", "offset NAME.FIELD BYTES"), as this C
    compiler lays them out. python/tests/test_planner.py compares them with the ctypes classes,
-   so a field added to dcp.h and not to python/dcp/_structs.py (or the reverse) fails loudly.
+   so a field added to dcp.h and not to python/libdcp/_structs.py (or the reverse) fails loudly.
    Adding a field: one FIELD line here, one tuple in _structs.py. */
 #include <stddef.h>
 #include <stdio.h>

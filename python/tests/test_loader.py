@@ -7,8 +7,8 @@ import random
 import threading
 import unittest
 
-import dcp
-from dcp import loader
+import libdcp
+from libdcp import loader
 
 SEED = 7001
 
@@ -30,7 +30,7 @@ class LocalWorldExchange(unittest.TestCase):
             print(f"seed {seed}")
             ranks = rng.choice([2, 4, 8])
             lengths = [rng.randint(1, 5000) for _ in range(rng.randint(1, 40))]
-            plan = dcp.plan(lengths, ranks=ranks, max_tokens_per_rank=4096)
+            plan = libdcp.plan(lengths, ranks=ranks, max_tokens_per_rank=4096)
             holders = [rng.randrange(ranks) for _ in lengths]
             samples = make_samples(lengths)
             buffers = loader.LocalWorld(plan, holders).exchange(
@@ -41,7 +41,7 @@ class LocalWorldExchange(unittest.TestCase):
                                      (seed, r, k))
 
     def test_a_short_chunk_is_refused(self):
-        t = dcp.Transfer("recv", 1, 0, 0, 0, 4, 0)
+        t = libdcp.Transfer("recv", 1, 0, 0, 0, 4, 0)
         with self.assertRaises(ValueError):
             loader.assemble({0: 8}, [t], {}, {1: [[1, 2, 3]]}, lambda n: [0] * n)
 
@@ -80,7 +80,7 @@ class LoaderWrapper(unittest.TestCase):
         samples = make_samples(lengths)
         batch = [{"tokens": s, "labels": array.array("q", [t + 7 for t in s])} for s in samples]
         fields = ("tokens", "labels")
-        plan = dcp.plan(lengths, ranks=4, max_tokens_per_rank=2048)
+        plan = libdcp.plan(lengths, ranks=4, max_tokens_per_rank=2048)
         for r in range(4):
             got = list(loader.DynamicCPLoader([batch], rank=r, ranks=4,
                                               max_tokens_per_rank=2048, fields=fields))
@@ -130,7 +130,7 @@ class LoaderWrapper(unittest.TestCase):
         for t in threads:
             t.join(60)
         self.assertEqual(errors, [])
-        plan = dcp.plan(lengths, ranks=ranks, max_tokens_per_rank=4096)
+        plan = libdcp.plan(lengths, ranks=ranks, max_tokens_per_rank=4096)
         for r in range(ranks):
             self.assertEqual(len(results[r]), plan.num_microbatches)
             for mb in results[r]:
@@ -151,7 +151,7 @@ class LoaderWrapper(unittest.TestCase):
         lengths = [rng.randint(1, 3000) for _ in range(12)]
         samples = make_samples(lengths)
         batch = [torch.tensor(list(s), dtype=torch.int64) for s in samples]
-        plan = dcp.plan(lengths, ranks=2, max_tokens_per_rank=2048)
+        plan = libdcp.plan(lengths, ranks=2, max_tokens_per_rank=2048)
         for r in range(2):
             for mb in loader.DynamicCPLoader([batch], rank=r, ranks=2, max_tokens_per_rank=2048):
                 self.assertEqual(mb.tokens.tolist(), c_packed(plan, r, mb.microbatch, samples))
@@ -199,7 +199,7 @@ class TorchDistributed(unittest.TestCase):
             codes = [w.wait(timeout=300) for w in workers]
             self.assertEqual(codes, [0] * ranks)
             results = [json.load(open(p)) for p in paths]
-        plan = dcp.plan(lengths, ranks=ranks, max_tokens_per_rank=2048)
+        plan = libdcp.plan(lengths, ranks=ranks, max_tokens_per_rank=2048)
         self.assertGreater(max(g.cp for g in plan.groups), 1)
         for r in range(ranks):
             self.assertEqual(len(results[r]), plan.num_microbatches)

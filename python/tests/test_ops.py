@@ -1,4 +1,4 @@
-"""The torch ops (dcp.ops) against PyTorch: SDPA per document, a plain depthwise conv1d per
+"""The torch ops (libdcp.ops) against PyTorch: SDPA per document, a plain depthwise conv1d per
 document, a rotate-half RoPE reference, and the autograd of each. Without torch every test
 skips; without a GPU or build/libdcp_cuda.so the GPU tests skip ("no CUDA device: skipped")
 and only the fake-tensor (meta) tests run, which check shapes, autograd wiring and tracing."""
@@ -8,13 +8,13 @@ import os
 import random
 import unittest
 
-import dcp
+import libdcp
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch
     import torch.nn.functional as F
-    from dcp import ops
+    from libdcp import ops
 
 SEED = 4242
 # Norm-wise relative error bounds: bf16 inputs against a float32 reference.
@@ -28,7 +28,7 @@ def gpu_reason():
         return "no torch: skipped"
     if not torch.cuda.is_available():
         return "no CUDA device: skipped"
-    if dcp.library_path("cuda") is None:
+    if libdcp.library_path("cuda") is None:
         return "no libdcp_cuda.so (make build/libdcp_cuda.so): skipped"
     return None
 
@@ -64,7 +64,7 @@ def rank_positions(cu_padded, lengths, cp, rank):
     for i, n in enumerate(lengths):
         padded = cu_padded[i + 1] - cu_padded[i]
         for local in range(padded // cp):
-            p = dcp.zigzag_position(padded, cp, rank, local)
+            p = libdcp.zigzag_position(padded, cp, rank, local)
             rows.append((i, p) if p < n else None)
     return rows
 

@@ -9,8 +9,8 @@ import tempfile
 import unittest
 import xml.dom.minidom
 
-import dcp
-from dcp import _library, _structs
+import libdcp
+from libdcp import _library, _structs
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BUILD = os.environ.get("DCP_BUILD", os.path.join(REPO, "build"))
@@ -59,9 +59,9 @@ class StructLayout(unittest.TestCase):
 class Signatures(unittest.TestCase):
     def test_every_function_the_package_calls_is_declared(self):
         """ctypes passes an undeclared pointer argument as a C int: every name given to call()
-        or raw() in python/dcp must have its signature in _library."""
+        or raw() in python/libdcp must have its signature in _library."""
         import re
-        package = os.path.dirname(dcp.__file__)
+        package = os.path.dirname(libdcp.__file__)
         declared = set(_library.SIGNATURES) | set(_library.CUDA_SIGNATURES)
         used = set()
         for name in os.listdir(package):
@@ -73,11 +73,11 @@ class Signatures(unittest.TestCase):
 
 
 class PlanAgainstCli(unittest.TestCase):
-    """dcp.plan gives the plan and figures build/dcp-plan prints for the same input."""
+    """libdcp.plan gives the plan and figures build/dcp-plan prints for the same input."""
 
     def setUp(self):
         print(f"seed {SEED}")
-        self.lengths = dcp.lognormal_lengths(4096, 1.1, 256, 16384, 96, seed=SEED)
+        self.lengths = libdcp.lognormal_lengths(4096, 1.1, 256, 16384, 96, seed=SEED)
         self.path = write_lengths(self.lengths)
 
     def tearDown(self):
@@ -85,7 +85,7 @@ class PlanAgainstCli(unittest.TestCase):
 
     def check(self, cli_args, **config):
         expected = cli_json(self.path, *cli_args)
-        plan = dcp.plan(self.lengths, ranks=expected["ranks"],
+        plan = libdcp.plan(self.lengths, ranks=expected["ranks"],
                         max_tokens_per_rank=expected["max_tokens_per_rank"], **config)
         self.assertEqual(groups_as_json(plan), expected["microbatches"])
         self.assertEqual(plan.num_samples, expected["samples"])
@@ -118,7 +118,7 @@ class PlanAgainstCli(unittest.TestCase):
                 drawn = f.read()
         finally:
             os.unlink(path)
-        plan = dcp.plan(self.lengths, ranks=16, max_tokens_per_rank=4096)
+        plan = libdcp.plan(self.lengths, ranks=16, max_tokens_per_rank=4096)
         self.assertEqual(plan.svg(), drawn)
 
     def test_cost_model(self):
@@ -129,8 +129,8 @@ class PlanAgainstCli(unittest.TestCase):
 
 class PlanStructure(unittest.TestCase):
     def setUp(self):
-        self.lengths = dcp.lognormal_lengths(2048, 1.0, 64, 8192, 40, seed=SEED + 1)
-        self.plan = dcp.plan(self.lengths, ranks=8, max_tokens_per_rank=4096, pad_multiple=8)
+        self.lengths = libdcp.lognormal_lengths(2048, 1.0, 64, 8192, 40, seed=SEED + 1)
+        self.plan = libdcp.plan(self.lengths, ranks=8, max_tokens_per_rank=4096, pad_multiple=8)
 
     def test_every_sample_once_in_aligned_groups(self):
         seen = []
@@ -153,8 +153,8 @@ class PlanStructure(unittest.TestCase):
         self.assertEqual(config["pad_multiple"], 8)
         self.assertEqual(config["max_cp"], 8)
         self.assertEqual(config["cost"]["attn_coeff"], 2.048e-11)  # DCP_DEFAULT_ATTN_COEFF
-        self.assertEqual(dcp.resolve_config(8, 4096), {**config, "pad_multiple": 1})
-        self.assertEqual(set(dcp.CONFIG_FIELDS) - set(config), set())
+        self.assertEqual(libdcp.resolve_config(8, 4096), {**config, "pad_multiple": 1})
+        self.assertEqual(set(libdcp.CONFIG_FIELDS) - set(config), set())
 
     def test_stats_and_flops(self):
         stats, flops = self.plan.stats, self.plan.flops_stats()
@@ -167,7 +167,7 @@ class PlanStructure(unittest.TestCase):
 
     def test_bytes_round_trip(self):
         data = self.plan.to_bytes()
-        again = dcp.Plan.from_bytes(data)
+        again = libdcp.Plan.from_bytes(data)
         self.assertEqual(again.microbatches, self.plan.microbatches)
         self.assertEqual(again.sample_lengths, self.plan.sample_lengths)
         self.assertEqual(again.config, self.plan.config)
@@ -177,11 +177,11 @@ class PlanStructure(unittest.TestCase):
     def test_corrupt_bytes_raise_with_the_c_message(self):
         data = bytearray(self.plan.to_bytes())
         data[len(data) // 2] ^= 0xFF
-        with self.assertRaises(dcp.CorruptDataError) as caught:
-            dcp.Plan.from_bytes(bytes(data))
+        with self.assertRaises(libdcp.CorruptDataError) as caught:
+            libdcp.Plan.from_bytes(bytes(data))
         self.assertIn("checksum", caught.exception.message)
-        with self.assertRaises(dcp.CorruptDataError):
-            dcp.Plan.from_bytes(self.plan.to_bytes()[:20])
+        with self.assertRaises(libdcp.CorruptDataError):
+            libdcp.Plan.from_bytes(self.plan.to_bytes()[:20])
 
     def test_svg(self):
         """Plan.svg() is dcp_plan_svg: well-formed, a hover title per group naming its
@@ -200,70 +200,70 @@ class PlanStructure(unittest.TestCase):
         self.assertIn(">my &lt;plan&gt;: ", self.plan.svg(title="my <plan>"))
 
     def test_svg_stack(self):
-        """dcp.plan_svg stacks plans on one scale, titled, the last one the reference."""
-        static = dcp.plan(self.lengths, ranks=8, max_tokens_per_rank=4096, pad_multiple=8,
+        """libdcp.plan_svg stacks plans on one scale, titled, the last one the reference."""
+        static = libdcp.plan(self.lengths, ranks=8, max_tokens_per_rank=4096, pad_multiple=8,
                           strategy="static")
-        svg = dcp.plan_svg([static, self.plan], [None, "ours"])
+        svg = libdcp.plan_svg([static, self.plan], [None, "ours"])
         xml.dom.minidom.parseString(svg)
         self.assertIn(">static CP=", svg)
         self.assertEqual(svg.count("; ours is "), 1)
         self.assertEqual(svg.count("time (ms)"), 2)
-        with self.assertRaises(dcp.InvalidArgumentError) as caught:
-            dcp.plan_svg([])
+        with self.assertRaises(libdcp.InvalidArgumentError) as caught:
+            libdcp.plan_svg([])
         self.assertIn("count 0", caught.exception.message)
         with self.assertRaises(ValueError):
-            dcp.plan_svg([self.plan], ["a", "b"])
+            libdcp.plan_svg([self.plan], ["a", "b"])
 
 
 class Errors(unittest.TestCase):
     """Every failing call raises the status's exception with the library's message."""
 
     def test_infeasible(self):
-        with self.assertRaises(dcp.InfeasibleError) as caught:
-            dcp.plan([100, 70000], ranks=4, max_tokens_per_rank=4096)
+        with self.assertRaises(libdcp.InfeasibleError) as caught:
+            libdcp.plan([100, 70000], ranks=4, max_tokens_per_rank=4096)
         self.assertIn("sample 1 has length 70000", str(caught.exception))
-        self.assertIsInstance(caught.exception, dcp.DcpError)
+        self.assertIsInstance(caught.exception, libdcp.DcpError)
         self.assertEqual(caught.exception.function, "dcp_plan_create")
 
     def test_invalid_arguments_name_the_argument(self):
-        with self.assertRaises(dcp.InvalidArgumentError) as caught:
-            dcp.plan([100], ranks=0, max_tokens_per_rank=4096)
+        with self.assertRaises(libdcp.InvalidArgumentError) as caught:
+            libdcp.plan([100], ranks=0, max_tokens_per_rank=4096)
         self.assertIn("ranks", caught.exception.message)
-        with self.assertRaises(dcp.InvalidArgumentError) as caught:
-            dcp.plan([100], ranks=4, max_tokens_per_rank=4096, min_cp=3)
+        with self.assertRaises(libdcp.InvalidArgumentError) as caught:
+            libdcp.plan([100], ranks=4, max_tokens_per_rank=4096, min_cp=3)
         self.assertIn("min_cp", caught.exception.message)
-        with self.assertRaises(dcp.InvalidArgumentError):
-            dcp.plan([100, -5], ranks=4, max_tokens_per_rank=4096)
-        plan = dcp.plan([100], ranks=4, max_tokens_per_rank=4096)
-        with self.assertRaises(dcp.InvalidArgumentError) as caught:
+        with self.assertRaises(libdcp.InvalidArgumentError):
+            libdcp.plan([100, -5], ranks=4, max_tokens_per_rank=4096)
+        plan = libdcp.plan([100], ranks=4, max_tokens_per_rank=4096)
+        with self.assertRaises(libdcp.InvalidArgumentError) as caught:
             plan.rank_view(4, 0)
         self.assertIn("4", caught.exception.message)
 
     def test_python_side_checks(self):
         with self.assertRaises(TypeError):
-            dcp.plan([100], ranks=4, max_tokens_per_rank=4096, max_tokens=5)
+            libdcp.plan([100], ranks=4, max_tokens_per_rank=4096, max_tokens=5)
         with self.assertRaises(TypeError):
-            dcp.plan([100], ranks=4, max_tokens_per_rank=4096, cost={"attn": 1.0})
+            libdcp.plan([100], ranks=4, max_tokens_per_rank=4096, cost={"attn": 1.0})
         with self.assertRaises(ValueError):
-            dcp.plan([100], ranks=4, max_tokens_per_rank=4096, strategy="fastest")
+            libdcp.plan([100], ranks=4, max_tokens_per_rank=4096, strategy="fastest")
         with self.assertRaises(OverflowError):
-            dcp.plan([1 << 70], ranks=4, max_tokens_per_rank=4096)
+            libdcp.plan([1 << 70], ranks=4, max_tokens_per_rank=4096)
 
     def test_lengths_sources(self):
-        with self.assertRaises(dcp.DcpIOError):
-            dcp.read_lengths("/nonexistent/lengths.txt")
-        with self.assertRaises(dcp.ParseError) as caught:
-            dcp.parse_lengths("12\nabc\n")
+        with self.assertRaises(libdcp.DcpIOError):
+            libdcp.read_lengths("/nonexistent/lengths.txt")
+        with self.assertRaises(libdcp.ParseError) as caught:
+            libdcp.parse_lengths("12\nabc\n")
         self.assertIn("line 2", caught.exception.message)
-        self.assertEqual(dcp.parse_lengths("# c\n12\n\n7\n"), [12, 7])
-        self.assertEqual(dcp.parse_lengths("id,seq_len\n0,5\n1,9\n"), [5, 9])
-        self.assertEqual(dcp.lognormal_lengths(4096, 1.1, 1024, 8192, 8, seed=3),
-                         dcp.lognormal_lengths(4096, 1.1, 1024, 8192, 8, seed=3))
+        self.assertEqual(libdcp.parse_lengths("# c\n12\n\n7\n"), [12, 7])
+        self.assertEqual(libdcp.parse_lengths("id,seq_len\n0,5\n1,9\n"), [5, 9])
+        self.assertEqual(libdcp.lognormal_lengths(4096, 1.1, 1024, 8192, 8, seed=3),
+                         libdcp.lognormal_lengths(4096, 1.1, 1024, 8192, 8, seed=3))
 
     def test_missing_library_lists_what_was_tried(self):
         os.environ["DCP_TEST_LIBRARY"] = "/nonexistent/libdcp.so"
         try:
-            with self.assertRaises(dcp.LibraryNotFoundError) as caught:
+            with self.assertRaises(libdcp.LibraryNotFoundError) as caught:
                 _library.load("libdcp-absent.so", "DCP_TEST_LIBRARY", "build/libdcp.so")
         finally:
             del os.environ["DCP_TEST_LIBRARY"]
@@ -273,9 +273,9 @@ class Errors(unittest.TestCase):
         self.assertIn("make build/libdcp.so", text)
 
 
-@unittest.skipIf(dcp.library_path("cuda") is None, "no libdcp_cuda.so: skipped")
+@unittest.skipIf(libdcp.library_path("cuda") is None, "no libdcp_cuda.so: skipped")
 class CudaLibraryHostSide(unittest.TestCase):
-    """libdcp_cuda.so's host-side entry points (no GPU needed): every signature dcp.ops uses
+    """libdcp_cuda.so's host-side entry points (no GPU needed): every signature libdcp.ops uses
     resolves, the device count answers, a device layout is checked on the host."""
 
     def layout(self, cu, cu_padded, cp):
@@ -293,7 +293,7 @@ class CudaLibraryHostSide(unittest.TestCase):
         self.assertGreaterEqual(count.value, 0)
         layout = self.layout([0, 5, 9], [0, 8, 16], 2)
         self.assertEqual((layout.local_rows, layout.max_seqlen_padded), (8, 8))
-        with self.assertRaises(dcp.InvalidArgumentError) as caught:
+        with self.assertRaises(libdcp.InvalidArgumentError) as caught:
             self.layout([0, 5, 9], [0, 6, 16], 2)
         self.assertIn("padded length 6, not a multiple of 2 cp", caught.exception.message)
 
@@ -303,10 +303,10 @@ class RankViewsAgainstCli(unittest.TestCase):
 
     def test_every_view(self):
         print(f"seed {SEED + 2}")
-        lengths = dcp.lognormal_lengths(1500, 1.2, 16, 6000, 24, seed=SEED + 2)
+        lengths = libdcp.lognormal_lengths(1500, 1.2, 16, 6000, 24, seed=SEED + 2)
         path = write_lengths(lengths)
         try:
-            plan = dcp.plan(lengths, ranks=8, max_tokens_per_rank=2048)
+            plan = libdcp.plan(lengths, ranks=8, max_tokens_per_rank=2048)
             for k in range(plan.num_microbatches):
                 for r in range(plan.ranks):
                     self.check_view(plan.rank_view(r, k), cli_json(
@@ -323,7 +323,7 @@ class RankViewsAgainstCli(unittest.TestCase):
             self.assertEqual(list(getattr(view, key)), expected[key], key)
         self.assertEqual(list(view.position_ids), [max(p, 0) for p in expected["positions"]])
         self.assertEqual(sum(view.loss_mask), sum(p >= 0 for p in expected["positions"]))
-        self.assertEqual(dcp.rank_view_from_bytes(view.to_bytes()), view)
+        self.assertEqual(libdcp.rank_view_from_bytes(view.to_bytes()), view)
 
 
 class ViewsAndReroute(unittest.TestCase):
@@ -331,7 +331,7 @@ class ViewsAndReroute(unittest.TestCase):
         rng = random.Random(SEED + 3)
         print(f"seed {SEED + 3}")
         self.lengths = [rng.randint(1, 3000) for _ in range(30)]
-        self.plan = dcp.plan(self.lengths, ranks=4, max_tokens_per_rank=2048)
+        self.plan = libdcp.plan(self.lengths, ranks=4, max_tokens_per_rank=2048)
         self.holders = [rng.randrange(4) for _ in self.lengths]
         self.samples = [array.array("q", [s * 100000 + p for p in range(n)])
                         for s, n in enumerate(self.lengths)]
@@ -352,7 +352,7 @@ class ViewsAndReroute(unittest.TestCase):
                 for row, p in enumerate(view.positions):
                     slot = view.row_samples[row]
                     padded = view.cu_seqlens_padded[slot + 1] - view.cu_seqlens_padded[slot]
-                    zig = dcp.zigzag_position(padded, view.cp, view.rank_in_group,
+                    zig = libdcp.zigzag_position(padded, view.cp, view.rank_in_group,
                                               row - view.local_offsets[slot])
                     self.assertEqual(p, zig if zig < view.sample_lengths[slot] else -1)
 
@@ -384,7 +384,7 @@ class ViewsAndReroute(unittest.TestCase):
         self.assertTrue(all(t.kind == "recv" for t in view.receives))
         with self.assertRaises(ValueError):
             self.plan.reroute(self.holders[:-1], 0)
-        with self.assertRaises(dcp.InvalidArgumentError):
+        with self.assertRaises(libdcp.InvalidArgumentError):
             self.plan.reroute([9] * len(self.lengths), 0)
 
     @unittest.skipUnless(__import__("importlib").util.find_spec("torch"), "no torch: skipped")

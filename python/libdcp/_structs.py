@@ -4,7 +4,7 @@ Each class lists its fields in dcp.h's order with dcp.h's names and widths (enum
 python/tests/test_planner.py compares every size and offset with what the C compiler reports
 (build/dcp-struct-layout), so a drift fails the tests instead of corrupting memory. Adding a
 field to a dcp.h struct is one tuple here (and one FIELD line in python/tests/struct_layout.c);
-a new dcp_config field is then also accepted by ``dcp.plan(**config)`` without further code.
+a new dcp_config field is then also accepted by ``libdcp.plan(**config)`` without further code.
 """
 import ctypes
 

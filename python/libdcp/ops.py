@@ -4,7 +4,7 @@ build/libdcp_cuda.so (`make build/libdcp_cuda.so`; found like libdcp.so, or thro
 $DCP_CUDA_LIBRARY).
 
 Every op runs on the caller's current CUDA stream, allocates its outputs and scratch with
-PyTorch's allocator, and checks its arguments in the library (errors raise dcp.DcpError
+PyTorch's allocator, and checks its arguments in the library (errors raise libdcp.DcpError
 subclasses with the C message). A THD layout travels as four int32 tensors (see
 :class:`Layout`): the device copies the kernels read and CPU copies the library validates and
 sizes launches from, so no op reads device memory back (no synchronisation) and torch.compile
@@ -49,7 +49,7 @@ class Layout:
 
     @classmethod
     def from_view(cls, view, device="cuda") -> "Layout":
-        """The layout of a dcp.RankView (its group's sequences, its cp)."""
+        """The layout of a libdcp.RankView (its group's sequences, its cp)."""
         return cls.from_lists(view.cu_seqlens, view.cu_seqlens_padded, view.cp, device)
 
     @property
@@ -147,7 +147,7 @@ def ring_step_plan(cp: int, rank: int, step: int, causal: bool = True
 
 
 # ----------------------------------------------------------------- varlen attention step
-@torch.library.custom_op("dcp::attention_forward", mutates_args=())
+@torch.library.custom_op("libdcp::attention_forward", mutates_args=())
 @_on_device
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor,
                       cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
@@ -176,7 +176,7 @@ def _(q, k, v, cu_seqlens, cu_seqlens_padded, cu_seqlens_cpu, cu_seqlens_padded_
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
-@torch.library.custom_op("dcp::attention_backward", mutates_args=())
+@torch.library.custom_op("libdcp::attention_backward", mutates_args=())
 @_on_device
 def attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, lse: Tensor,
                        cu_seqlens: Tensor, cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
@@ -239,7 +239,7 @@ def _ring_pointers(t: Tensor):
     return (ctypes.c_void_p * t.shape[0])(*[t[r].data_ptr() for r in range(t.shape[0])])
 
 
-@torch.library.custom_op("dcp::ring_forward", mutates_args=())
+@torch.library.custom_op("libdcp::ring_forward", mutates_args=())
 @_on_device
 def ring_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, cu_seqlens_padded: Tensor,
                  cu_seqlens_cpu: Tensor, cu_seqlens_padded_cpu: Tensor, cp: int, causal: bool,
@@ -274,7 +274,7 @@ def _(q, k, v, cu_seqlens, cu_seqlens_padded, cu_seqlens_cpu, cu_seqlens_padded_
             q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
 
 
-@torch.library.custom_op("dcp::ring_backward", mutates_args=())
+@torch.library.custom_op("libdcp::ring_backward", mutates_args=())
 @_on_device
 def ring_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, lse: Tensor,
                   cu_seqlens: Tensor, cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
@@ -324,7 +324,7 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, layout: Layout, causal: bool
 
 
 # --------------------------------------------------------------------------- LSE merge
-@torch.library.custom_op("dcp::merge", mutates_args=())
+@torch.library.custom_op("libdcp::merge", mutates_args=())
 @_on_device
 def merge_forward(outs: List[Tensor], lses: List[Tensor], halves: List[int], cu_seqlens: Tensor,
                   cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
@@ -426,7 +426,7 @@ def _rope_call(name, q, k, cu, cu_padded, cu_cpu, cu_padded_cpu, cp, rank, rotar
     return q_out, (k_out if k_out is not None else q.new_empty(0))
 
 
-@torch.library.custom_op("dcp::rope_forward", mutates_args=())
+@torch.library.custom_op("libdcp::rope_forward", mutates_args=())
 @_on_device
 def rope_forward(q: Tensor, k: Optional[Tensor], cu_seqlens: Tensor, cu_seqlens_padded: Tensor,
                  cu_seqlens_cpu: Tensor, cu_seqlens_padded_cpu: Tensor, cp: int, rank: int,
@@ -439,7 +439,7 @@ def rope_forward(q: Tensor, k: Optional[Tensor], cu_seqlens: Tensor, cu_seqlens_
                       interleaved, inv_freq)
 
 
-@torch.library.custom_op("dcp::rope_backward", mutates_args=())
+@torch.library.custom_op("libdcp::rope_backward", mutates_args=())
 @_on_device
 def rope_backward(dq: Tensor, dk: Optional[Tensor], cu_seqlens: Tensor,
                   cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
@@ -491,7 +491,7 @@ def _conv_params(weight: Tensor, silu: bool) -> S.Conv1dParams:
     return S.Conv1dParams(weight.shape[0], weight.shape[1], int(silu))
 
 
-@torch.library.custom_op("dcp::conv1d_forward", mutates_args=())
+@torch.library.custom_op("libdcp::conv1d_forward", mutates_args=())
 @_on_device
 def conv1d_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor], cu_seqlens: Tensor,
                    cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,
@@ -513,7 +513,7 @@ def _(x, weight, bias, *rest):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("dcp::conv1d_backward", mutates_args=())
+@torch.library.custom_op("libdcp::conv1d_backward", mutates_args=())
 @_on_device
 def conv1d_backward(x: Tensor, weight: Tensor, bias: Optional[Tensor], dy: Tensor,
                     cu_seqlens: Tensor, cu_seqlens_padded: Tensor, cu_seqlens_cpu: Tensor,

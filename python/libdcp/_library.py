@@ -12,7 +12,7 @@ CPU_ENV = "DCP_LIBRARY"          # full path of a libdcp.so to use instead of th
 CUDA_ENV = "DCP_CUDA_LIBRARY"    # full path of a libdcp_cuda.so
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-# python/dcp/ -> the repository's build/ (an editable install or PYTHONPATH=python).
+# python/libdcp/ -> the repository's build/ (an editable install or PYTHONPATH=python).
 _REPO_BUILD = os.path.normpath(os.path.join(_PACKAGE_DIR, "..", "..", "build"))
 
 
@@ -90,7 +90,7 @@ def raise_for(status: int, error: S.Error, function: str) -> None:
 
 def candidates(name: str, env: str) -> List[str]:
     """Paths tried, in order: the environment variable (an explicit choice wins), next to the
-    package (a `pip install ./python` after `make` copies the libraries there), the repository's
+    package (`pip install ./python` builds libdcp.so there), the repository's
     build/ (editable install, PYTHONPATH=python)."""
     paths = []
     if os.environ.get(env):
@@ -130,6 +130,8 @@ SIGNATURES = {
     "dcp_config_resolve": (ctypes.c_int, [P(S.Config), P(S.Config), _ERR]),
     "dcp_padded_length": (ctypes.c_int, [P(S.Config), _i64, _i32, P(_i64), _ERR]),
     "dcp_cp_size_min": (ctypes.c_int, [P(S.Config), _i64, P(_i32), _ERR]),
+    "dcp_cost_sample_seconds": (_dbl, [P(S.CostModel), _i64, _i64, _i32]),
+    "dcp_cost_ring_seconds": (_dbl, [P(S.CostModel), _i32]),
     "dcp_lower_bound": (ctypes.c_int, [P(S.Config), P(_i64), _i32, P(_dbl), _ERR]),
     "dcp_plan_create": (ctypes.c_int, [P(S.Config), P(_i64), _i32, P(P(S.Plan)), _ERR]),
     "dcp_plan_destroy": (None, [P(S.Plan)]),

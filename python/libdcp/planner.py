@@ -63,10 +63,50 @@ def make_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config
 
 def resolve_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> Dict[str, Any]:
     """dcp_config_resolve: the config with every default filled in, as a dict."""
+    return _config_dict(_resolved(ranks, max_tokens_per_rank, **config))
+
+
+def _resolved(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config:
     resolved = S.Config()
     cpu().call("dcp_config_resolve", ctypes.byref(make_config(ranks, max_tokens_per_rank,
                                                               **config)), ctypes.byref(resolved))
-    return _config_dict(resolved)
+    return resolved
+
+
+def cp_size_min(length: int, ranks: int, max_tokens_per_rank: int, **config: Any) -> int:
+    """dcp_cp_size_min: the smallest CP size (>= min_cp) whose padded share of the sample
+    fits max_tokens_per_rank; InfeasibleError when not even max_cp does."""
+    cp = ctypes.c_int32()
+    cpu().call("dcp_cp_size_min", ctypes.byref(make_config(ranks, max_tokens_per_rank, **config)),
+               length, ctypes.byref(cp))
+    return cp.value
+
+
+class SampleCost:
+    """The planner's time of one sample run alone on cp ranks (one forward): its compute
+    share (dcp_cost_sample_seconds of the valid and padded length) plus its ring steps
+    (dcp_cost_ring_seconds), with the config's padding and cost model. ``cost(length, cp)``
+    in seconds."""
+
+    def __init__(self, ranks: int, max_tokens_per_rank: int, **config: Any):
+        self._config = _resolved(ranks, max_tokens_per_rank, **config)
+        self._cost = ctypes.byref(self._config.cost)
+        self._padded = ctypes.c_int64()
+
+    def cost_model(self) -> Dict[str, float]:
+        """The resolved coefficients (defaults filled in), as ``plan(cost=...)`` takes them."""
+        return {name: getattr(self._config.cost, name) for name in COST_FIELDS}
+
+    def padded_length(self, length: int, cp: int) -> int:
+        cpu().call("dcp_padded_length", ctypes.byref(self._config), length, cp,
+                   ctypes.byref(self._padded))
+        return self._padded.value
+
+    def __call__(self, length: int, cp: int) -> float:
+        lib = cpu()
+        return (lib.raw("dcp_cost_sample_seconds")(self._cost, length,
+                                                   self.padded_length(length, cp), cp)
+                + lib.raw("dcp_cost_ring_seconds")(self._cost, cp))
 
 
 def _config_dict(c: S.Config) -> Dict[str, Any]:
@@ -441,7 +481,7 @@ class Plan:
         return plan_svg([self], None if title is None else [title])
 
     def __repr__(self) -> str:
-        return (f"<dcp.Plan {self.num_samples} samples on {self.ranks} ranks, "
+        return (f"<libdcp.Plan {self.num_samples} samples on {self.ranks} ranks, "
                 f"{self.num_microbatches} microbatches>")
 
 
