@@ -319,3 +319,14 @@ WGMMA_TEST_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 $(BUILD)/test_wgmma: tests/test_wgmma.cu tests/test.h tests/cuda_test_util.h tests/tolerance.h \
                      dcp.h dcp_cuda.cu | $(BUILD)
 	$(NVCC) -std=c++14 -O2 $(WGMMA_TEST_ARCH) -Xcompiler -Wall,-Wextra,-Werror $< -o $@
+
+# ---- the planner's guarantee on random workloads (issue 28) ----------------------------------
+# tests/test_plan_guarantee.c (plain and ASan/UBSan, fewer workloads under the sanitizers) in
+# `make test`, `make all` and the seed runs; its length shapes are bench/length_shapes.h's, which
+# bench/plan_bench.c shares.
+GUARANTEE_TESTS := $(BUILD)/test_plan_guarantee $(BUILD)/test_plan_guarantee-san
+TEST_PROGRAMS += $(GUARANTEE_TESTS)
+SEEDED_TESTS += $(BUILD)/test_plan_guarantee
+all: $(GUARANTEE_TESTS)
+test-seeds: $(BUILD)/test_plan_guarantee
+$(GUARANTEE_TESTS) $(BUILD)/plan_bench: bench/length_shapes.h

@@ -3873,53 +3873,62 @@ static int64_t dcp__tree_finish(const dcp__tree *tree, int32_t n, int32_t j, int
     return DCP__TICKS_INF;
 }
 
+/* The key of child c (its level-j cell) under a parent with above_time and above_bins above
+   it, or DCP__TICKS_INF when no level-j node below it can take the sample: none exists, or
+   none has room in a bin and none may open a microbatch. */
+static int64_t dcp__tree_child_key(const dcp__tree *tree, int32_t c, int32_t j, int64_t above_time,
+                                   int32_t above_bins, int64_t tokens)
+{
+    const size_t cell = (size_t)c * (size_t)tree->levels + (size_t)j;
+    if (tree->best_time[cell] >= DCP__TICKS_INF ||
+        (tree->max_free[cell] < tokens &&
+         above_bins + tree->min_bins[cell] >= tree->microbatch_limit))
+        return DCP__TICKS_INF;
+    return dcp__tree_key(tree, cell, above_time, tokens, j);
+}
+
 /* Follows the smaller key from the root. When the node reached meets the root's key, no
    node can beat it and the heap is not needed; the common case, so it comes first. */
 static int32_t dcp__tree_dive(const dcp__tree *tree, int32_t j, int64_t tokens, int64_t ticks,
                               int64_t *finish)
 {
-    const size_t L = (size_t)tree->levels;
-    int64_t above_time = 0, bound = dcp__tree_key(tree, L + (size_t)j, 0, tokens, j);
+    int64_t above_time = 0, bound = dcp__tree_child_key(tree, 1, j, 0, 0, tokens);
     int32_t above_bins = 0, n = 1;
-    if (tree->best_time[L + (size_t)j] >= DCP__TICKS_INF) return -1;
+    if (bound >= DCP__TICKS_INF) return -1;
     while (tree->node_level[n] != j) {
-        int32_t a = 2 * n, b = 2 * n + 1;
         int64_t ka, kb;
         above_time += tree->add[n];
         above_bins += tree->bins_used[n];
-        ka = tree->best_time[(size_t)a * L + j] >= DCP__TICKS_INF
-                 ? DCP__TICKS_INF
-                 : dcp__tree_key(tree, (size_t)a * L + j, above_time, tokens, j);
-        kb = tree->best_time[(size_t)b * L + j] >= DCP__TICKS_INF
-                 ? DCP__TICKS_INF
-                 : dcp__tree_key(tree, (size_t)b * L + j, above_time, tokens, j);
-        n = kb < ka ? b : a;
+        ka = dcp__tree_child_key(tree, 2 * n, j, above_time, above_bins, tokens);
+        kb = dcp__tree_child_key(tree, 2 * n + 1, j, above_time, above_bins, tokens);
+        if (ka >= DCP__TICKS_INF && kb >= DCP__TICKS_INF) return -1;
+        n = kb < ka ? 2 * n + 1 : 2 * n;
     }
     *finish = dcp__tree_finish(tree, n, j, above_time, above_bins, tokens, ticks);
     return *finish == bound + ticks ? n : -1;
 }
 
+/* The level-j node where the sample finishes earliest, if that is before `cutoff` (the
+   local search asks only for a finish below the step; the search stops once every key left
+   reaches the cutoff), else -1. */
 static int32_t dcp__tree_find(dcp__tree *tree, int32_t j, int64_t tokens, int64_t ticks,
-                              int64_t *finish)
+                              int64_t cutoff, int64_t *finish)
 {
-    const int32_t L = tree->levels, limit = tree->microbatch_limit;
     int32_t best = -1;
     int64_t best_finish = DCP__TICKS_INF;
     dcp__heap_entry root;
     int32_t dived = dcp__tree_dive(tree, j, tokens, ticks, &best_finish);
     if (dived >= 0) {
         if (finish) *finish = best_finish;
-        return dived;
+        return best_finish < cutoff ? dived : -1;
     }
-    best_finish = DCP__TICKS_INF;
+    best_finish = cutoff;
     tree->heap_size = 0;
     root.above_time = 0;
     root.above_bins = 0;
     root.node = 1;
-    if (tree->best_time[(size_t)L + (size_t)j] < DCP__TICKS_INF) {
-        root.key = dcp__tree_key(tree, (size_t)L + (size_t)j, 0, tokens, j);
-        dcp__heap_push(tree, root);
-    }
+    root.key = dcp__tree_child_key(tree, 1, j, 0, 0, tokens);
+    if (root.key < DCP__TICKS_INF) dcp__heap_push(tree, root);
     while (tree->heap_size > 0) {
         dcp__heap_entry e = dcp__heap_pop(tree);
         int32_t n = e.node, c;
@@ -3933,17 +3942,12 @@ static int32_t dcp__tree_find(dcp__tree *tree, int32_t j, int64_t tokens, int64_
             continue;
         }
         for (c = 2 * n; c <= 2 * n + 1; c++) {
-            size_t cell = (size_t)c * (size_t)L + (size_t)j;
             dcp__heap_entry child;
-            if (tree->best_time[cell] >= DCP__TICKS_INF) continue;
             child.above_time = e.above_time + tree->add[n];
             child.above_bins = e.above_bins + tree->bins_used[n];
-            if (tree->max_free[cell] < tokens &&
-                child.above_bins + tree->min_bins[cell] >= limit)
-                continue; /* no node below has room in a bin or a free microbatch */
-            child.key = dcp__tree_key(tree, cell, child.above_time, tokens, j);
+            child.key = dcp__tree_child_key(tree, c, j, child.above_time, child.above_bins, tokens);
             child.node = c;
-            dcp__heap_push(tree, child);
+            if (child.key < DCP__TICKS_INF) dcp__heap_push(tree, child);
         }
     }
     if (finish) *finish = best_finish;
@@ -4104,7 +4108,8 @@ static dcp_status dcp__tree_build(dcp__tree *tree, const int32_t *order, const i
         int32_t s = order[i], j = levels[s], n;
         dcp_status status;
         while ((n = dcp__tree_find(tree, j, dcp__sample_tokens(tree->batch, s, j),
-                                   dcp__sample_ticks(tree->batch, s, j), NULL)) < 0) {
+                                   dcp__sample_ticks(tree->batch, s, j), DCP__TICKS_INF,
+                                   NULL)) < 0) {
             /* once the limit exceeds every path's count, every node can open a microbatch */
             int32_t needed = tree->mx_bins[1] + 1;
             int32_t grown = tree->microbatch_limit + multiple;
@@ -4169,7 +4174,7 @@ static int32_t dcp__best_move(dcp__tree *tree, int32_t s, int64_t T, int32_t *bu
     for (j = dcp__log2_int(batch->cp_min[s]); j < tree->levels && *budget > 0; j++) {
         int64_t finish;
         int32_t n = dcp__tree_find(tree, j, dcp__sample_tokens(batch, s, j),
-                                   dcp__sample_ticks(batch, s, j), &finish);
+                                   dcp__sample_ticks(batch, s, j), best_finish, &finish);
         (*budget)--;
         if (n >= 0 && finish < best_finish) {
             best_finish = finish;
@@ -4222,7 +4227,7 @@ static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32
     int64_t ws = dcp__sample_ticks(batch, s, j), b_max, ideal, best_gap = DCP__TICKS_INF;
     if (*budget <= 0) return 0;
     (*budget)--;
-    b = dcp__tree_find(tree, j, 0, 0, &b_max);
+    b = dcp__tree_find(tree, j, 0, 0, DCP__TICKS_INF, &b_max);
     if (b < 0 || b == a) return 0;
     /* after the swap a's max is about T - ws + w and b's is b_max + ws - w: aim between;
        among the node's DCP__SWAP_CANDIDATES latest samples (a node of thousands of samples
@@ -5316,6 +5321,36 @@ static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *plac
                                    int32_t *num_microbatches, dcp_error *error)
 {
     return dcp__plan_greedy_ordered(batch, NULL, placements, num_microbatches, error);
+}
+
+/* Both baselines' placements, planned once per dynamic plan: the lockstep search unloads
+   from them, and the final choice compares their plans with the planner's. */
+typedef struct dcp__baselines {
+    dcp__placement *greedy, *static_cp; /* [count] each */
+    int32_t greedy_microbatches, static_microbatches;
+} dcp__baselines;
+
+static void dcp__baselines_free(const dcp_allocator *a, dcp__baselines *b)
+{
+    dcp_free(a, b->greedy);
+    dcp_free(a, b->static_cp);
+}
+
+static dcp_status dcp__plan_baselines(const dcp__batch *batch, dcp__baselines *b,
+                                      dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    dcp_status status;
+    memset(b, 0, sizeof *b);
+    b->greedy = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count, sizeof *b->greedy,
+                                                   "baselines", error);
+    b->static_cp = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count,
+                                                      sizeof *b->static_cp, "baselines", error);
+    if (!b->greedy || !b->static_cp) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    status = dcp__plan_greedy(batch, b->greedy, &b->greedy_microbatches, error);
+    if (status == DCP_OK)
+        status = dcp__plan_static(batch, b->static_cp, &b->static_microbatches, error);
+    return status;
 }
 
 /* The fill-to-the-top candidates, most often best first: a widening threshold in units of
@@ -7042,16 +7077,13 @@ static dcp_status dcp__lockstep_unloaded(const dcp__batch *batch, dcp__placement
     return DCP_OK;
 }
 
-static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *placements,
-                                       dcp__lockstep *x, int32_t *best_microbatches,
-                                       int64_t *best_step, dcp_error *error)
+static dcp_status dcp__lockstep_search(const dcp__batch *batch, const dcp__baselines *baselines,
+                                       dcp__placement *placements, dcp__lockstep *x,
+                                       int32_t *best_microbatches, int64_t *best_step,
+                                       dcp_error *error)
 {
     const dcp_config *config = batch->config;
     const int32_t sync = config->sync_ranks;
-    /* between the extremes the E-independent plans (the tree's, greedy's, static's: the
-       E = 1 plan is one of them) are always candidates, so that the plan is never slower
-       under E than the E = 1 plan */
-    const int between = sync > 1 && sync < config->ranks;
     int32_t microbatches = 0;
     dcp_status status;
     *best_microbatches = 0;
@@ -7065,28 +7097,18 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *
         if (status == DCP_OK)
             dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }
-    if (status == DCP_OK && (between || !dcp__sync_balanced(batch, *best_step))) {
-        /* the greedy baseline's plan is a candidate too: unloading may improve on it */
-        status = dcp__plan_greedy_ordered(batch, x->minimal_order, placements, &microbatches,
-                                          error);
-        if (status == DCP_OK)
-            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-    }
+    if (status == DCP_OK) /* the greedy baseline's plan: unloading may improve on it */
+        dcp__lockstep_keep(batch, x, baselines->greedy, baselines->greedy_microbatches,
+                           best_step, best_microbatches);
     if (status == DCP_OK)
         status = dcp__lockstep_unloaded(batch, placements, x, best_microbatches, best_step, error);
-    if (status == DCP_OK && (between || !dcp__sync_balanced(batch, *best_step))) {
-        /* the static baseline last, against the final plan (the planner's fallback for E > 1,
-           compared in ticks without building its plan) */
-        status = dcp__plan_static(batch, placements, &microbatches, error);
-        if (status == DCP_OK)
-            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-    }
     return status;
 }
 
 /* Between the extremes (1 < E < D) the plan made for E = D is a candidate too, evaluated
    under E: the plan is then never slower under E than either extreme's plan. */
 static dcp_status dcp__lockstep_barrier_candidate(const dcp__batch *batch,
+                                                  const dcp__baselines *baselines,
                                                   dcp__placement *placements, dcp__lockstep *x,
                                                   int32_t *best_microbatches,
                                                   int64_t *best_step, dcp_error *error)
@@ -7104,42 +7126,44 @@ static dcp_status dcp__lockstep_barrier_candidate(const dcp__batch *batch,
     if (!dcp__lockstep_init(&barrier, &y, error))
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     else
-        status = dcp__lockstep_search(&barrier, placements, &y, &microbatches, &step, error);
+        status = dcp__lockstep_search(&barrier, baselines, placements, &y, &microbatches, &step,
+                                      error);
     if (status == DCP_OK)
         dcp__lockstep_keep(batch, x, y.best, microbatches, best_step, best_microbatches);
     dcp__lockstep_free(&batch->config->allocator, &y);
     return status;
 }
 
-static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *placements,
-                                     dcp_plan **plan, dcp_error *error)
+/* The lockstep planner's placements (E > 1) into placements, their count in *microbatches. */
+static dcp_status dcp__plan_lockstep(const dcp__batch *batch, const dcp__baselines *baselines,
+                                     dcp__placement *placements, int32_t *microbatches,
+                                     dcp_error *error)
 {
     const dcp_config *config = batch->config;
     int32_t best_microbatches = 0;
     int64_t best_step = 0;
     dcp__lockstep x;
     dcp_status status;
-    *plan = NULL;
     memset(&x, 0, sizeof x);
     if (!dcp__lockstep_init(batch, &x, error))
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     else
-        status = dcp__lockstep_search(batch, placements, &x, &best_microbatches, &best_step,
-                                      error);
+        status = dcp__lockstep_search(batch, baselines, placements, &x, &best_microbatches,
+                                      &best_step, error);
     if (status == DCP_OK && config->sync_ranks < config->ranks) {
-        status = dcp__lockstep_barrier_candidate(batch, placements, &x, &best_microbatches,
-                                                 &best_step, error);
+        status = dcp__lockstep_barrier_candidate(batch, baselines, placements, &x,
+                                                 &best_microbatches, &best_step, error);
         if (status == DCP_OK) { /* the best, unloaded block by block */
-            int32_t microbatches;
+            int32_t unloaded;
             memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
-            microbatches = dcp__unload_blocks(batch, placements, best_microbatches, &x.step);
-            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
-                               &best_microbatches);
+            unloaded = dcp__unload_blocks(batch, placements, best_microbatches, &x.step);
+            dcp__lockstep_keep(batch, &x, placements, unloaded, &best_step, &best_microbatches);
         }
     }
-    if (status == DCP_OK)
-        status = dcp__plan_build(config, batch->lengths, x.best, batch->count, best_microbatches,
-                                 plan, error);
+    if (status == DCP_OK) {
+        memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
+        *microbatches = best_microbatches;
+    }
     dcp__lockstep_free(&config->allocator, &x);
     return status;
 }
@@ -7180,62 +7204,50 @@ static dcp_status dcp__plan_widest_if_optimal(const dcp__batch *batch,
     return status;
 }
 
-static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strategy,
-                                     dcp__placement *placements, dcp_plan **plan,
-                                     dcp_error *error)
+/* The dynamic planner's placements under the batch's E, before the final choice. */
+static dcp_status dcp__plan_dynamic_placements(const dcp__batch *batch,
+                                               const dcp__baselines *baselines,
+                                               dcp__placement *placements,
+                                               int32_t *microbatches, dcp_error *error)
 {
-    int32_t num_microbatches = 0;
     dcp_status status;
-    switch (strategy) {
-    case DCP_STRATEGY_STATIC:
-        status = dcp__plan_static(batch, placements, &num_microbatches, error);
-        break;
-    case DCP_STRATEGY_GREEDY:
-        status = dcp__plan_greedy(batch, placements, &num_microbatches, error);
-        break;
-    default:
-        if (batch->config->sync_ranks > 1) return dcp__plan_lockstep(batch, placements, plan, error);
-        status = dcp__plan_widest_if_optimal(batch, placements, &num_microbatches, error);
-        if (status == DCP_OK && num_microbatches == 0)
-            status = dcp__plan_dynamic(batch, placements, &num_microbatches, error);
-        break;
-    }
-    if (status != DCP_OK) return status;
-    return dcp__plan_build(batch->config, batch->lengths, placements, batch->count,
-                           num_microbatches, plan, error);
+    if (batch->config->sync_ranks > 1)
+        return dcp__plan_lockstep(batch, baselines, placements, microbatches, error);
+    status = dcp__plan_widest_if_optimal(batch, placements, microbatches, error);
+    if (status == DCP_OK && *microbatches == 0)
+        status = dcp__plan_dynamic(batch, placements, microbatches, error);
+    return status;
 }
 
-/* A dynamic plan that is not balanced is compared with both baselines and the fastest is
-   returned (ties keep the dynamic plan): the planner never returns a step slower than a plan
-   it could have built. Balanced plans skip this, as the baselines cost more than planning.
-   Under E > 1 the lockstep planner has already compared both, in ticks. */
-static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *placements,
-                                     dcp_plan **plan, dcp_error *error)
+/* The final choice: builds the plan of each candidate in turn (its placements are sorted in
+   place) and keeps the fastest under the config's E and cost model, measured by the
+   simulator itself (dcp_plan_step_time's number, not the search's ticks), ties to the
+   earlier. The returned plan is therefore never slower than any candidate's, to the bit. */
+static dcp_status dcp__plan_fastest(const dcp__batch *batch, dcp__placement *const *candidates,
+                                    const int32_t *microbatches, int32_t count, dcp_plan **plan,
+                                    dcp_error *error)
 {
     const dcp_allocator *a = &batch->config->allocator;
-    dcp_strategy baselines[2] = {DCP_STRATEGY_GREEDY, DCP_STRATEGY_STATIC};
-    double *finish, best;
+    double *finish, best = 0.0;
     dcp_status status = DCP_OK;
-    int i;
-    if (batch->config->sync_ranks > 1) return DCP_OK;
+    int32_t i;
+    *plan = NULL;
     finish = (double *)dcp__alloc_array(a, (size_t)batch->config->ranks, sizeof(double),
-                                        "fallback", error);
-    if (!finish) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    else if ((best = dcp__plan_step_seconds(*plan, finish)) * DCP__BALANCED_EFFICIENCY >
-             batch->sync_bound) {
-        for (i = 0; i < 2 && status == DCP_OK; i++) {
-            dcp_plan *other = NULL;
-            double step;
-            status = dcp__plan_strategy(batch, baselines[i], placements, &other, error);
-            if (status != DCP_OK) break;
-            step = dcp__plan_step_seconds(other, finish);
-            if (step < best) {
-                best = step;
-                dcp_plan_destroy(*plan);
-                *plan = other;
-            } else
-                dcp_plan_destroy(other);
-        }
+                                        "plan choice", error);
+    if (!finish) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    for (i = 0; i < count && status == DCP_OK; i++) {
+        dcp_plan *other = NULL;
+        double step;
+        status = dcp__plan_build(batch->config, batch->lengths, candidates[i], batch->count,
+                                 microbatches[i], &other, error);
+        if (status != DCP_OK) break;
+        step = dcp__plan_step_seconds(other, finish);
+        if (!*plan || step < best) {
+            best = step;
+            dcp_plan_destroy(*plan);
+            *plan = other;
+        } else
+            dcp_plan_destroy(other);
     }
     if (status != DCP_OK) {
         dcp_plan_destroy(*plan);
@@ -7243,6 +7255,47 @@ static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *pl
     }
     dcp_free(a, finish);
     return status;
+}
+
+/* The dynamic strategy: the planner's plan, or a baseline's where that is faster (the
+   guarantee: never slower than either baseline under the config's E and model). */
+static dcp_status dcp__plan_dynamic_strategy(const dcp__batch *batch, dcp__placement *placements,
+                                             dcp_plan **plan, dcp_error *error)
+{
+    dcp__baselines baselines;
+    int32_t microbatches[3] = {0, 0, 0};
+    dcp__placement *candidates[3];
+    dcp_status status = dcp__plan_baselines(batch, &baselines, error);
+    if (status == DCP_OK)
+        status = dcp__plan_dynamic_placements(batch, &baselines, placements, &microbatches[0],
+                                              error);
+    if (status == DCP_OK) {
+        candidates[0] = placements;
+        candidates[1] = baselines.greedy;
+        candidates[2] = baselines.static_cp;
+        microbatches[1] = baselines.greedy_microbatches;
+        microbatches[2] = baselines.static_microbatches;
+        status = dcp__plan_fastest(batch, candidates, microbatches, 3, plan, error);
+    }
+    dcp__baselines_free(&batch->config->allocator, &baselines);
+    return status;
+}
+
+static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strategy,
+                                     dcp__placement *placements, dcp_plan **plan,
+                                     dcp_error *error)
+{
+    int32_t num_microbatches = 0;
+    dcp_status status;
+    if (strategy == DCP_STRATEGY_DYNAMIC)
+        return dcp__plan_dynamic_strategy(batch, placements, plan, error);
+    if (strategy == DCP_STRATEGY_STATIC)
+        status = dcp__plan_static(batch, placements, &num_microbatches, error);
+    else
+        status = dcp__plan_greedy(batch, placements, &num_microbatches, error);
+    if (status != DCP_OK) return status;
+    return dcp__plan_build(batch->config, batch->lengths, placements, batch->count,
+                           num_microbatches, plan, error);
 }
 
 DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengths,
@@ -7264,8 +7317,6 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     status = dcp__plan_strategy(&batch, c.strategy, placements, plan, error);
-    if (status == DCP_OK && c.strategy == DCP_STRATEGY_DYNAMIC)
-        status = dcp__plan_fallback(&batch, placements, plan, error);
     dcp_free(&c.allocator, placements);
     dcp__batch_free(&batch);
     return status == DCP_OK ? dcp_error_clear(error) : status;

@@ -426,8 +426,8 @@ static int32_t random_workload(dcp_rng *rng, dcp_config *c, int64_t *lengths, in
 }
 
 /* Every strategy on every workload: the validator's invariants, the lower bound, determinism,
-   the microbatch multiple; and the dynamic plan within 1 / DCP__BALANCED_EFFICIENCY of the
-   better baseline (the fallback guarantees it). */
+   the microbatch multiple; and the dynamic plan never slower than either baseline, to the bit
+   (the final choice guarantees it; tests/test_plan_guarantee.c checks it on larger pools). */
 static void random_workload_properties(void)
 {
     enum { CAPACITY = 96 };
@@ -474,8 +474,7 @@ static void random_workload_properties(void)
             dcp_plan_destroy(plan);
             dcp_plan_destroy(again);
         }
-        CHECK(steps[0] * DCP__BALANCED_EFFICIENCY <=
-              (steps[1] < steps[2] ? steps[1] : steps[2]) * (1.0 + 1e-9));
+        CHECK(steps[0] <= steps[1] && steps[0] <= steps[2]);
     }
 }
 
