@@ -1896,6 +1896,23 @@ static int dcp__log2_int(int64_t x) /* x a power of two */
     return level;
 }
 
+#define DCP__WORD_BITS 64
+/* The index of the lowest set bit of x != 0 (the compiler's builtin, else a de Bruijn
+   sequence: portable C99). DCP__PORTABLE_BITS forces the portable code, so that a test
+   compiled by gcc checks it too (tests/test_helpers.c). */
+static int32_t dcp__lowest_bit_index(uint64_t x)
+{
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(DCP__PORTABLE_BITS)
+    return (int32_t)__builtin_ctzll((unsigned long long)x);
+#else
+    static const int8_t index[DCP__WORD_BITS] = {
+        0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
+        43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
+        44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6};
+    return index[((x & (~x + 1)) * UINT64_C(0x03f79d71b4cb0a89)) >> 58];
+#endif
+}
+
 static int64_t dcp__gcd(int64_t a, int64_t b)
 {
     while (b != 0) {
@@ -2282,14 +2299,22 @@ static double dcp__alone_seconds(const dcp_config *config, int64_t length, int32
                                     cp);
 }
 
-/* The sample's best per-rank time over its feasible CP sizes. */
+/* The sample's best per-rank time over its feasible CP sizes. Padding only adds, so at cp
+   the time is at least g(cp) = (a L^2 + b L) / cp + G (cp - 1), which grows with cp once
+   G cp^2 >= a L^2 + b L: from there on, a g(cp) at or above the best so far ends the search
+   (the ring's cost keeps most samples from trying every CP size up to max_cp). */
 static double dcp__best_alone_seconds(const dcp_config *config, double attention, int64_t length,
                                       int32_t cp_min)
 {
+    const double work = attention + config->cost.linear_coeff * (double)length;
+    const double ring = config->cost.ring_step_cost;
     double best = dcp__alone_seconds_given(config, attention, length, cp_min);
     int32_t cp;
     for (cp = cp_min * 2; cp <= config->max_cp && cp > 0; cp *= 2) {
-        double t = dcp__alone_seconds_given(config, attention, length, cp);
+        const double c = (double)cp;
+        double t;
+        if (ring * c * c >= work && work / c + ring * (c - 1.0) >= best) break;
+        t = dcp__alone_seconds_given(config, attention, length, cp);
         if (t < best) best = t;
     }
     return best;
@@ -2383,25 +2408,45 @@ DCP__DEFINE_SORT(dcp__bound_item_sort, dcp__bound_item, dcp__bound_item_before)
    the sum of its microbatches' slowest groups, so the step is at least the mean over the
    blocks of the integral of n(x), which is sum_i t_i (n_i - n_{i-1}) with n_i the count after
    the i slowest samples (the layer-cake formula; n_i never falls). */
-static double dcp__barrier_bound_level(const dcp_config *config, const dcp__bound_item *items,
-                                       int32_t count, int32_t level, int32_t sync)
+typedef struct dcp__barrier_level {
+    int64_t capacity, tokens, pairs, big; /* a pair's tokens; so far: tokens, n_i, big samples */
+    double blocks, integral;
+    int one_block;
+} dcp__barrier_level;
+
+/* The largest barrier bound over the levels of samples needing >= 2^level ranks, items
+   slowest first: one pass updates every level a sample counts in (its own and the lower). */
+static double dcp__barrier_bound(const dcp_config *config, const dcp__bound_item *items,
+                                 int32_t count, int32_t sync)
 {
-    int32_t covered = dcp__ranks_covered(config, (int32_t)1 << level), i;
-    int64_t block_ranks = sync < covered ? sync : covered, tokens = 0, pairs = 0, big = 0;
-    int64_t capacity = block_ranks * config->max_tokens_per_rank;
-    double blocks = (double)(sync < covered ? covered / sync : 1), integral = 0.0;
-    int one_block = sync >= covered;
-    for (i = 0; i < count; i++) {
-        int64_t now;
-        if (items[i].level < level) continue;
-        tokens += items[i].tokens;
-        big += one_block && 2 * items[i].tokens > capacity;
-        now = tokens / capacity + (tokens % capacity != 0);
-        if (big > now) now = big;
-        integral += items[i].seconds * (double)(now - pairs);
-        pairs = now;
+    dcp__barrier_level at[DCP_CP_LEVELS];
+    const int32_t lowest = dcp__log2_int(config->min_cp), top = dcp__log2_int(config->max_cp);
+    int32_t i, level;
+    double bound = 0.0;
+    for (level = lowest; level <= top; level++) {
+        int32_t covered = dcp__ranks_covered(config, (int32_t)1 << level);
+        dcp__barrier_level *x = &at[level];
+        x->capacity = (int64_t)(sync < covered ? sync : covered) * config->max_tokens_per_rank;
+        x->blocks = (double)(sync < covered ? covered / sync : 1);
+        x->one_block = sync >= covered;
+        x->tokens = x->pairs = x->big = 0;
+        x->integral = 0.0;
     }
-    return integral / blocks;
+    for (i = 0; i < count; i++)
+        for (level = lowest; level <= items[i].level; level++) {
+            dcp__barrier_level *x = &at[level];
+            int64_t now;
+            x->tokens += items[i].tokens;
+            x->big += x->one_block && 2 * items[i].tokens > x->capacity;
+            now = x->tokens / x->capacity + (x->tokens % x->capacity != 0);
+            if (x->big > now) now = x->big;
+            x->integral += items[i].seconds * (double)(now - x->pairs);
+            x->pairs = now;
+        }
+    for (level = lowest; level <= top; level++)
+        if (at[level].integral / at[level].blocks > bound)
+            bound = at[level].integral / at[level].blocks;
+    return bound;
 }
 
 /* Lower bounds of a resolved config over validated samples, one per sync ranks E in
@@ -2445,13 +2490,13 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
     for (b = 0; b < bounds; b++) {
         double work = 0.0, bound = longest;
         for (level = top; level >= lowest; level--) { /* work of the samples needing >= 2^level */
-            double per_rank, slowest;
+            double per_rank;
             work += work_at[level];
-            if (work == 0.0) continue;
             per_rank = work / (double)dcp__ranks_covered(config, (int32_t)1 << level);
             if (per_rank > bound) bound = per_rank;
-            if (syncs[b] <= 1) continue;
-            slowest = dcp__barrier_bound_level(config, items, count, level, syncs[b]);
+        }
+        if (syncs[b] > 1) {
+            double slowest = dcp__barrier_bound(config, items, count, syncs[b]);
             if (slowest > bound) bound = slowest;
         }
         seconds[b] = bound;
@@ -3747,10 +3792,10 @@ static uint32_t dcp__tree_refresh(dcp__tree *tree, int32_t n, uint32_t levels)
         mx_time = has_ranks ? tree->add[n] + (ta > tb ? ta : tb) : DCP__TICKS_NONE;
         mx_bins = has_ranks ? tree->bins_used[n] + (ba > bb ? ba : bb) : DCP__BINS_NONE;
         top = level < L ? level : L;
-        for (j = 0; j < top; j++) {
+        for (levels &= (1u << top) - 1u; levels != 0; levels &= levels - 1u) {
             int64_t t, f;
             int32_t m;
-            if (!(levels >> j & 1u)) continue;
+            j = dcp__lowest_bit_index(levels);
             t = tree->best_time[ca + j] < tree->best_time[cb + j] ? tree->best_time[ca + j]
                                                                   : tree->best_time[cb + j];
             m = tree->min_bins[ca + j] < tree->min_bins[cb + j] ? tree->min_bins[ca + j]
@@ -4552,14 +4597,28 @@ static int dcp__balanced(const dcp__batch *batch, int64_t step_ticks)
            DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
 }
 
-/* One candidate: built longest work first at its levels, then improved. */
+/* One candidate: built longest work first at its levels, then improved. The build starts at
+   the memory floor's microbatch count. When it ends unbalanced without ever needing more
+   microbatches (the samples fill the floor's bins tightly, and the last, short ones find room
+   only on loaded ranks), it is built again with one more multiple of microbatches and the
+   faster build is improved: the local search would grow the limit of an unbalanced plan
+   anyway, one move at a time and at a far higher cost (a Pareto batch of 8,192 samples on
+   1,024 ranks: 0.897 of the bound at 5 microbatches, 0.982 at 6). */
 static dcp_status dcp__dynamic_candidate(dcp__tree *tree, const int32_t *levels, int32_t *order,
                                          dcp_error *error)
 {
     const dcp__batch *batch = tree->batch;
+    const int32_t floor_count = dcp__microbatch_floor(batch, levels);
+    const int32_t looser = floor_count + batch->config->microbatch_multiple;
     dcp_status status = dcp__order_by_ticks(batch, levels, 1, order, error);
-    if (status == DCP_OK)
-        status = dcp__tree_build(tree, order, levels, dcp__microbatch_floor(batch, levels), error);
+    if (status == DCP_OK) status = dcp__tree_build(tree, order, levels, floor_count, error);
+    if (status == DCP_OK && !dcp__balanced(batch, tree->mx_time[1]) &&
+        tree->microbatch_limit == floor_count && looser <= INT32_MAX / 2) {
+        const int64_t at_floor = tree->mx_time[1];
+        status = dcp__tree_build(tree, order, levels, looser, error);
+        if (status == DCP_OK && tree->mx_time[1] >= at_floor)
+            status = dcp__tree_build(tree, order, levels, floor_count, error);
+    }
     if (status == DCP_OK)
         status = dcp__tree_improve(tree, dcp__improve_budget(batch->config, batch->count), error);
     return status;
@@ -4567,26 +4626,29 @@ static dcp_status dcp__dynamic_candidate(dcp__tree *tree, const int32_t *levels,
 
 /* Runs the widened and the minimal candidate (when they differ), then the others until the
    best is balanced; candidates are compared after their local search, which can change the
-   ranking. Leaves the best in the tree and its order (rebuilt: every step is deterministic). */
+   ranking. Each new best is extracted into placements at once (a rebuild would cost a whole
+   candidate again). */
 static dcp_status dcp__dynamic_search(dcp__tree *tree, int32_t *levels, int32_t *best_levels,
-                                      int32_t *order, dcp_error *error)
+                                      int32_t *order, dcp__placement *placements,
+                                      int32_t *num_microbatches, dcp_error *error)
 {
     size_t bytes = (size_t)tree->batch->count * sizeof(int32_t);
     int64_t best_time = DCP__TICKS_INF;
-    int holds_best = 0, c;
+    int c;
     dcp_status status;
     for (c = 0; c < DCP__CANDIDATE_COUNT; c++) {
         if (c > DCP__MINIMAL && dcp__balanced(tree->batch, best_time)) break;
         dcp__candidate_levels(tree->batch, (dcp__candidate)c, levels);
         if (c > 0 && memcmp(levels, best_levels, bytes) == 0) continue;
         if ((status = dcp__dynamic_candidate(tree, levels, order, error)) != DCP_OK) return status;
-        holds_best = tree->mx_time[1] < best_time;
-        if (holds_best) {
+        if (tree->mx_time[1] < best_time) {
             best_time = tree->mx_time[1];
             memcpy(best_levels, levels, bytes);
+            status = dcp__tree_extract(tree, order, placements, num_microbatches, error);
+            if (status != DCP_OK) return status;
         }
     }
-    return holds_best ? DCP_OK : dcp__dynamic_candidate(tree, best_levels, order, error);
+    return DCP_OK;
 }
 
 static dcp_status dcp__plan_dynamic(const dcp__batch *batch, dcp__placement *placements,
@@ -4603,8 +4665,9 @@ static dcp_status dcp__plan_dynamic(const dcp__batch *batch, dcp__placement *pla
     order = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "dynamic order", error);
     if (!levels || !best_levels || !order)
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    else if ((status = dcp__dynamic_search(&tree, levels, best_levels, order, error)) == DCP_OK)
-        status = dcp__tree_extract(&tree, order, placements, num_microbatches, error);
+    else
+        status = dcp__dynamic_search(&tree, levels, best_levels, order, placements,
+                                     num_microbatches, error);
     dcp__tree_free(&tree);
     dcp_free(a, levels);
     dcp_free(a, best_levels);
@@ -4863,6 +4926,13 @@ static void dcp__fill_under(dcp__fill *f, int32_t start, int32_t level, int64_t 
 /* One microbatch of the node: above the region level, a sample wider than E opens a group
    where it is the slowest left at its width; at the region level the slowest sample left
    opens the block's first group (leftmost) and fixes the time the rest is filled under. */
+/* The time a microbatch whose slowest group takes `time` is filled up to: time (1 + slack). */
+static int64_t dcp__fill_limit(const dcp__fill *f, int64_t time)
+{
+    if (f->slack_numerator == DCP__FILL_SLACK_UNLIMITED) return INT64_MAX;
+    return time + time / f->slack_denominator * f->slack_numerator;
+}
+
 static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
 {
     int32_t entry, at = 0, half;
@@ -4871,9 +4941,7 @@ static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
     if (level <= f->region_level) {
         entry = dcp__fill_slowest(f, level, &at, &time);
         if (entry < 0) return;
-        time = f->slack_numerator == DCP__FILL_SLACK_UNLIMITED
-                   ? INT64_MAX
-                   : time + time / f->slack_denominator * f->slack_numerator;
+        time = dcp__fill_limit(f, time);
         dcp__fill_group(f, entry, at, start, time);
         dcp__fill_under(f, start, level, time, start, at);
         return;
@@ -4881,8 +4949,8 @@ static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
     if (level <= f->top && start + ((int64_t)1 << level) <= f->ranks) {
         entry = dcp__fill_slowest(f, level, &at, &time);
         if (entry < 0) return;
-        if (at == level) {
-            dcp__fill_group(f, entry, at, start, time);
+        if (at == level) { /* a group spanning blocks: the blocks' ranks wait for it alike */
+            dcp__fill_group(f, entry, at, start, dcp__fill_limit(f, time));
             return;
         }
     }
@@ -5877,25 +5945,8 @@ typedef struct dcp__unload {
     uint64_t *covered, *starts;
 } dcp__unload_state;
 
-#define DCP__WORD_BITS 64
 /* Levels whose groups lie in one word of a bit set: CP sizes 1 .. 32 (2^5 < 64). */
 #define DCP__UNLOAD_BIT_LEVELS 6
-
-/* The index of the lowest set bit of x != 0 (the compiler's builtin, else a de Bruijn
-   sequence: portable C99). DCP__PORTABLE_BITS forces the portable code, so that a test
-   compiled by gcc checks it too (tests/test_helpers.c). */
-static int32_t dcp__lowest_bit_index(uint64_t x)
-{
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(DCP__PORTABLE_BITS)
-    return (int32_t)__builtin_ctzll((unsigned long long)x);
-#else
-    static const int8_t index[DCP__WORD_BITS] = {
-        0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
-        43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
-        44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6};
-    return index[((x & (~x + 1)) * UINT64_C(0x03f79d71b4cb0a89)) >> 58];
-#endif
-}
 
 /* The bits at multiples of 2^j in a word (j < DCP__UNLOAD_BIT_LEVELS): a table, as the
    target searches ask for them in their inner loops. */
