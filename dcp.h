@@ -4603,7 +4603,8 @@ static int dcp__balanced(const dcp__batch *batch, int64_t step_ticks)
    only on loaded ranks), it is built again with one more multiple of microbatches and the
    faster build is improved: the local search would grow the limit of an unbalanced plan
    anyway, one move at a time and at a far higher cost (a Pareto batch of 8,192 samples on
-   1,024 ranks: 0.897 of the bound at 5 microbatches, 0.982 at 6). */
+   1,024 ranks: 0.897 of the bound at 5 microbatches, 0.982 at 6). The tree's plan does not
+   depend on E, so that the E = 1 plan is a candidate of the lockstep search too. */
 static dcp_status dcp__dynamic_candidate(dcp__tree *tree, const int32_t *levels, int32_t *order,
                                          dcp_error *error)
 {
@@ -7046,20 +7047,15 @@ static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *place
     return microbatches;
 }
 
-/* The dynamic planner for E > 1: fill-to-the-top candidates (blocks of E ranks; for E < D
-   also the pool-wide fill) and, up to DCP__TREE_CANDIDATE_SAMPLES samples (the tree planner
-   is not yet linear in samples per rank), the DAG tree planner, whose wide-first plans are
-   often good under lockstep too (always for E < D, where blocks are independent but for wide
-   groups; for E = D only when the fills are not balanced), the greedy and static baselines'
-   plans; each is evaluated under E in ticks and the fastest is unloaded (E = D), or, between
-   the extremes, compared with the plan made for E = D and unloaded block by block. */
-#define DCP__TREE_CANDIDATE_SAMPLES 16384
-/* Under E = D the tree's DAG plans lose to greedy + unloading on many samples (measured on
-   the bench's 8192-sample batches, where they were the slowest candidate but one): above
-   this many samples the tree is not tried. */
-#define DCP__TREE_CANDIDATE_SAMPLES_BARRIER 4096
-/* The lockstep search under the batch's E: leaves its best placements in x->best, their
-   microbatch count and step in ticks under E in *best_microbatches and *best_step. */
+/* Up to this many samples the lockstep search (E > 1) also runs its costlier candidates: the
+   tree planner's plan (made for E = 1; under E = D only when the fills are not balanced) and,
+   between the extremes, the plan made for E = D and the block unloading. Above it they
+   rarely pay: on 8,192 lognormal samples on 1,024 ranks under E = 8 they took 155M of 231M
+   instructions for 0.003% of the step (greedy's plan unloaded under E = D was the best by far),
+   and under E = D the tree's plans were the slowest candidate but one on the bench's
+   8,192-sample batches. */
+#define DCP__LOCKSTEP_FULL_SAMPLES 4096
+
 /* The packing-aware plan, unloaded (one order of the passes: both cost twice as much for the
    same plans on the bench's batches), against the unloaded best of the other candidates: each
    reaches its own local optimum, so they are compared after unloading. */
@@ -7128,32 +7124,39 @@ static dcp_status dcp__lockstep_unloaded(const dcp__batch *batch, dcp__placement
     return DCP_OK;
 }
 
+/* A best plan at the lower bound (to the ticks' rounding) ends the search: nothing beats it. */
+static int dcp__lockstep_done(const dcp__batch *batch, int32_t best_microbatches,
+                              int64_t best_step)
+{
+    return best_microbatches > 0 && dcp__sync_bound_met(batch, best_step);
+}
+
+/* The search under the batch's E: leaves its best placements in x->best, their microbatch
+   count and step in ticks under E in *best_microbatches and *best_step. */
 static dcp_status dcp__lockstep_search(const dcp__batch *batch, const dcp__baselines *baselines,
                                        dcp__placement *placements, dcp__lockstep *x,
                                        int32_t *best_microbatches, int64_t *best_step,
                                        dcp_error *error)
 {
-    const dcp_config *config = batch->config;
-    const int32_t sync = config->sync_ranks;
+    const int full = batch->count <= DCP__LOCKSTEP_FULL_SAMPLES;
     int32_t microbatches = 0;
     dcp_status status;
     *best_microbatches = 0;
     *best_step = 0;
     status = dcp__lockstep_fills(batch, placements, x, best_microbatches, best_step, error);
-    if (status != DCP_OK) return status;
-    if (batch->count <= DCP__TREE_CANDIDATE_SAMPLES &&
-        (sync < config->ranks || (batch->count <= DCP__TREE_CANDIDATE_SAMPLES_BARRIER &&
-                                  !dcp__sync_balanced(batch, *best_step)))) {
+    if (status != DCP_OK || dcp__lockstep_done(batch, *best_microbatches, *best_step))
+        return status;
+    if (full && (batch->config->sync_ranks < batch->config->ranks ||
+                 !dcp__sync_balanced(batch, *best_step))) {
         status = dcp__plan_dynamic(batch, placements, &microbatches, error);
-        if (status == DCP_OK)
-            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+        if (status != DCP_OK) return status;
+        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }
-    if (status == DCP_OK) /* the greedy baseline's plan: unloading may improve on it */
-        dcp__lockstep_keep(batch, x, baselines->greedy, baselines->greedy_microbatches,
-                           best_step, best_microbatches);
-    if (status == DCP_OK)
-        status = dcp__lockstep_unloaded(batch, placements, x, best_microbatches, best_step, error);
-    return status;
+    /* the greedy baseline's plan: unloading may improve on it */
+    dcp__lockstep_keep(batch, x, baselines->greedy, baselines->greedy_microbatches, best_step,
+                       best_microbatches);
+    if (dcp__lockstep_done(batch, *best_microbatches, *best_step)) return DCP_OK;
+    return dcp__lockstep_unloaded(batch, placements, x, best_microbatches, best_step, error);
 }
 
 /* Between the extremes (1 < E < D) the plan made for E = D is a candidate too, evaluated
@@ -7201,11 +7204,13 @@ static dcp_status dcp__plan_lockstep(const dcp__batch *batch, const dcp__baselin
     else
         status = dcp__lockstep_search(batch, baselines, placements, &x, &best_microbatches,
                                       &best_step, error);
-    if (status == DCP_OK && config->sync_ranks < config->ranks) {
+    if (status == DCP_OK && config->sync_ranks < config->ranks &&
+        batch->count <= DCP__LOCKSTEP_FULL_SAMPLES &&
+        !dcp__lockstep_done(batch, best_microbatches, best_step)) {
         status = dcp__lockstep_barrier_candidate(batch, baselines, placements, &x,
                                                  &best_microbatches, &best_step, error);
-        if (status == DCP_OK) { /* the best, unloaded block by block */
-            int32_t unloaded;
+        if (status == DCP_OK && !dcp__lockstep_done(batch, best_microbatches, best_step)) {
+            int32_t unloaded; /* the best, unloaded block by block */
             memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
             unloaded = dcp__unload_blocks(batch, placements, best_microbatches, &x.step);
             dcp__lockstep_keep(batch, &x, placements, unloaded, &best_step, &best_microbatches);
