@@ -3669,6 +3669,7 @@ typedef struct dcp__tree {
     int32_t *sample_prev;
     dcp__heap_entry *heap;
     int32_t heap_size;
+    int64_t heap_pops;        /* nodes the finds' heap searches visited since the last reset */
 } dcp__tree;
 
 static void dcp__tree_free(dcp__tree *tree)
@@ -3833,6 +3834,7 @@ static void dcp__tree_reset(dcp__tree *tree, int32_t microbatch_limit)
     int32_t n;
     tree->microbatch_limit = microbatch_limit;
     tree->bin_count = 0;
+    tree->heap_pops = 0;
     for (n = 2 * tree->leaf_base - 1; n >= 1; n--) {
         tree->add[n] = 0;
         tree->bins_used[n] = 0;
@@ -3977,6 +3979,7 @@ static int32_t dcp__tree_find(dcp__tree *tree, int32_t j, int64_t tokens, int64_
     while (tree->heap_size > 0) {
         dcp__heap_entry e = dcp__heap_pop(tree);
         int32_t n = e.node, c;
+        tree->heap_pops++;
         if (e.key + ticks >= best_finish) break;
         if (tree->node_level[n] == j) {
             int64_t f = dcp__tree_finish(tree, n, j, e.above_time, e.above_bins, tokens, ticks);
@@ -4142,14 +4145,23 @@ static void dcp__tree_remove(dcp__tree *tree, int32_t s)
 
 /* Places the samples in the given order at the given levels. The microbatch limit starts at
    the given value and grows by the multiple whenever a sample finds no room: earlier
-   placements stay valid under a looser limit, so nothing is rebuilt. */
+   placements stay valid under a looser limit, so nothing is rebuilt. While the limit has not
+   grown, the finds may visit at most search_budget heap nodes (negative: no bound); past it
+   the build stops with *tight set. */
 static dcp_status dcp__tree_build(dcp__tree *tree, const int32_t *order, const int32_t *levels,
-                                  int32_t microbatch_limit, dcp_error *error)
+                                  int32_t microbatch_limit, int64_t search_budget, int *tight,
+                                  dcp_error *error)
 {
     const int32_t multiple = tree->batch->config->microbatch_multiple;
     int32_t i;
     dcp__tree_reset(tree, microbatch_limit);
+    *tight = 0;
     for (i = 0; i < tree->batch->count; i++) {
+        if (search_budget >= 0 && tree->heap_pops > search_budget &&
+            tree->microbatch_limit == microbatch_limit) {
+            *tight = 1;
+            return DCP_OK;
+        }
         int32_t s = order[i], j = levels[s], n;
         dcp_status status;
         while ((n = dcp__tree_find(tree, j, dcp__sample_tokens(tree->batch, s, j),
@@ -4597,28 +4609,41 @@ static int dcp__balanced(const dcp__batch *batch, int64_t step_ticks)
            DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
 }
 
+/* Heap nodes per sample the build at the memory floor may visit before the floor counts as
+   tight (8,192 x 1,024: lognormal needs 3 before its build first grows the limit, mixture
+   1.5, heavy 0.1; Pareto 17). */
+#define DCP__FLOOR_SEARCH_PER_SAMPLE 4
+
 /* One candidate: built longest work first at its levels, then improved. The build starts at
-   the memory floor's microbatch count. When it ends unbalanced without ever needing more
-   microbatches (the samples fill the floor's bins tightly, and the last, short ones find room
-   only on loaded ranks), it is built again with one more multiple of microbatches and the
-   faster build is improved: the local search would grow the limit of an unbalanced plan
-   anyway, one move at a time and at a far higher cost (a Pareto batch of 8,192 samples on
-   1,024 ranks: 0.897 of the bound at 5 microbatches, 0.982 at 6). The tree's plan does not
-   depend on E, so that the E = 1 plan is a candidate of the lockstep search too. */
+   the memory floor's microbatch count. A floor the samples fill tightly builds unbalanced:
+   the last, short samples find room only on loaded ranks, and finding it costs the finds
+   long heap searches (a Pareto batch of 8,192 samples on 1,024 ranks: 0.897 of the bound at
+   5 microbatches, 17 heap nodes a sample; 0.982 at 6, one). So when the build at the floor
+   exceeds its search budget before it ever needs more microbatches, or ends unbalanced
+   without needing them, it is built again with one more multiple of microbatches (the
+   faster of the two complete builds is kept): the local search would grow the limit of an
+   unbalanced plan anyway, one move at a time and at a far higher cost. The tree's plan does
+   not depend on E, so that the E = 1 plan is a candidate of the lockstep search too. */
 static dcp_status dcp__dynamic_candidate(dcp__tree *tree, const int32_t *levels, int32_t *order,
                                          dcp_error *error)
 {
     const dcp__batch *batch = tree->batch;
     const int32_t floor_count = dcp__microbatch_floor(batch, levels);
     const int32_t looser = floor_count + batch->config->microbatch_multiple;
+    const int can_loosen = looser <= INT32_MAX / 2;
+    const int64_t budget = can_loosen ? (int64_t)batch->count * DCP__FLOOR_SEARCH_PER_SAMPLE : -1;
+    int tight = 0, unused;
     dcp_status status = dcp__order_by_ticks(batch, levels, 1, order, error);
-    if (status == DCP_OK) status = dcp__tree_build(tree, order, levels, floor_count, error);
-    if (status == DCP_OK && !dcp__balanced(batch, tree->mx_time[1]) &&
-        tree->microbatch_limit == floor_count && looser <= INT32_MAX / 2) {
+    if (status == DCP_OK)
+        status = dcp__tree_build(tree, order, levels, floor_count, budget, &tight, error);
+    if (status == DCP_OK && tight)
+        status = dcp__tree_build(tree, order, levels, looser, -1, &unused, error);
+    else if (status == DCP_OK && can_loosen && !dcp__balanced(batch, tree->mx_time[1]) &&
+             tree->microbatch_limit == floor_count) {
         const int64_t at_floor = tree->mx_time[1];
-        status = dcp__tree_build(tree, order, levels, looser, error);
+        status = dcp__tree_build(tree, order, levels, looser, -1, &unused, error);
         if (status == DCP_OK && tree->mx_time[1] >= at_floor)
-            status = dcp__tree_build(tree, order, levels, floor_count, error);
+            status = dcp__tree_build(tree, order, levels, floor_count, -1, &unused, error);
     }
     if (status == DCP_OK)
         status = dcp__tree_improve(tree, dcp__improve_budget(batch->config, batch->count), error);

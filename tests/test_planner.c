@@ -894,11 +894,13 @@ static void local_search_never_hurts(void)
         CHECK_EQ(dcp__tree_init(&tree, &batch, NULL), DCP_OK);
         for (candidate = 0; candidate < DCP__CANDIDATE_COUNT; candidate++) {
             int64_t before;
+            int tight = 0;
             dcp__candidate_levels(&batch, (dcp__candidate)candidate, levels);
             CHECK_EQ(dcp__order_by_ticks(&batch, levels, 1, order, NULL), DCP_OK);
             CHECK_EQ(dcp__tree_build(&tree, order, levels, dcp__microbatch_floor(&batch, levels),
-                                     NULL),
+                                     -1, &tight, NULL),
                      DCP_OK);
+            CHECK(!tight);
             before = tree.mx_time[1];
             CHECK_EQ(dcp__tree_improve(&tree, 100000, NULL), DCP_OK);
             CHECK(tree.mx_time[1] <= before);
