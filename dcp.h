@@ -4434,18 +4434,47 @@ typedef struct dcp__extract {
     int32_t *offset;    /* [nodes]: first microbatch of the node */
     int32_t *bin_index; /* [bins]: microbatch of a bin */
     int64_t *spread_used;
+    int32_t *spread_heap; /* [count]: a leaf's microbatches, fewest tokens (then lowest) first */
     int32_t *spread_bin; /* [count]: microbatch of a spread sample, -1 otherwise */
     dcp__keyed *keyed;
 } dcp__extract;
 
 static void dcp__extract_free(const dcp_allocator *a, dcp__extract *x)
 {
-    void *list[] = {x->offset, x->bin_index, x->spread_used, x->spread_bin, x->keyed};
+    void *list[] = {x->offset, x->bin_index, x->spread_used, x->spread_heap, x->spread_bin,
+                    x->keyed};
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
-/* Spreads a leaf's samples over up to `available` microbatches by fewest-tokens-first;
-   leaves them in their bins if that ever runs out of room. */
+/* Restores the spread's min-heap of microbatches (fewest tokens, then the lowest) after its
+   root's tokens grew. */
+static void dcp__spread_sift(dcp__extract *x, int32_t bins)
+{
+    int32_t at = 0, top = x->spread_heap[0];
+    for (;;) {
+        int32_t child = 2 * at + 1, c, best;
+        if (child >= bins) break;
+        c = child + 1 < bins ? child + 1 : child;
+        best = x->spread_heap[child];
+        if (c != child && (x->spread_used[x->spread_heap[c]] < x->spread_used[best] ||
+                           (x->spread_used[x->spread_heap[c]] == x->spread_used[best] &&
+                            x->spread_heap[c] < best))) {
+            child = c;
+            best = x->spread_heap[c];
+        }
+        if (x->spread_used[top] < x->spread_used[best] ||
+            (x->spread_used[top] == x->spread_used[best] && top < best))
+            break;
+        x->spread_heap[at] = best;
+        at = child;
+    }
+    x->spread_heap[at] = top;
+}
+
+/* Spreads a leaf's samples over up to `available` microbatches, largest first into the one
+   with the fewest tokens (the lowest on ties, a heap: a leaf may hold tens of thousands of
+   samples over as many microbatches); leaves them in their bins if that ever runs out of
+   room. */
 static void dcp__spread_leaf(const dcp__tree *tree, int32_t n, int32_t available,
                              dcp__extract *x)
 {
@@ -4458,17 +4487,19 @@ static void dcp__spread_leaf(const dcp__tree *tree, int32_t n, int32_t available
     if (count <= tree->bins_used[n] || available <= tree->bins_used[n]) return;
     bins = count < available ? count : available;
     qsort(x->keyed, (size_t)count, sizeof *x->keyed, dcp__keyed_descending);
-    for (i = 0; i < bins; i++) x->spread_used[i] = 0;
+    for (i = 0; i < bins; i++) {
+        x->spread_used[i] = 0;
+        x->spread_heap[i] = i; /* all empty: index order is heap order */
+    }
     for (i = 0; i < count; i++) {
-        int32_t b, best = 0;
-        for (b = 1; b < bins; b++)
-            if (x->spread_used[b] < x->spread_used[best]) best = b;
+        int32_t best = x->spread_heap[0];
         if (x->spread_used[best] + x->keyed[i].key > tree->capacity) {
             for (i = 0; i < count; i++) x->spread_bin[x->keyed[i].id] = -1;
             return;
         }
         x->spread_used[best] += x->keyed[i].key;
         x->spread_bin[x->keyed[i].id] = best;
+        dcp__spread_sift(x, bins);
     }
 }
 
@@ -4487,11 +4518,14 @@ static dcp_status dcp__tree_extract(const dcp__tree *tree, const int32_t *order,
                                               "extract", error);
     x.spread_used = (int64_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int64_t),
                                                 "extract", error);
+    x.spread_heap = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t),
+                                                "extract", error);
     x.spread_bin = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t),
                                                "extract", error);
     x.keyed = (dcp__keyed *)dcp__alloc_array(a, (size_t)batch->count, sizeof(dcp__keyed),
                                              "extract", error);
-    if (!x.offset || !x.bin_index || !x.spread_used || !x.spread_bin || !x.keyed) {
+    if (!x.offset || !x.bin_index || !x.spread_used || !x.spread_heap || !x.spread_bin ||
+        !x.keyed) {
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
         goto done;
     }
