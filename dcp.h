@@ -5451,36 +5451,6 @@ static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *plac
     return dcp__plan_greedy_ordered(batch, NULL, placements, num_microbatches, error);
 }
 
-/* Both baselines' placements, planned once per dynamic plan: the lockstep search unloads
-   from them, and the final choice compares their plans with the planner's. */
-typedef struct dcp__baselines {
-    dcp__placement *greedy, *static_cp; /* [count] each */
-    int32_t greedy_microbatches, static_microbatches;
-} dcp__baselines;
-
-static void dcp__baselines_free(const dcp_allocator *a, dcp__baselines *b)
-{
-    dcp_free(a, b->greedy);
-    dcp_free(a, b->static_cp);
-}
-
-static dcp_status dcp__plan_baselines(const dcp__batch *batch, dcp__baselines *b,
-                                      dcp_error *error)
-{
-    const dcp_allocator *a = &batch->config->allocator;
-    dcp_status status;
-    memset(b, 0, sizeof *b);
-    b->greedy = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count, sizeof *b->greedy,
-                                                   "baselines", error);
-    b->static_cp = (dcp__placement *)dcp__alloc_array(a, (size_t)batch->count,
-                                                      sizeof *b->static_cp, "baselines", error);
-    if (!b->greedy || !b->static_cp) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    status = dcp__plan_greedy(batch, b->greedy, &b->greedy_microbatches, error);
-    if (status == DCP_OK)
-        status = dcp__plan_static(batch, b->static_cp, &b->static_microbatches, error);
-    return status;
-}
-
 /* The fill-to-the-top candidates, most often best first: a widening threshold in units of
    the bound's mean microbatch time (0: every sample at its minimum CP size) and a slack, the
    fraction of T the rest of a microbatch may fill beyond its slowest sample (fewer, fuller
@@ -5902,6 +5872,342 @@ static dcp_status dcp__plan_packing(const dcp__batch *batch, dcp__placement *pla
     while (left > 0) left = dcp__packing_microbatch(&p, left, (*microbatches)++, placements);
     dcp__packing_free(a, &p);
     return DCP_OK;
+}
+
+/* ---------------------------------------------------------- baseline: Megatron-LM's scheduler
+   DefaultDynamicCPScheduler.get_groups_and_subsamples (next_hdp_group_packing_aware until every
+   sample is placed; NVIDIA/Megatron-LM dev, d48bd6b), step for step as bench/megatron_baseline.py
+   reimplements it (its docstring describes the rules): lengths padded to a multiple of 2 D,
+   workloads L^2 / c in doubles compared as Python compares them, so that where its plan is a
+   dcp plan this is that very plan. It is a candidate of the final choice (and of the lockstep
+   search, which may unload it): the returned plan is then never slower than Megatron's under
+   the config's E and model. Not built (0 microbatches) when a group's size is not a power of
+   two in [min_cp, max_cp] (its full-pool fallback on a pool that is not one), when a group
+   breaks the memory cap as this config pads, when Megatron itself would fail, or above
+   DCP__MEGATRON_MAX_CELLS samples x ranks (it scans every open group for every sample and CP
+   size: O(K N D log D)). */
+#define DCP__MEGATRON_PAD_PER_RANK 2 /* lengths padded to a multiple of 2 D */
+#define DCP__MEGATRON_MAX_CELLS (INT64_C(1) << 20)
+
+typedef struct dcp__megatron {
+    const dcp__batch *batch;
+    int64_t *padded;    /* [count] Megatron's lengths */
+    int32_t *queue;     /* [count] this round's samples, longest padded first (ties by id) */
+    int32_t *wait;      /* [count] the ones that wait for the next round, in that order */
+    int32_t *round;     /* [count] this microbatch's samples in placement order */
+    int32_t *group_of;  /* [count] */
+    int32_t *cp, *first;        /* [ranks] per open group, in opening order */
+    double *time, *tokens;      /* [ranks] per open group: workload, tokens per rank */
+    int32_t *next;              /* [ranks] the next open group of the same size */
+    int32_t head[DCP_CP_LEVELS + 1], tail[DCP_CP_LEVELS + 1]; /* per size: its groups */
+    int32_t groups, placed, used;
+    double slowest;             /* the largest workload of the open groups */
+} dcp__megatron;
+
+static void dcp__megatron_free(const dcp_allocator *a, dcp__megatron *m)
+{
+    void *list[] = {m->padded, m->queue, m->wait, m->round, m->group_of, m->cp, m->first,
+                    m->time, m->tokens, m->next};
+    dcp__free_list(a, list, DCP__COUNT(list));
+}
+
+static int dcp__megatron_alloc(dcp__megatron *m, const dcp__batch *batch, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    const size_t count = (size_t)batch->count, ranks = (size_t)batch->config->ranks;
+    memset(m, 0, sizeof *m);
+    m->batch = batch;
+    m->padded = (int64_t *)dcp__alloc_array(a, count, sizeof(int64_t), "megatron", error);
+    m->queue = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "megatron", error);
+    m->wait = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "megatron", error);
+    m->round = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "megatron", error);
+    m->group_of = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "megatron", error);
+    m->cp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "megatron", error);
+    m->first = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "megatron", error);
+    m->time = (double *)dcp__alloc_array(a, ranks, sizeof(double), "megatron", error);
+    m->tokens = (double *)dcp__alloc_array(a, ranks, sizeof(double), "megatron", error);
+    m->next = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "megatron", error);
+    return m->padded && m->queue && m->wait && m->round && m->group_of && m->cp && m->first &&
+           m->time && m->tokens && m->next;
+}
+
+/* Megatron's dcp_gpus_needed: the smallest power of two c with c M >= L. */
+static int64_t dcp__megatron_cp_min(const dcp__megatron *m, int64_t padded)
+{
+    int64_t cp = 1;
+    while (cp * m->batch->config->max_tokens_per_rank < padded) cp *= 2;
+    return cp;
+}
+
+static void dcp__megatron_add(dcp__megatron *m, int32_t g, int32_t s)
+{
+    const int64_t length = m->padded[s];
+    m->time[g] += (double)(length * length) / (double)m->cp[g];
+    m->tokens[g] += (double)length / (double)m->cp[g];
+    if (m->time[g] > m->slowest) m->slowest = m->time[g];
+    m->group_of[s] = g;
+    m->round[m->placed++] = s;
+}
+
+/* A new group of cp ranks (a power of two while samples are placed) on the lowest free ranks,
+   last in its size's list. */
+static void dcp__megatron_open(dcp__megatron *m, int32_t cp, int32_t s)
+{
+    const int32_t g = m->groups++, level = dcp__log2_int(cp);
+    m->cp[g] = cp;
+    m->first[g] = m->used;
+    m->used += cp;
+    m->time[g] = m->tokens[g] = 0.0;
+    m->next[g] = -1;
+    if (m->tail[level] >= 0) m->next[m->tail[level]] = g;
+    else m->head[level] = g;
+    m->tail[level] = g;
+    dcp__megatron_add(m, g, s);
+}
+
+/* An empty microbatch. */
+static void dcp__megatron_reset(dcp__megatron *m)
+{
+    int32_t j;
+    m->groups = m->placed = m->used = 0;
+    m->slowest = 0.0;
+    for (j = 0; j <= DCP_CP_LEVELS; j++) m->head[j] = m->tail[j] = -1;
+}
+
+/* Where sample s lowers the microbatch's maximum most within cap (Megatron's candidates in
+   its order: CP size ascending, per size the open groups in opening order, then a new group;
+   strictly smaller replaces): placed and 1, or 0 when it waits. */
+static int dcp__megatron_place(dcp__megatron *m, int32_t s, double cap)
+{
+    const int32_t ranks = m->batch->config->ranks, free_ranks = ranks - m->used;
+    const int64_t length = m->padded[s], capacity = m->batch->config->max_tokens_per_rank;
+    const double slowest = m->slowest;
+    double best = 0.0;
+    int32_t g, best_group = -1, best_cp = 0;
+    int64_t cp;
+    for (cp = dcp__megatron_cp_min(m, length); cp <= ranks; cp *= 2) {
+        const double work = (double)(length * length) / (double)cp;
+        double projected;
+        for (g = m->head[dcp__log2_int(cp)]; g >= 0; g = m->next[g]) {
+            if (m->tokens[g] + (double)length / (double)cp > (double)capacity) continue;
+            projected = m->time[g] + work > slowest ? m->time[g] + work : slowest;
+            if (projected <= cap && (best_cp == 0 || projected < best)) {
+                best = projected;
+                best_group = g;
+                best_cp = (int32_t)cp;
+            }
+        }
+        projected = work > slowest ? work : slowest;
+        if (free_ranks >= cp && projected <= cap && (best_cp == 0 || projected < best)) {
+            best = projected;
+            best_group = -1;
+            best_cp = (int32_t)cp;
+        }
+    }
+    if (best_cp == 0) return 0;
+    if (best_group < 0) dcp__megatron_open(m, best_cp, s);
+    else dcp__megatron_add(m, best_group, s);
+    return 1;
+}
+
+/* Megatron's fill_empty_gpus_once: the first group of the smallest size that can doubles (to
+   at most D ranks), the groups after it shift; 0 when none can, -1 when the doubling would
+   take more ranks than are free (Megatron then indexes past the pool). */
+static int dcp__megatron_widen(dcp__megatron *m)
+{
+    const int32_t ranks = m->batch->config->ranks;
+    int32_t g, h, i, smallest = ranks, wider, extra, used = 0;
+    for (g = 0; g < m->groups; g++) {
+        smallest = m->cp[g] < smallest ? m->cp[g] : smallest;
+        used += m->cp[g];
+    }
+    wider = 2 * smallest < ranks ? 2 * smallest : ranks;
+    extra = wider - smallest;
+    for (g = 0; g < m->groups; g++) {
+        int32_t last = m->first[g] + m->cp[g] - 1;
+        if (m->cp[g] != smallest || last + extra >= ranks) continue;
+        if (used + extra > ranks) return -1;
+        for (h = 0; h < m->groups; h++)
+            if (m->first[h] > last) m->first[h] += extra;
+        m->cp[g] = wider;
+        m->time[g] = 0.0;
+        for (i = 0; i < m->placed; i++)
+            if (m->group_of[m->round[i]] == g) {
+                const int64_t length = m->padded[m->round[i]];
+                m->time[g] += (double)(length * length) / (double)wider;
+            }
+        return 1;
+    }
+    return 0;
+}
+
+/* Megatron's fill_with_full_dpxcp_group: one group of all D ranks with the round's samples
+   queue[0 .. left), longest first, that fit; the others wait. Returns how many wait, or -1
+   when none fits (Megatron fails). */
+static int32_t dcp__megatron_whole_pool(dcp__megatron *m, int32_t left)
+{
+    const int32_t ranks = m->batch->config->ranks;
+    const double capacity = (double)m->batch->config->max_tokens_per_rank;
+    int32_t i, waiting = 0;
+    dcp__megatron_reset(m);
+    m->groups = 1;
+    m->cp[0] = m->used = ranks; /* any size: no list needed, nothing joins it by size */
+    m->first[0] = 0;
+    m->time[0] = m->tokens[0] = 0.0;
+    for (i = 0; i < left; i++) {
+        int32_t s = m->queue[i];
+        if (m->tokens[0] + (double)m->padded[s] / (double)ranks <= capacity)
+            dcp__megatron_add(m, 0, s);
+        else
+            m->wait[waiting++] = s;
+    }
+    return m->placed > 0 ? waiting : -1;
+}
+
+/* One microbatch of the round queue[0 .. left): the samples that wait go to wait[] in order.
+   Returns how many wait, or -1 when Megatron would fail. */
+static int32_t dcp__megatron_microbatch(dcp__megatron *m, int32_t left)
+{
+    const dcp_config *config = m->batch->config;
+    const int64_t tallest = m->padded[m->queue[0]];
+    const double cap =
+        (double)tallest * (double)config->max_tokens_per_rank * (1.0 + DCP__PACKING_CAP_SLACK);
+    const int64_t cp = dcp__megatron_cp_min(m, tallest);
+    int32_t i, waiting = 0, used, g;
+    if (cp > config->ranks) return -1;
+    dcp__megatron_reset(m);
+    dcp__megatron_open(m, (int32_t)cp, m->queue[0]);
+    for (i = 1; i < left; i++)
+        if (!dcp__megatron_place(m, m->queue[i], cap)) m->wait[waiting++] = m->queue[i];
+    for (;;) { /* widening changes the sizes: summed again */
+        for (g = 0, used = 0; g < m->groups; g++) used += m->cp[g];
+        if (used >= config->ranks) return waiting;
+        switch (dcp__megatron_widen(m)) {
+        case 0: return dcp__megatron_whole_pool(m, left);
+        case -1: return -1;
+        default: break;
+        }
+    }
+}
+
+/* The microbatch's placements, groups laid out widest first from rank 0 (aligned: each start
+   is a sum of sizes at least as large), samples in placement order; 0 when a group is no
+   group of this config (its size, or its tokens as the config pads them). */
+static int dcp__megatron_emit(const dcp__megatron *m, int32_t microbatch,
+                              dcp__placement *placements)
+{
+    const dcp__batch *batch = m->batch;
+    const dcp_config *config = batch->config;
+    int32_t g, i, cp, first_rank = 0;
+    for (g = 0; g < m->groups; g++) {
+        int64_t tokens = 0;
+        if (!dcp_is_pow2(m->cp[g]) || m->cp[g] < config->min_cp || m->cp[g] > config->max_cp)
+            return 0;
+        for (i = 0; i < m->placed; i++) {
+            int32_t s = m->round[i];
+            if (m->group_of[s] != g) continue;
+            if (batch->cp_min[s] > m->cp[g]) return 0;
+            tokens += dcp__sample_tokens(batch, s, dcp__log2_int(m->cp[g]));
+        }
+        if (tokens > config->max_tokens_per_rank) return 0;
+    }
+    for (cp = config->max_cp; cp >= config->min_cp; cp /= 2)
+        for (g = 0; g < m->groups; g++)
+            if (m->cp[g] == cp) {
+                m->first[g] = first_rank; /* from here on the group's first rank in the plan */
+                first_rank += cp;
+            }
+    for (i = 0; i < m->placed; i++) {
+        int32_t s = m->round[i];
+        g = m->group_of[s];
+        placements[s].microbatch = microbatch;
+        placements[s].first_rank = m->first[g];
+        placements[s].cp = m->cp[g];
+        placements[s].order = i;
+        placements[s].sample = s;
+    }
+    return 1;
+}
+
+/* Megatron's plan as placements, *microbatches 0 when it is not built (see above). */
+static dcp_status dcp__plan_megatron(const dcp__batch *batch, dcp__placement *placements,
+                                     int32_t *microbatches, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const int64_t pad = (int64_t)DCP__MEGATRON_PAD_PER_RANK * config->ranks;
+    const dcp_allocator *a = &config->allocator;
+    dcp__megatron m;
+    dcp__keyed *keyed;
+    int32_t left = batch->count, i, *swap;
+    *microbatches = 0;
+    if ((int64_t)batch->count * config->ranks > DCP__MEGATRON_MAX_CELLS) return DCP_OK;
+    keyed = (dcp__keyed *)dcp__alloc_array(a, 2 * (size_t)batch->count, sizeof *keyed,
+                                           "megatron order", error);
+    if (!dcp__megatron_alloc(&m, batch, error) || !keyed) {
+        dcp_free(a, keyed);
+        dcp__megatron_free(a, &m);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    for (i = 0; i < batch->count; i++) {
+        m.padded[i] = (batch->lengths[i] + pad - 1) / pad * pad;
+        keyed[i].key = m.padded[i];
+        keyed[i].id = i;
+    }
+    dcp__keyed_sort(keyed, keyed + batch->count, batch->count); /* longest first, ties by id */
+    for (i = 0; i < batch->count; i++) m.queue[i] = keyed[i].id;
+    dcp_free(a, keyed);
+    while (left > 0) {
+        int32_t waiting = dcp__megatron_microbatch(&m, left);
+        if (waiting < 0 || !dcp__megatron_emit(&m, *microbatches, placements)) {
+            *microbatches = 0; /* no plan of this config */
+            break;
+        }
+        (*microbatches)++;
+        swap = m.queue; /* the ones that wait, in order, are the next round */
+        m.queue = m.wait;
+        m.wait = swap;
+        left = waiting;
+    }
+    dcp__megatron_free(a, &m);
+    return DCP_OK;
+}
+/* The baselines' placements, planned once per dynamic plan: greedy's, static's and
+   Megatron's (when built). The lockstep search unloads from greedy's (starting the unloading
+   from Megatron's plan, the better start before unloading, ended lower on the bench's E = D
+   rows: pareto-96 0.952 of the bound against 0.978), and the final choice compares all three
+   plans with the planner's. */
+typedef struct dcp__baselines {
+    dcp__placement *greedy, *static_cp, *megatron; /* [count] each */
+    int32_t greedy_microbatches, static_microbatches, megatron_microbatches; /* 0: not built */
+} dcp__baselines;
+
+static void dcp__baselines_free(const dcp_allocator *a, dcp__baselines *b)
+{
+    void *list[] = {b->greedy, b->static_cp, b->megatron};
+    dcp__free_list(a, list, DCP__COUNT(list));
+}
+
+static dcp_status dcp__plan_baselines(const dcp__batch *batch, dcp__baselines *b,
+                                      dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    const size_t count = (size_t)batch->count;
+    dcp_status status;
+    memset(b, 0, sizeof *b);
+    b->greedy = (dcp__placement *)dcp__alloc_array(a, count, sizeof *b->greedy, "baselines",
+                                                   error);
+    b->static_cp = (dcp__placement *)dcp__alloc_array(a, count, sizeof *b->static_cp,
+                                                      "baselines", error);
+    b->megatron = (dcp__placement *)dcp__alloc_array(a, count, sizeof *b->megatron, "baselines",
+                                                     error);
+    if (!b->greedy || !b->static_cp || !b->megatron)
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    status = dcp__plan_greedy(batch, b->greedy, &b->greedy_microbatches, error);
+    if (status == DCP_OK)
+        status = dcp__plan_static(batch, b->static_cp, &b->static_microbatches, error);
+    if (status == DCP_OK)
+        status = dcp__plan_megatron(batch, b->megatron, &b->megatron_microbatches, error);
+    return status;
 }
 
 typedef struct dcp__lockstep {
@@ -6559,6 +6865,45 @@ static int32_t dcp__unload_options(const dcp__unload_state *u, int32_t s, int32_
     return count;
 }
 
+/* Moves samples off each microbatch's slowest group onto the same microbatch's free ranks or
+   other groups, at any CP size the sample may take, where the group it joins ends below the
+   slowest time. On a pool that is not a power of two the widest groups leave a block idle (24
+   ranks: a group of 16 and 8 idle), and moving part of the slowest group's samples there
+   lowers the microbatch (Megatron-LM's plans do it by widening the smaller groups). A kept
+   move takes the slowest group below its old time and keeps the target below it: the count
+   of groups at the microbatch's slowest time falls, or the time itself, so the pass ends. */
+static void dcp__unload_within(dcp__unload_state *u, dcp__placement *placements,
+                               int64_t *budget_left)
+{
+    dcp__unload_option options[DCP_CP_LEVELS];
+    int64_t budget = *budget_left, second;
+    int32_t k, g;
+    for (k = 0; k < u->microbatches && budget > 0; k++)
+        while (budget > 0 && (g = dcp__unload_slowest(u, k, &second)) >= 0) {
+            const size_t c = dcp__cell(u, k, g);
+            const int32_t j = u->level[c];
+            const int64_t slowest = u->slowest[k];
+            int32_t s, target = -1, o = 0, count;
+            if (u->next[u->head[c]] < 0) break; /* one sample: moving it moves the group */
+            for (s = u->head[c]; s >= 0 && budget > 0; s = u->next[s]) {
+                /* its own CP size, then the others widest first: the idle blocks are the
+                   widest that fit beside the slowest group */
+                count = dcp__unload_options(u, s, j, options);
+                u->slowest[k] = slowest - 1; /* a target strictly below the slowest time */
+                for (o = 0; o < count && target < 0; o++)
+                    target = dcp__unload_target(u, k, s, &options[o ? count - o : 0], &budget);
+                u->slowest[k] = slowest;
+                u->changes[k]++; /* searches that failed under the lowered time prove nothing */
+                if (target >= 0) break;
+            }
+            if (target < 0) break;
+            o = o > 1 ? count - (o - 1) : 0; /* the option that found the target */
+            dcp__unload_move(u, s, j, k, g, k, target, options[o].level, placements);
+            u->slowest[k] = u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
+        }
+    *budget_left = budget;
+}
+
 /* Below node n of microbatch k's tree: appends the first ranks, ascending, of the groups at
    or above its slowest time to u->above and raises *best to the largest time below it. */
 static void dcp__unload_below_node(dcp__unload_state *u, int32_t k, int32_t n, int32_t *count,
@@ -6846,6 +7191,7 @@ static int32_t dcp__unload_ordered(const dcp__batch *batch, dcp__placement *plac
         for (k = 0; k < microbatches; k++) now += u.slowest[k];
         while (now != sum && budget > 0) { /* every round lowers the sum: it ends */
             sum = now;
+            if (!dcp_is_pow2(u.ranks)) dcp__unload_within(&u, placements, &budget);
             if (run_first) dcp__unload_run(&u, placements, &budget);
             dcp__unload_levels(&u, placements, &budget);
             if (!run_first) dcp__unload_run(&u, placements, &budget);
@@ -7145,6 +7491,7 @@ static dcp_status dcp__lockstep_fills(const dcp__batch *batch, dcp__placement *p
         status = dcp__fill_widest(batch, sync < ranks ? dcp__log2_int(sync) : -1, x->levels,
                                   placements, &microbatches, error);
     if (status != DCP_OK) return status;
+    if (microbatches > 0 && !dcp_is_pow2(ranks)) microbatches = dcp__unload(batch, placements, microbatches);
     if (microbatches > 0)
         dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
@@ -7378,8 +7725,8 @@ static dcp_status dcp__plan_dynamic_strategy(const dcp__batch *batch, dcp__place
                                              dcp_plan **plan, dcp_error *error)
 {
     dcp__baselines baselines;
-    int32_t microbatches[3] = {0, 0, 0};
-    dcp__placement *candidates[3];
+    int32_t microbatches[4] = {0, 0, 0, 0};
+    dcp__placement *candidates[4];
     dcp_status status = dcp__plan_baselines(batch, &baselines, error);
     if (status == DCP_OK)
         status = dcp__plan_dynamic_placements(batch, &baselines, placements, &microbatches[0],
@@ -7388,9 +7735,12 @@ static dcp_status dcp__plan_dynamic_strategy(const dcp__batch *batch, dcp__place
         candidates[0] = placements;
         candidates[1] = baselines.greedy;
         candidates[2] = baselines.static_cp;
+        candidates[3] = baselines.megatron;
         microbatches[1] = baselines.greedy_microbatches;
         microbatches[2] = baselines.static_microbatches;
-        status = dcp__plan_fastest(batch, candidates, microbatches, 3, plan, error);
+        microbatches[3] = baselines.megatron_microbatches;
+        status = dcp__plan_fastest(batch, candidates, microbatches,
+                                   baselines.megatron_microbatches > 0 ? 4 : 3, plan, error);
     }
     dcp__baselines_free(&batch->config->allocator, &baselines);
     return status;

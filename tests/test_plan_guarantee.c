@@ -1,5 +1,6 @@
 /* The planner's guarantee on random workloads: the dynamic plan's step under its E is never
-   longer than the static or the greedy plan's under the same E and cost model, to the bit
+   longer than the static, the greedy or Megatron-LM's plan (dcp.h's port of its scheduler,
+   where that plan is a plan of the config) under the same E and cost model, to the bit
    (dcp_plan_step_time's number; no tolerance), and never below the lower bound. The workloads
    span what a user may give: pools of 2 to 1,024 ranks, the non-powers of two 6 .. 384 among
    them; the five length shapes of bench/length_shapes.h; the default and the L^2 model;
@@ -123,6 +124,28 @@ static dcp_plan *plan_of(dcp_config c, dcp_strategy strategy, int32_t sync,
     return plan;
 }
 
+/* Megatron-LM's plan of the workload (the planner's port of its scheduler), NULL when it is
+   no plan of the config. */
+static dcp_plan *megatron_plan_of(const guarantee_workload *w)
+{
+    dcp_config resolved;
+    dcp__batch batch;
+    dcp__placement *placements;
+    dcp_plan *plan = NULL;
+    int32_t microbatches = 0;
+    if (dcp_config_resolve(&w->config, &resolved, NULL) != DCP_OK ||
+        dcp__batch_init(&batch, &resolved, w->lengths, w->count, NULL) != DCP_OK)
+        return NULL;
+    placements = (dcp__placement *)malloc((size_t)w->count * sizeof *placements);
+    if (placements &&
+        dcp__plan_megatron(&batch, placements, &microbatches, NULL) == DCP_OK &&
+        microbatches > 0)
+        dcp__plan_build(&resolved, w->lengths, placements, w->count, microbatches, &plan, NULL);
+    free(placements);
+    dcp__batch_free(&batch);
+    return plan;
+}
+
 static void describe(const guarantee_workload *w, int32_t index, int32_t sync)
 {
     fprintf(stderr,
@@ -136,17 +159,18 @@ static void describe(const guarantee_workload *w, int32_t index, int32_t sync)
 }
 
 typedef struct guarantee_tally {
-    int32_t checked, faster, log_count;
+    int32_t checked, faster, log_count, megatron;
     double log_gain; /* sum of log(better baseline / dynamic) */
 } guarantee_tally;
 
-/* The dynamic plan made for E against both baselines' plans, all under E. */
+/* The dynamic plan made for E against the baselines' plans (greedy, static, Megatron's or
+   NULL), all under E. */
 static void check_one(const guarantee_workload *w, int32_t index, int32_t sync,
-                      dcp_plan *const baselines[2], guarantee_tally *tally)
+                      dcp_plan *const baselines[3], guarantee_tally *tally)
 {
     dcp_plan *plan = plan_of(w->config, DCP_STRATEGY_DYNAMIC, sync, w);
     dcp_plan_stats stats;
-    double step = 0.0, other[2] = {0.0, 0.0};
+    double step = 0.0, other[3] = {0.0, 0.0, 0.0};
     int b, failures = test_current_failures;
     CHECK(plan != NULL);
     if (!plan) return;
@@ -156,14 +180,15 @@ static void check_one(const guarantee_workload *w, int32_t index, int32_t sync,
     CHECK_EQ(dcp_plan_step_time(plan, NULL, sync, &step, NULL), DCP_OK);
     CHECK(step == stats.step_seconds);
     CHECK(step >= stats.lower_bound_seconds * (1.0 - 1e-9));
-    for (b = 0; b < 2; b++) {
+    for (b = 0; b < 3 && baselines[b]; b++) {
         CHECK_EQ(dcp_plan_step_time(baselines[b], NULL, sync, &other[b], NULL), DCP_OK);
         CHECK(step <= other[b]); /* exact: the planner's final choice is this very number */
     }
+    tally->megatron += baselines[2] != NULL;
     if (test_current_failures > failures) {
         describe(w, index, sync);
-        fprintf(stderr, "  dynamic %.17g, greedy %.17g, static %.17g\n", step, other[0],
-                other[1]);
+        fprintf(stderr, "  dynamic %.17g, greedy %.17g, static %.17g, megatron %.17g\n", step,
+                other[0], other[1], other[2]);
     }
     tally->checked++;
     tally->faster += step < other[0] && step < other[1];
@@ -185,7 +210,7 @@ static void dynamic_never_behind_a_baseline(void)
     dcp_rng_seed(&rng, test_seed_for(GUARANTEE_SEED));
     for (index = 0; index < GUARANTEE_WORKLOADS && test_current_failures - failures < 10;
          index++) {
-        dcp_plan *baselines[2];
+        dcp_plan *baselines[3];
         int32_t syncs[SYNC_MODELS];
         draw_workload(&rng, &w);
         syncs[SYNC_ONE] = 1;
@@ -196,26 +221,59 @@ static void dynamic_never_behind_a_baseline(void)
         /* the baselines do not depend on E: one plan each, evaluated under every E */
         baselines[0] = plan_of(w.config, DCP_STRATEGY_GREEDY, 0, &w);
         baselines[1] = plan_of(w.config, DCP_STRATEGY_STATIC, 0, &w);
+        baselines[2] = megatron_plan_of(&w);
         CHECK(baselines[0] != NULL && baselines[1] != NULL);
         for (m = 0; m < SYNC_MODELS && baselines[0] && baselines[1]; m++)
             if (syncs[m] > 0) check_one(&w, index, syncs[m], baselines, &tally[m]);
-        dcp_plan_destroy(baselines[0]);
-        dcp_plan_destroy(baselines[1]);
+        for (m = 0; m < 3; m++) dcp_plan_destroy(baselines[m]);
     }
     printf("    %d workloads (%d on pools not a power of two; shapes", (int)index, (int)non_power);
     for (m = 0; m < LENGTH_SHAPES; m++) printf(" %s %d", length_shape_names[m], (int)shapes[m]);
     printf(")\n");
     for (m = 0; m < SYNC_MODELS; m++)
-        printf("    %-9s %4d plans, %4d strictly faster than both baselines, geomean gain over "
-               "the better one %.4fx\n",
-               sync_names[m], (int)tally[m].checked, (int)tally[m].faster,
+        printf("    %-9s %4d plans (%4d with a Megatron plan), %4d strictly faster than greedy "
+               "and static, geomean gain over the better %.4fx\n",
+               sync_names[m], (int)tally[m].checked, (int)tally[m].megatron,
+               (int)tally[m].faster,
                exp(tally[m].log_gain / (tally[m].log_count ? tally[m].log_count : 1)));
     CHECK(tally[SYNC_BETWEEN].checked > GUARANTEE_WORKLOADS / 4); /* the pools offer such an E */
+}
+
+/* The two expectations of Megatron-LM's own tests of next_hdp_group_packing_aware
+   (tests/unit_tests/test_sequence_packing.py at d48bd6b, as bench/megatron_baseline.py checks
+   them on its Python version): a short sample joins the long one's CP-2 group; on 14 ranks
+   two 50-token samples end in one group of all 14 ranks, which no dcp plan holds (not built). */
+static void megatron_port_follows_megatron_tests(void)
+{
+    static guarantee_workload w;
+    dcp_plan *plan;
+    memset(&w, 0, sizeof w);
+    w.config = make_config(2, 4096);
+    w.count = 2;
+    w.lengths[0] = 6144;
+    w.lengths[1] = 2048;
+    plan = megatron_plan_of(&w);
+    CHECK(plan != NULL);
+    if (plan) {
+        CHECK_EQ(dcp_plan_validate(plan, NULL), DCP_OK);
+        CHECK_EQ(plan->num_microbatches, 1);
+        CHECK_EQ(plan->num_groups, 1);
+        CHECK_EQ(plan->groups[0].first_rank, 0);
+        CHECK_EQ(plan->groups[0].cp, 2);
+        CHECK_EQ(plan->groups[0].sample_count, 2);
+        CHECK_EQ(plan->group_samples[0], 0);
+        CHECK_EQ(plan->group_samples[1], 1);
+        dcp_plan_destroy(plan);
+    }
+    w.config = make_config(14, 100);
+    w.lengths[0] = w.lengths[1] = 50;
+    CHECK(megatron_plan_of(&w) == NULL);
 }
 
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
+        {"megatron_port_follows_megatron_tests", megatron_port_follows_megatron_tests},
         {"dynamic_never_behind_a_baseline", dynamic_never_behind_a_baseline},
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
