@@ -429,11 +429,15 @@ DCPDEF double dcp_cost_ring_seconds(const dcp_cost_model *cost, int32_t cp);
 /* A lower bound on the step time under the config's sync_ranks E. For every E: the largest
    sample at its best CP size, and for every CP size c the work of the samples that need at
    least c ranks over the ranks that aligned blocks of c cover (so pools that are not a power
-   of two are bounded per aligned block); work counts a L^2 + b L per sample plus the ring
-   overhead the memory cap forces on it. For E > 1 also the barrier bound: a block's step is
-   at least the sum over microbatches of its slowest group, and the samples slower than any
-   threshold need at least (their tokens / the block's E M) block-microbatches that slow, and
-   under E = D at least one each for those of more than half of D M tokens. */
+   of two are bounded per aligned block); work counts a L^2 + b P per sample, P the fewest
+   tokens it stores on any CP size it may take (its padded length), plus the ring overhead
+   the memory cap forces on it. For E > 1 also the barrier bound: a block's step is at least
+   the sum over microbatches of its slowest group, and the samples slower than any threshold
+   need at least (their P / the block's E M) block-microbatches that slow, and under E = D at
+   least one each for those of more than half of D M tokens. On tiny batches the bound is
+   looser than the plan (tests/test_planner.c, barrier_bound_below_exhaustive_optimum: the
+   plan is within 0.1% of the exhaustive optimum on average, the bound 2-6% below it under
+   the default model): it does not see which CP sizes can share a microbatch. */
 DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengths,
                                   int32_t count, double *seconds, dcp_error *error);
 
@@ -2332,15 +2336,29 @@ static int32_t dcp__usable_ranks(const dcp_config *config)
     return dcp__ranks_covered(config, config->min_cp);
 }
 
-/* A sample's share of the total work in the lower bound. A group of size c >= 2 holds at
-   most c M padded tokens and pays c (c - 1) G of ring work per microbatch, so each of its
-   tokens carries at least G (c - 1) / M of ring work: an unavoidable share of total work. */
-static double dcp__bound_work(const dcp_config *config, double attention, int64_t length,
+/* The fewest tokens a sample stores on any CP size it may take: its padded length at its
+   minimum CP size, as padding only grows with the size from 2 on (every padding multiple of
+   c >= 2 divides the next size's), and at 1 the lesser of sizes 1 and 2. */
+static int64_t dcp__bound_tokens(const dcp_config *config, int64_t length, int32_t cp_min)
+{
+    int64_t tokens = dcp__padded(config, length, cp_min);
+    if (cp_min == 1 && config->max_cp >= 2) {
+        int64_t at_two = dcp__padded(config, length, 2);
+        if (at_two < tokens) tokens = at_two;
+    }
+    return tokens;
+}
+
+/* A sample's share of the total work in the lower bound, for the `tokens` it stores at least:
+   attention plus the linear layers' time of those tokens, and a ring share: a group of size
+   c >= 2 holds at most c M padded tokens and pays c (c - 1) G of ring work per microbatch,
+   so each of its tokens carries at least G (c - 1) / M of ring work. */
+static double dcp__bound_work(const dcp_config *config, double attention, int64_t tokens,
                               int32_t cp_min)
 {
-    double l = (double)length;
-    double work = attention + dcp__exact(config->cost.linear_coeff * l);
-    double ring = dcp__exact(config->cost.ring_step_cost * (double)(cp_min - 1)) * l /
+    double stored = (double)tokens;
+    double work = attention + dcp__exact(config->cost.linear_coeff * stored);
+    double ring = dcp__exact(config->cost.ring_step_cost * (double)(cp_min - 1)) * stored /
                   (double)config->max_tokens_per_rank;
     return work + ring;
 }
@@ -2400,8 +2418,8 @@ DCP__DEFINE_SORT(dcp__bound_item_sort, dcp__bound_item, dcp__bound_item_before)
    the number of (block, microbatch) pairs whose slowest group takes longer than x: a group
    holding a sample slower than x (its best time alone, over every CP size, exceeds x) takes
    longer than x, and each pair holds at most cap = min(E, ranks covered) M tokens, so
-   n(x) >= ceil(Tok(x) / cap) for the Tok(x) tokens (valid lengths: a stored sample is never
-   shorter) of the samples slower than x. When one block covers every usable rank (E at least
+   n(x) >= ceil(Tok(x) / cap) for the Tok(x) tokens (each sample's fewest padded tokens,
+   dcp__bound_tokens: the memory cap counts padded tokens) of the samples slower than x. When one block covers every usable rank (E at least
    the ranks covered), no group spans two blocks, so two samples of more than cap / 2 tokens
    never share a pair: n(x) is also at least the count of such samples slower than x (the
    bin-packing bound; it binds when long samples cannot pair up). A block's step is at least
@@ -2476,12 +2494,13 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
     for (i = 0; i < count; i++) {
         double attention = dcp__attention_seconds(&config->cost, lengths[i]);
         double alone = dcp__best_alone_seconds(config, attention, lengths[i], cp_min[i]);
+        int64_t tokens = dcp__bound_tokens(config, lengths[i], cp_min[i]);
         int32_t own = dcp__log2_int(cp_min[i]);
-        work_at[own] += dcp__bound_work(config, attention, lengths[i], cp_min[i]);
+        work_at[own] += dcp__bound_work(config, attention, tokens, cp_min[i]);
         if (alone > longest) longest = alone;
         if (items) {
             items[i].seconds = alone;
-            items[i].tokens = lengths[i];
+            items[i].tokens = tokens;
             items[i].level = own;
             items[i].id = i;
         }
@@ -2954,6 +2973,55 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
     dcp__fit_standard_errors(&s, objective, &fit->standard_error);
     return dcp_error_clear(error);
 }
+
+/* ---------------------------------------------------------------- planner: the whole at a glance
+   dcp_plan_create (DCP_STRATEGY_DYNAMIC) builds candidates, each a placement of every sample,
+   and returns the fastest. N samples, D ranks, K microbatches, L = log2(max_cp) + 1 levels;
+   "ticks": the integer costs of the batch's tables (shared tables, below).
+
+   Always, for every E and model:
+   - the baselines: greedy (Megatron's earlier next_hdp_group; O(N log N)), static CP
+     (O(N log N)) and Megatron-LM's packing-aware scheduler as bench/megatron_baseline.py runs
+     it (dcp__plan_megatron; up to DCP__MEGATRON_MAX_CELLS = N D; O(K N D)). The first two are
+     the library's other strategies; the third is built where its plan is a plan of the config.
+   - the final choice (dcp__plan_fastest): the planner's, greedy's, static's and Megatron's
+     plans are built and simulated in seconds by dcp_plan_step_time's own code under the
+     config's E and model, and the fastest is returned (ties to the planner's). The guarantee
+     "never slower than a baseline" is this comparison, so it holds to the bit
+     (tests/test_plan_guarantee.c); nothing runs after it.
+
+   E = 1 (the DAG; dense models; dcp__plan_dynamic, "dynamic planner" below):
+   - the widest fill, when every sample is fastest on the widest CP size and the fill meets
+     the lower bound (the L^2 model on a power-of-two pool): nothing can beat it. O(N log N).
+   - the tree planner: largest-work-first placement on the buddy tree of aligned blocks
+     (O(log^2 D) a sample), built at the memory floor's K, again one microbatch multiple looser
+     when the floor proves tight (search budget, or unbalanced without ever growing K); then a
+     local search on the critical rank (move, swap, split, scatter; improve_moves, and it stops
+     at 0.1% of the bound). Candidates: samples widened above half the target step, every
+     sample at its minimum CP size, and while the best is more than 2% above the bound every
+     sample at the largest minimum and widening above an eighth (on random E = 1 batches
+     without these two, 351 of 1,500 plans were slower, by up to 28%).
+
+   E > 1 (blocks of E ranks in lockstep; E = D the barrier; dcp__plan_lockstep), candidates
+   compared in ticks under E, in this order, stopping once one meets the lower bound:
+   - the widest fill (width free only), then fill-to-the-top variants: widening threshold x
+     slack, per region (E, and for E < D also the pool), while the best is more than 2% above
+     the bound; DCP__FILL_CANDIDATE_SAMPLES / N of them, at least 2. O(N log N + K D log N).
+   - up to DCP__LOCKSTEP_FULL_SAMPLES samples: the tree planner's plan (its E = 1 plan; under
+     E = D only while unbalanced).
+   - greedy's plan.
+   - the unloading (E = D's; under E < D as one more candidate) of the best: moves and swaps
+     between microbatches, the lowering of a microbatch to its next slower group, splits of a
+     slow wide group onto its halves, and on pools that are not a power of two moves into a
+     microbatch's own idle blocks; improve_moves x 64 positions, at most 2^21. Small plans
+     run both orders of the passes.
+   - under E = D, up to DCP__PACKING_MAX_SAMPLES samples and while unbalanced: the
+     packing-aware candidate (Megatron's manner with this model's costs), unloaded.
+   - between the extremes, up to DCP__LOCKSTEP_FULL_SAMPLES samples: the plan made for E = D
+     (the whole E = D search), then the block-by-block unloading of the best (each move
+     simulated under E).
+   Every pass above is needed by some row of bench/plan_bench or make bench-megatron (without
+   it, some row plans slower) or, for the tree's extra candidates, by random E = 1 batches. */
 
 /* ---------------------------------------------------------------------- plan assembly
    Every strategy produces, per sample, (microbatch, first_rank, cp) and an order key; one
@@ -3606,8 +3674,8 @@ typedef struct dcp__open_group {
    a non-empty bin) the same way. These let the search prune whole subtrees. */
 
 /* A plan whose step is within 1 / DCP__BALANCED_EFFICIENCY of the lower bound is balanced:
-   below that the planner spends more effort (more candidates, more microbatches, the
-   baselines as a fallback); above it, it keeps the cheapest result. */
+   below that the planner spends more effort (more candidates, more microbatches); above it,
+   it keeps the cheapest result (the baselines are compared either way). */
 #define DCP__BALANCED_EFFICIENCY 0.98
 
 #define DCP__TICKS_NONE (INT64_MIN / 4)
@@ -5413,12 +5481,9 @@ static void dcp__greedy_microbatch(dcp__fill *fill, dcp__greedy_state *g, dcp__b
     fill->microbatch++;
 }
 
-/* The greedy baseline's plan. minimal_order: the samples longest-work first as
-   dcp__order_by_ticks(batch, NULL, 0) gives them, when the caller has them (NULL: sorted
-   here). */
-static dcp_status dcp__plan_greedy_ordered(const dcp__batch *batch, const int32_t *minimal_order,
-                                           dcp__placement *placements,
-                                           int32_t *num_microbatches, dcp_error *error)
+/* The greedy baseline's plan. */
+static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t *num_microbatches, dcp_error *error)
 {
     dcp__buddy buddy;
     dcp__fill fill;
@@ -5427,10 +5492,7 @@ static dcp_status dcp__plan_greedy_ordered(const dcp__batch *batch, const int32_
     int32_t s;
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     if ((status = dcp__greedy_alloc(&g, &buddy, batch, error)) != DCP_OK) goto done;
-    if (minimal_order)
-        memcpy(g.order, minimal_order, (size_t)batch->count * sizeof *g.order);
-    else if ((status = dcp__order_by_ticks(batch, NULL, 0, g.order, error)) != DCP_OK)
-        goto done;
+    if ((status = dcp__order_by_ticks(batch, NULL, 0, g.order, error)) != DCP_OK) goto done;
     for (s = 0; s < batch->count; s++) {
         g.position[g.order[s]] = s;
         g.levels[s] = dcp__log2_int(batch->cp_min[s]);
@@ -5443,12 +5505,6 @@ done:
     dcp__fill_free(&fill);
     dcp__greedy_free(&batch->config->allocator, &g, &buddy);
     return status;
-}
-
-static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
-                                   int32_t *num_microbatches, dcp_error *error)
-{
-    return dcp__plan_greedy_ordered(batch, NULL, placements, num_microbatches, error);
 }
 
 /* The fill-to-the-top candidates, most often best first: a widening threshold in units of
@@ -6213,7 +6269,7 @@ static dcp_status dcp__plan_baselines(const dcp__batch *batch, dcp__baselines *b
 typedef struct dcp__lockstep {
     dcp__step_scratch step;
     int32_t *levels;
-    int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels: fills and greedy */
+    int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels, for the fills */
     dcp__placement *best;
 } dcp__lockstep;
 
@@ -6224,8 +6280,8 @@ static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
-/* The search's scratch, and the samples by ticks at their minimum levels (for the fills and
-   greedy); 0 when memory is short. */
+/* The search's scratch, and the samples by ticks at their minimum levels (for the fills); 0
+   when memory is short. */
 static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
 {
     const dcp_allocator *a = &batch->config->allocator;
