@@ -3738,6 +3738,7 @@ typedef struct dcp__tree {
     dcp__heap_entry *heap;
     int32_t heap_size;
     int64_t heap_pops;        /* nodes the finds' heap searches visited since the last reset */
+    int floor_tight;          /* a candidate's build found its memory floor tight */
 } dcp__tree;
 
 static void dcp__tree_free(dcp__tree *tree)
@@ -4724,8 +4725,10 @@ static int dcp__balanced(const dcp__batch *batch, int64_t step_ticks)
    exceeds its search budget before it ever needs more microbatches, or ends unbalanced
    without needing them, it is built again with one more multiple of microbatches (the
    faster of the two complete builds is kept): the local search would grow the limit of an
-   unbalanced plan anyway, one move at a time and at a far higher cost. The tree's plan does
-   not depend on E, so that the E = 1 plan is a candidate of the lockstep search too. */
+   unbalanced plan anyway, one move at a time and at a far higher cost. Once a candidate's
+   floor proved tight, the later candidates' builds start looser (their floors differ only in
+   the widened samples' padding). The tree's plan does not depend on E, so that the E = 1 plan
+   is a candidate of the lockstep search too. */
 static dcp_status dcp__dynamic_candidate(dcp__tree *tree, const int32_t *levels, int32_t *order,
                                          dcp_error *error)
 {
@@ -4734,10 +4737,11 @@ static dcp_status dcp__dynamic_candidate(dcp__tree *tree, const int32_t *levels,
     const int32_t looser = floor_count + batch->config->microbatch_multiple;
     const int can_loosen = looser <= INT32_MAX / 2;
     const int64_t budget = can_loosen ? (int64_t)batch->count * DCP__FLOOR_SEARCH_PER_SAMPLE : -1;
-    int tight = 0, unused;
+    int tight = can_loosen && tree->floor_tight, unused;
     dcp_status status = dcp__order_by_ticks(batch, levels, 1, order, error);
-    if (status == DCP_OK)
+    if (status == DCP_OK && !tight)
         status = dcp__tree_build(tree, order, levels, floor_count, budget, &tight, error);
+    tree->floor_tight |= tight;
     if (status == DCP_OK && tight)
         status = dcp__tree_build(tree, order, levels, looser, -1, &unused, error);
     else if (status == DCP_OK && can_loosen && !dcp__balanced(batch, tree->mx_time[1]) &&
@@ -5939,9 +5943,9 @@ static dcp_status dcp__plan_packing(const dcp__batch *batch, dcp__placement *pla
    search, which may unload it): the returned plan is then never slower than Megatron's under
    the config's E and model. Not built (0 microbatches) when a group's size is not a power of
    two in [min_cp, max_cp] (its full-pool fallback on a pool that is not one), when a group
-   breaks the memory cap as this config pads, when Megatron itself would fail, or above
-   DCP__MEGATRON_MAX_CELLS samples x ranks (it scans every open group for every sample and CP
-   size: O(K N D log D)). */
+   breaks the memory cap as this config pads, when Megatron itself would fail, or when its cost
+   would pass DCP__MEGATRON_MAX_CELLS (dcp__megatron_affordable: it scans, per microbatch,
+   every sample left and its size's open groups, O(K N D) at worst). */
 #define DCP__MEGATRON_PAD_PER_RANK 2 /* lengths padded to a multiple of 2 D */
 #define DCP__MEGATRON_MAX_CELLS (INT64_C(1) << 20)
 
@@ -6185,6 +6189,21 @@ static int dcp__megatron_emit(const dcp__megatron *m, int32_t microbatch,
     return 1;
 }
 
+/* Whether the scheduler's cost stays within DCP__MEGATRON_MAX_CELLS: every microbatch scans
+   the samples left and, for each, the open groups, so both samples x ranks and samples x the
+   memory floor's microbatch count (10^5 samples on 32 ranks: 3,000 microbatches) must. */
+static int dcp__megatron_affordable(const dcp__batch *batch)
+{
+    const dcp_config *config = batch->config;
+    int64_t tokens = 0, floor_count;
+    int32_t s;
+    if ((int64_t)batch->count * config->ranks > DCP__MEGATRON_MAX_CELLS) return 0;
+    for (s = 0; s < batch->count; s++)
+        tokens += dcp__sample_tokens(batch, s, dcp__log2_int(batch->cp_min[s])) * batch->cp_min[s];
+    floor_count = tokens / ((int64_t)config->ranks * config->max_tokens_per_rank) + 1;
+    return (int64_t)batch->count * floor_count <= DCP__MEGATRON_MAX_CELLS;
+}
+
 /* Megatron's plan as placements, *microbatches 0 when it is not built (see above). */
 static dcp_status dcp__plan_megatron(const dcp__batch *batch, dcp__placement *placements,
                                      int32_t *microbatches, dcp_error *error)
@@ -6196,7 +6215,7 @@ static dcp_status dcp__plan_megatron(const dcp__batch *batch, dcp__placement *pl
     dcp__keyed *keyed;
     int32_t left = batch->count, i, *swap;
     *microbatches = 0;
-    if ((int64_t)batch->count * config->ranks > DCP__MEGATRON_MAX_CELLS) return DCP_OK;
+    if (!dcp__megatron_affordable(batch)) return DCP_OK;
     keyed = (dcp__keyed *)dcp__alloc_array(a, 2 * (size_t)batch->count, sizeof *keyed,
                                            "megatron order", error);
     if (!dcp__megatron_alloc(&m, batch, error) || !keyed) {
