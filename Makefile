@@ -222,12 +222,14 @@ demo: $(BUILD)/dcp-plan
 bench: $(BUILD)/plan_bench
 	$(BUILD)/plan_bench
 
-# Megatron-LM's dynamic-CP scheduler (reimplemented in Python) against ours on plan_bench's
-# batches, both plans evaluated by dcp_plan_simulate under E = D (issue 12; not in `make test`).
-bench-megatron: $(BUILD)/plan_bench $(BUILD)/libdcp.so
+# Megatron-LM's dynamic-CP scheduler (reimplemented in Python, standard library only) against
+# ours on plan_bench's batches and on pools that are not a power of two, both plans evaluated
+# by dcp_plan_simulate under E = D (issues 12, 28; not in `make test`).
+bench-megatron: $(BUILD)/plan_bench
 	mkdir -p $(BUILD)/bench-lengths
 	$(BUILD)/plan_bench --dump-lengths $(BUILD)/bench-lengths
 	python3 bench/megatron_baseline.py $(BUILD)/bench-lengths
+	$(BUILD)/plan_bench --megatron $(BUILD)/bench-lengths
 .PHONY: bench-megatron
 
 FUZZERS := lengths exchange costs
@@ -348,3 +350,14 @@ bench-megatron-core: $(MEGATRON_VENV)/installed $(BUILD)/libdcp.so $(BUILD)/plan
 	$(BUILD)/plan_bench --dump-lengths $(BUILD)/bench-lengths
 	DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
 	    $(MEGATRON_PYTHON) bench/megatron_core_compare.py --lengths-dir $(BUILD)/bench-lengths
+
+# ---- the planner's guarantee on random workloads (issue 28) ----------------------------------
+# tests/test_plan_guarantee.c (plain and ASan/UBSan, fewer workloads under the sanitizers) in
+# `make test`, `make all` and the seed runs; its length shapes are bench/length_shapes.h's, which
+# bench/plan_bench.c shares.
+GUARANTEE_TESTS := $(BUILD)/test_plan_guarantee $(BUILD)/test_plan_guarantee-san
+TEST_PROGRAMS += $(GUARANTEE_TESTS)
+SEEDED_TESTS += $(BUILD)/test_plan_guarantee
+all: $(GUARANTEE_TESTS)
+test-seeds: $(BUILD)/test_plan_guarantee
+$(GUARANTEE_TESTS) $(BUILD)/plan_bench: bench/length_shapes.h

@@ -429,11 +429,15 @@ DCPDEF double dcp_cost_ring_seconds(const dcp_cost_model *cost, int32_t cp);
 /* A lower bound on the step time under the config's sync_ranks E. For every E: the largest
    sample at its best CP size, and for every CP size c the work of the samples that need at
    least c ranks over the ranks that aligned blocks of c cover (so pools that are not a power
-   of two are bounded per aligned block); work counts a L^2 + b L per sample plus the ring
-   overhead the memory cap forces on it. For E > 1 also the barrier bound: a block's step is
-   at least the sum over microbatches of its slowest group, and the samples slower than any
-   threshold need at least (their tokens / the block's E M) block-microbatches that slow, and
-   under E = D at least one each for those of more than half of D M tokens. */
+   of two are bounded per aligned block); work counts a L^2 + b P per sample, P the fewest
+   tokens it stores on any CP size it may take (its padded length), plus the ring overhead
+   the memory cap forces on it. For E > 1 also the barrier bound: a block's step is at least
+   the sum over microbatches of its slowest group, and the samples slower than any threshold
+   need at least (their P / the block's E M) block-microbatches that slow, and under E = D at
+   least one each for those of more than half of D M tokens. On tiny batches the bound is
+   looser than the plan (tests/test_planner.c, barrier_bound_below_exhaustive_optimum: the
+   plan is within 0.1% of the exhaustive optimum on average, the bound 2-6% below it under
+   the default model): it does not see which CP sizes can share a microbatch. */
 DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengths,
                                   int32_t count, double *seconds, dcp_error *error);
 
@@ -1896,6 +1900,23 @@ static int dcp__log2_int(int64_t x) /* x a power of two */
     return level;
 }
 
+#define DCP__WORD_BITS 64
+/* The index of the lowest set bit of x != 0 (the compiler's builtin, else a de Bruijn
+   sequence: portable C99). DCP__PORTABLE_BITS forces the portable code, so that a test
+   compiled by gcc checks it too (tests/test_helpers.c). */
+static int32_t dcp__lowest_bit_index(uint64_t x)
+{
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(DCP__PORTABLE_BITS)
+    return (int32_t)__builtin_ctzll((unsigned long long)x);
+#else
+    static const int8_t index[DCP__WORD_BITS] = {
+        0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
+        43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
+        44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6};
+    return index[((x & (~x + 1)) * UINT64_C(0x03f79d71b4cb0a89)) >> 58];
+#endif
+}
+
 static int64_t dcp__gcd(int64_t a, int64_t b)
 {
     while (b != 0) {
@@ -2282,14 +2303,22 @@ static double dcp__alone_seconds(const dcp_config *config, int64_t length, int32
                                     cp);
 }
 
-/* The sample's best per-rank time over its feasible CP sizes. */
+/* The sample's best per-rank time over its feasible CP sizes. Padding only adds, so at cp
+   the time is at least g(cp) = (a L^2 + b L) / cp + G (cp - 1), which grows with cp once
+   G cp^2 >= a L^2 + b L: from there on, a g(cp) at or above the best so far ends the search
+   (the ring's cost keeps most samples from trying every CP size up to max_cp). */
 static double dcp__best_alone_seconds(const dcp_config *config, double attention, int64_t length,
                                       int32_t cp_min)
 {
+    const double work = attention + config->cost.linear_coeff * (double)length;
+    const double ring = config->cost.ring_step_cost;
     double best = dcp__alone_seconds_given(config, attention, length, cp_min);
     int32_t cp;
     for (cp = cp_min * 2; cp <= config->max_cp && cp > 0; cp *= 2) {
-        double t = dcp__alone_seconds_given(config, attention, length, cp);
+        const double c = (double)cp;
+        double t;
+        if (ring * c * c >= work && work / c + ring * (c - 1.0) >= best) break;
+        t = dcp__alone_seconds_given(config, attention, length, cp);
         if (t < best) best = t;
     }
     return best;
@@ -2307,15 +2336,29 @@ static int32_t dcp__usable_ranks(const dcp_config *config)
     return dcp__ranks_covered(config, config->min_cp);
 }
 
-/* A sample's share of the total work in the lower bound. A group of size c >= 2 holds at
-   most c M padded tokens and pays c (c - 1) G of ring work per microbatch, so each of its
-   tokens carries at least G (c - 1) / M of ring work: an unavoidable share of total work. */
-static double dcp__bound_work(const dcp_config *config, double attention, int64_t length,
+/* The fewest tokens a sample stores on any CP size it may take: its padded length at its
+   minimum CP size, as padding only grows with the size from 2 on (every padding multiple of
+   c >= 2 divides the next size's), and at 1 the lesser of sizes 1 and 2. */
+static int64_t dcp__bound_tokens(const dcp_config *config, int64_t length, int32_t cp_min)
+{
+    int64_t tokens = dcp__padded(config, length, cp_min);
+    if (cp_min == 1 && config->max_cp >= 2) {
+        int64_t at_two = dcp__padded(config, length, 2);
+        if (at_two < tokens) tokens = at_two;
+    }
+    return tokens;
+}
+
+/* A sample's share of the total work in the lower bound, for the `tokens` it stores at least:
+   attention plus the linear layers' time of those tokens, and a ring share: a group of size
+   c >= 2 holds at most c M padded tokens and pays c (c - 1) G of ring work per microbatch,
+   so each of its tokens carries at least G (c - 1) / M of ring work. */
+static double dcp__bound_work(const dcp_config *config, double attention, int64_t tokens,
                               int32_t cp_min)
 {
-    double l = (double)length;
-    double work = attention + dcp__exact(config->cost.linear_coeff * l);
-    double ring = dcp__exact(config->cost.ring_step_cost * (double)(cp_min - 1)) * l /
+    double stored = (double)tokens;
+    double work = attention + dcp__exact(config->cost.linear_coeff * stored);
+    double ring = dcp__exact(config->cost.ring_step_cost * (double)(cp_min - 1)) * stored /
                   (double)config->max_tokens_per_rank;
     return work + ring;
 }
@@ -2375,33 +2418,53 @@ DCP__DEFINE_SORT(dcp__bound_item_sort, dcp__bound_item, dcp__bound_item_before)
    the number of (block, microbatch) pairs whose slowest group takes longer than x: a group
    holding a sample slower than x (its best time alone, over every CP size, exceeds x) takes
    longer than x, and each pair holds at most cap = min(E, ranks covered) M tokens, so
-   n(x) >= ceil(Tok(x) / cap) for the Tok(x) tokens (valid lengths: a stored sample is never
-   shorter) of the samples slower than x. When one block covers every usable rank (E at least
+   n(x) >= ceil(Tok(x) / cap) for the Tok(x) tokens (each sample's fewest padded tokens,
+   dcp__bound_tokens: the memory cap counts padded tokens) of the samples slower than x. When one block covers every usable rank (E at least
    the ranks covered), no group spans two blocks, so two samples of more than cap / 2 tokens
    never share a pair: n(x) is also at least the count of such samples slower than x (the
    bin-packing bound; it binds when long samples cannot pair up). A block's step is at least
    the sum of its microbatches' slowest groups, so the step is at least the mean over the
    blocks of the integral of n(x), which is sum_i t_i (n_i - n_{i-1}) with n_i the count after
    the i slowest samples (the layer-cake formula; n_i never falls). */
-static double dcp__barrier_bound_level(const dcp_config *config, const dcp__bound_item *items,
-                                       int32_t count, int32_t level, int32_t sync)
+typedef struct dcp__barrier_level {
+    int64_t capacity, tokens, pairs, big; /* a pair's tokens; so far: tokens, n_i, big samples */
+    double blocks, integral;
+    int one_block;
+} dcp__barrier_level;
+
+/* The largest barrier bound over the levels of samples needing >= 2^level ranks, items
+   slowest first: one pass updates every level a sample counts in (its own and the lower). */
+static double dcp__barrier_bound(const dcp_config *config, const dcp__bound_item *items,
+                                 int32_t count, int32_t sync)
 {
-    int32_t covered = dcp__ranks_covered(config, (int32_t)1 << level), i;
-    int64_t block_ranks = sync < covered ? sync : covered, tokens = 0, pairs = 0, big = 0;
-    int64_t capacity = block_ranks * config->max_tokens_per_rank;
-    double blocks = (double)(sync < covered ? covered / sync : 1), integral = 0.0;
-    int one_block = sync >= covered;
-    for (i = 0; i < count; i++) {
-        int64_t now;
-        if (items[i].level < level) continue;
-        tokens += items[i].tokens;
-        big += one_block && 2 * items[i].tokens > capacity;
-        now = tokens / capacity + (tokens % capacity != 0);
-        if (big > now) now = big;
-        integral += items[i].seconds * (double)(now - pairs);
-        pairs = now;
+    dcp__barrier_level at[DCP_CP_LEVELS];
+    const int32_t lowest = dcp__log2_int(config->min_cp), top = dcp__log2_int(config->max_cp);
+    int32_t i, level;
+    double bound = 0.0;
+    for (level = lowest; level <= top; level++) {
+        int32_t covered = dcp__ranks_covered(config, (int32_t)1 << level);
+        dcp__barrier_level *x = &at[level];
+        x->capacity = (int64_t)(sync < covered ? sync : covered) * config->max_tokens_per_rank;
+        x->blocks = (double)(sync < covered ? covered / sync : 1);
+        x->one_block = sync >= covered;
+        x->tokens = x->pairs = x->big = 0;
+        x->integral = 0.0;
     }
-    return integral / blocks;
+    for (i = 0; i < count; i++)
+        for (level = lowest; level <= items[i].level; level++) {
+            dcp__barrier_level *x = &at[level];
+            int64_t now;
+            x->tokens += items[i].tokens;
+            x->big += x->one_block && 2 * items[i].tokens > x->capacity;
+            now = x->tokens / x->capacity + (x->tokens % x->capacity != 0);
+            if (x->big > now) now = x->big;
+            x->integral += items[i].seconds * (double)(now - x->pairs);
+            x->pairs = now;
+        }
+    for (level = lowest; level <= top; level++)
+        if (at[level].integral / at[level].blocks > bound)
+            bound = at[level].integral / at[level].blocks;
+    return bound;
 }
 
 /* Lower bounds of a resolved config over validated samples, one per sync ranks E in
@@ -2431,12 +2494,13 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
     for (i = 0; i < count; i++) {
         double attention = dcp__attention_seconds(&config->cost, lengths[i]);
         double alone = dcp__best_alone_seconds(config, attention, lengths[i], cp_min[i]);
+        int64_t tokens = dcp__bound_tokens(config, lengths[i], cp_min[i]);
         int32_t own = dcp__log2_int(cp_min[i]);
-        work_at[own] += dcp__bound_work(config, attention, lengths[i], cp_min[i]);
+        work_at[own] += dcp__bound_work(config, attention, tokens, cp_min[i]);
         if (alone > longest) longest = alone;
         if (items) {
             items[i].seconds = alone;
-            items[i].tokens = lengths[i];
+            items[i].tokens = tokens;
             items[i].level = own;
             items[i].id = i;
         }
@@ -2445,13 +2509,13 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
     for (b = 0; b < bounds; b++) {
         double work = 0.0, bound = longest;
         for (level = top; level >= lowest; level--) { /* work of the samples needing >= 2^level */
-            double per_rank, slowest;
+            double per_rank;
             work += work_at[level];
-            if (work == 0.0) continue;
             per_rank = work / (double)dcp__ranks_covered(config, (int32_t)1 << level);
             if (per_rank > bound) bound = per_rank;
-            if (syncs[b] <= 1) continue;
-            slowest = dcp__barrier_bound_level(config, items, count, level, syncs[b]);
+        }
+        if (syncs[b] > 1) {
+            double slowest = dcp__barrier_bound(config, items, count, syncs[b]);
             if (slowest > bound) bound = slowest;
         }
         seconds[b] = bound;
@@ -2909,6 +2973,55 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
     dcp__fit_standard_errors(&s, objective, &fit->standard_error);
     return dcp_error_clear(error);
 }
+
+/* ---------------------------------------------------------------- planner: the whole at a glance
+   dcp_plan_create (DCP_STRATEGY_DYNAMIC) builds candidates, each a placement of every sample,
+   and returns the fastest. N samples, D ranks, K microbatches, L = log2(max_cp) + 1 levels;
+   "ticks": the integer costs of the batch's tables (shared tables, below).
+
+   Always, for every E and model:
+   - the baselines: greedy (Megatron's earlier next_hdp_group; O(N log N)), static CP
+     (O(N log N)) and Megatron-LM's packing-aware scheduler as bench/megatron_baseline.py runs
+     it (dcp__plan_megatron; up to DCP__MEGATRON_MAX_CELLS = N D; O(K N D)). The first two are
+     the library's other strategies; the third is built where its plan is a plan of the config.
+   - the final choice (dcp__plan_fastest): the planner's, greedy's, static's and Megatron's
+     plans are built and simulated in seconds by dcp_plan_step_time's own code under the
+     config's E and model, and the fastest is returned (ties to the planner's). The guarantee
+     "never slower than a baseline" is this comparison, so it holds to the bit
+     (tests/test_plan_guarantee.c); nothing runs after it.
+
+   E = 1 (the DAG; dense models; dcp__plan_dynamic, "dynamic planner" below):
+   - the widest fill, when every sample is fastest on the widest CP size and the fill meets
+     the lower bound (the L^2 model on a power-of-two pool): nothing can beat it. O(N log N).
+   - the tree planner: largest-work-first placement on the buddy tree of aligned blocks
+     (O(log^2 D) a sample), built at the memory floor's K, again one microbatch multiple looser
+     when the floor proves tight (search budget, or unbalanced without ever growing K); then a
+     local search on the critical rank (move, swap, split, scatter; improve_moves, and it stops
+     at 0.1% of the bound). Candidates: samples widened above half the target step, every
+     sample at its minimum CP size, and while the best is more than 2% above the bound every
+     sample at the largest minimum and widening above an eighth (on random E = 1 batches
+     without these two, 351 of 1,500 plans were slower, by up to 28%).
+
+   E > 1 (blocks of E ranks in lockstep; E = D the barrier; dcp__plan_lockstep), candidates
+   compared in ticks under E, in this order, stopping once one meets the lower bound:
+   - the widest fill (width free only), then fill-to-the-top variants: widening threshold x
+     slack, per region (E, and for E < D also the pool), while the best is more than 2% above
+     the bound; DCP__FILL_CANDIDATE_SAMPLES / N of them, at least 2. O(N log N + K D log N).
+   - up to DCP__LOCKSTEP_FULL_SAMPLES samples: the tree planner's plan (its E = 1 plan; under
+     E = D only while unbalanced).
+   - greedy's plan.
+   - the unloading (E = D's; under E < D as one more candidate) of the best: moves and swaps
+     between microbatches, the lowering of a microbatch to its next slower group, splits of a
+     slow wide group onto its halves, and on pools that are not a power of two moves into a
+     microbatch's own idle blocks; improve_moves x 64 positions, at most 2^21. Small plans
+     run both orders of the passes.
+   - under E = D, up to DCP__PACKING_MAX_SAMPLES samples and while unbalanced: the
+     packing-aware candidate (Megatron's manner with this model's costs), unloaded.
+   - between the extremes, up to DCP__LOCKSTEP_FULL_SAMPLES samples: the plan made for E = D
+     (the whole E = D search), then the block-by-block unloading of the best (each move
+     simulated under E).
+   Every pass above is needed by some row of bench/plan_bench or make bench-megatron (without
+   it, some row plans slower) or, for the tree's extra candidates, by random E = 1 batches. */
 
 /* ---------------------------------------------------------------------- plan assembly
    Every strategy produces, per sample, (microbatch, first_rank, cp) and an order key; one
@@ -3561,8 +3674,8 @@ typedef struct dcp__open_group {
    a non-empty bin) the same way. These let the search prune whole subtrees. */
 
 /* A plan whose step is within 1 / DCP__BALANCED_EFFICIENCY of the lower bound is balanced:
-   below that the planner spends more effort (more candidates, more microbatches, the
-   baselines as a fallback); above it, it keeps the cheapest result. */
+   below that the planner spends more effort (more candidates, more microbatches); above it,
+   it keeps the cheapest result (the baselines are compared either way). */
 #define DCP__BALANCED_EFFICIENCY 0.98
 
 #define DCP__TICKS_NONE (INT64_MIN / 4)
@@ -3624,6 +3737,8 @@ typedef struct dcp__tree {
     int32_t *sample_prev;
     dcp__heap_entry *heap;
     int32_t heap_size;
+    int64_t heap_pops;        /* nodes the finds' heap searches visited since the last reset */
+    int floor_tight;          /* a candidate's build found its memory floor tight */
 } dcp__tree;
 
 static void dcp__tree_free(dcp__tree *tree)
@@ -3747,10 +3862,10 @@ static uint32_t dcp__tree_refresh(dcp__tree *tree, int32_t n, uint32_t levels)
         mx_time = has_ranks ? tree->add[n] + (ta > tb ? ta : tb) : DCP__TICKS_NONE;
         mx_bins = has_ranks ? tree->bins_used[n] + (ba > bb ? ba : bb) : DCP__BINS_NONE;
         top = level < L ? level : L;
-        for (j = 0; j < top; j++) {
+        for (levels &= (1u << top) - 1u; levels != 0; levels &= levels - 1u) {
             int64_t t, f;
             int32_t m;
-            if (!(levels >> j & 1u)) continue;
+            j = dcp__lowest_bit_index(levels);
             t = tree->best_time[ca + j] < tree->best_time[cb + j] ? tree->best_time[ca + j]
                                                                   : tree->best_time[cb + j];
             m = tree->min_bins[ca + j] < tree->min_bins[cb + j] ? tree->min_bins[ca + j]
@@ -3788,6 +3903,7 @@ static void dcp__tree_reset(dcp__tree *tree, int32_t microbatch_limit)
     int32_t n;
     tree->microbatch_limit = microbatch_limit;
     tree->bin_count = 0;
+    tree->heap_pops = 0;
     for (n = 2 * tree->leaf_base - 1; n >= 1; n--) {
         tree->add[n] = 0;
         tree->bins_used[n] = 0;
@@ -3873,56 +3989,66 @@ static int64_t dcp__tree_finish(const dcp__tree *tree, int32_t n, int32_t j, int
     return DCP__TICKS_INF;
 }
 
+/* The key of child c (its level-j cell) under a parent with above_time and above_bins above
+   it, or DCP__TICKS_INF when no level-j node below it can take the sample: none exists, or
+   none has room in a bin and none may open a microbatch. */
+static int64_t dcp__tree_child_key(const dcp__tree *tree, int32_t c, int32_t j, int64_t above_time,
+                                   int32_t above_bins, int64_t tokens)
+{
+    const size_t cell = (size_t)c * (size_t)tree->levels + (size_t)j;
+    if (tree->best_time[cell] >= DCP__TICKS_INF ||
+        (tree->max_free[cell] < tokens &&
+         above_bins + tree->min_bins[cell] >= tree->microbatch_limit))
+        return DCP__TICKS_INF;
+    return dcp__tree_key(tree, cell, above_time, tokens, j);
+}
+
 /* Follows the smaller key from the root. When the node reached meets the root's key, no
    node can beat it and the heap is not needed; the common case, so it comes first. */
 static int32_t dcp__tree_dive(const dcp__tree *tree, int32_t j, int64_t tokens, int64_t ticks,
                               int64_t *finish)
 {
-    const size_t L = (size_t)tree->levels;
-    int64_t above_time = 0, bound = dcp__tree_key(tree, L + (size_t)j, 0, tokens, j);
+    int64_t above_time = 0, bound = dcp__tree_child_key(tree, 1, j, 0, 0, tokens);
     int32_t above_bins = 0, n = 1;
-    if (tree->best_time[L + (size_t)j] >= DCP__TICKS_INF) return -1;
+    if (bound >= DCP__TICKS_INF) return -1;
     while (tree->node_level[n] != j) {
-        int32_t a = 2 * n, b = 2 * n + 1;
         int64_t ka, kb;
         above_time += tree->add[n];
         above_bins += tree->bins_used[n];
-        ka = tree->best_time[(size_t)a * L + j] >= DCP__TICKS_INF
-                 ? DCP__TICKS_INF
-                 : dcp__tree_key(tree, (size_t)a * L + j, above_time, tokens, j);
-        kb = tree->best_time[(size_t)b * L + j] >= DCP__TICKS_INF
-                 ? DCP__TICKS_INF
-                 : dcp__tree_key(tree, (size_t)b * L + j, above_time, tokens, j);
-        n = kb < ka ? b : a;
+        ka = dcp__tree_child_key(tree, 2 * n, j, above_time, above_bins, tokens);
+        kb = dcp__tree_child_key(tree, 2 * n + 1, j, above_time, above_bins, tokens);
+        if (ka >= DCP__TICKS_INF && kb >= DCP__TICKS_INF) return -1;
+        n = kb < ka ? 2 * n + 1 : 2 * n;
     }
     *finish = dcp__tree_finish(tree, n, j, above_time, above_bins, tokens, ticks);
     return *finish == bound + ticks ? n : -1;
 }
 
+/* The level-j node where the sample finishes earliest, if that is before `cutoff` (the
+   local search asks only for a finish below the step; the search stops once every key left
+   reaches the cutoff), else -1. */
 static int32_t dcp__tree_find(dcp__tree *tree, int32_t j, int64_t tokens, int64_t ticks,
-                              int64_t *finish)
+                              int64_t cutoff, int64_t *finish)
 {
-    const int32_t L = tree->levels, limit = tree->microbatch_limit;
     int32_t best = -1;
     int64_t best_finish = DCP__TICKS_INF;
     dcp__heap_entry root;
     int32_t dived = dcp__tree_dive(tree, j, tokens, ticks, &best_finish);
     if (dived >= 0) {
         if (finish) *finish = best_finish;
-        return dived;
+        return best_finish < cutoff ? dived : -1;
     }
-    best_finish = DCP__TICKS_INF;
+    best_finish = cutoff;
     tree->heap_size = 0;
     root.above_time = 0;
     root.above_bins = 0;
     root.node = 1;
-    if (tree->best_time[(size_t)L + (size_t)j] < DCP__TICKS_INF) {
-        root.key = dcp__tree_key(tree, (size_t)L + (size_t)j, 0, tokens, j);
-        dcp__heap_push(tree, root);
-    }
+    root.key = dcp__tree_child_key(tree, 1, j, 0, 0, tokens);
+    if (root.key < DCP__TICKS_INF) dcp__heap_push(tree, root);
     while (tree->heap_size > 0) {
         dcp__heap_entry e = dcp__heap_pop(tree);
         int32_t n = e.node, c;
+        tree->heap_pops++;
         if (e.key + ticks >= best_finish) break;
         if (tree->node_level[n] == j) {
             int64_t f = dcp__tree_finish(tree, n, j, e.above_time, e.above_bins, tokens, ticks);
@@ -3933,17 +4059,12 @@ static int32_t dcp__tree_find(dcp__tree *tree, int32_t j, int64_t tokens, int64_
             continue;
         }
         for (c = 2 * n; c <= 2 * n + 1; c++) {
-            size_t cell = (size_t)c * (size_t)L + (size_t)j;
             dcp__heap_entry child;
-            if (tree->best_time[cell] >= DCP__TICKS_INF) continue;
             child.above_time = e.above_time + tree->add[n];
             child.above_bins = e.above_bins + tree->bins_used[n];
-            if (tree->max_free[cell] < tokens &&
-                child.above_bins + tree->min_bins[cell] >= limit)
-                continue; /* no node below has room in a bin or a free microbatch */
-            child.key = dcp__tree_key(tree, cell, child.above_time, tokens, j);
+            child.key = dcp__tree_child_key(tree, c, j, child.above_time, child.above_bins, tokens);
             child.node = c;
-            dcp__heap_push(tree, child);
+            if (child.key < DCP__TICKS_INF) dcp__heap_push(tree, child);
         }
     }
     if (finish) *finish = best_finish;
@@ -4093,18 +4214,28 @@ static void dcp__tree_remove(dcp__tree *tree, int32_t s)
 
 /* Places the samples in the given order at the given levels. The microbatch limit starts at
    the given value and grows by the multiple whenever a sample finds no room: earlier
-   placements stay valid under a looser limit, so nothing is rebuilt. */
+   placements stay valid under a looser limit, so nothing is rebuilt. While the limit has not
+   grown, the finds may visit at most search_budget heap nodes (negative: no bound); past it
+   the build stops with *tight set. */
 static dcp_status dcp__tree_build(dcp__tree *tree, const int32_t *order, const int32_t *levels,
-                                  int32_t microbatch_limit, dcp_error *error)
+                                  int32_t microbatch_limit, int64_t search_budget, int *tight,
+                                  dcp_error *error)
 {
     const int32_t multiple = tree->batch->config->microbatch_multiple;
     int32_t i;
     dcp__tree_reset(tree, microbatch_limit);
+    *tight = 0;
     for (i = 0; i < tree->batch->count; i++) {
+        if (search_budget >= 0 && tree->heap_pops > search_budget &&
+            tree->microbatch_limit == microbatch_limit) {
+            *tight = 1;
+            return DCP_OK;
+        }
         int32_t s = order[i], j = levels[s], n;
         dcp_status status;
         while ((n = dcp__tree_find(tree, j, dcp__sample_tokens(tree->batch, s, j),
-                                   dcp__sample_ticks(tree->batch, s, j), NULL)) < 0) {
+                                   dcp__sample_ticks(tree->batch, s, j), DCP__TICKS_INF,
+                                   NULL)) < 0) {
             /* once the limit exceeds every path's count, every node can open a microbatch */
             int32_t needed = tree->mx_bins[1] + 1;
             int32_t grown = tree->microbatch_limit + multiple;
@@ -4169,7 +4300,7 @@ static int32_t dcp__best_move(dcp__tree *tree, int32_t s, int64_t T, int32_t *bu
     for (j = dcp__log2_int(batch->cp_min[s]); j < tree->levels && *budget > 0; j++) {
         int64_t finish;
         int32_t n = dcp__tree_find(tree, j, dcp__sample_tokens(batch, s, j),
-                                   dcp__sample_ticks(batch, s, j), &finish);
+                                   dcp__sample_ticks(batch, s, j), best_finish, &finish);
         (*budget)--;
         if (n >= 0 && finish < best_finish) {
             best_finish = finish;
@@ -4222,7 +4353,7 @@ static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32
     int64_t ws = dcp__sample_ticks(batch, s, j), b_max, ideal, best_gap = DCP__TICKS_INF;
     if (*budget <= 0) return 0;
     (*budget)--;
-    b = dcp__tree_find(tree, j, 0, 0, &b_max);
+    b = dcp__tree_find(tree, j, 0, 0, DCP__TICKS_INF, &b_max);
     if (b < 0 || b == a) return 0;
     /* after the swap a's max is about T - ws + w and b's is b_max + ws - w: aim between;
        among the node's DCP__SWAP_CANDIDATES latest samples (a node of thousands of samples
@@ -4372,18 +4503,47 @@ typedef struct dcp__extract {
     int32_t *offset;    /* [nodes]: first microbatch of the node */
     int32_t *bin_index; /* [bins]: microbatch of a bin */
     int64_t *spread_used;
+    int32_t *spread_heap; /* [count]: a leaf's microbatches, fewest tokens (then lowest) first */
     int32_t *spread_bin; /* [count]: microbatch of a spread sample, -1 otherwise */
     dcp__keyed *keyed;
 } dcp__extract;
 
 static void dcp__extract_free(const dcp_allocator *a, dcp__extract *x)
 {
-    void *list[] = {x->offset, x->bin_index, x->spread_used, x->spread_bin, x->keyed};
+    void *list[] = {x->offset, x->bin_index, x->spread_used, x->spread_heap, x->spread_bin,
+                    x->keyed};
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
-/* Spreads a leaf's samples over up to `available` microbatches by fewest-tokens-first;
-   leaves them in their bins if that ever runs out of room. */
+/* Restores the spread's min-heap of microbatches (fewest tokens, then the lowest) after its
+   root's tokens grew. */
+static void dcp__spread_sift(dcp__extract *x, int32_t bins)
+{
+    int32_t at = 0, top = x->spread_heap[0];
+    for (;;) {
+        int32_t child = 2 * at + 1, c, best;
+        if (child >= bins) break;
+        c = child + 1 < bins ? child + 1 : child;
+        best = x->spread_heap[child];
+        if (c != child && (x->spread_used[x->spread_heap[c]] < x->spread_used[best] ||
+                           (x->spread_used[x->spread_heap[c]] == x->spread_used[best] &&
+                            x->spread_heap[c] < best))) {
+            child = c;
+            best = x->spread_heap[c];
+        }
+        if (x->spread_used[top] < x->spread_used[best] ||
+            (x->spread_used[top] == x->spread_used[best] && top < best))
+            break;
+        x->spread_heap[at] = best;
+        at = child;
+    }
+    x->spread_heap[at] = top;
+}
+
+/* Spreads a leaf's samples over up to `available` microbatches, largest first into the one
+   with the fewest tokens (the lowest on ties, a heap: a leaf may hold tens of thousands of
+   samples over as many microbatches); leaves them in their bins if that ever runs out of
+   room. */
 static void dcp__spread_leaf(const dcp__tree *tree, int32_t n, int32_t available,
                              dcp__extract *x)
 {
@@ -4396,17 +4556,19 @@ static void dcp__spread_leaf(const dcp__tree *tree, int32_t n, int32_t available
     if (count <= tree->bins_used[n] || available <= tree->bins_used[n]) return;
     bins = count < available ? count : available;
     qsort(x->keyed, (size_t)count, sizeof *x->keyed, dcp__keyed_descending);
-    for (i = 0; i < bins; i++) x->spread_used[i] = 0;
+    for (i = 0; i < bins; i++) {
+        x->spread_used[i] = 0;
+        x->spread_heap[i] = i; /* all empty: index order is heap order */
+    }
     for (i = 0; i < count; i++) {
-        int32_t b, best = 0;
-        for (b = 1; b < bins; b++)
-            if (x->spread_used[b] < x->spread_used[best]) best = b;
+        int32_t best = x->spread_heap[0];
         if (x->spread_used[best] + x->keyed[i].key > tree->capacity) {
             for (i = 0; i < count; i++) x->spread_bin[x->keyed[i].id] = -1;
             return;
         }
         x->spread_used[best] += x->keyed[i].key;
         x->spread_bin[x->keyed[i].id] = best;
+        dcp__spread_sift(x, bins);
     }
 }
 
@@ -4425,11 +4587,14 @@ static dcp_status dcp__tree_extract(const dcp__tree *tree, const int32_t *order,
                                               "extract", error);
     x.spread_used = (int64_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int64_t),
                                                 "extract", error);
+    x.spread_heap = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t),
+                                                "extract", error);
     x.spread_bin = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t),
                                                "extract", error);
     x.keyed = (dcp__keyed *)dcp__alloc_array(a, (size_t)batch->count, sizeof(dcp__keyed),
                                              "extract", error);
-    if (!x.offset || !x.bin_index || !x.spread_used || !x.spread_bin || !x.keyed) {
+    if (!x.offset || !x.bin_index || !x.spread_used || !x.spread_heap || !x.spread_bin ||
+        !x.keyed) {
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
         goto done;
     }
@@ -4547,14 +4712,45 @@ static int dcp__balanced(const dcp__batch *batch, int64_t step_ticks)
            DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
 }
 
-/* One candidate: built longest work first at its levels, then improved. */
+/* Heap nodes per sample the build at the memory floor may visit before the floor counts as
+   tight (8,192 x 1,024: lognormal needs 3 before its build first grows the limit, mixture
+   1.5, heavy 0.1; Pareto 17). */
+#define DCP__FLOOR_SEARCH_PER_SAMPLE 4
+
+/* One candidate: built longest work first at its levels, then improved. The build starts at
+   the memory floor's microbatch count. A floor the samples fill tightly builds unbalanced:
+   the last, short samples find room only on loaded ranks, and finding it costs the finds
+   long heap searches (a Pareto batch of 8,192 samples on 1,024 ranks: 0.897 of the bound at
+   5 microbatches, 17 heap nodes a sample; 0.982 at 6, one). So when the build at the floor
+   exceeds its search budget before it ever needs more microbatches, or ends unbalanced
+   without needing them, it is built again with one more multiple of microbatches (the
+   faster of the two complete builds is kept): the local search would grow the limit of an
+   unbalanced plan anyway, one move at a time and at a far higher cost. Once a candidate's
+   floor proved tight, the later candidates' builds start looser (their floors differ only in
+   the widened samples' padding). The tree's plan does not depend on E, so that the E = 1 plan
+   is a candidate of the lockstep search too. */
 static dcp_status dcp__dynamic_candidate(dcp__tree *tree, const int32_t *levels, int32_t *order,
                                          dcp_error *error)
 {
     const dcp__batch *batch = tree->batch;
+    const int32_t floor_count = dcp__microbatch_floor(batch, levels);
+    const int32_t looser = floor_count + batch->config->microbatch_multiple;
+    const int can_loosen = looser <= INT32_MAX / 2;
+    const int64_t budget = can_loosen ? (int64_t)batch->count * DCP__FLOOR_SEARCH_PER_SAMPLE : -1;
+    int tight = can_loosen && tree->floor_tight, unused;
     dcp_status status = dcp__order_by_ticks(batch, levels, 1, order, error);
-    if (status == DCP_OK)
-        status = dcp__tree_build(tree, order, levels, dcp__microbatch_floor(batch, levels), error);
+    if (status == DCP_OK && !tight)
+        status = dcp__tree_build(tree, order, levels, floor_count, budget, &tight, error);
+    tree->floor_tight |= tight;
+    if (status == DCP_OK && tight)
+        status = dcp__tree_build(tree, order, levels, looser, -1, &unused, error);
+    else if (status == DCP_OK && can_loosen && !dcp__balanced(batch, tree->mx_time[1]) &&
+             tree->microbatch_limit == floor_count) {
+        const int64_t at_floor = tree->mx_time[1];
+        status = dcp__tree_build(tree, order, levels, looser, -1, &unused, error);
+        if (status == DCP_OK && tree->mx_time[1] >= at_floor)
+            status = dcp__tree_build(tree, order, levels, floor_count, -1, &unused, error);
+    }
     if (status == DCP_OK)
         status = dcp__tree_improve(tree, dcp__improve_budget(batch->config, batch->count), error);
     return status;
@@ -4562,26 +4758,29 @@ static dcp_status dcp__dynamic_candidate(dcp__tree *tree, const int32_t *levels,
 
 /* Runs the widened and the minimal candidate (when they differ), then the others until the
    best is balanced; candidates are compared after their local search, which can change the
-   ranking. Leaves the best in the tree and its order (rebuilt: every step is deterministic). */
+   ranking. Each new best is extracted into placements at once (a rebuild would cost a whole
+   candidate again). */
 static dcp_status dcp__dynamic_search(dcp__tree *tree, int32_t *levels, int32_t *best_levels,
-                                      int32_t *order, dcp_error *error)
+                                      int32_t *order, dcp__placement *placements,
+                                      int32_t *num_microbatches, dcp_error *error)
 {
     size_t bytes = (size_t)tree->batch->count * sizeof(int32_t);
     int64_t best_time = DCP__TICKS_INF;
-    int holds_best = 0, c;
+    int c;
     dcp_status status;
     for (c = 0; c < DCP__CANDIDATE_COUNT; c++) {
         if (c > DCP__MINIMAL && dcp__balanced(tree->batch, best_time)) break;
         dcp__candidate_levels(tree->batch, (dcp__candidate)c, levels);
         if (c > 0 && memcmp(levels, best_levels, bytes) == 0) continue;
         if ((status = dcp__dynamic_candidate(tree, levels, order, error)) != DCP_OK) return status;
-        holds_best = tree->mx_time[1] < best_time;
-        if (holds_best) {
+        if (tree->mx_time[1] < best_time) {
             best_time = tree->mx_time[1];
             memcpy(best_levels, levels, bytes);
+            status = dcp__tree_extract(tree, order, placements, num_microbatches, error);
+            if (status != DCP_OK) return status;
         }
     }
-    return holds_best ? DCP_OK : dcp__dynamic_candidate(tree, best_levels, order, error);
+    return DCP_OK;
 }
 
 static dcp_status dcp__plan_dynamic(const dcp__batch *batch, dcp__placement *placements,
@@ -4598,8 +4797,9 @@ static dcp_status dcp__plan_dynamic(const dcp__batch *batch, dcp__placement *pla
     order = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "dynamic order", error);
     if (!levels || !best_levels || !order)
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    else if ((status = dcp__dynamic_search(&tree, levels, best_levels, order, error)) == DCP_OK)
-        status = dcp__tree_extract(&tree, order, placements, num_microbatches, error);
+    else
+        status = dcp__dynamic_search(&tree, levels, best_levels, order, placements,
+                                     num_microbatches, error);
     dcp__tree_free(&tree);
     dcp_free(a, levels);
     dcp_free(a, best_levels);
@@ -4858,6 +5058,13 @@ static void dcp__fill_under(dcp__fill *f, int32_t start, int32_t level, int64_t 
 /* One microbatch of the node: above the region level, a sample wider than E opens a group
    where it is the slowest left at its width; at the region level the slowest sample left
    opens the block's first group (leftmost) and fixes the time the rest is filled under. */
+/* The time a microbatch whose slowest group takes `time` is filled up to: time (1 + slack). */
+static int64_t dcp__fill_limit(const dcp__fill *f, int64_t time)
+{
+    if (f->slack_numerator == DCP__FILL_SLACK_UNLIMITED) return INT64_MAX;
+    return time + time / f->slack_denominator * f->slack_numerator;
+}
+
 static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
 {
     int32_t entry, at = 0, half;
@@ -4866,9 +5073,7 @@ static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
     if (level <= f->region_level) {
         entry = dcp__fill_slowest(f, level, &at, &time);
         if (entry < 0) return;
-        time = f->slack_numerator == DCP__FILL_SLACK_UNLIMITED
-                   ? INT64_MAX
-                   : time + time / f->slack_denominator * f->slack_numerator;
+        time = dcp__fill_limit(f, time);
         dcp__fill_group(f, entry, at, start, time);
         dcp__fill_under(f, start, level, time, start, at);
         return;
@@ -4876,8 +5081,8 @@ static void dcp__fill_node(dcp__fill *f, int32_t start, int32_t level)
     if (level <= f->top && start + ((int64_t)1 << level) <= f->ranks) {
         entry = dcp__fill_slowest(f, level, &at, &time);
         if (entry < 0) return;
-        if (at == level) {
-            dcp__fill_group(f, entry, at, start, time);
+        if (at == level) { /* a group spanning blocks: the blocks' ranks wait for it alike */
+            dcp__fill_group(f, entry, at, start, dcp__fill_limit(f, time));
             return;
         }
     }
@@ -5280,12 +5485,9 @@ static void dcp__greedy_microbatch(dcp__fill *fill, dcp__greedy_state *g, dcp__b
     fill->microbatch++;
 }
 
-/* The greedy baseline's plan. minimal_order: the samples longest-work first as
-   dcp__order_by_ticks(batch, NULL, 0) gives them, when the caller has them (NULL: sorted
-   here). */
-static dcp_status dcp__plan_greedy_ordered(const dcp__batch *batch, const int32_t *minimal_order,
-                                           dcp__placement *placements,
-                                           int32_t *num_microbatches, dcp_error *error)
+/* The greedy baseline's plan. */
+static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t *num_microbatches, dcp_error *error)
 {
     dcp__buddy buddy;
     dcp__fill fill;
@@ -5294,10 +5496,7 @@ static dcp_status dcp__plan_greedy_ordered(const dcp__batch *batch, const int32_
     int32_t s;
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     if ((status = dcp__greedy_alloc(&g, &buddy, batch, error)) != DCP_OK) goto done;
-    if (minimal_order)
-        memcpy(g.order, minimal_order, (size_t)batch->count * sizeof *g.order);
-    else if ((status = dcp__order_by_ticks(batch, NULL, 0, g.order, error)) != DCP_OK)
-        goto done;
+    if ((status = dcp__order_by_ticks(batch, NULL, 0, g.order, error)) != DCP_OK) goto done;
     for (s = 0; s < batch->count; s++) {
         g.position[g.order[s]] = s;
         g.levels[s] = dcp__log2_int(batch->cp_min[s]);
@@ -5310,12 +5509,6 @@ done:
     dcp__fill_free(&fill);
     dcp__greedy_free(&batch->config->allocator, &g, &buddy);
     return status;
-}
-
-static dcp_status dcp__plan_greedy(const dcp__batch *batch, dcp__placement *placements,
-                                   int32_t *num_microbatches, dcp_error *error)
-{
-    return dcp__plan_greedy_ordered(batch, NULL, placements, num_microbatches, error);
 }
 
 /* The fill-to-the-top candidates, most often best first: a widening threshold in units of
@@ -5741,10 +5934,361 @@ static dcp_status dcp__plan_packing(const dcp__batch *batch, dcp__placement *pla
     return DCP_OK;
 }
 
+/* ---------------------------------------------------------- baseline: Megatron-LM's scheduler
+   DefaultDynamicCPScheduler.get_groups_and_subsamples (next_hdp_group_packing_aware until every
+   sample is placed; NVIDIA/Megatron-LM dev, d48bd6b), step for step as bench/megatron_baseline.py
+   reimplements it (its docstring describes the rules): lengths padded to a multiple of 2 D,
+   workloads L^2 / c in doubles compared as Python compares them, so that where its plan is a
+   dcp plan this is that very plan. It is a candidate of the final choice (and of the lockstep
+   search, which may unload it): the returned plan is then never slower than Megatron's under
+   the config's E and model. Not built (0 microbatches) when a group's size is not a power of
+   two in [min_cp, max_cp] (its full-pool fallback on a pool that is not one), when a group
+   breaks the memory cap as this config pads, when Megatron itself would fail, or when its cost
+   would pass DCP__MEGATRON_MAX_CELLS (dcp__megatron_affordable: it scans, per microbatch,
+   every sample left and its size's open groups, O(K N D) at worst). */
+#define DCP__MEGATRON_PAD_PER_RANK 2 /* lengths padded to a multiple of 2 D */
+#define DCP__MEGATRON_MAX_CELLS (INT64_C(1) << 20)
+
+typedef struct dcp__megatron {
+    const dcp__batch *batch;
+    int64_t *padded;    /* [count] Megatron's lengths */
+    int32_t *queue;     /* [count] this round's samples, longest padded first (ties by id) */
+    int32_t *wait;      /* [count] the ones that wait for the next round, in that order */
+    int32_t *round;     /* [count] this microbatch's samples in placement order */
+    int32_t *group_of;  /* [count] */
+    int32_t *cp, *first;        /* [ranks] per open group, in opening order */
+    double *time, *tokens;      /* [ranks] per open group: workload, tokens per rank */
+    int32_t *next;              /* [ranks] the next open group of the same size */
+    int32_t head[DCP_CP_LEVELS + 1], tail[DCP_CP_LEVELS + 1]; /* per size: its groups */
+    int32_t groups, placed, used;
+    double slowest;             /* the largest workload of the open groups */
+} dcp__megatron;
+
+static void dcp__megatron_free(const dcp_allocator *a, dcp__megatron *m)
+{
+    void *list[] = {m->padded, m->queue, m->wait, m->round, m->group_of, m->cp, m->first,
+                    m->time, m->tokens, m->next};
+    dcp__free_list(a, list, DCP__COUNT(list));
+}
+
+static int dcp__megatron_alloc(dcp__megatron *m, const dcp__batch *batch, dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    const size_t count = (size_t)batch->count, ranks = (size_t)batch->config->ranks;
+    memset(m, 0, sizeof *m);
+    m->batch = batch;
+    m->padded = (int64_t *)dcp__alloc_array(a, count, sizeof(int64_t), "megatron", error);
+    m->queue = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "megatron", error);
+    m->wait = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "megatron", error);
+    m->round = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "megatron", error);
+    m->group_of = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "megatron", error);
+    m->cp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "megatron", error);
+    m->first = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "megatron", error);
+    m->time = (double *)dcp__alloc_array(a, ranks, sizeof(double), "megatron", error);
+    m->tokens = (double *)dcp__alloc_array(a, ranks, sizeof(double), "megatron", error);
+    m->next = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "megatron", error);
+    return m->padded && m->queue && m->wait && m->round && m->group_of && m->cp && m->first &&
+           m->time && m->tokens && m->next;
+}
+
+/* Megatron's dcp_gpus_needed: the smallest power of two c with c M >= L. */
+static int64_t dcp__megatron_cp_min(const dcp__megatron *m, int64_t padded)
+{
+    int64_t cp = 1;
+    while (cp * m->batch->config->max_tokens_per_rank < padded) cp *= 2;
+    return cp;
+}
+
+static void dcp__megatron_add(dcp__megatron *m, int32_t g, int32_t s)
+{
+    const int64_t length = m->padded[s];
+    m->time[g] += (double)(length * length) / (double)m->cp[g];
+    m->tokens[g] += (double)length / (double)m->cp[g];
+    if (m->time[g] > m->slowest) m->slowest = m->time[g];
+    m->group_of[s] = g;
+    m->round[m->placed++] = s;
+}
+
+/* A new group of cp ranks (a power of two while samples are placed) on the lowest free ranks,
+   last in its size's list. */
+static void dcp__megatron_open(dcp__megatron *m, int32_t cp, int32_t s)
+{
+    const int32_t g = m->groups++, level = dcp__log2_int(cp);
+    m->cp[g] = cp;
+    m->first[g] = m->used;
+    m->used += cp;
+    m->time[g] = m->tokens[g] = 0.0;
+    m->next[g] = -1;
+    if (m->tail[level] >= 0) m->next[m->tail[level]] = g;
+    else m->head[level] = g;
+    m->tail[level] = g;
+    dcp__megatron_add(m, g, s);
+}
+
+/* An empty microbatch. */
+static void dcp__megatron_reset(dcp__megatron *m)
+{
+    int32_t j;
+    m->groups = m->placed = m->used = 0;
+    m->slowest = 0.0;
+    for (j = 0; j <= DCP_CP_LEVELS; j++) m->head[j] = m->tail[j] = -1;
+}
+
+/* Where sample s lowers the microbatch's maximum most within cap (Megatron's candidates in
+   its order: CP size ascending, per size the open groups in opening order, then a new group;
+   strictly smaller replaces): placed and 1, or 0 when it waits. */
+static int dcp__megatron_place(dcp__megatron *m, int32_t s, double cap)
+{
+    const int32_t ranks = m->batch->config->ranks, free_ranks = ranks - m->used;
+    const int64_t length = m->padded[s], capacity = m->batch->config->max_tokens_per_rank;
+    const double slowest = m->slowest;
+    double best = 0.0;
+    int32_t g, best_group = -1, best_cp = 0;
+    int64_t cp;
+    for (cp = dcp__megatron_cp_min(m, length); cp <= ranks; cp *= 2) {
+        const double work = (double)(length * length) / (double)cp;
+        double projected;
+        for (g = m->head[dcp__log2_int(cp)]; g >= 0; g = m->next[g]) {
+            if (m->tokens[g] + (double)length / (double)cp > (double)capacity) continue;
+            projected = m->time[g] + work > slowest ? m->time[g] + work : slowest;
+            if (projected <= cap && (best_cp == 0 || projected < best)) {
+                best = projected;
+                best_group = g;
+                best_cp = (int32_t)cp;
+            }
+        }
+        projected = work > slowest ? work : slowest;
+        if (free_ranks >= cp && projected <= cap && (best_cp == 0 || projected < best)) {
+            best = projected;
+            best_group = -1;
+            best_cp = (int32_t)cp;
+        }
+    }
+    if (best_cp == 0) return 0;
+    if (best_group < 0) dcp__megatron_open(m, best_cp, s);
+    else dcp__megatron_add(m, best_group, s);
+    return 1;
+}
+
+/* Megatron's fill_empty_gpus_once: the first group of the smallest size that can doubles (to
+   at most D ranks), the groups after it shift; 0 when none can, -1 when the doubling would
+   take more ranks than are free (Megatron then indexes past the pool). */
+static int dcp__megatron_widen(dcp__megatron *m)
+{
+    const int32_t ranks = m->batch->config->ranks;
+    int32_t g, h, i, smallest = ranks, wider, extra, used = 0;
+    for (g = 0; g < m->groups; g++) {
+        smallest = m->cp[g] < smallest ? m->cp[g] : smallest;
+        used += m->cp[g];
+    }
+    wider = 2 * smallest < ranks ? 2 * smallest : ranks;
+    extra = wider - smallest;
+    for (g = 0; g < m->groups; g++) {
+        int32_t last = m->first[g] + m->cp[g] - 1;
+        if (m->cp[g] != smallest || last + extra >= ranks) continue;
+        if (used + extra > ranks) return -1;
+        for (h = 0; h < m->groups; h++)
+            if (m->first[h] > last) m->first[h] += extra;
+        m->cp[g] = wider;
+        m->time[g] = 0.0;
+        for (i = 0; i < m->placed; i++)
+            if (m->group_of[m->round[i]] == g) {
+                const int64_t length = m->padded[m->round[i]];
+                m->time[g] += (double)(length * length) / (double)wider;
+            }
+        return 1;
+    }
+    return 0;
+}
+
+/* Megatron's fill_with_full_dpxcp_group: one group of all D ranks with the round's samples
+   queue[0 .. left), longest first, that fit; the others wait. Returns how many wait, or -1
+   when none fits (Megatron fails). */
+static int32_t dcp__megatron_whole_pool(dcp__megatron *m, int32_t left)
+{
+    const int32_t ranks = m->batch->config->ranks;
+    const double capacity = (double)m->batch->config->max_tokens_per_rank;
+    int32_t i, waiting = 0;
+    dcp__megatron_reset(m);
+    m->groups = 1;
+    m->cp[0] = m->used = ranks; /* any size: no list needed, nothing joins it by size */
+    m->first[0] = 0;
+    m->time[0] = m->tokens[0] = 0.0;
+    for (i = 0; i < left; i++) {
+        int32_t s = m->queue[i];
+        if (m->tokens[0] + (double)m->padded[s] / (double)ranks <= capacity)
+            dcp__megatron_add(m, 0, s);
+        else
+            m->wait[waiting++] = s;
+    }
+    return m->placed > 0 ? waiting : -1;
+}
+
+/* One microbatch of the round queue[0 .. left): the samples that wait go to wait[] in order.
+   Returns how many wait, or -1 when Megatron would fail. */
+static int32_t dcp__megatron_microbatch(dcp__megatron *m, int32_t left)
+{
+    const dcp_config *config = m->batch->config;
+    const int64_t tallest = m->padded[m->queue[0]];
+    const double cap =
+        (double)tallest * (double)config->max_tokens_per_rank * (1.0 + DCP__PACKING_CAP_SLACK);
+    const int64_t cp = dcp__megatron_cp_min(m, tallest);
+    int32_t i, waiting = 0, used, g;
+    if (cp > config->ranks) return -1;
+    dcp__megatron_reset(m);
+    dcp__megatron_open(m, (int32_t)cp, m->queue[0]);
+    for (i = 1; i < left; i++)
+        if (!dcp__megatron_place(m, m->queue[i], cap)) m->wait[waiting++] = m->queue[i];
+    for (;;) { /* widening changes the sizes: summed again */
+        for (g = 0, used = 0; g < m->groups; g++) used += m->cp[g];
+        if (used >= config->ranks) return waiting;
+        switch (dcp__megatron_widen(m)) {
+        case 0: return dcp__megatron_whole_pool(m, left);
+        case -1: return -1;
+        default: break;
+        }
+    }
+}
+
+/* The microbatch's placements, groups laid out widest first from rank 0 (aligned: each start
+   is a sum of sizes at least as large), samples in placement order; 0 when a group is no
+   group of this config (its size, or its tokens as the config pads them). */
+static int dcp__megatron_emit(const dcp__megatron *m, int32_t microbatch,
+                              dcp__placement *placements)
+{
+    const dcp__batch *batch = m->batch;
+    const dcp_config *config = batch->config;
+    int32_t g, i, cp, first_rank = 0;
+    for (g = 0; g < m->groups; g++) {
+        int64_t tokens = 0;
+        if (!dcp_is_pow2(m->cp[g]) || m->cp[g] < config->min_cp || m->cp[g] > config->max_cp)
+            return 0;
+        for (i = 0; i < m->placed; i++) {
+            int32_t s = m->round[i];
+            if (m->group_of[s] != g) continue;
+            if (batch->cp_min[s] > m->cp[g]) return 0;
+            tokens += dcp__sample_tokens(batch, s, dcp__log2_int(m->cp[g]));
+        }
+        if (tokens > config->max_tokens_per_rank) return 0;
+    }
+    for (cp = config->max_cp; cp >= config->min_cp; cp /= 2)
+        for (g = 0; g < m->groups; g++)
+            if (m->cp[g] == cp) {
+                m->first[g] = first_rank; /* from here on the group's first rank in the plan */
+                first_rank += cp;
+            }
+    for (i = 0; i < m->placed; i++) {
+        int32_t s = m->round[i];
+        g = m->group_of[s];
+        placements[s].microbatch = microbatch;
+        placements[s].first_rank = m->first[g];
+        placements[s].cp = m->cp[g];
+        placements[s].order = i;
+        placements[s].sample = s;
+    }
+    return 1;
+}
+
+/* Whether the scheduler's cost stays within DCP__MEGATRON_MAX_CELLS: every microbatch scans
+   the samples left and, for each, the open groups, so both samples x ranks and samples x the
+   memory floor's microbatch count (10^5 samples on 32 ranks: 3,000 microbatches) must. */
+static int dcp__megatron_affordable(const dcp__batch *batch)
+{
+    const dcp_config *config = batch->config;
+    int64_t tokens = 0, floor_count;
+    int32_t s;
+    if ((int64_t)batch->count * config->ranks > DCP__MEGATRON_MAX_CELLS) return 0;
+    for (s = 0; s < batch->count; s++)
+        tokens += dcp__sample_tokens(batch, s, dcp__log2_int(batch->cp_min[s])) * batch->cp_min[s];
+    floor_count = tokens / ((int64_t)config->ranks * config->max_tokens_per_rank) + 1;
+    return (int64_t)batch->count * floor_count <= DCP__MEGATRON_MAX_CELLS;
+}
+
+/* Megatron's plan as placements, *microbatches 0 when it is not built (see above). */
+static dcp_status dcp__plan_megatron(const dcp__batch *batch, dcp__placement *placements,
+                                     int32_t *microbatches, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    const int64_t pad = (int64_t)DCP__MEGATRON_PAD_PER_RANK * config->ranks;
+    const dcp_allocator *a = &config->allocator;
+    dcp__megatron m;
+    dcp__keyed *keyed;
+    int32_t left = batch->count, i, *swap;
+    *microbatches = 0;
+    if (!dcp__megatron_affordable(batch)) return DCP_OK;
+    keyed = (dcp__keyed *)dcp__alloc_array(a, 2 * (size_t)batch->count, sizeof *keyed,
+                                           "megatron order", error);
+    if (!dcp__megatron_alloc(&m, batch, error) || !keyed) {
+        dcp_free(a, keyed);
+        dcp__megatron_free(a, &m);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    for (i = 0; i < batch->count; i++) {
+        m.padded[i] = (batch->lengths[i] + pad - 1) / pad * pad;
+        keyed[i].key = m.padded[i];
+        keyed[i].id = i;
+    }
+    dcp__keyed_sort(keyed, keyed + batch->count, batch->count); /* longest first, ties by id */
+    for (i = 0; i < batch->count; i++) m.queue[i] = keyed[i].id;
+    dcp_free(a, keyed);
+    while (left > 0) {
+        int32_t waiting = dcp__megatron_microbatch(&m, left);
+        if (waiting < 0 || !dcp__megatron_emit(&m, *microbatches, placements)) {
+            *microbatches = 0; /* no plan of this config */
+            break;
+        }
+        (*microbatches)++;
+        swap = m.queue; /* the ones that wait, in order, are the next round */
+        m.queue = m.wait;
+        m.wait = swap;
+        left = waiting;
+    }
+    dcp__megatron_free(a, &m);
+    return DCP_OK;
+}
+/* The baselines' placements, planned once per dynamic plan: greedy's, static's and
+   Megatron's (when built). The lockstep search unloads from greedy's (starting the unloading
+   from Megatron's plan, the better start before unloading, ended lower on the bench's E = D
+   rows: pareto-96 0.952 of the bound against 0.978), and the final choice compares all three
+   plans with the planner's. */
+typedef struct dcp__baselines {
+    dcp__placement *greedy, *static_cp, *megatron; /* [count] each */
+    int32_t greedy_microbatches, static_microbatches, megatron_microbatches; /* 0: not built */
+} dcp__baselines;
+
+static void dcp__baselines_free(const dcp_allocator *a, dcp__baselines *b)
+{
+    void *list[] = {b->greedy, b->static_cp, b->megatron};
+    dcp__free_list(a, list, DCP__COUNT(list));
+}
+
+static dcp_status dcp__plan_baselines(const dcp__batch *batch, dcp__baselines *b,
+                                      dcp_error *error)
+{
+    const dcp_allocator *a = &batch->config->allocator;
+    const size_t count = (size_t)batch->count;
+    dcp_status status;
+    memset(b, 0, sizeof *b);
+    b->greedy = (dcp__placement *)dcp__alloc_array(a, count, sizeof *b->greedy, "baselines",
+                                                   error);
+    b->static_cp = (dcp__placement *)dcp__alloc_array(a, count, sizeof *b->static_cp,
+                                                      "baselines", error);
+    b->megatron = (dcp__placement *)dcp__alloc_array(a, count, sizeof *b->megatron, "baselines",
+                                                     error);
+    if (!b->greedy || !b->static_cp || !b->megatron)
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    status = dcp__plan_greedy(batch, b->greedy, &b->greedy_microbatches, error);
+    if (status == DCP_OK)
+        status = dcp__plan_static(batch, b->static_cp, &b->static_microbatches, error);
+    if (status == DCP_OK)
+        status = dcp__plan_megatron(batch, b->megatron, &b->megatron_microbatches, error);
+    return status;
+}
+
 typedef struct dcp__lockstep {
     dcp__step_scratch step;
     int32_t *levels;
-    int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels: fills and greedy */
+    int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels, for the fills */
     dcp__placement *best;
 } dcp__lockstep;
 
@@ -5755,8 +6299,8 @@ static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
-/* The search's scratch, and the samples by ticks at their minimum levels (for the fills and
-   greedy); 0 when memory is short. */
+/* The search's scratch, and the samples by ticks at their minimum levels (for the fills); 0
+   when memory is short. */
 static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
 {
     const dcp_allocator *a = &batch->config->allocator;
@@ -5842,25 +6386,8 @@ typedef struct dcp__unload {
     uint64_t *covered, *starts;
 } dcp__unload_state;
 
-#define DCP__WORD_BITS 64
 /* Levels whose groups lie in one word of a bit set: CP sizes 1 .. 32 (2^5 < 64). */
 #define DCP__UNLOAD_BIT_LEVELS 6
-
-/* The index of the lowest set bit of x != 0 (the compiler's builtin, else a de Bruijn
-   sequence: portable C99). DCP__PORTABLE_BITS forces the portable code, so that a test
-   compiled by gcc checks it too (tests/test_helpers.c). */
-static int32_t dcp__lowest_bit_index(uint64_t x)
-{
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(DCP__PORTABLE_BITS)
-    return (int32_t)__builtin_ctzll((unsigned long long)x);
-#else
-    static const int8_t index[DCP__WORD_BITS] = {
-        0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
-        43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
-        44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6};
-    return index[((x & (~x + 1)) * UINT64_C(0x03f79d71b4cb0a89)) >> 58];
-#endif
-}
 
 /* The bits at multiples of 2^j in a word (j < DCP__UNLOAD_BIT_LEVELS): a table, as the
    target searches ask for them in their inner loops. */
@@ -6413,6 +6940,45 @@ static int32_t dcp__unload_options(const dcp__unload_state *u, int32_t s, int32_
     return count;
 }
 
+/* Moves samples off each microbatch's slowest group onto the same microbatch's free ranks or
+   other groups, at any CP size the sample may take, where the group it joins ends below the
+   slowest time. On a pool that is not a power of two the widest groups leave a block idle (24
+   ranks: a group of 16 and 8 idle), and moving part of the slowest group's samples there
+   lowers the microbatch (Megatron-LM's plans do it by widening the smaller groups). A kept
+   move takes the slowest group below its old time and keeps the target below it: the count
+   of groups at the microbatch's slowest time falls, or the time itself, so the pass ends. */
+static void dcp__unload_within(dcp__unload_state *u, dcp__placement *placements,
+                               int64_t *budget_left)
+{
+    dcp__unload_option options[DCP_CP_LEVELS];
+    int64_t budget = *budget_left, second;
+    int32_t k, g;
+    for (k = 0; k < u->microbatches && budget > 0; k++)
+        while (budget > 0 && (g = dcp__unload_slowest(u, k, &second)) >= 0) {
+            const size_t c = dcp__cell(u, k, g);
+            const int32_t j = u->level[c];
+            const int64_t slowest = u->slowest[k];
+            int32_t s, target = -1, o = 0, count;
+            if (u->next[u->head[c]] < 0) break; /* one sample: moving it moves the group */
+            for (s = u->head[c]; s >= 0 && budget > 0; s = u->next[s]) {
+                /* its own CP size, then the others widest first: the idle blocks are the
+                   widest that fit beside the slowest group */
+                count = dcp__unload_options(u, s, j, options);
+                u->slowest[k] = slowest - 1; /* a target strictly below the slowest time */
+                for (o = 0; o < count && target < 0; o++)
+                    target = dcp__unload_target(u, k, s, &options[o ? count - o : 0], &budget);
+                u->slowest[k] = slowest;
+                u->changes[k]++; /* searches that failed under the lowered time prove nothing */
+                if (target >= 0) break;
+            }
+            if (target < 0) break;
+            o = o > 1 ? count - (o - 1) : 0; /* the option that found the target */
+            dcp__unload_move(u, s, j, k, g, k, target, options[o].level, placements);
+            u->slowest[k] = u->load[dcp__cell(u, k, dcp__unload_slowest(u, k, &second))];
+        }
+    *budget_left = budget;
+}
+
 /* Below node n of microbatch k's tree: appends the first ranks, ascending, of the groups at
    or above its slowest time to u->above and raises *best to the largest time below it. */
 static void dcp__unload_below_node(dcp__unload_state *u, int32_t k, int32_t n, int32_t *count,
@@ -6700,6 +7266,7 @@ static int32_t dcp__unload_ordered(const dcp__batch *batch, dcp__placement *plac
         for (k = 0; k < microbatches; k++) now += u.slowest[k];
         while (now != sum && budget > 0) { /* every round lowers the sum: it ends */
             sum = now;
+            if (!dcp_is_pow2(u.ranks)) dcp__unload_within(&u, placements, &budget);
             if (run_first) dcp__unload_run(&u, placements, &budget);
             dcp__unload_levels(&u, placements, &budget);
             if (!run_first) dcp__unload_run(&u, placements, &budget);
@@ -6960,20 +7527,15 @@ static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *place
     return microbatches;
 }
 
-/* The dynamic planner for E > 1: fill-to-the-top candidates (blocks of E ranks; for E < D
-   also the pool-wide fill) and, up to DCP__TREE_CANDIDATE_SAMPLES samples (the tree planner
-   is not yet linear in samples per rank), the DAG tree planner, whose wide-first plans are
-   often good under lockstep too (always for E < D, where blocks are independent but for wide
-   groups; for E = D only when the fills are not balanced), the greedy and static baselines'
-   plans; each is evaluated under E in ticks and the fastest is unloaded (E = D), or, between
-   the extremes, compared with the plan made for E = D and unloaded block by block. */
-#define DCP__TREE_CANDIDATE_SAMPLES 16384
-/* Under E = D the tree's DAG plans lose to greedy + unloading on many samples (measured on
-   the bench's 8192-sample batches, where they were the slowest candidate but one): above
-   this many samples the tree is not tried. */
-#define DCP__TREE_CANDIDATE_SAMPLES_BARRIER 4096
-/* The lockstep search under the batch's E: leaves its best placements in x->best, their
-   microbatch count and step in ticks under E in *best_microbatches and *best_step. */
+/* Up to this many samples the lockstep search (E > 1) also runs its costlier candidates: the
+   tree planner's plan (made for E = 1; under E = D only when the fills are not balanced) and,
+   between the extremes, the plan made for E = D and the block unloading. Above it they
+   rarely pay: on 8,192 lognormal samples on 1,024 ranks under E = 8 they took 155M of 231M
+   instructions for 0.003% of the step (greedy's plan unloaded under E = D was the best by far),
+   and under E = D the tree's plans were the slowest candidate but one on the bench's
+   8,192-sample batches. */
+#define DCP__LOCKSTEP_FULL_SAMPLES 4096
+
 /* The packing-aware plan, unloaded (one order of the passes: both cost twice as much for the
    same plans on the bench's batches), against the unloaded best of the other candidates: each
    reaches its own local optimum, so they are compared after unloading. */
@@ -7004,6 +7566,7 @@ static dcp_status dcp__lockstep_fills(const dcp__batch *batch, dcp__placement *p
         status = dcp__fill_widest(batch, sync < ranks ? dcp__log2_int(sync) : -1, x->levels,
                                   placements, &microbatches, error);
     if (status != DCP_OK) return status;
+    if (microbatches > 0 && !dcp_is_pow2(ranks)) microbatches = dcp__unload(batch, placements, microbatches);
     if (microbatches > 0)
         dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
@@ -7042,51 +7605,45 @@ static dcp_status dcp__lockstep_unloaded(const dcp__batch *batch, dcp__placement
     return DCP_OK;
 }
 
-static dcp_status dcp__lockstep_search(const dcp__batch *batch, dcp__placement *placements,
-                                       dcp__lockstep *x, int32_t *best_microbatches,
-                                       int64_t *best_step, dcp_error *error)
+/* A best plan at the lower bound (to the ticks' rounding) ends the search: nothing beats it. */
+static int dcp__lockstep_done(const dcp__batch *batch, int32_t best_microbatches,
+                              int64_t best_step)
 {
-    const dcp_config *config = batch->config;
-    const int32_t sync = config->sync_ranks;
-    /* between the extremes the E-independent plans (the tree's, greedy's, static's: the
-       E = 1 plan is one of them) are always candidates, so that the plan is never slower
-       under E than the E = 1 plan */
-    const int between = sync > 1 && sync < config->ranks;
+    return best_microbatches > 0 && dcp__sync_bound_met(batch, best_step);
+}
+
+/* The search under the batch's E: leaves its best placements in x->best, their microbatch
+   count and step in ticks under E in *best_microbatches and *best_step. */
+static dcp_status dcp__lockstep_search(const dcp__batch *batch, const dcp__baselines *baselines,
+                                       dcp__placement *placements, dcp__lockstep *x,
+                                       int32_t *best_microbatches, int64_t *best_step,
+                                       dcp_error *error)
+{
+    const int full = batch->count <= DCP__LOCKSTEP_FULL_SAMPLES;
     int32_t microbatches = 0;
     dcp_status status;
     *best_microbatches = 0;
     *best_step = 0;
     status = dcp__lockstep_fills(batch, placements, x, best_microbatches, best_step, error);
-    if (status != DCP_OK) return status;
-    if (batch->count <= DCP__TREE_CANDIDATE_SAMPLES &&
-        (sync < config->ranks || (batch->count <= DCP__TREE_CANDIDATE_SAMPLES_BARRIER &&
-                                  !dcp__sync_balanced(batch, *best_step)))) {
+    if (status != DCP_OK || dcp__lockstep_done(batch, *best_microbatches, *best_step))
+        return status;
+    if (full && (batch->config->sync_ranks < batch->config->ranks ||
+                 !dcp__sync_balanced(batch, *best_step))) {
         status = dcp__plan_dynamic(batch, placements, &microbatches, error);
-        if (status == DCP_OK)
-            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+        if (status != DCP_OK) return status;
+        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     }
-    if (status == DCP_OK && (between || !dcp__sync_balanced(batch, *best_step))) {
-        /* the greedy baseline's plan is a candidate too: unloading may improve on it */
-        status = dcp__plan_greedy_ordered(batch, x->minimal_order, placements, &microbatches,
-                                          error);
-        if (status == DCP_OK)
-            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-    }
-    if (status == DCP_OK)
-        status = dcp__lockstep_unloaded(batch, placements, x, best_microbatches, best_step, error);
-    if (status == DCP_OK && (between || !dcp__sync_balanced(batch, *best_step))) {
-        /* the static baseline last, against the final plan (the planner's fallback for E > 1,
-           compared in ticks without building its plan) */
-        status = dcp__plan_static(batch, placements, &microbatches, error);
-        if (status == DCP_OK)
-            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-    }
-    return status;
+    /* the greedy baseline's plan: unloading may improve on it */
+    dcp__lockstep_keep(batch, x, baselines->greedy, baselines->greedy_microbatches, best_step,
+                       best_microbatches);
+    if (dcp__lockstep_done(batch, *best_microbatches, *best_step)) return DCP_OK;
+    return dcp__lockstep_unloaded(batch, placements, x, best_microbatches, best_step, error);
 }
 
 /* Between the extremes (1 < E < D) the plan made for E = D is a candidate too, evaluated
    under E: the plan is then never slower under E than either extreme's plan. */
 static dcp_status dcp__lockstep_barrier_candidate(const dcp__batch *batch,
+                                                  const dcp__baselines *baselines,
                                                   dcp__placement *placements, dcp__lockstep *x,
                                                   int32_t *best_microbatches,
                                                   int64_t *best_step, dcp_error *error)
@@ -7104,42 +7661,46 @@ static dcp_status dcp__lockstep_barrier_candidate(const dcp__batch *batch,
     if (!dcp__lockstep_init(&barrier, &y, error))
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     else
-        status = dcp__lockstep_search(&barrier, placements, &y, &microbatches, &step, error);
+        status = dcp__lockstep_search(&barrier, baselines, placements, &y, &microbatches, &step,
+                                      error);
     if (status == DCP_OK)
         dcp__lockstep_keep(batch, x, y.best, microbatches, best_step, best_microbatches);
     dcp__lockstep_free(&batch->config->allocator, &y);
     return status;
 }
 
-static dcp_status dcp__plan_lockstep(const dcp__batch *batch, dcp__placement *placements,
-                                     dcp_plan **plan, dcp_error *error)
+/* The lockstep planner's placements (E > 1) into placements, their count in *microbatches. */
+static dcp_status dcp__plan_lockstep(const dcp__batch *batch, const dcp__baselines *baselines,
+                                     dcp__placement *placements, int32_t *microbatches,
+                                     dcp_error *error)
 {
     const dcp_config *config = batch->config;
     int32_t best_microbatches = 0;
     int64_t best_step = 0;
     dcp__lockstep x;
     dcp_status status;
-    *plan = NULL;
     memset(&x, 0, sizeof x);
     if (!dcp__lockstep_init(batch, &x, error))
         status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     else
-        status = dcp__lockstep_search(batch, placements, &x, &best_microbatches, &best_step,
-                                      error);
-    if (status == DCP_OK && config->sync_ranks < config->ranks) {
-        status = dcp__lockstep_barrier_candidate(batch, placements, &x, &best_microbatches,
-                                                 &best_step, error);
-        if (status == DCP_OK) { /* the best, unloaded block by block */
-            int32_t microbatches;
+        status = dcp__lockstep_search(batch, baselines, placements, &x, &best_microbatches,
+                                      &best_step, error);
+    if (status == DCP_OK && config->sync_ranks < config->ranks &&
+        batch->count <= DCP__LOCKSTEP_FULL_SAMPLES &&
+        !dcp__lockstep_done(batch, best_microbatches, best_step)) {
+        status = dcp__lockstep_barrier_candidate(batch, baselines, placements, &x,
+                                                 &best_microbatches, &best_step, error);
+        if (status == DCP_OK && !dcp__lockstep_done(batch, best_microbatches, best_step)) {
+            int32_t unloaded; /* the best, unloaded block by block */
             memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
-            microbatches = dcp__unload_blocks(batch, placements, best_microbatches, &x.step);
-            dcp__lockstep_keep(batch, &x, placements, microbatches, &best_step,
-                               &best_microbatches);
+            unloaded = dcp__unload_blocks(batch, placements, best_microbatches, &x.step);
+            dcp__lockstep_keep(batch, &x, placements, unloaded, &best_step, &best_microbatches);
         }
     }
-    if (status == DCP_OK)
-        status = dcp__plan_build(config, batch->lengths, x.best, batch->count, best_microbatches,
-                                 plan, error);
+    if (status == DCP_OK) {
+        memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
+        *microbatches = best_microbatches;
+    }
     dcp__lockstep_free(&config->allocator, &x);
     return status;
 }
@@ -7180,62 +7741,50 @@ static dcp_status dcp__plan_widest_if_optimal(const dcp__batch *batch,
     return status;
 }
 
-static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strategy,
-                                     dcp__placement *placements, dcp_plan **plan,
-                                     dcp_error *error)
+/* The dynamic planner's placements under the batch's E, before the final choice. */
+static dcp_status dcp__plan_dynamic_placements(const dcp__batch *batch,
+                                               const dcp__baselines *baselines,
+                                               dcp__placement *placements,
+                                               int32_t *microbatches, dcp_error *error)
 {
-    int32_t num_microbatches = 0;
     dcp_status status;
-    switch (strategy) {
-    case DCP_STRATEGY_STATIC:
-        status = dcp__plan_static(batch, placements, &num_microbatches, error);
-        break;
-    case DCP_STRATEGY_GREEDY:
-        status = dcp__plan_greedy(batch, placements, &num_microbatches, error);
-        break;
-    default:
-        if (batch->config->sync_ranks > 1) return dcp__plan_lockstep(batch, placements, plan, error);
-        status = dcp__plan_widest_if_optimal(batch, placements, &num_microbatches, error);
-        if (status == DCP_OK && num_microbatches == 0)
-            status = dcp__plan_dynamic(batch, placements, &num_microbatches, error);
-        break;
-    }
-    if (status != DCP_OK) return status;
-    return dcp__plan_build(batch->config, batch->lengths, placements, batch->count,
-                           num_microbatches, plan, error);
+    if (batch->config->sync_ranks > 1)
+        return dcp__plan_lockstep(batch, baselines, placements, microbatches, error);
+    status = dcp__plan_widest_if_optimal(batch, placements, microbatches, error);
+    if (status == DCP_OK && *microbatches == 0)
+        status = dcp__plan_dynamic(batch, placements, microbatches, error);
+    return status;
 }
 
-/* A dynamic plan that is not balanced is compared with both baselines and the fastest is
-   returned (ties keep the dynamic plan): the planner never returns a step slower than a plan
-   it could have built. Balanced plans skip this, as the baselines cost more than planning.
-   Under E > 1 the lockstep planner has already compared both, in ticks. */
-static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *placements,
-                                     dcp_plan **plan, dcp_error *error)
+/* The final choice: builds the plan of each candidate in turn (its placements are sorted in
+   place) and keeps the fastest under the config's E and cost model, measured by the
+   simulator itself (dcp_plan_step_time's number, not the search's ticks), ties to the
+   earlier. The returned plan is therefore never slower than any candidate's, to the bit. */
+static dcp_status dcp__plan_fastest(const dcp__batch *batch, dcp__placement *const *candidates,
+                                    const int32_t *microbatches, int32_t count, dcp_plan **plan,
+                                    dcp_error *error)
 {
     const dcp_allocator *a = &batch->config->allocator;
-    dcp_strategy baselines[2] = {DCP_STRATEGY_GREEDY, DCP_STRATEGY_STATIC};
-    double *finish, best;
+    double *finish, best = 0.0;
     dcp_status status = DCP_OK;
-    int i;
-    if (batch->config->sync_ranks > 1) return DCP_OK;
+    int32_t i;
+    *plan = NULL;
     finish = (double *)dcp__alloc_array(a, (size_t)batch->config->ranks, sizeof(double),
-                                        "fallback", error);
-    if (!finish) status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    else if ((best = dcp__plan_step_seconds(*plan, finish)) * DCP__BALANCED_EFFICIENCY >
-             batch->sync_bound) {
-        for (i = 0; i < 2 && status == DCP_OK; i++) {
-            dcp_plan *other = NULL;
-            double step;
-            status = dcp__plan_strategy(batch, baselines[i], placements, &other, error);
-            if (status != DCP_OK) break;
-            step = dcp__plan_step_seconds(other, finish);
-            if (step < best) {
-                best = step;
-                dcp_plan_destroy(*plan);
-                *plan = other;
-            } else
-                dcp_plan_destroy(other);
-        }
+                                        "plan choice", error);
+    if (!finish) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    for (i = 0; i < count && status == DCP_OK; i++) {
+        dcp_plan *other = NULL;
+        double step;
+        status = dcp__plan_build(batch->config, batch->lengths, candidates[i], batch->count,
+                                 microbatches[i], &other, error);
+        if (status != DCP_OK) break;
+        step = dcp__plan_step_seconds(other, finish);
+        if (!*plan || step < best) {
+            best = step;
+            dcp_plan_destroy(*plan);
+            *plan = other;
+        } else
+            dcp_plan_destroy(other);
     }
     if (status != DCP_OK) {
         dcp_plan_destroy(*plan);
@@ -7243,6 +7792,50 @@ static dcp_status dcp__plan_fallback(const dcp__batch *batch, dcp__placement *pl
     }
     dcp_free(a, finish);
     return status;
+}
+
+/* The dynamic strategy: the planner's plan, or a baseline's where that is faster (the
+   guarantee: never slower than either baseline under the config's E and model). */
+static dcp_status dcp__plan_dynamic_strategy(const dcp__batch *batch, dcp__placement *placements,
+                                             dcp_plan **plan, dcp_error *error)
+{
+    dcp__baselines baselines;
+    int32_t microbatches[4] = {0, 0, 0, 0};
+    dcp__placement *candidates[4];
+    dcp_status status = dcp__plan_baselines(batch, &baselines, error);
+    if (status == DCP_OK)
+        status = dcp__plan_dynamic_placements(batch, &baselines, placements, &microbatches[0],
+                                              error);
+    if (status == DCP_OK) {
+        candidates[0] = placements;
+        candidates[1] = baselines.greedy;
+        candidates[2] = baselines.static_cp;
+        candidates[3] = baselines.megatron;
+        microbatches[1] = baselines.greedy_microbatches;
+        microbatches[2] = baselines.static_microbatches;
+        microbatches[3] = baselines.megatron_microbatches;
+        status = dcp__plan_fastest(batch, candidates, microbatches,
+                                   baselines.megatron_microbatches > 0 ? 4 : 3, plan, error);
+    }
+    dcp__baselines_free(&batch->config->allocator, &baselines);
+    return status;
+}
+
+static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strategy,
+                                     dcp__placement *placements, dcp_plan **plan,
+                                     dcp_error *error)
+{
+    int32_t num_microbatches = 0;
+    dcp_status status;
+    if (strategy == DCP_STRATEGY_DYNAMIC)
+        return dcp__plan_dynamic_strategy(batch, placements, plan, error);
+    if (strategy == DCP_STRATEGY_STATIC)
+        status = dcp__plan_static(batch, placements, &num_microbatches, error);
+    else
+        status = dcp__plan_greedy(batch, placements, &num_microbatches, error);
+    if (status != DCP_OK) return status;
+    return dcp__plan_build(batch->config, batch->lengths, placements, batch->count,
+                           num_microbatches, plan, error);
 }
 
 DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengths,
@@ -7264,8 +7857,6 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     status = dcp__plan_strategy(&batch, c.strategy, placements, plan, error);
-    if (status == DCP_OK && c.strategy == DCP_STRATEGY_DYNAMIC)
-        status = dcp__plan_fallback(&batch, placements, plan, error);
     dcp_free(&c.allocator, placements);
     dcp__batch_free(&batch);
     return status == DCP_OK ? dcp_error_clear(error) : status;

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Megatron-LM's dynamic-CP scheduler against ours, on the same batches, under our E = D model.
+"""Megatron-LM's dynamic-CP scheduler on bench/plan_bench's batches: writes its plan of each.
 
 The planner issue (12) set its E = D target as "barrier efficiency >= Megatron's", with
 Megatron's figures taken by another evaluator against its own lower bound. This bench makes the
 comparison like for like: it plans each of bench/plan_bench's batches with a reimplementation
-of Megatron-LM's scheduler and with our planner, and evaluates both plans with dcp.h's own
-simulator (dcp_plan_simulate) under the barrier model (E = D: per microbatch the slowest
-group, summed), against one lower bound (ours, dcp_lower_bound under E = D).
+of Megatron-LM's scheduler and writes the plan; `build/plan_bench --megatron DIR` then plans the
+same batches with our planner and evaluates both plans with dcp.h's own simulator
+(dcp_plan_simulate) under the barrier model (E = D: per microbatch the slowest group, summed),
+against one lower bound (ours, dcp_lower_bound under E = D), with both cost models. This file
+needs nothing but the Python standard library (no dcp bindings).
 
 The scheduler reimplemented is DefaultDynamicCPScheduler.get_groups_and_subsamples, which calls
 next_hdp_group_packing_aware until every sample is placed, in NVIDIA/Megatron-LM, dev branch,
@@ -35,39 +37,24 @@ Lengths: Megatron's SFT dataset pads every sample to a multiple of 2 * DP * CP u
 (sft_dataset.py, _calculate_padding_divisor), so the scheduler sees lengths rounded up to a
 multiple of 2 D; the plans are evaluated on the valid lengths under our model, which pads each
 sample itself (to 2c on c ranks), and with the L^2 model (attn 1, linear 0, ring 0) padding
-costs nothing. A group of a size that is not a power of two (Megatron's full-pool fallback on
-D = 48) cannot be written as a dcp plan; such a plan is evaluated by this file's own barrier
-sum, which is checked to equal dcp_plan_simulate's on every plan both can evaluate.
+costs nothing. A group of a size that is not a power of two (Megatron's full-pool fallback on a
+pool that is not one) cannot be written as a dcp plan; plan_bench evaluates such a plan by its
+own barrier sum, checked against dcp_plan_simulate on every plan both can evaluate.
+
+Output: DIR/NAME.megatron.txt, one line per microbatch, its groups separated by ';', each
+`cp:id,id,...` (sample ids are 0-based positions in DIR/NAME.txt).
 
 Usage: build/plan_bench --dump-lengths DIR && python3 bench/megatron_baseline.py DIR
-       [--workloads a,b,...]   (or `make bench-megatron`)
+       [--workloads a,b,...] && build/plan_bench --megatron DIR   (or `make bench-megatron`)
 """
 import argparse
-import ctypes
-import math
 import os
-import sys
 import time
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))
-
-import libdcp  # noqa: E402
-from libdcp import _structs as S  # noqa: E402
-from libdcp._library import cpu  # noqa: E402
 
 # Megatron's _DYNAMIC_CP_WORKLOAD_CAP_DELTA: the cap's slack over longest * M.
 WORKLOAD_CAP_DELTA = 0.05
 # Megatron's dynamic-CP padding: every length a multiple of PAD_PER_RANK * D.
 PAD_PER_RANK = 2
-# The models of bench/plan_bench (its `models` table): L^2 only, and dcp.h's defaults.
-L2_MODEL = {"attn_coeff": 1.0, "linear_coeff": 0.0, "ring_step_cost": 0.0}
-DEFAULT_MODEL = {"attn_coeff": 2.048e-11, "linear_coeff": 1.00663e-6, "ring_step_cost": 15e-6}
-# Printed units, as plan_bench prints them: 1e9 L^2 units, and ms.
-UNITS = {"L2-only": 1e-9, "default": 1e3}
-# Our barrier sum and dcp_plan_simulate's agree to rounding (sums of the same terms in
-# another order).
-SUM_AGREEMENT = 1e-9
 
 
 def min_cp_size(length, max_tokens_per_rank):
@@ -199,91 +186,12 @@ def megatron_plan(lengths, ranks, max_tokens_per_rank):
     return microbatches
 
 
-def barrier_seconds(microbatches, lengths, cost):
-    """Our E = D step of a plan given as microbatches of (cp, samples): per microbatch the
-    slowest group, summed (dcp.h's model: attention on valid lengths, linear on padded ones,
-    ring steps per group)."""
-    total = 0.0
-    for groups in microbatches:
-        slowest = 0.0
-        for cp, samples in groups:
-            t = cost["ring_step_cost"] * (cp - 1)
-            for s in samples:
-                padded = padded_length(lengths[s], cp)
-                t += (cost["attn_coeff"] * lengths[s] * lengths[s] +
-                      cost["linear_coeff"] * padded) / cp
-            slowest = max(slowest, t)
-        total += slowest
-    return total
-
-
-def padded_length(length, cp):
-    """dcp_padded_length with the bench's config (pad multiples 1): 2c on c > 1 ranks."""
-    multiple = 2 * cp if cp > 1 else 1
-    return -(-length // multiple) * multiple
-
-
-def as_dcp_plan(microbatches, lengths, config):
-    """The plan as a dcp_plan (ctypes, owned here), groups of each microbatch laid out widest
-    first from rank 0 (aligned: each start is a multiple of every later, narrower size); None
-    when a group's size is not a power of two (no dcp plan can hold it)."""
-    groups, members, offsets = [], [], [0]
-    for mb in microbatches:
-        first = 0
-        for cp, samples in sorted(mb, key=lambda g: -g[0]):
-            if cp & (cp - 1) or cp > config.max_cp:
-                return None
-            groups.append(S.Group(first, cp, len(members), len(samples)))
-            members.extend(samples)
-            first += cp
-        offsets.append(len(groups))
-    keep = {
-        "lengths": (ctypes.c_int64 * len(lengths))(*lengths),
-        "offsets": (ctypes.c_int32 * len(offsets))(*offsets),
-        "groups": (S.Group * len(groups))(*groups),
-        "members": (ctypes.c_int32 * len(members))(*members),
-    }
-    plan = S.Plan(config, len(lengths), keep["lengths"], len(microbatches), len(groups),
-                  keep["offsets"], keep["groups"], keep["members"])
-    return plan, keep
-
-
-def simulate(plan_pointer):
-    stats = S.PlanStats()
-    cpu().call("dcp_plan_validate", plan_pointer)
-    cpu().call("dcp_plan_simulate", plan_pointer, None, ctypes.byref(stats))
-    return stats
-
-
-def resolved_config(ranks, max_tokens_per_rank, cost):
-    resolved = S.Config()
-    cpu().call("dcp_config_resolve",
-               ctypes.byref(libdcp.planner.make_config(ranks, max_tokens_per_rank, cost=cost)),
-               ctypes.byref(resolved))
-    return resolved
-
-
-def compare(name, lengths, ranks, max_tokens_per_rank, model_name, cost, megatron):
-    """One row: Megatron's plan and ours under E = D with `cost`."""
-    config = resolved_config(ranks, max_tokens_per_rank, cost)
-    ours = libdcp.plan(lengths, ranks, max_tokens_per_rank, cost=cost)
-    our_stats = simulate(ours._pointer)
-    bound = our_stats.barrier_lower_bound_seconds
-    own_sum = barrier_seconds(megatron, lengths, cost)
-    built = as_dcp_plan(megatron, lengths, config)
-    if built is not None:
-        meg_stats = simulate(ctypes.pointer(built[0]))
-        meg_step, source = meg_stats.barrier_seconds, "dcp"
-        if abs(meg_step - own_sum) > SUM_AGREEMENT * meg_step:
-            raise AssertionError(f"{name}: dcp_plan_simulate {meg_step} != barrier sum {own_sum}")
-    else:
-        meg_step, source = own_sum, "sum"
-    ours_step = our_stats.barrier_seconds
-    unit = UNITS[model_name]
-    print(f"{name:<17} {model_name:<8} {len(lengths):5d} {ranks:5d} | {meg_step * unit:9.3f} "
-          f"{ours_step * unit:9.3f} | {meg_step / ours_step:7.3f}x | {bound / meg_step:6.3f} "
-          f"{bound / ours_step:6.3f} | {len(megatron):4d} {ours.num_microbatches:4d} | {source}")
-    return meg_step / ours_step
+def write_plan(path, microbatches):
+    """One line per microbatch, groups `cp:id,id,...` separated by ';'."""
+    with open(path, "w") as out:
+        for groups in microbatches:
+            out.write(";".join(f"{cp}:{','.join(str(s) for s in samples)}"
+                               for cp, samples in groups) + "\n")
 
 
 def check_megatron_examples():
@@ -306,33 +214,22 @@ def main():
     wanted = set(args.workloads.split(",")) if args.workloads else None
     with open(os.path.join(args.lengths_dir, "workloads.txt")) as index:
         rows = [line.split() for line in index if line.strip()]
-    print("E = D (barrier per microbatch): Megatron-LM's next_hdp_group_packing_aware "
-          "(reimplemented) against dcp's planner, both evaluated by dcp_plan_simulate")
-    print(f"{'workload':<17} {'model':<8} {'N':>5} {'D':>5} | {'megatron':>9} {'dcp':>9} | "
-          f"{'meg/dcp':>8} | {'eff-m':>6} {'eff-d':>6} | {'K-m':>4} {'K-d':>4} | eval")
-    ratios = []
     for name, count, ranks, max_tokens, filename in rows:
         if wanted and name not in wanted:
             continue
-        ranks, max_tokens = int(ranks), int(max_tokens)
         with open(os.path.join(args.lengths_dir, filename)) as f:
             lengths = [int(line) for line in f if line.strip()]
         if len(lengths) != int(count):
             raise ValueError(f"{filename}: {len(lengths)} lengths, index says {count}")
         start = time.perf_counter()
-        megatron = megatron_plan(lengths, ranks, max_tokens)
+        megatron = megatron_plan(lengths, int(ranks), int(max_tokens))
         seconds = time.perf_counter() - start
         placed = sorted(s for mb in megatron for _, samples in mb for s in samples)
         if placed != list(range(len(lengths))):
             raise AssertionError(f"{name}: Megatron's plan does not place every sample once")
-        for model_name, cost in (("L2-only", L2_MODEL), ("default", DEFAULT_MODEL)):
-            ratios.append(compare(name, lengths, ranks, max_tokens, model_name, cost, megatron))
-        print(f"{'':<17} (Megatron's scheduler: {seconds * 1e3:.0f} ms in Python)")
-    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-    print(f"geomean megatron / dcp step: {geomean:.3f}x over {len(ratios)} rows")
-    print("steps: 1e9 x L^2 units (L2-only), ms (default model); eff-m, eff-d = our barrier "
-          "lower bound / step; K = microbatches; eval: dcp = dcp_plan_simulate, sum = this "
-          "file's barrier sum (a group size dcp plans cannot hold)")
+        write_plan(os.path.join(args.lengths_dir, f"{name}.megatron.txt"), megatron)
+        print(f"{name:<17} {len(lengths):5d} samples, {int(ranks):4d} ranks: {len(megatron):4d} "
+              f"microbatches in {seconds * 1e3:.0f} ms (Python)")
 
 
 if __name__ == "__main__":

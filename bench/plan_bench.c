@@ -2,14 +2,20 @@
    static-CP and per-microbatch-greedy baselines, on the workloads of the planner issues, with
    the default cost model and with the L^2-only model (a = 1, b = 0, G = 0), under the three
    synchronisation models: E = D (barrier per microbatch, the default), E = 1 (DAG, dense
-   models) and E = 8 on the 64-rank workload (blocks of 8 ranks in lockstep). Then the scaling
-   sweep: plan time of the planner and both baselines against samples per rank and ranks.
+   models) and E = 8 on the 64-rank workload (blocks of 8 ranks in lockstep). Then the
+   plan-time targets (issue 28: 8,192 samples x 1,024 ranks of every length shape of
+   bench/length_shapes.h under E = 1, 8 and D, both models; 10^6 samples x 32 ranks under E =
+   1, 8 and 32), and the scaling sweep: plan time of the planner and both baselines against
+   samples per rank and ranks.
 
-   Usage: build/plan_bench [--quick] [--repeat N] [--dump-lengths DIR]
-   --quick skips the sweep points above 100,000 samples. --dump-lengths writes each workload's
-   sample lengths to DIR/NAME.txt (one a line) and DIR/workloads.txt (one line per workload:
-   name, samples, ranks D, max tokens per rank M, file), and exits: the inputs of
-   bench/megatron_baseline.py, which plans the same batches with Megatron-LM's scheduler. */
+   Usage: build/plan_bench [--quick] [--repeat N] [--dump-lengths DIR] [--megatron DIR]
+   --quick skips the sweep points and targets above 100,000 samples. --dump-lengths writes
+   the lengths of the workloads Megatron-LM's scheduler is compared on (the table's and pools
+   that are not a power of two: 24, 48, 96, 192 ranks, heavy tails) to DIR/NAME.txt (one a
+   line) and DIR/workloads.txt (one line per workload: name, samples, ranks D, max tokens per
+   rank M, file), and exits: the inputs of bench/megatron_baseline.py, which writes Megatron's
+   plan of each to DIR/NAME.megatron.txt. --megatron then evaluates those plans and ours under
+   E = D with both models, with dcp_plan_simulate (`make bench-megatron` runs all three). */
 #define _POSIX_C_SOURCE 199309L
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
@@ -20,7 +26,11 @@
 #include <string.h>
 #include <time.h>
 
-typedef enum { SOURCE_LOGNORMAL, SOURCE_BIMODAL, SOURCE_PARETO } source_kind;
+#include "length_shapes.h"
+
+/* A batch: lognormal (dcp_lognormal, as Megatron's examples draw them) or one of
+   bench/length_shapes.h's shapes (typical length T, clipped to `longest`). */
+typedef enum { SOURCE_LOGNORMAL, SOURCE_SHAPE } source_kind;
 
 typedef struct workload {
     const char *name;
@@ -29,41 +39,83 @@ typedef struct workload {
     dcp_lognormal lognormal; /* SOURCE_LOGNORMAL */
     int32_t ranks;
     int64_t max_tokens_per_rank;
+    length_shape shape;      /* SOURCE_SHAPE */
+    int64_t typical, longest;
 } workload;
 
-/* bimodal-64: 90% log-uniform in [256, 2048], 10% in [16384, 131072] */
-#define BIMODAL_SHORT_FRACTION 0.9
-static const int64_t bimodal_short[2] = {256, 2048};
-static const int64_t bimodal_long[2] = {16384, 131072};
 static const uint64_t bench_seed = 20261121;
 
-/* pareto-48: Pareto(alpha) lengths from PARETO_MIN, clipped at PARETO_MAX */
-#define PARETO_ALPHA 1.2
-#define PARETO_MIN 512
-#define PARETO_MAX 65536
-
+#define NO_LOGNORMAL {0, 0, 0, 0}
+/* bimodal-64: 90% log-uniform in [256, 2048], 10% in [16384, 131072]; pareto-48:
+   Pareto(1.2) from 512, clipped at 65536 (length_shapes.h's shapes at T = 2048 and 3072) */
 static const workload workloads[] = {
-    {"seed-lognormal", SOURCE_LOGNORMAL, 256, {4096, 1.1, 1024, 8192}, 16, 4096},
-    {"megatron-example", SOURCE_LOGNORMAL, 256, {1024, 1.5, 128, 8192}, 32, 2048},
-    {"qwen-longtail", SOURCE_LOGNORMAL, 512, {6000, 1.4, 256, 49152}, 32, 3072},
-    {"bimodal-64", SOURCE_BIMODAL, 1024, {0, 0, 0, 0}, 64, 4096},
-    {"pareto-48", SOURCE_PARETO, 768, {0, 0, 0, 0}, 48, 8192},
-    {"heavy-8192x1024", SOURCE_LOGNORMAL, 8192, {4096, 1.4, 256, 65536}, 1024, 4096},
-    {"sweep-1024x128", SOURCE_LOGNORMAL, 1024, {4096, 1.1, 1024, 8192}, 128, 4096},
-    {"sweep-8192x1024", SOURCE_LOGNORMAL, 8192, {4096, 1.1, 1024, 8192}, 1024, 4096},
+    {"seed-lognormal", SOURCE_LOGNORMAL, 256, {4096, 1.1, 1024, 8192}, 16, 4096, 0, 0, 0},
+    {"megatron-example", SOURCE_LOGNORMAL, 256, {1024, 1.5, 128, 8192}, 32, 2048, 0, 0, 0},
+    {"qwen-longtail", SOURCE_LOGNORMAL, 512, {6000, 1.4, 256, 49152}, 32, 3072, 0, 0, 0},
+    {"bimodal-64", SOURCE_SHAPE, 1024, NO_LOGNORMAL, 64, 4096, LENGTH_BIMODAL, 2048, 131072},
+    {"pareto-48", SOURCE_SHAPE, 768, NO_LOGNORMAL, 48, 8192, LENGTH_PARETO, 3072, 65536},
+    {"heavy-8192x1024", SOURCE_LOGNORMAL, 8192, {4096, 1.4, 256, 65536}, 1024, 4096, 0, 0, 0},
+    {"sweep-1024x128", SOURCE_LOGNORMAL, 1024, {4096, 1.1, 1024, 8192}, 128, 4096, 0, 0, 0},
+    {"sweep-8192x1024", SOURCE_LOGNORMAL, 8192, {4096, 1.1, 1024, 8192}, 1024, 4096, 0, 0, 0},
 };
+
+/* Megatron's scheduler is also compared on pools that are not a power of two (issue 28): 24,
+   48, 96 and 192 ranks, 16 samples a rank, heavy tails (Pareto as pareto-48; lognormal of
+   sigma 1.4 from T / 16, clipped at 65536), M = 8192 so that Megatron's padding to 2 D keeps
+   the longest sample on a power of two ranks. */
+#define NON_POWER_SAMPLES_PER_RANK 16
+static const workload non_power_workloads[] = {
+    {"pareto-24", SOURCE_SHAPE, 24 * NON_POWER_SAMPLES_PER_RANK, NO_LOGNORMAL, 24, 8192,
+     LENGTH_PARETO, 3072, 65536},
+    {"pareto-96", SOURCE_SHAPE, 96 * NON_POWER_SAMPLES_PER_RANK, NO_LOGNORMAL, 96, 8192,
+     LENGTH_PARETO, 3072, 65536},
+    {"pareto-192", SOURCE_SHAPE, 192 * NON_POWER_SAMPLES_PER_RANK, NO_LOGNORMAL, 192, 8192,
+     LENGTH_PARETO, 3072, 65536},
+    {"heavy-24", SOURCE_SHAPE, 24 * NON_POWER_SAMPLES_PER_RANK, NO_LOGNORMAL, 24, 8192,
+     LENGTH_LOGNORMAL, 4096, 65536},
+    {"heavy-48", SOURCE_SHAPE, 48 * NON_POWER_SAMPLES_PER_RANK, NO_LOGNORMAL, 48, 8192,
+     LENGTH_LOGNORMAL, 4096, 65536},
+    {"heavy-96", SOURCE_SHAPE, 96 * NON_POWER_SAMPLES_PER_RANK, NO_LOGNORMAL, 96, 8192,
+     LENGTH_LOGNORMAL, 4096, 65536},
+    {"heavy-192", SOURCE_SHAPE, 192 * NON_POWER_SAMPLES_PER_RANK, NO_LOGNORMAL, 192, 8192,
+     LENGTH_LOGNORMAL, 4096, 65536},
+};
+
+/* The plan-time targets (issue 28): every shape at 8,192 samples on 1,024 ranks, M = 4096
+   (T 4096, Pareto 3072, bimodal 2048, clipped at 131072), under E = 1, 8 and D, both models;
+   and the sweep's 10^6 x 32 lognormal under E = 1, 8 and 32, default model. */
+#define TARGET_SAMPLES 8192
+#define TARGET_RANKS 1024
+#define TARGET_LONGEST 131072
+#define TARGET_SECONDS 0.010
+#define TARGET_LARGE_SECONDS 2.0
+static const workload target_workloads[] = {
+    {"narrow", SOURCE_SHAPE, TARGET_SAMPLES, NO_LOGNORMAL, TARGET_RANKS, 4096, LENGTH_NARROW,
+     4096, TARGET_LONGEST},
+    {"lognormal", SOURCE_SHAPE, TARGET_SAMPLES, NO_LOGNORMAL, TARGET_RANKS, 4096,
+     LENGTH_LOGNORMAL, 4096, TARGET_LONGEST},
+    {"pareto", SOURCE_SHAPE, TARGET_SAMPLES, NO_LOGNORMAL, TARGET_RANKS, 4096, LENGTH_PARETO,
+     3072, TARGET_LONGEST},
+    {"bimodal", SOURCE_SHAPE, TARGET_SAMPLES, NO_LOGNORMAL, TARGET_RANKS, 4096, LENGTH_BIMODAL,
+     2048, TARGET_LONGEST},
+    {"mixture", SOURCE_SHAPE, TARGET_SAMPLES, NO_LOGNORMAL, TARGET_RANKS, 4096, LENGTH_MIXTURE,
+     4096, TARGET_LONGEST},
+};
+static const int32_t target_syncs[3] = {1, 8, 0};
+static const int32_t large_target_syncs[3] = {1, 8, 32};
 
 /* The scaling sweep: lognormal (4096, 1.1, 1024, 8192), M = 4096; samples per rank 8 to 30,000
    at D = 32, and the heavy tail at 8192 x 1024. */
+#define SWEEP_LOGNORMAL {4096, 1.1, 1024, 8192}
 static const workload sweep[] = {
-    {"spr-8", SOURCE_LOGNORMAL, 256, {4096, 1.1, 1024, 8192}, 32, 4096},
-    {"spr-100", SOURCE_LOGNORMAL, 3200, {4096, 1.1, 1024, 8192}, 32, 4096},
-    {"spr-1000", SOURCE_LOGNORMAL, 32000, {4096, 1.1, 1024, 8192}, 32, 4096},
-    {"1e5x32", SOURCE_LOGNORMAL, 100000, {4096, 1.1, 1024, 8192}, 32, 4096},
-    {"spr-30000", SOURCE_LOGNORMAL, 960000, {4096, 1.1, 1024, 8192}, 32, 4096},
-    {"1e6x32", SOURCE_LOGNORMAL, 1000000, {4096, 1.1, 1024, 8192}, 32, 4096},
-    {"heavy-8192x1024", SOURCE_LOGNORMAL, 8192, {4096, 1.4, 256, 65536}, 1024, 4096},
-    {"sweep-32768x4096", SOURCE_LOGNORMAL, 32768, {4096, 1.1, 1024, 8192}, 4096, 4096},
+    {"spr-8", SOURCE_LOGNORMAL, 256, SWEEP_LOGNORMAL, 32, 4096, 0, 0, 0},
+    {"spr-100", SOURCE_LOGNORMAL, 3200, SWEEP_LOGNORMAL, 32, 4096, 0, 0, 0},
+    {"spr-1000", SOURCE_LOGNORMAL, 32000, SWEEP_LOGNORMAL, 32, 4096, 0, 0, 0},
+    {"1e5x32", SOURCE_LOGNORMAL, 100000, SWEEP_LOGNORMAL, 32, 4096, 0, 0, 0},
+    {"spr-30000", SOURCE_LOGNORMAL, 960000, SWEEP_LOGNORMAL, 32, 4096, 0, 0, 0},
+    {"1e6x32", SOURCE_LOGNORMAL, 1000000, SWEEP_LOGNORMAL, 32, 4096, 0, 0, 0},
+    {"heavy-8192x1024", SOURCE_LOGNORMAL, 8192, {4096, 1.4, 256, 65536}, 1024, 4096, 0, 0, 0},
+    {"sweep-32768x4096", SOURCE_LOGNORMAL, 32768, SWEEP_LOGNORMAL, 4096, 4096, 0, 0, 0},
 };
 
 static double now_seconds(void)
@@ -76,33 +128,16 @@ static double now_seconds(void)
 static int make_lengths(const workload *w, int64_t *lengths)
 {
     dcp_error error;
+    dcp_rng rng;
     if (w->source == SOURCE_LOGNORMAL) {
         if (dcp_lengths_lognormal(&w->lognormal, bench_seed, lengths, w->count, &error) != DCP_OK) {
             fprintf(stderr, "%s: %s\n", w->name, error.message);
             return 0;
         }
-    } else if (w->source == SOURCE_PARETO) {
-        dcp_rng rng;
-        int32_t i;
-        dcp_rng_seed(&rng, bench_seed);
-        for (i = 0; i < w->count; i++) {
-            double u = 1.0 - dcp_rng_uniform(&rng); /* (0, 1] */
-            double length = PARETO_MIN * pow(u, -1.0 / PARETO_ALPHA);
-            lengths[i] = length > PARETO_MAX ? PARETO_MAX : (int64_t)length;
-        }
-    } else {
-        dcp_rng rng;
-        int32_t i;
-        dcp_rng_seed(&rng, bench_seed);
-        for (i = 0; i < w->count; i++) {
-            const int64_t *range =
-                dcp_rng_uniform(&rng) < BIMODAL_SHORT_FRACTION ? bimodal_short : bimodal_long;
-            if (dcp_rng_loguniform_length(&rng, range[0], range[1], &lengths[i], &error) != DCP_OK) {
-                fprintf(stderr, "%s: %s\n", w->name, error.message);
-                return 0;
-            }
-        }
+        return 1;
     }
+    dcp_rng_seed(&rng, bench_seed);
+    length_batch(&rng, w->shape, w->typical, w->longest, lengths, w->count);
     return 1;
 }
 
@@ -271,31 +306,79 @@ static int scaling_table(int quick)
     return 0;
 }
 
-/* The workload table's lengths, for other planners to run on the same batches (see Usage). */
-static int dump_lengths(const char *dir)
+/* The plan-time targets: one table row per workload, model and E: median plan time of
+   `repeat` plans, the efficiency under that E, and whether the time meets `target`. Returns
+   the rows that miss it (failures of the run itself count as misses too). */
+static int target_rows(const workload *w, const dcp_cost_model *cost, const char *model,
+                       const int32_t *syncs, int repeat, double target, const int64_t *lengths)
+{
+    int misses = 0, e;
+    for (e = 0; e < 3; e++) {
+        dcp_plan_stats stats;
+        double seconds;
+        int32_t sync = syncs[e] ? syncs[e] : w->ranks;
+        if (!run_strategy(w, cost, DCP_STRATEGY_DYNAMIC, sync, lengths, repeat, &stats, &seconds,
+                          NULL)) {
+            misses++;
+            continue;
+        }
+        printf("%-10s %8d %5d %-8s %5d | %9.3f %6.3f %4d | %s\n", w->name, (int)w->count,
+               (int)w->ranks, model, (int)sync, seconds * 1e3, stats.efficiency,
+               (int)stats.num_microbatches, seconds <= target ? "ok" : "MISSED");
+        misses += seconds > target;
+    }
+    return misses;
+}
+
+static int targets_table(int quick, int repeat)
+{
+    static const workload large = {"lognormal", SOURCE_LOGNORMAL, 1000000, SWEEP_LOGNORMAL, 32,
+                                   4096, 0, 0, 0};
+    int misses = 0, m;
+    size_t w;
+    int64_t *lengths;
+    printf("\nplan-time targets: <= %.0f ms at %d x %d (every shape, E = 1, 8, D, both models), "
+           "<= %.0f s at 10^6 x 32 (E = 1, 8, 32, default model); median of %d plans\n",
+           TARGET_SECONDS * 1e3, TARGET_SAMPLES, TARGET_RANKS, TARGET_LARGE_SECONDS, repeat);
+    printf("%-10s %8s %5s %-8s %5s | %9s %6s %4s | target\n", "shape", "N", "D", "model", "E",
+           "plan-ms", "eff", "K");
+    for (w = 0; w < sizeof target_workloads / sizeof target_workloads[0]; w++) {
+        lengths = (int64_t *)malloc((size_t)target_workloads[w].count * sizeof *lengths);
+        if (!lengths || !make_lengths(&target_workloads[w], lengths)) return misses + 1;
+        for (m = 0; m < 2; m++)
+            misses += target_rows(&target_workloads[w], &models[m], model_names[m], target_syncs,
+                                  repeat, TARGET_SECONDS, lengths);
+        free(lengths);
+    }
+    if (!quick) {
+        lengths = (int64_t *)malloc((size_t)large.count * sizeof *lengths);
+        if (!lengths || !make_lengths(&large, lengths)) return misses + 1;
+        misses += target_rows(&large, &models[0], model_names[0], large_target_syncs, repeat,
+                              TARGET_LARGE_SECONDS, lengths);
+        free(lengths);
+    }
+    printf("%d rows missed their target\n", misses);
+    return 0; /* a miss is a finding of the bench, not a failure of the run */
+}
+
+/* The lengths Megatron's scheduler is compared on, for other planners to run on the same
+   batches (see Usage): the workload table's and the pools that are not a power of two. */
+static int dump_list(FILE *index, const char *dir, const workload *list, size_t count)
 {
     char path[4096];
-    FILE *index;
     size_t w;
-    snprintf(path, sizeof path, "%s/workloads.txt", dir);
-    if (!(index = fopen(path, "w"))) {
-        perror(path);
-        return 1;
-    }
-    for (w = 0; w < sizeof workloads / sizeof workloads[0]; w++) {
-        const workload *wl = &workloads[w];
+    for (w = 0; w < count; w++) {
+        const workload *wl = &list[w];
         int64_t *lengths = (int64_t *)malloc((size_t)wl->count * sizeof *lengths);
         FILE *out;
         int32_t i;
         if (!lengths || !make_lengths(wl, lengths)) {
-            fclose(index);
             free(lengths);
             return 1;
         }
         snprintf(path, sizeof path, "%s/%s.txt", dir, wl->name);
         if (!(out = fopen(path, "w"))) {
             perror(path);
-            fclose(index);
             free(lengths);
             return 1;
         }
@@ -305,8 +388,307 @@ static int dump_lengths(const char *dir)
                 (long long)wl->max_tokens_per_rank, wl->name);
         free(lengths);
     }
-    fclose(index);
     return 0;
+}
+
+static int dump_lengths(const char *dir)
+{
+    char path[4096];
+    FILE *index;
+    int failed;
+    snprintf(path, sizeof path, "%s/workloads.txt", dir);
+    if (!(index = fopen(path, "w"))) {
+        perror(path);
+        return 1;
+    }
+    failed = dump_list(index, dir, workloads, sizeof workloads / sizeof workloads[0]) ||
+             dump_list(index, dir, non_power_workloads,
+                       sizeof non_power_workloads / sizeof non_power_workloads[0]);
+    fclose(index);
+    return failed;
+}
+
+/* ---- Megatron-LM's plans: bench/megatron_baseline.py writes DIR/NAME.megatron.txt, one line
+   per microbatch, its groups separated by ';', each `cp:id,id,...`; --megatron evaluates them
+   and ours under E = D with dcp.h's simulator. A group of a size that is not a power of two
+   (Megatron's full-pool fallback on a pool that is not one) cannot be written as a dcp plan;
+   such a plan is evaluated by this file's barrier sum (per microbatch the slowest group, the
+   model's per-rank time with a sample padded to 2 cp on cp > 1 ranks), which is checked
+   against dcp_plan_simulate on every plan both can evaluate. */
+
+#define MEGATRON_SUM_AGREEMENT 1e-9
+
+typedef struct megatron_plan {
+    int32_t microbatches, groups;
+    int32_t *offsets;    /* [microbatches + 1]: the groups of each microbatch */
+    int32_t *cp, *first; /* [groups], [groups + 1]: each group's samples in members */
+    int32_t *members;    /* [samples] */
+} megatron_plan;
+
+static char *read_text(const char *path)
+{
+    FILE *in = fopen(path, "rb");
+    long size;
+    char *text = NULL;
+    if (!in) {
+        perror(path);
+        return NULL;
+    }
+    if (fseek(in, 0, SEEK_END) == 0 && (size = ftell(in)) >= 0 && fseek(in, 0, SEEK_SET) == 0 &&
+        (text = (char *)malloc((size_t)size + 1)) != NULL) {
+        size_t got = fread(text, 1, (size_t)size, in);
+        text[got] = '\0';
+    }
+    fclose(in);
+    return text;
+}
+
+/* Parses a plan of `samples` samples; every sample must appear once. 0 on a malformed file. */
+static int megatron_parse(const char *text, int32_t samples, megatron_plan *plan)
+{
+    const char *at = text;
+    int32_t placed = 0, capacity = samples;
+    unsigned char *seen = (unsigned char *)calloc((size_t)samples, 1);
+    plan->microbatches = plan->groups = 0;
+    plan->cp = (int32_t *)malloc((size_t)capacity * sizeof(int32_t));
+    plan->first = (int32_t *)malloc(((size_t)capacity + 1) * sizeof(int32_t));
+    plan->members = (int32_t *)malloc((size_t)samples * sizeof(int32_t));
+    /* a microbatch holds at least one sample */
+    plan->offsets = (int32_t *)malloc(((size_t)samples + 1) * sizeof(int32_t));
+    if (!seen || !plan->cp || !plan->first || !plan->members || !plan->offsets) goto fail;
+    plan->offsets[0] = 0;
+    while (*at) {
+        if (*at == '\n') { /* a microbatch ends */
+            if (plan->microbatches == samples) goto fail;
+            plan->offsets[++plan->microbatches] = plan->groups;
+            at++;
+            continue;
+        }
+        if (*at == ';') {
+            at++;
+            continue;
+        }
+        if (plan->groups == capacity) goto fail; /* a group holds at least one sample */
+        plan->cp[plan->groups] = (int32_t)strtol(at, (char **)&at, 10);
+        plan->first[plan->groups] = placed;
+        if (*at++ != ':') goto fail;
+        for (;;) {
+            long id = strtol(at, (char **)&at, 10);
+            if (id < 0 || id >= samples || seen[id]) goto fail;
+            seen[id] = 1;
+            plan->members[placed++] = (int32_t)id;
+            if (*at != ',') break;
+            at++;
+        }
+        plan->groups++;
+    }
+    if (plan->offsets[plan->microbatches] != plan->groups) /* the last line had no newline */
+        plan->offsets[++plan->microbatches] = plan->groups;
+    plan->first[plan->groups] = placed;
+    free(seen);
+    return placed == samples && plan->microbatches > 0;
+fail:
+    free(seen);
+    return 0;
+}
+
+static void megatron_free(megatron_plan *plan)
+{
+    free(plan->offsets);
+    free(plan->cp);
+    free(plan->first);
+    free(plan->members);
+}
+
+/* Per microbatch the slowest group, summed (see above). */
+static double megatron_barrier_sum(const megatron_plan *plan, const int64_t *lengths,
+                                   const dcp_cost_model *cost)
+{
+    double total = 0.0;
+    int32_t k, g, i;
+    for (k = 0; k < plan->microbatches; k++) {
+        double slowest = 0.0;
+        for (g = plan->offsets[k]; g < plan->offsets[k + 1]; g++) {
+            int32_t cp = plan->cp[g];
+            double t = dcp_cost_ring_seconds(cost, cp);
+            for (i = plan->first[g]; i < plan->first[g + 1]; i++) {
+                int64_t length = lengths[plan->members[i]], multiple = cp > 1 ? 2 * cp : 1;
+                int64_t padded = (length + multiple - 1) / multiple * multiple;
+                t += dcp_cost_sample_seconds(cost, length, padded, cp);
+            }
+            slowest = t > slowest ? t : slowest;
+        }
+        total += slowest;
+    }
+    return total;
+}
+
+/* The plan as a dcp_plan (arrays malloc'ed here; free with megatron_dcp_free), groups of each
+   microbatch laid out widest first from rank 0 (aligned: each start is a sum of larger or
+   equal powers of two); 0 when a group's size is not a power of two up to max_cp. */
+static int megatron_as_dcp(const megatron_plan *plan, const dcp_config *resolved,
+                           const int64_t *lengths, int32_t samples, dcp_plan *out)
+{
+    int32_t k, g, i, at = 0, made = 0, cp;
+    memset(out, 0, sizeof *out);
+    for (g = 0; g < plan->groups; g++)
+        if (!dcp_is_pow2(plan->cp[g]) || plan->cp[g] > resolved->max_cp) return 0;
+    out->config = *resolved;
+    out->num_samples = samples;
+    out->num_microbatches = plan->microbatches;
+    out->num_groups = plan->groups;
+    out->sample_lengths = (int64_t *)malloc((size_t)samples * sizeof(int64_t));
+    out->microbatch_offsets = (int32_t *)malloc(((size_t)plan->microbatches + 1) * sizeof(int32_t));
+    out->groups = (dcp_group *)malloc((size_t)plan->groups * sizeof(dcp_group));
+    out->group_samples = (int32_t *)malloc((size_t)samples * sizeof(int32_t));
+    if (!out->sample_lengths || !out->microbatch_offsets || !out->groups || !out->group_samples)
+        return 0;
+    memcpy(out->sample_lengths, lengths, (size_t)samples * sizeof(int64_t));
+    for (k = 0; k < plan->microbatches; k++) {
+        int32_t first_rank = 0;
+        out->microbatch_offsets[k] = made;
+        for (cp = resolved->max_cp; cp >= 1; cp /= 2) /* widest first */
+            for (g = plan->offsets[k]; g < plan->offsets[k + 1]; g++) {
+                if (plan->cp[g] != cp) continue;
+                out->groups[made].first_rank = first_rank;
+                out->groups[made].cp = cp;
+                out->groups[made].sample_offset = at;
+                out->groups[made].sample_count = plan->first[g + 1] - plan->first[g];
+                for (i = plan->first[g]; i < plan->first[g + 1]; i++)
+                    out->group_samples[at++] = plan->members[i];
+                first_rank += cp;
+                made++;
+            }
+    }
+    out->microbatch_offsets[plan->microbatches] = made;
+    return 1;
+}
+
+static void megatron_dcp_free(dcp_plan *plan)
+{
+    free(plan->sample_lengths);
+    free(plan->microbatch_offsets);
+    free(plan->groups);
+    free(plan->group_samples);
+}
+
+/* Megatron's E = D step of the plan under `cost`: dcp_plan_simulate where the plan is a dcp
+   plan (checked against the barrier sum), else the barrier sum. -1 on an error. */
+static double megatron_step(const megatron_plan *plan, const dcp_config *config,
+                            const int64_t *lengths, int32_t samples, const char **source)
+{
+    dcp_config resolved;
+    dcp_plan as_dcp;
+    dcp_plan_stats stats;
+    dcp_error error;
+    double sum = megatron_barrier_sum(plan, lengths, &config->cost), step = sum;
+    *source = "sum";
+    if (dcp_config_resolve(config, &resolved, &error) != DCP_OK) return -1.0;
+    if (megatron_as_dcp(plan, &resolved, lengths, samples, &as_dcp)) {
+        if (dcp_plan_simulate(&as_dcp, NULL, &stats, &error) != DCP_OK) {
+            fprintf(stderr, "Megatron's plan: %s\n", error.message);
+            step = -1.0;
+        } else if (fabs(stats.barrier_seconds - sum) > MEGATRON_SUM_AGREEMENT * sum) {
+            fprintf(stderr, "dcp_plan_simulate %.17g != barrier sum %.17g\n",
+                    stats.barrier_seconds, sum);
+            step = -1.0;
+        } else {
+            step = stats.barrier_seconds;
+            *source = "dcp";
+        }
+    }
+    megatron_dcp_free(&as_dcp);
+    return step;
+}
+
+/* One row per model for a workload of the directory; returns the rows where ours is slower,
+   or that could not be evaluated. */
+static int megatron_rows(const char *dir, const char *name, int32_t ranks, int64_t max_tokens,
+                         const char *file, double *log_sum, int *rows)
+{
+    megatron_plan plan;
+    char path[4096];
+    int64_t *lengths = NULL;
+    int32_t count = 0;
+    int m, slower = 0;
+    char *text;
+    dcp_error error;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (dcp_lengths_read_file(path, NULL, &lengths, &count, &error) != DCP_OK) {
+        fprintf(stderr, "%s\n", error.message);
+        return 2;
+    }
+    snprintf(path, sizeof path, "%s/%s.megatron.txt", dir, name);
+    memset(&plan, 0, sizeof plan);
+    if (!(text = read_text(path)) || !megatron_parse(text, count, &plan)) {
+        fprintf(stderr, "%s: not a plan that places each of %d samples once\n", path, (int)count);
+        free(text);
+        megatron_free(&plan);
+        dcp_free(NULL, lengths);
+        return 2;
+    }
+    free(text);
+    for (m = 0; m < 2; m++) {
+        dcp_config config = dcp_config_init();
+        dcp_plan *ours = NULL;
+        dcp_plan_stats stats;
+        const char *source = "";
+        double meg;
+        config.ranks = ranks;
+        config.max_tokens_per_rank = max_tokens;
+        config.cost = models[m];
+        meg = megatron_step(&plan, &config, lengths, count, &source);
+        if (meg < 0.0 || dcp_plan_create(&config, lengths, count, &ours, &error) != DCP_OK ||
+            dcp_plan_simulate(ours, NULL, &stats, &error) != DCP_OK) {
+            fprintf(stderr, "%s %s: %s\n", name, model_names[m], meg < 0.0 ? "" : error.message);
+            dcp_plan_destroy(ours);
+            slower++;
+            continue;
+        }
+        printf("%-17s %-8s %5d %5d | %9.3f %9.3f | %7.3fx | %6.3f %6.3f | %4d %4d | %s%s\n", name,
+               model_names[m], (int)count, (int)ranks, meg * (m == 0 ? 1e3 : 1e-9),
+               stats.barrier_seconds * (m == 0 ? 1e3 : 1e-9), meg / stats.barrier_seconds,
+               stats.lower_bound_seconds / meg, stats.efficiency, (int)plan.microbatches,
+               (int)stats.num_microbatches, source,
+               stats.barrier_seconds > meg ? "  SLOWER" : "");
+        slower += stats.barrier_seconds > meg;
+        *log_sum += log(meg / stats.barrier_seconds);
+        (*rows)++;
+        dcp_plan_destroy(ours);
+    }
+    megatron_free(&plan);
+    dcp_free(NULL, lengths);
+    return slower;
+}
+
+/* Every workload of DIR/workloads.txt with its Megatron plan, both models, under E = D. */
+static int megatron_table(const char *dir)
+{
+    char path[4096], name[256], file[256];
+    FILE *index;
+    int count = 0, ranks = 0, rows = 0, slower = 0;
+    long long max_tokens = 0;
+    double log_sum = 0.0;
+    snprintf(path, sizeof path, "%s/workloads.txt", dir);
+    if (!(index = fopen(path, "r"))) {
+        perror(path);
+        return 1;
+    }
+    printf("E = D (barrier per microbatch): Megatron-LM's next_hdp_group_packing_aware "
+           "(bench/megatron_baseline.py) against dcp's planner, both evaluated by "
+           "dcp_plan_simulate\n");
+    printf("%-17s %-8s %5s %5s | %9s %9s | %8s | %6s %6s | %4s %4s | eval\n", "workload",
+           "model", "N", "D", "megatron", "dcp", "meg/dcp", "eff-m", "eff-d", "K-m", "K-d");
+    while (fscanf(index, "%255s %d %d %lld %255s", name, &count, &ranks, &max_tokens, file) == 5)
+        slower += megatron_rows(dir, name, ranks, (int64_t)max_tokens, file, &log_sum, &rows);
+    fclose(index);
+    printf("geomean megatron / dcp step: %.3fx over %d rows; rows where dcp is slower (or that "
+           "failed): %d\n",
+           rows ? exp(log_sum / rows) : 0.0, rows, slower);
+    printf("steps: ms (default model), 1e9 x L^2 units (L2-only); eff-m, eff-d = our barrier lower "
+           "bound / step; K = microbatches; eval: dcp = dcp_plan_simulate, sum = the barrier sum "
+           "(a group size dcp plans cannot hold)\n");
+    return slower ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -320,8 +702,11 @@ int main(int argc, char **argv)
             repeat = atoi(argv[++i]);
         else if (strcmp(argv[i], "--dump-lengths") == 0 && i + 1 < argc)
             return dump_lengths(argv[++i]);
+        else if (strcmp(argv[i], "--megatron") == 0 && i + 1 < argc)
+            return megatron_table(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--quick] [--repeat N] [--dump-lengths DIR]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--repeat N] [--dump-lengths DIR] "
+                    "[--megatron DIR]\n", argv[0]);
             return 2;
         }
     }
@@ -333,6 +718,7 @@ int main(int argc, char **argv)
     printf("geomean greedy / dynamic: E = D %.3fx, E = 1 %.3fx\n", exp(log_d / count_d),
            exp(log_1 / count_1));
     failures += intermediate_table(repeat);
+    failures += targets_table(quick, repeat);
     failures += scaling_table(quick);
     printf("\nstep times: ms (default model), 1e9 x L^2 units (L2-only model); eff = lower bound "
            "/ step under the same E; vs-stat, vs-grdy = baseline step / dynamic step; plan-ms = "

@@ -426,8 +426,8 @@ static int32_t random_workload(dcp_rng *rng, dcp_config *c, int64_t *lengths, in
 }
 
 /* Every strategy on every workload: the validator's invariants, the lower bound, determinism,
-   the microbatch multiple; and the dynamic plan within 1 / DCP__BALANCED_EFFICIENCY of the
-   better baseline (the fallback guarantees it). */
+   the microbatch multiple; and the dynamic plan never slower than either baseline, to the bit
+   (the final choice guarantees it; tests/test_plan_guarantee.c checks it on larger pools). */
 static void random_workload_properties(void)
 {
     enum { CAPACITY = 96 };
@@ -474,8 +474,7 @@ static void random_workload_properties(void)
             dcp_plan_destroy(plan);
             dcp_plan_destroy(again);
         }
-        CHECK(steps[0] * DCP__BALANCED_EFFICIENCY <=
-              (steps[1] < steps[2] ? steps[1] : steps[2]) * (1.0 + 1e-9));
+        CHECK(steps[0] <= steps[1] && steps[0] <= steps[2]);
     }
 }
 
@@ -734,31 +733,54 @@ static double exhaustive_barrier_step(exhaustive *x)
     return x->best[all];
 }
 
-/* On tiny random batches under E = D: the barrier lower bound <= the exhaustive optimum <=
-   the planner's step (the bound is valid; how far each is from the optimum is printed, the
-   measure of which one is loose). */
+/* On tiny random batches under E = D, on pools of 2 to 8 ranks (3, 5, 6, 7 not a power of
+   two): the barrier lower bound <= the exhaustive optimum <= the planner's step. Which side of
+   the gap between bound and step is loose is measured per class (pool a power of two or not,
+   default or L^2 model): the planner's step is within OPTIMUM_PLAN_MEAN of the optimum on
+   average in every class, so what is left of the gap is the bound's. The default model's
+   bound is loose on these batches (a few tens of tokens per rank, where the ring's cost and
+   padding weigh most): it cannot see that a sample taking its fastest CP size leaves the
+   ranks beside it to nothing else, nor which CP sizes share a microbatch (two samples of 63
+   and 23 tokens on 2 ranks of M = 64: the optimum shares one group of 2, 59 us; the bound is
+   the longest alone, 47 us). On pools that are not a power of two, groups of powers of two
+   cannot split a few samples' work evenly (two samples on 7 ranks: at best 4 + 2 ranks, the
+   bound says 7); there the L^2 bound is loose too. */
+#define OPTIMUM_PLAN_MEAN 0.99
+enum { EXHAUSTIVE_CLASSES = 4 }; /* power of two or not, x default or L^2 model */
+
+typedef struct exhaustive_tally {
+    double bound_sum, plan_sum, worst_bound, worst_plan;
+    int count;
+} exhaustive_tally;
+
 static void barrier_bound_below_exhaustive_optimum(void)
 {
-    enum { WORKLOADS = 300 };
+    enum { WORKLOADS = 600, POOLS = 7 };
+    static const char *const names[EXHAUSTIVE_CLASSES] = {
+        "power of two, default", "power of two, L^2", "not a power of two, default",
+        "not a power of two, L^2"};
+    exhaustive_tally tally[EXHAUSTIVE_CLASSES];
     dcp_rng rng;
-    int w, models;
-    double bound_gap = 0.0, plan_gap = 0.0, worst_bound = 1.0, worst_plan = 1.0;
-    double model_gap[2] = {0.0, 0.0};
-    int model_count[2] = {0, 0};
+    int w, k;
+    for (k = 0; k < EXHAUSTIVE_CLASSES; k++) {
+        memset(&tally[k], 0, sizeof tally[k]);
+        tally[k].worst_bound = tally[k].worst_plan = 1.0;
+    }
     dcp_rng_seed(&rng, test_seed_for(PROPERTY_SEED + 4));
     for (w = 0; w < WORKLOADS; w++) {
-        static const int32_t pools[3] = {2, 4, 8};
+        int32_t ranks = 2 + (int32_t)dcp_rng_below(&rng, POOLS), widest = 1, i;
         int64_t lengths[EXHAUSTIVE_MOST];
         exhaustive x;
-        dcp_config c = make_config(pools[dcp_rng_below(&rng, 3)], 64), resolved;
+        dcp_config c = make_config(ranks, 64), resolved;
         dcp_plan *plan;
         double optimum, bound = 0.0, step = 0.0;
-        int32_t i;
-        models = (int)dcp_rng_below(&rng, 2);
-        if (models) c.cost.attn_coeff = 1.0; /* L^2 only, else the default model */
+        int l2 = (int)dcp_rng_below(&rng, 2);
+        exhaustive_tally *t = &tally[2 * !dcp_is_pow2(ranks) + l2];
+        if (l2) c.cost.attn_coeff = 1.0; /* L^2 only, else the default model */
+        while (widest * 2 <= ranks) widest *= 2;
         x.count = 2 + (int32_t)dcp_rng_below(&rng, EXHAUSTIVE_MOST - 1);
-        for (i = 0; i < x.count; i++) /* up to c.ranks x 64 tokens: every CP size in play */
-            lengths[i] = 1 + (int64_t)dcp_rng_below(&rng, (uint64_t)(c.ranks * 64));
+        for (i = 0; i < x.count; i++) /* up to the widest group's 64 tokens a rank, padded */
+            lengths[i] = 1 + (int64_t)dcp_rng_below(&rng, (uint64_t)(widest * 64 - 2 * widest));
         CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
         x.config = &resolved;
         x.lengths = lengths;
@@ -770,20 +792,23 @@ static void barrier_bound_below_exhaustive_optimum(void)
         CHECK_EQ(dcp_plan_step_time(plan, NULL, 0, &step, NULL), DCP_OK);
         CHECK(bound <= optimum * (1.0 + 1e-9));
         CHECK(optimum <= step * (1.0 + 1e-9));
-        bound_gap += bound / optimum;
-        model_gap[models] += bound / optimum;
-        model_count[models]++;
-        plan_gap += optimum / step;
-        if (bound / optimum < worst_bound) worst_bound = bound / optimum;
-        if (optimum / step < worst_plan) worst_plan = optimum / step;
+        t->bound_sum += bound / optimum;
+        t->plan_sum += optimum / step;
+        t->worst_bound = bound / optimum < t->worst_bound ? bound / optimum : t->worst_bound;
+        t->worst_plan = optimum / step < t->worst_plan ? optimum / step : t->worst_plan;
+        t->count++;
         dcp_plan_destroy(plan);
     }
-    printf("    %d tiny batches, E = D: bound / optimum mean %.3f (worst %.3f), optimum / planner "
-           "mean %.3f (worst %.3f)\n",
-           WORKLOADS, bound_gap / WORKLOADS, worst_bound, plan_gap / WORKLOADS, worst_plan);
-    printf("    bound / optimum mean: default model %.3f (%d batches), L^2 model %.3f (%d)\n",
-           model_gap[0] / (model_count[0] ? model_count[0] : 1), model_count[0],
-           model_gap[1] / (model_count[1] ? model_count[1] : 1), model_count[1]);
+    for (k = 0; k < EXHAUSTIVE_CLASSES; k++) {
+        exhaustive_tally *t = &tally[k];
+        CHECK(t->count > 0);
+        if (t->count == 0) continue;
+        printf("    %-28s %3d batches: bound / optimum mean %.3f (worst %.3f), optimum / "
+               "planner mean %.4f (worst %.3f)\n",
+               names[k], t->count, t->bound_sum / t->count, t->worst_bound,
+               t->plan_sum / t->count, t->worst_plan);
+        CHECK(t->plan_sum / t->count >= OPTIMUM_PLAN_MEAN);
+    }
 }
 
 /* Under the L^2 model (no ring cost) on a power-of-two pool, a group of all D ranks per
@@ -895,11 +920,13 @@ static void local_search_never_hurts(void)
         CHECK_EQ(dcp__tree_init(&tree, &batch, NULL), DCP_OK);
         for (candidate = 0; candidate < DCP__CANDIDATE_COUNT; candidate++) {
             int64_t before;
+            int tight = 0;
             dcp__candidate_levels(&batch, (dcp__candidate)candidate, levels);
             CHECK_EQ(dcp__order_by_ticks(&batch, levels, 1, order, NULL), DCP_OK);
             CHECK_EQ(dcp__tree_build(&tree, order, levels, dcp__microbatch_floor(&batch, levels),
-                                     NULL),
+                                     -1, &tight, NULL),
                      DCP_OK);
+            CHECK(!tight);
             before = tree.mx_time[1];
             CHECK_EQ(dcp__tree_improve(&tree, 100000, NULL), DCP_OK);
             CHECK(tree.mx_time[1] <= before);
