@@ -361,3 +361,19 @@ SEEDED_TESTS += $(BUILD)/test_plan_guarantee
 all: $(GUARANTEE_TESTS)
 test-seeds: $(BUILD)/test_plan_guarantee
 $(GUARANTEE_TESTS) $(BUILD)/plan_bench: bench/length_shapes.h
+
+# ---- dcp_nccl.h against NCCL's real semantics: the strict host transport (issue 31) ---------
+# tests/fake_nccl behaves as NCCL 2.27.7 in test_nccl_host and its -san / -cxx builds above.
+# This build behaves as NCCL before 2.22, where ncclCommAbort waits at once even inside a group,
+# so that dcp_nccl.h's one-thread-per-communicator abort runs; it runs only the tests that abort
+# with work stuck somewhere (the others are compiled, not called: -Wno-unused-function).
+NCCL_HOST_2_21 := $(BUILD)/test_nccl_host-2.21
+TEST_PROGRAMS += $(NCCL_HOST_2_21)
+all: $(NCCL_HOST_2_21)
+$(NCCL_HOST_2_21): tests/test_nccl_host.c tests/test.h tests/mtp_pack.h dcp.h dcp_nccl.h \
+                   $(FAKE_NCCL) | $(BUILD)
+	$(CC) $(C_FLAGS) -Wno-unused-function -DFAKE_NCCL_VERSION_CODE=22105 -Itests/fake_nccl $< \
+	    -o $@ -lm -lpthread
+$(NCCL_HOST_TESTS) $(NCCL_HOST_2_21) $(BUILD)/test_nccl_gpu.o: tests/quarantine.h
+# make test-multirank also runs the four fault tests as 2 processes on one GPU against real
+# NCCL (tests/multirank.sh, build/test_nccl_gpu with DCP_MULTIRANK_TEST=fault-...).

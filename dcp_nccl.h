@@ -1,17 +1,18 @@
 /* dcp_nccl.h - the NCCL layer of libdcp: communicators per CP size, the per-microbatch switch,
    evaluation at another CP size, reroute, ring attention and metadata broadcast. v0.1.0
-   Header-only, stb style, on top of dcp.h, nccl.h and the CUDA runtime.
+   Header-only, stb style, on top of dcp.h, nccl.h (2.18 or later) and the CUDA runtime.
 
    WHAT IT DOES
    dcp.h plans which sample runs on how many ranks and derives, as pure functions, everything a
    rank must do about it (who sends what to whom, in which order, through which communicator,
    with which buffers). This header carries those answers out with NCCL and CUDA, and nothing
    more: the decisions are tested on simulated ranks in tests/test_comm.c, and this header's
-   own code runs on a host transport (tests/fake_nccl: NCCL and CUDA stand-ins, 8 to 512
-   ranks as threads) in tests/test_nccl_host.c. From the caller's DP x CP communicator (the
-   pool) it builds, once, one communicator per CP size 2..max_cp with ncclCommSplit (each
-   with the pool's config; CP size 1 needs none); per microbatch it hands out the
-   group's communicator and the rank's index in it; it can pin a CP size for a scope
+   own code runs on a host transport as strict as NCCL (tests/fake_nccl: NCCL and CUDA
+   stand-ins, 1 to 512 ranks as threads, each with a device thread) in tests/test_nccl_host.c.
+   From the caller's DP x CP communicator (the pool) it builds, once, one communicator per CP
+   size 2..max_cp with ncclCommSplit (each with the pool's config, or inheriting it; CP size 1
+   needs none); per microbatch it hands out the group's communicator and the rank's index in
+   it; it can pin a CP size for a scope
    (evaluation at CP 4 of a model trained at CP 1, and back); it executes reroute lists as one
    grouped ncclSend/ncclRecv; it runs ring attention over a group with the KV of the next step
    in flight on a communication stream while the current step computes; it broadcasts plans
@@ -44,12 +45,15 @@
            ...
        }
        dcp_nccl_set_wait(set, stream, &err);   // not cudaStreamSynchronize: it times out
-       dcp_nccl_set_destroy(set, &err);    // before the caller destroys pool_comm
+       int pool_gone = set->pool == NULL;  // after a failure the set has aborted the pool
+       if (dcp_nccl_set_destroy(set, &err) == DCP_ERROR_NCCL) pool_gone = 1;
+       if (!pool_gone) ncclCommDestroy(pool_comm);
 
    BUILDING
    Include dcp.h (without DCP_NO_DISTRIBUTED) and then dcp_nccl.h; define DCP_NCCL_IMPLEMENTATION
    in exactly one C, C++ or CUDA file. It compiles as C99 and under nvcc. Link with
-   dcp_cuda.o (the attention kernels), -lnccl and -lcudart:
+   dcp_cuda.o (the attention kernels), -lnccl and -lcudart (and -lpthread where the C library
+   does not hold the threads, glibc before 2.34: aborts under NCCL before 2.22 use them):
        nvcc -O2 -arch=sm_90 your.cu dcp_cuda.cu -o your -lnccl
    Option macros, defined before the implementation include:
        DCP_NCCL_STATIC                 make every function static
@@ -73,32 +77,47 @@
      error is found before a function's first enqueue and changes nothing, except that a
      broadcast first takes part in every chunk (its peers are in the same collectives) and
      then fails. A CUDA or NCCL error after the first enqueue may leave this rank's half of
-     some traffic posted, so the function aborts before it returns (ncclCommAbort on the
-     set's split communicators and on the communicator it ran on when that is the pool or
-     the caller's: do not destroy those afterwards) and the set answers every later call
-     with DCP_ERROR_NCCL until dcp_nccl_set_destroy. Every exit leaves the caller's stream
-     ordered after the communication stream (joined). dcp_nccl_plan_agree's mismatch is not
-     a failure of the transport: the set stays usable.
-   - Waiting: nothing blocks the host in cudaStreamSynchronize. Where the host needs a result
-     (set creation, broadcasts, agreement, dcp_nccl_set_wait) it polls cudaStreamQuery and
-     ncclCommGetAsyncError; after options.timeout_ms (or an asynchronous error) it aborts as
-     above and returns DCP_ERROR_NCCL naming the operation and the communicator, so a dead
-     peer costs a timeout, not a hang. Pageable host copies are issued only on a drained
-     stream (they would block the host otherwise). set->timeout_ms may be changed between
-     calls.
-   - Non-blocking communicators (options.config->blocking = 0, the pool's config): every call
-     that answers ncclInProgress is polled to its end with the same timeout.
+     some traffic posted, so the function aborts before it returns: every communicator of the
+     set, the pool included (and the caller's communicator it ran on), every abort flag
+     raised before any abort waits (ABORTING below). The set then answers every later call
+     with DCP_ERROR_NCCL until dcp_nccl_set_destroy, and set->pool is NULL. Every exit leaves
+     the caller's stream ordered after the communication stream (joined).
+     dcp_nccl_plan_agree's mismatch is not a failure of the transport: the set stays usable.
+   - The pool is the caller's to destroy after dcp_nccl_set_destroy, unless the set aborted
+     it: set->pool was NULL before destroy, or dcp_nccl_set_create / dcp_nccl_set_destroy
+     returned DCP_ERROR_NCCL or DCP_ERROR_CUDA (creation: after a transport failure this
+     rank's peers may wait for it in the agreement or a split, so every rank aborts its pool).
+   - Waiting and timeouts: nothing of this layer blocks the host in cudaStreamSynchronize.
+     Where the host needs a result (set creation, broadcasts, agreement, dcp_nccl_set_wait,
+     destroy) it polls cudaStreamQuery and ncclCommGetAsyncError; after options.timeout_ms (or
+     an asynchronous error) it aborts as above and returns DCP_ERROR_NCCL naming the operation
+     and the communicator. Pageable host copies are issued only on a drained stream (CUDA may
+     make them wait for the stream otherwise, without bound). set->timeout_ms may be changed
+     between calls. That a peer which never comes costs a timeout, not a hang, HOLDS WITH
+     NON-BLOCKING COMMUNICATORS (the pool's config.blocking = 0, which the splits share):
+     every NCCL call then returns at once (ncclInProgress) and is polled to its end with the
+     same timeout; a split, which runs as the POOL's background job, is polled on the pool,
+     and its child exists once the pool says so. With blocking communicators (NCCL's
+     default) NCCL itself blocks the host, without a timeout, where it documents it:
+     ncclCommSplit until every rank of the pool has called it, a first use of a peer until the
+     peer connects (lazy connection; collectives too from NCCL 2.22), a launch while the work
+     queue is full. The layer keeps out of these what it can -- creation agrees over the pool
+     (polled) before it splits; destroy waits for the set's work by polling before
+     ncclCommFinalize (which would wait for it without bound) and aborts instead when it does
+     not pass -- but a blocking rank whose peer stops between the agreement and its split, or
+     before its first use of a peer, hangs in NCCL there.
    - Streams: functions take the caller's stream and only enqueue work on it (broadcast and
      set creation also wait for it); the ring's transfers run on the set's own communication
      stream, ordered against the caller's stream by events, and the call returns with all of
      them ordered before later work on the caller's stream.
    - Memory: set creation allocates the set (host, options.allocator), a communication stream,
-     two events and the staging buffer (device); broadcasts allocate the received buffer and
+     four events and the staging buffer (device); broadcasts allocate the received buffer and
      object (host). Nothing else allocates: the ring takes caller scratch sized by
      dcp_nccl_ring_scratch_size, reroute takes the caller's buffers.
    - Threads: one set per process and device, used by one thread at a time (the override
      state, the events and the communication stream are the set's); ncclGroupStart/End are
-     per thread, so never call into one set from two threads. Thread-safe:
+     per thread, so never call into one set from two threads. The layer starts threads of its
+     own only to abort under NCCL before 2.22 (ABORTING), and joins them. Thread-safe:
      dcp_nccl_compiled_version, dcp_nccl_ring_scratch_size and dcp_nccl_set_comm /
      dcp_nccl_set_current on a set no thread is changing. All ranks of a communicator call
      its collective functions in the same order with the same sizes; dcp.h gives every rank
@@ -111,33 +130,67 @@
    ncclCommSplit takes resource sharing from the PARENT's config: a splitShare set in the
    child's config has no effect. So the pool's creator decides, and the set copies the pool's
    config (options.config, which must be the one the pool was created with) whole into every
-   split. Shared (pool splitShare 1): the children use the pool's channels and abort flag, so
-   a CP ring cannot overlap the DP collectives on the pool (they serialize), and aborting one
-   aborts all. Not shared (NCCL's default, and this library's recommendation for training):
-   each split costs its own buffers, so keep the splits few: the default max_cp is the
-   planner's max_cp (options.plan_config), and dcp_comm_max_cp gives the largest CP size
-   worth planning for the longest sample, instead of the pool size (at D = 1024 that was 10
-   pool-wide splits). The memory per communicator both ways has not been measured yet:
+   split, or passes NULL when options.config is NULL (NCCL then copies the pool's config into
+   the child). Shared (pool splitShare 1, or NCCL_COMM_SPLIT_SHARE_RESOURCES=1): the children
+   use the pool's channels and its abort flag, so a CP ring cannot overlap the DP collectives
+   on the pool (they serialize), and aborting a child aborts the pool, whose later kernels
+   would quit without an error. The set therefore aborts (and clears) the pool along with its
+   splits whenever they may share its flag: shared, or options.config NULL (the set cannot
+   read the pool's config then; a splitShare set only in an nccl.conf file is not seen
+   either). Not shared (NCCL's default, and this library's recommendation for training): each
+   split costs its own buffers, so keep the splits few: the default max_cp is the planner's
+   max_cp (options.plan_config), and dcp_comm_max_cp gives the largest CP size worth planning
+   for the longest sample, instead of the pool size (at D = 1024 that was 10 pool-wide
+   splits). The memory per communicator both ways has not been measured yet:
    examples/ring_attention_nccl measures it when DCP_MEASURE_SPLIT_MEMORY=1 (one GPU, N
    ranks: tests/multirank.sh).
+
+   ABORTING
+   ncclCommAbort raises its communicator's abort flag and then waits for the communicator's
+   queued work (its internal stream, which waits for the user streams its kernels sit on).
+   That work can sit behind another communicator's stuck kernel -- a split's ring queued
+   behind a pool reroute that waits for a dead peer -- which only the other's flag releases:
+   aborted one after the other, the first abort could wait forever. So the layer raises every
+   flag before any abort waits: from NCCL 2.22 its aborts share one ncclGroupStart /
+   ncclGroupEnd (an abort in a group only raises the flag, and ncclGroupEnd, always a
+   blocking group then, runs the waits together); before 2.22 an abort in a group still
+   waits at once, so each runs on a thread of its own (POSIX threads; elsewhere one after the
+   other, which can hang as above).
+
+   SUPPORTED NCCL VERSIONS
+   2.18 or later (ncclCommSplit with a config); set creation checks ncclGetVersion at run time
+   and answers DCP_ERROR_UNSUPPORTED below it. The semantics above were read in the sources of
+   NCCL 2.21.5 and 2.27.7 (src/init.cc, src/group.cc) and are what tests/fake_nccl enforces:
+   the transport behaves as 2.27.7, and make's test_nccl_host-2.21 build as a version before
+   2.22 (the threaded aborts). No GPU run has confirmed them yet (make test-multirank).
 
    REFERENCE
    Communicator set
        dcp_nccl_set_create(pool, options, &set, err)   collective over pool; checks that every
                                         rank passed the same max_cp and staging size, then
                                         splits one communicator per CP size 2..max_cp (color
-                                        rank / c, key rank % c, the pool's config copied;
-                                        NCCL_SPLIT_NOCOLOR past the last full block);
-                                        set->comms[dcp_comm_slot(c)]. A CUDA or NCCL failure
-                                        in its agreement step aborts the pool (its all-reduce
-                                        may hang otherwise): do not destroy the pool then
-       dcp_nccl_set_destroy(set, err)   finalizes and destroys the split communicators (largest
-                                        first, the same order on every rank), then the stream,
-                                        events and staging; the caller destroys the pool after
+                                        rank / c, key rank % c, the pool's config copied or
+                                        NULL; NCCL_SPLIT_NOCOLOR past the last full block);
+                                        set->comms[dcp_comm_slot(c)]. DCP_ERROR_NCCL or _CUDA:
+                                        it has aborted the pool (a split in flight included):
+                                        do not destroy the pool then
+       dcp_nccl_set_destroy(set, err)   waits (polled) for the communication stream and the
+                                        caller's stream of the set's last communication, then
+                                        finalizes the split communicators together and destroys
+                                        them (largest first), then the stream, events and
+                                        staging. Work that does not pass within the timeout, or
+                                        a failed finalize: everything aborted, the pool too,
+                                        and DCP_ERROR_NCCL. Otherwise the caller destroys the
+                                        pool after (unless set->pool was NULL already). Wait
+                                        for streams you used for earlier calls first
+                                        (dcp_nccl_set_wait)
        dcp_nccl_set_comm(set, cp)       the communicator of CP size cp (NULL: cp 1, or none)
        dcp_nccl_set_check(set, err)     polls ncclCommGetAsyncError on the pool and every split
-       dcp_nccl_set_abort(set, abort_pool, err)  ncclCommAbort on every split communicator (and
-                                        the pool when abort_pool); the set stays destroyable
+       dcp_nccl_set_abort(set, abort_pool, err)  ncclCommAbort on every split communicator, and
+                                        on the pool when abort_pool or when the splits may
+                                        share its abort flag (set->shared_abort; see RESOURCE
+                                        SHARING), every flag raised first; set->pool is NULL
+                                        when the pool went. The set stays destroyable
        dcp_nccl_set_wait(set, stream, err)   the polled, timed wait for a stream (instead of
                                         cudaStreamSynchronize); aborts on error or timeout
        dcp_nccl_plan_agree(set, plan, stream, err)  collective over the pool: one all-reduce of
@@ -185,9 +238,9 @@
 
    STATUS
    Compiled as C and under nvcc by `make`; its logic is tested on the CPU by tests/test_comm.c
-   and its own code on the host transport by tests/test_nccl_host.c (make test). It has not
-   been run on a GPU yet: make test-gpu (one rank) and make test-multirank (2, 4, 6, 8 ranks
-   on one GPU) are the first runs to make.
+   and its own code on the strict host transport by tests/test_nccl_host.c (make test). It has
+   not been run on a GPU yet: make test-gpu (one rank) and make test-multirank (2, 4, 6, 8 ranks
+   on one GPU, and the 2-rank fault runs) are the first runs to make.
 
    LICENSE
    MIT, as dcp.h. */
@@ -202,6 +255,14 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+
+/* ncclCommSplit with a config (2.18) is the oldest call the layer needs; the semantics it relies
+   on were read in NCCL 2.21.5 and 2.27.7 (see SUPPORTED NCCL VERSIONS). */
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < 21800
+#error "dcp_nccl.h needs NCCL 2.18 or later (ncclCommSplit with a config)"
+#endif
+/* The oldest NCCL library set creation accepts at run time (ncclGetVersion). */
+#define DCP_NCCL_MIN_VERSION 21800
 
 #ifdef DCP_NCCL_STATIC
 #define DCP_NCCL_DEF static
@@ -235,11 +296,14 @@ typedef struct dcp_nccl_options {
                                    largest power of two <= pool size */
     size_t staging_bytes;       /* >= DCP_NCCL_MIN_STAGING_BYTES; default
                                    DCP_NCCL_DEFAULT_STAGING_BYTES */
-    const ncclConfig_t *config; /* the config the POOL was created with (NULL: NCCL's
-                                   defaults), copied whole into every split's config.
-                                   Resource sharing is decided by its splitShare, because
-                                   NCCL reads the parent's: see RESOURCE SHARING. blocking 0
-                                   (non-blocking) is supported: calls are polled to their end */
+    const ncclConfig_t *config; /* the config the POOL was created with, copied whole into
+                                   every split's config; NULL: every split gets NULL, which in
+                                   NCCL inherits the pool's config (the set then does not know
+                                   the pool's splitShare and treats the splits as sharing its
+                                   abort flag). Resource sharing is decided by the pool's
+                                   splitShare, because NCCL reads the parent's: see RESOURCE
+                                   SHARING. blocking 0 (non-blocking) is what makes the timeout
+                                   hold: see WAITING AND TIMEOUTS */
     const dcp_config *plan_config; /* optional: the planner's config, for the default max_cp
                                    (dcp_comm_max_cp gives a small one for the lengths) */
     int64_t timeout_ms;         /* >= 0; every wait of the set; default
@@ -249,7 +313,8 @@ typedef struct dcp_nccl_options {
 
 /* Read-only for the caller; the functions below change it. */
 typedef struct dcp_nccl_set {
-    ncclComm_t pool;                  /* the caller's DP x CP communicator (not owned) */
+    ncclComm_t pool;                  /* the caller's DP x CP communicator (not owned); NULL
+                                         once the set aborted it */
     int32_t ranks, rank, max_cp;
     int32_t num_slots;                /* dcp_comm_slot_count(max_cp) */
     ncclComm_t comms[DCP_CP_LEVELS];  /* comms[dcp_comm_slot(c)]: CP size c; NULL for a rank
@@ -260,9 +325,14 @@ typedef struct dcp_nccl_set {
     cudaEvent_t dkv_done;             /* the ring backward's last dK/dV hop posted */
     void *staging;                    /* device, staging_bytes */
     size_t staging_bytes;
-    int32_t aborted;                  /* 1 after dcp_nccl_set_abort */
+    int32_t aborted;                  /* 1 after dcp_nccl_set_abort or a failure */
     int64_t timeout_ms;               /* options.timeout_ms */
     ncclConfig_t config;              /* the splits' config: options.config, copied */
+    int32_t inherit_config;           /* 1: options.config was NULL, the splits get NULL */
+    int32_t shared_abort;             /* 1: the splits share the pool's abort flag (or may:
+                                         config inherited), so aborting one aborts the pool */
+    cudaEvent_t work_done;            /* recorded on the caller's stream after the set's last
+                                         communication there (what destroy waits for) */
     dcp_allocator allocator;
 } dcp_nccl_set;
 
@@ -285,7 +355,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool
                                            dcp_error *error);
 /* The host-side wait that replaces cudaStreamSynchronize: polls the stream and the async
    errors of the pool and of every split communicator; on an error, or after timeout_ms,
-   aborts the set and the pool and names what failed. */
+   aborts the set and the pool (set->pool NULL) and names what failed. */
 DCP_NCCL_DEF dcp_status dcp_nccl_set_wait(dcp_nccl_set *set, cudaStream_t stream,
                                           dcp_error *error);
 /* Collective over the pool, before the first reroute of a step: every rank's dcp_plan_hash
@@ -465,6 +535,7 @@ private:
 #include <string.h>
 #include <time.h>
 #if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
 #include <sched.h>
 #endif
 
@@ -546,6 +617,20 @@ static dcp_status dcp_nccl__status(dcp_nccl__library library, int code, const ch
         if (status != DCP_OK) goto done;                                                       \
     } while (0)
 
+/* The ncclGroupEnd of a group the function opened (its `grouped` is 1 since ncclGroupStart),
+   polled to its end on comm. A failed ncclGroupEnd may leave the group open (one that did not
+   run, as an injected fault) or closed (NCCL closes it before it reports an error), so grouped
+   stays 1 until one succeeds: the exit path's ncclGroupEnd then closes the group, or is
+   answered ncclInvalidUsage at depth 0, which changes nothing. */
+#define DCP_NCCL__END_GROUP(comm)                                                              \
+    do {                                                                                       \
+        const int end_code_ = DCP_NCCL__CALL_NCCL(ncclGroupEnd());                             \
+        if (end_code_ == (int)ncclSuccess || end_code_ == (int)ncclInProgress) grouped = 0;    \
+        status = dcp_nccl__settle(set, (comm), end_code_, "ncclGroupEnd()", __FILE__,          \
+                                  __LINE__, error);                                            \
+        if (status != DCP_OK) goto done;                                                       \
+    } while (0)
+
 /* Runs a dcp call (kernels, dcp.h): on failure its own message stays. */
 #define DCP_NCCL__TRY(call)                                                                    \
     do {                                                                                       \
@@ -563,7 +648,7 @@ static dcp_status dcp_nccl__usable(const dcp_nccl_set *set, dcp_error *error)
 
 DCP_NCCL_DEF int dcp_nccl_compiled_version(void) { return NCCL_VERSION_CODE; }
 
-/* ------------------------------------------------------------------ waiting without blocking */
+/* --------------------------------------------------------------------- clock and names */
 
 /* Wall-clock milliseconds for timeouts: DCP_NCCL_NOW_MS() when defined, else the monotonic
    clock where <time.h> offers it (POSIX: _POSIX_C_SOURCE >= 199309L, or C++ / GNU defaults),
@@ -608,23 +693,135 @@ static void dcp_nccl__name(const dcp_nccl_set *set, ncclComm_t comm, char *name,
     snprintf(name, size, "caller's");
 }
 
-/* After a failure that may have left traffic half-enqueued: ncclCommAbort on the set's split
-   communicators and on comm when it is not one of them (the pool, or a communicator the
-   caller passed), so that no peer's matching call and no enqueued kernel waits forever. The
-   set is then unusable (dcp_nccl__usable says so): destroy it. Returns status unchanged. */
+/* Keeps the first failure of a cleanup sequence that goes on after errors. */
+static void dcp_nccl__keep(dcp_status status, const dcp_error *scratch, dcp_status *first,
+                           dcp_error *error)
+{
+    if (status == DCP_OK || *first != DCP_OK) return;
+    *first = status;
+    if (error) *error = *scratch;
+}
+
+/* ------------------------------------------------------------------------------ aborting */
+
+/* From this NCCL version an ncclCommAbort inside ncclGroupStart / ncclGroupEnd only raises its
+   communicator's abort flag; the wait for the communicator's queued work (commReclaim) runs in
+   ncclGroupEnd, for all of them together, always as a blocking group. */
+#define DCP_NCCL__GROUPED_ABORT_VERSION 22200
+/* The most communicators one abort covers: every split, the pool and a caller's. */
+#define DCP_NCCL__MAX_ABORTS (DCP_CP_LEVELS + 2)
+
+#if defined(__unix__) || defined(__APPLE__)
+#define DCP_NCCL__ABORT_THREADS 1
+typedef struct dcp_nccl__abort_job {
+    ncclComm_t comm;
+    ncclResult_t result;
+    pthread_t thread;
+    int started;
+} dcp_nccl__abort_job;
+
+static void *dcp_nccl__abort_main(void *arg)
+{
+    dcp_nccl__abort_job *job = (dcp_nccl__abort_job *)arg;
+    job->result = ncclCommAbort(job->comm);
+    return NULL;
+}
+#endif
+
+/* Before NCCL 2.22: one thread per communicator, so that every ncclCommAbort has raised its
+   flag (its first step) before any of them can be stuck in its wait; without threads, or where
+   one cannot start, the abort runs in the calling thread (and its wait may then be for work
+   only a later abort releases). */
+static dcp_status dcp_nccl__abort_each(ncclComm_t *comms, int32_t count, dcp_error *error)
+{
+    dcp_status first = DCP_OK;
+    dcp_error scratch;
+    int32_t i;
+#ifdef DCP_NCCL__ABORT_THREADS
+    dcp_nccl__abort_job jobs[DCP_NCCL__MAX_ABORTS];
+    for (i = 0; i < count; i++) {
+        jobs[i].comm = comms[i], jobs[i].result = ncclSuccess;
+        jobs[i].started =
+            pthread_create(&jobs[i].thread, NULL, dcp_nccl__abort_main, &jobs[i]) == 0;
+    }
+    for (i = 0; i < count; i++) {
+        if (jobs[i].started) (void)pthread_join(jobs[i].thread, NULL);
+        else jobs[i].result = ncclCommAbort(jobs[i].comm);
+        dcp_nccl__keep(DCP_NCCL__RESULT(DCP_NCCL__LIB_NCCL, (int)jobs[i].result, ncclCommAbort,
+                                        &scratch),
+                       &scratch, &first, error);
+    }
+#else
+    for (i = 0; i < count; i++)
+        dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclCommAbort(comms[i]), &scratch), &scratch, &first,
+                       error);
+#endif
+    return first;
+}
+
+/* ncclCommAbort on comms[0 .. count), every abort flag raised before any abort waits.
+   ncclCommAbort raises its communicator's flag, then waits for the communicator's queued work,
+   and that work may sit behind another communicator's stuck kernel (on one stream, or for the
+   GPU) that only the other's flag releases: aborted one after the other, the first wait could
+   last forever. From NCCL 2.22 the aborts share one group; before, each has a thread. */
+static dcp_status dcp_nccl__abort_all(ncclComm_t *comms, int32_t count, dcp_error *error)
+{
+    dcp_status first = DCP_OK;
+    dcp_error scratch;
+    int version = 0;
+    int32_t i;
+    if (ncclGetVersion(&version) != ncclSuccess || version < DCP_NCCL__GROUPED_ABORT_VERSION)
+        return dcp_nccl__abort_each(comms, count, error);
+    dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclGroupStart(), &scratch), &scratch, &first, error);
+    for (i = 0; i < count; i++)
+        dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclCommAbort(comms[i]), &scratch), &scratch, &first,
+                       error);
+    dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclGroupEnd(), &scratch), &scratch, &first, error);
+    return first;
+}
+
+/* Aborts the set's split communicators, the pool when abort_pool or when the splits share its
+   abort flag (aborting them kills it anyway), and extra (a caller's communicator, or NULL),
+   every flag raised before any waits; the set is unusable after, and set->pool is NULL when
+   the pool went. A non-blocking split that was in flight writes its child when its job ends,
+   which the pool's abort makes it do: a child written meanwhile is aborted in a second round. */
+static dcp_status dcp_nccl__abort_set(dcp_nccl_set *set, int32_t abort_pool, ncclComm_t extra,
+                                      dcp_error *error)
+{
+    ncclComm_t comms[DCP_NCCL__MAX_ABORTS];
+    const int32_t with_pool = set->pool && (abort_pool || set->shared_abort);
+    dcp_status first = DCP_OK;
+    dcp_error scratch;
+    int32_t slot, round, count;
+    for (round = 0; round < 2; round++) {
+        count = 0;
+        for (slot = set->num_slots - 1; slot >= 0; slot--)
+            if (set->comms[slot]) comms[count++] = set->comms[slot], set->comms[slot] = NULL;
+        if (round == 0 && with_pool) comms[count++] = set->pool;
+        if (round == 0 && extra && extra != set->pool) comms[count++] = extra;
+        if (count == 0) break;
+        dcp_nccl__keep(dcp_nccl__abort_all(comms, count, &scratch), &scratch, &first, error);
+    }
+    if (with_pool) set->pool = NULL;
+    set->aborted = 1;
+    return first;
+}
+
+/* After a failure that may have left traffic half-enqueued: every communicator of the set, the
+   pool included, and comm when it is a caller's, aborted at once (no peer's matching call and
+   no enqueued kernel is left waiting forever, and no abort waits for work another one has not
+   released yet). The set is then unusable (dcp_nccl__usable says so) and set->pool NULL.
+   Returns status unchanged. */
 static dcp_status dcp_nccl__fail(dcp_nccl_set *set, ncclComm_t comm, dcp_status status)
 {
-    int32_t slot, own = 0;
+    int32_t slot;
     for (slot = 0; slot < set->num_slots; slot++)
-        if (comm && comm == set->comms[slot]) own = 1;
-    if (comm && comm == set->pool) {
-        (void)dcp_nccl_set_abort(set, 1, NULL);
-        return status;
-    }
-    if (comm && !own) (void)ncclCommAbort(comm);
-    (void)dcp_nccl_set_abort(set, 0, NULL);
+        if (comm == set->comms[slot]) comm = NULL; /* one of the set's */
+    (void)dcp_nccl__abort_set(set, 1, comm, NULL);
     return status;
 }
+
+/* ------------------------------------------------------------------ waiting without blocking */
 
 /* The end of an NCCL call that may be in progress (non-blocking communicators): polls
    ncclCommGetAsyncError(comm) until it leaves ncclInProgress or the set's timeout passes. */
@@ -650,39 +847,50 @@ static dcp_status dcp_nccl__settle(dcp_nccl_set *set, ncclComm_t comm, int code,
     return dcp_nccl__status(DCP_NCCL__LIB_NCCL, code, call, file, line, error);
 }
 
-/* Waits until the stream has passed everything enqueued on it, without blocking the host:
-   polls cudaStreamQuery and ncclCommGetAsyncError of comm (of every communicator of the set
-   when comm is NULL). On an asynchronous error, or when the set's timeout passes (a peer died
-   or left the collective early), aborts as dcp_nccl__fail does (comm NULL: the whole set and
-   the pool) and names the communicator and the operation. */
-static dcp_status dcp_nccl__wait(dcp_nccl_set *set, cudaStream_t stream, ncclComm_t comm,
-                                 const char *operation, dcp_error *error)
+/* DCP_ERROR_NCCL naming the first communicator of the set (the pool, then the splits; only comm
+   when it is not NULL) whose asynchronous error is neither ncclSuccess nor ncclInProgress; else
+   DCP_OK. */
+static dcp_status dcp_nccl__async_errors(const dcp_nccl_set *set, ncclComm_t comm,
+                                         const char *operation, dcp_error *error)
+{
+    char name[48];
+    int32_t slot;
+    for (slot = -1; slot < set->num_slots; slot++) {
+        ncclComm_t c = comm ? (slot < 0 ? comm : NULL)
+                            : (slot < 0 ? set->pool : set->comms[slot]);
+        ncclResult_t async = ncclSuccess;
+        if (!c) continue;
+        if (ncclCommGetAsyncError(c, &async) != ncclSuccess) async = ncclInternalError;
+        if (async == ncclSuccess || async == ncclInProgress) continue;
+        dcp_nccl__name(set, c, name, sizeof name);
+        return dcp_error_set(error, DCP_ERROR_NCCL,
+                             "%s: asynchronous error on the %s communicator: %s (%d); the set "
+                             "was aborted",
+                             operation, name, ncclGetErrorString(async), (int)async);
+    }
+    return DCP_OK;
+}
+
+/* Waits until a stream (or, with stream NULL, an event) has passed everything enqueued before
+   it, without blocking the host: polls cudaStreamQuery / cudaEventQuery and the asynchronous
+   errors of comm (of every communicator of the set when comm is NULL). On an asynchronous
+   error, or when the set's timeout passes (a peer died or left the collective early), aborts as
+   dcp_nccl__fail does and names the communicator and the operation. */
+static dcp_status dcp_nccl__wait_for(dcp_nccl_set *set, cudaStream_t stream, cudaEvent_t event,
+                                     ncclComm_t comm, const char *operation, dcp_error *error)
 {
     const double start = dcp_nccl__now_ms();
     dcp_status status = DCP_OK;
     char name[48];
     for (;;) {
-        const cudaError_t query = cudaStreamQuery(stream);
-        int32_t slot;
+        const cudaError_t query = stream ? cudaStreamQuery(stream) : cudaEventQuery(event);
         if (query == cudaSuccess) return DCP_OK;
         if (query != cudaErrorNotReady) {
             status = DCP_NCCL__QUIET_CUDA(query, error);
-            return dcp_nccl__fail(set, comm ? comm : set->pool, status);
+            return dcp_nccl__fail(set, comm, status);
         }
-        for (slot = -1; slot < set->num_slots; slot++) {
-            ncclComm_t c = comm ? (slot < 0 ? comm : NULL)
-                                : (slot < 0 ? set->pool : set->comms[slot]);
-            ncclResult_t async = ncclSuccess;
-            if (!c) continue;
-            if (ncclCommGetAsyncError(c, &async) != ncclSuccess) async = ncclInternalError;
-            if (async == ncclSuccess || async == ncclInProgress) continue;
-            dcp_nccl__name(set, c, name, sizeof name);
-            status = dcp_error_set(error, DCP_ERROR_NCCL,
-                                   "%s: asynchronous error on the %s communicator: %s (%d); "
-                                   "the set was aborted",
-                                   operation, name, ncclGetErrorString(async), (int)async);
-            return dcp_nccl__fail(set, comm ? comm : set->pool, status);
-        }
+        if ((status = dcp_nccl__async_errors(set, comm, operation, error)) != DCP_OK)
+            return dcp_nccl__fail(set, comm, status);
         if (dcp_nccl__now_ms() - start > (double)set->timeout_ms) {
             if (comm) dcp_nccl__name(set, comm, name, sizeof name);
             else snprintf(name, sizeof name, "set's");
@@ -690,10 +898,26 @@ static dcp_status dcp_nccl__wait(dcp_nccl_set *set, cudaStream_t stream, ncclCom
                                    "%s on the %s communicator did not finish in %lld ms (a peer "
                                    "died or left early?); the set was aborted",
                                    operation, name, (long long)set->timeout_ms);
-            return dcp_nccl__fail(set, comm ? comm : set->pool, status);
+            return dcp_nccl__fail(set, comm, status);
         }
         dcp_nccl__pause();
     }
+}
+
+static dcp_status dcp_nccl__wait(dcp_nccl_set *set, cudaStream_t stream, ncclComm_t comm,
+                                 const char *operation, dcp_error *error)
+{
+    return dcp_nccl__wait_for(set, stream, NULL, comm, operation, error);
+}
+
+/* Marks the set's last communication on the caller's stream: dcp_nccl_set_destroy waits for
+   it before it finalizes. */
+static dcp_status dcp_nccl__mark_work(dcp_nccl_set *set, cudaStream_t stream, dcp_error *error)
+{
+    dcp_status status = DCP_OK;
+    DCP_NCCL__CHECK_CUDA(cudaEventRecord(set->work_done, stream));
+done:
+    return status;
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_set_wait(dcp_nccl_set *set, cudaStream_t stream,
@@ -709,9 +933,10 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_wait(dcp_nccl_set *set, cudaStream_t stream
 /* ----------------------------------------------------------------------- communicator set */
 
 /* Whether every rank of the pool holds the same values: one all-reduce (max) of (x, ~x) gives
-   max and ~min of each. Host values in, on `stream`; polls (dcp_nccl__wait) for the result,
-   so a peer that never comes costs a timeout, not a hang. *differ: the first index that
-   differs, or -1; least and greatest: its range. */
+   max and ~min of each. Host values in, on `stream`, drained first (the copy from pageable
+   memory would wait for it, unbounded); polls (dcp_nccl__wait) for the result, so a peer that
+   never comes costs a timeout, not a hang. *differ: the first index that differs, or -1;
+   least and greatest: its range. */
 #define DCP_NCCL__AGREE_MAX 4
 static dcp_status dcp_nccl__agree_values(dcp_nccl_set *set, const uint64_t *values, int32_t count,
                                          cudaStream_t stream, const char *operation,
@@ -723,12 +948,14 @@ static dcp_status dcp_nccl__agree_values(dcp_nccl_set *set, const uint64_t *valu
     int32_t i;
     *differ = -1;
     for (i = 0; i < count; i++) both[i] = values[i], both[count + i] = ~values[i];
+    if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
+        return status; /* aborted already */
     DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(set->staging, both, 2 * (size_t)count * sizeof(uint64_t),
                                          cudaMemcpyHostToDevice, stream));
     DCP_NCCL__ON(set->pool, ncclAllReduce(set->staging, set->staging, 2 * (size_t)count,
                                           ncclUint64, ncclMax, set->pool, stream));
     if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
-        return status; /* aborted already */
+        return status;
     DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(both, set->staging, 2 * (size_t)count * sizeof(uint64_t),
                                          cudaMemcpyDeviceToHost, stream));
     if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
@@ -783,7 +1010,9 @@ DCP_NCCL_DEF dcp_status dcp_nccl_plan_agree(dcp_nccl_set *set, const dcp_plan *p
 }
 
 /* ncclCommSplit for every CP size 2..max_cp, in the same order on every rank, each with the
-   set's config (the pool's, copied whole). A non-blocking split is polled to its end. */
+   set's config (the pool's, copied whole) or NULL (the pool's, inherited). A split runs as the
+   POOL's group job: on a non-blocking pool it answers ncclInProgress, the child stays NULL
+   until the job ends, and its progress shows on the pool, which is polled. */
 static dcp_status dcp_nccl__split(dcp_nccl_set *set, dcp_error *error)
 {
     dcp_status status = DCP_OK;
@@ -794,14 +1023,11 @@ static dcp_status dcp_nccl__split(dcp_nccl_set *set, dcp_error *error)
         dcp_comm_split split;
         int count = 0, user_rank = 0, code;
         DCP_NCCL__TRY(dcp_comm_split_args(set->ranks, set->rank, cp, &split, error));
-        code = DCP_NCCL__CALL_NCCL(ncclCommSplit(set->pool,
-                                            split.color == DCP_COMM_NO_COLOR ? NCCL_SPLIT_NOCOLOR
-                                                                             : split.color,
-                                            split.key, &set->comms[slot], &config));
-        /* without a color there is no child to poll: the pool carries the split's state */
-        status = dcp_nccl__settle(set, set->comms[slot] ? set->comms[slot] : set->pool, code,
-                                  "ncclCommSplit", __FILE__, __LINE__, error);
-        if (status != DCP_OK) goto done;
+        code = DCP_NCCL__CALL_NCCL(ncclCommSplit(
+            set->pool, split.color == DCP_COMM_NO_COLOR ? NCCL_SPLIT_NOCOLOR : split.color,
+            split.key, &set->comms[slot], set->inherit_config ? NULL : &config));
+        DCP_NCCL__TRY(dcp_nccl__settle(set, set->pool, code, "ncclCommSplit", __FILE__, __LINE__,
+                                       error));
         if (split.size == 0) {
             set->comms[slot] = NULL;
             continue;
@@ -821,12 +1047,13 @@ done:
 }
 
 /* The options with their defaults filled in, checked against the pool (its size and this
-   rank's place in it are read here). */
+   rank's place in it are read here) and the NCCL library (its version). */
 static dcp_status dcp_nccl__options_resolve(ncclComm_t pool, const dcp_nccl_options *options,
                                             dcp_nccl_options *o, int *ranks, int *rank,
                                             dcp_error *error)
 {
     dcp_status status = DCP_OK;
+    int version = 0;
     memset(o, 0, sizeof *o);
     if (options) *o = *options;
     if ((o->allocator.alloc == NULL) != (o->allocator.free == NULL))
@@ -837,6 +1064,15 @@ static dcp_status dcp_nccl__options_resolve(ncclComm_t pool, const dcp_nccl_opti
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "staging_bytes must be >= %d, got %zu", DCP_NCCL_MIN_STAGING_BYTES,
                              o->staging_bytes);
+    if (o->config && o->config->splitShare != NCCL_CONFIG_UNDEF_INT &&
+        o->config->splitShare != 0 && o->config->splitShare != 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "config->splitShare must be 0 or 1, got %d", o->config->splitShare);
+    DCP_NCCL__CHECK_NCCL(ncclGetVersion(&version));
+    if (version < DCP_NCCL_MIN_VERSION)
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "NCCL %d is older than %d (ncclCommSplit with a config)", version,
+                             DCP_NCCL_MIN_VERSION);
     DCP_NCCL__CHECK_NCCL(ncclCommCount(pool, ranks));
     DCP_NCCL__CHECK_NCCL(ncclCommUserRank(pool, rank));
     if (o->timeout_ms == 0) o->timeout_ms = DCP_NCCL_DEFAULT_TIMEOUT_MS;
@@ -860,6 +1096,20 @@ done:
     return status;
 }
 
+/* The splits' config, and whether they share the pool's abort flag: NCCL takes splitShare
+   from the parent (the pool) and lets NCCL_COMM_SPLIT_SHARE_RESOURCES override it; with the
+   pool's config unknown (NULL: inherited) the set assumes they do. */
+static void dcp_nccl__set_config(dcp_nccl_set *set, const ncclConfig_t *config)
+{
+    const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
+    const char *share = getenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");
+    set->config = config ? *config : defaults;
+    set->inherit_config = config == NULL;
+    if (!config) set->shared_abort = 1;
+    else if (share && *share) set->shared_abort = atoi(share) == 1;
+    else set->shared_abort = config->splitShare == 1;
+}
+
 /* The set's CUDA objects: the communication stream (the highest priority, so that the ring's
    transfers start while kernels run), its events and the staging buffer. */
 static dcp_status dcp_nccl__set_streams(dcp_nccl_set *set, dcp_error *error)
@@ -872,9 +1122,33 @@ static dcp_status dcp_nccl__set_streams(dcp_nccl_set *set, dcp_error *error)
     DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->compute_done, cudaEventDisableTiming));
     DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->comm_done, cudaEventDisableTiming));
     DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->dkv_done, cudaEventDisableTiming));
+    DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->work_done, cudaEventDisableTiming));
     DCP_NCCL__CHECK_CUDA(cudaMalloc(&set->staging, set->staging_bytes));
 done:
     return status;
+}
+
+/* The set's CUDA objects and memory (its communicators are gone already). */
+static dcp_status dcp_nccl__set_free(dcp_nccl_set *set, dcp_error *error)
+{
+    dcp_status first = DCP_OK;
+    dcp_error scratch;
+    cudaEvent_t *const events[] = {&set->compute_done, &set->comm_done, &set->dkv_done,
+                                   &set->work_done};
+    dcp_allocator allocator = set->allocator;
+    size_t i;
+    if (set->staging)
+        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaFree(set->staging), &scratch), &scratch, &first,
+                       error);
+    for (i = 0; i < sizeof events / sizeof events[0]; i++)
+        if (*events[i])
+            dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaEventDestroy(*events[i]), &scratch),
+                           &scratch, &first, error);
+    if (set->comm_stream)
+        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaStreamDestroy(set->comm_stream), &scratch),
+                       &scratch, &first, error);
+    dcp_free(&allocator, set);
+    return first;
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_options *options,
@@ -887,8 +1161,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
     if (!out) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
     *out = NULL;
     if (!pool) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "pool must not be NULL");
-    if ((status = dcp_nccl__options_resolve(pool, options, &o, &ranks, &rank, error)) != DCP_OK)
-        return status;
+    DCP_NCCL__TRY(dcp_nccl__options_resolve(pool, options, &o, &ranks, &rank, error));
     set = (dcp_nccl_set *)dcp_alloc(&o.allocator, sizeof *set);
     if (!set) return dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY, "cannot allocate the set");
     memset(set, 0, sizeof *set);
@@ -898,10 +1171,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
     set->num_slots = dcp_comm_slot_count(o.max_cp);
     set->staging_bytes = o.staging_bytes;
     set->timeout_ms = o.timeout_ms;
-    {
-        ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
-        set->config = o.config ? *o.config : defaults;
-    }
+    dcp_nccl__set_config(set, o.config);
     DCP_NCCL__TRY(dcp_comm_state_init(&set->state, ranks, rank, o.max_cp, error));
     DCP_NCCL__TRY(dcp_nccl__set_streams(set, error));
     DCP_NCCL__TRY(dcp_nccl__agree(set, error));
@@ -909,66 +1179,91 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
     *out = set;
     set = NULL;
 done:
-    if (set) { /* a split that failed on some rank leaves its peers' children unusable */
-        int32_t slot, any = 0;
-        for (slot = 0; slot < set->num_slots; slot++) any |= set->comms[slot] != NULL;
-        if (any) (void)dcp_nccl_set_abort(set, 0, NULL);
-        (void)dcp_nccl_set_destroy(set, NULL);
+    /* a CUDA or NCCL failure can leave this rank's peers waiting for it in the agreement or a
+       split (and a non-blocking split's job still running): the pool goes too, on every rank */
+    if (status == DCP_ERROR_NCCL || status == DCP_ERROR_CUDA) {
+        if (set) (void)dcp_nccl__abort_set(set, 1, NULL, NULL);
+        else (void)ncclCommAbort(pool);
     }
+    if (set) (void)dcp_nccl__set_free(set, NULL);
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
-/* Keeps the first failure of a cleanup sequence that goes on after errors. */
-static void dcp_nccl__keep(dcp_status status, const dcp_error *scratch, dcp_status *first,
-                           dcp_error *error)
+/* ncclCommFinalize on every split communicator (largest first, the same order on every rank),
+   all issued before any is polled, so that together they cost one timeout at most. */
+static dcp_status dcp_nccl__finalize_all(dcp_nccl_set *set, dcp_error *error)
 {
-    if (status == DCP_OK || *first != DCP_OK) return;
-    *first = status;
-    if (error) *error = *scratch;
+    int codes[DCP_CP_LEVELS] = {0}; /* ncclSuccess where no finalize is pending */
+    const double start = dcp_nccl__now_ms();
+    int32_t slot, pending = 0;
+    char name[48];
+    for (slot = set->num_slots - 1; slot >= 0; slot--) {
+        dcp_status status;
+        if (!set->comms[slot]) continue;
+        codes[slot] = dcp_nccl__nccl_code(ncclCommFinalize(set->comms[slot]));
+        pending += codes[slot] == (int)ncclInProgress;
+        status = codes[slot] == (int)ncclInProgress
+                     ? DCP_OK
+                     : DCP_NCCL__RESULT(DCP_NCCL__LIB_NCCL, codes[slot], ncclCommFinalize, error);
+        if (status != DCP_OK) return status;
+    }
+    while (pending > 0) {
+        for (slot = 0; slot < set->num_slots; slot++) {
+            ncclResult_t async = ncclInProgress;
+            if (!set->comms[slot] || codes[slot] != (int)ncclInProgress) continue;
+            if (ncclCommGetAsyncError(set->comms[slot], &async) != ncclSuccess)
+                async = ncclInternalError;
+            if (async == ncclInProgress) continue;
+            codes[slot] = (int)async, pending--;
+            if (async != ncclSuccess)
+                return DCP_NCCL__RESULT(DCP_NCCL__LIB_NCCL, codes[slot], ncclCommFinalize, error);
+        }
+        if (pending > 0 && dcp_nccl__now_ms() - start > (double)set->timeout_ms) {
+            for (slot = 0; slot < set->num_slots && codes[slot] != (int)ncclInProgress; slot++) {
+            }
+            dcp_nccl__name(set, set->comms[slot], name, sizeof name);
+            return dcp_error_set(error, DCP_ERROR_NCCL,
+                                 "ncclCommFinalize on the %s communicator still in progress "
+                                 "after %lld ms",
+                                 name, (long long)set->timeout_ms);
+        }
+        if (pending > 0) dcp_nccl__pause();
+    }
+    return DCP_OK;
+}
+
+/* The end of the split communicators: once the set's work has passed (polled: a blocking
+   ncclCommFinalize would wait for it without bound), finalized together and destroyed. Work
+   that does not pass in time, or a finalize that fails, aborts the set, the pool included. */
+static dcp_status dcp_nccl__retire(dcp_nccl_set *set, dcp_error *error)
+{
+    dcp_status status, first = DCP_OK;
+    dcp_error scratch;
+    int32_t slot;
+    status = dcp_nccl__wait_for(set, set->comm_stream, NULL, NULL, "dcp_nccl_set_destroy", error);
+    if (status == DCP_OK)
+        status = dcp_nccl__wait_for(set, NULL, set->work_done, NULL, "dcp_nccl_set_destroy",
+                                    error);
+    if (status != DCP_OK) return status; /* aborted by the wait */
+    if ((status = dcp_nccl__finalize_all(set, error)) != DCP_OK)
+        return dcp_nccl__fail(set, NULL, status);
+    for (slot = set->num_slots - 1; slot >= 0; slot--) {
+        if (!set->comms[slot]) continue;
+        dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclCommDestroy(set->comms[slot]), &scratch),
+                       &scratch, &first, error);
+        set->comms[slot] = NULL;
+    }
+    return first;
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_set_destroy(dcp_nccl_set *set, dcp_error *error)
 {
     dcp_status first = DCP_OK;
     dcp_error scratch;
-    dcp_allocator allocator;
-    int32_t slot;
     if (!set) return dcp_error_clear(error);
-    /* split children before the pool (the caller's, destroyed after this), largest first and
-       so in the same order on every rank; go on after an error and report the first */
-    for (slot = set->num_slots - 1; slot >= 0; slot--) {
-        dcp_status finalized;
-        if (!set->comms[slot]) continue;
-        /* finalize flushes (polled to its end on a non-blocking communicator); one that does
-           not finish in time is aborted instead of destroyed */
-        finalized = dcp_nccl__settle(set, set->comms[slot],
-                                     dcp_nccl__nccl_code(ncclCommFinalize(set->comms[slot])),
-                                     "ncclCommFinalize", __FILE__, __LINE__, &scratch);
-        dcp_nccl__keep(finalized, &scratch, &first, error);
-        if (finalized == DCP_OK)
-            dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclCommDestroy(set->comms[slot]), &scratch),
-                           &scratch, &first, error);
-        else
-            (void)ncclCommAbort(set->comms[slot]);
-        set->comms[slot] = NULL;
-    }
-    if (set->staging)
-        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaFree(set->staging), &scratch), &scratch, &first,
-                       error);
-    if (set->compute_done)
-        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaEventDestroy(set->compute_done), &scratch),
-                       &scratch, &first, error);
-    if (set->comm_done)
-        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaEventDestroy(set->comm_done), &scratch), &scratch,
-                       &first, error);
-    if (set->dkv_done)
-        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaEventDestroy(set->dkv_done), &scratch), &scratch,
-                       &first, error);
-    if (set->comm_stream)
-        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaStreamDestroy(set->comm_stream), &scratch),
-                       &scratch, &first, error);
-    allocator = set->allocator;
-    dcp_free(&allocator, set);
+    if (!set->aborted)
+        dcp_nccl__keep(dcp_nccl__retire(set, &scratch), &scratch, &first, error);
+    dcp_nccl__keep(dcp_nccl__set_free(set, &scratch), &scratch, &first, error);
     return first == DCP_OK ? dcp_error_clear(error) : first;
 }
 
@@ -1007,23 +1302,10 @@ done:
 DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool,
                                            dcp_error *error)
 {
-    dcp_status first = DCP_OK;
-    dcp_error scratch;
-    int32_t slot;
+    dcp_status status;
     if (!set) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
-    for (slot = set->num_slots - 1; slot >= 0; slot--) {
-        if (!set->comms[slot]) continue;
-        dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclCommAbort(set->comms[slot]), &scratch), &scratch,
-                       &first, error);
-        set->comms[slot] = NULL;
-    }
-    if (abort_pool && set->pool) {
-        dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclCommAbort(set->pool), &scratch), &scratch, &first,
-                       error);
-        set->pool = NULL;
-    }
-    set->aborted = 1;
-    return first == DCP_OK ? dcp_error_clear(error) : first;
+    status = dcp_nccl__abort_set(set, abort_pool, NULL, error);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 /* ---------------------------------------------------------------------------- switch */
@@ -1267,8 +1549,8 @@ DCP_NCCL_DEF dcp_status dcp_nccl_reroute_execute(dcp_nccl_set *set, const dcp_re
                     (unsigned char *)b->microbatch_data[op.microbatch] + op.destination_offset,
                     op.bytes, ncclUint8, op.peer, set->pool, stream));
         }
-    grouped = 0;
-    DCP_NCCL__ON(set->pool, ncclGroupEnd());
+    DCP_NCCL__END_GROUP(set->pool);
+    DCP_NCCL__TRY(dcp_nccl__mark_work(set, stream, error));
 done:
     if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
     /* past the checks, a failure may have left this rank's half of the traffic enqueued:
@@ -1416,8 +1698,7 @@ static dcp_status dcp_nccl__post_hop(dcp_nccl_set *set, const dcp_nccl_binding *
     for (i = 0; recv && i < count; i++)
         DCP_NCCL__CHECK_NCCL(ncclRecv((unsigned char *)recv + (size_t)i * bytes, bytes,
                                       ncclUint8, x->prev, b->comm, set->comm_stream));
-    grouped = 0;
-    DCP_NCCL__ON(b->comm, ncclGroupEnd());
+    DCP_NCCL__END_GROUP(b->comm);
 done:
     if (grouped) (void)ncclGroupEnd();
     return status;
@@ -1473,7 +1754,7 @@ done:
 /* Every exit of a ring after its first enqueue. On failure the group's traffic may be half
    posted (a peer waits for a send that never comes): abort (dcp_nccl__fail). In every case
    the caller's stream then waits for the communication stream, so nothing the ring posted
-   runs unordered against the caller's later work. */
+   runs unordered against the caller's later work, and that point is the set's last work. */
 static dcp_status dcp_nccl__ring_exit(dcp_nccl_set *set, ncclComm_t comm, cudaStream_t stream,
                                       dcp_status status, dcp_error *error)
 {
@@ -1483,6 +1764,8 @@ static dcp_status dcp_nccl__ring_exit(dcp_nccl_set *set, ncclComm_t comm, cudaSt
     joined = DCP_NCCL__QUIET_CUDA(cudaEventRecord(set->comm_done, set->comm_stream), &scratch);
     if (joined == DCP_OK)
         joined = DCP_NCCL__QUIET_CUDA(cudaStreamWaitEvent(stream, set->comm_done, 0), &scratch);
+    if (joined == DCP_OK)
+        joined = DCP_NCCL__QUIET_CUDA(cudaEventRecord(set->work_done, stream), &scratch);
     if (status == DCP_OK && joined != DCP_OK) {
         if (error) *error = scratch;
         return dcp_nccl__fail(set, comm, joined);
@@ -2168,8 +2451,7 @@ static dcp_status dcp_nccl__a2a_run(dcp_nccl_set *set, const dcp_nccl_a2a *a2a, 
         if (mine > 0 && !to_hp)
             DCP_NCCL__CHECK_NCCL(ncclRecv(at_cp, mine, ncclUint8, j, a2a->comm, stream));
     }
-    grouped = 0;
-    DCP_NCCL__ON(a2a->comm, ncclGroupEnd());
+    DCP_NCCL__END_GROUP(a2a->comm);
     DCP_NCCL__TRY(dcp_cuda_a2a_copy(unpack, to_hp ? s->hp_segments : s->cp_segments,
                                     to_hp ? s->hp_copies : s->cp_copies,
                                     to_hp ? s->hp_rows : (int64_t)s->cp * s->cp_rows,
@@ -2177,6 +2459,7 @@ static dcp_status dcp_nccl__a2a_run(dcp_nccl_set *set, const dcp_nccl_a2a *a2a, 
                                     DCP_A2A_UNPACK, out,
                                     to_hp ? (void *)hp_message : (void *)cp_message, stream,
                                     error));
+    DCP_NCCL__TRY(dcp_nccl__mark_work(set, stream, error));
 done:
     if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
     /* past the checks a failure may have left this rank's half of the round posted */
@@ -2345,11 +2628,11 @@ DCP_NCCL_DEF dcp_status dcp_nccl_mtp_roll(dcp_nccl_set *set, const dcp_nccl_bind
                 ncclSend(boundaries + half, half, ncclUint8, b->rank + 1, b->comm, stream));
             DCP_NCCL__CHECK_NCCL(ncclRecv(received, half, ncclUint8, b->rank + 1, b->comm, stream));
         }
-        grouped = 0;
-        DCP_NCCL__ON(b->comm, ncclGroupEnd());
+        DCP_NCCL__END_GROUP(b->comm);
     }
     DCP_NCCL__TRY(dcp_cuda_mtp_roll_shift(layout, b->rank, element_size, in, received, out,
                                           stream, error));
+    DCP_NCCL__TRY(dcp_nccl__mark_work(set, stream, error));
 done:
     if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
     /* past the checks a failure may leave a neighbour waiting for this rank's boundaries */

@@ -485,7 +485,11 @@ int main(int argc, char **argv)
     memset(&set_options, 0, sizeof set_options);
     set_options.config = &pool_config; /* the splits get the pool's config */
     set_options.timeout_ms = env_int("DCP_TIMEOUT_MS", 0);
-    TRY(dcp_nccl_set_create(g_pool, &set_options, &g_set, &err));
+    if (dcp_nccl_set_create(g_pool, &set_options, &g_set, &err) != DCP_OK) {
+        if (err.status == DCP_ERROR_NCCL || err.status == DCP_ERROR_CUDA)
+            g_pool = NULL; /* the failed creation aborted it */
+        die("dcp_nccl_set_create", err.message);
+    }
     max_cp = g_set->max_cp;
 
     /* plan on rank 0, broadcast, and check it equals the plan this rank would make */
@@ -661,8 +665,12 @@ int main(int argc, char **argv)
     free(rows);
     dcp_reroute_destroy(moves);
     dcp_plan_destroy(plan);
-    TRY(dcp_nccl_set_destroy(g_set, &err)); /* the split communicators before the pool */
-    g_set = NULL;
+    { /* the split communicators before the pool */
+        const dcp_status destroyed = dcp_nccl_set_destroy(g_set, &err);
+        g_set = NULL;
+        if (destroyed == DCP_ERROR_NCCL) g_pool = NULL; /* it had to abort, the pool too */
+        if (destroyed != DCP_OK) die("dcp_nccl_set_destroy", err.message);
+    }
     nccl_settle(g_pool, ncclCommFinalize(g_pool), "ncclCommFinalize");
     NCCL(ncclCommDestroy(g_pool));
     CUDA(cudaStreamDestroy(stream));

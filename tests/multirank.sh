@@ -14,7 +14,10 @@
 # then the exposed communication of the ring backward per step at 4 and 8 ranks
 # (DCP_TIME_RING) and the split-communicator memory at 8 ranks (printed, not judged), the
 # head-parallel all-to-all (A2A_PROGRAM, default build/a2a_bench) at 2, 4 and 8 ranks, and
-# the MTP roll at 2, 4 and 8 ranks (build/test_nccl_gpu in multi-rank mode).
+# the MTP roll at 2, 4 and 8 ranks (build/test_nccl_gpu in multi-rank mode), and the faults of
+# issue 31 as 2-process runs of build/test_nccl_gpu (DCP_MULTIRANK_TEST=fault-...): a split one
+# rank joins late, a rank absent from a roll with blocking and non-blocking communicators, an
+# abort with a roll queued behind a stuck reroute, the splits aborted under splitShare 1 and 0.
 # Without a GPU it prints "no CUDA device: skipped" and exits 0. Last line: N passed, M failed.
 program=${1:-build/ring_attention_nccl}
 repeat=${MULTIRANK_REPEAT:-1}
@@ -150,6 +153,19 @@ for n in 2 4 8; do
         r=$((r + 1))
     done
     verdict $ok "MTP roll, $n ranks on one GPU, cp 2 .. $n against the CPU reference"
+done
+
+# The faults of issue 31 against real NCCL, 2 processes each: every process must exit 0 and say
+# "fault NAME: rank R ok" (a hang runs into hang_bound and fails).
+for test in fault-split fault-absent-blocking fault-absent-nonblocking fault-abort-order \
+            fault-shared-abort fault-unshared-abort; do
+    launch 2 "$test" DCP_MULTIRANK_TEST=$test
+    ok=1
+    for r in 0 1; do
+        [ "$(cat "$work/$test.status.$r")" = 0 ] || ok=0
+        grep -q "fault ${test#fault-}: rank $r ok" "$work/$test.out.$r" || ok=0
+    done
+    verdict $ok "$test, 2 ranks on one GPU"
 done
 
 echo "$passed passed, $failed failed"

@@ -7,6 +7,25 @@
    the reroute. With WORLD_SIZE > 1 in the environment it is one process of tests/multirank.sh's
    multi-rank roll check instead (mtp_roll_multirank). Where no CUDA device exists every test
    says "no CUDA device: skipped" and the program exits 0. */
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A rank of a multi-rank fault run that stays alive but is absent: its next checked CUDA or
+   NCCL call whose text starts with gpu_stall_call runs gpu_stall_ms late (never fails). */
+static const char *gpu_stall_call;
+static double gpu_stall_ms;
+static void gpu_stall(const char *call, double ms) { gpu_stall_call = call, gpu_stall_ms = ms; }
+static int gpu_stall_hook(const char *call)
+{
+    if (gpu_stall_call && strncmp(call, gpu_stall_call, strlen(gpu_stall_call)) == 0) {
+        gpu_stall_call = NULL;
+        usleep((useconds_t)(gpu_stall_ms * 1000.0));
+    }
+    return 0;
+}
+#define DCP_NCCL_FAULT_HOOK(call) gpu_stall_hook(call)
+
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 #define DCP_NCCL_IMPLEMENTATION
@@ -14,9 +33,8 @@
 #include "test.h"
 #include "tolerance.h"
 #include "mtp_pack.h"
+#include "quarantine.h"
 #include "../examples/multiprocess.h"
-
-#include <unistd.h>
 
 #define GPU_SEED 9009
 #define SKIP_REASON "no CUDA device: skipped"
@@ -552,10 +570,10 @@ static void checking_macro_names_the_call(void)
     CHECK_EQ(dcp_nccl_reroute_execute(set, list, &buffers, 0, &error), DCP_ERROR_CUDA);
     CHECK_CONTAINS(error.message, "cudaMemsetAsync");
     CHECK_CONTAINS(error.message, "dcp_nccl.h:");
+    CHECK(set->aborted && set->pool == NULL); /* a failure after the checks aborts the pool */
     dcp_reroute_destroy(list);
     dcp_plan_destroy(plan);
     CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
-    CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
 }
 
 /* ------------------------------------------------------------------ MTP roll (issue 20) */
@@ -766,85 +784,338 @@ static void stage_fields_reroute_to_itself(void)
     CHECK_EQ(ncclCommDestroy(pool), ncclSuccess);
 }
 
-/* Multi-rank mode (tests/multirank.sh): WORLD_SIZE processes, RANK this one, the NCCL id
-   through the file argv[1] (rank 0 writes it, the others wait). Every static CP size 2 ..
-   WORLD_SIZE in turn: the rank's group rolls its pack with dcp_nccl_mtp_roll and compares
-   with the CPU reference. Prints "mtp roll: rank R matches" and exits 0, else 1. */
+/* ------------------------------------------------------------ multi-rank mode (multirank.sh)
+   WORLD_SIZE processes on one GPU, RANK this one, the NCCL id through the file argv[1] (rank 0
+   writes it, the others wait); DCP_MULTIRANK_TEST picks the run: mtp-roll (the default), or
+   one of the faults of issue 31 on 2 processes against real NCCL (each process prints
+   "fault NAME: rank R ok" and exits 0 when it saw what the host transport's test of the same
+   fault asserts, else 1; multirank.sh's timeout turns a hang into a failure). */
 
-static int mtp_roll_multirank(int rank, int ranks, const char *id_path)
-{
-    ncclUniqueId id;
-    const char *why = "";
-    ncclComm_t pool = NULL;
-    dcp_nccl_set *set = NULL;
-    dcp_nccl_options options;
-    dcp_error error;
+/* How long a fault run's set waits, how long a rank is absent, and the bound on a rank's own
+   call that must fail in time (sockets on one GPU: a first connection takes a while). */
+#define FAULT_TIMEOUT_MS 2000
+#define FAULT_ABSENT_MS (3 * FAULT_TIMEOUT_MS)
+#define FAULT_SLACK_MS 20000.0
+#define FAULT_SEED 3131
+/* The abort-order run's batch: samples of up to FAULT_TOKENS tokens, 8-byte records. */
+#define FAULT_SAMPLES 6
+#define FAULT_MICROBATCHES 16
+#define FAULT_TOKENS 64
+#define FAULT_ELEMENT_BYTES 8
+
+typedef struct multirank {
+    int rank, ranks;
+    ncclComm_t pool;
+    ncclConfig_t config; /* the pool's */
     cudaStream_t stream;
-    int32_t cp, level = 0, failures = 0;
-    if (!gpu_available()) {
-        printf("%s\n", SKIP_REASON);
+} multirank;
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* The pool of this run, with config (non-blocking creation polled to its end), and a stream. */
+static int multirank_start(multirank *m, const char *id_path, int blocking, int split_share)
+{
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    ncclUniqueId id;
+    ncclResult_t state;
+    const char *why = "";
+    const double start = now_ms();
+    config.blocking = blocking, config.splitShare = split_share;
+    m->config = config;
+    if (!nccl_id_file_exchange(id_path, m->rank, &id, &why)) {
+        fprintf(stderr, "rank %d: %s: %s\n", m->rank, why, id_path);
         return 0;
     }
-    if (!nccl_id_file_exchange(id_path, rank, &id, &why)) {
-        fprintf(stderr, "rank %d: %s: %s\n", rank, why, id_path);
-        return 1;
+    state = ncclCommInitRankConfig(&m->pool, m->ranks, id, m->rank, &config);
+    while (state == ncclInProgress && now_ms() - start < FAULT_SLACK_MS)
+        if (ncclCommGetAsyncError(m->pool, &state) != ncclSuccess) state = ncclInternalError;
+    if (state != ncclSuccess || cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking) !=
+                                    cudaSuccess) {
+        fprintf(stderr, "rank %d: NCCL or CUDA setup failed\n", m->rank);
+        return 0;
     }
-    if (ncclCommInitRank(&pool, ranks, id, rank) != ncclSuccess ||
-        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
-        fprintf(stderr, "rank %d: NCCL or CUDA setup failed\n", rank);
-        return 1;
-    }
-    memset(&options, 0, sizeof options);
-    if (dcp_nccl_set_create(pool, &options, &set, &error) != DCP_OK) {
-        fprintf(stderr, "rank %d: %s\n", rank, error.message);
+    return 1;
+}
+
+/* One rank's MTP roll of a cp-rank pack on the device. */
+typedef struct roll_buffers {
+    mtp_pack p;
+    mtp_device_layout d;
+    void *in, *out, *scratch;
+    size_t size, bytes, scratch_bytes;
+} roll_buffers;
+
+static int roll_buffers_make(roll_buffers *b, int32_t cp, int rank, size_t size, uint64_t seed)
+{
+    memset(b, 0, sizeof *b);
+    b->size = size;
+    if (!mtp_pack_make(&b->p, seed, cp, rank / cp, size) || !mtp_device_layout_make(&b->p, &b->d))
+        return 0;
+    b->bytes = (size_t)b->p.local_rows * size;
+    return dcp_nccl_mtp_roll_scratch_size(&b->d.layout, size, &b->scratch_bytes, NULL) == DCP_OK &&
+           cudaMalloc(&b->in, b->bytes) == cudaSuccess &&
+           cudaMalloc(&b->out, b->bytes) == cudaSuccess &&
+           cudaMalloc(&b->scratch, b->scratch_bytes) == cudaSuccess &&
+           cudaMemcpy(b->in, b->p.in[rank % cp], b->bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
+           cudaMemset(b->out, 0x5A, b->bytes) == cudaSuccess;
+}
+
+static void roll_buffers_free(roll_buffers *b)
+{
+    cudaFree(b->in), cudaFree(b->out), cudaFree(b->scratch);
+    mtp_device_layout_free(&b->d);
+    mtp_pack_free(&b->p);
+}
+
+static dcp_status roll_enqueue(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                               roll_buffers *b, cudaStream_t stream, dcp_error *error)
+{
+    return dcp_nccl_mtp_roll(set, binding, &b->d.layout, b->size, b->in, b->out, b->scratch,
+                             b->scratch_bytes, stream, error);
+}
+
+/* Every static CP size 2 .. WORLD_SIZE in turn: the rank's group rolls its pack with
+   dcp_nccl_mtp_roll and compares with the CPU reference; prints "mtp roll: rank R matches". */
+static int mtp_roll_multirank(multirank *m)
+{
+    dcp_nccl_set *set = NULL;
+    dcp_error error;
+    int32_t cp, level = 0, failures = 0;
+    if (dcp_nccl_set_create(m->pool, NULL, &set, &error) != DCP_OK) {
+        fprintf(stderr, "rank %d: %s\n", m->rank, error.message);
         return 1;
     }
     for (cp = 2; cp <= set->max_cp; cp *= 2, level++) {
         dcp_comm_scope scope;
         dcp_nccl_binding binding;
-        mtp_pack p;
-        mtp_device_layout d;
+        roll_buffers b;
         const size_t size = mtp_gpu_sizes[level % (sizeof mtp_gpu_sizes / sizeof mtp_gpu_sizes[0])];
-        void *in = NULL, *out = NULL, *scratch = NULL;
         unsigned char *got;
-        size_t bytes, scratch_bytes = 0;
         int ok;
         memset(&scope, 0, sizeof scope);
-        if (!mtp_pack_make(&p, MTP_GPU_SEED + 2, cp, rank / cp, size) ||
-            !mtp_device_layout_make(&p, &d)) {
-            fprintf(stderr, "rank %d: cp %d: pack or layout failed\n", rank, (int)cp);
-            return 1;
-        }
-        bytes = (size_t)p.local_rows * size;
-        ok = dcp_nccl_mtp_roll_scratch_size(&d.layout, size, &scratch_bytes, &error) == DCP_OK &&
-             cudaMalloc(&in, bytes) == cudaSuccess && cudaMalloc(&out, bytes) == cudaSuccess &&
-             cudaMalloc(&scratch, scratch_bytes) == cudaSuccess &&
-             cudaMemcpy(in, p.in[rank % cp], bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
-             cudaMemset(out, 0x5A, bytes) == cudaSuccess &&
+        ok = roll_buffers_make(&b, cp, m->rank, size, MTP_GPU_SEED + 2) &&
              dcp_nccl_override_begin(set, cp, &scope, &binding, &error) == DCP_OK &&
-             dcp_nccl_mtp_roll(set, &binding, &d.layout, size, in, out, scratch, scratch_bytes,
-                               stream, &error) == DCP_OK &&
-             dcp_nccl_set_wait(set, stream, &error) == DCP_OK &&
+             roll_enqueue(set, &binding, &b, m->stream, &error) == DCP_OK &&
+             dcp_nccl_set_wait(set, m->stream, &error) == DCP_OK &&
              dcp_nccl_override_end(set, &scope, &error) == DCP_OK;
         if (!ok) {
-            fprintf(stderr, "rank %d: cp %d: %s\n", rank, (int)cp, error.message);
+            fprintf(stderr, "rank %d: cp %d: %s\n", m->rank, (int)cp, error.message);
             return 1;
         }
-        got = (unsigned char *)malloc(bytes + 1);
-        ok = cudaMemcpy(got, out, bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
-             memcmp(got, p.expected[rank % cp], bytes) == 0;
-        printf("rank %d: mtp roll cp %d, %zu-byte elements, %lld rows: %s\n", rank, (int)cp, size,
-               (long long)p.local_rows, ok ? "matches the CPU reference" : "DIFFERS");
+        got = (unsigned char *)malloc(b.bytes + 1);
+        ok = cudaMemcpy(got, b.out, b.bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
+             memcmp(got, b.p.expected[m->rank % cp], b.bytes) == 0;
+        printf("rank %d: mtp roll cp %d, %zu-byte elements, %lld rows: %s\n", m->rank, (int)cp,
+               size, (long long)b.p.local_rows, ok ? "matches the CPU reference" : "DIFFERS");
         failures += !ok;
         free(got);
-        cudaFree(in), cudaFree(out), cudaFree(scratch);
-        mtp_device_layout_free(&d);
-        mtp_pack_free(&p);
+        roll_buffers_free(&b);
     }
-    if (dcp_nccl_set_destroy(set, &error) != DCP_OK || ncclCommDestroy(pool) != ncclSuccess)
+    if (dcp_nccl_set_destroy(set, &error) != DCP_OK || ncclCommDestroy(m->pool) != ncclSuccess)
         failures++;
-    if (failures == 0) printf("mtp roll: rank %d matches\n", rank);
+    if (failures == 0) printf("mtp roll: rank %d matches\n", m->rank);
     return failures == 0 ? 0 : 1;
+}
+
+/* The set of a fault run: both ranks of the pool, cp 2, the pool's config, FAULT_TIMEOUT_MS. */
+static dcp_status fault_set(multirank *m, dcp_nccl_set **set, dcp_error *error)
+{
+    dcp_nccl_options options;
+    memset(&options, 0, sizeof options);
+    options.max_cp = 2, options.config = &m->config, options.timeout_ms = FAULT_TIMEOUT_MS;
+    options.allocator = quarantine_allocator();
+    return dcp_nccl_set_create(m->pool, &options, set, error);
+}
+
+/* The absent rank of a fault run comes back after FAULT_ABSENT_MS: its own set and pool end
+   cleanly. */
+static int fault_absent_rank_returns(multirank *m, dcp_nccl_set *set, dcp_error *error)
+{
+    usleep((useconds_t)FAULT_ABSENT_MS * 1000);
+    return dcp_nccl_set_destroy(set, error) == DCP_OK && ncclCommDestroy(m->pool) == ncclSuccess;
+}
+
+static int fault_verdict(const multirank *m, const char *name, int ok, const dcp_error *error)
+{
+    if (ok) printf("fault %s: rank %d ok\n", name, m->rank);
+    else fprintf(stderr, "fault %s: rank %d FAILED (last error: %s)\n", name, m->rank,
+                 error->message);
+    return ok ? 0 : 1;
+}
+
+/* Fault 1 (non-blocking pool): rank 1 comes FAULT_ABSENT_MS late to the split. Rank 0's set
+   creation fails within its timeout having aborted the pool, so that NCCL's split job cannot
+   land a child in the freed set when rank 1 comes (the quarantine shows such a write). */
+static int fault_split(multirank *m)
+{
+    dcp_nccl_set *set = NULL;
+    dcp_error error;
+    double start = now_ms(), elapsed;
+    dcp_status status;
+    if (m->rank == 1) gpu_stall("ncclCommSplit", FAULT_ABSENT_MS);
+    status = fault_set(m, &set, &error);
+    elapsed = now_ms() - start;
+    usleep((useconds_t)(2 * FAULT_ABSENT_MS) * 1000); /* a late child would land meanwhile */
+    return fault_verdict(m, "split",
+                         set == NULL && status == DCP_ERROR_NCCL && quarantine_intact() &&
+                             (m->rank == 1 || elapsed < FAULT_TIMEOUT_MS + FAULT_SLACK_MS),
+                         &error);
+}
+
+/* Fault 3 (blocking or not): after a clean roll rank 1 stays alive but absent; rank 0 rolls
+   again and destroys the set, which must abort (the pool too) within its timeout instead of
+   waiting in ncclCommFinalize. Rank 1 then destroys its own set and pool. */
+static int fault_absent(multirank *m, const char *name)
+{
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding binding;
+    roll_buffers b;
+    dcp_error error;
+    double start;
+    int ok = fault_set(m, &set, &error) == DCP_OK &&
+             roll_buffers_make(&b, 2, m->rank, 8, FAULT_SEED);
+    if (!ok) return fault_verdict(m, name, 0, &error);
+    dcp_nccl_set_current(set, &binding);
+    binding.comm = dcp_nccl_set_comm(set, 2), binding.cp = 2, binding.rank = m->rank;
+    ok = roll_enqueue(set, &binding, &b, m->stream, &error) == DCP_OK &&
+         dcp_nccl_set_wait(set, m->stream, &error) == DCP_OK;
+    if (m->rank == 1) {
+        ok = fault_absent_rank_returns(m, set, &error) && ok;
+    } else {
+        start = now_ms();
+        ok = ok && roll_enqueue(set, &binding, &b, m->stream, &error) == DCP_OK &&
+             dcp_nccl_set_destroy(set, &error) == DCP_ERROR_NCCL &&
+             now_ms() - start < FAULT_TIMEOUT_MS + FAULT_SLACK_MS; /* the pool went too */
+    }
+    roll_buffers_free(&b);
+    return fault_verdict(m, name, ok, &error);
+}
+
+/* Fault 2 (blocking): rank 1 holds every sample. After a clean step rank 0 reroutes again (a
+   pool kernel waiting for the absent rank 1), rolls on cp 2 behind it on the same stream and
+   waits: the wait times out and must raise every abort before any abort waits. */
+static int fault_abort_order(multirank *m)
+{
+    dcp_config config;
+    int64_t lengths[FAULT_SAMPLES];
+    int32_t holders[FAULT_SAMPLES], s, k;
+    void *samples[FAULT_SAMPLES], *micro[FAULT_MICROBATCHES];
+    int64_t rows[FAULT_MICROBATCHES];
+    dcp_plan *plan = NULL;
+    dcp_reroute *list = NULL;
+    dcp_nccl_reroute_buffers buffers;
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding binding;
+    roll_buffers b;
+    dcp_error error;
+    double start;
+    int ok;
+    memset(&config, 0, sizeof config);
+    config.ranks = 2, config.max_tokens_per_rank = FAULT_TOKENS;
+    for (s = 0; s < FAULT_SAMPLES; s++) /* every sample on rank 1 */
+        lengths[s] = 1 + (17 * s + 5) % FAULT_TOKENS, holders[s] = 1;
+    ok = dcp_plan_create(&config, lengths, FAULT_SAMPLES, &plan, &error) == DCP_OK &&
+         plan->num_microbatches <= FAULT_MICROBATCHES &&
+         dcp_reroute_create(plan, holders, m->rank, &list, &error) == DCP_OK &&
+         fault_set(m, &set, &error) == DCP_OK && roll_buffers_make(&b, 2, m->rank, 8, FAULT_SEED);
+    if (!ok) return fault_verdict(m, "abort-order", 0, &error);
+    memset(samples, 0, sizeof samples);
+    if (m->rank == 1) upload_token_records(plan, FAULT_ELEMENT_BYTES, samples);
+    for (k = 0; k < plan->num_microbatches; k++) {
+        dcp_rank_group where;
+        ok &= dcp_plan_rank_group(plan, m->rank, k, &where, NULL) == DCP_OK;
+        rows[k] = where.local_rows;
+        ok &= cudaMalloc(&micro[k], (size_t)rows[k] * FAULT_ELEMENT_BYTES + 1) == cudaSuccess;
+    }
+    memset(&buffers, 0, sizeof buffers);
+    buffers.element_size = FAULT_ELEMENT_BYTES;
+    buffers.num_samples = plan->num_samples, buffers.sample_data = samples;
+    buffers.num_microbatches = plan->num_microbatches, buffers.microbatch_data = micro;
+    buffers.microbatch_rows = rows;
+    dcp_nccl_set_current(set, &binding);
+    binding.comm = dcp_nccl_set_comm(set, 2), binding.cp = 2, binding.rank = m->rank;
+    ok = ok && dcp_nccl_reroute_execute(set, list, &buffers, m->stream, &error) == DCP_OK &&
+         roll_enqueue(set, &binding, &b, m->stream, &error) == DCP_OK &&
+         dcp_nccl_set_wait(set, m->stream, &error) == DCP_OK;
+    if (m->rank == 1) {
+        ok = fault_absent_rank_returns(m, set, &error) && ok;
+    } else {
+        start = now_ms();
+        ok = ok && dcp_nccl_reroute_execute(set, list, &buffers, m->stream, &error) == DCP_OK &&
+             roll_enqueue(set, &binding, &b, m->stream, &error) == DCP_OK &&
+             dcp_nccl_set_wait(set, m->stream, &error) == DCP_ERROR_NCCL &&
+             now_ms() - start < FAULT_TIMEOUT_MS + FAULT_SLACK_MS && set->pool == NULL;
+        (void)dcp_nccl_set_destroy(set, NULL);
+    }
+    for (s = 0; s < plan->num_samples; s++) cudaFree(samples[s]);
+    for (k = 0; k < plan->num_microbatches; k++) cudaFree(micro[k]);
+    roll_buffers_free(&b);
+    dcp_reroute_destroy(list);
+    dcp_plan_destroy(plan);
+    return fault_verdict(m, "abort-order", ok, &error);
+}
+
+/* Fault 4: the pool created with splitShare 1 (or 0); the set's splits aborted alone. Shared,
+   the pool's abort flag went with them: the set must report the pool gone (set->pool NULL);
+   unshared, the pool stays and its all-reduce sums. */
+static int fault_shared_abort(multirank *m, const char *name)
+{
+    const int shared = m->config.splitShare == 1;
+    dcp_nccl_set *set = NULL;
+    int32_t one = 1, sum = 0, *x = NULL;
+    dcp_error error;
+    double start;
+    int ok = fault_set(m, &set, &error) == DCP_OK &&
+             dcp_nccl_set_abort(set, 0, &error) == DCP_OK && (set->pool == NULL) == shared;
+    if (ok && set->pool) {
+        cudaError_t query = cudaErrorNotReady;
+        ok = cudaMalloc((void **)&x, sizeof *x) == cudaSuccess &&
+             cudaMemcpy(x, &one, sizeof one, cudaMemcpyHostToDevice) == cudaSuccess &&
+             ncclAllReduce(x, x, 1, ncclInt32, ncclSum, set->pool, m->stream) == ncclSuccess;
+        for (start = now_ms(); ok && query == cudaErrorNotReady &&
+                               now_ms() - start < FAULT_TIMEOUT_MS + FAULT_SLACK_MS;)
+            query = cudaStreamQuery(m->stream);
+        ok = ok && query == cudaSuccess &&
+             cudaMemcpy(&sum, x, sizeof sum, cudaMemcpyDeviceToHost) == cudaSuccess &&
+             sum == m->ranks && ncclCommDestroy(m->pool) == ncclSuccess;
+        cudaFree(x);
+    }
+    if (set) ok = dcp_nccl_set_destroy(set, &error) == DCP_OK && ok;
+    return fault_verdict(m, name, ok, &error);
+}
+
+static int multirank_main(int rank, int ranks, const char *id_path)
+{
+    const char *test = getenv("DCP_MULTIRANK_TEST");
+    multirank m;
+    int blocking = 1, share = 0;
+    if (!gpu_available()) {
+        printf("%s\n", SKIP_REASON);
+        return 0;
+    }
+    if (!test) test = "mtp-roll";
+    if (strcmp(test, "fault-split") == 0 || strcmp(test, "fault-absent-nonblocking") == 0)
+        blocking = 0;
+    if (strcmp(test, "fault-shared-abort") == 0) share = 1;
+    memset(&m, 0, sizeof m);
+    m.rank = rank, m.ranks = ranks;
+    if (!multirank_start(&m, id_path, blocking, share)) return 1;
+    if (strcmp(test, "mtp-roll") == 0) return mtp_roll_multirank(&m);
+    if (ranks != 2) {
+        fprintf(stderr, "%s runs on 2 ranks, not %d\n", test, ranks);
+        return 1;
+    }
+    if (strcmp(test, "fault-split") == 0) return fault_split(&m);
+    if (strncmp(test, "fault-absent", 12) == 0) return fault_absent(&m, test + 6);
+    if (strcmp(test, "fault-abort-order") == 0) return fault_abort_order(&m);
+    if (strstr(test, "shared-abort")) return fault_shared_abort(&m, test + 6);
+    fprintf(stderr, "unknown DCP_MULTIRANK_TEST %s\n", test);
+    return 1;
 }
 
 int main(int argc, char **argv)
@@ -863,8 +1134,8 @@ int main(int argc, char **argv)
     };
     const char *world = getenv("WORLD_SIZE");
     if (world && atoi(world) > 1) /* tests/multirank.sh: one process of a multi-rank run */
-        return mtp_roll_multirank(getenv("RANK") ? atoi(getenv("RANK")) : 0, atoi(world),
-                                  argc > 1 ? argv[1] : "/tmp/dcp_mtp_nccl_id");
+        return multirank_main(getenv("RANK") ? atoi(getenv("RANK")) : 0, atoi(world),
+                              argc > 1 ? argv[1] : "/tmp/dcp_mtp_nccl_id");
     if (!gpu_available()) printf("%s\n", SKIP_REASON);
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }

@@ -58,6 +58,7 @@ static void counted_free(void *ptr)
 #include "../dcp_nccl.h"
 #include "test.h"
 #include "mtp_pack.h"
+#include "quarantine.h"
 
 #define HOST_SEED 16016
 /* Timeouts of the sets: long where nothing fails, short where a test waits for one. */
@@ -287,6 +288,7 @@ typedef struct rank_start {
 static void *rank_thread(void *arg)
 {
     rank_start *start = (rank_start *)arg;
+    fake_bind_rank(start->ctx->rank);
     start->fn(start->ctx);
     if (fake_group_depth != 0) {
         printf("  rank %d left an NCCL group open\n", start->ctx->rank);
@@ -295,15 +297,25 @@ static void *rank_thread(void *arg)
     return NULL;
 }
 
-/* Runs fn on `ranks` threads over a fresh job; returns the summed failures. */
-static int run_ranks(int ranks, int blocking, rank_fn fn, const void *test, rank_ctx *ctx)
+/* The pools' config: NCCL's defaults but for blocking (1 or 0) and splitShare. */
+static ncclConfig_t pool_config(int blocking, int split_share)
+{
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = blocking, config.splitShare = split_share;
+    return config;
+}
+
+/* Runs fn on `ranks` threads over a fresh job whose pools have config; returns the summed
+   failures. The job stays for the caller to inspect (fake_job_destroy). */
+static int run_ranks_with(int ranks, const ncclConfig_t *config, rank_fn fn, const void *test,
+                          rank_ctx *ctx)
 {
     ncclComm_t *pools = (ncclComm_t *)calloc((size_t)ranks, sizeof(ncclComm_t));
     pthread_t *threads = (pthread_t *)calloc((size_t)ranks, sizeof(pthread_t));
     rank_start *starts = (rank_start *)calloc((size_t)ranks, sizeof(rank_start));
     pthread_attr_t attr;
     int r, failures = 0;
-    fake_job_create(ranks, blocking, pools);
+    fake_job_create(ranks, config, pools);
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, RANK_STACK_BYTES);
     for (r = 0; r < ranks; r++) {
@@ -320,6 +332,13 @@ static int run_ranks(int ranks, int blocking, rank_fn fn, const void *test, rank
     for (r = 0; r < ranks; r++) failures += ctx[r].failures;
     free(pools), free(threads), free(starts);
     return failures;
+}
+
+/* ... with pools of NCCL's default config, blocking or not. */
+static int run_ranks(int ranks, int blocking, rank_fn fn, const void *test, rank_ctx *ctx)
+{
+    const ncclConfig_t config = pool_config(blocking, NCCL_CONFIG_UNDEF_INT);
+    return run_ranks_with(ranks, &config, fn, test, ctx);
 }
 
 /* The pool is each rank's to destroy after its set (a real job's ncclCommDestroy), unless
@@ -339,13 +358,10 @@ static dcp_nccl_options options_with(int64_t timeout_ms, int32_t max_cp,
 }
 
 /* Polls a stream to its end within the test's bound: 1 when it drained. */
+static int stream_drains_within(cudaStream_t stream, double ms);
 static int stream_drains(cudaStream_t stream)
 {
-    const double start = fake_now_ms();
-    cudaError_t e;
-    while ((e = cudaStreamQuery(stream)) == cudaErrorNotReady)
-        if (fake_now_ms() - start > TIMEOUT_SLACK_MS) return 0;
-    return 1;
+    return stream_drains_within(stream, TIMEOUT_SLACK_MS);
 }
 
 /* Largest |a - b| over n values, relative to max(1, max |b|); equal infinities count 0 and a
@@ -362,6 +378,487 @@ static double relative_error(const float *a, const float *b, int64_t n)
         if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
     }
     return worst / scale;
+}
+
+static int job_clean(void)
+{
+    const char *text;
+    int violations = fake_violations(&text);
+    long undelivered = fake_undelivered();
+    if (violations) printf("  transport: %d violations, first: %s\n", violations, text);
+    if (undelivered) printf("  transport: %ld messages never received\n", undelivered);
+    return violations == 0 && undelivered == 0;
+}
+
+/* ------------------------------------------------- the transport itself: as strict as NCCL
+   One test per way the former fake was more lenient than NCCL (tests/fake_nccl/nccl.h lists
+   what the transport now holds its callers to); each checks the strict behaviour directly on
+   two or three ranks. DELAY: how late a rank comes; EARLY: when the others look, well before
+   it; HANG: the bound past which the transport reports a wait NCCL would make forever. */
+#define TRANSPORT_DELAY_MS 300.0
+#define TRANSPORT_EARLY_MS 100.0
+#define TRANSPORT_HANG_MS 300.0
+
+
+/* Polls a stream for at most ms: 1 when it drained. */
+static int stream_drains_within(cudaStream_t stream, double ms)
+{
+    const double start = fake_now_ms();
+    while (cudaStreamQuery(stream) == cudaErrorNotReady)
+        if (fake_now_ms() - start > ms) return 0;
+    return 1;
+}
+
+/* Polls comm's asynchronous state until it leaves ncclInProgress (within the test's bound). */
+static ncclResult_t settled(ncclComm_t comm)
+{
+    const double start = fake_now_ms();
+    ncclResult_t state = ncclInProgress;
+    while (ncclCommGetAsyncError(comm, &state) == ncclSuccess && state == ncclInProgress &&
+           fake_now_ms() - start < TIMEOUT_SLACK_MS)
+        fake_sleep_ms(1.0);
+    return state;
+}
+
+static int32_t *device_int(int32_t value)
+{
+    int32_t *p = NULL;
+    cudaMalloc((void **)&p, sizeof *p);
+    if (p) *p = value; /* fake device memory is the host's */
+    return p;
+}
+
+/* One fused exchange with peer on comm (a send and a receive in one group), checked: it also
+   connects the pair, so that later first-use waits stay out of a test. */
+static void exchange(rank_ctx *ctx, ncclComm_t comm, int me, int peer, cudaStream_t stream)
+{
+    int32_t *mine = device_int(1000 + me), *theirs = device_int(-1);
+    RANK_CHECK(ctx, ncclGroupStart() == ncclSuccess);
+    RANK_CHECK(ctx, ncclSend(mine, 1, ncclInt32, peer, comm, stream) == ncclSuccess);
+    RANK_CHECK(ctx, ncclRecv(theirs, 1, ncclInt32, peer, comm, stream) == ncclSuccess);
+    RANK_CHECK(ctx, ncclGroupEnd() == ncclSuccess);
+    RANK_CHECK(ctx, stream_drains(stream) && *theirs == 1000 + peer);
+    cudaFree(mine), cudaFree(theirs);
+}
+
+typedef struct transport_test {
+    pthread_barrier_t barrier; /* first member: barrier() */
+    int grouped;               /* abort test: the aborts in one group */
+} transport_test;
+
+/* Waits for the other ranks of a test whose struct starts with its barrier. */
+static void barrier(rank_ctx *ctx) { pthread_barrier_wait((pthread_barrier_t *)ctx->test); }
+
+/* Runs fn on `ranks` ranks whose pools have config, with a barrier for them. */
+static void transport_run(int ranks, const ncclConfig_t *config, rank_fn fn, int grouped)
+{
+    static rank_ctx ctx[3];
+    transport_test t;
+    pthread_barrier_init(&t.barrier, NULL, (unsigned)ranks);
+    t.grouped = grouped;
+    CHECK_EQ(run_ranks_with(ranks, config, fn, &t, ctx), 0);
+    pthread_barrier_destroy(&t.barrier);
+}
+
+/* 1. A send completes only when its receive takes it: fused, two ranks exchange; unfused (both
+   send first, then receive, each call a group of its own) they deadlock, and the transport
+   reports the stuck send after its bound. */
+static void rendezvous_rank(rank_ctx *ctx)
+{
+    const int peer = 1 - ctx->rank;
+    int32_t *mine = device_int(ctx->rank), *theirs = device_int(-1);
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    exchange(ctx, ctx->pool, ctx->rank, peer, stream);
+    RANK_CHECK(ctx, ncclSend(mine, 1, ncclInt32, peer, ctx->pool, stream) == ncclSuccess);
+    RANK_CHECK(ctx, ncclRecv(theirs, 1, ncclInt32, peer, ctx->pool, stream) == ncclSuccess);
+    RANK_CHECK(ctx, !stream_drains_within(stream, 3 * TRANSPORT_HANG_MS));
+    RANK_CHECK(ctx, *theirs == -1);
+    (void)ncclCommAbort(ctx->pool); /* the stuck kernels quit */
+    RANK_CHECK(ctx, stream_drains(stream));
+    cudaStreamDestroy(stream);
+    cudaFree(mine), cudaFree(theirs);
+}
+
+static void transport_sends_rendezvous(void)
+{
+    const ncclConfig_t config = pool_config(1, 0);
+    fake_set_hang_bound(TRANSPORT_HANG_MS);
+    transport_run(2, &config, rendezvous_rank, 0);
+    CHECK(fake_violation_count(FAKE_STUCK) >= 1);
+    CHECK_EQ(fake_violation_count(FAKE_PROTOCOL) + fake_violation_count(FAKE_HANG), 0);
+    fake_set_hang_bound(FAKE_DEFAULT_HANG_MS);
+    fake_job_destroy();
+}
+
+/* 2. Blocking communicators block the host: ncclCommSplit until every rank of the parent has
+   called it, a first use of a peer until the peer connects, ncclCommFinalize until the
+   communicator's queued work is done. The late rank comes DELAY after the others. */
+static void blocking_rank(rank_ctx *ctx)
+{
+    const int r = ctx->rank;
+    ncclComm_t child = NULL;
+    int32_t *buffer = device_int(7 * r);
+    cudaStream_t stream;
+    double start;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (r == 2) fake_sleep_ms(TRANSPORT_DELAY_MS);
+    start = fake_now_ms();
+    RANK_CHECK(ctx, ncclCommSplit(ctx->pool, 0, r, &child, NULL) == ncclSuccess && child);
+    if (r != 2) RANK_CHECK(ctx, fake_now_ms() - start > TRANSPORT_DELAY_MS / 2);
+    barrier(ctx);
+    if (r == 1) fake_sleep_ms(TRANSPORT_DELAY_MS); /* the first use: rank 0 waits for rank 1 */
+    start = fake_now_ms();
+    if (r < 2) exchange(ctx, child, r, 1 - r, stream);
+    if (r == 0) RANK_CHECK(ctx, fake_now_ms() - start > TRANSPORT_DELAY_MS / 2);
+    barrier(ctx);
+    if (r == 0) { /* finalize waits for the receive, whose send comes late */
+        RANK_CHECK(ctx, ncclRecv(buffer, 1, ncclInt32, 1, child, stream) == ncclSuccess);
+        start = fake_now_ms();
+        RANK_CHECK(ctx, ncclCommFinalize(child) == ncclSuccess);
+        RANK_CHECK(ctx, fake_now_ms() - start > TRANSPORT_DELAY_MS / 2 && *buffer == 7);
+    } else {
+        if (r == 1) {
+            fake_sleep_ms(TRANSPORT_DELAY_MS);
+            RANK_CHECK(ctx, ncclSend(buffer, 1, ncclInt32, 0, child, stream) == ncclSuccess);
+        }
+        RANK_CHECK(ctx, stream_drains(stream) && ncclCommFinalize(child) == ncclSuccess);
+    }
+    RANK_CHECK(ctx, ncclCommDestroy(child) == ncclSuccess);
+    RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
+    cudaStreamDestroy(stream);
+    cudaFree(buffer);
+}
+
+static void transport_blocking_calls_wait_for_peers(void)
+{
+    const ncclConfig_t config = pool_config(1, 0);
+    transport_run(3, &config, blocking_rank, 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+
+/* 3. Non-blocking: a split answers ncclInProgress, its child stays NULL until every rank has
+   come (the background thread writes it then), its progress shows on the parent, and the
+   parent refuses other work meanwhile (the one deliberate violation); finalize answers
+   ncclInProgress and is polled. */
+static void nonblocking_rank(rank_ctx *ctx)
+{
+    ncclComm_t child = NULL;
+    ncclResult_t state = ncclSuccess;
+    int count = 0;
+    if (ctx->rank == 1) fake_sleep_ms(TRANSPORT_DELAY_MS);
+    RANK_CHECK(ctx, ncclCommSplit(ctx->pool, 0, ctx->rank, &child, NULL) == ncclInProgress);
+    if (ctx->rank == 0) {
+        fake_sleep_ms(TRANSPORT_EARLY_MS);
+        RANK_CHECK(ctx, child == NULL);
+        RANK_CHECK(ctx, ncclCommGetAsyncError(ctx->pool, &state) == ncclSuccess &&
+                            state == ncclInProgress);
+        RANK_CHECK(ctx, ncclCommFinalize(ctx->pool) == ncclInvalidArgument);
+    }
+    RANK_CHECK(ctx, settled(ctx->pool) == ncclSuccess && child != NULL);
+    RANK_CHECK(ctx, child && ncclCommCount(child, &count) == ncclSuccess && count == 2);
+    RANK_CHECK(ctx, fake_comm_config(child).blocking == 0); /* NULL config: the parent's */
+    RANK_CHECK(ctx, ncclCommFinalize(child) == ncclInProgress && settled(child) == ncclSuccess);
+    RANK_CHECK(ctx, ncclCommDestroy(child) == ncclSuccess);
+    RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
+}
+
+static void transport_nonblocking_calls_run_in_the_background(void)
+{
+    const ncclConfig_t config = pool_config(0, 0);
+    transport_run(2, &config, nonblocking_rank, 0);
+    CHECK_EQ(fake_violation_count(FAKE_PROTOCOL), 1);
+    CHECK_EQ(fake_violation_count(FAKE_HANG) + fake_violation_count(FAKE_STUCK), 0);
+    fake_job_destroy();
+}
+
+/* 4. An injected asynchronous error is reported by ncclCommGetAsyncError, and the broken
+   communicator's kernels stall until it is aborted. */
+static void async_error_rank(rank_ctx *ctx)
+{
+    int32_t *x = device_int(ctx->rank);
+    ncclResult_t state = ncclSuccess;
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, ncclAllReduce(x, x, 1, ncclInt32, ncclSum, ctx->pool, stream) == ncclSuccess);
+    RANK_CHECK(ctx, stream_drains(stream) && *x == 1);
+    if (ctx->rank == 0) fake_inject_async_error(ctx->pool, ncclRemoteError);
+    barrier(ctx);
+    RANK_CHECK(ctx, ncclCommGetAsyncError(ctx->pool, &state) == ncclSuccess &&
+                        state == (ctx->rank == 0 ? ncclRemoteError : ncclSuccess));
+    RANK_CHECK(ctx, ncclAllReduce(x, x, 1, ncclInt32, ncclSum, ctx->pool, stream) == ncclSuccess);
+    if (ctx->rank == 0) {
+        RANK_CHECK(ctx, !stream_drains_within(stream, TRANSPORT_DELAY_MS));
+        (void)ncclCommAbort(ctx->pool);
+    }
+    RANK_CHECK(ctx, stream_drains(stream));
+    if (ctx->rank == 1) RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
+    cudaStreamDestroy(stream);
+    cudaFree(x);
+}
+
+static void transport_async_errors_are_reported(void)
+{
+    const ncclConfig_t config = pool_config(1, 0);
+    transport_run(2, &config, async_error_rank, 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+
+/* 5a. ncclCommAbort waits for the communicator's queued work: rank 0 queues a receive on the
+   pool that rank 1 never matches, then a send on a split communicator behind it on the same
+   stream. Aborting the split alone waits for work only the pool's abort releases (the
+   transport reports the hang after its bound); aborting both in one group raises both flags
+   first (from NCCL 2.22; before, the group changes nothing). */
+static void abort_order_rank(rank_ctx *ctx)
+{
+    const transport_test *t = (const transport_test *)ctx->test;
+    int32_t *x = device_int(ctx->rank);
+    ncclComm_t child = NULL;
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, ncclCommSplit(ctx->pool, 0, ctx->rank, &child, NULL) == ncclSuccess);
+    exchange(ctx, ctx->pool, ctx->rank, 1 - ctx->rank, stream);
+    exchange(ctx, child, ctx->rank, 1 - ctx->rank, stream);
+    if (ctx->rank == 0) {
+        RANK_CHECK(ctx, ncclRecv(x, 1, ncclInt32, 1, ctx->pool, stream) == ncclSuccess);
+        RANK_CHECK(ctx, ncclSend(x, 1, ncclInt32, 1, child, stream) == ncclSuccess);
+        if (t->grouped) RANK_CHECK(ctx, ncclGroupStart() == ncclSuccess);
+        (void)ncclCommAbort(child);
+        (void)ncclCommAbort(ctx->pool);
+        if (t->grouped) RANK_CHECK(ctx, ncclGroupEnd() == ncclSuccess);
+        RANK_CHECK(ctx, stream_drains(stream));
+    }
+    barrier(ctx); /* rank 1 stays, absent, until rank 0 is done */
+    if (ctx->rank == 1) {
+        (void)ncclCommAbort(child);
+        (void)ncclCommAbort(ctx->pool);
+    }
+    cudaStreamDestroy(stream);
+    cudaFree(x);
+}
+
+static void transport_abort_waits_for_queued_work(void)
+{
+    const ncclConfig_t config = pool_config(1, 0);
+    const int grouped_abort = NCCL_VERSION_CODE >= FAKE_GROUPED_ABORT_VERSION;
+    int grouped;
+    fake_set_hang_bound(TRANSPORT_HANG_MS);
+    for (grouped = 0; grouped < 2; grouped++) {
+        transport_run(2, &config, abort_order_rank, grouped);
+        printf("  %s: %d hang(s)\n", grouped ? "one group" : "one after the other",
+               fake_violation_count(FAKE_HANG));
+        CHECK_EQ(fake_violation_count(FAKE_HANG), grouped && grouped_abort ? 0 : 1);
+        CHECK_EQ(fake_violation_count(FAKE_PROTOCOL), 0);
+        fake_job_destroy();
+    }
+    fake_set_hang_bound(FAKE_DEFAULT_HANG_MS);
+}
+
+/* 5b. Under the parent's splitShare = 1 a child shares the parent's abort flag: after the
+   child's abort the pool's all-reduce "succeeds" and its kernel quits without a word, its
+   output untouched; without sharing it sums. */
+static void shared_flag_rank(rank_ctx *ctx)
+{
+    const int shared = fake_comm_config(ctx->pool).splitShare;
+    int32_t *x = device_int(1);
+    ncclComm_t child = NULL;
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, ncclCommSplit(ctx->pool, 0, ctx->rank, &child, NULL) == ncclSuccess);
+    RANK_CHECK(ctx, ncclAllReduce(x, x, 1, ncclInt32, ncclSum, ctx->pool, stream) == ncclSuccess);
+    RANK_CHECK(ctx, stream_drains(stream) && *x == 2);
+    RANK_CHECK(ctx, ncclCommAbort(child) == ncclSuccess);
+    RANK_CHECK(ctx, ncclAllReduce(x, x, 1, ncclInt32, ncclSum, ctx->pool, stream) == ncclSuccess);
+    RANK_CHECK(ctx, stream_drains(stream) && *x == (shared ? 2 : 4));
+    if (shared) (void)ncclCommAbort(ctx->pool);
+    else RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
+    cudaStreamDestroy(stream);
+    cudaFree(x);
+}
+
+static void transport_split_share_shares_the_abort_flag(void)
+{
+    int share;
+    for (share = 0; share < 2; share++) {
+        const ncclConfig_t config = pool_config(1, share);
+        transport_run(2, &config, shared_flag_rank, 0);
+        CHECK(job_clean());
+        fake_job_destroy();
+    }
+}
+
+/* 6. One communicator's kernels run in issue order whatever their stream, and a device runs
+   one communication kernel at a time. Rank 0 queues a receive from rank 1 on stream one and
+   then a send to rank 2 on stream two: first both on the pool, the receive behind a kernel
+   that runs DELAY (the order: the send may not pass the receive that was issued first), then
+   the send on a child of ranks 0 and 2, the receive's sender DELAY late (the slot). Either way
+   rank 2's receive may not end before DELAY. */
+static int slow_kernel(void *arg);
+
+static void order_rank(rank_ctx *ctx)
+{
+    const int r = ctx->rank;
+    int32_t *x = device_int(r);
+    ncclComm_t child = NULL, second;
+    cudaStream_t one, two;
+    int phase;
+    cudaStreamCreateWithFlags(&one, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&two, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, ncclCommSplit(ctx->pool, r == 1 ? NCCL_SPLIT_NOCOLOR : 0, r, &child, NULL) ==
+                        ncclSuccess);
+    if (r != 2) exchange(ctx, ctx->pool, r, 1 - r, one); /* 0 and 1 */
+    if (r != 1) exchange(ctx, ctx->pool, r, 2 - r, one); /* 0 and 2 */
+    if (r != 1) exchange(ctx, child, r / 2, 1 - r / 2, one);
+    for (phase = 0; phase < 2; phase++) { /* the pool's order, then the slot */
+        second = phase ? child : ctx->pool;
+        barrier(ctx);
+        if (r == 0) {
+            if (phase == 0) fake_enqueue_host(one, slow_kernel, NULL);
+            RANK_CHECK(ctx, ncclRecv(x, 1, ncclInt32, 1, ctx->pool, one) == ncclSuccess);
+            RANK_CHECK(ctx, ncclSend(x, 1, ncclInt32, phase ? 1 : 2, second, two) == ncclSuccess);
+            fake_sleep_ms(TRANSPORT_EARLY_MS);
+            RANK_CHECK(ctx, cudaStreamQuery(two) == cudaErrorNotReady);
+        } else if (r == 1) {
+            if (phase == 1) fake_sleep_ms(TRANSPORT_DELAY_MS);
+            RANK_CHECK(ctx, ncclSend(x, 1, ncclInt32, 0, ctx->pool, one) == ncclSuccess);
+        } else {
+            const double start = fake_now_ms();
+            RANK_CHECK(ctx, ncclRecv(x, 1, ncclInt32, 0, second, one) == ncclSuccess);
+            RANK_CHECK(ctx, stream_drains(one) && fake_now_ms() - start > TRANSPORT_DELAY_MS / 2);
+        }
+        RANK_CHECK(ctx, stream_drains(one) && stream_drains(two));
+    }
+    if (child) RANK_CHECK(ctx, ncclCommDestroy(child) == ncclSuccess);
+    RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
+    cudaStreamDestroy(one), cudaStreamDestroy(two);
+    cudaFree(x);
+}
+
+static void transport_orders_kernels(void)
+{
+    const ncclConfig_t config = pool_config(1, 0);
+    transport_run(3, &config, order_rank, 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+
+/* 7. A copy between device and pageable memory waits for the stream (CUDA may synchronise
+   with it); from pinned memory it is only queued; one that names the wrong kind of memory is
+   refused (the one deliberate violation). */
+static int slow_kernel(void *arg)
+{
+    (void)arg;
+    fake_sleep_ms(TRANSPORT_DELAY_MS);
+    return 0;
+}
+
+static void pageable_rank(rank_ctx *ctx)
+{
+    int32_t pageable = 5, *pinned = NULL, *device = device_int(0);
+    cudaStream_t stream;
+    double start;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    cudaMallocHost((void **)&pinned, sizeof *pinned);
+    *pinned = 6;
+    fake_enqueue_host(stream, slow_kernel, NULL);
+    start = fake_now_ms();
+    RANK_CHECK(ctx, cudaMemcpyAsync(device, &pageable, sizeof pageable, cudaMemcpyHostToDevice,
+                                    stream) == cudaSuccess);
+    RANK_CHECK(ctx, fake_now_ms() - start > TRANSPORT_DELAY_MS / 2 && *device == 5);
+    fake_enqueue_host(stream, slow_kernel, NULL);
+    start = fake_now_ms();
+    RANK_CHECK(ctx, cudaMemcpyAsync(device, pinned, sizeof *pinned, cudaMemcpyHostToDevice,
+                                    stream) == cudaSuccess);
+    RANK_CHECK(ctx, fake_now_ms() - start < TRANSPORT_DELAY_MS / 2);
+    RANK_CHECK(ctx, stream_drains(stream) && *device == 6);
+    RANK_CHECK(ctx, cudaMemcpyAsync(device, &pageable, sizeof pageable, cudaMemcpyDeviceToDevice,
+                                    stream) == cudaErrorInvalidValue);
+    RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
+    cudaStreamDestroy(stream);
+    cudaFreeHost(pinned), cudaFree(device);
+}
+
+static void transport_pageable_copies_wait_for_the_stream(void)
+{
+    const ncclConfig_t config = pool_config(1, 0);
+    transport_run(1, &config, pageable_rank, 0);
+    CHECK_EQ(fake_violation_count(FAKE_PROTOCOL), 1);
+    CHECK_EQ(fake_violation_count(FAKE_HANG), 0);
+    fake_job_destroy();
+}
+
+/* 8. A group whose call failed (an injected fault: the call did not run) launches nothing at
+   its end and reports the error, as NCCL's ncclGroupError does; an injected ncclGroupEnd
+   failure (it did not run either) leaves the group open: the caller's next ncclGroupEnd closes
+   it, and one more is ncclInvalidUsage. */
+static void failed_group_rank(rank_ctx *ctx)
+{
+    int32_t *x = device_int(1), *y = device_int(0);
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, ncclGroupStart() == ncclSuccess);
+    RANK_CHECK(ctx, ncclSend(x, 1, ncclInt32, 0, ctx->pool, stream) == ncclSuccess);
+    fake_fault_arm(1);
+    RANK_CHECK(ctx, fake_fault_hook("ncclRecv") == 1); /* as DCP_NCCL_FAULT_HOOK: not called */
+    RANK_CHECK(ctx, ncclGroupEnd() == ncclSystemError);
+    RANK_CHECK(ctx, stream_drains(stream) && *y == 0); /* nothing launched */
+    RANK_CHECK(ctx, ncclGroupStart() == ncclSuccess);
+    fake_fault_arm(1);
+    RANK_CHECK(ctx, fake_fault_hook("ncclGroupEnd") == 1);
+    RANK_CHECK(ctx, fake_group_depth == 1);
+    RANK_CHECK(ctx, ncclGroupEnd() == ncclSystemError && fake_group_depth == 0);
+    RANK_CHECK(ctx, ncclGroupEnd() == ncclInvalidUsage);
+    fake_fault_arm(0);
+    RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
+    cudaStreamDestroy(stream);
+    cudaFree(x), cudaFree(y);
+}
+
+static void transport_failed_calls_poison_their_group(void)
+{
+    const ncclConfig_t config = pool_config(1, 0);
+    transport_run(1, &config, failed_group_rank, 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+
+/* 9. Configs as NCCL resolves them: NCCL_CONFIG_INITIALIZER leaves every field undefined and
+   the communicator takes NCCL's defaults; a split with a NULL config copies its parent's; a
+   config without the initializer's magic is refused (a deliberate violation on each rank). */
+static void config_rank(rank_ctx *ctx)
+{
+    ncclConfig_t fresh = NCCL_CONFIG_INITIALIZER, broken = NCCL_CONFIG_INITIALIZER, got;
+    const ncclConfig_t pool = fake_comm_config(ctx->pool);
+    ncclComm_t inherited = NULL, defaulted = NULL, none = NULL;
+    RANK_CHECK(ctx, ncclCommSplit(ctx->pool, 0, ctx->rank, &inherited, NULL) == ncclSuccess);
+    got = fake_comm_config(inherited);
+    RANK_CHECK(ctx, got.cgaClusterSize == pool.cgaClusterSize && got.splitShare == 1 &&
+                        got.blocking == 1);
+    RANK_CHECK(ctx, ncclCommSplit(ctx->pool, 0, ctx->rank, &defaulted, &fresh) == ncclSuccess);
+    got = fake_comm_config(defaulted);
+    RANK_CHECK(ctx, got.blocking == FAKE_DEFAULT_BLOCKING &&
+                        got.cgaClusterSize == FAKE_DEFAULT_CGA_CLUSTER &&
+                        got.minCTAs == FAKE_DEFAULT_MIN_CTAS &&
+                        got.maxCTAs == FAKE_DEFAULT_MAX_CTAS &&
+                        got.splitShare == FAKE_DEFAULT_SPLIT_SHARE);
+    broken.magic = 0;
+    RANK_CHECK(ctx, ncclCommSplit(ctx->pool, 0, ctx->rank, &none, &broken) ==
+                        ncclInvalidArgument && none == NULL);
+    RANK_CHECK(ctx, ncclCommDestroy(defaulted) == ncclSuccess);
+    RANK_CHECK(ctx, ncclCommDestroy(inherited) == ncclSuccess);
+    RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
+}
+
+static void transport_configs_resolve_as_nccl_does(void)
+{
+    ncclConfig_t config = pool_config(1, 1);
+    config.cgaClusterSize = 2; /* not the default: only inheritance gives it to a child */
+    transport_run(2, &config, config_rank, 0);
+    CHECK_EQ(fake_violation_count(FAKE_PROTOCOL), 2);
+    CHECK_EQ(fake_violation_count(FAKE_HANG) + fake_violation_count(FAKE_STUCK), 0);
+    fake_job_destroy();
 }
 
 /* ------------------------------------------------ control plane at 512 ranks: create, split,
@@ -438,15 +935,6 @@ static void control_rank(rank_ctx *ctx)
     cudaStreamDestroy(stream);
 }
 
-static int job_clean(void)
-{
-    const char *text;
-    int violations = fake_violations(&text);
-    long undelivered = fake_undelivered();
-    if (violations) printf("  transport: %d violations, first: %s\n", violations, text);
-    if (undelivered) printf("  transport: %ld messages never received\n", undelivered);
-    return violations == 0 && undelivered == 0;
-}
 
 static dcp_plan *host_plan(int32_t ranks, int64_t max_tokens, int32_t samples, uint64_t seed)
 {
@@ -496,62 +984,91 @@ static float token_value(int32_t sample, int64_t position, int32_t e)
     return (float)(sample * 100000 + position * TOKEN_FLOATS + e) + 0.5f;
 }
 
+/* One rank's part of a reroute: its list for the samples' holders, its held samples' token
+   values in device memory, and poisoned microbatch buffers of the plan's rows. */
+typedef struct reroute_setup {
+    dcp_reroute *moves;
+    dcp_nccl_reroute_buffers buffers;
+    void **samples, **micro;
+    int64_t *rows;
+} reroute_setup;
+
+static dcp_status reroute_setup_make(const dcp_plan *plan, const int32_t *holders, int32_t rank,
+                                     reroute_setup *r)
+{
+    const int32_t S = plan->num_samples, K = plan->num_microbatches;
+    int32_t s, k, e;
+    int64_t p;
+    r->samples = (void **)calloc((size_t)S, sizeof(void *));
+    r->micro = (void **)calloc((size_t)K, sizeof(void *));
+    r->rows = (int64_t *)calloc((size_t)K, sizeof(int64_t));
+    for (s = 0; s < S; s++)
+        if (holders[s] == rank) {
+            float *data;
+            cudaMalloc(&r->samples[s],
+                       (size_t)plan->sample_lengths[s] * TOKEN_FLOATS * sizeof(float));
+            data = (float *)r->samples[s];
+            for (p = 0; p < plan->sample_lengths[s]; p++)
+                for (e = 0; e < TOKEN_FLOATS; e++)
+                    data[p * TOKEN_FLOATS + e] = token_value(s, p, e);
+        }
+    for (k = 0; k < K; k++) {
+        dcp_rank_group where;
+        if (dcp_plan_rank_group(plan, rank, k, &where, NULL) == DCP_OK)
+            r->rows[k] = where.local_rows;
+        cudaMalloc(&r->micro[k], (size_t)r->rows[k] * TOKEN_FLOATS * sizeof(float)); /* poisoned */
+    }
+    memset(&r->buffers, 0, sizeof r->buffers);
+    r->buffers.element_size = TOKEN_FLOATS * sizeof(float);
+    r->buffers.num_samples = S, r->buffers.sample_data = (const void *const *)r->samples;
+    r->buffers.sample_rows = plan->sample_lengths;
+    r->buffers.num_microbatches = K, r->buffers.microbatch_data = r->micro;
+    r->buffers.microbatch_rows = r->rows;
+    r->moves = NULL;
+    return dcp_reroute_create(plan, holders, rank, &r->moves, NULL);
+}
+
+static void reroute_setup_free(const dcp_plan *plan, reroute_setup *r)
+{
+    int32_t i;
+    for (i = 0; i < plan->num_samples; i++) cudaFree(r->samples[i]);
+    for (i = 0; i < plan->num_microbatches; i++) cudaFree(r->micro[i]);
+    dcp_reroute_destroy(r->moves);
+    free(r->samples), free(r->micro), free(r->rows);
+}
+
 static void reroute_rank(rank_ctx *ctx)
 {
     const dcp_plan *plan = (const dcp_plan *)ctx->test;
     dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
     dcp_nccl_set *set = NULL;
-    dcp_reroute *moves = NULL;
-    dcp_nccl_reroute_buffers buffers;
+    reroute_setup r;
     cudaStream_t stream;
     dcp_error err;
     const int32_t S = plan->num_samples, K = plan->num_microbatches;
-    int32_t *holders = (int32_t *)malloc((size_t)S * sizeof(int32_t)), s, k;
-    void **samples = (void **)calloc((size_t)S, sizeof(void *));
-    void **micro = (void **)calloc((size_t)K, sizeof(void *));
-    int64_t *rows = (int64_t *)calloc((size_t)K, sizeof(int64_t)), p;
-    int32_t e;
+    int32_t *holders = (int32_t *)malloc((size_t)S * sizeof(int32_t)), s, k, e;
     o.plan_config = &plan->config;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
     for (s = 0; s < S; s++) holders[s] = s % ctx->ranks; /* a data loader's placement */
-    for (s = 0; s < S; s++)
-        if (holders[s] == ctx->rank) {
-            float *data;
-            cudaMalloc(&samples[s], (size_t)plan->sample_lengths[s] * TOKEN_FLOATS * sizeof(float));
-            data = (float *)samples[s];
-            for (p = 0; p < plan->sample_lengths[s]; p++)
-                for (e = 0; e < TOKEN_FLOATS; e++) data[p * TOKEN_FLOATS + e] = token_value(s, p, e);
-        }
-    for (k = 0; k < K; k++) {
-        dcp_rank_group where;
-        RANK_CHECK(ctx, dcp_plan_rank_group(plan, ctx->rank, k, &where, NULL) == DCP_OK);
-        rows[k] = where.local_rows;
-        cudaMalloc(&micro[k], (size_t)rows[k] * TOKEN_FLOATS * sizeof(float)); /* poisoned */
-    }
-    RANK_CHECK(ctx, dcp_reroute_create(plan, holders, ctx->rank, &moves, &err) == DCP_OK);
-    memset(&buffers, 0, sizeof buffers);
-    buffers.element_size = TOKEN_FLOATS * sizeof(float);
-    buffers.num_samples = S, buffers.sample_data = (const void *const *)samples;
-    buffers.sample_rows = plan->sample_lengths;
-    buffers.num_microbatches = K, buffers.microbatch_data = micro, buffers.microbatch_rows = rows;
-    if (set && moves) {
+    RANK_CHECK(ctx, reroute_setup_make(plan, holders, ctx->rank, &r) == DCP_OK);
+    if (set && r.moves) {
         RANK_CHECK(ctx, dcp_nccl_plan_agree(set, plan, stream, &err) == DCP_OK);
-        RANK_CHECK(ctx, dcp_nccl_reroute_execute(set, moves, &buffers, stream, &err) == DCP_OK);
+        RANK_CHECK(ctx, dcp_nccl_reroute_execute(set, r.moves, &r.buffers, stream, &err) == DCP_OK);
         RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
     }
     for (k = 0; k < K; k++) { /* every row: its sample's token, or 0 on padding */
         dcp_rank_view *view = NULL;
         int32_t *slot;
         int64_t *position, row, wrong = 0;
-        const float *got = (const float *)micro[k];
+        const float *got = (const float *)r.micro[k];
         if (dcp_rank_view_create(plan, ctx->rank, k, &view, NULL) != DCP_OK) {
             ctx->failures++;
             continue;
         }
         slot = (int32_t *)malloc((size_t)view->local_tokens * sizeof(int32_t) + 4);
         position = (int64_t *)malloc((size_t)view->local_tokens * sizeof(int64_t) + 8);
-        RANK_CHECK(ctx, view->local_tokens == rows[k]);
+        RANK_CHECK(ctx, view->local_tokens == r.rows[k]);
         RANK_CHECK(ctx, dcp_rank_view_positions(view, slot, position, NULL) == DCP_OK);
         for (row = 0; row < view->local_tokens; row++)
             for (e = 0; e < TOKEN_FLOATS; e++) {
@@ -567,10 +1084,8 @@ static void reroute_rank(rank_ctx *ctx)
     if (set) RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
     pool_destroy(ctx, 0);
     cudaStreamDestroy(stream);
-    for (s = 0; s < S; s++) cudaFree(samples[s]);
-    for (k = 0; k < K; k++) cudaFree(micro[k]);
-    dcp_reroute_destroy(moves);
-    free(holders), free(samples), free(micro), free(rows);
+    reroute_setup_free(plan, &r);
+    free(holders);
 }
 
 /* fn on 64 ranks with a host_plan of 150 samples drawn from seed as its test; a clean job. */
@@ -690,6 +1205,65 @@ static void *device_copy(const float *host, int64_t n, cudaStream_t stream)
 
 enum { RING_Q, RING_K, RING_V, RING_DOUT, RING_OUT, RING_LSE, RING_DQ, RING_DK, RING_DV, RING_BUFFERS };
 
+/* One rank's ring buffers in its device memory: the inputs copied from the test, the outputs
+   poisoned, scratch for either pass, and the group's layout. */
+typedef struct ring_buffers {
+    void *d[RING_BUFFERS];
+    void *scratch;
+    size_t scratch_bytes;
+    dcp_cuda_layout layout;
+} ring_buffers;
+
+static void ring_buffers_make(const ring_test *t, int r, cudaStream_t stream, ring_buffers *b)
+{
+    const int64_t qw = RING_HEADS * RING_HEAD_DIM, kw = RING_KV_HEADS * RING_HEAD_DIM;
+    const int64_t n[RING_BUFFERS] = {qw, kw, kw, qw, qw, RING_HEADS, qw, kw, kw};
+    size_t forward = 0, backward = 0;
+    int i;
+    b->d[RING_Q] = device_copy(t->q[r], t->local_rows * n[RING_Q], stream);
+    b->d[RING_K] = device_copy(t->k[r], t->local_rows * n[RING_K], stream);
+    b->d[RING_V] = device_copy(t->v[r], t->local_rows * n[RING_V], stream);
+    b->d[RING_DOUT] = device_copy(t->dout[r], t->local_rows * n[RING_DOUT], stream);
+    for (i = RING_OUT; i < RING_BUFFERS; i++) /* poisoned */
+        cudaMalloc(&b->d[i], (size_t)(t->local_rows * n[i]) * sizeof(float));
+    b->layout.thd = t->thd, b->layout.local_rows = t->local_rows;
+    b->layout.max_seqlen_padded = t->max_seqlen_padded;
+    (void)dcp_nccl_ring_scratch_size(&t->params, &b->layout, DCP_DTYPE_FLOAT32, DCP_RING_FORWARD,
+                                     &forward, NULL);
+    (void)dcp_nccl_ring_scratch_size(&t->params, &b->layout, DCP_DTYPE_FLOAT32, DCP_RING_BACKWARD,
+                                     &backward, NULL);
+    b->scratch_bytes = forward > backward ? forward : backward;
+    cudaMalloc(&b->scratch, b->scratch_bytes);
+}
+
+static void ring_buffers_free(ring_buffers *b)
+{
+    int i;
+    for (i = 0; i < RING_BUFFERS; i++) cudaFree(b->d[i]);
+    cudaFree(b->scratch);
+}
+
+static dcp_status ring_forward(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                               const ring_test *t, ring_buffers *b, cudaStream_t stream,
+                               dcp_error *err)
+{
+    return dcp_nccl_ring_forward(set, binding, &t->params, &b->layout, DCP_DTYPE_FLOAT32,
+                                 b->d[RING_Q], b->d[RING_K], b->d[RING_V], b->d[RING_OUT],
+                                 (float *)b->d[RING_LSE], b->scratch, b->scratch_bytes, stream,
+                                 err);
+}
+
+static dcp_status ring_backward(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                                const ring_test *t, ring_buffers *b, cudaStream_t stream,
+                                dcp_error *err)
+{
+    return dcp_nccl_ring_backward(set, binding, &t->params, &b->layout, DCP_DTYPE_FLOAT32,
+                                  b->d[RING_Q], b->d[RING_K], b->d[RING_V], b->d[RING_OUT],
+                                  b->d[RING_DOUT], (const float *)b->d[RING_LSE], b->d[RING_DQ],
+                                  b->d[RING_DK], b->d[RING_DV], 1, b->scratch, b->scratch_bytes,
+                                  stream, err);
+}
+
 /* One rank's ring pass under an evaluation override of CP cp: forward, backward, wait. A rank
    that `dies` enqueues its forward and vanishes (aborts and leaves) before any of it runs. */
 static void ring_rank(rank_ctx *ctx)
@@ -697,18 +1271,15 @@ static void ring_rank(rank_ctx *ctx)
     const ring_test *t = (const ring_test *)ctx->test;
     dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, t->cp, t->config);
     const int64_t qw = RING_HEADS * RING_HEAD_DIM, kw = RING_KV_HEADS * RING_HEAD_DIM;
-    const int64_t n[RING_BUFFERS] = {qw, kw, kw, qw, qw, RING_HEADS, qw, kw, kw};
     dcp_nccl_set *set = NULL;
     dcp_nccl_binding binding;
     dcp_comm_scope scope;
-    dcp_cuda_layout layout;
+    ring_buffers b;
     cudaStream_t stream;
     dcp_error err;
-    void *d[RING_BUFFERS], *scratch = NULL;
-    size_t forward_bytes = 0, backward_bytes = 0;
     const int r = ctx->rank;
     double start;
-    int i, pool_aborted;
+    int pool_aborted;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
     if (!set) {
@@ -716,36 +1287,15 @@ static void ring_rank(rank_ctx *ctx)
         return;
     }
     if (t->dies >= 0) set->timeout_ms = FAILURE_TIMEOUT_MS;
-    d[RING_Q] = device_copy(t->q[r], t->local_rows * n[RING_Q], stream);
-    d[RING_K] = device_copy(t->k[r], t->local_rows * n[RING_K], stream);
-    d[RING_V] = device_copy(t->v[r], t->local_rows * n[RING_V], stream);
-    d[RING_DOUT] = device_copy(t->dout[r], t->local_rows * n[RING_DOUT], stream);
-    for (i = RING_OUT; i < RING_BUFFERS; i++) cudaMalloc(&d[i], (size_t)(t->local_rows * n[i]) * 4);
-    layout.thd = t->thd, layout.local_rows = t->local_rows;
-    layout.max_seqlen_padded = t->max_seqlen_padded;
-    RANK_CHECK(ctx, dcp_nccl_ring_scratch_size(&t->params, &layout, DCP_DTYPE_FLOAT32,
-                                               DCP_RING_FORWARD, &forward_bytes, NULL) == DCP_OK);
-    RANK_CHECK(ctx, dcp_nccl_ring_scratch_size(&t->params, &layout, DCP_DTYPE_FLOAT32,
-                                               DCP_RING_BACKWARD, &backward_bytes, NULL) == DCP_OK);
-    cudaMalloc(&scratch, forward_bytes > backward_bytes ? forward_bytes : backward_bytes);
+    ring_buffers_make(t, r, stream, &b);
     memset(&scope, 0, sizeof scope);
     RANK_CHECK(ctx, dcp_nccl_override_begin(set, t->cp, &scope, &binding, &err) == DCP_OK);
     start = fake_now_ms();
-    ctx->status = dcp_nccl_ring_forward(set, &binding, &t->params, &layout, DCP_DTYPE_FLOAT32,
-                                        d[RING_Q], d[RING_K], d[RING_V], d[RING_OUT],
-                                        (float *)d[RING_LSE], scratch,
-                                        forward_bytes > backward_bytes ? forward_bytes
-                                                                       : backward_bytes,
-                                        stream, &err);
+    ctx->status = ring_forward(set, &binding, t, &b, stream, &err);
     if (r == t->dies) { /* gone mid-step: nothing it enqueued ever runs against its peers */
         (void)dcp_nccl_set_abort(set, 1, NULL);
     } else {
-        if (ctx->status == DCP_OK)
-            ctx->status = dcp_nccl_ring_backward(
-                set, NULL, &t->params, &layout, DCP_DTYPE_FLOAT32, d[RING_Q], d[RING_K],
-                d[RING_V], d[RING_OUT], d[RING_DOUT], (const float *)d[RING_LSE], d[RING_DQ],
-                d[RING_DK], d[RING_DV], 1, scratch,
-                forward_bytes > backward_bytes ? forward_bytes : backward_bytes, stream, &err);
+        if (ctx->status == DCP_OK) ctx->status = ring_backward(set, NULL, t, &b, stream, &err);
         if (ctx->status == DCP_OK) ctx->status = dcp_nccl_set_wait(set, stream, &err);
     }
     ctx->elapsed_ms = fake_now_ms() - start;
@@ -754,18 +1304,17 @@ static void ring_rank(rank_ctx *ctx)
     RANK_CHECK(ctx, stream_drains(stream)); /* joined: nothing left waiting forever */
     if (t->dies < 0) {
         RANK_CHECK(ctx, ctx->status == DCP_OK);
-        RANK_CHECK(ctx, relative_error((float *)d[RING_OUT], t->out[r], t->local_rows * qw) <= RING_TOLERANCE);
-        RANK_CHECK(ctx, relative_error((float *)d[RING_LSE], t->lse[r], t->local_rows * RING_HEADS) <= RING_TOLERANCE);
-        RANK_CHECK(ctx, relative_error((float *)d[RING_DQ], t->dq[r], t->local_rows * qw) <= RING_TOLERANCE);
-        RANK_CHECK(ctx, relative_error((float *)d[RING_DK], t->dk[r], t->local_rows * kw) <= RING_TOLERANCE);
-        RANK_CHECK(ctx, relative_error((float *)d[RING_DV], t->dv[r], t->local_rows * kw) <= RING_TOLERANCE);
+        RANK_CHECK(ctx, relative_error((float *)b.d[RING_OUT], t->out[r], t->local_rows * qw) <= RING_TOLERANCE);
+        RANK_CHECK(ctx, relative_error((float *)b.d[RING_LSE], t->lse[r], t->local_rows * RING_HEADS) <= RING_TOLERANCE);
+        RANK_CHECK(ctx, relative_error((float *)b.d[RING_DQ], t->dq[r], t->local_rows * qw) <= RING_TOLERANCE);
+        RANK_CHECK(ctx, relative_error((float *)b.d[RING_DK], t->dk[r], t->local_rows * kw) <= RING_TOLERANCE);
+        RANK_CHECK(ctx, relative_error((float *)b.d[RING_DV], t->dv[r], t->local_rows * kw) <= RING_TOLERANCE);
     }
     pool_aborted = set->pool == NULL;
     RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
     pool_destroy(ctx, pool_aborted);
     cudaStreamDestroy(stream);
-    for (i = 0; i < RING_BUFFERS; i++) cudaFree(d[i]);
-    cudaFree(scratch);
+    ring_buffers_free(&b);
 }
 
 static void ring_run(int32_t ranks, int32_t cp, int blocking, uint64_t seed)
@@ -974,6 +1523,404 @@ static void plan_disagreement_fails_every_rank(void)
     dcp_plan_destroy(other);
 }
 
+/* ------------------------------------------- faults real NCCL would show (issue 31)
+   Each of these failed on the layer as it was (7e21afb) under this transport: a split that one
+   rank joins late; a rank that stays alive but absent from a ring step (blocking and
+   non-blocking communicators); an abort with a ring kernel queued behind a stuck reroute; a
+   shared split aborted, then the pool used; plan agreement on a stream that does not drain;
+   a NULL config. A rank is absent for ABSENT_MS, and the transport reports a host wait past
+   ABSENT_HANG_MS as the hang it would be. */
+#define ABSENT_RANKS 4
+#define ABSENT_RANK 3
+#define ABSENT_MS (4 * FAILURE_TIMEOUT_MS)
+#define ABSENT_HANG_MS 2000.0
+#define ABSENT_SEED (HOST_SEED + 30)
+
+typedef struct absent_test {
+    pthread_barrier_t barrier; /* first member: barrier() */
+    ncclConfig_t config;       /* the pools' */
+    ring_test ring;            /* cp ABSENT_RANKS */
+    const dcp_plan *plan;
+    int32_t holders[64];
+    pthread_mutex_t lock;
+    int stuck_reroutes;        /* present ranks whose reroute waits for the absent one */
+    double hang_ms;            /* the transport's bound on a host wait; 0: ABSENT_HANG_MS */
+} absent_test;
+
+/* The job's transport reports: no host hang and no protocol violation. */
+static int no_hang_no_misuse(void)
+{
+    const char *text;
+    if (fake_violations(&text)) printf("  transport: %s\n", text);
+    return fake_violation_count(FAKE_HANG) == 0 && fake_violation_count(FAKE_PROTOCOL) == 0;
+}
+
+/* Runs fn on ABSENT_RANKS ranks; the present ranks must each report a failure within the
+   timeout's bound; then the transport must have seen neither a hang nor a misuse. */
+static void absent_run(absent_test *t, rank_fn fn, const char *expected)
+{
+    static rank_ctx ctx[ABSENT_RANKS];
+    int r;
+    pthread_barrier_init(&t->barrier, NULL, ABSENT_RANKS);
+    fake_set_hang_bound(t->hang_ms > 0 ? t->hang_ms : ABSENT_HANG_MS);
+    CHECK_EQ(run_ranks_with(ABSENT_RANKS, &t->config, fn, t, ctx), 0);
+    for (r = 0; r < ABSENT_RANKS; r++) {
+        if (r == ABSENT_RANK) continue;
+        CHECK_EQ(ctx[r].status, DCP_ERROR_NCCL);
+        CHECK_CONTAINS(ctx[r].message, expected);
+        CHECK(ctx[r].elapsed_ms < FAILURE_TIMEOUT_MS + TIMEOUT_SLACK_MS);
+    }
+    printf("  rank 0: %.0f ms: %s\n", ctx[0].elapsed_ms, ctx[0].message);
+    fake_job_destroy();
+    CHECK(no_hang_no_misuse());
+    fake_set_hang_bound(FAKE_DEFAULT_HANG_MS);
+    pthread_barrier_destroy(&t->barrier);
+}
+
+static void absent_note(rank_ctx *ctx, double start, dcp_status status, const dcp_error *err)
+{
+    ctx->elapsed_ms = fake_now_ms() - start;
+    ctx->status = status;
+    snprintf(ctx->message, sizeof ctx->message, "%s", status == DCP_OK ? "" : err->message);
+}
+
+/* Fault 1: a non-blocking split that one rank joins late. The present ranks' split times out;
+   the set must abort the pool before it frees itself, or NCCL's split job, still running,
+   writes the child into the freed set when the late rank comes (and the pool stays in
+   progress, so that the caller cannot even destroy it). */
+static void split_late_rank(rank_ctx *ctx)
+{
+    dcp_nccl_options o = options_with(FAILURE_TIMEOUT_MS, ABSENT_RANKS, NULL);
+    dcp_nccl_set *set = NULL;
+    dcp_error err;
+    double start;
+    o.config = &((const absent_test *)ctx->test)->config;
+    o.allocator = quarantine_allocator();
+    if (ctx->rank == ABSENT_RANK) fake_fault_stall("ncclCommSplit", ABSENT_MS);
+    start = fake_now_ms();
+    absent_note(ctx, start, dcp_nccl_set_create(ctx->pool, &o, &set, &err), &err);
+    /* every rank fails, and a failed creation has aborted the pool: nothing to destroy */
+    RANK_CHECK(ctx, set == NULL && ctx->status == DCP_ERROR_NCCL);
+}
+
+static void split_one_rank_joins_late(void)
+{
+    absent_test t;
+    memset(&t, 0, sizeof t);
+    t.config = pool_config(0, 0);
+    absent_run(&t, split_late_rank, "ncclCommSplit");
+    CHECK(quarantine_intact());
+}
+
+/* The start of a ring fault test: the set (the pools' config, cp ABSENT_RANKS, every rank in
+   one group), the rank's ring buffers and binding, one clean ring step (every link connected),
+   the set's timeout down to FAILURE_TIMEOUT_MS, and every rank past it. 0: no set. */
+static int absent_ring_start(rank_ctx *ctx, dcp_nccl_set **set, dcp_nccl_binding *binding,
+                             ring_buffers *b, cudaStream_t stream)
+{
+    const absent_test *t = (const absent_test *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ABSENT_RANKS, &t->config);
+    dcp_error err;
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, set, &err) == DCP_OK);
+    if (!*set) return 0;
+    ring_buffers_make(&t->ring, ctx->rank, stream, b);
+    dcp_nccl_set_current(*set, binding);
+    binding->comm = dcp_nccl_set_comm(*set, ABSENT_RANKS), binding->cp = ABSENT_RANKS;
+    binding->rank = ctx->rank;
+    RANK_CHECK(ctx, ring_forward(*set, binding, &t->ring, b, stream, &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_set_wait(*set, stream, &err) == DCP_OK);
+    (*set)->timeout_ms = FAILURE_TIMEOUT_MS;
+    barrier(ctx);
+    return 1;
+}
+
+/* The absent rank comes back once the others are done: its own set and pool end cleanly. */
+static void absent_rank_returns(rank_ctx *ctx, dcp_nccl_set *set)
+{
+    dcp_error err;
+    barrier(ctx);
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
+}
+
+/* Fault 3: a rank stays alive but absent from a ring step, blocking and non-blocking. After a
+   clean step (every link connected) the present ranks enqueue the ring and destroy the set
+   (a caller's exit path): destroy waits for the set's work by polling and aborts when it does
+   not pass, where a blocking ncclCommFinalize would wait forever. The absent rank comes back
+   after the others are done and destroys its own set and pool. */
+static void ring_absent_rank(rank_ctx *ctx)
+{
+    const absent_test *t = (const absent_test *)ctx->test;
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding binding;
+    ring_buffers b;
+    cudaStream_t stream;
+    dcp_error err;
+    double start;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (!absent_ring_start(ctx, &set, &binding, &b, stream)) return;
+    if (ctx->rank != ABSENT_RANK) {
+        start = fake_now_ms();
+        RANK_CHECK(ctx, ring_forward(set, &binding, &t->ring, &b, stream, &err) == DCP_OK);
+        absent_note(ctx, start, dcp_nccl_set_destroy(set, &err), &err); /* the pool went too */
+        RANK_CHECK(ctx, stream_drains(stream));
+        barrier(ctx);
+    } else
+        absent_rank_returns(ctx, set);
+    cudaStreamDestroy(stream);
+    ring_buffers_free(&b);
+}
+
+static void absent_rank_costs_a_timeout(void)
+{
+    absent_test t;
+    int blocking;
+    memset(&t, 0, sizeof t);
+    ring_test_init(&t.ring, ABSENT_RANKS, ABSENT_RANKS, ABSENT_SEED);
+    for (blocking = 1; blocking >= 0; blocking--) {
+        printf("  %s\n", blocking ? "blocking" : "non-blocking");
+        t.config = pool_config(blocking, 0);
+        absent_run(&t, ring_absent_rank, "dcp_nccl_set_destroy");
+    }
+    ring_test_free(&t.ring, ABSENT_RANKS);
+}
+
+/* Fault 2: an abort with a ring kernel queued behind a stuck reroute. The absent rank holds
+   every sample; after a clean step the present ranks reroute again (a pool kernel that waits
+   for it) and start the ring behind it on the same stream, then wait: the wait times out and
+   aborts. Aborted one at a time, the split's abort waits for its ring kernel, which cannot
+   start before the pool's stuck reroute -- which only the pool's abort, never reached,
+   releases. Every abort flag must be up before any abort waits. */
+static void reroute_absent_rank(rank_ctx *ctx)
+{
+    absent_test *t = (absent_test *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ABSENT_RANKS, &t->config);
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding binding;
+    reroute_setup r;
+    ring_buffers b;
+    cudaStream_t stream;
+    dcp_error err;
+    double start;
+    int32_t i;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    RANK_CHECK(ctx, reroute_setup_make(t->plan, t->holders, ctx->rank, &r) == DCP_OK);
+    if (!set || !r.moves) return;
+    ring_buffers_make(&t->ring, ctx->rank, stream, &b);
+    dcp_nccl_set_current(set, &binding);
+    binding.comm = dcp_nccl_set_comm(set, ABSENT_RANKS), binding.cp = ABSENT_RANKS;
+    binding.rank = ctx->rank;
+    RANK_CHECK(ctx, dcp_nccl_reroute_execute(set, r.moves, &r.buffers, stream, &err) == DCP_OK);
+    RANK_CHECK(ctx, ring_forward(set, &binding, &t->ring, &b, stream, &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
+    set->timeout_ms = FAILURE_TIMEOUT_MS;
+    barrier(ctx);
+    if (ctx->rank != ABSENT_RANK) {
+        for (i = 0; i < r.moves->count; i++) {
+            dcp_reroute_op op;
+            (void)dcp_reroute_op_get(r.moves, i, r.buffers.element_size, &op, NULL);
+            if (op.kind == DCP_TRANSFER_RECV && op.peer == ABSENT_RANK && op.bytes > 0) {
+                pthread_mutex_lock(&t->lock);
+                t->stuck_reroutes++;
+                pthread_mutex_unlock(&t->lock);
+                break;
+            }
+        }
+        start = fake_now_ms();
+        RANK_CHECK(ctx, dcp_nccl_reroute_execute(set, r.moves, &r.buffers, stream, &err) == DCP_OK);
+        RANK_CHECK(ctx, ring_forward(set, &binding, &t->ring, &b, stream, &err) == DCP_OK);
+        absent_note(ctx, start, dcp_nccl_set_wait(set, stream, &err), &err);
+        RANK_CHECK(ctx, set->pool == NULL && stream_drains(stream));
+        (void)dcp_nccl_set_destroy(set, NULL);
+        barrier(ctx);
+    } else
+        absent_rank_returns(ctx, set);
+    cudaStreamDestroy(stream);
+    ring_buffers_free(&b);
+    reroute_setup_free(t->plan, &r);
+}
+
+static void abort_with_ring_behind_stuck_reroute(void)
+{
+    absent_test t;
+    dcp_plan *plan;
+    int32_t s;
+    memset(&t, 0, sizeof t);
+    t.config = pool_config(1, 0);
+    plan = host_plan(ABSENT_RANKS, 48, 12, ABSENT_SEED);
+    CHECK(plan != NULL && plan->num_samples <= 64);
+    if (!plan) return;
+    for (s = 0; s < plan->num_samples; s++) t.holders[s] = ABSENT_RANK;
+    t.plan = plan;
+    pthread_mutex_init(&t.lock, NULL);
+    ring_test_init(&t.ring, ABSENT_RANKS, ABSENT_RANKS, ABSENT_SEED);
+    absent_run(&t, reroute_absent_rank, "did not finish");
+    CHECK(t.stuck_reroutes > 0); /* the ring waited behind a stuck reroute somewhere */
+    pthread_mutex_destroy(&t.lock);
+    ring_test_free(&t.ring, ABSENT_RANKS);
+    dcp_plan_destroy(plan);
+}
+
+/* Fault 4: with splitShare = 1 in the pool's config the splits share its abort flag, so
+   aborting them aborts the pool: its kernels quit without a word. The set must say so (the
+   pool is gone: set->pool NULL) rather than hand it back as usable; without sharing the pool
+   stays and its all-reduce sums. */
+static void shared_abort_rank(rank_ctx *ctx)
+{
+    const ncclConfig_t *config = &((const absent_test *)ctx->test)->config;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ABSENT_RANKS, config);
+    dcp_nccl_set *set = NULL;
+    int32_t *x = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    RANK_CHECK(ctx, dcp_nccl_plan_agree(set, NULL, stream, &err) == DCP_ERROR_INVALID_PLAN);
+    RANK_CHECK(ctx, dcp_nccl_set_abort(set, 0, &err) == DCP_OK);
+    if (set->pool) { /* the set says the pool is fine: it must be */
+        x = device_int(1);
+        RANK_CHECK(ctx, ncclAllReduce(x, x, 1, ncclInt32, ncclSum, set->pool, stream) ==
+                            ncclSuccess);
+        RANK_CHECK(ctx, stream_drains(stream) && *x == ABSENT_RANKS);
+        RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
+    }
+    RANK_CHECK(ctx, (set->pool == NULL) == (config->splitShare == 1));
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    cudaStreamDestroy(stream);
+    cudaFree(x);
+}
+
+static void shared_split_abort_then_pool_allreduce(void)
+{
+    static rank_ctx ctx[ABSENT_RANKS];
+    absent_test t;
+    int share;
+    memset(&t, 0, sizeof t);
+    for (share = 0; share < 2; share++) {
+        t.config = pool_config(1, share);
+        CHECK_EQ(run_ranks_with(ABSENT_RANKS, &t.config, shared_abort_rank, &t, ctx), 0);
+        CHECK(job_clean());
+        fake_job_destroy();
+    }
+}
+
+/* Smaller fault 1: dcp_nccl_plan_agree copies the hash from pageable memory onto the caller's
+   stream, which CUDA may do only once the stream drains: on a stream that does not drain
+   within the timeout (rank 0's: a kernel that runs ABSENT_MS) it must time out by polling
+   first, not block the host in the copy. */
+static int absent_kernel(void *arg)
+{
+    (void)arg;
+    fake_sleep_ms(ABSENT_MS);
+    return 0;
+}
+
+static void agree_busy_rank(rank_ctx *ctx)
+{
+    const absent_test *t = (const absent_test *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ABSENT_RANKS, &t->config);
+    dcp_nccl_set *set = NULL;
+    cudaStream_t stream;
+    dcp_error err;
+    double start;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    RANK_CHECK(ctx, dcp_nccl_plan_agree(set, t->plan, stream, &err) == DCP_OK);
+    set->timeout_ms = FAILURE_TIMEOUT_MS;
+    if (ctx->rank == 0) fake_enqueue_host(stream, absent_kernel, NULL);
+    start = fake_now_ms();
+    absent_note(ctx, start, dcp_nccl_plan_agree(set, t->plan, stream, &err), &err);
+    RANK_CHECK(ctx, set->aborted && set->pool == NULL && stream_drains(stream));
+    (void)dcp_nccl_set_destroy(set, NULL);
+    cudaStreamDestroy(stream);
+}
+
+static void plan_agree_waits_for_the_stream_by_polling(void)
+{
+    absent_test t;
+    dcp_plan *plan = host_plan(ABSENT_RANKS, 48, 12, ABSENT_SEED);
+    memset(&t, 0, sizeof t);
+    CHECK(plan != NULL);
+    if (!plan) return;
+    t.config = pool_config(1, 0), t.plan = plan;
+    t.hang_ms = ABSENT_MS / 2; /* a copy that waits for the kernel is a hang */
+    absent_run(&t, agree_busy_rank, "did not finish");
+    dcp_plan_destroy(plan);
+}
+
+/* Smaller fault 2: options.config NULL means NULL to ncclCommSplit, which in NCCL copies the
+   pool's config (not NCCL's defaults). The set cannot know the pool's splitShare then, so it
+   treats the splits as sharing the pool's abort flag: aborting them takes the pool along. */
+static void null_config_rank(rank_ctx *ctx)
+{
+    const ncclConfig_t pool = fake_comm_config(ctx->pool);
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ABSENT_RANKS, NULL);
+    dcp_nccl_set *set = NULL;
+    dcp_error err;
+    int32_t cp;
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    for (cp = 2; cp <= ABSENT_RANKS; cp *= 2) {
+        const ncclConfig_t got = fake_comm_config(dcp_nccl_set_comm(set, cp));
+        RANK_CHECK(ctx, got.blocking == pool.blocking &&
+                            got.cgaClusterSize == pool.cgaClusterSize &&
+                            got.splitShare == pool.splitShare);
+    }
+    RANK_CHECK(ctx, dcp_nccl_set_abort(set, 0, &err) == DCP_OK && set->pool == NULL);
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+}
+
+static void null_config_inherits_the_pool_config(void)
+{
+    static rank_ctx ctx[ABSENT_RANKS];
+    ncclConfig_t config = pool_config(0, 0);
+    config.cgaClusterSize = 2; /* not NCCL's default: only inheritance gives it to a split */
+    CHECK_EQ(run_ranks_with(ABSENT_RANKS, &config, null_config_rank, NULL, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+
+/* An asynchronous error on one rank's split (injected) is found by dcp_nccl_set_check and by
+   the wait, which aborts the set; its peers, whose ring then never completes, time out. */
+static void async_error_ring_rank(rank_ctx *ctx)
+{
+    const absent_test *t = (const absent_test *)ctx->test;
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding binding;
+    ring_buffers b;
+    cudaStream_t stream;
+    dcp_error err;
+    double start;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (!absent_ring_start(ctx, &set, &binding, &b, stream)) return;
+    if (ctx->rank == 0) {
+        fake_inject_async_error(binding.comm, ncclRemoteError);
+        RANK_CHECK(ctx, dcp_nccl_set_check(set, &err) == DCP_ERROR_NCCL);
+        RANK_CHECK(ctx, strstr(err.message, "cp 4") && strstr(err.message, "remote process"));
+    }
+    start = fake_now_ms();
+    RANK_CHECK(ctx, ring_forward(set, &binding, &t->ring, &b, stream, &err) == DCP_OK);
+    absent_note(ctx, start, dcp_nccl_set_wait(set, stream, &err), &err);
+    if (ctx->rank == 0) RANK_CHECK(ctx, strstr(ctx->message, "asynchronous error on the cp 4"));
+    RANK_CHECK(ctx, set->aborted && stream_drains(stream));
+    (void)dcp_nccl_set_destroy(set, NULL);
+    cudaStreamDestroy(stream);
+    ring_buffers_free(&b);
+}
+
+static void async_error_aborts_the_set(void)
+{
+    absent_test t;
+    memset(&t, 0, sizeof t);
+    t.config = pool_config(1, 0);
+    ring_test_init(&t.ring, ABSENT_RANKS, ABSENT_RANKS, ABSENT_SEED + 1);
+    absent_run(&t, async_error_ring_rank, "");
+    ring_test_free(&t.ring, ABSENT_RANKS);
+}
+
 /* -------------------------------------------------- a failure injected at every call */
 
 typedef struct fault_test {
@@ -987,34 +1934,24 @@ typedef struct fault_test {
 
 /* One step as a program runs it, stopping at its first error: agree on the plan, ring forward
    and backward under an override, wait, broadcast. */
-static dcp_status fault_step(rank_ctx *ctx, dcp_nccl_set *set, cudaStream_t stream, void **d,
-                             void *scratch, size_t scratch_bytes, dcp_error *err)
+static dcp_status fault_step(rank_ctx *ctx, dcp_nccl_set *set, cudaStream_t stream,
+                             ring_buffers *b, dcp_error *err)
 {
     const fault_test *t = (const fault_test *)ctx->test;
     const ring_test *ring = &t->ring;
     unsigned char bytes[FAULT_BROADCAST_BYTES];
     void *received = NULL;
     size_t received_size = 0;
-    dcp_cuda_layout layout;
     dcp_comm_scope scope;
     dcp_nccl_binding binding;
     dcp_status status, ended;
     memset(bytes, 0x5A, sizeof bytes);
-    layout.thd = ring->thd, layout.local_rows = ring->local_rows;
-    layout.max_seqlen_padded = ring->max_seqlen_padded;
     if ((status = dcp_nccl_plan_agree(set, t->plan, stream, err)) != DCP_OK) return status;
     memset(&scope, 0, sizeof scope);
     if ((status = dcp_nccl_override_begin(set, ring->cp, &scope, &binding, err)) != DCP_OK)
         return status;
-    status = dcp_nccl_ring_forward(set, &binding, &ring->params, &layout, DCP_DTYPE_FLOAT32,
-                                   d[RING_Q], d[RING_K], d[RING_V], d[RING_OUT],
-                                   (float *)d[RING_LSE], scratch, scratch_bytes, stream, err);
-    if (status == DCP_OK)
-        status = dcp_nccl_ring_backward(set, &binding, &ring->params, &layout, DCP_DTYPE_FLOAT32,
-                                        d[RING_Q], d[RING_K], d[RING_V], d[RING_OUT],
-                                        d[RING_DOUT], (const float *)d[RING_LSE], d[RING_DQ],
-                                        d[RING_DK], d[RING_DV], 1, scratch, scratch_bytes,
-                                        stream, err);
+    status = ring_forward(set, &binding, ring, b, stream, err);
+    if (status == DCP_OK) status = ring_backward(set, &binding, ring, b, stream, err);
     ended = dcp_nccl_override_end(set, &scope, NULL); /* on every path */
     RANK_CHECK(ctx, ended == DCP_OK);
     if (status != DCP_OK) return status;
@@ -1034,34 +1971,21 @@ static void fault_rank(rank_ctx *ctx)
     const ring_test *ring = &t->ring;
     dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ring->cp, NULL);
     const int64_t qw = RING_HEADS * RING_HEAD_DIM, kw = RING_KV_HEADS * RING_HEAD_DIM;
-    const int64_t n[RING_BUFFERS] = {qw, kw, kw, qw, qw, RING_HEADS, qw, kw, kw};
     dcp_nccl_set *set = NULL;
-    dcp_cuda_layout layout;
+    ring_buffers b;
     cudaStream_t stream;
     dcp_error err;
-    void *d[RING_BUFFERS], *scratch = NULL;
-    size_t fb = 0, bb = 0;
-    int i, pool_aborted;
+    int pool_aborted;
     double start;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
     if (!set) return;
     /* the counting run must not fail by a slow machine's timeout */
     set->timeout_ms = t->fault_at ? FAILURE_TIMEOUT_MS : CLEAN_TIMEOUT_MS;
-    d[RING_Q] = device_copy(ring->q[ctx->rank], ring->local_rows * qw, stream);
-    d[RING_K] = device_copy(ring->k[ctx->rank], ring->local_rows * kw, stream);
-    d[RING_V] = device_copy(ring->v[ctx->rank], ring->local_rows * kw, stream);
-    d[RING_DOUT] = device_copy(ring->dout[ctx->rank], ring->local_rows * qw, stream);
-    for (i = RING_OUT; i < RING_BUFFERS; i++) cudaMalloc(&d[i], (size_t)(ring->local_rows * n[i]) * 4);
-    layout.thd = ring->thd, layout.local_rows = ring->local_rows;
-    layout.max_seqlen_padded = ring->max_seqlen_padded;
-    (void)dcp_nccl_ring_scratch_size(&ring->params, &layout, DCP_DTYPE_FLOAT32, DCP_RING_FORWARD, &fb, NULL);
-    (void)dcp_nccl_ring_scratch_size(&ring->params, &layout, DCP_DTYPE_FLOAT32, DCP_RING_BACKWARD, &bb, NULL);
-    if (bb > fb) fb = bb;
-    cudaMalloc(&scratch, fb);
+    ring_buffers_make(ring, ctx->rank, stream, &b);
     fake_fault_arm(ctx->rank == t->faulty_rank ? t->fault_at : 0);
     start = fake_now_ms();
-    ctx->status = fault_step(ctx, set, stream, d, scratch, fb, &err);
+    ctx->status = fault_step(ctx, set, stream, &b, &err);
     ctx->elapsed_ms = fake_now_ms() - start;
     ctx->calls = fake_fault_count();
     fake_fault_arm(0);
@@ -1070,9 +1994,9 @@ static void fault_rank(rank_ctx *ctx)
         /* a failed step leaves the set aborted (never half-enqueued traffic) ... */
         RANK_CHECK(ctx, set->aborted == 1);
     } else if (t->fault_at == 0) {
-        RANK_CHECK(ctx, relative_error((float *)d[RING_OUT], ring->out[ctx->rank],
+        RANK_CHECK(ctx, relative_error((float *)b.d[RING_OUT], ring->out[ctx->rank],
                                        ring->local_rows * qw) <= RING_TOLERANCE);
-        RANK_CHECK(ctx, relative_error((float *)d[RING_DK], ring->dk[ctx->rank],
+        RANK_CHECK(ctx, relative_error((float *)b.d[RING_DK], ring->dk[ctx->rank],
                                        ring->local_rows * kw) <= RING_TOLERANCE);
     }
     /* ... and the streams joined: everything enqueued drains */
@@ -1082,8 +2006,7 @@ static void fault_rank(rank_ctx *ctx)
     (void)dcp_nccl_set_destroy(set, NULL);
     pool_destroy(ctx, pool_aborted);
     cudaStreamDestroy(stream);
-    for (i = 0; i < RING_BUFFERS; i++) cudaFree(d[i]);
-    cudaFree(scratch);
+    ring_buffers_free(&b);
 }
 
 /* Most runs of the fault loop (each failing run costs about one timeout). */
@@ -1530,7 +2453,11 @@ static void a2a_fault_at_every_call(void)
         CHECK(ctx[t.faulty_rank].status == DCP_ERROR_NCCL ||
               ctx[t.faulty_rank].status == DCP_ERROR_CUDA);
         if (test_current_failures) {
+            const char *text;
             printf("  fault at call %ld: %s\n", at, ctx[t.faulty_rank].message);
+            for (r = 0; r < RANKS; r++)
+                printf("  rank %d: %.0f ms: %s\n", r, ctx[r].elapsed_ms, ctx[r].message);
+            if (fake_violations(&text)) printf("  transport: %s\n", text);
             break;
         }
         fake_job_destroy();
@@ -1622,6 +2549,7 @@ static void roll_rank(rank_ctx *ctx)
         const int32_t member = ctx->rank % cp;
         size_t bytes;
         memset(&scope, 0, sizeof scope);
+        memset(&binding, 0, sizeof binding);
         RANK_CHECK(ctx, mtp_pack_make(&p, HOST_SEED + 20, cp, ctx->rank / cp, roll_sizes[level]));
         layout.thd = p.thd; /* "device" arrays are host memory here */
         layout.local_rows = p.local_rows, layout.max_seqlen_padded = p.max_seqlen_padded;
@@ -1742,8 +2670,12 @@ static void mtp_roll_fault_at_every_call(void)
     for (at = 1; at <= calls; at++) {
         t.fault_at = at;
         CHECK_EQ(run_ranks(ROLL_FAULT_RANKS, 1, roll_fault_rank, &t, ctx), 0);
-        CHECK_EQ(ctx[t.faulty_rank].status, DCP_ERROR_NCCL);
-        CHECK_CONTAINS(ctx[t.faulty_rank].message, "from nccl");
+        /* the faulty rank fails naming the call, with that call's library */
+        CHECK(strstr(ctx[t.faulty_rank].message, "from nccl") ||
+              strstr(ctx[t.faulty_rank].message, "from cuda"));
+        CHECK_EQ(ctx[t.faulty_rank].status, strstr(ctx[t.faulty_rank].message, "from nccl")
+                                                 ? DCP_ERROR_NCCL
+                                                 : DCP_ERROR_CUDA);
         fake_job_destroy();
         if (test_current_failures) {
             printf("  fault at call %ld: %s\n", at, ctx[t.faulty_rank].message);
@@ -1770,7 +2702,7 @@ static dcp_field_set stage_field_set(int32_t stage)
     return set;
 }
 
-/* Whole-sample buffers of every field for samples [0, S), as host memory ("device" here). */
+/* Whole-sample buffers of one field for samples [0, S), in the rank's device memory. */
 static unsigned char **field_samples(const dcp_plan *plan, int32_t field)
 {
     unsigned char **data = (unsigned char **)calloc((size_t)plan->num_samples, sizeof *data);
@@ -1778,7 +2710,7 @@ static unsigned char **field_samples(const dcp_plan *plan, int32_t field)
     for (s = 0; s < plan->num_samples; s++) {
         size_t e = stage_element_sizes[field], b;
         int64_t p;
-        data[s] = (unsigned char *)malloc((size_t)plan->sample_lengths[s] * e + 1);
+        cudaMalloc((void **)&data[s], (size_t)plan->sample_lengths[s] * e + 1);
         for (p = 0; p < plan->sample_lengths[s]; p++)
             for (b = 0; b < e; b++) data[s][(size_t)p * e + b] = field_byte(field, s, p, b);
     }
@@ -1862,7 +2794,7 @@ static void stage_rank(rank_ctx *ctx)
     pool_destroy(ctx, 0);
     cudaStreamDestroy(stream);
     for (f = 0; f < DCP_FIELD_COUNT; f++) {
-        for (s = 0; s < S; s++) free(whole[f][s]);
+        for (s = 0; s < S; s++) cudaFree(whole[f][s]);
         free(whole[f]), free(micro[f]);
     }
     dcp_reroute_destroy(moves);
@@ -1876,7 +2808,35 @@ static void stage_fields_64_ranks_move_only_their_bytes(void)
 
 int main(int argc, char **argv)
 {
+#if NCCL_VERSION_CODE < FAKE_GROUPED_ABORT_VERSION
+    /* Built to behave as NCCL before 2.22 (make's test_nccl_host-2.21): an ncclCommAbort waits
+       at once even inside a group, so dcp_nccl.h raises its aborts from one thread per
+       communicator. The tests that abort with work stuck somewhere run that path. */
     static const test_case tests[] = {
+        {"transport_abort_waits_for_queued_work", transport_abort_waits_for_queued_work},
+        {"split_one_rank_joins_late", split_one_rank_joins_late},
+        {"absent_rank_costs_a_timeout", absent_rank_costs_a_timeout},
+        {"abort_with_ring_behind_stuck_reroute", abort_with_ring_behind_stuck_reroute},
+        {"shared_split_abort_then_pool_allreduce", shared_split_abort_then_pool_allreduce},
+        {"dead_peer_in_ring_times_out", dead_peer_in_ring_times_out},
+        {"fault_at_every_call_leaves_ranks_consistent",
+         fault_at_every_call_leaves_ranks_consistent},
+    };
+#else
+    static const test_case tests[] = {
+        {"transport_sends_rendezvous", transport_sends_rendezvous},
+        {"transport_blocking_calls_wait_for_peers", transport_blocking_calls_wait_for_peers},
+        {"transport_nonblocking_calls_run_in_the_background",
+         transport_nonblocking_calls_run_in_the_background},
+        {"transport_async_errors_are_reported", transport_async_errors_are_reported},
+        {"transport_abort_waits_for_queued_work", transport_abort_waits_for_queued_work},
+        {"transport_split_share_shares_the_abort_flag",
+         transport_split_share_shares_the_abort_flag},
+        {"transport_orders_kernels", transport_orders_kernels},
+        {"transport_pageable_copies_wait_for_the_stream",
+         transport_pageable_copies_wait_for_the_stream},
+        {"transport_failed_calls_poison_their_group", transport_failed_calls_poison_their_group},
+        {"transport_configs_resolve_as_nccl_does", transport_configs_resolve_as_nccl_does},
         {"control_plane_512_ranks", control_plane_512_ranks},
         {"compile_time_allocator_is_used_both_ways", compile_time_allocator_is_used_both_ways},
         {"reroute_64_ranks_equals_views", reroute_64_ranks_equals_views},
@@ -1886,6 +2846,13 @@ int main(int argc, char **argv)
         {"dead_peer_in_ring_times_out", dead_peer_in_ring_times_out},
         {"dead_root_broadcast_times_out", dead_root_broadcast_times_out},
         {"plan_disagreement_fails_every_rank", plan_disagreement_fails_every_rank},
+        {"split_one_rank_joins_late", split_one_rank_joins_late},
+        {"absent_rank_costs_a_timeout", absent_rank_costs_a_timeout},
+        {"abort_with_ring_behind_stuck_reroute", abort_with_ring_behind_stuck_reroute},
+        {"shared_split_abort_then_pool_allreduce", shared_split_abort_then_pool_allreduce},
+        {"plan_agree_waits_for_the_stream_by_polling", plan_agree_waits_for_the_stream_by_polling},
+        {"null_config_inherits_the_pool_config", null_config_inherits_the_pool_config},
+        {"async_error_aborts_the_set", async_error_aborts_the_set},
         {"broadcast_bad_argument_fails_alone", broadcast_bad_argument_fails_alone},
         {"fault_at_every_call_leaves_ranks_consistent",
          fault_at_every_call_leaves_ranks_consistent},
@@ -1900,5 +2867,6 @@ int main(int argc, char **argv)
         {"cxx_guard_is_raii", cxx_guard_is_raii},
 #endif
     };
+#endif
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }

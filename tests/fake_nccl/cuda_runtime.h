@@ -1,9 +1,23 @@
 /* A host stand-in for the part of the CUDA runtime that dcp_nccl.h uses, selected by the
-   include path (-Itests/fake_nccl) in the host-transport test only. Device memory is host
-   memory; a stream is a host queue of operations that runs when its owner polls it
-   (cudaStreamQuery), so enqueued work really runs later than the call that enqueued it, and
-   ordering bugs between streams show up as wrong data. Every stream and event belongs to the
-   thread (simulated rank) that created it. Implemented in fake_runtime.c. */
+   include path (-Itests/fake_nccl) in the host-transport test only. Implemented in
+   fake_runtime.c.
+
+   Devices. Every simulated rank has a device: a thread of its own that runs the rank's
+   streams while the rank's host thread goes on (a host thread says which rank it is with
+   fake_bind_rank). Device memory (cudaMalloc) is host memory that the device records, so
+   that a copy knows what it touches; cudaMallocHost memory is pinned; any other host memory
+   is pageable.
+
+   Streams. A stream is a FIFO of operations that its device runs in order: a copy or a set,
+   an event record or wait, an NCCL kernel (nccl.h), or a host function -- the op that stands
+   for a kernel launch: fake_enqueue_host(stream, fn, arg) runs fn(arg) on the device thread
+   when the stream reaches it (nonzero: the launch failed, a sticky error of the stream), the
+   way cudaLaunchHostFunc runs a callback. Kernel stand-ins (tests/test_nccl_host.c) and, later,
+   kernels of an execution model of dcp_cuda.cu enqueue themselves through it.
+   As CUDA may do, cudaMemcpyAsync between device and PAGEABLE memory synchronises with the
+   stream: it blocks the host until everything before it on the stream is done (a stream that
+   never drains blocks it for good: the fake records a hang after a bound). Copies that name
+   the wrong kind of memory are recorded as violations. */
 #ifndef FAKE_CUDA_RUNTIME_H
 #define FAKE_CUDA_RUNTIME_H
 
@@ -43,14 +57,17 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flag
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);
-/* Runs the stream to its end, polling with a bounded wait (the fake's own deadline). */
+/* Blocks the host until the stream is done (a hang past the fake's bound is recorded). */
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaMalloc(void **pointer, size_t bytes);
 cudaError_t cudaFree(void *pointer);
+cudaError_t cudaMallocHost(void **pointer, size_t bytes);
+cudaError_t cudaFreeHost(void *pointer);
 cudaError_t cudaMemcpyAsync(void *destination, const void *source, size_t bytes,
                             cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void *destination, int value, size_t bytes, cudaStream_t stream);

@@ -1,40 +1,278 @@
-/* The host transport behind tests/fake_nccl/nccl.h and cuda_runtime.h (see those headers):
-   simulated ranks are threads; a stream is a queue of operations that runs when its owner
-   polls it; NCCL traffic goes through mailboxes shared by the communicators of a job, under
-   one mutex. Test-only global state: fake_job_create / fake_job_destroy bracket a job, and
-   protocol violations (a receive whose size differs from its send, a group left open, a
-   message nobody received) are counted for the test to assert on. Included by the test file
-   (one translation unit), after _POSIX_C_SOURCE is defined. */
+/* The host transport behind tests/fake_nccl/nccl.h and cuda_runtime.h (those headers say what
+   it holds its callers to). Simulated ranks are host threads; each has a device thread that
+   runs its streams; communicators of one simulated job meet in groups (mailboxes, collectives,
+   splits, connection links). One mutex guards all of it; host threads that NCCL or CUDA would
+   block wait on condition variables with a bound past which the wait is recorded as a hang.
+   Test-only global state: fake_job_create / fake_job_destroy bracket a job, and what a caller
+   got wrong is counted by kind (protocol, host hang, stuck send) for the test to assert on.
+   Included by the test file (one translation unit), after _POSIX_C_SOURCE is defined.
+
+   Sections: basics (lock, clock, violations) -> devices and their memory -> streams and the op
+   queue -> NCCL kernels (parts, mailboxes, collectives) -> communicators (config, shared
+   resources, connections, background jobs) -> the CUDA runtime -> the NCCL API -> the test
+   interface. */
 #include "nccl.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* Longest a fake call itself blocks (a split waiting for its peers, a synchronize). */
-#define FAKE_DEADLINE_MS 30000.0
-/* Polls a non-blocking communicator answers ncclInProgress before it settles. */
-#define FAKE_NONBLOCKING_POLLS 2
-/* Pause of a query that finds its stream not ready: the "device" is busy, the host sleeps. */
+/* Default bound on a host wait NCCL or CUDA would make forever, and on a started send that
+   nobody receives; tests that expect one lower it (fake_set_hang_bound). */
+#define FAKE_DEFAULT_HANG_MS 30000.0
+/* Communication kernels one device runs at once: the worst case NCCL's docs allow for. */
+#define FAKE_KERNEL_SLOTS 1
+/* Kernels a communicator may have queued before a launch waits for room (NCCL's work FIFO). */
+#define FAKE_WORK_FIFO 1024
+/* Pause of a query that finds its stream not ready: the device is busy, the host sleeps. */
 #define FAKE_NOT_READY_PAUSE_NS 20000L
+/* How often an idle device re-checks its stuck sends, and a blocked host its bound. */
+#define FAKE_DEVICE_TICK_MS 100.0
+#define FAKE_WAIT_SLICE_MS 10.0
+#define FAKE_THREAD_STACK_BYTES ((size_t)1 << 20)
 /* Bytes cudaMalloc fills new memory with: every float reads as NaN until written. */
 #define FAKE_POISON 0xFF
+/* NCCL's config defaults (parseCommConfig). */
+#define FAKE_DEFAULT_BLOCKING 1
+#define FAKE_DEFAULT_CGA_CLUSTER 4
+#define FAKE_DEFAULT_MIN_CTAS 1
+#define FAKE_DEFAULT_MAX_CTAS 32
+#define FAKE_DEFAULT_SPLIT_SHARE 0
+/* From this version on ncclCommAbort inside a group only raises the flag; its wait (the
+   reclaim) runs in ncclGroupEnd, together with the others' (ncclAsyncLaunch of commReclaim). */
+#define FAKE_GROUPED_ABORT_VERSION NCCL_VERSION(2, 22, 0)
+
+/* ------------------------------------------------------------------------------ basics */
 
 typedef enum {
-    FAKE_OP_NOP,
+    FAKE_PROTOCOL, /* a call NCCL or CUDA refuses or leaves undefined */
+    FAKE_HANG,     /* the host blocked where NCCL or CUDA would block forever */
+    FAKE_STUCK,    /* a started send nobody received: an unfused or mis-ordered p2p */
+    FAKE_KINDS
+} fake_violation_kind;
+
+static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fake_control = PTHREAD_COND_INITIALIZER; /* any change a host waits on */
+static pthread_mutex_t fake_violation_lock = PTHREAD_MUTEX_INITIALIZER;
+static int fake_violation_counts[FAKE_KINDS];
+static char fake_violation_text[512];
+static double fake_hang_ms = FAKE_DEFAULT_HANG_MS;
+
+static double fake_now_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec * 1e3 + (double)now.tv_nsec * 1e-6;
+}
+
+/* Violations of every kind so far (with fake_violation_lock held, or after the threads). */
+static int fake_violation_total(void)
+{
+    int kind, total = 0;
+    for (kind = 0; kind < FAKE_KINDS; kind++) total += fake_violation_counts[kind];
+    return total;
+}
+
+static void fake_violation(fake_violation_kind kind, const char *format, ...)
+{
+    va_list args;
+    pthread_mutex_lock(&fake_violation_lock);
+    if (fake_violation_total() == 0) {
+        va_start(args, format);
+        vsnprintf(fake_violation_text, sizeof fake_violation_text, format, args);
+        va_end(args);
+    }
+    fake_violation_counts[kind]++;
+    pthread_mutex_unlock(&fake_violation_lock);
+}
+
+static void fake_sleep_ms(double ms)
+{
+    struct timespec pause;
+    pause.tv_sec = (time_t)(ms / 1e3);
+    pause.tv_nsec = (long)((ms - (double)pause.tv_sec * 1e3) * 1e6);
+    nanosleep(&pause, NULL);
+}
+
+/* With fake_lock held: sleeps on cond for at most ms. */
+static void fake_wait_ms(pthread_cond_t *cond, double ms)
+{
+    struct timespec until;
+    long nanoseconds;
+    clock_gettime(CLOCK_REALTIME, &until);
+    nanoseconds = until.tv_nsec + (long)(ms * 1e6);
+    until.tv_sec += nanoseconds / 1000000000L;
+    until.tv_nsec = nanoseconds % 1000000000L;
+    pthread_cond_timedwait(cond, &fake_lock, &until);
+}
+
+/* With fake_lock held: blocks the calling host thread until ready(arg) is positive (1),
+   negative (-1: the wait was given up, e.g. its communicator was aborted), or the hang bound
+   passes (0): NCCL or CUDA would wait forever there, so the hang is recorded. */
+static int fake_block_host(int (*ready)(const void *), const void *arg, int rank,
+                           const char *what)
+{
+    const double start = fake_now_ms();
+    for (;;) {
+        const int r = ready(arg);
+        if (r != 0) return r > 0 ? 1 : -1;
+        if (fake_now_ms() - start > fake_hang_ms) {
+            fake_violation(FAKE_HANG,
+                           "rank %d: %s blocked the host for %.0f ms (it would block forever)",
+                           rank, what, fake_now_ms() - start);
+            return 0;
+        }
+        fake_wait_ms(&fake_control, FAKE_WAIT_SLICE_MS);
+    }
+}
+
+/* -------------------------------------------------------------- devices and their memory */
+
+typedef struct fake_block {
+    struct fake_block *next;
+    unsigned char *base;
+    size_t bytes;
+    int pinned; /* cudaMallocHost; else device memory */
+} fake_block;
+
+typedef struct fake_device {
+    int rank;
+    pthread_t thread;
+    pthread_cond_t wake; /* something it may run has changed */
+    struct fake_stream *streams;
+    fake_block *blocks;
+    int running_kernels;
+    unsigned long launches;          /* communication kernels launched on it so far */
+    const struct fake_op *next_kernel; /* of those that could start now, the first launched */
+    int shutdown;
+} fake_device;
+
+static fake_device *fake_devices;
+static int fake_device_count;
+static __thread fake_device *fake_thread_device;
+
+static void fake_wake(fake_device *d)
+{
+    if (d) pthread_cond_signal(&d->wake);
+}
+
+static void fake_wake_all(void)
+{
+    int r;
+    for (r = 0; r < fake_device_count; r++) pthread_cond_signal(&fake_devices[r].wake);
+    pthread_cond_broadcast(&fake_control);
+}
+
+/* The calling thread's device; a CUDA call from a thread bound to no rank is a test bug. */
+static fake_device *fake_current_device(const char *call)
+{
+    if (!fake_thread_device)
+        fake_violation(FAKE_PROTOCOL, "%s from a thread bound to no rank (fake_bind_rank)", call);
+    return fake_thread_device;
+}
+
+typedef enum { FAKE_PAGEABLE, FAKE_PINNED, FAKE_DEVICE_MEMORY } fake_memory;
+
+/* What [p, p + bytes) is on device d: inside one cudaMalloc / cudaMallocHost block, or
+   pageable. With fake_lock held. */
+static fake_memory fake_memory_of(const fake_device *d, const void *p, size_t bytes)
+{
+    const unsigned char *at = (const unsigned char *)p;
+    const fake_block *b;
+    for (b = d ? d->blocks : NULL; b; b = b->next)
+        if (at >= b->base && at <= b->base + b->bytes && bytes <= (size_t)(b->base + b->bytes - at))
+            return b->pinned ? FAKE_PINNED : FAKE_DEVICE_MEMORY;
+    return FAKE_PAGEABLE;
+}
+
+static cudaError_t fake_register(void **pointer, size_t bytes, int pinned, const char *call)
+{
+    fake_device *d = fake_current_device(call);
+    fake_block *b;
+    if (!pointer) return cudaErrorInvalidValue;
+    *pointer = NULL;
+    if (!d) return cudaErrorInvalidValue;
+    b = (fake_block *)malloc(sizeof *b);
+    if (!b || !(b->base = (unsigned char *)malloc(bytes ? bytes : 1))) {
+        free(b);
+        return cudaErrorMemoryAllocation;
+    }
+    memset(b->base, FAKE_POISON, bytes);
+    b->bytes = bytes, b->pinned = pinned;
+    pthread_mutex_lock(&fake_lock);
+    b->next = d->blocks, d->blocks = b;
+    pthread_mutex_unlock(&fake_lock);
+    *pointer = b->base;
+    return cudaSuccess;
+}
+
+static cudaError_t fake_unregister(void *pointer, int pinned, const char *call)
+{
+    fake_device *d = fake_current_device(call);
+    fake_block **link, *b = NULL;
+    if (!pointer) return cudaSuccess;
+    if (!d) return cudaErrorInvalidValue;
+    pthread_mutex_lock(&fake_lock);
+    for (link = &d->blocks; *link; link = &(*link)->next)
+        if ((*link)->base == pointer && (*link)->pinned == pinned) {
+            b = *link;
+            *link = b->next;
+            break;
+        }
+    pthread_mutex_unlock(&fake_lock);
+    if (!b) {
+        fake_violation(FAKE_PROTOCOL, "rank %d: %s of a pointer its allocator did not return",
+                       d->rank, call);
+        return cudaErrorInvalidValue;
+    }
+    free(b->base), free(b);
+    return cudaSuccess;
+}
+
+/* --------------------------------------------------------------- streams and the op queue
+   An op is one unit of device work. Its device thread runs the head op of each stream when it
+   can: a copy or set at once; a host function (a kernel launch) with the lock released; an
+   event record at once and an event wait when the event has passed its target; an NCCL
+   kernel when its communicator's earlier kernels are done and a kernel slot is free, after
+   which it completes as its parts do. */
+
+typedef enum {
     FAKE_OP_COPY,
     FAKE_OP_SET,
     FAKE_OP_HOST,
     FAKE_OP_RECORD,
     FAKE_OP_WAIT,
-    FAKE_OP_SEND,
-    FAKE_OP_RECV,
-    FAKE_OP_ALLREDUCE,
-    FAKE_OP_BROADCAST
+    FAKE_OP_KERNEL
 } fake_op_kind;
+
+typedef enum { FAKE_SEND, FAKE_RECV, FAKE_ALLREDUCE, FAKE_BROADCAST } fake_part_kind;
+
+typedef struct fake_message {
+    struct fake_message *next; /* in its mailbox */
+    size_t bytes;
+    int consumed;
+    unsigned char data[1];
+} fake_message;
+
+/* One NCCL call inside a kernel. */
+typedef struct fake_part {
+    struct fake_part *next;
+    fake_part_kind kind;
+    void *destination;
+    const void *source;
+    size_t bytes; /* the payload */
+    size_t count;
+    ncclDataType_t type;
+    ncclRedOp_t reduction;
+    int peer, root;
+    unsigned long sequence;  /* collectives: the communicator's n-th */
+    fake_message *message;   /* a send's, once its kernel started */
+    int done;
+} fake_part;
 
 typedef struct fake_op {
     fake_op_kind kind;
@@ -47,38 +285,89 @@ typedef struct fake_op {
     void *arg;
     cudaEvent_t event;
     unsigned long target;
+    /* kernels */
     ncclComm_t comm;
-    int peer;
-    size_t count;
-    ncclDataType_t type;
-    ncclRedOp_t reduction;
-    int root;
-    unsigned long sequence;
-    int deposited;
+    struct fake_stream *stream; /* where it goes once launched */
+    fake_part *parts, **parts_tail;
+    unsigned long ticket;   /* its place in the communicator's order */
+    unsigned long launched; /* its place in the device's launch order */
+    int started, reported;
+    double started_ms;
 } fake_op;
 
 struct fake_stream {
+    fake_device *device;
     fake_op *head, *tail;
     cudaError_t error;
-    int busy;
-    struct fake_stream *next_of_thread;
+    int busy;      /* a host function of it runs, the lock released */
+    int destroyed; /* by its owner, with work pending: freed when that is done */
+    struct fake_stream *next_of_device;
 };
 
 struct fake_event {
-    cudaStream_t stream;
+    fake_device *device;
     unsigned long recorded, completed;
+    struct fake_event *next_dead;
 };
+static struct fake_event *fake_dead_events;
 
-typedef struct fake_message {
-    struct fake_message *next;
-    size_t bytes;
-    unsigned char data[1];
-} fake_message;
+static fake_op *fake_op_new(fake_op_kind kind)
+{
+    fake_op *op = (fake_op *)calloc(1, sizeof *op);
+    op->kind = kind;
+    op->parts_tail = &op->parts;
+    return op;
+}
+
+static void fake_op_free(fake_op *op)
+{
+    while (op->parts) { /* a message still in its mailbox is the mailbox's */
+        fake_part *p = op->parts;
+        op->parts = p->next;
+        if (p->message && p->message->consumed) free(p->message);
+        free(p);
+    }
+    if (op->kind == FAKE_OP_HOST) free(op->arg);
+    free(op);
+}
+
+/* With fake_lock held. */
+static void fake_append(cudaStream_t stream, fake_op *op)
+{
+    op->next = NULL;
+    if (stream->tail) stream->tail->next = op;
+    else stream->head = op;
+    stream->tail = op;
+    fake_wake(stream->device);
+}
+
+static cudaError_t fake_push(cudaStream_t stream, fake_op *op)
+{
+    if (!stream) {
+        fake_op_free(op);
+        return cudaErrorInvalidValue; /* the layer never uses the legacy stream */
+    }
+    pthread_mutex_lock(&fake_lock);
+    fake_append(stream, op);
+    pthread_mutex_unlock(&fake_lock);
+    return cudaSuccess;
+}
+
+/* Kernel stand-ins: fn(arg) runs on the device thread when the stream reaches it; arg is freed
+   after; nonzero is a failed launch (a sticky error of the stream). */
+static cudaError_t fake_enqueue_host(cudaStream_t stream, int (*fn)(void *), void *arg)
+{
+    fake_op *op = fake_op_new(FAKE_OP_HOST);
+    op->fn = fn, op->arg = arg;
+    return fake_push(stream, op);
+}
+
+/* ------------------------------------------------------------------------ NCCL kernels */
 
 typedef struct fake_collective {
     struct fake_collective *next;
     unsigned long sequence;
-    fake_op_kind kind;
+    fake_part_kind kind;
     size_t bytes;
     int root;
     int deposited, consumed;
@@ -89,178 +378,54 @@ struct fake_group;
 typedef struct fake_split {
     struct fake_split *next;
     unsigned long sequence;
-    int deposited, consumed;
+    int size, deposited, broken; /* broken: a member was aborted before everyone came */
     int *color, *key;
-    struct fake_group **child; /* [size], by color */
+    struct fake_group **child; /* [rank]: the child group of that rank's color */
 } fake_split;
+
+enum { FAKE_LINK_SEND = 1, FAKE_LINK_RECV = 2, FAKE_LINKED = 3 };
 
 typedef struct fake_group {
     struct fake_group *next_of_job;
     int size;
+    ncclComm_t *members;                         /* [rank], once each exists */
     fake_message **mailbox_head, **mailbox_tail; /* [from * size + to] */
+    unsigned char *link;                         /* [from * size + to]: FAKE_LINK_* sides */
+    unsigned char *ring_ready;                   /* [rank]: its collectives connected */
+    int ring_members;
     fake_collective *collectives;
     fake_split *splits;
 } fake_group;
 
+/* NCCL's resources that splitShare children share with their parent: the abort flag and the
+   internal stream that orders the communicator's kernels (tickets issued and completed). */
+typedef struct fake_shared {
+    struct fake_shared *next_of_job;
+    int abort;
+    unsigned long issued, completed;
+} fake_shared;
+
 struct fake_comm {
+    struct fake_comm *next_of_job; /* kept until the job ends, so a late call is caught */
     fake_group *group;
     int rank;
-    int blocking;
-    int pending_polls;
-    ncclResult_t async_error;
+    fake_device *device;
+    ncclConfig_t config; /* resolved */
+    fake_shared *shared;
+    ncclResult_t state;    /* ncclSuccess, ncclInProgress while a job runs, or its error */
+    ncclResult_t injected; /* a test's asynchronous error */
+    int jobs;              /* background threads working for it */
+    int outstanding;       /* kernels launched and not done */
+    int finalized, dead;   /* dead: destroyed or aborted */
     unsigned long collectives, splits;
     unsigned long long sent_bytes, received_bytes; /* point-to-point payload that ran */
 };
 
-static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t fake_changed = PTHREAD_COND_INITIALIZER;
 static fake_group *fake_groups;
-static int fake_violation_count;
-static char fake_violation_text[512];
+static ncclComm_t fake_comms;
+static fake_shared *fake_shareds;
 
-static __thread struct fake_stream *fake_thread_streams;
-static __thread int fake_group_depth;
-static __thread ncclComm_t fake_group_comm;
-static __thread int fake_group_ops;
-static __thread long fake_fault_at, fake_fault_calls;
-
-static double fake_now_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)now.tv_sec * 1e3 + (double)now.tv_nsec * 1e-6;
-}
-
-static void fake_violation(const char *what)
-{
-    pthread_mutex_lock(&fake_lock);
-    if (fake_violation_count++ == 0) snprintf(fake_violation_text, sizeof fake_violation_text, "%s", what);
-    pthread_mutex_unlock(&fake_lock);
-}
-
-/* ----------------------------------------------------------------------- test interface */
-
-/* The n-th hooked call of this thread (1-based) fails; 0: none. */
-static void fake_fault_arm(long n) { fake_fault_at = n, fake_fault_calls = 0; }
-static long fake_fault_count(void) { return fake_fault_calls; }
-static int fake_fault_hook(const char *call)
-{
-    if (++fake_fault_calls != fake_fault_at) return 0;
-    /* NCCL closes the group even when ncclGroupEnd fails: so does the injected failure */
-    if (strncmp(call, "ncclGroupEnd", 12) == 0 && fake_group_depth > 0) fake_group_depth--;
-    return 1;
-}
-
-static fake_group *fake_group_new(int size)
-{
-    fake_group *g = (fake_group *)calloc(1, sizeof *g);
-    g->size = size;
-    g->mailbox_head = (fake_message **)calloc((size_t)size * (size_t)size, sizeof(fake_message *));
-    g->mailbox_tail = (fake_message **)calloc((size_t)size * (size_t)size, sizeof(fake_message *));
-    g->next_of_job = fake_groups; /* under fake_lock, or before the rank threads start */
-    fake_groups = g;
-    return g;
-}
-
-static ncclComm_t fake_comm_new(fake_group *group, int rank, int blocking)
-{
-    ncclComm_t c = (ncclComm_t)calloc(1, sizeof *c);
-    c->group = group, c->rank = rank, c->blocking = blocking;
-    return c;
-}
-
-/* A job of `ranks` ranks: one pool communicator per rank (comms[r]), before the threads. */
-static void fake_job_create(int ranks, int blocking, ncclComm_t *comms)
-{
-    fake_group *g;
-    int r;
-    fake_violation_count = 0;
-    fake_violation_text[0] = '\0';
-    g = fake_group_new(ranks);
-    for (r = 0; r < ranks; r++) comms[r] = fake_comm_new(g, r, blocking);
-}
-
-/* Messages sent and never received, in every communicator of the job. */
-static long fake_undelivered(void)
-{
-    long n = 0;
-    fake_group *g;
-    int i;
-    for (g = fake_groups; g; g = g->next_of_job)
-        for (i = 0; i < g->size * g->size; i++) {
-            fake_message *m;
-            for (m = g->mailbox_head[i]; m; m = m->next) n++;
-        }
-    return n;
-}
-
-static int fake_violations(const char **text)
-{
-    *text = fake_violation_text;
-    return fake_violation_count;
-}
-
-/* After the threads: frees every group of the job (communicators are each rank's). */
-static void fake_job_destroy(void)
-{
-    while (fake_groups) {
-        fake_group *g = fake_groups;
-        int i;
-        fake_groups = g->next_of_job;
-        for (i = 0; i < g->size * g->size; i++)
-            while (g->mailbox_head[i]) {
-                fake_message *m = g->mailbox_head[i];
-                g->mailbox_head[i] = m->next;
-                free(m);
-            }
-        while (g->collectives) {
-            fake_collective *c = g->collectives;
-            g->collectives = c->next;
-            for (i = 0; i < g->size; i++) free(c->data[i]);
-            free(c->data), free(c);
-        }
-        while (g->splits) {
-            fake_split *s = g->splits;
-            g->splits = s->next;
-            free(s->color), free(s->key), free(s->child), free(s);
-        }
-        free(g->mailbox_head), free(g->mailbox_tail), free(g);
-    }
-}
-
-/* Bytes of point-to-point payload comm's sends and receives have moved so far (the bytes on
-   the wire of a simulated rank); only the owning rank's thread changes them. */
-static void fake_traffic(ncclComm_t comm, unsigned long long *sent, unsigned long long *received)
-{
-    *sent = comm->sent_bytes, *received = comm->received_bytes;
-}
-
-/* Kernel stand-ins: fn(arg) runs when the stream reaches it; arg is freed after. */
-static cudaError_t fake_enqueue_host(cudaStream_t stream, int (*fn)(void *), void *arg);
-
-/* -------------------------------------------------------------------------------- streams */
-
-static cudaError_t fake_push(cudaStream_t stream, fake_op *op)
-{
-    if (!stream) {
-        free(op);
-        return cudaErrorInvalidValue; /* the layer never uses the legacy stream */
-    }
-    op->next = NULL;
-    if (stream->tail) stream->tail->next = op;
-    else stream->head = op;
-    stream->tail = op;
-    return cudaSuccess;
-}
-
-static fake_op *fake_op_new(fake_op_kind kind)
-{
-    fake_op *op = (fake_op *)calloc(1, sizeof *op);
-    op->kind = kind;
-    return op;
-}
-
-static int fake_progress(cudaStream_t stream);
+static int fake_aborted(const ncclComm_t comm) { return comm->shared->abort; }
 
 static size_t fake_type_size(ncclDataType_t type)
 {
@@ -275,199 +440,649 @@ static size_t fake_type_size(ncclDataType_t type)
     return 0;
 }
 
-static void fake_reduce(fake_collective *c, int size, ncclDataType_t type, ncclRedOp_t op,
+static int fake_reduce_pick(ncclRedOp_t op, int greater)
+{
+    return op == ncclMax ? greater : !greater;
+}
+
+/* out[i] = op over ranks of element i (sum, max or min; integer types). */
+static void fake_reduce(const fake_collective *c, int size, ncclDataType_t type, ncclRedOp_t op,
                         size_t count, unsigned char *out)
 {
+    const size_t width = fake_type_size(type);
+    const int is_signed = type == ncclInt8 || type == ncclInt32 || type == ncclInt64;
     size_t i;
     int r;
     for (i = 0; i < count; i++) {
-        if (type == ncclUint64 || type == ncclInt64) {
-            uint64_t acc;
-            memcpy(&acc, c->data[0] + 8 * i, 8);
-            for (r = 1; r < size; r++) {
-                uint64_t x;
-                memcpy(&x, c->data[r] + 8 * i, 8);
-                if (op == ncclSum) acc += x;
-                else if (type == ncclUint64 ? (op == ncclMax ? x > acc : x < acc)
-                                            : (op == ncclMax ? (int64_t)x > (int64_t)acc
-                                                             : (int64_t)x < (int64_t)acc))
-                    acc = x;
+        uint64_t acc = 0, x = 0;
+        for (r = 0; r < size; r++) {
+            int64_t sx, sa;
+            memcpy(&x, c->data[r] + width * i, width); /* little-endian low bytes */
+            if (is_signed && width < 8 && (x >> (8 * width - 1)) & 1)
+                x |= ~UINT64_C(0) << (8 * width); /* sign-extended */
+            if (r == 0 || op == ncclSum) {
+                acc = r == 0 ? x : acc + x;
+                continue;
             }
-            memcpy(out + 8 * i, &acc, 8);
-        } else if (type == ncclInt32 || type == ncclUint32) {
-            int32_t acc;
-            memcpy(&acc, c->data[0] + 4 * i, 4);
-            for (r = 1; r < size; r++) {
-                int32_t x;
-                memcpy(&x, c->data[r] + 4 * i, 4);
-                if (op == ncclSum) acc += x;
-                else if (op == ncclMax ? x > acc : x < acc) acc = x;
-            }
-            memcpy(out + 4 * i, &acc, 4);
-        } else {
-            unsigned char acc = c->data[0][i];
-            for (r = 1; r < size; r++) {
-                unsigned char x = c->data[r][i];
-                if (op == ncclSum) acc = (unsigned char)(acc + x);
-                else if (op == ncclMax ? x > acc : x < acc) acc = x;
-            }
-            out[i] = acc;
+            sx = (int64_t)x, sa = (int64_t)acc;
+            if (fake_reduce_pick(op, is_signed ? sx > sa : x > acc)) acc = x;
         }
+        memcpy(out + width * i, &acc, width);
     }
 }
 
-/* A collective op: deposit this rank's input once, finish when every rank has. */
-static int fake_run_collective(fake_op *op)
+static fake_message **fake_box(fake_group *g, int from, int to, int tail)
 {
-    fake_group *g = op->comm->group;
-    fake_collective *c, **link;
-    const size_t bytes = op->count * fake_type_size(op->type);
-    int done = 0;
-    pthread_mutex_lock(&fake_lock);
-    for (c = g->collectives; c && c->sequence != op->sequence; c = c->next) {
-    }
-    if (!c) {
-        c = (fake_collective *)calloc(1, sizeof *c);
-        c->sequence = op->sequence, c->kind = op->kind, c->bytes = bytes, c->root = op->root;
-        c->data = (unsigned char **)calloc((size_t)g->size, sizeof(unsigned char *));
-        c->next = g->collectives;
-        g->collectives = c;
-    }
-    if (!op->deposited) {
-        if (c->kind != op->kind || c->bytes != bytes || c->root != op->root) {
-            pthread_mutex_unlock(&fake_lock);
-            fake_violation("collectives of one sequence number differ in kind, size or root");
-            pthread_mutex_lock(&fake_lock);
-        }
-        c->data[op->comm->rank] = (unsigned char *)malloc(bytes ? bytes : 1);
-        if (bytes) memcpy(c->data[op->comm->rank], op->source, bytes);
-        c->deposited++;
-        op->deposited = 1;
-    }
-    if (c->deposited == g->size) {
-        if (op->kind == FAKE_OP_BROADCAST) {
-            if (bytes) memcpy(op->destination, c->data[c->root], bytes);
-        } else
-            fake_reduce(c, g->size, op->type, op->reduction, op->count,
-                        (unsigned char *)op->destination);
-        done = 1;
-        if (++c->consumed == g->size) {
-            int r;
-            for (link = &g->collectives; *link != c; link = &(*link)->next) {
-            }
-            *link = c->next;
-            for (r = 0; r < g->size; r++) free(c->data[r]);
-            free(c->data), free(c);
-        }
-    }
-    pthread_mutex_unlock(&fake_lock);
-    return done;
+    return tail ? &g->mailbox_tail[from * g->size + to] : &g->mailbox_head[from * g->size + to];
 }
 
-/* 1: the op finished; 0: not yet (a receive without its send, an unmet event, a collective
-   some rank has not joined). */
-static int fake_run(cudaStream_t stream, fake_op *op)
+static void fake_post(ncclComm_t comm, fake_part *p)
 {
-    switch (op->kind) {
-    case FAKE_OP_NOP: return 1;
-    case FAKE_OP_COPY: memmove(op->destination, op->source, op->bytes); return 1;
-    case FAKE_OP_SET: memset(op->destination, op->value, op->bytes); return 1;
-    case FAKE_OP_HOST:
-        if (op->fn(op->arg) != 0) {
-            stream->error = cudaErrorLaunchFailure;
-            fake_violation("a kernel stand-in failed");
-        }
-        return 1;
-    case FAKE_OP_RECORD: op->event->completed = op->target; return 1;
-    case FAKE_OP_WAIT:
-        if (op->event->completed >= op->target) return 1;
-        if (op->event->stream && op->event->stream != stream) fake_progress(op->event->stream);
-        return op->event->completed >= op->target;
-    case FAKE_OP_SEND: {
-        fake_group *g = op->comm->group;
-        fake_message *m = (fake_message *)malloc(sizeof *m + op->bytes);
-        const int box = op->comm->rank * g->size + op->peer;
-        m->next = NULL, m->bytes = op->bytes;
-        memcpy(m->data, op->source, op->bytes);
-        op->comm->sent_bytes += op->bytes;
-        pthread_mutex_lock(&fake_lock);
-        if (g->mailbox_tail[box]) g->mailbox_tail[box]->next = m;
-        else g->mailbox_head[box] = m;
-        g->mailbox_tail[box] = m;
-        pthread_mutex_unlock(&fake_lock);
-        return 1;
+    fake_group *g = comm->group;
+    fake_message *m = (fake_message *)malloc(sizeof *m + p->bytes);
+    fake_message **head = fake_box(g, comm->rank, p->peer, 0);
+    fake_message **tail = fake_box(g, comm->rank, p->peer, 1);
+    m->next = NULL, m->bytes = p->bytes, m->consumed = 0;
+    memcpy(m->data, p->source, p->bytes);
+    if (*tail) (*tail)->next = m;
+    else *head = m;
+    *tail = m;
+    p->message = m;
+    comm->sent_bytes += p->bytes;
+    if (g->members[p->peer]) fake_wake(g->members[p->peer]->device);
+}
+
+/* A send whose kernel quit: its message leaves the mailbox unread. */
+static void fake_withdraw(ncclComm_t comm, fake_part *p)
+{
+    fake_group *g = comm->group;
+    fake_message **link = fake_box(g, comm->rank, p->peer, 0), *previous = NULL;
+    for (; *link && *link != p->message; previous = *link, link = &(*link)->next) {
     }
-    case FAKE_OP_RECV: {
-        fake_group *g = op->comm->group;
-        const int box = op->peer * g->size + op->comm->rank;
-        fake_message *m;
-        int mismatch = 0;
-        pthread_mutex_lock(&fake_lock);
-        m = g->mailbox_head[box];
-        if (m) {
-            g->mailbox_head[box] = m->next;
-            if (!m->next) g->mailbox_tail[box] = NULL;
-        }
-        pthread_mutex_unlock(&fake_lock);
-        if (!m) return 0;
-        mismatch = m->bytes != op->bytes;
-        op->comm->received_bytes += m->bytes;
-        memcpy(op->destination, m->data, m->bytes < op->bytes ? m->bytes : op->bytes);
-        free(m);
-        if (mismatch) fake_violation("a receive's byte count differs from its send's");
-        return 1;
+    if (!*link) return;
+    *link = p->message->next;
+    if (*fake_box(g, comm->rank, p->peer, 1) == p->message)
+        *fake_box(g, comm->rank, p->peer, 1) = previous;
+    free(p->message);
+    p->message = NULL;
+}
+
+static int fake_receive(ncclComm_t comm, fake_part *p)
+{
+    fake_group *g = comm->group;
+    fake_message **head = fake_box(g, p->peer, comm->rank, 0);
+    fake_message *m = *head;
+    if (!m) return 0;
+    *head = m->next;
+    if (!m->next) *fake_box(g, p->peer, comm->rank, 1) = NULL;
+    if (m->bytes != p->bytes)
+        fake_violation(FAKE_PROTOCOL,
+                       "rank %d: a receive of %zu bytes from rank %d met a send of %zu",
+                       comm->rank, p->bytes, p->peer, m->bytes);
+    memcpy(p->destination, m->data, m->bytes < p->bytes ? m->bytes : p->bytes);
+    comm->received_bytes += m->bytes;
+    m->consumed = 1; /* the sender frees it */
+    if (g->members[p->peer]) fake_wake(g->members[p->peer]->device);
+    return 1;
+}
+
+static fake_collective *fake_collective_of(fake_group *g, const fake_part *p)
+{
+    fake_collective *c;
+    for (c = g->collectives; c && c->sequence != p->sequence; c = c->next) {
     }
-    case FAKE_OP_ALLREDUCE:
-    case FAKE_OP_BROADCAST: return fake_run_collective(op);
+    if (c) return c;
+    c = (fake_collective *)calloc(1, sizeof *c);
+    c->sequence = p->sequence, c->kind = p->kind, c->bytes = p->bytes, c->root = p->root;
+    c->data = (unsigned char **)calloc((size_t)g->size, sizeof(unsigned char *));
+    c->next = g->collectives;
+    g->collectives = c;
+    return c;
+}
+
+static void fake_deposit(ncclComm_t comm, fake_part *p)
+{
+    fake_group *g = comm->group;
+    fake_collective *c = fake_collective_of(g, p);
+    int r;
+    if (c->kind != p->kind || c->bytes != p->bytes || c->root != p->root)
+        fake_violation(FAKE_PROTOCOL, "rank %d: collective %lu differs in kind, size or root",
+                       comm->rank, p->sequence);
+    c->data[comm->rank] = (unsigned char *)malloc(p->bytes ? p->bytes : 1);
+    if (p->bytes) memcpy(c->data[comm->rank], p->source, p->bytes);
+    if (++c->deposited == g->size)
+        for (r = 0; r < g->size; r++)
+            if (g->members[r]) fake_wake(g->members[r]->device);
+}
+
+static int fake_collect(ncclComm_t comm, fake_part *p)
+{
+    fake_group *g = comm->group;
+    fake_collective *c = fake_collective_of(g, p), **link;
+    int r;
+    if (c->deposited < g->size) return 0;
+    if (p->kind == FAKE_BROADCAST) {
+        if (p->bytes) memcpy(p->destination, c->data[c->root], p->bytes);
+    } else
+        fake_reduce(c, g->size, p->type, p->reduction, p->count, (unsigned char *)p->destination);
+    if (++c->consumed == g->size) {
+        for (link = &g->collectives; *link != c; link = &(*link)->next) {
+        }
+        *link = c->next;
+        for (r = 0; r < g->size; r++) free(c->data[r]);
+        free(c->data), free(c);
     }
     return 1;
 }
 
-/* Runs the stream's ops in order while they can finish; 1 when it is empty. */
-static int fake_progress(cudaStream_t stream)
+static void fake_kernel_start(fake_device *d, fake_op *k)
 {
-    if (stream->busy) return stream->head == NULL;
-    stream->busy = 1;
-    while (stream->head) {
-        fake_op *op = stream->head;
-        if (!fake_run(stream, op)) break;
-        stream->head = op->next;
-        if (!stream->head) stream->tail = NULL;
-        free(op->arg);
-        free(op);
-    }
-    stream->busy = 0;
-    return stream->head == NULL;
-}
-
-/* An aborted communicator's work ends: its ops on this thread's streams become no-ops. */
-static void fake_drop_ops(ncclComm_t comm)
-{
-    struct fake_stream *s;
-    for (s = fake_thread_streams; s; s = s->next_of_thread) {
-        fake_op *op;
-        for (op = s->head; op; op = op->next)
-            if (op->comm == comm) op->kind = FAKE_OP_NOP, op->comm = NULL;
+    fake_part *p;
+    k->started = 1, k->started_ms = fake_now_ms();
+    d->running_kernels++;
+    for (p = k->parts; p; p = p->next) {
+        if (p->kind == FAKE_SEND) fake_post(k->comm, p);
+        else if (p->kind != FAKE_RECV) fake_deposit(k->comm, p);
     }
 }
 
-static int fake_has_ops(ncclComm_t comm)
+/* Advances the parts of a started kernel; 1 when every part is done. */
+static int fake_kernel_parts(fake_op *k, int *progressed)
 {
-    struct fake_stream *s;
-    for (s = fake_thread_streams; s; s = s->next_of_thread) {
-        fake_op *op;
-        for (op = s->head; op; op = op->next)
-            if (op->comm == comm) return 1;
+    fake_part *p;
+    int all = 1;
+    for (p = k->parts; p; p = p->next) {
+        if (!p->done) {
+            if (p->kind == FAKE_SEND) {
+                if (p->message->consumed) {
+                    free(p->message);
+                    p->message = NULL;
+                    p->done = 1;
+                }
+            } else if (p->kind == FAKE_RECV)
+                p->done = fake_receive(k->comm, p);
+            else
+                p->done = fake_collect(k->comm, p);
+            *progressed |= p->done;
+        }
+        all &= p->done;
+    }
+    return all;
+}
+
+static void fake_report_stuck(fake_op *k)
+{
+    fake_part *p;
+    if (k->reported || fake_now_ms() - k->started_ms <= fake_hang_ms) return;
+    for (p = k->parts; p; p = p->next)
+        if (p->kind == FAKE_SEND && !p->done) {
+            fake_violation(FAKE_STUCK,
+                           "rank %d: a send of %zu bytes to rank %d waited %.0f ms for its "
+                           "receive (an unfused or mis-ordered point-to-point?)",
+                           k->comm->rank, p->bytes, p->peer, fake_now_ms() - k->started_ms);
+            k->reported = 1;
+            return;
+        }
+}
+
+/* 1: the kernel is done (it finished, or quit because its abort flag was raised). */
+static int fake_kernel_step(fake_device *d, fake_op *k, int *progressed)
+{
+    ncclComm_t comm = k->comm;
+    if (!k->started) { /* a free slot goes to the kernel launched first, as on a GPU */
+        if (k != d->next_kernel || d->running_kernels >= FAKE_KERNEL_SLOTS) return 0;
+        fake_kernel_start(d, k);
+        d->next_kernel = NULL;
+        *progressed = 1;
+    }
+    if (fake_aborted(comm)) { /* NCCL's kernels poll the flag and quit, reporting nothing */
+        fake_part *p;
+        for (p = k->parts; p; p = p->next)
+            if (p->kind == FAKE_SEND && p->message) fake_withdraw(comm, p);
+    } else if (comm->injected != ncclSuccess || !fake_kernel_parts(k, progressed)) {
+        fake_report_stuck(k); /* a broken communicator's kernels stall until it is aborted */
+        return 0;
+    }
+    d->running_kernels--;
+    comm->shared->completed++;
+    comm->outstanding--;
+    return 1;
+}
+
+/* 1: op is done. Host functions run with the lock released (*released set). */
+static int fake_op_step(fake_device *d, cudaStream_t s, fake_op *op, int *progressed,
+                        int *released)
+{
+    switch (op->kind) {
+    case FAKE_OP_COPY: memmove(op->destination, op->source, op->bytes); return 1;
+    case FAKE_OP_SET: memset(op->destination, op->value, op->bytes); return 1;
+    case FAKE_OP_RECORD: op->event->completed = op->target; return 1;
+    case FAKE_OP_WAIT: return op->event->completed >= op->target;
+    case FAKE_OP_KERNEL: return fake_kernel_step(d, op, progressed);
+    case FAKE_OP_HOST: {
+        int failed;
+        s->busy = 1, *released = 1;
+        pthread_mutex_unlock(&fake_lock);
+        failed = op->fn(op->arg) != 0;
+        pthread_mutex_lock(&fake_lock);
+        s->busy = 0;
+        if (failed) {
+            s->error = cudaErrorLaunchFailure;
+            fake_violation(FAKE_PROTOCOL, "rank %d: a kernel stand-in failed", d->rank);
+        }
+        return 1;
+    }
+    }
+    return 1;
+}
+
+/* The kernel that may take the next free slot: of the kernels at the head of a stream whose
+   communicator's earlier kernels are done, the one launched first. */
+static const fake_op *fake_next_kernel(const fake_device *d)
+{
+    const struct fake_stream *s;
+    const fake_op *best = NULL;
+    for (s = d->streams; s; s = s->next_of_device) {
+        const fake_op *k = s->head;
+        if (!k || k->kind != FAKE_OP_KERNEL || k->started || s->busy ||
+            k->ticket != k->comm->shared->completed)
+            continue;
+        if (!best || k->launched < best->launched) best = k;
+    }
+    return best;
+}
+
+/* One pass over the device's streams; 1 when anything moved. A stream destroyed with work
+   pending goes once the work is done, as in CUDA. */
+static int fake_device_step(fake_device *d)
+{
+    cudaStream_t *link = &d->streams;
+    int progressed = 0;
+    d->next_kernel = fake_next_kernel(d);
+    while (*link) {
+        cudaStream_t s = *link;
+        while (s->head && !s->busy) {
+            fake_op *op = s->head;
+            int released = 0;
+            if (!fake_op_step(d, s, op, &progressed, &released)) break;
+            s->head = op->next;
+            if (!s->head) s->tail = NULL;
+            fake_op_free(op);
+            progressed = 1;
+            pthread_cond_broadcast(&fake_control);
+            if (released) return 1; /* the stream list may have changed meanwhile */
+        }
+        if (s->destroyed && !s->head && !s->busy) {
+            *link = s->next_of_device;
+            free(s);
+        } else
+            link = &s->next_of_device;
+    }
+    return progressed;
+}
+
+static void *fake_device_main(void *arg)
+{
+    fake_device *d = (fake_device *)arg;
+    pthread_mutex_lock(&fake_lock);
+    while (!d->shutdown)
+        if (!fake_device_step(d)) fake_wait_ms(&d->wake, FAKE_DEVICE_TICK_MS);
+    pthread_mutex_unlock(&fake_lock);
+    return NULL;
+}
+
+static int fake_start_thread(pthread_t *thread, void *(*main_fn)(void *), void *arg, int detached)
+{
+    pthread_attr_t attr;
+    int failed;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, FAKE_THREAD_STACK_BYTES);
+    if (detached) pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    failed = pthread_create(thread, &attr, main_fn, arg) != 0;
+    pthread_attr_destroy(&attr);
+    if (failed) {
+        fprintf(stderr, "fake_nccl: cannot start a thread\n");
+        exit(1);
     }
     return 0;
 }
 
-static cudaError_t fake_enqueue_host(cudaStream_t stream, int (*fn)(void *), void *arg)
+/* --------------------------------------------------------------------- communicators */
+
+static ncclResult_t fake_config_resolve(const ncclConfig_t *given, ncclConfig_t *out)
 {
-    fake_op *op = fake_op_new(FAKE_OP_HOST);
-    op->fn = fn, op->arg = arg;
-    return fake_push(stream, op);
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    if (given) {
+        if (given->magic != NCCL_CONFIG_MAGIC) {
+            fake_violation(FAKE_PROTOCOL, "a config not initialised with NCCL_CONFIG_INITIALIZER");
+            return ncclInvalidArgument;
+        }
+        c = *given;
+    }
+    if (c.blocking == NCCL_CONFIG_UNDEF_INT) c.blocking = FAKE_DEFAULT_BLOCKING;
+    if (c.cgaClusterSize == NCCL_CONFIG_UNDEF_INT) c.cgaClusterSize = FAKE_DEFAULT_CGA_CLUSTER;
+    if (c.minCTAs == NCCL_CONFIG_UNDEF_INT) c.minCTAs = FAKE_DEFAULT_MIN_CTAS;
+    if (c.maxCTAs == NCCL_CONFIG_UNDEF_INT) c.maxCTAs = FAKE_DEFAULT_MAX_CTAS;
+    if (c.splitShare == NCCL_CONFIG_UNDEF_INT) c.splitShare = FAKE_DEFAULT_SPLIT_SHARE;
+    if ((c.blocking != 0 && c.blocking != 1) || (c.splitShare != 0 && c.splitShare != 1)) {
+        fake_violation(FAKE_PROTOCOL, "config blocking %d / splitShare %d", c.blocking,
+                       c.splitShare);
+        return ncclInvalidArgument;
+    }
+    *out = c;
+    return ncclSuccess;
 }
+
+/* With fake_lock held (or before the rank threads start). */
+static fake_group *fake_group_new(int size)
+{
+    fake_group *g = (fake_group *)calloc(1, sizeof *g);
+    const size_t pairs = (size_t)size * (size_t)size;
+    g->size = size;
+    g->members = (ncclComm_t *)calloc((size_t)size, sizeof(ncclComm_t));
+    g->mailbox_head = (fake_message **)calloc(pairs, sizeof(fake_message *));
+    g->mailbox_tail = (fake_message **)calloc(pairs, sizeof(fake_message *));
+    g->link = (unsigned char *)calloc(pairs, 1);
+    g->ring_ready = (unsigned char *)calloc((size_t)size, 1);
+    g->next_of_job = fake_groups;
+    fake_groups = g;
+    return g;
+}
+
+/* shared: the parent's under splitShare, else NULL for resources of its own. */
+static ncclComm_t fake_comm_new(fake_group *group, int rank, fake_device *device,
+                                const ncclConfig_t *config, fake_shared *shared)
+{
+    ncclComm_t c = (ncclComm_t)calloc(1, sizeof *c);
+    c->group = group, c->rank = rank, c->device = device, c->config = *config;
+    if (!shared) {
+        shared = (fake_shared *)calloc(1, sizeof *shared);
+        shared->next_of_job = fake_shareds;
+        fake_shareds = shared;
+    }
+    c->shared = shared;
+    c->state = c->injected = ncclSuccess;
+    group->members[rank] = c;
+    c->next_of_job = fake_comms;
+    fake_comms = c;
+    return c;
+}
+
+/* With fake_lock held: a usable communicator, or a violation naming the call. */
+static int fake_comm_alive(const ncclComm_t comm, const char *call)
+{
+    if (!comm->dead) return 1;
+    fake_violation(FAKE_PROTOCOL, "rank %d: %s on a destroyed or aborted communicator",
+                   comm->rank, call);
+    return 0;
+}
+
+/* ... and, for a call that starts new work, one whose previous non-blocking call is done
+   (NCCL's ncclCommEnsureReady: "Attempt to use communicator before the previous operation
+   returned ncclSuccess"). */
+static int fake_comm_ready(const ncclComm_t comm, const char *call)
+{
+    if (!fake_comm_alive(comm, call)) return 0;
+    if (comm->jobs == 0 && comm->state != ncclInProgress) return 1;
+    fake_violation(FAKE_PROTOCOL, "rank %d: %s on a communicator whose previous operation is "
+                   "still in progress", comm->rank, call);
+    return 0;
+}
+
+/* -- connections: a first use of a peer (and a first collective) connects both sides, each
+   side in its own rank's ncclGroupEnd; the kernel may launch once every link it uses has
+   both. */
+
+static void fake_connect_sides(const fake_op *k)
+{
+    fake_group *g = k->comm->group;
+    const int me = k->comm->rank;
+    const fake_part *p;
+    for (p = k->parts; p; p = p->next) {
+        if (p->kind == FAKE_SEND) g->link[me * g->size + p->peer] |= FAKE_LINK_SEND;
+        else if (p->kind == FAKE_RECV) g->link[p->peer * g->size + me] |= FAKE_LINK_RECV;
+        else if (!g->ring_ready[me]) g->ring_ready[me] = 1, g->ring_members++;
+    }
+    pthread_cond_broadcast(&fake_control);
+}
+
+/* 1: every link the kernel uses has both sides; -1: a peer it needs has destroyed or aborted
+   its communicator (NCCL's connection attempt then fails: ncclRemoteError); 0: not yet. */
+static int fake_connected(const fake_op *k)
+{
+    const fake_group *g = k->comm->group;
+    const int me = k->comm->rank;
+    const fake_part *p;
+    int r;
+    for (p = k->parts; p; p = p->next) {
+        if (p->kind == FAKE_SEND && g->link[me * g->size + p->peer] != FAKE_LINKED)
+            return g->members[p->peer] && g->members[p->peer]->dead ? -1 : 0;
+        if (p->kind == FAKE_RECV && g->link[p->peer * g->size + me] != FAKE_LINKED)
+            return g->members[p->peer] && g->members[p->peer]->dead ? -1 : 0;
+        if ((p->kind == FAKE_ALLREDUCE || p->kind == FAKE_BROADCAST) && g->ring_members < g->size) {
+            for (r = 0; r < g->size; r++)
+                if (!g->ring_ready[r] && g->members[r] && g->members[r]->dead) return -1;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The kernels of one group end (a list through next): 1 when all may launch now (an aborted
+   communicator's too: they quit when they run), -1 when one cannot connect or queue (its own
+   communicator or a peer's was aborted), 0 while a peer has not connected or a queue is
+   full. */
+static int fake_launchable(const void *arg)
+{
+    const fake_op *k;
+    for (k = (const fake_op *)arg; k; k = k->next) {
+        const int connected = fake_connected(k);
+        if (k->comm->dead || connected < 0) return -1;
+        if (!connected || k->comm->outstanding >= FAKE_WORK_FIFO)
+            return fake_aborted(k->comm) ? -1 : 0;
+    }
+    return 1;
+}
+
+static void fake_launch(fake_op *kernels)
+{
+    while (kernels) {
+        fake_op *k = kernels;
+        kernels = k->next;
+        k->ticket = k->comm->shared->issued++;
+        k->launched = k->comm->device->launches++;
+        k->comm->outstanding++;
+        fake_append(k->stream, k);
+    }
+}
+
+static void fake_drop(fake_op *kernels)
+{
+    while (kernels) {
+        fake_op *k = kernels;
+        kernels = k->next;
+        fake_op_free(k);
+    }
+}
+
+/* -- background jobs of non-blocking communicators: one thread per job, the communicator in
+   progress until it ends */
+
+typedef enum { FAKE_JOB_SPLIT, FAKE_JOB_LAUNCH, FAKE_JOB_FINALIZE } fake_job_kind;
+
+typedef struct fake_job {
+    fake_job_kind kind;
+    ncclComm_t comm;     /* the one whose wait ends it when aborted */
+    ncclComm_t *comms;   /* every communicator it keeps in progress */
+    int num_comms;
+    pthread_t thread;
+    fake_split *split;   /* split */
+    int color;
+    ncclConfig_t child_config;
+    ncclComm_t *newcomm;
+    fake_op *kernels;    /* launch */
+} fake_job;
+
+static int fake_live_jobs, fake_stopping;
+
+static void fake_job_end(fake_job *job, ncclResult_t result)
+{
+    int i;
+    for (i = 0; i < job->num_comms; i++) {
+        ncclComm_t comm = job->comms[i];
+        if (--comm->jobs == 0 && comm->state == ncclInProgress) comm->state = result;
+        else if (result != ncclSuccess) comm->state = result;
+    }
+    fake_live_jobs--;
+    pthread_cond_broadcast(&fake_control);
+}
+
+/* A job's wait: NCCL's background thread has no bound; it ends when its communicator is
+   aborted (or the test's job ends). */
+static int fake_job_wait(int (*ready)(const void *), const void *arg, const ncclComm_t comm)
+{
+    for (;;) {
+        const int r = ready(arg);
+        if (r != 0) return r;
+        if (fake_aborted(comm)) return -1;
+        if (fake_stopping) {
+            fake_violation(FAKE_PROTOCOL, "rank %d: a non-blocking operation was still in "
+                           "progress when the job ended (never polled to its end nor aborted)",
+                           comm->rank);
+            return -1;
+        }
+        fake_wait_ms(&fake_control, FAKE_WAIT_SLICE_MS);
+    }
+}
+
+static ncclComm_t fake_split_child(ncclComm_t parent, fake_split *s, int color,
+                                   const ncclConfig_t *config);
+static int fake_split_complete(const void *arg);
+static int fake_drained(const void *arg);
+
+static void *fake_job_main(void *arg)
+{
+    fake_job *job = (fake_job *)arg;
+    ncclResult_t result = ncclSuccess;
+    pthread_mutex_lock(&fake_lock);
+    switch (job->kind) {
+    case FAKE_JOB_SPLIT:
+        if (fake_job_wait(fake_split_complete, job->split, job->comm) > 0)
+            *job->newcomm = fake_split_child(job->comm, job->split, job->color,
+                                             &job->child_config); /* the caller's memory */
+        else
+            result = ncclRemoteError;
+        break;
+    case FAKE_JOB_LAUNCH:
+        if (fake_job_wait(fake_launchable, job->kernels, job->comm) > 0)
+            fake_launch(job->kernels);
+        else {
+            fake_drop(job->kernels);
+            result = ncclRemoteError;
+        }
+        break;
+    case FAKE_JOB_FINALIZE:
+        if (fake_job_wait(fake_drained, job->comm, job->comm) <= 0) result = ncclInternalError;
+        break;
+    }
+    fake_job_end(job, result);
+    pthread_mutex_unlock(&fake_lock);
+    free(job->comms), free(job);
+    return NULL;
+}
+
+/* With fake_lock held: the job runs in a thread of its own; its communicators (comm, or every
+   communicator of its kernels) are in progress until it ends. */
+static ncclResult_t fake_job_start(fake_job *job)
+{
+    const fake_op *k;
+    int i;
+    job->comms = (ncclComm_t *)malloc(sizeof(ncclComm_t));
+    job->comms[0] = job->comm, job->num_comms = 1;
+    for (k = job->kernels; k; k = k->next) {
+        for (i = 0; i < job->num_comms && job->comms[i] != k->comm; i++) {
+        }
+        if (i < job->num_comms) continue;
+        job->comms = (ncclComm_t *)realloc(job->comms, (size_t)(i + 1) * sizeof(ncclComm_t));
+        job->comms[job->num_comms++] = k->comm;
+    }
+    for (i = 0; i < job->num_comms; i++)
+        job->comms[i]->jobs++, job->comms[i]->state = ncclInProgress;
+    fake_live_jobs++;
+    fake_start_thread(&job->thread, fake_job_main, job, 1);
+    return ncclInProgress;
+}
+
+/* -- splits: collective over the parent; the child exists once every member has come */
+
+static fake_split *fake_split_join(ncclComm_t comm, int color, int key)
+{
+    fake_group *g = comm->group;
+    fake_split *s;
+    for (s = g->splits; s && s->sequence != comm->splits; s = s->next) {
+    }
+    if (!s) {
+        s = (fake_split *)calloc(1, sizeof *s);
+        s->sequence = comm->splits, s->size = g->size;
+        s->color = (int *)malloc((size_t)g->size * sizeof(int));
+        s->key = (int *)malloc((size_t)g->size * sizeof(int));
+        s->child = (fake_group **)calloc((size_t)g->size, sizeof(fake_group *));
+        s->next = g->splits;
+        g->splits = s;
+    }
+    comm->splits++;
+    s->color[comm->rank] = color, s->key[comm->rank] = key;
+    s->deposited++;
+    pthread_cond_broadcast(&fake_control);
+    return s;
+}
+
+/* Every member came (1); a member aborted its parent first (-1: NCCL's bootstrap finds its
+   socket closed); 0 while one is missing (NCCL's bootstrap waits for it, without bound). */
+static int fake_split_complete(const void *arg)
+{
+    const fake_split *s = (const fake_split *)arg;
+    return s->broken ? -1 : s->deposited == s->size;
+}
+
+/* With fake_lock held: this member's child of its split (NULL for NCCL_SPLIT_NOCOLOR), ranked
+   by key then parent rank; under the parent's splitShare it shares the parent's resources. */
+static ncclComm_t fake_split_child(ncclComm_t parent, fake_split *s, int color,
+                                   const ncclConfig_t *config)
+{
+    fake_group *g = parent->group;
+    const int me = parent->rank;
+    int r, members = 0, index = 0;
+    if (color == NCCL_SPLIT_NOCOLOR) return NULL;
+    for (r = 0; r < g->size; r++)
+        if (s->color[r] == color) {
+            members++;
+            if (s->key[r] < s->key[me] || (s->key[r] == s->key[me] && r < me)) index++;
+        }
+    if (!s->child[me]) {
+        fake_group *child = fake_group_new(members);
+        for (r = 0; r < g->size; r++)
+            if (s->color[r] == color) s->child[r] = child;
+    }
+    return fake_comm_new(s->child[me], index, parent->device, config,
+                         parent->config.splitShare ? parent->shared : NULL);
+}
+
+/* Predicates of host waits and jobs (fake_lock held). */
+static int fake_drained(const void *arg)
+{
+    return ((const struct fake_comm *)arg)->outstanding == 0;
+}
+static int fake_quiet(const void *arg)
+{
+    const struct fake_comm *c = (const struct fake_comm *)arg;
+    return c->jobs == 0 && c->outstanding == 0;
+}
+static int fake_stream_idle(const void *arg)
+{
+    return ((const struct fake_stream *)arg)->head == NULL;
+}
+static int fake_stream_free(const void *arg) { return !((const struct fake_stream *)arg)->busy; }
 
 /* ------------------------------------------------------------------------- CUDA runtime */
 
@@ -490,37 +1105,52 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
 }
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flags, int priority)
 {
+    fake_device *d = fake_current_device("cudaStreamCreate");
     (void)flags, (void)priority;
+    if (!stream || !d) return cudaErrorInvalidValue;
     *stream = (cudaStream_t)calloc(1, sizeof **stream);
-    (*stream)->next_of_thread = fake_thread_streams;
-    fake_thread_streams = *stream;
+    (*stream)->device = d;
+    pthread_mutex_lock(&fake_lock);
+    (*stream)->next_of_device = d->streams;
+    d->streams = *stream;
+    pthread_mutex_unlock(&fake_lock);
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags)
 {
     return cudaStreamCreateWithPriority(stream, flags, 0);
 }
+/* A stream with work pending is a violation here (its work then runs later, when the caller's
+   buffers may be gone); the device still runs it, as CUDA would, and frees the stream after. */
 cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    struct fake_stream **link;
+    cudaStream_t *link;
     if (!stream) return cudaErrorInvalidValue;
-    if (stream->head) fake_violation("a stream destroyed with work pending");
-    for (link = &fake_thread_streams; *link && *link != stream; link = &(*link)->next_of_thread) {
+    pthread_mutex_lock(&fake_lock);
+    (void)fake_block_host(fake_stream_free, stream, stream->device->rank, "cudaStreamDestroy");
+    if (stream->head) {
+        fake_violation(FAKE_PROTOCOL, "rank %d: a stream destroyed with work pending",
+                       stream->device->rank);
+        stream->destroyed = 1;
+        pthread_mutex_unlock(&fake_lock);
+        return cudaSuccess;
     }
-    if (*link) *link = stream->next_of_thread;
-    while (stream->head) {
-        fake_op *op = stream->head;
-        stream->head = op->next;
-        free(op->arg), free(op);
+    for (link = &stream->device->streams; *link != stream; link = &(*link)->next_of_device) {
     }
+    *link = stream->next_of_device;
+    pthread_mutex_unlock(&fake_lock);
     free(stream);
     return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
+    cudaError_t error;
+    int idle;
     if (!stream) return cudaErrorInvalidValue;
-    if (fake_progress(stream)) return stream->error;
-    if (stream->error) return stream->error;
+    pthread_mutex_lock(&fake_lock);
+    idle = stream->head == NULL, error = stream->error;
+    pthread_mutex_unlock(&fake_lock);
+    if (idle || error != cudaSuccess) return error;
     {
         struct timespec pause = {0, FAKE_NOT_READY_PAUSE_NS};
         nanosleep(&pause, NULL);
@@ -529,69 +1159,148 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
-    const double start = fake_now_ms();
-    cudaError_t e;
-    while ((e = cudaStreamQuery(stream)) == cudaErrorNotReady)
-        if (fake_now_ms() - start > FAKE_DEADLINE_MS) {
-            fake_violation("cudaStreamSynchronize would block forever");
-            return cudaErrorUnknown;
-        }
-    return e;
+    cudaError_t error;
+    int r;
+    if (!stream) return cudaErrorInvalidValue;
+    pthread_mutex_lock(&fake_lock);
+    r = fake_block_host(fake_stream_idle, stream, stream->device->rank, "cudaStreamSynchronize");
+    error = r > 0 ? stream->error : cudaErrorUnknown;
+    pthread_mutex_unlock(&fake_lock);
+    return error;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
     fake_op *op;
     (void)flags;
-    if (!event) return cudaErrorInvalidValue;
+    if (!event || !stream) return cudaErrorInvalidValue;
     op = fake_op_new(FAKE_OP_WAIT);
+    pthread_mutex_lock(&fake_lock);
     op->event = event, op->target = event->recorded;
-    return fake_push(stream, op);
+    fake_append(stream, op);
+    pthread_mutex_unlock(&fake_lock);
+    return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
+    fake_device *d = fake_current_device("cudaEventCreate");
     (void)flags;
+    if (!event || !d) return cudaErrorInvalidValue;
     *event = (cudaEvent_t)calloc(1, sizeof **event);
+    (*event)->device = d;
     return cudaSuccess;
 }
+/* Kept until the job ends: an op that still names it stays valid. */
 cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
-    free(event);
+    if (!event) return cudaErrorInvalidValue;
+    pthread_mutex_lock(&fake_lock);
+    event->next_dead = fake_dead_events;
+    fake_dead_events = event;
+    pthread_mutex_unlock(&fake_lock);
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
     fake_op *op;
     if (!event || !stream) return cudaErrorInvalidValue;
+    if (event->device != stream->device) {
+        fake_violation(FAKE_PROTOCOL, "an event recorded on another device's stream");
+        return cudaErrorInvalidValue;
+    }
     op = fake_op_new(FAKE_OP_RECORD);
-    event->stream = stream;
+    pthread_mutex_lock(&fake_lock);
     op->event = event, op->target = ++event->recorded;
-    return fake_push(stream, op);
+    fake_append(stream, op);
+    pthread_mutex_unlock(&fake_lock);
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+    int passed;
+    if (!event) return cudaErrorInvalidValue;
+    pthread_mutex_lock(&fake_lock);
+    passed = event->completed >= event->recorded;
+    pthread_mutex_unlock(&fake_lock);
+    return passed ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaMalloc(void **pointer, size_t bytes)
 {
-    *pointer = malloc(bytes ? bytes : 1);
-    if (!*pointer) return cudaErrorMemoryAllocation;
-    memset(*pointer, FAKE_POISON, bytes);
-    return cudaSuccess;
+    return fake_register(pointer, bytes, 0, "cudaMalloc");
 }
-cudaError_t cudaFree(void *pointer)
+cudaError_t cudaFree(void *pointer) { return fake_unregister(pointer, 0, "cudaFree"); }
+cudaError_t cudaMallocHost(void **pointer, size_t bytes)
 {
-    free(pointer);
-    return cudaSuccess;
+    return fake_register(pointer, bytes, 1, "cudaMallocHost");
 }
+cudaError_t cudaFreeHost(void *pointer) { return fake_unregister(pointer, 1, "cudaFreeHost"); }
+
+static const char *fake_memory_name(fake_memory m)
+{
+    return m == FAKE_DEVICE_MEMORY ? "device" : m == FAKE_PINNED ? "pinned" : "pageable";
+}
+
+/* Whether kind matches what the two pointers are (cudaMemcpyDefault: anything goes). */
+static int fake_kind_fits(cudaMemcpyKind kind, fake_memory from, fake_memory to)
+{
+    const int from_device = from == FAKE_DEVICE_MEMORY, to_device = to == FAKE_DEVICE_MEMORY;
+    switch (kind) {
+    case cudaMemcpyHostToHost: return !from_device && !to_device;
+    case cudaMemcpyHostToDevice: return !from_device && to_device;
+    case cudaMemcpyDeviceToHost: return from_device && !to_device;
+    case cudaMemcpyDeviceToDevice: return from_device && to_device;
+    case cudaMemcpyDefault: return 1;
+    }
+    return 0;
+}
+
 cudaError_t cudaMemcpyAsync(void *destination, const void *source, size_t bytes,
                             cudaMemcpyKind kind, cudaStream_t stream)
 {
-    fake_op *op = fake_op_new(FAKE_OP_COPY);
-    (void)kind;
+    fake_memory from, to;
+    fake_op *op;
+    if (!stream || (bytes > 0 && (!destination || !source))) return cudaErrorInvalidValue;
+    if (bytes == 0) return cudaSuccess;
+    pthread_mutex_lock(&fake_lock);
+    from = fake_memory_of(stream->device, source, bytes);
+    to = fake_memory_of(stream->device, destination, bytes);
+    if (!fake_kind_fits(kind, from, to)) {
+        pthread_mutex_unlock(&fake_lock);
+        fake_violation(FAKE_PROTOCOL, "rank %d: cudaMemcpyAsync of kind %d from %s to %s memory",
+                       stream->device->rank, (int)kind, fake_memory_name(from),
+                       fake_memory_name(to));
+        return cudaErrorInvalidValue;
+    }
+    if (from == FAKE_PAGEABLE || to == FAKE_PAGEABLE) { /* staged: synchronous with the stream */
+        const int r = fake_block_host(fake_stream_idle, stream, stream->device->rank,
+                                      "cudaMemcpyAsync to or from pageable memory (it waits for "
+                                      "the stream)");
+        if (r > 0) memmove(destination, source, bytes);
+        pthread_mutex_unlock(&fake_lock);
+        return r > 0 ? cudaSuccess : cudaErrorUnknown;
+    }
+    op = fake_op_new(FAKE_OP_COPY);
     op->destination = destination, op->source = source, op->bytes = bytes;
-    return fake_push(stream, op);
+    fake_append(stream, op);
+    pthread_mutex_unlock(&fake_lock);
+    return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *destination, int value, size_t bytes, cudaStream_t stream)
 {
-    fake_op *op = fake_op_new(FAKE_OP_SET);
+    fake_op *op;
+    if (!stream) return cudaErrorInvalidValue;
+    if (bytes == 0) return cudaSuccess;
+    pthread_mutex_lock(&fake_lock);
+    if (fake_memory_of(stream->device, destination, bytes) != FAKE_DEVICE_MEMORY) {
+        pthread_mutex_unlock(&fake_lock);
+        fake_violation(FAKE_PROTOCOL, "rank %d: cudaMemsetAsync of memory that is not the "
+                       "device's", stream->device->rank);
+        return cudaErrorInvalidValue;
+    }
+    op = fake_op_new(FAKE_OP_SET);
     op->destination = destination, op->value = value, op->bytes = bytes;
-    return fake_push(stream, op);
+    fake_append(stream, op);
+    pthread_mutex_unlock(&fake_lock);
+    return cudaSuccess;
 }
 
 /* ----------------------------------------------------------------------------------- NCCL */
@@ -614,171 +1323,532 @@ const char *ncclGetLastError(ncclComm_t comm)
     (void)comm;
     return "";
 }
+ncclResult_t ncclGetVersion(int *version)
+{
+    if (!version) return ncclInvalidArgument;
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
 ncclResult_t ncclCommCount(ncclComm_t comm, int *count)
 {
+    int alive;
     if (!comm || !count) return ncclInvalidArgument;
+    pthread_mutex_lock(&fake_lock);
+    alive = fake_comm_alive(comm, "ncclCommCount");
     *count = comm->group->size;
-    return ncclSuccess;
+    pthread_mutex_unlock(&fake_lock);
+    return alive ? ncclSuccess : ncclInvalidArgument;
 }
 ncclResult_t ncclCommUserRank(ncclComm_t comm, int *rank)
 {
+    int alive;
     if (!comm || !rank) return ncclInvalidArgument;
-    *rank = comm->rank;
-    return ncclSuccess;
-}
-
-/* A non-blocking communicator answers ncclInProgress and settles after a few polls. */
-static ncclResult_t fake_started(ncclComm_t comm)
-{
-    if (comm->blocking) return ncclSuccess;
-    comm->pending_polls = FAKE_NONBLOCKING_POLLS;
-    return ncclInProgress;
-}
-
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *child,
-                           ncclConfig_t *config)
-{
-    fake_group *g;
-    fake_split *s;
-    const double start = fake_now_ms();
-    int r, members = 0, index = 0;
-    if (!comm || !child) return ncclInvalidArgument;
-    g = comm->group;
-    *child = NULL;
     pthread_mutex_lock(&fake_lock);
-    for (s = g->splits; s && s->sequence != comm->splits; s = s->next) {
-    }
-    if (!s) {
-        s = (fake_split *)calloc(1, sizeof *s);
-        s->sequence = comm->splits;
-        s->color = (int *)malloc((size_t)g->size * sizeof(int));
-        s->key = (int *)malloc((size_t)g->size * sizeof(int));
-        s->child = (fake_group **)calloc((size_t)g->size, sizeof(fake_group *));
-        s->next = g->splits;
-        g->splits = s;
-    }
-    comm->splits++;
-    s->color[comm->rank] = color, s->key[comm->rank] = key;
-    s->deposited++;
-    pthread_cond_broadcast(&fake_changed);
-    while (s->deposited < g->size) { /* a split is collective over the parent */
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 10000000L;
-        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&fake_changed, &fake_lock, &until);
-        if (fake_now_ms() - start > FAKE_DEADLINE_MS) {
-            pthread_mutex_unlock(&fake_lock);
-            return ncclSystemError; /* real NCCL would hang here */
-        }
-    }
-    if (color >= 0) {
-        for (r = 0; r < g->size; r++)
-            if (s->color[r] == color) {
-                members++;
-                if (s->key[r] < key || (s->key[r] == key && r < comm->rank)) index++;
-            }
-        if (color >= g->size) color = g->size - 1; /* the fake's table index only */
-        if (!s->child[color]) s->child[color] = fake_group_new(members);
-        *child = fake_comm_new(s->child[color], index, config ? config->blocking : 1);
-    }
+    alive = fake_comm_alive(comm, "ncclCommUserRank");
+    *rank = comm->rank;
     pthread_mutex_unlock(&fake_lock);
-    if (*child) return fake_started(*child);
-    return fake_started(comm);
+    return alive ? ncclSuccess : ncclInvalidArgument;
 }
-ncclResult_t ncclCommFinalize(ncclComm_t comm)
+
+/* The calling thread's open group: kernels being built (one per communicator and stream) and
+   the aborts whose waits ncclGroupEnd makes. */
+typedef struct fake_abort_node {
+    struct fake_abort_node *next;
+    ncclComm_t comm;
+} fake_abort_node;
+static __thread int fake_group_depth;
+static __thread fake_op *fake_group_kernels;
+static __thread fake_abort_node *fake_group_aborts;
+static __thread int fake_group_failed; /* a call of the open group failed (ncclGroupError) */
+
+/* With fake_lock held: after the flag, ncclCommAbort waits for the communicator's background
+   thread and queued kernels (NCCL's commReclaim synchronises its internal stream, which waits
+   for the user streams those kernels sit on). */
+static void fake_reclaim(ncclComm_t comm)
 {
-    if (!comm) return ncclInvalidArgument;
-    return fake_started(comm);
+    (void)fake_block_host(fake_quiet, comm, comm->rank,
+                          "ncclCommAbort, waiting for the communicator's queued work (queued "
+                          "behind other work that no abort has released yet?)");
+    comm->dead = 1;
 }
-ncclResult_t ncclCommDestroy(ncclComm_t comm)
+
+static void fake_raise_abort(ncclComm_t comm)
 {
-    if (!comm) return ncclInvalidArgument;
-    if (fake_has_ops(comm)) {
-        fake_violation("a communicator destroyed with work pending on its streams");
-        fake_drop_ops(comm);
+    fake_split *s;
+    comm->shared->abort = 1;
+    for (s = comm->group->splits; s; s = s->next)
+        if (s->deposited < s->size) s->broken = 1;
+    fake_wake_all();
+}
+
+/* With fake_lock held: launches the kernels of a group end, or hands them to a background job
+   (non-blocking communicators whose peers have not connected yet). */
+static ncclResult_t fake_group_launch(fake_op *kernels)
+{
+    fake_op *k;
+    int blocking = -1, r;
+    for (k = kernels; k; k = k->next) {
+        if (!fake_comm_ready(k->comm, "ncclGroupEnd")) break;
+        if (blocking >= 0 && blocking != k->comm->config.blocking) {
+            fake_violation(FAKE_PROTOCOL, "blocking and non-blocking communicators in one group");
+            break;
+        }
+        blocking = k->comm->config.blocking;
     }
-    free(comm);
-    return ncclSuccess;
-}
-ncclResult_t ncclCommAbort(ncclComm_t comm)
-{
-    if (!comm) return ncclSuccess;
-    fake_drop_ops(comm);
-    free(comm);
-    return ncclSuccess;
-}
-ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
-{
-    if (!comm || !async) return ncclInvalidArgument;
-    if (comm->pending_polls > 0) {
-        comm->pending_polls--;
-        *async = ncclInProgress;
+    if (k) {
+        fake_drop(kernels);
+        return ncclInvalidArgument;
+    }
+    for (k = kernels; k; k = k->next) fake_connect_sides(k);
+    r = fake_launchable(kernels);
+    if (r == 0 && !blocking) {
+        fake_job *job = (fake_job *)calloc(1, sizeof *job);
+        job->kind = FAKE_JOB_LAUNCH, job->comm = kernels->comm, job->kernels = kernels;
+        return fake_job_start(job);
+    }
+    if (r == 0)
+        r = fake_block_host(fake_launchable, kernels, kernels->comm->rank,
+                            "ncclGroupEnd (a first use of a peer that has not connected, or a "
+                            "full work queue)");
+    if (r > 0) {
+        fake_launch(kernels);
         return ncclSuccess;
     }
-    *async = comm->async_error;
-    return ncclSuccess;
+    fake_drop(kernels);
+    return r < 0 ? ncclRemoteError : ncclSystemError;
 }
+
+/* The end of the outermost group: the aborts' waits, then the kernels' launch, unless a call
+   of the group failed: then, as NCCL does, nothing launches and the group reports the error. */
+static ncclResult_t fake_group_flush(void)
+{
+    fake_op *kernels = fake_group_kernels;
+    fake_abort_node *aborts = fake_group_aborts;
+    ncclResult_t result = fake_group_failed ? ncclSystemError : ncclSuccess;
+    fake_group_kernels = NULL, fake_group_aborts = NULL, fake_group_failed = 0;
+    pthread_mutex_lock(&fake_lock);
+    while (aborts) { /* every flag is up already: now the waits */
+        fake_abort_node *node = aborts;
+        aborts = node->next;
+        fake_reclaim(node->comm);
+        free(node);
+    }
+    if (result != ncclSuccess) fake_drop(kernels);
+    else if (kernels) result = fake_group_launch(kernels);
+    pthread_mutex_unlock(&fake_lock);
+    return result;
+}
+
 ncclResult_t ncclGroupStart(void)
 {
-    if (fake_group_depth++ == 0) fake_group_comm = NULL, fake_group_ops = 0;
+    fake_group_depth++;
     return ncclSuccess;
 }
 ncclResult_t ncclGroupEnd(void)
 {
-    if (fake_group_depth == 0) {
-        fake_violation("ncclGroupEnd without ncclGroupStart");
-        return ncclInvalidUsage;
-    }
-    if (--fake_group_depth > 0 || !fake_group_comm || fake_group_ops == 0) return ncclSuccess;
-    return fake_started(fake_group_comm);
+    if (fake_group_depth == 0) return ncclInvalidUsage; /* NCCL: "not in a group call" */
+    if (--fake_group_depth > 0) return ncclSuccess;
+    return fake_group_flush();
 }
-static ncclResult_t fake_point_to_point(fake_op_kind kind, void *data, size_t count,
-                                        ncclDataType_t type, int peer, ncclComm_t comm,
-                                        cudaStream_t stream)
+
+/* The kernel of the open group for (comm, stream), created on first use. */
+static fake_op *fake_group_kernel(ncclComm_t comm, cudaStream_t stream)
 {
-    fake_op *op;
+    fake_op *k;
+    for (k = fake_group_kernels; k; k = k->next)
+        if (k->comm == comm && k->stream == stream) return k;
+    k = fake_op_new(FAKE_OP_KERNEL);
+    k->comm = comm, k->stream = stream;
+    k->next = fake_group_kernels;
+    fake_group_kernels = k;
+    return k;
+}
+
+/* Whether a part's buffers are the communicator's device memory (with fake_lock held). */
+static int fake_part_buffers_fit(const ncclComm_t comm, const fake_part *p)
+{
+    if (p->bytes == 0) return 1;
+    if (p->kind != FAKE_RECV &&
+        fake_memory_of(comm->device, p->source, p->bytes) != FAKE_DEVICE_MEMORY)
+        return 0;
+    return p->kind == FAKE_SEND ||
+           fake_memory_of(comm->device, p->destination, p->bytes) == FAKE_DEVICE_MEMORY;
+}
+
+/* An NCCL call: checked as NCCL checks it, then a part of the open group's kernel (outside a
+   group, a group of its own). */
+static ncclResult_t fake_call(fake_part *part, ncclComm_t comm, cudaStream_t stream,
+                              const char *call)
+{
+    int ok;
+    pthread_mutex_lock(&fake_lock);
+    ok = fake_comm_ready(comm, call);
+    if (ok && comm->finalized) {
+        fake_violation(FAKE_PROTOCOL, "rank %d: %s after ncclCommFinalize", comm->rank, call);
+        ok = 0;
+    }
+    if (ok && stream->device != comm->device) {
+        fake_violation(FAKE_PROTOCOL, "rank %d: %s on another device's stream", comm->rank, call);
+        ok = 0;
+    }
+    if (ok && !fake_part_buffers_fit(comm, part)) {
+        fake_violation(FAKE_PROTOCOL, "rank %d: %s of %zu bytes outside the device's memory",
+                       comm->rank, call, part->bytes);
+        ok = 0;
+    }
+    if (ok && part->kind != FAKE_SEND && part->kind != FAKE_RECV)
+        part->sequence = comm->collectives++;
+    pthread_mutex_unlock(&fake_lock);
+    if (!ok) {
+        free(part);
+        return ncclInvalidArgument;
+    }
+    {
+        fake_op *k = fake_group_kernel(comm, stream);
+        *k->parts_tail = part;
+        k->parts_tail = &part->next;
+    }
+    return fake_group_depth > 0 ? ncclSuccess : fake_group_flush();
+}
+
+static ncclResult_t fake_point_to_point(fake_part_kind kind, void *data, size_t count,
+                                        ncclDataType_t type, int peer, ncclComm_t comm,
+                                        cudaStream_t stream, const char *call)
+{
+    fake_part *p;
     if (!comm || !stream || peer < 0 || peer >= comm->group->size || !fake_type_size(type))
         return ncclInvalidArgument;
-    op = fake_op_new(kind);
-    op->comm = comm, op->peer = peer, op->bytes = count * fake_type_size(type);
-    op->source = data, op->destination = data;
-    if (fake_group_depth > 0) fake_group_comm = comm, fake_group_ops++;
-    return fake_push(stream, op) == cudaSuccess ? ncclSuccess : ncclInvalidArgument;
+    p = (fake_part *)calloc(1, sizeof *p);
+    p->kind = kind, p->peer = peer, p->bytes = count * fake_type_size(type);
+    p->source = data, p->destination = data;
+    return fake_call(p, comm, stream, call);
 }
 ncclResult_t ncclSend(const void *data, size_t count, ncclDataType_t type, int peer,
                       ncclComm_t comm, cudaStream_t stream)
 {
-    return fake_point_to_point(FAKE_OP_SEND, (void *)(uintptr_t)data, count, type, peer, comm,
-                               stream);
+    return fake_point_to_point(FAKE_SEND, (void *)(uintptr_t)data, count, type, peer, comm,
+                               stream, "ncclSend");
 }
 ncclResult_t ncclRecv(void *data, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
-    return fake_point_to_point(FAKE_OP_RECV, data, count, type, peer, comm, stream);
+    return fake_point_to_point(FAKE_RECV, data, count, type, peer, comm, stream, "ncclRecv");
 }
-static ncclResult_t fake_collective_op(fake_op_kind kind, const void *send, void *receive,
-                                       size_t count, ncclDataType_t type, ncclRedOp_t reduction,
-                                       int root, ncclComm_t comm, cudaStream_t stream)
+static ncclResult_t fake_collective_call(fake_part_kind kind, const void *send, void *receive,
+                                         size_t count, ncclDataType_t type,
+                                         ncclRedOp_t reduction, int root, ncclComm_t comm,
+                                         cudaStream_t stream, const char *call)
 {
-    fake_op *op;
+    fake_part *p;
     if (!comm || !stream || !fake_type_size(type) || root < 0 || root >= comm->group->size)
         return ncclInvalidArgument;
-    op = fake_op_new(kind);
-    op->comm = comm, op->source = send, op->destination = receive, op->count = count;
-    op->type = type, op->reduction = reduction, op->root = root;
-    op->sequence = comm->collectives++;
-    if (fake_push(stream, op) != cudaSuccess) return ncclInvalidArgument;
-    return fake_started(comm);
+    p = (fake_part *)calloc(1, sizeof *p);
+    p->kind = kind, p->source = send, p->destination = receive, p->count = count;
+    p->bytes = count * fake_type_size(type);
+    p->type = type, p->reduction = reduction, p->root = root;
+    return fake_call(p, comm, stream, call);
 }
 ncclResult_t ncclAllReduce(const void *send, void *receive, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    return fake_collective_op(FAKE_OP_ALLREDUCE, send, receive, count, type, op, 0, comm, stream);
+    return fake_collective_call(FAKE_ALLREDUCE, send, receive, count, type, op, 0, comm, stream,
+                                "ncclAllReduce");
 }
 ncclResult_t ncclBroadcast(const void *send, void *receive, size_t count, ncclDataType_t type,
                            int root, ncclComm_t comm, cudaStream_t stream)
 {
-    return fake_collective_op(FAKE_OP_BROADCAST, send, receive, count, type, ncclSum, root, comm,
-                              stream);
+    return fake_collective_call(FAKE_BROADCAST, send, receive, count, type, ncclSum, root, comm,
+                                stream, "ncclBroadcast");
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config)
+{
+    ncclConfig_t child_config;
+    ncclResult_t result = ncclSuccess;
+    fake_split *s;
+    if (!comm || !newcomm || (color < 0 && color != NCCL_SPLIT_NOCOLOR)) return ncclInvalidArgument;
+    pthread_mutex_lock(&fake_lock);
+    if (!fake_comm_ready(comm, "ncclCommSplit")) {
+        pthread_mutex_unlock(&fake_lock);
+        return ncclInvalidArgument;
+    }
+    *newcomm = NULL; /* until the split completes */
+    if (config) result = fake_config_resolve(config, &child_config);
+    else child_config = comm->config; /* NULL: the parent's (NCCL's copyCommConfig) */
+    if (result != ncclSuccess) {
+        pthread_mutex_unlock(&fake_lock);
+        return result;
+    }
+    s = fake_split_join(comm, color, key);
+    if (!comm->config.blocking) { /* the PARENT's mode decides: the split is its group job */
+        fake_job *job = (fake_job *)calloc(1, sizeof *job);
+        job->kind = FAKE_JOB_SPLIT, job->comm = comm, job->split = s, job->color = color;
+        job->child_config = child_config, job->newcomm = newcomm;
+        result = fake_job_start(job);
+    } else {
+        const int r = fake_block_host(fake_split_complete, s, comm->rank,
+                                      "ncclCommSplit (a rank of the parent has not called it)");
+        if (r > 0) *newcomm = fake_split_child(comm, s, color, &child_config);
+        else result = r < 0 ? ncclRemoteError : ncclSystemError;
+    }
+    pthread_mutex_unlock(&fake_lock);
+    return result;
+}
+ncclResult_t ncclCommFinalize(ncclComm_t comm)
+{
+    ncclResult_t result = ncclSuccess;
+    if (!comm) return ncclInvalidArgument;
+    pthread_mutex_lock(&fake_lock);
+    if (!fake_comm_ready(comm, "ncclCommFinalize") || comm->finalized) {
+        pthread_mutex_unlock(&fake_lock);
+        return ncclInvalidArgument;
+    }
+    comm->finalized = 1;
+    if (!comm->config.blocking) {
+        fake_job *job = (fake_job *)calloc(1, sizeof *job);
+        job->kind = FAKE_JOB_FINALIZE, job->comm = comm;
+        result = fake_job_start(job);
+    } else if (fake_block_host(fake_drained, comm, comm->rank,
+                               "ncclCommFinalize (its queued work is not done)") <= 0)
+        result = ncclSystemError;
+    pthread_mutex_unlock(&fake_lock);
+    return result;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    int r;
+    if (!comm) return ncclSuccess;
+    pthread_mutex_lock(&fake_lock);
+    if (!fake_comm_ready(comm, "ncclCommDestroy")) {
+        pthread_mutex_unlock(&fake_lock);
+        return ncclInvalidArgument;
+    }
+    r = fake_block_host(fake_drained, comm, comm->rank,
+                        "ncclCommDestroy (its queued work is not done)");
+    comm->dead = 1;
+    pthread_mutex_unlock(&fake_lock);
+    return r > 0 ? ncclSuccess : ncclSystemError;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    if (!comm) return ncclSuccess;
+    pthread_mutex_lock(&fake_lock);
+    if (!fake_comm_alive(comm, "ncclCommAbort")) {
+        pthread_mutex_unlock(&fake_lock);
+        return ncclInvalidArgument;
+    }
+    fake_raise_abort(comm);
+    if (fake_group_depth > 0 && NCCL_VERSION_CODE >= FAKE_GROUPED_ABORT_VERSION) {
+        fake_abort_node *node = (fake_abort_node *)malloc(sizeof *node);
+        node->comm = comm, node->next = fake_group_aborts;
+        fake_group_aborts = node;
+    } else
+        fake_reclaim(comm);
+    pthread_mutex_unlock(&fake_lock);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
+{
+    int alive;
+    if (!comm || !async) return ncclInvalidArgument;
+    pthread_mutex_lock(&fake_lock);
+    alive = fake_comm_alive(comm, "ncclCommGetAsyncError");
+    *async = comm->injected != ncclSuccess ? comm->injected : comm->state;
+    pthread_mutex_unlock(&fake_lock);
+    return alive ? ncclSuccess : ncclInvalidArgument;
+}
+
+/* ----------------------------------------------------------------------- test interface */
+
+/* The calling thread is rank `rank` of the job: its CUDA calls use that rank's device. */
+static void fake_bind_rank(int rank) { fake_thread_device = &fake_devices[rank]; }
+
+/* A job of `ranks` ranks: their devices (threads started) and one pool communicator per rank
+   (comms[r]) with config (NULL: NCCL's defaults), before the rank threads start. */
+static void fake_job_create(int ranks, const ncclConfig_t *config, ncclComm_t *comms)
+{
+    ncclConfig_t resolved;
+    fake_group *g;
+    int r;
+    memset(fake_violation_counts, 0, sizeof fake_violation_counts);
+    fake_violation_text[0] = '\0';
+    fake_stopping = 0;
+    if (fake_config_resolve(config, &resolved) != ncclSuccess) {
+        fprintf(stderr, "fake_job_create: invalid config\n");
+        exit(1);
+    }
+    fake_devices = (fake_device *)calloc((size_t)ranks, sizeof(fake_device));
+    fake_device_count = ranks;
+    for (r = 0; r < ranks; r++) {
+        fake_devices[r].rank = r;
+        pthread_cond_init(&fake_devices[r].wake, NULL);
+        fake_start_thread(&fake_devices[r].thread, fake_device_main, &fake_devices[r], 0);
+    }
+    g = fake_group_new(ranks);
+    for (r = 0; r < ranks; r++) comms[r] = fake_comm_new(g, r, &fake_devices[r], &resolved, NULL);
+}
+
+/* Messages sent and never received, in every communicator of the job. */
+static long fake_undelivered(void)
+{
+    long n = 0;
+    fake_group *g;
+    int i;
+    pthread_mutex_lock(&fake_lock);
+    for (g = fake_groups; g; g = g->next_of_job)
+        for (i = 0; i < g->size * g->size; i++) {
+            fake_message *m;
+            for (m = g->mailbox_head[i]; m; m = m->next) n++;
+        }
+    pthread_mutex_unlock(&fake_lock);
+    return n;
+}
+
+/* Violations of every kind so far, and the first one's text. */
+static int fake_violations(const char **text)
+{
+    *text = fake_violation_text;
+    return fake_violation_total();
+}
+static int fake_violation_count(fake_violation_kind kind) { return fake_violation_counts[kind]; }
+
+/* Host waits and stuck sends past ms count as hangs (FAKE_DEFAULT_HANG_MS until changed). */
+static void fake_set_hang_bound(double ms) { fake_hang_ms = ms; }
+
+/* From now on ncclCommGetAsyncError(comm) answers error and comm's kernels stall. */
+static void fake_inject_async_error(ncclComm_t comm, ncclResult_t error)
+{
+    pthread_mutex_lock(&fake_lock);
+    comm->injected = error;
+    fake_wake_all();
+    pthread_mutex_unlock(&fake_lock);
+}
+
+/* The config comm resolved (what a split inherited, or NCCL's defaults). */
+static ncclConfig_t fake_comm_config(ncclComm_t comm)
+{
+    ncclConfig_t c;
+    pthread_mutex_lock(&fake_lock);
+    c = comm->config;
+    pthread_mutex_unlock(&fake_lock);
+    return c;
+}
+
+/* Bytes of point-to-point payload comm's sends and receives have moved so far. */
+static void fake_traffic(ncclComm_t comm, unsigned long long *sent, unsigned long long *received)
+{
+    pthread_mutex_lock(&fake_lock);
+    *sent = comm->sent_bytes, *received = comm->received_bytes;
+    pthread_mutex_unlock(&fake_lock);
+}
+
+static void fake_free_group(fake_group *g)
+{
+    int i;
+    for (i = 0; i < g->size * g->size; i++)
+        while (g->mailbox_head[i]) {
+            fake_message *m = g->mailbox_head[i];
+            g->mailbox_head[i] = m->next;
+            free(m);
+        }
+    while (g->collectives) {
+        fake_collective *c = g->collectives;
+        g->collectives = c->next;
+        for (i = 0; i < g->size; i++) free(c->data[i]);
+        free(c->data), free(c);
+    }
+    while (g->splits) {
+        fake_split *s = g->splits;
+        g->splits = s->next;
+        free(s->color), free(s->key), free(s->child), free(s);
+    }
+    free(g->members), free(g->mailbox_head), free(g->mailbox_tail), free(g->link);
+    free(g->ring_ready), free(g);
+}
+
+static void fake_free_device(fake_device *d)
+{
+    while (d->streams) {
+        cudaStream_t s = d->streams;
+        d->streams = s->next_of_device;
+        while (s->head) {
+            fake_op *op = s->head;
+            s->head = op->next;
+            fake_op_free(op);
+        }
+        free(s);
+    }
+    while (d->blocks) {
+        fake_block *b = d->blocks;
+        d->blocks = b->next;
+        free(b->base), free(b);
+    }
+    pthread_cond_destroy(&d->wake);
+}
+
+/* After the rank threads: ends the background jobs still waiting (each a violation), stops the
+   devices and frees everything of the job. */
+static void fake_job_destroy(void)
+{
+    int r;
+    pthread_mutex_lock(&fake_lock);
+    fake_stopping = 1;
+    while (fake_live_jobs > 0) {
+        pthread_cond_broadcast(&fake_control);
+        fake_wait_ms(&fake_control, FAKE_WAIT_SLICE_MS);
+    }
+    for (r = 0; r < fake_device_count; r++) fake_devices[r].shutdown = 1;
+    fake_wake_all();
+    pthread_mutex_unlock(&fake_lock);
+    for (r = 0; r < fake_device_count; r++) pthread_join(fake_devices[r].thread, NULL);
+    for (r = 0; r < fake_device_count; r++) fake_free_device(&fake_devices[r]);
+    free(fake_devices);
+    fake_devices = NULL, fake_device_count = 0;
+    while (fake_groups) {
+        fake_group *g = fake_groups;
+        fake_groups = g->next_of_job;
+        fake_free_group(g);
+    }
+    while (fake_comms) {
+        ncclComm_t c = fake_comms;
+        fake_comms = c->next_of_job;
+        free(c);
+    }
+    while (fake_shareds) {
+        fake_shared *s = fake_shareds;
+        fake_shareds = s->next_of_job;
+        free(s);
+    }
+    while (fake_dead_events) {
+        cudaEvent_t e = fake_dead_events;
+        fake_dead_events = e->next_dead;
+        free(e);
+    }
+}
+
+/* Fault injection (DCP_NCCL_FAULT_HOOK): the n-th hooked call of this thread (1-based) fails
+   without running; 0: none. Inside a group it fails as a real NCCL call does there: the group
+   is poisoned (NCCL's ncclGroupError) and its ncclGroupEnd launches nothing and returns the
+   error. A failed ncclGroupEnd did not run: its group stays open for the caller to close. */
+static __thread long fake_fault_at, fake_fault_calls;
+static __thread const char *fake_stall_call;
+static __thread double fake_stall_ms;
+static void fake_fault_arm(long n) { fake_fault_at = n, fake_fault_calls = 0; }
+static long fake_fault_count(void) { return fake_fault_calls; }
+/* A rank that stays alive but is absent: its next hooked call whose text starts with `call`
+   runs ms late (once). */
+static void fake_fault_stall(const char *call, double ms)
+{
+    fake_stall_call = call, fake_stall_ms = ms;
+}
+static int fake_fault_hook(const char *call)
+{
+    if (fake_stall_call && strncmp(call, fake_stall_call, strlen(fake_stall_call)) == 0) {
+        fake_stall_call = NULL;
+        fake_sleep_ms(fake_stall_ms);
+    }
+    if (++fake_fault_calls != fake_fault_at) return 0;
+    if (fake_group_depth > 0) fake_group_failed = 1;
+    return 1;
 }

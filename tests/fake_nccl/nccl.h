@@ -1,13 +1,42 @@
-/* A host stand-in for the part of NCCL that dcp_nccl.h uses (tests/fake_nccl/cuda_runtime.h
-   says how streams work). Communicators of one simulated job share mailboxes: a send
-   deposits a copy, the matching receive (same communicator, same peers, FIFO order, same
-   byte count, or the test fails) takes it when its stream runs; collectives meet by sequence
-   number. Splits, aborts, asynchronous errors and non-blocking communicators (config.blocking
-   = 0: calls answer ncclInProgress and settle after a few polls) behave as NCCL documents
-   them. Implemented in fake_runtime.c. */
+/* A host stand-in for the part of NCCL that dcp_nccl.h uses, as strict as NCCL itself
+   (tests/fake_nccl/cuda_runtime.h says how devices and streams work; fake_runtime.c implements
+   both). What it holds the caller to, each as NCCL 2.21.5 and 2.27.7 do it:
+   - Point-to-point is blocking for the device: the ncclSend / ncclRecv calls of one
+     ncclGroupStart / ncclGroupEnd on one communicator and stream become ONE kernel, and a send
+     completes only when its receive has taken it (rendezvous). An unfused send whose peer
+     also sends first deadlocks; the transport reports such a send after a bound.
+   - A communicator's kernels run one after another in the order they were issued, whatever
+     stream they are on (NCCL's internal stream); children split with the parent's splitShare
+     = 1 share the parent's order and abort flag. A device runs one communication kernel at a
+     time (the worst case NCCL allows): ranks that issue them in different orders deadlock.
+   - Blocking communicators block the host as NCCL does: ncclCommSplit until every rank of the
+     parent has called it, ncclGroupEnd until the peers of a first use have connected (lazy
+     connection, collectives included), a launch while the work queue is full, ncclCommFinalize
+     and ncclCommDestroy until the communicator's queued work is done. NCCL has no timeout
+     there: the transport records a hang after a bound and returns an error so that a test
+     ends.
+   - Non-blocking communicators (config.blocking = 0): such a call returns ncclInProgress and a
+     background thread of that communicator does the waiting; ncclCommGetAsyncError answers
+     ncclInProgress until it is done; a split's child is written by that thread when the split
+     completes (until then *newcomm is NULL) and its progress shows on the PARENT, whose
+     config decides whether a split blocks; any other call on a communicator still in progress
+     fails with ncclInvalidArgument.
+   - ncclCommAbort raises the abort flag (running kernels quit without an error; so do later
+     ones of the same flag, under splitShare the parent's and its children's) and then waits
+     for the communicator's queued work and background thread. Inside ncclGroupStart /
+     ncclGroupEnd it only raises the flag, and the waits happen in ncclGroupEnd, as NCCL does
+     from 2.22 on; built with FAKE_NCCL_VERSION_CODE below 22200 it waits at once, as 2.21.
+   - ncclCommGetAsyncError reports errors a test injects (fake_inject_async_error); the
+     communicator's kernels then stall until it is aborted.
+   - Configs: NCCL_CONFIG_INITIALIZER marks every field undefined and the communicator
+     resolves NCCL's defaults (blocking 1, splitShare 0, ...); a config without the
+     initializer's magic is refused; ncclCommSplit with a NULL config copies the parent's.
+   - A call on a destroyed or aborted communicator is recorded as a violation (the fake keeps
+     the object, so it is not also a use after free). */
 #ifndef FAKE_NCCL_H
 #define FAKE_NCCL_H
 
+#include <limits.h>
 #include <stddef.h>
 #include "cuda_runtime.h"
 
@@ -15,8 +44,19 @@
 extern "C" {
 #endif
 
-#define NCCL_VERSION_CODE 22800
+#define NCCL_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+/* The NCCL version the fake behaves as (and reports through ncclGetVersion): 2.27.7 by
+   default; a test build may choose an older one (-DFAKE_NCCL_VERSION_CODE=22105). */
+#ifndef FAKE_NCCL_VERSION_CODE
+#define FAKE_NCCL_VERSION_CODE NCCL_VERSION(2, 27, 7)
+#endif
+#define NCCL_VERSION_CODE FAKE_NCCL_VERSION_CODE
+#define NCCL_MAJOR (NCCL_VERSION_CODE / 10000)
+#define NCCL_MINOR (NCCL_VERSION_CODE / 100 % 100)
+#define NCCL_PATCH (NCCL_VERSION_CODE % 100)
 #define NCCL_SPLIT_NOCOLOR (-1)
+#define NCCL_CONFIG_UNDEF_INT INT_MIN
+#define NCCL_CONFIG_MAGIC 0xcafebeefu
 
 typedef enum {
     ncclSuccess = 0,
@@ -42,14 +82,25 @@ typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3 } ncclRedOp_t
 
 typedef struct fake_comm *ncclComm_t;
 
-typedef struct ncclConfig_v {
-    int blocking;   /* 1: calls return when done; 0: ncclInProgress, then poll */
-    int splitShare; /* recorded only (the fake has no resources to share) */
+/* NCCL's config, the fields dcp_nccl.h and its tests use, in NCCL's order. */
+typedef struct ncclConfig_v22700 {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    int blocking;       /* 1 (default): calls return when done; 0: ncclInProgress, then poll */
+    int cgaClusterSize; /* default 4; carried so that a test can tell inherited from default */
+    int minCTAs;        /* default 1 */
+    int maxCTAs;        /* default 32 */
+    int splitShare;     /* default 0; 1: children share this communicator's resources */
 } ncclConfig_t;
-#define NCCL_CONFIG_INITIALIZER {1, 0}
+#define NCCL_CONFIG_INITIALIZER                                                                \
+    {sizeof(ncclConfig_t),  NCCL_CONFIG_MAGIC,     NCCL_VERSION_CODE,                          \
+     NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,                      \
+     NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT}
 
 const char *ncclGetErrorString(ncclResult_t result);
 const char *ncclGetLastError(ncclComm_t comm);
+ncclResult_t ncclGetVersion(int *version);
 ncclResult_t ncclCommCount(ncclComm_t comm, int *count);
 ncclResult_t ncclCommUserRank(ncclComm_t comm, int *rank);
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *child,
