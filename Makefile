@@ -348,3 +348,13 @@ bench-megatron-core: $(MEGATRON_VENV)/installed $(BUILD)/libdcp.so $(BUILD)/plan
 	$(BUILD)/plan_bench --dump-lengths $(BUILD)/bench-lengths
 	DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
 	    $(MEGATRON_PYTHON) bench/megatron_core_compare.py --lengths-dir $(BUILD)/bench-lengths
+
+# ---- the surface a trainer integrates against (issue 30) ------------------------------------
+# tests/test_integration.c (plain and ASan/UBSan): a rank view as FlashAttention's per-step
+# varlen calls against the CPU ring, TransformerEngine's THD split, view runs, the idle form.
+INTEGRATION_TESTS := $(BUILD)/test_integration $(BUILD)/test_integration-san
+TEST_PROGRAMS += $(INTEGRATION_TESTS)
+SEEDED_TESTS += $(BUILD)/test_integration
+all: $(INTEGRATION_TESTS)
+test-seeds: $(BUILD)/test_integration
+$(INTEGRATION_TESTS): tests/tolerance.h

@@ -620,11 +620,16 @@ DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *
 /* Megatron's convention: mu = ln(mean) - sigma^2 / 2, L = exp(mu + sigma Z) rounded to the
    nearest integer and clipped to [min_length, max_length]. */
 typedef struct dcp_lognormal {
-    double mean;
-    double sigma;
-    int64_t min_length;
-    int64_t max_length;
+    double mean;        /* tokens, in (0, 1e18]: the mean before clipping */
+    double sigma;       /* standard deviation of ln(L), in [0, 16] */
+    int64_t min_length; /* clipping range, 1 <= min_length <= max_length <= */
+    int64_t max_length; /* DCP_MAX_SAMPLE_LENGTH */
 } dcp_lognormal;
+
+/* The seed the front ends draw with when the caller gives none (dcp-plan --lognormal without
+   --seed, libdcp.lognormal_lengths without seed=), so that the same batch is one batch
+   everywhere. */
+#define DCP_DEFAULT_SEED 1
 
 DCPDEF dcp_status dcp_lengths_lognormal(const dcp_lognormal *distribution, uint64_t seed,
                                         int64_t *lengths, int32_t count, dcp_error *error);
@@ -692,42 +697,126 @@ typedef enum dcp_half { DCP_HALF_ALL = 0, DCP_HALF_FIRST = 1, DCP_HALF_SECOND = 
 DCPDEF dcp_status dcp_thd_layout_validate(const dcp_thd_layout *layout, int64_t *local_rows,
                                           dcp_error *error);
 
-/* What one rank receives for one microbatch: its group, its samples in order and the THD
-   metadata a training step needs. cu_seqlens and cu_seqlens_padded describe the whole (global)
-   sequences of the group; the rank's local buffer holds padded / cp rows of each sample, at
-   local_offsets[i] = cu_seqlens_padded[i] / cp. An idle rank has no samples and cp 1. Arrays
-   belong to the view (dcp_rank_view_create allocates them; dcp_rank_view_destroy frees). */
+/* What one rank receives for one microbatch: its group, its samples in buffer order and the
+   THD metadata a training step passes to attention (docs/integration.md turns it into the
+   arguments of FlashAttention, TransformerEngine and dcp_cuda_attention_*). cu_seqlens and
+   cu_seqlens_padded describe the whole (global) sequences of the group, as TransformerEngine's
+   THD attention with CP takes them; the rank's local buffer holds padded / cp rows of each
+   sample, at local_offsets[i] = cu_seqlens_padded[i] / cp.
+   An idle rank (no group in this microbatch) cannot be mistaken for a group: idle 1, cp 0,
+   first_rank and rank_in_group DCP_NO_GROUP, num_samples 0, pad_multiple, max_seqlen and
+   local_tokens 0, and each cu array the one entry {0}. Every array belongs to the view:
+   dcp_rank_view_create (or _deserialize) allocates them with the plan's allocator and
+   dcp_rank_view_destroy frees them; a view is read-only for its users and may be read by many
+   threads. */
+#define DCP_NO_GROUP (-1)
+
 typedef struct dcp_rank_view {
-    int32_t rank;
-    int32_t microbatch;
-    int32_t first_rank;         /* of the group */
-    int32_t cp;                 /* group size */
-    int32_t rank_in_group;      /* rank - first_rank */
-    int32_t idle;               /* 1 when the rank has no group in this microbatch */
-    int32_t num_samples;
-    int32_t *samples;           /* [num_samples] sample ids, in buffer order */
-    int64_t *sample_lengths;    /* [num_samples] valid lengths */
-    int64_t pad_multiple;       /* every padded length is a multiple of it */
-    int32_t *cu_seqlens;        /* [num_samples + 1] valid, cumulative, global */
-    int32_t *cu_seqlens_padded; /* [num_samples + 1] storage, cumulative, global */
-    int32_t *local_offsets;     /* [num_samples + 1] cu_seqlens_padded / cp */
-    int32_t max_seqlen;         /* largest padded length */
+    int32_t rank;               /* pool rank in [0, ranks) whose view this is */
+    int32_t microbatch;         /* in [0, num_microbatches) */
+    int32_t first_rank;         /* pool rank of the group's member 0 (first_rank % cp == 0);
+                                   DCP_NO_GROUP when idle */
+    int32_t cp;                 /* group size, a power of two; 0 when idle */
+    int32_t rank_in_group;      /* rank - first_rank: this rank's index in the group and in its
+                                   CP communicator, the cp_rank of TransformerEngine's RoPE;
+                                   DCP_NO_GROUP when idle */
+    int32_t idle;               /* 1 when the rank has no group in this microbatch, else 0 */
+    int32_t num_samples;        /* samples of the group (>= 1), 0 when idle */
+    int32_t *samples;           /* [num_samples] sample ids (positions in the planned lengths),
+                                   in buffer order */
+    int64_t *sample_lengths;    /* [num_samples] valid lengths in tokens */
+    int64_t pad_multiple;       /* every padded length is a multiple of it: lcm(2 cp,
+                                   pad_multiple) for cp > 1, lcm(pad_multiple_cp1,
+                                   pad_multiple) for cp 1; 0 when idle */
+    int32_t *cu_seqlens;        /* [num_samples + 1] valid tokens, cumulative from 0, whole
+                                   sequences (cu_seqlens_q/kv of FlashAttention and TE) */
+    int32_t *cu_seqlens_padded; /* [num_samples + 1] stored (padded) tokens, cumulative from 0,
+                                   whole sequences (TE's cu_seqlens_q/kv_padded) */
+    int32_t *local_offsets;     /* [num_samples + 1] cu_seqlens_padded / cp: where each sample's
+                                   rows start in this rank's local buffer */
+    int32_t max_seqlen;         /* largest padded length of a whole sample in tokens (TE's
+                                   max_seqlen_q/kv; 0 when idle) */
     int64_t local_tokens;       /* rows of the local buffer: local_offsets[num_samples] */
-    dcp_allocator allocator;
+    dcp_allocator allocator;    /* the one that allocated the arrays; destroy uses it */
 } dcp_rank_view;
 
-/* The view of `rank` in `microbatch`. cu arrays are int32 as FlashAttention and
-   TransformerEngine take them: a group whose padded tokens exceed INT32_MAX is
-   DCP_ERROR_OVERFLOW, never truncated. Allocates with the plan's allocator. */
+/* The view of `rank` in `microbatch` (idle ranks included: DCP_OK with the idle form above).
+   cu arrays are int32 as FlashAttention and TransformerEngine take them: a group whose padded
+   tokens exceed INT32_MAX is DCP_ERROR_OVERFLOW, never truncated. DCP_ERROR_INVALID_ARGUMENT
+   for a rank or microbatch out of range or a NULL view; DCP_ERROR_INVALID_PLAN for a plan
+   that breaks an invariant. Allocates with the plan's allocator. */
 DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32_t microbatch,
                                        dcp_rank_view **view, dcp_error *error);
-DCPDEF void dcp_rank_view_destroy(dcp_rank_view *view);
+DCPDEF void dcp_rank_view_destroy(dcp_rank_view *view); /* NULL is a no-op */
+/* Every rule of the struct above, the idle form included: DCP_ERROR_INVALID_ARGUMENT naming
+   the first field at fault. */
 DCPDEF dcp_status dcp_rank_view_validate(const dcp_rank_view *view, dcp_error *error);
 /* For every local row: the index of its sample in the view (slot_sample, may be NULL) and its
    global position in that sample, -1 for a padding row (positions, may be NULL). Arrays of
    view->local_tokens entries; the position ids of a training step are the non-negative ones. */
 DCPDEF dcp_status dcp_rank_view_positions(const dcp_rank_view *view, int32_t *slot_sample,
                                           int64_t *positions, dcp_error *error);
+
+/* Local rows of one sample that hold consecutive global positions, or only padding: the
+   rank's buffer in O(samples) instead of O(rows). */
+typedef struct dcp_row_run {
+    int32_t slot;      /* the sample's index in view->samples */
+    int64_t first_row; /* first local row of the run */
+    int64_t rows;      /* rows in the run, >= 1 */
+    int64_t position;  /* global position of first_row in its sample, then one more per row;
+                          -1: every row of the run is padding */
+} dcp_row_run;
+
+/* The local buffer as runs, in row order: at most DCP_ROW_RUNS_PER_SAMPLE per sample
+   (a sample's valid rows form a prefix of its rows: at cp > 1 the rank's two chunks, then
+   its padding; adjacent chunks of the middle rank are one run). runs NULL: *count receives
+   the number only; else capacity entries are available and fewer are DCP_ERROR_INVALID_ARGUMENT
+   (nothing written past capacity). No allocation. */
+#define DCP_ROW_RUNS_PER_SAMPLE 3
+DCPDEF dcp_status dcp_rank_view_runs(const dcp_rank_view *view, dcp_row_run *runs,
+                                     int32_t capacity, int32_t *count, dcp_error *error);
+
+/* One ring step of a rank as a call of a varlen attention kernel without context parallelism,
+   FlashAttention's flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+   max_seqlen_k, causal=...) with return_attn_probs for the LSE. Step s of a group of cp ranks
+   reads the K and V that started on group rank kv_rank = (rank_in_group - s) mod cp (its local
+   buffer, passed around the ring); the halves and the mask are dcp_ring_step_plan's. The call
+   takes only valid rows: query rows gathered from this rank's buffer and key rows from
+   kv_rank's, sequence by sequence, so that no padding row is ever a key and a causal call has
+   equally long query and key runs (FlashAttention aligns its causal mask to the bottom right).
+   A sequence without a valid query or key row in the step is left out of the call. The calls
+   of steps 0 .. cp-1, merged through their LSEs (log-sum-exp, rows a call leaves out
+   contributing nothing), give the rank's attention output on its valid rows; padding rows get
+   none. cp 1 is one call of the whole buffer's valid rows. */
+typedef struct dcp_varlen_call {
+    int32_t kv_rank;       /* group rank whose local K, V the step reads */
+    int32_t causal;        /* FlashAttention's causal argument of this call */
+    int32_t num_sequences; /* sequences of the call (batch size), <= view->num_samples */
+    int32_t max_seqlen_q;  /* longest query run of the call (max_seqlen_q) */
+    int32_t max_seqlen_k;  /* longest key run of the call (max_seqlen_k) */
+    int64_t total_q;       /* query rows gathered: cu_seqlens_q[num_sequences] */
+    int64_t total_k;       /* key rows gathered: cu_seqlens_k[num_sequences] */
+} dcp_varlen_call;
+
+/* The caller's arrays a call is described in; each has view->num_samples entries (the cu
+   arrays one more), of which the call fills num_sequences (+ 1). Sequence j of the call is
+   sample slot[j]: its query rows are q_row[j] .. + (cu_seqlens_q[j + 1] - cu_seqlens_q[j])
+   of this rank's local buffer, its key and value rows kv_row[j] .. + (cu_seqlens_k[j + 1] -
+   cu_seqlens_k[j]) of kv_rank's. */
+typedef struct dcp_varlen_rows {
+    int32_t *slot;
+    int32_t *q_row;
+    int32_t *kv_row;
+    int32_t *cu_seqlens_q; /* cumulative, from 0 */
+    int32_t *cu_seqlens_k; /* cumulative, from 0 */
+} dcp_varlen_rows;
+
+/* Ring step `step` (0 <= step < cp) of the view's rank, for a causal (1) or full (0) attention.
+   DCP_ERROR_INVALID_ARGUMENT for an idle view (no attention to run), a step out of range, a
+   causal flag other than 0 or 1, or a NULL pointer. No allocation. */
+DCPDEF dcp_status dcp_rank_view_varlen_call(const dcp_rank_view *view, int32_t step,
+                                            int32_t causal, dcp_varlen_call *call,
+                                            const dcp_varlen_rows *rows, dcp_error *error);
 /* Gathers the rank's rows from whole per-sample buffers into its THD buffer: sample_data[id]
    holds sample id's valid tokens, element_size bytes each (tokens, labels, loss masks or any
    per-token record). Padding rows are zero bytes (token 0, label 0, loss mask 0). local has
@@ -787,7 +876,8 @@ DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute);
    and a 64-bit FNV-1a checksum of everything before it. The deserializer checks every byte and
    every invariant and names what is wrong (DCP_ERROR_CORRUPT_DATA); it never looks for sentinel
    values. Sizes: *size receives the bytes needed; a NULL buffer only queries it. */
-#define DCP_FORMAT_VERSION 2 /* 2: the config carries sync_ranks */
+#define DCP_FORMAT_VERSION 3 /* 2: the config carries sync_ranks; 3: an idle rank view has
+                                 cp 0, first_rank and rank_in_group DCP_NO_GROUP */
 
 DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
                                      size_t *size, dcp_error *error);
@@ -892,8 +982,10 @@ typedef struct dcp_comm_choice {
     int32_t idle;         /* 1: no group (no samples) */
 } dcp_comm_choice;
 
-/* For a group (first_rank, cp) of a plan or a rank view (idle: cp 1, first_rank = rank):
-   checks that the group is aligned, inside the pool, contains rank and fits max_cp. */
+/* For a group (first_rank, cp) of a plan or a rank view: checks that the group is aligned,
+   inside the pool, contains rank and fits max_cp. An idle rank passes idle 1 with either cp 1
+   and first_rank = rank (a choice's own form) or a rank view's idle form (cp 0, first_rank
+   DCP_NO_GROUP); its choice is the no-op path: slot -1, cp 1, first_rank = rank. */
 DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
                                   int32_t first_rank, int32_t cp, int32_t idle,
                                   dcp_comm_choice *choice, dcp_error *error);
@@ -8395,6 +8487,13 @@ typedef struct dcp__run {
     int64_t valid;
 } dcp__run;
 
+/* Valid rows of a chunk of `rows` positions from `start` of a sample of `length` tokens. */
+static int64_t dcp__chunk_valid(int64_t length, int64_t start, int64_t rows)
+{
+    int64_t valid = length - start;
+    return valid < 0 ? 0 : valid > rows ? rows : valid;
+}
+
 /* The runs of rank `member` of a cp group for one sample (one run for cp 1, two otherwise;
    the two chunks of the middle rank are adjacent and become one run). Returns their count. */
 static int dcp__sample_runs(int64_t length, int64_t padded, int32_t cp, int32_t member,
@@ -8406,11 +8505,10 @@ static int dcp__sample_runs(int64_t length, int64_t padded, int32_t cp, int32_t 
     starts[0] = cp > 1 ? member * chunk : 0;
     starts[1] = (2 * (int64_t)cp - 1 - member) * chunk;
     for (i = 0; i < count; i++) {
-        int64_t valid = length - starts[i];
         runs[i].row = i * chunk;
         runs[i].position = starts[i];
         runs[i].rows = chunk;
-        runs[i].valid = valid < 0 ? 0 : valid > chunk ? chunk : valid;
+        runs[i].valid = dcp__chunk_valid(length, starts[i], chunk);
     }
     if (count == 2 && starts[1] == starts[0] + chunk) {
         runs[0].rows = 2 * chunk;
@@ -8495,7 +8593,7 @@ static dcp_status dcp__view_fill(dcp_rank_view *view, const dcp_config *config, 
 {
     int64_t valid = 0, padded = 0;
     int32_t i;
-    view->pad_multiple = dcp__pad_multiple(config, view->cp);
+    view->pad_multiple = view->idle ? 0 : dcp__pad_multiple(config, view->cp);
     view->cu_seqlens[0] = view->cu_seqlens_padded[0] = view->local_offsets[0] = 0;
     view->max_seqlen = 0;
     for (i = 0; i < view->num_samples; i++) {
@@ -8532,9 +8630,9 @@ DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32
     v->rank = rank;
     v->microbatch = microbatch;
     v->idle = group == NULL;
-    v->first_rank = group ? group->first_rank : rank;
-    v->cp = group ? group->cp : 1;
-    v->rank_in_group = rank - v->first_rank;
+    v->first_rank = group ? group->first_rank : DCP_NO_GROUP;
+    v->cp = group ? group->cp : 0;
+    v->rank_in_group = group ? rank - group->first_rank : DCP_NO_GROUP;
     for (i = 0; i < v->num_samples; i++) {
         v->samples[i] = plan->group_samples[group->sample_offset + i];
         v->sample_lengths[i] = plan->sample_lengths[v->samples[i]];
@@ -8547,22 +8645,44 @@ DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32
     return dcp_error_clear(error);
 }
 
+/* The idle form: no group, no samples, nothing to pad (see dcp_rank_view). */
+static dcp_status dcp__view_check_idle(const dcp_rank_view *v, dcp_error *error)
+{
+    if (v->cp != 0 || v->first_rank != DCP_NO_GROUP || v->rank_in_group != DCP_NO_GROUP ||
+        v->num_samples != 0 || v->pad_multiple != 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "idle view of rank %d: cp %d, first_rank %d, rank_in_group %d, %d "
+                             "samples, pad_multiple %lld; idle is cp 0, first_rank and "
+                             "rank_in_group DCP_NO_GROUP (-1), no samples, pad_multiple 0",
+                             (int)v->rank, (int)v->cp, (int)v->first_rank,
+                             (int)v->rank_in_group, (int)v->num_samples,
+                             (long long)v->pad_multiple);
+    return DCP_OK;
+}
+
 static dcp_status dcp__view_check_header(const dcp_rank_view *v, dcp_error *error)
 {
-    if (v->rank < 0 || !dcp_is_pow2(v->cp) || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
-        v->first_rank % v->cp != 0 || v->rank_in_group != v->rank - v->first_rank ||
-        v->rank_in_group < 0 || v->rank_in_group >= v->cp)
+    dcp_status status;
+    if (v->rank < 0 || v->microbatch < 0 || (v->idle != 0 && v->idle != 1))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "view of rank %d: microbatch %d or idle %d out of range",
+                             (int)v->rank, (int)v->microbatch, (int)v->idle);
+    if (v->idle && (status = dcp__view_check_idle(v, error)) != DCP_OK) return status;
+    if (!v->idle &&
+        (!dcp_is_pow2(v->cp) || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
+         v->first_rank % v->cp != 0 || v->rank_in_group != v->rank - v->first_rank ||
+         v->rank_in_group < 0 || v->rank_in_group >= v->cp))
         return dcp_error_set(
             error, DCP_ERROR_INVALID_ARGUMENT,
             "view of rank %d: group (first_rank %d, cp %d, rank_in_group %d) is not "
             "an aligned group containing the rank",
             (int)v->rank, (int)v->first_rank, (int)v->cp, (int)v->rank_in_group);
-    if (v->microbatch < 0 || v->num_samples < 0 || (v->idle != 0 && v->idle != 1) ||
-        (v->idle && (v->num_samples != 0 || v->cp != 1)) || (!v->idle && v->num_samples == 0))
+    if (!v->idle && v->num_samples < 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "view of rank %d: microbatch %d, %d samples, idle %d are inconsistent",
-                             (int)v->rank, (int)v->microbatch, (int)v->num_samples, (int)v->idle);
-    if (v->pad_multiple < 1 || (v->cp > 1 && v->pad_multiple % (2 * (int64_t)v->cp) != 0))
+                             "view of rank %d in a group has %d samples, not >= 1", (int)v->rank,
+                             (int)v->num_samples);
+    if (!v->idle && (v->pad_multiple < 1 ||
+                     (v->cp > 1 && v->pad_multiple % (2 * (int64_t)v->cp) != 0)))
         return dcp_error_set(
             error, DCP_ERROR_INVALID_ARGUMENT,
             "view of rank %d: pad_multiple %lld is not a positive multiple of 2 cp", (int)v->rank,
@@ -8628,6 +8748,147 @@ DCPDEF dcp_status dcp_rank_view_positions(const dcp_rank_view *view, int32_t *sl
                 if (positions) positions[row] = k < runs[r].valid ? runs[r].position + k : -1;
             }
     }
+    return dcp_error_clear(error);
+}
+
+/* Run building for dcp_rank_view_runs: the open run grows while rows continue it (the next
+   row, and the next position or padding after padding, of one sample); a closed run is
+   counted always and written while it fits. */
+typedef struct dcp__run_list {
+    dcp_row_run *runs;
+    int64_t capacity, count;
+    dcp_row_run open; /* rows 0: none open */
+} dcp__run_list;
+
+static void dcp__run_close(dcp__run_list *list)
+{
+    if (list->open.rows == 0) return;
+    if (list->runs && list->count < list->capacity) list->runs[list->count] = list->open;
+    list->count++;
+    list->open.rows = 0;
+}
+
+static void dcp__run_add(dcp__run_list *list, int32_t slot, int64_t row, int64_t rows,
+                         int64_t position)
+{
+    const dcp_row_run *o = &list->open;
+    int continues = o->rows > 0 && o->slot == slot && o->first_row + o->rows == row &&
+                    (position < 0 ? o->position < 0
+                                  : o->position >= 0 && o->position + o->rows == position);
+    if (rows == 0) return;
+    if (continues) {
+        list->open.rows += rows;
+        return;
+    }
+    dcp__run_close(list);
+    list->open.slot = slot;
+    list->open.first_row = row;
+    list->open.rows = rows;
+    list->open.position = position;
+}
+
+DCPDEF dcp_status dcp_rank_view_runs(const dcp_rank_view *view, dcp_row_run *runs,
+                                     int32_t capacity, int32_t *count, dcp_error *error)
+{
+    dcp__run_list list;
+    dcp_status status = dcp_rank_view_validate(view, error);
+    int32_t i;
+    if (status != DCP_OK) return status;
+    if (!count || (runs && capacity < 0))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "count must not be NULL and capacity >= 0 (capacity %d)",
+                             (int)capacity);
+    memset(&list, 0, sizeof list);
+    list.runs = runs;
+    list.capacity = runs ? capacity : 0;
+    for (i = 0; i < view->num_samples; i++) {
+        dcp__run chunks[2];
+        int n = dcp__view_runs(view, i, chunks), c;
+        for (c = 0; c < n; c++) {
+            int64_t row = view->local_offsets[i] + chunks[c].row;
+            dcp__run_add(&list, i, row, chunks[c].valid, chunks[c].position);
+            dcp__run_add(&list, i, row + chunks[c].valid, chunks[c].rows - chunks[c].valid, -1);
+        }
+    }
+    dcp__run_close(&list);
+    if (list.count > INT32_MAX)
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "%lld runs overflow the int32 count",
+                             (long long)list.count);
+    *count = (int32_t)list.count;
+    if (runs && list.count > capacity)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "capacity %d is too small: the view has %d runs", (int)capacity,
+                             (int)list.count);
+    return dcp_error_clear(error);
+}
+
+/* The valid rows of half `half` of sample i on group rank `member`: the first one, relative
+   to the sample's local offset, and their count (valid rows are a prefix of each chunk, and
+   the second chunk has some only when the first is full). */
+static int64_t dcp__half_valid(const dcp_rank_view *v, int32_t i, int32_t member, dcp_half half,
+                               int64_t *first_row)
+{
+    int64_t padded = (int64_t)v->cu_seqlens_padded[i + 1] - v->cu_seqlens_padded[i];
+    int64_t length = v->sample_lengths[i], chunk = padded / (2 * (int64_t)v->cp);
+    int64_t first = dcp__chunk_valid(length, member * chunk, chunk);
+    int64_t second = dcp__chunk_valid(length, (2 * (int64_t)v->cp - 1 - member) * chunk, chunk);
+    *first_row = half == DCP_HALF_SECOND ? chunk : 0;
+    if (v->cp == 1) return length;
+    return half == DCP_HALF_FIRST ? first : half == DCP_HALF_SECOND ? second : first + second;
+}
+
+static dcp_status dcp__check_varlen_args(const dcp_rank_view *view, int32_t causal,
+                                         const dcp_varlen_call *call, const dcp_varlen_rows *rows,
+                                         dcp_error *error)
+{
+    dcp_status status = dcp_rank_view_validate(view, error);
+    if (status != DCP_OK) return status;
+    if (view->idle)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "rank %d is idle in microbatch %d: it runs no attention",
+                             (int)view->rank, (int)view->microbatch);
+    if (causal != 0 && causal != 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "causal must be 0 or 1, got %d",
+                             (int)causal);
+    if (!call || !rows || !rows->slot || !rows->q_row || !rows->kv_row || !rows->cu_seqlens_q ||
+        !rows->cu_seqlens_k)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "call, rows and its five arrays must not be NULL");
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_rank_view_varlen_call(const dcp_rank_view *view, int32_t step,
+                                            int32_t causal, dcp_varlen_call *call,
+                                            const dcp_varlen_rows *rows, dcp_error *error)
+{
+    dcp_ring_step plan;
+    dcp_status status = dcp__check_varlen_args(view, causal, call, rows, error);
+    int32_t i;
+    if (status != DCP_OK) return status;
+    if ((status = dcp_ring_step_plan(view->cp, view->rank_in_group, step, causal, &plan,
+                                     error)) != DCP_OK)
+        return status;
+    memset(call, 0, sizeof *call);
+    call->kv_rank = plan.view.kv_rank;
+    call->causal = plan.causal;
+    rows->cu_seqlens_q[0] = rows->cu_seqlens_k[0] = 0;
+    for (i = 0; i < view->num_samples; i++) {
+        int64_t q_first, kv_first;
+        int64_t q = dcp__half_valid(view, i, plan.view.q_rank, plan.view.q_half, &q_first);
+        int64_t k = dcp__half_valid(view, i, plan.view.kv_rank, plan.view.kv_half, &kv_first);
+        int32_t j = call->num_sequences;
+        if (q == 0 || k == 0) continue; /* nothing to attend to, or no one asking */
+        rows->slot[j] = i;
+        rows->q_row[j] = (int32_t)(view->local_offsets[i] + q_first);
+        rows->kv_row[j] = (int32_t)(view->local_offsets[i] + kv_first);
+        rows->cu_seqlens_q[j + 1] = (int32_t)(rows->cu_seqlens_q[j] + q);
+        rows->cu_seqlens_k[j + 1] = (int32_t)(rows->cu_seqlens_k[j] + k);
+        if (q > call->max_seqlen_q) call->max_seqlen_q = (int32_t)q;
+        if (k > call->max_seqlen_k) call->max_seqlen_k = (int32_t)k;
+        call->num_sequences++;
+    }
+    call->total_q = rows->cu_seqlens_q[call->num_sequences];
+    call->total_k = rows->cu_seqlens_k[call->num_sequences];
     return dcp_error_clear(error);
 }
 
@@ -9712,8 +9973,11 @@ DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
                                   int32_t first_rank, int32_t cp, int32_t idle,
                                   dcp_comm_choice *choice, dcp_error *error)
 {
-    dcp_status status = dcp__check_choice(ranks, max_cp, rank, cp, choice, error);
-    if (status != DCP_OK) return status;
+    dcp_status status;
+    if (idle == 1 && cp == 0 && first_rank == DCP_NO_GROUP) /* a rank view's idle form */
+        cp = 1, first_rank = rank;
+    if ((status = dcp__check_choice(ranks, max_cp, rank, cp, choice, error)) != DCP_OK)
+        return status;
     if (idle != 0 && idle != 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "idle must be 0 or 1, got %d",
                              (int)idle);
