@@ -358,3 +358,12 @@ SEEDED_TESTS += $(BUILD)/test_integration
 all: $(INTEGRATION_TESTS)
 test-seeds: $(BUILD)/test_integration
 $(INTEGRATION_TESTS): tests/tolerance.h
+# tests/test_frontends.sh: one input planned through C (build/frontend-cases), dcp-plan and
+# Python gives one plan, byte for byte.
+SCRIPT_TESTS += tests/test_frontends.sh
+all: $(BUILD)/frontend-cases
+$(BUILD)/frontend-cases: tests/frontend_cases.c dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) $< -o $@ -lm
+# tests/test_typecheck.sh: mypy over python/libdcp (installed into build/venv-typecheck once;
+# skips where PyPI cannot be reached).
+SCRIPT_TESTS += tests/test_typecheck.sh
