@@ -367,3 +367,6 @@ $(BUILD)/frontend-cases: tests/frontend_cases.c dcp.h | $(BUILD)
 # tests/test_typecheck.sh: mypy over python/libdcp (installed into build/venv-typecheck once;
 # skips where PyPI cannot be reached).
 SCRIPT_TESTS += tests/test_typecheck.sh
+# tests/test_svg.sh: dcp_plan_svg's labels at 64 to 1,024 ranks, rendered to PNG where
+# rsvg-convert or cairosvg is installed.
+SCRIPT_TESTS += tests/test_svg.sh

@@ -7631,10 +7631,24 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
 #define DCP__SVG_PANEL_TITLE_HEIGHT 34.0
 #define DCP__SVG_AXIS_HEIGHT 46.0
 #define DCP__SVG_TARGET_TICKS 10.0
-#define DCP__SVG_MIN_LABEL_WIDTH 14.0   /* a box narrower than this gets no microbatch number */
-#define DCP__SVG_MIN_LABEL_HEIGHT 9.0
 #define DCP__SVG_LABEL_FONT_MAX 11.0    /* microbatch numbers in boxes; smaller in thin boxes */
+#define DCP__SVG_LABEL_FONT_MIN 6.0     /* below it a box's number is left out, never clipped */
+#define DCP__SVG_DIGIT_WIDTH 0.64       /* a digit's advance in em, at least that of the
+                                           sans-serif fonts renderers pick: DejaVu Sans 0.636,
+                                           Liberation Sans and Helvetica 0.556 */
+#define DCP__SVG_LABEL_MARGIN 2.0       /* px kept clear between a label and its box's edge */
 #define DCP__SVG_MIN_RANK_LABEL_SPACING 12.0
+#define DCP__SVG_RANK_FONT 10.0
+#define DCP__SVG_END_FONT 9.0           /* microbatch numbers above the panel */
+#define DCP__SVG_END_ROW_HEIGHT 10.0    /* one band of them; a number overlapping the one
+                                           before it in a band goes to the next band */
+#define DCP__SVG_END_BANDS_MAX 64      /* bands of microbatch numbers: 64 bands of numbers
+                                           of at most 7 digits hold 64 x 1000 px / 39 px > 1,600
+                                           numbers per panel width; beyond, the last band
+                                           takes the rest (crowded, still labelled) */
+#define DCP__SVG_BOX_STROKE 0.5
+#define DCP__SVG_MIN_STROKED_ROW 3.0    /* thinner rows get no white outline (it would hide
+                                           the colour at hundreds of ranks) */
 #define DCP__SVG_LEGEND_STEP 18.0
 #define DCP__SVG_TITLE_SAMPLES_MAX 24   /* sample ids listed in a box's hover text */
 #define DCP__SVG_STATIC_TITLE_CAPACITY 32
@@ -7682,6 +7696,9 @@ typedef struct dcp__svg_panel {
     const char *title;
     char static_title[DCP__SVG_STATIC_TITLE_CAPACITY];
     double *start, *end; /* [num_groups] seconds */
+    double *microbatch_end; /* [num_microbatches] seconds: the last end of its groups */
+    int32_t *end_band;   /* [num_microbatches] the band of its number above the panel */
+    int32_t end_bands;   /* bands used */
     double top;          /* y of the first rank row */
     double row;          /* px per rank */
     double x_scale;      /* px per ms */
@@ -7702,6 +7719,12 @@ static double dcp__svg_tick(double span)
 }
 
 static double dcp__svg_height(const dcp__svg_panel *p) { return p->row * p->plan->config.ranks; }
+
+/* Height above the panel that the bands of microbatch numbers take beyond the first. */
+static double dcp__svg_band_space(const dcp__svg_panel *p)
+{
+    return (p->end_bands > 1 ? p->end_bands - 1 : 0) * DCP__SVG_END_ROW_HEIGHT;
+}
 
 static double dcp__svg_x(const dcp__svg_panel *p, double seconds)
 {
@@ -7758,6 +7781,11 @@ static dcp_status dcp__svg_panel_init(dcp__svg_panel *p, const dcp_plan *plan, c
     if (!p->start || !p->end) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     if ((status = dcp_plan_schedule(plan, cost, p->start, p->end, error)) != DCP_OK)
         return status;
+    p->microbatch_end = (double *)dcp__alloc_array(a, (size_t)plan->num_microbatches,
+                                                   sizeof(double), "svg", error);
+    p->end_band = (int32_t *)dcp__alloc_array(a, (size_t)plan->num_microbatches, sizeof(int32_t),
+                                              "svg", error);
+    if (!p->microbatch_end || !p->end_band) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     p->title = title ? title : dcp_strategy_name(plan->config.strategy);
     if (!title && plan->config.strategy == DCP_STRATEGY_STATIC && plan->num_groups > 0) {
         for (level = 0; level < DCP_CP_LEVELS && !p->stats.samples_per_cp_level[level]; level++)
@@ -7773,7 +7801,7 @@ static void dcp__svg_panel_title(dcp__text *t, const dcp__svg_panel *p,
 {
     const dcp_plan_stats *s = &p->stats;
     dcp__text_printf(t, "<text x='%.0f' y='%.2f' font-size='13'>", DCP__SVG_MARGIN_LEFT,
-                     p->top - 18.0);
+                     p->top - 18.0 - dcp__svg_band_space(p));
     dcp__text_escaped(t, p->title);
     dcp__text_printf(t, ": %d microbatches, step %.3f ms, lower bound %.3f ms (red), efficiency "
                         "%.3f",
@@ -7787,12 +7815,41 @@ static void dcp__svg_panel_title(dcp__text *t, const dcp__svg_panel *p,
     dcp__text_printf(t, "</text>\n");
 }
 
-/* Vertical grid and tick labels every nice tick, the axis title, and a label per rank (every
-   2^j-th rank when rows are too thin for all). */
+/* Width in px of a decimal number's text at a font size (digits are the widest glyphs). */
+static double dcp__svg_number_width(int64_t value, double font)
+{
+    int digits = 1;
+    while (value >= 10) value /= 10, digits++;
+    return digits * DCP__SVG_DIGIT_WIDTH * font;
+}
+
+/* A label per rank when rows are tall enough, else one per aligned block of 2^j ranks
+   ("32-63") beside a bracket spanning the block, so that every rank is labelled. */
+static void dcp__svg_rank_labels(dcp__text *t, const dcp__svg_panel *p)
+{
+    const int32_t ranks = p->plan->config.ranks;
+    const double x = DCP__SVG_MARGIN_LEFT - 6.0;
+    int32_t r, every = 1;
+    while (p->row * every < DCP__SVG_MIN_RANK_LABEL_SPACING) every *= 2;
+    for (r = 0; r < ranks; r += every) {
+        const int32_t last = r + every - 1 < ranks ? r + every - 1 : ranks - 1;
+        const double top = p->top + r * p->row, bottom = p->top + (last + 1) * p->row;
+        dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='%.0f' text-anchor='end'>",
+                         every == 1 ? x : x - 4.0, (top + bottom) / 2.0 + 3.5, DCP__SVG_RANK_FONT);
+        if (every == 1)
+            dcp__text_printf(t, "rank %d</text>\n", (int)r);
+        else
+            dcp__text_printf(t, "%d-%d</text>\n<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' "
+                                "stroke='#999' stroke-width='0.8'/>\n",
+                             (int)r, (int)last, x - 1.0, top + 0.5, x - 1.0, bottom - 0.5);
+    }
+}
+
+/* Vertical grid and tick labels every nice tick, the axis title, and the rank labels. */
 static void dcp__svg_axes(dcp__text *t, const dcp__svg_panel *p, double axis_ms)
 {
     double tick = dcp__svg_tick(axis_ms), height = dcp__svg_height(p);
-    int32_t i, ticks = (int32_t)(axis_ms / tick + 1e-9), r, every = 1;
+    int32_t i, ticks = (int32_t)(axis_ms / tick + 1e-9);
     for (i = 0; i <= ticks; i++) {
         double x = DCP__SVG_MARGIN_LEFT + i * tick * p->x_scale;
         dcp__text_printf(t, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#ddd'/>\n", x,
@@ -7804,11 +7861,7 @@ static void dcp__svg_axes(dcp__text *t, const dcp__svg_panel *p, double axis_ms)
     dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='12' text-anchor='middle'>time (ms)"
                         "</text>\n",
                      DCP__SVG_MARGIN_LEFT + DCP__SVG_PLOT_WIDTH / 2.0, p->top + height + 30.0);
-    while (p->row * every < DCP__SVG_MIN_RANK_LABEL_SPACING) every *= 2;
-    for (r = 0; r < p->plan->config.ranks; r += every)
-        dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='10' text-anchor='end'>rank %d"
-                            "</text>\n",
-                         DCP__SVG_MARGIN_LEFT - 6.0, p->top + (r + 0.5) * p->row + 3.5, (int)r);
+    dcp__svg_rank_labels(t, p);
 }
 
 /* Hover text of a group: microbatch, ranks, samples with their lengths, times. */
@@ -7836,53 +7889,83 @@ static void dcp__svg_group_title(dcp__text *t, const dcp__svg_panel *p, int32_t 
     dcp__text_printf(t, "; %.3f-%.3f ms</title>", p->start[g] * 1e3, p->end[g] * 1e3);
 }
 
+/* A box's microbatch number, in the largest font up to DCP__SVG_LABEL_FONT_MAX that fits
+   inside the box with a margin; left out when even DCP__SVG_LABEL_FONT_MIN does not fit. */
+static void dcp__svg_box_label(dcp__text *t, double x, double y, double w, double h, int32_t k)
+{
+    double font = h - DCP__SVG_LABEL_MARGIN, fit_width;
+    if (font > DCP__SVG_LABEL_FONT_MAX) font = DCP__SVG_LABEL_FONT_MAX;
+    fit_width = (w - 2.0 * DCP__SVG_LABEL_MARGIN) / dcp__svg_number_width(k, 1.0);
+    if (fit_width < font) font = fit_width;
+    if (font < DCP__SVG_LABEL_FONT_MIN) return;
+    dcp__text_printf(t, "<text x='%.3f' y='%.3f' font-size='%.1f' fill='white' "
+                        "text-anchor='middle' pointer-events='none'>%d</text>\n",
+                     x + w / 2.0, y + h / 2.0 + 0.35 * font, font, (int)k);
+}
+
 /* A box per group, numbered by its microbatch where the number fits. */
 static void dcp__svg_groups(dcp__text *t, const dcp__svg_panel *p)
 {
     const dcp_plan *plan = p->plan;
+    const int stroked = p->row >= DCP__SVG_MIN_STROKED_ROW;
     int32_t k, g;
     for (k = 0; k < plan->num_microbatches; k++)
         for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
             const dcp_group *group = &plan->groups[g];
             double x = dcp__svg_x(p, p->start[g]), y = p->top + group->first_rank * p->row;
             double w = dcp__svg_x(p, p->end[g]) - x, h = group->cp * p->row;
-            dcp__text_printf(t, "<rect x='%.3f' y='%.3f' width='%.3f' height='%.3f' fill='%s' "
-                                "stroke='white' stroke-width='0.5'>",
+            dcp__text_printf(t, "<rect x='%.3f' y='%.3f' width='%.3f' height='%.3f' fill='%s'",
                              x, y, w, h, dcp__svg_color(group->cp));
+            if (stroked)
+                dcp__text_printf(t, " stroke='white' stroke-width='%.1f'", DCP__SVG_BOX_STROKE);
+            dcp__text_printf(t, ">");
             dcp__svg_group_title(t, p, k, g);
             dcp__text_printf(t, "</rect>\n");
-            if (w >= DCP__SVG_MIN_LABEL_WIDTH && h >= DCP__SVG_MIN_LABEL_HEIGHT)
-                dcp__text_printf(t, "<text x='%.3f' y='%.3f' font-size='%.1f' fill='white' "
-                                    "text-anchor='middle' pointer-events='none'>%d</text>\n",
-                                 x + w / 2.0, y + h / 2.0 + 3.5,
-                                 h < DCP__SVG_LABEL_FONT_MAX + 1.0 ? h - 1.0
-                                                                   : DCP__SVG_LABEL_FONT_MAX,
-                                 (int)k);
+            dcp__svg_box_label(t, x, y, w, h, k);
         }
 }
 
-/* A dashed line where microbatch k's last group ends, its number above the panel (numbers
-   that would overlap the previous one are left out). */
+/* Each microbatch's end (its last group's) and the band of its number above the panel:
+   numbers go left to right into the first band whose last number they clear, so every end is
+   labelled and none overlaps another. Needs the panel's x scale. */
+static void dcp__svg_end_bands(dcp__svg_panel *p)
+{
+    const dcp_plan *plan = p->plan;
+    double band_right[DCP__SVG_END_BANDS_MAX];
+    int32_t k, g, b;
+    p->end_bands = 0;
+    for (k = 0; k < plan->num_microbatches; k++) {
+        double end = 0.0, x, half;
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++)
+            if (p->end[g] > end) end = p->end[g];
+        p->microbatch_end[k] = end;
+        x = dcp__svg_x(p, end);
+        half = dcp__svg_number_width(k, DCP__SVG_END_FONT) / 2.0 + DCP__SVG_LABEL_MARGIN / 2.0;
+        for (b = 0; b < p->end_bands && band_right[b] > x - half; b++)
+            ;
+        if (b == DCP__SVG_END_BANDS_MAX) b = DCP__SVG_END_BANDS_MAX - 1; /* see the constant */
+        if (b == p->end_bands) p->end_bands++;
+        band_right[b] = x + half;
+        p->end_band[k] = b;
+    }
+}
+
+/* A dashed line where each microbatch ends, its number in its band above the panel. */
 static void dcp__svg_microbatch_ends(dcp__text *t, const dcp__svg_panel *p)
 {
     const dcp_plan *plan = p->plan;
-    double previous_x = -DCP__SVG_PLOT_WIDTH;
-    int32_t k, g;
+    int32_t k;
     for (k = 0; k < plan->num_microbatches; k++) {
-        double end = 0.0, x;
-        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++)
-            if (p->end[g] > end) end = p->end[g];
-        x = dcp__svg_x(p, end);
+        const double x = dcp__svg_x(p, p->microbatch_end[k]);
+        const double label_y = p->top - 4.0 - p->end_band[k] * DCP__SVG_END_ROW_HEIGHT;
         dcp__text_printf(t, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#333' "
                             "stroke-width='0.6' stroke-opacity='0.6' stroke-dasharray='3,3'>"
                             "<title>microbatch %d ends at %.3f ms</title></line>\n",
-                         x, p->top - 4.0, x, p->top + dcp__svg_height(p), (int)k, end * 1e3);
-        if (x - previous_x >= DCP__SVG_MIN_LABEL_WIDTH) {
-            dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='9' text-anchor='middle' "
-                                "fill='#333'>%d</text>\n",
-                             x, p->top - 6.0, (int)k);
-            previous_x = x;
-        }
+                         x, p->top - 3.0, x, p->top + dcp__svg_height(p), (int)k,
+                         p->microbatch_end[k] * 1e3);
+        dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='%.0f' text-anchor='middle' "
+                            "fill='#333'>%d</text>\n",
+                         x, label_y - 1.0, DCP__SVG_END_FONT, (int)k);
     }
 }
 
@@ -7925,6 +8008,12 @@ static void dcp__svg_legend(dcp__text *t, const dcp__svg_panel *panels, int32_t 
                      x, y + 11.0);
     dcp__text_printf(t, "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>microbatch</text>\n",
                      x, y + 25.0);
+    dcp__text_printf(t, "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>gap in a row:</text>\n"
+                        "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>the rank waits</text>\n"
+                        "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>(its group, or a</text>\n"
+                        "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>barrier of E ranks)"
+                        "</text>\n",
+                     x, y + 47.0, x, y + 61.0, x, y + 75.0, x, y + 89.0);
 }
 
 /* Places the panels one above the other on one time scale; returns the picture's height. */
@@ -7943,7 +8032,8 @@ static double dcp__svg_layout(dcp__svg_panel *panels, int32_t count, double *axi
     for (i = 0; i < count; i++) {
         panels[i].row = row;
         panels[i].x_scale = DCP__SVG_PLOT_WIDTH / *axis_ms;
-        panels[i].top = y + DCP__SVG_PANEL_TITLE_HEIGHT;
+        dcp__svg_end_bands(&panels[i]);
+        panels[i].top = y + DCP__SVG_PANEL_TITLE_HEIGHT + dcp__svg_band_space(&panels[i]);
         y = panels[i].top + dcp__svg_height(&panels[i]) + DCP__SVG_AXIS_HEIGHT;
     }
     return y;
@@ -8013,6 +8103,8 @@ DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *
     for (i = 0; i < count; i++) {
         dcp_free(&plans[i]->config.allocator, panels[i].start);
         dcp_free(&plans[i]->config.allocator, panels[i].end);
+        dcp_free(&plans[i]->config.allocator, panels[i].microbatch_end);
+        dcp_free(&plans[i]->config.allocator, panels[i].end_band);
     }
     return status;
 }
