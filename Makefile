@@ -370,3 +370,9 @@ SCRIPT_TESTS += tests/test_typecheck.sh
 # tests/test_svg.sh: dcp_plan_svg's labels at 64 to 1,024 ranks, rendered to PNG where
 # rsvg-convert or cairosvg is installed.
 SCRIPT_TESTS += tests/test_svg.sh
+# tests/test_documented.c makes every dcp_status a function's comment names happen;
+# tests/test_documented.sh checks that the comments and its cases name the same pairs.
+DOCUMENTED_TESTS := $(BUILD)/test_documented $(BUILD)/test_documented-san
+TEST_PROGRAMS += $(DOCUMENTED_TESTS)
+all: $(DOCUMENTED_TESTS)
+SCRIPT_TESTS += tests/test_documented.sh

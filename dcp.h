@@ -55,6 +55,17 @@
      never asserts, never truncates silently.
    - Memory: functions that allocate say so below; what they return is freed with the matching
      destroy/free function and the same allocator.
+   - Option structs are zero-initialisable and zero means "the documented default", in C as
+     in dcp-plan (each dcp_config field is the option of its name) and Python (the keyword of
+     its name): one input gives one plan, byte for byte, from every front end. The three cost
+     coefficients all zero are the default model; front ends draw lengths with
+     DCP_DEFAULT_SEED when no seed is given.
+   - Structs: every public struct documents its fields where it is declared below: meaning,
+     unit (tokens, seconds, bytes, rows), array lengths ("[n + 1]") and who owns the memory.
+     The ones a trainer reads most: dcp_config (what to plan), dcp_plan and dcp_group (the
+     plan: K microbatches of aligned groups), dcp_plan_stats (its step times under E, E = 1
+     and E = D), dcp_rank_view (one rank's microbatch, the arguments of the attention call;
+     docs/integration.md), dcp_transfer and dcp_reroute (who sends what).
 
    REFERENCE (grouped by layer, in the order data flows)
    Basics
@@ -107,10 +118,18 @@
        dcp_thd_layout_validate(layout, &rows, err) checks cu_seqlens(_padded), cp; local rows
        dcp_rank_view_create(plan, r, k, &view, err)  rank r's group, samples and cu_seqlens,
                                                   cu_seqlens_padded, local offsets, max_seqlen
-                                                  for microbatch k; allocates (plan allocator)
+                                                  for microbatch k; allocates (plan allocator).
+                                                  An idle rank: idle 1, cp 0, first_rank and
+                                                  rank_in_group DCP_NO_GROUP, no samples
        dcp_rank_view_destroy / dcp_rank_view_validate
        dcp_rank_view_positions(view, slot, pos, err)  per local row: sample and global position
                                                   (-1: padding); caller's arrays
+       dcp_rank_view_runs(view, runs, cap, &n, err)  the same as at most 3 runs per sample
+                                                  (NULL runs: the count); no allocation
+       dcp_rank_view_varlen_call(view, s, causal, &call, &rows, err)  ring step s as one call
+                                                  of FlashAttention's flash_attn_varlen_func:
+                                                  the valid q and kv rows to gather, the cu
+                                                  arrays, max_seqlen, causal; caller's arrays
        dcp_rank_view_pack / dcp_rank_view_unpack  per-sample buffers <-> the rank's THD buffer,
                                                   any element size, padding rows zero
        dcp_pad_to_alignment(cu, n, a, &added, err)  grow the last sequence to an aligned total
@@ -282,8 +301,9 @@ typedef enum dcp_status {
 
 /* Filled by failing calls when the caller passes a non-NULL pointer. */
 typedef struct dcp_error {
-    dcp_status status;
-    char message[DCP_ERROR_MESSAGE_CAPACITY];
+    dcp_status status;                        /* the status the call returned */
+    char message[DCP_ERROR_MESSAGE_CAPACITY]; /* NUL-terminated, names the argument and the
+                                                 value at fault; "" after DCP_OK */
 } dcp_error;
 
 DCPDEF const char *dcp_status_string(dcp_status status);
@@ -295,18 +315,19 @@ DCPDEF const char *dcp_status_string(dcp_status status);
 #define DCP_PRINTF_LIKE(format_index, first_argument)
 #endif
 
-/* Fills *error (when not NULL) with status and a printf-formatted message, and returns status;
-   dcp_error_clear sets DCP_OK and an empty message. Every dcp.h function reports this way, and
-   so do the layers built on it (dcp_cuda.cu, dcp_nccl.h). */
+/* Fills *error (when not NULL) with status and a printf-formatted message, and returns status.
+   Every dcp.h function reports this way, and so do the layers built on it (dcp_cuda.cu,
+   dcp_nccl.h). */
 DCPDEF dcp_status dcp_error_set(dcp_error *error, dcp_status status, const char *format, ...)
     DCP_PRINTF_LIKE(3, 4);
+/* Sets *error (when not NULL) to DCP_OK and an empty message, and returns DCP_OK. */
 DCPDEF dcp_status dcp_error_clear(dcp_error *error);
 
 /* Both functions or neither (then DCP_MALLOC / DCP_FREE). alloc returns NULL on failure. */
 typedef struct dcp_allocator {
-    void *(*alloc)(void *user, size_t size);
-    void (*free)(void *user, void *ptr);
-    void *user;
+    void *(*alloc)(void *user, size_t size); /* size >= 1 bytes, aligned for any type */
+    void (*free)(void *user, void *ptr);     /* ptr from alloc, never NULL */
+    void *user;                              /* passed back to both, never read here */
 } dcp_allocator;
 
 /* size bytes (at least 1) from allocator, or DCP_MALLOC when allocator is NULL or has no
@@ -327,7 +348,7 @@ DCPDEF dcp_status dcp_check_rank_buffers(const char *name, const void *const *bu
 
 /* xoshiro256** seeded through splitmix64: integer-only, so every platform draws the same. */
 typedef struct dcp_rng {
-    uint64_t state[4];
+    uint64_t state[4]; /* set by dcp_rng_seed; opaque */
 } dcp_rng;
 
 DCPDEF void dcp_rng_seed(dcp_rng *rng, uint64_t seed);
@@ -535,21 +556,26 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
    groups[microbatch_offsets[k] .. microbatch_offsets[k + 1]), sorted by first_rank. */
 
 typedef struct dcp_group {
-    int32_t first_rank;
-    int32_t cp;
-    int32_t sample_offset;
-    int32_t sample_count;
+    int32_t first_rank;    /* pool rank of member 0; a multiple of cp */
+    int32_t cp;            /* ranks of the group, a power of two <= config.max_cp */
+    int32_t sample_offset; /* its samples are group_samples[sample_offset ..] */
+    int32_t sample_count;  /* ... + sample_count), >= 1, in buffer order */
 } dcp_group;
 
+/* Every array belongs to the plan: dcp_plan_create (or _deserialize) allocates them with
+   config.allocator, dcp_plan_destroy frees them. A plan is read-only for its users, and many
+   threads may read it at once. */
 typedef struct dcp_plan {
     dcp_config config;          /* resolved: no zero defaults left */
-    int32_t num_samples;
-    int64_t *sample_lengths;    /* [num_samples], copied from the input */
+    int32_t num_samples;        /* N, the input's sample count */
+    int64_t *sample_lengths;    /* [N] valid lengths in tokens, copied from the input */
     int32_t num_microbatches;   /* K, a multiple of config.microbatch_multiple */
-    int32_t num_groups;
-    int32_t *microbatch_offsets; /* [K + 1] */
-    dcp_group *groups;          /* [num_groups] */
-    int32_t *group_samples;     /* [num_samples] */
+    int32_t num_groups;         /* groups over all microbatches */
+    int32_t *microbatch_offsets; /* [K + 1] microbatch k's groups are groups[offsets[k] ..
+                                   offsets[k + 1]); offsets[0] = 0, offsets[K] = num_groups */
+    dcp_group *groups;          /* [num_groups] microbatch by microbatch, by first_rank */
+    int32_t *group_samples;     /* [N] sample ids (0-based input positions), group by group:
+                                   each sample exactly once */
 } dcp_plan;
 
 typedef struct dcp_plan_stats {
@@ -562,12 +588,12 @@ typedef struct dcp_plan_stats {
     double barrier_lower_bound_seconds; /* the bound under E = D */
     int32_t sync_ranks;         /* the plan's E */
     double busy_seconds;        /* sum over ranks of time spent computing */
-    int32_t num_microbatches;
-    int32_t num_groups;
+    int32_t num_microbatches;   /* the plan's K */
+    int32_t num_groups;         /* the plan's groups */
     int32_t idle_rank_microbatches; /* (rank, microbatch) pairs with no group */
-    int32_t samples_per_cp_level[DCP_CP_LEVELS]; /* index log2(c) */
-    int64_t valid_tokens;
-    int64_t padded_tokens;
+    int32_t samples_per_cp_level[DCP_CP_LEVELS]; /* samples at CP size 2^i, index i */
+    int64_t valid_tokens;       /* sum of the sample lengths */
+    int64_t padded_tokens;      /* sum of the padded lengths at each sample's CP size */
     int64_t max_rank_tokens;    /* largest padded local token count of a rank in a microbatch */
 } dcp_plan_stats;
 
@@ -804,9 +830,9 @@ typedef struct dcp_varlen_call {
    of this rank's local buffer, its key and value rows kv_row[j] .. + (cu_seqlens_k[j + 1] -
    cu_seqlens_k[j]) of kv_rank's. */
 typedef struct dcp_varlen_rows {
-    int32_t *slot;
-    int32_t *q_row;
-    int32_t *kv_row;
+    int32_t *slot;         /* sample index in view->samples */
+    int32_t *q_row;        /* first query row, in this rank's local buffer */
+    int32_t *kv_row;       /* first key and value row, in kv_rank's local buffer */
     int32_t *cu_seqlens_q; /* cumulative, from 0 */
     int32_t *cu_seqlens_k; /* cumulative, from 0 */
 } dcp_varlen_rows;
@@ -849,21 +875,22 @@ typedef enum dcp_transfer_kind {
 } dcp_transfer_kind;
 
 typedef struct dcp_transfer {
-    dcp_transfer_kind kind;
-    int32_t peer;
+    dcp_transfer_kind kind;     /* send, receive or local copy */
+    int32_t peer;               /* the other pool rank (this rank for a copy) */
     int32_t microbatch;         /* of the destination buffer */
-    int32_t sample;
-    int64_t source_begin;       /* global positions [source_begin, source_end) of the sample */
-    int64_t source_end;
+    int32_t sample;             /* sample id */
+    int64_t source_begin;       /* global positions [source_begin, source_end) of the sample, */
+    int64_t source_end;         /* valid tokens only: source_end <= its length */
     int64_t destination_row;    /* first row in the destination rank's local buffer */
 } dcp_transfer;
 
+/* Owned by the caller of dcp_reroute_create; dcp_reroute_destroy frees it and its array. */
 typedef struct dcp_reroute {
-    int32_t rank;
-    int32_t count;
+    int32_t rank;               /* the pool rank whose list this is */
+    int32_t count;              /* entries of transfers */
     dcp_transfer *transfers;    /* [count], by (microbatch, sample, destination, range) */
-    int64_t send_tokens, recv_tokens, copy_tokens;
-    dcp_allocator allocator;
+    int64_t send_tokens, recv_tokens, copy_tokens; /* tokens of each kind, summed */
+    dcp_allocator allocator;    /* the plan's: destroy frees with it */
 } dcp_reroute;
 
 /* holders[s] in [0, ranks) for every sample. Allocates with the plan's allocator. */
@@ -874,19 +901,25 @@ DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute);
 /* Plan exchange format, version DCP_FORMAT_VERSION: one self-describing buffer of
    little-endian fixed-width integers: magic, version, total size, explicit counts, the arrays,
    and a 64-bit FNV-1a checksum of everything before it. The deserializer checks every byte and
-   every invariant and names what is wrong (DCP_ERROR_CORRUPT_DATA); it never looks for sentinel
-   values. Sizes: *size receives the bytes needed; a NULL buffer only queries it. */
+   every invariant and names what is wrong; it never looks for sentinel values. */
 #define DCP_FORMAT_VERSION 3 /* 2: the config carries sync_ranks; 3: an idle rank view has
                                  cp 0, first_rank and rank_in_group DCP_NO_GROUP */
 
+/* *size receives the bytes the plan takes; a NULL buffer only asks for it, a buffer of fewer
+   bytes (capacity) is DCP_ERROR_INVALID_ARGUMENT. */
 DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
                                      size_t *size, dcp_error *error);
+/* A new plan (allocator NULL: DCP_MALLOC) from size bytes: DCP_ERROR_CORRUPT_DATA naming the
+   first field at fault (checksum, counts, any plan invariant), DCP_ERROR_UNSUPPORTED for
+   another format version. */
 DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
                                        const dcp_allocator *allocator, dcp_plan **plan,
                                        dcp_error *error);
-/* One microbatch's metadata for one rank, for TP ranks and pipeline stages that did not plan. */
+/* One microbatch's metadata for one rank, for TP ranks and pipeline stages that did not plan;
+   sizes as dcp_plan_serialize's. */
 DCPDEF dcp_status dcp_rank_view_serialize(const dcp_rank_view *view, void *buffer,
                                           size_t capacity, size_t *size, dcp_error *error);
+/* A new view: DCP_ERROR_CORRUPT_DATA or DCP_ERROR_UNSUPPORTED as dcp_plan_deserialize. */
 DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
                                             const dcp_allocator *allocator, dcp_rank_view **view,
                                             dcp_error *error);
@@ -895,10 +928,10 @@ DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
    padded tokens, and the sums of L^2 over valid lengths and over padded lengths (at each
    sample's CP size in the plan). DCP_ERROR_OVERFLOW if a sum exceeds int64_t. */
 typedef struct dcp_flops_stats {
-    int64_t valid_tokens;
-    int64_t padded_tokens;
-    int64_t sum_squared_valid;
-    int64_t sum_squared_padded;
+    int64_t valid_tokens;       /* sum of L */
+    int64_t padded_tokens;      /* sum of P, each at its sample's CP size */
+    int64_t sum_squared_valid;  /* sum of L^2 (causal attention FLOPs are proportional) */
+    int64_t sum_squared_padded; /* sum of P^2 */
 } dcp_flops_stats;
 
 DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *stats,
@@ -965,9 +998,9 @@ DCPDEF dcp_status dcp_plan_hash(const dcp_plan *plan, uint64_t *hash, dcp_error 
    DCP_COMM_NO_COLOR (and key 0) for the ranks past the last full block (ranks not a multiple
    of cp). size: the ranks the rank's new communicator will have (cp, or 0 with no color). */
 typedef struct dcp_comm_split {
-    int32_t color;
-    int32_t key;
-    int32_t size;
+    int32_t color; /* rank / cp, or DCP_COMM_NO_COLOR */
+    int32_t key;   /* rank % cp (0 with no color): the rank's index in the new communicator */
+    int32_t size;  /* ranks of the new communicator: cp, or 0 with no color */
 } dcp_comm_split;
 
 DCPDEF dcp_status dcp_comm_split_args(int32_t ranks, int32_t rank, int32_t cp,
@@ -996,9 +1029,9 @@ DCPDEF dcp_status dcp_comm_choose_static(int32_t ranks, int32_t max_cp, int32_t 
 /* The group of `rank` in `microbatch` without building a view (no allocation): group is the
    index into plan->groups or -1 when idle; local_rows the rows of its local buffer. */
 typedef struct dcp_rank_group {
-    int32_t group;
-    dcp_comm_choice choice;
-    int64_t local_rows;
+    int32_t group;          /* index into plan->groups, -1 when idle */
+    dcp_comm_choice choice; /* the communicator, as dcp_comm_choose gives it */
+    int64_t local_rows;     /* rows of the rank's local buffer (the view's local_tokens) */
 } dcp_rank_group;
 
 DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_t microbatch,
@@ -1011,16 +1044,16 @@ DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_
    nest. dcp_comm_override_end restores exactly the state its begin saved, whatever happened in
    between: call it on every exit path (or use dcp_comm_override_run, whose end is guaranteed). */
 typedef struct dcp_comm_state {
-    int32_t ranks, rank, max_cp;
-    dcp_comm_choice current;
+    int32_t ranks, rank, max_cp; /* the pool's size, this rank, the set's largest CP size */
+    dcp_comm_choice current;     /* the communicator in use now */
     int32_t override_cp; /* 0: no override open */
     int32_t depth;       /* overrides open */
 } dcp_comm_state;
 
 /* The caller's record of one open override: zero-initialise it; begin fills it; end closes it. */
 typedef struct dcp_comm_scope {
-    dcp_comm_choice saved;
-    int32_t saved_override_cp;
+    dcp_comm_choice saved;     /* the state's current choice when begin ran */
+    int32_t saved_override_cp; /* and its override_cp */
     int32_t depth; /* 0: not open */
 } dcp_comm_scope;
 
@@ -1050,13 +1083,13 @@ DCPDEF dcp_status dcp_comm_override_run(dcp_comm_state *state, int32_t cp, dcp_c
    bytes. Both sides of a SEND/RECV pair compute the same bytes from the same plan; a transfer of
    0 bytes is skipped by both. DCP_ERROR_OVERFLOW when a byte count exceeds size_t. */
 typedef struct dcp_reroute_op {
-    dcp_transfer_kind kind;
-    int32_t peer;
-    int32_t sample;
-    int32_t microbatch;
-    size_t source_offset;
-    size_t destination_offset;
-    size_t bytes;
+    dcp_transfer_kind kind;    /* as the transfer's */
+    int32_t peer;              /* as the transfer's */
+    int32_t sample;            /* the sample buffer read (SEND, COPY) */
+    int32_t microbatch;        /* the microbatch buffer written (RECV, COPY) */
+    size_t source_offset;      /* bytes into the sample's buffer */
+    size_t destination_offset; /* bytes into the microbatch buffer */
+    size_t bytes;              /* tokens x element_size */
 } dcp_reroute_op;
 
 DCPDEF dcp_status dcp_reroute_op_get(const dcp_reroute *reroute, int32_t index,
@@ -1114,17 +1147,17 @@ typedef enum dcp_ring_pass { DCP_RING_FORWARD = 0, DCP_RING_BACKWARD = 1 } dcp_r
 /* The buffers of one ring pass on one rank; q heads [rows, num_heads, head_dim], k and v
    [rows, num_kv_heads, head_dim] of element_size bytes (the input dtype). */
 typedef struct dcp_ring_shape {
-    int32_t cp;
-    int64_t local_rows;
-    int32_t num_heads;
-    int32_t num_kv_heads;
-    int32_t head_dim;
-    size_t element_size;
+    int32_t cp;           /* ranks of the ring, a power of two */
+    int64_t local_rows;   /* rows of the rank's local buffers */
+    int32_t num_heads;    /* query heads */
+    int32_t num_kv_heads; /* key and value heads, dividing num_heads */
+    int32_t head_dim;     /* elements per head */
+    size_t element_size;  /* bytes per element of q, k, v (2 for bf16 and fp16) */
 } dcp_ring_shape;
 
 /* A region of the scratch buffer: bytes 0 when the pass does not need it. */
 typedef struct dcp_ring_region {
-    size_t offset;
+    size_t offset; /* bytes from the start of the scratch buffer */
     size_t bytes;
 } dcp_ring_region;
 
@@ -1136,12 +1169,12 @@ typedef struct dcp_ring_region {
    cp 1 forward needs nothing; cp 1 backward dq and dkv[0]. total: the sum with alignment. */
 #define DCP_RING_SCRATCH_ALIGN 256
 typedef struct dcp_ring_scratch {
-    dcp_ring_region kv[2];
-    dcp_ring_region dkv[2];
-    dcp_ring_region dkv_step;
-    dcp_ring_region partial_out, partial_lse, acc_out, acc_lse;
-    dcp_ring_region dq;
-    size_t total;
+    dcp_ring_region kv[2];    /* the two KV slots */
+    dcp_ring_region dkv[2];   /* the two dK, dV accumulator slots (backward) */
+    dcp_ring_region dkv_step; /* one step's dK, dV (backward, cp > 1) */
+    dcp_ring_region partial_out, partial_lse, acc_out, acc_lse; /* forward, cp > 1 */
+    dcp_ring_region dq;       /* backward */
+    size_t total;             /* bytes the caller allocates */
 } dcp_ring_scratch;
 
 DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_pass pass,
@@ -1428,10 +1461,10 @@ typedef struct dcp_attention_params {
    every sequence) against keys and values from the buffer of rank kv_rank (its kv_half).
    All zero: a rank's whole buffer against itself, which at cp 1 is plain varlen attention. */
 typedef struct dcp_attention_view {
-    int32_t q_rank;
-    dcp_half q_half;
-    int32_t kv_rank;
-    dcp_half kv_half;
+    int32_t q_rank;   /* rank in [0, cp) whose q buffer is read and whose out is written */
+    dcp_half q_half;  /* its rows of every sequence the step computes */
+    int32_t kv_rank;  /* rank in [0, cp) whose k and v buffers are read */
+    dcp_half kv_half; /* its rows of every sequence that are keys */
 } dcp_attention_view;
 
 /* Checks params and fills their defaults (num_kv_heads, softmax_scale) into *resolved, as
@@ -1612,7 +1645,7 @@ DCP_CUDA_DEF dcp_status dcp_cuda_device_count(int32_t *count, dcp_error *error);
    launch size its grid over real rows without reading device memory back. dcp_rank_view gives
    all three numbers. */
 typedef struct dcp_cuda_layout {
-    dcp_thd_layout thd;
+    dcp_thd_layout thd;        /* the cu arrays in device memory; num_sequences and cp */
     int64_t local_rows;        /* cu_seqlens_padded[num_sequences] / cp */
     int32_t max_seqlen_padded; /* largest cu_seqlens_padded[i + 1] - cu_seqlens_padded[i] */
 } dcp_cuda_layout;
@@ -1646,7 +1679,10 @@ typedef enum dcp_cuda_attention_path {
     DCP_CUDA_ATTENTION_PATH_WGMMA = 2
 } dcp_cuda_attention_path;
 
-/* *available = 1 when path can run on the current device (0 without a device). Host-only. */
+/* *available = 1 when path can run: AUTO and MMA_SYNC always (every device a build serves;
+   without a device a launch fails with DCP_ERROR_CUDA, not this check), WGMMA only on a device
+   of compute capability 9.0 with dcp_cuda.cu built for sm_90a (0 without a device).
+   Host-only. */
 DCP_CUDA_DEF dcp_status dcp_cuda_attention_path_available(dcp_cuda_attention_path path,
                                                           int32_t *available, dcp_error *error);
 
