@@ -63,10 +63,10 @@ static const frontend_case cases[] = {
 typedef struct field_spec {
     const char *name;
     size_t offset;
-    int is_coefficient, is_int64;
+    int is_coefficient; /* a double of the cost model, else an int32_t of the config */
 } field_spec;
 
-#define CONFIG_INT(name) {#name, offsetof(dcp_config, name), 0, 0}
+#define CONFIG_INT(name) {#name, offsetof(dcp_config, name), 0}
 static const field_spec fields[] = {
     CONFIG_INT(sync_ranks),
     CONFIG_INT(min_cp),
@@ -75,10 +75,9 @@ static const field_spec fields[] = {
     CONFIG_INT(pad_multiple_cp1),
     CONFIG_INT(pad_multiple),
     CONFIG_INT(improve_moves),
-    {"attn_coeff", offsetof(dcp_config, cost) + offsetof(dcp_cost_model, attn_coeff), 1, 0},
-    {"linear_coeff", offsetof(dcp_config, cost) + offsetof(dcp_cost_model, linear_coeff), 1, 0},
-    {"ring_step_cost", offsetof(dcp_config, cost) + offsetof(dcp_cost_model, ring_step_cost), 1,
-     0},
+    {"attn_coeff", offsetof(dcp_config, cost) + offsetof(dcp_cost_model, attn_coeff), 1},
+    {"linear_coeff", offsetof(dcp_config, cost) + offsetof(dcp_cost_model, linear_coeff), 1},
+    {"ring_step_cost", offsetof(dcp_config, cost) + offsetof(dcp_cost_model, ring_step_cost), 1},
 };
 #define FIELD_COUNT ((int)(sizeof fields / sizeof fields[0]))
 

@@ -135,7 +135,8 @@ static void group_buffers_free(group_buffers *b)
 static void group_buffers_fill(group_buffers *b, const dcp_rank_view *view, dcp_rng *rng)
 {
     int32_t r, e;
-    int64_t row, *positions = (int64_t *)malloc((size_t)(view->local_tokens + 1) * 8);
+    int64_t row, *positions = (int64_t *)malloc((size_t)(view->local_tokens + 1) *
+                                                 sizeof *positions);
     b->cp = view->cp;
     b->rows = view->local_tokens;
     for (r = 0; r < b->cp; r++) {
