@@ -29,7 +29,7 @@ fi
 passed=0 failed=0
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; }
-mypy="$venv/bin/python -m mypy --ignore-missing-imports --no-incremental"
+mypy="$venv/bin/python -m mypy --ignore-missing-imports --cache-dir $venv/mypy-cache"
 p=python/libdcp
 # shellcheck disable=SC2086
 if $mypy --strict $p/__init__.py $p/_library.py $p/_structs.py $p/planner.py $p/loader.py; then
