@@ -377,3 +377,31 @@ $(NCCL_HOST_2_21): tests/test_nccl_host.c tests/test.h tests/mtp_pack.h dcp.h dc
 $(NCCL_HOST_TESTS) $(NCCL_HOST_2_21) $(BUILD)/test_nccl_gpu.o: tests/quarantine.h
 # make test-multirank also runs the four fault tests as 2 processes on one GPU against real
 # NCCL (tests/multirank.sh, build/test_nccl_gpu with DCP_MULTIRANK_TEST=fault-...).
+
+# ---- the surface a trainer integrates against (issue 30) ------------------------------------
+# tests/test_integration.c (plain and ASan/UBSan): a rank view as FlashAttention's per-step
+# varlen calls against the CPU ring, TransformerEngine's THD split, view runs, the idle form.
+INTEGRATION_TESTS := $(BUILD)/test_integration $(BUILD)/test_integration-san
+TEST_PROGRAMS += $(INTEGRATION_TESTS)
+SEEDED_TESTS += $(BUILD)/test_integration
+all: $(INTEGRATION_TESTS)
+test-seeds: $(BUILD)/test_integration
+$(INTEGRATION_TESTS): tests/tolerance.h
+# tests/test_frontends.sh: one input planned through C (build/frontend-cases), dcp-plan and
+# Python gives one plan, byte for byte.
+SCRIPT_TESTS += tests/test_frontends.sh
+all: $(BUILD)/frontend-cases
+$(BUILD)/frontend-cases: tests/frontend_cases.c dcp.h | $(BUILD)
+	$(CC) $(C_FLAGS) $< -o $@ -lm
+# tests/test_typecheck.sh: mypy over python/libdcp (installed into build/venv-typecheck once;
+# skips where PyPI cannot be reached).
+SCRIPT_TESTS += tests/test_typecheck.sh
+# tests/test_svg.sh: dcp_plan_svg's labels at 64 to 1,024 ranks, rendered to PNG where
+# rsvg-convert or cairosvg is installed.
+SCRIPT_TESTS += tests/test_svg.sh
+# tests/test_documented.c makes every dcp_status a function's comment names happen;
+# tests/test_documented.sh checks that the comments and its cases name the same pairs.
+DOCUMENTED_TESTS := $(BUILD)/test_documented $(BUILD)/test_documented-san
+TEST_PROGRAMS += $(DOCUMENTED_TESTS)
+all: $(DOCUMENTED_TESTS)
+SCRIPT_TESTS += tests/test_documented.sh

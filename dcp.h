@@ -55,6 +55,17 @@
      never asserts, never truncates silently.
    - Memory: functions that allocate say so below; what they return is freed with the matching
      destroy/free function and the same allocator.
+   - Option structs are zero-initialisable and zero means "the documented default", in C as
+     in dcp-plan (each dcp_config field is the option of its name) and Python (the keyword of
+     its name): one input gives one plan, byte for byte, from every front end. The three cost
+     coefficients all zero are the default model; front ends draw lengths with
+     DCP_DEFAULT_SEED when no seed is given.
+   - Structs: every public struct documents its fields where it is declared below: meaning,
+     unit (tokens, seconds, bytes, rows), array lengths ("[n + 1]") and who owns the memory.
+     The ones a trainer reads most: dcp_config (what to plan), dcp_plan and dcp_group (the
+     plan: K microbatches of aligned groups), dcp_plan_stats (its step times under E, E = 1
+     and E = D), dcp_rank_view (one rank's microbatch, the arguments of the attention call;
+     docs/integration.md), dcp_transfer and dcp_reroute (who sends what).
 
    REFERENCE (grouped by layer, in the order data flows)
    Basics
@@ -107,10 +118,18 @@
        dcp_thd_layout_validate(layout, &rows, err) checks cu_seqlens(_padded), cp; local rows
        dcp_rank_view_create(plan, r, k, &view, err)  rank r's group, samples and cu_seqlens,
                                                   cu_seqlens_padded, local offsets, max_seqlen
-                                                  for microbatch k; allocates (plan allocator)
+                                                  for microbatch k; allocates (plan allocator).
+                                                  An idle rank: idle 1, cp 0, first_rank and
+                                                  rank_in_group DCP_NO_GROUP, no samples
        dcp_rank_view_destroy / dcp_rank_view_validate
        dcp_rank_view_positions(view, slot, pos, err)  per local row: sample and global position
                                                   (-1: padding); caller's arrays
+       dcp_rank_view_runs(view, runs, cap, &n, err)  the same as at most 3 runs per sample
+                                                  (NULL runs: the count); no allocation
+       dcp_rank_view_varlen_call(view, s, causal, &call, &rows, err)  ring step s as one call
+                                                  of FlashAttention's flash_attn_varlen_func:
+                                                  the valid q and kv rows to gather, the cu
+                                                  arrays, max_seqlen, causal; caller's arrays
        dcp_rank_view_pack / dcp_rank_view_unpack  per-sample buffers <-> the rank's THD buffer,
                                                   any element size, padding rows zero
        dcp_pad_to_alignment(cu, n, a, &added, err)  grow the last sequence to an aligned total
@@ -282,8 +301,9 @@ typedef enum dcp_status {
 
 /* Filled by failing calls when the caller passes a non-NULL pointer. */
 typedef struct dcp_error {
-    dcp_status status;
-    char message[DCP_ERROR_MESSAGE_CAPACITY];
+    dcp_status status;                        /* the status the call returned */
+    char message[DCP_ERROR_MESSAGE_CAPACITY]; /* NUL-terminated, names the argument and the
+                                                 value at fault; "" after DCP_OK */
 } dcp_error;
 
 DCPDEF const char *dcp_status_string(dcp_status status);
@@ -295,18 +315,19 @@ DCPDEF const char *dcp_status_string(dcp_status status);
 #define DCP_PRINTF_LIKE(format_index, first_argument)
 #endif
 
-/* Fills *error (when not NULL) with status and a printf-formatted message, and returns status;
-   dcp_error_clear sets DCP_OK and an empty message. Every dcp.h function reports this way, and
-   so do the layers built on it (dcp_cuda.cu, dcp_nccl.h). */
+/* Fills *error (when not NULL) with status and a printf-formatted message, and returns status.
+   Every dcp.h function reports this way, and so do the layers built on it (dcp_cuda.cu,
+   dcp_nccl.h). */
 DCPDEF dcp_status dcp_error_set(dcp_error *error, dcp_status status, const char *format, ...)
     DCP_PRINTF_LIKE(3, 4);
+/* Sets *error (when not NULL) to DCP_OK and an empty message, and returns DCP_OK. */
 DCPDEF dcp_status dcp_error_clear(dcp_error *error);
 
 /* Both functions or neither (then DCP_MALLOC / DCP_FREE). alloc returns NULL on failure. */
 typedef struct dcp_allocator {
-    void *(*alloc)(void *user, size_t size);
-    void (*free)(void *user, void *ptr);
-    void *user;
+    void *(*alloc)(void *user, size_t size); /* size >= 1 bytes, aligned for any type */
+    void (*free)(void *user, void *ptr);     /* ptr from alloc, never NULL */
+    void *user;                              /* passed back to both, never read here */
 } dcp_allocator;
 
 /* size bytes (at least 1) from allocator, or DCP_MALLOC when allocator is NULL or has no
@@ -327,7 +348,7 @@ DCPDEF dcp_status dcp_check_rank_buffers(const char *name, const void *const *bu
 
 /* xoshiro256** seeded through splitmix64: integer-only, so every platform draws the same. */
 typedef struct dcp_rng {
-    uint64_t state[4];
+    uint64_t state[4]; /* set by dcp_rng_seed; opaque */
 } dcp_rng;
 
 DCPDEF void dcp_rng_seed(dcp_rng *rng, uint64_t seed);
@@ -539,21 +560,26 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
    groups[microbatch_offsets[k] .. microbatch_offsets[k + 1]), sorted by first_rank. */
 
 typedef struct dcp_group {
-    int32_t first_rank;
-    int32_t cp;
-    int32_t sample_offset;
-    int32_t sample_count;
+    int32_t first_rank;    /* pool rank of member 0; a multiple of cp */
+    int32_t cp;            /* ranks of the group, a power of two <= config.max_cp */
+    int32_t sample_offset; /* its samples are group_samples[sample_offset ..] */
+    int32_t sample_count;  /* ... + sample_count), >= 1, in buffer order */
 } dcp_group;
 
+/* Every array belongs to the plan: dcp_plan_create (or _deserialize) allocates them with
+   config.allocator, dcp_plan_destroy frees them. A plan is read-only for its users, and many
+   threads may read it at once. */
 typedef struct dcp_plan {
     dcp_config config;          /* resolved: no zero defaults left */
-    int32_t num_samples;
-    int64_t *sample_lengths;    /* [num_samples], copied from the input */
+    int32_t num_samples;        /* N, the input's sample count */
+    int64_t *sample_lengths;    /* [N] valid lengths in tokens, copied from the input */
     int32_t num_microbatches;   /* K, a multiple of config.microbatch_multiple */
-    int32_t num_groups;
-    int32_t *microbatch_offsets; /* [K + 1] */
-    dcp_group *groups;          /* [num_groups] */
-    int32_t *group_samples;     /* [num_samples] */
+    int32_t num_groups;         /* groups over all microbatches */
+    int32_t *microbatch_offsets; /* [K + 1] microbatch k's groups are groups[offsets[k] ..
+                                   offsets[k + 1]); offsets[0] = 0, offsets[K] = num_groups */
+    dcp_group *groups;          /* [num_groups] microbatch by microbatch, by first_rank */
+    int32_t *group_samples;     /* [N] sample ids (0-based input positions), group by group:
+                                   each sample exactly once */
 } dcp_plan;
 
 typedef struct dcp_plan_stats {
@@ -566,12 +592,12 @@ typedef struct dcp_plan_stats {
     double barrier_lower_bound_seconds; /* the bound under E = D */
     int32_t sync_ranks;         /* the plan's E */
     double busy_seconds;        /* sum over ranks of time spent computing */
-    int32_t num_microbatches;
-    int32_t num_groups;
+    int32_t num_microbatches;   /* the plan's K */
+    int32_t num_groups;         /* the plan's groups */
     int32_t idle_rank_microbatches; /* (rank, microbatch) pairs with no group */
-    int32_t samples_per_cp_level[DCP_CP_LEVELS]; /* index log2(c) */
-    int64_t valid_tokens;
-    int64_t padded_tokens;
+    int32_t samples_per_cp_level[DCP_CP_LEVELS]; /* samples at CP size 2^i, index i */
+    int64_t valid_tokens;       /* sum of the sample lengths */
+    int64_t padded_tokens;      /* sum of the padded lengths at each sample's CP size */
     int64_t max_rank_tokens;    /* largest padded local token count of a rank in a microbatch */
 } dcp_plan_stats;
 
@@ -624,11 +650,16 @@ DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *
 /* Megatron's convention: mu = ln(mean) - sigma^2 / 2, L = exp(mu + sigma Z) rounded to the
    nearest integer and clipped to [min_length, max_length]. */
 typedef struct dcp_lognormal {
-    double mean;
-    double sigma;
-    int64_t min_length;
-    int64_t max_length;
+    double mean;        /* tokens, in (0, 1e18]: the mean before clipping */
+    double sigma;       /* standard deviation of ln(L), in [0, 16] */
+    int64_t min_length; /* clipping range, 1 <= min_length <= max_length <= */
+    int64_t max_length; /* DCP_MAX_SAMPLE_LENGTH */
 } dcp_lognormal;
+
+/* The seed the front ends draw with when the caller gives none (dcp-plan --lognormal without
+   --seed, libdcp.lognormal_lengths without seed=), so that the same batch is one batch
+   everywhere. */
+#define DCP_DEFAULT_SEED 1
 
 DCPDEF dcp_status dcp_lengths_lognormal(const dcp_lognormal *distribution, uint64_t seed,
                                         int64_t *lengths, int32_t count, dcp_error *error);
@@ -696,42 +727,126 @@ typedef enum dcp_half { DCP_HALF_ALL = 0, DCP_HALF_FIRST = 1, DCP_HALF_SECOND = 
 DCPDEF dcp_status dcp_thd_layout_validate(const dcp_thd_layout *layout, int64_t *local_rows,
                                           dcp_error *error);
 
-/* What one rank receives for one microbatch: its group, its samples in order and the THD
-   metadata a training step needs. cu_seqlens and cu_seqlens_padded describe the whole (global)
-   sequences of the group; the rank's local buffer holds padded / cp rows of each sample, at
-   local_offsets[i] = cu_seqlens_padded[i] / cp. An idle rank has no samples and cp 1. Arrays
-   belong to the view (dcp_rank_view_create allocates them; dcp_rank_view_destroy frees). */
+/* What one rank receives for one microbatch: its group, its samples in buffer order and the
+   THD metadata a training step passes to attention (docs/integration.md turns it into the
+   arguments of FlashAttention, TransformerEngine and dcp_cuda_attention_*). cu_seqlens and
+   cu_seqlens_padded describe the whole (global) sequences of the group, as TransformerEngine's
+   THD attention with CP takes them; the rank's local buffer holds padded / cp rows of each
+   sample, at local_offsets[i] = cu_seqlens_padded[i] / cp.
+   An idle rank (no group in this microbatch) cannot be mistaken for a group: idle 1, cp 0,
+   first_rank and rank_in_group DCP_NO_GROUP, num_samples 0, pad_multiple, max_seqlen and
+   local_tokens 0, and each cu array the one entry {0}. Every array belongs to the view:
+   dcp_rank_view_create (or _deserialize) allocates them with the plan's allocator and
+   dcp_rank_view_destroy frees them; a view is read-only for its users and may be read by many
+   threads. */
+#define DCP_NO_GROUP (-1)
+
 typedef struct dcp_rank_view {
-    int32_t rank;
-    int32_t microbatch;
-    int32_t first_rank;         /* of the group */
-    int32_t cp;                 /* group size */
-    int32_t rank_in_group;      /* rank - first_rank */
-    int32_t idle;               /* 1 when the rank has no group in this microbatch */
-    int32_t num_samples;
-    int32_t *samples;           /* [num_samples] sample ids, in buffer order */
-    int64_t *sample_lengths;    /* [num_samples] valid lengths */
-    int64_t pad_multiple;       /* every padded length is a multiple of it */
-    int32_t *cu_seqlens;        /* [num_samples + 1] valid, cumulative, global */
-    int32_t *cu_seqlens_padded; /* [num_samples + 1] storage, cumulative, global */
-    int32_t *local_offsets;     /* [num_samples + 1] cu_seqlens_padded / cp */
-    int32_t max_seqlen;         /* largest padded length */
+    int32_t rank;               /* pool rank in [0, ranks) whose view this is */
+    int32_t microbatch;         /* in [0, num_microbatches) */
+    int32_t first_rank;         /* pool rank of the group's member 0 (first_rank % cp == 0);
+                                   DCP_NO_GROUP when idle */
+    int32_t cp;                 /* group size, a power of two; 0 when idle */
+    int32_t rank_in_group;      /* rank - first_rank: this rank's index in the group and in its
+                                   CP communicator, the cp_rank of TransformerEngine's RoPE;
+                                   DCP_NO_GROUP when idle */
+    int32_t idle;               /* 1 when the rank has no group in this microbatch, else 0 */
+    int32_t num_samples;        /* samples of the group (>= 1), 0 when idle */
+    int32_t *samples;           /* [num_samples] sample ids (positions in the planned lengths),
+                                   in buffer order */
+    int64_t *sample_lengths;    /* [num_samples] valid lengths in tokens */
+    int64_t pad_multiple;       /* every padded length is a multiple of it: lcm(2 cp,
+                                   pad_multiple) for cp > 1, lcm(pad_multiple_cp1,
+                                   pad_multiple) for cp 1; 0 when idle */
+    int32_t *cu_seqlens;        /* [num_samples + 1] valid tokens, cumulative from 0, whole
+                                   sequences (cu_seqlens_q/kv of FlashAttention and TE) */
+    int32_t *cu_seqlens_padded; /* [num_samples + 1] stored (padded) tokens, cumulative from 0,
+                                   whole sequences (TE's cu_seqlens_q/kv_padded) */
+    int32_t *local_offsets;     /* [num_samples + 1] cu_seqlens_padded / cp: where each sample's
+                                   rows start in this rank's local buffer */
+    int32_t max_seqlen;         /* largest padded length of a whole sample in tokens (TE's
+                                   max_seqlen_q/kv; 0 when idle) */
     int64_t local_tokens;       /* rows of the local buffer: local_offsets[num_samples] */
-    dcp_allocator allocator;
+    dcp_allocator allocator;    /* the one that allocated the arrays; destroy uses it */
 } dcp_rank_view;
 
-/* The view of `rank` in `microbatch`. cu arrays are int32 as FlashAttention and
-   TransformerEngine take them: a group whose padded tokens exceed INT32_MAX is
-   DCP_ERROR_OVERFLOW, never truncated. Allocates with the plan's allocator. */
+/* The view of `rank` in `microbatch` (idle ranks included: DCP_OK with the idle form above).
+   cu arrays are int32 as FlashAttention and TransformerEngine take them: a group whose padded
+   tokens exceed INT32_MAX is DCP_ERROR_OVERFLOW, never truncated. DCP_ERROR_INVALID_ARGUMENT
+   for a rank or microbatch out of range or a NULL view; DCP_ERROR_INVALID_PLAN for a plan
+   that breaks an invariant. Allocates with the plan's allocator. */
 DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32_t microbatch,
                                        dcp_rank_view **view, dcp_error *error);
-DCPDEF void dcp_rank_view_destroy(dcp_rank_view *view);
+DCPDEF void dcp_rank_view_destroy(dcp_rank_view *view); /* NULL is a no-op */
+/* Every rule of the struct above, the idle form included: DCP_ERROR_INVALID_ARGUMENT naming
+   the first field at fault. */
 DCPDEF dcp_status dcp_rank_view_validate(const dcp_rank_view *view, dcp_error *error);
 /* For every local row: the index of its sample in the view (slot_sample, may be NULL) and its
    global position in that sample, -1 for a padding row (positions, may be NULL). Arrays of
    view->local_tokens entries; the position ids of a training step are the non-negative ones. */
 DCPDEF dcp_status dcp_rank_view_positions(const dcp_rank_view *view, int32_t *slot_sample,
                                           int64_t *positions, dcp_error *error);
+
+/* Local rows of one sample that hold consecutive global positions, or only padding: the
+   rank's buffer in O(samples) instead of O(rows). */
+typedef struct dcp_row_run {
+    int32_t slot;      /* the sample's index in view->samples */
+    int64_t first_row; /* first local row of the run */
+    int64_t rows;      /* rows in the run, >= 1 */
+    int64_t position;  /* global position of first_row in its sample, then one more per row;
+                          -1: every row of the run is padding */
+} dcp_row_run;
+
+/* The local buffer as runs, in row order: at most DCP_ROW_RUNS_PER_SAMPLE per sample
+   (a sample's valid rows form a prefix of its rows: at cp > 1 the rank's two chunks, then
+   its padding; adjacent chunks of the middle rank are one run). runs NULL: *count receives
+   the number only; else capacity entries are available and fewer are DCP_ERROR_INVALID_ARGUMENT
+   (nothing written past capacity). No allocation. */
+#define DCP_ROW_RUNS_PER_SAMPLE 3
+DCPDEF dcp_status dcp_rank_view_runs(const dcp_rank_view *view, dcp_row_run *runs,
+                                     int32_t capacity, int32_t *count, dcp_error *error);
+
+/* One ring step of a rank as a call of a varlen attention kernel without context parallelism,
+   FlashAttention's flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+   max_seqlen_k, causal=...) with return_attn_probs for the LSE. Step s of a group of cp ranks
+   reads the K and V that started on group rank kv_rank = (rank_in_group - s) mod cp (its local
+   buffer, passed around the ring); the halves and the mask are dcp_ring_step_plan's. The call
+   takes only valid rows: query rows gathered from this rank's buffer and key rows from
+   kv_rank's, sequence by sequence, so that no padding row is ever a key and a causal call has
+   equally long query and key runs (FlashAttention aligns its causal mask to the bottom right).
+   A sequence without a valid query or key row in the step is left out of the call. The calls
+   of steps 0 .. cp-1, merged through their LSEs (log-sum-exp, rows a call leaves out
+   contributing nothing), give the rank's attention output on its valid rows; padding rows get
+   none. cp 1 is one call of the whole buffer's valid rows. */
+typedef struct dcp_varlen_call {
+    int32_t kv_rank;       /* group rank whose local K, V the step reads */
+    int32_t causal;        /* FlashAttention's causal argument of this call */
+    int32_t num_sequences; /* sequences of the call (batch size), <= view->num_samples */
+    int32_t max_seqlen_q;  /* longest query run of the call (max_seqlen_q) */
+    int32_t max_seqlen_k;  /* longest key run of the call (max_seqlen_k) */
+    int64_t total_q;       /* query rows gathered: cu_seqlens_q[num_sequences] */
+    int64_t total_k;       /* key rows gathered: cu_seqlens_k[num_sequences] */
+} dcp_varlen_call;
+
+/* The caller's arrays a call is described in; each has view->num_samples entries (the cu
+   arrays one more), of which the call fills num_sequences (+ 1). Sequence j of the call is
+   sample slot[j]: its query rows are q_row[j] .. + (cu_seqlens_q[j + 1] - cu_seqlens_q[j])
+   of this rank's local buffer, its key and value rows kv_row[j] .. + (cu_seqlens_k[j + 1] -
+   cu_seqlens_k[j]) of kv_rank's. */
+typedef struct dcp_varlen_rows {
+    int32_t *slot;         /* sample index in view->samples */
+    int32_t *q_row;        /* first query row, in this rank's local buffer */
+    int32_t *kv_row;       /* first key and value row, in kv_rank's local buffer */
+    int32_t *cu_seqlens_q; /* cumulative, from 0 */
+    int32_t *cu_seqlens_k; /* cumulative, from 0 */
+} dcp_varlen_rows;
+
+/* Ring step `step` (0 <= step < cp) of the view's rank, for a causal (1) or full (0) attention.
+   DCP_ERROR_INVALID_ARGUMENT for an idle view (no attention to run), a step out of range, a
+   causal flag other than 0 or 1, or a NULL pointer. No allocation. */
+DCPDEF dcp_status dcp_rank_view_varlen_call(const dcp_rank_view *view, int32_t step,
+                                            int32_t causal, dcp_varlen_call *call,
+                                            const dcp_varlen_rows *rows, dcp_error *error);
 /* Gathers the rank's rows from whole per-sample buffers into its THD buffer: sample_data[id]
    holds sample id's valid tokens, element_size bytes each (tokens, labels, loss masks or any
    per-token record). Padding rows are zero bytes (token 0, label 0, loss mask 0). local has
@@ -764,21 +879,22 @@ typedef enum dcp_transfer_kind {
 } dcp_transfer_kind;
 
 typedef struct dcp_transfer {
-    dcp_transfer_kind kind;
-    int32_t peer;
+    dcp_transfer_kind kind;     /* send, receive or local copy */
+    int32_t peer;               /* the other pool rank (this rank for a copy) */
     int32_t microbatch;         /* of the destination buffer */
-    int32_t sample;
-    int64_t source_begin;       /* global positions [source_begin, source_end) of the sample */
-    int64_t source_end;
+    int32_t sample;             /* sample id */
+    int64_t source_begin;       /* global positions [source_begin, source_end) of the sample, */
+    int64_t source_end;         /* valid tokens only: source_end <= its length */
     int64_t destination_row;    /* first row in the destination rank's local buffer */
 } dcp_transfer;
 
+/* Owned by the caller of dcp_reroute_create; dcp_reroute_destroy frees it and its array. */
 typedef struct dcp_reroute {
-    int32_t rank;
-    int32_t count;
+    int32_t rank;               /* the pool rank whose list this is */
+    int32_t count;              /* entries of transfers */
     dcp_transfer *transfers;    /* [count], by (microbatch, sample, destination, range) */
-    int64_t send_tokens, recv_tokens, copy_tokens;
-    dcp_allocator allocator;
+    int64_t send_tokens, recv_tokens, copy_tokens; /* tokens of each kind, summed */
+    dcp_allocator allocator;    /* the plan's: destroy frees with it */
 } dcp_reroute;
 
 /* holders[s] in [0, ranks) for every sample. Allocates with the plan's allocator. */
@@ -789,18 +905,25 @@ DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute);
 /* Plan exchange format, version DCP_FORMAT_VERSION: one self-describing buffer of
    little-endian fixed-width integers: magic, version, total size, explicit counts, the arrays,
    and a 64-bit FNV-1a checksum of everything before it. The deserializer checks every byte and
-   every invariant and names what is wrong (DCP_ERROR_CORRUPT_DATA); it never looks for sentinel
-   values. Sizes: *size receives the bytes needed; a NULL buffer only queries it. */
-#define DCP_FORMAT_VERSION 2 /* 2: the config carries sync_ranks */
+   every invariant and names what is wrong; it never looks for sentinel values. */
+#define DCP_FORMAT_VERSION 3 /* 2: the config carries sync_ranks; 3: an idle rank view has
+                                 cp 0, first_rank and rank_in_group DCP_NO_GROUP */
 
+/* *size receives the bytes the plan takes; a NULL buffer only asks for it, a buffer of fewer
+   bytes (capacity) is DCP_ERROR_INVALID_ARGUMENT. */
 DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
                                      size_t *size, dcp_error *error);
+/* A new plan (allocator NULL: DCP_MALLOC) from size bytes: DCP_ERROR_CORRUPT_DATA naming the
+   first field at fault (checksum, counts, any plan invariant), DCP_ERROR_UNSUPPORTED for
+   another format version. */
 DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
                                        const dcp_allocator *allocator, dcp_plan **plan,
                                        dcp_error *error);
-/* One microbatch's metadata for one rank, for TP ranks and pipeline stages that did not plan. */
+/* One microbatch's metadata for one rank, for TP ranks and pipeline stages that did not plan;
+   sizes as dcp_plan_serialize's. */
 DCPDEF dcp_status dcp_rank_view_serialize(const dcp_rank_view *view, void *buffer,
                                           size_t capacity, size_t *size, dcp_error *error);
+/* A new view: DCP_ERROR_CORRUPT_DATA or DCP_ERROR_UNSUPPORTED as dcp_plan_deserialize. */
 DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
                                             const dcp_allocator *allocator, dcp_rank_view **view,
                                             dcp_error *error);
@@ -809,10 +932,10 @@ DCPDEF dcp_status dcp_rank_view_deserialize(const void *buffer, size_t size,
    padded tokens, and the sums of L^2 over valid lengths and over padded lengths (at each
    sample's CP size in the plan). DCP_ERROR_OVERFLOW if a sum exceeds int64_t. */
 typedef struct dcp_flops_stats {
-    int64_t valid_tokens;
-    int64_t padded_tokens;
-    int64_t sum_squared_valid;
-    int64_t sum_squared_padded;
+    int64_t valid_tokens;       /* sum of L */
+    int64_t padded_tokens;      /* sum of P, each at its sample's CP size */
+    int64_t sum_squared_valid;  /* sum of L^2 (causal attention FLOPs are proportional) */
+    int64_t sum_squared_padded; /* sum of P^2 */
 } dcp_flops_stats;
 
 DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *stats,
@@ -879,9 +1002,9 @@ DCPDEF dcp_status dcp_plan_hash(const dcp_plan *plan, uint64_t *hash, dcp_error 
    DCP_COMM_NO_COLOR (and key 0) for the ranks past the last full block (ranks not a multiple
    of cp). size: the ranks the rank's new communicator will have (cp, or 0 with no color). */
 typedef struct dcp_comm_split {
-    int32_t color;
-    int32_t key;
-    int32_t size;
+    int32_t color; /* rank / cp, or DCP_COMM_NO_COLOR */
+    int32_t key;   /* rank % cp (0 with no color): the rank's index in the new communicator */
+    int32_t size;  /* ranks of the new communicator: cp, or 0 with no color */
 } dcp_comm_split;
 
 DCPDEF dcp_status dcp_comm_split_args(int32_t ranks, int32_t rank, int32_t cp,
@@ -896,8 +1019,10 @@ typedef struct dcp_comm_choice {
     int32_t idle;         /* 1: no group (no samples) */
 } dcp_comm_choice;
 
-/* For a group (first_rank, cp) of a plan or a rank view (idle: cp 1, first_rank = rank):
-   checks that the group is aligned, inside the pool, contains rank and fits max_cp. */
+/* For a group (first_rank, cp) of a plan or a rank view: checks that the group is aligned,
+   inside the pool, contains rank and fits max_cp. An idle rank passes idle 1 with either cp 1
+   and first_rank = rank (a choice's own form) or a rank view's idle form (cp 0, first_rank
+   DCP_NO_GROUP); its choice is the no-op path: slot -1, cp 1, first_rank = rank. */
 DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
                                   int32_t first_rank, int32_t cp, int32_t idle,
                                   dcp_comm_choice *choice, dcp_error *error);
@@ -908,9 +1033,9 @@ DCPDEF dcp_status dcp_comm_choose_static(int32_t ranks, int32_t max_cp, int32_t 
 /* The group of `rank` in `microbatch` without building a view (no allocation): group is the
    index into plan->groups or -1 when idle; local_rows the rows of its local buffer. */
 typedef struct dcp_rank_group {
-    int32_t group;
-    dcp_comm_choice choice;
-    int64_t local_rows;
+    int32_t group;          /* index into plan->groups, -1 when idle */
+    dcp_comm_choice choice; /* the communicator, as dcp_comm_choose gives it */
+    int64_t local_rows;     /* rows of the rank's local buffer (the view's local_tokens) */
 } dcp_rank_group;
 
 DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_t microbatch,
@@ -923,16 +1048,16 @@ DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_
    nest. dcp_comm_override_end restores exactly the state its begin saved, whatever happened in
    between: call it on every exit path (or use dcp_comm_override_run, whose end is guaranteed). */
 typedef struct dcp_comm_state {
-    int32_t ranks, rank, max_cp;
-    dcp_comm_choice current;
+    int32_t ranks, rank, max_cp; /* the pool's size, this rank, the set's largest CP size */
+    dcp_comm_choice current;     /* the communicator in use now */
     int32_t override_cp; /* 0: no override open */
     int32_t depth;       /* overrides open */
 } dcp_comm_state;
 
 /* The caller's record of one open override: zero-initialise it; begin fills it; end closes it. */
 typedef struct dcp_comm_scope {
-    dcp_comm_choice saved;
-    int32_t saved_override_cp;
+    dcp_comm_choice saved;     /* the state's current choice when begin ran */
+    int32_t saved_override_cp; /* and its override_cp */
     int32_t depth; /* 0: not open */
 } dcp_comm_scope;
 
@@ -962,13 +1087,13 @@ DCPDEF dcp_status dcp_comm_override_run(dcp_comm_state *state, int32_t cp, dcp_c
    bytes. Both sides of a SEND/RECV pair compute the same bytes from the same plan; a transfer of
    0 bytes is skipped by both. DCP_ERROR_OVERFLOW when a byte count exceeds size_t. */
 typedef struct dcp_reroute_op {
-    dcp_transfer_kind kind;
-    int32_t peer;
-    int32_t sample;
-    int32_t microbatch;
-    size_t source_offset;
-    size_t destination_offset;
-    size_t bytes;
+    dcp_transfer_kind kind;    /* as the transfer's */
+    int32_t peer;              /* as the transfer's */
+    int32_t sample;            /* the sample buffer read (SEND, COPY) */
+    int32_t microbatch;        /* the microbatch buffer written (RECV, COPY) */
+    size_t source_offset;      /* bytes into the sample's buffer */
+    size_t destination_offset; /* bytes into the microbatch buffer */
+    size_t bytes;              /* tokens x element_size */
 } dcp_reroute_op;
 
 DCPDEF dcp_status dcp_reroute_op_get(const dcp_reroute *reroute, int32_t index,
@@ -1026,17 +1151,17 @@ typedef enum dcp_ring_pass { DCP_RING_FORWARD = 0, DCP_RING_BACKWARD = 1 } dcp_r
 /* The buffers of one ring pass on one rank; q heads [rows, num_heads, head_dim], k and v
    [rows, num_kv_heads, head_dim] of element_size bytes (the input dtype). */
 typedef struct dcp_ring_shape {
-    int32_t cp;
-    int64_t local_rows;
-    int32_t num_heads;
-    int32_t num_kv_heads;
-    int32_t head_dim;
-    size_t element_size;
+    int32_t cp;           /* ranks of the ring, a power of two */
+    int64_t local_rows;   /* rows of the rank's local buffers */
+    int32_t num_heads;    /* query heads */
+    int32_t num_kv_heads; /* key and value heads, dividing num_heads */
+    int32_t head_dim;     /* elements per head */
+    size_t element_size;  /* bytes per element of q, k, v (2 for bf16 and fp16) */
 } dcp_ring_shape;
 
 /* A region of the scratch buffer: bytes 0 when the pass does not need it. */
 typedef struct dcp_ring_region {
-    size_t offset;
+    size_t offset; /* bytes from the start of the scratch buffer */
     size_t bytes;
 } dcp_ring_region;
 
@@ -1048,12 +1173,12 @@ typedef struct dcp_ring_region {
    cp 1 forward needs nothing; cp 1 backward dq and dkv[0]. total: the sum with alignment. */
 #define DCP_RING_SCRATCH_ALIGN 256
 typedef struct dcp_ring_scratch {
-    dcp_ring_region kv[2];
-    dcp_ring_region dkv[2];
-    dcp_ring_region dkv_step;
-    dcp_ring_region partial_out, partial_lse, acc_out, acc_lse;
-    dcp_ring_region dq;
-    size_t total;
+    dcp_ring_region kv[2];    /* the two KV slots */
+    dcp_ring_region dkv[2];   /* the two dK, dV accumulator slots (backward) */
+    dcp_ring_region dkv_step; /* one step's dK, dV (backward, cp > 1) */
+    dcp_ring_region partial_out, partial_lse, acc_out, acc_lse; /* forward, cp > 1 */
+    dcp_ring_region dq;       /* backward */
+    size_t total;             /* bytes the caller allocates */
 } dcp_ring_scratch;
 
 DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_pass pass,
@@ -1340,10 +1465,10 @@ typedef struct dcp_attention_params {
    every sequence) against keys and values from the buffer of rank kv_rank (its kv_half).
    All zero: a rank's whole buffer against itself, which at cp 1 is plain varlen attention. */
 typedef struct dcp_attention_view {
-    int32_t q_rank;
-    dcp_half q_half;
-    int32_t kv_rank;
-    dcp_half kv_half;
+    int32_t q_rank;   /* rank in [0, cp) whose q buffer is read and whose out is written */
+    dcp_half q_half;  /* its rows of every sequence the step computes */
+    int32_t kv_rank;  /* rank in [0, cp) whose k and v buffers are read */
+    dcp_half kv_half; /* its rows of every sequence that are keys */
 } dcp_attention_view;
 
 /* Checks params and fills their defaults (num_kv_heads, softmax_scale) into *resolved, as
@@ -1524,7 +1649,7 @@ DCP_CUDA_DEF dcp_status dcp_cuda_device_count(int32_t *count, dcp_error *error);
    launch size its grid over real rows without reading device memory back. dcp_rank_view gives
    all three numbers. */
 typedef struct dcp_cuda_layout {
-    dcp_thd_layout thd;
+    dcp_thd_layout thd;        /* the cu arrays in device memory; num_sequences and cp */
     int64_t local_rows;        /* cu_seqlens_padded[num_sequences] / cp */
     int32_t max_seqlen_padded; /* largest cu_seqlens_padded[i + 1] - cu_seqlens_padded[i] */
 } dcp_cuda_layout;
@@ -1558,7 +1683,10 @@ typedef enum dcp_cuda_attention_path {
     DCP_CUDA_ATTENTION_PATH_WGMMA = 2
 } dcp_cuda_attention_path;
 
-/* *available = 1 when path can run on the current device (0 without a device). Host-only. */
+/* *available = 1 when path can run: AUTO and MMA_SYNC always (every device a build serves;
+   without a device a launch fails with DCP_ERROR_CUDA, not this check), WGMMA only on a device
+   of compute capability 9.0 with dcp_cuda.cu built for sm_90a (0 without a device).
+   Host-only. */
 DCP_CUDA_DEF dcp_status dcp_cuda_attention_path_available(dcp_cuda_attention_path path,
                                                           int32_t *available, dcp_error *error);
 
@@ -8130,10 +8258,24 @@ DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *
 #define DCP__SVG_PANEL_TITLE_HEIGHT 34.0
 #define DCP__SVG_AXIS_HEIGHT 46.0
 #define DCP__SVG_TARGET_TICKS 10.0
-#define DCP__SVG_MIN_LABEL_WIDTH 14.0   /* a box narrower than this gets no microbatch number */
-#define DCP__SVG_MIN_LABEL_HEIGHT 9.0
 #define DCP__SVG_LABEL_FONT_MAX 11.0    /* microbatch numbers in boxes; smaller in thin boxes */
+#define DCP__SVG_LABEL_FONT_MIN 6.0     /* below it a box's number is left out, never clipped */
+#define DCP__SVG_DIGIT_WIDTH 0.64       /* a digit's advance in em, at least that of the
+                                           sans-serif fonts renderers pick: DejaVu Sans 0.636,
+                                           Liberation Sans and Helvetica 0.556 */
+#define DCP__SVG_LABEL_MARGIN 2.0       /* px kept clear between a label and its box's edge */
 #define DCP__SVG_MIN_RANK_LABEL_SPACING 12.0
+#define DCP__SVG_RANK_FONT 10.0
+#define DCP__SVG_END_FONT 9.0           /* microbatch numbers above the panel */
+#define DCP__SVG_END_ROW_HEIGHT 10.0    /* one band of them; a number overlapping the one
+                                           before it in a band goes to the next band */
+#define DCP__SVG_END_BANDS_MAX 64      /* bands of microbatch numbers: 64 bands of numbers
+                                           of at most 7 digits hold 64 x 1000 px / 39 px > 1,600
+                                           numbers per panel width; beyond, the last band
+                                           takes the rest (crowded, still labelled) */
+#define DCP__SVG_BOX_STROKE 0.5
+#define DCP__SVG_MIN_STROKED_ROW 3.0    /* thinner rows get no white outline (it would hide
+                                           the colour at hundreds of ranks) */
 #define DCP__SVG_LEGEND_STEP 18.0
 #define DCP__SVG_TITLE_SAMPLES_MAX 24   /* sample ids listed in a box's hover text */
 #define DCP__SVG_STATIC_TITLE_CAPACITY 32
@@ -8181,6 +8323,9 @@ typedef struct dcp__svg_panel {
     const char *title;
     char static_title[DCP__SVG_STATIC_TITLE_CAPACITY];
     double *start, *end; /* [num_groups] seconds */
+    double *microbatch_end; /* [num_microbatches] seconds: the last end of its groups */
+    int32_t *end_band;   /* [num_microbatches] the band of its number above the panel */
+    int32_t end_bands;   /* bands used */
     double top;          /* y of the first rank row */
     double row;          /* px per rank */
     double x_scale;      /* px per ms */
@@ -8201,6 +8346,12 @@ static double dcp__svg_tick(double span)
 }
 
 static double dcp__svg_height(const dcp__svg_panel *p) { return p->row * p->plan->config.ranks; }
+
+/* Height above the panel that the bands of microbatch numbers take beyond the first. */
+static double dcp__svg_band_space(const dcp__svg_panel *p)
+{
+    return (p->end_bands > 1 ? p->end_bands - 1 : 0) * DCP__SVG_END_ROW_HEIGHT;
+}
 
 static double dcp__svg_x(const dcp__svg_panel *p, double seconds)
 {
@@ -8257,6 +8408,11 @@ static dcp_status dcp__svg_panel_init(dcp__svg_panel *p, const dcp_plan *plan, c
     if (!p->start || !p->end) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     if ((status = dcp_plan_schedule(plan, cost, p->start, p->end, error)) != DCP_OK)
         return status;
+    p->microbatch_end = (double *)dcp__alloc_array(a, (size_t)plan->num_microbatches,
+                                                   sizeof(double), "svg", error);
+    p->end_band = (int32_t *)dcp__alloc_array(a, (size_t)plan->num_microbatches, sizeof(int32_t),
+                                              "svg", error);
+    if (!p->microbatch_end || !p->end_band) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     p->title = title ? title : dcp_strategy_name(plan->config.strategy);
     if (!title && plan->config.strategy == DCP_STRATEGY_STATIC && plan->num_groups > 0) {
         for (level = 0; level < DCP_CP_LEVELS && !p->stats.samples_per_cp_level[level]; level++)
@@ -8272,7 +8428,7 @@ static void dcp__svg_panel_title(dcp__text *t, const dcp__svg_panel *p,
 {
     const dcp_plan_stats *s = &p->stats;
     dcp__text_printf(t, "<text x='%.0f' y='%.2f' font-size='13'>", DCP__SVG_MARGIN_LEFT,
-                     p->top - 18.0);
+                     p->top - 18.0 - dcp__svg_band_space(p));
     dcp__text_escaped(t, p->title);
     dcp__text_printf(t, ": %d microbatches, step %.3f ms, lower bound %.3f ms (red), efficiency "
                         "%.3f",
@@ -8286,12 +8442,41 @@ static void dcp__svg_panel_title(dcp__text *t, const dcp__svg_panel *p,
     dcp__text_printf(t, "</text>\n");
 }
 
-/* Vertical grid and tick labels every nice tick, the axis title, and a label per rank (every
-   2^j-th rank when rows are too thin for all). */
+/* Width in px of a decimal number's text at a font size (digits are the widest glyphs). */
+static double dcp__svg_number_width(int64_t value, double font)
+{
+    int digits = 1;
+    while (value >= 10) value /= 10, digits++;
+    return digits * DCP__SVG_DIGIT_WIDTH * font;
+}
+
+/* A label per rank when rows are tall enough, else one per aligned block of 2^j ranks
+   ("32-63") beside a bracket spanning the block, so that every rank is labelled. */
+static void dcp__svg_rank_labels(dcp__text *t, const dcp__svg_panel *p)
+{
+    const int32_t ranks = p->plan->config.ranks;
+    const double x = DCP__SVG_MARGIN_LEFT - 6.0;
+    int32_t r, every = 1;
+    while (p->row * every < DCP__SVG_MIN_RANK_LABEL_SPACING) every *= 2;
+    for (r = 0; r < ranks; r += every) {
+        const int32_t last = r + every - 1 < ranks ? r + every - 1 : ranks - 1;
+        const double top = p->top + r * p->row, bottom = p->top + (last + 1) * p->row;
+        dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='%.0f' text-anchor='end'>",
+                         every == 1 ? x : x - 4.0, (top + bottom) / 2.0 + 3.5, DCP__SVG_RANK_FONT);
+        if (every == 1)
+            dcp__text_printf(t, "rank %d</text>\n", (int)r);
+        else
+            dcp__text_printf(t, "%d-%d</text>\n<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' "
+                                "stroke='#999' stroke-width='0.8'/>\n",
+                             (int)r, (int)last, x - 1.0, top + 0.5, x - 1.0, bottom - 0.5);
+    }
+}
+
+/* Vertical grid and tick labels every nice tick, the axis title, and the rank labels. */
 static void dcp__svg_axes(dcp__text *t, const dcp__svg_panel *p, double axis_ms)
 {
     double tick = dcp__svg_tick(axis_ms), height = dcp__svg_height(p);
-    int32_t i, ticks = (int32_t)(axis_ms / tick + 1e-9), r, every = 1;
+    int32_t i, ticks = (int32_t)(axis_ms / tick + 1e-9);
     for (i = 0; i <= ticks; i++) {
         double x = DCP__SVG_MARGIN_LEFT + i * tick * p->x_scale;
         dcp__text_printf(t, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#ddd'/>\n", x,
@@ -8303,11 +8488,7 @@ static void dcp__svg_axes(dcp__text *t, const dcp__svg_panel *p, double axis_ms)
     dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='12' text-anchor='middle'>time (ms)"
                         "</text>\n",
                      DCP__SVG_MARGIN_LEFT + DCP__SVG_PLOT_WIDTH / 2.0, p->top + height + 30.0);
-    while (p->row * every < DCP__SVG_MIN_RANK_LABEL_SPACING) every *= 2;
-    for (r = 0; r < p->plan->config.ranks; r += every)
-        dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='10' text-anchor='end'>rank %d"
-                            "</text>\n",
-                         DCP__SVG_MARGIN_LEFT - 6.0, p->top + (r + 0.5) * p->row + 3.5, (int)r);
+    dcp__svg_rank_labels(t, p);
 }
 
 /* Hover text of a group: microbatch, ranks, samples with their lengths, times. */
@@ -8335,53 +8516,83 @@ static void dcp__svg_group_title(dcp__text *t, const dcp__svg_panel *p, int32_t 
     dcp__text_printf(t, "; %.3f-%.3f ms</title>", p->start[g] * 1e3, p->end[g] * 1e3);
 }
 
+/* A box's microbatch number, in the largest font up to DCP__SVG_LABEL_FONT_MAX that fits
+   inside the box with a margin; left out when even DCP__SVG_LABEL_FONT_MIN does not fit. */
+static void dcp__svg_box_label(dcp__text *t, double x, double y, double w, double h, int32_t k)
+{
+    double font = h - DCP__SVG_LABEL_MARGIN, fit_width;
+    if (font > DCP__SVG_LABEL_FONT_MAX) font = DCP__SVG_LABEL_FONT_MAX;
+    fit_width = (w - 2.0 * DCP__SVG_LABEL_MARGIN) / dcp__svg_number_width(k, 1.0);
+    if (fit_width < font) font = fit_width;
+    if (font < DCP__SVG_LABEL_FONT_MIN) return;
+    dcp__text_printf(t, "<text x='%.3f' y='%.3f' font-size='%.1f' fill='white' "
+                        "text-anchor='middle' pointer-events='none'>%d</text>\n",
+                     x + w / 2.0, y + h / 2.0 + 0.35 * font, font, (int)k);
+}
+
 /* A box per group, numbered by its microbatch where the number fits. */
 static void dcp__svg_groups(dcp__text *t, const dcp__svg_panel *p)
 {
     const dcp_plan *plan = p->plan;
+    const int stroked = p->row >= DCP__SVG_MIN_STROKED_ROW;
     int32_t k, g;
     for (k = 0; k < plan->num_microbatches; k++)
         for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
             const dcp_group *group = &plan->groups[g];
             double x = dcp__svg_x(p, p->start[g]), y = p->top + group->first_rank * p->row;
             double w = dcp__svg_x(p, p->end[g]) - x, h = group->cp * p->row;
-            dcp__text_printf(t, "<rect x='%.3f' y='%.3f' width='%.3f' height='%.3f' fill='%s' "
-                                "stroke='white' stroke-width='0.5'>",
+            dcp__text_printf(t, "<rect x='%.3f' y='%.3f' width='%.3f' height='%.3f' fill='%s'",
                              x, y, w, h, dcp__svg_color(group->cp));
+            if (stroked)
+                dcp__text_printf(t, " stroke='white' stroke-width='%.1f'", DCP__SVG_BOX_STROKE);
+            dcp__text_printf(t, ">");
             dcp__svg_group_title(t, p, k, g);
             dcp__text_printf(t, "</rect>\n");
-            if (w >= DCP__SVG_MIN_LABEL_WIDTH && h >= DCP__SVG_MIN_LABEL_HEIGHT)
-                dcp__text_printf(t, "<text x='%.3f' y='%.3f' font-size='%.1f' fill='white' "
-                                    "text-anchor='middle' pointer-events='none'>%d</text>\n",
-                                 x + w / 2.0, y + h / 2.0 + 3.5,
-                                 h < DCP__SVG_LABEL_FONT_MAX + 1.0 ? h - 1.0
-                                                                   : DCP__SVG_LABEL_FONT_MAX,
-                                 (int)k);
+            dcp__svg_box_label(t, x, y, w, h, k);
         }
 }
 
-/* A dashed line where microbatch k's last group ends, its number above the panel (numbers
-   that would overlap the previous one are left out). */
+/* Each microbatch's end (its last group's) and the band of its number above the panel:
+   numbers go left to right into the first band whose last number they clear, so every end is
+   labelled and none overlaps another. Needs the panel's x scale. */
+static void dcp__svg_end_bands(dcp__svg_panel *p)
+{
+    const dcp_plan *plan = p->plan;
+    double band_right[DCP__SVG_END_BANDS_MAX];
+    int32_t k, g, b;
+    p->end_bands = 0;
+    for (k = 0; k < plan->num_microbatches; k++) {
+        double end = 0.0, x, half;
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++)
+            if (p->end[g] > end) end = p->end[g];
+        p->microbatch_end[k] = end;
+        x = dcp__svg_x(p, end);
+        half = dcp__svg_number_width(k, DCP__SVG_END_FONT) / 2.0 + DCP__SVG_LABEL_MARGIN / 2.0;
+        for (b = 0; b < p->end_bands && band_right[b] > x - half; b++)
+            ;
+        if (b == DCP__SVG_END_BANDS_MAX) b = DCP__SVG_END_BANDS_MAX - 1; /* see the constant */
+        if (b == p->end_bands) p->end_bands++;
+        band_right[b] = x + half;
+        p->end_band[k] = b;
+    }
+}
+
+/* A dashed line where each microbatch ends, its number in its band above the panel. */
 static void dcp__svg_microbatch_ends(dcp__text *t, const dcp__svg_panel *p)
 {
     const dcp_plan *plan = p->plan;
-    double previous_x = -DCP__SVG_PLOT_WIDTH;
-    int32_t k, g;
+    int32_t k;
     for (k = 0; k < plan->num_microbatches; k++) {
-        double end = 0.0, x;
-        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++)
-            if (p->end[g] > end) end = p->end[g];
-        x = dcp__svg_x(p, end);
+        const double x = dcp__svg_x(p, p->microbatch_end[k]);
+        const double label_y = p->top - 4.0 - p->end_band[k] * DCP__SVG_END_ROW_HEIGHT;
         dcp__text_printf(t, "<line x1='%.2f' y1='%.2f' x2='%.2f' y2='%.2f' stroke='#333' "
                             "stroke-width='0.6' stroke-opacity='0.6' stroke-dasharray='3,3'>"
                             "<title>microbatch %d ends at %.3f ms</title></line>\n",
-                         x, p->top - 4.0, x, p->top + dcp__svg_height(p), (int)k, end * 1e3);
-        if (x - previous_x >= DCP__SVG_MIN_LABEL_WIDTH) {
-            dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='9' text-anchor='middle' "
-                                "fill='#333'>%d</text>\n",
-                             x, p->top - 6.0, (int)k);
-            previous_x = x;
-        }
+                         x, p->top - 3.0, x, p->top + dcp__svg_height(p), (int)k,
+                         p->microbatch_end[k] * 1e3);
+        dcp__text_printf(t, "<text x='%.2f' y='%.2f' font-size='%.0f' text-anchor='middle' "
+                            "fill='#333'>%d</text>\n",
+                         x, label_y - 1.0, DCP__SVG_END_FONT, (int)k);
     }
 }
 
@@ -8424,6 +8635,12 @@ static void dcp__svg_legend(dcp__text *t, const dcp__svg_panel *panels, int32_t 
                      x, y + 11.0);
     dcp__text_printf(t, "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>microbatch</text>\n",
                      x, y + 25.0);
+    dcp__text_printf(t, "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>gap in a row:</text>\n"
+                        "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>the rank waits</text>\n"
+                        "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>(its group, or a</text>\n"
+                        "<text x='%.0f' y='%.0f' font-size='11' fill='#555'>barrier of E ranks)"
+                        "</text>\n",
+                     x, y + 47.0, x, y + 61.0, x, y + 75.0, x, y + 89.0);
 }
 
 /* Places the panels one above the other on one time scale; returns the picture's height. */
@@ -8442,7 +8659,8 @@ static double dcp__svg_layout(dcp__svg_panel *panels, int32_t count, double *axi
     for (i = 0; i < count; i++) {
         panels[i].row = row;
         panels[i].x_scale = DCP__SVG_PLOT_WIDTH / *axis_ms;
-        panels[i].top = y + DCP__SVG_PANEL_TITLE_HEIGHT;
+        dcp__svg_end_bands(&panels[i]);
+        panels[i].top = y + DCP__SVG_PANEL_TITLE_HEIGHT + dcp__svg_band_space(&panels[i]);
         y = panels[i].top + dcp__svg_height(&panels[i]) + DCP__SVG_AXIS_HEIGHT;
     }
     return y;
@@ -8512,6 +8730,8 @@ DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *
     for (i = 0; i < count; i++) {
         dcp_free(&plans[i]->config.allocator, panels[i].start);
         dcp_free(&plans[i]->config.allocator, panels[i].end);
+        dcp_free(&plans[i]->config.allocator, panels[i].microbatch_end);
+        dcp_free(&plans[i]->config.allocator, panels[i].end_band);
     }
     return status;
 }
@@ -8986,6 +9206,13 @@ typedef struct dcp__run {
     int64_t valid;
 } dcp__run;
 
+/* Valid rows of a chunk of `rows` positions from `start` of a sample of `length` tokens. */
+static int64_t dcp__chunk_valid(int64_t length, int64_t start, int64_t rows)
+{
+    int64_t valid = length - start;
+    return valid < 0 ? 0 : valid > rows ? rows : valid;
+}
+
 /* The runs of rank `member` of a cp group for one sample (one run for cp 1, two otherwise;
    the two chunks of the middle rank are adjacent and become one run). Returns their count. */
 static int dcp__sample_runs(int64_t length, int64_t padded, int32_t cp, int32_t member,
@@ -8997,11 +9224,10 @@ static int dcp__sample_runs(int64_t length, int64_t padded, int32_t cp, int32_t 
     starts[0] = cp > 1 ? member * chunk : 0;
     starts[1] = (2 * (int64_t)cp - 1 - member) * chunk;
     for (i = 0; i < count; i++) {
-        int64_t valid = length - starts[i];
         runs[i].row = i * chunk;
         runs[i].position = starts[i];
         runs[i].rows = chunk;
-        runs[i].valid = valid < 0 ? 0 : valid > chunk ? chunk : valid;
+        runs[i].valid = dcp__chunk_valid(length, starts[i], chunk);
     }
     if (count == 2 && starts[1] == starts[0] + chunk) {
         runs[0].rows = 2 * chunk;
@@ -9086,7 +9312,7 @@ static dcp_status dcp__view_fill(dcp_rank_view *view, const dcp_config *config, 
 {
     int64_t valid = 0, padded = 0;
     int32_t i;
-    view->pad_multiple = dcp__pad_multiple(config, view->cp);
+    view->pad_multiple = view->idle ? 0 : dcp__pad_multiple(config, view->cp);
     view->cu_seqlens[0] = view->cu_seqlens_padded[0] = view->local_offsets[0] = 0;
     view->max_seqlen = 0;
     for (i = 0; i < view->num_samples; i++) {
@@ -9123,9 +9349,9 @@ DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32
     v->rank = rank;
     v->microbatch = microbatch;
     v->idle = group == NULL;
-    v->first_rank = group ? group->first_rank : rank;
-    v->cp = group ? group->cp : 1;
-    v->rank_in_group = rank - v->first_rank;
+    v->first_rank = group ? group->first_rank : DCP_NO_GROUP;
+    v->cp = group ? group->cp : 0;
+    v->rank_in_group = group ? rank - group->first_rank : DCP_NO_GROUP;
     for (i = 0; i < v->num_samples; i++) {
         v->samples[i] = plan->group_samples[group->sample_offset + i];
         v->sample_lengths[i] = plan->sample_lengths[v->samples[i]];
@@ -9138,22 +9364,44 @@ DCPDEF dcp_status dcp_rank_view_create(const dcp_plan *plan, int32_t rank, int32
     return dcp_error_clear(error);
 }
 
+/* The idle form: no group, no samples, nothing to pad (see dcp_rank_view). */
+static dcp_status dcp__view_check_idle(const dcp_rank_view *v, dcp_error *error)
+{
+    if (v->cp != 0 || v->first_rank != DCP_NO_GROUP || v->rank_in_group != DCP_NO_GROUP ||
+        v->num_samples != 0 || v->pad_multiple != 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "idle view of rank %d: cp %d, first_rank %d, rank_in_group %d, %d "
+                             "samples, pad_multiple %lld; idle is cp 0, first_rank and "
+                             "rank_in_group DCP_NO_GROUP (-1), no samples, pad_multiple 0",
+                             (int)v->rank, (int)v->cp, (int)v->first_rank,
+                             (int)v->rank_in_group, (int)v->num_samples,
+                             (long long)v->pad_multiple);
+    return DCP_OK;
+}
+
 static dcp_status dcp__view_check_header(const dcp_rank_view *v, dcp_error *error)
 {
-    if (v->rank < 0 || !dcp_is_pow2(v->cp) || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
-        v->first_rank % v->cp != 0 || v->rank_in_group != v->rank - v->first_rank ||
-        v->rank_in_group < 0 || v->rank_in_group >= v->cp)
+    dcp_status status;
+    if (v->rank < 0 || v->microbatch < 0 || (v->idle != 0 && v->idle != 1))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "view of rank %d: microbatch %d or idle %d out of range",
+                             (int)v->rank, (int)v->microbatch, (int)v->idle);
+    if (v->idle && (status = dcp__view_check_idle(v, error)) != DCP_OK) return status;
+    if (!v->idle &&
+        (!dcp_is_pow2(v->cp) || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
+         v->first_rank % v->cp != 0 || v->rank_in_group != v->rank - v->first_rank ||
+         v->rank_in_group < 0 || v->rank_in_group >= v->cp))
         return dcp_error_set(
             error, DCP_ERROR_INVALID_ARGUMENT,
             "view of rank %d: group (first_rank %d, cp %d, rank_in_group %d) is not "
             "an aligned group containing the rank",
             (int)v->rank, (int)v->first_rank, (int)v->cp, (int)v->rank_in_group);
-    if (v->microbatch < 0 || v->num_samples < 0 || (v->idle != 0 && v->idle != 1) ||
-        (v->idle && (v->num_samples != 0 || v->cp != 1)) || (!v->idle && v->num_samples == 0))
+    if (!v->idle && v->num_samples < 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "view of rank %d: microbatch %d, %d samples, idle %d are inconsistent",
-                             (int)v->rank, (int)v->microbatch, (int)v->num_samples, (int)v->idle);
-    if (v->pad_multiple < 1 || (v->cp > 1 && v->pad_multiple % (2 * (int64_t)v->cp) != 0))
+                             "view of rank %d in a group has %d samples, not >= 1", (int)v->rank,
+                             (int)v->num_samples);
+    if (!v->idle && (v->pad_multiple < 1 ||
+                     (v->cp > 1 && v->pad_multiple % (2 * (int64_t)v->cp) != 0)))
         return dcp_error_set(
             error, DCP_ERROR_INVALID_ARGUMENT,
             "view of rank %d: pad_multiple %lld is not a positive multiple of 2 cp", (int)v->rank,
@@ -9219,6 +9467,147 @@ DCPDEF dcp_status dcp_rank_view_positions(const dcp_rank_view *view, int32_t *sl
                 if (positions) positions[row] = k < runs[r].valid ? runs[r].position + k : -1;
             }
     }
+    return dcp_error_clear(error);
+}
+
+/* Run building for dcp_rank_view_runs: the open run grows while rows continue it (the next
+   row, and the next position or padding after padding, of one sample); a closed run is
+   counted always and written while it fits. */
+typedef struct dcp__run_list {
+    dcp_row_run *runs;
+    int64_t capacity, count;
+    dcp_row_run open; /* rows 0: none open */
+} dcp__run_list;
+
+static void dcp__run_close(dcp__run_list *list)
+{
+    if (list->open.rows == 0) return;
+    if (list->runs && list->count < list->capacity) list->runs[list->count] = list->open;
+    list->count++;
+    list->open.rows = 0;
+}
+
+static void dcp__run_add(dcp__run_list *list, int32_t slot, int64_t row, int64_t rows,
+                         int64_t position)
+{
+    const dcp_row_run *o = &list->open;
+    int continues = o->rows > 0 && o->slot == slot && o->first_row + o->rows == row &&
+                    (position < 0 ? o->position < 0
+                                  : o->position >= 0 && o->position + o->rows == position);
+    if (rows == 0) return;
+    if (continues) {
+        list->open.rows += rows;
+        return;
+    }
+    dcp__run_close(list);
+    list->open.slot = slot;
+    list->open.first_row = row;
+    list->open.rows = rows;
+    list->open.position = position;
+}
+
+DCPDEF dcp_status dcp_rank_view_runs(const dcp_rank_view *view, dcp_row_run *runs,
+                                     int32_t capacity, int32_t *count, dcp_error *error)
+{
+    dcp__run_list list;
+    dcp_status status = dcp_rank_view_validate(view, error);
+    int32_t i;
+    if (status != DCP_OK) return status;
+    if (!count || (runs && capacity < 0))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "count must not be NULL and capacity >= 0 (capacity %d)",
+                             (int)capacity);
+    memset(&list, 0, sizeof list);
+    list.runs = runs;
+    list.capacity = runs ? capacity : 0;
+    for (i = 0; i < view->num_samples; i++) {
+        dcp__run chunks[2];
+        int n = dcp__view_runs(view, i, chunks), c;
+        for (c = 0; c < n; c++) {
+            int64_t row = view->local_offsets[i] + chunks[c].row;
+            dcp__run_add(&list, i, row, chunks[c].valid, chunks[c].position);
+            dcp__run_add(&list, i, row + chunks[c].valid, chunks[c].rows - chunks[c].valid, -1);
+        }
+    }
+    dcp__run_close(&list);
+    if (list.count > INT32_MAX)
+        return dcp_error_set(error, DCP_ERROR_OVERFLOW, "%lld runs overflow the int32 count",
+                             (long long)list.count);
+    *count = (int32_t)list.count;
+    if (runs && list.count > capacity)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "capacity %d is too small: the view has %d runs", (int)capacity,
+                             (int)list.count);
+    return dcp_error_clear(error);
+}
+
+/* The valid rows of half `half` of sample i on group rank `member`: the first one, relative
+   to the sample's local offset, and their count (valid rows are a prefix of each chunk, and
+   the second chunk has some only when the first is full). */
+static int64_t dcp__half_valid(const dcp_rank_view *v, int32_t i, int32_t member, dcp_half half,
+                               int64_t *first_row)
+{
+    int64_t padded = (int64_t)v->cu_seqlens_padded[i + 1] - v->cu_seqlens_padded[i];
+    int64_t length = v->sample_lengths[i], chunk = padded / (2 * (int64_t)v->cp);
+    int64_t first = dcp__chunk_valid(length, member * chunk, chunk);
+    int64_t second = dcp__chunk_valid(length, (2 * (int64_t)v->cp - 1 - member) * chunk, chunk);
+    *first_row = half == DCP_HALF_SECOND ? chunk : 0;
+    if (v->cp == 1) return length;
+    return half == DCP_HALF_FIRST ? first : half == DCP_HALF_SECOND ? second : first + second;
+}
+
+static dcp_status dcp__check_varlen_args(const dcp_rank_view *view, int32_t causal,
+                                         const dcp_varlen_call *call, const dcp_varlen_rows *rows,
+                                         dcp_error *error)
+{
+    dcp_status status = dcp_rank_view_validate(view, error);
+    if (status != DCP_OK) return status;
+    if (view->idle)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "rank %d is idle in microbatch %d: it runs no attention",
+                             (int)view->rank, (int)view->microbatch);
+    if (causal != 0 && causal != 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "causal must be 0 or 1, got %d",
+                             (int)causal);
+    if (!call || !rows || !rows->slot || !rows->q_row || !rows->kv_row || !rows->cu_seqlens_q ||
+        !rows->cu_seqlens_k)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "call, rows and its five arrays must not be NULL");
+    return DCP_OK;
+}
+
+DCPDEF dcp_status dcp_rank_view_varlen_call(const dcp_rank_view *view, int32_t step,
+                                            int32_t causal, dcp_varlen_call *call,
+                                            const dcp_varlen_rows *rows, dcp_error *error)
+{
+    dcp_ring_step plan;
+    dcp_status status = dcp__check_varlen_args(view, causal, call, rows, error);
+    int32_t i;
+    if (status != DCP_OK) return status;
+    if ((status = dcp_ring_step_plan(view->cp, view->rank_in_group, step, causal, &plan,
+                                     error)) != DCP_OK)
+        return status;
+    memset(call, 0, sizeof *call);
+    call->kv_rank = plan.view.kv_rank;
+    call->causal = plan.causal;
+    rows->cu_seqlens_q[0] = rows->cu_seqlens_k[0] = 0;
+    for (i = 0; i < view->num_samples; i++) {
+        int64_t q_first, kv_first;
+        int64_t q = dcp__half_valid(view, i, plan.view.q_rank, plan.view.q_half, &q_first);
+        int64_t k = dcp__half_valid(view, i, plan.view.kv_rank, plan.view.kv_half, &kv_first);
+        int32_t j = call->num_sequences;
+        if (q == 0 || k == 0) continue; /* nothing to attend to, or no one asking */
+        rows->slot[j] = i;
+        rows->q_row[j] = (int32_t)(view->local_offsets[i] + q_first);
+        rows->kv_row[j] = (int32_t)(view->local_offsets[i] + kv_first);
+        rows->cu_seqlens_q[j + 1] = (int32_t)(rows->cu_seqlens_q[j] + q);
+        rows->cu_seqlens_k[j + 1] = (int32_t)(rows->cu_seqlens_k[j] + k);
+        if (q > call->max_seqlen_q) call->max_seqlen_q = (int32_t)q;
+        if (k > call->max_seqlen_k) call->max_seqlen_k = (int32_t)k;
+        call->num_sequences++;
+    }
+    call->total_q = rows->cu_seqlens_q[call->num_sequences];
+    call->total_k = rows->cu_seqlens_k[call->num_sequences];
     return dcp_error_clear(error);
 }
 
@@ -10303,8 +10692,11 @@ DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
                                   int32_t first_rank, int32_t cp, int32_t idle,
                                   dcp_comm_choice *choice, dcp_error *error)
 {
-    dcp_status status = dcp__check_choice(ranks, max_cp, rank, cp, choice, error);
-    if (status != DCP_OK) return status;
+    dcp_status status;
+    if (idle == 1 && cp == 0 && first_rank == DCP_NO_GROUP) /* a rank view's idle form */
+        cp = 1, first_rank = rank;
+    if ((status = dcp__check_choice(ranks, max_cp, rank, cp, choice, error)) != DCP_OK)
+        return status;
     if (idle != 0 && idle != 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "idle must be 0 or 1, got %d",
                              (int)idle);

@@ -28,7 +28,7 @@ expect_error() {
 
 common="--ranks 16 --max-tokens-per-rank 4096"
 # shellcheck disable=SC2086
-if "$plan" --lognormal 4096,1.1,1024,8192,256 $common --svg "$work/plan.svg" >"$work/out" &&
+if "$plan" --lognormal 4096,1.1,1024,8192,256 $common --svg "$work/plan.svg" >"$work/out" 2>"$work/err" &&
     grep -q "efficiency" "$work/out" && grep -q "speed-up over static" "$work/out" &&
     grep -q "cp histogram" "$work/out" && grep -q "plan time" "$work/out"; then
     pass "summary"
@@ -42,35 +42,96 @@ else
     fail "svg timeline"
 fi
 
+# The JSON carries what the summary says (docs/cli-json.md), checked against the schema
+# docs/dcp-plan.schema.json and against the summary's own numbers.
 # shellcheck disable=SC2086
 "$plan" --lognormal 4096,1.1,1024,8192,64 --seed 3 $common --json >"$work/plan.json"
+# shellcheck disable=SC2086
+"$plan" --lognormal 4096,1.1,1024,8192,64 --seed 3 $common >"$work/plan.txt"
 if command -v python3 >/dev/null 2>&1; then
-    if python3 - "$work/plan.json" <<'PY'
-import json, sys
+    if python3 tests/json_schema.py docs/dcp-plan.schema.json "$work/plan.json" &&
+        python3 - "$work/plan.json" "$work/plan.txt" <<'PY'
+import json, re, sys
 text = open(sys.argv[1]).read()
 plan = json.loads(text)
+summary = open(sys.argv[2]).read()
 assert text.count("\n") == 1, "one line"
-assert set(plan) == {"ranks", "max_tokens_per_rank", "strategy", "samples", "microbatches",
-                     "sync_ranks", "step_seconds", "dag_seconds", "barrier_seconds",
-                     "lower_bound_seconds", "efficiency", "dag_efficiency", "barrier_efficiency",
-                     "plan_seconds"}, sorted(plan)
-assert plan["sync_ranks"] == 16, "default E = D"
+c = plan["config"]
+assert c["ranks"] == 16 and c["max_tokens_per_rank"] == 4096 and c["strategy"] == "dynamic"
+assert c["sync_ranks"] == plan["sync_ranks"] == 16, "default E = D, resolved"
+assert c["max_cp"] == 16 and c["min_cp"] == 1 and c["cost"]["attn_coeff"] == 2.048e-11
 assert plan["dag_seconds"] <= plan["step_seconds"] <= plan["barrier_seconds"] * (1 + 1e-12)
-assert 0 < plan["dag_efficiency"] <= 1 and 0 < plan["barrier_efficiency"] <= 1
-assert plan["ranks"] == 16 and plan["max_tokens_per_rank"] == 4096
-assert plan["strategy"] == "dynamic" and plan["samples"] == 64
+assert plan["samples"] == 64 == len(plan["sample_lengths"]) == len(plan["padded_lengths"])
+assert plan["valid_tokens"] == sum(plan["sample_lengths"])
+assert plan["padded_tokens"] == sum(plan["padded_lengths"])
 seen = sorted(s for mb in plan["microbatches"] for g in mb for s in g["samples"])
 assert seen == list(range(64)), "every sample exactly once"
+assert plan["num_microbatches"] == len(plan["microbatches"])
+assert plan["num_groups"] == sum(len(mb) for mb in plan["microbatches"])
+histogram = {}
 for mb in plan["microbatches"]:
     end = 0
     for g in mb:
         assert g["first_rank"] % g["cp"] == 0 and g["first_rank"] >= end
         end = g["first_rank"] + g["cp"]
+        assert 0 <= g["start_seconds"] < g["end_seconds"] <= plan["step_seconds"] * (1 + 1e-9)
+        for s in g["samples"]:
+            valid, padded = plan["sample_lengths"][s], plan["padded_lengths"][s]
+            step = 2 * g["cp"] if g["cp"] > 1 else 1
+            assert padded >= valid and padded % step == 0 and padded - valid < step, (s, g)
+            histogram[str(g["cp"])] = histogram.get(str(g["cp"]), 0) + 1
     assert end <= 16
+assert histogram == plan["cp_histogram"], (histogram, plan["cp_histogram"])
 assert plan["step_seconds"] >= plan["lower_bound_seconds"] > 0
-assert 0 < plan["efficiency"] <= 1
+# the numbers of the text summary, rounded as it prints them
+def ms(x): return f"{x * 1e3:.3f} ms"
+b = plan["baselines"]
+for line in (f"step time       {ms(plan['step_seconds'])} under sync ranks E = 16",
+             f"E = 1 (DAG)     {ms(plan['dag_seconds'])}", f"efficiency {plan['dag_efficiency']:.4f}",
+             f"lower bound     {ms(plan['lower_bound_seconds'])}",
+             f"static CP={b['static']['cp']:<5d} {ms(b['static']['step_seconds'])}, "
+             f"speed-up over static {b['static']['speedup']:.3f}x",
+             f"greedy          {ms(b['greedy']['step_seconds'])}, "
+             f"speed-up over greedy {b['greedy']['speedup']:.3f}x",
+             f"{plan['valid_tokens']} valid tokens",
+             f"microbatches    {plan['num_microbatches']} ({plan['num_groups']} groups, "
+             f"{plan['idle_rank_microbatches']} idle"):
+    assert line in summary, line
+assert abs(b["static"]["speedup"] - b["static"]["step_seconds"] / plan["step_seconds"]) < 1e-5
 PY
-    then pass "json schema"; else fail "json schema"; fi
+    then pass "json: schema, lengths, group times, baselines as the summary"; else fail "json: schema, lengths, group times, baselines as the summary"; fi
+    # the validator itself: a plan without a key, with an extra key, with a wrong type
+    python3 - "$work/plan.json" "$work" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+broken = [dict(plan), dict(plan, extra=1), dict(plan, samples="64")]
+del broken[0]["baselines"]
+for i, doc in enumerate(broken):
+    json.dump(doc, open(f"{sys.argv[2]}/broken-{i}.json", "w"))
+PY
+    rejected=0
+    for i in 0 1 2; do
+        python3 tests/json_schema.py docs/dcp-plan.schema.json "$work/broken-$i.json" >/dev/null ||
+            rejected=$((rejected + 1))
+    done
+    if [ "$rejected" -eq 3 ]; then pass "schema rejects a missing key, an extra key, a wrong type"; else fail "schema rejects broken documents ($rejected of 3)"; fi
+    # every key of the schema is described in docs/cli-json.md
+    if python3 - <<'PY'
+import json
+schema = json.load(open("docs/dcp-plan.schema.json"))
+doc = open("docs/cli-json.md").read()
+keys = set()
+def walk(node):
+    if isinstance(node, dict):
+        keys.update(node.get("properties", {}))
+        for v in node.values(): walk(v)
+    elif isinstance(node, list):
+        for v in node: walk(v)
+walk(schema)
+missing = sorted(k for k in keys if f"`{k}`" not in doc)
+assert not missing, missing
+PY
+    then pass "docs/cli-json.md describes every key of the schema"; else fail "docs/cli-json.md describes every key of the schema"; fi
 else
     echo "skip json schema: python3 not found"
 fi
@@ -105,17 +166,24 @@ else
     fail "view summary"
 fi
 if command -v python3 >/dev/null 2>&1; then
-    if python3 - "$work" <<'PY'
+    if python3 tests/json_schema.py docs/dcp-plan.schema.json "$work"/view-[0-7].json &&
+        python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
 plan = json.load(open(f"{work}/view-plan.json"))
+assert all(len(v["samples"]) for mb in plan["microbatches"] for v in mb)
 views = [json.load(open(f"{work}/view-{r}.json")) for r in range(8)]
-keys = {"rank", "microbatch", "first_rank", "cp", "rank_in_group", "samples", "cu_seqlens",
-        "cu_seqlens_padded", "local_offsets", "max_seqlen", "local_tokens", "positions"}
 for v in views:
-    assert keys <= set(v), sorted(keys - set(v))
-    assert len(v["positions"]) == v["local_tokens"] == v["local_offsets"][-1]
+    positions = [-1] * v["local_tokens"]
+    row = 0
+    for run in v["runs"]:  # in row order, covering every row once
+        assert run["first_row"] == row, (run, row)
+        for i in range(run["rows"]):
+            positions[row + i] = run["position"] + i if run["position"] >= 0 else -1
+        row += run["rows"]
+    assert row == v["local_tokens"] == v["local_offsets"][-1]
     assert v["cu_seqlens_padded"][-1] == v["cp"] * v["local_tokens"]
+    v["positions"] = positions
 for group in plan["microbatches"][0]:
     members = views[group["first_rank"]:group["first_rank"] + group["cp"]]
     assert all(m["samples"] == group["samples"] for m in members)
@@ -163,8 +231,8 @@ expect_error "max_cp above ranks" 2 "max_cp 32 exceeds ranks 16" \
     --lengths "$work/lengths.txt" $common --max-cp 32
 expect_error "sync ranks not dividing" 2 "sync_ranks must be a power of two dividing ranks 16" \
     --lengths "$work/lengths.txt" $common --sync-ranks 32
-expect_error "sync ranks zero" 2 "--sync-ranks must be in [1, 1048576], got 0" \
-    --lengths "$work/lengths.txt" $common --sync-ranks 0
+expect_error "sync ranks negative" 2 "--sync-ranks must be in [0, 1048576], got -1" \
+    --lengths "$work/lengths.txt" $common --sync-ranks -1
 expect_error "ranks zero" 2 "--ranks must be in [1, 1048576], got 0" --lengths "$work/lengths.txt" \
     --ranks 0 --max-tokens-per-rank 4096
 expect_error "ranks negative" 2 "--ranks must be in [1, 1048576], got -4" --lengths "$work/lengths.txt" \
@@ -211,18 +279,20 @@ expect_error "tiny coefficient" 2 "attn_coeff = 1e-300 is outside" \
     --lengths "$work/lengths.txt" $common --attn-coeff 1e-300 --linear-coeff 0 --ring-step-cost 0
 expect_error "not a finite double" 2 "--attn-coeff must be a finite double" \
     --lengths "$work/lengths.txt" $common --attn-coeff 1e400
-expect_error "min-cp zero" 2 "--min-cp must be in [1, 1048576], got 0" \
-    --lengths "$work/lengths.txt" $common --min-cp 0
-expect_error "max-cp zero" 2 "--max-cp must be in [1, 1048576], got 0" \
-    --lengths "$work/lengths.txt" $common --max-cp 0
-expect_error "microbatch-multiple zero" 2 "--microbatch-multiple must be in [1, 1048576], got 0" \
-    --lengths "$work/lengths.txt" $common --microbatch-multiple 0
-expect_error "microbatch-multiple negative" 2 "--microbatch-multiple must be in [1, 1048576], got -2" \
+expect_error "min-cp negative" 2 "--min-cp must be in [0, 1048576], got -1" \
+    --lengths "$work/lengths.txt" $common --min-cp -1
+expect_error "pad-multiple beyond the limit" 2 "--pad-multiple must be in [0, 1048576], got 2000000" \
+    --lengths "$work/lengths.txt" $common --pad-multiple 2000000
+expect_error "pad-multiple-cp1 not a number" 2 "--pad-multiple-cp1 expects an integer, got '2.5'" \
+    --lengths "$work/lengths.txt" $common --pad-multiple-cp1 2.5
+expect_error "improve-moves beyond int32" 2 "--improve-moves must be in [-2147483648, 2147483647]" \
+    --lengths "$work/lengths.txt" $common --improve-moves 3000000000
+expect_error "microbatch-multiple negative" 2 "--microbatch-multiple must be in [0, 1048576], got -2" \
     --lengths "$work/lengths.txt" $common --microbatch-multiple -2
 expect_error "ranks minus one" 2 "--ranks must be in [1, 1048576], got -1" \
     --lengths "$work/lengths.txt" --ranks -1 --max-tokens-per-rank 4096
 expect_error "unknown flag at the end" 2 "unknown option --jsn" --lengths "$work/lengths.txt" $common --jsn
-expect_error "--version is unknown" 2 "unknown option --version" --lengths "$work/lengths.txt" $common --version
+expect_error "--version takes no value" 2 "--version takes no value" --version=1
 expect_error "stray argument" 2 "unexpected argument 'extra'" --lengths "$work/lengths.txt" $common --json extra
 expect_error "value is an option" 2 "--lengths needs a value, got the option --ranks" --lengths --ranks 32
 expect_error "switch with a value" 2 "--json takes no value" --lengths "$work/lengths.txt" $common --json=1
@@ -231,6 +301,10 @@ expect_error "svg to an unwritable path" 2 "--svg: cannot write /nonexistent/x.s
     --lognormal 4096,1.1,1024,8192,64 $common --svg /nonexistent/x.svg
 expect_error "svg unwritable with json" 2 "cannot write /nonexistent/x.svg" \
     --lognormal 4096,1.1,1024,8192,64 $common --json --svg /nonexistent/x.svg
+expect_error "saved plan unwritable" 2 "--save-plan: cannot write /nonexistent/p.bin" \
+    --lognormal 4096,1.1,1024,8192,64 $common --save-plan /nonexistent/p.bin
+expect_error "svg and saved plan on one path" 2 "--svg and --save-plan both name $work/same" \
+    --lognormal 4096,1.1,1024,8192,64 $common --svg "$work/same" --save-plan "$work/same"
 expect_error "compare needs svg" 2 "--compare draws into --svg" --lengths "$work/lengths.txt" $common --compare
 expect_error "missing file says why" 2 "none.txt: No such file or directory" --lengths "$work/none.txt" $common
 expect_error "directory as file" 2 "cannot read $work: Is a directory" --lengths "$work" $common
@@ -243,11 +317,19 @@ expect_error "oversized sample named by its line" 1 "long3.txt line 3: sample 2 
 printf '# comment\n\n100\n70000\n' >"$work/long4.txt"
 expect_error "line counts comments and blanks" 1 "long4.txt line 4: sample 1 has length 70000" \
     --lengths "$work/long4.txt" $common
-# the plan failed: no SVG is left behind
-rm -f "$work/failed.svg"
+# the plan failed: no file is left behind, and none that was there before is touched
+rm -f "$work/failed.svg" "$work/failed.bin"
 expect_error "no svg after a failed plan" 1 "sample 2 has length 70000" \
-    --lengths "$work/long3.txt" $common --svg "$work/failed.svg"
-if [ ! -e "$work/failed.svg" ]; then pass "failed plan leaves no svg"; else fail "failed plan leaves no svg"; fi
+    --lengths "$work/long3.txt" $common --svg "$work/failed.svg" --save-plan "$work/failed.bin"
+if [ ! -e "$work/failed.svg" ] && [ ! -e "$work/failed.bin" ]; then
+    pass "failed plan leaves no svg and no saved plan"
+else
+    fail "failed plan leaves no svg and no saved plan"
+fi
+echo keep >"$work/kept.svg"
+expect_error "unwritable saved plan after an svg" 2 "cannot write /nonexistent/p.bin" \
+    --lengths "$work/two.txt" $common --svg "$work/kept.svg" --save-plan /nonexistent/p.bin
+if [ ! -e "$work/kept.svg" ]; then pass "a path opened for the run is removed when it fails"; else fail "a path opened for the run is removed when it fails"; fi
 
 # --flag=value, a UTF-8 BOM, a CSV header naming a column
 printf '\357\273\277100\n200\n' >"$work/bom.txt"
@@ -263,9 +345,10 @@ fi
 
 # --help: every option with a description, defaults and units, on stdout, exit 0
 if "$plan" --help >"$work/help" 2>"$work/err" && [ ! -s "$work/err" ] &&
-    grep -q "^  --attn-coeff A" "$work/help" && grep -q "default 2.048e-11" "$work/help" &&
+    grep -q "^  --attn-coeff A" "$work/help" && grep -q "attn-coeff 2.048e-11 --linear-coeff 1.00663e-06 --ring-step-cost 1.5e-05" "$work/help" &&
     grep -q "seconds per" "$work/help" && grep -q "^  --compare" "$work/help" &&
-    grep -q "(default 1)" "$work/help" && grep -q "Exit status" "$work/help"; then
+    grep -q "(default 0: 1)" "$work/help" && grep -q "Exit status" "$work/help" &&
+    grep -q "^  --version" "$work/help" && grep -q "^  --save-plan FILE" "$work/help"; then
     pass "help describes options"
 else
     fail "help describes options"
@@ -277,7 +360,7 @@ done
 # SVG: microbatch numbers and ends, sample ids and lengths in the hover text, the lower bound,
 # a legend of only the CP sizes used; --compare draws three panels on one time scale
 # shellcheck disable=SC2086
-"$plan" --lognormal 4096,1.1,1024,8192,64 --seed 2 $common --svg "$work/one.svg" >/dev/null
+"$plan" --lognormal 4096,1.1,1024,8192,64 --seed 2 $common --svg "$work/one.svg" >/dev/null 2>&1
 used=$("$plan" --lognormal 4096,1.1,1024,8192,64 --seed 2 $common | sed -n 's/.*cp histogram *//p' |
     grep -o 'cp=[0-9]*' | sed 's/cp=/cp /' | sort | tr '\n' ' ')
 drawn=$(grep -o "font-size='12'>cp [0-9]*<" "$work/one.svg" | sed "s/.*>\(cp [0-9]*\)</\1/" | sort | tr '\n' ' ')
@@ -291,13 +374,75 @@ else
     fail "svg hover text, lower bound, microbatch ends"
 fi
 # shellcheck disable=SC2086
-"$plan" --lognormal 4096,1.1,1024,8192,64 --seed 2 $common --svg "$work/compare.svg" --compare >/dev/null
+"$plan" --lognormal 4096,1.1,1024,8192,64 --seed 2 $common --svg "$work/compare.svg" --compare >/dev/null 2>&1
 if [ "$(grep -c "lower bound [0-9.]* ms (red)" "$work/compare.svg")" -eq 3 ] &&
     grep -q ">static CP=" "$work/compare.svg" && grep -q ">greedy: " "$work/compare.svg" &&
     grep -q ">dynamic: " "$work/compare.svg" && grep -q "dynamic is [0-9.]*x faster" "$work/compare.svg"; then
     pass "svg --compare draws three panels"
 else
     fail "svg --compare draws three panels"
+fi
+
+# 0 is the library's default for every dcp_config field, as in C and Python: the same plan
+# with and without each (tests/test_frontends.sh compares all three front ends byte for byte)
+base=$("$plan" --lengths "$work/lengths.txt" $common --json | sed 's/"plan_seconds":[^}]*//')
+for zero in "--sync-ranks 0" "--min-cp 0" "--max-cp 0" "--microbatch-multiple 0" \
+    "--pad-multiple 0" "--pad-multiple-cp1 0" "--improve-moves 0" \
+    "--attn-coeff 0 --linear-coeff 0 --ring-step-cost 0"; do
+    # shellcheck disable=SC2086
+    got=$("$plan" --lengths "$work/lengths.txt" $common $zero --json | sed 's/"plan_seconds":[^}]*//')
+    if [ -n "$got" ] && [ "$got" = "$base" ]; then pass "$zero is the default"; else fail "$zero is the default"; fi
+done
+# a coefficient given alone leaves the other two at 0, as a C or Python config does
+if "$plan" --lengths "$work/lengths.txt" $common --attn-coeff 1e-10 --json |
+    grep -q '"cost":{"attn_coeff":1e-10,"linear_coeff":0,"ring_step_cost":0}'; then
+    pass "one coefficient given: the others 0"
+else
+    fail "one coefficient given: the others 0"
+fi
+# the default seed is DCP_DEFAULT_SEED (1), Python's too
+a=$("$plan" --lognormal 4096,1.1,1024,8192,64 $common --json | sed 's/"plan_seconds":[^}]*//')
+b=$("$plan" --lognormal 4096,1.1,1024,8192,64 --seed 1 $common --json | sed 's/"plan_seconds":[^}]*//')
+c=$("$plan" --lognormal 4096,1.1,1024,8192,64 --seed 0 $common --json | sed 's/"plan_seconds":[^}]*//')
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ]; then pass "default seed is 1"; else fail "default seed is 1"; fi
+
+# --version: one line on stdout, the header's version and plan format
+if "$plan" --version >"$work/out" 2>"$work/err" && [ ! -s "$work/err" ] &&
+    grep -qx "dcp-plan [0-9]*\.[0-9]*\.[0-9]* (dcp.h, plan format [0-9]*)" "$work/out" &&
+    grep -q "DCP_VERSION_MINOR $(sed 's/dcp-plan [0-9]*\.\([0-9]*\)\..*/\1/' "$work/out")$" dcp.h; then
+    pass "--version"
+else
+    fail "--version ($(cat "$work/out" "$work/err"))"
+fi
+
+# --save-plan and --svg name what they wrote on stderr (one line each), stdout unchanged
+rm -f "$work/saved.bin" "$work/saved.svg"
+# shellcheck disable=SC2086
+if "$plan" --lengths "$work/lengths.txt" $common --json --save-plan "$work/saved.bin" \
+        --svg "$work/saved.svg" >"$work/out" 2>"$work/err" &&
+    [ "$(wc -l <"$work/err")" -eq 2 ] &&
+    grep -qx "dcp-plan: wrote $work/saved.bin ($(wc -c <"$work/saved.bin") bytes)" "$work/err" &&
+    grep -qx "dcp-plan: wrote $work/saved.svg ($(wc -c <"$work/saved.svg") bytes)" "$work/err" &&
+    [ "$(wc -l <"$work/out")" -eq 1 ] && head -c 8 "$work/saved.bin" | grep -q "DCPPLAN"; then
+    pass "files written are named on stderr"
+else
+    fail "files written are named on stderr ($(cat "$work/err"))"
+fi
+
+# an idle rank's view cannot be mistaken for a group: cp 0, first_rank and rank_in_group -1
+printf '100\n' >"$work/one.txt"
+if "$plan" --lengths "$work/one.txt" --ranks 4 --max-tokens-per-rank 4096 --rank 3 --microbatch 0 \
+        --json >"$work/idle.json" &&
+    grep -q '"first_rank":-1,"cp":0,"rank_in_group":-1,"idle":true,"samples":\[\]' "$work/idle.json" &&
+    grep -q '"cu_seqlens":\[0\],.*"local_tokens":0,"pad_multiple":0,"runs":\[\]' "$work/idle.json" &&
+    "$plan" --lengths "$work/one.txt" --ranks 4 --max-tokens-per-rank 4096 --rank 3 --microbatch 0 |
+        grep -q "^rank 3, microbatch 0: idle (no group"; then
+    pass "idle view"
+else
+    fail "idle view ($(cat "$work/idle.json"))"
+fi
+if command -v python3 >/dev/null 2>&1; then
+    if python3 tests/json_schema.py docs/dcp-plan.schema.json "$work/idle.json"; then pass "idle view fits the schema"; else fail "idle view fits the schema"; fi
 fi
 
 # Memory follows the input (under a 1 GB address-space limit): the view of a 2^31 - 2 token

@@ -18,17 +18,19 @@ from ._library import (CorruptDataError, CudaError, DcpError, DcpIOError, DcpMem
                        DcpOverflowError, InfeasibleError, InvalidArgumentError, InvalidPlanError,
                        LibraryNotFoundError, NcclError, ParseError, UnsupportedError,
                        library_path)
-from .planner import (CONFIG_FIELDS, FlopsStats, Group, Plan, PlanStats, RankView, SampleCost,
-                      Transfer, cp_size_min, lognormal_lengths, parse_lengths, plan, plan_svg,
-                      rank_view_from_bytes, read_lengths, resolve_config, zigzag_position)
+from .planner import (CONFIG_FIELDS, DEFAULT_SEED, NO_GROUP, FlopsStats, Group, Plan, PlanStats,
+                      RankView, RowRun, SampleCost, Transfer, VarlenCall, cp_size_min,
+                      lognormal_lengths, parse_lengths, plan, plan_svg, rank_view_from_bytes,
+                      read_lengths, resolve_config, zigzag_position)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CONFIG_FIELDS", "CorruptDataError", "CudaError", "DcpError", "DcpIOError", "DcpMemoryError",
-    "DcpOverflowError", "FlopsStats", "Group", "InfeasibleError", "InvalidArgumentError",
-    "InvalidPlanError", "LibraryNotFoundError", "NcclError", "ParseError", "Plan", "PlanStats",
-    "RankView", "SampleCost", "Transfer", "UnsupportedError", "cp_size_min", "library_path",
-    "lognormal_lengths", "parse_lengths", "plan", "plan_svg", "rank_view_from_bytes",
-    "read_lengths", "resolve_config", "zigzag_position",
+    "CONFIG_FIELDS", "CorruptDataError", "CudaError", "DEFAULT_SEED", "DcpError", "DcpIOError",
+    "DcpMemoryError", "DcpOverflowError", "FlopsStats", "Group", "InfeasibleError",
+    "InvalidArgumentError", "InvalidPlanError", "LibraryNotFoundError", "NO_GROUP", "NcclError",
+    "ParseError", "Plan", "PlanStats", "RankView", "RowRun", "SampleCost", "Transfer",
+    "UnsupportedError", "VarlenCall", "cp_size_min", "library_path", "lognormal_lengths",
+    "parse_lengths", "plan", "plan_svg", "rank_view_from_bytes", "read_lengths",
+    "resolve_config", "zigzag_position",
 ]

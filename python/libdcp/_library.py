@@ -2,7 +2,7 @@
 ``dcp_status`` into a Python exception (the one place where that happens)."""
 import ctypes
 import os
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _structs as S
 
@@ -123,7 +123,7 @@ _ERR = P(S.Error)
 
 # Signatures of the planner-side functions: name -> (restype, argtypes). Functions returning a
 # dcp_status take a dcp_error * last.
-SIGNATURES = {
+SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "dcp_status_string": (ctypes.c_char_p, [ctypes.c_int]),
     "dcp_strategy_name": (ctypes.c_char_p, [ctypes.c_int]),
     "dcp_free": (None, [P(S.Allocator), _vp]),
@@ -138,6 +138,7 @@ SIGNATURES = {
     "dcp_plan_validate": (ctypes.c_int, [P(S.Plan), _ERR]),
     "dcp_plan_simulate": (ctypes.c_int, [P(S.Plan), P(S.CostModel), P(S.PlanStats), _ERR]),
     "dcp_plan_schedule": (ctypes.c_int, [P(S.Plan), P(S.CostModel), P(_dbl), P(_dbl), _ERR]),
+    "dcp_plan_step_time": (ctypes.c_int, [P(S.Plan), P(S.CostModel), _i32, P(_dbl), _ERR]),
     "dcp_plan_flops_stats": (ctypes.c_int, [P(S.Plan), P(S.FlopsStats), _ERR]),
     "dcp_plan_svg": (ctypes.c_int, [P(P(S.Plan)), P(ctypes.c_char_p), _i32, P(S.CostModel),
                                     _vp, _sz, P(_sz), _ERR]),
@@ -152,6 +153,9 @@ SIGNATURES = {
     "dcp_rank_view_create": (ctypes.c_int, [P(S.Plan), _i32, _i32, P(P(S.RankView)), _ERR]),
     "dcp_rank_view_destroy": (None, [P(S.RankView)]),
     "dcp_rank_view_positions": (ctypes.c_int, [P(S.RankView), P(_i32), P(_i64), _ERR]),
+    "dcp_rank_view_runs": (ctypes.c_int, [P(S.RankView), P(S.RowRun), _i32, P(_i32), _ERR]),
+    "dcp_rank_view_varlen_call": (ctypes.c_int, [P(S.RankView), _i32, _i32, P(S.VarlenCall),
+                                                 P(S.VarlenRows), _ERR]),
     "dcp_rank_view_pack": (ctypes.c_int, [P(S.RankView), P(_vp), _sz, _vp, _ERR]),
     "dcp_rank_view_unpack": (ctypes.c_int, [P(S.RankView), _vp, _sz, P(_vp), _ERR]),
     "dcp_rank_view_serialize": (ctypes.c_int, [P(S.RankView), _vp, _sz, P(_sz), _ERR]),
@@ -165,7 +169,7 @@ SIGNATURES = {
 }
 
 # The CUDA entry points the torch ops call (libdcp_cuda.so). Device pointers as void *.
-CUDA_SIGNATURES = {
+CUDA_SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "dcp_cuda_device_count": (ctypes.c_int, [P(_i32), _ERR]),
     "dcp_cuda_layout_init": (ctypes.c_int, [P(S.ThdLayout), _vp, _vp, P(S.CudaLayout), _ERR]),
     "dcp_cuda_attention_workspace_size": (ctypes.c_int, [P(S.AttentionParams), P(S.CudaLayout),
@@ -208,18 +212,18 @@ class Library:
     """A loaded library with declared signatures. ``call(name, *args)`` appends a dcp_error,
     and raises the mapped exception on failure; ``raw(name)`` is the plain C function."""
 
-    def __init__(self, handle: ctypes.CDLL, signatures: Dict[str, tuple]):
-        self.functions = {}
+    def __init__(self, handle: ctypes.CDLL, signatures: Dict[str, Tuple[Any, List[Any]]]):
+        self.functions: Dict[str, Any] = {}
         for name, (restype, argtypes) in signatures.items():
             function = getattr(handle, name)
             function.restype, function.argtypes = restype, argtypes
             self.functions[name] = function
 
-    def raw(self, name: str):
+    def raw(self, name: str) -> Any:
         # Only declared functions: ctypes would pass an undeclared pointer argument as a C int.
         return self.functions[name]
 
-    def call(self, name: str, *args) -> None:
+    def call(self, name: str, *args: Any) -> None:
         error = S.Error()
         raise_for(self.functions[name](*args, ctypes.byref(error)), error, name)
 

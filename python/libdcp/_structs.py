@@ -12,8 +12,15 @@ c_int32, c_int64, c_double, c_void_p, c_enum = (ctypes.c_int32, ctypes.c_int64, 
                                                 ctypes.c_void_p, ctypes.c_int)
 c_int32_p, c_int64_p = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64)
 
+# dcp.h's constants the package uses (python/tests/test_planner.py compares them with C's).
 ERROR_MESSAGE_CAPACITY = 256  # DCP_ERROR_MESSAGE_CAPACITY
 CP_LEVELS = 21                # DCP_CP_LEVELS
+DEFAULT_SEED = 1              # DCP_DEFAULT_SEED: the seed when none is given, as dcp-plan's
+NO_GROUP = -1                 # DCP_NO_GROUP: first_rank and rank_in_group of an idle view
+ROW_RUNS_PER_SAMPLE = 3       # DCP_ROW_RUNS_PER_SAMPLE
+CONSTANTS = {"DCP_ERROR_MESSAGE_CAPACITY": ERROR_MESSAGE_CAPACITY, "DCP_CP_LEVELS": CP_LEVELS,
+             "DCP_DEFAULT_SEED": DEFAULT_SEED, "DCP_NO_GROUP": NO_GROUP,
+             "DCP_ROW_RUNS_PER_SAMPLE": ROW_RUNS_PER_SAMPLE}
 
 
 class Error(ctypes.Structure):
@@ -96,6 +103,22 @@ class Reroute(ctypes.Structure):
                 ("allocator", Allocator)]
 
 
+class RowRun(ctypes.Structure):
+    _fields_ = [("slot", c_int32), ("first_row", c_int64), ("rows", c_int64),
+                ("position", c_int64)]
+
+
+class VarlenCall(ctypes.Structure):
+    _fields_ = [("kv_rank", c_int32), ("causal", c_int32), ("num_sequences", c_int32),
+                ("max_seqlen_q", c_int32), ("max_seqlen_k", c_int32), ("total_q", c_int64),
+                ("total_k", c_int64)]
+
+
+class VarlenRows(ctypes.Structure):
+    _fields_ = [("slot", c_int32_p), ("q_row", c_int32_p), ("kv_row", c_int32_p),
+                ("cu_seqlens_q", c_int32_p), ("cu_seqlens_k", c_int32_p)]
+
+
 class AttentionParams(ctypes.Structure):
     _fields_ = [("num_heads", c_int32), ("num_kv_heads", c_int32), ("head_dim", c_int32),
                 ("causal", c_int32), ("softmax_scale", c_double)]
@@ -129,6 +152,7 @@ MIRRORS = {
     "dcp_config": Config, "dcp_group": Group, "dcp_plan": Plan, "dcp_plan_stats": PlanStats,
     "dcp_flops_stats": FlopsStats, "dcp_lognormal": Lognormal, "dcp_thd_layout": ThdLayout,
     "dcp_rank_view": RankView, "dcp_transfer": Transfer, "dcp_reroute": Reroute,
+    "dcp_row_run": RowRun, "dcp_varlen_call": VarlenCall, "dcp_varlen_rows": VarlenRows,
     "dcp_attention_params": AttentionParams, "dcp_attention_view": AttentionView,
     "dcp_ring_step": RingStep, "dcp_rope_options": RopeOptions,
     "dcp_conv1d_params": Conv1dParams, "dcp_cuda_layout": CudaLayout,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
                     Tuple, Union)
 
-from .planner import Plan, RankView, Transfer, plan as make_plan
+from .planner import FlopsStats, Plan, RankView, Transfer, plan as make_plan
 
 Sample = Union[Sequence[int], Mapping[str, Any]]  # tokens, or per-token fields by name
 # transport(outgoing, incoming_sizes, like) -> incoming: chunks to send per peer in order, and
@@ -23,9 +23,10 @@ Transport = Callable[[Dict[int, List[Any]], Dict[int, List[int]], Any], Dict[int
 TOKENS = "tokens"
 
 
-def outgoing_chunks(transfers: Iterable[Transfer], held: Mapping[int, Any]) -> Dict[int, List]:
+def outgoing_chunks(transfers: Iterable[Transfer], held: Mapping[int, Any]
+                    ) -> Dict[int, List[Any]]:
     """Per peer, in list order, the slices of held samples this rank sends."""
-    out: Dict[int, List] = {}
+    out: Dict[int, List[Any]] = {}
     for t in transfers:
         if t.kind == "send" and t.tokens > 0:
             out.setdefault(t.peer, []).append(held[t.sample][t.source_begin:t.source_end])
@@ -92,7 +93,7 @@ class LocalWorld:
         """buffers[rank][microbatch] for every rank with a group in a microbatch."""
         held = {r: {s: samples[s] for s, h in enumerate(self.holders) if h == r}
                 for r in range(self.plan.ranks)}
-        mail: Dict[int, Dict[int, List]] = {r: {} for r in range(self.plan.ranks)}
+        mail: Dict[int, Dict[int, List[Any]]] = {r: {} for r in range(self.plan.ranks)}
         for r in range(self.plan.ranks):
             for peer, chunks in outgoing_chunks(self.reroutes[r], held[r]).items():
                 mail[peer][r] = chunks
@@ -112,8 +113,10 @@ def torch_p2p_transport(group: Any = None) -> Transport:
     import torch
     import torch.distributed as dist
 
-    def run(outgoing, sizes, like):
-        ops, received = [], {}
+    def run(outgoing: Dict[int, List[Any]], sizes: Dict[int, List[int]], like: Any
+            ) -> Dict[int, List[Any]]:
+        ops: List[Any] = []
+        received: Dict[int, List[Any]] = {}
         for peer, chunks in sorted(outgoing.items()):
             ops += [dist.P2POp(dist.isend, c.contiguous(), peer, group) for c in chunks]
         for peer, counts in sorted(sizes.items()):
@@ -213,14 +216,16 @@ class DynamicCPLoader:
         self.last_plan = plan
         views = [plan.rank_view(self.rank, k) for k in range(plan.num_microbatches)]
         buffers = self._route(plan, views, holders, held)
-        flops = plan.flops_stats()
+        flops = plan.flops_stats
         for view in views:
             yield self._microbatch(plan, view, {name: b[view.microbatch]
                                                 for name, b in buffers.items()}, flops)
 
-    def _route(self, plan: Plan, views: List[RankView], holders, held) -> Dict[str, Dict]:
+    def _route(self, plan: Plan, views: List[RankView], holders: Optional[List[int]],
+               held: Dict[int, Dict[str, Any]]) -> Dict[str, Dict[int, Any]]:
         """Per field name, the microbatch buffers of this rank."""
         rows = {v.microbatch: v.local_tokens for v in views}
+        transfers: Sequence[Transfer]
         if holders is None:
             # Every rank holds every sample: as if this rank had loaded them all, its reroute
             # list is local copies (and sends to the others, which hold the samples too).
@@ -228,20 +233,20 @@ class DynamicCPLoader:
                          if t.kind == "copy"]
         else:
             transfers = plan.reroute(holders, self.rank)
-        out = {}
+        out: Dict[str, Dict[int, Any]] = {}
         for name in self.fields:
             field_held = {s: sample[name] for s, sample in held.items()}
             like = next(iter(field_held.values())) if field_held else self.empty.get(name, [])
             zeros = (torch_zeros(like, self.device) if _is_torch(like) else list_zeros(like))
-            incoming = {}
-            if holders is not None:
+            incoming: Dict[int, List[Any]] = {}
+            if holders is not None and self.transport is not None:
                 incoming = self.transport(outgoing_chunks(transfers, field_held),
                                           incoming_sizes(transfers), like)
             out[name] = assemble(rows, transfers, field_held, incoming, zeros)
         return out
 
-    def _microbatch(self, plan: Plan, view: RankView, fields: Dict[str, Any], flops
-                    ) -> MicroBatch:
+    def _microbatch(self, plan: Plan, view: RankView, fields: Dict[str, Any],
+                    flops: FlopsStats) -> MicroBatch:
         cu, cu_padded, positions = view.cu_seqlens, view.cu_seqlens_padded, view.position_ids
         given = fields.get("loss_mask")
         if _is_torch(fields.get(TOKENS)):

@@ -1,68 +1,192 @@
 """The planner, rank views and reroute lists of dcp.h, as Python objects.
 
 Times are seconds, lengths and rows are tokens. Every array the C library returns is copied
-into Python tuples, so the objects stay valid after the C memory is freed.
+into Python tuples, so the objects stay valid after the C memory is freed. Counts are
+integers: a bool, a float or a str where dcp.h takes an integer raises TypeError naming the
+argument (and the index in a sequence), and a value outside the C field's width raises
+OverflowError, so nothing is truncated silently.
 """
 import ctypes
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _structs as S
 from ._library import cpu
 
-STRATEGIES = {"dynamic": 0, "static": 1, "greedy": 2}  # dcp_strategy
+STRATEGIES = {"dynamic": 0, "static": 1, "greedy": 2}  # dcp_strategy, by name
+STRATEGY_NAMES = {value: name for name, value in STRATEGIES.items()}
 TRANSFER_SEND, TRANSFER_RECV, TRANSFER_COPY = 0, 1, 2    # dcp_transfer_kind
+DEFAULT_SEED, NO_GROUP = S.DEFAULT_SEED, S.NO_GROUP
 
 # dcp_config fields a caller sets by name; the allocator is the library's own business. Built
 # from the ctypes mirror, so a field added to dcp_config is accepted here without more code.
-CONFIG_FIELDS = tuple(name for name, _ in S.Config._fields_ if name != "allocator")
-COST_FIELDS = tuple(name for name, _ in S.CostModel._fields_)
+CONFIG_FIELDS = tuple(f[0] for f in S.Config._fields_ if f[0] != "allocator")
+COST_FIELDS = tuple(f[0] for f in S.CostModel._fields_)
 
-
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+_RANGES = {ctypes.c_int32: (INT32_MIN, INT32_MAX), ctypes.c_int64: (INT64_MIN, INT64_MAX)}
+# memoryview formats of integer elements; the native signed 64-bit ones are passed in place
+_INTEGER_FORMATS = set("bBhHiIlLqQnN")
+_INT64_FORMATS = {"q", "l", "=q", "<q", "@q", "@l"}
 
 
-def _int64_array(values: Iterable[int]):
-    """A C int64 array (ctypes would wrap values out of range silently: refused here)."""
-    values = [int(v) for v in values]
-    for i, v in enumerate(values):
-        if not INT64_MIN <= v <= INT64_MAX:
-            raise OverflowError(f"length {i} is {v}, outside int64")
-    return (ctypes.c_int64 * max(len(values), 1))(*values), len(values)
+# -- argument checks -------------------------------------------------------------------------
+def check_int(name: str, value: Any, ctype: Any = ctypes.c_int64) -> int:
+    """``value`` as a Python int that fits ``ctype`` (c_int32 or c_int64). Integers of any
+    kind (numpy's, torch's 0-d ones) are taken through ``__index__``; bool, float and str are
+    refused with TypeError naming ``name``, values outside the type with OverflowError."""
+    if isinstance(value, bool) or type(value).__name__ in ("bool_", "bool"):
+        raise TypeError(f"{name} must be an integer, got the bool {value!r}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}"
+                        ) from None
+    low, high = _RANGES[ctype]
+    if not low <= number <= high:
+        raise OverflowError(f"{name} is {number}, outside the C type's [{low}, {high}]")
+    return number
 
 
-def _tuple(pointer, count: int) -> tuple:
+def check_real(name: str, value: Any) -> float:
+    """``value`` as a float: ints and floats (numpy's too), not bool or str."""
+    if isinstance(value, (bool, str, bytes)) or type(value).__name__ in ("bool_", "bool"):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}"
+                        ) from None
+
+
+class IntArray:
+    """A C array of int32 or int64 made from a caller's integers, without a copy where the
+    caller's memory already is one (a contiguous writable buffer of native int64: numpy's
+    int64 arrays, ``array.array("q")``; a contiguous CPU int64 torch tensor); ``pointer`` is
+    what to pass, ``count`` how many, ``keep`` what must stay alive meanwhile."""
+
+    def __init__(self, name: str, values: Any, ctype: Any = ctypes.c_int64):
+        self.name, self.ctype = name, ctype
+        self.keep: Any = None
+        self.shared = False  # True when pointer is the caller's memory
+        if isinstance(values, (str, bytes, bytearray)):
+            raise TypeError(f"{name} must be a sequence of integers, not {type(values).__name__}")
+        if type(values).__module__.startswith("torch"):
+            self._from_tensor(values)
+        else:
+            try:
+                view: Optional[memoryview] = memoryview(values)
+            except TypeError:
+                view = None
+            if view is not None:
+                self._from_buffer(view)
+            else:
+                self._from_items(list(values))
+
+    def _from_items(self, items: List[Any]) -> None:
+        checked = [check_int(f"{self.name}[{i}]", v, self.ctype) for i, v in enumerate(items)]
+        self.count = len(checked)
+        self.keep = (self.ctype * max(self.count, 1))(*checked)
+        self.pointer: Any = self.keep
+
+    def _from_buffer(self, view: memoryview) -> None:
+        kind = view.format.lstrip("@=<>!")
+        if view.ndim != 1:
+            raise TypeError(f"{self.name} must be one-dimensional, got {view.ndim} dimensions")
+        if kind not in _INTEGER_FORMATS:
+            raise TypeError(f"{self.name} must hold integers, got elements of format "
+                            f"{view.format!r} (bool or floating point)")
+        zero_copy = (self.ctype is ctypes.c_int64 and view.format in _INT64_FORMATS and
+                     view.itemsize == 8 and view.c_contiguous and not view.readonly)
+        if not zero_copy:
+            return self._from_items(view.tolist())
+        self.count = len(view)
+        self.keep = (ctypes.c_int64 * max(self.count, 1)).from_buffer(view) if self.count else \
+            (ctypes.c_int64 * 1)()
+        self.pointer = self.keep
+        self.shared = self.count > 0
+        return None
+
+    def _from_tensor(self, tensor: Any) -> None:
+        import torch
+        if tensor.dtype == torch.bool or tensor.dtype.is_floating_point or tensor.is_complex():
+            raise TypeError(f"{self.name} must hold integers, got a {tensor.dtype} tensor")
+        if tensor.dim() != 1:
+            raise TypeError(f"{self.name} must be one-dimensional, got {tensor.dim()} dimensions")
+        if not (self.ctype is ctypes.c_int64 and tensor.dtype == torch.int64 and
+                tensor.device.type == "cpu" and tensor.is_contiguous()):
+            return self._from_items(tensor.tolist())
+        self.count = int(tensor.numel())
+        self.keep = tensor
+        self.pointer = ctypes.cast(tensor.data_ptr(), ctypes.POINTER(ctypes.c_int64)) \
+            if self.count else (ctypes.c_int64 * 1)()
+        self.shared = self.count > 0
+        return None
+
+
+def _tuple(pointer: Any, count: int) -> Tuple[Any, ...]:
     return tuple(pointer[i] for i in range(count)) if count > 0 else ()
+
+
+def _strategy_value(value: Any) -> int:
+    names = ", ".join(map(repr, STRATEGIES))
+    if not isinstance(value, str):
+        raise TypeError(f"strategy must be one of {names} (by name), got "
+                        f"{type(value).__name__} {value!r}")
+    if value not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {names}, got {value!r}")
+    return STRATEGIES[value]
+
+
+def _cost_model(value: Any) -> S.CostModel:
+    if isinstance(value, S.CostModel):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"cost must be a mapping of {', '.join(COST_FIELDS)}, got "
+                        f"{type(value).__name__}")
+    bad = sorted(set(value) - set(COST_FIELDS))
+    if bad:
+        raise TypeError(f"unknown dcp_cost_model field(s) {', '.join(bad)}; "
+                        f"known: {', '.join(COST_FIELDS)}")
+    return S.CostModel(**{name: check_real(f"cost[{name!r}]", v) for name, v in value.items()})
 
 
 def make_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config:
     """A dcp_config from keyword arguments named as its fields. Zero (or leaving a field out)
-    means the C default. ``strategy`` takes "dynamic", "static", "greedy" or the enum value;
-    ``cost`` a mapping with attn_coeff (s per valid token^2), linear_coeff (s per stored
-    token) and ring_step_cost (s per ring step), or a CostModel."""
+    means the C default, exactly as in C and in dcp-plan. ``strategy`` takes "dynamic",
+    "static" or "greedy"; ``cost`` a mapping with attn_coeff (s per valid token^2),
+    linear_coeff (s per stored token) and ring_step_cost (s per ring step), those left out 0
+    (all three 0: the default model)."""
     unknown = sorted(set(config) - set(CONFIG_FIELDS))
     if unknown:
         raise TypeError(f"unknown dcp_config field(s) {', '.join(unknown)}; "
                         f"known: {', '.join(CONFIG_FIELDS)}")
     c = S.Config()
-    c.ranks, c.max_tokens_per_rank = ranks, max_tokens_per_rank
+    config = dict(config, ranks=ranks, max_tokens_per_rank=max_tokens_per_rank)
+    widths = {f[0]: f[1] for f in S.Config._fields_}
     for name, value in config.items():
-        if name == "strategy" and isinstance(value, str):
-            if value not in STRATEGIES:
-                raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {value!r}")
-            value = STRATEGIES[value]
-        if name == "cost" and isinstance(value, Mapping):
-            bad = sorted(set(value) - set(COST_FIELDS))
-            if bad:
-                raise TypeError(f"unknown dcp_cost_model field(s) {', '.join(bad)}; "
-                                f"known: {', '.join(COST_FIELDS)}")
-            value = S.CostModel(**value)
+        if name == "strategy":
+            value = _strategy_value(value)
+        elif name == "cost":
+            value = _cost_model(value)
+        else:
+            value = check_int(name, value, widths[name])
         setattr(c, name, value)
     return c
 
 
+def _config_dict(c: S.Config) -> Dict[str, Any]:
+    out: Dict[str, Any] = {name: getattr(c, name) for name in CONFIG_FIELDS}
+    out["cost"] = {name: getattr(c.cost, name) for name in COST_FIELDS}
+    out["strategy"] = STRATEGY_NAMES.get(c.strategy, c.strategy)
+    return out
+
+
 def resolve_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> Dict[str, Any]:
-    """dcp_config_resolve: the config with every default filled in, as a dict."""
+    """dcp_config_resolve: the config with every default filled in, as a dict (the
+    strategy by name)."""
     return _config_dict(_resolved(ranks, max_tokens_per_rank, **config))
 
 
@@ -78,7 +202,7 @@ def cp_size_min(length: int, ranks: int, max_tokens_per_rank: int, **config: Any
     fits max_tokens_per_rank; InfeasibleError when not even max_cp does."""
     cp = ctypes.c_int32()
     cpu().call("dcp_cp_size_min", ctypes.byref(make_config(ranks, max_tokens_per_rank, **config)),
-               length, ctypes.byref(cp))
+               check_int("length", length), ctypes.byref(cp))
     return cp.value
 
 
@@ -98,39 +222,55 @@ class SampleCost:
         return {name: getattr(self._config.cost, name) for name in COST_FIELDS}
 
     def padded_length(self, length: int, cp: int) -> int:
-        cpu().call("dcp_padded_length", ctypes.byref(self._config), length, cp,
-                   ctypes.byref(self._padded))
+        cpu().call("dcp_padded_length", ctypes.byref(self._config), check_int("length", length),
+                   check_int("cp", cp, ctypes.c_int32), ctypes.byref(self._padded))
         return self._padded.value
 
     def __call__(self, length: int, cp: int) -> float:
         lib = cpu()
-        return (lib.raw("dcp_cost_sample_seconds")(self._cost, length,
-                                                   self.padded_length(length, cp), cp)
-                + lib.raw("dcp_cost_ring_seconds")(self._cost, cp))
+        seconds: float = (lib.raw("dcp_cost_sample_seconds")(
+            self._cost, length, self.padded_length(length, cp), cp)
+            + lib.raw("dcp_cost_ring_seconds")(self._cost, cp))
+        return seconds
 
 
-def _config_dict(c: S.Config) -> Dict[str, Any]:
-    out = {name: getattr(c, name) for name in CONFIG_FIELDS}
-    out["cost"] = {name: getattr(c.cost, name) for name in COST_FIELDS}
-    return out
+# -- results ---------------------------------------------------------------------------------
+def _short(values: Sequence[Any], most: int = 8) -> str:
+    """A tuple's repr, shortened to its first values and its length."""
+    if len(values) <= most:
+        return repr(tuple(values))
+    return f"({', '.join(map(repr, values[:most]))}, ... {len(values)} in all)"
 
 
 @dataclass(frozen=True)
 class Group:
     """A CP group in one microbatch: ranks first_rank .. first_rank + cp - 1 process
-    ``samples`` (ids = positions in the planned lengths)."""
+    ``samples`` (ids = positions in the planned lengths), in buffer order."""
     first_rank: int
     cp: int
     samples: Tuple[int, ...]
 
+    def __repr__(self) -> str:
+        return f"Group(first_rank={self.first_rank}, cp={self.cp}, samples={_short(self.samples)})"
+
 
 @dataclass(frozen=True)
 class PlanStats:
-    """dcp_plan_simulate's result (seconds; tokens)."""
+    """dcp_plan_simulate's result (seconds; tokens). ``step_seconds``, ``lower_bound_seconds``
+    and ``efficiency`` are under the plan's sync model E (``sync_ranks``); ``dag_*`` under
+    E = 1 (a group starts when its ranks are free: dense models), ``barrier_*`` under E = D
+    (every microbatch waits for its slowest group). ``samples_per_cp`` maps a CP size to the
+    samples planned at it."""
+    sync_ranks: int
     step_seconds: float
-    barrier_seconds: float
     lower_bound_seconds: float
     efficiency: float
+    dag_seconds: float
+    dag_lower_bound_seconds: float
+    dag_efficiency: float
+    barrier_seconds: float
+    barrier_lower_bound_seconds: float
+    barrier_efficiency: float
     busy_seconds: float
     num_microbatches: int
     num_groups: int
@@ -172,6 +312,56 @@ _KIND_NAMES = {TRANSFER_SEND: "send", TRANSFER_RECV: "recv", TRANSFER_COPY: "cop
 
 
 @dataclass(frozen=True)
+class RowRun:
+    """Local rows ``first_row`` .. + ``rows`` of sample ``sample`` (an id) holding global
+    positions from ``position`` on, or padding (``position`` -1): dcp_rank_view_runs."""
+    first_row: int
+    rows: int
+    sample: int
+    position: int
+
+
+@dataclass(frozen=True)
+class VarlenCall:
+    """Ring step ``step`` of a rank as one call of FlashAttention's
+    ``flash_attn_varlen_func`` (dcp_rank_view_varlen_call): gather the query rows ``q_rows``
+    of this rank's local q and the key rows ``kv_rows`` of the local k and v of group rank
+    ``kv_rank`` (pool rank ``kv_source``: the KV that reached this rank at this step), call
+    with :meth:`flash_attn_kwargs`, and merge the calls' outputs into rows ``q_rows`` through
+    their LSEs. Only valid rows take part; padding rows get no output."""
+    step: int
+    kv_rank: int
+    kv_source: int
+    causal: bool
+    cu_seqlens_q: Tuple[int, ...]
+    cu_seqlens_k: Tuple[int, ...]
+    max_seqlen_q: int
+    max_seqlen_k: int
+    q_rows: Tuple[int, ...]
+    kv_rows: Tuple[int, ...]
+
+    def flash_attn_kwargs(self, device: Any = None) -> Dict[str, Any]:
+        """cu_seqlens_q, cu_seqlens_k (int32 torch tensors on ``device``; tuples when it is
+        None), max_seqlen_q, max_seqlen_k and causal, as flash_attn_varlen_func names them."""
+        return {"cu_seqlens_q": _int32_tensor(self.cu_seqlens_q, device),
+                "cu_seqlens_k": _int32_tensor(self.cu_seqlens_k, device),
+                "max_seqlen_q": self.max_seqlen_q, "max_seqlen_k": self.max_seqlen_k,
+                "causal": self.causal}
+
+    def __repr__(self) -> str:
+        return (f"VarlenCall(step={self.step}, kv_source={self.kv_source}, causal={self.causal}"
+                f", {len(self.cu_seqlens_q) - 1} sequences, {len(self.q_rows)} q rows, "
+                f"{len(self.kv_rows)} kv rows)")
+
+
+def _int32_tensor(values: Sequence[int], device: Any) -> Any:
+    if device is None:
+        return tuple(values)
+    import torch
+    return torch.tensor(list(values), dtype=torch.int32, device=device)
+
+
+@dataclass(frozen=True, repr=False)
 class RankView:
     """What rank ``rank`` holds in ``microbatch`` (dcp_rank_view): its group, its samples in
     buffer order and the THD metadata. cu_seqlens and cu_seqlens_padded describe the whole
@@ -179,8 +369,11 @@ class RankView:
     rows. Per local row: ``row_samples`` (slot in ``samples``), ``positions`` (global position
     in its sample, -1 for padding), ``position_ids`` (padding 0), ``loss_mask`` (1 valid,
     0 padding) and ``token_indices`` (index into the concatenation of the view's samples'
-    valid tokens, -1 for padding). sends / receives / copies: this microbatch's reroute
-    entries when the view was made with holders, else None."""
+    valid tokens, -1 for padding); ``runs`` the same rows as runs. sends / receives / copies:
+    this microbatch's reroute entries when the view was made with holders, else None.
+    An idle rank (``idle``) has cp 0, first_rank and rank_in_group NO_GROUP (-1) and no
+    samples: nothing about it looks like a group. See docs/integration.md for the arguments of
+    FlashAttention, TransformerEngine and libdcp.ops."""
     rank: int
     microbatch: int
     first_rank: int
@@ -197,10 +390,18 @@ class RankView:
     local_tokens: int
     row_samples: Tuple[int, ...]
     positions: Tuple[int, ...]
+    runs: Tuple[RowRun, ...]
     sends: Optional[Tuple[Transfer, ...]] = None
     receives: Optional[Tuple[Transfer, ...]] = None
     copies: Optional[Tuple[Transfer, ...]] = None
-    _serialized: bytes = field(default=b"", repr=False, compare=False)
+    _serialized: bytes = field(default=b"", compare=False)
+
+    def __repr__(self) -> str:
+        where = ("idle" if self.idle else
+                 f"ranks {self.first_rank}-{self.first_rank + self.cp - 1} (cp {self.cp}), "
+                 f"rank {self.rank_in_group} in the group")
+        return (f"<libdcp.RankView rank {self.rank}, microbatch {self.microbatch}: {where}, "
+                f"samples {_short(self.samples)}, {self.local_tokens} local rows>")
 
     @property
     def position_ids(self) -> Tuple[int, ...]:
@@ -220,6 +421,8 @@ class RankView:
 
     @property
     def group_ranks(self) -> Tuple[int, ...]:
+        """Pool ranks of the group (TransformerEngine's cp_global_ranks after mapping pool
+        ranks to global ranks); empty when idle."""
         return tuple(range(self.first_rank, self.first_rank + self.cp))
 
     def to_bytes(self) -> bytes:
@@ -241,6 +444,64 @@ class RankView:
             "loss_mask": torch.tensor(self.loss_mask, dtype=torch.float32, device=device),
         }
 
+    def _require_group(self, what: str) -> None:
+        if self.idle:
+            raise ValueError(f"rank {self.rank} is idle in microbatch {self.microbatch}: it "
+                             f"runs no {what}")
+
+    def flash_attn_calls(self, causal: bool = True) -> Tuple[VarlenCall, ...]:
+        """The cp calls of flash_attn_varlen_func that compute this rank's attention, one
+        per ring step (one at cp 1): dcp_rank_view_varlen_call. Empty when idle."""
+        if self.idle:
+            return ()
+        handle = _ViewHandle.from_bytes(self._serialized)
+        n = self.num_samples
+        arrays = [(ctypes.c_int32 * (n + 1))() for _ in range(5)]
+        rows = S.VarlenRows(*arrays)
+        call = S.VarlenCall()
+        calls = []
+        for step in range(self.cp):
+            cpu().call("dcp_rank_view_varlen_call", handle.pointer, step, int(bool(causal)),
+                       ctypes.byref(call), ctypes.byref(rows))
+            m = call.num_sequences
+            cu_q, cu_k = _tuple(rows.cu_seqlens_q, m + 1), _tuple(rows.cu_seqlens_k, m + 1)
+            q_rows = tuple(rows.q_row[j] + i for j in range(m)
+                           for i in range(cu_q[j + 1] - cu_q[j]))
+            kv_rows = tuple(rows.kv_row[j] + i for j in range(m)
+                            for i in range(cu_k[j + 1] - cu_k[j]))
+            calls.append(VarlenCall(step, call.kv_rank, self.first_rank + call.kv_rank,
+                                    bool(call.causal), cu_q, cu_k, call.max_seqlen_q,
+                                    call.max_seqlen_k, q_rows, kv_rows))
+        return tuple(calls)
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.samples)
+
+    def transformer_engine_kwargs(self, causal: bool = True, device: Any = None
+                                  ) -> Dict[str, Any]:
+        """The THD arguments of TransformerEngine's DotProductAttention.forward for this
+        rank's local q, k, v (TE splits the ring itself, after set_context_parallel_group
+        with the group's communicator, ``group_ranks`` as global ranks and cp_comm_type
+        "p2p"): whole-sequence cu_seqlens and cu_seqlens_padded (int32 tensors on ``device``,
+        tuples when None) and max_seqlen, which TE divides by the CP size itself."""
+        self._require_group("attention")
+        cu = _int32_tensor(self.cu_seqlens, device)
+        cu_padded = _int32_tensor(self.cu_seqlens_padded, device)
+        return {"qkv_format": "thd", "attn_mask_type": "padding_causal" if causal else "padding",
+                "cu_seqlens_q": cu, "cu_seqlens_kv": cu, "cu_seqlens_q_padded": cu_padded,
+                "cu_seqlens_kv_padded": cu_padded, "max_seqlen_q": self.max_seqlen,
+                "max_seqlen_kv": self.max_seqlen}
+
+    def transformer_engine_rope_kwargs(self, device: Any = None) -> Dict[str, Any]:
+        """The THD arguments of TransformerEngine's apply_rotary_pos_emb (fused=True) for
+        this rank's rows: it derives each row's position from cu_seqlens_padded, cp_size and
+        cp_rank exactly as ``positions`` lists them."""
+        self._require_group("RoPE")
+        return {"tensor_format": "thd", "cu_seqlens": _int32_tensor(self.cu_seqlens_padded,
+                                                                     device),
+                "cp_size": self.cp, "cp_rank": self.rank_in_group}
+
 
 def _release(destroy: str, owner: Any, attribute: str) -> None:
     """Frees the C object an owner holds, once (also from __del__ at interpreter exit, when
@@ -257,11 +518,27 @@ def _release(destroy: str, owner: Any, attribute: str) -> None:
 class _ViewHandle:
     """A dcp_rank_view * owned by Python (destroyed with the object)."""
 
-    def __init__(self, pointer):
+    def __init__(self, pointer: Any):
         self.pointer = pointer
 
-    def __del__(self):
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "_ViewHandle":
+        handle = cls(ctypes.POINTER(S.RankView)())
+        cpu().call("dcp_rank_view_deserialize", data, len(data), None,
+                   ctypes.byref(handle.pointer))
+        return handle
+
+    def __del__(self) -> None:
         _release("dcp_rank_view_destroy", self, "pointer")
+
+
+def _runs(handle: _ViewHandle, samples: Tuple[int, ...]) -> Tuple[RowRun, ...]:
+    lib, count = cpu(), ctypes.c_int32()
+    lib.call("dcp_rank_view_runs", handle.pointer, None, 0, ctypes.byref(count))
+    runs = (S.RowRun * max(count.value, 1))()
+    lib.call("dcp_rank_view_runs", handle.pointer, runs, count.value, ctypes.byref(count))
+    return tuple(RowRun(r.first_row, r.rows, samples[r.slot], r.position)
+                 for r in runs[:count.value])
 
 
 def _view_from_handle(handle: _ViewHandle, reroute: Optional[Sequence[Transfer]]) -> RankView:
@@ -276,53 +553,65 @@ def _view_from_handle(handle: _ViewHandle, reroute: Optional[Sequence[Transfer]]
     buffer = ctypes.create_string_buffer(size.value)
     lib.call("dcp_rank_view_serialize", handle.pointer, buffer, size, ctypes.byref(size))
     mine = None if reroute is None else [t for t in reroute if t.microbatch == v.microbatch]
-    by_kind = (lambda kind: None if mine is None else tuple(t for t in mine if t.kind == kind))
+
+    def by_kind(kind: str) -> Optional[Tuple[Transfer, ...]]:
+        return None if mine is None else tuple(t for t in mine if t.kind == kind)
+    samples = _tuple(v.samples, n)
     return RankView(
         rank=v.rank, microbatch=v.microbatch, first_rank=v.first_rank, cp=v.cp,
-        rank_in_group=v.rank_in_group, idle=bool(v.idle), samples=_tuple(v.samples, n),
+        rank_in_group=v.rank_in_group, idle=bool(v.idle), samples=samples,
         sample_lengths=_tuple(v.sample_lengths, n), pad_multiple=v.pad_multiple,
         cu_seqlens=_tuple(v.cu_seqlens, n + 1), cu_seqlens_padded=_tuple(v.cu_seqlens_padded, n + 1),
         local_offsets=_tuple(v.local_offsets, n + 1), max_seqlen=v.max_seqlen, local_tokens=rows,
         row_samples=_tuple(row_samples, rows), positions=_tuple(positions, rows),
-        sends=by_kind("send"), receives=by_kind("recv"), copies=by_kind("copy"),
-        _serialized=buffer.raw[:size.value])
+        runs=_runs(handle, samples), sends=by_kind("send"), receives=by_kind("recv"),
+        copies=by_kind("copy"), _serialized=buffer.raw[:size.value])
 
 
 def rank_view_from_bytes(data: bytes) -> RankView:
     """dcp_rank_view_deserialize: a view another rank serialized (every byte checked)."""
-    pointer = ctypes.POINTER(S.RankView)()
-    cpu().call("dcp_rank_view_deserialize", data, len(data), None, ctypes.byref(pointer))
-    return _view_from_handle(_ViewHandle(pointer), None)
+    return _view_from_handle(_ViewHandle.from_bytes(bytes(data)), None)
 
 
 class Plan:
     """A plan of dcp.h (dcp_plan): K microbatches of CP groups over ``ranks`` ranks. Build it
-    with :func:`plan` or :meth:`from_bytes`. The C plan is freed with the object."""
+    with :func:`plan` or :meth:`from_bytes`. The C plan is freed with the object. Properties
+    are reads (the simulation behind :attr:`stats` runs once); methods do work or take
+    arguments."""
 
-    def __init__(self, pointer):
+    def __init__(self, pointer: Any):
         self._pointer = pointer
         self._stats: Optional[PlanStats] = None
+        self._flops: Optional[FlopsStats] = None
 
-    def __del__(self):
+    def __del__(self) -> None:
         _release("dcp_plan_destroy", self, "_pointer")
 
     @property
     def _c(self) -> S.Plan:
-        return self._pointer.contents
+        contents: S.Plan = self._pointer.contents
+        return contents
 
     # -- structure -------------------------------------------------------------------------
     @property
     def config(self) -> Dict[str, Any]:
-        """The resolved dcp_config (no zero defaults left)."""
+        """The resolved dcp_config (no zero defaults left; the strategy by name)."""
         return _config_dict(self._c.config)
 
     @property
+    def strategy(self) -> str:
+        """"dynamic", "static" or "greedy"."""
+        return STRATEGY_NAMES[self._c.config.strategy]
+
+    @property
     def ranks(self) -> int:
-        return self._c.config.ranks
+        ranks: int = self._c.config.ranks
+        return ranks
 
     @property
     def num_samples(self) -> int:
-        return self._c.num_samples
+        count: int = self._c.num_samples
+        return count
 
     @property
     def sample_lengths(self) -> Tuple[int, ...]:
@@ -330,7 +619,8 @@ class Plan:
 
     @property
     def num_microbatches(self) -> int:
-        return self._c.num_microbatches
+        count: int = self._c.num_microbatches
+        return count
 
     @property
     def groups(self) -> Tuple[Group, ...]:
@@ -351,7 +641,7 @@ class Plan:
     @property
     def samples(self) -> Tuple[Tuple[int, int, int], ...]:
         """Per sample id: (microbatch, first_rank, cp) of the group that processes it."""
-        where = [None] * self.num_samples
+        where: List[Tuple[int, int, int]] = [(0, 0, 0)] * self.num_samples
         for k, groups in enumerate(self.microbatches):
             for g in groups:
                 for s in g.samples:
@@ -366,7 +656,12 @@ class Plan:
             s = S.PlanStats()
             cpu().call("dcp_plan_simulate", self._pointer, None, ctypes.byref(s))
             self._stats = PlanStats(
-                s.step_seconds, s.barrier_seconds, s.lower_bound_seconds, s.efficiency,
+                s.sync_ranks, s.step_seconds, s.lower_bound_seconds, s.efficiency,
+                s.dag_seconds, s.dag_lower_bound_seconds,
+                s.dag_lower_bound_seconds / s.dag_seconds if s.dag_seconds > 0 else 1.0,
+                s.barrier_seconds, s.barrier_lower_bound_seconds,
+                s.barrier_lower_bound_seconds / s.barrier_seconds if s.barrier_seconds > 0
+                else 1.0,
                 s.busy_seconds, s.num_microbatches, s.num_groups, s.idle_rank_microbatches,
                 {1 << level: s.samples_per_cp_level[level] for level in range(S.CP_LEVELS)
                  if s.samples_per_cp_level[level]},
@@ -375,7 +670,7 @@ class Plan:
 
     @property
     def step_seconds(self) -> float:
-        """Simulated step time (DAG model: a group starts when all its ranks are free)."""
+        """Simulated step time under the plan's sync model E (``config["sync_ranks"]``)."""
         return self.stats.step_seconds
 
     @property
@@ -384,8 +679,26 @@ class Plan:
 
     @property
     def efficiency(self) -> float:
-        """lower bound / step time, in (0, 1]."""
+        """lower bound / step time under the plan's E, in (0, 1]."""
         return self.stats.efficiency
+
+    @property
+    def flops_stats(self) -> FlopsStats:
+        """dcp_plan_flops_stats: valid and padded tokens and sums of L^2, for MFU."""
+        if self._flops is None:
+            s = S.FlopsStats()
+            cpu().call("dcp_plan_flops_stats", self._pointer, ctypes.byref(s))
+            self._flops = FlopsStats(s.valid_tokens, s.padded_tokens, s.sum_squared_valid,
+                                     s.sum_squared_padded)
+        return self._flops
+
+    def step_time(self, sync_ranks: int = 0) -> float:
+        """dcp_plan_step_time: the step time in seconds under any sync model E (0: the
+        plan's own; 1: dense models; a power of two dividing ranks, or ranks)."""
+        seconds = ctypes.c_double()
+        cpu().call("dcp_plan_step_time", self._pointer, None,
+                   check_int("sync_ranks", sync_ranks, ctypes.c_int32), ctypes.byref(seconds))
+        return seconds.value
 
     def schedule(self) -> Tuple[Tuple[float, float], ...]:
         """(start, end) seconds of every group of :attr:`groups` (dcp_plan_schedule)."""
@@ -394,19 +707,14 @@ class Plan:
         cpu().call("dcp_plan_schedule", self._pointer, None, start, end)
         return tuple((start[i], end[i]) for i in range(n))
 
-    def flops_stats(self) -> FlopsStats:
-        s = S.FlopsStats()
-        cpu().call("dcp_plan_flops_stats", self._pointer, ctypes.byref(s))
-        return FlopsStats(s.valid_tokens, s.padded_tokens, s.sum_squared_valid,
-                          s.sum_squared_padded)
-
     def validate(self) -> None:
         """dcp_plan_validate: raises InvalidPlanError naming the broken invariant."""
         cpu().call("dcp_plan_validate", self._pointer)
 
     # -- exchange --------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        """dcp_plan_serialize: versioned, checksummed little-endian buffer."""
+        """dcp_plan_serialize: versioned, checksummed little-endian buffer (what
+        ``dcp-plan --save-plan`` writes)."""
         lib, size = cpu(), ctypes.c_size_t()
         lib.call("dcp_plan_serialize", self._pointer, None, 0, ctypes.byref(size))
         buffer = ctypes.create_string_buffer(size.value)
@@ -424,13 +732,14 @@ class Plan:
         """Rank ``rank``'s reroute list when the data loader left sample s on rank holders[s]:
         its sends, receives and local copies of valid tokens, over all microbatches, in the
         order every rank derives them (sends of A to B pair with B's receives from A)."""
-        if len(holders) != self.num_samples:
-            raise ValueError(f"holders has {len(holders)} entries, the plan "
+        array = IntArray("holders", holders, ctypes.c_int32)
+        if array.count != self.num_samples:
+            raise ValueError(f"holders has {array.count} entries, the plan "
                              f"{self.num_samples} samples")
-        array = (ctypes.c_int32 * max(len(holders), 1))(*holders)
         pointer = ctypes.POINTER(S.Reroute)()
         lib = cpu()
-        lib.call("dcp_reroute_create", self._pointer, array, rank, ctypes.byref(pointer))
+        lib.call("dcp_reroute_create", self._pointer, array.pointer,
+                 check_int("rank", rank, ctypes.c_int32), ctypes.byref(pointer))
         try:
             r = pointer.contents
             return tuple(Transfer(_KIND_NAMES[t.kind], t.peer, t.microbatch, t.sample,
@@ -439,15 +748,20 @@ class Plan:
         finally:
             lib.raw("dcp_reroute_destroy")(pointer)
 
+    def _view_handle(self, rank: int, microbatch: int) -> _ViewHandle:
+        handle = _ViewHandle(ctypes.POINTER(S.RankView)())
+        cpu().call("dcp_rank_view_create", self._pointer, check_int("rank", rank, ctypes.c_int32),
+                   check_int("microbatch", microbatch, ctypes.c_int32),
+                   ctypes.byref(handle.pointer))
+        return handle
+
     def rank_view(self, rank: int, microbatch: int,
                   holders: Optional[Sequence[int]] = None) -> RankView:
         """What ``rank`` holds in ``microbatch`` (dcp_rank_view_create and
         dcp_rank_view_positions); with ``holders`` also its reroute entries for that
         microbatch (sends: tokens this rank holds that the microbatch needs elsewhere)."""
         reroute = None if holders is None else self.reroute(holders, rank)
-        pointer = ctypes.POINTER(S.RankView)()
-        cpu().call("dcp_rank_view_create", self._pointer, rank, microbatch, ctypes.byref(pointer))
-        return _view_from_handle(_ViewHandle(pointer), reroute)
+        return _view_from_handle(self._view_handle(rank, microbatch), reroute)
 
     def pack(self, rank: int, microbatch: int, samples: Sequence[Any]) -> bytearray:
         """dcp_rank_view_pack: the rank's THD buffer of ``microbatch`` gathered from whole
@@ -463,13 +777,10 @@ class Plan:
         c_buffers = [(ctypes.c_char * m.nbytes).from_buffer_copy(m) for m in views]
         pointers = (ctypes.c_void_p * max(len(views), 1))(
             *[ctypes.addressof(b) for b in c_buffers])
-        handle = _ViewHandle(ctypes.POINTER(S.RankView)())
-        lib = cpu()
-        lib.call("dcp_rank_view_create", self._pointer, rank, microbatch,
-                 ctypes.byref(handle.pointer))
+        handle = self._view_handle(rank, microbatch)
         out = bytearray(handle.pointer.contents.local_tokens * element)
         target = (ctypes.c_char * max(len(out), 1)).from_buffer(out) if out else None
-        lib.call("dcp_rank_view_pack", handle.pointer, pointers, element, target)
+        cpu().call("dcp_rank_view_pack", handle.pointer, pointers, element, target)
         del target
         return out
 
@@ -481,8 +792,8 @@ class Plan:
         return plan_svg([self], None if title is None else [title])
 
     def __repr__(self) -> str:
-        return (f"<libdcp.Plan {self.num_samples} samples on {self.ranks} ranks, "
-                f"{self.num_microbatches} microbatches>")
+        return (f"<libdcp.Plan {self.strategy}: {self.num_samples} samples on {self.ranks} "
+                f"ranks, {self.num_microbatches} microbatches>")
 
 
 def plan_svg(plans: Sequence[Plan], titles: Optional[Sequence[Optional[str]]] = None) -> str:
@@ -500,27 +811,33 @@ def plan_svg(plans: Sequence[Plan], titles: Optional[Sequence[Optional[str]]] = 
     lib.call("dcp_plan_svg", pointers, names, len(plans), None, None, 0, ctypes.byref(size))
     buffer = ctypes.create_string_buffer(size.value)
     lib.call("dcp_plan_svg", pointers, names, len(plans), None, buffer, size, ctypes.byref(size))
-    return buffer.value.decode("utf-8")
+    text: str = buffer.value.decode("utf-8")
+    return text
 
 
-def plan(lengths: Sequence[int], ranks: int, max_tokens_per_rank: int, **config: Any) -> Plan:
+def plan(lengths: Any, ranks: int, max_tokens_per_rank: int, **config: Any) -> Plan:
     """Plans one global batch (dcp_plan_create).
 
-    lengths: valid tokens of each sample; sample ids are positions in this sequence.
+    lengths: valid tokens of each sample (integers: a sequence, or a numpy / torch integer
+    array, read in place when it is contiguous int64); sample ids are positions in it.
     ranks: D, the DP x CP ranks of the pool. max_tokens_per_rank: M, padded tokens a rank
-    holds per microbatch. config: any other dcp_config field by its C name (min_cp, max_cp,
-    microbatch_multiple, pad_multiple_cp1, pad_multiple, cost, strategy, improve_moves, ...),
-    zero or absent for the C default; an unknown name raises TypeError. Errors of the library
-    raise a DcpError subclass carrying its message (InfeasibleError, InvalidArgumentError, ...).
+    holds per microbatch. config: any other dcp_config field by its C name (sync_ranks,
+    min_cp, max_cp, microbatch_multiple, pad_multiple_cp1, pad_multiple, cost, strategy,
+    improve_moves), zero or absent for the C default; an unknown name raises TypeError.
+    Errors of the library raise a DcpError subclass carrying its message (InfeasibleError,
+    InvalidArgumentError, ...).
     """
     c = make_config(ranks, max_tokens_per_rank, **config)
-    array, count = _int64_array(lengths)
+    array = IntArray("lengths", lengths)
+    if array.count > INT32_MAX:
+        raise OverflowError(f"lengths has {array.count} samples, more than a plan holds")
     pointer = ctypes.POINTER(S.Plan)()
-    cpu().call("dcp_plan_create", ctypes.byref(c), array, count, ctypes.byref(pointer))
+    cpu().call("dcp_plan_create", ctypes.byref(c), array.pointer, array.count,
+               ctypes.byref(pointer))
     return Plan(pointer)
 
 
-def _take_lengths(pointer, count: ctypes.c_int32) -> List[int]:
+def _take_lengths(pointer: Any, count: ctypes.c_int32) -> List[int]:
     try:
         return list(_tuple(pointer, count.value))
     finally:
@@ -546,17 +863,26 @@ def parse_lengths(text: Union[str, bytes]) -> List[int]:
 
 
 def lognormal_lengths(mean: float, sigma: float, min_length: int, max_length: int, count: int,
-                      seed: int = 0) -> List[int]:
+                      seed: int = DEFAULT_SEED) -> List[int]:
     """dcp_lengths_lognormal: Megatron's mock-SFT convention (tokens), identical on every
-    platform for a seed."""
+    platform for a seed; the default seed is dcp-plan's (DCP_DEFAULT_SEED), so
+    ``lognormal_lengths(4096, 1.1, 1024, 8192, 256)`` is ``--lognormal
+    4096,1.1,1024,8192,256``."""
+    count = check_int("count", count, ctypes.c_int32)
+    if check_int("seed", seed) < 0:
+        raise OverflowError(f"seed is {seed}, must be >= 0 (a uint64)")
     out = (ctypes.c_int64 * max(count, 1))()
-    cpu().call("dcp_lengths_lognormal", ctypes.byref(S.Lognormal(mean, sigma, min_length,
-                                                                 max_length)),
-               seed, out, count)
+    distribution = S.Lognormal(check_real("mean", mean), check_real("sigma", sigma),
+                               check_int("min_length", min_length),
+                               check_int("max_length", max_length))
+    cpu().call("dcp_lengths_lognormal", ctypes.byref(distribution), seed, out, count)
     return list(out[:count]) if count > 0 else []
 
 
 def zigzag_position(padded_length: int, cp: int, rank: int, local_index: int) -> int:
     """Global position of local row ``local_index`` of ``rank`` in a group of ``cp`` ranks
     (-1 for arguments out of range)."""
-    return cpu().raw("dcp_zigzag_position")(padded_length, cp, rank, local_index)
+    position: int = cpu().raw("dcp_zigzag_position")(
+        check_int("padded_length", padded_length), check_int("cp", cp, ctypes.c_int32),
+        check_int("rank", rank, ctypes.c_int32), check_int("local_index", local_index))
+    return position

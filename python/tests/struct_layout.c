@@ -1,6 +1,6 @@
 /* Prints the size of every struct the Python package mirrors through ctypes and the offset of
    each of its fields, one per line ("size NAME BYTES", "offset NAME.FIELD BYTES"), as this C
-   compiler lays them out. python/tests/test_planner.py compares them with the ctypes classes,
+   compiler lays them out, and the constants it mirrors ("constant NAME VALUE"). python/tests/test_planner.py compares them with the ctypes classes,
    so a field added to dcp.h and not to python/libdcp/_structs.py (or the reverse) fails loudly.
    Adding a field: one FIELD line here, one tuple in _structs.py. */
 #include <stddef.h>
@@ -121,6 +121,39 @@ static void view_structs(void)
     FIELD(dcp_reroute, recv_tokens);
     FIELD(dcp_reroute, copy_tokens);
     FIELD(dcp_reroute, allocator);
+    SIZE(dcp_row_run);
+    FIELD(dcp_row_run, slot);
+    FIELD(dcp_row_run, first_row);
+    FIELD(dcp_row_run, rows);
+    FIELD(dcp_row_run, position);
+    SIZE(dcp_varlen_call);
+    FIELD(dcp_varlen_call, kv_rank);
+    FIELD(dcp_varlen_call, causal);
+    FIELD(dcp_varlen_call, num_sequences);
+    FIELD(dcp_varlen_call, max_seqlen_q);
+    FIELD(dcp_varlen_call, max_seqlen_k);
+    FIELD(dcp_varlen_call, total_q);
+    FIELD(dcp_varlen_call, total_k);
+    SIZE(dcp_varlen_rows);
+    FIELD(dcp_varlen_rows, slot);
+    FIELD(dcp_varlen_rows, q_row);
+    FIELD(dcp_varlen_rows, kv_row);
+    FIELD(dcp_varlen_rows, cu_seqlens_q);
+    FIELD(dcp_varlen_rows, cu_seqlens_k);
+}
+
+#define CONSTANT(name) printf("constant %s %ld\n", #name, (long)(name))
+
+static void constants(void)
+{
+    CONSTANT(DCP_ERROR_MESSAGE_CAPACITY);
+    CONSTANT(DCP_CP_LEVELS);
+    CONSTANT(DCP_DEFAULT_SEED);
+    CONSTANT(DCP_NO_GROUP);
+    CONSTANT(DCP_ROW_RUNS_PER_SAMPLE);
+    CONSTANT(DCP_VERSION_MAJOR);
+    CONSTANT(DCP_VERSION_MINOR);
+    CONSTANT(DCP_VERSION_PATCH);
 }
 
 static void kernel_structs(void)
@@ -159,5 +192,6 @@ int main(void)
     planner_structs();
     view_structs();
     kernel_structs();
+    constants();
     return 0;
 }

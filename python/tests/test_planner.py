@@ -42,11 +42,16 @@ class StructLayout(unittest.TestCase):
 
     def test_sizes_and_offsets_match_c(self):
         self.assertTrue(os.path.isfile(LAYOUT), f"{LAYOUT} is missing: make build/dcp-struct-layout")
-        sizes, offsets = {}, {}
+        tables = {"size": {}, "offset": {}, "constant": {}}
         for line in subprocess.run([LAYOUT], check=True, capture_output=True,
                                    text=True).stdout.splitlines():
             kind, name, value = line.split()
-            (sizes if kind == "size" else offsets)[name] = int(value)
+            tables[kind][name] = int(value)
+        sizes, offsets, constants = tables["size"], tables["offset"], tables["constant"]
+        for name, value in _structs.CONSTANTS.items():
+            self.assertEqual(value, constants[name], name)
+        version = tuple(constants[f"DCP_VERSION_{part}"] for part in ("MAJOR", "MINOR", "PATCH"))
+        self.assertEqual(libdcp.__version__, "%d.%d.%d" % version)
         self.assertEqual(set(sizes), set(_structs.MIRRORS))
         for c_name, mirror in _structs.MIRRORS.items():
             self.assertEqual(ctypes.sizeof(mirror), sizes[c_name], f"sizeof {c_name}")
@@ -85,13 +90,26 @@ class PlanAgainstCli(unittest.TestCase):
 
     def check(self, cli_args, **config):
         expected = cli_json(self.path, *cli_args)
-        plan = libdcp.plan(self.lengths, ranks=expected["ranks"],
-                        max_tokens_per_rank=expected["max_tokens_per_rank"], **config)
-        self.assertEqual(groups_as_json(plan), expected["microbatches"])
+        plan = libdcp.plan(self.lengths, ranks=expected["config"]["ranks"],
+                           max_tokens_per_rank=expected["config"]["max_tokens_per_rank"], **config)
+        self.assertEqual(groups_as_json(plan), [[{k: g[k] for k in ("first_rank", "cp", "samples")}
+                                                  for g in mb] for mb in expected["microbatches"]])
+        self.assertEqual(plan.config, expected["config"])
         self.assertEqual(plan.num_samples, expected["samples"])
-        for key in ("step_seconds", "barrier_seconds", "lower_bound_seconds"):
+        self.assertEqual(plan.sample_lengths, tuple(expected["sample_lengths"]))
+        for key in ("step_seconds", "dag_seconds", "barrier_seconds", "lower_bound_seconds",
+                    "dag_lower_bound_seconds", "barrier_lower_bound_seconds"):
             self.assertAlmostEqual(getattr(plan.stats, key) / expected[key], 1.0, places=7, msg=key)
-        self.assertAlmostEqual(plan.efficiency, expected["efficiency"], places=5)
+        for key in ("efficiency", "dag_efficiency", "barrier_efficiency"):
+            self.assertAlmostEqual(getattr(plan.stats, key), expected[key], places=5, msg=key)
+        self.assertEqual(plan.stats.sync_ranks, expected["sync_ranks"])
+        self.assertEqual({str(c): n for c, n in plan.stats.samples_per_cp.items()},
+                         expected["cp_histogram"])
+        times = [(g["start_seconds"], g["end_seconds"]) for mb in expected["microbatches"]
+                 for g in mb]
+        for (start, end), (want_start, want_end) in zip(plan.schedule(), times):
+            self.assertAlmostEqual(start, want_start, delta=1e-8 * want_start)
+            self.assertAlmostEqual(end, want_end, delta=1e-8 * want_end)
         return plan
 
     def test_default_config(self):
@@ -157,13 +175,44 @@ class PlanStructure(unittest.TestCase):
         self.assertEqual(set(libdcp.CONFIG_FIELDS) - set(config), set())
 
     def test_stats_and_flops(self):
-        stats, flops = self.plan.stats, self.plan.flops_stats()
+        stats, flops = self.plan.stats, self.plan.flops_stats
         self.assertEqual(stats.valid_tokens, sum(self.lengths))
         self.assertEqual(flops.valid_tokens, sum(self.lengths))
         self.assertEqual(flops.sum_squared_valid, sum(n * n for n in self.lengths))
         self.assertEqual(sum(stats.samples_per_cp.values()), len(self.lengths))
         self.assertEqual(len(self.plan.schedule()), len(self.plan.groups))
         self.assertTrue(0 < stats.efficiency <= 1)
+        self.assertIs(self.plan.flops_stats, flops)  # a property, computed once like stats
+
+    def test_step_time_under_any_sync_model(self):
+        """Plan.step_time(E) is dcp_plan_step_time: E = 1 and E = D are the stats' DAG and
+        barrier figures, 0 the plan's own E; E must divide the pool."""
+        stats = self.plan.stats
+        self.assertEqual(stats.sync_ranks, 8)
+        self.assertEqual(self.plan.step_time(1), stats.dag_seconds)
+        self.assertEqual(self.plan.step_time(8), stats.barrier_seconds)
+        self.assertEqual(self.plan.step_time(0), stats.step_seconds)
+        self.assertLessEqual(stats.dag_seconds, self.plan.step_time(2) * (1 + 1e-12))
+        self.assertLessEqual(self.plan.step_time(2), stats.barrier_seconds * (1 + 1e-12))
+        self.assertAlmostEqual(stats.dag_efficiency,
+                               stats.dag_lower_bound_seconds / stats.dag_seconds)
+        with self.assertRaises(libdcp.InvalidArgumentError) as caught:
+            self.plan.step_time(3)
+        self.assertIn("sync_ranks", caught.exception.message)
+        with self.assertRaises(TypeError):
+            self.plan.step_time(2.0)
+
+    def test_enums_by_name_and_short_reprs(self):
+        self.assertEqual(self.plan.config["strategy"], "dynamic")
+        self.assertEqual(self.plan.strategy, "dynamic")
+        self.assertEqual(libdcp.resolve_config(8, 4096, strategy="greedy")["strategy"], "greedy")
+        self.assertEqual(libdcp.plan(self.lengths, 8, 4096, strategy="static").strategy, "static")
+        many = libdcp.plan([10] * 5000, ranks=1, max_tokens_per_rank=100000)
+        view = many.rank_view(0, 0)
+        for text in (repr(view), repr(many.groups[0]), repr(many), repr(view.runs[0])):
+            self.assertLess(len(text), 200, text)
+        self.assertIn("5000 in all", repr(view))
+        self.assertIn("rank 0, microbatch 0: ranks 0-0 (cp 1)", repr(view))
 
     def test_bytes_round_trip(self):
         data = self.plan.to_bytes()
@@ -246,8 +295,84 @@ class Errors(unittest.TestCase):
             libdcp.plan([100], ranks=4, max_tokens_per_rank=4096, cost={"attn": 1.0})
         with self.assertRaises(ValueError):
             libdcp.plan([100], ranks=4, max_tokens_per_rank=4096, strategy="fastest")
+        with self.assertRaises(TypeError):
+            libdcp.plan([100], ranks=4, max_tokens_per_rank=4096, strategy=1)  # names only
         with self.assertRaises(OverflowError):
             libdcp.plan([1 << 70], ranks=4, max_tokens_per_rank=4096)
+
+    def assert_type_error(self, needle, function, *args, **kwargs):
+        with self.assertRaises(TypeError) as caught:
+            function(*args, **kwargs)
+        self.assertIn(needle, str(caught.exception))
+
+    def test_integers_are_integers(self):
+        """dcp.h never truncates silently, and neither does its binding: bool, float and str
+        where a count is expected are TypeError naming the argument and the index; a value
+        beyond the C field's width is OverflowError, not a wrapped-around value."""
+        plan = libdcp.plan
+        self.assert_type_error("lengths[1] must be an integer, got float 200.9", plan,
+                               [100, 200.9], ranks=4, max_tokens_per_rank=4096)
+        self.assert_type_error("lengths[0] must be an integer, got str '100'", plan, ["100"],
+                               ranks=4, max_tokens_per_rank=4096)
+        self.assert_type_error("lengths[0] must be an integer, got the bool True", plan, [True],
+                               ranks=4, max_tokens_per_rank=4096)
+        self.assert_type_error("lengths must be a sequence of integers, not str", plan, "100",
+                               ranks=4, max_tokens_per_rank=4096)
+        self.assert_type_error("ranks must be an integer, got the bool True", plan, [100],
+                               ranks=True, max_tokens_per_rank=4096)
+        self.assert_type_error("max_tokens_per_rank must be an integer, got float", plan, [100],
+                               ranks=4, max_tokens_per_rank=4096.0)
+        self.assert_type_error("min_cp must be an integer, got str", plan, [100], ranks=4,
+                               max_tokens_per_rank=4096, min_cp="2")
+        self.assert_type_error("cost['attn_coeff'] must be a number, got bool", plan, [100],
+                               ranks=4, max_tokens_per_rank=4096, cost={"attn_coeff": True})
+        self.assert_type_error("lengths must hold integers, got elements of format 'd'", plan,
+                               array.array("d", [100.0]), ranks=4, max_tokens_per_rank=4096)
+        with self.assertRaises(OverflowError) as caught:
+            plan([100], ranks=(1 << 32) + 4, max_tokens_per_rank=4096)  # not ranks = 4
+        self.assertIn("ranks is 4294967300", str(caught.exception))
+        small = plan([100, 200], ranks=4, max_tokens_per_rank=4096)
+        self.assert_type_error("holders[1] must be an integer", small.reroute, [0, 1.0], 0)
+        self.assert_type_error("rank must be an integer", small.rank_view, 0.0, 0)
+        self.assert_type_error("seed must be an integer", libdcp.lognormal_lengths,
+                               4096, 1.1, 1024, 8192, 4, seed=1.5)
+        self.assert_type_error("count must be an integer", libdcp.lognormal_lengths,
+                               4096, 1.1, 1024, 8192, 4.0)
+
+    def test_integer_arrays_in_place(self):
+        """A contiguous native int64 buffer (array.array("q"), numpy int64) is read in place;
+        other integer buffers are converted, floating point ones refused."""
+        from libdcp.planner import IntArray
+        lengths = array.array("q", [100, 5000, 3000])
+        taken = IntArray("lengths", lengths)
+        self.assertTrue(taken.shared)
+        self.assertEqual(ctypes.addressof(taken.pointer), lengths.buffer_info()[0])
+        self.assertFalse(IntArray("lengths", array.array("i", [1, 2])).shared)
+        by_list = libdcp.plan([100, 5000, 3000], ranks=4, max_tokens_per_rank=4096)
+        for lengths_of in (lengths, array.array("i", lengths), array.array("H", lengths),
+                           tuple(lengths), range(0, 0)):
+            if len(lengths_of) == 0:
+                continue
+            same = libdcp.plan(lengths_of, ranks=4, max_tokens_per_rank=4096)
+            self.assertEqual(same.to_bytes(), by_list.to_bytes())
+
+    @unittest.skipUnless(__import__("importlib").util.find_spec("numpy"), "no numpy: skipped")
+    def test_numpy_arrays(self):
+        import numpy
+        from libdcp.planner import IntArray
+        by_list = libdcp.plan([100, 5000, 3000], ranks=4, max_tokens_per_rank=4096).to_bytes()
+        lengths = numpy.array([100, 5000, 3000], dtype=numpy.int64)
+        self.assertTrue(IntArray("lengths", lengths).shared)
+        for dtype in (numpy.int64, numpy.int32, numpy.uint16):
+            self.assertEqual(libdcp.plan(lengths.astype(dtype), ranks=4,
+                                         max_tokens_per_rank=4096).to_bytes(), by_list)
+        self.assertEqual(libdcp.plan(list(lengths), ranks=numpy.int64(4),
+                                     max_tokens_per_rank=4096).to_bytes(), by_list)
+        for bad in (lengths.astype(numpy.float64), lengths.astype(bool)):
+            with self.assertRaises(TypeError):
+                libdcp.plan(bad, ranks=4, max_tokens_per_rank=4096)
+        with self.assertRaises(TypeError):
+            libdcp.plan(lengths, ranks=numpy.float32(4), max_tokens_per_rank=4096)
 
     def test_lengths_sources(self):
         with self.assertRaises(libdcp.DcpIOError):
@@ -319,11 +444,24 @@ class RankViewsAgainstCli(unittest.TestCase):
         for key in ("rank", "microbatch", "first_rank", "cp", "rank_in_group", "idle",
                     "max_seqlen", "local_tokens", "pad_multiple"):
             self.assertEqual(getattr(view, key), expected[key], key)
-        for key in ("samples", "cu_seqlens", "cu_seqlens_padded", "local_offsets", "positions"):
+        for key in ("samples", "sample_lengths", "cu_seqlens", "cu_seqlens_padded",
+                    "local_offsets"):
             self.assertEqual(list(getattr(view, key)), expected[key], key)
-        self.assertEqual(list(view.position_ids), [max(p, 0) for p in expected["positions"]])
-        self.assertEqual(sum(view.loss_mask), sum(p >= 0 for p in expected["positions"]))
+        self.assertEqual(sum(view.loss_mask), sum(r["rows"] for r in expected["runs"]
+                                                  if r["position"] >= 0))
         self.assertEqual(libdcp.rank_view_from_bytes(view.to_bytes()), view)
+        runs = [run.position + i if run.position >= 0 else -1
+                for run in view.runs for i in range(run.rows)]
+        self.assertEqual(runs, list(view.positions))
+        self.assertEqual([r.first_row for r in view.runs],
+                         [0] + [sum(r.rows for r in view.runs[:i + 1])
+                                for i in range(len(view.runs) - 1)])
+        self.assertEqual([{k: getattr(r, k) for k in ("first_row", "rows", "sample", "position")}
+                          for r in view.runs], expected["runs"])
+        if view.idle:
+            self.assertEqual((view.first_rank, view.cp, view.rank_in_group, view.samples,
+                              view.cu_seqlens, view.group_ranks, view.flash_attn_calls()),
+                             (libdcp.NO_GROUP, 0, libdcp.NO_GROUP, (), (0,), (), ()))
 
 
 class ViewsAndReroute(unittest.TestCase):
@@ -386,6 +524,22 @@ class ViewsAndReroute(unittest.TestCase):
             self.plan.reroute(self.holders[:-1], 0)
         with self.assertRaises(libdcp.InvalidArgumentError):
             self.plan.reroute([9] * len(self.lengths), 0)
+
+    def test_idle_view_is_not_a_group(self):
+        """An idle rank's view: cp 0 and NO_GROUP, no samples, no attention arguments."""
+        plan = libdcp.plan([100], ranks=4, max_tokens_per_rank=4096)
+        view = plan.rank_view(3, 0)
+        self.assertTrue(view.idle)
+        self.assertEqual((view.first_rank, view.cp, view.rank_in_group), (-1, 0, -1))
+        self.assertEqual((view.cu_seqlens, view.local_tokens, view.pad_multiple), ((0,), 0, 0))
+        self.assertEqual(libdcp.rank_view_from_bytes(view.to_bytes()), view)
+        self.assertEqual(view.flash_attn_calls(), ())
+        with self.assertRaises(ValueError):
+            view.transformer_engine_kwargs()
+        self.assertIn("idle", repr(view))
+        busy = plan.rank_view(0, 0)
+        self.assertEqual((busy.first_rank, busy.idle), (0, False))
+        self.assertGreaterEqual(busy.cp, 1)
 
     @unittest.skipUnless(__import__("importlib").util.find_spec("torch"), "no torch: skipped")
     def test_tensors(self):
