@@ -72,6 +72,7 @@
        dcp_cp_size_min(config, L, out, err)       smallest CP size whose padded share fits M
        dcp_cost_sample_seconds(cost, L, P, c)     per-rank compute time (a L^2 + b P) / c
        dcp_cost_ring_seconds(cost, c)             ring overhead of one group for one microbatch
+                                                  (of one sample: config.ring_charge)
        dcp_lower_bound(config, lengths, n, out, err)
    Cost calibration (the workload model fitted to measured times; bench/calibrate uses it;
    no allocation)
@@ -338,7 +339,9 @@ DCPDEF double dcp_rng_normal(dcp_rng *rng);                /* standard normal (p
 
 /* ============================================================================ workload model
    t(L, c) = (attn_coeff L^2 + linear_coeff P)/c per rank for a sample of valid length L and
-   padded length P on c ranks, plus ring_step_cost (c - 1) once per group and microbatch.
+   padded length P on c ranks, plus ring_step_cost (c - 1) for the ring: once per group and
+   microbatch (its samples run as one forward), or once per sample (each runs its own forward,
+   as Megatron-Core 0.16's hybrid CP runs them), as dcp_config.ring_charge says.
    The linear term uses the padded length because linear layers run on padding tokens too;
    the attention term uses the valid length because padding is never a key. */
 
@@ -371,6 +374,15 @@ typedef struct dcp_cost_model {
     double ring_step_cost; /* seconds per ring step that compute does not hide */
 } dcp_cost_model;
 
+/* How the ring's steps are charged: the planner, the lower bound, the simulator and the
+   calibration's units all follow it. */
+typedef enum dcp_ring_charge {
+    DCP_RING_PER_GROUP = 0, /* once per group and microbatch: the group's samples run in one
+                               forward (packed THD); the default */
+    DCP_RING_PER_SAMPLE = 1 /* once per sample: every sample runs its own forward and ring
+                               (Megatron-Core 0.16's hybrid CP; libdcp.megatron sets it) */
+} dcp_ring_charge;
+
 typedef enum dcp_strategy {
     DCP_STRATEGY_DYNAMIC = 0, /* our planner: global view, minimises the simulated step */
     DCP_STRATEGY_STATIC = 1,  /* baseline: one CP size for all, THD packing per DP replica */
@@ -396,6 +408,7 @@ typedef struct dcp_config {
     int32_t pad_multiple;        /* every padded length is also a multiple of this (for
                                     example the TP size with sequence parallelism); default 1 */
     dcp_cost_model cost;         /* all zero: DCP_DEFAULT_* */
+    dcp_ring_charge ring_charge; /* default DCP_RING_PER_GROUP */
     dcp_strategy strategy;       /* default DCP_STRATEGY_DYNAMIC */
     int32_t improve_moves;       /* local-search budget in evaluated moves: 0 = default
                                     (DCP_DEFAULT_IMPROVE_MOVES_PER_SAMPLE per sample plus
@@ -457,7 +470,8 @@ DCPDEF dcp_status dcp_lower_bound(const dcp_config *config, const int64_t *lengt
 typedef struct dcp_cost_measurement {
     double attn_units;   /* what attn_coeff multiplies: sum of L^2 / c over one rank's samples */
     double linear_units; /* what linear_coeff multiplies: stored tokens, sum of P / c */
-    double ring_steps;   /* what ring_step_cost multiplies: c - 1 per group */
+    double ring_steps;   /* what ring_step_cost multiplies: c - 1 per group (per sample under
+                            DCP_RING_PER_SAMPLE) */
     double seconds;      /* measured, > 0 (the fit's input; the other calls ignore it) */
 } dcp_cost_measurement;
 
@@ -791,7 +805,7 @@ DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute);
    and a 64-bit FNV-1a checksum of everything before it. The deserializer checks every byte and
    every invariant and names what is wrong (DCP_ERROR_CORRUPT_DATA); it never looks for sentinel
    values. Sizes: *size receives the bytes needed; a NULL buffer only queries it. */
-#define DCP_FORMAT_VERSION 2 /* 2: the config carries sync_ranks */
+#define DCP_FORMAT_VERSION 3 /* 2: the config carries sync_ranks; 3: and ring_charge */
 
 DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
                                      size_t *size, dcp_error *error);
@@ -2147,6 +2161,10 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
         c.cost.linear_coeff = DCP_DEFAULT_LINEAR_COEFF;
         c.cost.ring_step_cost = DCP_DEFAULT_RING_STEP_COST;
     }
+    if (c.ring_charge != DCP_RING_PER_GROUP && c.ring_charge != DCP_RING_PER_SAMPLE)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "ring_charge %d is not a dcp_ring_charge (0 per group, 1 per sample)",
+                             (int)c.ring_charge);
     if (c.strategy != DCP_STRATEGY_DYNAMIC && c.strategy != DCP_STRATEGY_STATIC &&
         c.strategy != DCP_STRATEGY_GREEDY)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "strategy %d is not a dcp_strategy",
@@ -2350,16 +2368,19 @@ static int64_t dcp__bound_tokens(const dcp_config *config, int64_t length, int32
 }
 
 /* A sample's share of the total work in the lower bound, for the `tokens` it stores at least:
-   attention plus the linear layers' time of those tokens, and a ring share: a group of size
-   c >= 2 holds at most c M padded tokens and pays c (c - 1) G of ring work per microbatch,
-   so each of its tokens carries at least G (c - 1) / M of ring work. */
+   attention plus the linear layers' time of those tokens, and a ring share. Charged per
+   group, a group of size c >= 2 holds at most c M padded tokens and pays c (c - 1) G of ring
+   work per microbatch, so each of its tokens carries at least G (c - 1) / M of ring work;
+   charged per sample, the sample pays c (c - 1) G itself, at least at its minimum c. */
 static double dcp__bound_work(const dcp_config *config, double attention, int64_t tokens,
                               int32_t cp_min)
 {
-    double stored = (double)tokens;
+    const double stored = (double)tokens, steps = (double)(cp_min - 1);
     double work = attention + dcp__exact(config->cost.linear_coeff * stored);
-    double ring = dcp__exact(config->cost.ring_step_cost * (double)(cp_min - 1)) * stored /
-                  (double)config->max_tokens_per_rank;
+    double ring = config->ring_charge == DCP_RING_PER_SAMPLE
+                      ? dcp__exact(config->cost.ring_step_cost * steps) * (double)cp_min
+                      : dcp__exact(config->cost.ring_step_cost * steps) * stored /
+                            (double)config->max_tokens_per_rank;
     return work + ring;
 }
 
@@ -2588,7 +2609,7 @@ DCPDEF dcp_status dcp_cost_group_terms(const dcp_config *config, const int64_t *
     }
     terms->attn_units = attention / (double)cp;
     terms->linear_units = stored / (double)cp;
-    terms->ring_steps = (double)(cp - 1);
+    terms->ring_steps = (double)(cp - 1) * (c.ring_charge == DCP_RING_PER_SAMPLE ? count : 1);
     terms->seconds = 0.0;
     return dcp_error_clear(error);
 }
@@ -3247,17 +3268,21 @@ static double dcp__batch_tick_scale(const dcp__batch *batch)
     return total > 0.0 ? ldexp(1.0, DCP__TICK_BITS - exponent) : 1.0;
 }
 
-/* The tables the planners read instead of the cost model: one ring's ticks per CP level, and
-   each sample's per-rank tokens and ticks at every level from its minimum CP size up (0
-   below, where it does not fit). */
+/* The tables the planners read instead of the cost model: one group's ring ticks per CP
+   level, and each sample's per-rank tokens and ticks at every level from its minimum CP size
+   up (0 below, where it does not fit). Under DCP_RING_PER_SAMPLE every sample's ticks carry
+   its own ring and a group's are 0: every planner then charges the ring per sample without
+   knowing it. */
 static void dcp__batch_tabulate(dcp__batch *batch, double scale)
 {
     const dcp_config *config = batch->config;
+    const int per_sample = config->ring_charge == DCP_RING_PER_SAMPLE;
     int64_t multiple[DCP_CP_LEVELS]; /* each level's padding multiple, computed once */
+    double ring[DCP_CP_LEVELS];
     int32_t i, level;
     for (level = 0; level < batch->levels; level++) {
-        batch->ring_ticks[level] =
-            dcp__to_ticks(dcp_cost_ring_seconds(&config->cost, (int32_t)1 << level), scale);
+        ring[level] = dcp_cost_ring_seconds(&config->cost, (int32_t)1 << level);
+        batch->ring_ticks[level] = per_sample ? 0 : dcp__to_ticks(ring[level], scale);
         multiple[level] = dcp__pad_multiple(config, (int32_t)1 << level);
     }
     for (i = 0; i < batch->count; i++) {
@@ -3272,8 +3297,9 @@ static void dcp__batch_tabulate(dcp__batch *batch, double scale)
             int32_t cp = (int32_t)1 << level;
             int64_t padded = dcp__round_up(length, multiple[level]);
             tokens[level] = padded / cp;
-            ticks[level] =
-                dcp__to_ticks(dcp__sample_seconds(&config->cost, attention, padded, cp), scale);
+            ticks[level] = dcp__to_ticks(dcp__sample_seconds(&config->cost, attention, padded, cp) +
+                                             (per_sample ? ring[level] : 0.0),
+                                         scale);
         }
     }
 }
@@ -5094,10 +5120,14 @@ static dcp_status dcp__plan_block_wide(const dcp__batch *batch, dcp__placement *
 
 /* ------------------------------------------------------------------- simulator core */
 
+/* A group's time on each of its ranks under the plan's ring charge. */
 static double dcp__group_seconds(const dcp_plan *plan, const dcp_cost_model *cost,
                                  const dcp_group *g, int64_t *tokens)
 {
-    double seconds = dcp_cost_ring_seconds(cost, g->cp);
+    const double ring = dcp_cost_ring_seconds(cost, g->cp);
+    double seconds = plan->config.ring_charge == DCP_RING_PER_SAMPLE
+                         ? dcp__exact(ring * (double)g->sample_count)
+                         : ring;
     int32_t i;
     *tokens = 0;
     for (i = g->sample_offset; i < g->sample_offset + g->sample_count; i++) {
@@ -9772,7 +9802,7 @@ static const unsigned char dcp__view_magic[8] = {'D', 'C', 'P', 'V', 'I', 'E', '
 #define DCP__CHECKSUM_BYTES 8 /* FNV-1a, 64 bits */
 /* The records of the two bodies, in the order dcp__put_config / _plan_body / _view write
    them; tests/test_thd.c checks serialized sizes against them. */
-#define DCP__CONFIG_I32_FIELDS 9 /* ranks, min_cp ... sync_ranks */
+#define DCP__CONFIG_I32_FIELDS 10 /* ranks, min_cp ... sync_ranks, ring_charge */
 #define DCP__CONFIG_F64_FIELDS 3 /* the cost model */
 #define DCP__CONFIG_BYTES                                                                       \
     (DCP__CONFIG_I32_FIELDS * DCP__I32_BYTES + DCP__I64_BYTES +                                 \
@@ -9928,7 +9958,8 @@ typedef enum dcp__field_kind {
     DCP__FIELD_I32,
     DCP__FIELD_I64,
     DCP__FIELD_F64,
-    DCP__FIELD_STRATEGY /* a dcp_strategy, stored as int32 */
+    DCP__FIELD_STRATEGY,   /* a dcp_strategy, stored as int32 */
+    DCP__FIELD_RING_CHARGE /* a dcp_ring_charge, stored as int32 */
 } dcp__field_kind;
 
 typedef struct dcp__field {
@@ -9951,7 +9982,8 @@ static const dcp__field dcp__config_fields[] = {
     {offsetof(dcp_config, sync_ranks), DCP__FIELD_I32},
     {DCP__COST_FIELD(attn_coeff), DCP__FIELD_F64},
     {DCP__COST_FIELD(linear_coeff), DCP__FIELD_F64},
-    {DCP__COST_FIELD(ring_step_cost), DCP__FIELD_F64}};
+    {DCP__COST_FIELD(ring_step_cost), DCP__FIELD_F64},
+    {offsetof(dcp_config, ring_charge), DCP__FIELD_RING_CHARGE}};
 
 /* A view's scalars; its arrays follow them. */
 #define DCP__VIEW_FIELD(name, kind) {offsetof(dcp_rank_view, name), DCP__FIELD_##kind}
@@ -9973,6 +10005,9 @@ static void dcp__put_fields(dcp__writer *w, const void *record, const dcp__field
         case DCP__FIELD_I64: dcp__put_i64(w, *(const int64_t *)at); break;
         case DCP__FIELD_F64: dcp__put_f64(w, *(const double *)at); break;
         case DCP__FIELD_STRATEGY: dcp__put_i32(w, (int32_t)*(const dcp_strategy *)at); break;
+        case DCP__FIELD_RING_CHARGE:
+            dcp__put_i32(w, (int32_t)*(const dcp_ring_charge *)at);
+            break;
         }
     }
 }
@@ -9988,6 +10023,9 @@ static void dcp__get_fields(dcp__reader *r, void *record, const dcp__field *fiel
         case DCP__FIELD_I64: *(int64_t *)at = dcp__get_i64(r); break;
         case DCP__FIELD_F64: *(double *)at = dcp__get_f64(r); break;
         case DCP__FIELD_STRATEGY: *(dcp_strategy *)at = (dcp_strategy)dcp__get_i32(r); break;
+        case DCP__FIELD_RING_CHARGE:
+            *(dcp_ring_charge *)at = (dcp_ring_charge)dcp__get_i32(r);
+            break;
         }
     }
 }
@@ -10305,20 +10343,22 @@ DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
     return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "sample %d is in no group", (int)sample);
 }
 
-#define DCP__COMPARED_CONFIG_INTS 9
+#define DCP__COMPARED_CONFIG_INTS 10
 
 static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
                                        dcp_error *error)
 {
     const int64_t ints_a[DCP__COMPARED_CONFIG_INTS] = {
         a->ranks, a->max_tokens_per_rank, a->min_cp, a->max_cp, a->microbatch_multiple,
-        a->pad_multiple_cp1, a->pad_multiple, (int64_t)a->strategy, a->improve_moves};
+        a->pad_multiple_cp1, a->pad_multiple, (int64_t)a->strategy, a->improve_moves,
+        (int64_t)a->ring_charge};
     const int64_t ints_b[DCP__COMPARED_CONFIG_INTS] = {
         b->ranks, b->max_tokens_per_rank, b->min_cp, b->max_cp, b->microbatch_multiple,
-        b->pad_multiple_cp1, b->pad_multiple, (int64_t)b->strategy, b->improve_moves};
+        b->pad_multiple_cp1, b->pad_multiple, (int64_t)b->strategy, b->improve_moves,
+        (int64_t)b->ring_charge};
     const char *names[DCP__COMPARED_CONFIG_INTS] = {
         "ranks", "max_tokens_per_rank", "min_cp", "max_cp", "microbatch_multiple",
-        "pad_multiple_cp1", "pad_multiple", "strategy", "improve_moves"};
+        "pad_multiple_cp1", "pad_multiple", "strategy", "improve_moves", "ring_charge"};
     int i;
     for (i = 0; i < DCP__COMPARED_CONFIG_INTS; i++)
         if (ints_a[i] != ints_b[i])

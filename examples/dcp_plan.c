@@ -3,7 +3,8 @@
    dcp-plan (--lengths FILE | --lognormal MEAN,SIGMA,MIN,MAX,COUNT [--seed S])
             --ranks D --max-tokens-per-rank M [--min-cp K] [--max-cp K]
             [--microbatch-multiple K] [--strategy dynamic|static|greedy] [--sync-ranks E]
-            [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G] [--json]
+            [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G]
+            [--ring-charge group|sample] [--json]
             [--svg FILE [--compare]] [--rank R --microbatch K]
 
    With --rank and --microbatch it prints what that rank receives for that microbatch (its
@@ -45,7 +46,8 @@ typedef struct options {
 typedef enum flag_id {
     FLAG_HELP, FLAG_LENGTHS, FLAG_LOGNORMAL, FLAG_SEED, FLAG_RANKS, FLAG_MAX_TOKENS,
     FLAG_MIN_CP, FLAG_MAX_CP, FLAG_MULTIPLE, FLAG_STRATEGY, FLAG_SYNC, FLAG_ATTN, FLAG_LINEAR, FLAG_RING,
-    FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_RANK, FLAG_MICROBATCH
+    FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_RANK, FLAG_MICROBATCH,
+    FLAG_RING_CHARGE /* issue 28 */
 } flag_id;
 
 typedef struct flag_spec {
@@ -83,6 +85,11 @@ static const flag_spec flags[] = {
     {FLAG_RING, "--ring-step-cost", "G",
      "seconds per ring step compute does not hide (default 1.5e-05); each coefficient is 0\n"
      "      or in [1e-100, 1e+100]"},
+    /* issue 28: dcp_config.ring_charge */
+    {FLAG_RING_CHARGE, "--ring-charge", "group|sample",
+     "a group's ring steps once per microbatch (group: its samples run as one forward; the\n"
+     "      default) or every sample's own (sample: one forward per sample, as Megatron-Core\n"
+     "      0.16's hybrid CP runs them)"},
     {FLAG_JSON, "--json", NULL, "print the plan (or the rank view) as one JSON line"},
     {FLAG_SVG, "--svg", "FILE", "also write the plan as an SVG timeline (ranks x time in ms)"},
     {FLAG_COMPARE, "--compare", NULL,
@@ -100,6 +107,7 @@ static void usage(FILE *out)
           "                [--microbatch-multiple K] [--strategy dynamic|static|greedy]\n"
           "                [--sync-ranks E]\n"
           "                [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G]\n"
+          "                [--ring-charge group|sample]\n"
           "                [--json] [--svg FILE [--compare]] [--rank R --microbatch K]\n",
           out);
 }
@@ -179,6 +187,18 @@ static int parse_strategy(const char *text, dcp_strategy *strategy)
     return 1;
 }
 
+/* issue 28: dcp_config.ring_charge */
+static int parse_ring_charge(const char *text, dcp_ring_charge *charge)
+{
+    if (strcmp(text, "group") == 0) *charge = DCP_RING_PER_GROUP;
+    else if (strcmp(text, "sample") == 0) *charge = DCP_RING_PER_SAMPLE;
+    else {
+        fprintf(stderr, "dcp-plan: --ring-charge must be group or sample, got '%s'\n", text);
+        return 0;
+    }
+    return 1;
+}
+
 static int parse_int32(const char *flag, const char *text, long long lo, long long hi,
                        int32_t *value)
 {
@@ -226,6 +246,7 @@ static int parse_value(options *o, const flag_spec *flag, const char *value)
     case FLAG_ATTN: ok = parse_double(flag->name, value, &c->cost.attn_coeff); break;
     case FLAG_LINEAR: ok = parse_double(flag->name, value, &c->cost.linear_coeff); break;
     case FLAG_RING: ok = parse_double(flag->name, value, &c->cost.ring_step_cost); break;
+    case FLAG_RING_CHARGE: ok = parse_ring_charge(value, &c->ring_charge); break;
     case FLAG_RANK:
         ok = parse_int32(flag->name, value, 0, DCP_MAX_RANKS - 1, &o->view_rank);
         break;

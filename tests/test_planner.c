@@ -186,6 +186,83 @@ static void simulator_group_waits_for_all_ranks(void)
     dcp_plan_destroy(plan);
 }
 
+/* The ring charged per sample (dcp_config.ring_charge): a group of two samples on two ranks
+   pays two rings instead of one, in the schedule, the simulator, the step time and the
+   calibration's units alike; an unknown charge is refused, naming it. */
+static void ring_charge_per_sample_by_hand(void)
+{
+    dcp_config c = token_time_config(2, 100);
+    int64_t lengths[2] = {8, 12};
+    int32_t offsets[2] = {0, 1}, samples[2] = {0, 1};
+    dcp_group groups[1] = {{0, 2, 0, 2}};
+    dcp_plan *plan, *refused = NULL;
+    dcp_cost_measurement terms;
+    dcp_error error;
+    double start, end, step = 0.0;
+    c.cost.ring_step_cost = 0.5;
+    plan = manual_plan(&c, lengths, 2, 1, offsets, groups, 1, samples);
+    CHECK_EQ(dcp_plan_schedule(plan, NULL, &start, &end, NULL), DCP_OK);
+    CHECK_NEAR(end, 20.0 / 2 + 0.5, 1e-12); /* padded 8 + 12 over 2 ranks, one ring */
+    plan->config.ring_charge = DCP_RING_PER_SAMPLE;
+    CHECK_EQ(dcp_plan_schedule(plan, NULL, &start, &end, NULL), DCP_OK);
+    CHECK_NEAR(end, 20.0 / 2 + 2 * 0.5, 1e-12);
+    CHECK_EQ(dcp_plan_step_time(plan, NULL, 1, &step, NULL), DCP_OK);
+    CHECK(step == end);
+    c.ring_charge = DCP_RING_PER_SAMPLE;
+    CHECK_EQ(dcp_cost_group_terms(&c, lengths, 2, 2, &terms, NULL), DCP_OK);
+    CHECK_NEAR(terms.ring_steps, 2.0, 1e-12);
+    CHECK(dcp_cost_measurement_seconds(&c.cost, &terms) == end);
+    c.ring_charge = (dcp_ring_charge)2;
+    CHECK_EQ(dcp_plan_create(&c, lengths, 2, &refused, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK(refused == NULL);
+    CHECK_CONTAINS(error.message, "ring_charge 2");
+    dcp_plan_destroy(plan);
+}
+
+/* The planner under the per-sample charge: on batches of many short samples, where the
+   per-group plan packs them into wide groups that share one ring, the plan made for the
+   per-sample charge is faster under it (it keeps short samples narrow), its step is never
+   below its lower bound, and the serialized plan keeps the charge. */
+static void ring_charge_per_sample_plans(void)
+{
+    dcp_rng rng;
+    int64_t lengths[512];
+    int w, faster = 0;
+    dcp_rng_seed(&rng, test_seed_for(2813));
+    for (w = 0; w < 20; w++) {
+        dcp_config c = make_config(64, 4096);
+        dcp_plan *grouped = NULL, *own = NULL, *copy = NULL;
+        dcp_plan_stats stats;
+        double grouped_step = 0.0, own_step = 0.0;
+        unsigned char buffer[1 << 15];
+        size_t size = 0;
+        int32_t i;
+        for (i = 0; i < 512; i++) /* 90% short, 10% long: bimodal */
+            lengths[i] = dcp_rng_below(&rng, 10) == 0 ? 16384 + (int64_t)dcp_rng_below(&rng, 49152)
+                                                      : 256 + (int64_t)dcp_rng_below(&rng, 1792);
+        c.sync_ranks = 1 + (int32_t)(w % 2) * 63; /* E = 1 and E = D */
+        CHECK_EQ(dcp_plan_create(&c, lengths, 512, &grouped, NULL), DCP_OK);
+        c.ring_charge = DCP_RING_PER_SAMPLE;
+        CHECK_EQ(dcp_plan_create(&c, lengths, 512, &own, NULL), DCP_OK);
+        if (!grouped || !own) return;
+        grouped->config.ring_charge = DCP_RING_PER_SAMPLE; /* evaluated as it would run */
+        CHECK_EQ(dcp_plan_step_time(grouped, NULL, 0, &grouped_step, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_simulate(own, NULL, &stats, NULL), DCP_OK);
+        own_step = stats.step_seconds;
+        CHECK(own_step >= stats.lower_bound_seconds * (1.0 - 1e-9));
+        CHECK(own_step <= grouped_step);
+        faster += own_step < grouped_step;
+        CHECK_EQ(dcp_plan_serialize(own, buffer, sizeof buffer, &size, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_deserialize(buffer, size, NULL, &copy, NULL), DCP_OK);
+        if (copy) CHECK_EQ(copy->config.ring_charge, DCP_RING_PER_SAMPLE);
+        dcp_plan_destroy(copy);
+        dcp_plan_destroy(grouped);
+        dcp_plan_destroy(own);
+    }
+    printf("    %d of 20 per-sample plans strictly faster under the per-sample charge\n", faster);
+    CHECK(faster >= 15);
+}
+
 /* Builds a valid plan, lets `corrupt` break one invariant, expects the validator to say so. */
 static void expect_invalid(void (*corrupt)(dcp_plan *), const char *needle)
 {
@@ -1668,6 +1745,8 @@ int main(int argc, char **argv)
     static const test_case tests[] = {
         {"simulator_dag_versus_barrier", simulator_dag_versus_barrier},
         {"simulator_group_waits_for_all_ranks", simulator_group_waits_for_all_ranks},
+        {"ring_charge_per_sample_by_hand", ring_charge_per_sample_by_hand},
+        {"ring_charge_per_sample_plans", ring_charge_per_sample_plans},
         {"simulator_under_every_sync_model", simulator_under_every_sync_model},
         {"sync_ranks_validation", sync_ranks_validation},
         {"lower_bounds_by_hand", lower_bounds_by_hand},

@@ -11,6 +11,7 @@ from . import _structs as S
 from ._library import cpu
 
 STRATEGIES = {"dynamic": 0, "static": 1, "greedy": 2}  # dcp_strategy
+RING_CHARGES = {"group": 0, "sample": 1}  # dcp_ring_charge (issue 28)
 TRANSFER_SEND, TRANSFER_RECV, TRANSFER_COPY = 0, 1, 2    # dcp_transfer_kind
 
 # dcp_config fields a caller sets by name; the allocator is the library's own business. Built
@@ -38,6 +39,8 @@ def _tuple(pointer, count: int) -> tuple:
 def make_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config:
     """A dcp_config from keyword arguments named as its fields. Zero (or leaving a field out)
     means the C default. ``strategy`` takes "dynamic", "static", "greedy" or the enum value;
+    ``ring_charge`` "group" (a group's ring once per microbatch, the default) or "sample"
+    (every sample its own ring: one forward per sample, as Megatron-Core 0.16 runs them);
     ``cost`` a mapping with attn_coeff (s per valid token^2), linear_coeff (s per stored
     token) and ring_step_cost (s per ring step), or a CostModel."""
     unknown = sorted(set(config) - set(CONFIG_FIELDS))
@@ -51,6 +54,11 @@ def make_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config
             if value not in STRATEGIES:
                 raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {value!r}")
             value = STRATEGIES[value]
+        if name == "ring_charge" and isinstance(value, str):  # issue 28
+            if value not in RING_CHARGES:
+                raise ValueError(f"ring_charge must be one of {', '.join(RING_CHARGES)}, "
+                                 f"got {value!r}")
+            value = RING_CHARGES[value]
         if name == "cost" and isinstance(value, Mapping):
             bad = sorted(set(value) - set(COST_FIELDS))
             if bad:
