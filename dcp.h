@@ -3021,10 +3021,10 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
      not), the faster kept (up to DCP__SEARCH_BOTH_MAX_SAMPLES samples: the faster after the
      local search of both); then a local search on the critical rank (move, swap, split,
      scatter, over a best-first search of the tree: O(log^2 D) a find; improve_moves, and it
-     stops at 0.1% of the bound). Candidates: samples widened above half the target step,
-     every sample at its minimum CP size, and while the best is more than 2% above the bound
+     stops at 0.1% of the bound). Candidates: every sample at its minimum CP size, and while
+     the best is more than 2% above the bound samples widened above half the target step,
      every sample at the largest minimum and widening above an eighth (on random E = 1
-     batches without these two, 351 of 1,500 plans were slower, by up to 28%).
+     batches without the last two, 351 of 1,500 plans were slower, by up to 28%).
 
    E > 1 (blocks of E ranks in lockstep; E = D the barrier; dcp__plan_lockstep), candidates
    compared in ticks under E, in this order, stopping once one meets the lower bound:
@@ -4886,18 +4886,20 @@ done:
 }
 
 /* ------------------------------------------------ dynamic planner: construction
-   Longest-work-first is within one sample of the target step, so large samples are the rocks
-   it cannot balance: the first candidate widens a sample whose per-rank time alone exceeds
-   target / 2 (doubling its CP size while that shortens it). When that tree is more than
-   1 / DCP__BALANCED_EFFICIENCY above the lower bound, which happens when a few samples
-   dominate the batch, the other candidates are built too and the best is kept: every sample at
-   its minimum CP size (widening can serialise groups that could run side by side), every
-   sample at the largest minimum (one shared ring per microbatch, a balanced static CP), and
-   stronger widening. The local search then moves, widens and narrows single samples. */
+   The first candidate puts every sample at its minimum CP size. Longest-work-first is within
+   one sample of the target step, so large samples are the rocks it cannot balance: while the
+   best is more than 1 / DCP__BALANCED_EFFICIENCY above the lower bound, which happens when a
+   few samples dominate the batch, the other candidates are built too and the best is kept:
+   samples whose per-rank time alone exceeds target / 2 widened (their CP size doubled while
+   that shortens them), every sample at the largest minimum (one shared ring per microbatch, a
+   balanced static CP), and stronger widening. The local search then moves, widens and narrows
+   single samples. (The widened candidate came first until the plan-time targets: the two
+   always ran, and on 8,192 samples x 1,024 ranks the minimal one, balanced, won; on every
+   bench row and 1,110 of 1,119 random plans the order changes nothing.) */
 
 typedef enum dcp__candidate {
-    DCP__WIDEN_HALF,
     DCP__MINIMAL,
+    DCP__WIDEN_HALF,
     DCP__UNIFORM,
     DCP__WIDEN_EIGHTH,
     DCP__CANDIDATE_COUNT
@@ -5027,15 +5029,16 @@ static dcp_status dcp__dynamic_candidate(dcp__tree *trees, const int32_t *levels
 
 /* What the tree planner is asked for: the E = 1 plan (every level, the local search, every
    candidate while unbalanced), or the lockstep search's block-wide candidate (no level below
-   log2 E; no local search, whose moves would narrow groups below E; two candidates). */
+   log2 E; no local search, whose moves would narrow groups below E; the first two
+   candidates). */
 typedef struct dcp__tree_request {
     int32_t lowest;        /* no sample below this level */
     int32_t improve_moves; /* the local search's budget */
     int32_t candidates;    /* at most this many dcp__candidate, in order */
 } dcp__tree_request;
 
-/* Runs the widened and the minimal candidate (when they differ), then the others until the
-   best is balanced; candidates are compared after their local search, which can change the
+/* Runs the candidates in order until the best is balanced (a candidate whose levels equal the
+   best's is skipped); candidates are compared after their local search, which can change the
    ranking. Each new best is extracted into placements at once (a rebuild would cost a whole
    candidate again). */
 static dcp_status dcp__dynamic_search(dcp__tree *trees, const dcp__tree_request *request,
@@ -5049,7 +5052,7 @@ static dcp_status dcp__dynamic_search(dcp__tree *trees, const dcp__tree_request 
     int c;
     dcp_status status;
     for (c = 0; c < request->candidates; c++) {
-        if (c > DCP__MINIMAL && dcp__balanced(batch, best_time)) break;
+        if (c > 0 && dcp__balanced(batch, best_time)) break;
         dcp__candidate_levels(batch, (dcp__candidate)c, request->lowest, levels);
         if (c > 0 && memcmp(levels, best_levels, bytes) == 0) continue;
         status = dcp__dynamic_candidate(trees, levels, order, request->improve_moves, error);
@@ -5114,7 +5117,7 @@ static dcp_status dcp__plan_block_wide(const dcp__batch *batch, dcp__placement *
     dcp__tree_request request;
     request.lowest = dcp__log2_int(batch->config->sync_ranks);
     request.improve_moves = 0;
-    request.candidates = DCP__MINIMAL + 1;
+    request.candidates = DCP__WIDEN_HALF + 1;
     return dcp__plan_tree(batch, &request, placements, num_microbatches, error);
 }
 
@@ -7942,19 +7945,17 @@ static int dcp__lockstep_done(const dcp__batch *batch, int32_t best_microbatches
 
 /* The search under the batch's E: leaves its best placements in x->best, their microbatch
    count and step in ticks under E in *best_microbatches and *best_step. */
-static dcp_status dcp__lockstep_search(const dcp__batch *batch, const dcp__baselines *baselines,
-                                       dcp__placement *placements, dcp__lockstep *x,
-                                       int32_t *best_microbatches, int64_t *best_step,
-                                       dcp_error *error)
+/* The search's candidates after the fills (see dcp__lockstep_search). */
+static dcp_status dcp__lockstep_after_fills(const dcp__batch *batch,
+                                            const dcp__baselines *baselines,
+                                            dcp__placement *placements, dcp__lockstep *x,
+                                            int32_t *best_microbatches, int64_t *best_step,
+                                            dcp_error *error)
 {
     const int full = batch->count <= DCP__LOCKSTEP_FULL_SAMPLES;
     int32_t microbatches = 0;
     dcp_status status;
-    *best_microbatches = 0;
-    *best_step = 0;
-    status = dcp__lockstep_fills(batch, placements, x, best_microbatches, best_step, error);
-    if (status != DCP_OK || dcp__lockstep_done(batch, *best_microbatches, *best_step))
-        return status;
+    if (dcp__lockstep_done(batch, *best_microbatches, *best_step)) return DCP_OK;
     if (full && (batch->config->sync_ranks < batch->config->ranks ||
                  !dcp__sync_balanced(batch, *best_step))) {
         status = dcp__plan_dynamic(batch, placements, &microbatches, error);
@@ -7966,6 +7967,20 @@ static dcp_status dcp__lockstep_search(const dcp__batch *batch, const dcp__basel
                        best_microbatches);
     if (dcp__lockstep_done(batch, *best_microbatches, *best_step)) return DCP_OK;
     return dcp__lockstep_unloaded(batch, placements, x, best_microbatches, best_step, error);
+}
+
+static dcp_status dcp__lockstep_search(const dcp__batch *batch, const dcp__baselines *baselines,
+                                       dcp__placement *placements, dcp__lockstep *x,
+                                       int32_t *best_microbatches, int64_t *best_step,
+                                       dcp_error *error)
+{
+    dcp_status status;
+    *best_microbatches = 0;
+    *best_step = 0;
+    status = dcp__lockstep_fills(batch, placements, x, best_microbatches, best_step, error);
+    if (status != DCP_OK) return status;
+    return dcp__lockstep_after_fills(batch, baselines, placements, x, best_microbatches,
+                                     best_step, error);
 }
 
 /* Between the extremes (1 < E < D) the plan made for E = D is a candidate too, evaluated
@@ -7997,7 +8012,8 @@ static dcp_status dcp__lockstep_barrier_candidate(const dcp__batch *batch,
     return status;
 }
 
-/* The lockstep planner's candidates but the block-wide one, the best into x->best. */
+/* The lockstep planner's candidates after the fills but the block-wide one, the best into
+   x->best. */
 static dcp_status dcp__lockstep_candidates(const dcp__batch *batch,
                                            const dcp__baselines *baselines,
                                            dcp__placement *placements, dcp__lockstep *x,
@@ -8005,8 +8021,8 @@ static dcp_status dcp__lockstep_candidates(const dcp__batch *batch,
                                            dcp_error *error)
 {
     const dcp_config *config = batch->config;
-    dcp_status status = dcp__lockstep_search(batch, baselines, placements, x, best_microbatches,
-                                             best_step, error);
+    dcp_status status = dcp__lockstep_after_fills(batch, baselines, placements, x,
+                                                  best_microbatches, best_step, error);
     if (status == DCP_OK && config->sync_ranks < config->ranks &&
         batch->count <= DCP__LOCKSTEP_FULL_SAMPLES &&
         !dcp__lockstep_done(batch, *best_microbatches, *best_step)) {
@@ -8022,48 +8038,51 @@ static dcp_status dcp__lockstep_candidates(const dcp__batch *batch,
     return status;
 }
 
+/* Samples a block of E ranks holds on average above which the block-wide plan is not built:
+   with that many the fills' staircase is already fine (10^6 samples on 32 ranks, E = 8: the
+   fills 0.967 of the bound, 0.998 once unloaded; the block-wide plan 0.978, in 0.7 s). */
+#define DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK 1024
+
 /* The lockstep planner's placements (E > 1) into placements, their count in *microbatches.
-   Between the extremes with E <= max_cp the block-wide plan comes first, after the widest
-   fill (cheap, and where width is free it often meets the bound, which ends the search).
-   Above DCP__LOCKSTEP_FULL_SAMPLES, when the block-wide plan is balanced the two are all (the
-   other candidates cost several times more and were slower on plan_bench's 8,192-sample
-   batches); otherwise the other candidates run as they would without it, and it is compared
-   with their best at the end, neither unloaded (the unloading made it slower under E on four
-   of those five batches) nor changing which plan the others unload, so that it can only add
-   a faster plan. */
+   Between the extremes with E <= max_cp, up to DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK samples a
+   block, after the fills (cheap, and where they are balanced the costlier candidates are not
+   needed) and while their best is more than 2% above the bound, the block-wide plan: above
+   DCP__LOCKSTEP_FULL_SAMPLES, when it is balanced the search
+   ends there (the other candidates cost several times more and were slower on plan_bench's
+   8,192-sample batches); otherwise the other candidates run as they would without it, and it
+   is compared with their best at the end, neither unloaded (the unloading made it slower
+   under E on four of those five batches) nor changing which plan the others unload, so that
+   it can only add a faster plan. */
 static dcp_status dcp__plan_lockstep(const dcp__batch *batch, const dcp__baselines *baselines,
                                      dcp__placement *placements, int32_t *microbatches,
                                      dcp_error *error)
 {
     const dcp_config *config = batch->config;
-    const int block_wide = config->sync_ranks < config->ranks &&
-                           config->sync_ranks <= config->max_cp;
     int32_t best_microbatches = 0, wide_microbatches = 0;
-    int64_t best_step = 0;
+    int64_t best_step = 0, wide_step = 0;
     dcp__placement *wide = NULL;
     dcp__lockstep x;
-    dcp_status status = DCP_OK;
+    dcp_status status;
     memset(&x, 0, sizeof x);
     if (!dcp__lockstep_init(batch, &x, error)) {
         dcp__lockstep_free(&config->allocator, &x);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
-    if (block_wide)
-        status = dcp__lockstep_widest(batch, placements, &x, &best_microbatches, &best_step,
-                                      error);
-    if (status == DCP_OK && block_wide && !dcp__lockstep_done(batch, best_microbatches, best_step)) {
+    status = dcp__lockstep_fills(batch, placements, &x, &best_microbatches, &best_step, error);
+    if (status == DCP_OK && config->sync_ranks < config->ranks &&
+        config->sync_ranks <= config->max_cp &&
+        (int64_t)batch->count * config->sync_ranks <=
+            (int64_t)DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK * config->ranks &&
+        !dcp__sync_balanced(batch, best_step)) {
         wide = (dcp__placement *)dcp__alloc_array(&config->allocator, (size_t)batch->count,
                                                   sizeof *wide, "block-wide", error);
         status = wide ? dcp__plan_block_wide(batch, wide, &wide_microbatches, error)
                       : (error ? error->status : DCP_ERROR_OUT_OF_MEMORY);
         if (status == DCP_OK)
-            dcp__lockstep_keep(batch, &x, wide, wide_microbatches, &best_step,
-                               &best_microbatches);
-        if (status == DCP_OK && (batch->count <= DCP__LOCKSTEP_FULL_SAMPLES ||
-                                 !dcp__sync_balanced(batch, best_step)))
-            best_microbatches = 0; /* the others run as without it */
+            wide_step = dcp__placement_step_ticks(batch, wide, wide_microbatches, &x.step);
     }
-    if (status == DCP_OK && best_microbatches == 0)
+    if (status == DCP_OK && !(wide && batch->count > DCP__LOCKSTEP_FULL_SAMPLES &&
+                              dcp__sync_balanced(batch, wide_step)))
         status = dcp__lockstep_candidates(batch, baselines, placements, &x, &best_microbatches,
                                           &best_step, error);
     if (status == DCP_OK && wide)
