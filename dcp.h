@@ -3028,15 +3028,17 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
 
    E > 1 (blocks of E ranks in lockstep; E = D the barrier; dcp__plan_lockstep), candidates
    compared in ticks under E, in this order, stopping once one meets the lower bound:
-   - between the extremes, where E <= max_cp: after the widest fill, the block-wide plan, the
-     tree planner's build with every sample on at least E ranks (two candidates, no local
-     search): no block then waits for one of its ranks, so its step under E is its E = 1
-     step (8,192 samples on 1,024 ranks, E = 8: 0.88-0.97 of the bound before, 0.98 with it).
-     Above DCP__LOCKSTEP_FULL_SAMPLES samples, when it is balanced the search ends there;
-     else the candidates below run as without it, and it is compared with their best last.
    - the widest fill (width free only), then fill-to-the-top variants: widening threshold x
      slack, per region (E, and for E < D also the pool), while the best is more than 2% above
      the bound; DCP__FILL_CANDIDATE_SAMPLES / N of them, at least 2. O(N log N + K D log N).
+   - between the extremes, where E <= max_cp, while the fills are more than 2% above the bound
+     and with at most DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK samples a block: the block-wide
+     plan, the tree planner's build with every sample on at least E ranks (two candidates, no
+     local search): no block then waits for one of its ranks, so its step under E is its
+     E = 1 step (8,192 samples on 1,024 ranks, E = 8: 0.88-0.97 of the bound before, 0.98
+     with it). Above DCP__LOCKSTEP_FULL_SAMPLES samples, when it is balanced the search ends
+     there; else the candidates below run as without it, and it is compared with their best
+     last.
    - up to DCP__LOCKSTEP_FULL_SAMPLES samples: the tree planner's plan (its E = 1 plan; under
      E = D only while unbalanced).
    - greedy's plan.
@@ -3666,7 +3668,8 @@ static void dcp__order_tokens_falling(const dcp__batch *batch, const int32_t *le
         int falling = 1;
         for (end = start + 1; end < count && keyed[end].key == keyed[start].key; end++) {
             const int32_t a = keyed[end - 1].id, b = keyed[end].id;
-            falling &= dcp__sample_tokens(batch, a, levels[a]) >= dcp__sample_tokens(batch, b, levels[b]);
+            falling &= dcp__sample_tokens(batch, a, levels[a]) >=
+                       dcp__sample_tokens(batch, b, levels[b]);
         }
         if (falling) continue;
         for (i = start; i < end; i++)
@@ -3740,7 +3743,7 @@ typedef struct dcp__open_group {
 #define DCP__BINS_INF (INT32_MAX / 4)
 #define DCP__BINS_NONE (INT32_MIN / 4)
 
-/* Node n's aggregates over its level-j nodes (cells[n * levels + j]), one cache line. */
+/* Node n's aggregates over its level-j nodes (cells[n * levels + j]), read together. */
 typedef struct dcp__tree_cell {
     int64_t best_time;
     int64_t max_free;
@@ -3843,6 +3846,12 @@ static void dcp__tree_free(dcp__tree *tree)
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
+static int64_t dcp__node_start(const dcp__tree *tree, int32_t n)
+{
+    int32_t level = tree->node_level[n];
+    return ((int64_t)n - ((int64_t)tree->leaf_base >> level)) << level;
+}
+
 static dcp_status dcp__tree_init(dcp__tree *tree, const dcp__batch *batch, int32_t lowest,
                                  dcp_error *error)
 {
@@ -3908,20 +3917,13 @@ static dcp_status dcp__tree_init(dcp__tree *tree, const dcp__batch *batch, int32
     memset(tree->mx_bins, 0, nodes * sizeof(int32_t));
     memset(tree->cells, 0, cells * sizeof(dcp__tree_cell));
     for (n = 1; n < 2 * tree->leaf_base; n++) {
-        int64_t start = ((int64_t)n - ((int64_t)tree->leaf_base >> tree->node_level[n]))
-                        << tree->node_level[n];
+        int64_t start = dcp__node_start(tree, n);
         tree->node_span[n] = start >= tree->ranks ? DCP__SPAN_NONE
                              : start + ((int64_t)1 << tree->node_level[n]) <= tree->ranks
                                  ? DCP__SPAN_FULL
                                  : DCP__SPAN_PART;
     }
     return DCP_OK;
-}
-
-static int64_t dcp__node_start(const dcp__tree *tree, int32_t n)
-{
-    int32_t level = tree->node_level[n];
-    return ((int64_t)n - ((int64_t)tree->leaf_base >> level)) << level;
 }
 
 /* Recomputes the aggregates of node n: its path maxima always, its per-level minima only for
@@ -4352,18 +4354,23 @@ static int64_t dcp__level_value(const dcp__tree *tree, int32_t p, int64_t *waiti
     return DCP__TICKS_INF;
 }
 
+/* Tournament node i from its two children: the smaller value (ties: the lower position) and
+   the larger waiting room. */
+static void dcp__level_combine(dcp__level_build *x, int32_t i)
+{
+    const int32_t a = x->winner[2 * i], b = x->winner[2 * i + 1];
+    x->winner[i] = x->value[b] < x->value[a] ? b : a;
+    x->waiting[i] = x->waiting[2 * i] > x->waiting[2 * i + 1] ? x->waiting[2 * i]
+                                                              : x->waiting[2 * i + 1];
+}
+
 /* Recomputes position p's value and room and the two tournaments' paths above it. */
 static void dcp__level_update(dcp__tree *tree, int32_t p)
 {
     dcp__level_build *x = &tree->level;
     int32_t i = x->count + p;
     x->value[p] = dcp__level_value(tree, p, &x->waiting[i]);
-    for (i /= 2; i >= 1; i /= 2) {
-        const int32_t a = x->winner[2 * i], b = x->winner[2 * i + 1];
-        x->winner[i] = x->value[b] < x->value[a] ? b : a; /* ties: the lower position */
-        x->waiting[i] = x->waiting[2 * i] > x->waiting[2 * i + 1] ? x->waiting[2 * i]
-                                                                  : x->waiting[2 * i + 1];
-    }
+    for (i /= 2; i >= 1; i /= 2) dcp__level_combine(x, i);
 }
 
 /* Every position's value from scratch: at the level's start, and when the limit grew. */
@@ -4375,12 +4382,7 @@ static void dcp__level_rebuild(dcp__tree *tree)
         x->value[p] = dcp__level_value(tree, p, &x->waiting[x->count + p]);
         x->winner[x->count + p] = p;
     }
-    for (i = x->count - 1; i >= 1; i--) {
-        const int32_t a = x->winner[2 * i], b = x->winner[2 * i + 1];
-        x->winner[i] = x->value[b] < x->value[a] ? b : a;
-        x->waiting[i] = x->waiting[2 * i] > x->waiting[2 * i + 1] ? x->waiting[2 * i]
-                                                                  : x->waiting[2 * i + 1];
-    }
+    for (i = x->count - 1; i >= 1; i--) dcp__level_combine(x, i);
 }
 
 /* Starts level j: the work and bins above each of its nodes. */
@@ -4468,7 +4470,8 @@ static dcp_status dcp__tree_build(dcp__tree *tree, const int32_t *order, const i
             step = tree->level.above_time[n - tree->level.first] + tree->add[n];
         if (step >= give_up) return DCP_OK;
     }
-    for (n = 2 * tree->leaf_base - 1; n >= 1; n--) (void)dcp__tree_refresh(tree, n, DCP__ALL_LEVELS);
+    for (n = 2 * tree->leaf_base - 1; n >= 1; n--)
+        (void)dcp__tree_refresh(tree, n, DCP__ALL_LEVELS);
     *built = 1;
     return DCP_OK;
 }
@@ -7869,26 +7872,8 @@ static dcp_status dcp__packing_candidate(const dcp__batch *batch, dcp__placement
     return DCP_OK;
 }
 
-/* The widest fill, when width is free (then it is usually balanced, and the searches after it
-   stop early). */
-static dcp_status dcp__lockstep_widest(const dcp__batch *batch, dcp__placement *placements,
-                                       dcp__lockstep *x, int32_t *best_microbatches,
-                                       int64_t *best_step, dcp_error *error)
-{
-    const int32_t sync = batch->config->sync_ranks, ranks = batch->config->ranks;
-    int32_t microbatches = 0;
-    dcp_status status = DCP_OK;
-    if (dcp__width_is_free(batch))
-        status = dcp__fill_widest(batch, sync < ranks ? dcp__log2_int(sync) : -1, x->levels,
-                                  placements, &microbatches, error);
-    if (status != DCP_OK) return status;
-    if (microbatches > 0 && !dcp_is_pow2(ranks)) microbatches = dcp__unload(batch, placements, microbatches);
-    if (microbatches > 0)
-        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-    return DCP_OK;
-}
-
-/* The fill candidates: the widest fill first, then the fills of each region. */
+/* The fill candidates: the widest fill first (when it exists it is usually balanced, and the
+   searches after it then stop early), then the fills of each region. */
 static dcp_status dcp__lockstep_fills(const dcp__batch *batch, dcp__placement *placements,
                                       dcp__lockstep *x, int32_t *best_microbatches,
                                       int64_t *best_step, dcp_error *error)
@@ -7897,9 +7882,14 @@ static dcp_status dcp__lockstep_fills(const dcp__batch *batch, dcp__placement *p
     const int32_t region_count = sync < ranks ? 2 : 1;
     int32_t regions[2], microbatches = 0, r, w;
     dcp__fill fill;
-    dcp_status status = dcp__lockstep_widest(batch, placements, x, best_microbatches, best_step,
-                                             error);
+    dcp_status status = DCP_OK;
+    if (dcp__width_is_free(batch))
+        status = dcp__fill_widest(batch, sync < ranks ? dcp__log2_int(sync) : -1, x->levels,
+                                  placements, &microbatches, error);
     if (status != DCP_OK) return status;
+    if (microbatches > 0 && !dcp_is_pow2(ranks)) microbatches = dcp__unload(batch, placements, microbatches);
+    if (microbatches > 0)
+        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
     fill.minimal_order = x->minimal_order;
     regions[0] = sync < ranks ? dcp__log2_int(sync) : fill.root_level;
@@ -7943,8 +7933,6 @@ static int dcp__lockstep_done(const dcp__batch *batch, int32_t best_microbatches
     return best_microbatches > 0 && dcp__sync_bound_met(batch, best_step);
 }
 
-/* The search under the batch's E: leaves its best placements in x->best, their microbatch
-   count and step in ticks under E in *best_microbatches and *best_step. */
 /* The search's candidates after the fills (see dcp__lockstep_search). */
 static dcp_status dcp__lockstep_after_fills(const dcp__batch *batch,
                                             const dcp__baselines *baselines,
@@ -7969,6 +7957,8 @@ static dcp_status dcp__lockstep_after_fills(const dcp__batch *batch,
     return dcp__lockstep_unloaded(batch, placements, x, best_microbatches, best_step, error);
 }
 
+/* The search under the batch's E: leaves its best placements in x->best, their microbatch
+   count and step in ticks under E in *best_microbatches and *best_step. */
 static dcp_status dcp__lockstep_search(const dcp__batch *batch, const dcp__baselines *baselines,
                                        dcp__placement *placements, dcp__lockstep *x,
                                        int32_t *best_microbatches, int64_t *best_step,
@@ -8047,12 +8037,11 @@ static dcp_status dcp__lockstep_candidates(const dcp__batch *batch,
    Between the extremes with E <= max_cp, up to DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK samples a
    block, after the fills (cheap, and where they are balanced the costlier candidates are not
    needed) and while their best is more than 2% above the bound, the block-wide plan: above
-   DCP__LOCKSTEP_FULL_SAMPLES, when it is balanced the search
-   ends there (the other candidates cost several times more and were slower on plan_bench's
-   8,192-sample batches); otherwise the other candidates run as they would without it, and it
-   is compared with their best at the end, neither unloaded (the unloading made it slower
-   under E on four of those five batches) nor changing which plan the others unload, so that
-   it can only add a faster plan. */
+   DCP__LOCKSTEP_FULL_SAMPLES, when it is balanced the search ends there (the other candidates
+   cost several times more and were slower on plan_bench's 8,192-sample batches); otherwise the
+   other candidates run as they would without it, and it is compared with their best at the
+   end, neither unloaded (the unloading made it slower under E on four of those five batches)
+   nor changing which plan the others unload, so that it can only add a faster plan. */
 static dcp_status dcp__plan_lockstep(const dcp__batch *batch, const dcp__baselines *baselines,
                                      dcp__placement *placements, int32_t *microbatches,
                                      dcp_error *error)
