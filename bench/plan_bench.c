@@ -9,7 +9,11 @@
    samples per rank and ranks.
 
    Usage: build/plan_bench [--quick] [--repeat N] [--dump-lengths DIR] [--megatron DIR]
-   --quick skips the sweep points and targets above 100,000 samples. --dump-lengths writes
+                           [--target SHAPE MODEL E]
+   --quick skips the sweep points and targets above 100,000 samples. --target plans one
+   plan-time target once (SHAPE narrow|lognormal|pareto|bimodal|mixture, MODEL default|L2-only,
+   E 1..1024 or 0 for D) and prints its row: what `valgrind --tool=callgrind` counts the
+   instructions of (bench/RESULTS.md). --dump-lengths writes
    the lengths of the workloads Megatron-LM's scheduler is compared on (the table's and pools
    that are not a power of two: 24, 48, 96, 192 ranks, heavy tails) to DIR/NAME.txt (one a
    line) and DIR/workloads.txt (one line per workload: name, samples, ranks D, max tokens per
@@ -310,10 +314,11 @@ static int scaling_table(int quick)
    `repeat` plans, the efficiency under that E, and whether the time meets `target`. Returns
    the rows that miss it (failures of the run itself count as misses too). */
 static int target_rows(const workload *w, const dcp_cost_model *cost, const char *model,
-                       const int32_t *syncs, int repeat, double target, const int64_t *lengths)
+                       const int32_t *syncs, int sync_count, int repeat, double target,
+                       const int64_t *lengths)
 {
     int misses = 0, e;
-    for (e = 0; e < 3; e++) {
+    for (e = 0; e < sync_count; e++) {
         dcp_plan_stats stats;
         double seconds;
         int32_t sync = syncs[e] ? syncs[e] : w->ranks;
@@ -328,6 +333,31 @@ static int target_rows(const workload *w, const dcp_cost_model *cost, const char
         misses += seconds > target;
     }
     return misses;
+}
+
+/* One target row, planned once (for instruction counts). */
+static int one_target(const char *shape, const char *model, const char *sync)
+{
+    size_t w;
+    int m;
+    for (w = 0; w < sizeof target_workloads / sizeof target_workloads[0]; w++) {
+        const workload *wl = &target_workloads[w];
+        int32_t e = (int32_t)atoi(sync);
+        int64_t *lengths;
+        int misses;
+        if (strcmp(wl->name, shape) != 0) continue;
+        for (m = 0; m < 2 && strcmp(model_names[m], model) != 0; m++) {}
+        if (m == 2 || e < 0 || e > wl->ranks) break;
+        lengths = (int64_t *)malloc((size_t)wl->count * sizeof *lengths);
+        if (!lengths || !make_lengths(wl, lengths)) return 1;
+        misses = target_rows(wl, &models[m], model_names[m], &e, 1, 1, TARGET_SECONDS, lengths);
+        free(lengths);
+        return misses > 0;
+    }
+    fprintf(stderr, "--target: SHAPE narrow|lognormal|pareto|bimodal|mixture, MODEL default|"
+                    "L2-only, E 0 (D) or a power of two up to %d; got %s %s %s\n",
+            TARGET_RANKS, shape, model, sync);
+    return 2;
 }
 
 static int targets_table(int quick, int repeat)
@@ -347,13 +377,13 @@ static int targets_table(int quick, int repeat)
         if (!lengths || !make_lengths(&target_workloads[w], lengths)) return misses + 1;
         for (m = 0; m < 2; m++)
             misses += target_rows(&target_workloads[w], &models[m], model_names[m], target_syncs,
-                                  repeat, TARGET_SECONDS, lengths);
+                                  3, repeat, TARGET_SECONDS, lengths);
         free(lengths);
     }
     if (!quick) {
         lengths = (int64_t *)malloc((size_t)large.count * sizeof *lengths);
         if (!lengths || !make_lengths(&large, lengths)) return misses + 1;
-        misses += target_rows(&large, &models[0], model_names[0], large_target_syncs, repeat,
+        misses += target_rows(&large, &models[0], model_names[0], large_target_syncs, 3, repeat,
                               TARGET_LARGE_SECONDS, lengths);
         free(lengths);
     }
@@ -704,9 +734,11 @@ int main(int argc, char **argv)
             return dump_lengths(argv[++i]);
         else if (strcmp(argv[i], "--megatron") == 0 && i + 1 < argc)
             return megatron_table(argv[++i]);
+        else if (strcmp(argv[i], "--target") == 0 && i + 3 < argc)
+            return one_target(argv[i + 1], argv[i + 2], argv[i + 3]);
         else {
             fprintf(stderr, "usage: %s [--quick] [--repeat N] [--dump-lengths DIR] "
-                    "[--megatron DIR]\n", argv[0]);
+                    "[--megatron DIR] [--target SHAPE MODEL E]\n", argv[0]);
             return 2;
         }
     }

@@ -3,7 +3,7 @@
    dcp-plan (--lengths FILE | --lognormal MEAN,SIGMA,MIN,MAX,COUNT [--seed S])
             --ranks D --max-tokens-per-rank M [--sync-ranks E] [--min-cp K] [--max-cp K]
             [--microbatch-multiple K] [--pad-multiple-cp1 K] [--pad-multiple K]
-            [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G]
+            [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G] [--ring-charge group|sample]
             [--strategy dynamic|static|greedy] [--improve-moves N]
             [--json] [--svg FILE [--compare]] [--save-plan FILE] [--rank R --microbatch K]
    dcp-plan --help | --version
@@ -59,7 +59,7 @@ typedef struct options {
 typedef enum flag_id {
     FLAG_HELP, FLAG_VERSION, FLAG_LENGTHS, FLAG_LOGNORMAL, FLAG_SEED, FLAG_RANKS, FLAG_MAX_TOKENS,
     FLAG_SYNC, FLAG_MIN_CP, FLAG_MAX_CP, FLAG_MULTIPLE, FLAG_PAD_CP1, FLAG_PAD, FLAG_ATTN,
-    FLAG_LINEAR, FLAG_RING, FLAG_STRATEGY, FLAG_IMPROVE, FLAG_JSON, FLAG_SVG, FLAG_COMPARE,
+    FLAG_LINEAR, FLAG_RING, FLAG_RING_CHARGE, FLAG_STRATEGY, FLAG_IMPROVE, FLAG_JSON, FLAG_SVG, FLAG_COMPARE,
     FLAG_SAVE_PLAN, FLAG_RANK, FLAG_MICROBATCH
 } flag_id;
 
@@ -104,6 +104,10 @@ static const flag_spec flags[] = {
     {FLAG_RING, "--ring-step-cost", "G",
      "seconds per ring step compute does not hide (see --attn-coeff); each coefficient\n"
      "      is 0 or in [1e-100, 1e+100]"},
+    {FLAG_RING_CHARGE, "--ring-charge", "group|sample",
+     "a group's ring steps once per microbatch (group: its samples run as one forward; the\n"
+     "      default) or every sample's own (sample: one forward per sample, as Megatron-Core\n"
+     "      0.16's hybrid CP runs them)"},
     {FLAG_STRATEGY, "--strategy", "dynamic|static|greedy",
      "planner (default dynamic); static and greedy are the baselines"},
     {FLAG_IMPROVE, "--improve-moves", "N",
@@ -129,7 +133,8 @@ static void usage(FILE *out)
           "                --ranks D --max-tokens-per-rank M [--sync-ranks E] [--min-cp K]\n"
           "                [--max-cp K] [--microbatch-multiple K] [--pad-multiple-cp1 K]\n"
           "                [--pad-multiple K] [--attn-coeff A] [--linear-coeff B]\n"
-          "                [--ring-step-cost G] [--strategy dynamic|static|greedy]\n"
+          "                [--ring-step-cost G] [--ring-charge group|sample]\n"
+          "                [--strategy dynamic|static|greedy]\n"
           "                [--improve-moves N] [--json] [--svg FILE [--compare]]\n"
           "                [--save-plan FILE] [--rank R --microbatch K]\n"
           "       dcp-plan --help | --version\n",
@@ -215,6 +220,17 @@ static int parse_strategy(const char *text, dcp_strategy *strategy)
     return 1;
 }
 
+static int parse_ring_charge(const char *text, dcp_ring_charge *charge)
+{
+    if (strcmp(text, "group") == 0) *charge = DCP_RING_PER_GROUP;
+    else if (strcmp(text, "sample") == 0) *charge = DCP_RING_PER_SAMPLE;
+    else {
+        fprintf(stderr, "dcp-plan: --ring-charge must be group or sample, got '%s'\n", text);
+        return 0;
+    }
+    return 1;
+}
+
 static int parse_int32(const char *flag, const char *text, long long lo, long long hi,
                        int32_t *value)
 {
@@ -277,6 +293,7 @@ static int parse_value(options *o, const flag_spec *flag, const char *value)
     case FLAG_ATTN: ok = parse_double(flag->name, value, &c->cost.attn_coeff); break;
     case FLAG_LINEAR: ok = parse_double(flag->name, value, &c->cost.linear_coeff); break;
     case FLAG_RING: ok = parse_double(flag->name, value, &c->cost.ring_step_cost); break;
+    case FLAG_RING_CHARGE: ok = parse_ring_charge(value, &c->ring_charge); break;
     case FLAG_RANK:
         ok = parse_int32(flag->name, value, 0, DCP_MAX_RANKS - 1, &o->view_rank);
         break;
@@ -541,11 +558,13 @@ static void print_config_json(const dcp_config *c)
     printf("\"config\":{\"ranks\":%d,\"max_tokens_per_rank\":%lld,\"sync_ranks\":%d,"
            "\"min_cp\":%d,\"max_cp\":%d,\"microbatch_multiple\":%d,\"pad_multiple_cp1\":%d,"
            "\"pad_multiple\":%d,\"cost\":{\"attn_coeff\":%.17g,\"linear_coeff\":%.17g,"
-           "\"ring_step_cost\":%.17g},\"strategy\":\"%s\",\"improve_moves\":%d}",
+           "\"ring_step_cost\":%.17g},\"ring_charge\":\"%s\",\"strategy\":\"%s\","
+           "\"improve_moves\":%d}",
            (int)c->ranks, (long long)c->max_tokens_per_rank, (int)c->sync_ranks, (int)c->min_cp,
            (int)c->max_cp, (int)c->microbatch_multiple, (int)c->pad_multiple_cp1,
            (int)c->pad_multiple, c->cost.attn_coeff, c->cost.linear_coeff,
-           c->cost.ring_step_cost, dcp_strategy_name(c->strategy), (int)c->improve_moves);
+           c->cost.ring_step_cost, c->ring_charge == DCP_RING_PER_SAMPLE ? "sample" : "group",
+           dcp_strategy_name(c->strategy), (int)c->improve_moves);
 }
 
 /* Each sample's padded length at the CP size of its group; 0 on allocation failure. */

@@ -6,7 +6,9 @@
    them; the five length shapes of bench/length_shapes.h; the default and the L^2 model;
    E = 1, a power of two strictly between (where the pool has one) and D; memory caps from
    below the typical length (wide CP sizes forced) to many samples per rank; microbatch
-   multiples 1 to 8; sometimes a smaller max_cp, a larger min_cp or padding multiples.
+   multiples 1 to 8; sometimes a smaller max_cp, a larger min_cp or padding multiples; a
+   third of them with the ring charged per sample (drawn from a stream of its own, so that the
+   workloads are those drawn without it).
    Under the sanitizers (the -san build) fewer workloads, the same draws for those. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
@@ -27,6 +29,9 @@
 #define GUARANTEE_WORKLOADS 3000
 #endif
 #define GUARANTEE_SEED 2026112528
+/* the per-sample ring charge's own stream (see above) and its share of the workloads */
+#define GUARANTEE_CHARGE_STREAM UINT64_C(0x52494e47) /* "RING" */
+#define GUARANTEE_PER_SAMPLE_SHARE 3
 #define GUARANTEE_MAX_SAMPLES 512
 #define GUARANTEE_MAX_RANKS 1024
 #define GUARANTEE_MAX_MULTIPLE 8
@@ -150,12 +155,13 @@ static void describe(const guarantee_workload *w, int32_t index, int32_t sync)
 {
     fprintf(stderr,
             "  workload %d: %s T %lld, %d samples, D %d, M %lld, E %d, %s model, multiple %d, "
-            "min_cp %d, max_cp %d, pads %d/%d\n",
+            "min_cp %d, max_cp %d, pads %d/%d, ring per %s\n",
             (int)index, length_shape_names[w->shape], (long long)w->typical, (int)w->count,
             (int)w->config.ranks, (long long)w->config.max_tokens_per_rank, (int)sync,
             w->config.cost.attn_coeff == 1.0 ? "L^2" : "default",
             (int)w->config.microbatch_multiple, (int)w->config.min_cp, (int)w->config.max_cp,
-            (int)w->config.pad_multiple, (int)w->config.pad_multiple_cp1);
+            (int)w->config.pad_multiple, (int)w->config.pad_multiple_cp1,
+            w->config.ring_charge == DCP_RING_PER_SAMPLE ? "sample" : "group");
 }
 
 typedef struct guarantee_tally {
@@ -203,16 +209,21 @@ static void dynamic_never_behind_a_baseline(void)
 {
     static guarantee_workload w;
     guarantee_tally tally[SYNC_MODELS];
-    dcp_rng rng;
-    int32_t index, m, shapes[LENGTH_SHAPES], non_power = 0, failures = test_current_failures;
+    dcp_rng rng, charge_rng;
+    int32_t index, m, shapes[LENGTH_SHAPES], non_power = 0, per_sample = 0;
+    int32_t failures = test_current_failures;
     memset(tally, 0, sizeof tally);
     memset(shapes, 0, sizeof shapes);
     dcp_rng_seed(&rng, test_seed_for(GUARANTEE_SEED));
+    dcp_rng_seed(&charge_rng, test_seed_for(GUARANTEE_SEED) ^ GUARANTEE_CHARGE_STREAM);
     for (index = 0; index < GUARANTEE_WORKLOADS && test_current_failures - failures < 10;
          index++) {
         dcp_plan *baselines[3];
         int32_t syncs[SYNC_MODELS];
         draw_workload(&rng, &w);
+        if (dcp_rng_below(&charge_rng, GUARANTEE_PER_SAMPLE_SHARE) == 0)
+            w.config.ring_charge = DCP_RING_PER_SAMPLE;
+        per_sample += w.config.ring_charge == DCP_RING_PER_SAMPLE;
         syncs[SYNC_ONE] = 1;
         syncs[SYNC_BETWEEN] = draw_between(&rng, w.config.ranks);
         syncs[SYNC_POOL] = w.config.ranks;
@@ -227,7 +238,8 @@ static void dynamic_never_behind_a_baseline(void)
             if (syncs[m] > 0) check_one(&w, index, syncs[m], baselines, &tally[m]);
         for (m = 0; m < 3; m++) dcp_plan_destroy(baselines[m]);
     }
-    printf("    %d workloads (%d on pools not a power of two; shapes", (int)index, (int)non_power);
+    printf("    %d workloads (%d on pools not a power of two, %d with the ring per sample; shapes",
+           (int)index, (int)non_power, (int)per_sample);
     for (m = 0; m < LENGTH_SHAPES; m++) printf(" %s %d", length_shape_names[m], (int)shapes[m]);
     printf(")\n");
     for (m = 0; m < SYNC_MODELS; m++)

@@ -186,6 +186,83 @@ static void simulator_group_waits_for_all_ranks(void)
     dcp_plan_destroy(plan);
 }
 
+/* The ring charged per sample (dcp_config.ring_charge): a group of two samples on two ranks
+   pays two rings instead of one, in the schedule, the simulator, the step time and the
+   calibration's units alike; an unknown charge is refused, naming it. */
+static void ring_charge_per_sample_by_hand(void)
+{
+    dcp_config c = token_time_config(2, 100);
+    int64_t lengths[2] = {8, 12};
+    int32_t offsets[2] = {0, 1}, samples[2] = {0, 1};
+    dcp_group groups[1] = {{0, 2, 0, 2}};
+    dcp_plan *plan, *refused = NULL;
+    dcp_cost_measurement terms;
+    dcp_error error;
+    double start, end, step = 0.0;
+    c.cost.ring_step_cost = 0.5;
+    plan = manual_plan(&c, lengths, 2, 1, offsets, groups, 1, samples);
+    CHECK_EQ(dcp_plan_schedule(plan, NULL, &start, &end, NULL), DCP_OK);
+    CHECK_NEAR(end, 20.0 / 2 + 0.5, 1e-12); /* padded 8 + 12 over 2 ranks, one ring */
+    plan->config.ring_charge = DCP_RING_PER_SAMPLE;
+    CHECK_EQ(dcp_plan_schedule(plan, NULL, &start, &end, NULL), DCP_OK);
+    CHECK_NEAR(end, 20.0 / 2 + 2 * 0.5, 1e-12);
+    CHECK_EQ(dcp_plan_step_time(plan, NULL, 1, &step, NULL), DCP_OK);
+    CHECK(step == end);
+    c.ring_charge = DCP_RING_PER_SAMPLE;
+    CHECK_EQ(dcp_cost_group_terms(&c, lengths, 2, 2, &terms, NULL), DCP_OK);
+    CHECK_NEAR(terms.ring_steps, 2.0, 1e-12);
+    CHECK(dcp_cost_measurement_seconds(&c.cost, &terms) == end);
+    c.ring_charge = (dcp_ring_charge)2;
+    CHECK_EQ(dcp_plan_create(&c, lengths, 2, &refused, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK(refused == NULL);
+    CHECK_CONTAINS(error.message, "ring_charge 2");
+    dcp_plan_destroy(plan);
+}
+
+/* The planner under the per-sample charge: on batches of many short samples, where the
+   per-group plan packs them into wide groups that share one ring, the plan made for the
+   per-sample charge is faster under it (it keeps short samples narrow), its step is never
+   below its lower bound, and the serialized plan keeps the charge. */
+static void ring_charge_per_sample_plans(void)
+{
+    dcp_rng rng;
+    int64_t lengths[512];
+    int w, faster = 0;
+    dcp_rng_seed(&rng, test_seed_for(2813));
+    for (w = 0; w < 20; w++) {
+        dcp_config c = make_config(64, 4096);
+        dcp_plan *grouped = NULL, *own = NULL, *copy = NULL;
+        dcp_plan_stats stats;
+        double grouped_step = 0.0, own_step = 0.0;
+        unsigned char buffer[1 << 15];
+        size_t size = 0;
+        int32_t i;
+        for (i = 0; i < 512; i++) /* 90% short, 10% long: bimodal */
+            lengths[i] = dcp_rng_below(&rng, 10) == 0 ? 16384 + (int64_t)dcp_rng_below(&rng, 49152)
+                                                      : 256 + (int64_t)dcp_rng_below(&rng, 1792);
+        c.sync_ranks = 1 + (int32_t)(w % 2) * 63; /* E = 1 and E = D */
+        CHECK_EQ(dcp_plan_create(&c, lengths, 512, &grouped, NULL), DCP_OK);
+        c.ring_charge = DCP_RING_PER_SAMPLE;
+        CHECK_EQ(dcp_plan_create(&c, lengths, 512, &own, NULL), DCP_OK);
+        if (!grouped || !own) return;
+        grouped->config.ring_charge = DCP_RING_PER_SAMPLE; /* evaluated as it would run */
+        CHECK_EQ(dcp_plan_step_time(grouped, NULL, 0, &grouped_step, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_simulate(own, NULL, &stats, NULL), DCP_OK);
+        own_step = stats.step_seconds;
+        CHECK(own_step >= stats.lower_bound_seconds * (1.0 - 1e-9));
+        CHECK(own_step <= grouped_step);
+        faster += own_step < grouped_step;
+        CHECK_EQ(dcp_plan_serialize(own, buffer, sizeof buffer, &size, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_deserialize(buffer, size, NULL, &copy, NULL), DCP_OK);
+        if (copy) CHECK_EQ(copy->config.ring_charge, DCP_RING_PER_SAMPLE);
+        dcp_plan_destroy(copy);
+        dcp_plan_destroy(grouped);
+        dcp_plan_destroy(own);
+    }
+    printf("    %d of 20 per-sample plans strictly faster under the per-sample charge\n", faster);
+    CHECK(faster >= 15);
+}
+
 /* Builds a valid plan, lets `corrupt` break one invariant, expects the validator to say so. */
 static void expect_invalid(void (*corrupt)(dcp_plan *), const char *needle)
 {
@@ -917,16 +994,16 @@ static void local_search_never_hurts(void)
         dcp_plan *plan = NULL;
         CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
         CHECK_EQ(dcp__batch_init(&batch, &resolved, lengths, count, NULL), DCP_OK);
-        CHECK_EQ(dcp__tree_init(&tree, &batch, NULL), DCP_OK);
+        CHECK_EQ(dcp__tree_init(&tree, &batch, 0, NULL), DCP_OK);
         for (candidate = 0; candidate < DCP__CANDIDATE_COUNT; candidate++) {
             int64_t before;
-            int tight = 0;
-            dcp__candidate_levels(&batch, (dcp__candidate)candidate, levels);
+            int built = 0;
+            dcp__candidate_levels(&batch, (dcp__candidate)candidate, 0, levels);
             CHECK_EQ(dcp__order_by_ticks(&batch, levels, 1, order, NULL), DCP_OK);
             CHECK_EQ(dcp__tree_build(&tree, order, levels, dcp__microbatch_floor(&batch, levels),
-                                     -1, &tight, NULL),
+                                     DCP__TICKS_INF, &built, NULL),
                      DCP_OK);
-            CHECK(!tight);
+            CHECK(built);
             before = tree.mx_time[1];
             CHECK_EQ(dcp__tree_improve(&tree, 100000, NULL), DCP_OK);
             CHECK(tree.mx_time[1] <= before);
@@ -939,6 +1016,168 @@ static void local_search_never_hurts(void)
         dcp__tree_free(&tree);
         dcp__batch_free(&batch);
     }
+}
+
+/* The build's choice written the slow way: the level-j node where the sample finishes
+   earliest (work of the node and its ancestors, plus a ring when it must open a microbatch;
+   not where no bin has room and the path's bins reached the limit), ties to the lowest node;
+   -1 when none can take it. */
+static int32_t reference_build_node(const dcp__tree *tree, int32_t j, int64_t tokens)
+{
+    int32_t n, m, best = -1, first = tree->leaf_base >> j;
+    int64_t best_finish = DCP__TICKS_INF;
+    for (n = first; n < 2 * first; n++) {
+        int64_t above = 0, finish;
+        int32_t bins = 0;
+        if (tree->node_span[n] != DCP__SPAN_FULL) continue;
+        for (m = n / 2; m >= 1; m /= 2) {
+            above += tree->add[m];
+            bins += tree->bins_used[m];
+        }
+        if (tree->node_free[n] >= tokens)
+            finish = above + tree->add[n];
+        else if (bins + tree->bins_used[n] < tree->microbatch_limit)
+            finish = above + tree->add[n] + tree->batch->ring_ticks[j];
+        else
+            continue;
+        if (finish < best_finish) {
+            best_finish = finish;
+            best = n;
+        }
+    }
+    return best;
+}
+
+/* Samples whose ticks agree but in the bits the level-major key drops come with more tokens
+   first (the build relies on tokens falling along a level): a batch made by hand, one level,
+   every key equal, tokens 1, 3, 2, 5 in id order. */
+static void order_ties_put_more_tokens_first(void)
+{
+    dcp_config config = make_config(1, 8);
+    dcp__batch batch;
+    int64_t tokens[4] = {1, 3, 2, 5};
+    int32_t levels[4] = {0, 0, 0, 0}, i;
+    dcp__keyed keyed[4], scratch[4];
+    static const int32_t expected[4] = {3, 1, 2, 0};
+    memset(&batch, 0, sizeof batch);
+    batch.config = &config;
+    batch.count = 4;
+    batch.levels = 1;
+    batch.tokens = tokens;
+    for (i = 0; i < 4; i++) {
+        keyed[i].key = 42;
+        keyed[i].id = i;
+    }
+    dcp__order_tokens_falling(&batch, levels, keyed, scratch, 4);
+    for (i = 0; i < 4; i++) CHECK_EQ(keyed[i].id, expected[i]);
+}
+
+/* The build (a tournament per CP level, nodes joining as the tokens fall) places every
+   sample exactly where the slow reference does, grows the limit as it does, and its
+   aggregates equal a node-by-node refresh: on random workloads, every candidate's levels and
+   the block-wide floor, against a tree filled by the reference one placement at a time. */
+static void build_matches_reference(void)
+{
+    dcp_rng rng;
+    int64_t lengths[300];
+    int32_t levels[300], order[300];
+    int w, candidate, mismatched = 0, compared = 0;
+    dcp_rng_seed(&rng, test_seed_for(2811));
+    for (w = 0; w < 200; w++) {
+        dcp_config c, resolved;
+        int32_t count = random_workload(&rng, &c, lengths, 300), i, n;
+        dcp__batch batch;
+        dcp__tree built, slow;
+        CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+        CHECK_EQ(dcp__batch_init(&batch, &resolved, lengths, count, NULL), DCP_OK);
+        CHECK_EQ(dcp__tree_init(&built, &batch, 0, NULL), DCP_OK);
+        CHECK_EQ(dcp__tree_init(&slow, &batch, 0, NULL), DCP_OK);
+        for (candidate = 0; candidate <= DCP__CANDIDATE_COUNT; candidate++) {
+            /* the last round: the block-wide floor at a random level */
+            int32_t lowest = candidate == DCP__CANDIDATE_COUNT
+                                 ? (int32_t)dcp_rng_below(&rng, (uint64_t)batch.levels)
+                                 : 0;
+            int32_t limit, multiple = resolved.microbatch_multiple;
+            int done = 0;
+            dcp__candidate_levels(&batch, (dcp__candidate)(candidate % DCP__CANDIDATE_COUNT),
+                                  lowest, levels);
+            CHECK_EQ(dcp__order_by_ticks(&batch, levels, 1, order, NULL), DCP_OK);
+            for (i = 1; i < count; i++) /* tokens never grow along a level */
+                if (levels[order[i]] == levels[order[i - 1]])
+                    CHECK(dcp__sample_tokens(&batch, order[i], levels[order[i]]) <=
+                          dcp__sample_tokens(&batch, order[i - 1], levels[order[i - 1]]));
+            limit = dcp__microbatch_floor(&batch, levels);
+            CHECK_EQ(dcp__tree_build(&built, order, levels, limit, DCP__TICKS_INF, &done, NULL),
+                     DCP_OK);
+            CHECK(done);
+            dcp__tree_reset(&slow, limit);
+            for (n = 2 * slow.leaf_base - 1; n >= 1; n--)
+                (void)dcp__tree_refresh(&slow, n, DCP__ALL_LEVELS);
+            for (i = 0; i < count; i++) {
+                int32_t s = order[i], j = levels[s];
+                int64_t tokens = dcp__sample_tokens(&batch, s, j);
+                while ((n = reference_build_node(&slow, j, tokens)) < 0) {
+                    int32_t needed = slow.mx_bins[1] + 1, grown = slow.microbatch_limit + multiple;
+                    if (grown < needed) grown = (needed + multiple - 1) / multiple * multiple;
+                    slow.microbatch_limit = grown;
+                }
+                CHECK_EQ(dcp__tree_place(&slow, s, n, NULL), DCP_OK);
+            }
+            compared++;
+            for (i = 0; i < count; i++) mismatched += built.sample_node[i] != slow.sample_node[i];
+            CHECK_EQ(built.microbatch_limit, slow.microbatch_limit);
+            CHECK_EQ(built.mx_time[1], slow.mx_time[1]);
+            for (n = 1; n < 2 * built.leaf_base; n++) {
+                CHECK_EQ(built.mx_bins[n], slow.mx_bins[n]);
+                for (i = 0; i < batch.levels; i++) {
+                    const dcp__tree_cell *x = &built.cells[(size_t)n * (size_t)batch.levels + i];
+                    const dcp__tree_cell *y = &slow.cells[(size_t)n * (size_t)batch.levels + i];
+                    CHECK(x->best_time == y->best_time && x->min_bins == y->min_bins &&
+                          x->max_free == y->max_free);
+                }
+            }
+        }
+        dcp__tree_free(&built);
+        dcp__tree_free(&slow);
+        dcp__batch_free(&batch);
+    }
+    CHECK_EQ(mismatched, 0);
+    printf("    %d builds compared sample by sample\n", compared);
+}
+
+/* The lockstep search's block-wide candidate: every group spans whole blocks of E ranks, so
+   its step under E is its step under E = 1, to the bit (no block ever waits for one of its
+   own ranks), and it is valid; on random workloads with 1 < E <= max_cp. */
+static void block_wide_plan_never_waits_for_its_blocks(void)
+{
+    dcp_rng rng;
+    int64_t lengths[300];
+    int w, checked = 0;
+    dcp_rng_seed(&rng, test_seed_for(2812));
+    for (w = 0; w < 300; w++) {
+        dcp_config c, resolved;
+        int32_t count = random_workload(&rng, &c, lengths, 300), microbatches = 0, g;
+        dcp__batch batch;
+        dcp__placement placements[300];
+        dcp_plan *plan = NULL;
+        double at_sync = 0.0, at_one = -1.0;
+        CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+        if (resolved.sync_ranks <= 1 || resolved.sync_ranks > resolved.max_cp) continue;
+        CHECK_EQ(dcp__batch_init(&batch, &resolved, lengths, count, NULL), DCP_OK);
+        CHECK_EQ(dcp__plan_block_wide(&batch, placements, &microbatches, NULL), DCP_OK);
+        CHECK_EQ(dcp__plan_build(&resolved, lengths, placements, count, microbatches, &plan, NULL),
+                 DCP_OK);
+        CHECK_EQ(dcp_plan_validate(plan, NULL), DCP_OK);
+        for (g = 0; g < plan->num_groups; g++) CHECK(plan->groups[g].cp >= resolved.sync_ranks);
+        CHECK_EQ(dcp_plan_step_time(plan, NULL, 0, &at_sync, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_step_time(plan, NULL, 1, &at_one, NULL), DCP_OK);
+        CHECK(at_sync == at_one);
+        checked++;
+        dcp_plan_destroy(plan);
+        dcp__batch_free(&batch);
+    }
+    printf("    %d block-wide plans\n", checked);
+    CHECK(checked > 20);
 }
 
 /* Under E = D the unloading only keeps moves and swaps that lower the sum of microbatch
@@ -1506,6 +1745,8 @@ int main(int argc, char **argv)
     static const test_case tests[] = {
         {"simulator_dag_versus_barrier", simulator_dag_versus_barrier},
         {"simulator_group_waits_for_all_ranks", simulator_group_waits_for_all_ranks},
+        {"ring_charge_per_sample_by_hand", ring_charge_per_sample_by_hand},
+        {"ring_charge_per_sample_plans", ring_charge_per_sample_plans},
         {"simulator_under_every_sync_model", simulator_under_every_sync_model},
         {"sync_ranks_validation", sync_ranks_validation},
         {"lower_bounds_by_hand", lower_bounds_by_hand},
@@ -1524,6 +1765,9 @@ int main(int argc, char **argv)
         {"random_workload_properties", random_workload_properties},
         {"between_plans_beat_both_extremes", between_plans_beat_both_extremes},
         {"local_search_never_hurts", local_search_never_hurts},
+        {"build_matches_reference", build_matches_reference},
+        {"order_ties_put_more_tokens_first", order_ties_put_more_tokens_first},
+        {"block_wide_plan_never_waits_for_its_blocks", block_wide_plan_never_waits_for_its_blocks},
         {"unloading_never_hurts", unloading_never_hurts},
         {"fill_key_sort_matches_qsort", fill_key_sort_matches_qsort},
         {"fill_resort_matches_full_sort", fill_resort_matches_full_sort},

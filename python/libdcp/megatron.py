@@ -40,11 +40,10 @@ MEGATRON_CORE_VERSION = "0.16.1"
 # The default sync model: Megatron's hybrid CP runs dense models (one sub-sample per forward
 # cannot pair an expert-parallel all-to-all across ranks that run different counts).
 DEFAULT_SYNC_RANKS = 1
-# The planner charges a group's ring steps once per microbatch; Megatron 0.16 runs every
-# sub-sample as its own forward, ring steps included. Plans made with the ring cost scaled by
-# each factor are run in Megatron's model (execute) under the true cost and the fastest kept:
-# larger factors trade CP width for fewer per-forward rings (measured: bench/RESULTS.md).
-DEFAULT_RING_SCALES = (1, 2, 4, 8, 16, 32)
+# Megatron 0.16 runs every sub-sample as its own forward, ring steps included: the planner
+# charges the ring per sample (dcp_config.ring_charge), so that its step is the step of this
+# execution (execute; tests/test_megatron.py checks that the two agree).
+DEFAULT_RING_CHARGE = "sample"
 # Digest of a rank's view of the batch that the ranks compare (bytes of blake2b).
 DIGEST_BYTES = 8
 
@@ -94,7 +93,6 @@ class Settings:
     max_cp: int
     microbatch_multiple: int
     check_agreement: bool
-    ring_scales: Tuple[int, ...]
     planner: Dict[str, Any]
 
     def plan_config(self) -> Dict[str, Any]:
@@ -112,8 +110,7 @@ def _positive_int(name: str, value: Any) -> int:
 
 def settings_for(config: Any, ranks: int, *, sync_ranks: int = DEFAULT_SYNC_RANKS,
                  min_cp: int = 1, max_cp: Optional[int] = None, microbatch_multiple: int = 1,
-                 check_agreement: bool = True,
-                 ring_scales: Sequence[int] = DEFAULT_RING_SCALES, **planner: Any) -> Settings:
+                 check_agreement: bool = True, **planner: Any) -> Settings:
     """Maps Megatron's config (a TransformerConfig or ModelParallelConfig, or anything with
     its attribute names) and the DP x CP size to libdcp's settings; raises UnsupportedError
     for what Megatron-Core 0.16.1's hybrid CP path or this mapping does not run, and
@@ -121,8 +118,8 @@ def settings_for(config: Any, ranks: int, *, sync_ranks: int = DEFAULT_SYNC_RANK
 
     max_seqlen_per_dp_cp_rank -> max_tokens_per_rank; the DP x CP size -> ranks; max_cp at most
     the largest CP group Megatron builds (:func:`megatron_max_cp`); tensor_model_parallel_size
-    with sequence_parallel -> pad_multiple (Megatron splits a sub-sample over CP and TP).
-    ring_scales: the candidates of DEFAULT_RING_SCALES ((1,) plans once)."""
+    with sequence_parallel -> pad_multiple (Megatron splits a sub-sample over CP and TP);
+    ring_charge DEFAULT_RING_CHARGE (Megatron runs one forward per sub-sample) unless given."""
     ranks = _positive_int("DP x CP size", ranks)
     tokens = _positive_int("config.max_seqlen_per_dp_cp_rank",
                            getattr(config, "max_seqlen_per_dp_cp_rank", None))
@@ -150,12 +147,10 @@ def settings_for(config: Any, ranks: int, *, sync_ranks: int = DEFAULT_SYNC_RANK
     sync_ranks = _positive_int("sync_ranks", sync_ranks)
     if "pad_multiple" not in planner and getattr(config, "sequence_parallel", False):
         planner["pad_multiple"] = getattr(config, "tensor_model_parallel_size", 1) or 1
-    scales = tuple(_positive_int("ring_scales[]", k) for k in ring_scales)
-    if not scales:
-        raise ValueError("ring_scales must name at least one factor (1: the cost as given)")
+    planner.setdefault("ring_charge", DEFAULT_RING_CHARGE)
     return Settings(ranks, tokens, sync_ranks, _positive_int("min_cp", min_cp), max_cp,
                     _positive_int("microbatch_multiple", microbatch_multiple),
-                    bool(check_agreement), scales, planner)
+                    bool(check_agreement), planner)
 
 
 # -- the plan as Megatron's groups ------------------------------------------------------------
@@ -409,35 +404,17 @@ class LibdcpCPScheduler:
         ids, lengths = [s for s, _ in pairs], [n for _, n in pairs]
         self._check_ids(ids)
         try:
-            plan, positions = self._fastest_plan(lengths)
+            plan = make_plan(lengths, self.total_hdp_gpus, self.settings.max_tokens_per_rank,
+                             **self.settings.plan_config())
         except (InfeasibleError, InvalidArgumentError) as failure:
             raise self._input_error(failure, ids) from failure
+        positions = plan_groups(plan, self.settings.sync_ranks)
         sample_id_groups = [[[ids[p] for p in items] for items in group] for group in positions]
         groups = [[[lengths[p] for p in items] for items in group] for group in positions]
         self.last_plan, self.last_sample_ids = plan, tuple(ids)
         self.last_tokens = token_counts(sample_id_groups, dict(pairs))
         self.num_subsamples = len(pairs)
         return groups, sample_id_groups
-
-    def _fastest_plan(self, lengths: List[int]) -> Tuple[Plan, List[List[List[int]]]]:
-        """The plan, over the ring-cost candidates, that runs fastest as Megatron runs it
-        under the configured cost (the first of equals: deterministic on every rank)."""
-        config = self.settings.plan_config()
-        cost = self._cost.cost_model()
-        by_length = dict(enumerate(lengths))
-        scales = self.settings.ring_scales if cost["ring_step_cost"] > 0 else (1,)
-        best = None
-        for scale in scales:
-            scaled = dict(cost, ring_step_cost=cost["ring_step_cost"] * scale)
-            plan = make_plan(lengths, self.total_hdp_gpus, self.settings.max_tokens_per_rank,
-                             **dict(config, cost=scaled))
-            positions = plan_groups(plan, self.settings.sync_ranks)
-            if len(scales) == 1:
-                return plan, positions
-            step = execute(positions, by_length, self._cost).step_seconds
-            if best is None or step < best[0]:
-                best = (step, plan, positions)
-        return best[1], best[2]
 
     def _where(self, sample: int) -> str:
         if self.source_rank is None:

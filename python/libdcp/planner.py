@@ -16,6 +16,8 @@ from ._library import cpu
 
 STRATEGIES = {"dynamic": 0, "static": 1, "greedy": 2}  # dcp_strategy, by name
 STRATEGY_NAMES = {value: name for name, value in STRATEGIES.items()}
+RING_CHARGES = {"group": 0, "sample": 1}  # dcp_ring_charge, by name
+RING_CHARGE_NAMES = {value: name for name, value in RING_CHARGES.items()}
 TRANSFER_SEND, TRANSFER_RECV, TRANSFER_COPY = 0, 1, 2    # dcp_transfer_kind
 DEFAULT_SEED, NO_GROUP = S.DEFAULT_SEED, S.NO_GROUP
 
@@ -130,14 +132,14 @@ def _tuple(pointer: Any, count: int) -> Tuple[Any, ...]:
     return tuple(pointer[i] for i in range(count)) if count > 0 else ()
 
 
-def _strategy_value(value: Any) -> int:
-    names = ", ".join(map(repr, STRATEGIES))
+def _enum_value(field: str, value: Any, table: Dict[str, int]) -> int:
+    names = ", ".join(map(repr, table))
     if not isinstance(value, str):
-        raise TypeError(f"strategy must be one of {names} (by name), got "
+        raise TypeError(f"{field} must be one of {names} (by name), got "
                         f"{type(value).__name__} {value!r}")
-    if value not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {names}, got {value!r}")
-    return STRATEGIES[value]
+    if value not in table:
+        raise ValueError(f"{field} must be one of {names}, got {value!r}")
+    return table[value]
 
 
 def _cost_model(value: Any) -> S.CostModel:
@@ -156,9 +158,11 @@ def _cost_model(value: Any) -> S.CostModel:
 def make_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config:
     """A dcp_config from keyword arguments named as its fields. Zero (or leaving a field out)
     means the C default, exactly as in C and in dcp-plan. ``strategy`` takes "dynamic",
-    "static" or "greedy"; ``cost`` a mapping with attn_coeff (s per valid token^2),
-    linear_coeff (s per stored token) and ring_step_cost (s per ring step), those left out 0
-    (all three 0: the default model)."""
+    "static" or "greedy"; ``ring_charge`` "group" (a group's ring once per microbatch, the
+    default) or "sample" (every sample its own ring: one forward per sample, as Megatron-Core
+    0.16 runs them); ``cost`` a mapping with attn_coeff (s per valid token^2), linear_coeff
+    (s per stored token) and ring_step_cost (s per ring step), those left out 0 (all three 0:
+    the default model)."""
     unknown = sorted(set(config) - set(CONFIG_FIELDS))
     if unknown:
         raise TypeError(f"unknown dcp_config field(s) {', '.join(unknown)}; "
@@ -168,7 +172,9 @@ def make_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config
     widths = {f[0]: f[1] for f in S.Config._fields_}
     for name, value in config.items():
         if name == "strategy":
-            value = _strategy_value(value)
+            value = _enum_value(name, value, STRATEGIES)
+        elif name == "ring_charge":
+            value = _enum_value(name, value, RING_CHARGES)
         elif name == "cost":
             value = _cost_model(value)
         else:
@@ -181,12 +187,13 @@ def _config_dict(c: S.Config) -> Dict[str, Any]:
     out: Dict[str, Any] = {name: getattr(c, name) for name in CONFIG_FIELDS}
     out["cost"] = {name: getattr(c.cost, name) for name in COST_FIELDS}
     out["strategy"] = STRATEGY_NAMES.get(c.strategy, c.strategy)
+    out["ring_charge"] = RING_CHARGE_NAMES.get(c.ring_charge, c.ring_charge)
     return out
 
 
 def resolve_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> Dict[str, Any]:
     """dcp_config_resolve: the config with every default filled in, as a dict (the
-    strategy by name)."""
+    strategy and the ring charge by name)."""
     return _config_dict(_resolved(ranks, max_tokens_per_rank, **config))
 
 
@@ -595,7 +602,7 @@ class Plan:
     # -- structure -------------------------------------------------------------------------
     @property
     def config(self) -> Dict[str, Any]:
-        """The resolved dcp_config (no zero defaults left; the strategy by name)."""
+        """The resolved dcp_config (no zero defaults left; the strategy and ring charge by name)."""
         return _config_dict(self._c.config)
 
     @property

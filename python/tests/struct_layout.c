@@ -35,6 +35,7 @@ static void planner_structs(void)
     FIELD(dcp_config, pad_multiple_cp1);
     FIELD(dcp_config, pad_multiple);
     FIELD(dcp_config, cost);
+    FIELD(dcp_config, ring_charge);
     FIELD(dcp_config, strategy);
     FIELD(dcp_config, improve_moves);
     FIELD(dcp_config, allocator);
