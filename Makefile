@@ -319,3 +319,81 @@ WGMMA_TEST_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 $(BUILD)/test_wgmma: tests/test_wgmma.cu tests/test.h tests/cuda_test_util.h tests/tolerance.h \
                      dcp.h dcp_cuda.cu | $(BUILD)
 	$(NVCC) -std=c++14 -O2 $(WGMMA_TEST_ARCH) -Xcompiler -Wall,-Wextra,-Werror $< -o $@
+
+# ---- the kernels on the CPU: the execution model of tests/cuda_cpu (issue 26) ---------------
+# dcp_cuda.cu compiled as host C++ against tests/cuda_cpu (a block's threads as fibers, the PTX
+# twins, the CUDA runtime over host memory; README "Running the kernels on the CPU") and the
+# GPU tests linked against it: build/test_cuda_kernels-cpu and its siblings, which `make test`
+# runs under the A100 profile (sm_80). They are the checked build (clang++): ASan and UBSan
+# over the program, and every load and store of dcp_cuda.cu through the shared-memory shadow
+# (racecheck, initcheck, the cp.async and bounds checks). Without a GPU the nvcc builds of the
+# kernel tests would only skip, so `make test` runs the model's builds instead (with a GPU,
+# both).
+CLANGXX ?= clang++
+CUDA_CPU := tests/cuda_cpu
+CUDA_CPU_HEADERS := $(CUDA_CPU)/cuda_cpu.h $(CUDA_CPU)/model.h
+CUDA_CPU_PARTS := executor checkers runtime
+# -fno-strict-aliasing: device code reads a bf16 pair as a 32-bit word, which host C++ forbids
+CUDA_CPU_CXX := -std=c++14 $(WARNINGS) -fno-strict-aliasing -DDCP_CUDA_CPU -I$(CUDA_CPU) \
+                -isystem $(CUDA_HOME)/include
+# enum left out: the tests pass out-of-range enum values to the C API, which checks them
+CUDA_CPU_SANITIZE := -fsanitize=address,undefined -fno-sanitize=enum -fno-sanitize-recover=all \
+                     -fno-omit-frame-pointer -g
+# ASan's checks as calls with our prefix: tests/cuda_cpu/checkers.cc sees each access first
+CUDA_CPU_SHADOW := -mllvm -asan-instrumentation-with-call-threshold=0 \
+                   -mllvm -asan-memory-access-callback-prefix=dcp_cuda_cpu_access_
+# dcp.h's implementation once, optimised and unsanitised (its own -san tests check it): the
+# references the kernels are compared with run fast; the test files' own DCP_IMPLEMENTATION
+# is turned off by its include guard
+CUDA_CPU_IMPLEMENTATION := $(BUILD)/cuda_cpu/dcp_impl.o
+CUDA_CPU_SEPARATE_IMPLEMENTATION := -DDCP_IMPLEMENTATION_INCLUDED
+CUDA_CPU_CHECKED := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%-checked.o) $(CUDA_CPU_IMPLEMENTATION)
+CUDA_CPU_PLAIN := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o) $(CUDA_CPU_IMPLEMENTATION)
+CUDA_CPU_TESTS := test_cuda test_cuda_kernels test_cuda_attention test_cuda_hybrid
+CUDA_CPU_RUNS := $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu)
+HAVE_CLANGXX := $(if $(shell command -v $(CLANGXX) 2>/dev/null),yes,)
+CUDA_CPU_READY := $(and $(HAVE_NVCC),$(HAVE_CLANGXX))
+GPU_PRESENT := $(if $(shell nvidia-smi -L 2>/dev/null | grep GPU),yes,)
+
+$(BUILD)/cuda_cpu:
+	mkdir -p $@
+# The model's own parts under ASan (the fibers announce their stacks to it) without UBSan's
+# checks in the per-lane loops; the checkers under neither: they run on every shared access.
+$(BUILD)/cuda_cpu/%-checked.o: $(CUDA_CPU)/%.cc $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CLANGXX) $(CUDA_CPU_CXX) -fsanitize=address -fno-omit-frame-pointer -g -O2 \
+	    -DDCP_CUDA_CPU_SHADOW -c $< -o $@
+$(BUILD)/cuda_cpu/checkers-checked.o: $(CUDA_CPU)/checkers.cc $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CLANGXX) $(CUDA_CPU_CXX) -g -O2 -DDCP_CUDA_CPU_SHADOW -c $< -o $@
+$(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o): $(BUILD)/cuda_cpu/%.o: $(CUDA_CPU)/%.cc \
+                                                $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CXX) $(CUDA_CPU_CXX) -O2 -c $< -o $@
+$(CUDA_CPU_IMPLEMENTATION): bench/dcp_impl.c dcp.h | $(BUILD)/cuda_cpu
+	$(CC) $(C_FLAGS) -c $< -o $@
+$(BUILD)/cuda_cpu/dcp_cuda-checked.o: dcp_cuda.cu dcp.h $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SANITIZE) $(CUDA_CPU_SHADOW) -O1 -c $< -o $@
+$(CUDA_CPU_TESTS:%=$(BUILD)/cuda_cpu/%.o): $(BUILD)/cuda_cpu/%.o: tests/%.cu tests/test.h \
+                                          tests/tolerance.h tests/cuda_test_util.h dcp.h \
+                                          $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SEPARATE_IMPLEMENTATION) $(CUDA_CPU_SANITIZE) -O1 \
+	    -c $< -o $@
+CUDA_CPU_LINK = $(CLANGXX) $(CUDA_CPU_SANITIZE) -rdynamic $(CUDA_CPU_CHECKED)
+$(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu): $(BUILD)/%-cpu: $(BUILD)/cuda_cpu/%.o $(CUDA_CPU_CHECKED) \
+                                    $(BUILD)/cuda_cpu/dcp_cuda-checked.o
+	$(CUDA_CPU_LINK) $< $(BUILD)/cuda_cpu/dcp_cuda-checked.o -o $@ -lm
+
+ifeq ($(CUDA_CPU_READY),yes)
+all: $(CUDA_CPU_RUNS)
+TEST_PROGRAMS += $(CUDA_CPU_RUNS)
+ifneq ($(GPU_PRESENT),yes)
+TEST_PROGRAMS := $(filter-out $(CUDA_CPU_TESTS:%=$(BUILD)/%),$(TEST_PROGRAMS))
+endif
+endif
+.PHONY: report-cuda-cpu
+report-skips: report-cuda-cpu
+report-cuda-cpu:
+ifneq ($(CUDA_CPU_READY),yes)
+	@echo "skipped (CPU execution model): $(CUDA_CPU_RUNS): needs nvcc's CUDA headers and $(CLANGXX)"
+else ifneq ($(GPU_PRESENT),yes)
+	@echo "not run (no GPU: nvidia-smi lists none): $(CUDA_CPU_TESTS:%=$(BUILD)/%); their tests run on the CPU execution model: $(CUDA_CPU_RUNS)"
+endif
+
