@@ -2018,7 +2018,9 @@ template <int D> struct dcp_cuda__attn_traits {
     static constexpr int WARP_ROWS = DCP_CUDA__MMA_M; /* rows of one m16n8k16 A operand */
     static constexpr int WARPS = 4;
     static constexpr int THREADS = WARPS * DCP_CUDA__WARP_SIZE;
-    /* tiles in flight through shared memory (K, V in the forward and dQ; Q, dO in dK, dV) */
+    /* tiles in flight through shared memory (K, V in the forward and dQ; Q, dO in dK, dV): two,
+       so that the copy of tile i + 1 overlaps the math of tile i. The backward kernels take
+       theirs as a parameter: one where a device cannot hold two (dcp_cuda__bwd_stages). */
     static constexpr int STAGES = 2;
     /* shared row: +16 bytes, so the 8 row reads of an ldmatrix hit distinct banks */
     static constexpr int ROW_PAD = DCP_CUDA__VECTOR_BYTES / 2; /* elements of 2 bytes */
@@ -2041,8 +2043,14 @@ template <int D> struct dcp_cuda__attn_traits {
     static_assert((STRIDE * 2) % DCP_CUDA__VECTOR_BYTES == 0 &&
                       (DS_STRIDE * 2) % DCP_CUDA__VECTOR_BYTES == 0,
                   "ldmatrix and cp.async rows are 16-byte aligned");
-    static_assert(STAGES == 2, "the loops double-buffer: stage = i & 1, the next stage ^ 1, "
-                               "cp.async.wait_group 1");
+};
+
+/* The stagings the tile streams serve: two (the copy of tile i + 1 overlaps the math of tile i)
+   or one (copy, wait, compute); tile i uses stage i & (STAGES - 1) and a step waits for all
+   but the STAGES - 1 newest cp.async groups. */
+template <int STAGES> struct dcp_cuda__staging {
+    static_assert(STAGES == 1 || STAGES == 2, "one or two stages: stage = i & (STAGES - 1)");
+    static __host__ __device__ __forceinline__ int stage(int32_t i) { return i & (STAGES - 1); }
 };
 
 /* This block's schedule entry: its sequence as the step sees it and the first view row of its
@@ -2152,18 +2160,22 @@ __device__ __forceinline__ void dcp_cuda__load_kv_stage(T *sk, T *sv, const dcp_
     dcp_cuda__load_kv_tile<T, D>(sv + stage * K::TILE_ELEMENTS, a.v, a, s, kv_head, k0);
 }
 
-/* Step `tile` of the key stream: the load of tile + 1 into the other stage starts, then every
-   thread waits until tile `tile` (and all committed before it) has landed. */
-template <typename T, int D>
+/* Step `tile` of the key stream: the load of tile + STAGES - 1 into its stage starts (with two
+   stages the next tile's, which overlaps this one's math; with one, this tile's: the barrier at
+   the end of the previous step freed its stage), then every thread waits until tile `tile`
+   (and all committed before it) has landed. */
+template <typename T, int D, int STAGES>
 __device__ __forceinline__ void dcp_cuda__kv_stream_step(T *sk, T *sv, const dcp_cuda__attn_args &a,
                                                          const dcp_cuda__seq_view &s,
                                                          int32_t kv_head, int32_t tile,
                                                          int32_t tiles)
 {
-    const int stage = tile & 1;
-    if (tile + 1 < tiles) dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, kv_head, tile + 1, stage ^ 1);
+    const int32_t ahead = tile + STAGES - 1;
+    if (ahead < tiles)
+        dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, kv_head, ahead,
+                                      dcp_cuda__staging<STAGES>::stage(ahead));
     dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
-    dcp_cuda__cp_async_wait<1>();
+    dcp_cuda__cp_async_wait<STAGES - 1>();
     __syncthreads();
 }
 
@@ -2445,8 +2457,8 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__zero(o);
 
     for (int32_t tile = 0; tile < b.tiles; tile++) {
-        const int stage = tile & 1;
-        dcp_cuda__kv_stream_step<T, D>(sk, sv, a, s, b.kv_head, tile, b.tiles);
+        const int stage = dcp_cuda__staging<K::STAGES>::stage(tile);
+        dcp_cuda__kv_stream_step<T, D, K::STAGES>(sk, sv, a, s, b.kv_head, tile, b.tiles);
         const T *ks = dcp_cuda__stage<D>(sk, stage), *vs = dcp_cuda__stage<D>(sv, stage);
         const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
         float sc[K::KEY_BLOCKS][4];
@@ -2576,29 +2588,52 @@ __device__ __forceinline__ dcp_cuda__bwd_row dcp_cuda__bwd_row_of(const dcp_cuda
     return r;
 }
 
-template <int D> constexpr size_t dcp_cuda__attn_dkv_smem(size_t element)
+/* The dK, dV kernel's dynamic shared memory with `stages` stages. */
+template <int D> constexpr size_t dcp_cuda__attn_dkv_smem(size_t element, int stages)
 {
     using K = dcp_cuda__attn_traits<D>;
-    /* K, V, STAGES x Q, STAGES x dO, dS; then the row state of STAGES x TILE_ROWS rows */
-    return (size_t)(2 + 2 * K::STAGES) * K::TILE_ELEMENTS * element +
+    /* K, V, stages x Q, stages x dO, dS; then the row state of stages x TILE_ROWS rows */
+    return (size_t)(2 + 2 * stages) * K::TILE_ELEMENTS * element +
            (size_t)K::TILE_ROWS * K::DS_STRIDE * element +
-           (size_t)K::STAGES * K::TILE_ROWS * K::ROW_STATE_BYTES;
+           (size_t)stages * K::TILE_ROWS * K::ROW_STATE_BYTES;
 }
 
-template <int D> constexpr size_t dcp_cuda__attn_dq_smem(size_t element)
+/* The dQ kernel's dynamic shared memory with `stages` stages. */
+template <int D> constexpr size_t dcp_cuda__attn_dq_smem(size_t element, int stages)
 {
     using K = dcp_cuda__attn_traits<D>;
-    return (size_t)(2 + 2 * K::STAGES) * K::TILE_ELEMENTS * element; /* Q, dO, K and V stages */
+    return (size_t)(2 + 2 * stages) * K::TILE_ELEMENTS * element; /* Q, dO, K and V stages */
 }
 
-/* Every kernel's shared memory fits a block on both targets (sm_80 allows the less). */
-#define DCP_CUDA__MAX_SHARED_BYTES (163 * 1024) /* dynamic shared memory of a block, sm_80 */
-static_assert(dcp_cuda__attn_smem<DCP_CUDA__ATTN_D_LARGE>(2) <= DCP_CUDA__MAX_SHARED_BYTES,
-              "the forward's tiles of the largest head dim fit in shared memory");
-static_assert(dcp_cuda__attn_dkv_smem<DCP_CUDA__ATTN_D_LARGE>(2) <= DCP_CUDA__MAX_SHARED_BYTES,
-              "the dK, dV kernel's tiles of the largest head dim fit in shared memory");
-static_assert(dcp_cuda__attn_dq_smem<DCP_CUDA__ATTN_D_LARGE>(2) <= DCP_CUDA__MAX_SHARED_BYTES,
-              "the dQ kernel's tiles of the largest head dim fit in shared memory");
+/* What a backward with `stages` stages needs of a block's shared memory: the larger of the dK,
+   dV kernel's (its tiles and the sequence view it keeps in static shared memory) and the dQ
+   kernel's. */
+template <int D> constexpr size_t dcp_cuda__attn_bwd_smem(size_t element, int stages)
+{
+    return dcp_cuda__attn_dkv_smem<D>(element, stages) + sizeof(dcp_cuda__seq_view) >
+                   dcp_cuda__attn_dq_smem<D>(element, stages)
+               ? dcp_cuda__attn_dkv_smem<D>(element, stages) + sizeof(dcp_cuda__seq_view)
+               : dcp_cuda__attn_dq_smem<D>(element, stages);
+}
+
+/* Shared memory a block may opt into: on sm_80 (A100), and on the smallest devices the sm_80
+   binary runs on (sm_86, sm_89, sm_120: A10, A40, L4, L40S, RTX 30/40/50). */
+#define DCP_CUDA__MAX_SHARED_BYTES (163 * 1024)
+#define DCP_CUDA__MIN_SHARED_BYTES (99 * 1024)
+/* The backward of a head dim whose two stages exceed the smallest devices' shared memory has
+   one-stage kernels too (dcp_cuda__bwd_stages picks them there): d 128 needs 115,200 bytes
+   (dK, dV, and 56 static) and 104,448 (dQ) with two stages, 79,616 and 69,632 with one. */
+template <int D> struct dcp_cuda__bwd_fallback {
+    static constexpr int STAGES = dcp_cuda__attn_bwd_smem<D>(2, 2) > DCP_CUDA__MIN_SHARED_BYTES
+                                      ? 1
+                                      : 2;
+};
+static_assert(dcp_cuda__attn_smem<DCP_CUDA__ATTN_D_LARGE>(2) <= DCP_CUDA__MIN_SHARED_BYTES,
+              "the forward's tiles of the largest head dim fit every device's shared memory");
+static_assert(dcp_cuda__attn_bwd_smem<DCP_CUDA__ATTN_D_LARGE>(2, 2) <= DCP_CUDA__MAX_SHARED_BYTES,
+              "the backward's two stages of the largest head dim fit sm_80's shared memory");
+static_assert(dcp_cuda__attn_bwd_smem<DCP_CUDA__ATTN_D_LARGE>(2, 1) <= DCP_CUDA__MIN_SHARED_BYTES,
+              "the backward's one stage of the largest head dim fits every device's");
 
 /* The first q tile of the view whose last valid row sees key k0 (the limits are monotone in
    local order); q_tiles when none does. */
@@ -2663,19 +2698,20 @@ __device__ __forceinline__ void dcp_cuda__attn_dq_atomic(const dcp_cuda__attn_ar
     }
 }
 
-template <typename T, int D, bool ATOMIC_DQ>
+template <typename T, int D, bool ATOMIC_DQ, int STAGES>
 __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_dkv_kernel(const dcp_cuda__attn_args a)
 {
     using K = dcp_cuda__attn_traits<D>;
+    using S = dcp_cuda__staging<STAGES>;
     dcp_cuda__smem_tiles<T, D> smem;
     T *sk = smem.take(1), *sv = smem.take(1);
-    T *sq = smem.take(K::STAGES), *sdo = smem.take(K::STAGES);
+    T *sq = smem.take(STAGES), *sdo = smem.take(STAGES);
     T *sds = smem.next; /* [TILE_ROWS][DS_STRIDE]: dS as [query][key] (atomic dQ) */
     /* then the row state, [STAGES][TILE_ROWS] each: */
     float *slse = reinterpret_cast<float *>(sds + K::TILE_ROWS * K::DS_STRIDE);
-    float *sdelta = slse + K::STAGES * K::TILE_ROWS;
-    int32_t *slimit = reinterpret_cast<int32_t *>(sdelta + K::STAGES * K::TILE_ROWS);
+    float *sdelta = slse + STAGES * K::TILE_ROWS;
+    int32_t *slimit = reinterpret_cast<int32_t *>(sdelta + STAGES * K::TILE_ROWS);
     /* the sequence view lives in shared memory: read where used, it frees the registers the
        dK, dV accumulators need (ptxas spilled with it in registers) */
     DCP_CUDA__SHARED(dcp_cuda__seq_view, s, );
@@ -2715,7 +2751,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
             slimit[stage * K::TILE_ROWS + r] = row.limit;
         }
     };
-    load_unit(0, 0);
+    if (STAGES > 1) load_unit(0, 0); /* units > 0; with one stage the loop loads every unit */
     dcp_cuda__cp_async_commit();
 
     /* this lane's two key rows (C layout: rows g and g + 8 of the warp's 16) */
@@ -2728,10 +2764,11 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__zero(dv);
 
     for (int32_t u = 0; u < units; u++) {
-        const int stage = u & 1;
-        if (u + 1 < units) load_unit(u + 1, stage ^ 1);
+        const int stage = S::stage(u);
+        const int32_t ahead = u + STAGES - 1; /* two stages: the next unit; one: this one */
+        if (ahead < units) load_unit(ahead, S::stage(ahead));
         dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
-        dcp_cuda__cp_async_wait<1>(); /* unit u (and K, V) have landed */
+        dcp_cuda__cp_async_wait<STAGES - 1>(); /* unit u (and K, V) have landed */
         __syncthreads();
         const T *qs = dcp_cuda__stage<D>(sq, stage), *dos = dcp_cuda__stage<D>(sdo, stage);
         const float *lse = slse + stage * K::TILE_ROWS, *delta = sdelta + stage * K::TILE_ROWS;
@@ -2782,7 +2819,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     }
 }
 
-template <typename T, int D>
+template <typename T, int D, int STAGES>
 __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_dq_kernel(const dcp_cuda__attn_args a)
 {
@@ -2791,7 +2828,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     if (!dcp_cuda__q_block_of<D>(a, &b) || b.tiles == 0) return; /* no visible key: no term */
     dcp_cuda__smem_tiles<T, D> smem;
     T *sq = smem.take(1), *sdo = smem.take(1);
-    T *sk = smem.take(K::STAGES), *sv = smem.take(K::STAGES);
+    T *sk = smem.take(STAGES), *sv = smem.take(STAGES);
     const dcp_cuda__seq_view &s = b.s;
     const int tid = threadIdx.x, warp = tid / DCP_CUDA__WARP_SIZE, lane = tid % DCP_CUDA__WARP_SIZE;
     const int g = lane >> 2, t = lane & 3; /* the m16n8 C layout: row g (+ 8), columns 2t, 2t+1 */
@@ -2799,7 +2836,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__load_q_tile<T, D>(sq, a.q, a, s, b.head, b.q0);
     dcp_cuda__load_q_tile<T, D>(sdo, a.dout, a, s, b.head, b.q0);
     dcp_cuda__cp_async_commit();
-    dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, b.kv_head, 0, 0);
+    if (STAGES > 1) dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, b.kv_head, 0, 0); /* tiles > 0 */
     dcp_cuda__cp_async_commit();
 
     dcp_cuda__bwd_row row[2];
@@ -2814,8 +2851,8 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__zero(dq);
 
     for (int32_t tile = 0; tile < b.tiles; tile++) {
-        const int stage = tile & 1;
-        dcp_cuda__kv_stream_step<T, D>(sk, sv, a, s, b.kv_head, tile, b.tiles); /* Q, dO too */
+        const int stage = dcp_cuda__staging<STAGES>::stage(tile);
+        dcp_cuda__kv_stream_step<T, D, STAGES>(sk, sv, a, s, b.kv_head, tile, b.tiles); /* Q, dO too */
         const T *ks = dcp_cuda__stage<D>(sk, stage), *vs = dcp_cuda__stage<D>(sv, stage);
         const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
         float p[K::KEY_BLOCKS][4], ds[K::KEY_BLOCKS][4];
@@ -2833,7 +2870,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
                            (ds[n][e] - r.delta);
             }
         dcp_cuda__mma_pb<T, K::TILE_KEYS, D, K::STRIDE>(dq, ds, ks);
-        __syncthreads(); /* this stage is free for the load two tiles ahead */
+        __syncthreads(); /* this stage is free for the load STAGES tiles ahead */
     }
     dcp_cuda__cp_async_wait<0>();
 
@@ -3096,34 +3133,65 @@ extern "C" dcp_status dcp_cuda_attention_forward_using(
     });
 }
 
+/* The stages of a backward (dcp_cuda__attn_bwd_smem): two where the device's shared memory per
+   block (cudaDevAttrMaxSharedMemoryPerBlockOptin) holds them, else one (d 128 on sm_86, sm_89,
+   sm_120: 99 KB). */
+template <typename T, int D> static dcp_status dcp_cuda__bwd_stages(int *stages, dcp_error *error)
+{
+    int device = 0, optin = 0;
+    DCP_CUDA_CHECK(cudaGetDevice(&device));
+    DCP_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    for (*stages = 2; *stages >= 1; (*stages)--)
+        if (dcp_cuda__attn_bwd_smem<D>(sizeof(T), *stages) <= (size_t)optin) return DCP_OK;
+    return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                         "attention backward at head_dim %d needs %zu bytes of shared memory per "
+                         "block, the device allows %d",
+                         D, dcp_cuda__attn_bwd_smem<D>(sizeof(T), 1), optin);
+}
+
+/* The dK, dV kernel over the kv schedule (and dQ by atomics when not deterministic), then, when
+   deterministic, the dQ kernel over the q schedule (the same workspace: stream order). */
+template <typename T, int D, int STAGES>
+static dcp_status dcp_cuda__attn_gradients(const dcp_cuda__attn_args &a, int64_t capacity,
+                                           int32_t deterministic, cudaStream_t s,
+                                           dcp_error *error)
+{
+    using K = dcp_cuda__attn_traits<D>;
+    dcp_status status;
+    if ((status = dcp_cuda__schedule(a, 1, capacity, s, error)) != DCP_OK ||
+        (status = dcp_cuda__attn_launch(deterministic
+                                            ? dcp_cuda__attn_dkv_kernel<T, D, false, STAGES>
+                                            : dcp_cuda__attn_dkv_kernel<T, D, true, STAGES>,
+                                        a.kv_heads, K::THREADS,
+                                        dcp_cuda__attn_dkv_smem<D>(sizeof(T), STAGES), a,
+                                        capacity, s, error)) != DCP_OK)
+        return status;
+    if (deterministic &&
+        ((status = dcp_cuda__schedule(a, 0, capacity, s, error)) != DCP_OK ||
+         (status = dcp_cuda__attn_launch(dcp_cuda__attn_dq_kernel<T, D, STAGES>, a.heads,
+                                         K::THREADS, dcp_cuda__attn_dq_smem<D>(sizeof(T), STAGES),
+                                         a, capacity, s, error)) != DCP_OK))
+        return status;
+    return DCP_OK;
+}
+
 template <typename T, int D>
 static dcp_status dcp_cuda__attn_backward_launch(dcp_cuda__attn_args a, int64_t capacity,
                                                  int32_t deterministic, cudaStream_t s,
                                                  dcp_error *error)
 {
-    using K = dcp_cuda__attn_traits<D>;
     const unsigned delta_blocks = (unsigned)(((int64_t)a.heads * a.rows * DCP_CUDA__WARP_SIZE +
                                               DCP_CUDA__DELTA_THREADS - 1) /
                                              DCP_CUDA__DELTA_THREADS);
-    const size_t dkv_shared = dcp_cuda__attn_dkv_smem<D>(sizeof(T));
+    int stages = 0;
     dcp_status status;
+    if ((status = dcp_cuda__bwd_stages<T, D>(&stages, error)) != DCP_OK) return status;
     DCP_CUDA_CHECK(dcp_cuda__launch(dcp_cuda__attn_delta_kernel<T, D>, delta_blocks,
                                     DCP_CUDA__DELTA_THREADS, 0, s, a));
-    /* dK, dV over the kv schedule (and dQ by atomics when not deterministic) */
-    if ((status = dcp_cuda__schedule(a, 1, capacity, s, error)) != DCP_OK ||
-        (status = dcp_cuda__attn_launch(deterministic ? dcp_cuda__attn_dkv_kernel<T, D, false>
-                                                      : dcp_cuda__attn_dkv_kernel<T, D, true>,
-                                        a.kv_heads, K::THREADS, dkv_shared, a, capacity, s,
-                                        error)) != DCP_OK)
-        return status;
-    /* deterministic: dQ over the q schedule (the same workspace: stream order) */
-    if (deterministic &&
-        ((status = dcp_cuda__schedule(a, 0, capacity, s, error)) != DCP_OK ||
-         (status = dcp_cuda__attn_launch(dcp_cuda__attn_dq_kernel<T, D>, a.heads, K::THREADS,
-                                         dcp_cuda__attn_dq_smem<D>(sizeof(T)), a, capacity, s,
-                                         error)) != DCP_OK))
-        return status;
-    return dcp_error_clear(error);
+    status = stages == 2 ? dcp_cuda__attn_gradients<T, D, 2>(a, capacity, deterministic, s, error)
+                         : dcp_cuda__attn_gradients<T, D, dcp_cuda__bwd_fallback<D>::STAGES>(
+                               a, capacity, deterministic, s, error);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 extern "C" dcp_status dcp_cuda_attention_backward(
