@@ -327,8 +327,10 @@ $(BUILD)/test_wgmma: tests/test_wgmma.cu tests/test.h tests/cuda_test_util.h tes
 # runs under the A100 profile (sm_80) and again under the 99 KB one (sm_89: the -sm89
 # wrappers). They are the checked build (clang++): ASan and UBSan over the program, and every
 # load and store of dcp_cuda.cu through the shared-memory shadow (racecheck, initcheck, the
-# cp.async and bounds checks). Without a GPU the nvcc builds of the kernel tests would only
-# skip, so `make test` runs the model's builds instead (with a GPU, both).
+# cp.async and bounds checks). g++ compiles the same source in test_cuda_primitives-cpu, which
+# includes it (the primitives against their PTX ISA references, on the model). Without a GPU
+# the nvcc builds of the kernel tests would only skip, so `make test` runs the model's builds
+# instead (with a GPU, both, and the primitives' test on the hardware).
 CLANGXX ?= clang++
 CUDA_CPU := tests/cuda_cpu
 CUDA_CPU_HEADERS := $(CUDA_CPU)/cuda_cpu.h $(CUDA_CPU)/model.h
@@ -350,7 +352,8 @@ CUDA_CPU_SEPARATE_IMPLEMENTATION := -DDCP_IMPLEMENTATION_INCLUDED
 CUDA_CPU_CHECKED := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%-checked.o) $(CUDA_CPU_IMPLEMENTATION)
 CUDA_CPU_PLAIN := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o) $(CUDA_CPU_IMPLEMENTATION)
 CUDA_CPU_TESTS := test_cuda test_cuda_kernels test_cuda_attention test_cuda_hybrid
-CUDA_CPU_RUNS := $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu) $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-sm89)
+CUDA_CPU_RUNS := $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu) $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-sm89) \
+                 $(BUILD)/test_cuda_primitives-cpu
 HAVE_CLANGXX := $(if $(shell command -v $(CLANGXX) 2>/dev/null),yes,)
 CUDA_CPU_READY := $(and $(HAVE_NVCC),$(HAVE_CLANGXX))
 GPU_PRESENT := $(if $(shell nvidia-smi -L 2>/dev/null | grep GPU),yes,)
@@ -384,11 +387,27 @@ $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu): $(BUILD)/%-cpu: $(BUILD)/cuda_cpu/%.o $(CUDA
 $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-sm89): $(BUILD)/%-cpu-sm89: $(BUILD)/%-cpu
 	printf '#!/bin/sh\nDCP_CUDA_CPU_DEVICE=sm_89 exec "$$(dirname "$$0")/%s" "$$@"\n' "$(<F)" > $@
 	chmod +x $@
+# The primitives' parity test includes dcp_cuda.cu (its wrappers are internal): on the model,
+# g++'s host build of it; on a GPU, sm_80 (the instructions it checks run on every device).
+$(BUILD)/test_cuda_primitives-cpu: tests/test_cuda_primitives.cu tests/test.h tests/tolerance.h \
+                                   tests/cuda_test_util.h dcp.h dcp_cuda.cu $(CUDA_CPU_HEADERS) \
+                                   $(CUDA_CPU_PLAIN)
+	$(CXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SEPARATE_IMPLEMENTATION) -Wno-unknown-pragmas -O1 $< \
+	    -x none $(CUDA_CPU_PLAIN) -rdynamic -o $@ -lm
+$(BUILD)/test_cuda_primitives: tests/test_cuda_primitives.cu tests/test.h tests/tolerance.h \
+                               tests/cuda_test_util.h dcp.h dcp_cuda.cu | $(BUILD)
+	$(NVCC) -std=c++14 -O2 -gencode=arch=compute_80,code=sm_80 -Xcompiler -Wall,-Wextra,-Werror \
+	    $< -o $@
+GPU_TESTS += $(BUILD)/test_cuda_primitives # test-gpu and sanitize-gpu run it
+test-gpu sanitize-gpu: $(BUILD)/test_cuda_primitives
 
 ifeq ($(CUDA_CPU_READY),yes)
 all: $(CUDA_CPU_RUNS)
 TEST_PROGRAMS += $(CUDA_CPU_RUNS)
-ifneq ($(GPU_PRESENT),yes)
+ifeq ($(GPU_PRESENT),yes)
+all: $(BUILD)/test_cuda_primitives
+TEST_PROGRAMS += $(BUILD)/test_cuda_primitives
+else
 TEST_PROGRAMS := $(filter-out $(CUDA_CPU_TESTS:%=$(BUILD)/%),$(TEST_PROGRAMS))
 endif
 endif
@@ -398,6 +417,6 @@ report-cuda-cpu:
 ifneq ($(CUDA_CPU_READY),yes)
 	@echo "skipped (CPU execution model): $(CUDA_CPU_RUNS): needs nvcc's CUDA headers and $(CLANGXX)"
 else ifneq ($(GPU_PRESENT),yes)
-	@echo "not run (no GPU: nvidia-smi lists none): $(CUDA_CPU_TESTS:%=$(BUILD)/%); their tests run on the CPU execution model: $(CUDA_CPU_RUNS)"
+	@echo "not run (no GPU: nvidia-smi lists none): $(CUDA_CPU_TESTS:%=$(BUILD)/%) and $(BUILD)/test_cuda_primitives (not built); their tests run on the CPU execution model: $(CUDA_CPU_RUNS)"
 endif
 
