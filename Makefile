@@ -193,12 +193,8 @@ $(BUILD)/loader: examples/loader.c dcp.h | $(BUILD)
 
 # `all` names the skipped parts (report-skips, its last prerequisite) before the runner, whose
 # last line stays "N passed, M failed".
-# The GPU suite against planted bugs (tests/mutants.sh): each mutant of dcp_cuda.cu must make
-# its GPU test fail. Without a GPU it only checks that every mutant still applies to the source.
-MUTANT_ARCH ?= $(CUDA_ARCH)
-test-mutants: $(BUILD)/test_cuda
-	NVCC="$(NVCC)" NVCC_FLAGS="-std=c++14 -O2 $(MUTANT_ARCH) -Xcompiler -Wall,-Wextra,-Werror" \
-	    BUILD=$(BUILD) sh tests/mutants.sh
+# The kernel tests against planted bugs (tests/mutants.sh, on the CPU execution model: rules
+# in its section at the end).
 
 # Every randomized test under SEEDS seeds (DCP_TEST_SEED = SEED_FIRST, SEED_FIRST + 1, ...;
 # logs in build/seeds/); fails if any seed fails. On a GPU machine add DCP_TEST_NO_SKIPS=1 so
@@ -420,3 +416,9 @@ else ifneq ($(GPU_PRESENT),yes)
 	@echo "not run (no GPU: nvidia-smi lists none): $(CUDA_CPU_TESTS:%=$(BUILD)/%) and $(BUILD)/test_cuda_primitives (not built); their tests run on the CPU execution model: $(CUDA_CPU_RUNS)"
 endif
 
+# Planted bugs (tests/mutants.sh): each mutant of dcp_cuda.cu, compiled as the checked build,
+# must make its test fail on the model. A few minutes: one compile of dcp_cuda.cu per mutant.
+test-mutants: $(CUDA_CPU_CHECKED) $(BUILD)/cuda_cpu/test_cuda_attention.o \
+              $(BUILD)/cuda_cpu/test_cuda_kernels.o
+	CUDA_CPU_COMPILE="$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SANITIZE) $(CUDA_CPU_SHADOW) -O1" \
+	    CUDA_CPU_LINK="$(CUDA_CPU_LINK)" BUILD=$(BUILD) sh tests/mutants.sh
