@@ -320,13 +320,14 @@ $(BUILD)/test_wgmma: tests/test_wgmma.cu tests/test.h tests/cuda_test_util.h tes
 # dcp_cuda.cu compiled as host C++ against tests/cuda_cpu (a block's threads as fibers, the PTX
 # twins, the CUDA runtime over host memory; README "Running the kernels on the CPU") and the
 # GPU tests linked against it: build/test_cuda_kernels-cpu and its siblings, which `make test`
-# runs under the A100 profile (sm_80) and again under the 99 KB one (sm_89: the -sm89
-# wrappers). They are the checked build (clang++): ASan and UBSan over the program, and every
-# load and store of dcp_cuda.cu through the shared-memory shadow (racecheck, initcheck, the
-# cp.async and bounds checks). g++ compiles the same source in test_cuda_primitives-cpu, which
-# includes it (the primitives against their PTX ISA references, on the model). Without a GPU
-# the nvcc builds of the kernel tests would only skip, so `make test` runs the model's builds
-# instead (with a GPU, both, and the primitives' test on the hardware).
+# runs under the A100 profile (sm_80) and the 99 KB one (sm_89) at once (the -profiles
+# wrappers: a run is one core's work). They are the checked build (clang++): ASan and UBSan
+# over the program, and every load and store of dcp_cuda.cu through the shared-memory shadow
+# (racecheck, initcheck, the cp.async and bounds checks). g++ compiles the same source in
+# test_cuda_primitives-cpu, which includes it (the primitives against their PTX ISA
+# references, on the model). Without a GPU the nvcc builds of the kernel tests would only
+# skip, so `make test` runs the model's builds instead (with a GPU, both, and the primitives'
+# test on the hardware).
 CLANGXX ?= clang++
 CUDA_CPU := tests/cuda_cpu
 CUDA_CPU_HEADERS := $(CUDA_CPU)/cuda_cpu.h $(CUDA_CPU)/model.h
@@ -348,8 +349,7 @@ CUDA_CPU_SEPARATE_IMPLEMENTATION := -DDCP_IMPLEMENTATION_INCLUDED
 CUDA_CPU_CHECKED := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%-checked.o) $(CUDA_CPU_IMPLEMENTATION)
 CUDA_CPU_PLAIN := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o) $(CUDA_CPU_IMPLEMENTATION)
 CUDA_CPU_TESTS := test_cuda test_cuda_kernels test_cuda_attention test_cuda_hybrid
-CUDA_CPU_RUNS := $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu) $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-sm89) \
-                 $(BUILD)/test_cuda_primitives-cpu
+CUDA_CPU_RUNS := $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-profiles) $(BUILD)/test_cuda_primitives-cpu
 HAVE_CLANGXX := $(if $(shell command -v $(CLANGXX) 2>/dev/null),yes,)
 CUDA_CPU_READY := $(and $(HAVE_NVCC),$(HAVE_CLANGXX))
 GPU_PRESENT := $(if $(shell nvidia-smi -L 2>/dev/null | grep GPU),yes,)
@@ -379,9 +379,11 @@ CUDA_CPU_LINK = $(CLANGXX) $(CUDA_CPU_SANITIZE) -rdynamic $(CUDA_CPU_CHECKED)
 $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu): $(BUILD)/%-cpu: $(BUILD)/cuda_cpu/%.o $(CUDA_CPU_CHECKED) \
                                     $(BUILD)/cuda_cpu/dcp_cuda-checked.o
 	$(CUDA_CPU_LINK) $< $(BUILD)/cuda_cpu/dcp_cuda-checked.o -o $@ -lm
-# The 99 KB profile: the same program under DCP_CUDA_CPU_DEVICE=sm_89.
-$(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-sm89): $(BUILD)/%-cpu-sm89: $(BUILD)/%-cpu
-	printf '#!/bin/sh\nDCP_CUDA_CPU_DEVICE=sm_89 exec "$$(dirname "$$0")/%s" "$$@"\n' "$(<F)" > $@
+# Both profiles: the program under DCP_CUDA_CPU_DEVICE=sm_80 and =sm_89, side by side.
+$(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-profiles): $(BUILD)/%-cpu-profiles: $(BUILD)/%-cpu \
+                                             $(CUDA_CPU)/profiles.sh
+	printf '#!/bin/sh\nexec sh "%s" "$$(dirname "$$0")/%s" sm_80 sm_89\n' \
+	    "$(abspath $(CUDA_CPU)/profiles.sh)" "$(<F)" > $@
 	chmod +x $@
 # The primitives' parity test includes dcp_cuda.cu (its wrappers are internal): on the model,
 # g++'s host build of it; on a GPU, sm_80 (the instructions it checks run on every device).

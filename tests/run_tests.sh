@@ -12,7 +12,11 @@ for program in "$@"; do
     printf '%s\n' "$output"
     summary=$(printf '%s\n' "$output" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     skips_here=$(printf '%s\n' "$output" | grep -E '^[0-9]+ skipped$' | tail -n 1 | cut -d' ' -f1)
-    skips="$skips$(printf '%s\n' "$output" | grep '^skip ' | sed "s|^skip |  $program: |")
+    listed=$(printf '%s\n' "$output" | grep '^skip ' | sed "s|^skip |  $program: |")
+    skips="$skips$listed
+"
+    unlisted=$((${skips_here:-0} - $(printf '%s' "$listed" | grep -c .)))
+    [ "$unlisted" -gt 0 ] && skips="$skips  $program: $unlisted skipped (its output above says which)
 "
     if [ -z "$summary" ]; then
         echo "$program: exited with status $status and no summary line"
