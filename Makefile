@@ -193,12 +193,8 @@ $(BUILD)/loader: examples/loader.c dcp.h | $(BUILD)
 
 # `all` names the skipped parts (report-skips, its last prerequisite) before the runner, whose
 # last line stays "N passed, M failed".
-# The GPU suite against planted bugs (tests/mutants.sh): each mutant of dcp_cuda.cu must make
-# its GPU test fail. Without a GPU it only checks that every mutant still applies to the source.
-MUTANT_ARCH ?= $(CUDA_ARCH)
-test-mutants: $(BUILD)/test_cuda
-	NVCC="$(NVCC)" NVCC_FLAGS="-std=c++14 -O2 $(MUTANT_ARCH) -Xcompiler -Wall,-Wextra,-Werror" \
-	    BUILD=$(BUILD) sh tests/mutants.sh
+# The kernel tests against planted bugs (tests/mutants.sh, on the CPU execution model: rules
+# in its section at the end).
 
 # Every randomized test under SEEDS seeds (DCP_TEST_SEED = SEED_FIRST, SEED_FIRST + 1, ...;
 # logs in build/seeds/); fails if any seed fails. On a GPU machine add DCP_TEST_NO_SKIPS=1 so
@@ -405,3 +401,112 @@ DOCUMENTED_TESTS := $(BUILD)/test_documented $(BUILD)/test_documented-san
 TEST_PROGRAMS += $(DOCUMENTED_TESTS)
 all: $(DOCUMENTED_TESTS)
 SCRIPT_TESTS += tests/test_documented.sh
+
+# ---- the kernels on the CPU: the execution model of tests/cuda_cpu (issue 26) ---------------
+# dcp_cuda.cu compiled as host C++ against tests/cuda_cpu (a block's threads as fibers, the PTX
+# twins, the CUDA runtime over host memory; README "Running the kernels on the CPU") and the
+# GPU tests linked against it: build/test_cuda_kernels-cpu and its siblings, which `make test`
+# runs under the A100 profile (sm_80) and the 99 KB one (sm_89) at once (the -profiles
+# wrappers: a run is one core's work). They are the checked build (clang++): ASan and UBSan
+# over the program, and every load and store of dcp_cuda.cu through the shared-memory shadow
+# (racecheck, initcheck, the cp.async and bounds checks). g++ compiles the same source in
+# test_cuda_primitives-cpu, which includes it (the primitives against their PTX ISA
+# references, on the model). Without a GPU the nvcc builds of the kernel tests would only
+# skip, so `make test` runs the model's builds instead (with a GPU, both, and the primitives'
+# test on the hardware).
+CLANGXX ?= clang++
+CUDA_CPU := tests/cuda_cpu
+CUDA_CPU_HEADERS := $(CUDA_CPU)/cuda_cpu.h $(CUDA_CPU)/model.h
+CUDA_CPU_PARTS := executor checkers runtime
+# -fno-strict-aliasing: device code reads a bf16 pair as a 32-bit word, which host C++ forbids
+CUDA_CPU_CXX := -std=c++14 $(WARNINGS) -fno-strict-aliasing -DDCP_CUDA_CPU -I$(CUDA_CPU) \
+                -isystem $(CUDA_HOME)/include
+# enum left out: the tests pass out-of-range enum values to the C API, which checks them
+CUDA_CPU_SANITIZE := -fsanitize=address,undefined -fno-sanitize=enum -fno-sanitize-recover=all \
+                     -fno-omit-frame-pointer -g
+# ASan's checks as calls with our prefix: tests/cuda_cpu/checkers.cc sees each access first
+CUDA_CPU_SHADOW := -mllvm -asan-instrumentation-with-call-threshold=0 \
+                   -mllvm -asan-memory-access-callback-prefix=dcp_cuda_cpu_access_
+# dcp.h's implementation once, optimised and unsanitised (its own -san tests check it): the
+# references the kernels are compared with run fast; the test files' own DCP_IMPLEMENTATION
+# is turned off by its include guard
+CUDA_CPU_IMPLEMENTATION := $(BUILD)/cuda_cpu/dcp_impl.o
+CUDA_CPU_SEPARATE_IMPLEMENTATION := -DDCP_IMPLEMENTATION_INCLUDED
+CUDA_CPU_CHECKED := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%-checked.o) $(CUDA_CPU_IMPLEMENTATION)
+CUDA_CPU_PLAIN := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o) $(CUDA_CPU_IMPLEMENTATION)
+CUDA_CPU_TESTS := test_cuda test_cuda_kernels test_cuda_attention test_cuda_hybrid
+CUDA_CPU_RUNS := $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-profiles) $(BUILD)/test_cuda_primitives-cpu
+HAVE_CLANGXX := $(if $(shell command -v $(CLANGXX) 2>/dev/null),yes,)
+CUDA_CPU_READY := $(and $(HAVE_NVCC),$(HAVE_CLANGXX))
+GPU_PRESENT := $(if $(shell nvidia-smi -L 2>/dev/null | grep GPU),yes,)
+
+$(BUILD)/cuda_cpu:
+	mkdir -p $@
+# The model's own parts under ASan (the fibers announce their stacks to it) without UBSan's
+# checks in the per-lane loops; the checkers under neither: they run on every shared access.
+$(BUILD)/cuda_cpu/%-checked.o: $(CUDA_CPU)/%.cc $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CLANGXX) $(CUDA_CPU_CXX) -fsanitize=address -fno-omit-frame-pointer -g -O2 \
+	    -DDCP_CUDA_CPU_SHADOW -c $< -o $@
+$(BUILD)/cuda_cpu/checkers-checked.o: $(CUDA_CPU)/checkers.cc $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CLANGXX) $(CUDA_CPU_CXX) -g -O2 -DDCP_CUDA_CPU_SHADOW -c $< -o $@
+$(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o): $(BUILD)/cuda_cpu/%.o: $(CUDA_CPU)/%.cc \
+                                                $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CXX) $(CUDA_CPU_CXX) -O2 -c $< -o $@
+$(CUDA_CPU_IMPLEMENTATION): bench/dcp_impl.c dcp.h | $(BUILD)/cuda_cpu
+	$(CC) $(C_FLAGS) -c $< -o $@
+$(BUILD)/cuda_cpu/dcp_cuda-checked.o: dcp_cuda.cu dcp.h $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SANITIZE) $(CUDA_CPU_SHADOW) -O1 -c $< -o $@
+$(CUDA_CPU_TESTS:%=$(BUILD)/cuda_cpu/%.o): $(BUILD)/cuda_cpu/%.o: tests/%.cu tests/test.h \
+                                          tests/tolerance.h tests/cuda_test_util.h dcp.h \
+                                          $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SEPARATE_IMPLEMENTATION) $(CUDA_CPU_SANITIZE) -O1 \
+	    -c $< -o $@
+CUDA_CPU_LINK = $(CLANGXX) $(CUDA_CPU_SANITIZE) -rdynamic $(CUDA_CPU_CHECKED)
+$(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu): $(BUILD)/%-cpu: $(BUILD)/cuda_cpu/%.o $(CUDA_CPU_CHECKED) \
+                                    $(BUILD)/cuda_cpu/dcp_cuda-checked.o
+	$(CUDA_CPU_LINK) $< $(BUILD)/cuda_cpu/dcp_cuda-checked.o -o $@ -lm
+# Both profiles: the program under DCP_CUDA_CPU_DEVICE=sm_80 and =sm_89, side by side.
+$(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-profiles): $(BUILD)/%-cpu-profiles: $(BUILD)/%-cpu \
+                                             $(CUDA_CPU)/profiles.sh
+	printf '#!/bin/sh\nexec sh "%s" "$$(dirname "$$0")/%s" sm_80 sm_89\n' \
+	    "$(abspath $(CUDA_CPU)/profiles.sh)" "$(<F)" > $@
+	chmod +x $@
+# The primitives' parity test includes dcp_cuda.cu (its wrappers are internal): on the model,
+# g++'s host build of it; on a GPU, sm_80 (the instructions it checks run on every device).
+$(BUILD)/test_cuda_primitives-cpu: tests/test_cuda_primitives.cu tests/test.h tests/tolerance.h \
+                                   tests/cuda_test_util.h dcp.h dcp_cuda.cu $(CUDA_CPU_HEADERS) \
+                                   $(CUDA_CPU_PLAIN)
+	$(CXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SEPARATE_IMPLEMENTATION) -Wno-unknown-pragmas -O1 $< \
+	    -x none $(CUDA_CPU_PLAIN) -rdynamic -o $@ -lm
+$(BUILD)/test_cuda_primitives: tests/test_cuda_primitives.cu tests/test.h tests/tolerance.h \
+                               tests/cuda_test_util.h dcp.h dcp_cuda.cu | $(BUILD)
+	$(NVCC) -std=c++14 -O2 -gencode=arch=compute_80,code=sm_80 -Xcompiler -Wall,-Wextra,-Werror \
+	    $< -o $@
+GPU_TESTS += $(BUILD)/test_cuda_primitives # test-gpu and sanitize-gpu run it
+test-gpu sanitize-gpu: $(BUILD)/test_cuda_primitives
+
+ifeq ($(CUDA_CPU_READY),yes)
+all: $(CUDA_CPU_RUNS)
+TEST_PROGRAMS += $(CUDA_CPU_RUNS)
+ifeq ($(GPU_PRESENT),yes)
+all: $(BUILD)/test_cuda_primitives
+TEST_PROGRAMS += $(BUILD)/test_cuda_primitives
+else
+TEST_PROGRAMS := $(filter-out $(CUDA_CPU_TESTS:%=$(BUILD)/%),$(TEST_PROGRAMS))
+endif
+endif
+.PHONY: report-cuda-cpu
+report-skips: report-cuda-cpu
+report-cuda-cpu:
+ifneq ($(CUDA_CPU_READY),yes)
+	@echo "skipped (CPU execution model): $(CUDA_CPU_RUNS): needs nvcc's CUDA headers and $(CLANGXX)"
+else ifneq ($(GPU_PRESENT),yes)
+	@echo "not run (no GPU: nvidia-smi lists none): $(CUDA_CPU_TESTS:%=$(BUILD)/%) and $(BUILD)/test_cuda_primitives (not built); their tests run on the CPU execution model: $(CUDA_CPU_RUNS)"
+endif
+
+# Planted bugs (tests/mutants.sh): each mutant of dcp_cuda.cu, compiled as the checked build,
+# must make its test fail on the model. A few minutes: one compile of dcp_cuda.cu per mutant.
+test-mutants: $(CUDA_CPU_CHECKED) $(BUILD)/cuda_cpu/test_cuda_attention.o \
+              $(BUILD)/cuda_cpu/test_cuda_kernels.o
+	CUDA_CPU_COMPILE="$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SANITIZE) $(CUDA_CPU_SHADOW) -O1" \
+	    CUDA_CPU_LINK="$(CUDA_CPU_LINK)" BUILD=$(BUILD) sh tests/mutants.sh

@@ -1716,7 +1716,10 @@ DCP_CUDA_DEF dcp_status dcp_cuda_attention_forward_using(
    dk, dv. q, k, v and dout 16-byte aligned, out 8-byte aligned. deterministic (no default: 0
    or 1, anything else is rejected): 1 = bitwise reproducible, dq by its own query-stationary
    kernel, every gradient element added once; 0 = faster, dq accumulated with float32 atomics
-   (dk, dv still added once), so dq's last bits may vary from run to run. */
+   (dk, dv still added once), so dq's last bits may vary from run to run. Its kernels keep
+   two tiles in flight where the device's shared memory per block allows
+   (cudaDevAttrMaxSharedMemoryPerBlockOptin) and one where it does not: head dim 128 on
+   sm_86, sm_89 and sm_120 (99 KB). */
 DCP_CUDA_DEF dcp_status dcp_cuda_attention_backward(
     const dcp_attention_params *params, const dcp_cuda_layout *layout,
     const dcp_attention_view *view, dcp_dtype dtype, const void *q, const void *k, const void *v,

@@ -29,6 +29,13 @@
 #include <string.h>
 
 #include <type_traits>
+#include <utility>
+
+/* The host build (DCP_CUDA_CPU): the CPU execution model's builtins, PTX twins and launch
+   (tests/cuda_cpu/cuda_cpu.h, on the include path of that build only). */
+#ifdef DCP_CUDA_CPU
+#include "cuda_cpu.h"
+#endif
 
 /* ==================================================================================== basics */
 
@@ -55,9 +62,23 @@
                                  cudaGetErrorName(dcp_cuda_result_));                              \
     } while (0)
 
-/* After a launch: configuration errors are reported at once (asynchronous faults surface at
-   the caller's next synchronisation, as with every CUDA library). */
-#define DCP_CUDA_CHECK_LAUNCH() DCP_CUDA_CHECK(cudaGetLastError())
+/* The one launch of every kernel: kernel<<<grid, block, shared, stream>>>(arguments...) on the
+   GPU, the CPU execution model's launch in the host build (a grid enqueued on the stream).
+   Returns the launch's configuration error as cudaGetLastError reports it after <<<>>>;
+   asynchronous faults surface at the caller's next synchronisation, as with every CUDA
+   library. Callers check it with DCP_CUDA_CHECK. */
+template <typename... P, typename... A>
+static cudaError_t dcp_cuda__launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared,
+                                    cudaStream_t stream, A &&...arguments)
+{
+#ifdef DCP_CUDA_CPU
+    return dcp_cuda_cpu_launch(kernel, grid, block, shared, stream,
+                               std::forward<A>(arguments)...);
+#else
+    kernel<<<grid, block, shared, stream>>>(std::forward<A>(arguments)...);
+    return cudaGetLastError();
+#endif
+}
 
 extern "C" dcp_status dcp_cuda_device_count(int32_t *count, dcp_error *error)
 {
@@ -254,8 +275,21 @@ template <typename T, int V> __device__ __forceinline__ void dcp_cuda__store_zer
     dcp_cuda__store<T, V>(p, zero);
 }
 
-/* One dynamic shared-memory symbol for every kernel (each casts it to its own layout). */
+/* One dynamic shared-memory symbol for every kernel (each casts it to its own layout). On the
+   CPU execution model: the start of the running block's shared arena. */
+#ifdef DCP_CUDA_CPU
+#define dcp_cuda__smem (dcp_cuda_cpu_dynamic_shared())
+#else
 extern __shared__ __align__(16) unsigned char dcp_cuda__smem[];
+#endif
+
+/* A static shared variable of a kernel: `__shared__ type name dims` on the GPU; on the CPU
+   execution model a reference into the block's shared arena, where its checkers see it. */
+#ifdef DCP_CUDA_CPU
+#define DCP_CUDA__SHARED(type, name, dims) DCP_CUDA_CPU_SHARED(type, name, dims)
+#else
+#define DCP_CUDA__SHARED(type, name, dims) __shared__ type name dims
+#endif
 
 /* -------------------------------------------------------------- device: rows of a layout
    A local row's sequence is found by binary search in cu_seqlens_padded (sequence j holds
@@ -410,7 +444,7 @@ template <typename T, int STYLE, int V>
 __global__ void __launch_bounds__(DCP_CUDA__ROPE_THREADS)
     dcp_cuda__rope_kernel(const dcp_cuda__rope_args a)
 {
-    __shared__ long long position[DCP_CUDA__ROPE_MAX_ROWS];
+    DCP_CUDA__SHARED(long long, position, [DCP_CUDA__ROPE_MAX_ROWS]);
     float2 *angles = reinterpret_cast<float2 *>(dcp_cuda__smem);
     const int64_t first_row = (int64_t)blockIdx.x * a.rows_per_block;
     for (int32_t r = threadIdx.x; r < a.rows_per_block; r += blockDim.x) {
@@ -468,19 +502,13 @@ static dcp_status dcp_cuda__rope_launch(dcp_cuda__rope_args a, int32_t style, in
     const unsigned blocks = (unsigned)((a.rows + a.rows_per_block - 1) / a.rows_per_block);
     const size_t shared = (size_t)a.rows_per_block * a.pairs * sizeof(float2);
     constexpr int V = (int)(DCP_CUDA__VECTOR_BYTES / sizeof(T));
-    if (style == DCP_ROPE_ROTATE_HALF && vector)
-        dcp_cuda__rope_kernel<T, DCP_ROPE_ROTATE_HALF, V>
-            <<<blocks, DCP_CUDA__ROPE_THREADS, shared, stream>>>(a);
-    else if (style == DCP_ROPE_ROTATE_HALF)
-        dcp_cuda__rope_kernel<T, DCP_ROPE_ROTATE_HALF, 1>
-            <<<blocks, DCP_CUDA__ROPE_THREADS, shared, stream>>>(a);
-    else if (vector)
-        dcp_cuda__rope_kernel<T, DCP_ROPE_INTERLEAVED, V>
-            <<<blocks, DCP_CUDA__ROPE_THREADS, shared, stream>>>(a);
-    else
-        dcp_cuda__rope_kernel<T, DCP_ROPE_INTERLEAVED, 1>
-            <<<blocks, DCP_CUDA__ROPE_THREADS, shared, stream>>>(a);
-    DCP_CUDA_CHECK_LAUNCH();
+    void (*kernel)(const dcp_cuda__rope_args) =
+        style == DCP_ROPE_ROTATE_HALF
+            ? (vector ? dcp_cuda__rope_kernel<T, DCP_ROPE_ROTATE_HALF, V>
+                      : dcp_cuda__rope_kernel<T, DCP_ROPE_ROTATE_HALF, 1>)
+            : (vector ? dcp_cuda__rope_kernel<T, DCP_ROPE_INTERLEAVED, V>
+                      : dcp_cuda__rope_kernel<T, DCP_ROPE_INTERLEAVED, 1>);
+    DCP_CUDA_CHECK(dcp_cuda__launch(kernel, blocks, DCP_CUDA__ROPE_THREADS, shared, stream, a));
     return dcp_error_clear(error);
 }
 
@@ -1049,7 +1077,7 @@ __global__ void __launch_bounds__(DCP_CUDA__CONV_THREADS,
     dcp_cuda__conv_backward_kernel(const dcp_cuda__conv_args a)
 {
     typedef dcp_cuda__conv_traits<T, V, W> K;
-    __shared__ float sums[DCP_CUDA__CONV_WARPS][K::kValues][DCP_CUDA__CONV_LANES * V];
+    DCP_CUDA__SHARED(float, sums, [DCP_CUDA__CONV_WARPS][K::kValues][DCP_CUDA__CONV_LANES * V]);
     dcp_cuda__conv_run run;
     float dw[W][V], db[V];
 #pragma unroll
@@ -1220,32 +1248,25 @@ static dcp_cuda__conv_args dcp_cuda__conv_args_of(const dcp_conv1d_params *p,
     return a;
 }
 
-/* One launch for a width known at run time: the kernel for width W, or the launcher of the
-   next width down (so every width up to the maximum is instantiated, once per direction). */
+/* The kernel of one direction and width, and the kernel for a width known at run time: W's, or
+   the next width down's (so every width up to the maximum is instantiated, once per
+   direction, and only in its direction). */
+typedef void (*dcp_cuda__conv_kernel_fn)(const dcp_cuda__conv_args);
 template <typename T, int V, int W, bool BACKWARD> struct dcp_cuda__conv_kernel {
-    static void launch(dim3 grid, dim3 block, const dcp_cuda__conv_args &a, cudaStream_t s)
-    {
-        dcp_cuda__conv_forward_kernel<T, V, W><<<grid, block, 0, s>>>(a);
-    }
+    static dcp_cuda__conv_kernel_fn get() { return dcp_cuda__conv_forward_kernel<T, V, W>; }
 };
 template <typename T, int V, int W> struct dcp_cuda__conv_kernel<T, V, W, true> {
-    static void launch(dim3 grid, dim3 block, const dcp_cuda__conv_args &a, cudaStream_t s)
+    static dcp_cuda__conv_kernel_fn get() { return dcp_cuda__conv_backward_kernel<T, V, W>; }
+};
+template <typename T, int V, int W, bool BACKWARD> struct dcp_cuda__conv_kernels {
+    static dcp_cuda__conv_kernel_fn of(int32_t width)
     {
-        dcp_cuda__conv_backward_kernel<T, V, W><<<grid, block, 0, s>>>(a);
+        return width == W ? dcp_cuda__conv_kernel<T, V, W, BACKWARD>::get()
+                          : dcp_cuda__conv_kernels<T, V, W - 1, BACKWARD>::of(width);
     }
 };
-
-template <typename T, int V, int W, bool BACKWARD> struct dcp_cuda__conv_launcher {
-    static void run(int32_t width, const dcp_cuda__conv_args &a, dim3 grid, cudaStream_t s)
-    {
-        if (width == W)
-            dcp_cuda__conv_kernel<T, V, W, BACKWARD>::launch(
-                grid, dim3(DCP_CUDA__CONV_LANES, DCP_CUDA__CONV_WARPS), a, s);
-        else dcp_cuda__conv_launcher<T, V, W - 1, BACKWARD>::run(width, a, grid, s);
-    }
-};
-template <typename T, int V, bool BACKWARD> struct dcp_cuda__conv_launcher<T, V, 0, BACKWARD> {
-    static void run(int32_t, const dcp_cuda__conv_args &, dim3, cudaStream_t) {}
+template <typename T, int V, bool BACKWARD> struct dcp_cuda__conv_kernels<T, V, 0, BACKWARD> {
+    static dcp_cuda__conv_kernel_fn of(int32_t) { return NULL; } /* widths are checked */
 };
 
 template <typename T, bool BACKWARD>
@@ -1255,13 +1276,12 @@ static dcp_status dcp_cuda__conv_launch_typed(const dcp_cuda__conv_args &a, int3
 {
     constexpr int V = dcp_cuda__conv_lane_width((int)sizeof(T), BACKWARD);
     const dim3 grid((unsigned)g->slices, (unsigned)g->channel_groups);
-    if (g->vector_width == V)
-        dcp_cuda__conv_launcher<T, V, DCP_CUDA_CONV1D_MAX_WIDTH, BACKWARD>::run(width, a, grid,
-                                                                                stream);
-    else
-        dcp_cuda__conv_launcher<T, 1, DCP_CUDA_CONV1D_MAX_WIDTH, BACKWARD>::run(width, a, grid,
-                                                                                stream);
-    DCP_CUDA_CHECK_LAUNCH();
+    const dcp_cuda__conv_kernel_fn kernel =
+        g->vector_width == V
+            ? dcp_cuda__conv_kernels<T, V, DCP_CUDA_CONV1D_MAX_WIDTH, BACKWARD>::of(width)
+            : dcp_cuda__conv_kernels<T, 1, DCP_CUDA_CONV1D_MAX_WIDTH, BACKWARD>::of(width);
+    DCP_CUDA_CHECK(dcp_cuda__launch(kernel, grid, dim3(DCP_CUDA__CONV_LANES, DCP_CUDA__CONV_WARPS),
+                                    0, stream, a));
     return dcp_error_clear(error);
 }
 
@@ -1363,11 +1383,12 @@ extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
         return status;
     {   /* with no rows the slices are 0 and the sums 0: dweight and dbias are still written */
         const int64_t values = (int64_t)(p.width + 1) * p.channels;
-        dcp_cuda__conv_reduce_kernel<<<(unsigned)((values + DCP_CUDA__CONV_REDUCE_THREADS - 1) /
-                                                  DCP_CUDA__CONV_REDUCE_THREADS),
-                                       DCP_CUDA__CONV_REDUCE_THREADS, 0, s>>>(
-            a.partial, g.slices, p.channels, p.width, dweight, dbias);
-        DCP_CUDA_CHECK_LAUNCH();
+        const unsigned blocks = (unsigned)((values + DCP_CUDA__CONV_REDUCE_THREADS - 1) /
+                                           DCP_CUDA__CONV_REDUCE_THREADS);
+        DCP_CUDA_CHECK(dcp_cuda__launch(dcp_cuda__conv_reduce_kernel, blocks,
+                                        DCP_CUDA__CONV_REDUCE_THREADS, 0, s,
+                                        (const float *)a.partial, (int64_t)g.slices, p.channels,
+                                        p.width, dweight, dbias));
     }
     return dcp_error_clear(error);
 }
@@ -1475,7 +1496,7 @@ template <typename T, int V>
 __global__ void __launch_bounds__(DCP_CUDA__FINAL_THREADS)
     dcp_cuda__finalize_kernel(const dcp_cuda__merge_args a, int32_t tile_rows)
 {
-    __shared__ unsigned char valid[DCP_CUDA__FINAL_MAX_ROWS];
+    DCP_CUDA__SHARED(unsigned char, valid, [DCP_CUDA__FINAL_MAX_ROWS]);
     const int64_t row_units = (int64_t)a.heads * a.dim / V;
     const int64_t tiles = (a.rows + tile_rows - 1) / tile_rows;
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -1614,11 +1635,10 @@ extern "C" dcp_status dcp_cuda_acc_init(const dcp_attention_params *params,
     DCP_CUDA_CHECK(cudaMemsetAsync(acc_out, 0, (size_t)values * sizeof(float), s));
     {
         const int64_t blocks = (lses + DCP_CUDA__FILL_THREADS - 1) / DCP_CUDA__FILL_THREADS;
-        dcp_cuda__fill_kernel<<<(unsigned)(blocks < DCP_CUDA__FILL_MAX_BLOCKS
-                                               ? blocks
-                                               : DCP_CUDA__FILL_MAX_BLOCKS),
-                                DCP_CUDA__FILL_THREADS, 0, s>>>(acc_lse, lses, -INFINITY);
-        DCP_CUDA_CHECK_LAUNCH();
+        DCP_CUDA_CHECK(dcp_cuda__launch(
+            dcp_cuda__fill_kernel,
+            (unsigned)(blocks < DCP_CUDA__FILL_MAX_BLOCKS ? blocks : DCP_CUDA__FILL_MAX_BLOCKS),
+            DCP_CUDA__FILL_THREADS, 0, s, acc_lse, lses, -INFINITY));
     }
     return dcp_error_clear(error);
 }
@@ -1647,14 +1667,12 @@ extern "C" dcp_status dcp_cuda_acc_merge(const dcp_attention_params *params,
     a.half = half;
     a.out = out, a.lse = lse, a.acc_out = acc_out, a.acc_lse = acc_lse;
     if (a.rows == 0) return dcp_error_clear(error);
-    if (p.head_dim % DCP_CUDA__MERGE_VALUES == 0 &&
-        dcp_cuda__aligned(out, DCP_CUDA__VECTOR_BYTES) &&
-        dcp_cuda__aligned(acc_out, DCP_CUDA__VECTOR_BYTES))
-        dcp_cuda__merge_kernel<DCP_CUDA__MERGE_VALUES>
-            <<<dcp_cuda__row_blocks(a), DCP_CUDA__ROW_THREADS, 0, s>>>(a);
-    else
-        dcp_cuda__merge_kernel<1><<<dcp_cuda__row_blocks(a), DCP_CUDA__ROW_THREADS, 0, s>>>(a);
-    DCP_CUDA_CHECK_LAUNCH();
+    const bool vector = p.head_dim % DCP_CUDA__MERGE_VALUES == 0 &&
+                        dcp_cuda__aligned(out, DCP_CUDA__VECTOR_BYTES) &&
+                        dcp_cuda__aligned(acc_out, DCP_CUDA__VECTOR_BYTES);
+    DCP_CUDA_CHECK(dcp_cuda__launch(vector ? dcp_cuda__merge_kernel<DCP_CUDA__MERGE_VALUES>
+                                           : dcp_cuda__merge_kernel<1>,
+                                    dcp_cuda__row_blocks(a), DCP_CUDA__ROW_THREADS, 0, s, a));
     return dcp_error_clear(error);
 }
 
@@ -1675,14 +1693,11 @@ static dcp_status dcp_cuda__finalize_launch(const dcp_cuda__merge_args &a, cudaS
                              "finalize rows of %lld values are too long", (long long)row_values);
     {
         const unsigned blocks = dcp_cuda__final_blocks((a.rows + tile_rows - 1) / tile_rows);
-        if (vector)
-            dcp_cuda__finalize_kernel<T, DCP_CUDA__FINAL_VALUES>
-                <<<blocks, DCP_CUDA__FINAL_THREADS, 0, s>>>(a, (int32_t)tile_rows);
-        else
-            dcp_cuda__finalize_kernel<T, 1>
-                <<<blocks, DCP_CUDA__FINAL_THREADS, 0, s>>>(a, (int32_t)tile_rows);
+        DCP_CUDA_CHECK(dcp_cuda__launch(vector ? dcp_cuda__finalize_kernel<T, DCP_CUDA__FINAL_VALUES>
+                                               : dcp_cuda__finalize_kernel<T, 1>,
+                                        blocks, DCP_CUDA__FINAL_THREADS, 0, s, a,
+                                        (int32_t)tile_rows));
     }
-    DCP_CUDA_CHECK_LAUNCH();
     return dcp_error_clear(error);
 }
 
@@ -1726,12 +1741,9 @@ static dcp_status dcp_cuda__convert_launch(const float *in, T *out, int64_t coun
     const int64_t units = vector ? count / DCP_CUDA__FINAL_VALUES : count;
     const int64_t per_block = (int64_t)DCP_CUDA__FINAL_UNITS * DCP_CUDA__FINAL_THREADS;
     const unsigned blocks = dcp_cuda__final_blocks((units + per_block - 1) / per_block);
-    if (vector)
-        dcp_cuda__convert_kernel<T, DCP_CUDA__FINAL_VALUES>
-            <<<blocks, DCP_CUDA__FINAL_THREADS, 0, s>>>(in, out, count);
-    else
-        dcp_cuda__convert_kernel<T, 1><<<blocks, DCP_CUDA__FINAL_THREADS, 0, s>>>(in, out, count);
-    DCP_CUDA_CHECK_LAUNCH();
+    DCP_CUDA_CHECK(dcp_cuda__launch(vector ? dcp_cuda__convert_kernel<T, DCP_CUDA__FINAL_VALUES>
+                                           : dcp_cuda__convert_kernel<T, 1>,
+                                    blocks, DCP_CUDA__FINAL_THREADS, 0, s, in, out, count));
     return dcp_error_clear(error);
 }
 
@@ -1868,7 +1880,8 @@ __global__ void __launch_bounds__(DCP_CUDA__SCHEDULE_THREADS)
     dcp_cuda__schedule_kernel(const dcp_cuda__attn_args a, int32_t use_kv, int32_t *count,
                               int2 *entries, int64_t capacity)
 {
-    __shared__ int32_t bucket_tiles[DCP_CUDA__SCHEDULE_BUCKETS], cursor[DCP_CUDA__SCHEDULE_BUCKETS];
+    DCP_CUDA__SHARED(int32_t, bucket_tiles, [DCP_CUDA__SCHEDULE_BUCKETS]);
+    DCP_CUDA__SHARED(int32_t, cursor, [DCP_CUDA__SCHEDULE_BUCKETS]);
     if (threadIdx.x < DCP_CUDA__SCHEDULE_BUCKETS) bucket_tiles[threadIdx.x] = 0;
     __syncthreads();
     for (int32_t j = threadIdx.x; j < a.num_sequences; j += blockDim.x) {
@@ -1907,23 +1920,39 @@ __device__ __forceinline__ uint32_t dcp_cuda__smem_address(const void *p)
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+/* The PTX wrappers: every inline PTX instruction of the mma.sync kernels, each with its twin
+   on the CPU execution model (tests/cuda_cpu/executor.cc, which follows the PTX ISA's per-lane
+   layouts); the sm_90a set (wgmma, fences, named barriers) is in the Hopper section. */
+
 /* 16 bytes global -> shared without registers; src_bytes 0 writes zeros and reads nothing. */
 __device__ __forceinline__ void dcp_cuda__cp_async16(void *shared, const void *global,
                                                      int32_t src_bytes)
 {
+#ifdef DCP_CUDA_CPU
+    dcp_cuda_cpu_cp_async16(shared, global, src_bytes);
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
                      dcp_cuda__smem_address(shared)),
                  "l"(global), "r"(src_bytes));
+#endif
 }
 
 __device__ __forceinline__ void dcp_cuda__cp_async_commit()
 {
+#ifdef DCP_CUDA_CPU
+    dcp_cuda_cpu_cp_async_commit();
+#else
     asm volatile("cp.async.commit_group;\n" ::);
+#endif
 }
 
 template <int N> __device__ __forceinline__ void dcp_cuda__cp_async_wait()
 {
+#ifdef DCP_CUDA_CPU
+    dcp_cuda_cpu_cp_async_wait(N);
+#else
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
 }
 
 /* Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8. */
@@ -1934,8 +1963,12 @@ template <int N> __device__ __forceinline__ void dcp_cuda__cp_async_wait()
 template <bool TRANSPOSE = false>
 __device__ __forceinline__ void dcp_cuda__ldmatrix_x4(uint32_t (&r)[4], const void *row)
 {
+#ifdef DCP_CUDA_CPU
+    dcp_cuda_cpu_ldmatrix_x4(r, row, TRANSPOSE);
+#else
     if (TRANSPOSE) DCP_CUDA__LDMATRIX_X4(".trans");
     else DCP_CUDA__LDMATRIX_X4("");
+#endif
 }
 
 /* c += a b, m16n8k16, float32 accumulators; T (bf16 or fp16) is the type of a and b. */
@@ -1950,8 +1983,12 @@ __device__ __forceinline__ void dcp_cuda__mma(float (&c)[4], const uint32_t (&a)
 {
     static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
                   "tensor-core inputs are bf16 or fp16");
+#ifdef DCP_CUDA_CPU
+    dcp_cuda_cpu_mma_m16n8k16(c, a, b0, b1, std::is_same<T, __nv_bfloat16>::value);
+#else
     if (std::is_same<T, __nv_bfloat16>::value) DCP_CUDA__MMA(".bf16.bf16");
     else DCP_CUDA__MMA(".f16.f16");
+#endif
 }
 
 /* Two floats as one register of two 16-bit values, the first in the low half. */
@@ -1981,7 +2018,9 @@ template <int D> struct dcp_cuda__attn_traits {
     static constexpr int WARP_ROWS = DCP_CUDA__MMA_M; /* rows of one m16n8k16 A operand */
     static constexpr int WARPS = 4;
     static constexpr int THREADS = WARPS * DCP_CUDA__WARP_SIZE;
-    /* tiles in flight through shared memory (K, V in the forward and dQ; Q, dO in dK, dV) */
+    /* tiles in flight through shared memory (K, V in the forward and dQ; Q, dO in dK, dV): two,
+       so that the copy of tile i + 1 overlaps the math of tile i. The backward kernels take
+       theirs as a parameter: one where a device cannot hold two (dcp_cuda__bwd_stages). */
     static constexpr int STAGES = 2;
     /* shared row: +16 bytes, so the 8 row reads of an ldmatrix hit distinct banks */
     static constexpr int ROW_PAD = DCP_CUDA__VECTOR_BYTES / 2; /* elements of 2 bytes */
@@ -2004,8 +2043,14 @@ template <int D> struct dcp_cuda__attn_traits {
     static_assert((STRIDE * 2) % DCP_CUDA__VECTOR_BYTES == 0 &&
                       (DS_STRIDE * 2) % DCP_CUDA__VECTOR_BYTES == 0,
                   "ldmatrix and cp.async rows are 16-byte aligned");
-    static_assert(STAGES == 2, "the loops double-buffer: stage = i & 1, the next stage ^ 1, "
-                               "cp.async.wait_group 1");
+};
+
+/* The stagings the tile streams serve: two (the copy of tile i + 1 overlaps the math of tile i)
+   or one (copy, wait, compute); tile i uses stage i & (STAGES - 1) and a step waits for all
+   but the STAGES - 1 newest cp.async groups. */
+template <int STAGES> struct dcp_cuda__staging {
+    static_assert(STAGES == 1 || STAGES == 2, "one or two stages: stage = i & (STAGES - 1)");
+    static __host__ __device__ __forceinline__ int stage(int32_t i) { return i & (STAGES - 1); }
 };
 
 /* This block's schedule entry: its sequence as the step sees it and the first view row of its
@@ -2039,9 +2084,13 @@ __device__ __forceinline__ int32_t dcp_cuda__key_limit(const dcp_cuda__attn_args
    -inf gives +0). */
 __device__ __forceinline__ float dcp_cuda__exp2_scaled(float x, float scale, float bias)
 {
+#ifdef DCP_CUDA_CPU
+    return dcp_cuda_cpu_ex2_approx_ftz(fmaf(x, scale, -bias));
+#else
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(fmaf(x, scale, -bias)));
     return y;
+#endif
 }
 
 /* Rows [first, first + ROWS) of a view into a shared tile (row stride D + 8): view row r is
@@ -2111,18 +2160,22 @@ __device__ __forceinline__ void dcp_cuda__load_kv_stage(T *sk, T *sv, const dcp_
     dcp_cuda__load_kv_tile<T, D>(sv + stage * K::TILE_ELEMENTS, a.v, a, s, kv_head, k0);
 }
 
-/* Step `tile` of the key stream: the load of tile + 1 into the other stage starts, then every
-   thread waits until tile `tile` (and all committed before it) has landed. */
-template <typename T, int D>
+/* Step `tile` of the key stream: the load of tile + STAGES - 1 into its stage starts (with two
+   stages the next tile's, which overlaps this one's math; with one, this tile's: the barrier at
+   the end of the previous step freed its stage), then every thread waits until tile `tile`
+   (and all committed before it) has landed. */
+template <typename T, int D, int STAGES>
 __device__ __forceinline__ void dcp_cuda__kv_stream_step(T *sk, T *sv, const dcp_cuda__attn_args &a,
                                                          const dcp_cuda__seq_view &s,
                                                          int32_t kv_head, int32_t tile,
                                                          int32_t tiles)
 {
-    const int stage = tile & 1;
-    if (tile + 1 < tiles) dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, kv_head, tile + 1, stage ^ 1);
+    const int32_t ahead = tile + STAGES - 1;
+    if (ahead < tiles)
+        dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, kv_head, ahead,
+                                      dcp_cuda__staging<STAGES>::stage(ahead));
     dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
-    dcp_cuda__cp_async_wait<1>();
+    dcp_cuda__cp_async_wait<STAGES - 1>();
     __syncthreads();
 }
 
@@ -2404,8 +2457,8 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__zero(o);
 
     for (int32_t tile = 0; tile < b.tiles; tile++) {
-        const int stage = tile & 1;
-        dcp_cuda__kv_stream_step<T, D>(sk, sv, a, s, b.kv_head, tile, b.tiles);
+        const int stage = dcp_cuda__staging<K::STAGES>::stage(tile);
+        dcp_cuda__kv_stream_step<T, D, K::STAGES>(sk, sv, a, s, b.kv_head, tile, b.tiles);
         const T *ks = dcp_cuda__stage<D>(sk, stage), *vs = dcp_cuda__stage<D>(sv, stage);
         const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
         float sc[K::KEY_BLOCKS][4];
@@ -2535,29 +2588,52 @@ __device__ __forceinline__ dcp_cuda__bwd_row dcp_cuda__bwd_row_of(const dcp_cuda
     return r;
 }
 
-template <int D> constexpr size_t dcp_cuda__attn_dkv_smem(size_t element)
+/* The dK, dV kernel's dynamic shared memory with `stages` stages. */
+template <int D> constexpr size_t dcp_cuda__attn_dkv_smem(size_t element, int stages)
 {
     using K = dcp_cuda__attn_traits<D>;
-    /* K, V, STAGES x Q, STAGES x dO, dS; then the row state of STAGES x TILE_ROWS rows */
-    return (size_t)(2 + 2 * K::STAGES) * K::TILE_ELEMENTS * element +
+    /* K, V, stages x Q, stages x dO, dS; then the row state of stages x TILE_ROWS rows */
+    return (size_t)(2 + 2 * stages) * K::TILE_ELEMENTS * element +
            (size_t)K::TILE_ROWS * K::DS_STRIDE * element +
-           (size_t)K::STAGES * K::TILE_ROWS * K::ROW_STATE_BYTES;
+           (size_t)stages * K::TILE_ROWS * K::ROW_STATE_BYTES;
 }
 
-template <int D> constexpr size_t dcp_cuda__attn_dq_smem(size_t element)
+/* The dQ kernel's dynamic shared memory with `stages` stages. */
+template <int D> constexpr size_t dcp_cuda__attn_dq_smem(size_t element, int stages)
 {
     using K = dcp_cuda__attn_traits<D>;
-    return (size_t)(2 + 2 * K::STAGES) * K::TILE_ELEMENTS * element; /* Q, dO, K and V stages */
+    return (size_t)(2 + 2 * stages) * K::TILE_ELEMENTS * element; /* Q, dO, K and V stages */
 }
 
-/* Every kernel's shared memory fits a block on both targets (sm_80 allows the less). */
-#define DCP_CUDA__MAX_SHARED_BYTES (163 * 1024) /* dynamic shared memory of a block, sm_80 */
-static_assert(dcp_cuda__attn_smem<DCP_CUDA__ATTN_D_LARGE>(2) <= DCP_CUDA__MAX_SHARED_BYTES,
-              "the forward's tiles of the largest head dim fit in shared memory");
-static_assert(dcp_cuda__attn_dkv_smem<DCP_CUDA__ATTN_D_LARGE>(2) <= DCP_CUDA__MAX_SHARED_BYTES,
-              "the dK, dV kernel's tiles of the largest head dim fit in shared memory");
-static_assert(dcp_cuda__attn_dq_smem<DCP_CUDA__ATTN_D_LARGE>(2) <= DCP_CUDA__MAX_SHARED_BYTES,
-              "the dQ kernel's tiles of the largest head dim fit in shared memory");
+/* What a backward with `stages` stages needs of a block's shared memory: the larger of the dK,
+   dV kernel's (its tiles and the sequence view it keeps in static shared memory) and the dQ
+   kernel's. */
+template <int D> constexpr size_t dcp_cuda__attn_bwd_smem(size_t element, int stages)
+{
+    return dcp_cuda__attn_dkv_smem<D>(element, stages) + sizeof(dcp_cuda__seq_view) >
+                   dcp_cuda__attn_dq_smem<D>(element, stages)
+               ? dcp_cuda__attn_dkv_smem<D>(element, stages) + sizeof(dcp_cuda__seq_view)
+               : dcp_cuda__attn_dq_smem<D>(element, stages);
+}
+
+/* Shared memory a block may opt into: on sm_80 (A100), and on the smallest devices the sm_80
+   binary runs on (sm_86, sm_89, sm_120: A10, A40, L4, L40S, RTX 30/40/50). */
+#define DCP_CUDA__MAX_SHARED_BYTES (163 * 1024)
+#define DCP_CUDA__MIN_SHARED_BYTES (99 * 1024)
+/* The backward of a head dim whose two stages exceed the smallest devices' shared memory has
+   one-stage kernels too (dcp_cuda__bwd_stages picks them there): d 128 needs 115,200 bytes
+   (dK, dV, and 56 static) and 104,448 (dQ) with two stages, 79,616 and 69,632 with one. */
+template <int D> struct dcp_cuda__bwd_fallback {
+    static constexpr int STAGES = dcp_cuda__attn_bwd_smem<D>(2, 2) > DCP_CUDA__MIN_SHARED_BYTES
+                                      ? 1
+                                      : 2;
+};
+static_assert(dcp_cuda__attn_smem<DCP_CUDA__ATTN_D_LARGE>(2) <= DCP_CUDA__MIN_SHARED_BYTES,
+              "the forward's tiles of the largest head dim fit every device's shared memory");
+static_assert(dcp_cuda__attn_bwd_smem<DCP_CUDA__ATTN_D_LARGE>(2, 2) <= DCP_CUDA__MAX_SHARED_BYTES,
+              "the backward's two stages of the largest head dim fit sm_80's shared memory");
+static_assert(dcp_cuda__attn_bwd_smem<DCP_CUDA__ATTN_D_LARGE>(2, 1) <= DCP_CUDA__MIN_SHARED_BYTES,
+              "the backward's one stage of the largest head dim fits every device's");
 
 /* The first q tile of the view whose last valid row sees key k0 (the limits are monotone in
    local order); q_tiles when none does. */
@@ -2622,22 +2698,23 @@ __device__ __forceinline__ void dcp_cuda__attn_dq_atomic(const dcp_cuda__attn_ar
     }
 }
 
-template <typename T, int D, bool ATOMIC_DQ>
+template <typename T, int D, bool ATOMIC_DQ, int STAGES>
 __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_dkv_kernel(const dcp_cuda__attn_args a)
 {
     using K = dcp_cuda__attn_traits<D>;
+    using S = dcp_cuda__staging<STAGES>;
     dcp_cuda__smem_tiles<T, D> smem;
     T *sk = smem.take(1), *sv = smem.take(1);
-    T *sq = smem.take(K::STAGES), *sdo = smem.take(K::STAGES);
+    T *sq = smem.take(STAGES), *sdo = smem.take(STAGES);
     T *sds = smem.next; /* [TILE_ROWS][DS_STRIDE]: dS as [query][key] (atomic dQ) */
     /* then the row state, [STAGES][TILE_ROWS] each: */
     float *slse = reinterpret_cast<float *>(sds + K::TILE_ROWS * K::DS_STRIDE);
-    float *sdelta = slse + K::STAGES * K::TILE_ROWS;
-    int32_t *slimit = reinterpret_cast<int32_t *>(sdelta + K::STAGES * K::TILE_ROWS);
+    float *sdelta = slse + STAGES * K::TILE_ROWS;
+    int32_t *slimit = reinterpret_cast<int32_t *>(sdelta + STAGES * K::TILE_ROWS);
     /* the sequence view lives in shared memory: read where used, it frees the registers the
        dK, dV accumulators need (ptxas spilled with it in registers) */
-    __shared__ dcp_cuda__seq_view s;
+    DCP_CUDA__SHARED(dcp_cuda__seq_view, s, );
     int64_t k0;
     {
         dcp_cuda__seq_view view;
@@ -2674,7 +2751,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
             slimit[stage * K::TILE_ROWS + r] = row.limit;
         }
     };
-    load_unit(0, 0);
+    if (STAGES > 1) load_unit(0, 0); /* units > 0; with one stage the loop loads every unit */
     dcp_cuda__cp_async_commit();
 
     /* this lane's two key rows (C layout: rows g and g + 8 of the warp's 16) */
@@ -2687,10 +2764,11 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__zero(dv);
 
     for (int32_t u = 0; u < units; u++) {
-        const int stage = u & 1;
-        if (u + 1 < units) load_unit(u + 1, stage ^ 1);
+        const int stage = S::stage(u);
+        const int32_t ahead = u + STAGES - 1; /* two stages: the next unit; one: this one */
+        if (ahead < units) load_unit(ahead, S::stage(ahead));
         dcp_cuda__cp_async_commit(); /* possibly empty: the group count stays uniform */
-        dcp_cuda__cp_async_wait<1>(); /* unit u (and K, V) have landed */
+        dcp_cuda__cp_async_wait<STAGES - 1>(); /* unit u (and K, V) have landed */
         __syncthreads();
         const T *qs = dcp_cuda__stage<D>(sq, stage), *dos = dcp_cuda__stage<D>(sdo, stage);
         const float *lse = slse + stage * K::TILE_ROWS, *delta = sdelta + stage * K::TILE_ROWS;
@@ -2741,7 +2819,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     }
 }
 
-template <typename T, int D>
+template <typename T, int D, int STAGES>
 __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__attn_dq_kernel(const dcp_cuda__attn_args a)
 {
@@ -2750,7 +2828,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     if (!dcp_cuda__q_block_of<D>(a, &b) || b.tiles == 0) return; /* no visible key: no term */
     dcp_cuda__smem_tiles<T, D> smem;
     T *sq = smem.take(1), *sdo = smem.take(1);
-    T *sk = smem.take(K::STAGES), *sv = smem.take(K::STAGES);
+    T *sk = smem.take(STAGES), *sv = smem.take(STAGES);
     const dcp_cuda__seq_view &s = b.s;
     const int tid = threadIdx.x, warp = tid / DCP_CUDA__WARP_SIZE, lane = tid % DCP_CUDA__WARP_SIZE;
     const int g = lane >> 2, t = lane & 3; /* the m16n8 C layout: row g (+ 8), columns 2t, 2t+1 */
@@ -2758,7 +2836,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__load_q_tile<T, D>(sq, a.q, a, s, b.head, b.q0);
     dcp_cuda__load_q_tile<T, D>(sdo, a.dout, a, s, b.head, b.q0);
     dcp_cuda__cp_async_commit();
-    dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, b.kv_head, 0, 0);
+    if (STAGES > 1) dcp_cuda__load_kv_stage<T, D>(sk, sv, a, s, b.kv_head, 0, 0); /* tiles > 0 */
     dcp_cuda__cp_async_commit();
 
     dcp_cuda__bwd_row row[2];
@@ -2773,8 +2851,8 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
     dcp_cuda__zero(dq);
 
     for (int32_t tile = 0; tile < b.tiles; tile++) {
-        const int stage = tile & 1;
-        dcp_cuda__kv_stream_step<T, D>(sk, sv, a, s, b.kv_head, tile, b.tiles); /* Q, dO too */
+        const int stage = dcp_cuda__staging<STAGES>::stage(tile);
+        dcp_cuda__kv_stream_step<T, D, STAGES>(sk, sv, a, s, b.kv_head, tile, b.tiles); /* Q, dO too */
         const T *ks = dcp_cuda__stage<D>(sk, stage), *vs = dcp_cuda__stage<D>(sv, stage);
         const int32_t k0 = (int32_t)(s.k_begin + (int64_t)tile * K::TILE_KEYS);
         float p[K::KEY_BLOCKS][4], ds[K::KEY_BLOCKS][4];
@@ -2792,7 +2870,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
                            (ds[n][e] - r.delta);
             }
         dcp_cuda__mma_pb<T, K::TILE_KEYS, D, K::STRIDE>(dq, ds, ks);
-        __syncthreads(); /* this stage is free for the load two tiles ahead */
+        __syncthreads(); /* this stage is free for the load STAGES tiles ahead */
     }
     dcp_cuda__cp_async_wait<0>();
 
@@ -2935,9 +3013,9 @@ static dcp_status dcp_cuda__with_attn_shape(dcp_dtype dtype, int32_t head_dim, F
 static dcp_status dcp_cuda__schedule(const dcp_cuda__attn_args &a, int32_t use_kv,
                                      int64_t capacity, cudaStream_t s, dcp_error *error)
 {
-    dcp_cuda__schedule_kernel<<<1, DCP_CUDA__SCHEDULE_THREADS, 0, s>>>(
-        a, use_kv, (int32_t *)a.count, (int2 *)a.entries, capacity);
-    DCP_CUDA_CHECK_LAUNCH();
+    DCP_CUDA_CHECK(dcp_cuda__launch(dcp_cuda__schedule_kernel<>, 1, DCP_CUDA__SCHEDULE_THREADS, 0,
+                                    s, a, use_kv, (int32_t *)a.count, (int2 *)a.entries,
+                                    capacity));
     return DCP_OK;
 }
 
@@ -2947,10 +3025,10 @@ static dcp_status dcp_cuda__attn_launch(void (*kernel)(const dcp_cuda__attn_args
                                         int threads, size_t shared, const dcp_cuda__attn_args &a,
                                         int64_t capacity, cudaStream_t s, dcp_error *error)
 {
-    DCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)shared));
-    kernel<<<dim3((unsigned)capacity, (unsigned)heads), threads, shared, s>>>(a);
-    DCP_CUDA_CHECK_LAUNCH();
+    DCP_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(kernel),
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+    DCP_CUDA_CHECK(dcp_cuda__launch(kernel, dim3((unsigned)capacity, (unsigned)heads), threads,
+                                    shared, s, a));
     return DCP_OK;
 }
 
@@ -3055,34 +3133,65 @@ extern "C" dcp_status dcp_cuda_attention_forward_using(
     });
 }
 
+/* The stages of a backward (dcp_cuda__attn_bwd_smem): two where the device's shared memory per
+   block (cudaDevAttrMaxSharedMemoryPerBlockOptin) holds them, else one (d 128 on sm_86, sm_89,
+   sm_120: 99 KB). */
+template <typename T, int D> static dcp_status dcp_cuda__bwd_stages(int *stages, dcp_error *error)
+{
+    int device = 0, optin = 0;
+    DCP_CUDA_CHECK(cudaGetDevice(&device));
+    DCP_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    for (*stages = 2; *stages >= 1; (*stages)--)
+        if (dcp_cuda__attn_bwd_smem<D>(sizeof(T), *stages) <= (size_t)optin) return DCP_OK;
+    return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                         "attention backward at head_dim %d needs %zu bytes of shared memory per "
+                         "block, the device allows %d",
+                         D, dcp_cuda__attn_bwd_smem<D>(sizeof(T), 1), optin);
+}
+
+/* The dK, dV kernel over the kv schedule (and dQ by atomics when not deterministic), then, when
+   deterministic, the dQ kernel over the q schedule (the same workspace: stream order). */
+template <typename T, int D, int STAGES>
+static dcp_status dcp_cuda__attn_gradients(const dcp_cuda__attn_args &a, int64_t capacity,
+                                           int32_t deterministic, cudaStream_t s,
+                                           dcp_error *error)
+{
+    using K = dcp_cuda__attn_traits<D>;
+    dcp_status status;
+    if ((status = dcp_cuda__schedule(a, 1, capacity, s, error)) != DCP_OK ||
+        (status = dcp_cuda__attn_launch(deterministic
+                                            ? dcp_cuda__attn_dkv_kernel<T, D, false, STAGES>
+                                            : dcp_cuda__attn_dkv_kernel<T, D, true, STAGES>,
+                                        a.kv_heads, K::THREADS,
+                                        dcp_cuda__attn_dkv_smem<D>(sizeof(T), STAGES), a,
+                                        capacity, s, error)) != DCP_OK)
+        return status;
+    if (deterministic &&
+        ((status = dcp_cuda__schedule(a, 0, capacity, s, error)) != DCP_OK ||
+         (status = dcp_cuda__attn_launch(dcp_cuda__attn_dq_kernel<T, D, STAGES>, a.heads,
+                                         K::THREADS, dcp_cuda__attn_dq_smem<D>(sizeof(T), STAGES),
+                                         a, capacity, s, error)) != DCP_OK))
+        return status;
+    return DCP_OK;
+}
+
 template <typename T, int D>
 static dcp_status dcp_cuda__attn_backward_launch(dcp_cuda__attn_args a, int64_t capacity,
                                                  int32_t deterministic, cudaStream_t s,
                                                  dcp_error *error)
 {
-    using K = dcp_cuda__attn_traits<D>;
     const unsigned delta_blocks = (unsigned)(((int64_t)a.heads * a.rows * DCP_CUDA__WARP_SIZE +
                                               DCP_CUDA__DELTA_THREADS - 1) /
                                              DCP_CUDA__DELTA_THREADS);
-    const size_t dkv_shared = dcp_cuda__attn_dkv_smem<D>(sizeof(T));
+    int stages = 0;
     dcp_status status;
-    dcp_cuda__attn_delta_kernel<T, D><<<delta_blocks, DCP_CUDA__DELTA_THREADS, 0, s>>>(a);
-    DCP_CUDA_CHECK_LAUNCH();
-    /* dK, dV over the kv schedule (and dQ by atomics when not deterministic) */
-    if ((status = dcp_cuda__schedule(a, 1, capacity, s, error)) != DCP_OK ||
-        (status = dcp_cuda__attn_launch(deterministic ? dcp_cuda__attn_dkv_kernel<T, D, false>
-                                                      : dcp_cuda__attn_dkv_kernel<T, D, true>,
-                                        a.kv_heads, K::THREADS, dkv_shared, a, capacity, s,
-                                        error)) != DCP_OK)
-        return status;
-    /* deterministic: dQ over the q schedule (the same workspace: stream order) */
-    if (deterministic &&
-        ((status = dcp_cuda__schedule(a, 0, capacity, s, error)) != DCP_OK ||
-         (status = dcp_cuda__attn_launch(dcp_cuda__attn_dq_kernel<T, D>, a.heads, K::THREADS,
-                                         dcp_cuda__attn_dq_smem<D>(sizeof(T)), a, capacity, s,
-                                         error)) != DCP_OK))
-        return status;
-    return dcp_error_clear(error);
+    if ((status = dcp_cuda__bwd_stages<T, D>(&stages, error)) != DCP_OK) return status;
+    DCP_CUDA_CHECK(dcp_cuda__launch(dcp_cuda__attn_delta_kernel<T, D>, delta_blocks,
+                                    DCP_CUDA__DELTA_THREADS, 0, s, a));
+    status = stages == 2 ? dcp_cuda__attn_gradients<T, D, 2>(a, capacity, deterministic, s, error)
+                         : dcp_cuda__attn_gradients<T, D, dcp_cuda__bwd_fallback<D>::STAGES>(
+                               a, capacity, deterministic, s, error);
+    return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
 extern "C" dcp_status dcp_cuda_attention_backward(
@@ -3274,13 +3383,11 @@ extern "C" dcp_status dcp_cuda_add_float32(float *acc, const float *x, int64_t c
     threads = (count + DCP_CUDA_ADD_VECTOR - 1) / DCP_CUDA_ADD_VECTOR;
     blocks = (threads + DCP_CUDA_ADD_THREADS - 1) / DCP_CUDA_ADD_THREADS;
     grid = (unsigned)(blocks < DCP_CUDA_ADD_MAX_BLOCKS ? blocks : DCP_CUDA_ADD_MAX_BLOCKS);
-    if (dcp_cuda__aligned(acc, DCP_CUDA__VECTOR_BYTES) &&
-        dcp_cuda__aligned(x, DCP_CUDA__VECTOR_BYTES))
-        dcp_cuda__add_kernel<DCP_CUDA_ADD_VECTOR><<<grid, DCP_CUDA_ADD_THREADS, 0, s>>>(acc, x,
-                                                                                      count);
-    else
-        dcp_cuda__add_kernel<1><<<grid, DCP_CUDA_ADD_THREADS, 0, s>>>(acc, x, count);
-    DCP_CUDA_CHECK_LAUNCH();
+    DCP_CUDA_CHECK(dcp_cuda__launch(dcp_cuda__aligned(acc, DCP_CUDA__VECTOR_BYTES) &&
+                                            dcp_cuda__aligned(x, DCP_CUDA__VECTOR_BYTES)
+                                        ? dcp_cuda__add_kernel<DCP_CUDA_ADD_VECTOR>
+                                        : dcp_cuda__add_kernel<1>,
+                                    grid, DCP_CUDA_ADD_THREADS, 0, s, acc, x, count));
     return dcp_error_clear(error);
 }
 
@@ -3334,7 +3441,7 @@ __device__ __forceinline__ int64_t dcp_cuda__a2a_find(const dcp_a2a_segment *seg
 template <typename V>
 __global__ void __launch_bounds__(DCP_CUDA__A2A_THREADS) dcp_cuda__a2a_kernel(dcp_cuda__a2a_args a)
 {
-    __shared__ int64_t range[2];
+    DCP_CUDA__SHARED(int64_t, range, [2]);
     for (int64_t tile = blockIdx.x; tile * a.tile_rows < a.total_rows; tile += gridDim.x) {
         const int64_t first = tile * a.tile_rows;
         const int64_t end = first + a.tile_rows < a.total_rows ? first + a.tile_rows : a.total_rows;
@@ -3371,10 +3478,10 @@ static dcp_status dcp_cuda__a2a_launch(dcp_cuda__a2a_args a, size_t slice_bytes,
     if (a.tile_rows < 1) a.tile_rows = 1;
     if (a.tile_rows > DCP_CUDA__A2A_MAX_TILE_ROWS) a.tile_rows = DCP_CUDA__A2A_MAX_TILE_ROWS;
     tiles = (a.total_rows + a.tile_rows - 1) / a.tile_rows;
-    dcp_cuda__a2a_kernel<V>
-        <<<(unsigned)(tiles < DCP_CUDA__A2A_MAX_BLOCKS ? tiles : DCP_CUDA__A2A_MAX_BLOCKS),
-           DCP_CUDA__A2A_THREADS, 0, stream>>>(a);
-    DCP_CUDA_CHECK_LAUNCH();
+    DCP_CUDA_CHECK(dcp_cuda__launch(
+        dcp_cuda__a2a_kernel<V>,
+        (unsigned)(tiles < DCP_CUDA__A2A_MAX_BLOCKS ? tiles : DCP_CUDA__A2A_MAX_BLOCKS),
+        DCP_CUDA__A2A_THREADS, 0, stream, a));
     return dcp_error_clear(error);
 }
 
@@ -3519,17 +3626,12 @@ static int dcp_cuda__roll_word(size_t element_size, const void *a, const void *b
     return word;
 }
 
+typedef void (*dcp_cuda__roll_kernel)(dcp_cuda__roll_args);
 template <typename Word> struct dcp_cuda__roll_gather_of {
-    static void launch(unsigned grid, cudaStream_t s, const dcp_cuda__roll_args &a)
-    {
-        dcp_cuda__roll_gather_kernel<Word><<<grid, DCP_CUDA__ROLL_THREADS, 0, s>>>(a);
-    }
+    static dcp_cuda__roll_kernel kernel() { return dcp_cuda__roll_gather_kernel<Word>; }
 };
 template <typename Word> struct dcp_cuda__roll_shift_of {
-    static void launch(unsigned grid, cudaStream_t s, const dcp_cuda__roll_args &a)
-    {
-        dcp_cuda__roll_shift_kernel<Word><<<grid, DCP_CUDA__ROLL_THREADS, 0, s>>>(a);
-    }
+    static dcp_cuda__roll_kernel kernel() { return dcp_cuda__roll_shift_kernel<Word>; }
 };
 
 /* One launch of Kernel<Word> for `items` words of work, Word picked from `word` bytes. */
@@ -3543,14 +3645,12 @@ static dcp_status dcp_cuda__roll_launch(dcp_cuda__roll_args a, size_t element_si
     const unsigned grid =
         (unsigned)(blocks < DCP_CUDA__ROLL_MAX_BLOCKS ? blocks : DCP_CUDA__ROLL_MAX_BLOCKS);
     if (items == 0) return dcp_error_clear(error);
-    switch (word) {
-    case 16: Kernel<uint4>::launch(grid, s, a); break;
-    case 8: Kernel<uint2>::launch(grid, s, a); break;
-    case 4: Kernel<uint32_t>::launch(grid, s, a); break;
-    case 2: Kernel<uint16_t>::launch(grid, s, a); break;
-    default: Kernel<uint8_t>::launch(grid, s, a); break;
-    }
-    DCP_CUDA_CHECK_LAUNCH();
+    const dcp_cuda__roll_kernel kernel = word == 16  ? Kernel<uint4>::kernel()
+                                         : word == 8 ? Kernel<uint2>::kernel()
+                                         : word == 4 ? Kernel<uint32_t>::kernel()
+                                         : word == 2 ? Kernel<uint16_t>::kernel()
+                                                     : Kernel<uint8_t>::kernel();
+    DCP_CUDA_CHECK(dcp_cuda__launch(kernel, grid, DCP_CUDA__ROLL_THREADS, 0, s, a));
     return dcp_error_clear(error);
 }
 
@@ -4148,8 +4248,8 @@ static int dcp_cuda__sm90_available(void)
         return 0;
     }
     if (major != 9 || minor != 0) return 0;
-    if (cudaFuncGetAttributes(&attributes,
-                              dcp_cuda__attn_forward_sm90_kernel<__nv_bfloat16, 64>) !=
+    if (cudaFuncGetAttributes(&attributes, reinterpret_cast<const void *>(
+                                               dcp_cuda__attn_forward_sm90_kernel<__nv_bfloat16, 64>)) !=
         cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
@@ -4180,15 +4280,16 @@ static dcp_status dcp_cuda__attn_forward_sm90_launch(dcp_cuda__attn_args a, int6
                                                      cudaStream_t s, dcp_error *error)
 {
     using K = dcp_cuda__attn_sm90_traits<D>;
-    dcp_cuda__schedule_kernel<K::TILE_ROWS>
-        <<<1, DCP_CUDA__SCHEDULE_THREADS, 0, s>>>(a, 0, (int32_t *)a.count, (int2 *)a.entries, capacity);
-    DCP_CUDA_CHECK_LAUNCH();
-    DCP_CUDA_CHECK(cudaFuncSetAttribute(dcp_cuda__attn_forward_sm90_kernel<T, D>,
+    DCP_CUDA_CHECK(dcp_cuda__launch(dcp_cuda__schedule_kernel<K::TILE_ROWS>, 1,
+                                    DCP_CUDA__SCHEDULE_THREADS, 0, s, a, 0, (int32_t *)a.count,
+                                    (int2 *)a.entries, capacity));
+    DCP_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void *>(
+                                            dcp_cuda__attn_forward_sm90_kernel<T, D>),
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)K::SMEM));
-    dcp_cuda__attn_forward_sm90_kernel<T, D>
-        <<<dim3((unsigned)capacity, (unsigned)a.heads), K::THREADS, K::SMEM, s>>>(a);
-    DCP_CUDA_CHECK_LAUNCH();
+    DCP_CUDA_CHECK(dcp_cuda__launch(dcp_cuda__attn_forward_sm90_kernel<T, D>,
+                                    dim3((unsigned)capacity, (unsigned)a.heads), K::THREADS,
+                                    K::SMEM, s, a));
     return dcp_error_clear(error);
 }
 

@@ -3,7 +3,12 @@
    seed per run (printed; DCP_TEST_SEED=N repeats one), NaN poisoning, and the comparison
    against the CPU references: compare(what, got, ref, count, tolerance), the one rule of
    tests/tolerance.h (norm-wise relative error plus a max-abs bound scaled to the data), with
-   its presets tolerance_of(dtype), tolerance_sum(), tolerance_lse(), tolerance_exact(). */
+   its presets tolerance_of(dtype), tolerance_sum(), tolerance_lse(), tolerance_exact().
+
+   The same files build for a GPU (nvcc) and for the CPU execution model (tests/cuda_cpu, the
+   *-cpu programs, DCP_CUDA_CPU defined): there the model is the device, the run's seed also
+   orders its blocks, and cuda_test_size() picks each case's smaller size, so that every
+   kernel runs on every path within make test's time. */
 #ifndef DCP_CUDA_TEST_UTIL_H
 #define DCP_CUDA_TEST_UTIL_H
 
@@ -15,6 +20,10 @@
 
 #include "test.h"
 #include "tolerance.h"
+
+#ifdef DCP_CUDA_CPU
+#include "cuda_cpu.h"
+#endif
 
 #define CUDA_TEST_MAX_BUFFERS 1024
 
@@ -40,10 +49,32 @@ static int cuda_test_gpu(void)
         }                                                                                      \
     } while (0)
 
-/* One seed per run, from the clock unless DCP_TEST_SEED is set; printed so a failure repeats. */
+/* One seed per run, from the clock unless DCP_TEST_SEED is set; printed so a failure repeats.
+   On the CPU execution model it also draws the order of every launch's blocks. */
 static uint64_t cuda_test_seed(void)
 {
-    return test_seed((uint64_t)time(NULL) ^ ((uint64_t)clock() << 20));
+    const uint64_t seed = test_seed((uint64_t)time(NULL) ^ ((uint64_t)clock() << 20));
+#ifdef DCP_CUDA_CPU
+    dcp_cuda_cpu_set_seed(seed);
+#endif
+    return seed;
+}
+
+/* 1 on the CPU execution model (tests/cuda_cpu), where every thread of every block runs on
+   one core; 0 on a GPU. */
+static TEST_MAYBE_UNUSED int cuda_test_model(void)
+{
+#ifdef DCP_CUDA_CPU
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* A case's size: `gpu` on a device, `model` on the CPU execution model. */
+static TEST_MAYBE_UNUSED int64_t cuda_test_size(int64_t gpu, int64_t model)
+{
+    return cuda_test_model() ? model : gpu;
 }
 
 /* A generator per test, derived from the run's seed and the test's own number. */
@@ -157,7 +188,7 @@ static float round_to(dcp_dtype dtype, float f)
 }
 
 /* Host floats -> a new device buffer in dtype. */
-static void *upload(cuda_arena *a, dcp_dtype dtype, const float *values, int64_t count)
+static TEST_MAYBE_UNUSED void *upload(cuda_arena *a, dcp_dtype dtype, const float *values, int64_t count)
 {
     const size_t size = dtype_size(dtype);
     unsigned char *staging = (unsigned char *)host_alloc(a, (size_t)count * size);
@@ -203,7 +234,7 @@ static float *download(cuda_arena *a, dcp_dtype dtype, const void *device, int64
 }
 
 /* count normal values, each rounded to dtype so that the reference sees what the GPU sees. */
-static float *random_values(cuda_arena *a, dcp_rng *rng, dcp_dtype dtype, int64_t count)
+static TEST_MAYBE_UNUSED float *random_values(cuda_arena *a, dcp_rng *rng, dcp_dtype dtype, int64_t count)
 {
     float *p = host_floats(a, count);
     int64_t i;

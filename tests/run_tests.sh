@@ -4,14 +4,20 @@
 # A program that crashes or exits non-zero without a summary line counts as one failure.
 # DCP_TEST_NO_SKIPS=1 (on a machine with a GPU: every GPU test must run) makes any skipped
 # test a failure.
-passed=0 failed=0 skipped=0
+passed=0 failed=0 skipped=0 skips=""
 for program in "$@"; do
     echo "== $program"
     output=$("$program" 2>&1)
     status=$?
     printf '%s\n' "$output"
     summary=$(printf '%s\n' "$output" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
-    skips=$(printf '%s\n' "$output" | grep -E '^[0-9]+ skipped$' | tail -n 1 | cut -d' ' -f1)
+    skips_here=$(printf '%s\n' "$output" | grep -E '^[0-9]+ skipped$' | tail -n 1 | cut -d' ' -f1)
+    listed=$(printf '%s\n' "$output" | grep '^skip ' | sed "s|^skip |  $program: |")
+    skips="$skips$listed
+"
+    unlisted=$((${skips_here:-0} - $(printf '%s' "$listed" | grep -c .)))
+    [ "$unlisted" -gt 0 ] && skips="$skips  $program: $unlisted skipped (its output above says which)
+"
     if [ -z "$summary" ]; then
         echo "$program: exited with status $status and no summary line"
         failed=$((failed + 1))
@@ -21,14 +27,17 @@ for program in "$@"; do
     f=$(echo "$summary" | cut -d' ' -f3)
     passed=$((passed + p))
     failed=$((failed + f))
-    skipped=$((skipped + ${skips:-0}))
+    skipped=$((skipped + ${skips_here:-0}))
     if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "$program: exited with status $status"
         failed=$((failed + 1))
     fi
 done
 echo "== total"
-[ "$skipped" -gt 0 ] && echo "$skipped skipped"
+if [ "$skipped" -gt 0 ]; then
+    echo "$skipped skipped:"
+    printf '%s' "$skips" | grep -v '^$'
+fi
 if [ "$skipped" -gt 0 ] && [ "${DCP_TEST_NO_SKIPS:-0}" = 1 ]; then
     echo "DCP_TEST_NO_SKIPS=1: $skipped skipped tests count as failures"
     failed=$((failed + skipped))

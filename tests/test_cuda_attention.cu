@@ -20,6 +20,15 @@
    error, so by the triangle inequality both bounds of the rule double. */
 #define GPU_AGAINST_GPU 2.0
 
+/* Query and kv heads of the step tests: groups of 1, 4 and 8 query heads per kv head (1, 2 and
+   4 on the CPU execution model, with half the heads or fewer). */
+static void gqa_shape(int which, int32_t *heads, int32_t *kv_heads)
+{
+    static const int32_t gpu[][2] = {{4, 4}, {8, 2}, {8, 1}}, model[][2] = {{2, 2}, {4, 2}, {4, 1}};
+    *heads = (cuda_test_model() ? model : gpu)[which][0];
+    *kv_heads = (cuda_test_model() ? model : gpu)[which][1];
+}
+
 static float *nan_floats(cuda_arena *a, int64_t count)
 {
     float *p = host_floats(a, count);
@@ -206,7 +215,6 @@ static void step_run(const step_case *c, uint64_t stream)
 
 static void attention_steps(void)
 {
-    static const int32_t gqa[][2] = {{4, 4}, {8, 2}, {8, 1}};
     static const int32_t cps[] = {1, 2, 4};
     uint64_t stream = 5000;
     int dt, d, g, cp, causal;
@@ -221,19 +229,21 @@ static void attention_steps(void)
                         c.dtype = dt ? DCP_DTYPE_FLOAT16 : DCP_DTYPE_BFLOAT16;
                         c.out_dtype = stream % 2 ? DCP_DTYPE_FLOAT32 : c.dtype;
                         c.head_dim = d ? 128 : 64;
-                        c.heads = gqa[g][0];
-                        c.kv_heads = gqa[g][1];
+                        gqa_shape(g, &c.heads, &c.kv_heads);
                         c.cp = cps[cp];
                         c.causal = causal;
-                        c.sequences = 1 + (int32_t)(stream % 7);
-                        c.max_length = stream % 5 == 0 ? 700 : 200;
+                        c.sequences = 1 + (int32_t)(stream % cuda_test_size(7, 4));
+                        c.max_length = stream % 5 == 0 ? cuda_test_size(700, 150)
+                                                       : cuda_test_size(200, 48);
                         step_run(&c, stream++);
+                        if (test_current_failures) return;
                     }
 }
 
 /* The forward paths this device runs: mma.sync always, wgmma where the device runs sm_90a
    code. On a device of compute capability 9.0 the wgmma path must be there (this build has
-   sm_90a code): missing, it is a failure, not a skip. */
+   sm_90a code): missing, it is a failure, not a skip. The CPU execution model runs no sm_90a
+   code on any profile (it does not emulate wgmma): the path must be unavailable there. */
 static int forward_paths(dcp_cuda_attention_path paths[2])
 {
     int32_t available = 0, major = 0, minor = 0, device = 0;
@@ -244,7 +254,8 @@ static int forward_paths(dcp_cuda_attention_path paths[2])
     CUDA_TEST_CALL(cudaGetDevice(&device));
     CUDA_TEST_CALL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     CUDA_TEST_CALL(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    if (major == 9 && minor == 0) CHECK(available);
+    if (cuda_test_model()) CHECK(!available);
+    else if (major == 9 && minor == 0) CHECK(available);
     if (!available) {
         printf("wgmma path: device is %d.%d, not 9.0: only mma.sync runs\n", (int)major,
                (int)minor);
@@ -255,11 +266,11 @@ static int forward_paths(dcp_cuda_attention_path paths[2])
 }
 
 /* Every view dcp_ring_step_plan gives (cp 1, 2, 4; every rank and step; causal and not), on
-   every forward path, bf16 and fp16, d 64 and 128, against the CPU reference. The same
+   every forward path, bf16 and fp16, d 64 and 128, against the CPU reference (on the CPU
+   execution model each view in one of the four dtype and head dim pairs, in turn). The same
    inputs (one stream per case) go through both paths. */
 static void attention_ring_step_views(void)
 {
-    static const int32_t gqa[][2] = {{4, 4}, {8, 2}, {8, 1}};
     static const int32_t cps[] = {1, 2, 4};
     dcp_cuda_attention_path paths[2];
     uint64_t stream = 8000;
@@ -275,23 +286,31 @@ static void attention_ring_step_views(void)
                             dcp_ring_step plan;
                             dcp_error error;
                             step_case c;
+                            /* (cp, rank, step) numbered across the cp values: before cp = c
+                               come the views of 1, 2, .., c / 2, 1 + 4 + .. = (c^2 - 1) / 3 */
+                            const int view = (cps[cp] * cps[cp] - 1) / 3 + rank * cps[cp] + step;
+                            if (cuda_test_model() && view % 4 != dt * 2 + d) continue;
                             CHECK_EQ(dcp_ring_step_plan(cps[cp], rank, step, causal, &plan,
                                                         &error),
                                      DCP_OK);
                             /* the shape varies with the (rank, step) pair, not with the
-                               innermost causal flag, so each shape meets both masks */
-                            const uint64_t pair = stream / 2;
+                               innermost causal flag, so each shape meets both masks (on the
+                               model with the view, apart from the dtype and head dim that
+                               view % 4 picks there) */
+                            const uint64_t pair = cuda_test_model() ? (uint64_t)view / 4
+                                                                    : stream / 2;
+                            const int longest = cuda_test_model() ? view % 5 == 0 : pair % 4 == 1;
                             memset(&c, 0, sizeof c);
                             c.dtype = dt ? DCP_DTYPE_FLOAT16 : DCP_DTYPE_BFLOAT16;
                             c.out_dtype = pair % 2 ? DCP_DTYPE_FLOAT32 : c.dtype;
                             c.head_dim = d ? 128 : 64;
-                            c.heads = gqa[pair % 3][0];
-                            c.kv_heads = gqa[pair % 3][1];
+                            gqa_shape((int)(pair % 3), &c.heads, &c.kv_heads);
                             c.cp = cps[cp];
                             c.causal = plan.causal;
                             c.sequences = 1 + (int32_t)(pair % 7);
                             /* long enough for several 128-key tiles and a partial last one */
-                            c.max_length = pair % 4 == 1 ? 1100 : 300;
+                            c.max_length = longest ? cuda_test_size(1100, 300)
+                                                   : cuda_test_size(300, 100);
                             c.view = &plan.view;
                             c.forward_only = 1;
                             for (path = 0; path < path_count; path++) {
@@ -337,11 +356,20 @@ static void reference_row(const dcp_attention_params *p, const float *q, const f
 
 /* (row, head) pairs checked against doubles, a third of them in the 16K-token sequence. */
 #define LONG_PACK_SAMPLES 300
+/* The pack: a long sequence among short ones (on the CPU execution model 1/32 of it, still
+   many q and key tiles). */
+#define LONG_PACK_SEQUENCES 9
+static const int64_t *long_pack_lengths(void)
+{
+    static const int64_t gpu[LONG_PACK_SEQUENCES] = {16384, 1, 2, 4097, 129, 1000, 63, 64, 65};
+    static const int64_t model[LONG_PACK_SEQUENCES] = {512, 1, 2, 257, 129, 200, 63, 64, 65};
+    return cuda_test_model() ? model : gpu;
+}
 
 static void attention_long_pack(void)
 {
-    static const int64_t lengths[] = {16384, 1, 2, 4097, 129, 1000, 63, 64, 65};
-    const int32_t n = 9;
+    const int64_t *lengths = long_pack_lengths();
+    const int32_t n = LONG_PACK_SEQUENCES;
     dcp_cuda_attention_path paths[2];
     int run, path_count;
     CUDA_TEST_REQUIRE_GPU();
@@ -355,7 +383,7 @@ static void attention_long_pack(void)
         dcp_rng rng = cuda_test_rng(6000 + causal);
         dcp_attention_params p;
         dcp_error error;
-        int32_t extra[9] = {0, 3, 1, 0, 2, 0, 1, 0, 5}; /* padding between sequences */
+        int32_t extra[LONG_PACK_SEQUENCES] = {0, 3, 1, 0, 2, 0, 1, 0, 5}; /* padding between them */
         int64_t rows, qn, kn, i;
         size_t workspace_bytes;
         void *workspace, *dq_, *dk_, *dv_, *d_out, *d_lse;
@@ -506,19 +534,21 @@ static void grad_dkv_row(const grad_inputs *g, int64_t begin, int64_t valid, int
    dv rows against doubles, and every padding row of the gradients left as it was (0). */
 static void attention_long_pack_backward(void)
 {
-    static const int64_t lengths[] = {16384, 1, 2, 4097, 129, 1000, 63, 64, 65};
-    const int32_t n = 9, H = 4, D = 128;
+    const int64_t *lengths = long_pack_lengths();
+    const int32_t n = LONG_PACK_SEQUENCES, H = 4, D = 128;
     int causal, deterministic;
     CUDA_TEST_REQUIRE_GPU();
     for (causal = 0; causal < 2; causal++)
         for (deterministic = 0; deterministic < 2; deterministic++) {
+            /* the model runs two of the four: each flag both ways */
+            if (cuda_test_model() && causal == deterministic) continue;
             cuda_arena a;
             test_layout t;
             dcp_rng rng = cuda_test_rng(6100 + 2 * causal + deterministic);
             dcp_attention_params p;
             dcp_error error;
             grad_inputs g;
-            int32_t extra[9] = {0, 3, 1, 0, 2, 0, 1, 0, 5};
+            int32_t extra[LONG_PACK_SEQUENCES] = {0, 3, 1, 0, 2, 0, 1, 0, 5};
             int64_t rows, qn, kn, i;
             size_t workspace_bytes;
             void *workspace, *d_q, *d_k, *d_v, *d_out, *d_lse, *d_dout, *d_dq, *d_dk, *d_dv;
@@ -663,7 +693,10 @@ static void ring_run(int32_t cp, dcp_dtype dtype, int32_t causal, int32_t determ
     dcp_attention_params p;
     dcp_error error;
     int64_t lengths[6], total, qn, kn, rows, rqn, rkn;
-    const int32_t n = 6, heads = 8, kv_heads = 2, D = 128;
+    /* on the CPU execution model fewer, shorter and narrower (its cost is tiles x steps): the
+       ring's steps and merges are what this checks */
+    const int32_t n = (int32_t)cuda_test_size(6, 3), D = (int32_t)cuda_test_size(128, 64);
+    const int32_t heads = (int32_t)cuda_test_size(8, 2), kv_heads = (int32_t)cuda_test_size(2, 1);
     float *q, *k, *v, *dout, *out1, *lse1, *dq1, *dk1, *dv1;
     void *d_q, *d_k, *d_v, *d_out, *d_lse, *d_dout, *d_dq, *d_dk, *d_dv, *ws1, *wsr;
     const void *rq[8], *rk[8], *rv[8], *rout[8], *rdout[8];
@@ -674,7 +707,9 @@ static void ring_run(int32_t cp, dcp_dtype dtype, int32_t causal, int32_t determ
     int32_t i, r;
     char label[96];
     memset(&a, 0, sizeof a);
-    for (i = 0; i < n; i++) lengths[i] = 1 + (int64_t)dcp_rng_below(&rng, i == 0 ? 1500 : 300);
+    for (i = 0; i < n; i++)
+        lengths[i] = 1 + (int64_t)dcp_rng_below(
+                             &rng, (uint64_t)(i == 0 ? cuda_test_size(1500, 130) : cuda_test_size(300, 40)));
     layout_make(&whole, &a, lengths, n, 1, NULL);
     layout_make(&ring, &a, lengths, n, cp, NULL);
     memset(&p, 0, sizeof p);

@@ -113,7 +113,8 @@ static void a2a_copy_equals_host_copy(void)
                 int32_t r = (int32_t)dcp_rng_below(&rng, (uint64_t)cp);
                 side_list cp_side, hp_side;
                 memset(&a, 0, sizeof a);
-                layout_random(&t, &a, &rng, 1 + (int32_t)dcp_rng_below(&rng, 12), 300, cp);
+                layout_random(&t, &a, &rng, 1 + (int32_t)dcp_rng_below(&rng, 12),
+                              cuda_test_size(300, 100), cp);
                 CHECK_EQ(dcp_a2a_shape_get(&t.host, r, channels, channel_bytes[b], &shape, NULL),
                          DCP_OK);
                 cp_side = side_list_make(&a, &t.host, r, channels, channel_bytes[b],
@@ -227,7 +228,7 @@ static void conv1d_case(dcp_rng *rng, int32_t cp, dcp_dtype dtype)
     void **d_cp, **d_hp, **d_y_hp, **d_y_cp;
     int32_t r, j;
     memset(&a, 0, sizeof a);
-    layout_random(&t, &a, rng, 1 + (int32_t)dcp_rng_below(rng, 10), 400, cp);
+    layout_random(&t, &a, rng, 1 + (int32_t)dcp_rng_below(rng, 10), cuda_test_size(400, 120), cp);
     rows = t.cu_padded[t.host.num_sequences];
     local_rows = rows / cp;
     x = random_values(&a, rng, dtype, rows * channels);

@@ -126,7 +126,7 @@ static void rope_shapes(void)
                     c.k_heads = 1 + (int32_t)(stream % 2);
                     c.cp = cps[stream % 4];
                     c.sequences = 1 + (int32_t)(stream % 9);
-                    c.max_length = 300;
+                    c.max_length = cuda_test_size(300, 100);
                     c.backward = b;
                     c.use_table = (int)(stream % 3 == 0);
                     c.in_place = (int)(stream % 4 == 1);
@@ -155,11 +155,12 @@ static void rope_single_tensor(void)
 }
 
 /* A single 64K-token sequence (positions to 65535), and one of 128K on 2 ranks (positions to
-   131071): float32 must stay within 1e-6 of the double reference at the far end. */
+   131071): float32 must stay within 1e-6 of the double reference at the far end (8K and 16K
+   on the CPU execution model). */
 static void rope_long_sequence(void)
 {
-    static const int64_t length64[] = {65536};
-    static const int64_t length128[] = {131072};
+    const int64_t length64[] = {cuda_test_size(65536, 8192)};
+    const int64_t length128[] = {cuda_test_size(131072, 16384)};
     rope_case c;
     CUDA_TEST_REQUIRE_GPU();
     memset(&c, 0, sizeof c);
@@ -313,18 +314,18 @@ static void conv1d_shapes(void)
                 c.silu = (int32_t)(stream % 2);
                 c.bias = (int32_t)(stream % 3 != 0);
                 c.sequences = 1 + (int32_t)(stream % 12);
-                c.max_length = stream % 5 == 0 ? 2000 : 300;
+                c.max_length = stream % 5 == 0 ? cuda_test_size(2000, 400) : cuda_test_size(300, 60);
                 c.tail = (int64_t)(stream % 4) * 5;
                 conv_run(&c, stream++);
             }
 }
 
 /* One-token sequences (no tap has a predecessor) and a single 64K-token sequence (many row
-   blocks and all 64 slices of the backward). */
+   blocks and all 64 slices of the backward; 4K on the CPU execution model, still 64 slices). */
 static void conv1d_edges(void)
 {
     static const int64_t ones[] = {1, 1, 2, 1, 3, 1};
-    static const int64_t long_one[] = {65536};
+    const int64_t long_one[] = {cuda_test_size(65536, 4096)};
     conv_case c;
     CUDA_TEST_REQUIRE_GPU();
     memset(&c, 0, sizeof c);
@@ -379,7 +380,7 @@ static void conv1d_boundaries(void)
                 c.misalign = (int32_t)(stream % 5 == 0);
                 conv_run(&c, stream++);
             }
-    for (d = 0; d < 3; d++) { /* 1, 2 and 3 rows; then rows of padding only */
+    for (d = 0; d < 3; d++) { /* 1, 2 (one of them the tail) and 3 rows; rows of padding only */
         conv_case c;
         memset(&c, 0, sizeof c);
         c.dtype = dtypes[d];
@@ -388,8 +389,12 @@ static void conv1d_boundaries(void)
         c.silu = 1;
         c.bias = 1;
         c.lengths = tiny;
-        for (c.sequences = 1; c.sequences <= 2; c.sequences++) conv_run(&c, stream++);
+        c.sequences = 1;
+        conv_run(&c, stream++);
         c.tail = 1;
+        conv_run(&c, stream++);
+        c.sequences = 2; /* both of tiny's lengths */
+        c.tail = 0;
         conv_run(&c, stream++);
         c.sequences = 0;
         c.tail = 5;
@@ -571,7 +576,7 @@ static void merge_shapes(void)
 
 static void convert_values(void)
 {
-    static const int64_t counts[] = {1, 7, 8, 9, 4096, 1000003};
+    const int64_t counts[] = {1, 7, 8, 9, 4096, cuda_test_size(1000003, 100003)};
     static const dcp_dtype dtypes[] = {DCP_DTYPE_FLOAT32, DCP_DTYPE_BFLOAT16, DCP_DTYPE_FLOAT16};
     dcp_rng rng;
     dcp_error error;
@@ -669,7 +674,8 @@ static void finalize_tiles(void)
 }
 
 /* A conversion longer than the grid's blocks cover in one pass (they stride), with a tail of
-   count % 8 values. */
+   count % 8 values: 134M values, too many for the CPU execution model (finalize_tiles runs the
+   same kind of grid-stride loop there). */
 static void convert_grid_stride(void)
 {
     const int64_t n = (int64_t)8192 * 256 * 4 * 8 * 2 + 5;
@@ -680,6 +686,10 @@ static void convert_grid_stride(void)
     void *out;
     int64_t i;
     CUDA_TEST_REQUIRE_GPU();
+    if (cuda_test_model()) {
+        test_skip("134M values: a GPU's size, not the CPU execution model's");
+        return;
+    }
     rng = cuda_test_rng(6100);
     memset(&a, 0, sizeof a);
     in = random_values(&a, &rng, DCP_DTYPE_FLOAT32, n);

@@ -245,7 +245,8 @@ static void test_tma_geometry(void)
 }
 
 /* The encoder through the runtime: a map where a driver is present (required with a GPU);
-   without one, DCP_ERROR_CUDA naming the encoder, never a crash or a link error. */
+   without one (the CPU execution model has none), DCP_ERROR_CUDA naming the encoder, never a
+   crash or a link error. */
 static void test_tma_encode(void)
 {
     const int64_t rows = 1000;
@@ -264,7 +265,7 @@ static void test_tma_encode(void)
              DCP_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(error.message, "float32");
     status = dcp_cuda__tma_encode(&map, &g, base, DCP_DTYPE_BFLOAT16, &error);
-    if (cuda_test_gpu()) {
+    if (cuda_test_gpu() && !cuda_test_model()) {
         if (status != DCP_OK) fprintf(stderr, "%s\n", error.message);
         CHECK_EQ(status, DCP_OK);
     } else {
@@ -377,7 +378,9 @@ __global__ void __launch_bounds__(GEMM_THREADS) gemm_rs_kernel(const float *a, c
 /* 1 when the products cannot run here. No GPU: the test is skipped. A device of compute
    capability 9.0 must offer the wgmma path (this test is built for sm_90a): if it does not,
    that is a failure. Any other device must not offer it (the dispatch would launch sm_90a
-   code it cannot run): checked, and the products are not run. */
+   code it cannot run): checked, and the products are not run. The CPU execution model runs
+   no sm_90a code (it does not emulate wgmma): the path is unavailable there on every
+   profile, and the test is skipped. */
 static int products_cannot_run(void)
 {
     int32_t available = -1;
@@ -385,6 +388,15 @@ static int products_cannot_run(void)
     dcp_error error;
     if (!cuda_test_gpu()) {
         test_skip("no CUDA device: skipped");
+        return 1;
+    }
+    if (cuda_test_model()) {
+        CHECK_EQ(dcp_cuda_attention_path_available(DCP_CUDA_ATTENTION_PATH_WGMMA, &available,
+                                                   &error),
+                 DCP_OK);
+        CHECK_EQ(available, 0);
+        test_skip("wgmma products need an sm_90a device: the CPU execution model does not "
+                  "emulate wgmma");
         return 1;
     }
     CHECK_EQ(dcp_cuda_attention_path_available(DCP_CUDA_ATTENTION_PATH_WGMMA, &available, &error),
@@ -428,9 +440,9 @@ template <typename T> static void gemm_ss_case(dcp_dtype dtype, uint64_t stream)
     ref = host_floats(&arena, GEMM_M * N);
     dc = (float *)dev_alloc(&arena, GEMM_M * N * sizeof(float));
     poison(dc, GEMM_M * N * sizeof(float));
-    gemm_ss_kernel<T, N><<<1, GEMM_THREADS>>>((const T *)upload(&arena, dtype, a, GEMM_M * GEMM_K),
-                                              (const T *)upload(&arena, dtype, b, N * GEMM_K), dc);
-    CUDA_TEST_CALL(cudaGetLastError());
+    CUDA_TEST_CALL(dcp_cuda__launch(gemm_ss_kernel<T, N>, 1, GEMM_THREADS, 0, NULL,
+                                    (const T *)upload(&arena, dtype, a, GEMM_M * GEMM_K),
+                                    (const T *)upload(&arena, dtype, b, N * GEMM_K), dc));
     CUDA_TEST_CALL(cudaDeviceSynchronize());
     got = download(&arena, DCP_DTYPE_FLOAT32, dc, GEMM_M * N);
     cpu_product(a, b, ref, N, 1);
@@ -452,10 +464,10 @@ template <typename T, int N> static void gemm_rs_case(dcp_dtype dtype, uint64_t 
     ref = host_floats(&arena, GEMM_M * N);
     dc = (float *)dev_alloc(&arena, GEMM_M * N * sizeof(float));
     poison(dc, GEMM_M * N * sizeof(float));
-    gemm_rs_kernel<T, N><<<1, GEMM_THREADS>>>(
-        (const float *)upload(&arena, DCP_DTYPE_FLOAT32, a, GEMM_M * GEMM_K),
-        (const T *)upload(&arena, dtype, b, GEMM_K * N), dc);
-    CUDA_TEST_CALL(cudaGetLastError());
+    CUDA_TEST_CALL(dcp_cuda__launch(gemm_rs_kernel<T, N>, 1, GEMM_THREADS, 0, NULL,
+                                    (const float *)upload(&arena, DCP_DTYPE_FLOAT32, a,
+                                                          GEMM_M * GEMM_K),
+                                    (const T *)upload(&arena, dtype, b, GEMM_K * N), dc));
     CUDA_TEST_CALL(cudaDeviceSynchronize());
     got = download(&arena, DCP_DTYPE_FLOAT32, dc, GEMM_M * N);
     cpu_product(a, b, ref, N, 0);

@@ -1,0 +1,94 @@
+/* model.h - the CPU execution model's internal interfaces (tests/cuda_cpu): what the runtime
+   (runtime.cc) asks of the executor (executor.cc), and what the executor and the checkers
+   (checkers.cc) ask of each other. Kernel code never includes this. */
+#ifndef DCP_CUDA_CPU_MODEL_H
+#define DCP_CUDA_CPU_MODEL_H
+
+#include "cuda_cpu.h"
+
+#include <stdarg.h>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DCP_CUDA_CPU_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(DCP_CUDA_CPU_ASAN)
+#define DCP_CUDA_CPU_ASAN 1
+#endif
+
+/* The model's own arithmetic on its own arrays (a collective's operands): not worth ASan's
+   checks, which would dominate the cost of every mma.sync. */
+#ifdef DCP_CUDA_CPU_ASAN
+#define DCP_CUDA_CPU_UNCHECKED __attribute__((no_sanitize("address")))
+#else
+#define DCP_CUDA_CPU_UNCHECKED
+#endif
+
+/* -------------------------------------------------------------------- device profiles
+   Real devices' limits: what cudaGetDeviceProperties and cudaDeviceGetAttribute report and
+   what a launch is checked against. DCP_CUDA_CPU_DEVICE picks one per process. */
+struct dcp_cuda_cpu_profile {
+    const char *name;        /* sm_80, sm_89, sm_90 */
+    const char *device_name; /* the device it models */
+    int major, minor;
+    int multiprocessors;
+    int max_threads_per_block, max_threads_per_multiprocessor, max_blocks_per_multiprocessor;
+    int max_block_dim[3], max_grid_dim[3];
+    size_t shared_per_block;          /* without opting in (48 KB) */
+    size_t shared_per_block_optin;    /* cudaDevAttrMaxSharedMemoryPerBlockOptin */
+    size_t shared_per_multiprocessor;
+    size_t reserved_shared_per_block; /* the runtime's own per block */
+    int registers_per_block, registers_per_multiprocessor;
+    size_t global_memory;
+    int l2_bytes;
+    int clock_khz, memory_clock_khz, memory_bus_bits;
+};
+
+const dcp_cuda_cpu_profile *dcp_cuda_cpu_profile_in_force(void);
+
+/* ------------------------------------------------------------ kernel attributes (executor) */
+cudaError_t dcp_cuda_cpu_func_set_attribute(const void *function, cudaFuncAttribute attribute,
+                                            int value);
+cudaError_t dcp_cuda_cpu_func_get_attributes(cudaFuncAttributes *attributes,
+                                             const void *function);
+cudaError_t dcp_cuda_cpu_occupancy(int *blocks, const void *function, int block_size,
+                                   size_t dynamic_shared);
+
+/* ------------------------------------------------------------- executor <-> checkers
+   The executor tells the checkers where the running block's shared memory is and which
+   synchronisations happened; the checkers ask who is running. All of it runs on the OS
+   thread that runs the grid (grids are serialised), never concurrently. */
+
+/* The running thread: linear thread index (its warp is index / 32), and a printable
+   "(x,y,z)" of threadIdx. */
+int dcp_cuda_cpu_running_thread(void);
+void dcp_cuda_cpu_thread_name(int thread, char *out, size_t size);
+/* "kernel name, block (x,y,z)" of the running block. */
+void dcp_cuda_cpu_block_name(char *out, size_t size);
+/* A device fault (checker finding, trap, deadlock): printed with the prefix
+   "dcp cuda-cpu <checker>: " and counted (dcp_cuda_cpu_faults). */
+void dcp_cuda_cpu_report(const char *checker, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* The shared arena of the block about to run, [base, base + capacity); bytes outside the
+   allocated regions are out of bounds. A new block forgets every access of the last one. */
+void dcp_cuda_cpu_shadow_block(unsigned char *base, size_t capacity);
+void dcp_cuda_cpu_shadow_allocated(size_t offset, size_t bytes); /* a region becomes valid */
+void dcp_cuda_cpu_shadow_unbind(void);                           /* no block runs */
+/* Synchronisations: a barrier that every thread of the block passed, or one among the warps
+   of a mask (a warp collective: one bit). */
+void dcp_cuda_cpu_shadow_sync_all(void);
+void dcp_cuda_cpu_shadow_sync_warps(uint32_t warps);
+/* The running thread's accesses from the twins (the instrumented code reports its own plain
+   loads and stores through the access callbacks): read, write, atomic read-modify-write;
+   `pending` marks a cp.async destination, `complete` its arrival at the wait. */
+enum { DCP_CUDA_CPU_READ, DCP_CUDA_CPU_WRITE, DCP_CUDA_CPU_ATOMIC, DCP_CUDA_CPU_PENDING,
+       DCP_CUDA_CPU_COMPLETE };
+void dcp_cuda_cpu_shadow_access(const void *address, size_t bytes, int kind, uintptr_t pc);
+/* The shared offset of an address the running block's code gave a shared-memory instruction;
+   a report (and -1) when it lies outside the block's valid shared memory. */
+long dcp_cuda_cpu_shared_check(const void *address, size_t bytes, const char *instruction,
+                               uintptr_t pc);
+
+#endif
