@@ -225,10 +225,12 @@ class Scheduler(unittest.TestCase):
         self.assertEqual(M.settings_for(Config(), 8).planner["ring_charge"], "sample")
         with self.assertRaises(ValueError) as caught:
             libdcp.plan([100, 200], 2, 4096, ring_charge="forward")
-        self.assertIn("ring_charge must be one of group, sample", str(caught.exception))
-        with self.assertRaises(libdcp.DcpError) as caught:
+        self.assertIn("ring_charge must be one of 'group', 'sample', got 'forward'",
+                      str(caught.exception))
+        with self.assertRaises(TypeError) as caught:  # by name only, as strategy
             libdcp.plan([100, 200], 2, 4096, ring_charge=7)
-        self.assertIn("ring_charge 7", str(caught.exception))
+        self.assertIn("ring_charge must be one of 'group', 'sample' (by name), got int 7",
+                      str(caught.exception))
 
     def test_bad_input_names_the_sample_and_the_rank(self):
         scheduler = M.LibdcpCPScheduler(4096, Pool(8, rank=5))
