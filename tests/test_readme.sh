@@ -105,5 +105,26 @@ if $CC -std=c99 -O2 examples/attention_args.c -o "$work/attention_args" -lm 2>"$
 else
     fail "examples/attention_args.c ($(head -3 "$work/args.err"))"
 fi
+# Every in-page link of the README and of docs/*.md ("(#anchor)", "(FILE.md#anchor)") names a
+# heading that exists there, spelled as GitHub derives anchors (lower case, punctuation but
+# hyphens dropped, spaces to hyphens), so the newcomer path's links do not rot when sections move.
+if command -v python3 >/dev/null 2>&1; then
+    python3 - README.md docs/*.md >"$work/anchors.out" 2>&1 <<'PY'
+import os, re, sys
+def anchors(path):
+    heads = re.findall(r"^#+ (.*)$", open(path).read(), re.M)
+    slug = lambda h: re.sub(r"[^\w\- ]", "", h.lower().replace("`", "")).replace(" ", "-")
+    return {slug(h) for h in heads}
+bad = 0
+for path in sys.argv[1:]:
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", open(path).read()):
+        where = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+        if not os.path.exists(where) or anchor not in anchors(where):
+            bad += 1
+            print(f"FAIL {path}: link to {target or ''}#{anchor} names no heading")
+PY
+    cat "$work/anchors.out"
+    if [ -s "$work/anchors.out" ]; then fail "in-page links"; else pass "every in-page link names a heading"; fi
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
