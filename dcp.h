@@ -10743,7 +10743,7 @@ DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
     return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "sample %d is in no group", (int)sample);
 }
 
-#define DCP__COMPARED_CONFIG_INTS 10
+#define DCP__COMPARED_CONFIG_INTS 11
 
 static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
                                        dcp_error *error)
@@ -10751,14 +10751,15 @@ static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
     const int64_t ints_a[DCP__COMPARED_CONFIG_INTS] = {
         a->ranks, a->max_tokens_per_rank, a->min_cp, a->max_cp, a->microbatch_multiple,
         a->pad_multiple_cp1, a->pad_multiple, (int64_t)a->strategy, a->improve_moves,
-        (int64_t)a->ring_charge};
+        (int64_t)a->ring_charge, a->sync_ranks};
     const int64_t ints_b[DCP__COMPARED_CONFIG_INTS] = {
         b->ranks, b->max_tokens_per_rank, b->min_cp, b->max_cp, b->microbatch_multiple,
         b->pad_multiple_cp1, b->pad_multiple, (int64_t)b->strategy, b->improve_moves,
-        (int64_t)b->ring_charge};
+        (int64_t)b->ring_charge, b->sync_ranks};
     const char *names[DCP__COMPARED_CONFIG_INTS] = {
         "ranks", "max_tokens_per_rank", "min_cp", "max_cp", "microbatch_multiple",
-        "pad_multiple_cp1", "pad_multiple", "strategy", "improve_moves", "ring_charge"};
+        "pad_multiple_cp1", "pad_multiple", "strategy", "improve_moves", "ring_charge",
+        "sync_ranks"}; /* the same groups under another E are another step */
     int i;
     for (i = 0; i < DCP__COMPARED_CONFIG_INTS; i++)
         if (ints_a[i] != ints_b[i])

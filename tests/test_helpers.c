@@ -123,6 +123,10 @@ static void compare_finds_a_difference(void)
         copy->config.ranks *= 2;
         CHECK_EQ(dcp_plan_compare(plan, copy, &error), DCP_ERROR_INVALID_PLAN);
         CHECK_CONTAINS(error.message, "config ranks");
+        copy->config.ranks /= 2;
+        copy->config.sync_ranks = copy->config.sync_ranks > 1 ? 1 : copy->config.ranks;
+        CHECK_EQ(dcp_plan_compare(plan, copy, &error), DCP_ERROR_INVALID_PLAN);
+        CHECK_CONTAINS(error.message, "config sync_ranks");
     }
     free(buffer);
     dcp_plan_destroy(copy);
