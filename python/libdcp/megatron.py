@@ -259,7 +259,8 @@ def check_sample_id_groups(sample_id_groups: SampleIdGroups, sample_ids: Sequenc
     order (:func:`execute` proves it by running the schedule)."""
     if not sample_id_groups:
         raise ScheduleError("no group: Megatron's schedule needs at least one")
-    sizes, seen = set(hybrid_cp_sizes(ranks)), {}
+    sizes = set(hybrid_cp_sizes(ranks))
+    seen: Dict[int, int] = {}  # sample id -> the group it is in
     for k, group in enumerate(sample_id_groups):
         if len(group) != ranks:
             raise ScheduleError(f"group {k} has {len(group)} rank lists, the pool {ranks} ranks")
