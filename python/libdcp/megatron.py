@@ -173,30 +173,40 @@ def barrier_runs(plan: Plan, sync_ranks: int) -> List[Tuple[int, int]]:
     return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
+def group_runs(plan: Plan, sync_ranks: int) -> List[Tuple[int, int]]:
+    """The microbatch ranges of Megatron's groups: barrier_runs, with the last range absorbing
+    the ones before it until every rank runs a sub-sample in it (a rank empty in the last
+    group would crash Megatron's schedule); raises ScheduleError naming the rank when the
+    whole plan leaves one idle."""
+    runs = barrier_runs(plan, sync_ranks)
+    busy = [False] * plan.ranks  # in the last range
+    last = len(runs)
+    while last > 0 and not all(busy):
+        last -= 1
+        for groups_k in plan.microbatches[runs[last][0]:runs[last][1]]:
+            for g in groups_k:
+                busy[g.first_rank:g.first_rank + g.cp] = [True] * g.cp
+    if not all(busy):
+        raise ScheduleError(
+            f"DP x CP rank {busy.index(False)} has no sub-sample in the whole batch "
+            f"({plan.num_samples} samples on {plan.ranks} ranks): Megatron's hybrid schedule "
+            f"runs the last sub-sample of the last group on every rank; give the batch more "
+            f"samples or allow larger CP sizes (max_cp)")
+    return runs[:last] + [(runs[last][0], runs[-1][1])]
+
+
 def plan_groups(plan: Plan, sync_ranks: int) -> List[List[List[int]]]:
-    """The plan as Megatron's groups: [group][rank] -> sample positions in plan order (by
-    microbatch, then as packed in the group). A rank empty in the last group would crash
-    Megatron's schedule, so the last group absorbs the groups before it until no rank is;
-    raises ScheduleError naming the rank when the whole plan leaves one idle."""
+    """The plan as Megatron's groups (one per range of :func:`group_runs`): [group][rank] ->
+    sample positions in plan order (by microbatch, then as packed in the group)."""
     microbatches = plan.microbatches
     groups = []
-    for begin, end in barrier_runs(plan, sync_ranks):
+    for begin, end in group_runs(plan, sync_ranks):
         lists: List[List[int]] = [[] for _ in range(plan.ranks)]
         for groups_k in microbatches[begin:end]:
             for g in groups_k:
                 for r in range(g.first_rank, g.first_rank + g.cp):
                     lists[r].extend(g.samples)
         groups.append(lists)
-    while len(groups) > 1 and not all(groups[-1]):
-        last = groups.pop()
-        groups[-1] = [a + b for a, b in zip(groups[-1], last)]
-    idle = [r for r, items in enumerate(groups[-1] if groups else []) if not items]
-    if idle or not groups:
-        raise ScheduleError(
-            f"DP x CP rank {idle[0] if idle else 0} has no sub-sample in the whole batch "
-            f"({plan.num_samples} samples on {plan.ranks} ranks): Megatron's hybrid schedule "
-            f"runs the last sub-sample of the last group on every rank; give the batch more "
-            f"samples or allow larger CP sizes (max_cp)")
     return groups
 
 
@@ -226,6 +236,46 @@ class TokenCounts:
 
     def rank_tokens(self, rank: int) -> int:
         return sum(group[rank] for group in self.group_rank_tokens)
+
+
+def _add_shares(shares: List[int], first: int, cp: int, length: int) -> None:
+    """Adds, as differences (shares[i] - shares[i - 1] is rank first + i's count), the valid
+    tokens each rank of an aligned group of cp computes of a sub-sample: what
+    local_valid_tokens gives rank by rank, in O(1): chunks below `full` hold `chunk` tokens,
+    chunk `full` holds the rest, and rank r holds chunks r and 2 cp - 1 - r."""
+    def add(begin: int, end: int, tokens: int) -> None:  # ranks first + [begin, end)
+        if begin < end and tokens:
+            shares[first + begin] += tokens
+            shares[first + end] -= tokens
+    if cp == 1:
+        add(0, 1, length)
+        return
+    chunk = -(-length // (2 * cp))
+    full, rest = divmod(length, chunk)
+    add(0, min(full, cp), chunk)  # first chunks
+    if full < cp:
+        add(full, full + 1, rest)
+    add(max(2 * cp - full, 0), cp, chunk)  # second chunks, index 2 cp - 1 - r < full
+    if cp <= full < 2 * cp:
+        add(2 * cp - 1 - full, 2 * cp - full, rest)
+
+
+def plan_token_counts(plan: Plan, sync_ranks: int, lengths: Sequence[int]) -> TokenCounts:
+    """token_counts of plan_groups(plan, sync_ranks) without the per-rank lists: O(samples +
+    groups x ranks of their run), where the lists hold up to samples x ranks entries."""
+    counts = []
+    for begin, end in group_runs(plan, sync_ranks):
+        shares = [0] * (plan.ranks + 1)
+        for groups_k in plan.microbatches[begin:end]:
+            for g in groups_k:
+                for p in g.samples:
+                    _add_shares(shares, g.first_rank, g.cp, lengths[p])
+        running, row = 0, []
+        for r in range(plan.ranks):
+            running += shares[r]
+            row.append(running)
+        counts.append(tuple(row))
+    return TokenCounts(sum(lengths), tuple(counts))
 
 
 def token_counts(sample_id_groups: SampleIdGroups, lengths: Dict[int, int]) -> TokenCounts:
@@ -413,7 +463,7 @@ class LibdcpCPScheduler:
         sample_id_groups = [[[ids[p] for p in items] for items in group] for group in positions]
         groups = [[[lengths[p] for p in items] for items in group] for group in positions]
         self.last_plan, self.last_sample_ids = plan, tuple(ids)
-        self.last_tokens = token_counts(sample_id_groups, dict(pairs))
+        self.last_tokens = plan_token_counts(plan, self.settings.sync_ranks, lengths)
         self.num_subsamples = len(pairs)
         return groups, sample_id_groups
 

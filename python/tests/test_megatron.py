@@ -89,6 +89,22 @@ class MappingOverRandomPlans(unittest.TestCase):
                     self.assertLessEqual(len(groups), plan.num_microbatches)
                     self.assertGreaterEqual(len(groups), 1)
 
+    def test_token_counts_from_the_plan_are_the_lists_counts(self):
+        """plan_token_counts (difference arrays over the plan's groups) gives what token_counts
+        gives rank by rank from Megatron's lists, over random plans, sync models and lengths
+        of every remainder modulo 2 cp."""
+        for _ in range(RANDOM_PLANS // 2):
+            ranks = self.rng.choice([2, 4, 8, 16, 32])
+            lengths = random_batch(self.rng, ranks, 2048)
+            for sync in (1, 2, ranks):
+                plan = libdcp.plan(lengths, ranks, 2048, sync_ranks=sync)
+                from_lists = M.token_counts(M.plan_groups(plan, sync), dict(enumerate(lengths)))
+                self.assertEqual(M.plan_token_counts(plan, sync, lengths), from_lists)
+        for length in range(1, 70):  # one sample on 8 ranks: every rank's share
+            plan = libdcp.plan([length], 8, 16, min_cp=8)
+            counts = M.plan_token_counts(plan, 1, [length]).group_rank_tokens[0]
+            self.assertEqual(list(counts), [M.local_valid_tokens(length, 8, r) for r in range(8)])
+
     def test_barriers_only_where_the_pool_is_in_lockstep(self):
         lengths = [8192] * 2 + [300] * 40
         plan = libdcp.plan(lengths, 8, 1024, sync_ranks=2, max_cp=8)
