@@ -42,6 +42,8 @@ FAILURE_LINES = 12          # of a failing command's log, quoted under its step
 KILL_GRACE_SECONDS = 10
 DRY_LIMIT_S = 120           # one command's wiring check
 BUILD_LIMIT_S = 480         # the build on the lent machine (16 cores; dcp_cuda.o alone ~95 s)
+SUMMARY_RESERVE_S = 15      # of TIME_BUDGET, kept for the last summary and the logs' bundle
+MIN_COMMAND_S = 30          # with less of TIME_BUDGET left, a longer command waits for a later call
 # compute capabilities the default build (sm_80 and sm_90a cubins) runs natively
 NATIVE_CAPABILITIES = ("8.0", "8.6", "8.7", "8.9", "9.0")
 PTX_ARCH = "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80"
@@ -82,15 +84,15 @@ def gpu_tests() -> List[str]:
 
 
 def sanitizer_commands(build: str) -> List[Command]:
-    tools = (("memcheck", "--leak-check full"), ("racecheck", "--racecheck-report all"),
-             ("initcheck", ""))
+    tools = (("memcheck", "--leak-check full", 150), ("racecheck", "--racecheck-report all", 240),
+             ("initcheck", "", 150))
     commands = []
     for program in gpu_tests():
-        for tool, flags in tools:
+        for tool, flags, limit in tools:
             commands.append(Command(
                 f"{tool} {os.path.basename(program)}",
                 f"{{sanitizer}} --tool {tool} {flags} --error-exitcode 1 {program}",
-                None, 240, rule=program))
+                None, limit, rule=program))
     return commands
 
 
@@ -117,6 +119,8 @@ def steps(build: str) -> List[Step]:
     primitives = primitives_target(build)
     return [
         Step(1, "make test with no GPU test skipped, then 20 seeds", [
+            Command("the GPU tests alone (make test-gpu)", "DCP_TEST_NO_SKIPS=1 {make} test-gpu",
+                    "{make} -n test-gpu >/dev/null", 300),
             Command("make test", "DCP_TEST_NO_SKIPS=1 {make} test",
                     "{make} -n test DCP_TEST_NO_SKIPS=1 GPU_PRESENT=yes >/dev/null", 600),
             Command("20 seeds", "{make} test-seeds SEEDS=20 DCP_TEST_NO_SKIPS=1 "
@@ -171,19 +175,30 @@ def steps(build: str) -> List[Step]:
 
 
 STEP_COUNT = 8
+# What a lent GPU should answer first (docs/gpu-round.md): the primitives, the GPU tests alone,
+# the benches of the blocked issues' targets, the torch ops, the calibration; then the full
+# make test, the sanitizers, the multi-rank runs, the seeds, and the mutants (CPU only) last.
+PRIORITY = "4,1.1,6,7,8,1.2,2,5,1.3,3"
 
 
-def parse_steps(text: str) -> List[int]:
-    """'1-3', '6,4,1', '1-3,7': the steps in the order given, each once."""
-    order: List[int] = []
+def parse_steps(text: str, defined: List[Step]) -> List[Tuple[int, int]]:
+    """STEPS: 'N' (step N's commands), 'N-M', 'N.K' (its K-th command) joined by commas, run in
+    the order given, each command once. Returns (step, command) pairs, both from 1."""
+    order: List[Tuple[int, int]] = []
     for part in text.split(","):
-        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)|\.(\d+))?\s*", part)
         if not match:
-            raise ValueError(f"STEPS: '{part}' is not N or N-M")
-        first, last = int(match.group(1)), int(match.group(2) or match.group(1))
+            raise ValueError(f"STEPS: '{part}' is not N, N-M or N.K")
+        first = int(match.group(1))
+        last = int(match.group(2) or first)
         if not 1 <= first <= last <= STEP_COUNT:
             raise ValueError(f"STEPS: '{part}' is outside 1-{STEP_COUNT} or descending")
-        order += [n for n in range(first, last + 1) if n not in order]
+        for number in range(first, last + 1):
+            count = len(defined[number - 1].commands)
+            picked = [int(match.group(3))] if match.group(3) else range(1, count + 1)
+            if not all(1 <= k <= count for k in picked):
+                raise ValueError(f"STEPS: step {number} has commands 1-{count}, not '{part}'")
+            order += [(number, k) for k in picked if (number, k) not in order]
     return order
 
 
@@ -316,10 +331,14 @@ def make_has_rule(target: str, fields: Dict[str, str]) -> bool:
 
 
 class Round:
-    """One call: the build (real runs), then the steps STEPS names, in that order."""
+    """One call: the build (a real run), then the commands STEPS names, in that order, inside
+    the time budget; the summary is rewritten after each command, so a call cut short by its
+    machine still leaves one."""
 
-    def __init__(self, args):
+    def __init__(self, args, earlier: List[Dict]):
         self.args = args
+        self.earlier = earlier
+        self.defined = steps(args.build)
         self.logs = os.path.abspath(args.logs)
         self.fields = {"build": args.build, "python": args.python, "logs": self.logs,
                        "make": f"{args.make} --no-print-directory BUILD={args.build}",
@@ -331,37 +350,68 @@ class Round:
                         DCP_CUDA_LIBRARY=os.path.abspath(f"{args.build}/libdcp_cuda.so"),
                         MAKEFLAGS=re.sub(r"--jobserver-(auth|fds)=\S+", "",
                                          os.environ.get("MAKEFLAGS", "")))
+        self.started = time.monotonic()
+        self.call = {"facts": device_facts(args.commit), "dry_run": args.dry_run,
+                     "command": args.command, "started": time.time(), "build": None,
+                     "commands": {}, "left": []}
 
     def text(self, template: str) -> str:
         return template.format(**self.fields)
 
-    def run_build(self, facts: Dict[str, str]) -> Dict:
-        arch = cuda_arch(facts["compute capability"])
+    def limit(self, wanted: int) -> int:
+        """A command's limit inside the time budget (0: no time left for one)."""
+        if not self.args.time_budget:
+            return wanted
+        left = int(self.args.time_budget - SUMMARY_RESERVE_S - (time.monotonic() - self.started))
+        return min(wanted, left) if left >= min(wanted, MIN_COMMAND_S) else 0
+
+    def save(self) -> None:
+        write(self.earlier + [self.call], self.args.out, self.args.logs)
+
+    def run_build(self) -> None:
+        arch = cuda_arch(self.call["facts"]["compute capability"])
         if arch:
             self.fields["make"] += f" CUDA_ARCH='{arch}'"
         text = self.text("{make} -j{nproc} gpu-round-build")
-        result = execute(text, os.path.join(self.logs, "0-build.log"), self.args.build_limit,
-                         self.env)
-        return dict(result, command=text, log="0-build.log", limit_s=self.args.build_limit,
-                    arch=arch or "the default: sm_80 and sm_90a")
+        limit = max(self.limit(self.args.build_limit), 1)  # without a build nothing runs
+        result = execute(text, os.path.join(self.logs, "0-build.log"), limit, self.env)
+        self.call["build"] = dict(result, command=text, log="0-build.log", limit_s=limit,
+                                  arch=arch or "the default: sm_80 and sm_90a")
+        print(f"gpu-round: build: {verdict(result['status'], limit)}", flush=True)
+        self.save()
 
-    def run_command(self, step: Step, index: int, command: Command) -> Dict:
-        log = f"{step.number}-{index + 1}-{slug(command.name)}.log"
+    def run_command(self, number: int, index: int) -> None:
+        command = self.defined[number - 1].commands[index - 1]
+        key = f"{number}.{index}"
+        log = f"{number}-{index}-{slug(command.name)}.log"
         record = {"name": command.name, "limit_s": command.limit_s, "log": log,
                   "command": self.text(command.run)}
         if self.args.dry_run:
-            return self.dry_command(command, record)
-        if command.rule and not os.path.exists(command.rule) and \
+            record = self.dry_command(command, record)
+        elif command.rule and not os.path.exists(command.rule) and \
                 not make_has_rule(command.rule, self.fields):
-            return dict(record, result=f"{NOT_BUILT}: make has no rule for {command.rule}")
+            record["result"] = f"{NOT_BUILT}: make has no rule for {command.rule}"
+        elif self.limit(command.limit_s) == 0:
+            self.call["left"].append(key)
+            return
+        else:
+            record = self.real_command(command, record)
+        self.call["commands"][key] = record
+        print(f"gpu-round: {key} {command.name}: {record['result']}", flush=True)
+        self.save()
+
+    def real_command(self, command: Command, record: Dict) -> Dict:
+        limit = self.limit(command.limit_s)
+        path = os.path.join(self.logs, record["log"])
         with MemoryPoll() as memory:
-            record.update(execute(record["command"], os.path.join(self.logs, log),
-                                  command.limit_s, self.env))
-        record.update(peak_mib=memory.peak, result=verdict(record["status"], command.limit_s))
+            record.update(execute(record["command"], path, limit, self.env))
+        record.update(peak_mib=memory.peak, result=verdict(record["status"], limit))
+        if limit < command.limit_s and record["status"] is None:
+            record["result"] += " (the round's TIME_BUDGET)"
         if record["result"] != "pass":
-            record["failure"] = tail(os.path.join(self.logs, log), FAILURE_LINES)
+            record["failure"] = tail(path, FAILURE_LINES)
         elif command.bench:  # the table, without the log's first line (the command)
-            record["figures"] = tail(os.path.join(self.logs, log), FIGURE_LINES + 1)[1:]
+            record["figures"] = tail(path, FIGURE_LINES + 1)[1:]
         return record
 
     def dry_command(self, command: Command, record: Dict) -> Dict:
@@ -381,23 +431,15 @@ class Round:
 
     def run(self) -> Dict:
         os.makedirs(self.logs, exist_ok=True)
-        facts = device_facts(self.args.commit)
-        call = {"facts": facts, "dry_run": self.args.dry_run, "command": self.args.command,
-                "started": time.time(), "build": None, "steps": {}}
         if not self.args.dry_run:
-            call["build"] = self.run_build(facts)
-            print(f"gpu-round: build: {verdict(call['build']['status'], self.args.build_limit)}",
+            self.run_build()
+        for number, index in parse_steps(self.args.steps, self.defined):
+            self.run_command(number, index)
+        if self.call["left"]:
+            print(f"gpu-round: out of time: STEPS={','.join(self.call['left'])} not run",
                   flush=True)
-        for number in parse_steps(self.args.steps):
-            step = steps(self.args.build)[number - 1]
-            started = time.monotonic()
-            records = [self.run_command(step, i, c) for i, c in enumerate(step.commands)]
-            call["steps"][str(number)] = {"title": step.title, "note": step.note,
-                                          "commands": records,
-                                          "seconds": round(time.monotonic() - started, 1)}
-            print(f"gpu-round: step {number}: {step_result(call['steps'][str(number)])}",
-                  flush=True)
-        return call
+        self.save()
+        return self.call
 
 
 def slug(name: str) -> str:
@@ -410,56 +452,78 @@ def verdict(status: Optional[int], limit_s: int) -> str:
     return "pass" if status == 0 else f"FAIL: exit status {status}"
 
 
-def step_result(step: Dict) -> str:
-    results = [c["result"] for c in step["commands"]]
-    if any(not c.get("wired", True) for c in step["commands"]):
-        return f"{NO_GPU}; wiring FAILED"
-    if all(r == NO_GPU for r in results):
-        return f"{NO_GPU}; wired"
-    failing = [r for r in results if r != "pass" and not r.startswith(NOT_BUILT)]
-    if failing:
-        return f"FAIL ({len(failing)} of {len(results)} commands)"
-    return NOT_BUILT if all(r.startswith(NOT_BUILT) for r in results) else "pass"
+def failed(record: Dict) -> bool:
+    return not record.get("wired", True) or \
+        record["result"] not in ("pass", NO_GPU) and not record["result"].startswith(NOT_BUILT)
 
 
-def step_ok(step: Dict) -> bool:
-    return step_result(step) in ("pass", NOT_BUILT, f"{NO_GPU}; wired")
+def step_result(records: List[Optional[Dict]]) -> str:
+    """A step's line: its commands' results, those not run in any call counted apart."""
+    ran = [r for r in records if r]
+    if not ran:
+        return "not run yet"
+    if all(r["result"] == NO_GPU for r in ran):
+        result = f"{NO_GPU}; " + ("wiring FAILED" if any(map(failed, ran)) else "wired")
+    elif any(map(failed, ran)):
+        result = f"FAIL ({sum(map(failed, ran))} of {len(ran)} commands)"
+    else:
+        result = NOT_BUILT if all(r["result"].startswith(NOT_BUILT) for r in ran) else "pass"
+    return result + (f"; {len(records) - len(ran)} of {len(records)} commands not run yet"
+                     if len(ran) < len(records) else "")
 
 
 # ---- the summary: calls merged, Markdown, the logs bundled -----------------------------------
 def merge(calls: List[Dict]) -> Dict:
-    """Several calls as one round: for each step the latest call that ran it, the device facts
-    of the latest call. Calls of other devices or commits are flagged in the summary."""
+    """Several calls as one round: each command from the latest call that ran it, the device
+    facts of the latest call. Calls of other devices or commits are flagged in the summary."""
     calls = sorted(calls, key=lambda c: c["started"])
     merged = {"facts": calls[-1]["facts"], "dry_run": calls[-1]["dry_run"], "calls": calls,
-              "steps": {}, "build": None}
+              "commands": {}, "build": None}
     for call in calls:
-        merged["steps"].update(call["steps"])
+        merged["commands"].update(call["commands"])
         merged["build"] = call["build"] or merged["build"]
     return merged
 
 
+def step_records(round_: Dict, number: int, step: Step) -> List[Optional[Dict]]:
+    ran = [int(key.split(".")[1]) for key in round_["commands"] if key.split(".")[0] == str(number)]
+    count = max([len(step.commands)] + ran)
+    return [round_["commands"].get(f"{number}.{k}") for k in range(1, count + 1)]
+
+
+def not_run(round_: Dict, defined: List[Step]) -> str:
+    keys = [f"{n}.{k}" for n, step in enumerate(defined, 1)
+            for k, record in enumerate(step_records(round_, n, step), 1) if record is None]
+    return ",".join(keys)
+
+
 def markdown(round_: Dict) -> str:
+    defined = steps("build")
     lines = ["# GPU round" + (" (dry run: the wiring only, no GPU)" if round_["dry_run"] else ""),
              "", "| | |", "| --- | --- |"]
     lines += [f"| {key} | {value} |" for key, value in round_["facts"].items()]
-    lines += ["", "| call | steps | device | commit |", "| --- | --- | --- | --- |"]
-    lines += [f"| `{c['command']}` ({c['facts']['date']}) | {','.join(c['steps'])} | "
+    lines += ["", "| call | commands run | device | commit |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{c['command']}` ({c['facts']['date']}) | {','.join(c['commands'])} | "
               f"{c['facts']['device']} | {c['facts']['commit']} |" for c in round_["calls"]]
     if len({(c["facts"]["device"], c["facts"]["commit"]) for c in round_["calls"]}) > 1:
         lines += ["", "**The calls ran on different devices or commits: compare figures only "
                   "within one call.**"]
     build = round_["build"]
     if build:
-        lines += ["", f"Build for {build['arch']}: {verdict(build['status'], build['limit_s'])} in "
-                  f"{build['seconds']} s (log {build['log']})."]
+        lines += ["", f"Build for {build['arch']}: {verdict(build['status'], build['limit_s'])}"
+                  f" in {build['seconds']} s (log {build['log']})."]
+    left = not_run(round_, defined)
+    if left:
+        lines += ["", f"Not run yet: `make gpu-round STEPS={left}` runs the rest."]
     lines += ["", "| step | what | result | seconds |", "| --- | --- | --- | --- |"]
-    for number, step in enumerate(steps("build"), 1):
-        ran = round_["steps"].get(str(number))
-        lines.append(f"| {number} | {step.title} | {step_result(ran) if ran else 'not run yet'}"
-                     f" | {ran['seconds'] if ran else ''} |")
-    for number in sorted(round_["steps"], key=int):
-        lines += step_section(number, round_["steps"][number])
+    for number, step in enumerate(defined, 1):
+        records = step_records(round_, number, step)
+        seconds = sum(r.get("seconds", 0) for r in records if r)
+        lines.append(f"| {number} | {step.title} | {step_result(records)} | {seconds:.0f} |")
+    for number, step in enumerate(defined, 1):
+        records = step_records(round_, number, step)
+        if any(records):
+            lines += step_section(number, step, records)
     lines += ["", "Targets (issue 29): attention forward >= 1.0x SDPA flash and backward >= "
               "1.0x flash on the four packs; conv1d forward >= 85% of copy bandwidth, backward "
               "<= 2.0 ms at the bench shape; finalize >= 90% of copy; predicted step within 10% "
@@ -467,22 +531,26 @@ def markdown(round_: Dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def step_section(number: str, step: Dict) -> List[str]:
-    lines = ["", f"## Step {number}: {step['title']}", ""]
-    if step["note"]:
-        lines += [f"Note: {step['note']}.", ""]
-    lines += ["| command | result | seconds | limit | peak GPU MiB | log |",
-              "| --- | --- | --- | --- | --- | --- |"]
-    for c in step["commands"]:
-        result = c["result"] + ("" if c.get("wired", True) else "; wiring FAILED")
-        peak = c.get("peak_mib")
-        lines.append(f"| {c['name']} | {result} | {c.get('seconds', '')} | {c['limit_s']} | "
-                     f"{'-' if peak is None else peak} | {c['log']} |")
-    for c in step["commands"]:
-        if c.get("figures"):
-            lines += ["", f"{c['name']} ({c['log']}):", "", "```"] + c["figures"] + ["```"]
-        if c.get("failure"):
-            lines += ["", f"{c['name']}, the end of {c['log']}:", "", "```"] + c["failure"] + \
+def step_section(number: int, step: Step, records: List[Optional[Dict]]) -> List[str]:
+    lines = ["", f"## Step {number}: {step.title}", ""]
+    if step.note:
+        lines += [f"Note: {step.note}.", ""]
+    lines += ["| # | command | result | seconds | limit | peak GPU MiB | log |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for k, r in enumerate(records, 1):
+        if r is None:
+            name = step.commands[k - 1].name if k <= len(step.commands) else "?"
+            lines.append(f"| {number}.{k} | {name} | not run yet | | | | |")
+            continue
+        result = r["result"] + ("" if r.get("wired", True) else "; wiring FAILED")
+        peak = r.get("peak_mib")
+        lines.append(f"| {number}.{k} | {r['name']} | {result} | {r.get('seconds', '')} | "
+                     f"{r['limit_s']} | {'-' if peak is None else peak} | {r['log']} |")
+    for r in filter(None, records):
+        if r.get("figures"):
+            lines += ["", f"{r['name']} ({r['log']}):", "", "```"] + r["figures"] + ["```"]
+        if r.get("failure"):
+            lines += ["", f"{r['name']}, the end of {r['log']}:", "", "```"] + r["failure"] + \
                 ["```"]
     return lines
 
@@ -549,11 +617,14 @@ def earlier_calls(out: str, commit: str, dry_run: bool) -> List[Dict]:
 
 def arguments(argv: List[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", default="1-8", help="e.g. 1-3 or 6,4,1 (run in that order)")
+    parser.add_argument("--steps", default=PRIORITY,
+                        help=f"N, N-M or N.K, comma-separated, run in that order ({PRIORITY})")
     parser.add_argument("--out", default="build/gpu-round.md", help="the summary (or a folder)")
     parser.add_argument("--logs", default="build/gpu-round-logs", help="the raw logs' folder")
     parser.add_argument("--build", default="build", help="make's BUILD")
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--time-budget", type=int, default=0,
+                        help="seconds for the whole call, build included (0: none)")
     parser.add_argument("--merge", nargs="+", metavar="JSON",
                         help="write OUT from these calls' JSON files; run nothing")
     parser.add_argument("--commit", default="")
@@ -572,10 +643,11 @@ def main(argv: List[str]) -> int:
     args = arguments(argv)
     if args.merge:
         calls = [call for path in args.merge for call in read_calls(path)]
+        merged = merge(calls)
         print(f"gpu-round: {len(calls)} calls in {write(calls, args.out, None)}")
-        return 0
+        return 1 if any(map(failed, merged["commands"].values())) else 0
     try:
-        parse_steps(args.steps)
+        parse_steps(args.steps, steps(args.build))
     except ValueError as error:
         print(f"gpu-round: {error}", file=sys.stderr)
         return 2
@@ -586,9 +658,10 @@ def main(argv: List[str]) -> int:
     earlier = earlier_calls(args.out, args.commit, args.dry_run)
     if not earlier and os.path.isdir(args.logs):
         shutil.rmtree(args.logs)  # a fresh round: no logs of another commit beside its own
-    calls = earlier + [Round(args).run()]
-    print(f"gpu-round: summary in {write(calls, args.out, args.logs)}")
-    return 0 if all(step_ok(step) for step in merge(calls)["steps"].values()) else 1
+    call = Round(args, earlier).run()
+    merged = merge(earlier + [call])
+    print(f"gpu-round: summary in {summary_paths(args.out)[0]}")
+    return 1 if any(map(failed, merged["commands"].values())) else 0
 
 
 if __name__ == "__main__":
