@@ -15,6 +15,7 @@ different steps (a lent machine allows about 10 minutes a call) into one summary
 
 Standard library only: it runs on the CI machine and on the lent GPU machine alike."""
 import argparse
+import collections
 import dataclasses
 import datetime
 import importlib.util
@@ -45,6 +46,7 @@ BUILD_LIMIT_S = 480         # the build on the lent machine (16 cores; dcp_cuda.
 SUMMARY_RESERVE_S = 15      # of TIME_BUDGET, kept for the last summary and the logs' bundle
 MIN_COMMAND_S = 30          # with less of TIME_BUDGET left, a longer command waits for a later call
 # compute capabilities the default build (sm_80 and sm_90a cubins) runs natively
+SEEDS, SEEDS_PER_COMMAND = 20, 5
 NATIVE_CAPABILITIES = ("8.0", "8.6", "8.7", "8.9", "9.0")
 PTX_ARCH = "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80"
 
@@ -96,6 +98,17 @@ def sanitizer_commands(build: str) -> List[Command]:
     return commands
 
 
+def seed_commands() -> List[Command]:
+    """The 20 seeds as four commands of five (the GPU tests' CPU references make a seed cost
+    about a minute): each fits a call of its own, and a cut call loses at most five."""
+    return [Command(f"seeds {first}-{first + SEEDS_PER_COMMAND - 1}",
+                    f"{{make}} test-seeds SEEDS={SEEDS_PER_COMMAND} SEED_FIRST={first} "
+                    f"DCP_TEST_NO_SKIPS=1 SEED_LOGS={{logs}}/seeds",
+                    f"{{make}} -n test-seeds SEEDS={SEEDS_PER_COMMAND} SEED_FIRST={first} "
+                    f"DCP_TEST_NO_SKIPS=1 >/dev/null", 360)
+            for first in range(1, SEEDS + 1, SEEDS_PER_COMMAND)]
+
+
 def a2a_launch(ranks: int) -> str:
     """N processes of build/a2a_bench on the one GPU, as tests/multirank.sh starts them (own
     NCCL_HOSTID each, sockets over loopback); rank 0's table is the figure."""
@@ -123,9 +136,7 @@ def steps(build: str) -> List[Step]:
                     "{make} -n test-gpu >/dev/null", 300),
             Command("make test", "DCP_TEST_NO_SKIPS=1 {make} test",
                     "{make} -n test DCP_TEST_NO_SKIPS=1 GPU_PRESENT=yes >/dev/null", 600),
-            Command("20 seeds", "{make} test-seeds SEEDS=20 DCP_TEST_NO_SKIPS=1 "
-                    "SEED_LOGS={logs}/seeds",
-                    "{make} -n test-seeds SEEDS=20 DCP_TEST_NO_SKIPS=1 >/dev/null", 540)]),
+            *seed_commands()]),
         Step(2, "compute-sanitizer memcheck, racecheck, initcheck over every GPU test",
              sanitizer_commands(build)),
         Step(3, "make test-mutants (every planted bug killed)", [
@@ -178,7 +189,7 @@ STEP_COUNT = 8
 # What a lent GPU should answer first (docs/gpu-round.md): the primitives, the GPU tests alone,
 # the benches of the blocked issues' targets, the torch ops, the calibration; then the full
 # make test, the sanitizers, the multi-rank runs, the seeds, and the mutants (CPU only) last.
-PRIORITY = "4,1.1,6,7,8,1.2,2,5,1.3,3"
+PRIORITY = "4,1.1,6,7,8,1.2,2,5,1.3,1.4,1.5,1.6,3"
 
 
 def parse_steps(text: str, defined: List[Step]) -> List[Tuple[int, int]]:
@@ -492,8 +503,16 @@ def step_records(round_: Dict, number: int, step: Step) -> List[Optional[Dict]]:
 
 
 def not_run(round_: Dict, defined: List[Step]) -> str:
-    keys = [f"{n}.{k}" for n, step in enumerate(defined, 1)
-            for k, record in enumerate(step_records(round_, n, step), 1) if record is None]
+    """The STEPS that runs what no call has run, in PRIORITY's order; a whole step as 'N'."""
+    missing = [(n, k) for n, k in parse_steps(PRIORITY, defined)
+               if step_records(round_, n, defined[n - 1])[k - 1] is None]
+    counts = collections.Counter(n for n, _ in missing)
+    whole = {n for n, count in counts.items() if count == len(defined[n - 1].commands)}
+    keys: List[str] = []
+    for n, k in missing:
+        key = str(n) if n in whole else f"{n}.{k}"
+        if key not in keys:
+            keys.append(key)
     return ",".join(keys)
 
 
