@@ -1,12 +1,13 @@
 """The GPU round (make gpu-round; docs/gpu-round.md): everything that needs a GPU, as one command.
 
 A GPU is lent to this project rarely and briefly, so nothing may be spent on assembling commands
-when one comes. The round builds for the device it finds, then runs the steps of issue 29 in the
-order STEPS names (default 1-8), each command under its own time limit and with its own log,
-never stopping at the first failure, and writes one Markdown summary (OUT, default
-build/gpu-round.md): pass/fail per step, the benches' tables (figures and ratios), the peak GPU
-memory per command, the device, driver, CUDA version and commit. Beside it: the same as JSON
-(what later calls merge with) and the logs as one .tar.gz; the raw logs stay in LOGS.
+when one comes. The round builds for the device it finds, then runs the commands of issue 29's
+steps in the order STEPS names (default PRIORITY: the most important first), each under its own
+time limit and with its own log, never stopping at a failure, within the call's time budget,
+and writes one Markdown summary (OUT, default build/gpu-round.md): pass/fail per step, the
+benches' tables (figures and ratios), the peak GPU memory per command, the device, driver, CUDA
+version and commit. Beside it: the same as JSON (what later calls merge with) and the logs as
+one .tar.gz; the raw logs stay in LOGS.
 
 --dry-run (make gpu-round DRY_RUN=1, run by make test) runs every command in its wiring mode
 instead (the binaries exist or make has a rule for them, the scripts import, the arguments are
@@ -45,8 +46,8 @@ DRY_LIMIT_S = 120           # one command's wiring check
 BUILD_LIMIT_S = 480         # the build on the lent machine (16 cores; dcp_cuda.o alone ~95 s)
 SUMMARY_RESERVE_S = 15      # of TIME_BUDGET, kept for the last summary and the logs' bundle
 MIN_COMMAND_S = 30          # with less of TIME_BUDGET left, a longer command waits for a later call
-# compute capabilities the default build (sm_80 and sm_90a cubins) runs natively
 SEEDS, SEEDS_PER_COMMAND = 20, 5
+# compute capabilities the default build (sm_80 and sm_90a cubins) runs natively
 NATIVE_CAPABILITIES = ("8.0", "8.6", "8.7", "8.9", "9.0")
 PTX_ARCH = "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80"
 
@@ -54,7 +55,7 @@ PTX_ARCH = "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=co
 @dataclasses.dataclass
 class Command:
     """One command of a step: `run` on a GPU machine, `dry` in the dry run (None: nothing to
-    check beyond `rule`). Both are shell text formatted with {build}, {python}, {logs},
+    check beyond `rule`). Both are shell text formatted with {build}, {make}, {python}, {logs},
     {sanitizer}, {nproc} and {ring_repeat}. `rule`: a make target the command needs; the dry
     run asks make whether it can build it, and a real run reports NOT_BUILT when make has no
     rule for it. `bench`: its table goes into the summary."""
@@ -68,7 +69,7 @@ class Command:
 
 @dataclasses.dataclass
 class Step:
-    number: int
+    """Issue 29's step (its number is its place in steps())."""
     title: str
     commands: List[Command]
     note: str = ""
@@ -99,8 +100,8 @@ def sanitizer_commands(build: str) -> List[Command]:
 
 
 def seed_commands() -> List[Command]:
-    """The 20 seeds as four commands of five (the GPU tests' CPU references make a seed cost
-    about a minute): each fits a call of its own, and a cut call loses at most five."""
+    """The 20 seeds as four commands of five: with the GPU tests and their CPU references in
+    every seed, each fits a call of its own, and a call cut short loses at most five."""
     return [Command(f"seeds {first}-{first + SEEDS_PER_COMMAND - 1}",
                     f"{{make}} test-seeds SEEDS={SEEDS_PER_COMMAND} SEED_FIRST={first} "
                     f"DCP_TEST_NO_SKIPS=1 SEED_LOGS={{logs}}/seeds",
@@ -131,25 +132,25 @@ def steps(build: str) -> List[Step]:
     """Issue 29's steps, in its order."""
     primitives = primitives_target(build)
     return [
-        Step(1, "make test with no GPU test skipped, then 20 seeds", [
+        Step("make test with no GPU test skipped, then 20 seeds", [
             Command("the GPU tests alone (make test-gpu)", "DCP_TEST_NO_SKIPS=1 {make} test-gpu",
                     "{make} -n test-gpu >/dev/null", 300),
             Command("make test", "DCP_TEST_NO_SKIPS=1 {make} test",
                     "{make} -n test DCP_TEST_NO_SKIPS=1 GPU_PRESENT=yes >/dev/null", 600),
             *seed_commands()]),
-        Step(2, "compute-sanitizer memcheck, racecheck, initcheck over every GPU test",
+        Step("compute-sanitizer memcheck, racecheck, initcheck over every GPU test",
              sanitizer_commands(build)),
-        Step(3, "make test-mutants (every planted bug killed)", [
+        Step("make test-mutants (every planted bug killed)", [
             Command("mutants", "{make} test-mutants", "{make} -n test-mutants >/dev/null", 600)],
              "runs on the CPU execution model (tests/cuda_cpu): no GPU needed"),
-        Step(4, "the primitives' parity test on the GPU (issue 26)", [
-            Command(os.path.basename(primitives), f"sh tests/run_tests.sh {primitives}",
+        Step("the primitives' parity test on the GPU (issue 26)", [
+            Command(os.path.basename(primitives),
+                    f"DCP_TEST_NO_SKIPS=1 sh tests/run_tests.sh {primitives}",
                     None, 120, rule=primitives)]),
-        Step(5, "make test-multirank at 2, 4, 6, 8 ranks; the ring example 20 times each", [
+        Step("make test-multirank at 2, 4, 6, 8 ranks; the ring example 20 times each", [
             Command("test-multirank", "MULTIRANK_REPEAT={ring_repeat} {make} test-multirank",
-                    "{make} -n test-multirank >/dev/null && sh tests/multirank.sh "
-                    "{build}/ring_attention_nccl", 570)]),
-        Step(6, "benches: attention, conv1d, RoPE, merge, finalize, FLA, the all-to-all", [
+                    "{make} -n test-multirank >/dev/null && sh -n tests/multirank.sh", 570)]),
+        Step("benches: attention, conv1d, RoPE, merge, finalize, FLA, the all-to-all", [
             Command("attention_bench", "{build}/attention_bench --repeat 11",
                     "{build}/attention_bench --repeat 11", 240, bench=True),
             Command("attention_bench.py (SDPA flash, cuDNN)",
@@ -162,7 +163,7 @@ def steps(build: str) -> List[Step]:
                     "{python} bench/kernels_bench.py --repeat 21 --dry-run", 300, bench=True),
             Command("a2a_bench, 8 ranks (against a plain all-to-all)", a2a_launch(8),
                     "test -x {build}/a2a_bench", 180, bench=True)]),
-        Step(7, "the Python ops tests and train_tiny.py on the real ops", [
+        Step("the Python ops tests and train_tiny.py on the real ops", [
             Command("test_ops.py", PYTHON_ENV + "{python} -B python/tests/run.py test_ops.py "
                     ">{logs}/ops.out 2>&1; status=$?; cat {logs}/ops.out; "
                     "if grep -q '^[0-9]* skipped$' {logs}/ops.out; then "
@@ -172,7 +173,7 @@ def steps(build: str) -> List[Step]:
                     "_library.cuda()' && {python} -m py_compile python/tests/test_ops.py", 300),
             Command("train_tiny.py", PYTHON_ENV + "{python} python/examples/train_tiny.py",
                     "{python} -m py_compile python/examples/train_tiny.py", 240)]),
-        Step(8, "calibration, then predicted against executed step times", [
+        Step("calibration, then predicted against executed step times", [
             Command("calibrate", "{build}/calibrate --iterations 5",
                     "{build}/calibrate --iterations 5", 360, bench=True),
             Command("plan_vs_exec, E = 1", CALIBRATED_FLAGS +
@@ -433,8 +434,10 @@ class Round:
         if command.dry:
             checks.append(self.text(command.dry))
         text = " && ".join(f"( {check} )" for check in checks) or "true"
+        # no device for a wiring check, also on a GPU machine (make test there): a bench
+        # given its real arguments then says "no CUDA device" instead of measuring
         record.update(execute(text, os.path.join(self.logs, record["log"]), DRY_LIMIT_S,
-                              self.env))
+                              dict(self.env, CUDA_VISIBLE_DEVICES="")))
         record.update(wiring=text, result=NO_GPU, wired=record["status"] == 0)
         if not record["wired"]:
             record["failure"] = tail(os.path.join(self.logs, record["log"]), FAILURE_LINES)

@@ -30,8 +30,8 @@ else
     fail "$wired of 8 steps 'not run: no GPU; wired' in $work/round.md"
     grep -E '^\| [1-8] \|' "$work/round.md"
 fi
-if [ -s "$work/round.json" ] && tar -tzf "$work/round-logs.tar.gz" | grep -q '6-1-attention-bench.log'
-then
+if [ -s "$work/round.json" ] &&
+   tar -tzf "$work/round-logs.tar.gz" | grep -q '6-1-attention-bench.log'; then
     pass "the JSON and the logs' .tar.gz lie beside the summary"
 else
     fail "no $work/round.json or no logs in $work/round-logs.tar.gz"
@@ -116,9 +116,10 @@ esac
 END
 chmod +x "$work/fake-gpu/nvidia-smi"
 start=$(date +%s)
-PATH="$PWD/$work/fake-gpu:$PATH" GPU_ROUND_GPU_TESTS=build/test_cuda python3 tests/gpu_round.py \
-    --steps 8 --make 'sleep 30; true' --build-limit 1 --out "$work/stand-in.md" \
-    --logs "$work/stand-in-logs" >/dev/null 2>&1
+# (CUDA_VISIBLE_DEVICES empty: on a machine with a real GPU the calibration must not run)
+PATH="$PWD/$work/fake-gpu:$PATH" CUDA_VISIBLE_DEVICES= GPU_ROUND_GPU_TESTS=build/test_cuda \
+    python3 tests/gpu_round.py --steps 8 --make 'sleep 30; true' --build-limit 1 \
+    --out "$work/stand-in.md" --logs "$work/stand-in-logs" >/dev/null 2>&1
 status=$? seconds=$(($(date +%s) - start))
 md=$work/stand-in.md
 if [ "$status" = 1 ] && [ "$seconds" -lt 20 ] && grep -q 'timeout: killed at 1 s' "$md" &&
@@ -132,13 +133,14 @@ else
 fi
 # TIME_BUDGET: 47 s, of which 15 are kept for the summary; the build killed at its 3 s leaves
 # 29, under the 30 a longer command needs to start: step 8 waits for the next call, named
-PATH="$PWD/$work/fake-gpu:$PATH" GPU_ROUND_GPU_TESTS=build/test_cuda python3 tests/gpu_round.py \
-    --steps 8 --make 'sleep 30; true' --build-limit 3 --time-budget 47 \
+PATH="$PWD/$work/fake-gpu:$PATH" CUDA_VISIBLE_DEVICES= GPU_ROUND_GPU_TESTS=build/test_cuda \
+    python3 tests/gpu_round.py --steps 8 --make 'sleep 30; true' --build-limit 3 --time-budget 47 \
     --out "$work/budget.md" --logs "$work/budget-logs" >"$work/budget.out" 2>&1
 status=$?
 if [ "$status" = 0 ] && grep -q 'out of time: STEPS=8.1,8.2,8.3 not run' "$work/budget.out" &&
    grep -q '^| 8 | .* | not run yet |' "$work/budget.md" &&
-   grep -q 'Not run yet: `make gpu-round STEPS=4,1,6,7,8,2,5,3` runs the rest' "$work/budget.md"; then
+   grep -q 'Not run yet: `make gpu-round STEPS=4,1,6,7,8,2,5,3` runs the rest' \
+       "$work/budget.md"; then
     pass "TIME_BUDGET: what does not fit is left for the next call, named"
 else
     fail "TIME_BUDGET: exit $status; $(cat "$work/budget.out")"
