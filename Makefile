@@ -516,13 +516,13 @@ test-mutants: $(CUDA_CPU_CHECKED) $(BUILD)/cuda_cpu/test_cuda_attention.o \
 # (gpu-round-build), then runs issue 29's steps in the order STEPS names (N, N-M, or N.K for
 # step N's K-th command; default: the most important first, tests/gpu_round.py's PRIORITY),
 # each command under its own time limit with its own log in GPU_ROUND_LOGS, never stopping at a
-# failure, within TIME_BUDGET seconds when set (what does not fit is left, named, for the next
-# call), and writes the summary OUT (default
-# build/gpu-round.md; where OUT names a folder, gpu-round.md inside it) with its .json and
-# -logs.tar.gz beside it. A later call of the same commit merges into the same OUT;
-# `make gpu-round-merge ROUNDS="a.json b.json"` merges calls brought back from elsewhere.
-# DRY_RUN=1 (make test runs it: tests/test_gpu_round.sh) runs each command's wiring check and
-# marks every step "not run: no GPU". COMMIT names the commit where the tree has no .git.
+# failure, within TIME_BUDGET seconds when set (what does not fit is named for the next call),
+# and writes the summary OUT (default build/gpu-round.md; where OUT names a folder, gpu-round.md
+# inside it) with its .json and -logs.tar.gz beside it. A later call of the same commit merges
+# into the same OUT; `make gpu-round-merge ROUNDS="a.json b.json"` merges calls brought back
+# from elsewhere. DRY_RUN=1 (make test runs it: tests/test_gpu_round.sh) runs each command's
+# wiring check and marks every step "not run: no GPU". COMMIT names the commit where the tree
+# has no .git.
 OUT ?= $(BUILD)/gpu-round.md
 STEPS ?=
 DRY_RUN ?= 0

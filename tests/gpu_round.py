@@ -266,7 +266,8 @@ def tools() -> str:
 
 def cuda_arch(capability: str) -> Optional[str]:
     """None: the Makefile's default (sm_80 and sm_90a); elsewhere sm_80 with its PTX, which
-    the driver compiles for the device it finds."""
+    the driver compiles for the device it finds. (make does not rebuild objects made for
+    another CUDA_ARCH: a lent machine starts without build/.)"""
     return None if capability in NATIVE_CAPABILITIES else PTX_ARCH
 
 
@@ -316,6 +317,8 @@ def execute(text: str, log_path: str, limit_s: int, env: Dict[str, str]) -> Dict
 
 
 def stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM to the command's process group, then SIGKILL to whatever of it is left (the
+    shell may exit first and leave a rank or a compiler running)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
@@ -323,9 +326,8 @@ def stop_group(process: subprocess.Popen) -> None:
             return
         try:
             process.wait(timeout=KILL_GRACE_SECONDS)
-            return
         except subprocess.TimeoutExpired:
-            continue
+            pass
 
 
 def tail(path: str, lines: int) -> List[str]:
