@@ -63,41 +63,32 @@ if grep -q '^| 6 | .* wiring FAILED' "$work/merged.md" &&
 else
     fail "--merge: $calls calls; $(grep -E '^\| [1-8] \|' "$work/merged.md" | tr '\n' ' ')"
 fi
-for bench in build/attention_bench build/kernels_bench; do
-    if [ -x "$bench" ]; then
-        "$bench" --repeat 0 >/dev/null 2>"$work/err"
-        status=$?
-        if [ "$status" = 2 ] && grep -q "got '0'" "$work/err"; then
-            pass "$bench --repeat 0 refused before any device work"
-        else
-            fail "$bench --repeat 0: exit $status ($(cat "$work/err"))"
-        fi
+# expect_refused NAME NEEDLE COMMAND...: exit status 2, NEEDLE in what it printed to stderr
+expect_refused() {
+    name=$1 needle=$2
+    shift 2
+    "$@" >/dev/null 2>"$work/err"
+    status=$?
+    if [ "$status" = 2 ] && grep -qF -- "$needle" "$work/err"; then
+        pass "$name"
+    else
+        fail "$name (exit $status: $(tail -n 1 "$work/err"))"
     fi
+}
+for bench in build/attention_bench build/kernels_bench; do
+    [ -x "$bench" ] && expect_refused "$bench --repeat 0 refused before any device work" \
+        "got '0'" "$bench" --repeat 0
 done
 for script in attention_bench kernels_bench; do
-    python3 "bench/$script.py" --repeat 0 --dry-run >/dev/null 2>"$work/err"
-    status=$?
-    if [ "$status" = 2 ] && grep -q 'at least 1, got 0' "$work/err"; then
-        pass "bench/$script.py --repeat 0 refused"
-    else
-        fail "bench/$script.py --repeat 0: exit $status ($(tail -n 1 "$work/err"))"
-    fi
+    expect_refused "bench/$script.py --repeat 0 refused" "at least 1, got 0" \
+        python3 "bench/$script.py" --repeat 0 --dry-run
 done
-python3 tests/gpu_round.py --dry-run --steps 2-9 --out "$work/bad.md" >/dev/null 2>"$work/err"
-status=$?
-if [ "$status" = 2 ] && grep -q "STEPS: '2-9' is outside 1-8" "$work/err"; then
-    pass "STEPS=2-9 refused"
-else
-    fail "STEPS=2-9: exit $status ($(cat "$work/err"))"
-fi
+expect_refused "STEPS=2-9 refused" "STEPS: '2-9' is outside 1-8" \
+    python3 tests/gpu_round.py --dry-run --steps 2-9 --out "$work/bad.md"
 if ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
-    python3 tests/gpu_round.py --steps 4 --out "$work/real.md" >/dev/null 2>"$work/err"
-    status=$?
-    if [ "$status" = 2 ] && grep -q 'no GPU' "$work/err" && [ ! -e "$work/real.md" ]; then
-        pass "a real run without a GPU refuses, writing nothing"
-    else
-        fail "a real run without a GPU: exit $status ($(cat "$work/err"))"
-    fi
+    expect_refused "a real run without a GPU refuses" "no GPU (nvidia-smi lists none)" \
+        python3 tests/gpu_round.py --steps 4 --out "$work/real.md"
+    [ -e "$work/real.md" ] && fail "a real run without a GPU wrote $work/real.md"
 fi
 
 # A real run's machinery on a stand-in GPU (an nvidia-smi that lists one): the build runs into
