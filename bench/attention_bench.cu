@@ -95,8 +95,7 @@ int main(int argc, char **argv)
     attn_bench b;
     int repeat = 11, i, devices = 0;
     int32_t wgmma = 0;
-    for (i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
+    if (!bench_parse_repeat(argc, argv, &repeat)) return 2;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         printf("no CUDA device: nothing measured\n");
         return 0;

@@ -19,18 +19,24 @@ it materialises [docs, heads, L, L] in float32, 64 GiB for two 16K documents, wh
 ran an 80 GB GPU out of memory. Each phase prints its peak memory
 (torch.cuda.max_memory_allocated); tensors of a pack and of a backend are freed before the
 next one. `python3 bench/attention_bench.py --self-test` checks the chunked reference and the
-rule against SDPA on the CPU (no GPU, no libdcp needed).
+rule against SDPA on the CPU (no GPU, no libdcp needed). `--dry-run` checks, without torch or
+a GPU, that the arguments parse and that build/libdcp_cuda.so exports every function this
+bench calls (make gpu-round DRY_RUN=1).
 """
 import argparse
 import ctypes
 import math
 import random
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from dcp_ctypes import (BFLOAT16, AttentionParams, Library, dry_run, ptr, repeat_count,
+                        timed)
 
-from dcp_ctypes import BFLOAT16, AttentionParams, Library, ptr, timed
+try:  # --dry-run and --help need neither torch nor a GPU
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+except ImportError:
+    torch = None
 
 TOKENS, HEADS, KV_HEADS, DIM = 65536, 32, 8, 128
 VALIDATE_ROWS = 512       # query rows per validated chunk: scores [HEADS, 512, L] <= 1 GiB
@@ -139,10 +145,16 @@ def sdpa_groups(q, k, v, lengths):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=11)
+    parser.add_argument("--repeat", type=repeat_count, default=11)
     parser.add_argument("--self-test", action="store_true",
                         help="check the reference and the rule on the CPU, then exit")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the wiring (arguments, the library's entry points), then exit")
     args = parser.parse_args()
+    if args.dry_run:
+        raise SystemExit(dry_run(__file__, ("torch",)))
+    if torch is None:
+        raise SystemExit("attention_bench.py needs torch (pip install torch)")
     if args.self_test:
         self_test()
         return

@@ -108,6 +108,28 @@ static BENCH_MAYBE_UNUSED double bench_copy_bandwidth(size_t bytes, int repeat)
     return 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
 }
 
+/* The command line of a bench whose one option is --repeat N: N in [1, BENCH_MAX_REPEAT] into
+   *repeat (left as it is when the flag is absent); 0, the usage printed, for anything else, so
+   that a misspelt flag fails at once instead of measuring with the default (and --repeat 0
+   would take the median of nothing). */
+static BENCH_MAYBE_UNUSED int bench_parse_repeat(int argc, char **argv, int *repeat)
+{
+    int i;
+    for (i = 1; i < argc; i++) {
+        const char *text = !strcmp(argv[i], "--repeat") && i + 1 < argc ? argv[++i] : NULL;
+        char *end = NULL;
+        const long n = text ? strtol(text, &end, 10) : 0;
+        if (text && *text && !*end && n >= 1 && n <= BENCH_MAX_REPEAT) {
+            *repeat = (int)n;
+            continue;
+        }
+        fprintf(stderr, "usage: %s [--repeat N]   (N in 1..%d; got '%s')\n", argv[0],
+                BENCH_MAX_REPEAT, argv[i]);
+        return 0;
+    }
+    return 1;
+}
+
 static void bench_device_line(void)
 {
     struct cudaDeviceProp prop;

@@ -1,11 +1,15 @@
 """ctypes bindings of build/libdcp_cuda.so for the Python benches (torch tensors in, their
 data_ptr() passed as device pointers; the default stream). Build the library with
-`make build/libdcp_cuda.so`."""
+`make build/libdcp_cuda.so`; $DCP_CUDA_LIBRARY names another (as for libdcp.ops)."""
+import argparse
+import ast
 import ctypes
+import importlib.util
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LIBRARY = os.path.join(HERE, "..", "build", "libdcp_cuda.so")
+LIBRARY = os.environ.get("DCP_CUDA_LIBRARY") or os.path.join(HERE, "..", "build",
+                                                             "libdcp_cuda.so")
 
 FLOAT32, BFLOAT16, FLOAT16 = 0, 1, 2
 HALF_ALL, HALF_FIRST, HALF_SECOND = 0, 1, 2
@@ -67,6 +71,47 @@ class Library:
         self.call("dcp_cuda_layout_init", ctypes.byref(host), ctypes.c_void_p(cu_device.data_ptr()),
                   ctypes.c_void_p(cu_padded_device.data_ptr()), ctypes.byref(layout))
         return layout
+
+
+def entry_points(source_path):
+    """The library functions a bench calls: the literal first argument of every `.call(...)` in
+    its source (and in this file's, whose Library.layout calls one)."""
+    names = set()
+    for path in (source_path, __file__):
+        with open(path) as source:
+            for node in ast.walk(ast.parse(source.read(), path)):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr == "call" and node.args
+                        and isinstance(node.args[0], ast.Constant)
+                        and isinstance(node.args[0].value, str)):
+                    names.add(node.args[0].value)
+    return sorted(names)
+
+
+def dry_run(source_path, optional_modules, path=LIBRARY):
+    """A bench's --dry-run (make gpu-round DRY_RUN=1): no torch, no GPU, nothing measured. The
+    library must load and export every function the bench calls; the optional modules are
+    reported. Returns the exit status: 0 when wired, 1 when an entry point is missing."""
+    names = entry_points(source_path)
+    lib = Library(path).lib
+    missing = [name for name in names if not hasattr(lib, name)]
+    for module in optional_modules:
+        found = importlib.util.find_spec(module) is not None
+        print(f"dry run: {module} {'importable' if found else 'not installed here'}")
+    if missing:
+        print(f"dry run: {os.path.basename(path)} lacks {', '.join(missing)}")
+        return 1
+    print(f"dry run: {os.path.basename(path)} exports all {len(names)} functions called; "
+          f"nothing measured")
+    return 0
+
+
+def repeat_count(text):
+    """argparse type of --repeat: an integer >= 1 (timed() takes the median of that many)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--repeat must be at least 1, got {value}")
+    return value
 
 
 def ptr(tensor):

@@ -290,8 +290,7 @@ int main(int argc, char **argv)
     kernels b;
     int repeat = 21, i, devices = 0;
     double copy;
-    for (i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
+    if (!bench_parse_repeat(argc, argv, &repeat)) return 2;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         printf("no CUDA device: nothing measured\n");
         return 0;

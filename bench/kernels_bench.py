@@ -22,15 +22,20 @@ third: 50 microbatches of different total token counts (1,000 ... 65,536, none a
 2, 3, 5 or 7 but the ends; random document lengths), forward + backward, the first call of
 each shape and the median, in ns per token, ours and FLA's (whose Triton kernels autotune
 per shape: the first-call spikes the Megatron seeds pad the token count to 4096 to avoid).
+`--dry-run` checks, without torch or a GPU, that the arguments parse and that
+build/libdcp_cuda.so exports every function this bench calls (make gpu-round DRY_RUN=1).
 """
 import argparse
 import ctypes
 
-import torch
-import torch.nn.functional as F
-
 from dcp_ctypes import (BFLOAT16, FLOAT32, HALF_ALL, AttentionParams, Conv1dParams, Library,
-                        RopeOptions, ptr, timed)
+                        RopeOptions, dry_run, ptr, repeat_count, timed)
+
+try:  # --dry-run and --help need neither torch nor a GPU
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = None
 
 TOKENS, Q_HEADS, KV_HEADS, HEAD_DIM, CHANNELS, WIDTH = 65536, 32, 8, 128, 8192, 4
 THETA = 10000.0
@@ -196,8 +201,14 @@ def conv_vs_fla(lib, fla_conv, x, dy, weight, bias, conv, workspace, workspace_b
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--repeat", type=repeat_count, default=21)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the wiring (arguments, the library's entry points), then exit")
     args = parser.parse_args()
+    if args.dry_run:
+        raise SystemExit(dry_run(__file__, ("torch", "fla")))
+    if torch is None:
+        raise SystemExit("kernels_bench.py needs torch (pip install torch)")
     lib = Library()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_properties(0)
