@@ -6,7 +6,11 @@
    (the ranks of a group on one device) and its cp 1 path, a pipeline stage's field set through
    the reroute. With WORLD_SIZE > 1 in the environment it is one process of tests/multirank.sh's
    multi-rank roll check instead (mtp_roll_multirank). Where no CUDA device exists every test
-   says "no CUDA device: skipped" and the program exits 0. */
+   says "no CUDA device: skipped" and the program exits 0.
+   On the CPU execution model (build/test_nccl_gpu-cpu, DCP_CUDA_CPU) the devices and NCCL are
+   the host transport's (tests/fake_nccl, strict as NCCL; each rank a device thread that runs
+   the model's grids): the same tests on one rank, then the multi-rank roll with 2 and 4 ranks
+   as threads (mtp_roll_ranks_as_threads); any violation the transport recorded fails the run. */
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +34,9 @@ static int gpu_stall_hook(const char *call)
 #include "../dcp.h"
 #define DCP_NCCL_IMPLEMENTATION
 #include "../dcp_nccl.h"
+#ifdef DCP_CUDA_CPU
+#include "fake_nccl/fake_runtime.c"
+#endif
 #include "test.h"
 #include "tolerance.h"
 #include "mtp_pack.h"
@@ -1118,6 +1125,64 @@ static int multirank_main(int rank, int ranks, const char *id_path)
     return 1;
 }
 
+#ifdef DCP_CUDA_CPU
+/* ------------------------------------------------ the model: ranks as threads (host transport) */
+#include <pthread.h>
+
+typedef struct rank_thread {
+    pthread_t thread;
+    int rank, ranks, status;
+    const char *id_path;
+} rank_thread;
+
+static void *rank_thread_main(void *arg)
+{
+    rank_thread *t = (rank_thread *)arg;
+    fake_bind_rank(t->rank);
+    t->status = multirank_main(t->rank, t->ranks, t->id_path);
+    return NULL;
+}
+
+/* The transport's violations so far: each is a failure, named. */
+static int transport_clean(void)
+{
+    const char *text = "";
+    const int violations = fake_violations(&text);
+    if (violations) fprintf(stderr, "host transport: %d violations, the first: %s\n", violations, text);
+    return violations == 0;
+}
+
+/* The multi-rank mode (multirank.sh's mtp-roll) with each rank a thread of this process, its
+   device the transport's; then back to the one device the other tests use. */
+static void mtp_roll_ranks_as_threads(void)
+{
+    static const int sizes[] = {2, 4};
+    size_t i;
+    int r;
+    for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        rank_thread threads[4];
+        char id_path[64];
+        const int ranks = sizes[i];
+        snprintf(id_path, sizeof id_path, "/tmp/dcp_nccl_gpu_cpu_id.%d.%d", (int)getpid(), ranks);
+        fake_job_destroy();
+        fake_devices_create(ranks);
+        for (r = 0; r < ranks; r++) {
+            threads[r].rank = r, threads[r].ranks = ranks, threads[r].id_path = id_path;
+            CHECK_EQ(pthread_create(&threads[r].thread, NULL, rank_thread_main, &threads[r]), 0);
+        }
+        for (r = 0; r < ranks; r++) {
+            pthread_join(threads[r].thread, NULL);
+            CHECK_EQ(threads[r].status, 0);
+        }
+        unlink(id_path);
+        CHECK(transport_clean());
+        fake_job_destroy();
+        fake_devices_create(1);
+        fake_bind_rank(0);
+    }
+}
+#endif
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -1131,11 +1196,26 @@ int main(int argc, char **argv)
         {"mtp_roll_kernels_match_reference", mtp_roll_kernels_match_reference},
         {"mtp_roll_of_one", mtp_roll_of_one},
         {"stage_fields_reroute_to_itself", stage_fields_reroute_to_itself},
+#ifdef DCP_CUDA_CPU
+        {"mtp_roll_ranks_as_threads", mtp_roll_ranks_as_threads},
+#endif
     };
+#ifdef DCP_CUDA_CPU
+    {
+        int status;
+        fake_devices_create(1);
+        fake_bind_rank(0);
+        status = test_main(tests, TEST_COUNT(tests), argc, argv);
+        if (!transport_clean()) status = 1;
+        fake_job_destroy();
+        return status;
+    }
+#else
     const char *world = getenv("WORLD_SIZE");
     if (world && atoi(world) > 1) /* tests/multirank.sh: one process of a multi-rank run */
         return multirank_main(getenv("RANK") ? atoi(getenv("RANK")) : 0, atoi(world),
                               argc > 1 ? argv[1] : "/tmp/dcp_mtp_nccl_id");
     if (!gpu_available()) printf("%s\n", SKIP_REASON);
     return test_main(tests, TEST_COUNT(tests), argc, argv);
+#endif
 }
