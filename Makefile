@@ -436,7 +436,7 @@ CUDA_CPU_CHECKED := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%-checked.o) $(CUDA_CPU
 CUDA_CPU_PLAIN := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o) $(CUDA_CPU_IMPLEMENTATION)
 CUDA_CPU_TESTS := test_cuda test_cuda_kernels test_cuda_attention test_cuda_hybrid
 # the programs run under both profiles (the multi-rank ones: section "ranks on the model")
-CUDA_CPU_PROFILED := $(CUDA_CPU_TESTS) test_nccl_gpu
+CUDA_CPU_PROFILED := $(CUDA_CPU_TESTS) test_nccl_gpu ring_attention_nccl
 CUDA_CPU_RUNS := $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-profiles) $(BUILD)/test_cuda_primitives-cpu
 HAVE_CLANGXX := $(if $(shell command -v $(CLANGXX) 2>/dev/null),yes,)
 CUDA_CPU_READY := $(and $(HAVE_NVCC),$(HAVE_CLANGXX))
@@ -532,12 +532,20 @@ $(BUILD)/cuda_cpu/test_nccl_gpu.o: tests/test_nccl_gpu.cu tests/test.h tests/tol
                                    | $(BUILD)/cuda_cpu
 	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_TRANSPORT_CXX) $(CUDA_CPU_SEPARATE_IMPLEMENTATION) \
 	    $(CUDA_CPU_SANITIZE) -O1 -c $< -o $@
-$(BUILD)/test_nccl_gpu-cpu: $(BUILD)/cuda_cpu/test_nccl_gpu.o $(CUDA_CPU_TRANSPORT) \
-                            $(BUILD)/cuda_cpu/dcp_cuda-checked.o
+# build/ring_attention_nccl-cpu: examples/ring_attention_nccl.cu's ring at 2, 4 and 8 ranks as
+# threads, forward and backward, each rank against the one-rank result
+# (tests/ring_attention_cpu.cc).
+$(BUILD)/cuda_cpu/ring_attention_nccl.o: tests/ring_attention_cpu.cc examples/ring_attention_nccl.cu \
+                                         examples/multiprocess.h tests/test.h dcp.h dcp_nccl.h \
+                                         $(FAKE_NCCL) $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_TRANSPORT_CXX) $(CUDA_CPU_SEPARATE_IMPLEMENTATION) \
+	    $(CUDA_CPU_SANITIZE) -O1 -c $< -o $@
+$(BUILD)/test_nccl_gpu-cpu $(BUILD)/ring_attention_nccl-cpu: $(BUILD)/%-cpu: $(BUILD)/cuda_cpu/%.o \
+                                                 $(CUDA_CPU_TRANSPORT) $(BUILD)/cuda_cpu/dcp_cuda-checked.o
 	$(CLANGXX) $(CUDA_CPU_SANITIZE) -rdynamic $^ -o $@ -lm -lpthread
 ifeq ($(CUDA_CPU_READY),yes)
-all: $(BUILD)/test_nccl_gpu-cpu-profiles
-TEST_PROGRAMS += $(BUILD)/test_nccl_gpu-cpu-profiles
+all: $(BUILD)/test_nccl_gpu-cpu-profiles $(BUILD)/ring_attention_nccl-cpu-profiles
+TEST_PROGRAMS += $(BUILD)/test_nccl_gpu-cpu-profiles $(BUILD)/ring_attention_nccl-cpu-profiles
 ifneq ($(GPU_PRESENT),yes)
 TEST_PROGRAMS := $(filter-out $(BUILD)/test_nccl_gpu,$(TEST_PROGRAMS))
 endif

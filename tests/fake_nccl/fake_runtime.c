@@ -1889,6 +1889,15 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
 /* Communicators made the way programs make them, on the devices of fake_devices_create. */
 static unsigned long fake_ids_issued;
 
+static int fake_group_complete(const void *arg)
+{
+    const fake_group *g = (const fake_group *)arg;
+    int r;
+    for (r = 0; r < g->size; r++)
+        if (!g->members[r]) return 0;
+    return 1;
+}
+
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
     if (!id) return ncclInvalidArgument;
@@ -1928,6 +1937,12 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
         return ncclInvalidArgument;
     }
     *comm = fake_comm_new(g, rank, d, &resolved, NULL);
+    /* as NCCL, until every rank has joined (non-blocking ones too: their call then returns
+       ncclSuccess, which NCCL allows) */
+    if (fake_block_host(fake_group_complete, g, rank, "ncclCommInitRankConfig") <= 0) {
+        pthread_mutex_unlock(&fake_lock);
+        return ncclSystemError;
+    }
     pthread_mutex_unlock(&fake_lock);
     return ncclSuccess;
 }

@@ -110,8 +110,8 @@ typedef struct ncclConfig_v22700 {
 
 const char *ncclGetErrorString(ncclResult_t result);
 /* Communicators on devices that exist (fake_devices_create): the rank of the calling thread's
-   device, or devlist's devices. They return when the communicator exists; its peers connect
-   lazily, at their first use (as every communicator here). */
+   device, or devlist's devices. ncclCommInitRankConfig returns when every rank of the id has
+   joined; peers connect lazily, at their first use (as every communicator here). */
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                     ncclConfig_t *config);
