@@ -550,3 +550,25 @@ ifneq ($(GPU_PRESENT),yes)
 TEST_PROGRAMS := $(filter-out $(BUILD)/test_nccl_gpu,$(TEST_PROGRAMS))
 endif
 endif
+
+# ---- the torch ops on the model (issue 26, phase 2) -------------------------------------------
+# build/libdcp_cuda-cpu.so: libdcp_cuda.so's functions built from the model (g++, unchecked,
+# one device whose memory is any host pointer: DCP_CUDA_CPU_UNIFIED), so that libdcp.ops runs the
+# real kernels on torch CPU tensors. `make test-torch-cpu` runs python/tests/test_ops.py and
+# python/examples/train_tiny.py (through test_ops) on it with the torch of build/venv-megatron,
+# and `make test-megatron` (which CI runs after `make test`) runs it first. Not in `make test`:
+# torch is a 5 GB install.
+CUDA_CPU_PIC := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%-pic.o) $(BUILD)/cuda_cpu/dcp_cuda-pic.o
+$(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%-pic.o): $(BUILD)/cuda_cpu/%-pic.o: $(CUDA_CPU)/%.cc \
+                                                    $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CXX) $(CUDA_CPU_CXX) -fPIC -DDCP_CUDA_CPU_UNIFIED -O2 -c $< -o $@
+$(BUILD)/cuda_cpu/dcp_cuda-pic.o: dcp_cuda.cu dcp.h $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CXX) -x c++ $(CUDA_CPU_CXX) -Wno-unknown-pragmas -fPIC -O2 -c $< -o $@
+# -Bsymbolic: its CUDA runtime functions are its own, not those of a libcudart the process
+# already loaded (torch's)
+$(BUILD)/libdcp_cuda-cpu.so: $(CUDA_CPU_PIC) $(BUILD)/dcp_impl-pic.o
+	$(CXX) -shared -Wl,-Bsymbolic $^ -o $@ -lm -lpthread
+.PHONY: test-torch-cpu
+test-torch-cpu: $(MEGATRON_VENV)/installed $(BUILD)/libdcp_cuda-cpu.so $(BUILD)/libdcp.so
+	sh tests/test_torch_cpu.sh $(MEGATRON_PYTHON)
+test-megatron: test-torch-cpu

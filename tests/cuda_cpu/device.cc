@@ -262,3 +262,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **function
     if (status) *status = cudaDriverEntryPointSymbolNotFound;
     return cudaSuccess;
 }
+
+/* What a loader finds in a library built from the model (python/libdcp/ops.py): the profile's
+   name. */
+extern "C" const char *dcp_cuda_cpu_model(void) { return dcp_cuda_cpu_profile_name(); }

@@ -61,6 +61,14 @@ static std::recursive_mutex lock;
 static std::deque<op> queue;
 static std::map<uintptr_t, size_t> device_allocations, host_allocations;
 
+/* Built for a host framework's tensors (DCP_CUDA_CPU_UNIFIED: build/libdcp_cuda-cpu.so, whose
+   callers' torch CPU tensors are the device's memory), every pointer is the device's. */
+#ifdef DCP_CUDA_CPU_UNIFIED
+static const bool UNIFIED_MEMORY = true;
+#else
+static const bool UNIFIED_MEMORY = false;
+#endif
+
 /* The error state is device.cc's. */
 static cudaError_t fail(cudaError_t error) { return dcp_cuda_cpu_fail(error); }
 
@@ -103,7 +111,13 @@ static cudaError_t drain(void)
     return dcp_cuda_cpu_sticky();
 }
 
-static void enqueue(const op &o) { queue.push_back(o); }
+/* In the unified build work runs at once: a framework's CPU tensors (scratch included) live only
+   as long as the call that enqueued work on them. */
+static void enqueue(const op &o)
+{
+    queue.push_back(o);
+    if (UNIFIED_MEMORY) drain();
+}
 
 /* --------------------------------------------------------------------- devices */
 
@@ -144,7 +158,10 @@ static bool inside(const std::map<uintptr_t, size_t> &of, const void *p, size_t 
     return a >= it->first && a + bytes <= it->first + it->second;
 }
 
-static bool device_range(const void *p, size_t bytes) { return inside(device_allocations, p, bytes); }
+static bool device_range(const void *p, size_t bytes)
+{
+    return (UNIFIED_MEMORY && p) || inside(device_allocations, p, bytes);
+}
 
 cudaError_t cudaMalloc(void **pointer, size_t bytes)
 {
@@ -224,7 +241,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     op o = op();
     o.kind = OP_COPY;
     o.destination = dst, o.source = src, o.bytes = bytes;
-    if (!device_range(src, bytes)) { /* a host source: staged now */
+    if (src && !device_range(src, bytes)) { /* a host source: staged now */
         o.staged = (unsigned char *)malloc(bytes);
         if (!o.staged) return fail(cudaErrorMemoryAllocation);
         memcpy(o.staged, src, bytes);
