@@ -10,7 +10,7 @@
    model"); `make test` runs it under the sm_80 and sm_89 profiles. */
 #define RANK_LOCAL thread_local
 #define RING_NO_MAIN
-#define SAMPLES 8
+#define SAMPLES 6
 #define MAX_TOKENS_PER_RANK 64
 #define HEADS 2
 #define KV_HEADS 1
