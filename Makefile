@@ -535,13 +535,15 @@ $(BUILD)/cuda_cpu/test_nccl_gpu.o: tests/test_nccl_gpu.cu tests/test.h tests/tol
 # build/ring_attention_nccl-cpu: examples/ring_attention_nccl.cu's ring at 2, 4 and 8 ranks as
 # threads, forward and backward, each rank against the one-rank result
 # (tests/ring_attention_cpu.cc).
-$(BUILD)/cuda_cpu/ring_attention_nccl.o: tests/ring_attention_cpu.cc examples/ring_attention_nccl.cu \
-                                         examples/multiprocess.h tests/test.h dcp.h dcp_nccl.h \
+$(BUILD)/cuda_cpu/ring_attention_nccl.o: tests/ring_attention_cpu.cc \
+                                         examples/ring_attention_nccl.cu examples/multiprocess.h \
+                                         tests/test.h dcp.h dcp_nccl.h \
                                          $(FAKE_NCCL) $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
 	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_TRANSPORT_CXX) $(CUDA_CPU_SEPARATE_IMPLEMENTATION) \
 	    $(CUDA_CPU_SANITIZE) -O1 -c $< -o $@
-$(BUILD)/test_nccl_gpu-cpu $(BUILD)/ring_attention_nccl-cpu: $(BUILD)/%-cpu: $(BUILD)/cuda_cpu/%.o \
-                                                 $(CUDA_CPU_TRANSPORT) $(BUILD)/cuda_cpu/dcp_cuda-checked.o
+CUDA_CPU_TRANSPORT_PROGRAMS := $(BUILD)/test_nccl_gpu-cpu $(BUILD)/ring_attention_nccl-cpu
+$(CUDA_CPU_TRANSPORT_PROGRAMS): $(BUILD)/%-cpu: $(BUILD)/cuda_cpu/%.o $(CUDA_CPU_TRANSPORT) \
+                                $(BUILD)/cuda_cpu/dcp_cuda-checked.o
 	$(CLANGXX) $(CUDA_CPU_SANITIZE) -rdynamic $^ -o $@ -lm -lpthread
 ifeq ($(CUDA_CPU_READY),yes)
 all: $(BUILD)/test_nccl_gpu-cpu-profiles $(BUILD)/ring_attention_nccl-cpu-profiles

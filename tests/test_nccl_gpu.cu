@@ -1148,7 +1148,8 @@ static int transport_clean(void)
 {
     const char *text = "";
     const int violations = fake_violations(&text);
-    if (violations) fprintf(stderr, "host transport: %d violations, the first: %s\n", violations, text);
+    if (violations)
+        fprintf(stderr, "host transport: %d violations, the first: %s\n", violations, text);
     return violations == 0;
 }
 

@@ -182,7 +182,8 @@ cudaError_t cudaFree(void *pointer)
     if (!pointer) return cudaSuccess;
     auto it = device_allocations.find((uintptr_t)pointer);
     if (it == device_allocations.end()) return fail(cudaErrorInvalidDevicePointer);
-    if (drain() != cudaSuccess) return fail(dcp_cuda_cpu_sticky()); /* cudaFree waits for the device */
+    /* cudaFree waits for the device */
+    if (drain() != cudaSuccess) return fail(dcp_cuda_cpu_sticky());
     device_allocations.erase(it);
     free(pointer);
     return cudaSuccess;

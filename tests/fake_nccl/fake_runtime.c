@@ -1395,42 +1395,49 @@ cudaError_t cudaMemsetAsync(void *destination, int value, size_t bytes, cudaStre
 #ifdef FAKE_NCCL_CUDA_RUNTIME
 /* The rest of the runtime the model's programs use on these devices. */
 
+/* Whether a synchronous call waits for stream s: cudaDeviceSynchronize for all, the legacy
+   stream's calls not for cudaStreamNonBlocking streams. */
+static int fake_waits_for(const struct fake_stream *s, int legacy)
+{
+    return !legacy || !(s->flags & cudaStreamNonBlocking);
+}
+
+static int fake_streams_idle(const fake_device *d, int legacy)
+{
+    const struct fake_stream *s;
+    for (s = d->streams; s; s = s->next_of_device)
+        if (fake_waits_for(s, legacy) && (s->head || s->busy)) return 0;
+    return 1;
+}
 static int fake_device_idle(const void *arg)
 {
-    const struct fake_stream *s;
-    for (s = ((const fake_device *)arg)->streams; s; s = s->next_of_device)
-        if (s->head || s->busy) return 0;
-    return 1;
+    return fake_streams_idle((const fake_device *)arg, 0);
 }
-
-/* The legacy stream and the blocking streams of the device are done: where a synchronous
-   call's work starts and ends (it does not wait for cudaStreamNonBlocking streams). */
 static int fake_legacy_idle(const void *arg)
 {
-    const struct fake_stream *s;
-    for (s = ((const fake_device *)arg)->streams; s; s = s->next_of_device)
-        if (!(s->flags & cudaStreamNonBlocking) && (s->head || s->busy)) return 0;
-    return 1;
+    return fake_streams_idle((const fake_device *)arg, 1);
 }
 
-/* Blocks until ready(device); the first error of the streams waited for, or of a hang. */
-static cudaError_t fake_device_wait(int (*ready)(const void *), const char *call)
+/* Blocks until the streams a synchronous call waits for are done; the first error of those
+   streams, or of a hang. */
+static cudaError_t fake_device_wait(int legacy, const char *call)
 {
     fake_device *d = fake_current_device(call);
     const struct fake_stream *s;
     cudaError_t error = cudaSuccess;
     if (!d) return cudaErrorInvalidValue;
     pthread_mutex_lock(&fake_lock);
-    if (fake_block_host(ready, d, d->rank, call) <= 0) error = cudaErrorUnknown;
+    if (fake_block_host(legacy ? fake_legacy_idle : fake_device_idle, d, d->rank, call) <= 0)
+        error = cudaErrorUnknown;
     for (s = d->streams; s && error == cudaSuccess; s = s->next_of_device)
-        if (ready == fake_device_idle || !(s->flags & cudaStreamNonBlocking)) error = s->error;
+        if (fake_waits_for(s, legacy)) error = s->error;
     pthread_mutex_unlock(&fake_lock);
     return error;
 }
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-    return fake_device_wait(fake_device_idle, "cudaDeviceSynchronize");
+    return fake_device_wait(0, "cudaDeviceSynchronize");
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *stream)
@@ -1472,16 +1479,16 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 /* The synchronous copy and set: on the legacy stream, the host waiting before and after. */
 cudaError_t cudaMemcpy(void *destination, const void *source, size_t bytes, cudaMemcpyKind kind)
 {
-    cudaError_t error = fake_device_wait(fake_legacy_idle, "cudaMemcpy");
+    cudaError_t error = fake_device_wait(1, "cudaMemcpy");
     if (error == cudaSuccess) error = cudaMemcpyAsync(destination, source, bytes, kind, NULL);
-    return error == cudaSuccess ? fake_device_wait(fake_legacy_idle, "cudaMemcpy") : error;
+    return error == cudaSuccess ? fake_device_wait(1, "cudaMemcpy") : error;
 }
 
 cudaError_t cudaMemset(void *destination, int value, size_t bytes)
 {
-    cudaError_t error = fake_device_wait(fake_legacy_idle, "cudaMemset");
+    cudaError_t error = fake_device_wait(1, "cudaMemset");
     if (error == cudaSuccess) error = cudaMemsetAsync(destination, value, bytes, NULL);
-    return error == cudaSuccess ? fake_device_wait(fake_legacy_idle, "cudaMemset") : error;
+    return error == cudaSuccess ? fake_device_wait(1, "cudaMemset") : error;
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
@@ -1494,7 +1501,8 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
     for (b = d->blocks; b; b = b->next)
         if (!b->pinned) used += b->bytes;
     pthread_mutex_unlock(&fake_lock);
-    if (free_bytes) *free_bytes = used < FAKE_DEVICE_MEMORY_BYTES ? FAKE_DEVICE_MEMORY_BYTES - used : 0;
+    if (free_bytes)
+        *free_bytes = used < FAKE_DEVICE_MEMORY_BYTES ? FAKE_DEVICE_MEMORY_BYTES - used : 0;
     if (total) *total = FAKE_DEVICE_MEMORY_BYTES;
     return cudaSuccess;
 }
