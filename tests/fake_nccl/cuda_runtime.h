@@ -17,9 +17,10 @@
    As CUDA may do, cudaMemcpyAsync between device and PAGEABLE memory synchronises with the
    stream: it blocks the host until everything before it on the stream is done (a stream that
    never drains blocks it for good: the fake records a hang after a bound). Copies that name
-   the wrong kind of memory are recorded as violations. A NULL stream is the device's legacy
-   default stream: work on it waits for, and is waited on by, the device's other blocking
-   streams at the synchronous calls (cudaMemcpy, cudaMemset). */
+   the wrong kind of memory are recorded as violations. A NULL stream is the calling rank's
+   legacy default stream, a stream of its own; its implicit order with the device's other
+   blocking streams is modelled only where the synchronous cudaMemcpy and cudaMemset of the
+   execution model's programs wait for them (not for cudaStreamNonBlocking streams). */
 #ifndef FAKE_CUDA_RUNTIME_H
 #define FAKE_CUDA_RUNTIME_H
 
