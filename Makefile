@@ -429,8 +429,8 @@ CUDA_CPU_SHADOW := -mllvm -asan-instrumentation-with-call-threshold=0 \
                    -mllvm -asan-memory-access-callback-prefix=dcp_cuda_cpu_access_
 # dcp.h's implementation once, optimised and unsanitised (its own -san tests check it): the
 # references the kernels are compared with run fast; the test files' own DCP_IMPLEMENTATION
-# is turned off by its include guard
-CUDA_CPU_IMPLEMENTATION := $(BUILD)/cuda_cpu/dcp_impl.o
+# is turned off by its include guard. The object libdcp_cuda.so links (position-independent).
+CUDA_CPU_IMPLEMENTATION := $(BUILD)/dcp_impl-pic.o
 CUDA_CPU_SEPARATE_IMPLEMENTATION := -DDCP_IMPLEMENTATION_INCLUDED
 CUDA_CPU_CHECKED := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%-checked.o) $(CUDA_CPU_IMPLEMENTATION)
 CUDA_CPU_PLAIN := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o) $(CUDA_CPU_IMPLEMENTATION)
@@ -454,8 +454,6 @@ $(BUILD)/cuda_cpu/checkers-checked.o: $(CUDA_CPU)/checkers.cc $(CUDA_CPU_HEADERS
 $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o): $(BUILD)/cuda_cpu/%.o: $(CUDA_CPU)/%.cc \
                                                 $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
 	$(CXX) $(CUDA_CPU_CXX) -O2 -c $< -o $@
-$(CUDA_CPU_IMPLEMENTATION): bench/dcp_impl.c dcp.h | $(BUILD)/cuda_cpu
-	$(CC) $(C_FLAGS) -c $< -o $@
 $(BUILD)/cuda_cpu/dcp_cuda-checked.o: dcp_cuda.cu dcp.h $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
 	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SANITIZE) $(CUDA_CPU_SHADOW) -O1 -c $< -o $@
 $(CUDA_CPU_TESTS:%=$(BUILD)/cuda_cpu/%.o): $(BUILD)/cuda_cpu/%.o: tests/%.cu tests/test.h \

@@ -11,7 +11,7 @@
 #define RANK_LOCAL thread_local
 #define RING_NO_MAIN
 #define SAMPLES 6
-#define MAX_TOKENS_PER_RANK 64
+#define MAX_TOKENS_PER_RANK 48
 #define HEADS 2
 #define KV_HEADS 1
 #include "../examples/ring_attention_nccl.cu"
