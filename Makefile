@@ -571,4 +571,6 @@ $(BUILD)/libdcp_cuda-cpu.so: $(CUDA_CPU_PIC) $(BUILD)/dcp_impl-pic.o
 .PHONY: test-torch-cpu
 test-torch-cpu: $(MEGATRON_VENV)/installed $(BUILD)/libdcp_cuda-cpu.so $(BUILD)/libdcp.so
 	sh tests/test_torch_cpu.sh $(MEGATRON_PYTHON)
+ifeq ($(HAVE_NVCC),yes) # the toolkit's headers
 test-megatron: test-torch-cpu
+endif

@@ -18,43 +18,16 @@
 #include "fake_nccl/fake_runtime.c"
 #include "test.h"
 
-#include <pthread.h>
-
-#define MAX_RANKS 8
-
-typedef struct rank_thread {
-    pthread_t thread;
-    int rank, ranks, status;
-    const char *id_path;
-} rank_thread;
-
-static void *rank_thread_main(void *arg)
+static int ring_thread(int rank, int ranks, void *id_path)
 {
-    rank_thread *t = (rank_thread *)arg;
-    fake_bind_rank(t->rank);
-    t->status = ring_rank_main(t->rank, t->ranks, t->rank, t->id_path);
-    return NULL;
+    return ring_rank_main(rank, ranks, rank, (const char *)id_path);
 }
 
 static void ring_on(int ranks)
 {
-    rank_thread threads[MAX_RANKS];
     char id_path[64];
-    const char *violation = "";
-    int r;
     snprintf(id_path, sizeof id_path, "/tmp/dcp_ring_cpu_id.%d.%d", (int)getpid(), ranks);
-    fake_devices_create(ranks);
-    for (r = 0; r < ranks; r++) {
-        threads[r].rank = r, threads[r].ranks = ranks, threads[r].id_path = id_path;
-        CHECK_EQ(pthread_create(&threads[r].thread, NULL, rank_thread_main, &threads[r]), 0);
-    }
-    for (r = 0; r < ranks; r++) {
-        pthread_join(threads[r].thread, NULL);
-        CHECK_EQ(threads[r].status, 0);
-    }
-    CHECK_EQ(fake_violations(&violation), 0);
-    if (*violation) fprintf(stderr, "host transport: %s\n", violation);
-    fake_job_destroy();
+    CHECK_EQ(fake_run_ranks(ranks, ring_thread, id_path), 0);
 }
 
 static void ring_of_2(void) { ring_on(2); }

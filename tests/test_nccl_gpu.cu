@@ -578,6 +578,14 @@ static void checking_macro_names_the_call(void)
     CHECK_CONTAINS(error.message, "cudaMemsetAsync");
     CHECK_CONTAINS(error.message, "dcp_nccl.h:");
     CHECK(set->aborted && set->pool == NULL); /* a failure after the checks aborts the pool */
+#ifdef DCP_CUDA_CPU /* the transport saw the set of host memory, and nothing else */
+    {
+        const char *text = "";
+        CHECK_EQ(fake_violations(&text), 1);
+        CHECK_CONTAINS(text, "cudaMemsetAsync of memory that is not the device's");
+        fake_violations_clear();
+    }
+#endif
     dcp_reroute_destroy(list);
     dcp_plan_destroy(plan);
     CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
@@ -1127,21 +1135,6 @@ static int multirank_main(int rank, int ranks, const char *id_path)
 
 #ifdef DCP_CUDA_CPU
 /* ------------------------------------------------ the model: ranks as threads (host transport) */
-#include <pthread.h>
-
-typedef struct rank_thread {
-    pthread_t thread;
-    int rank, ranks, status;
-    const char *id_path;
-} rank_thread;
-
-static void *rank_thread_main(void *arg)
-{
-    rank_thread *t = (rank_thread *)arg;
-    fake_bind_rank(t->rank);
-    t->status = multirank_main(t->rank, t->ranks, t->id_path);
-    return NULL;
-}
 
 /* The transport's violations so far: each is a failure, named. */
 static int transport_clean(void)
@@ -1153,31 +1146,25 @@ static int transport_clean(void)
     return violations == 0;
 }
 
+static int multirank_thread(int rank, int ranks, void *id_path)
+{
+    return multirank_main(rank, ranks, (const char *)id_path);
+}
+
 /* The multi-rank mode (multirank.sh's mtp-roll) with each rank a thread of this process, its
    device the transport's; then back to the one device the other tests use. */
 static void mtp_roll_ranks_as_threads(void)
 {
     static const int sizes[] = {2, 4};
     size_t i;
-    int r;
     for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        rank_thread threads[4];
         char id_path[64];
-        const int ranks = sizes[i];
-        snprintf(id_path, sizeof id_path, "/tmp/dcp_nccl_gpu_cpu_id.%d.%d", (int)getpid(), ranks);
-        fake_job_destroy();
-        fake_devices_create(ranks);
-        for (r = 0; r < ranks; r++) {
-            threads[r].rank = r, threads[r].ranks = ranks, threads[r].id_path = id_path;
-            CHECK_EQ(pthread_create(&threads[r].thread, NULL, rank_thread_main, &threads[r]), 0);
-        }
-        for (r = 0; r < ranks; r++) {
-            pthread_join(threads[r].thread, NULL);
-            CHECK_EQ(threads[r].status, 0);
-        }
-        unlink(id_path);
+        snprintf(id_path, sizeof id_path, "/tmp/dcp_nccl_gpu_cpu_id.%d.%d", (int)getpid(),
+                 sizes[i]);
         CHECK(transport_clean());
         fake_job_destroy();
+        CHECK_EQ(fake_run_ranks(sizes[i], multirank_thread, id_path), 0);
+        unlink(id_path);
         fake_devices_create(1);
         fake_bind_rank(0);
     }

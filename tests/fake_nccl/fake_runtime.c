@@ -1980,11 +1980,17 @@ static void fake_bind_rank(int rank) { fake_thread_device = &fake_devices[rank];
 
 /* A job's devices, one per rank (threads started); its communicators come from
    ncclCommInitRankConfig / ncclCommInitAll, or from fake_job_create. */
+/* Forgets the violations recorded so far (a test that provoked one on purpose). */
+static void fake_violations_clear(void)
+{
+    memset(fake_violation_counts, 0, sizeof fake_violation_counts);
+    fake_violation_text[0] = '\0';
+}
+
 static void fake_devices_create(int ranks)
 {
     int r;
-    memset(fake_violation_counts, 0, sizeof fake_violation_counts);
-    fake_violation_text[0] = '\0';
+    fake_violations_clear();
     fake_stopping = 0;
     fake_devices = (fake_device *)calloc((size_t)ranks, sizeof(fake_device));
     fake_device_count = ranks;
@@ -2174,3 +2180,53 @@ static int fake_fault_hook(const char *call)
     if (fake_group_depth > 0) fake_group_failed = 1;
     return 1;
 }
+
+#ifdef FAKE_NCCL_CUDA_RUNTIME
+/* Programs whose ranks make their own communicators (ncclCommInitRankConfig) run as threads:
+   fake_run_ranks creates the job's devices, runs rank_main(rank, ranks, user) on a thread per
+   rank bound to its device, and destroys the job. It returns the number of ranks whose
+   rank_main returned nonzero, plus one when the transport recorded a violation (printed). */
+typedef int (*fake_rank_main)(int rank, int ranks, void *user);
+typedef struct fake_rank_start {
+    pthread_t thread;
+    int rank, ranks, status;
+    fake_rank_main main_fn;
+    void *user;
+} fake_rank_start;
+
+static void *fake_rank_thread(void *arg)
+{
+    fake_rank_start *start = (fake_rank_start *)arg;
+    fake_bind_rank(start->rank);
+    start->status = start->main_fn(start->rank, start->ranks, start->user);
+    return NULL;
+}
+
+static int fake_run_ranks(int ranks, fake_rank_main main_fn, void *user)
+{
+    fake_rank_start *starts = (fake_rank_start *)calloc((size_t)ranks, sizeof *starts);
+    const char *text = "";
+    int r, failed = 0;
+    fake_devices_create(ranks);
+    for (r = 0; r < ranks; r++) {
+        starts[r].rank = r, starts[r].ranks = ranks, starts[r].main_fn = main_fn;
+        starts[r].user = user;
+        if (pthread_create(&starts[r].thread, NULL, fake_rank_thread, &starts[r]) != 0) {
+            fprintf(stderr, "fake_run_ranks: cannot start rank thread %d\n", r);
+            exit(1);
+        }
+    }
+    for (r = 0; r < ranks; r++) {
+        pthread_join(starts[r].thread, NULL);
+        failed += starts[r].status != 0;
+    }
+    if (fake_violations(&text)) {
+        fprintf(stderr, "host transport: %d violations, the first: %s\n", fake_violations(&text),
+                text);
+        failed++;
+    }
+    fake_job_destroy();
+    free(starts);
+    return failed;
+}
+#endif
