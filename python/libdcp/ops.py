@@ -82,8 +82,11 @@ def emulated() -> bool:
     take contiguous CPU tensors, run on its one stream and finish before they return (a CPU
     tensor has no stream to order a later read)."""
     if "handle" not in _model:
-        cuda()  # loaded, or LibraryNotFoundError naming every path tried
-        handle = ctypes.CDLL(library_path("cuda"))  # the same library, for undeclared symbols
+        path = library_path("cuda")
+        try:  # the library cuda() loads, for a symbol it does not declare
+            handle = ctypes.CDLL(path) if path else None
+        except OSError:  # not loadable: not the model (an op says why when it loads it)
+            handle = None
         _model["handle"] = handle if hasattr(handle, "dcp_cuda_cpu_model") else None
     return _model["handle"] is not None
 
