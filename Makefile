@@ -417,7 +417,7 @@ SCRIPT_TESTS += tests/test_documented.sh
 CLANGXX ?= clang++
 CUDA_CPU := tests/cuda_cpu
 CUDA_CPU_HEADERS := $(CUDA_CPU)/cuda_cpu.h $(CUDA_CPU)/model.h
-CUDA_CPU_PARTS := executor checkers runtime
+CUDA_CPU_PARTS := executor checkers device runtime
 # -fno-strict-aliasing: device code reads a bf16 pair as a 32-bit word, which host C++ forbids
 CUDA_CPU_CXX := -std=c++14 $(WARNINGS) -fno-strict-aliasing -DDCP_CUDA_CPU -I$(CUDA_CPU) \
                 -isystem $(CUDA_HOME)/include
@@ -429,12 +429,14 @@ CUDA_CPU_SHADOW := -mllvm -asan-instrumentation-with-call-threshold=0 \
                    -mllvm -asan-memory-access-callback-prefix=dcp_cuda_cpu_access_
 # dcp.h's implementation once, optimised and unsanitised (its own -san tests check it): the
 # references the kernels are compared with run fast; the test files' own DCP_IMPLEMENTATION
-# is turned off by its include guard
-CUDA_CPU_IMPLEMENTATION := $(BUILD)/cuda_cpu/dcp_impl.o
+# is turned off by its include guard. The object libdcp_cuda.so links (position-independent).
+CUDA_CPU_IMPLEMENTATION := $(BUILD)/dcp_impl-pic.o
 CUDA_CPU_SEPARATE_IMPLEMENTATION := -DDCP_IMPLEMENTATION_INCLUDED
 CUDA_CPU_CHECKED := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%-checked.o) $(CUDA_CPU_IMPLEMENTATION)
 CUDA_CPU_PLAIN := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o) $(CUDA_CPU_IMPLEMENTATION)
 CUDA_CPU_TESTS := test_cuda test_cuda_kernels test_cuda_attention test_cuda_hybrid
+# the programs run under both profiles (the multi-rank ones: section "ranks on the model")
+CUDA_CPU_PROFILED := $(CUDA_CPU_TESTS) test_nccl_gpu ring_attention_nccl
 CUDA_CPU_RUNS := $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-profiles) $(BUILD)/test_cuda_primitives-cpu
 HAVE_CLANGXX := $(if $(shell command -v $(CLANGXX) 2>/dev/null),yes,)
 CUDA_CPU_READY := $(and $(HAVE_NVCC),$(HAVE_CLANGXX))
@@ -452,8 +454,6 @@ $(BUILD)/cuda_cpu/checkers-checked.o: $(CUDA_CPU)/checkers.cc $(CUDA_CPU_HEADERS
 $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o): $(BUILD)/cuda_cpu/%.o: $(CUDA_CPU)/%.cc \
                                                 $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
 	$(CXX) $(CUDA_CPU_CXX) -O2 -c $< -o $@
-$(CUDA_CPU_IMPLEMENTATION): bench/dcp_impl.c dcp.h | $(BUILD)/cuda_cpu
-	$(CC) $(C_FLAGS) -c $< -o $@
 $(BUILD)/cuda_cpu/dcp_cuda-checked.o: dcp_cuda.cu dcp.h $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
 	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SANITIZE) $(CUDA_CPU_SHADOW) -O1 -c $< -o $@
 $(CUDA_CPU_TESTS:%=$(BUILD)/cuda_cpu/%.o): $(BUILD)/cuda_cpu/%.o: tests/%.cu tests/test.h \
@@ -466,7 +466,7 @@ $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu): $(BUILD)/%-cpu: $(BUILD)/cuda_cpu/%.o $(CUDA
                                     $(BUILD)/cuda_cpu/dcp_cuda-checked.o
 	$(CUDA_CPU_LINK) $< $(BUILD)/cuda_cpu/dcp_cuda-checked.o -o $@ -lm
 # Both profiles: the program under DCP_CUDA_CPU_DEVICE=sm_80 and =sm_89, side by side.
-$(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu-profiles): $(BUILD)/%-cpu-profiles: $(BUILD)/%-cpu \
+$(CUDA_CPU_PROFILED:%=$(BUILD)/%-cpu-profiles): $(BUILD)/%-cpu-profiles: $(BUILD)/%-cpu \
                                              $(CUDA_CPU)/profiles.sh
 	printf '#!/bin/sh\nexec sh "%s" "$$(dirname "$$0")/%s" sm_80 sm_89\n' \
 	    "$(abspath $(CUDA_CPU)/profiles.sh)" "$(<F)" > $@
@@ -548,3 +548,66 @@ gpu-round-merge:
 	GPU_ROUND_GPU_TESTS="$(GPU_TESTS) $(BUILD)/test_nccl_gpu" $(PYTHON3) tests/gpu_round.py \
 	    --out '$(OUT)' --merge $(ROUNDS)
 SCRIPT_TESTS += tests/test_gpu_round.sh
+# ---- ranks on the model: dcp_nccl.h's device paths over the host transport (issue 26, phase 2)
+# The GPU programs that use NCCL, compiled as for the model (the checked build) against the
+# host transport (tests/fake_nccl): each simulated rank is a thread with a device thread that
+# runs its streams, NCCL is the strict fake, and a kernel launch is the model's grid as a host
+# function on the rank's stream. tests/cuda_cpu/device.cc answers the device queries; the
+# transport's fake_runtime.c (included by the program) is the stream runtime, instead of
+# tests/cuda_cpu/runtime.cc. build/test_nccl_gpu-cpu: test_nccl_gpu's tests on one rank, and
+# its multi-rank roll at 2 and 4 ranks as threads, under both profiles in `make test`.
+CUDA_CPU_TRANSPORT := $(BUILD)/cuda_cpu/executor-checked.o $(BUILD)/cuda_cpu/checkers-checked.o \
+                      $(BUILD)/cuda_cpu/device-checked.o $(CUDA_CPU_IMPLEMENTATION)
+# -Wno-unused-function: the transport's test interface is there for programs that use more of it
+CUDA_CPU_TRANSPORT_CXX := -Itests/fake_nccl -Wno-unused-function \
+                          -DFAKE_NCCL_CUDA_RUNTIME='"$(CUDA_HOME)/include/cuda_runtime.h"'
+$(BUILD)/cuda_cpu/test_nccl_gpu.o: tests/test_nccl_gpu.cu tests/test.h tests/tolerance.h \
+                                   tests/mtp_pack.h tests/quarantine.h dcp.h dcp_nccl.h \
+                                   examples/multiprocess.h $(FAKE_NCCL) $(CUDA_CPU_HEADERS) \
+                                   | $(BUILD)/cuda_cpu
+	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_TRANSPORT_CXX) $(CUDA_CPU_SEPARATE_IMPLEMENTATION) \
+	    $(CUDA_CPU_SANITIZE) -O1 -c $< -o $@
+# build/ring_attention_nccl-cpu: examples/ring_attention_nccl.cu's ring at 2, 4 and 8 ranks as
+# threads, forward and backward, each rank against the one-rank result
+# (tests/ring_attention_cpu.cc).
+$(BUILD)/cuda_cpu/ring_attention_nccl.o: tests/ring_attention_cpu.cc \
+                                         examples/ring_attention_nccl.cu examples/multiprocess.h \
+                                         tests/test.h dcp.h dcp_nccl.h \
+                                         $(FAKE_NCCL) $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_TRANSPORT_CXX) $(CUDA_CPU_SEPARATE_IMPLEMENTATION) \
+	    $(CUDA_CPU_SANITIZE) -O1 -c $< -o $@
+CUDA_CPU_TRANSPORT_PROGRAMS := $(BUILD)/test_nccl_gpu-cpu $(BUILD)/ring_attention_nccl-cpu
+$(CUDA_CPU_TRANSPORT_PROGRAMS): $(BUILD)/%-cpu: $(BUILD)/cuda_cpu/%.o $(CUDA_CPU_TRANSPORT) \
+                                $(BUILD)/cuda_cpu/dcp_cuda-checked.o
+	$(CLANGXX) $(CUDA_CPU_SANITIZE) -rdynamic $^ -o $@ -lm -lpthread
+ifeq ($(CUDA_CPU_READY),yes)
+all: $(BUILD)/test_nccl_gpu-cpu-profiles $(BUILD)/ring_attention_nccl-cpu-profiles
+TEST_PROGRAMS += $(BUILD)/test_nccl_gpu-cpu-profiles $(BUILD)/ring_attention_nccl-cpu-profiles
+ifneq ($(GPU_PRESENT),yes)
+TEST_PROGRAMS := $(filter-out $(BUILD)/test_nccl_gpu,$(TEST_PROGRAMS))
+endif
+endif
+
+# ---- the torch ops on the model (issue 26, phase 2) -------------------------------------------
+# build/libdcp_cuda-cpu.so: libdcp_cuda.so's functions built from the model (g++, unchecked,
+# one device whose memory is any host pointer: DCP_CUDA_CPU_UNIFIED), so that libdcp.ops runs the
+# real kernels on torch CPU tensors. `make test-torch-cpu` runs python/tests/test_ops.py and
+# python/examples/train_tiny.py (through test_ops) on it with the torch of build/venv-megatron,
+# and `make test-megatron` (which CI runs after `make test`) runs it first. Not in `make test`:
+# torch is a 5 GB install.
+CUDA_CPU_PIC := $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%-pic.o) $(BUILD)/cuda_cpu/dcp_cuda-pic.o
+$(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%-pic.o): $(BUILD)/cuda_cpu/%-pic.o: $(CUDA_CPU)/%.cc \
+                                                    $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CXX) $(CUDA_CPU_CXX) -fPIC -DDCP_CUDA_CPU_UNIFIED -O2 -c $< -o $@
+$(BUILD)/cuda_cpu/dcp_cuda-pic.o: dcp_cuda.cu dcp.h $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+	$(CXX) -x c++ $(CUDA_CPU_CXX) -Wno-unknown-pragmas -fPIC -O2 -c $< -o $@
+# -Bsymbolic: its CUDA runtime functions are its own, not those of a libcudart the process
+# already loaded (torch's)
+$(BUILD)/libdcp_cuda-cpu.so: $(CUDA_CPU_PIC) $(BUILD)/dcp_impl-pic.o
+	$(CXX) -shared -Wl,-Bsymbolic $^ -o $@ -lm -lpthread
+.PHONY: test-torch-cpu
+test-torch-cpu: $(MEGATRON_VENV)/installed $(BUILD)/libdcp_cuda-cpu.so $(BUILD)/libdcp.so
+	sh tests/test_torch_cpu.sh $(MEGATRON_PYTHON)
+ifeq ($(HAVE_NVCC),yes) # the toolkit's headers
+test-megatron: test-torch-cpu
+endif

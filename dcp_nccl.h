@@ -871,11 +871,12 @@ static dcp_status dcp_nccl__async_errors(const dcp_nccl_set *set, ncclComm_t com
     return DCP_OK;
 }
 
-/* Waits until a stream (or, with stream NULL, an event) has passed everything enqueued before
-   it, without blocking the host: polls cudaStreamQuery / cudaEventQuery and the asynchronous
-   errors of comm (of every communicator of the set when comm is NULL). On an asynchronous
-   error, or when the set's timeout passes (a peer died or left the collective early), aborts as
-   dcp_nccl__fail does and names the communicator and the operation. */
+/* Waits until an event (or, with event NULL, a stream: NULL is the legacy default stream, a
+   valid one) has passed everything enqueued before it, without blocking the host: polls
+   cudaEventQuery / cudaStreamQuery and the asynchronous errors of comm (of every communicator
+   of the set when comm is NULL). On an asynchronous error, or when the set's timeout passes (a
+   peer died or left the collective early), aborts as dcp_nccl__fail does and names the
+   communicator and the operation. */
 static dcp_status dcp_nccl__wait_for(dcp_nccl_set *set, cudaStream_t stream, cudaEvent_t event,
                                      ncclComm_t comm, const char *operation, dcp_error *error)
 {
@@ -883,7 +884,7 @@ static dcp_status dcp_nccl__wait_for(dcp_nccl_set *set, cudaStream_t stream, cud
     dcp_status status = DCP_OK;
     char name[48];
     for (;;) {
-        const cudaError_t query = stream ? cudaStreamQuery(stream) : cudaEventQuery(event);
+        const cudaError_t query = event ? cudaEventQuery(event) : cudaStreamQuery(stream);
         if (query == cudaSuccess) return DCP_OK;
         if (query != cudaErrorNotReady) {
             status = DCP_NCCL__QUIET_CUDA(query, error);

@@ -38,25 +38,42 @@
 #define DCP_NCCL_IMPLEMENTATION
 #include "../dcp_nccl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-/* The workload: lognormal lengths, a GQA model, bf16. */
+/* The workload: lognormal lengths, a GQA model, bf16 (a smaller one may be compiled in: the
+   CPU execution model's build, tests/ring_attention_cpu.cc). */
+#ifndef SAMPLES
 #define SAMPLES 24
+#endif
 #define SEED 7
+#ifndef MAX_TOKENS_PER_RANK
 #define MAX_TOKENS_PER_RANK 4096
+#endif
+#ifndef HEADS
 #define HEADS 8
+#endif
+#ifndef KV_HEADS
 #define KV_HEADS 2
+#endif
+#ifndef HEAD_DIM
 #define HEAD_DIM 128
+#endif
 #define FORWARD_TOLERANCE 2e-2  /* bf16 outputs against a float32 single-rank reference */
 #define BACKWARD_TOLERANCE 5e-2 /* bf16 gradients, different summation order */
 
-static int g_rank;
-static dcp_nccl_set *g_set;
-static ncclComm_t g_pool;
+/* A rank's own state: one per process here; per thread where ranks are threads
+   (RANK_LOCAL thread_local: tests/ring_attention_cpu.cc). */
+#ifndef RANK_LOCAL
+#define RANK_LOCAL
+#endif
+static RANK_LOCAL int g_rank;
+static RANK_LOCAL dcp_nccl_set *g_set;
+static RANK_LOCAL ncclComm_t g_pool;
 
 /* Any failure: say where, abort every communicator (the peers would wait forever), exit. */
 static void die(const char *what, const char *detail)
@@ -71,7 +88,7 @@ static void die(const char *what, const char *detail)
 #include "multiprocess.h"
 
 /* The error every dcp call of this program fills. */
-static dcp_error err;
+static RANK_LOCAL dcp_error err;
 #define TRY(call)                                                                              \
     do {                                                                                       \
         err.message[0] = '\0';                                                                 \
@@ -441,13 +458,9 @@ static void time_ring_backward(const dcp_nccl_binding *group, const dcp_attentio
     CUDA(cudaFree(accumulators));
 }
 
-int main(int argc, char **argv)
+/* One rank's whole run; 0 when every rank's results match. */
+static int ring_rank_main(int rank, int ranks, int local_rank, const char *id_path)
 {
-    const int rank = env_int("RANK", 0), ranks = env_int("WORLD_SIZE", 1);
-    const int local_rank = env_int("LOCAL_RANK", 0);
-    const char *id_path = argc > 1 ? argv[1]
-                          : getenv("DCP_NCCL_ID_FILE") ? getenv("DCP_NCCL_ID_FILE")
-                                                       : "/tmp/dcp_nccl_id";
     ncclUniqueId id;
     ncclConfig_t pool_config = NCCL_CONFIG_INITIALIZER;
     dcp_nccl_options set_options;
@@ -676,3 +689,14 @@ int main(int argc, char **argv)
     CUDA(cudaStreamDestroy(stream));
     return failed ? 1 : 0;
 }
+
+#ifndef RING_NO_MAIN
+int main(int argc, char **argv)
+{
+    const char *id_path = argc > 1 ? argv[1]
+                          : getenv("DCP_NCCL_ID_FILE") ? getenv("DCP_NCCL_ID_FILE")
+                                                       : "/tmp/dcp_nccl_id";
+    return ring_rank_main(env_int("RANK", 0), env_int("WORLD_SIZE", 1), env_int("LOCAL_RANK", 0),
+                          id_path);
+}
+#endif

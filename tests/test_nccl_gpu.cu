@@ -6,7 +6,11 @@
    (the ranks of a group on one device) and its cp 1 path, a pipeline stage's field set through
    the reroute. With WORLD_SIZE > 1 in the environment it is one process of tests/multirank.sh's
    multi-rank roll check instead (mtp_roll_multirank). Where no CUDA device exists every test
-   says "no CUDA device: skipped" and the program exits 0. */
+   says "no CUDA device: skipped" and the program exits 0.
+   On the CPU execution model (build/test_nccl_gpu-cpu, DCP_CUDA_CPU) the devices and NCCL are
+   the host transport's (tests/fake_nccl, strict as NCCL; each rank a device thread that runs
+   the model's grids): the same tests on one rank, then the multi-rank roll with 2 and 4 ranks
+   as threads (mtp_roll_ranks_as_threads); any violation the transport recorded fails the run. */
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +34,9 @@ static int gpu_stall_hook(const char *call)
 #include "../dcp.h"
 #define DCP_NCCL_IMPLEMENTATION
 #include "../dcp_nccl.h"
+#ifdef DCP_CUDA_CPU
+#include "fake_nccl/fake_runtime.c"
+#endif
 #include "test.h"
 #include "tolerance.h"
 #include "mtp_pack.h"
@@ -571,6 +578,14 @@ static void checking_macro_names_the_call(void)
     CHECK_CONTAINS(error.message, "cudaMemsetAsync");
     CHECK_CONTAINS(error.message, "dcp_nccl.h:");
     CHECK(set->aborted && set->pool == NULL); /* a failure after the checks aborts the pool */
+#ifdef DCP_CUDA_CPU /* the transport saw the set of host memory, and nothing else */
+    {
+        const char *text = "";
+        CHECK_EQ(fake_violations(&text), 1);
+        CHECK_CONTAINS(text, "cudaMemsetAsync of memory that is not the device's");
+        fake_violations_clear();
+    }
+#endif
     dcp_reroute_destroy(list);
     dcp_plan_destroy(plan);
     CHECK_EQ(dcp_nccl_set_destroy(set, &error), DCP_OK);
@@ -1118,6 +1133,44 @@ static int multirank_main(int rank, int ranks, const char *id_path)
     return 1;
 }
 
+#ifdef DCP_CUDA_CPU
+/* ------------------------------------------------ the model: ranks as threads (host transport) */
+
+/* The transport's violations so far: each is a failure, named. */
+static int transport_clean(void)
+{
+    const char *text = "";
+    const int violations = fake_violations(&text);
+    if (violations)
+        fprintf(stderr, "host transport: %d violations, the first: %s\n", violations, text);
+    return violations == 0;
+}
+
+static int multirank_thread(int rank, int ranks, void *id_path)
+{
+    return multirank_main(rank, ranks, (const char *)id_path);
+}
+
+/* The multi-rank mode (multirank.sh's mtp-roll) with each rank a thread of this process, its
+   device the transport's; then back to the one device the other tests use. */
+static void mtp_roll_ranks_as_threads(void)
+{
+    static const int sizes[] = {2, 4};
+    size_t i;
+    for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char id_path[64];
+        snprintf(id_path, sizeof id_path, "/tmp/dcp_nccl_gpu_cpu_id.%d.%d", (int)getpid(),
+                 sizes[i]);
+        CHECK(transport_clean());
+        fake_job_destroy();
+        CHECK_EQ(fake_run_ranks(sizes[i], multirank_thread, id_path), 0);
+        unlink(id_path);
+        fake_devices_create(1);
+        fake_bind_rank(0);
+    }
+}
+#endif
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -1131,11 +1184,26 @@ int main(int argc, char **argv)
         {"mtp_roll_kernels_match_reference", mtp_roll_kernels_match_reference},
         {"mtp_roll_of_one", mtp_roll_of_one},
         {"stage_fields_reroute_to_itself", stage_fields_reroute_to_itself},
+#ifdef DCP_CUDA_CPU
+        {"mtp_roll_ranks_as_threads", mtp_roll_ranks_as_threads},
+#endif
     };
+#ifdef DCP_CUDA_CPU
+    {
+        int status;
+        fake_devices_create(1);
+        fake_bind_rank(0);
+        status = test_main(tests, TEST_COUNT(tests), argc, argv);
+        if (!transport_clean()) status = 1;
+        fake_job_destroy();
+        return status;
+    }
+#else
     const char *world = getenv("WORLD_SIZE");
     if (world && atoi(world) > 1) /* tests/multirank.sh: one process of a multi-rank run */
         return multirank_main(getenv("RANK") ? atoi(getenv("RANK")) : 0, atoi(world),
                               argc > 1 ? argv[1] : "/tmp/dcp_mtp_nccl_id");
     if (!gpu_available()) printf("%s\n", SKIP_REASON);
     return test_main(tests, TEST_COUNT(tests), argc, argv);
+#endif
 }

@@ -13,6 +13,8 @@ which must not depend on c.
     python python/examples/train_tiny.py --reference-ops  # CPU: dense torch attention on the
                                                            # CP rows instead of the kernels (checks
                                                            # the packing and routing, not kernels)
+    DCP_CUDA_LIBRARY=build/libdcp_cuda-cpu.so python python/examples/train_tiny.py
+                                  # the kernels on the CPU execution model (make test-torch-cpu)
 Exit status 0 when every loss matches within the tolerance.
 """
 import argparse
@@ -165,6 +167,12 @@ def train(loss_fn, batches, seed, lr=1e-3):
     return losses
 
 
+def _kernels_on_the_model():
+    """libdcp_cuda.so is the CPU execution model's build (libdcp.ops.emulated)."""
+    from libdcp import ops
+    return libdcp.library_path("cuda") is not None and ops.emulated()
+
+
 def main(argv):
     global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -174,8 +182,10 @@ def main(argv):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--reference-ops", action="store_true")
     args = parser.parse_args(argv)
-    DEVICE = "cpu" if args.reference_ops else "cuda"
-    if not args.reference_ops and not torch.cuda.is_available():
+    # the kernels on CPU tensors where libdcp_cuda.so is the CPU execution model's build
+    on_model = not args.reference_ops and _kernels_on_the_model()
+    DEVICE = "cpu" if args.reference_ops or on_model else "cuda"
+    if not args.reference_ops and not on_model and not torch.cuda.is_available():
         print("no CUDA device: skipped (run with --reference-ops for the CPU check)")
         return 0
     print(f"seed {args.seed}")

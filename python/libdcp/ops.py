@@ -12,7 +12,12 @@ does not specialise on the sequence lengths. Shapes: q [rows, heads, head_dim], 
 [rows, kv_heads, head_dim] (rows = the rank's local rows, cu_seqlens_padded[-1] / cp); LSE
 float32 [heads, rows], natural log; softmax_scale 0 means 1 / sqrt(head_dim).
 
-Status: written without a GPU; none of these ops has run yet (the tests skip without one).
+On the CPU execution model (build/libdcp_cuda-cpu.so through $DCP_CUDA_LIBRARY, `make
+test-torch-cpu`; see :func:`emulated`) the same ops run the real kernels on contiguous CPU
+tensors.
+
+Status: run on the CPU execution model only; none of these ops has run on a GPU yet (the tests
+skip without one).
 """
 import ctypes
 import math
@@ -23,7 +28,7 @@ import torch
 from torch import Tensor
 
 from . import _structs as S
-from ._library import cpu, cuda
+from ._library import cpu, cuda, library_path
 
 HALF_ALL, HALF_FIRST, HALF_SECOND = 0, 1, 2      # dcp_half
 ROPE_ROTATE_HALF, ROPE_INTERLEAVED = 0, 1         # dcp_rope_style
@@ -42,13 +47,15 @@ class Layout:
 
     @classmethod
     def from_lists(cls, cu_seqlens: Sequence[int], cu_seqlens_padded: Sequence[int],
-                   cp: int = 1, device="cuda") -> "Layout":
+                   cp: int = 1, device=None) -> "Layout":
+        """device None: where the ops run (cuda; cpu on the execution model)."""
+        device = device or ("cpu" if emulated() else "cuda")
         host = torch.tensor(list(cu_seqlens), dtype=torch.int32)
         host_padded = torch.tensor(list(cu_seqlens_padded), dtype=torch.int32)
         return cls(host.to(device), host_padded.to(device), host, host_padded, cp)
 
     @classmethod
-    def from_view(cls, view, device="cuda") -> "Layout":
+    def from_view(cls, view, device=None) -> "Layout":
         """The layout of a libdcp.RankView (its group's sequences, its cp)."""
         return cls.from_lists(view.cu_seqlens, view.cu_seqlens_padded, view.cp, device)
 
@@ -66,10 +73,39 @@ def _ptr(t: Optional[Tensor]) -> Optional[int]:
     return None if t is None else t.data_ptr()
 
 
+_model: dict = {}
+
+
+def emulated() -> bool:
+    """Whether libdcp_cuda.so is the CPU execution model's build (build/libdcp_cuda-cpu.so,
+    tests/cuda_cpu; it exports dcp_cuda_cpu_model): its device memory is host memory, so the ops
+    take contiguous CPU tensors, run on its one stream and finish before they return (a CPU
+    tensor has no stream to order a later read)."""
+    if "handle" not in _model:
+        path = library_path("cuda")
+        try:  # the library cuda() loads, for a symbol it does not declare
+            handle = ctypes.CDLL(path) if path else None
+        except OSError:  # not loadable: not the model (an op says why when it loads it)
+            handle = None
+        _model["handle"] = handle if hasattr(handle, "dcp_cuda_cpu_model") else None
+    return _model["handle"] is not None
+
+
+def _on_model(t: Tensor) -> bool:
+    return t.device.type == "cpu" and emulated()
+
+
+def _finish_on_model() -> None:
+    status = _model["handle"].cudaDeviceSynchronize()
+    if status != 0:
+        raise RuntimeError(f"the execution model's device failed: cudaDeviceSynchronize "
+                           f"returned {status} (its report is on stderr)")
+
+
 def _stream() -> int:
     """The caller's current stream on the current device (the ops set the device of their
-    inputs first, see _on_device)."""
-    return torch.cuda.current_stream().cuda_stream
+    inputs first, see _on_device); the model's one stream (0) for CPU tensors."""
+    return 0 if emulated() else torch.cuda.current_stream().cuda_stream
 
 
 def _on_device(fn):
@@ -80,6 +116,10 @@ def _on_device(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         first = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
+        if _on_model(first):
+            result = fn(*args, **kwargs)
+            _finish_on_model()
+            return result
         if not first.is_cuda:
             raise ValueError(f"{fn.__name__}: inputs must be CUDA tensors (device {first.device})")
         with torch.cuda.device(first.device):
@@ -95,7 +135,7 @@ def _dtype(t: Tensor) -> int:
 
 def _on_cuda(**tensors: Optional[Tensor]) -> None:
     for name, t in tensors.items():
-        if t is not None and (not t.is_cuda or not t.is_contiguous()):
+        if t is not None and (not (t.is_cuda or _on_model(t)) or not t.is_contiguous()):
             raise ValueError(f"{name} must be a contiguous CUDA tensor (device {t.device})")
 
 
@@ -117,8 +157,16 @@ def _attention_params(q: Tensor, k: Tensor, causal: bool, softmax_scale: float):
     return S.AttentionParams(q.shape[1], k.shape[1], q.shape[2], int(causal), softmax_scale)
 
 
+_WORKSPACE_ALIGNMENT = 256  # what the library asks of a workspace (PyTorch's CUDA allocator: 512)
+
+
 def _workspace(nbytes: int, device) -> Tensor:
-    return torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+    if torch.device(device).type != "cpu":
+        return torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+    # the execution model's: a CPU allocation is only 64-byte aligned
+    raw = torch.empty(max(nbytes, 1) + _WORKSPACE_ALIGNMENT, dtype=torch.uint8)
+    skip = -raw.data_ptr() % _WORKSPACE_ALIGNMENT
+    return raw[skip:skip + max(nbytes, 1)]
 
 
 def _attention_workspace(params, layout, device) -> Tensor:

@@ -1,7 +1,9 @@
 """The torch ops (libdcp.ops) against PyTorch: SDPA per document, a plain depthwise conv1d per
 document, a rotate-half RoPE reference, and the autograd of each. Without torch every test
 skips; without a GPU or build/libdcp_cuda.so the GPU tests skip ("no CUDA device: skipped")
-and only the fake-tensor (meta) tests run, which check shapes, autograd wiring and tracing."""
+and only the fake-tensor (meta) tests run, which check shapes, autograd wiring and tracing.
+With the CPU execution model's library (DCP_CUDA_LIBRARY=build/libdcp_cuda-cpu.so, `make
+test-torch-cpu`) the GPU tests run the real kernels on CPU tensors (DEVICE "cpu")."""
 import importlib.util
 import math
 import os
@@ -23,9 +25,19 @@ BF16_GRADIENT_TOLERANCE = 5e-2
 FP32_TOLERANCE = 1e-5
 
 
+def on_the_model():
+    """libdcp_cuda.so is the CPU execution model's build: the kernels run on CPU tensors."""
+    return HAVE_TORCH and libdcp.library_path("cuda") is not None and ops.emulated()
+
+
+DEVICE = "cpu" if on_the_model() else "cuda"
+
+
 def gpu_reason():
     if not HAVE_TORCH:
         return "no torch: skipped"
+    if on_the_model():
+        return None
     if not torch.cuda.is_available():
         return "no CUDA device: skipped"
     if libdcp.library_path("cuda") is None:
@@ -149,6 +161,7 @@ class FakeImplementations(unittest.TestCase):
         compiled = torch.compile(step, backend="eager", fullgraph=True)
         self.assertEqual(compiled(q, *layout.args()[:4]).shape, ())
 
+    @unittest.skipIf(on_the_model(), "CPU tensors are the device's on the execution model")
     def test_cpu_tensors_are_refused(self):
         cpu_layout = ops.Layout.from_lists([0, 4], [0, 4], 1, device="cpu")
         q = torch.zeros(4, 1, 64, dtype=torch.bfloat16)
@@ -186,7 +199,7 @@ class OnTheGpu(unittest.TestCase):
             layout = ops.Layout.from_lists(cu, cu_padded)
             rows = rank_positions(cu_padded, lengths, 1, 0)
             total = sum(lengths)
-            full = [torch.randn(total, h, dim, device="cuda", dtype=torch.bfloat16)
+            full = [torch.randn(total, h, dim, device=DEVICE, dtype=torch.bfloat16)
                     for h in (heads, kv_heads, kv_heads)]
             q, k, v = (to_rank_rows(t, rows, cu).requires_grad_() for t in full)
             out, lse = ops.varlen_attention(q, k, v, layout)
@@ -194,7 +207,7 @@ class OnTheGpu(unittest.TestCase):
             ref = sdpa_reference(*ref_full, lengths)
             self.assertLess(relative_error(out, to_rank_rows(ref, rows, cu)),
                             BF16_FORWARD_TOLERANCE)
-            pad = torch.tensor([r is None for r in rows], device="cuda")
+            pad = torch.tensor([r is None for r in rows], device=DEVICE)
             self.assertTrue(torch.all(out[pad] == 0))
             self.assertTrue(torch.all(torch.isneginf(lse[:, pad])))
             dout_full = torch.randn_like(ref).to(torch.bfloat16).float()
@@ -211,7 +224,7 @@ class OnTheGpu(unittest.TestCase):
             layout = ops.Layout.from_lists(cu, cu_padded, cp)
             per_rank = [rank_positions(cu_padded, lengths, cp, r) for r in range(cp)]
             total = sum(lengths)
-            full = [torch.randn(total, 4, 64, device="cuda", dtype=torch.bfloat16)
+            full = [torch.randn(total, 4, 64, device=DEVICE, dtype=torch.bfloat16)
                     for _ in range(3)]
             q, k, v = (torch.stack([to_rank_rows(t, rows, cu) for rows in per_rank])
                        .requires_grad_() for t in full)
@@ -234,7 +247,7 @@ class OnTheGpu(unittest.TestCase):
         cu, cu_padded = padded_layout(lengths, cp)
         layout = ops.Layout.from_lists(cu, cu_padded, cp)
         rows = len(rank_positions(cu_padded, lengths, cp, 0))
-        q, k, v = (torch.randn(cp, rows, 4, 64, device="cuda", dtype=torch.bfloat16)
+        q, k, v = (torch.randn(cp, rows, 4, 64, device=DEVICE, dtype=torch.bfloat16)
                    for _ in range(3))
         ring_out, ring_lse = ops.ring_attention(q, k, v, layout)
         for rank in range(cp):
@@ -255,10 +268,10 @@ class OnTheGpu(unittest.TestCase):
         cu, cu_padded = [0, 20, 50], [0, 24, 56]
         layout = ops.Layout.from_lists(cu, cu_padded)
         rows = 56
-        outs = [torch.randn(rows, 2, 8, device="cuda", requires_grad=True) for _ in range(3)]
-        lses = [torch.randn(2, rows, device="cuda", requires_grad=True) for _ in range(3)]
+        outs = [torch.randn(rows, 2, 8, device=DEVICE, requires_grad=True) for _ in range(3)]
+        lses = [torch.randn(2, rows, device=DEVICE, requires_grad=True) for _ in range(3)]
         valid = torch.tensor([r is not None for r in rank_positions(cu_padded, [20, 30], 1, 0)],
-                             device="cuda")
+                             device=DEVICE)
         out, lse = ops.merge([(o, l, 0) for o, l in zip(outs, lses)], layout, 0)
         ref_lse = torch.logsumexp(torch.stack(lses), 0)
         ref_out = sum(torch.exp(l - ref_lse).transpose(0, 1)[..., None] * o
@@ -280,16 +293,16 @@ class OnTheGpu(unittest.TestCase):
         layout = ops.Layout.from_lists(cu, cu_padded, cp)
         for rank in range(cp):
             rows = rank_positions(cu_padded, lengths, cp, rank)
-            q = torch.randn(len(rows), 4, dim, device="cuda", requires_grad=True)
-            k = torch.randn(len(rows), 2, dim, device="cuda", requires_grad=True)
+            q = torch.randn(len(rows), 4, dim, device=DEVICE, requires_grad=True)
+            k = torch.randn(len(rows), 2, dim, device=DEVICE, requires_grad=True)
             q_out, k_out = ops.rope(q, k, layout, rank)
-            pos = torch.tensor([w[1] if w else 0 for w in rows], device="cuda",
+            pos = torch.tensor([w[1] if w else 0 for w in rows], device=DEVICE,
                                dtype=torch.float64)
-            inv = 10000.0 ** (-torch.arange(0, dim, 2, device="cuda", dtype=torch.float64) / dim)
+            inv = 10000.0 ** (-torch.arange(0, dim, 2, device=DEVICE, dtype=torch.float64) / dim)
             angle = pos[:, None] * inv[None]
             cos = torch.cat([angle.cos()] * 2, -1)[:, None].float()
             sin = torch.cat([angle.sin()] * 2, -1)[:, None].float()
-            valid = torch.tensor([w is not None for w in rows], device="cuda")[:, None, None]
+            valid = torch.tensor([w is not None for w in rows], device=DEVICE)[:, None, None]
 
             def reference(x):
                 half = x.shape[-1] // 2
@@ -310,9 +323,9 @@ class OnTheGpu(unittest.TestCase):
         cu, cu_padded = padded_layout(lengths, 1, multiple=16)
         layout = ops.Layout.from_lists(cu, cu_padded)
         rows = rank_positions(cu_padded, lengths, 1, 0)
-        x = torch.randn(len(rows), channels, device="cuda", requires_grad=True)
-        w = torch.randn(channels, width, device="cuda", requires_grad=True)
-        b = torch.randn(channels, device="cuda", requires_grad=True)
+        x = torch.randn(len(rows), channels, device=DEVICE, requires_grad=True)
+        w = torch.randn(channels, width, device=DEVICE, requires_grad=True)
+        b = torch.randn(channels, device=DEVICE, requires_grad=True)
         for silu in (False, True):
             y = ops.conv1d(x, w, b, layout, silu)
             pieces = []

@@ -47,6 +47,12 @@ struct dcp_cuda_cpu_profile {
 
 const dcp_cuda_cpu_profile *dcp_cuda_cpu_profile_in_force(void);
 
+/* ------------------------------------------------------------ the error state (device.cc)
+   Shared by the stream runtime the program links (runtime.cc, or the host NCCL transport's). */
+cudaError_t dcp_cuda_cpu_fail(cudaError_t error); /* kept for cudaGetLastError; returned */
+cudaError_t dcp_cuda_cpu_sticky(void); /* cudaErrorLaunchFailure from the first device fault */
+void dcp_cuda_cpu_clear_errors(void);  /* cudaDeviceReset */
+
 /* ------------------------------------------------------------ kernel attributes (executor) */
 cudaError_t dcp_cuda_cpu_func_set_attribute(const void *function, cudaFuncAttribute attribute,
                                             int value);

@@ -14,8 +14,10 @@
    source at the call (pageable memory is staged), a device-to-host one writes at its turn.
    Errors as the runtime reports them: a failing call's error is returned and kept for
    cudaGetLastError (which clears it); a device fault (a checker report, a trap) is sticky:
-   every later call returns cudaErrorLaunchFailure. Not thread-safe across simulated ranks yet
-   (one lock serialises the calls; ranks as threads need per-rank devices: issue 26 phase 2). */
+   every later call returns cudaErrorLaunchFailure (device.cc keeps that state, and answers
+   what the device is). One lock serialises the calls. Programs of several simulated ranks link
+   the host NCCL transport's stream runtime instead (tests/fake_nccl/fake_runtime.c: a device
+   thread per rank), with the same device.cc. */
 #include "model.h"
 
 #include <stdio.h>
@@ -58,83 +60,21 @@ struct op {
 static std::recursive_mutex lock;
 static std::deque<op> queue;
 static std::map<uintptr_t, size_t> device_allocations, host_allocations;
-static cudaError_t last_error = cudaSuccess, sticky = cudaSuccess;
-static uint64_t faults_seen;
-static int current_device;
 
-/* ------------------------------------------------------------------------ errors */
+/* Built for a host framework's tensors (DCP_CUDA_CPU_UNIFIED: build/libdcp_cuda-cpu.so, whose
+   callers' torch CPU tensors are the device's memory), every pointer is the device's. */
+#ifdef DCP_CUDA_CPU_UNIFIED
+static const bool UNIFIED_MEMORY = true;
+#else
+static const bool UNIFIED_MEMORY = false;
+#endif
 
-static cudaError_t fail(cudaError_t error)
-{
-    if (error != cudaSuccess) last_error = error;
-    return error;
-}
-
-/* A new device fault since the last look: from now on every call fails. */
-static cudaError_t check_faults(void)
-{
-    const uint64_t now = dcp_cuda_cpu_faults();
-    if (now != faults_seen) {
-        faults_seen = now;
-        sticky = cudaErrorLaunchFailure;
-    }
-    return sticky;
-}
+/* The error state is device.cc's. */
+static cudaError_t fail(cudaError_t error) { return dcp_cuda_cpu_fail(error); }
 
 #define RUNTIME_ENTER()                                                                            \
     std::lock_guard<std::recursive_mutex> guard(lock);                                             \
-    if (check_faults() != cudaSuccess) return fail(sticky)
-
-static const struct {
-    cudaError_t error;
-    const char *name, *text;
-} ERRORS[] = {
-    {cudaSuccess, "cudaSuccess", "no error"},
-    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
-    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
-    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
-     "invalid configuration argument"},
-    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
-    {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
-    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection",
-     "invalid copy direction for memcpy"},
-    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle",
-     "invalid resource handle"},
-    {cudaErrorInvalidDeviceFunction, "cudaErrorInvalidDeviceFunction", "invalid device function"},
-    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
-    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
-    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
-    {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
-};
-
-const char *cudaGetErrorString(cudaError_t error)
-{
-    for (const auto &e : ERRORS)
-        if (e.error == error) return e.text;
-    return "unrecognized error code";
-}
-
-const char *cudaGetErrorName(cudaError_t error)
-{
-    for (const auto &e : ERRORS)
-        if (e.error == error) return e.name;
-    return "cudaErrorUnknown";
-}
-
-cudaError_t cudaGetLastError(void)
-{
-    std::lock_guard<std::recursive_mutex> guard(lock);
-    if (check_faults() != cudaSuccess) return sticky;
-    const cudaError_t error = last_error;
-    last_error = cudaSuccess;
-    return error;
-}
-
-cudaError_t cudaPeekAtLastError(void)
-{
-    std::lock_guard<std::recursive_mutex> guard(lock);
-    return check_faults() != cudaSuccess ? sticky : last_error;
-}
+    if (dcp_cuda_cpu_sticky() != cudaSuccess) return fail(dcp_cuda_cpu_sticky())
 
 /* ---------------------------------------------------------------------- the queue */
 
@@ -165,128 +105,21 @@ static cudaError_t drain(void)
     while (!queue.empty()) {
         op o = queue.front();
         queue.pop_front();
-        if (sticky == cudaSuccess) run(o);
+        if (dcp_cuda_cpu_sticky() == cudaSuccess) run(o);
         else free(o.staged);
-        check_faults();
     }
-    return sticky;
+    return dcp_cuda_cpu_sticky();
 }
 
-static void enqueue(const op &o) { queue.push_back(o); }
+/* In the unified build work runs at once: a framework's CPU tensors (scratch included) live only
+   as long as the call that enqueued work on them. */
+static void enqueue(const op &o)
+{
+    queue.push_back(o);
+    if (UNIFIED_MEMORY) drain();
+}
 
 /* --------------------------------------------------------------------- devices */
-
-cudaError_t cudaGetDeviceCount(int *count)
-{
-    if (!count) return fail(cudaErrorInvalidValue);
-    *count = 1;
-    return cudaSuccess;
-}
-
-cudaError_t cudaGetDevice(int *device)
-{
-    if (!device) return fail(cudaErrorInvalidValue);
-    *device = current_device;
-    return cudaSuccess;
-}
-
-cudaError_t cudaSetDevice(int device)
-{
-    std::lock_guard<std::recursive_mutex> guard(lock);
-    return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
-}
-
-cudaError_t cudaDriverGetVersion(int *version)
-{
-    if (!version) return fail(cudaErrorInvalidValue);
-    *version = CUDART_VERSION;
-    return cudaSuccess;
-}
-
-cudaError_t cudaRuntimeGetVersion(int *version)
-{
-    if (!version) return fail(cudaErrorInvalidValue);
-    *version = CUDART_VERSION;
-    return cudaSuccess;
-}
-
-cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
-{
-    const dcp_cuda_cpu_profile &p = *dcp_cuda_cpu_profile_in_force();
-    std::lock_guard<std::recursive_mutex> guard(lock);
-    if (!prop) return fail(cudaErrorInvalidValue);
-    if (device != 0) return fail(cudaErrorInvalidDevice);
-    memset(prop, 0, sizeof *prop);
-    snprintf(prop->name, sizeof prop->name, "%s", p.device_name);
-    prop->totalGlobalMem = p.global_memory;
-    prop->sharedMemPerBlock = p.shared_per_block;
-    prop->regsPerBlock = p.registers_per_block;
-    prop->warpSize = 32;
-    prop->maxThreadsPerBlock = p.max_threads_per_block;
-    for (int i = 0; i < 3; i++) {
-        prop->maxThreadsDim[i] = p.max_block_dim[i];
-        prop->maxGridSize[i] = p.max_grid_dim[i];
-    }
-    prop->totalConstMem = 64 * 1024;
-    prop->major = p.major;
-    prop->minor = p.minor;
-    prop->multiProcessorCount = p.multiprocessors;
-    prop->l2CacheSize = p.l2_bytes;
-    prop->maxThreadsPerMultiProcessor = p.max_threads_per_multiprocessor;
-    prop->sharedMemPerMultiprocessor = p.shared_per_multiprocessor;
-    prop->regsPerMultiprocessor = p.registers_per_multiprocessor;
-    prop->sharedMemPerBlockOptin = p.shared_per_block_optin;
-    prop->maxBlocksPerMultiProcessor = p.max_blocks_per_multiprocessor;
-    prop->reservedSharedMemPerBlock = p.reserved_shared_per_block;
-    prop->memoryBusWidth = p.memory_bus_bits;
-    prop->unifiedAddressing = 1;
-    prop->concurrentKernels = 1;
-    prop->asyncEngineCount = 2;
-    return cudaSuccess;
-}
-
-cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
-{
-    const dcp_cuda_cpu_profile &p = *dcp_cuda_cpu_profile_in_force();
-    std::lock_guard<std::recursive_mutex> guard(lock);
-    if (!value) return fail(cudaErrorInvalidValue);
-    if (device != 0) return fail(cudaErrorInvalidDevice);
-    switch (attr) {
-    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
-    case cudaDevAttrMultiProcessorCount: *value = p.multiprocessors; break;
-    case cudaDevAttrMaxThreadsPerBlock: *value = p.max_threads_per_block; break;
-    case cudaDevAttrMaxBlockDimX: *value = p.max_block_dim[0]; break;
-    case cudaDevAttrMaxBlockDimY: *value = p.max_block_dim[1]; break;
-    case cudaDevAttrMaxBlockDimZ: *value = p.max_block_dim[2]; break;
-    case cudaDevAttrMaxGridDimX: *value = p.max_grid_dim[0]; break;
-    case cudaDevAttrMaxGridDimY: *value = p.max_grid_dim[1]; break;
-    case cudaDevAttrMaxGridDimZ: *value = p.max_grid_dim[2]; break;
-    case cudaDevAttrWarpSize: *value = 32; break;
-    case cudaDevAttrMaxSharedMemoryPerBlock: *value = (int)p.shared_per_block; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)p.shared_per_block_optin; break;
-    case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
-        *value = (int)p.shared_per_multiprocessor;
-        break;
-    case cudaDevAttrReservedSharedMemoryPerBlock: *value = (int)p.reserved_shared_per_block; break;
-    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = p.max_threads_per_multiprocessor; break;
-    case cudaDevAttrMaxBlocksPerMultiprocessor: *value = p.max_blocks_per_multiprocessor; break;
-    case cudaDevAttrMaxRegistersPerBlock: *value = p.registers_per_block; break;
-    case cudaDevAttrMaxRegistersPerMultiprocessor: *value = p.registers_per_multiprocessor; break;
-    case cudaDevAttrL2CacheSize: *value = p.l2_bytes; break;
-    case cudaDevAttrClockRate: *value = p.clock_khz; break;
-    case cudaDevAttrMemoryClockRate: *value = p.memory_clock_khz; break;
-    case cudaDevAttrGlobalMemoryBusWidth: *value = p.memory_bus_bits; break;
-    case cudaDevAttrUnifiedAddressing: *value = 1; break;
-    case cudaDevAttrConcurrentKernels: *value = 1; break;
-    default:
-        /* unmodelled: say so instead of inventing a value */
-        fprintf(stderr, "dcp cuda-cpu: cudaDeviceGetAttribute: attribute %d is not modelled\n",
-                (int)attr);
-        return fail(cudaErrorInvalidValue);
-    }
-    return cudaSuccess;
-}
 
 cudaError_t cudaDeviceSynchronize(void)
 {
@@ -298,15 +131,7 @@ cudaError_t cudaDeviceReset(void)
 {
     std::lock_guard<std::recursive_mutex> guard(lock);
     drain();
-    sticky = last_error = cudaSuccess;
-    faults_seen = dcp_cuda_cpu_faults();
-    return cudaSuccess;
-}
-
-cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
-{
-    if (least) *least = 0;
-    if (greatest) *greatest = -5;
+    dcp_cuda_cpu_clear_errors();
     return cudaSuccess;
 }
 
@@ -333,7 +158,10 @@ static bool inside(const std::map<uintptr_t, size_t> &of, const void *p, size_t 
     return a >= it->first && a + bytes <= it->first + it->second;
 }
 
-static bool device_range(const void *p, size_t bytes) { return inside(device_allocations, p, bytes); }
+static bool device_range(const void *p, size_t bytes)
+{
+    return (UNIFIED_MEMORY && p) || inside(device_allocations, p, bytes);
+}
 
 cudaError_t cudaMalloc(void **pointer, size_t bytes)
 {
@@ -354,7 +182,8 @@ cudaError_t cudaFree(void *pointer)
     if (!pointer) return cudaSuccess;
     auto it = device_allocations.find((uintptr_t)pointer);
     if (it == device_allocations.end()) return fail(cudaErrorInvalidDevicePointer);
-    if (drain() != cudaSuccess) return fail(sticky); /* cudaFree waits for the device */
+    /* cudaFree waits for the device */
+    if (drain() != cudaSuccess) return fail(dcp_cuda_cpu_sticky());
     device_allocations.erase(it);
     free(pointer);
     return cudaSuccess;
@@ -413,7 +242,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     op o = op();
     o.kind = OP_COPY;
     o.destination = dst, o.source = src, o.bytes = bytes;
-    if (!device_range(src, bytes)) { /* a host source: staged now */
+    if (src && !device_range(src, bytes)) { /* a host source: staged now */
         o.staged = (unsigned char *)malloc(bytes);
         if (!o.staged) return fail(cudaErrorMemoryAllocation);
         memcpy(o.staged, src, bytes);
@@ -427,7 +256,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
     RUNTIME_ENTER();
     const cudaError_t status = check_copy(dst, src, bytes, kind);
     if (status != cudaSuccess) return fail(status);
-    if (drain() != cudaSuccess) return fail(sticky);
+    if (drain() != cudaSuccess) return fail(dcp_cuda_cpu_sticky());
     if (bytes) memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -450,7 +279,7 @@ cudaError_t cudaMemset(void *dst, int value, size_t bytes)
     RUNTIME_ENTER();
     if (bytes == 0) return cudaSuccess;
     if (!device_range(dst, bytes)) return fail(cudaErrorInvalidValue);
-    if (drain() != cudaSuccess) return fail(sticky);
+    if (drain() != cudaSuccess) return fail(dcp_cuda_cpu_sticky());
     memset(dst, value, bytes);
     return cudaSuccess;
 }
@@ -577,34 +406,3 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
     return cudaSuccess;
 }
 
-/* ------------------------------------------------------------ functions (executor) */
-
-cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
-{
-    RUNTIME_ENTER();
-    return fail(dcp_cuda_cpu_func_set_attribute(func, attr, value));
-}
-
-cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
-{
-    RUNTIME_ENTER();
-    return fail(dcp_cuda_cpu_func_get_attributes(attr, func));
-}
-
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const void *func,
-                                                          int block_size, size_t dynamic_shared)
-{
-    RUNTIME_ENTER();
-    return fail(dcp_cuda_cpu_occupancy(blocks, func, block_size, dynamic_shared));
-}
-
-/* No driver: the entry points are not found (the TMA encoder reports that it needs one). */
-cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **function,
-                                             unsigned int version, unsigned long long flags,
-                                             enum cudaDriverEntryPointQueryResult *status)
-{
-    (void)symbol, (void)version, (void)flags;
-    if (function) *function = NULL;
-    if (status) *status = cudaDriverEntryPointSymbolNotFound;
-    return cudaSuccess;
-}

@@ -17,9 +17,21 @@
    As CUDA may do, cudaMemcpyAsync between device and PAGEABLE memory synchronises with the
    stream: it blocks the host until everything before it on the stream is done (a stream that
    never drains blocks it for good: the fake records a hang after a bound). Copies that name
-   the wrong kind of memory are recorded as violations. */
+   the wrong kind of memory are recorded as violations. A NULL stream is the calling rank's
+   legacy default stream, a stream of its own; its implicit order with the device's other
+   blocking streams is modelled only where the synchronous cudaMemcpy and cudaMemset of the
+   execution model's programs wait for them (not for cudaStreamNonBlocking streams). */
 #ifndef FAKE_CUDA_RUNTIME_H
 #define FAKE_CUDA_RUNTIME_H
+
+/* The CPU execution model's multi-rank programs (tests/cuda_cpu, DCP_CUDA_CPU) run dcp_cuda.cu's
+   kernels on these devices: there the types and declarations are the toolkit's, named by path
+   (FAKE_NCCL_CUDA_RUNTIME, from the Makefile), fake_runtime.c implements the streams, events
+   and memory of each rank's device, and tests/cuda_cpu/device.cc the rest (properties,
+   kernel attributes, errors). */
+#ifdef FAKE_NCCL_CUDA_RUNTIME
+#include FAKE_NCCL_CUDA_RUNTIME
+#else
 
 #include <stddef.h>
 
@@ -76,4 +88,5 @@ cudaError_t cudaMemsetAsync(void *destination, int value, size_t bytes, cudaStre
 }
 #endif
 
+#endif /* FAKE_NCCL_CUDA_RUNTIME */
 #endif

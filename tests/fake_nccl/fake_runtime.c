@@ -5,13 +5,21 @@
    block wait on condition variables with a bound past which the wait is recorded as a hang.
    Test-only global state: fake_job_create / fake_job_destroy bracket a job, and what a caller
    got wrong is counted by kind (protocol, host hang, stuck send) for the test to assert on.
-   Included by the test file (one translation unit), after _POSIX_C_SOURCE is defined.
+   Included by the test file (one translation unit), after _POSIX_C_SOURCE is defined. In the
+   CPU execution model's programs (FAKE_NCCL_CUDA_RUNTIME: the toolkit's types) a kernel launch
+   is the model's grid as a host function on these streams (cudaLaunchHostFunc).
 
    Sections: basics (lock, clock, violations) -> devices and their memory -> streams and the op
    queue -> NCCL kernels (parts, mailboxes, collectives) -> communicators (config, shared
    resources, connections, background jobs) -> the CUDA runtime -> the NCCL API -> the test
    interface. */
 #include "nccl.h"
+
+#ifdef FAKE_NCCL_CUDA_RUNTIME /* the toolkit's handle types name these structures */
+#define fake_stream CUstream_st
+#define fake_event CUevent_st
+#include "cuda_cpu.h"
+#endif
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -36,6 +44,10 @@
 #define FAKE_THREAD_STACK_BYTES ((size_t)1 << 20)
 /* Bytes cudaMalloc fills new memory with: every float reads as NaN until written. */
 #define FAKE_POISON 0xFF
+/* cudaMalloc's alignment (the kernels' vector and cp.async accesses rely on it). */
+#define FAKE_MALLOC_ALIGNMENT 256
+/* What cudaMemGetInfo reports as a device's memory. */
+#define FAKE_DEVICE_MEMORY_BYTES ((size_t)80 << 30)
 /* NCCL's config defaults (parseCommConfig). */
 #define FAKE_DEFAULT_BLOCKING 1
 #define FAKE_DEFAULT_CGA_CLUSTER 4
@@ -144,6 +156,7 @@ typedef struct fake_device {
     pthread_t thread;
     pthread_cond_t wake; /* something it may run has changed */
     struct fake_stream *streams;
+    struct fake_stream *legacy; /* the NULL stream, created at its first use */
     fake_block *blocks;
     int running_kernels;
     unsigned long launches;          /* communication kernels launched on it so far */
@@ -193,14 +206,16 @@ static cudaError_t fake_register(void **pointer, size_t bytes, int pinned, const
 {
     fake_device *d = fake_current_device(call);
     fake_block *b;
+    void *base = NULL;
     if (!pointer) return cudaErrorInvalidValue;
     *pointer = NULL;
     if (!d) return cudaErrorInvalidValue;
     b = (fake_block *)malloc(sizeof *b);
-    if (!b || !(b->base = (unsigned char *)malloc(bytes ? bytes : 1))) {
+    if (!b || posix_memalign(&base, FAKE_MALLOC_ALIGNMENT, bytes ? bytes : 1) != 0) {
         free(b);
         return cudaErrorMemoryAllocation;
     }
+    b->base = (unsigned char *)base;
     memset(b->base, FAKE_POISON, bytes);
     b->bytes = bytes, b->pinned = pinned;
     pthread_mutex_lock(&fake_lock);
@@ -297,6 +312,7 @@ typedef struct fake_op {
 
 struct fake_stream {
     fake_device *device;
+    unsigned flags; /* cudaStreamNonBlocking: no implicit order with the legacy stream */
     fake_op *head, *tail;
     cudaError_t error;
     int busy;      /* a host function of it runs, the lock released */
@@ -307,6 +323,7 @@ struct fake_stream {
 struct fake_event {
     fake_device *device;
     unsigned long recorded, completed;
+    double completed_ms; /* host time when its last record ran */
     struct fake_event *next_dead;
 };
 static struct fake_event *fake_dead_events;
@@ -341,11 +358,31 @@ static void fake_append(cudaStream_t stream, fake_op *op)
     fake_wake(stream->device);
 }
 
+/* The stream a call names: NULL is the legacy stream of the calling thread's device (NULL
+   when the thread is bound to no rank). */
+static cudaStream_t fake_stream_or_legacy(cudaStream_t stream, const char *call)
+{
+    fake_device *d;
+    if (stream) return stream;
+    d = fake_current_device(call);
+    if (!d) return NULL;
+    pthread_mutex_lock(&fake_lock);
+    if (!d->legacy) {
+        d->legacy = (cudaStream_t)calloc(1, sizeof *d->legacy);
+        d->legacy->device = d;
+        d->legacy->next_of_device = d->streams;
+        d->streams = d->legacy;
+    }
+    pthread_mutex_unlock(&fake_lock);
+    return d->legacy;
+}
+
 static cudaError_t fake_push(cudaStream_t stream, fake_op *op)
 {
+    stream = fake_stream_or_legacy(stream, "a launch");
     if (!stream) {
         fake_op_free(op);
-        return cudaErrorInvalidValue; /* the layer never uses the legacy stream */
+        return cudaErrorInvalidValue;
     }
     pthread_mutex_lock(&fake_lock);
     fake_append(stream, op);
@@ -387,6 +424,7 @@ enum { FAKE_LINK_SEND = 1, FAKE_LINK_RECV = 2, FAKE_LINKED = 3 };
 
 typedef struct fake_group {
     struct fake_group *next_of_job;
+    unsigned long init_id; /* joined by ncclCommInitRankConfig with this id; 0: not */
     int size;
     ncclComm_t *members;                         /* [rank], once each exists */
     fake_message **mailbox_head, **mailbox_tail; /* [from * size + to] */
@@ -436,6 +474,8 @@ static size_t fake_type_size(ncclDataType_t type)
     case ncclUint32: return 4;
     case ncclInt64:
     case ncclUint64: return 8;
+    case ncclFloat32: return sizeof(float);
+    case ncclFloat64: return sizeof(double);
     }
     return 0;
 }
@@ -445,7 +485,42 @@ static int fake_reduce_pick(ncclRedOp_t op, int greater)
     return op == ncclMax ? greater : !greater;
 }
 
-/* out[i] = op over ranks of element i (sum, max or min; integer types). */
+/* One element of a floating-point reduction (sum, max or min) as double. */
+static double fake_float_at(const unsigned char *p, ncclDataType_t type)
+{
+    float f;
+    double x;
+    if (type == ncclFloat64) {
+        memcpy(&x, p, sizeof x);
+        return x;
+    }
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+static void fake_reduce_float(const fake_collective *c, int size, ncclDataType_t type,
+                              ncclRedOp_t op, size_t count, unsigned char *out)
+{
+    const size_t width = fake_type_size(type);
+    size_t i;
+    int r;
+    for (i = 0; i < count; i++) {
+        double acc = fake_float_at(c->data[0] + width * i, type);
+        for (r = 1; r < size; r++) {
+            const double x = fake_float_at(c->data[r] + width * i, type);
+            if (op == ncclSum) acc += x;
+            else if (fake_reduce_pick(op, x > acc)) acc = x;
+        }
+        if (type == ncclFloat64) {
+            memcpy(out + width * i, &acc, width);
+        } else {
+            const float f = (float)acc;
+            memcpy(out + width * i, &f, width);
+        }
+    }
+}
+
+/* out[i] = op over ranks of element i (sum, max or min). */
 static void fake_reduce(const fake_collective *c, int size, ncclDataType_t type, ncclRedOp_t op,
                         size_t count, unsigned char *out)
 {
@@ -453,6 +528,10 @@ static void fake_reduce(const fake_collective *c, int size, ncclDataType_t type,
     const int is_signed = type == ncclInt8 || type == ncclInt32 || type == ncclInt64;
     size_t i;
     int r;
+    if (type == ncclFloat32 || type == ncclFloat64) {
+        fake_reduce_float(c, size, type, op, count, out);
+        return;
+    }
     for (i = 0; i < count; i++) {
         uint64_t acc = 0, x = 0;
         for (r = 0; r < size; r++) {
@@ -656,7 +735,9 @@ static int fake_op_step(fake_device *d, cudaStream_t s, fake_op *op, int *progre
     switch (op->kind) {
     case FAKE_OP_COPY: memmove(op->destination, op->source, op->bytes); return 1;
     case FAKE_OP_SET: memset(op->destination, op->value, op->bytes); return 1;
-    case FAKE_OP_RECORD: op->event->completed = op->target; return 1;
+    case FAKE_OP_RECORD:
+        op->event->completed = op->target, op->event->completed_ms = fake_now_ms();
+        return 1;
     case FAKE_OP_WAIT: return op->event->completed >= op->target;
     case FAKE_OP_KERNEL: return fake_kernel_step(d, op, progressed);
     case FAKE_OP_HOST: {
@@ -668,7 +749,7 @@ static int fake_op_step(fake_device *d, cudaStream_t s, fake_op *op, int *progre
         s->busy = 0;
         if (failed) {
             s->error = cudaErrorLaunchFailure;
-            fake_violation(FAKE_PROTOCOL, "rank %d: a kernel stand-in failed", d->rank);
+            fake_violation(FAKE_PROTOCOL, "rank %d: a kernel (stand-in or grid) failed", d->rank);
         }
         return 1;
     }
@@ -1086,6 +1167,7 @@ static int fake_stream_free(const void *arg) { return !((const struct fake_strea
 
 /* ------------------------------------------------------------------------- CUDA runtime */
 
+#ifndef FAKE_NCCL_CUDA_RUNTIME /* else tests/cuda_cpu/device.cc's */
 const char *cudaGetErrorString(cudaError_t error)
 {
     switch (error) {
@@ -1103,13 +1185,14 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
     *least = 0, *greatest = -5;
     return cudaSuccess;
 }
+#endif
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flags, int priority)
 {
     fake_device *d = fake_current_device("cudaStreamCreate");
-    (void)flags, (void)priority;
+    (void)priority;
     if (!stream || !d) return cudaErrorInvalidValue;
     *stream = (cudaStream_t)calloc(1, sizeof **stream);
-    (*stream)->device = d;
+    (*stream)->device = d, (*stream)->flags = flags;
     pthread_mutex_lock(&fake_lock);
     (*stream)->next_of_device = d->streams;
     d->streams = *stream;
@@ -1146,6 +1229,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
     cudaError_t error;
     int idle;
+    stream = fake_stream_or_legacy(stream, "cudaStreamQuery");
     if (!stream) return cudaErrorInvalidValue;
     pthread_mutex_lock(&fake_lock);
     idle = stream->head == NULL, error = stream->error;
@@ -1161,6 +1245,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     cudaError_t error;
     int r;
+    stream = fake_stream_or_legacy(stream, "cudaStreamSynchronize");
     if (!stream) return cudaErrorInvalidValue;
     pthread_mutex_lock(&fake_lock);
     r = fake_block_host(fake_stream_idle, stream, stream->device->rank, "cudaStreamSynchronize");
@@ -1172,6 +1257,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 {
     fake_op *op;
     (void)flags;
+    stream = fake_stream_or_legacy(stream, "cudaStreamWaitEvent");
     if (!event || !stream) return cudaErrorInvalidValue;
     op = fake_op_new(FAKE_OP_WAIT);
     pthread_mutex_lock(&fake_lock);
@@ -1202,6 +1288,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
     fake_op *op;
+    stream = fake_stream_or_legacy(stream, "cudaEventRecord");
     if (!event || !stream) return cudaErrorInvalidValue;
     if (event->device != stream->device) {
         fake_violation(FAKE_PROTOCOL, "an event recorded on another device's stream");
@@ -1258,6 +1345,7 @@ cudaError_t cudaMemcpyAsync(void *destination, const void *source, size_t bytes,
 {
     fake_memory from, to;
     fake_op *op;
+    stream = fake_stream_or_legacy(stream, "cudaMemcpyAsync");
     if (!stream || (bytes > 0 && (!destination || !source))) return cudaErrorInvalidValue;
     if (bytes == 0) return cudaSuccess;
     pthread_mutex_lock(&fake_lock);
@@ -1287,6 +1375,7 @@ cudaError_t cudaMemcpyAsync(void *destination, const void *source, size_t bytes,
 cudaError_t cudaMemsetAsync(void *destination, int value, size_t bytes, cudaStream_t stream)
 {
     fake_op *op;
+    stream = fake_stream_or_legacy(stream, "cudaMemsetAsync");
     if (!stream) return cudaErrorInvalidValue;
     if (bytes == 0) return cudaSuccess;
     pthread_mutex_lock(&fake_lock);
@@ -1302,6 +1391,147 @@ cudaError_t cudaMemsetAsync(void *destination, int value, size_t bytes, cudaStre
     pthread_mutex_unlock(&fake_lock);
     return cudaSuccess;
 }
+
+#ifdef FAKE_NCCL_CUDA_RUNTIME
+/* The rest of the runtime the model's programs use on these devices. */
+
+/* Whether a synchronous call waits for stream s: cudaDeviceSynchronize for all, the legacy
+   stream's calls not for cudaStreamNonBlocking streams. */
+static int fake_waits_for(const struct fake_stream *s, int legacy)
+{
+    return !legacy || !(s->flags & cudaStreamNonBlocking);
+}
+
+static int fake_streams_idle(const fake_device *d, int legacy)
+{
+    const struct fake_stream *s;
+    for (s = d->streams; s; s = s->next_of_device)
+        if (fake_waits_for(s, legacy) && (s->head || s->busy)) return 0;
+    return 1;
+}
+static int fake_device_idle(const void *arg)
+{
+    return fake_streams_idle((const fake_device *)arg, 0);
+}
+static int fake_legacy_idle(const void *arg)
+{
+    return fake_streams_idle((const fake_device *)arg, 1);
+}
+
+/* Blocks until the streams a synchronous call waits for are done; the first error of those
+   streams, or of a hang. */
+static cudaError_t fake_device_wait(int legacy, const char *call)
+{
+    fake_device *d = fake_current_device(call);
+    const struct fake_stream *s;
+    cudaError_t error = cudaSuccess;
+    if (!d) return cudaErrorInvalidValue;
+    pthread_mutex_lock(&fake_lock);
+    if (fake_block_host(legacy ? fake_legacy_idle : fake_device_idle, d, d->rank, call) <= 0)
+        error = cudaErrorUnknown;
+    for (s = d->streams; s && error == cudaSuccess; s = s->next_of_device)
+        if (fake_waits_for(s, legacy)) error = s->error;
+    pthread_mutex_unlock(&fake_lock);
+    return error;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    return fake_device_wait(0, "cudaDeviceSynchronize");
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *stream)
+{
+    return cudaStreamCreateWithPriority(stream, 0, 0);
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
+
+static int fake_event_passed(const void *arg)
+{
+    const struct fake_event *e = (const struct fake_event *)arg;
+    return e->completed >= e->recorded;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+    int r;
+    if (!event) return cudaErrorInvalidValue;
+    pthread_mutex_lock(&fake_lock);
+    r = fake_block_host(fake_event_passed, event, event->device->rank, "cudaEventSynchronize");
+    pthread_mutex_unlock(&fake_lock);
+    return r > 0 ? cudaSuccess : cudaErrorUnknown;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+    cudaError_t error = cudaSuccess;
+    if (!ms || !start || !end) return cudaErrorInvalidValue;
+    pthread_mutex_lock(&fake_lock);
+    if (!start->recorded || !end->recorded || !fake_event_passed(start) || !fake_event_passed(end))
+        error = cudaErrorNotReady;
+    else
+        *ms = (float)(end->completed_ms - start->completed_ms);
+    pthread_mutex_unlock(&fake_lock);
+    return error;
+}
+
+/* The synchronous copy and set: on the legacy stream, the host waiting before and after. */
+cudaError_t cudaMemcpy(void *destination, const void *source, size_t bytes, cudaMemcpyKind kind)
+{
+    cudaError_t error = fake_device_wait(1, "cudaMemcpy");
+    if (error == cudaSuccess) error = cudaMemcpyAsync(destination, source, bytes, kind, NULL);
+    return error == cudaSuccess ? fake_device_wait(1, "cudaMemcpy") : error;
+}
+
+cudaError_t cudaMemset(void *destination, int value, size_t bytes)
+{
+    cudaError_t error = fake_device_wait(1, "cudaMemset");
+    if (error == cudaSuccess) error = cudaMemsetAsync(destination, value, bytes, NULL);
+    return error == cudaSuccess ? fake_device_wait(1, "cudaMemset") : error;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    fake_device *d = fake_current_device("cudaMemGetInfo");
+    const fake_block *b;
+    size_t used = 0;
+    if (!d) return cudaErrorInvalidValue;
+    pthread_mutex_lock(&fake_lock);
+    for (b = d->blocks; b; b = b->next)
+        if (!b->pinned) used += b->bytes;
+    pthread_mutex_unlock(&fake_lock);
+    if (free_bytes)
+        *free_bytes = used < FAKE_DEVICE_MEMORY_BYTES ? FAKE_DEVICE_MEMORY_BYTES - used : 0;
+    if (total) *total = FAKE_DEVICE_MEMORY_BYTES;
+    return cudaSuccess;
+}
+
+/* A kernel launch of the execution model: its grid, run by the device thread at its turn. A
+   device fault while it ran (a checker report, a trap) is the stream's sticky error. */
+typedef struct fake_host_call {
+    cudaHostFn_t fn;
+    void *data;
+} fake_host_call;
+
+static int fake_run_host_call(void *arg)
+{
+    const fake_host_call *call = (const fake_host_call *)arg;
+    const uint64_t faults = dcp_cuda_cpu_faults();
+    call->fn(call->data);
+    return dcp_cuda_cpu_faults() != faults;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *data)
+{
+    fake_host_call *call;
+    if (!fn) return cudaErrorInvalidValue;
+    call = (fake_host_call *)malloc(sizeof *call);
+    if (!call) return cudaErrorMemoryAllocation;
+    call->fn = fn, call->data = data;
+    return fake_enqueue_host(stream, fake_run_host_call, call);
+}
+#endif /* FAKE_NCCL_CUDA_RUNTIME */
 
 /* ----------------------------------------------------------------------------------- NCCL */
 
@@ -1481,6 +1711,11 @@ static ncclResult_t fake_call(fake_part *part, ncclComm_t comm, cudaStream_t str
                               const char *call)
 {
     int ok;
+    stream = fake_stream_or_legacy(stream, call);
+    if (!stream) {
+        free(part);
+        return ncclInvalidArgument;
+    }
     pthread_mutex_lock(&fake_lock);
     ok = fake_comm_ready(comm, call);
     if (ok && comm->finalized) {
@@ -1516,7 +1751,7 @@ static ncclResult_t fake_point_to_point(fake_part_kind kind, void *data, size_t 
                                         cudaStream_t stream, const char *call)
 {
     fake_part *p;
-    if (!comm || !stream || peer < 0 || peer >= comm->group->size || !fake_type_size(type))
+    if (!comm || peer < 0 || peer >= comm->group->size || !fake_type_size(type))
         return ncclInvalidArgument;
     p = (fake_part *)calloc(1, sizeof *p);
     p->kind = kind, p->peer = peer, p->bytes = count * fake_type_size(type);
@@ -1540,7 +1775,7 @@ static ncclResult_t fake_collective_call(fake_part_kind kind, const void *send, 
                                          cudaStream_t stream, const char *call)
 {
     fake_part *p;
-    if (!comm || !stream || !fake_type_size(type) || root < 0 || root >= comm->group->size)
+    if (!comm || !fake_type_size(type) || root < 0 || root >= comm->group->size)
         return ncclInvalidArgument;
     p = (fake_part *)calloc(1, sizeof *p);
     p->kind = kind, p->source = send, p->destination = receive, p->count = count;
@@ -1659,31 +1894,124 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
     return alive ? ncclSuccess : ncclInvalidArgument;
 }
 
+/* Communicators made the way programs make them, on the devices of fake_devices_create. */
+static unsigned long fake_ids_issued;
+
+static int fake_group_complete(const void *arg)
+{
+    const fake_group *g = (const fake_group *)arg;
+    int r;
+    for (r = 0; r < g->size; r++)
+        if (!g->members[r]) return 0;
+    return 1;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    if (!id) return ncclInvalidArgument;
+    memset(id, 0, sizeof *id);
+    pthread_mutex_lock(&fake_lock);
+    snprintf(id->internal, sizeof id->internal, "fake-nccl %lu", ++fake_ids_issued);
+    pthread_mutex_unlock(&fake_lock);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config)
+{
+    fake_device *d = fake_current_device("ncclCommInitRankConfig");
+    unsigned long serial = 0;
+    ncclConfig_t resolved;
+    fake_group *g;
+    if (!comm || !d) return ncclInvalidArgument;
+    *comm = NULL;
+    if (sscanf(id.internal, "fake-nccl %lu", &serial) != 1 || nranks < 1 || rank < 0 ||
+        rank >= nranks || fake_config_resolve(config, &resolved) != ncclSuccess) {
+        fake_violation(FAKE_PROTOCOL, "ncclCommInitRankConfig: rank %d of %d, id \"%.32s\"",
+                       rank, nranks, id.internal);
+        return ncclInvalidArgument;
+    }
+    pthread_mutex_lock(&fake_lock);
+    for (g = fake_groups; g && g->init_id != serial; g = g->next_of_job) {
+    }
+    if (!g) {
+        g = fake_group_new(nranks);
+        g->init_id = serial;
+    }
+    if (g->size != nranks || g->members[rank]) {
+        pthread_mutex_unlock(&fake_lock);
+        fake_violation(FAKE_PROTOCOL, "ncclCommInitRankConfig: rank %d of %d joins a job of %d "
+                       "that has it already or differs in size", rank, nranks, g->size);
+        return ncclInvalidArgument;
+    }
+    *comm = fake_comm_new(g, rank, d, &resolved, NULL);
+    /* as NCCL, until every rank has joined (non-blocking ones too: their call then returns
+       ncclSuccess, which NCCL allows) */
+    if (fake_block_host(fake_group_complete, g, rank, "ncclCommInitRankConfig") <= 0) {
+        pthread_mutex_unlock(&fake_lock);
+        return ncclSystemError;
+    }
+    pthread_mutex_unlock(&fake_lock);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
+{
+    ncclConfig_t resolved;
+    fake_group *g;
+    int r;
+    if (!comms || ndev < 1 || ndev > fake_device_count) return ncclInvalidArgument;
+    for (r = 0; r < ndev; r++)
+        if (devlist && (devlist[r] < 0 || devlist[r] >= fake_device_count))
+            return ncclInvalidArgument;
+    (void)fake_config_resolve(NULL, &resolved);
+    pthread_mutex_lock(&fake_lock);
+    g = fake_group_new(ndev);
+    for (r = 0; r < ndev; r++)
+        comms[r] = fake_comm_new(g, r, &fake_devices[devlist ? devlist[r] : r], &resolved, NULL);
+    pthread_mutex_unlock(&fake_lock);
+    return ncclSuccess;
+}
+
 /* ----------------------------------------------------------------------- test interface */
 
 /* The calling thread is rank `rank` of the job: its CUDA calls use that rank's device. */
 static void fake_bind_rank(int rank) { fake_thread_device = &fake_devices[rank]; }
 
-/* A job of `ranks` ranks: their devices (threads started) and one pool communicator per rank
-   (comms[r]) with config (NULL: NCCL's defaults), before the rank threads start. */
-static void fake_job_create(int ranks, const ncclConfig_t *config, ncclComm_t *comms)
+/* A job's devices, one per rank (threads started); its communicators come from
+   ncclCommInitRankConfig / ncclCommInitAll, or from fake_job_create. */
+/* Forgets the violations recorded so far (a test that provoked one on purpose). */
+static void fake_violations_clear(void)
 {
-    ncclConfig_t resolved;
-    fake_group *g;
-    int r;
     memset(fake_violation_counts, 0, sizeof fake_violation_counts);
     fake_violation_text[0] = '\0';
+}
+
+static void fake_devices_create(int ranks)
+{
+    int r;
+    fake_violations_clear();
     fake_stopping = 0;
-    if (fake_config_resolve(config, &resolved) != ncclSuccess) {
-        fprintf(stderr, "fake_job_create: invalid config\n");
-        exit(1);
-    }
     fake_devices = (fake_device *)calloc((size_t)ranks, sizeof(fake_device));
     fake_device_count = ranks;
     for (r = 0; r < ranks; r++) {
         fake_devices[r].rank = r;
         pthread_cond_init(&fake_devices[r].wake, NULL);
         fake_start_thread(&fake_devices[r].thread, fake_device_main, &fake_devices[r], 0);
+    }
+}
+
+/* A job of `ranks` ranks: their devices and one pool communicator per rank (comms[r]) with
+   config (NULL: NCCL's defaults), before the rank threads start. */
+static void fake_job_create(int ranks, const ncclConfig_t *config, ncclComm_t *comms)
+{
+    ncclConfig_t resolved;
+    fake_group *g;
+    int r;
+    fake_devices_create(ranks);
+    if (fake_config_resolve(config, &resolved) != ncclSuccess) {
+        fprintf(stderr, "fake_job_create: invalid config\n");
+        exit(1);
     }
     g = fake_group_new(ranks);
     for (r = 0; r < ranks; r++) comms[r] = fake_comm_new(g, r, &fake_devices[r], &resolved, NULL);
@@ -1852,3 +2180,53 @@ static int fake_fault_hook(const char *call)
     if (fake_group_depth > 0) fake_group_failed = 1;
     return 1;
 }
+
+#ifdef FAKE_NCCL_CUDA_RUNTIME
+/* Programs whose ranks make their own communicators (ncclCommInitRankConfig) run as threads:
+   fake_run_ranks creates the job's devices, runs rank_main(rank, ranks, user) on a thread per
+   rank bound to its device, and destroys the job. It returns the number of ranks whose
+   rank_main returned nonzero, plus one when the transport recorded a violation (printed). */
+typedef int (*fake_rank_main)(int rank, int ranks, void *user);
+typedef struct fake_rank_start {
+    pthread_t thread;
+    int rank, ranks, status;
+    fake_rank_main main_fn;
+    void *user;
+} fake_rank_start;
+
+static void *fake_rank_thread(void *arg)
+{
+    fake_rank_start *start = (fake_rank_start *)arg;
+    fake_bind_rank(start->rank);
+    start->status = start->main_fn(start->rank, start->ranks, start->user);
+    return NULL;
+}
+
+static int fake_run_ranks(int ranks, fake_rank_main main_fn, void *user)
+{
+    fake_rank_start *starts = (fake_rank_start *)calloc((size_t)ranks, sizeof *starts);
+    const char *text = "";
+    int r, failed = 0;
+    fake_devices_create(ranks);
+    for (r = 0; r < ranks; r++) {
+        starts[r].rank = r, starts[r].ranks = ranks, starts[r].main_fn = main_fn;
+        starts[r].user = user;
+        if (pthread_create(&starts[r].thread, NULL, fake_rank_thread, &starts[r]) != 0) {
+            fprintf(stderr, "fake_run_ranks: cannot start rank thread %d\n", r);
+            exit(1);
+        }
+    }
+    for (r = 0; r < ranks; r++) {
+        pthread_join(starts[r].thread, NULL);
+        failed += starts[r].status != 0;
+    }
+    if (fake_violations(&text)) {
+        fprintf(stderr, "host transport: %d violations, the first: %s\n", fake_violations(&text),
+                text);
+        failed++;
+    }
+    fake_job_destroy();
+    free(starts);
+    return failed;
+}
+#endif

@@ -75,12 +75,22 @@ typedef enum {
     ncclInt32 = 2,
     ncclUint32 = 3,
     ncclInt64 = 4,
-    ncclUint64 = 5
+    ncclUint64 = 5,
+    ncclFloat32 = 7,
+    ncclFloat = 7,
+    ncclFloat64 = 8,
+    ncclDouble = 8
 } ncclDataType_t;
 
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3 } ncclRedOp_t;
 
 typedef struct fake_comm *ncclComm_t;
+
+/* Names a job of simulated ranks that ncclCommInitRankConfig joins (the transport's serial). */
+#define NCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+    char internal[NCCL_UNIQUE_ID_BYTES];
+} ncclUniqueId;
 
 /* NCCL's config, the fields dcp_nccl.h and its tests use, in NCCL's order. */
 typedef struct ncclConfig_v22700 {
@@ -99,6 +109,13 @@ typedef struct ncclConfig_v22700 {
      NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT}
 
 const char *ncclGetErrorString(ncclResult_t result);
+/* Communicators on devices that exist (fake_devices_create): the rank of the calling thread's
+   device, or devlist's devices. ncclCommInitRankConfig returns when every rank of the id has
+   joined; peers connect lazily, at their first use (as every communicator here). */
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config);
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
 const char *ncclGetLastError(ncclComm_t comm);
 ncclResult_t ncclGetVersion(int *version);
 ncclResult_t ncclCommCount(ncclComm_t comm, int *count);
