@@ -27,6 +27,7 @@ code relies on (:func:`check_sample_id_groups`) and the step-time model of Megat
 (:func:`execute`) are plain Python, so the tests run them without torch.
 """
 import hashlib
+import itertools
 import operator
 import re
 from dataclasses import dataclass
@@ -239,8 +240,8 @@ class TokenCounts:
 
 
 def _add_shares(shares: List[int], first: int, cp: int, length: int) -> None:
-    """Adds, as differences (shares[i] - shares[i - 1] is rank first + i's count), the valid
-    tokens each rank of an aligned group of cp computes of a sub-sample: what
+    """Adds to the difference array shares (rank r's count is the sum of shares[0..r]) the
+    valid tokens each rank of an aligned group of cp computes of a sub-sample: what
     local_valid_tokens gives rank by rank, in O(1): chunks below `full` hold `chunk` tokens,
     chunk `full` holds the rest, and rank r holds chunks r and 2 cp - 1 - r."""
     def add(begin: int, end: int, tokens: int) -> None:  # ranks first + [begin, end)
@@ -270,11 +271,7 @@ def plan_token_counts(plan: Plan, sync_ranks: int, lengths: Sequence[int]) -> To
             for g in groups_k:
                 for p in g.samples:
                     _add_shares(shares, g.first_rank, g.cp, lengths[p])
-        running, row = 0, []
-        for r in range(plan.ranks):
-            running += shares[r]
-            row.append(running)
-        counts.append(tuple(row))
+        counts.append(tuple(itertools.accumulate(shares[:-1])))
     return TokenCounts(sum(lengths), tuple(counts))
 
 
