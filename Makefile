@@ -39,6 +39,8 @@ CPU_TESTS := test_core test_lengths test_planner test_thd test_reference test_co
              test_helpers test_tolerance
 # cost calibration: the fit and the calibration benches' host side (bench/*.h)
 CPU_TESTS += test_calibrate
+# CP sizes as a set (cp_sizes: Megatron's communicators) and every rank busy (cover_ranks)
+CPU_TESTS += test_cp_sizes
 # dcp.h's switches in all four combinations, each as C99 and as C++ (tests/test_switches.c).
 SWITCH_BUILDS := all no-reference no-distributed planner-only
 CPU_HEADER_CHECKS := $(BUILD)/header-c99 $(BUILD)/header-cxx \
@@ -357,6 +359,16 @@ SEEDED_TESTS += $(BUILD)/test_plan_guarantee
 all: $(GUARANTEE_TESTS)
 test-seeds: $(BUILD)/test_plan_guarantee
 $(GUARANTEE_TESTS) $(BUILD)/plan_bench: bench/length_shapes.h
+
+# ---- plans byte for byte ----------------------------------------------------------------------
+# tests/test_plan_golden.c: the plans of a fixed set of workloads against tests/plan_golden.txt
+# (a planner change that changes a plan fails; one meant to rewrites the file with
+# `build/test_plan_golden --write tests/plan_golden.txt`). Plain build only: it checks plans,
+# which the sanitizers do not change.
+GOLDEN_TEST := $(BUILD)/test_plan_golden
+TEST_PROGRAMS += $(GOLDEN_TEST)
+all: $(GOLDEN_TEST)
+$(GOLDEN_TEST): bench/length_shapes.h
 
 # ---- dcp_nccl.h against NCCL's real semantics: the strict host transport (issue 31) ---------
 # tests/fake_nccl behaves as NCCL 2.27.7 in test_nccl_host and its -san / -cxx builds above.

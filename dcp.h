@@ -6,8 +6,10 @@
    hundreds of thousands. Static context parallelism (CP) runs every sequence on the same
    number of GPUs, so short sequences pay ring communication for nothing and packed
    microbatches are unbalanced because attention cost grows with L^2. dcp.h decides, for one
-   global batch, which sample runs on how many ranks (its CP size c, a power of two) and in
-   which microbatch, so that the D ranks of the DP x CP pool finish the step together. It then
+   global batch, which sample runs on how many ranks (its CP size c) and in which microbatch,
+   so that the D ranks of the DP x CP pool finish the step together (c is a power of two by
+   default; dcp_config.cp_sizes also offers Megatron-Core's sizes, with a group of all D ranks
+   on a pool that is not a power of two). It then
    gives each rank its THD packing metadata. The library computes plans; the caller moves data.
 
    QUICK START
@@ -80,6 +82,9 @@
        dcp_config_init()                          an all-default config (C and C++ alike)
        dcp_config_resolve(config, out, err)       fill defaults, validate; no allocation
        dcp_padded_length(config, L, c, out, err)  storage length of a sample at CP size c
+       dcp_cp_size_allowed(config, c)             c is a CP size of the config (cp_sizes:
+       dcp_cp_size_next(config, c) / dcp_cp_sizes_name  powers of two, or Megatron's sizes
+                                                  with a group of the whole pool)
        dcp_cp_size_min(config, L, out, err)       smallest CP size whose padded share fits M
        dcp_cost_sample_seconds(cost, L, P, c)     per-rank compute time (a L^2 + b P) / c
        dcp_cost_ring_seconds(cost, c)             ring overhead of one group for one microbatch
@@ -404,6 +409,18 @@ typedef enum dcp_ring_charge {
                                (Megatron-Core 0.16's hybrid CP; libdcp.megatron sets it) */
 } dcp_ring_charge;
 
+/* Which CP sizes the planner may give a group (dcp_config.cp_sizes). A group of size c is
+   always the contiguous ranks [first_rank, first_rank + c) with first_rank a multiple of c. */
+typedef enum dcp_cp_sizes {
+    DCP_CP_SIZES_POW2 = 0,    /* powers of two in [min_cp, max_cp] (the default) */
+    DCP_CP_SIZES_MEGATRON = 1 /* the sizes Megatron-Core builds hybrid-CP communicators for
+                                 on a DP x CP group of D ranks
+                                 (parallel_state.create_hybrid_dp_cp_groups): 2^i for
+                                 i < floor(log2 D), and D itself (the whole group), so a pool
+                                 that is not a power of two can put a sample on all its ranks;
+                                 within [min_cp, max_cp] */
+} dcp_cp_sizes;
+
 typedef enum dcp_strategy {
     DCP_STRATEGY_DYNAMIC = 0, /* our planner: global view, minimises the simulated step */
     DCP_STRATEGY_STATIC = 1,  /* baseline: one CP size for all, THD packing per DP replica */
@@ -422,8 +439,10 @@ typedef struct dcp_config {
                                     expert-parallel size: MoE layers within EP blocks. A power of
                                     two dividing ranks, or ranks itself; default (0) ranks. The
                                     planner minimises the step time under this E. */
-    int32_t min_cp;              /* power of two; default 1 */
-    int32_t max_cp;              /* power of two <= ranks; default the largest such */
+    int32_t min_cp;              /* smallest CP size, one of cp_sizes' sizes; default 1 */
+    int32_t max_cp;              /* largest CP size, one of cp_sizes' sizes <= ranks; default
+                                    the largest such (POW2: the largest power of two <= ranks;
+                                    MEGATRON: ranks) */
     int32_t microbatch_multiple; /* microbatch count is a multiple of this (VPP); default 1 */
     int32_t pad_multiple_cp1;    /* padding multiple of a sample at c = 1; default 1 */
     int32_t pad_multiple;        /* every padded length is also a multiple of this (for
@@ -436,6 +455,12 @@ typedef struct dcp_config {
                                     DCP_DEFAULT_IMPROVE_MOVES_BASE), negative = none; under
                                     E > 1 it bounds the unloading phases too (64 block
                                     positions or samples examined per move) */
+    dcp_cp_sizes cp_sizes;       /* the CP sizes a group may have; default DCP_CP_SIZES_POW2 */
+    int32_t cover_ranks;         /* 1: every rank holds at least one sample somewhere in the
+                                    plan (Megatron's hybrid schedule runs a sub-sample on every
+                                    rank); samples are widened or moved onto idle ranks, and a
+                                    batch no plan can cover is DCP_ERROR_INFEASIBLE. 0 (the
+                                    default): ranks may stay idle for the whole batch */
     dcp_allocator allocator;     /* zero: DCP_MALLOC / DCP_FREE */
 } dcp_config;
 
@@ -453,8 +478,15 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
 /* Padded (storage) length: L rounded up to lcm(c > 1 ? 2c : pad_multiple_cp1, pad_multiple). */
 DCPDEF dcp_status dcp_padded_length(const dcp_config *config, int64_t length, int32_t cp,
                                     int64_t *padded, dcp_error *error);
-/* Smallest power of two c >= min_cp with padded(L, c)/c <= M; DCP_ERROR_INFEASIBLE when
-   even max_cp does not fit. */
+/* 1 when cp is a CP size of the resolved config (one of cp_sizes' sizes in [min_cp, max_cp]),
+   else 0. Thread-safe, no allocation. */
+DCPDEF int dcp_cp_size_allowed(const dcp_config *resolved, int32_t cp);
+/* The next larger CP size of the resolved config after cp (0 when none): `for (c = min_cp; c;
+   c = dcp_cp_size_next(&config, c))` visits every allowed size in increasing order. */
+DCPDEF int32_t dcp_cp_size_next(const dcp_config *resolved, int32_t cp);
+DCPDEF const char *dcp_cp_sizes_name(dcp_cp_sizes sizes); /* "pow2", "megatron"; "unknown" */
+/* Smallest allowed CP size c (dcp_cp_size_allowed) with padded(L, c)/c <= M;
+   DCP_ERROR_INFEASIBLE when even max_cp does not fit. */
 DCPDEF dcp_status dcp_cp_size_min(const dcp_config *config, int64_t length, int32_t *cp,
                                   dcp_error *error);
 DCPDEF double dcp_cost_sample_seconds(const dcp_cost_model *cost, int64_t length,
@@ -575,7 +607,7 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
 
 typedef struct dcp_group {
     int32_t first_rank;    /* pool rank of member 0; a multiple of cp */
-    int32_t cp;            /* ranks of the group, a power of two <= config.max_cp */
+    int32_t cp;            /* ranks of the group, a CP size of config (dcp_cp_size_allowed) */
     int32_t sample_offset; /* its samples are group_samples[sample_offset ..] */
     int32_t sample_count;  /* ... + sample_count), >= 1, in buffer order */
 } dcp_group;
@@ -609,7 +641,9 @@ typedef struct dcp_plan_stats {
     int32_t num_microbatches;   /* the plan's K */
     int32_t num_groups;         /* the plan's groups */
     int32_t idle_rank_microbatches; /* (rank, microbatch) pairs with no group */
-    int32_t samples_per_cp_level[DCP_CP_LEVELS]; /* samples at CP size 2^i, index i */
+    int32_t samples_per_cp_level[DCP_CP_LEVELS]; /* samples at CP size c with floor(log2 c)
+                                                    = i, index i (c = 2^i but for a group of
+                                                    the whole pool, cp_sizes MEGATRON) */
     int64_t valid_tokens;       /* sum of the sample lengths */
     int64_t padded_tokens;      /* sum of the padded lengths at each sample's CP size */
     int64_t max_rank_tokens;    /* largest padded local token count of a rank in a microbatch */
@@ -920,8 +954,9 @@ DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute);
    little-endian fixed-width integers: magic, version, total size, explicit counts, the arrays,
    and a 64-bit FNV-1a checksum of everything before it. The deserializer checks every byte and
    every invariant and names what is wrong; it never looks for sentinel values. */
-#define DCP_FORMAT_VERSION 3 /* 2: the config carries sync_ranks; 3: and ring_charge, and an idle
-                                 rank view has cp 0, first_rank and rank_in_group DCP_NO_GROUP */
+#define DCP_FORMAT_VERSION 4 /* 2: the config carries sync_ranks; 3: and ring_charge, and an idle
+                                 rank view has cp 0, first_rank and rank_in_group DCP_NO_GROUP;
+                                 4: and cp_sizes and cover_ranks */
 
 /* *size receives the bytes the plan takes; a NULL buffer only asks for it, a buffer of fewer
    bytes (capacity) is DCP_ERROR_INVALID_ARGUMENT. */
@@ -2035,7 +2070,7 @@ static void dcp__free_list(const dcp_allocator *allocator, void *const *list, si
     for (i = 0; i < count; i++) dcp_free(allocator, list[i]);
 }
 
-static int dcp__log2_int(int64_t x) /* x a power of two */
+static int dcp__log2_int(int64_t x) /* floor(log2 x) for x >= 1: exact on a power of two */
 {
     int level = 0;
     while (x > 1) {
@@ -2226,6 +2261,102 @@ static dcp_status dcp__check_multiple_field(const char *name, int32_t value, dcp
     return DCP_OK;
 }
 
+/* Megatron's largest power-of-two group below the DP x CP group of D ranks: its groups are
+   2^i for 1 <= i < floor(log2 D), plus the whole group; on a power of two that is every
+   power of two up to D. */
+static int32_t dcp__megatron_pow2_top(int32_t ranks)
+{
+    int32_t top = 1;
+    if (dcp_is_pow2(ranks)) return ranks;
+    while ((int64_t)top * 4 <= ranks) top *= 2;
+    return top;
+}
+
+/* Whether cp is one of cp_sizes' sizes on config's pool, whatever min_cp and max_cp say. */
+static int dcp__cp_in_set(const dcp_config *config, int64_t cp)
+{
+    if (cp < 1 || cp > config->ranks) return 0;
+    if (config->cp_sizes == DCP_CP_SIZES_MEGATRON)
+        return cp == config->ranks ||
+               (dcp_is_pow2(cp) && cp <= dcp__megatron_pow2_top(config->ranks));
+    return dcp_is_pow2(cp);
+}
+
+DCPDEF int dcp_cp_size_allowed(const dcp_config *resolved, int32_t cp)
+{
+    return resolved && cp >= resolved->min_cp && cp <= resolved->max_cp &&
+           dcp__cp_in_set(resolved, cp);
+}
+
+DCPDEF int32_t dcp_cp_size_next(const dcp_config *resolved, int32_t cp)
+{
+    int64_t next = 1;
+    if (!resolved || cp >= resolved->max_cp) return 0;
+    if (cp < resolved->min_cp) return resolved->min_cp;
+    while (next <= cp) next *= 2; /* the powers of two above cp, then the pool */
+    for (; next <= resolved->max_cp; next *= 2)
+        if (dcp__cp_in_set(resolved, next)) return (int32_t)next;
+    return dcp__cp_in_set(resolved, resolved->max_cp) ? resolved->max_cp : 0;
+}
+
+DCPDEF const char *dcp_cp_sizes_name(dcp_cp_sizes sizes)
+{
+    switch (sizes) {
+    case DCP_CP_SIZES_POW2: return "pow2";
+    case DCP_CP_SIZES_MEGATRON: return "megatron";
+    }
+    return "unknown";
+}
+
+/* The largest allowed power-of-two size (0 when min_cp exceeds every one): the top of the
+   buddy tree the planner's own searches run on. */
+static int32_t dcp__pow2_top(const dcp_config *config)
+{
+    int32_t top = config->max_cp;
+    while (top >= config->min_cp && !(dcp_is_pow2(top) && dcp__cp_in_set(config, top)))
+        top = dcp_is_pow2(top) ? top / 2 : (int32_t)(INT64_C(1) << dcp__log2_int(top));
+    return top >= config->min_cp ? top : 0;
+}
+
+/* The size of a group of the whole pool when the pool is not a power of two and the config
+   allows it (DCP_CP_SIZES_MEGATRON), else 0: the one allowed size outside the buddy tree. */
+static int32_t dcp__pool_cp(const dcp_config *config)
+{
+    return !dcp_is_pow2(config->ranks) && dcp_cp_size_allowed(config, config->ranks)
+               ? config->ranks
+               : 0;
+}
+
+/* min_cp or max_cp: one of cp_sizes' sizes (the power-of-two message where the set is the
+   powers of two). */
+static dcp_status dcp__check_size_field(const dcp_config *config, const char *name,
+                                        int32_t value, dcp_error *error)
+{
+    if (config->cp_sizes == DCP_CP_SIZES_POW2 || dcp_is_pow2(config->ranks))
+        return dcp__check_pow2_field(name, value, error);
+    if (!dcp__cp_in_set(config, value))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "%s must be a CP size of cp_sizes megatron on %d ranks (a power of "
+                             "two <= %d, or %d), got %d",
+                             name, (int)config->ranks, (int)dcp__megatron_pow2_top(config->ranks),
+                             (int)config->ranks, (int)value);
+    return DCP_OK;
+}
+
+/* A group's cp argument: a size of the set no larger than max_cp (smaller than min_cp is
+   fine: these functions describe a size, not a plan). */
+static dcp_status dcp__check_cp_arg(const dcp_config *config, int32_t cp, dcp_error *error)
+{
+    if (dcp__cp_in_set(config, cp) && cp <= config->max_cp) return DCP_OK;
+    if (config->cp_sizes == DCP_CP_SIZES_POW2)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp must be a power of two <= max_cp %d, got %d",
+                             (int)config->max_cp, (int)cp);
+    return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                         "cp must be a CP size of cp_sizes %s <= max_cp %d, got %d",
+                         dcp_cp_sizes_name(config->cp_sizes), (int)config->max_cp, (int)cp);
+}
+
 DCPDEF dcp_config dcp_config_init(void)
 {
     dcp_config config;
@@ -2262,13 +2393,21 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
                              (long long)DCP_MAX_SAMPLE_LENGTH, (long long)c.max_tokens_per_rank);
     if (c.sync_ranks == 0) c.sync_ranks = c.ranks;
     if ((status = dcp__check_sync_ranks(c.sync_ranks, c.ranks, error)) != DCP_OK) return status;
+    if (c.cp_sizes != DCP_CP_SIZES_POW2 && c.cp_sizes != DCP_CP_SIZES_MEGATRON)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp_sizes %d is not a dcp_cp_sizes (0 pow2, 1 megatron)",
+                             (int)c.cp_sizes);
+    if (c.cover_ranks != 0 && c.cover_ranks != 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "cover_ranks must be 0 or 1, got %d",
+                             (int)c.cover_ranks);
     if (c.min_cp == 0) c.min_cp = 1;
     if (c.max_cp == 0) {
         c.max_cp = 1;
         while (c.max_cp * 2 <= c.ranks) c.max_cp *= 2;
+        if (dcp__cp_in_set(&c, c.ranks)) c.max_cp = c.ranks;
     }
-    if ((status = dcp__check_pow2_field("min_cp", c.min_cp, error)) != DCP_OK) return status;
-    if ((status = dcp__check_pow2_field("max_cp", c.max_cp, error)) != DCP_OK) return status;
+    if ((status = dcp__check_size_field(&c, "min_cp", c.min_cp, error)) != DCP_OK) return status;
+    if ((status = dcp__check_size_field(&c, "max_cp", c.max_cp, error)) != DCP_OK) return status;
     if (c.max_cp > c.ranks)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "max_cp %d exceeds ranks %d",
                              (int)c.max_cp, (int)c.ranks);
@@ -2312,10 +2451,11 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
 static int64_t dcp__pad_multiple(const dcp_config *config, int32_t cp)
 {
     int64_t user = config->pad_multiple;
-    if (cp > 1) {
+    if (cp > 1 && dcp_is_pow2(cp)) {
         int64_t base = 2 * (int64_t)cp, lowest_bit = user & -user;
         return base / (lowest_bit < base ? lowest_bit : base) * user;
     }
+    if (cp > 1) return 2 * (int64_t)cp / dcp__gcd(2 * (int64_t)cp, user) * user;
     return config->pad_multiple_cp1 / dcp__gcd(config->pad_multiple_cp1, user) * user;
 }
 
@@ -2346,10 +2486,7 @@ DCPDEF dcp_status dcp_padded_length(const dcp_config *config, int64_t length, in
     if (!padded) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "padded must not be NULL");
     if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
     if ((status = dcp__check_length(length, error)) != DCP_OK) return status;
-    if (!dcp_is_pow2(cp) || cp > c.max_cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "cp must be a power of two <= max_cp %d, got %d", (int)c.max_cp,
-                             (int)cp);
+    if ((status = dcp__check_cp_arg(&c, cp, error)) != DCP_OK) return status;
     *padded = dcp__padded(&c, length, cp);
     return dcp_error_clear(error);
 }
@@ -2358,10 +2495,8 @@ DCPDEF dcp_status dcp_padded_length(const dcp_config *config, int64_t length, in
 static int32_t dcp__cp_min(const dcp_config *config, int64_t length)
 {
     int32_t cp;
-    for (cp = config->min_cp; cp <= config->max_cp; cp *= 2) {
+    for (cp = config->min_cp; cp > 0; cp = dcp_cp_size_next(config, cp))
         if (dcp__padded(config, length, cp) / cp <= config->max_tokens_per_rank) return cp;
-        if (cp > INT32_MAX / 2) break;
-    }
     return 0;
 }
 
@@ -2463,7 +2598,7 @@ static double dcp__best_alone_seconds(const dcp_config *config, double attention
     const double ring = config->cost.ring_step_cost;
     double best = dcp__alone_seconds_given(config, attention, length, cp_min);
     int32_t cp;
-    for (cp = cp_min * 2; cp <= config->max_cp && cp > 0; cp *= 2) {
+    for (cp = dcp_cp_size_next(config, cp_min); cp > 0; cp = dcp_cp_size_next(config, cp)) {
         const double c = (double)cp;
         double t;
         if (ring * c * c >= work && work / c + ring * (c - 1.0) >= best) break;
@@ -2474,10 +2609,29 @@ static double dcp__best_alone_seconds(const dcp_config *config, double attention
 }
 
 /* Ranks that aligned blocks of cp ranks cover: the only ranks a sample of CP size >= cp can
-   use. For cp = min_cp these are the usable ranks. */
+   use. For cp = min_cp these are the usable ranks. A group of the whole pool (dcp__pool_cp)
+   reaches every rank. */
 static int32_t dcp__ranks_covered(const dcp_config *config, int32_t cp)
 {
-    return config->ranks / cp * cp;
+    return dcp__pool_cp(config) ? config->ranks : config->ranks / cp * cp;
+}
+
+/* The lower bound counts work per power-of-two level of minimum CP size, each over the ranks
+   its blocks cover; with a group of the whole pool allowed every sample can reach every
+   rank, so all samples share one level (0). */
+static void dcp__bound_levels(const dcp_config *config, int32_t *lowest, int32_t *top)
+{
+    if (dcp__pool_cp(config)) {
+        *lowest = *top = 0;
+        return;
+    }
+    *lowest = dcp__log2_int(config->min_cp);
+    *top = dcp__log2_int(config->max_cp);
+}
+
+static int32_t dcp__bound_level(const dcp_config *config, int32_t cp_min)
+{
+    return dcp__pool_cp(config) ? 0 : dcp__log2_int(cp_min);
 }
 
 static int32_t dcp__usable_ranks(const dcp_config *config)
@@ -2490,11 +2644,13 @@ static int32_t dcp__usable_ranks(const dcp_config *config)
    c >= 2 divides the next size's), and at 1 the lesser of sizes 1 and 2. */
 static int64_t dcp__bound_tokens(const dcp_config *config, int64_t length, int32_t cp_min)
 {
+    const int32_t pool = dcp__pool_cp(config), next = dcp_cp_size_next(config, cp_min);
     int64_t tokens = dcp__padded(config, length, cp_min);
-    if (cp_min == 1 && config->max_cp >= 2) {
-        int64_t at_two = dcp__padded(config, length, 2);
-        if (at_two < tokens) tokens = at_two;
-    }
+    if (cp_min == 1 && next > 0 && dcp__padded(config, length, next) < tokens)
+        tokens = dcp__padded(config, length, next);
+    /* the pool's multiple 2 D need not be one of the powers of two's */
+    if (pool > cp_min && dcp__padded(config, length, pool) < tokens)
+        tokens = dcp__padded(config, length, pool);
     return tokens;
 }
 
@@ -2590,9 +2746,9 @@ static double dcp__barrier_bound(const dcp_config *config, const dcp__bound_item
                                  int32_t count, int32_t sync)
 {
     dcp__barrier_level at[DCP_CP_LEVELS];
-    const int32_t lowest = dcp__log2_int(config->min_cp), top = dcp__log2_int(config->max_cp);
-    int32_t i, level;
+    int32_t i, level, lowest, top;
     double bound = 0.0;
+    dcp__bound_levels(config, &lowest, &top);
     for (level = lowest; level <= top; level++) {
         int32_t covered = dcp__ranks_covered(config, (int32_t)1 << level);
         dcp__barrier_level *x = &at[level];
@@ -2627,9 +2783,9 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
                                     int32_t bounds, double *seconds, dcp_error *error)
 {
     double work_at[DCP_CP_LEVELS], longest = 0.0;
-    int32_t i, b, level, lowest = dcp__log2_int(config->min_cp);
-    int32_t top = dcp__log2_int(config->max_cp), barrier = 0;
+    int32_t i, b, level, lowest, top, barrier = 0;
     dcp__bound_item *items = NULL, *scratch = NULL;
+    dcp__bound_levels(config, &lowest, &top);
     for (b = 0; b < bounds; b++) barrier |= syncs[b] > 1;
     if (barrier) {
         items = (dcp__bound_item *)dcp__alloc_array(&config->allocator, (size_t)count,
@@ -2647,7 +2803,7 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
         double attention = dcp__attention_seconds(&config->cost, lengths[i]);
         double alone = dcp__best_alone_seconds(config, attention, lengths[i], cp_min[i]);
         int64_t tokens = dcp__bound_tokens(config, lengths[i], cp_min[i]);
-        int32_t own = dcp__log2_int(cp_min[i]);
+        int32_t own = dcp__bound_level(config, cp_min[i]);
         work_at[own] += dcp__bound_work(config, attention, tokens, cp_min[i]);
         if (alone > longest) longest = alone;
         if (items) {
@@ -2725,10 +2881,7 @@ DCPDEF dcp_status dcp_cost_group_terms(const dcp_config *config, const int64_t *
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "count must be >= 0 with lengths not NULL, got count %d, lengths %s",
                              (int)count, lengths ? "set" : "NULL");
-    if (!dcp_is_pow2(cp) || cp > c.max_cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "cp must be a power of two <= max_cp %d, got %d", (int)c.max_cp,
-                             (int)cp);
+    if ((status = dcp__check_cp_arg(&c, cp, error)) != DCP_OK) return status;
     for (i = 0; i < count; i++) {
         double l = (double)lengths[i];
         if (lengths[i] < 1 || lengths[i] > DCP_MAX_SAMPLE_LENGTH)
@@ -6603,32 +6756,37 @@ static int32_t dcp__megatron_microbatch(dcp__megatron *m, int32_t left)
 }
 
 /* The microbatch's placements, groups laid out widest first from rank 0 (aligned: each start
-   is a sum of sizes at least as large), samples in placement order; 0 when a group is no
-   group of this config (its size, or its tokens as the config pads them). */
+   is a sum of sizes at least as large, all powers of two but for a group of the whole pool,
+   which is alone), samples in placement order; 0 when a group is no group of this config
+   (its size, or its tokens as the config pads them). */
 static int dcp__megatron_emit(const dcp__megatron *m, int32_t microbatch,
                               dcp__placement *placements)
 {
     const dcp__batch *batch = m->batch;
     const dcp_config *config = batch->config;
-    int32_t g, i, cp, first_rank = 0;
+    int32_t g, i, widest, first_rank = 0;
     for (g = 0; g < m->groups; g++) {
         int64_t tokens = 0;
-        if (!dcp_is_pow2(m->cp[g]) || m->cp[g] < config->min_cp || m->cp[g] > config->max_cp)
-            return 0;
+        if (!dcp_cp_size_allowed(config, m->cp[g])) return 0;
         for (i = 0; i < m->placed; i++) {
             int32_t s = m->round[i];
             if (m->group_of[s] != g) continue;
             if (batch->cp_min[s] > m->cp[g]) return 0;
-            tokens += dcp__sample_tokens(batch, s, dcp__log2_int(m->cp[g]));
+            tokens += dcp__padded(config, batch->lengths[s], m->cp[g]) / m->cp[g];
         }
         if (tokens > config->max_tokens_per_rank) return 0;
     }
-    for (cp = config->max_cp; cp >= config->min_cp; cp /= 2)
-        for (g = 0; g < m->groups; g++)
-            if (m->cp[g] == cp) {
+    for (widest = config->max_cp; widest > 0;) { /* each size, widest first */
+        int32_t next = 0;
+        for (g = 0; g < m->groups; g++) {
+            if (m->cp[g] == widest) {
                 m->first[g] = first_rank; /* from here on the group's first rank in the plan */
-                first_rank += cp;
-            }
+                first_rank += widest;
+            } else if (m->cp[g] < widest && m->cp[g] > next)
+                next = m->cp[g];
+        }
+        widest = next;
+    }
     for (i = 0; i < m->placed; i++) {
         int32_t s = m->round[i];
         g = m->group_of[s];
@@ -6651,7 +6809,7 @@ static int dcp__megatron_affordable(const dcp__batch *batch)
     int32_t s;
     if ((int64_t)batch->count * config->ranks > DCP__MEGATRON_MAX_CELLS) return 0;
     for (s = 0; s < batch->count; s++)
-        tokens += dcp__sample_tokens(batch, s, dcp__log2_int(batch->cp_min[s])) * batch->cp_min[s];
+        tokens += dcp__padded(config, batch->lengths[s], batch->cp_min[s]);
     floor_count = tokens / ((int64_t)config->ranks * config->max_tokens_per_rank) + 1;
     return (int64_t)batch->count * floor_count <= DCP__MEGATRON_MAX_CELLS;
 }
@@ -8349,27 +8507,586 @@ static dcp_status dcp__plan_strategy(const dcp__batch *batch, dcp_strategy strat
                            num_microbatches, plan, error);
 }
 
-DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengths,
-                                  int32_t count, dcp_plan **plan, dcp_error *error)
+/* The planner on the buddy tree, every CP size of the resolved config a power of two. */
+static dcp_status dcp__plan_pow2(const dcp_config *c, const int64_t *lengths, int32_t count,
+                                 dcp_plan **plan, dcp_error *error)
 {
-    dcp_config c;
     dcp__batch batch;
     dcp__placement *placements;
     dcp_status status;
-    if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
-    *plan = NULL;
-    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
-    if (count < 1 || !lengths) return dcp__check_samples(&c, lengths, count, NULL, error);
-    if ((status = dcp__batch_init(&batch, &c, lengths, count, error)) != DCP_OK) return status;
-    placements = (dcp__placement *)dcp__alloc_array(&c.allocator, (size_t)count,
+    if ((status = dcp__batch_init(&batch, c, lengths, count, error)) != DCP_OK) return status;
+    placements = (dcp__placement *)dcp__alloc_array(&c->allocator, (size_t)count,
                                                     sizeof *placements, "placements", error);
     if (!placements) {
         dcp__batch_free(&batch);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
-    status = dcp__plan_strategy(&batch, c.strategy, placements, plan, error);
-    dcp_free(&c.allocator, placements);
+    status = dcp__plan_strategy(&batch, c->strategy, placements, plan, error);
+    dcp_free(&c->allocator, placements);
     dcp__batch_free(&batch);
+    return status;
+}
+
+/* ------------------------------------------- planner: CP sizes beyond the buddy tree, and
+   every rank busy
+   The planner's searches run on the buddy tree of aligned power-of-two blocks. Two configs
+   ask for more, and take this path (dcp__plan_sets):
+   - a group of the whole pool when the pool is not a power of two (cp_sizes MEGATRON): a
+     sample that fits no power-of-two size must run there, and any sample may. A microbatch
+     holding such a group holds nothing else and every rank waits for it under every E, so a
+     plan that runs those microbatches first takes their time plus the rest's: the pool's
+     samples are packed first fit, longest first, into their own microbatches, and the rest
+     are planned on the buddy tree (the "split" candidate). Two more candidates: every sample
+     on the whole pool (the widest group, which under the L^2 model meets the work bound), and
+     Megatron-LM's packing-aware scheduler, whose full-pool fallback is now a plan.
+   - cover_ranks: Megatron's hybrid schedule runs a sub-sample on every rank, so each
+     candidate is repaired (dcp__cover_ranks) until every rank holds a sample, before the final
+     choice compares them; a candidate the repair cannot cover drops out.
+   The final choice is the buddy tree's (dcp__plan_fastest): the fastest candidate under the
+   config's E and cost model. */
+
+typedef struct dcp__sets {
+    const dcp_config *config; /* the caller's, resolved */
+    dcp_config inner;         /* its power-of-two sizes only, no cover: the buddy tree's */
+    const int64_t *lengths;
+    int32_t count;
+    int32_t pool;             /* dcp__pool_cp(config), 0 when none */
+    int32_t *cp_min;          /* [count] under config */
+    dcp__keyed *keyed;        /* [2 count] sort scratch */
+    int32_t *ids;             /* [count] a subset's sample ids */
+    int64_t *sub_lengths;     /* [count] their lengths */
+} dcp__sets;
+
+static void dcp__sets_free(dcp__sets *x)
+{
+    void *list[] = {x->cp_min, x->keyed, x->ids, x->sub_lengths};
+    dcp__free_list(&x->config->allocator, list, DCP__COUNT(list));
+}
+
+static dcp_status dcp__sets_init(dcp__sets *x, const dcp_config *config, const int64_t *lengths,
+                                 int32_t count, dcp_error *error)
+{
+    const dcp_allocator *a = &config->allocator;
+    memset(x, 0, sizeof *x);
+    x->config = config;
+    x->lengths = lengths;
+    x->count = count;
+    x->pool = dcp__pool_cp(config);
+    x->inner = *config;
+    x->inner.cp_sizes = DCP_CP_SIZES_POW2;
+    x->inner.cover_ranks = 0;
+    x->inner.max_cp = dcp__pow2_top(config); /* 0: every sample needs the pool */
+    x->cp_min = (int32_t *)dcp__alloc_array(a, (size_t)count, sizeof(int32_t), "cp sizes", error);
+    x->keyed = (dcp__keyed *)dcp__alloc_array(a, 2 * (size_t)count, sizeof(dcp__keyed), "order",
+                                              error);
+    x->ids = (int32_t *)dcp__alloc_array(a, (size_t)count, sizeof(int32_t), "subset", error);
+    x->sub_lengths = (int64_t *)dcp__alloc_array(a, (size_t)count, sizeof(int64_t), "subset",
+                                                 error);
+    if (!x->cp_min || !x->keyed || !x->ids || !x->sub_lengths) {
+        dcp__sets_free(x);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    if (dcp__check_samples(config, lengths, count, x->cp_min, error) != DCP_OK) {
+        dcp__sets_free(x);
+        return error ? error->status : DCP_ERROR_INVALID_ARGUMENT;
+    }
+    return DCP_OK;
+}
+
+/* Per-rank padded tokens of a sample at cp. */
+static int64_t dcp__tokens_at(const dcp_config *config, int64_t length, int32_t cp)
+{
+    return dcp__padded(config, length, cp) / cp;
+}
+
+/* Packs samples ids[0 .. n) (each fitting cp), in that order, first fit into microbatches
+   base, base + 1, ... of one group [0, cp) each (cp = the pool): *bins of them. The room of
+   the bins is a segment tree, as the static baseline's. */
+static dcp_status dcp__pack_first_fit(const dcp__sets *x, const int32_t *ids, int32_t n,
+                                      int32_t cp, int32_t base, dcp__placement *placements,
+                                      int32_t *bins, dcp_error *error)
+{
+    const dcp_config *config = x->config;
+    int32_t leaves = 1, i, most = 0;
+    int64_t *room;
+    while (leaves < n) leaves *= 2;
+    room = (int64_t *)dcp__alloc_array(&config->allocator, 2 * (size_t)leaves, sizeof(int64_t),
+                                       "pool bins", error);
+    if (!room) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    for (i = 0; i < 2 * leaves; i++) room[i] = config->max_tokens_per_rank; /* node n: room[n] */
+    for (i = 0; i < n; i++) {
+        const int32_t s = ids[i];
+        const int32_t bin = dcp__static_first_fit(room, leaves,
+                                                  dcp__tokens_at(config, x->lengths[s], cp));
+        placements[s].microbatch = base + bin;
+        placements[s].first_rank = 0;
+        placements[s].cp = cp;
+        placements[s].order = i;
+        placements[s].sample = s;
+        if (bin + 1 > most) most = bin + 1;
+    }
+    dcp_free(&config->allocator, room);
+    *bins = most;
+    return DCP_OK;
+}
+
+/* ids[0 .. n) longest first (ties by id). */
+static void dcp__sort_longest_first(const dcp__sets *x, int32_t *ids, int32_t n)
+{
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        x->keyed[i].key = x->lengths[ids[i]];
+        x->keyed[i].id = ids[i];
+    }
+    dcp__keyed_sort(x->keyed, x->keyed + n, n);
+    for (i = 0; i < n; i++) ids[i] = x->keyed[i].id;
+}
+
+/* The plan on the buddy tree of the samples that fit a power of two (x->ids[0 .. n)) under
+   `strategy`, as placements from microbatch base on: *microbatches of them. */
+static dcp_status dcp__sets_tree(dcp__sets *x, dcp_strategy strategy, int32_t n, int32_t base,
+                                 dcp__placement *placements, int32_t *microbatches,
+                                 dcp_error *error)
+{
+    dcp_config inner = x->inner;
+    dcp_plan *plan = NULL;
+    dcp_status status;
+    int32_t k, g, i;
+    *microbatches = 0;
+    if (n == 0) return DCP_OK;
+    for (i = 0; i < n; i++) x->sub_lengths[i] = x->lengths[x->ids[i]];
+    inner.strategy = strategy;
+    if ((status = dcp__plan_pow2(&inner, x->sub_lengths, n, &plan, error)) != DCP_OK)
+        return status;
+    for (k = 0; k < plan->num_microbatches; k++)
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
+            const dcp_group *group = &plan->groups[g];
+            for (i = 0; i < group->sample_count; i++) {
+                const int32_t s = x->ids[plan->group_samples[group->sample_offset + i]];
+                placements[s].microbatch = base + k;
+                placements[s].first_rank = group->first_rank;
+                placements[s].cp = group->cp;
+                placements[s].order = i;
+                placements[s].sample = s;
+            }
+        }
+    *microbatches = plan->num_microbatches;
+    dcp_plan_destroy(plan);
+    return DCP_OK;
+}
+
+/* The split candidate: the samples that fit no power of two on the pool, packed first, the
+   others planned on the buddy tree under `strategy` after them. */
+static dcp_status dcp__sets_split(dcp__sets *x, dcp_strategy strategy,
+                                  dcp__placement *placements, int32_t *microbatches,
+                                  dcp_error *error)
+{
+    int32_t s, n = 0, on_pool = 0, bins = 0, tree = 0;
+    dcp_status status = DCP_OK;
+    for (s = 0; s < x->count; s++)
+        if (x->pool && x->cp_min[s] == x->pool) x->ids[n++] = s;
+    if (n > 0) {
+        dcp__sort_longest_first(x, x->ids, n);
+        status = dcp__pack_first_fit(x, x->ids, n, x->pool, 0, placements, &bins, error);
+    }
+    on_pool = n;
+    for (s = 0, n = 0; s < x->count; s++)
+        if (!(x->pool && x->cp_min[s] == x->pool)) x->ids[n++] = s;
+    if (status == DCP_OK) status = dcp__sets_tree(x, strategy, n, bins, placements, &tree, error);
+    *microbatches = on_pool + n > 0 ? bins + tree : 0;
+    return status;
+}
+
+/* Every sample on one group of the whole pool (max_cp = ranks), first fit: longest first, or
+   in input order as THD packing does (the static baseline's when the longest needs it). */
+static dcp_status dcp__sets_widest(dcp__sets *x, int longest_first, dcp__placement *placements,
+                                   int32_t *microbatches, dcp_error *error)
+{
+    int32_t s;
+    *microbatches = 0;
+    if (x->config->max_cp != x->config->ranks) return DCP_OK;
+    for (s = 0; s < x->count; s++) {
+        if (dcp__tokens_at(x->config, x->lengths[s], x->config->max_cp) >
+            x->config->max_tokens_per_rank)
+            return DCP_OK; /* not a plan of this config */
+        x->ids[s] = s;
+    }
+    if (longest_first) dcp__sort_longest_first(x, x->ids, x->count);
+    return dcp__pack_first_fit(x, x->ids, x->count, x->config->max_cp, 0, placements,
+                               microbatches, error);
+}
+
+/* A batch the final choice and the Megatron port can read: config, lengths and minimum CP
+   sizes, no tables. */
+static dcp__batch dcp__sets_batch(const dcp__sets *x)
+{
+    dcp__batch batch;
+    memset(&batch, 0, sizeof batch);
+    batch.config = x->config;
+    batch.lengths = x->lengths;
+    batch.count = x->count;
+    batch.cp_min = x->cp_min;
+    return batch;
+}
+
+/* ------------------------------------------------------------------ covering every rank
+   A candidate leaves a rank idle for the whole batch when it has fewer groups than ranks can
+   hold, e.g. fewer samples than ranks, or a rank whose samples were balanced onto others.
+   Each step takes the largest aligned block B of idle ranks (an allowed size) and
+     1. widens onto it: the smallest aligned allowed block T holding B in which the groups of
+        some microbatch lie inside T and fit |T| together: they become one group of T, the
+        microbatch with the heaviest such group first (under the L^2 cost its ranks then work
+        at most |G| / |T| as long: the work of the groups is shared by more ranks);
+     2. else moves a sample onto it, in its own microbatch: one of a group of two or more, or
+        the only one of a group narrower than B, fitting B and no slower there than its group
+        was, from the heaviest group first.
+     3. else, where the whole pool is an allowed group, gives the sample fastest there a
+        microbatch of its own on it.
+   Each step makes more ranks busy (a widening or a move off a shared group adds B; a move off
+   a narrower group adds B less that group; step 3 all of them), so there are at most D steps,
+   each O(N log N + D).
+   The final choice then compares the repaired candidates by their step. */
+
+typedef struct dcp__cover {
+    const dcp__sets *x;
+    dcp__placement *placements; /* [count] by sample id */
+    dcp__placement *sorted;     /* [count] by microbatch, first rank: the groups as runs */
+    dcp__placement *scratch;    /* [count] */
+    int32_t *reach;             /* [ranks] */
+    double *seconds;            /* [count] per sample: its group's per-rank time */
+    int32_t block, size;        /* B */
+} dcp__cover;
+
+static void dcp__cover_free(dcp__cover *c)
+{
+    void *list[] = {c->sorted, c->scratch, c->reach, c->seconds};
+    dcp__free_list(&c->x->config->allocator, list, DCP__COUNT(list));
+}
+
+static int dcp__cover_alloc(dcp__cover *c, const dcp__sets *x, dcp__placement *placements,
+                            dcp_error *error)
+{
+    const dcp_allocator *a = &x->config->allocator;
+    const size_t count = (size_t)x->count;
+    memset(c, 0, sizeof *c);
+    c->x = x;
+    c->placements = placements;
+    c->sorted = (dcp__placement *)dcp__alloc_array(a, count, sizeof *c->sorted, "cover", error);
+    c->scratch = (dcp__placement *)dcp__alloc_array(a, count, sizeof *c->scratch, "cover", error);
+    c->reach = (int32_t *)dcp__alloc_array(a, (size_t)x->config->ranks, sizeof(int32_t), "cover",
+                                           error);
+    c->seconds = (double *)dcp__alloc_array(a, count, sizeof(double), "cover", error);
+    return c->sorted && c->scratch && c->reach && c->seconds;
+}
+
+/* The largest aligned block of an allowed size whose ranks all hold nothing (the first on
+   ties) into c->block, c->size; 0 when every rank holds a sample, -1 when idle ranks remain
+   but no allowed block fits them. */
+static int dcp__cover_idle_block(dcp__cover *c)
+{
+    const dcp_config *config = c->x->config;
+    const int32_t ranks = config->ranks;
+    int32_t r, i, covered = 0, idle_from = -1, any = 0;
+    for (r = 0; r < ranks; r++) c->reach[r] = 0;
+    for (i = 0; i < c->x->count; i++) {
+        const dcp__placement *p = &c->placements[i];
+        if (p->first_rank + p->cp > c->reach[p->first_rank])
+            c->reach[p->first_rank] = p->first_rank + p->cp;
+    }
+    c->size = 0;
+    for (r = 0; r <= ranks; r++) {
+        int busy = r == ranks;
+        if (r < ranks) {
+            if (c->reach[r] > covered) covered = c->reach[r];
+            busy = covered > r;
+        }
+        if (!busy && idle_from < 0) idle_from = r;
+        if (busy && idle_from >= 0) { /* the idle run [idle_from, r) */
+            int32_t z = (int32_t)(INT64_C(1) << dcp__log2_int(r - idle_from));
+            any = 1;
+            for (; z > c->size; z /= 2) {
+                int32_t start = (idle_from + z - 1) / z * z;
+                if (start + z <= r && dcp_cp_size_allowed(config, z)) {
+                    c->block = start;
+                    c->size = z;
+                    break;
+                }
+            }
+            idle_from = -1;
+        }
+    }
+    return !any ? 0 : c->size > 0 ? 1 : -1;
+}
+
+/* Sorts the placements into c->sorted by group and gives each sample its group's per-rank
+   time under the config's cost (the heaviest group goes first). */
+static void dcp__cover_groups(dcp__cover *c)
+{
+    const dcp_config *config = c->x->config;
+    const int32_t count = c->x->count;
+    int32_t i, begin;
+    memcpy(c->sorted, c->placements, (size_t)count * sizeof *c->sorted);
+    dcp__placement_sort(c->sorted, c->scratch, count);
+    for (begin = 0; begin < count;) {
+        const dcp__placement *p = &c->sorted[begin];
+        int32_t end = begin;
+        double ring = dcp_cost_ring_seconds(&config->cost, p->cp), seconds = ring;
+        while (end < count && c->sorted[end].microbatch == p->microbatch &&
+               c->sorted[end].first_rank == p->first_rank) {
+            const int64_t length = c->x->lengths[c->sorted[end].sample];
+            seconds += dcp_cost_sample_seconds(&config->cost, length,
+                                               dcp__padded(config, length, p->cp), p->cp);
+            if (config->ring_charge == DCP_RING_PER_SAMPLE && end > begin) seconds += ring;
+            end++;
+        }
+        for (i = begin; i < end; i++) c->seconds[c->sorted[i].sample] = seconds;
+        begin = end;
+    }
+}
+
+/* Whether the groups of microbatch sorted[begin .. end) that overlap [lo, hi) all lie inside
+   it and their samples fit hi - lo ranks together; *weight gets their heaviest group's time
+   (0 when none overlaps). */
+static int dcp__cover_can_merge(const dcp__cover *c, int32_t begin, int32_t end, int32_t lo,
+                                int32_t hi, double *weight)
+{
+    int64_t tokens = 0;
+    int32_t i;
+    *weight = 0.0;
+    for (i = begin; i < end; i++) {
+        const dcp__placement *p = &c->sorted[i];
+        if (p->first_rank >= hi || p->first_rank + p->cp <= lo) continue;
+        if (p->first_rank < lo || p->first_rank + p->cp > hi) return 0;
+        tokens += dcp__tokens_at(c->x->config, c->x->lengths[p->sample], hi - lo);
+        if (c->seconds[p->sample] > *weight) *weight = c->seconds[p->sample];
+    }
+    return *weight > 0.0 && tokens <= c->x->config->max_tokens_per_rank;
+}
+
+/* Step 1 of the repair for the block T = [lo, lo + size): the groups of one microbatch inside
+   T (the heaviest such microbatch) become one group of T; 1 when done. */
+static int dcp__cover_widen_to(dcp__cover *c, int32_t lo, int32_t size)
+{
+    const int32_t count = c->x->count;
+    int32_t begin, best = -1, best_end = 0, i;
+    double best_weight = 0.0;
+    for (begin = 0; begin < count;) {
+        int32_t end = begin + 1;
+        double weight;
+        while (end < count && c->sorted[end].microbatch == c->sorted[begin].microbatch) end++;
+        if (dcp__cover_can_merge(c, begin, end, lo, lo + size, &weight) &&
+            (best < 0 || weight > best_weight)) {
+            best = begin;
+            best_end = end;
+            best_weight = weight;
+        }
+        begin = end;
+    }
+    if (best < 0) return 0;
+    for (i = best; i < best_end; i++) {
+        dcp__placement *p = &c->placements[c->sorted[i].sample];
+        if (p->first_rank < lo || p->first_rank >= lo + size) continue;
+        p->first_rank = lo;
+        p->cp = size;
+    }
+    return 1;
+}
+
+/* Step 1 over the blocks holding B, smallest first: the powers of two, then the pool. */
+static int dcp__cover_widen(dcp__cover *c)
+{
+    const dcp_config *config = c->x->config;
+    int64_t size;
+    for (size = 2 * (int64_t)c->size; size <= config->max_cp; size *= 2) {
+        const int32_t lo = c->block / (int32_t)size * (int32_t)size;
+        if (lo + size <= config->ranks && dcp_cp_size_allowed(config, (int32_t)size) &&
+            dcp__cover_widen_to(c, lo, (int32_t)size))
+            return 1;
+    }
+    return c->x->pool > 0 && dcp__cover_widen_to(c, 0, c->x->pool);
+}
+
+/* Step 2: 1 when a sample moved onto B. */
+static int dcp__cover_move(dcp__cover *c)
+{
+    const dcp_config *config = c->x->config;
+    const int32_t count = c->x->count;
+    int32_t begin, best = -1;
+    double best_group = 0.0, best_alone = 0.0;
+    for (begin = 0; begin < count;) {
+        int32_t end = begin + 1, i;
+        while (end < count && c->sorted[end].microbatch == c->sorted[begin].microbatch &&
+               c->sorted[end].first_rank == c->sorted[begin].first_rank)
+            end++;
+        if (end - begin >= 2 || c->sorted[begin].cp < c->size)
+            for (i = begin; i < end; i++) {
+                const int32_t s = c->sorted[i].sample;
+                const double group = c->seconds[s];
+                double alone;
+                if (dcp__tokens_at(config, c->x->lengths[s], c->size) > config->max_tokens_per_rank)
+                    continue;
+                alone = dcp__alone_seconds(config, c->x->lengths[s], c->size);
+                if (alone > group) continue;
+                if (best < 0 || group > best_group || (group == best_group && alone > best_alone)) {
+                    best = s;
+                    best_group = group;
+                    best_alone = alone;
+                }
+            }
+        begin = end;
+    }
+    if (best < 0) return 0;
+    c->placements[best].first_rank = c->block;
+    c->placements[best].cp = c->size;
+    c->placements[best].order = 0;
+    return 1;
+}
+
+/* Step 3, when the whole pool is an allowed group and steps 1 and 2 found nothing (idle
+   ranks no allowed block fits, say the last rank of an odd pool under min_cp 2): the sample
+   fastest on the whole pool gets a microbatch of its own there, appended. 1 when done. */
+static int dcp__cover_pool_alone(dcp__cover *c, int32_t *microbatches)
+{
+    const dcp_config *config = c->x->config;
+    int32_t s, best = -1;
+    double best_seconds = 0.0;
+    if (config->max_cp != config->ranks) return 0;
+    for (s = 0; s < c->x->count; s++) {
+        double seconds;
+        if (dcp__tokens_at(config, c->x->lengths[s], config->ranks) > config->max_tokens_per_rank)
+            continue;
+        seconds = dcp__alone_seconds(config, c->x->lengths[s], config->ranks);
+        if (best < 0 || seconds < best_seconds) {
+            best = s;
+            best_seconds = seconds;
+        }
+    }
+    if (best < 0) return 0;
+    c->placements[best].microbatch = (*microbatches)++;
+    c->placements[best].first_rank = 0;
+    c->placements[best].cp = config->ranks;
+    c->placements[best].order = 0;
+    return 1;
+}
+
+/* Repairs a candidate of *microbatches until every rank holds a sample: *covered 1, or 0
+   when it cannot. */
+static dcp_status dcp__cover_ranks(const dcp__sets *x, dcp__placement *placements,
+                                   int32_t *microbatches, int *covered, dcp_error *error)
+{
+    dcp__cover c;
+    int state;
+    *covered = 0;
+    if (!dcp__cover_alloc(&c, x, placements, error)) {
+        dcp__cover_free(&c);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    while ((state = dcp__cover_idle_block(&c)) != 0) {
+        dcp__cover_groups(&c);
+        if (state > 0 && (dcp__cover_widen(&c) || dcp__cover_move(&c))) continue;
+        if (!dcp__cover_pool_alone(&c, microbatches)) break;
+    }
+    *covered = state == 0;
+    dcp__cover_free(&c);
+    return DCP_OK;
+}
+
+/* ------------------------------------------------------------------ the driver */
+
+enum { DCP__SETS_CANDIDATES = 5 }; /* split, widest, Megatron's; greedy's and static's split */
+
+/* Whether some sample fits no power of two: the static baseline then runs every sample on
+   the whole pool (the CP size the longest needs). */
+static int dcp__sets_needs_pool(const dcp__sets *x)
+{
+    int32_t s;
+    for (s = 0; s < x->count; s++)
+        if (x->pool && x->cp_min[s] == x->pool) return 1;
+    return 0;
+}
+
+/* Candidate `which` of the strategy into placements; *microbatches 0 when not built. */
+static dcp_status dcp__sets_candidate(dcp__sets *x, dcp_strategy strategy, int32_t which,
+                                      dcp__placement *placements, int32_t *microbatches,
+                                      dcp_error *error)
+{
+    dcp__batch batch;
+    *microbatches = 0;
+    if (strategy == DCP_STRATEGY_STATIC && which == 0)
+        return dcp__sets_needs_pool(x) ? dcp__sets_widest(x, 0, placements, microbatches, error)
+                                       : dcp__sets_split(x, strategy, placements, microbatches,
+                                                         error);
+    if (strategy == DCP_STRATEGY_GREEDY && which == 0)
+        return dcp__sets_split(x, strategy, placements, microbatches, error);
+    if (strategy != DCP_STRATEGY_DYNAMIC) return DCP_OK;
+    switch (which) {
+    case 0: return dcp__sets_split(x, strategy, placements, microbatches, error);
+    case 1: return dcp__sets_widest(x, 1, placements, microbatches, error);
+    case 2:
+        batch = dcp__sets_batch(x);
+        return dcp__plan_megatron(&batch, placements, microbatches, error);
+    case 3: /* the baselines themselves: the guarantee holds to the bit, and after a repair */
+        return dcp__sets_candidate(x, DCP_STRATEGY_GREEDY, 0, placements, microbatches, error);
+    default:
+        return dcp__sets_candidate(x, DCP_STRATEGY_STATIC, 0, placements, microbatches, error);
+    }
+}
+
+/* dcp_plan_create for a config with a group of the whole pool outside the buddy tree or with
+   cover_ranks: the fastest covering candidate. */
+static dcp_status dcp__plan_sets(const dcp_config *config, const int64_t *lengths,
+                                 int32_t count, dcp_plan **plan, dcp_error *error)
+{
+    dcp__placement *candidates[DCP__SETS_CANDIDATES];
+    int32_t microbatches[DCP__SETS_CANDIDATES], built = 0, which;
+    dcp__sets x;
+    dcp__batch batch;
+    dcp_status status = dcp__sets_init(&x, config, lengths, count, error);
+    if (status != DCP_OK) return status;
+    for (which = 0; which < DCP__SETS_CANDIDATES && status == DCP_OK; which++) {
+        int covered = 1;
+        candidates[built] = (dcp__placement *)dcp__alloc_array(
+            &config->allocator, (size_t)count, sizeof(dcp__placement), "candidate", error);
+        if (!candidates[built]) {
+            status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+            break;
+        }
+        status = dcp__sets_candidate(&x, config->strategy, which, candidates[built],
+                                     &microbatches[built], error);
+        if (status == DCP_OK && microbatches[built] > 0 && config->cover_ranks)
+            status = dcp__cover_ranks(&x, candidates[built], &microbatches[built], &covered,
+                                      error);
+        if (status == DCP_OK && microbatches[built] > 0 && covered) built++;
+        else dcp_free(&config->allocator, candidates[built]);
+    }
+    if (status == DCP_OK && built == 0)
+        status = dcp_error_set(error, DCP_ERROR_INFEASIBLE,
+                               "cover_ranks: no plan of %d samples holds a sample on each of the "
+                               "%d ranks with CP sizes %s in [%d, %d]",
+                               (int)count, (int)config->ranks,
+                               dcp_cp_sizes_name(config->cp_sizes), (int)config->min_cp,
+                               (int)config->max_cp);
+    batch = dcp__sets_batch(&x);
+    if (status == DCP_OK)
+        status = dcp__plan_fastest(&batch, candidates, microbatches, built, plan, error);
+    for (which = 0; which < built; which++) dcp_free(&config->allocator, candidates[which]);
+    dcp__sets_free(&x);
+    return status;
+}
+
+DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengths,
+                                  int32_t count, dcp_plan **plan, dcp_error *error)
+{
+    dcp_config c;
+    dcp_status status;
+    if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
+    *plan = NULL;
+    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    if (count < 1 || !lengths) return dcp__check_samples(&c, lengths, count, NULL, error);
+    if (dcp__pool_cp(&c) || c.cover_ranks)
+        status = dcp__plan_sets(&c, lengths, count, plan, error);
+    else
+        status = dcp__plan_pow2(&c, lengths, count, plan, error);
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
@@ -8408,12 +9125,12 @@ static dcp_status dcp__validate_group(const dcp_plan *plan, int32_t k, const dcp
     const dcp_config *c = &plan->config;
     int64_t tokens = 0;
     int32_t i;
-    if (!dcp_is_pow2(g->cp) || g->cp < c->min_cp || g->cp > c->max_cp)
+    if (!dcp_cp_size_allowed(c, g->cp))
         return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                             "microbatch %d: group at rank %d has cp %d outside powers of two in "
-                             "[%d, %d]",
-                             (int)k, (int)g->first_rank, (int)g->cp, (int)c->min_cp,
-                             (int)c->max_cp);
+                             "microbatch %d: group at rank %d has cp %d, not a CP size of "
+                             "cp_sizes %s in [%d, %d]",
+                             (int)k, (int)g->first_rank, (int)g->cp,
+                             dcp_cp_sizes_name(c->cp_sizes), (int)c->min_cp, (int)c->max_cp);
     if (g->first_rank < 0 || g->first_rank % g->cp != 0 || g->first_rank > c->ranks - g->cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
                              "microbatch %d: group at rank %d with cp %d is not an aligned block "
@@ -8453,6 +9170,41 @@ static dcp_status dcp__validate_group(const dcp_plan *plan, int32_t k, const dcp
     return DCP_OK;
 }
 
+/* The first rank no group of the plan's valid groups holds, or -1 when every rank holds a
+   sample somewhere (cover_ranks). reach[r] is the furthest end of a group starting at r, so
+   the sweep is O(groups + ranks) however wide the groups; -2 when reach cannot be allocated. */
+static int32_t dcp__first_idle_rank(const dcp_plan *plan, dcp_error *error)
+{
+    const int32_t ranks = plan->config.ranks;
+    int32_t *reach, g, r, covered = 0, idle = -1;
+    reach = (int32_t *)dcp__alloc_array(&plan->config.allocator, (size_t)ranks, sizeof *reach,
+                                        "cover check", error);
+    if (!reach) return -2;
+    for (r = 0; r < ranks; r++) reach[r] = 0;
+    for (g = 0; g < plan->num_groups; g++) {
+        const dcp_group *group = &plan->groups[g];
+        if (group->first_rank + group->cp > reach[group->first_rank])
+            reach[group->first_rank] = group->first_rank + group->cp;
+    }
+    for (r = 0; r < ranks && idle < 0; r++) {
+        if (reach[r] > covered) covered = reach[r];
+        if (covered <= r) idle = r;
+    }
+    dcp_free(&plan->config.allocator, reach);
+    return idle;
+}
+
+static dcp_status dcp__validate_cover(const dcp_plan *plan, dcp_error *error)
+{
+    int32_t idle = dcp__first_idle_rank(plan, error);
+    if (idle == -2) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    if (idle >= 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                             "rank %d holds no sample in the whole plan (config.cover_ranks 1)",
+                             (int)idle);
+    return DCP_OK;
+}
+
 DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error)
 {
     dcp_config resolved;
@@ -8486,6 +9238,7 @@ DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error)
         status = dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "groups hold %d of %d samples",
                                (int)expected, (int)plan->num_samples);
     dcp_free(&plan->config.allocator, seen);
+    if (status == DCP_OK && plan->config.cover_ranks) status = dcp__validate_cover(plan, error);
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
@@ -8781,7 +9534,6 @@ static dcp_status dcp__svg_panel_init(dcp__svg_panel *p, const dcp_plan *plan, c
                                       const dcp_cost_model *cost, dcp_error *error)
 {
     const dcp_allocator *a = &plan->config.allocator;
-    int level;
     dcp_status status;
     p->plan = plan;
     if ((status = dcp_plan_simulate(plan, cost, &p->stats, error)) != DCP_OK) return status;
@@ -8798,9 +9550,8 @@ static dcp_status dcp__svg_panel_init(dcp__svg_panel *p, const dcp_plan *plan, c
     if (!p->microbatch_end || !p->end_band) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     p->title = title ? title : dcp_strategy_name(plan->config.strategy);
     if (!title && plan->config.strategy == DCP_STRATEGY_STATIC && plan->num_groups > 0) {
-        for (level = 0; level < DCP_CP_LEVELS && !p->stats.samples_per_cp_level[level]; level++)
-            ;
-        snprintf(p->static_title, sizeof p->static_title, "static CP=%d", 1 << level);
+        /* every group of a static plan has the same size */
+        snprintf(p->static_title, sizeof p->static_title, "static CP=%d", (int)plan->groups[0].cp);
         p->title = p->static_title;
     }
     return DCP_OK;
@@ -8988,6 +9739,18 @@ static void dcp__svg_lower_bound(dcp__text *t, const dcp__svg_panel *p)
                      p->stats.lower_bound_seconds * 1e3);
 }
 
+/* The CP size of a level's groups (floor(log2 cp) = level; a plan has at most one size a
+   level: the powers of two, and the whole pool where it is none). */
+static int32_t dcp__svg_level_size(const dcp__svg_panel *panels, int32_t count, int32_t level)
+{
+    int32_t i, g;
+    for (i = 0; i < count; i++)
+        for (g = 0; g < panels[i].plan->num_groups; g++)
+            if (dcp__log2_int(panels[i].plan->groups[g].cp) == level)
+                return panels[i].plan->groups[g].cp;
+    return (int32_t)1 << level;
+}
+
 /* The CP sizes any panel uses, then the two kinds of line and what a box's number means. */
 static void dcp__svg_legend(dcp__text *t, const dcp__svg_panel *panels, int32_t count)
 {
@@ -9000,7 +9763,7 @@ static void dcp__svg_legend(dcp__text *t, const dcp__svg_panel *panels, int32_t 
         dcp__text_printf(t, "<rect x='%.0f' y='%.0f' width='14' height='14' fill='%s'/>\n", x, y,
                          dcp__svg_color((int32_t)1 << level));
         dcp__text_printf(t, "<text x='%.0f' y='%.0f' font-size='12'>cp %d</text>\n", x + 20.0,
-                         y + 11.0, 1 << level);
+                         y + 11.0, (int)dcp__svg_level_size(panels, count, level));
         y += DCP__SVG_LEGEND_STEP;
     }
     y += 8.0;
@@ -9555,9 +10318,9 @@ DCPDEF dcp_status dcp_thd_layout_validate(const dcp_thd_layout *layout, int64_t 
     if (n < 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "layout num_sequences must be >= 0, got %d", (int)n);
-    if (!dcp_is_pow2(layout->cp) || layout->cp > DCP_MAX_RANKS)
+    if (layout->cp < 1 || layout->cp > DCP_MAX_RANKS)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "layout cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
+                             "layout cp must be in [1, %d], got %d", DCP_MAX_RANKS,
                              (int)layout->cp);
     if ((status = dcp__check_cumulative("cu_seqlens", layout->cu_seqlens, n, error)) != DCP_OK ||
         (status = dcp__check_cumulative("cu_seqlens_padded", layout->cu_seqlens_padded, n,
@@ -9771,7 +10534,7 @@ static dcp_status dcp__view_check_header(const dcp_rank_view *v, dcp_error *erro
                              (int)v->rank, (int)v->microbatch, (int)v->idle);
     if (v->idle && (status = dcp__view_check_idle(v, error)) != DCP_OK) return status;
     if (!v->idle &&
-        (!dcp_is_pow2(v->cp) || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
+        (v->cp < 1 || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
          v->first_rank % v->cp != 0 || v->rank_in_group != v->rank - v->first_rank ||
          v->rank_in_group < 0 || v->rank_in_group >= v->cp))
         return dcp_error_set(
@@ -10202,7 +10965,8 @@ static const unsigned char dcp__view_magic[8] = {'D', 'C', 'P', 'V', 'I', 'E', '
 #define DCP__CHECKSUM_BYTES 8 /* FNV-1a, 64 bits */
 /* The records of the two bodies, in the order dcp__put_config / _plan_body / _view write
    them; tests/test_thd.c checks serialized sizes against them. */
-#define DCP__CONFIG_I32_FIELDS 10 /* ranks, min_cp ... sync_ranks, ring_charge */
+#define DCP__CONFIG_I32_FIELDS 12 /* ranks, min_cp ... sync_ranks, ring_charge, cp_sizes,
+                                     cover_ranks */
 #define DCP__CONFIG_F64_FIELDS 3 /* the cost model */
 #define DCP__CONFIG_BYTES                                                                       \
     (DCP__CONFIG_I32_FIELDS * DCP__I32_BYTES + DCP__I64_BYTES +                                 \
@@ -10359,7 +11123,8 @@ typedef enum dcp__field_kind {
     DCP__FIELD_I64,
     DCP__FIELD_F64,
     DCP__FIELD_STRATEGY,   /* a dcp_strategy, stored as int32 */
-    DCP__FIELD_RING_CHARGE /* a dcp_ring_charge, stored as int32 */
+    DCP__FIELD_RING_CHARGE, /* a dcp_ring_charge, stored as int32 */
+    DCP__FIELD_CP_SIZES     /* a dcp_cp_sizes, stored as int32 */
 } dcp__field_kind;
 
 typedef struct dcp__field {
@@ -10383,7 +11148,9 @@ static const dcp__field dcp__config_fields[] = {
     {DCP__COST_FIELD(attn_coeff), DCP__FIELD_F64},
     {DCP__COST_FIELD(linear_coeff), DCP__FIELD_F64},
     {DCP__COST_FIELD(ring_step_cost), DCP__FIELD_F64},
-    {offsetof(dcp_config, ring_charge), DCP__FIELD_RING_CHARGE}};
+    {offsetof(dcp_config, ring_charge), DCP__FIELD_RING_CHARGE},
+    {offsetof(dcp_config, cp_sizes), DCP__FIELD_CP_SIZES},
+    {offsetof(dcp_config, cover_ranks), DCP__FIELD_I32}};
 
 /* A view's scalars; its arrays follow them. */
 #define DCP__VIEW_FIELD(name, kind) {offsetof(dcp_rank_view, name), DCP__FIELD_##kind}
@@ -10408,6 +11175,7 @@ static void dcp__put_fields(dcp__writer *w, const void *record, const dcp__field
         case DCP__FIELD_RING_CHARGE:
             dcp__put_i32(w, (int32_t)*(const dcp_ring_charge *)at);
             break;
+        case DCP__FIELD_CP_SIZES: dcp__put_i32(w, (int32_t)*(const dcp_cp_sizes *)at); break;
         }
     }
 }
@@ -10426,6 +11194,7 @@ static void dcp__get_fields(dcp__reader *r, void *record, const dcp__field *fiel
         case DCP__FIELD_RING_CHARGE:
             *(dcp_ring_charge *)at = (dcp_ring_charge)dcp__get_i32(r);
             break;
+        case DCP__FIELD_CP_SIZES: *(dcp_cp_sizes *)at = (dcp_cp_sizes)dcp__get_i32(r); break;
         }
     }
 }
@@ -10743,7 +11512,7 @@ DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
     return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "sample %d is in no group", (int)sample);
 }
 
-#define DCP__COMPARED_CONFIG_INTS 11
+#define DCP__COMPARED_CONFIG_INTS 13
 
 static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
                                        dcp_error *error)
@@ -10751,15 +11520,16 @@ static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
     const int64_t ints_a[DCP__COMPARED_CONFIG_INTS] = {
         a->ranks, a->max_tokens_per_rank, a->min_cp, a->max_cp, a->microbatch_multiple,
         a->pad_multiple_cp1, a->pad_multiple, (int64_t)a->strategy, a->improve_moves,
-        (int64_t)a->ring_charge, a->sync_ranks};
+        (int64_t)a->ring_charge, a->sync_ranks, (int64_t)a->cp_sizes, a->cover_ranks};
     const int64_t ints_b[DCP__COMPARED_CONFIG_INTS] = {
         b->ranks, b->max_tokens_per_rank, b->min_cp, b->max_cp, b->microbatch_multiple,
         b->pad_multiple_cp1, b->pad_multiple, (int64_t)b->strategy, b->improve_moves,
-        (int64_t)b->ring_charge, b->sync_ranks};
+        (int64_t)b->ring_charge, b->sync_ranks, (int64_t)b->cp_sizes, b->cover_ranks};
     const char *names[DCP__COMPARED_CONFIG_INTS] = {
         "ranks", "max_tokens_per_rank", "min_cp", "max_cp", "microbatch_multiple",
         "pad_multiple_cp1", "pad_multiple", "strategy", "improve_moves", "ring_charge",
-        "sync_ranks"}; /* the same groups under another E are another step */
+        "sync_ranks", "cp_sizes", "cover_ranks"}; /* the same groups under another E are
+                                                      another step */
     int i;
     for (i = 0; i < DCP__COMPARED_CONFIG_INTS; i++)
         if (ints_a[i] != ints_b[i])

@@ -59,8 +59,8 @@ typedef struct options {
 typedef enum flag_id {
     FLAG_HELP, FLAG_VERSION, FLAG_LENGTHS, FLAG_LOGNORMAL, FLAG_SEED, FLAG_RANKS, FLAG_MAX_TOKENS,
     FLAG_SYNC, FLAG_MIN_CP, FLAG_MAX_CP, FLAG_MULTIPLE, FLAG_PAD_CP1, FLAG_PAD, FLAG_ATTN,
-    FLAG_LINEAR, FLAG_RING, FLAG_RING_CHARGE, FLAG_STRATEGY, FLAG_IMPROVE, FLAG_JSON, FLAG_SVG, FLAG_COMPARE,
-    FLAG_SAVE_PLAN, FLAG_RANK, FLAG_MICROBATCH
+    FLAG_LINEAR, FLAG_RING, FLAG_RING_CHARGE, FLAG_STRATEGY, FLAG_IMPROVE, FLAG_CP_SIZES,
+    FLAG_COVER, FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_SAVE_PLAN, FLAG_RANK, FLAG_MICROBATCH
 } flag_id;
 
 typedef struct flag_spec {
@@ -85,9 +85,9 @@ static const flag_spec flags[] = {
      "ranks that run each microbatch in lockstep: aligned blocks of E, a power of two\n"
      "      dividing D or D itself; 1 for dense models (a group waits only for its own ranks),\n"
      "      the expert-parallel size for MoE (default 0: D, a barrier per microbatch)"},
-    {FLAG_MIN_CP, "--min-cp", "K", "smallest CP size, a power of two (default 0: 1)"},
+    {FLAG_MIN_CP, "--min-cp", "K", "smallest CP size, one of --cp-sizes' (default 0: 1)"},
     {FLAG_MAX_CP, "--max-cp", "K",
-     "largest CP size, a power of two <= D (default 0: the largest such)"},
+     "largest CP size, one of --cp-sizes' <= D (default 0: the largest such)"},
     {FLAG_MULTIPLE, "--microbatch-multiple", "K",
      "the microbatch count is a multiple of K, e.g. the pipeline size with virtual stages\n"
      "      (default 0: 1)"},
@@ -112,6 +112,13 @@ static const flag_spec flags[] = {
      "planner (default dynamic); static and greedy are the baselines"},
     {FLAG_IMPROVE, "--improve-moves", "N",
      "local-search budget in evaluated moves (default 0: 8 per sample + 256; < 0: none)"},
+    {FLAG_CP_SIZES, "--cp-sizes", "pow2|megatron",
+     "the CP sizes a group may have: pow2, the powers of two (the default), or megatron,\n"
+     "      the sizes Megatron-Core builds hybrid-CP groups for (2^i < 2^floor(log2 D), and D:\n"
+     "      a group of all D ranks where D is not a power of two)"},
+    {FLAG_COVER, "--cover-ranks", "0|1",
+     "1: every rank holds a sample somewhere in the plan, as Megatron-Core's hybrid\n"
+     "      schedule needs (default 0)"},
     {FLAG_JSON, "--json", NULL,
      "print the plan (or the rank view) as one JSON line (docs/cli-json.md)"},
     {FLAG_SVG, "--svg", "FILE", "also write the plan as an SVG timeline (ranks x time in ms)"},
@@ -220,6 +227,18 @@ static int parse_strategy(const char *text, dcp_strategy *strategy)
     return 1;
 }
 
+static int parse_cp_sizes(const char *text, dcp_cp_sizes *sizes)
+{
+    if (strcmp(text, dcp_cp_sizes_name(DCP_CP_SIZES_POW2)) == 0) *sizes = DCP_CP_SIZES_POW2;
+    else if (strcmp(text, dcp_cp_sizes_name(DCP_CP_SIZES_MEGATRON)) == 0)
+        *sizes = DCP_CP_SIZES_MEGATRON;
+    else {
+        fprintf(stderr, "dcp-plan: --cp-sizes must be pow2 or megatron, got '%s'\n", text);
+        return 0;
+    }
+    return 1;
+}
+
 static int parse_ring_charge(const char *text, dcp_ring_charge *charge)
 {
     if (strcmp(text, "group") == 0) *charge = DCP_RING_PER_GROUP;
@@ -294,6 +313,8 @@ static int parse_value(options *o, const flag_spec *flag, const char *value)
     case FLAG_LINEAR: ok = parse_double(flag->name, value, &c->cost.linear_coeff); break;
     case FLAG_RING: ok = parse_double(flag->name, value, &c->cost.ring_step_cost); break;
     case FLAG_RING_CHARGE: ok = parse_ring_charge(value, &c->ring_charge); break;
+    case FLAG_CP_SIZES: ok = parse_cp_sizes(value, &c->cp_sizes); break;
+    case FLAG_COVER: ok = parse_int32(flag->name, value, 0, 1, &c->cover_ranks); break;
     case FLAG_RANK:
         ok = parse_int32(flag->name, value, 0, DCP_MAX_RANKS - 1, &o->view_rank);
         break;
@@ -559,12 +580,13 @@ static void print_config_json(const dcp_config *c)
            "\"min_cp\":%d,\"max_cp\":%d,\"microbatch_multiple\":%d,\"pad_multiple_cp1\":%d,"
            "\"pad_multiple\":%d,\"cost\":{\"attn_coeff\":%.17g,\"linear_coeff\":%.17g,"
            "\"ring_step_cost\":%.17g},\"ring_charge\":\"%s\",\"strategy\":\"%s\","
-           "\"improve_moves\":%d}",
+           "\"improve_moves\":%d,\"cp_sizes\":\"%s\",\"cover_ranks\":%d}",
            (int)c->ranks, (long long)c->max_tokens_per_rank, (int)c->sync_ranks, (int)c->min_cp,
            (int)c->max_cp, (int)c->microbatch_multiple, (int)c->pad_multiple_cp1,
            (int)c->pad_multiple, c->cost.attn_coeff, c->cost.linear_coeff,
            c->cost.ring_step_cost, c->ring_charge == DCP_RING_PER_SAMPLE ? "sample" : "group",
-           dcp_strategy_name(c->strategy), (int)c->improve_moves);
+           dcp_strategy_name(c->strategy), (int)c->improve_moves, dcp_cp_sizes_name(c->cp_sizes),
+           (int)c->cover_ranks);
 }
 
 /* Each sample's padded length at the CP size of its group; 0 on allocation failure. */

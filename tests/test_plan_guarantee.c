@@ -7,8 +7,10 @@
    E = 1, a power of two strictly between (where the pool has one) and D; memory caps from
    below the typical length (wide CP sizes forced) to many samples per rank; microbatch
    multiples 1 to 8; sometimes a smaller max_cp, a larger min_cp or padding multiples; a
-   third of them with the ring charged per sample (drawn from a stream of its own, so that the
-   workloads are those drawn without it).
+   third of them with the ring charged per sample, and a third with Megatron's CP sizes
+   (cp_sizes MEGATRON: a group of the whole pool where it is not a power of two), half of those
+   with every rank busy (cover_ranks), each drawn from a stream of its own, so that the
+   workloads are those drawn without them.
    Under the sanitizers (the -san build) fewer workloads, the same draws for those. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
@@ -32,6 +34,9 @@
 /* the per-sample ring charge's own stream (see above) and its share of the workloads */
 #define GUARANTEE_CHARGE_STREAM UINT64_C(0x52494e47) /* "RING" */
 #define GUARANTEE_PER_SAMPLE_SHARE 3
+/* Megatron's CP sizes' own stream and share; half of those cover every rank */
+#define GUARANTEE_SETS_STREAM UINT64_C(0x53455453) /* "SETS" */
+#define GUARANTEE_SETS_SHARE 3
 #define GUARANTEE_MAX_SAMPLES 512
 #define GUARANTEE_MAX_RANKS 1024
 #define GUARANTEE_MAX_MULTIPLE 8
@@ -130,38 +135,59 @@ static dcp_plan *plan_of(dcp_config c, dcp_strategy strategy, int32_t sync,
 }
 
 /* Megatron-LM's plan of the workload (the planner's port of its scheduler), NULL when it is
-   no plan of the config. */
+   no plan of the config (with cover_ranks: when it leaves a rank idle). */
 static dcp_plan *megatron_plan_of(const guarantee_workload *w)
 {
     dcp_config resolved;
+    dcp__sets sets;
     dcp__batch batch;
     dcp__placement *placements;
     dcp_plan *plan = NULL;
     int32_t microbatches = 0;
     if (dcp_config_resolve(&w->config, &resolved, NULL) != DCP_OK ||
-        dcp__batch_init(&batch, &resolved, w->lengths, w->count, NULL) != DCP_OK)
+        dcp__sets_init(&sets, &resolved, w->lengths, w->count, NULL) != DCP_OK)
         return NULL;
+    batch = dcp__sets_batch(&sets);
     placements = (dcp__placement *)malloc((size_t)w->count * sizeof *placements);
     if (placements &&
         dcp__plan_megatron(&batch, placements, &microbatches, NULL) == DCP_OK &&
         microbatches > 0)
         dcp__plan_build(&resolved, w->lengths, placements, w->count, microbatches, &plan, NULL);
     free(placements);
-    dcp__batch_free(&batch);
+    dcp__sets_free(&sets);
+    if (plan && dcp_plan_validate(plan, NULL) != DCP_OK) { /* idle ranks under cover_ranks */
+        dcp_plan_destroy(plan);
+        plan = NULL;
+    }
     return plan;
+}
+
+/* Megatron's CP sizes (and max_cp back to its default: a power of two below the pool may be
+   none of them), and with `cover` every rank busy. */
+static void use_megatron_sizes(guarantee_workload *w, int cover)
+{
+    dcp_config sizes = make_config(w->config.ranks, 1), resolved;
+    sizes.cp_sizes = DCP_CP_SIZES_MEGATRON;
+    dcp_config_resolve(&sizes, &resolved, NULL);
+    w->config.cp_sizes = DCP_CP_SIZES_MEGATRON;
+    w->config.cover_ranks = cover;
+    if (cover || !dcp_cp_size_allowed(&resolved, w->config.max_cp)) w->config.max_cp = 0;
+    if (w->config.min_cp > 0 && !dcp_cp_size_allowed(&resolved, w->config.min_cp))
+        w->config.min_cp = 0;
 }
 
 static void describe(const guarantee_workload *w, int32_t index, int32_t sync)
 {
     fprintf(stderr,
             "  workload %d: %s T %lld, %d samples, D %d, M %lld, E %d, %s model, multiple %d, "
-            "min_cp %d, max_cp %d, pads %d/%d, ring per %s\n",
+            "min_cp %d, max_cp %d, pads %d/%d, ring per %s, cp_sizes %s, cover %d\n",
             (int)index, length_shape_names[w->shape], (long long)w->typical, (int)w->count,
             (int)w->config.ranks, (long long)w->config.max_tokens_per_rank, (int)sync,
             w->config.cost.attn_coeff == 1.0 ? "L^2" : "default",
             (int)w->config.microbatch_multiple, (int)w->config.min_cp, (int)w->config.max_cp,
             (int)w->config.pad_multiple, (int)w->config.pad_multiple_cp1,
-            w->config.ring_charge == DCP_RING_PER_SAMPLE ? "sample" : "group");
+            w->config.ring_charge == DCP_RING_PER_SAMPLE ? "sample" : "group",
+            dcp_cp_sizes_name(w->config.cp_sizes), (int)w->config.cover_ranks);
 }
 
 typedef struct guarantee_tally {
@@ -209,13 +235,15 @@ static void dynamic_never_behind_a_baseline(void)
 {
     static guarantee_workload w;
     guarantee_tally tally[SYNC_MODELS];
-    dcp_rng rng, charge_rng;
-    int32_t index, m, shapes[LENGTH_SHAPES], non_power = 0, per_sample = 0;
+    dcp_rng rng, charge_rng, sets_rng;
+    int32_t index, m, shapes[LENGTH_SHAPES], non_power = 0, per_sample = 0, megatron = 0;
+    int32_t covered = 0;
     int32_t failures = test_current_failures;
     memset(tally, 0, sizeof tally);
     memset(shapes, 0, sizeof shapes);
     dcp_rng_seed(&rng, test_seed_for(GUARANTEE_SEED));
     dcp_rng_seed(&charge_rng, test_seed_for(GUARANTEE_SEED) ^ GUARANTEE_CHARGE_STREAM);
+    dcp_rng_seed(&sets_rng, test_seed_for(GUARANTEE_SEED) ^ GUARANTEE_SETS_STREAM);
     for (index = 0; index < GUARANTEE_WORKLOADS && test_current_failures - failures < 10;
          index++) {
         dcp_plan *baselines[3];
@@ -224,6 +252,10 @@ static void dynamic_never_behind_a_baseline(void)
         if (dcp_rng_below(&charge_rng, GUARANTEE_PER_SAMPLE_SHARE) == 0)
             w.config.ring_charge = DCP_RING_PER_SAMPLE;
         per_sample += w.config.ring_charge == DCP_RING_PER_SAMPLE;
+        if (dcp_rng_below(&sets_rng, GUARANTEE_SETS_SHARE) == 0)
+            use_megatron_sizes(&w, (int)dcp_rng_below(&sets_rng, 2));
+        megatron += w.config.cp_sizes == DCP_CP_SIZES_MEGATRON;
+        covered += w.config.cover_ranks;
         syncs[SYNC_ONE] = 1;
         syncs[SYNC_BETWEEN] = draw_between(&rng, w.config.ranks);
         syncs[SYNC_POOL] = w.config.ranks;
@@ -238,8 +270,9 @@ static void dynamic_never_behind_a_baseline(void)
             if (syncs[m] > 0) check_one(&w, index, syncs[m], baselines, &tally[m]);
         for (m = 0; m < 3; m++) dcp_plan_destroy(baselines[m]);
     }
-    printf("    %d workloads (%d on pools not a power of two, %d with the ring per sample; shapes",
-           (int)index, (int)non_power, (int)per_sample);
+    printf("    %d workloads (%d on pools not a power of two, %d with the ring per sample, %d "
+           "with Megatron's CP sizes, %d of them covering every rank; shapes",
+           (int)index, (int)non_power, (int)per_sample, (int)megatron, (int)covered);
     for (m = 0; m < LENGTH_SHAPES; m++) printf(" %s %d", length_shape_names[m], (int)shapes[m]);
     printf(")\n");
     for (m = 0; m < SYNC_MODELS; m++)

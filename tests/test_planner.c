@@ -26,27 +26,6 @@ static double step_of(const dcp_plan *plan)
     return stats.step_seconds;
 }
 
-/* A hand-built plan: the tests own its arrays through the default allocator. */
-static dcp_plan *manual_plan(const dcp_config *config, const int64_t *lengths, int32_t samples,
-                             int32_t microbatches, const int32_t *offsets, const dcp_group *groups,
-                             int32_t num_groups, const int32_t *group_samples)
-{
-    dcp_plan *plan = (dcp_plan *)calloc(1, sizeof *plan);
-    dcp_config_resolve(config, &plan->config, NULL);
-    plan->num_samples = samples;
-    plan->num_microbatches = microbatches;
-    plan->num_groups = num_groups;
-    plan->sample_lengths = (int64_t *)malloc((size_t)samples * sizeof(int64_t));
-    plan->microbatch_offsets = (int32_t *)malloc((size_t)(microbatches + 1) * sizeof(int32_t));
-    plan->groups = (dcp_group *)malloc((size_t)num_groups * sizeof(dcp_group));
-    plan->group_samples = (int32_t *)malloc((size_t)samples * sizeof(int32_t));
-    memcpy(plan->sample_lengths, lengths, (size_t)samples * sizeof(int64_t));
-    memcpy(plan->microbatch_offsets, offsets, (size_t)(microbatches + 1) * sizeof(int32_t));
-    memcpy(plan->groups, groups, (size_t)num_groups * sizeof(dcp_group));
-    memcpy(plan->group_samples, group_samples, (size_t)samples * sizeof(int32_t));
-    return plan;
-}
-
 /* Linear-only model with unit cost per token: times are token counts. */
 static dcp_config token_time_config(int32_t ranks, int64_t max_tokens)
 {

@@ -19,7 +19,7 @@ from ._library import (CorruptDataError, CudaError, DcpError, DcpIOError, DcpMem
                        LibraryNotFoundError, NcclError, ParseError, UnsupportedError,
                        library_path)
 from .planner import (CONFIG_FIELDS, DEFAULT_SEED, NO_GROUP, FlopsStats, Group, Plan, PlanStats,
-                      RankView, RowRun, SampleCost, Transfer, VarlenCall, cp_size_min,
+                      RankView, RowRun, SampleCost, Transfer, VarlenCall, cp_size_min, cp_sizes,
                       lognormal_lengths, parse_lengths, plan, plan_svg, rank_view_from_bytes,
                       read_lengths, resolve_config, zigzag_position)
 
@@ -30,7 +30,7 @@ __all__ = [
     "DcpMemoryError", "DcpOverflowError", "FlopsStats", "Group", "InfeasibleError",
     "InvalidArgumentError", "InvalidPlanError", "LibraryNotFoundError", "NO_GROUP", "NcclError",
     "ParseError", "Plan", "PlanStats", "RankView", "RowRun", "SampleCost", "Transfer",
-    "UnsupportedError", "VarlenCall", "cp_size_min", "library_path", "lognormal_lengths",
+    "UnsupportedError", "VarlenCall", "cp_size_min", "cp_sizes", "library_path", "lognormal_lengths",
     "parse_lengths", "plan", "plan_svg", "rank_view_from_bytes", "read_lengths",
     "resolve_config", "zigzag_position",
 ]

@@ -42,7 +42,9 @@ class Config(ctypes.Structure):
                 ("max_cp", c_int32), ("microbatch_multiple", c_int32),
                 ("pad_multiple_cp1", c_int32), ("pad_multiple", c_int32), ("cost", CostModel),
                 ("ring_charge", c_enum),  # dcp_ring_charge (issue 28)
-                ("strategy", c_enum), ("improve_moves", c_int32), ("allocator", Allocator)]
+                ("strategy", c_enum), ("improve_moves", c_int32),
+                ("cp_sizes", c_enum),  # dcp_cp_sizes
+                ("cover_ranks", c_int32), ("allocator", Allocator)]
 
 
 class Group(ctypes.Structure):

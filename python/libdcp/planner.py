@@ -18,6 +18,8 @@ STRATEGIES = {"dynamic": 0, "static": 1, "greedy": 2}  # dcp_strategy, by name
 STRATEGY_NAMES = {value: name for name, value in STRATEGIES.items()}
 RING_CHARGES = {"group": 0, "sample": 1}  # dcp_ring_charge, by name
 RING_CHARGE_NAMES = {value: name for name, value in RING_CHARGES.items()}
+CP_SIZES = {"pow2": 0, "megatron": 1}  # dcp_cp_sizes, by name
+CP_SIZES_NAMES = {value: name for name, value in CP_SIZES.items()}
 TRANSFER_SEND, TRANSFER_RECV, TRANSFER_COPY = 0, 1, 2    # dcp_transfer_kind
 DEFAULT_SEED, NO_GROUP = S.DEFAULT_SEED, S.NO_GROUP
 
@@ -160,7 +162,9 @@ def make_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config
     means the C default, exactly as in C and in dcp-plan. ``strategy`` takes "dynamic",
     "static" or "greedy"; ``ring_charge`` "group" (a group's ring once per microbatch, the
     default) or "sample" (every sample its own ring: one forward per sample, as Megatron-Core
-    0.16 runs them); ``cost`` a mapping with attn_coeff (s per valid token^2), linear_coeff
+    0.16 runs them); ``cp_sizes`` "pow2" (the default) or "megatron" (the CP sizes
+    Megatron-Core has communicators for: powers of two below 2^floor(log2 D), and D);
+    ``cover_ranks`` True to put a sample on every rank; ``cost`` a mapping with attn_coeff (s per valid token^2), linear_coeff
     (s per stored token) and ring_step_cost (s per ring step), those left out 0 (all three 0:
     the default model)."""
     unknown = sorted(set(config) - set(CONFIG_FIELDS))
@@ -175,6 +179,10 @@ def make_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config
             value = _enum_value(name, value, STRATEGIES)
         elif name == "ring_charge":
             value = _enum_value(name, value, RING_CHARGES)
+        elif name == "cp_sizes":
+            value = _enum_value(name, value, CP_SIZES)
+        elif name == "cover_ranks" and isinstance(value, bool):
+            value = int(value)  # a flag: True / False as well as 1 / 0
         elif name == "cost":
             value = _cost_model(value)
         else:
@@ -188,6 +196,7 @@ def _config_dict(c: S.Config) -> Dict[str, Any]:
     out["cost"] = {name: getattr(c.cost, name) for name in COST_FIELDS}
     out["strategy"] = STRATEGY_NAMES.get(c.strategy, c.strategy)
     out["ring_charge"] = RING_CHARGE_NAMES.get(c.ring_charge, c.ring_charge)
+    out["cp_sizes"] = CP_SIZES_NAMES.get(c.cp_sizes, c.cp_sizes)
     return out
 
 
@@ -211,6 +220,20 @@ def cp_size_min(length: int, ranks: int, max_tokens_per_rank: int, **config: Any
     cpu().call("dcp_cp_size_min", ctypes.byref(make_config(ranks, max_tokens_per_rank, **config)),
                check_int("length", length), ctypes.byref(cp))
     return cp.value
+
+
+def cp_sizes(ranks: int, max_tokens_per_rank: int = 1, **config: Any) -> Tuple[int, ...]:
+    """The CP sizes a plan of this config may give a group, ascending (dcp_cp_size_next over
+    the resolved config): cp_sizes "pow2" the powers of two in [min_cp, max_cp], "megatron"
+    Megatron-Core's hybrid-CP group sizes (2^i < 2^floor(log2 D), and D)."""
+    resolved = _resolved(ranks, max_tokens_per_rank, **config)
+    following = cpu().raw("dcp_cp_size_next")
+    sizes = [resolved.min_cp]
+    while True:
+        size = following(ctypes.byref(resolved), sizes[-1])
+        if size <= 0:
+            return tuple(sizes)
+        sizes.append(size)
 
 
 class SampleCost:
@@ -830,7 +853,7 @@ def plan(lengths: Any, ranks: int, max_tokens_per_rank: int, **config: Any) -> P
     ranks: D, the DP x CP ranks of the pool. max_tokens_per_rank: M, padded tokens a rank
     holds per microbatch. config: any other dcp_config field by its C name (sync_ranks,
     min_cp, max_cp, microbatch_multiple, pad_multiple_cp1, pad_multiple, cost, strategy,
-    improve_moves), zero or absent for the C default; an unknown name raises TypeError.
+    ring_charge, improve_moves, cp_sizes, cover_ranks), zero or absent for the C default; an unknown name raises TypeError.
     Errors of the library raise a DcpError subclass carrying its message (InfeasibleError,
     InvalidArgumentError, ...).
     """

@@ -38,6 +38,8 @@ static void planner_structs(void)
     FIELD(dcp_config, ring_charge);
     FIELD(dcp_config, strategy);
     FIELD(dcp_config, improve_moves);
+    FIELD(dcp_config, cp_sizes);
+    FIELD(dcp_config, cover_ranks);
     FIELD(dcp_config, allocator);
     SIZE(dcp_group);
     FIELD(dcp_group, first_rank);
