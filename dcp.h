@@ -2070,6 +2070,13 @@ static void dcp__free_list(const dcp_allocator *allocator, void *const *list, si
     for (i = 0; i < count; i++) dcp_free(allocator, list[i]);
 }
 
+/* A rare path kept out of its hot caller, so that the caller inlines where it is used. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DCP__OUT_OF_LINE __attribute__((noinline))
+#else
+#define DCP__OUT_OF_LINE
+#endif
+
 static int dcp__log2_int(int64_t x) /* floor(log2 x) for x >= 1: exact on a power of two */
 {
     int level = 0;
@@ -2288,15 +2295,28 @@ DCPDEF int dcp_cp_size_allowed(const dcp_config *resolved, int32_t cp)
            dcp__cp_in_set(resolved, cp);
 }
 
-DCPDEF int32_t dcp_cp_size_next(const dcp_config *resolved, int32_t cp)
+/* The sizes past the next power of two: the next allowed power of two, then the pool. */
+static DCP__OUT_OF_LINE int32_t dcp__cp_next_slow(const dcp_config *resolved, int32_t cp)
 {
-    int64_t next = 1;
-    if (!resolved || cp >= resolved->max_cp) return 0;
-    if (cp < resolved->min_cp) return resolved->min_cp;
-    while (next <= cp) next *= 2; /* the powers of two above cp, then the pool */
+    int64_t next = INT64_C(2) << dcp__log2_int(cp);
     for (; next <= resolved->max_cp; next *= 2)
         if (dcp__cp_in_set(resolved, next)) return (int32_t)next;
     return dcp__cp_in_set(resolved, resolved->max_cp) ? resolved->max_cp : 0;
+}
+
+/* dcp_cp_size_next of a resolved config inside the planner's loops (per sample and size): the
+   next power of two first. */
+static int32_t dcp__cp_next(const dcp_config *resolved, int32_t cp)
+{
+    if (cp >= resolved->max_cp) return 0;
+    if (cp < resolved->min_cp) return resolved->min_cp;
+    if (resolved->cp_sizes == DCP_CP_SIZES_POW2 && dcp_is_pow2(cp)) return 2 * cp;
+    return dcp__cp_next_slow(resolved, cp);
+}
+
+DCPDEF int32_t dcp_cp_size_next(const dcp_config *resolved, int32_t cp)
+{
+    return resolved ? dcp__cp_next(resolved, cp) : 0;
 }
 
 DCPDEF const char *dcp_cp_sizes_name(dcp_cp_sizes sizes)
@@ -2446,16 +2466,23 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
     return dcp_error_clear(error);
 }
 
+/* lcm(a, b) by Euclid, out of the hot path: the padding of a group size that is not a power
+   of two (the whole pool under cp_sizes MEGATRON). */
+static DCP__OUT_OF_LINE int64_t dcp__lcm_slow(int64_t a, int64_t b)
+{
+    return a / dcp__gcd(a, b) * b;
+}
+
 /* lcm(c > 1 ? 2c : pad_multiple_cp1, pad_multiple) of a resolved config. For c > 1 the base
    is a power of two, whose gcd with any number is a power of two too: no loop on the hot path. */
-static int64_t dcp__pad_multiple(const dcp_config *config, int32_t cp)
+static inline int64_t dcp__pad_multiple(const dcp_config *config, int32_t cp)
 {
     int64_t user = config->pad_multiple;
-    if (cp > 1 && dcp_is_pow2(cp)) {
+    if (cp > 1) {
         int64_t base = 2 * (int64_t)cp, lowest_bit = user & -user;
+        if (base & (base - 1)) return dcp__lcm_slow(base, user); /* a pool's size */
         return base / (lowest_bit < base ? lowest_bit : base) * user;
     }
-    if (cp > 1) return 2 * (int64_t)cp / dcp__gcd(2 * (int64_t)cp, user) * user;
     return config->pad_multiple_cp1 / dcp__gcd(config->pad_multiple_cp1, user) * user;
 }
 
@@ -2495,7 +2522,7 @@ DCPDEF dcp_status dcp_padded_length(const dcp_config *config, int64_t length, in
 static int32_t dcp__cp_min(const dcp_config *config, int64_t length)
 {
     int32_t cp;
-    for (cp = config->min_cp; cp > 0; cp = dcp_cp_size_next(config, cp))
+    for (cp = config->min_cp; cp > 0; cp = dcp__cp_next(config, cp))
         if (dcp__padded(config, length, cp) / cp <= config->max_tokens_per_rank) return cp;
     return 0;
 }
@@ -2598,7 +2625,7 @@ static double dcp__best_alone_seconds(const dcp_config *config, double attention
     const double ring = config->cost.ring_step_cost;
     double best = dcp__alone_seconds_given(config, attention, length, cp_min);
     int32_t cp;
-    for (cp = dcp_cp_size_next(config, cp_min); cp > 0; cp = dcp_cp_size_next(config, cp)) {
+    for (cp = dcp__cp_next(config, cp_min); cp > 0; cp = dcp__cp_next(config, cp)) {
         const double c = (double)cp;
         double t;
         if (ring * c * c >= work && work / c + ring * (c - 1.0) >= best) break;
@@ -2644,7 +2671,7 @@ static int32_t dcp__usable_ranks(const dcp_config *config)
    c >= 2 divides the next size's), and at 1 the lesser of sizes 1 and 2. */
 static int64_t dcp__bound_tokens(const dcp_config *config, int64_t length, int32_t cp_min)
 {
-    const int32_t pool = dcp__pool_cp(config), next = dcp_cp_size_next(config, cp_min);
+    const int32_t pool = dcp__pool_cp(config), next = dcp__cp_next(config, cp_min);
     int64_t tokens = dcp__padded(config, length, cp_min);
     if (cp_min == 1 && next > 0 && dcp__padded(config, length, next) < tokens)
         tokens = dcp__padded(config, length, next);
@@ -7164,11 +7191,6 @@ static int32_t dcp__unload_target_bits(dcp__unload_state *u, int32_t k, int32_t 
    microbatch k with room under the slowest time, or (fresh) free aligned block, or -1;
    charges the budget the block positions it scanned. */
 /* Kept out of line so that its caller, mostly the pruning, inlines into the passes' loops. */
-#if defined(__GNUC__) || defined(__clang__)
-#define DCP__OUT_OF_LINE __attribute__((noinline))
-#else
-#define DCP__OUT_OF_LINE
-#endif
 static DCP__OUT_OF_LINE int32_t dcp__unload_target_scan(dcp__unload_state *u, int32_t k,
                                                         int32_t j, int64_t ticks, int64_t tokens,
                                                         int fresh, int64_t *budget)
