@@ -44,6 +44,8 @@
        DCP_FREE(ptr)       matching free (free); define both or neither
        DCP_NO_REFERENCE    leave out the CPU reference kernels (declarations and code)
        DCP_NO_DISTRIBUTED  leave out the distributed logic (what dcp_nccl.h builds on)
+       DCP_PLANNER_TRACE(phase, begin)  profiling hook: called before (1) and after (0) each
+                           phase of the planner (bench/plan_bench --profile); empty default
    With both, a planner-only user compiles the planner, the data-loader layers, the operation
    contracts and the CUDA declarations; every combination is compiled and run by make test.
    An allocator may also be passed at run time (dcp_config.allocator, dcp_allocator).
@@ -2070,6 +2072,14 @@ static void dcp__free_list(const dcp_allocator *allocator, void *const *list, si
     for (i = 0; i < count; i++) dcp_free(allocator, list[i]);
 }
 
+/* DCP_PLANNER_TRACE(phase, begin): an option macro for profiling, called with each planner
+   phase's name (a string literal) before (begin 1) and after (begin 0) it runs: the tables,
+   each baseline, each entry of the search table, the final choice (bench/plan_bench
+   --profile). Empty by default. */
+#ifndef DCP_PLANNER_TRACE
+#define DCP_PLANNER_TRACE(phase, begin) ((void)0)
+#endif
+
 /* A rare path kept out of its hot caller, so that the caller inlines where it is used. */
 #if defined(__GNUC__) || defined(__clang__)
 #define DCP__OUT_OF_LINE __attribute__((noinline))
@@ -2486,8 +2496,11 @@ static inline int64_t dcp__pad_multiple(const dcp_config *config, int32_t cp)
     return config->pad_multiple_cp1 / dcp__gcd(config->pad_multiple_cp1, user) * user;
 }
 
+/* length rounded up to a multiple; a power-of-two multiple (the usual padding) by a mask, as
+   the planner's tables round every sample at every size. */
 static int64_t dcp__round_up(int64_t length, int64_t multiple)
 {
+    if ((multiple & (multiple - 1)) == 0) return (length + multiple - 1) & ~(multiple - 1);
     return (length + multiple - 1) / multiple * multiple;
 }
 
@@ -2555,6 +2568,9 @@ static double dcp__sample_seconds(const dcp_cost_model *cost, double attention,
                                   int64_t padded_length, int32_t cp)
 {
     double linear = dcp__exact(cost->linear_coeff * (double)padded_length);
+    /* by a power of two, multiplying by its exact reciprocal is the same scaling as the
+       division, to the bit, at a fraction of its latency */
+    if (cp > 0 && dcp_is_pow2(cp)) return (attention + linear) * (1.0 / (double)cp);
     return (attention + linear) / (double)(cp > 0 ? cp : 1);
 }
 
@@ -2734,6 +2750,78 @@ static double dcp__bound_work(const dcp_config *config, double attention, int64_
         if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);                     \
     }
 
+/* Ids sorted by key, ties by increasing id (a total order: qsort is then deterministic
+   everywhere): the planners' sample ids by decreasing work or tokens, the exchange's receives
+   by increasing peer. */
+typedef struct dcp__keyed {
+    int64_t key;
+    int32_t id;
+} dcp__keyed;
+
+/* key_sign 1: increasing keys; -1: decreasing. */
+static int dcp__keyed_compare(const void *a, const void *b, int key_sign)
+{
+    const dcp__keyed *x = (const dcp__keyed *)a, *y = (const dcp__keyed *)b;
+    if (x->key != y->key) return x->key < y->key ? -key_sign : key_sign;
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+static int dcp__keyed_descending(const void *a, const void *b)
+{
+    return dcp__keyed_compare(a, b, -1);
+}
+
+static int dcp__keyed_ascending(const void *a, const void *b)
+{
+    return dcp__keyed_compare(a, b, 1);
+}
+
+static int dcp__keyed_before(const dcp__keyed *x, const dcp__keyed *y)
+{
+    return x->key != y->key ? x->key > y->key : x->id < y->id;
+}
+DCP__DEFINE_SORT(dcp__keyed_sort, dcp__keyed, dcp__keyed_before)
+
+/* A stable least-significant-digit radix sort of keyed entries whose keys are >= 0 and whose
+   ids ascend in the input: by decreasing key, ties by increasing id, which is
+   dcp__keyed_sort's order, in DCP__RADIX_DIGITS passes of O(count) (a digit every key shares
+   is skipped) instead of a merge sort's log2(count). scratch: [count]. */
+#define DCP__RADIX_BITS 8
+#define DCP__RADIX_BUCKETS (1 << DCP__RADIX_BITS)
+#define DCP__RADIX_DIGITS (64 / DCP__RADIX_BITS)
+/* Below this many entries the passes' fixed cost (DCP__RADIX_BUCKETS per digit) outweighs
+   the merge sort's log2(count) passes. */
+#define DCP__RADIX_MIN_COUNT 1024
+static void dcp__keyed_radix_sort(dcp__keyed *keys, dcp__keyed *scratch, int32_t count)
+{
+    int32_t counts[DCP__RADIX_DIGITS][DCP__RADIX_BUCKETS], d, b, i;
+    dcp__keyed *from = keys, *to = scratch, *swap;
+    memset(counts, 0, sizeof counts);
+    for (i = 0; i < count; i++) { /* ascending in ~key is descending in key */
+        uint64_t inverted = ~(uint64_t)keys[i].key;
+        for (d = 0; d < DCP__RADIX_DIGITS; d++)
+            counts[d][(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++;
+    }
+    for (d = 0; d < DCP__RADIX_DIGITS; d++) {
+        int32_t at = 0, *offset = counts[d];
+        for (b = 0; b < DCP__RADIX_BUCKETS && offset[b] < count; b++) {}
+        if (b < DCP__RADIX_BUCKETS) continue; /* every key has this digit */
+        for (b = 0; b < DCP__RADIX_BUCKETS; b++) {
+            int32_t in_bucket = offset[b];
+            offset[b] = at;
+            at += in_bucket;
+        }
+        for (i = 0; i < count; i++) {
+            uint64_t inverted = ~(uint64_t)from[i].key;
+            to[offset[(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++] = from[i];
+        }
+        swap = from;
+        from = to;
+        to = swap;
+    }
+    if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);
+}
+
 /* One sample as the barrier bound sees it: its best time and the tokens it stores at least. */
 typedef struct dcp__bound_item {
     double seconds;
@@ -2742,12 +2830,25 @@ typedef struct dcp__bound_item {
     int32_t id;
 } dcp__bound_item;
 
-/* Slowest first, ties by id: a total order. */
-static int dcp__bound_item_before(const dcp__bound_item *x, const dcp__bound_item *y)
+/* The items slowest first, ties by id (a total order): by the bits of their seconds (>= 0,
+   so ordered as the values) through dcp__keyed's sorts, the radix one on large batches (the
+   merge sort of the items was a tenth of a large plan's bound). keyed: [2 count]; scratch:
+   [count]. */
+static void dcp__bound_items_sort(dcp__bound_item *items, dcp__bound_item *scratch,
+                                  dcp__keyed *keyed, int32_t count)
 {
-    return x->seconds != y->seconds ? x->seconds > y->seconds : x->id < y->id;
+    int32_t i;
+    for (i = 0; i < count; i++) {
+        uint64_t bits;
+        memcpy(&bits, &items[i].seconds, sizeof bits);
+        keyed[i].key = (int64_t)bits;
+        keyed[i].id = i;
+    }
+    if (count >= DCP__RADIX_MIN_COUNT) dcp__keyed_radix_sort(keyed, keyed + count, count);
+    else dcp__keyed_sort(keyed, keyed + count, count);
+    for (i = 0; i < count; i++) scratch[i] = items[keyed[i].id];
+    memcpy(items, scratch, (size_t)count * sizeof *items);
 }
-DCP__DEFINE_SORT(dcp__bound_item_sort, dcp__bound_item, dcp__bound_item_before)
 
 /* The barrier bound of the samples needing >= 2^level ranks, items slowest first. Let n(x) be
    the number of (block, microbatch) pairs whose slowest group takes longer than x: a group
@@ -2812,6 +2913,7 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
     double work_at[DCP_CP_LEVELS], longest = 0.0;
     int32_t i, b, level, lowest, top, barrier = 0;
     dcp__bound_item *items = NULL, *scratch = NULL;
+    dcp__keyed *keyed = NULL;
     dcp__bound_levels(config, &lowest, &top);
     for (b = 0; b < bounds; b++) barrier |= syncs[b] > 1;
     if (barrier) {
@@ -2819,9 +2921,11 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
                                                     sizeof *items, "lower bound", error);
         scratch = (dcp__bound_item *)dcp__alloc_array(&config->allocator, (size_t)count,
                                                       sizeof *scratch, "lower bound", error);
-        if (!items || !scratch) {
-            dcp_free(&config->allocator, items);
-            dcp_free(&config->allocator, scratch);
+        keyed = (dcp__keyed *)dcp__alloc_array(&config->allocator, 2 * (size_t)count,
+                                               sizeof *keyed, "lower bound", error);
+        if (!items || !scratch || !keyed) {
+            void *list[] = {items, scratch, keyed};
+            dcp__free_list(&config->allocator, list, DCP__COUNT(list));
             return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
         }
     }
@@ -2840,7 +2944,7 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
             items[i].id = i;
         }
     }
-    if (items) dcp__bound_item_sort(items, scratch, count);
+    if (items) dcp__bound_items_sort(items, scratch, keyed, count);
     for (b = 0; b < bounds; b++) {
         double work = 0.0, bound = longest;
         for (level = top; level >= lowest; level--) { /* work of the samples needing >= 2^level */
@@ -2857,6 +2961,7 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
     }
     dcp_free(&config->allocator, items);
     dcp_free(&config->allocator, scratch);
+    dcp_free(&config->allocator, keyed);
     return DCP_OK;
 }
 
@@ -3609,7 +3714,7 @@ static void dcp__batch_tabulate(dcp__batch *batch, double scale)
         for (; level < batch->levels; level++) {
             int32_t cp = (int32_t)1 << level;
             int64_t padded = dcp__round_up(length, multiple[level]);
-            tokens[level] = padded / cp;
+            tokens[level] = padded >> level; /* cp = 2^level */
             ticks[level] = dcp__to_ticks(dcp__sample_seconds(&config->cost, attention, padded, cp) +
                                              (per_sample ? ring[level] : 0.0),
                                          scale);
@@ -3681,38 +3786,6 @@ static int64_t dcp__sample_tokens(const dcp__batch *batch, int32_t sample, int32
 {
     return batch->tokens[(size_t)sample * (size_t)batch->levels + (size_t)level];
 }
-
-/* Ids sorted by key, ties by increasing id (a total order: qsort is then deterministic
-   everywhere): the planners' sample ids by decreasing work or tokens, the exchange's receives
-   by increasing peer. */
-typedef struct dcp__keyed {
-    int64_t key;
-    int32_t id;
-} dcp__keyed;
-
-/* key_sign 1: increasing keys; -1: decreasing. */
-static int dcp__keyed_compare(const void *a, const void *b, int key_sign)
-{
-    const dcp__keyed *x = (const dcp__keyed *)a, *y = (const dcp__keyed *)b;
-    if (x->key != y->key) return x->key < y->key ? -key_sign : key_sign;
-    return x->id < y->id ? -1 : (x->id > y->id);
-}
-
-static int dcp__keyed_descending(const void *a, const void *b)
-{
-    return dcp__keyed_compare(a, b, -1);
-}
-
-static int dcp__keyed_ascending(const void *a, const void *b)
-{
-    return dcp__keyed_compare(a, b, 1);
-}
-
-static int dcp__keyed_before(const dcp__keyed *x, const dcp__keyed *y)
-{
-    return x->key != y->key ? x->key > y->key : x->id < y->id;
-}
-DCP__DEFINE_SORT(dcp__keyed_sort, dcp__keyed, dcp__keyed_before)
 
 /* ---------------------------------------------------------------- baseline: static CP
    Every sample at the CP size the longest needs; D / c data-parallel replicas; samples dealt
@@ -3925,46 +3998,6 @@ static int32_t dcp__leaf_base(int32_t ranks)
     int32_t base = 1;
     while (base < ranks) base *= 2;
     return base;
-}
-
-/* A stable least-significant-digit radix sort of keyed entries whose keys are >= 0 and whose
-   ids ascend in the input: by decreasing key, ties by increasing id, which is
-   dcp__keyed_sort's order, in DCP__RADIX_DIGITS passes of O(count) (a digit every key shares
-   is skipped) instead of a merge sort's log2(count). scratch: [count]. */
-#define DCP__RADIX_BITS 8
-#define DCP__RADIX_BUCKETS (1 << DCP__RADIX_BITS)
-#define DCP__RADIX_DIGITS (64 / DCP__RADIX_BITS)
-/* Below this many entries the passes' fixed cost (DCP__RADIX_BUCKETS per digit) outweighs
-   the merge sort's log2(count) passes. */
-#define DCP__RADIX_MIN_COUNT 1024
-static void dcp__keyed_radix_sort(dcp__keyed *keys, dcp__keyed *scratch, int32_t count)
-{
-    int32_t counts[DCP__RADIX_DIGITS][DCP__RADIX_BUCKETS], d, b, i;
-    dcp__keyed *from = keys, *to = scratch, *swap;
-    memset(counts, 0, sizeof counts);
-    for (i = 0; i < count; i++) { /* ascending in ~key is descending in key */
-        uint64_t inverted = ~(uint64_t)keys[i].key;
-        for (d = 0; d < DCP__RADIX_DIGITS; d++)
-            counts[d][(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++;
-    }
-    for (d = 0; d < DCP__RADIX_DIGITS; d++) {
-        int32_t at = 0, *offset = counts[d];
-        for (b = 0; b < DCP__RADIX_BUCKETS && offset[b] < count; b++) {}
-        if (b < DCP__RADIX_BUCKETS) continue; /* every key has this digit */
-        for (b = 0; b < DCP__RADIX_BUCKETS; b++) {
-            int32_t in_bucket = offset[b];
-            offset[b] = at;
-            at += in_bucket;
-        }
-        for (i = 0; i < count; i++) {
-            uint64_t inverted = ~(uint64_t)from[i].key;
-            to[offset[(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++] = from[i];
-        }
-        swap = from;
-        from = to;
-        to = swap;
-    }
-    if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);
 }
 
 /* Within each run of equal keys of a level-major order (ticks that agree but in their low
@@ -6914,18 +6947,25 @@ static dcp_status dcp__plan_baselines(const dcp__batch *batch, dcp__baselines *b
                                                      error);
     if (!b->greedy || !b->static_cp || !b->megatron)
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    DCP_PLANNER_TRACE("greedy baseline", 1);
     status = dcp__plan_greedy(batch, b->greedy, &b->greedy_microbatches, error);
+    DCP_PLANNER_TRACE("greedy baseline", 0);
+    DCP_PLANNER_TRACE("static baseline", 1);
     if (status == DCP_OK)
         status = dcp__plan_static(batch, b->static_cp, &b->static_microbatches, error);
+    DCP_PLANNER_TRACE("static baseline", 0);
+    DCP_PLANNER_TRACE("Megatron's scheduler", 1);
     if (status == DCP_OK)
         status = dcp__plan_megatron(batch, b->megatron, &b->megatron_microbatches, error);
+    DCP_PLANNER_TRACE("Megatron's scheduler", 0);
     return status;
 }
 
 typedef struct dcp__lockstep {
     dcp__step_scratch step;
     int32_t *levels;
-    int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels, for the fills */
+    int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels, for the fills (the
+                               search fills it before the first fill) */
     dcp__placement *best;
 } dcp__lockstep;
 
@@ -6936,8 +6976,8 @@ static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
-/* The search's scratch, and the samples by ticks at their minimum levels (for the fills); 0
-   when memory is short. */
+/* The search's scratch (minimal_order: room for the samples by ticks at their minimum levels,
+   which the fills sort into it); 0 when memory is short. */
 static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
 {
     const dcp_allocator *a = &batch->config->allocator;
@@ -6957,8 +6997,7 @@ static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_err
     x->best = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "lockstep",
                                                  error);
     return x->step.order && x->step.offsets && x->step.stamp && x->step.cp && x->step.finish &&
-           x->step.load && x->levels && x->minimal_order && x->best &&
-           dcp__order_by_ticks(batch, NULL, 0, x->minimal_order, error) == DCP_OK;
+           x->step.load && x->levels && x->minimal_order && x->best;
 }
 
 /* Keeps the placements when they are faster under E (ties keep the earlier). */
@@ -8168,231 +8207,352 @@ static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *place
    8,192-sample batches. */
 #define DCP__LOCKSTEP_FULL_SAMPLES 4096
 
-/* The packing-aware plan, unloaded (one order of the passes: both cost twice as much for the
-   same plans on the bench's batches), against the unloaded best of the other candidates: each
-   reaches its own local optimum, so they are compared after unloading. */
-static dcp_status dcp__packing_candidate(const dcp__batch *batch, dcp__placement *placements,
-                                         dcp__lockstep *x, int32_t *best_microbatches,
-                                         int64_t *best_step, dcp_error *error)
-{
-    int32_t microbatches;
-    dcp_status status = dcp__plan_packing(batch, placements, &microbatches, error);
-    if (status != DCP_OK) return status;
-    microbatches = dcp__unload(batch, placements, microbatches);
-    dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-    return DCP_OK;
-}
-
-/* The fill candidates: the widest fill first (when it exists it is usually balanced, and the
-   searches after it then stop early), then the fills of each region. */
-static dcp_status dcp__lockstep_fills(const dcp__batch *batch, dcp__placement *placements,
-                                      dcp__lockstep *x, int32_t *best_microbatches,
-                                      int64_t *best_step, dcp_error *error)
-{
-    const int32_t sync = batch->config->sync_ranks, ranks = batch->config->ranks;
-    const int32_t region_count = sync < ranks ? 2 : 1;
-    int32_t regions[2], microbatches = 0, r, w;
-    dcp__fill fill;
-    dcp_status status = DCP_OK;
-    if (dcp__width_is_free(batch))
-        status = dcp__fill_widest(batch, sync < ranks ? dcp__log2_int(sync) : -1, x->levels,
-                                  placements, &microbatches, error);
-    if (status != DCP_OK) return status;
-    if (microbatches > 0 && !dcp_is_pow2(ranks)) microbatches = dcp__unload(batch, placements, microbatches);
-    if (microbatches > 0)
-        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
-    fill.minimal_order = x->minimal_order;
-    regions[0] = sync < ranks ? dcp__log2_int(sync) : fill.root_level;
-    regions[1] = fill.root_level;
-    for (r = 0; r < region_count; r++)
-        for (w = 0; w < dcp__fill_candidate_count(batch->count); w++) {
-            if (*best_microbatches > 0 && dcp__sync_balanced(batch, *best_step)) break;
-            dcp__fill_candidate(&fill, w, regions[r], x->levels, placements, &microbatches);
-            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-        }
-    dcp__fill_free(&fill);
-    return DCP_OK;
-}
-
-/* The unloading of the best plan so far: under E = D it replaces the best (then the
-   packing-aware candidate competes with it); under E < D it is one more candidate. */
-static dcp_status dcp__lockstep_unloaded(const dcp__batch *batch, dcp__placement *placements,
-                                         dcp__lockstep *x, int32_t *best_microbatches,
-                                         int64_t *best_step, dcp_error *error)
-{
-    int32_t microbatches;
-    if (batch->config->sync_ranks < batch->config->ranks) {
-        memcpy(placements, x->best, (size_t)batch->count * sizeof *placements);
-        microbatches = dcp__unload(batch, placements, *best_microbatches);
-        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-        return DCP_OK;
-    }
-    if (!dcp__sync_bound_met(batch, *best_step)) /* the widest fill often is */
-        *best_microbatches =
-            dcp__unload_best(batch, x->best, *best_microbatches, placements, &x->step);
-    *best_step = dcp__placement_step_ticks(batch, x->best, *best_microbatches, &x->step);
-    if (batch->count <= DCP__PACKING_MAX_SAMPLES && !dcp__sync_balanced(batch, *best_step))
-        return dcp__packing_candidate(batch, placements, x, best_microbatches, best_step, error);
-    return DCP_OK;
-}
-
-/* A best plan at the lower bound (to the ticks' rounding) ends the search: nothing beats it. */
-static int dcp__lockstep_done(const dcp__batch *batch, int32_t best_microbatches,
-                              int64_t best_step)
-{
-    return best_microbatches > 0 && dcp__sync_bound_met(batch, best_step);
-}
-
-/* The search's candidates after the fills (see dcp__lockstep_search). */
-static dcp_status dcp__lockstep_after_fills(const dcp__batch *batch,
-                                            const dcp__baselines *baselines,
-                                            dcp__placement *placements, dcp__lockstep *x,
-                                            int32_t *best_microbatches, int64_t *best_step,
-                                            dcp_error *error)
-{
-    const int full = batch->count <= DCP__LOCKSTEP_FULL_SAMPLES;
-    int32_t microbatches = 0;
-    dcp_status status;
-    if (dcp__lockstep_done(batch, *best_microbatches, *best_step)) return DCP_OK;
-    if (full && (batch->config->sync_ranks < batch->config->ranks ||
-                 !dcp__sync_balanced(batch, *best_step))) {
-        status = dcp__plan_dynamic(batch, placements, &microbatches, error);
-        if (status != DCP_OK) return status;
-        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-    }
-    /* the greedy baseline's plan: unloading may improve on it */
-    dcp__lockstep_keep(batch, x, baselines->greedy, baselines->greedy_microbatches, best_step,
-                       best_microbatches);
-    if (dcp__lockstep_done(batch, *best_microbatches, *best_step)) return DCP_OK;
-    return dcp__lockstep_unloaded(batch, placements, x, best_microbatches, best_step, error);
-}
-
-/* The search under the batch's E: leaves its best placements in x->best, their microbatch
-   count and step in ticks under E in *best_microbatches and *best_step. */
-static dcp_status dcp__lockstep_search(const dcp__batch *batch, const dcp__baselines *baselines,
-                                       dcp__placement *placements, dcp__lockstep *x,
-                                       int32_t *best_microbatches, int64_t *best_step,
-                                       dcp_error *error)
-{
-    dcp_status status;
-    *best_microbatches = 0;
-    *best_step = 0;
-    status = dcp__lockstep_fills(batch, placements, x, best_microbatches, best_step, error);
-    if (status != DCP_OK) return status;
-    return dcp__lockstep_after_fills(batch, baselines, placements, x, best_microbatches,
-                                     best_step, error);
-}
-
-/* Between the extremes (1 < E < D) the plan made for E = D is a candidate too, evaluated
-   under E: the plan is then never slower under E than either extreme's plan. */
-static dcp_status dcp__lockstep_barrier_candidate(const dcp__batch *batch,
-                                                  const dcp__baselines *baselines,
-                                                  dcp__placement *placements, dcp__lockstep *x,
-                                                  int32_t *best_microbatches,
-                                                  int64_t *best_step, dcp_error *error)
-{
-    dcp_config barrier_config = *batch->config;
-    dcp__batch barrier = *batch;
-    dcp__lockstep y;
-    int32_t microbatches;
-    int64_t step;
-    dcp_status status;
-    barrier_config.sync_ranks = barrier_config.ranks;
-    barrier.config = &barrier_config;
-    barrier.sync_bound = batch->barrier_bound;
-    memset(&y, 0, sizeof y);
-    if (!dcp__lockstep_init(&barrier, &y, error))
-        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    else
-        status = dcp__lockstep_search(&barrier, baselines, placements, &y, &microbatches, &step,
-                                      error);
-    if (status == DCP_OK)
-        dcp__lockstep_keep(batch, x, y.best, microbatches, best_step, best_microbatches);
-    dcp__lockstep_free(&batch->config->allocator, &y);
-    return status;
-}
-
-/* The lockstep planner's candidates after the fills but the block-wide one, the best into
-   x->best. */
-static dcp_status dcp__lockstep_candidates(const dcp__batch *batch,
-                                           const dcp__baselines *baselines,
-                                           dcp__placement *placements, dcp__lockstep *x,
-                                           int32_t *best_microbatches, int64_t *best_step,
-                                           dcp_error *error)
-{
-    const dcp_config *config = batch->config;
-    dcp_status status = dcp__lockstep_after_fills(batch, baselines, placements, x,
-                                                  best_microbatches, best_step, error);
-    if (status == DCP_OK && config->sync_ranks < config->ranks &&
-        batch->count <= DCP__LOCKSTEP_FULL_SAMPLES &&
-        !dcp__lockstep_done(batch, *best_microbatches, *best_step)) {
-        status = dcp__lockstep_barrier_candidate(batch, baselines, placements, x,
-                                                 best_microbatches, best_step, error);
-        if (status == DCP_OK && !dcp__lockstep_done(batch, *best_microbatches, *best_step)) {
-            int32_t unloaded; /* the best, unloaded block by block */
-            memcpy(placements, x->best, (size_t)batch->count * sizeof *placements);
-            unloaded = dcp__unload_blocks(batch, placements, *best_microbatches, &x->step);
-            dcp__lockstep_keep(batch, x, placements, unloaded, best_step, best_microbatches);
-        }
-    }
-    return status;
-}
-
 /* Samples a block of E ranks holds on average above which the block-wide plan is not built:
    with that many the fills' staircase is already fine (10^6 samples on 32 ranks, E = 8: the
    fills 0.967 of the bound, 0.998 once unloaded; the block-wide plan 0.978, in 0.7 s). */
 #define DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK 1024
 
-/* The lockstep planner's placements (E > 1) into placements, their count in *microbatches.
-   Between the extremes with E <= max_cp, up to DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK samples a
-   block, after the fills (cheap, and where they are balanced the costlier candidates are not
-   needed) and while their best is more than 2% above the bound, the block-wide plan: above
-   DCP__LOCKSTEP_FULL_SAMPLES, when it is balanced the search ends there (the other candidates
-   cost several times more and were slower on plan_bench's 8,192-sample batches); otherwise the
-   other candidates run as they would without it, and it is compared with their best at the
-   end, neither unloaded (the unloading made it slower under E on four of those five batches)
-   nor changing which plan the others unload, so that it can only add a faster plan. */
-static dcp_status dcp__plan_lockstep(const dcp__batch *batch, const dcp__baselines *baselines,
-                                     dcp__placement *placements, int32_t *microbatches,
-                                     dcp_error *error)
+/* ------------------------------------------------------------------- the candidate table
+   The dynamic planner's search is one table of candidates (dcp__search_table), each an entry
+   {name, applies, build}, run in order by one driver (dcp__search_run): an entry that applies
+   builds its placements and offers them to dcp__lockstep_keep, which keeps the fastest under
+   the config's E in integer ticks (ties to the earlier). The conditions that stop the search
+   (a plan at the lower bound; a balanced block-wide plan on a large batch) are part of each
+   entry's `applies`, so what runs for a batch is read off the table. The plan made for E = D,
+   a candidate between the extremes, is the same table run on the batch under E = D. The final
+   choice (dcp__plan_fastest) then compares the search's plan with the baselines' in seconds.
+   bench/plan_bench --profile times each entry (DCP_PLANNER_TRACE). */
+
+
+typedef struct dcp__search {
+    const dcp__batch *batch;
+    const dcp__baselines *baselines;
+    dcp__placement *placements; /* [count] the candidate being built */
+    dcp__lockstep x;            /* x.best: the best so far; scratch */
+    int ordered;                /* x.minimal_order computed (the fills need it) */
+    int32_t best_microbatches;  /* 0: no plan yet */
+    int64_t best_step;          /* its step under E, ticks */
+    dcp__placement *wide;       /* [count] the block-wide plan, compared last, or NULL */
+    int32_t wide_microbatches;
+    int64_t wide_step;
+    int wide_ends_search;       /* a balanced block-wide plan on a large batch */
+} dcp__search;
+
+typedef struct dcp__search_entry {
+    const char *name;
+    int (*applies)(const dcp__search *s);
+    dcp_status (*build)(dcp__search *s, dcp_error *error);
+} dcp__search_entry;
+
+static void dcp__search_keep(dcp__search *s, const dcp__placement *placements,
+                             int32_t microbatches)
 {
-    const dcp_config *config = batch->config;
-    int32_t best_microbatches = 0, wide_microbatches = 0;
-    int64_t best_step = 0, wide_step = 0;
-    dcp__placement *wide = NULL;
-    dcp__lockstep x;
+    dcp__lockstep_keep(s->batch, &s->x, placements, microbatches, &s->best_step,
+                       &s->best_microbatches);
+}
+
+/* A best plan at the lower bound (to the ticks' rounding) ends the search: nothing beats it. */
+static int dcp__search_done(const dcp__search *s)
+{
+    return s->best_microbatches > 0 && dcp__sync_bound_met(s->batch, s->best_step);
+}
+
+static int dcp__search_lockstep(const dcp__search *s) { return s->batch->config->sync_ranks > 1; }
+
+static int dcp__search_between(const dcp__search *s)
+{
+    return dcp__search_lockstep(s) && s->batch->config->sync_ranks < s->batch->config->ranks;
+}
+
+/* The costlier candidates after the fills: not once a plan meets the bound or a balanced
+   block-wide plan ends a large batch's search. */
+static int dcp__search_goes_on(const dcp__search *s)
+{
+    return dcp__search_lockstep(s) && !s->wide_ends_search && !dcp__search_done(s);
+}
+
+/* E = 1: the widest fill when every sample is fastest on the widest CP size (no ring cost),
+   kept only when it meets the lower bound; then nothing beats it and the tree planner is not
+   run (heavy-8192x1024 under the L^2 model, bench/RESULTS.md). */
+static int dcp__search_dag_widest_applies(const dcp__search *s)
+{
+    return !dcp__search_lockstep(s) && dcp__width_is_free(s->batch);
+}
+
+static dcp_status dcp__search_dag_widest(dcp__search *s, dcp_error *error)
+{
+    int32_t microbatches = 0;
+    dcp_status status = dcp__fill_widest(s->batch, -1, s->x.levels, s->placements,
+                                         &microbatches, error);
+    if (status == DCP_OK && microbatches > 0 &&
+        dcp__sync_bound_met(s->batch, dcp__placement_step_ticks(s->batch, s->placements,
+                                                                microbatches, &s->x.step)))
+        dcp__search_keep(s, s->placements, microbatches);
+    return status;
+}
+
+/* E = 1: the tree planner (its own candidates: dcp__dynamic_search). */
+static int dcp__search_dag_tree_applies(const dcp__search *s)
+{
+    return !dcp__search_lockstep(s) && !dcp__search_done(s);
+}
+
+static dcp_status dcp__search_dag_tree(dcp__search *s, dcp_error *error)
+{
+    int32_t microbatches = 0;
+    dcp_status status = dcp__plan_dynamic(s->batch, s->placements, &microbatches, error);
+    if (status == DCP_OK) dcp__search_keep(s, s->placements, microbatches);
+    return status;
+}
+
+/* E > 1: the widest fill first (when it exists it is usually balanced, and the searches
+   after it then stop early); on a pool that is not a power of two, unloaded. */
+static int dcp__search_widest_applies(const dcp__search *s)
+{
+    return dcp__search_lockstep(s) && dcp__width_is_free(s->batch);
+}
+
+static dcp_status dcp__search_widest(dcp__search *s, dcp_error *error)
+{
+    const dcp__batch *batch = s->batch;
+    const int32_t sync = batch->config->sync_ranks, ranks = batch->config->ranks;
+    int32_t microbatches = 0;
+    dcp_status status = dcp__fill_widest(batch, sync < ranks ? dcp__log2_int(sync) : -1,
+                                         s->x.levels, s->placements, &microbatches, error);
+    if (status != DCP_OK) return status;
+    if (microbatches > 0 && !dcp_is_pow2(ranks))
+        microbatches = dcp__unload(batch, s->placements, microbatches);
+    if (microbatches > 0) dcp__search_keep(s, s->placements, microbatches);
+    return DCP_OK;
+}
+
+/* E > 1: the fill-to-the-top variants of each region (E, and for E < D the pool), until the
+   best is balanced. */
+static dcp_status dcp__search_fills(dcp__search *s, dcp_error *error)
+{
+    const dcp__batch *batch = s->batch;
+    const int32_t sync = batch->config->sync_ranks, ranks = batch->config->ranks;
+    const int32_t region_count = sync < ranks ? 2 : 1;
+    int32_t regions[2], microbatches = 0, r, w;
+    dcp__fill fill;
     dcp_status status;
-    memset(&x, 0, sizeof x);
-    if (!dcp__lockstep_init(batch, &x, error)) {
-        dcp__lockstep_free(&config->allocator, &x);
+    if (!s->ordered) {
+        status = dcp__order_by_ticks(batch, NULL, 0, s->x.minimal_order, error);
+        if (status != DCP_OK) return status;
+        s->ordered = 1;
+    }
+    if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
+    fill.minimal_order = s->x.minimal_order;
+    regions[0] = sync < ranks ? dcp__log2_int(sync) : fill.root_level;
+    regions[1] = fill.root_level;
+    for (r = 0; r < region_count; r++)
+        for (w = 0; w < dcp__fill_candidate_count(batch->count); w++) {
+            if (s->best_microbatches > 0 && dcp__sync_balanced(batch, s->best_step)) break;
+            dcp__fill_candidate(&fill, w, regions[r], s->x.levels, s->placements, &microbatches);
+            dcp__search_keep(s, s->placements, microbatches);
+        }
+    dcp__fill_free(&fill);
+    return DCP_OK;
+}
+
+/* Between the extremes with E <= max_cp, up to DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK samples
+   a block, while the fills are more than 2% above the bound: the block-wide plan (the tree
+   planner with every group at least E ranks wide), kept apart and compared last (unloading
+   made it slower under E on four of the five 8,192-sample bench batches), so that it can only
+   add a faster plan; above DCP__LOCKSTEP_FULL_SAMPLES samples, when it is balanced, the
+   costlier candidates are not run (they cost several times more and were slower there). */
+static int dcp__search_block_wide_applies(const dcp__search *s)
+{
+    const dcp_config *config = s->batch->config;
+    return dcp__search_between(s) && config->sync_ranks <= config->max_cp &&
+           (int64_t)s->batch->count * config->sync_ranks <=
+               (int64_t)DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK * config->ranks &&
+           !dcp__sync_balanced(s->batch, s->best_step);
+}
+
+static dcp_status dcp__search_block_wide(dcp__search *s, dcp_error *error)
+{
+    const dcp__batch *batch = s->batch;
+    dcp_status status;
+    s->wide = (dcp__placement *)dcp__alloc_array(&batch->config->allocator, (size_t)batch->count,
+                                                 sizeof *s->wide, "block-wide", error);
+    if (!s->wide) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    status = dcp__plan_block_wide(batch, s->wide, &s->wide_microbatches, error);
+    if (status != DCP_OK) return status;
+    s->wide_step = dcp__placement_step_ticks(batch, s->wide, s->wide_microbatches, &s->x.step);
+    s->wide_ends_search = batch->count > DCP__LOCKSTEP_FULL_SAMPLES &&
+                          dcp__sync_balanced(batch, s->wide_step);
+    return DCP_OK;
+}
+
+/* E > 1: the tree planner's plan (its E = 1 plan; under E = D only while unbalanced) up to
+   DCP__LOCKSTEP_FULL_SAMPLES samples, and the greedy baseline's plan, which the unloading
+   may improve on. */
+static dcp_status dcp__search_tree_and_greedy(dcp__search *s, dcp_error *error)
+{
+    const dcp__batch *batch = s->batch;
+    int32_t microbatches = 0;
+    if (batch->count <= DCP__LOCKSTEP_FULL_SAMPLES &&
+        (dcp__search_between(s) || !dcp__sync_balanced(batch, s->best_step))) {
+        dcp_status status = dcp__plan_dynamic(batch, s->placements, &microbatches, error);
+        if (status != DCP_OK) return status;
+        dcp__search_keep(s, s->placements, microbatches);
+    }
+    dcp__search_keep(s, s->baselines->greedy, s->baselines->greedy_microbatches);
+    return DCP_OK;
+}
+
+/* The packing-aware plan, unloaded (one order of the passes: both cost twice as much for the
+   same plans on the bench's batches), against the unloaded best of the other candidates: each
+   reaches its own local optimum, so they are compared after unloading. */
+static dcp_status dcp__search_packing(dcp__search *s, dcp_error *error)
+{
+    int32_t microbatches;
+    dcp_status status = dcp__plan_packing(s->batch, s->placements, &microbatches, error);
+    if (status != DCP_OK) return status;
+    microbatches = dcp__unload(s->batch, s->placements, microbatches);
+    dcp__search_keep(s, s->placements, microbatches);
+    return DCP_OK;
+}
+
+/* The unloading of the best plan so far: under E < D one more candidate; under E = D it
+   replaces the best, and then, up to DCP__PACKING_MAX_SAMPLES samples while unbalanced, the
+   packing-aware candidate competes with it. */
+static dcp_status dcp__search_unloading(dcp__search *s, dcp_error *error)
+{
+    const dcp__batch *batch = s->batch;
+    int32_t microbatches;
+    if (dcp__search_between(s)) {
+        memcpy(s->placements, s->x.best, (size_t)batch->count * sizeof *s->placements);
+        microbatches = dcp__unload(batch, s->placements, s->best_microbatches);
+        dcp__search_keep(s, s->placements, microbatches);
+        return DCP_OK;
+    }
+    if (!dcp__sync_bound_met(batch, s->best_step)) /* the widest fill often is */
+        s->best_microbatches =
+            dcp__unload_best(batch, s->x.best, s->best_microbatches, s->placements, &s->x.step);
+    s->best_step = dcp__placement_step_ticks(batch, s->x.best, s->best_microbatches, &s->x.step);
+    if (batch->count <= DCP__PACKING_MAX_SAMPLES && !dcp__sync_balanced(batch, s->best_step))
+        return dcp__search_packing(s, error);
+    return DCP_OK;
+}
+
+/* Between the extremes, up to DCP__LOCKSTEP_FULL_SAMPLES samples: the plan made for E = D
+   (this table run under E = D), evaluated under E, so that the plan is never slower under E
+   than either extreme's plan; then the best, unloaded block by block. */
+static int dcp__search_between_applies(const dcp__search *s)
+{
+    return dcp__search_between(s) && s->batch->count <= DCP__LOCKSTEP_FULL_SAMPLES &&
+           dcp__search_goes_on(s);
+}
+
+static dcp_status dcp__search_init(dcp__search *s, const dcp__batch *batch,
+                                   const dcp__baselines *baselines, dcp__placement *placements,
+                                   dcp_error *error);
+static void dcp__search_free(dcp__search *s);
+static dcp_status dcp__search_run(dcp__search *s, dcp_error *error);
+
+static dcp_status dcp__search_barrier(dcp__search *s, dcp_error *error)
+{
+    dcp_config barrier_config = *s->batch->config;
+    dcp__batch barrier = *s->batch;
+    dcp__search y;
+    dcp_status status;
+    barrier_config.sync_ranks = barrier_config.ranks;
+    barrier.config = &barrier_config;
+    barrier.sync_bound = s->batch->barrier_bound;
+    status = dcp__search_init(&y, &barrier, s->baselines, s->placements, error);
+    if (status == DCP_OK) status = dcp__search_run(&y, error);
+    if (status == DCP_OK) dcp__search_keep(s, y.x.best, y.best_microbatches);
+    dcp__search_free(&y);
+    return status;
+}
+
+static dcp_status dcp__search_block_unloading(dcp__search *s, dcp_error *error)
+{
+    int32_t unloaded;
+    (void)error;
+    memcpy(s->placements, s->x.best, (size_t)s->batch->count * sizeof *s->placements);
+    unloaded = dcp__unload_blocks(s->batch, s->placements, s->best_microbatches, &s->x.step);
+    dcp__search_keep(s, s->placements, unloaded);
+    return DCP_OK;
+}
+
+static int dcp__search_wide_built(const dcp__search *s) { return s->wide != NULL; }
+
+static dcp_status dcp__search_keep_wide(dcp__search *s, dcp_error *error)
+{
+    (void)error;
+    dcp__search_keep(s, s->wide, s->wide_microbatches);
+    return DCP_OK;
+}
+
+static int dcp__search_always(const dcp__search *s) { return dcp__search_lockstep(s); }
+
+/* The table, in the order it runs; bench/RESULTS.md ("Planner: where the time goes") has each
+   entry's share of the plan time on the bench's batches. */
+static const dcp__search_entry dcp__search_table[] = {
+    {"E = 1: widest fill at the bound", dcp__search_dag_widest_applies, dcp__search_dag_widest},
+    {"E = 1: tree planner", dcp__search_dag_tree_applies, dcp__search_dag_tree},
+    {"widest fill", dcp__search_widest_applies, dcp__search_widest},
+    {"fills", dcp__search_always, dcp__search_fills},
+    {"block-wide plan", dcp__search_block_wide_applies, dcp__search_block_wide},
+    {"tree plan and greedy", dcp__search_goes_on, dcp__search_tree_and_greedy},
+    {"unloading", dcp__search_goes_on, dcp__search_unloading},
+    {"plan for E = D", dcp__search_between_applies, dcp__search_barrier},
+    {"block unloading", dcp__search_between_applies, dcp__search_block_unloading},
+    {"block-wide plan, compared", dcp__search_wide_built, dcp__search_keep_wide},
+};
+
+static dcp_status dcp__search_init(dcp__search *s, const dcp__batch *batch,
+                                   const dcp__baselines *baselines, dcp__placement *placements,
+                                   dcp_error *error)
+{
+    memset(s, 0, sizeof *s);
+    s->batch = batch;
+    s->baselines = baselines;
+    s->placements = placements;
+    if (!dcp__lockstep_init(batch, &s->x, error)) {
+        dcp__lockstep_free(&batch->config->allocator, &s->x);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
-    status = dcp__lockstep_fills(batch, placements, &x, &best_microbatches, &best_step, error);
-    if (status == DCP_OK && config->sync_ranks < config->ranks &&
-        config->sync_ranks <= config->max_cp &&
-        (int64_t)batch->count * config->sync_ranks <=
-            (int64_t)DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK * config->ranks &&
-        !dcp__sync_balanced(batch, best_step)) {
-        wide = (dcp__placement *)dcp__alloc_array(&config->allocator, (size_t)batch->count,
-                                                  sizeof *wide, "block-wide", error);
-        status = wide ? dcp__plan_block_wide(batch, wide, &wide_microbatches, error)
-                      : (error ? error->status : DCP_ERROR_OUT_OF_MEMORY);
-        if (status == DCP_OK)
-            wide_step = dcp__placement_step_ticks(batch, wide, wide_microbatches, &x.step);
+    return DCP_OK;
+}
+
+static void dcp__search_free(dcp__search *s)
+{
+    dcp_free(&s->batch->config->allocator, s->wide);
+    dcp__lockstep_free(&s->batch->config->allocator, &s->x);
+}
+
+static dcp_status dcp__search_run(dcp__search *s, dcp_error *error)
+{
+    dcp_status status = DCP_OK;
+    size_t i;
+    for (i = 0; i < DCP__COUNT(dcp__search_table) && status == DCP_OK; i++) {
+        if (!dcp__search_table[i].applies(s)) continue;
+        DCP_PLANNER_TRACE(dcp__search_table[i].name, 1);
+        status = dcp__search_table[i].build(s, error);
+        DCP_PLANNER_TRACE(dcp__search_table[i].name, 0);
     }
-    if (status == DCP_OK && !(wide && batch->count > DCP__LOCKSTEP_FULL_SAMPLES &&
-                              dcp__sync_balanced(batch, wide_step)))
-        status = dcp__lockstep_candidates(batch, baselines, placements, &x, &best_microbatches,
-                                          &best_step, error);
-    if (status == DCP_OK && wide)
-        dcp__lockstep_keep(batch, &x, wide, wide_microbatches, &best_step, &best_microbatches);
+    return status;
+}
+
+/* The dynamic planner's placements under the batch's E, before the final choice. */
+static dcp_status dcp__plan_dynamic_placements(const dcp__batch *batch,
+                                               const dcp__baselines *baselines,
+                                               dcp__placement *placements,
+                                               int32_t *microbatches, dcp_error *error)
+{
+    dcp__search s;
+    dcp_status status = dcp__search_init(&s, batch, baselines, placements, error);
+    if (status != DCP_OK) return status;
+    status = dcp__search_run(&s, error);
     if (status == DCP_OK) {
-        memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
-        *microbatches = best_microbatches;
+        memcpy(placements, s.x.best, (size_t)batch->count * sizeof *placements);
+        *microbatches = s.best_microbatches;
     }
-    dcp_free(&config->allocator, wide);
-    dcp__lockstep_free(&config->allocator, &x);
+    dcp__search_free(&s);
     return status;
 }
 
@@ -8406,45 +8566,6 @@ DCPDEF const char *dcp_strategy_name(dcp_strategy strategy)
     case DCP_STRATEGY_GREEDY: return "greedy";
     }
     return "unknown";
-}
-
-/* The widest fill under E = 1: when every sample is fastest on the widest CP size (no ring
-   cost) and the fill meets the lower bound, nothing beats it, and the tree planner is not run.
-   *microbatches 0 when it is not built or not optimal. */
-static dcp_status dcp__plan_widest_if_optimal(const dcp__batch *batch,
-                                              dcp__placement *placements, int32_t *microbatches,
-                                              dcp_error *error)
-{
-    dcp__lockstep x;
-    dcp_status status;
-    *microbatches = 0;
-    if (!dcp__width_is_free(batch)) return DCP_OK; /* before the scratch is allocated */
-    memset(&x, 0, sizeof x);
-    if (!dcp__lockstep_init(batch, &x, error))
-        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    else
-        status = dcp__fill_widest(batch, -1, x.levels, placements, microbatches, error);
-    if (status == DCP_OK && *microbatches > 0 &&
-        !dcp__sync_bound_met(batch,
-                             dcp__placement_step_ticks(batch, placements, *microbatches, &x.step)))
-        *microbatches = 0;
-    dcp__lockstep_free(&batch->config->allocator, &x);
-    return status;
-}
-
-/* The dynamic planner's placements under the batch's E, before the final choice. */
-static dcp_status dcp__plan_dynamic_placements(const dcp__batch *batch,
-                                               const dcp__baselines *baselines,
-                                               dcp__placement *placements,
-                                               int32_t *microbatches, dcp_error *error)
-{
-    dcp_status status;
-    if (batch->config->sync_ranks > 1)
-        return dcp__plan_lockstep(batch, baselines, placements, microbatches, error);
-    status = dcp__plan_widest_if_optimal(batch, placements, microbatches, error);
-    if (status == DCP_OK && *microbatches == 0)
-        status = dcp__plan_dynamic(batch, placements, microbatches, error);
-    return status;
 }
 
 /* The final choice: builds the plan of each candidate in turn (its placements are sorted in
@@ -8505,8 +8626,10 @@ static dcp_status dcp__plan_dynamic_strategy(const dcp__batch *batch, dcp__place
         microbatches[1] = baselines.greedy_microbatches;
         microbatches[2] = baselines.static_microbatches;
         microbatches[3] = baselines.megatron_microbatches;
+        DCP_PLANNER_TRACE("final choice", 1);
         status = dcp__plan_fastest(batch, candidates, microbatches,
                                    baselines.megatron_microbatches > 0 ? 4 : 3, plan, error);
+        DCP_PLANNER_TRACE("final choice", 0);
     }
     dcp__baselines_free(&batch->config->allocator, &baselines);
     return status;
@@ -8536,7 +8659,10 @@ static dcp_status dcp__plan_pow2(const dcp_config *c, const int64_t *lengths, in
     dcp__batch batch;
     dcp__placement *placements;
     dcp_status status;
-    if ((status = dcp__batch_init(&batch, c, lengths, count, error)) != DCP_OK) return status;
+    DCP_PLANNER_TRACE("tables and bounds", 1);
+    status = dcp__batch_init(&batch, c, lengths, count, error);
+    DCP_PLANNER_TRACE("tables and bounds", 0);
+    if (status != DCP_OK) return status;
     placements = (dcp__placement *)dcp__alloc_array(&c->allocator, (size_t)count,
                                                     sizeof *placements, "placements", error);
     if (!placements) {

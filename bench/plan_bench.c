@@ -9,7 +9,10 @@
    samples per rank and ranks.
 
    Usage: build/plan_bench [--quick] [--repeat N] [--dump-lengths DIR] [--megatron DIR]
-                           [--target SHAPE MODEL E]
+                           [--target SHAPE MODEL E] [--profile [WORKLOAD]]
+   --profile plans one sweep workload (default heavy-8192x1024) --repeat times and prints the
+   median wall time of each planner phase (the tables, each baseline, each entry of the search
+   table, nested entries by their path, the final choice): where the plan time goes.
    --quick skips the sweep points and targets above 100,000 samples. --target plans one
    plan-time target once (SHAPE narrow|lognormal|pareto|bimodal|mixture, MODEL default|L2-only,
    E 1..1024 or 0 for D) and prints its row: what `valgrind --tool=callgrind` counts the
@@ -21,6 +24,9 @@
    plan of each to DIR/NAME.megatron.txt. --megatron then evaluates those plans and ours under
    E = D with both models, with dcp_plan_simulate (`make bench-megatron` runs all three). */
 #define _POSIX_C_SOURCE 199309L
+/* --profile times the planner's phases through dcp.h's DCP_PLANNER_TRACE hook. */
+static void profile_trace(const char *phase, int begin);
+#define DCP_PLANNER_TRACE(phase, begin) profile_trace(phase, begin)
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 
@@ -721,6 +727,104 @@ static int megatron_table(const char *dir)
     return slower ? 1 : 0;
 }
 
+/* ------------------------------------------------------------------------------ --profile */
+#define PROFILE_MAX_PHASES 48
+#define PROFILE_MAX_DEPTH 8
+#define PROFILE_MAX_RUNS 64
+#define PROFILE_NAME_CAPACITY 192
+
+typedef struct profile_state {
+    int on, run, depth, phases;
+    const char *stack[PROFILE_MAX_DEPTH];
+    double start[PROFILE_MAX_DEPTH];
+    char names[PROFILE_MAX_PHASES][PROFILE_NAME_CAPACITY];
+    double seconds[PROFILE_MAX_PHASES][PROFILE_MAX_RUNS]; /* per phase and run */
+} profile_state;
+
+static profile_state profile;
+
+/* The phase's index by its path ("plan for E = D > fills"), added on first sight. */
+static int profile_phase(void)
+{
+    char path[PROFILE_NAME_CAPACITY] = "";
+    int d, i;
+    for (d = 0; d < profile.depth; d++) {
+        size_t used = strlen(path);
+        snprintf(path + used, sizeof path - used, "%s%s", d ? " > " : "", profile.stack[d]);
+    }
+    for (i = 0; i < profile.phases; i++)
+        if (strcmp(profile.names[i], path) == 0) return i;
+    if (profile.phases == PROFILE_MAX_PHASES) return -1;
+    snprintf(profile.names[profile.phases], PROFILE_NAME_CAPACITY, "%s", path);
+    return profile.phases++;
+}
+
+static void profile_trace(const char *phase, int begin)
+{
+    int index;
+    if (!profile.on) return;
+    if (begin) {
+        if (profile.depth < PROFILE_MAX_DEPTH) {
+            profile.stack[profile.depth] = phase;
+            profile.start[profile.depth] = now_seconds();
+        }
+        profile.depth++;
+        return;
+    }
+    if (profile.depth > PROFILE_MAX_DEPTH) {
+        profile.depth--;
+        return;
+    }
+    index = profile_phase();
+    if (index >= 0)
+        profile.seconds[index][profile.run] += now_seconds() - profile.start[profile.depth - 1];
+    profile.depth--;
+}
+
+static double median_of(double *values, int count)
+{
+    qsort(values, (size_t)count, sizeof *values, compare_doubles);
+    return values[count / 2];
+}
+
+static int profile_workload(const char *name, int repeat)
+{
+    static int64_t lengths[1000000];
+    const workload *w = NULL;
+    double total[PROFILE_MAX_RUNS], whole;
+    dcp_plan_stats stats;
+    size_t i;
+    int run, p;
+    for (i = 0; i < sizeof sweep / sizeof sweep[0]; i++)
+        if (strcmp(sweep[i].name, name) == 0) w = &sweep[i];
+    if (!w || !make_lengths(w, lengths)) {
+        fprintf(stderr, "plan_bench: --profile: no sweep workload %s\n", name);
+        return 2;
+    }
+    if (repeat > PROFILE_MAX_RUNS) repeat = PROFILE_MAX_RUNS;
+    memset(&profile, 0, sizeof profile);
+    for (run = 0; run < repeat; run++) {
+        dcp_plan *plan = NULL;
+        profile.run = run;
+        profile.on = 1;
+        if (!run_strategy(w, NULL, DCP_STRATEGY_DYNAMIC, 0, lengths, 1, &stats, &total[run],
+                          &plan))
+            return 1;
+        profile.on = 0;
+        dcp_plan_destroy(plan);
+    }
+    whole = median_of(total, repeat);
+    printf("%s (%d samples, %d ranks, default model and E): median of %d plans %.2f ms, "
+           "efficiency %.4f\n", w->name, (int)w->count, (int)w->ranks, repeat, whole * 1e3,
+           stats.efficiency);
+    printf("%-60s %9s %7s\n", "phase (nested: by path)", "median-ms", "share");
+    for (p = 0; p < profile.phases; p++) {
+        double ms = median_of(profile.seconds[p], repeat) * 1e3;
+        printf("%-60s %9.3f %6.1f%%\n", profile.names[p], ms, 100.0 * ms / (whole * 1e3));
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int quick = 0, repeat = 5, failures = 0, i, count_d = 0, count_1 = 0;
@@ -736,9 +840,12 @@ int main(int argc, char **argv)
             return megatron_table(argv[++i]);
         else if (strcmp(argv[i], "--target") == 0 && i + 3 < argc)
             return one_target(argv[i + 1], argv[i + 2], argv[i + 3]);
+        else if (strcmp(argv[i], "--profile") == 0)
+            return profile_workload(i + 1 < argc ? argv[i + 1] : "heavy-8192x1024", repeat);
         else {
             fprintf(stderr, "usage: %s [--quick] [--repeat N] [--dump-lengths DIR] "
-                    "[--megatron DIR] [--target SHAPE MODEL E]\n", argv[0]);
+                    "[--megatron DIR] [--target SHAPE MODEL E] [--profile [WORKLOAD]]\n",
+                    argv[0]);
             return 2;
         }
     }

@@ -76,7 +76,7 @@ static void sizes_outside_the_set_are_named(void)
 {
     dcp_config c = megatron_config(48, 4096, 0), resolved;
     dcp_error error;
-    int64_t padded;
+    int64_t padded = 0;
     c.max_cp = 32; /* a power of two Megatron builds no group for on 48 ranks */
     CHECK_EQ(dcp_config_resolve(&c, &resolved, &error), DCP_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(error.message, "max_cp");
