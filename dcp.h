@@ -3471,6 +3471,71 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
    Every pass above is needed by some row of bench/plan_bench or make bench-megatron (without
    it, some row plans slower) or, for the tree's extra candidates, by random E = 1 batches. */
 
+/* ------------------------------------------------------------------------ planner tuning
+   Every threshold that steers the planner's effort, in one place. Each is either a budget
+   (plans stay byte-identical on every machine: counted in samples, moves or positions, never
+   in time) or the point where a costlier candidate stops paying; bench/RESULTS.md ("Planner
+   tuning") has the measurements each value rests on. tests/test_plan_golden.c fails when a
+   change here changes any of its plans. */
+
+/* Stopping. A plan within 1 / DCP__BALANCED_EFFICIENCY of the lower bound is balanced: below
+   that the planner spends more effort (more candidates, more microbatches), above it keeps
+   the cheapest result (the baselines are compared either way). A plan within
+   DCP__BOUND_MET_EFFICIENCY of it is optimal to the ticks' rounding and ends the search. The
+   tree's local search stops within DCP__IMPROVE_DONE_EFFICIENCY: what is left is a few parts
+   in ten thousand, while at thousands of samples per rank each move walks up to
+   DCP__SWAP_CANDIDATES samples. */
+#define DCP__BALANCED_EFFICIENCY 0.98
+#define DCP__BOUND_MET_EFFICIENCY (1.0 - 1e-9)
+#define DCP__IMPROVE_DONE_EFFICIENCY 0.999
+
+/* The tree planner (E = 1). Its candidates widen samples whose time alone exceeds the target
+   step over these divisors. Up to DCP__SEARCH_BOTH_MAX_SAMPLES samples both builds of a
+   candidate (at the memory floor and looser) are improved before they are compared. A swap
+   looks at a node's latest DCP__SWAP_CANDIDATES samples; a node of at most
+   DCP__REPACK_MAX_SAMPLES samples may be split or scattered. */
+#define DCP__WIDEN_HALF_DIVISOR 2
+#define DCP__WIDEN_EIGHTH_DIVISOR 8
+#define DCP__SEARCH_BOTH_MAX_SAMPLES 4096
+#define DCP__SWAP_CANDIDATES 1024
+#define DCP__REPACK_MAX_SAMPLES 16
+
+/* The search under E > 1. The fills try DCP__FILL_CANDIDATE_SAMPLES / samples variants, at
+   least 2, at most all (16 up to 1,024 samples, 2 from 8,192): a plan-time budget that keeps
+   large batches near-linear. Up to DCP__LOCKSTEP_FULL_SAMPLES samples the costlier candidates
+   run (the tree's plan; between the extremes the plan for E = D and the block unloading).
+   The block-wide plan is built up to DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK samples a block of
+   E ranks on average, the packing-aware candidate up to DCP__PACKING_MAX_SAMPLES samples, its
+   cap DCP__PACKING_CAP_SLACK above the longest sample's (Megatron's
+   _DYNAMIC_CP_WORKLOAD_CAP_DELTA). */
+#define DCP__FILL_CANDIDATE_SAMPLES (1 << 14)
+#define DCP__LOCKSTEP_FULL_SAMPLES 4096
+#define DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK 1024
+#define DCP__PACKING_MAX_SAMPLES 1024
+#define DCP__PACKING_CAP_SLACK 0.05
+
+/* The unloading (E = D; block by block between the extremes): at most DCP__UNLOAD_MAX_CELLS
+   microbatch-rank cells of state; DCP__UNLOAD_POSITIONS_PER_MOVE block positions or samples
+   examined per improve_moves unit, at most DCP__UNLOAD_MAX_STEPS a pass and
+   DCP__UNLOAD_PASSES passes' worth in all; plans of at most DCP__UNLOAD_SMALL_CELLS cells try
+   both orders of the passes, larger ones stop swapping after DCP__UNLOAD_SWAP_MAX_STEPS; a
+   block move that needs a simulation counts DCP__BLOCK_SIMULATION_WEIGHT positions. */
+#define DCP__UNLOAD_MAX_CELLS (1 << 22)
+#define DCP__UNLOAD_POSITIONS_PER_MOVE 64
+#define DCP__UNLOAD_MAX_STEPS (INT64_C(1) << 21)
+#define DCP__UNLOAD_PASSES 2
+#define DCP__UNLOAD_SMALL_CELLS 4096
+#define DCP__UNLOAD_SWAP_MAX_STEPS (INT64_C(1) << 19)
+#define DCP__BLOCK_SIMULATION_WEIGHT 4
+
+/* The Megatron port is built while samples x ranks stays within DCP__MEGATRON_MAX_CELLS (it
+   scans, per microbatch, every sample left and its size's open groups: O(K N D) at worst). */
+#define DCP__MEGATRON_MAX_CELLS (INT64_C(1) << 20)
+
+/* Speed only, plans unchanged: a tree node's first bin index has DCP__BIN_INDEX_FIRST_LEAVES
+   leaves, so most nodes allocate once. */
+#define DCP__BIN_INDEX_FIRST_LEAVES 16
+
 /* ---------------------------------------------------------------------- plan assembly
    Every strategy produces, per sample, (microbatch, first_rank, cp) and an order key; one
    function turns that into the plan arrays, so all strategies share one output path. */
@@ -4078,10 +4143,6 @@ typedef struct dcp__open_group {
    level-j nodes below n (counted from n), min_bins and max_free (largest room in a non-empty
    bin) the same way. These let the search prune whole subtrees. */
 
-/* A plan whose step is within 1 / DCP__BALANCED_EFFICIENCY of the lower bound is balanced:
-   below that the planner spends more effort (more candidates, more microbatches); above it,
-   it keeps the cheapest result (the baselines are compared either way). */
-#define DCP__BALANCED_EFFICIENCY 0.98
 
 #define DCP__TICKS_NONE (INT64_MIN / 4)
 #define DCP__BINS_INF (INT32_MAX / 4)
@@ -4537,7 +4598,6 @@ static void dcp__tree_bin_changed(dcp__tree *tree, int32_t n, int32_t b)
 
 /* Doubles node n's bin tree (its leaves keep their bins); 0 when memory is short. A node's
    first tree has room for a few microbatches' bins, so most nodes allocate once. */
-#define DCP__BIN_INDEX_FIRST_LEAVES 16
 static int dcp__tree_bin_index_grow(dcp__tree *tree, int32_t n, dcp_error *error)
 {
     dcp__bin_index *x = &tree->bin_index[n];
@@ -4942,7 +5002,6 @@ static int dcp__try_place(dcp__tree *tree, int32_t x, int32_t n, int32_t level,
 
 /* Swaps s (on node a) with a smaller sample of the least-loaded node b of its level when
    both nodes then end below T; returns 1 when swapped, else leaves both where they were. */
-#define DCP__SWAP_CANDIDATES 1024
 static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32_t *budget,
                          dcp_status *status, dcp_error *error)
 {
@@ -4988,7 +5047,6 @@ static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32
    level it may take. These split a crowded wide group into narrower ones, or spread or merge
    samples, which no single move can do. Kept if every rank it touched ends below T; otherwise
    every sample returns to its own bin. */
-#define DCP__REPACK_MAX_SAMPLES 16
 
 typedef enum dcp__repack_mode { DCP__SPLIT, DCP__SCATTER } dcp__repack_mode;
 
@@ -5050,11 +5108,6 @@ static int dcp__try_repack(dcp__tree *tree, int32_t a, dcp__repack_mode mode, in
 /* Tries, for the samples on the critical rank's path from the leaf up, a move, then a swap;
    then a split and a scatter of each node on the path. Stops when the critical rank cannot be
    improved or the budget is spent. */
-/* The local search stops within this fraction of the lower bound: what is left is a few parts
-   in ten thousand, while at thousands of samples per rank each further move walks up to
-   DCP__SWAP_CANDIDATES samples (1e6 samples on 32 ranks: 8.5 s with the search, 2.1 s
-   without, the same efficiency to four digits). */
-#define DCP__IMPROVE_DONE_EFFICIENCY 0.999
 
 /* A step within 1 / DCP__IMPROVE_DONE_EFFICIENCY of the lower bound: nothing left to do. */
 static int dcp__improved(const dcp__batch *batch, int64_t step_ticks)
@@ -5285,9 +5338,9 @@ static void dcp__candidate_levels(const dcp__batch *batch, dcp__candidate candid
     if (candidate == DCP__UNIFORM)
         for (s = 0; s < batch->count; s++) levels[s] = top;
     else if (candidate == DCP__WIDEN_HALF)
-        dcp__widen_levels(batch, target / 2, levels);
+        dcp__widen_levels(batch, target / DCP__WIDEN_HALF_DIVISOR, levels);
     else if (candidate == DCP__WIDEN_EIGHTH)
-        dcp__widen_levels(batch, target / 8, levels);
+        dcp__widen_levels(batch, target / DCP__WIDEN_EIGHTH_DIVISOR, levels);
 }
 
 /* Smallest microbatch count the memory cap allows for these levels, rounded to the multiple. */
@@ -5319,8 +5372,6 @@ static int dcp__balanced(const dcp__batch *batch, int64_t step_ticks)
            DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
 }
 
-/* Up to this many samples, both builds of a candidate are improved (see below). */
-#define DCP__SEARCH_BOTH_MAX_SAMPLES 4096
 
 static void dcp__tree_swap(dcp__tree *a, dcp__tree *b)
 {
@@ -5333,8 +5384,8 @@ static void dcp__tree_swap(dcp__tree *a, dcp__tree *b)
    a second tree, initialised on first use). The build starts at the memory floor's microbatch
    count. A floor the samples fill tightly builds unbalanced: the last, short samples find
    room only on loaded ranks, and when the limit grows halfway through, the samples placed
-   before it were packed for the smaller one (a Pareto batch of 8,192 samples on 1,024 ranks:
-   0.815 of the bound from 5 microbatches grown to 6, 0.961 built at 6). So when the build at
+   before it were packed for the smaller one (bench/RESULTS.md, "Planner tuning"). So when the
+   build at
    the floor is not within 0.1% of the bound, a second build starts at the limit the first
    ended at (one multiple more when it never grew), in the second tree. Up to
    DCP__SEARCH_BOTH_MAX_SAMPLES samples both are improved and the faster kept: the local
@@ -5456,8 +5507,8 @@ static dcp_status dcp__plan_dynamic(const dcp__batch *batch, dcp__placement *pla
 /* The lockstep search's block-wide candidate (1 < E <= max_cp): the tree planner with every
    group at least E ranks wide. Such a group covers whole blocks of E ranks, so every rank of
    a block finishes each microbatch at the same time and the lockstep adds no wait: the plan's
-   step under E is its E = 1 step, which the tree balances (8,192 samples on 1,024 ranks, E =
-   8: Pareto 0.882 -> 0.98 of the bound, lognormal 0.912 -> 0.984). */
+   step under E is its E = 1 step, which the tree balances (bench/RESULTS.md, "Planner
+   tuning"). */
 static dcp_status dcp__plan_block_wide(const dcp__batch *batch, dcp__placement *placements,
                                        int32_t *num_microbatches, dcp_error *error)
 {
@@ -6192,12 +6243,8 @@ static const dcp__fill_variant dcp__fill_variants[] = {
     {1, 1, 1, 2}, {2, 1, 1, 4}, {1, 1, 0, 1}, {0, 1, 1, 4}, {1, 2, 1, 4}, {2, 1, 1, 2},
     {1, 1, 1, 1}, {1, 2, 1, 2}, {2, 1, 0, 1}, {2, 1, 1, 1}};
 #define DCP__FILL_CANDIDATES ((int32_t)(sizeof dcp__fill_variants / sizeof dcp__fill_variants[0]))
-/* Candidates tried: DCP__FILL_CANDIDATE_SAMPLES / samples, at least 2 (a plan-time budget that
-   keeps large batches near-linear), at most all: 16 up to 1024 samples, 2 from 8192. The
-   second variant (widen at T/2, fill up to 2T) is the one that wins among the fills on the
-   bench's heavy-tailed 8192-sample batch (L² model); elsewhere at that size greedy +
-   unloading beat every fill. */
-#define DCP__FILL_CANDIDATE_SAMPLES (1 << 14)
+/* Candidates tried: DCP__FILL_CANDIDATE_SAMPLES / samples, at least 2, at most all (see the
+   tuning block). */
 
 static int32_t dcp__fill_candidate_count(int32_t samples)
 {
@@ -6307,7 +6354,6 @@ static int dcp__sync_balanced(const dcp__batch *batch, int64_t step_ticks)
 }
 
 /* A step at the lower bound (to the ticks' rounding) is optimal: nothing can improve it. */
-#define DCP__BOUND_MET_EFFICIENCY (1.0 - 1e-9)
 static int dcp__sync_bound_met(const dcp__batch *batch, int64_t step_ticks)
 {
     return batch->sync_bound >=
@@ -6382,11 +6428,8 @@ static dcp_status dcp__fill_widest(const dcp__batch *batch, int32_t region_level
    L^2 / c; its cap is the per-rank time of M tokens of samples no longer than the longest left;
    and it spends idle ranks widening the slowest group while that shortens it (Megatron widens
    the smallest group until no rank is idle). It packs microbatches up to the memory floor
-   where the fills stop at the slowest sample's time: on the bench's seed-lognormal and
-   qwen-longtail batches (default model, E = D) Megatron's plans beat ours by 1.2% and 0.7%
-   before it. O(K N (groups + levels)): for batches up to DCP__PACKING_MAX_SAMPLES. */
-#define DCP__PACKING_CAP_SLACK 0.05 /* Megatron's _DYNAMIC_CP_WORKLOAD_CAP_DELTA */
-#define DCP__PACKING_MAX_SAMPLES 1024
+   where the fills stop at the slowest sample's time (bench/RESULTS.md, "Planner tuning").
+   O(K N (groups + levels)): for batches up to DCP__PACKING_MAX_SAMPLES. */
 
 typedef struct dcp__packing {
     const dcp__batch *batch;
@@ -6612,7 +6655,6 @@ static dcp_status dcp__plan_packing(const dcp__batch *batch, dcp__placement *pla
    would pass DCP__MEGATRON_MAX_CELLS (dcp__megatron_affordable: it scans, per microbatch,
    every sample left and its size's open groups, O(K N D) at worst). */
 #define DCP__MEGATRON_PAD_PER_RANK 2 /* lengths padded to a multiple of 2 D */
-#define DCP__MEGATRON_MAX_CELLS (INT64_C(1) << 20)
 
 typedef struct dcp__megatron {
     const dcp__batch *batch;
@@ -6917,10 +6959,9 @@ static dcp_status dcp__plan_megatron(const dcp__batch *batch, dcp__placement *pl
     return DCP_OK;
 }
 /* The baselines' placements, planned once per dynamic plan: greedy's, static's and
-   Megatron's (when built). The lockstep search unloads from greedy's (starting the unloading
-   from Megatron's plan, the better start before unloading, ended lower on the bench's E = D
-   rows: pareto-96 0.952 of the bound against 0.978), and the final choice compares all three
-   plans with the planner's. */
+   Megatron's (when built). The lockstep search unloads from greedy's (starting from Megatron's
+   plan, the better start before unloading, ended lower: bench/RESULTS.md, "Planner tuning"),
+   and the final choice compares all three plans with the planner's. */
 typedef struct dcp__baselines {
     dcp__placement *greedy, *static_cp, *megatron; /* [count] each */
     int32_t greedy_microbatches, static_microbatches, megatron_microbatches; /* 0: not built */
@@ -7019,13 +7060,6 @@ static void dcp__lockstep_keep(const dcp__batch *batch, dcp__lockstep *x,
    slowest group (in a group of its CP size with room, or on a free aligned block) lowers the
    sum and raises nothing: the move is kept. Bounded by improve_moves (in block positions
    examined) and by DCP__UNLOAD_MAX_CELLS microbatch-rank cells of state. */
-#define DCP__UNLOAD_MAX_CELLS (1 << 22)
-/* Block positions and samples the unloading may examine per improve_moves unit, and at most
-   per pass (each pass costs a few milliseconds at most: the unloading converges within it on
-   the bench's batches up to 8192 samples; larger ones stop earlier, e.g. 32768 x 4096 at
-   efficiency 0.91 instead of 0.96, which keeps 10^5 samples within 0.2 s). */
-#define DCP__UNLOAD_POSITIONS_PER_MOVE 64
-#define DCP__UNLOAD_MAX_STEPS (INT64_C(1) << 21)
 
 typedef struct dcp__unload {
     const dcp__batch *batch;
@@ -7909,12 +7943,10 @@ static int64_t dcp__unload_budget(const dcp__batch *batch)
 /* Runs the unloading on placements under E = D: the lowering pass and the moves and swaps
    (in that order, or the other with run_first), in turn while they lower the sum of the
    microbatches' slowest times, within DCP__UNLOAD_PASSES times the budget in all; leaves them
-   unchanged when the state cannot be built (see dcp__unload_open). */
-#define DCP__UNLOAD_PASSES 2
-/* Small plans: both orders of the passes are tried and swaps are bounded by the budget only;
-   larger ones lower first and their swaps stop after DCP__UNLOAD_SWAP_MAX_STEPS. */
-#define DCP__UNLOAD_SMALL_CELLS 4096
-#define DCP__UNLOAD_SWAP_MAX_STEPS (INT64_C(1) << 19)
+   unchanged when the state cannot be built (see dcp__unload_open). Small plans (at most
+   DCP__UNLOAD_SMALL_CELLS cells): both orders of the passes are tried and swaps are bounded
+   by the budget only; larger ones lower first and their swaps stop after
+   DCP__UNLOAD_SWAP_MAX_STEPS. */
 static int32_t dcp__unload_ordered(const dcp__batch *batch, dcp__placement *placements,
                                    int32_t microbatches, int run_first)
 {
@@ -7987,8 +8019,6 @@ static int32_t dcp__unload_best(const dcp__batch *batch, dcp__placement *placeme
    E = D unloading does per microbatch. Groups wider than E couple blocks, so every move is
    simulated under E and kept only when it lowers (the step, the sum of the blocks' finishes);
    each kept move lowers that pair, so the pass ends. Bounded like the unloading. */
-
-#define DCP__BLOCK_SIMULATION_WEIGHT 4
 
 /* The slowest group time in block [first, first + sync) of microbatch k, groups wider than
    the block included (0 when none). */
@@ -8198,19 +8228,7 @@ static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *place
     return microbatches;
 }
 
-/* Up to this many samples the lockstep search (E > 1) also runs its costlier candidates: the
-   tree planner's plan (made for E = 1; under E = D only when the fills are not balanced) and,
-   between the extremes, the plan made for E = D and the block unloading. Above it they
-   rarely pay: on 8,192 lognormal samples on 1,024 ranks under E = 8 they took 155M of 231M
-   instructions for 0.003% of the step (greedy's plan unloaded under E = D was the best by far),
-   and under E = D the tree's plans were the slowest candidate but one on the bench's
-   8,192-sample batches. */
-#define DCP__LOCKSTEP_FULL_SAMPLES 4096
 
-/* Samples a block of E ranks holds on average above which the block-wide plan is not built:
-   with that many the fills' staircase is already fine (10^6 samples on 32 ranks, E = 8: the
-   fills 0.967 of the bound, 0.998 once unloaded; the block-wide plan 0.978, in 0.7 s). */
-#define DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK 1024
 
 /* ------------------------------------------------------------------- the candidate table
    The dynamic planner's search is one table of candidates (dcp__search_table), each an entry
