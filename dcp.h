@@ -412,16 +412,26 @@ typedef enum dcp_ring_charge {
 } dcp_ring_charge;
 
 /* Which CP sizes the planner may give a group (dcp_config.cp_sizes). A group of size c is
-   always the contiguous ranks [first_rank, first_rank + c) with first_rank a multiple of c. */
+   the contiguous ranks [first_rank, first_rank + c); under POW2 and MEGATRON first_rank is a
+   multiple of c (aligned blocks, which nest: a fixed set of communicators), under ANY and
+   LIST any rank with the group inside the pool (dcp_nccl.h runs every group on one
+   communicator). */
 typedef enum dcp_cp_sizes {
-    DCP_CP_SIZES_POW2 = 0,    /* powers of two in [min_cp, max_cp] (the default) */
-    DCP_CP_SIZES_MEGATRON = 1 /* the sizes Megatron-Core builds hybrid-CP communicators for
-                                 on a DP x CP group of D ranks
-                                 (parallel_state.create_hybrid_dp_cp_groups): 2^i for
-                                 i < floor(log2 D), and D itself (the whole group), so a pool
-                                 that is not a power of two can put a sample on all its ranks;
-                                 within [min_cp, max_cp] */
+    DCP_CP_SIZES_POW2 = 0,     /* powers of two in [min_cp, max_cp] (the default) */
+    DCP_CP_SIZES_MEGATRON = 1, /* the sizes Megatron-Core builds hybrid-CP communicators for
+                                  on a DP x CP group of D ranks
+                                  (parallel_state.create_hybrid_dp_cp_groups): 2^i for
+                                  i < floor(log2 D), and D itself (the whole group), so a pool
+                                  that is not a power of two can put a sample on all its
+                                  ranks; within [min_cp, max_cp] */
+    DCP_CP_SIZES_ANY = 2,      /* every size in [min_cp, max_cp] */
+    DCP_CP_SIZES_LIST = 3      /* the sizes of config.cp_size_list, within [min_cp, max_cp] */
 } dcp_cp_sizes;
+
+/* Most sizes an explicit list (DCP_CP_SIZES_LIST) names; largest head count
+   (dcp_config.head_count) the set takes. */
+#define DCP_CP_SIZE_LIST_CAPACITY 16
+#define DCP_MAX_HEAD_COUNT (1 << 16)
 
 typedef enum dcp_strategy {
     DCP_STRATEGY_DYNAMIC = 0, /* our planner: global view, minimises the simulated step */
@@ -441,7 +451,8 @@ typedef struct dcp_config {
                                     expert-parallel size: MoE layers within EP blocks. A power of
                                     two dividing ranks, or ranks itself; default (0) ranks. The
                                     planner minimises the step time under this E. */
-    int32_t min_cp;              /* smallest CP size, one of cp_sizes' sizes; default 1 */
+    int32_t min_cp;              /* smallest CP size, one of cp_sizes' sizes; default the
+                                    smallest (1 but for a list) */
     int32_t max_cp;              /* largest CP size, one of cp_sizes' sizes <= ranks; default
                                     the largest such (POW2: the largest power of two <= ranks;
                                     MEGATRON: ranks) */
@@ -458,6 +469,14 @@ typedef struct dcp_config {
                                     E > 1 it bounds the unloading phases too (64 block
                                     positions or samples examined per move) */
     dcp_cp_sizes cp_sizes;       /* the CP sizes a group may have; default DCP_CP_SIZES_POW2 */
+    int32_t cp_size_count;       /* DCP_CP_SIZES_LIST: the sizes in cp_size_list, 1 ..
+                                    DCP_CP_SIZE_LIST_CAPACITY; else 0 */
+    int32_t cp_size_list[DCP_CP_SIZE_LIST_CAPACITY]; /* DCP_CP_SIZES_LIST: increasing sizes in
+                                    [1, ranks] in the first cp_size_count entries, the rest 0 */
+    int32_t head_count;          /* heads a group's head-parallel all-to-all splits among its
+                                    ranks (hybrid models, dcp_a2a_*): every CP size must divide
+                                    it, whatever the set; 0 (default): no such constraint; at
+                                    most DCP_MAX_HEAD_COUNT */
     int32_t cover_ranks;         /* 1: every rank holds at least one sample somewhere in the
                                     plan (Megatron's hybrid schedule runs a sub-sample on every
                                     rank); samples are widened or moved onto idle ranks, and a
@@ -486,7 +505,8 @@ DCPDEF int dcp_cp_size_allowed(const dcp_config *resolved, int32_t cp);
 /* The next larger CP size of the resolved config after cp (0 when none): `for (c = min_cp; c;
    c = dcp_cp_size_next(&config, c))` visits every allowed size in increasing order. */
 DCPDEF int32_t dcp_cp_size_next(const dcp_config *resolved, int32_t cp);
-DCPDEF const char *dcp_cp_sizes_name(dcp_cp_sizes sizes); /* "pow2", "megatron"; "unknown" */
+DCPDEF const char *dcp_cp_sizes_name(dcp_cp_sizes sizes); /* "pow2", "megatron", "any", "list";
+                                                            else "unknown" */
 /* Smallest allowed CP size c (dcp_cp_size_allowed) with padded(L, c)/c <= M;
    DCP_ERROR_INFEASIBLE when even max_cp does not fit. */
 DCPDEF dcp_status dcp_cp_size_min(const dcp_config *config, int64_t length, int32_t *cp,
@@ -674,6 +694,13 @@ DCPDEF dcp_status dcp_plan_schedule_durations(const dcp_plan *plan, const double
 DCPDEF dcp_status dcp_plan_step_time(const dcp_plan *plan, const dcp_cost_model *cost,
                                      int32_t sync_ranks, double *seconds, dcp_error *error);
 DCPDEF const char *dcp_strategy_name(dcp_strategy strategy);
+/* The CP sizes the plan's groups use, increasing, into sizes[] and the samples at each into
+   samples[] (either may be NULL), at most capacity of them; *count receives how many there
+   are (more than capacity: DCP_ERROR_INVALID_ARGUMENT after filling capacity). The plan's
+   histogram by size (dcp_plan_stats.samples_per_cp_level counts by floor(log2 cp), which
+   sizes that are not powers of two share). No allocation. */
+DCPDEF dcp_status dcp_plan_cp_histogram(const dcp_plan *plan, int32_t *sizes, int32_t *samples,
+                                        int32_t capacity, int32_t *count, dcp_error *error);
 
 /* The timeline picture (what `dcp-plan --svg` and Python's Plan.svg() show), drawn here so that
    every front end shows the same thing: SVG text, one panel per plan, stacked on one time
@@ -958,7 +985,7 @@ DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute);
    every invariant and names what is wrong; it never looks for sentinel values. */
 #define DCP_FORMAT_VERSION 4 /* 2: the config carries sync_ranks; 3: and ring_charge, and an idle
                                  rank view has cp 0, first_rank and rank_in_group DCP_NO_GROUP;
-                                 4: and cp_sizes and cover_ranks */
+                                 4: and cp_sizes, cover_ranks, the size list and head_count */
 
 /* *size receives the bytes the plan takes; a NULL buffer only asks for it, a buffer of fewer
    bytes (capacity) is DCP_ERROR_INVALID_ARGUMENT. */
@@ -2289,14 +2316,35 @@ static int32_t dcp__megatron_pow2_top(int32_t ranks)
     return top;
 }
 
-/* Whether cp is one of cp_sizes' sizes on config's pool, whatever min_cp and max_cp say. */
+static int dcp__cp_listed(const dcp_config *config, int64_t cp)
+{
+    int32_t i;
+    for (i = 0; i < config->cp_size_count && i < DCP_CP_SIZE_LIST_CAPACITY; i++)
+        if (config->cp_size_list[i] == cp) return 1;
+    return 0;
+}
+
+/* Whether cp is one of cp_sizes' sizes on config's pool (dividing head_count when it is
+   set), whatever min_cp and max_cp say. */
 static int dcp__cp_in_set(const dcp_config *config, int64_t cp)
 {
     if (cp < 1 || cp > config->ranks) return 0;
-    if (config->cp_sizes == DCP_CP_SIZES_MEGATRON)
+    if (config->head_count > 0 && config->head_count % cp != 0) return 0;
+    switch (config->cp_sizes) {
+    case DCP_CP_SIZES_MEGATRON:
         return cp == config->ranks ||
                (dcp_is_pow2(cp) && cp <= dcp__megatron_pow2_top(config->ranks));
+    case DCP_CP_SIZES_ANY: return 1;
+    case DCP_CP_SIZES_LIST: return dcp__cp_listed(config, cp);
+    case DCP_CP_SIZES_POW2: break;
+    }
     return dcp_is_pow2(cp);
+}
+
+/* Whether groups are aligned blocks (POW2 and MEGATRON: first_rank a multiple of cp). */
+static int dcp__cp_aligned(const dcp_config *config)
+{
+    return config->cp_sizes == DCP_CP_SIZES_POW2 || config->cp_sizes == DCP_CP_SIZES_MEGATRON;
 }
 
 DCPDEF int dcp_cp_size_allowed(const dcp_config *resolved, int32_t cp)
@@ -2305,11 +2353,25 @@ DCPDEF int dcp_cp_size_allowed(const dcp_config *resolved, int32_t cp)
            dcp__cp_in_set(resolved, cp);
 }
 
-/* The sizes past the next power of two: the next allowed power of two, then the pool. */
+/* The next size of the set after cp: of a list, the next entry; of every size, the next
+   (dividing head_count: at most DCP_MAX_HEAD_COUNT steps); of the aligned sets, the next
+   allowed power of two, then the pool. */
 static DCP__OUT_OF_LINE int32_t dcp__cp_next_slow(const dcp_config *resolved, int32_t cp)
 {
-    int64_t next = INT64_C(2) << dcp__log2_int(cp);
-    for (; next <= resolved->max_cp; next *= 2)
+    int64_t next;
+    int32_t i;
+    if (resolved->cp_sizes == DCP_CP_SIZES_LIST) {
+        for (i = 0; i < resolved->cp_size_count && i < DCP_CP_SIZE_LIST_CAPACITY; i++)
+            if (resolved->cp_size_list[i] > cp && dcp__cp_in_set(resolved, resolved->cp_size_list[i]))
+                return resolved->cp_size_list[i] <= resolved->max_cp ? resolved->cp_size_list[i] : 0;
+        return 0;
+    }
+    if (resolved->cp_sizes == DCP_CP_SIZES_ANY) {
+        for (next = (int64_t)cp + 1; next <= resolved->max_cp; next++)
+            if (dcp__cp_in_set(resolved, next)) return (int32_t)next;
+        return 0;
+    }
+    for (next = INT64_C(2) << dcp__log2_int(cp); next <= resolved->max_cp; next *= 2)
         if (dcp__cp_in_set(resolved, next)) return (int32_t)next;
     return dcp__cp_in_set(resolved, resolved->max_cp) ? resolved->max_cp : 0;
 }
@@ -2320,7 +2382,8 @@ static int32_t dcp__cp_next(const dcp_config *resolved, int32_t cp)
 {
     if (cp >= resolved->max_cp) return 0;
     if (cp < resolved->min_cp) return resolved->min_cp;
-    if (resolved->cp_sizes == DCP_CP_SIZES_POW2 && dcp_is_pow2(cp)) return 2 * cp;
+    if (resolved->cp_sizes == DCP_CP_SIZES_POW2 && resolved->head_count == 0 && dcp_is_pow2(cp))
+        return 2 * cp;
     return dcp__cp_next_slow(resolved, cp);
 }
 
@@ -2334,18 +2397,21 @@ DCPDEF const char *dcp_cp_sizes_name(dcp_cp_sizes sizes)
     switch (sizes) {
     case DCP_CP_SIZES_POW2: return "pow2";
     case DCP_CP_SIZES_MEGATRON: return "megatron";
+    case DCP_CP_SIZES_ANY: return "any";
+    case DCP_CP_SIZES_LIST: return "list";
     }
     return "unknown";
 }
 
-/* The largest allowed power-of-two size (0 when min_cp exceeds every one): the top of the
-   buddy tree the planner's own searches run on. */
+/* The top of the buddy tree the planner's own searches run on: the powers of two of the set
+   from min_cp up, while none is missing (0 when min_cp is none). */
 static int32_t dcp__pow2_top(const dcp_config *config)
 {
-    int32_t top = config->max_cp;
-    while (top >= config->min_cp && !(dcp_is_pow2(top) && dcp__cp_in_set(config, top)))
-        top = dcp_is_pow2(top) ? top / 2 : (int32_t)(INT64_C(1) << dcp__log2_int(top));
-    return top >= config->min_cp ? top : 0;
+    int32_t top = config->min_cp;
+    if (!dcp_is_pow2(top) || !dcp__cp_in_set(config, top)) return 0;
+    while ((int64_t)top * 2 <= config->max_cp && dcp__cp_in_set(config, (int64_t)top * 2))
+        top *= 2;
+    return top;
 }
 
 /* The size of a group of the whole pool when the pool is not a power of two and the config
@@ -2362,15 +2428,98 @@ static int32_t dcp__pool_cp(const dcp_config *config)
 static dcp_status dcp__check_size_field(const dcp_config *config, const char *name,
                                         int32_t value, dcp_error *error)
 {
-    if (config->cp_sizes == DCP_CP_SIZES_POW2 || dcp_is_pow2(config->ranks))
+    if (dcp__cp_in_set(config, value) || (value > config->ranks && dcp_is_pow2(value) &&
+                                          config->cp_sizes == DCP_CP_SIZES_POW2))
+        return DCP_OK; /* a power of two above the pool: the range check's message */
+    if (config->head_count > 0 && value >= 1 && config->head_count % value != 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "%s %d does not divide head_count %d", name, (int)value,
+                             (int)config->head_count);
+    if (config->cp_sizes == DCP_CP_SIZES_POW2 ||
+        (config->cp_sizes == DCP_CP_SIZES_MEGATRON && dcp_is_pow2(config->ranks)))
         return dcp__check_pow2_field(name, value, error);
-    if (!dcp__cp_in_set(config, value))
+    if (config->cp_sizes == DCP_CP_SIZES_MEGATRON && value <= config->ranks)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "%s must be a CP size of cp_sizes megatron on %d ranks (a power of "
                              "two <= %d, or %d), got %d",
                              name, (int)config->ranks, (int)dcp__megatron_pow2_top(config->ranks),
                              (int)config->ranks, (int)value);
+    if (config->cp_sizes == DCP_CP_SIZES_LIST && value <= config->ranks)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "%s %d is not in cp_size_list", name, (int)value);
+    return DCP_OK; /* above the pool: the range check names it */
+}
+
+/* cp_sizes, the list and head_count of a config being resolved. */
+static dcp_status dcp__check_cp_set(const dcp_config *c, dcp_error *error)
+{
+    int32_t i;
+    if (c->cp_sizes != DCP_CP_SIZES_POW2 && c->cp_sizes != DCP_CP_SIZES_MEGATRON &&
+        c->cp_sizes != DCP_CP_SIZES_ANY && c->cp_sizes != DCP_CP_SIZES_LIST)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp_sizes %d is not a dcp_cp_sizes (0 pow2, 1 megatron, 2 any, 3 "
+                             "list)",
+                             (int)c->cp_sizes);
+    if (c->head_count < 0 || c->head_count > DCP_MAX_HEAD_COUNT)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "head_count must be in [0, %d], got %d", DCP_MAX_HEAD_COUNT,
+                             (int)c->head_count);
+    if (c->cp_sizes == DCP_CP_SIZES_LIST &&
+        (c->cp_size_count < 1 || c->cp_size_count > DCP_CP_SIZE_LIST_CAPACITY))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp_size_count must be in [1, %d] with cp_sizes list, got %d",
+                             DCP_CP_SIZE_LIST_CAPACITY, (int)c->cp_size_count);
+    if (c->cp_sizes != DCP_CP_SIZES_LIST && c->cp_size_count != 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp_size_count must be 0 unless cp_sizes is list, got %d",
+                             (int)c->cp_size_count);
+    for (i = 0; i < DCP_CP_SIZE_LIST_CAPACITY; i++) {
+        const int32_t size = c->cp_size_list[i];
+        if (i >= c->cp_size_count && size != 0)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "cp_size_list[%d] = %d past cp_size_count %d must be 0", (int)i,
+                                 (int)size, (int)c->cp_size_count);
+        if (i < c->cp_size_count &&
+            (size < 1 || size > c->ranks || (i > 0 && size <= c->cp_size_list[i - 1])))
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "cp_size_list[%d] = %d: the sizes must increase within [1, "
+                                 "ranks %d]",
+                                 (int)i, (int)size, (int)c->ranks);
+    }
     return DCP_OK;
+}
+
+/* The smallest and the largest size of a checked set on the pool; 0 when it has none (a list
+   none of whose sizes divides head_count). */
+static void dcp__cp_set_range(const dcp_config *c, int32_t *smallest, int32_t *largest)
+{
+    int64_t size;
+    int32_t i;
+    *smallest = *largest = 0;
+    if (c->cp_sizes == DCP_CP_SIZES_LIST) {
+        for (i = 0; i < c->cp_size_count; i++)
+            if (dcp__cp_in_set(c, c->cp_size_list[i])) {
+                if (*smallest == 0) *smallest = c->cp_size_list[i];
+                *largest = c->cp_size_list[i];
+            }
+        return;
+    }
+    *smallest = 1;
+    if (c->cp_sizes == DCP_CP_SIZES_ANY && c->head_count > 0) { /* the largest divisor <= D */
+        for (size = 1; size * size <= c->head_count; size++) {
+            if (c->head_count % size != 0) continue;
+            if (size <= c->ranks && size > *largest) *largest = (int32_t)size;
+            if (c->head_count / size <= c->ranks && c->head_count / size > *largest)
+                *largest = (int32_t)(c->head_count / size);
+        }
+        return;
+    }
+    if (dcp__cp_in_set(c, c->ranks)) {
+        *largest = c->ranks;
+        return;
+    }
+    for (size = 1; size * 2 <= c->ranks && dcp__cp_in_set(c, size * 2); size *= 2) {}
+    *largest = (int32_t)size;
 }
 
 /* A group's cp argument: a size of the set no larger than max_cp (smaller than min_cp is
@@ -2423,18 +2572,19 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
                              (long long)DCP_MAX_SAMPLE_LENGTH, (long long)c.max_tokens_per_rank);
     if (c.sync_ranks == 0) c.sync_ranks = c.ranks;
     if ((status = dcp__check_sync_ranks(c.sync_ranks, c.ranks, error)) != DCP_OK) return status;
-    if (c.cp_sizes != DCP_CP_SIZES_POW2 && c.cp_sizes != DCP_CP_SIZES_MEGATRON)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "cp_sizes %d is not a dcp_cp_sizes (0 pow2, 1 megatron)",
-                             (int)c.cp_sizes);
+    if ((status = dcp__check_cp_set(&c, error)) != DCP_OK) return status;
     if (c.cover_ranks != 0 && c.cover_ranks != 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "cover_ranks must be 0 or 1, got %d",
                              (int)c.cover_ranks);
-    if (c.min_cp == 0) c.min_cp = 1;
-    if (c.max_cp == 0) {
-        c.max_cp = 1;
-        while (c.max_cp * 2 <= c.ranks) c.max_cp *= 2;
-        if (dcp__cp_in_set(&c, c.ranks)) c.max_cp = c.ranks;
+    if (c.min_cp == 0 || c.max_cp == 0) {
+        int32_t smallest, largest;
+        dcp__cp_set_range(&c, &smallest, &largest);
+        if (smallest == 0)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "cp_size_list has no size that divides head_count %d",
+                                 (int)c.head_count);
+        if (c.min_cp == 0) c.min_cp = smallest;
+        if (c.max_cp == 0) c.max_cp = largest;
     }
     if ((status = dcp__check_size_field(&c, "min_cp", c.min_cp, error)) != DCP_OK) return status;
     if ((status = dcp__check_size_field(&c, "max_cp", c.max_cp, error)) != DCP_OK) return status;
@@ -2630,6 +2780,19 @@ static double dcp__alone_seconds(const dcp_config *config, int64_t length, int32
                                     cp);
 }
 
+/* A lower bound on a sample's best time alone over sizes in [cp_min, max_cp] of a range set,
+   whose sizes may be too many to try: g(c) = work / c + G (c - 1), padding left out, over
+   every real c in the range, is below the time at any allowed size. g is convex, smallest at
+   sqrt(work / G). */
+static double dcp__relaxed_alone_seconds(const dcp_config *config, double work, int32_t cp_min)
+{
+    const double ring = config->cost.ring_step_cost;
+    double c = ring > 0.0 ? sqrt(work / ring) : (double)config->max_cp;
+    if (c < (double)cp_min) c = (double)cp_min;
+    if (c > (double)config->max_cp) c = (double)config->max_cp;
+    return work / c + ring * (c - 1.0);
+}
+
 /* The sample's best per-rank time over its feasible CP sizes. Padding only adds, so at cp
    the time is at least g(cp) = (a L^2 + b L) / cp + G (cp - 1), which grows with cp once
    G cp^2 >= a L^2 + b L: from there on, a g(cp) at or above the best so far ends the search
@@ -2639,8 +2802,10 @@ static double dcp__best_alone_seconds(const dcp_config *config, double attention
 {
     const double work = attention + config->cost.linear_coeff * (double)length;
     const double ring = config->cost.ring_step_cost;
-    double best = dcp__alone_seconds_given(config, attention, length, cp_min);
+    double best;
     int32_t cp;
+    if (!dcp__cp_aligned(config)) return dcp__relaxed_alone_seconds(config, work, cp_min);
+    best = dcp__alone_seconds_given(config, attention, length, cp_min);
     for (cp = dcp__cp_next(config, cp_min); cp > 0; cp = dcp__cp_next(config, cp)) {
         const double c = (double)cp;
         double t;
@@ -2651,12 +2816,20 @@ static double dcp__best_alone_seconds(const dcp_config *config, double attention
     return best;
 }
 
+/* Whether the bound lets every sample reach every rank: with a group of the whole pool
+   (dcp__pool_cp), or groups on any range (ANY, LIST: counting every rank is an upper bound on
+   the ranks their sizes can tile, so the bound stays a bound). */
+static int dcp__bound_flat(const dcp_config *config)
+{
+    return dcp__pool_cp(config) || !dcp__cp_aligned(config);
+}
+
 /* Ranks that aligned blocks of cp ranks cover: the only ranks a sample of CP size >= cp can
    use. For cp = min_cp these are the usable ranks. A group of the whole pool (dcp__pool_cp)
    reaches every rank. */
 static int32_t dcp__ranks_covered(const dcp_config *config, int32_t cp)
 {
-    return dcp__pool_cp(config) ? config->ranks : config->ranks / cp * cp;
+    return dcp__bound_flat(config) ? config->ranks : config->ranks / cp * cp;
 }
 
 /* The lower bound counts work per power-of-two level of minimum CP size, each over the ranks
@@ -2664,7 +2837,7 @@ static int32_t dcp__ranks_covered(const dcp_config *config, int32_t cp)
    rank, so all samples share one level (0). */
 static void dcp__bound_levels(const dcp_config *config, int32_t *lowest, int32_t *top)
 {
-    if (dcp__pool_cp(config)) {
+    if (dcp__bound_flat(config)) {
         *lowest = *top = 0;
         return;
     }
@@ -2674,7 +2847,7 @@ static void dcp__bound_levels(const dcp_config *config, int32_t *lowest, int32_t
 
 static int32_t dcp__bound_level(const dcp_config *config, int32_t cp_min)
 {
-    return dcp__pool_cp(config) ? 0 : dcp__log2_int(cp_min);
+    return dcp__bound_flat(config) ? 0 : dcp__log2_int(cp_min);
 }
 
 static int32_t dcp__usable_ranks(const dcp_config *config)
@@ -2689,6 +2862,7 @@ static int64_t dcp__bound_tokens(const dcp_config *config, int64_t length, int32
 {
     const int32_t pool = dcp__pool_cp(config), next = dcp__cp_next(config, cp_min);
     int64_t tokens = dcp__padded(config, length, cp_min);
+    if (!dcp__cp_aligned(config)) return length; /* sizes of every padding: none below L */
     if (cp_min == 1 && next > 0 && dcp__padded(config, length, next) < tokens)
         tokens = dcp__padded(config, length, next);
     /* the pool's multiple 2 D need not be one of the powers of two's */
@@ -3906,30 +4080,29 @@ static void dcp__static_free(const dcp_allocator *a, dcp__static_scratch *x)
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
-static dcp_status dcp__static_alloc(dcp__static_scratch *x, const dcp__batch *batch,
-                                    int32_t replicas, dcp_error *error)
+static dcp_status dcp__static_alloc(dcp__static_scratch *x, const dcp_allocator *a,
+                                    int32_t count, int32_t replicas, dcp_error *error)
 {
-    const dcp_allocator *a = &batch->config->allocator;
     x->heap = (int32_t *)dcp__alloc_array(a, (size_t)replicas, sizeof(int32_t), "static", error);
     x->replica_tokens = (int64_t *)dcp__alloc_array(a, (size_t)replicas, sizeof(int64_t),
                                                     "static", error);
     x->first = (int32_t *)dcp__alloc_array(a, (size_t)replicas + 1, sizeof(int32_t), "static",
                                            error);
     x->fill = (int32_t *)dcp__alloc_array(a, (size_t)replicas, sizeof(int32_t), "static", error);
-    x->replica_of = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t),
-                                                "static", error);
+    x->replica_of = (int32_t *)dcp__alloc_array(a, (size_t)count, sizeof(int32_t), "static",
+                                                error);
     /* a segment tree of rooms per replica: at most as many bins as its samples, rounded up
        to a power of two, two nodes per leaf */
-    x->room = (int64_t *)dcp__alloc_array(a, 4 * (size_t)batch->count + 2 * (size_t)replicas,
+    x->room = (int64_t *)dcp__alloc_array(a, 4 * (size_t)count + 2 * (size_t)replicas,
                                           sizeof(int64_t), "static bins", error);
     if (!x->heap || !x->replica_tokens || !x->first || !x->fill || !x->replica_of || !x->room)
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     return DCP_OK;
 }
 
-/* Deals samples in input order to the replica with the fewest tokens (lowest index on ties);
-   counts each replica's samples in first[]. */
-static void dcp__static_deal(dcp__static_scratch *x, const dcp__batch *batch, int32_t level,
+/* Deals samples (per-rank tokens[count]) in input order to the replica with the fewest tokens
+   (lowest index on ties); counts each replica's samples in first[]. */
+static void dcp__static_deal(dcp__static_scratch *x, const int64_t *tokens, int32_t count,
                              int32_t replicas)
 {
     int32_t i, r;
@@ -3938,10 +4111,10 @@ static void dcp__static_deal(dcp__static_scratch *x, const dcp__batch *batch, in
         x->replica_tokens[r] = 0;
         x->first[r] = 0;
     }
-    for (i = 0; i < batch->count; i++) {
+    for (i = 0; i < count; i++) {
         int32_t best = x->heap[0];
         x->replica_of[i] = best;
-        x->replica_tokens[best] += dcp__sample_tokens(batch, i, level);
+        x->replica_tokens[best] += tokens[i];
         x->first[best]++;
         dcp__static_sift(x->heap, replicas, x->replica_tokens);
     }
@@ -3964,25 +4137,23 @@ static void dcp__static_trees(dcp__static_scratch *x, int32_t replicas, int64_t 
     }
 }
 
-static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *placements,
+/* Static CP at size cp: every sample (per-rank tokens[count] at cp) on one of the D / cp
+   replicas [r cp, (r + 1) cp), dealt and packed first fit (the static baseline's plan). */
+static dcp_status dcp__static_pack(const dcp_config *config, const int64_t *tokens,
+                                   int32_t count, int32_t cp, dcp__placement *placements,
                                    int32_t *num_microbatches, dcp_error *error)
 {
-    const dcp_config *config = batch->config;
-    int32_t cp = config->min_cp, level, replicas, i, most = 0;
+    const int32_t replicas = config->ranks / cp;
+    int32_t i, most = 0;
     dcp__static_scratch x;
     dcp_status status;
     memset(&x, 0, sizeof x);
-    for (i = 0; i < batch->count; i++)
-        if (batch->cp_min[i] > cp) cp = batch->cp_min[i];
-    level = dcp__log2_int(cp);
-    replicas = config->ranks / cp;
-    if ((status = dcp__static_alloc(&x, batch, replicas, error)) == DCP_OK) {
-        dcp__static_deal(&x, batch, level, replicas);
+    if ((status = dcp__static_alloc(&x, &config->allocator, count, replicas, error)) == DCP_OK) {
+        dcp__static_deal(&x, tokens, count, replicas);
         dcp__static_trees(&x, replicas, config->max_tokens_per_rank);
-        for (i = 0; i < batch->count; i++) {
+        for (i = 0; i < count; i++) {
             int32_t r = x.replica_of[i];
-            int32_t k = dcp__static_first_fit(x.room + x.first[r] - 1, x.fill[r],
-                                              dcp__sample_tokens(batch, i, level));
+            int32_t k = dcp__static_first_fit(x.room + x.first[r] - 1, x.fill[r], tokens[i]);
             placements[i].microbatch = k;
             placements[i].first_rank = r * cp;
             placements[i].cp = cp;
@@ -3993,6 +4164,26 @@ static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *plac
         *num_microbatches = most;
     }
     dcp__static_free(&config->allocator, &x);
+    return status;
+}
+
+/* The static baseline: every sample at the CP size the longest needs. */
+static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t *num_microbatches, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    int32_t cp = config->min_cp, level, i;
+    int64_t *tokens = (int64_t *)dcp__alloc_array(&config->allocator, (size_t)batch->count,
+                                                  sizeof(int64_t), "static", error);
+    dcp_status status;
+    if (!tokens) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    for (i = 0; i < batch->count; i++)
+        if (batch->cp_min[i] > cp) cp = batch->cp_min[i];
+    level = dcp__log2_int(cp);
+    for (i = 0; i < batch->count; i++) tokens[i] = dcp__sample_tokens(batch, i, level);
+    status = dcp__static_pack(config, tokens, batch->count, cp, placements, num_microbatches,
+                              error);
+    dcp_free(&config->allocator, tokens);
     return status;
 }
 
@@ -8841,8 +9032,19 @@ static dcp_status dcp__sets_tree(dcp__sets *x, dcp_strategy strategy, int32_t n,
     return DCP_OK;
 }
 
-/* The split candidate: the samples that fit no power of two on the pool, packed first, the
-   others planned on the buddy tree under `strategy` after them. */
+/* Whether sample s fits no power of two of the tree (it needs the pool, or a size of a range
+   set beyond the tree). */
+static int dcp__sets_off_tree(const dcp__sets *x, int32_t s)
+{
+    return x->inner.max_cp == 0 || x->cp_min[s] > x->inner.max_cp;
+}
+
+static dcp_status dcp__sets_off_tree_fill(dcp__sets *x, int32_t n, dcp__placement *placements,
+                                          int32_t *microbatches, dcp_error *error);
+
+/* The split candidate: the samples that fit no power of two of the tree on the pool (on a
+   range set: by the interval fill), packed first, the others planned on the buddy tree under
+   `strategy` after them. */
 static dcp_status dcp__sets_split(dcp__sets *x, dcp_strategy strategy,
                                   dcp__placement *placements, int32_t *microbatches,
                                   dcp_error *error)
@@ -8850,14 +9052,15 @@ static dcp_status dcp__sets_split(dcp__sets *x, dcp_strategy strategy,
     int32_t s, n = 0, on_pool = 0, bins = 0, tree = 0;
     dcp_status status = DCP_OK;
     for (s = 0; s < x->count; s++)
-        if (x->pool && x->cp_min[s] == x->pool) x->ids[n++] = s;
-    if (n > 0) {
+        if (dcp__sets_off_tree(x, s)) x->ids[n++] = s;
+    if (n > 0 && x->pool) {
         dcp__sort_longest_first(x, x->ids, n);
         status = dcp__pack_first_fit(x, x->ids, n, x->pool, 0, placements, &bins, error);
-    }
+    } else if (n > 0)
+        status = dcp__sets_off_tree_fill(x, n, placements, &bins, error);
     on_pool = n;
     for (s = 0, n = 0; s < x->count; s++)
-        if (!(x->pool && x->cp_min[s] == x->pool)) x->ids[n++] = s;
+        if (!dcp__sets_off_tree(x, s)) x->ids[n++] = s;
     if (status == DCP_OK) status = dcp__sets_tree(x, strategy, n, bins, placements, &tree, error);
     *microbatches = on_pool + n > 0 ? bins + tree : 0;
     return status;
@@ -8945,9 +9148,35 @@ static int dcp__cover_alloc(dcp__cover *c, const dcp__sets *x, dcp__placement *p
     return c->sorted && c->scratch && c->reach && c->seconds;
 }
 
-/* The largest aligned block of an allowed size whose ranks all hold nothing (the first on
-   ties) into c->block, c->size; 0 when every rank holds a sample, -1 when idle ranks remain
-   but no allowed block fits them. */
+/* The largest block of an allowed size inside the idle run [from, to) into c->block, c->size
+   when larger than the one there: aligned powers of two on the aligned sets, any range of an
+   allowed size (its start at the run's) on the others. */
+static void dcp__cover_block_in(dcp__cover *c, int32_t from, int32_t to)
+{
+    const dcp_config *config = c->x->config;
+    int32_t z;
+    if (!dcp__cp_aligned(config)) {
+        int32_t best = 0;
+        for (z = config->min_cp; z > 0 && z <= to - from; z = dcp__cp_next(config, z)) best = z;
+        if (best > c->size) {
+            c->block = from;
+            c->size = best;
+        }
+        return;
+    }
+    for (z = (int32_t)(INT64_C(1) << dcp__log2_int(to - from)); z > c->size; z /= 2) {
+        int32_t start = (from + z - 1) / z * z;
+        if (start + z <= to && dcp_cp_size_allowed(config, z)) {
+            c->block = start;
+            c->size = z;
+            return;
+        }
+    }
+}
+
+/* The largest block of an allowed size whose ranks all hold nothing (the first on ties) into
+   c->block, c->size; 0 when every rank holds a sample, -1 when idle ranks remain but no
+   allowed block fits them. */
 static int dcp__cover_idle_block(dcp__cover *c)
 {
     const dcp_config *config = c->x->config;
@@ -8968,16 +9197,8 @@ static int dcp__cover_idle_block(dcp__cover *c)
         }
         if (!busy && idle_from < 0) idle_from = r;
         if (busy && idle_from >= 0) { /* the idle run [idle_from, r) */
-            int32_t z = (int32_t)(INT64_C(1) << dcp__log2_int(r - idle_from));
             any = 1;
-            for (; z > c->size; z /= 2) {
-                int32_t start = (idle_from + z - 1) / z * z;
-                if (start + z <= r && dcp_cp_size_allowed(config, z)) {
-                    c->block = start;
-                    c->size = z;
-                    break;
-                }
-            }
+            dcp__cover_block_in(c, idle_from, r);
             idle_from = -1;
         }
     }
@@ -9058,11 +9279,24 @@ static int dcp__cover_widen_to(dcp__cover *c, int32_t lo, int32_t size)
     return 1;
 }
 
-/* Step 1 over the blocks holding B, smallest first: the powers of two, then the pool. */
+/* Step 1 over the blocks holding B, smallest first: the powers of two, then the pool; on a
+   range set every larger allowed size, reaching from B's start rightwards or from its end
+   leftwards. */
 static int dcp__cover_widen(dcp__cover *c)
 {
     const dcp_config *config = c->x->config;
     int64_t size;
+    if (!dcp__cp_aligned(config)) {
+        int32_t z;
+        for (z = dcp__cp_next(config, c->size); z > 0; z = dcp__cp_next(config, z)) {
+            int32_t right = c->block, left = c->block + c->size - z;
+            if (right + z > config->ranks) right = config->ranks - z;
+            if (left < 0) left = 0;
+            if (dcp__cover_widen_to(c, right, z) || (left != right && dcp__cover_widen_to(c, left, z)))
+                return 1;
+        }
+        return 0;
+    }
     for (size = 2 * (int64_t)c->size; size <= config->max_cp; size *= 2) {
         const int32_t lo = c->block / (int32_t)size * (int32_t)size;
         if (lo + size <= config->ranks && dcp_cp_size_allowed(config, (int32_t)size) &&
@@ -9157,9 +9391,309 @@ static dcp_status dcp__cover_ranks(const dcp__sets *x, dcp__placement *placement
     return DCP_OK;
 }
 
-/* ------------------------------------------------------------------ the driver */
+/* ------------------------------------------- planner: the interval fill (any CP size set)
+   The buddy tree holds aligned powers of two only. For the sets ANY and LIST a group is any
+   range [first_rank, first_rank + c) of an allowed size c, and the interval fill plans them:
+   each sample gets a width from a menu of the set's sizes (its smallest that fits, or wider
+   while that shortens it above a target, or the widest), and each microbatch is filled to the
+   top as the buddy tree's fills do, on a line of ranks instead of a tree: the slowest sample
+   left opens it at rank 0 and fixes its time T, its group takes more samples of its width
+   while they finish within T (times a slack) and fit the memory cap, and the next free ranks
+   go to the slowest sample left of any width that fits them and finishes within T, until no
+   sample does. Per width the samples sit slowest first (tokens falling with them), so "the
+   slowest that fits" is two binary searches and a union-find skip: O(N W log N) for W menu
+   widths. Its plans are candidates of the final choice, beside the buddy tree's plan on the
+   set's powers of two. */
 
-enum { DCP__SETS_CANDIDATES = 5 }; /* split, widest, Megatron's; greedy's and static's split */
+/* Widths the fill may use: every size of the set up to this many; beyond, the sizes that
+   divide the pool (they tile it), the powers of two and max_cp. */
+#define DCP__GFILL_MAX_WIDTHS 64
+#define DCP__GFILL_INFINITY HUGE_VAL
+
+typedef struct dcp__gfill_entry {
+    double seconds; /* the sample's time at the width (its own ring under DCP_RING_PER_SAMPLE) */
+    int64_t tokens; /* per rank at the width */
+    int32_t sample;
+} dcp__gfill_entry;
+
+typedef struct dcp__gfill {
+    const dcp__sets *x;
+    int32_t widths[DCP__GFILL_MAX_WIDTHS], width_count;
+    double group_ring[DCP__GFILL_MAX_WIDTHS]; /* a group's ring (0 under per-sample charge) */
+    int32_t begin[DCP__GFILL_MAX_WIDTHS + 1]; /* width m: entries [begin[m], begin[m + 1]) */
+    dcp__gfill_entry *entries;                /* [count] by width, each slowest first */
+    int32_t *alive;   /* [count + W] union-find: the next entry not placed (run ends: sentinels) */
+    int32_t *width_of; /* [count] the sample's width index */
+    dcp__keyed *keyed; /* [2 count] */
+} dcp__gfill;
+
+static void dcp__gfill_free(dcp__gfill *f)
+{
+    void *list[] = {f->entries, f->alive, f->width_of, f->keyed};
+    dcp__free_list(&f->x->config->allocator, list, DCP__COUNT(list));
+}
+
+/* The menu of widths: see DCP__GFILL_MAX_WIDTHS. */
+static void dcp__gfill_menu(dcp__gfill *f)
+{
+    const dcp_config *config = f->x->config;
+    int32_t cp, all = 0;
+    for (cp = config->min_cp; cp > 0; cp = dcp__cp_next(config, cp)) all++;
+    f->width_count = 0;
+    for (cp = config->min_cp; cp > 0 && f->width_count < DCP__GFILL_MAX_WIDTHS;
+         cp = dcp__cp_next(config, cp))
+        if (all <= DCP__GFILL_MAX_WIDTHS || config->ranks % cp == 0 || dcp_is_pow2(cp) ||
+            cp == config->max_cp)
+            f->widths[f->width_count++] = cp;
+    for (cp = 0; cp < f->width_count; cp++)
+        f->group_ring[cp] = config->ring_charge == DCP_RING_PER_SAMPLE
+                                ? 0.0
+                                : dcp_cost_ring_seconds(&config->cost, f->widths[cp]);
+}
+
+static dcp_status dcp__gfill_init(dcp__gfill *f, const dcp__sets *x, dcp_error *error)
+{
+    const dcp_allocator *a = &x->config->allocator;
+    const size_t count = (size_t)x->count;
+    memset(f, 0, sizeof *f);
+    f->x = x;
+    dcp__gfill_menu(f);
+    f->entries = (dcp__gfill_entry *)dcp__alloc_array(a, count, sizeof *f->entries, "fill",
+                                                      error);
+    f->alive = (int32_t *)dcp__alloc_array(a, count + DCP__GFILL_MAX_WIDTHS + 1,
+                                           sizeof(int32_t), "fill", error);
+    f->width_of = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "fill", error);
+    f->keyed = (dcp__keyed *)dcp__alloc_array(a, 2 * count, sizeof *f->keyed, "fill", error);
+    if (!f->entries || !f->alive || !f->width_of || !f->keyed) {
+        dcp__gfill_free(f);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    return DCP_OK;
+}
+
+/* A sample's time alone at width index m (its compute, and its ring when charged per
+   sample), and whether it fits the memory cap there. */
+static double dcp__gfill_seconds(const dcp__gfill *f, int32_t s, int32_t m)
+{
+    const dcp_config *config = f->x->config;
+    const int64_t length = f->x->lengths[s];
+    double seconds = dcp__sample_seconds(&config->cost, dcp__attention_seconds(&config->cost,
+                                                                                length),
+                                         dcp__padded(config, length, f->widths[m]),
+                                         f->widths[m]);
+    if (config->ring_charge == DCP_RING_PER_SAMPLE)
+        seconds += dcp_cost_ring_seconds(&config->cost, f->widths[m]);
+    return seconds;
+}
+
+static int dcp__gfill_fits(const dcp__gfill *f, int32_t s, int32_t m)
+{
+    return f->widths[m] >= f->x->cp_min[s] &&
+           dcp__tokens_at(f->x->config, f->x->lengths[s], f->widths[m]) <=
+               f->x->config->max_tokens_per_rank;
+}
+
+/* Width choices of a variant. */
+typedef enum dcp__gfill_width { DCP__GFILL_NARROW, DCP__GFILL_WIDEN, DCP__GFILL_WIDEST } dcp__gfill_width;
+
+/* Sample s's width index: its narrowest fitting width, then (WIDEN) wider while its time
+   alone (group ring included) exceeds target and the next width is faster, or (WIDEST) the
+   widest fitting. -1 when no width of the menu fits. */
+static int32_t dcp__gfill_width_of(const dcp__gfill *f, int32_t s, dcp__gfill_width how,
+                                   double target)
+{
+    int32_t m, chosen = -1;
+    for (m = 0; m < f->width_count; m++) {
+        if (!dcp__gfill_fits(f, s, m)) continue;
+        if (chosen < 0) {
+            chosen = m;
+            if (how == DCP__GFILL_NARROW) break;
+            continue;
+        }
+        if (how == DCP__GFILL_WIDEST) {
+            chosen = m;
+            continue;
+        }
+        if (dcp__gfill_seconds(f, s, chosen) + f->group_ring[chosen] <= target ||
+            dcp__gfill_seconds(f, s, m) + f->group_ring[m] >=
+                dcp__gfill_seconds(f, s, chosen) + f->group_ring[chosen])
+            break;
+        chosen = m;
+    }
+    return chosen;
+}
+
+/* Sorts the samples ids[0 .. n) into per-width runs, each slowest first (ties by id), and
+   resets the union-find; 0 when a sample fits no width. */
+static int dcp__gfill_prepare(dcp__gfill *f, const int32_t *ids, int32_t n, dcp__gfill_width how,
+                              double target)
+{
+    int32_t i, m, at;
+    int32_t counts[DCP__GFILL_MAX_WIDTHS + 1];
+    memset(counts, 0, sizeof counts);
+    for (i = 0; i < n; i++) {
+        const int32_t s = ids[i];
+        f->width_of[s] = dcp__gfill_width_of(f, s, how, target);
+        if (f->width_of[s] < 0) return 0;
+        counts[f->width_of[s]]++;
+    }
+    for (m = 0, at = 0; m < f->width_count; m++) {
+        f->begin[m] = at;
+        at += counts[m];
+    }
+    f->begin[f->width_count] = at;
+    for (m = 0; m < f->width_count; m++) {
+        int32_t k = 0;
+        for (i = 0; i < n; i++) { /* the run's keys: the bits of the seconds (>= 0) */
+            const int32_t s = ids[i];
+            double seconds;
+            uint64_t bits;
+            if (f->width_of[s] != m) continue;
+            seconds = dcp__gfill_seconds(f, s, m);
+            memcpy(&bits, &seconds, sizeof bits);
+            f->keyed[k].key = (int64_t)bits;
+            f->keyed[k].id = s;
+            k++;
+        }
+        dcp__keyed_sort(f->keyed, f->keyed + k, k);
+        for (i = 0; i < k; i++) {
+            dcp__gfill_entry *e = &f->entries[f->begin[m] + i];
+            e->sample = f->keyed[i].id;
+            e->seconds = dcp__gfill_seconds(f, e->sample, m);
+            e->tokens = dcp__tokens_at(f->x->config, f->x->lengths[e->sample], f->widths[m]);
+        }
+    }
+    for (i = 0; i <= n + f->width_count; i++) f->alive[i] = i; /* entry p at p + m */
+    return 1;
+}
+
+/* Union-find with path halving over the positions p + m of width m's entries. */
+static int32_t dcp__gfill_find(dcp__gfill *f, int32_t slot)
+{
+    while (f->alive[slot] != slot) {
+        f->alive[slot] = f->alive[f->alive[slot]];
+        slot = f->alive[slot];
+    }
+    return slot;
+}
+
+/* The slowest entry of width m not yet placed with seconds <= time and tokens <= tokens: its
+   position, or -1. */
+static int32_t dcp__gfill_take(dcp__gfill *f, int32_t m, double time, int64_t tokens)
+{
+    int32_t lo = f->begin[m], hi = f->begin[m + 1], a = lo, b = hi, slot;
+    while (a < b) { /* first with seconds <= time */
+        int32_t mid = a + (b - a) / 2;
+        if (f->entries[mid].seconds > time) a = mid + 1;
+        else b = mid;
+    }
+    lo = a;
+    a = f->begin[m];
+    b = hi;
+    while (a < b) { /* first with tokens <= tokens */
+        int32_t mid = a + (b - a) / 2;
+        if (f->entries[mid].tokens > tokens) a = mid + 1;
+        else b = mid;
+    }
+    if (a > lo) lo = a;
+    slot = dcp__gfill_find(f, lo + m);
+    return slot - m < hi ? slot - m : -1;
+}
+
+static void dcp__gfill_place(dcp__gfill *f, int32_t p, int32_t m, int32_t microbatch,
+                             int32_t first_rank, int32_t order, dcp__placement *placements)
+{
+    const int32_t s = f->entries[p].sample;
+    f->alive[p + m] = p + m + 1;
+    placements[s].microbatch = microbatch;
+    placements[s].first_rank = first_rank;
+    placements[s].cp = f->widths[m];
+    placements[s].order = order;
+    placements[s].sample = s;
+}
+
+/* Opens a group of width m at first_rank with entry p and fills it up to `cap` seconds and
+   the memory cap with more entries of its width. Returns how many it holds. */
+static int32_t dcp__gfill_group(dcp__gfill *f, int32_t p, int32_t m, int32_t microbatch,
+                                int32_t first_rank, double cap, dcp__placement *placements)
+{
+    const int64_t room = f->x->config->max_tokens_per_rank;
+    double time = f->group_ring[m] + f->entries[p].seconds;
+    int64_t tokens = f->entries[p].tokens;
+    int32_t held = 1;
+    dcp__gfill_place(f, p, m, microbatch, first_rank, 0, placements);
+    while ((p = dcp__gfill_take(f, m, cap - time, room - tokens)) >= 0) {
+        dcp__gfill_place(f, p, m, microbatch, first_rank, held++, placements);
+        time += f->entries[p].seconds;
+        tokens += f->entries[p].tokens;
+    }
+    return held;
+}
+
+/* One microbatch: the slowest entry left opens it; the free ranks after each group go to the
+   slowest entry of any width they hold that finishes within the cap. Returns the samples
+   placed. */
+static int32_t dcp__gfill_microbatch(dcp__gfill *f, int32_t microbatch, double slack,
+                                     dcp__placement *placements)
+{
+    const int64_t room = f->x->config->max_tokens_per_rank;
+    const int32_t ranks = f->x->config->ranks;
+    int32_t m, first = 0, placed = 0, open_width = -1, open_at = -1;
+    double cap;
+    for (m = 0; m < f->width_count; m++) { /* the slowest left */
+        int32_t p = dcp__gfill_take(f, m, DCP__GFILL_INFINITY, room);
+        if (p >= 0 && (open_at < 0 || f->entries[p].seconds > f->entries[open_at].seconds)) {
+            open_at = p;
+            open_width = m;
+        }
+    }
+    if (open_at < 0) return 0;
+    cap = (f->group_ring[open_width] + f->entries[open_at].seconds) * (1.0 + slack);
+    placed += dcp__gfill_group(f, open_at, open_width, microbatch, 0, cap, placements);
+    first = f->widths[open_width];
+    for (;;) {
+        int32_t best = -1, best_width = -1;
+        for (m = 0; m < f->width_count && first + f->widths[m] <= ranks; m++) {
+            int32_t p = dcp__gfill_take(f, m, cap - f->group_ring[m], room);
+            if (p >= 0 && (best < 0 || f->entries[p].seconds > f->entries[best].seconds)) {
+                best = p;
+                best_width = m;
+            }
+        }
+        if (best < 0) break;
+        placed += dcp__gfill_group(f, best, best_width, microbatch, first, cap, placements);
+        first += f->widths[best_width];
+    }
+    return placed;
+}
+
+/* The interval fill of samples ids[0 .. n) from microbatch base on: *microbatches of them (0
+   when a sample fits no width of the menu). */
+static void dcp__gfill_run(dcp__gfill *f, const int32_t *ids, int32_t n, dcp__gfill_width how,
+                           double target, double slack, int32_t base,
+                           dcp__placement *placements, int32_t *microbatches)
+{
+    int32_t left = n, k = 0;
+    *microbatches = 0;
+    if (!dcp__gfill_prepare(f, ids, n, how, target)) return;
+    while (left > 0) left -= dcp__gfill_microbatch(f, base + k++, slack, placements);
+    *microbatches = k;
+}
+
+/* The split's samples beyond the tree on a range set: the interval fill at their narrowest
+   widths, into microbatches of their own. x->ids[0 .. n) holds them. */
+static dcp_status dcp__sets_off_tree_fill(dcp__sets *x, int32_t n, dcp__placement *placements,
+                                          int32_t *microbatches, dcp_error *error)
+{
+    dcp__gfill f;
+    dcp_status status = dcp__gfill_init(&f, x, error);
+    if (status != DCP_OK) return status;
+    dcp__gfill_run(&f, x->ids, n, DCP__GFILL_NARROW, 0.0, 0.0, 0, placements, microbatches);
+    dcp__gfill_free(&f);
+    return DCP_OK;
+}
+
+/* ------------------------------------------------------------------ the candidates */
 
 /* Whether some sample fits no power of two: the static baseline then runs every sample on
    the whole pool (the CP size the longest needs). */
@@ -9171,31 +9705,151 @@ static int dcp__sets_needs_pool(const dcp__sets *x)
     return 0;
 }
 
+/* The interval fill of every sample, one variant. */
+static dcp_status dcp__sets_gfill(dcp__sets *x, dcp__gfill_width how, double target_share,
+                                  double slack, dcp__placement *placements,
+                                  int32_t *microbatches, dcp_error *error)
+{
+    dcp__gfill f;
+    double target = 0.0;
+    int32_t s;
+    dcp_status status = dcp__gfill_init(&f, x, error);
+    if (status != DCP_OK) return status;
+    if (how == DCP__GFILL_WIDEN)
+        status = dcp__lower_bounds(x->config, x->lengths, x->count, x->cp_min,
+                                   &x->config->sync_ranks, 1, &target, error);
+    for (s = 0; s < x->count; s++) x->ids[s] = s;
+    if (status == DCP_OK)
+        dcp__gfill_run(&f, x->ids, x->count, how, target * target_share, slack, 0, placements,
+                       microbatches);
+    dcp__gfill_free(&f);
+    return status;
+}
+
+/* The greedy baseline of the set: on the aligned sets the buddy tree's greedy after the
+   pool's samples; on the others the interval fill at every sample's narrowest width (one
+   microbatch at a time, the slowest first, the rest where they fit). */
+static dcp_status dcp__sets_greedy(dcp__sets *x, dcp__placement *placements,
+                                   int32_t *microbatches, dcp_error *error)
+{
+    if (dcp__cp_aligned(x->config))
+        return dcp__sets_split(x, DCP_STRATEGY_GREEDY, placements, microbatches, error);
+    return dcp__sets_gfill(x, DCP__GFILL_NARROW, 0.0, 0.0, placements, microbatches, error);
+}
+
+/* The static baseline of the set: every sample at the CP size the longest needs. */
+static dcp_status dcp__sets_static(dcp__sets *x, dcp__placement *placements,
+                                   int32_t *microbatches, dcp_error *error)
+{
+    int32_t s, cp = x->config->min_cp;
+    int64_t *tokens;
+    dcp_status status;
+    if (dcp__cp_aligned(x->config))
+        return dcp__sets_needs_pool(x)
+                   ? dcp__sets_widest(x, 0, placements, microbatches, error)
+                   : dcp__sets_split(x, DCP_STRATEGY_STATIC, placements, microbatches, error);
+    for (s = 0; s < x->count; s++)
+        if (x->cp_min[s] > cp) cp = x->cp_min[s];
+    tokens = x->sub_lengths; /* scratch of count int64 */
+    for (s = 0; s < x->count; s++) tokens[s] = dcp__tokens_at(x->config, x->lengths[s], cp);
+    status = dcp__static_pack(x->config, tokens, x->count, cp, placements, microbatches, error);
+    return status;
+}
+
+static dcp_status dcp__sets_split_dynamic(dcp__sets *x, dcp__placement *placements,
+                                          int32_t *microbatches, dcp_error *error)
+{
+    return dcp__sets_split(x, DCP_STRATEGY_DYNAMIC, placements, microbatches, error);
+}
+
+static dcp_status dcp__sets_widest_first(dcp__sets *x, dcp__placement *placements,
+                                         int32_t *microbatches, dcp_error *error)
+{
+    if (dcp__cp_aligned(x->config))
+        return dcp__sets_widest(x, 1, placements, microbatches, error);
+    return dcp__sets_gfill(x, DCP__GFILL_WIDEST, 0.0, 0.0, placements, microbatches, error);
+}
+
+static dcp_status dcp__sets_megatron(dcp__sets *x, dcp__placement *placements,
+                                     int32_t *microbatches, dcp_error *error)
+{
+    dcp__batch batch = dcp__sets_batch(x);
+    return dcp__plan_megatron(&batch, placements, microbatches, error);
+}
+
+/* The interval fill's widening variants (on the sets ANY and LIST): samples whose time alone
+   exceeds the lower bound over DCP__WIDEN_HALF_DIVISOR / DCP__WIDEN_EIGHTH_DIVISOR widened,
+   and the first also with groups filled up to DCP__GFILL_SLACK above the microbatch's
+   opening time (as the buddy tree's fills do). */
+#define DCP__GFILL_SLACK 0.5
+static dcp_status dcp__sets_widen_half(dcp__sets *x, dcp__placement *placements,
+                                       int32_t *microbatches, dcp_error *error)
+{
+    return dcp__sets_gfill(x, DCP__GFILL_WIDEN, 1.0 / DCP__WIDEN_HALF_DIVISOR, 0.0, placements,
+                           microbatches, error);
+}
+
+static dcp_status dcp__sets_widen_eighth(dcp__sets *x, dcp__placement *placements,
+                                         int32_t *microbatches, dcp_error *error)
+{
+    return dcp__sets_gfill(x, DCP__GFILL_WIDEN, 1.0 / DCP__WIDEN_EIGHTH_DIVISOR, 0.0,
+                           placements, microbatches, error);
+}
+
+static dcp_status dcp__sets_widen_slack(dcp__sets *x, dcp__placement *placements,
+                                        int32_t *microbatches, dcp_error *error)
+{
+    return dcp__sets_gfill(x, DCP__GFILL_WIDEN, 1.0 / DCP__WIDEN_HALF_DIVISOR, DCP__GFILL_SLACK,
+                           placements, microbatches, error);
+}
+
+static int dcp__sets_everywhere(const dcp__sets *x)
+{
+    (void)x;
+    return 1;
+}
+
+static int dcp__sets_on_ranges(const dcp__sets *x) { return !dcp__cp_aligned(x->config); }
+
+typedef struct dcp__sets_entry {
+    const char *name;
+    int (*applies)(const dcp__sets *x);
+    dcp_status (*build)(dcp__sets *x, dcp__placement *placements, int32_t *microbatches,
+                        dcp_error *error);
+} dcp__sets_entry;
+
+/* The dynamic strategy's candidates on this path, in order (ties go to the earlier): the
+   split, the widest, Megatron's scheduler, the baselines themselves (so that the guarantee
+   holds to the bit, after a repair too), and on ranges the interval fill's variants. */
+static const dcp__sets_entry dcp__sets_table[] = {
+    {"split: the pool's samples, then the buddy tree", dcp__sets_everywhere,
+     dcp__sets_split_dynamic},
+    {"widest", dcp__sets_everywhere, dcp__sets_widest_first},
+    {"Megatron's scheduler", dcp__sets_everywhere, dcp__sets_megatron},
+    {"greedy baseline", dcp__sets_everywhere, dcp__sets_greedy},
+    {"static baseline", dcp__sets_everywhere, dcp__sets_static},
+    {"interval fill, widened at half the bound", dcp__sets_on_ranges, dcp__sets_widen_half},
+    {"interval fill, widened at an eighth", dcp__sets_on_ranges, dcp__sets_widen_eighth},
+    {"interval fill, widened at half, slack", dcp__sets_on_ranges, dcp__sets_widen_slack},
+};
+#define DCP__SETS_CANDIDATES DCP__COUNT(dcp__sets_table)
+
 /* Candidate `which` of the strategy into placements; *microbatches 0 when not built. */
 static dcp_status dcp__sets_candidate(dcp__sets *x, dcp_strategy strategy, int32_t which,
                                       dcp__placement *placements, int32_t *microbatches,
                                       dcp_error *error)
 {
-    dcp__batch batch;
+    dcp_status status = DCP_OK;
     *microbatches = 0;
-    if (strategy == DCP_STRATEGY_STATIC && which == 0)
-        return dcp__sets_needs_pool(x) ? dcp__sets_widest(x, 0, placements, microbatches, error)
-                                       : dcp__sets_split(x, strategy, placements, microbatches,
-                                                         error);
-    if (strategy == DCP_STRATEGY_GREEDY && which == 0)
-        return dcp__sets_split(x, strategy, placements, microbatches, error);
-    if (strategy != DCP_STRATEGY_DYNAMIC) return DCP_OK;
-    switch (which) {
-    case 0: return dcp__sets_split(x, strategy, placements, microbatches, error);
-    case 1: return dcp__sets_widest(x, 1, placements, microbatches, error);
-    case 2:
-        batch = dcp__sets_batch(x);
-        return dcp__plan_megatron(&batch, placements, microbatches, error);
-    case 3: /* the baselines themselves: the guarantee holds to the bit, and after a repair */
-        return dcp__sets_candidate(x, DCP_STRATEGY_GREEDY, 0, placements, microbatches, error);
-    default:
-        return dcp__sets_candidate(x, DCP_STRATEGY_STATIC, 0, placements, microbatches, error);
-    }
+    if (strategy == DCP_STRATEGY_STATIC)
+        return which == 0 ? dcp__sets_static(x, placements, microbatches, error) : DCP_OK;
+    if (strategy == DCP_STRATEGY_GREEDY)
+        return which == 0 ? dcp__sets_greedy(x, placements, microbatches, error) : DCP_OK;
+    if (!dcp__sets_table[which].applies(x)) return DCP_OK;
+    DCP_PLANNER_TRACE(dcp__sets_table[which].name, 1);
+    status = dcp__sets_table[which].build(x, placements, microbatches, error);
+    DCP_PLANNER_TRACE(dcp__sets_table[which].name, 0);
+    return status;
 }
 
 /* dcp_plan_create for a config with a group of the whole pool outside the buddy tree or with
@@ -9249,7 +9903,7 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
     *plan = NULL;
     if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
     if (count < 1 || !lengths) return dcp__check_samples(&c, lengths, count, NULL, error);
-    if (dcp__pool_cp(&c) || c.cover_ranks)
+    if (dcp__pool_cp(&c) || c.cover_ranks || !dcp__cp_aligned(&c))
         status = dcp__plan_sets(&c, lengths, count, plan, error);
     else
         status = dcp__plan_pow2(&c, lengths, count, plan, error);
@@ -9297,11 +9951,13 @@ static dcp_status dcp__validate_group(const dcp_plan *plan, int32_t k, const dcp
                              "cp_sizes %s in [%d, %d]",
                              (int)k, (int)g->first_rank, (int)g->cp,
                              dcp_cp_sizes_name(c->cp_sizes), (int)c->min_cp, (int)c->max_cp);
-    if (g->first_rank < 0 || g->first_rank % g->cp != 0 || g->first_rank > c->ranks - g->cp)
+    if (g->first_rank < 0 || (dcp__cp_aligned(c) && g->first_rank % g->cp != 0) ||
+        g->first_rank > c->ranks - g->cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                             "microbatch %d: group at rank %d with cp %d is not an aligned block "
-                             "of the %d ranks",
-                             (int)k, (int)g->first_rank, (int)g->cp, (int)c->ranks);
+                             "microbatch %d: group at rank %d with cp %d is not %s of the %d "
+                             "ranks",
+                             (int)k, (int)g->first_rank, (int)g->cp,
+                             dcp__cp_aligned(c) ? "an aligned block" : "a range", (int)c->ranks);
     if (g->sample_count < 1 || g->sample_offset != expected_offset ||
         g->sample_count > plan->num_samples - expected_offset)
         return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
@@ -9619,7 +10275,15 @@ static void dcp__text_escaped(dcp__text *t, const char *text)
         }
 }
 
+/* The CP sizes all panels use, increasing: their colours and the legend. */
+#define DCP__SVG_MAX_SIZES 64
+typedef struct dcp__svg_sizes {
+    int32_t cp[DCP__SVG_MAX_SIZES];
+    int32_t count;
+} dcp__svg_sizes;
+
 typedef struct dcp__svg_panel {
+    const dcp__svg_sizes *sizes;
     const dcp_plan *plan;
     dcp_plan_stats stats;
     const char *title;
@@ -9633,10 +10297,13 @@ typedef struct dcp__svg_panel {
     double x_scale;      /* px per ms */
 } dcp__svg_panel;
 
-static const char *dcp__svg_color(int32_t cp)
+/* A size's colour: by its place among the sizes the panels use (the last colour for every
+   size past the palette). */
+static const char *dcp__svg_color(const dcp__svg_sizes *sizes, int32_t cp)
 {
-    int level = dcp__log2_int(cp);
-    return dcp__svg_colors[level < DCP__SVG_COLOR_COUNT ? level : DCP__SVG_COLOR_COUNT - 1];
+    int32_t i;
+    for (i = 0; i < sizes->count && sizes->cp[i] != cp; i++) {}
+    return dcp__svg_colors[i < DCP__SVG_COLOR_COUNT ? i : DCP__SVG_COLOR_COUNT - 1];
 }
 
 /* 1, 2 or 5 times a power of ten, giving about DCP__SVG_TARGET_TICKS ticks over span. */
@@ -9842,7 +10509,7 @@ static void dcp__svg_groups(dcp__text *t, const dcp__svg_panel *p)
             double x = dcp__svg_x(p, p->start[g]), y = p->top + group->first_rank * p->row;
             double w = dcp__svg_x(p, p->end[g]) - x, h = group->cp * p->row;
             dcp__text_printf(t, "<rect x='%.3f' y='%.3f' width='%.3f' height='%.3f' fill='%s'",
-                             x, y, w, h, dcp__svg_color(group->cp));
+                             x, y, w, h, dcp__svg_color(p->sizes, group->cp));
             if (stroked)
                 dcp__text_printf(t, " stroke='white' stroke-width='%.1f'", DCP__SVG_BOX_STROKE);
             dcp__text_printf(t, ">");
@@ -9905,31 +10572,36 @@ static void dcp__svg_lower_bound(dcp__text *t, const dcp__svg_panel *p)
                      p->stats.lower_bound_seconds * 1e3);
 }
 
-/* The CP size of a level's groups (floor(log2 cp) = level; a plan has at most one size a
-   level: the powers of two, and the whole pool where it is none). */
-static int32_t dcp__svg_level_size(const dcp__svg_panel *panels, int32_t count, int32_t level)
+/* The sizes the panels' plans use, increasing (the first DCP__SVG_MAX_SIZES). */
+static void dcp__svg_collect_sizes(dcp__svg_sizes *sizes, const dcp_plan *const *plans,
+                                   int32_t count)
 {
-    int32_t i, g;
+    int32_t i, g, j;
+    sizes->count = 0;
     for (i = 0; i < count; i++)
-        for (g = 0; g < panels[i].plan->num_groups; g++)
-            if (dcp__log2_int(panels[i].plan->groups[g].cp) == level)
-                return panels[i].plan->groups[g].cp;
-    return (int32_t)1 << level;
+        for (g = 0; g < plans[i]->num_groups; g++) {
+            const int32_t cp = plans[i]->groups[g].cp;
+            for (j = 0; j < sizes->count && sizes->cp[j] < cp; j++) {}
+            if ((j < sizes->count && sizes->cp[j] == cp) || sizes->count == DCP__SVG_MAX_SIZES)
+                continue;
+            memmove(&sizes->cp[j + 1], &sizes->cp[j], (size_t)(sizes->count - j) * sizeof(int32_t));
+            sizes->cp[j] = cp;
+            sizes->count++;
+        }
 }
 
 /* The CP sizes any panel uses, then the two kinds of line and what a box's number means. */
 static void dcp__svg_legend(dcp__text *t, const dcp__svg_panel *panels, int32_t count)
 {
+    const dcp__svg_sizes *sizes = panels[0].sizes;
     double x = DCP__SVG_MARGIN_LEFT + DCP__SVG_PLOT_WIDTH + 20.0, y = panels[0].top;
-    int32_t level, i;
-    for (level = 0; level < DCP_CP_LEVELS; level++) {
-        int used = 0;
-        for (i = 0; i < count; i++) used |= panels[i].stats.samples_per_cp_level[level] > 0;
-        if (!used) continue;
+    int32_t i;
+    (void)count;
+    for (i = 0; i < sizes->count; i++) {
         dcp__text_printf(t, "<rect x='%.0f' y='%.0f' width='14' height='14' fill='%s'/>\n", x, y,
-                         dcp__svg_color((int32_t)1 << level));
+                         dcp__svg_color(sizes, sizes->cp[i]));
         dcp__text_printf(t, "<text x='%.0f' y='%.0f' font-size='12'>cp %d</text>\n", x + 20.0,
-                         y + 11.0, (int)dcp__svg_level_size(panels, count, level));
+                         y + 11.0, (int)sizes->cp[i]);
         y += DCP__SVG_LEGEND_STEP;
     }
     y += 8.0;
@@ -10023,14 +10695,18 @@ DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *
                                size_t capacity, size_t *size, dcp_error *error)
 {
     dcp__svg_panel panels[DCP_PLAN_SVG_MAX_PLANS];
+    dcp__svg_sizes sizes;
     dcp__text text;
     double axis_ms, height;
     int32_t i;
     dcp_status status;
     if ((status = dcp__svg_check(plans, count, buffer, size, error)) != DCP_OK) return status;
     memset(panels, 0, sizeof panels);
-    for (i = 0; i < count && status == DCP_OK; i++)
+    dcp__svg_collect_sizes(&sizes, plans, count);
+    for (i = 0; i < count && status == DCP_OK; i++) {
+        panels[i].sizes = &sizes;
         status = dcp__svg_panel_init(&panels[i], plans[i], titles ? titles[i] : NULL, cost, error);
+    }
     if (status == DCP_OK) {
         height = dcp__svg_layout(panels, count, &axis_ms);
         text.data = buffer;
@@ -10046,6 +10722,44 @@ DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *
         dcp_free(&plans[i]->config.allocator, panels[i].end_band);
     }
     return status;
+}
+
+/* ------------------------------------------------------------------ plan histogram */
+
+DCPDEF dcp_status dcp_plan_cp_histogram(const dcp_plan *plan, int32_t *sizes, int32_t *samples,
+                                        int32_t capacity, int32_t *count, dcp_error *error)
+{
+    int32_t g, n = 0, below = 0;
+    if (!plan || !count)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan and count must be set");
+    if (capacity < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "capacity must be >= 0, got %d", (int)capacity);
+    *count = 0;
+    /* the distinct sizes in increasing order, one pass per size: below is the last size
+       listed, the next is the smallest above it (sizes are few: at most the set's) */
+    for (;;) {
+        int32_t next = 0, held = 0;
+        for (g = 0; g < plan->num_groups; g++) {
+            const int32_t cp = plan->groups[g].cp;
+            if (cp > below && (next == 0 || cp < next)) next = cp;
+        }
+        if (next == 0) break;
+        for (g = 0; g < plan->num_groups; g++)
+            if (plan->groups[g].cp == next) held += plan->groups[g].sample_count;
+        if (n < capacity) {
+            if (sizes) sizes[n] = next;
+            if (samples) samples[n] = held;
+        }
+        n++;
+        below = next;
+    }
+    *count = n;
+    if (n > capacity && (sizes || samples))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "the plan uses %d CP sizes, more than capacity %d", (int)n,
+                             (int)capacity);
+    return dcp_error_clear(error);
 }
 
 /* ------------------------------------------------------------- sequence-length sources */
@@ -10701,12 +11415,12 @@ static dcp_status dcp__view_check_header(const dcp_rank_view *v, dcp_error *erro
     if (v->idle && (status = dcp__view_check_idle(v, error)) != DCP_OK) return status;
     if (!v->idle &&
         (v->cp < 1 || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
-         v->first_rank % v->cp != 0 || v->rank_in_group != v->rank - v->first_rank ||
-         v->rank_in_group < 0 || v->rank_in_group >= v->cp))
+         v->rank_in_group != v->rank - v->first_rank || v->rank_in_group < 0 ||
+         v->rank_in_group >= v->cp))
         return dcp_error_set(
             error, DCP_ERROR_INVALID_ARGUMENT,
             "view of rank %d: group (first_rank %d, cp %d, rank_in_group %d) is not "
-            "an aligned group containing the rank",
+            "a group containing the rank",
             (int)v->rank, (int)v->first_rank, (int)v->cp, (int)v->rank_in_group);
     if (!v->idle && v->num_samples < 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
@@ -11131,8 +11845,9 @@ static const unsigned char dcp__view_magic[8] = {'D', 'C', 'P', 'V', 'I', 'E', '
 #define DCP__CHECKSUM_BYTES 8 /* FNV-1a, 64 bits */
 /* The records of the two bodies, in the order dcp__put_config / _plan_body / _view write
    them; tests/test_thd.c checks serialized sizes against them. */
-#define DCP__CONFIG_I32_FIELDS 12 /* ranks, min_cp ... sync_ranks, ring_charge, cp_sizes,
-                                     cover_ranks */
+#define DCP__CONFIG_I32_FIELDS (14 + DCP_CP_SIZE_LIST_CAPACITY) /* ranks, min_cp ...
+                                     sync_ranks, ring_charge, cp_sizes, cover_ranks,
+                                     cp_size_count, cp_size_list, head_count */
 #define DCP__CONFIG_F64_FIELDS 3 /* the cost model */
 #define DCP__CONFIG_BYTES                                                                       \
     (DCP__CONFIG_I32_FIELDS * DCP__I32_BYTES + DCP__I64_BYTES +                                 \
@@ -11299,6 +12014,8 @@ typedef struct dcp__field {
 } dcp__field;
 
 #define DCP__COST_FIELD(name) (offsetof(dcp_config, cost) + offsetof(dcp_cost_model, name))
+#define DCP__LIST_FIELD(i)                                                                      \
+    {offsetof(dcp_config, cp_size_list) + (i) * sizeof(int32_t), DCP__FIELD_I32}
 
 static const dcp__field dcp__config_fields[] = {
     {offsetof(dcp_config, ranks), DCP__FIELD_I32},
@@ -11316,7 +12033,15 @@ static const dcp__field dcp__config_fields[] = {
     {DCP__COST_FIELD(ring_step_cost), DCP__FIELD_F64},
     {offsetof(dcp_config, ring_charge), DCP__FIELD_RING_CHARGE},
     {offsetof(dcp_config, cp_sizes), DCP__FIELD_CP_SIZES},
-    {offsetof(dcp_config, cover_ranks), DCP__FIELD_I32}};
+    {offsetof(dcp_config, cover_ranks), DCP__FIELD_I32},
+    {offsetof(dcp_config, cp_size_count), DCP__FIELD_I32},
+    DCP__LIST_FIELD(0), DCP__LIST_FIELD(1), DCP__LIST_FIELD(2), DCP__LIST_FIELD(3),
+    DCP__LIST_FIELD(4), DCP__LIST_FIELD(5), DCP__LIST_FIELD(6), DCP__LIST_FIELD(7),
+    DCP__LIST_FIELD(8), DCP__LIST_FIELD(9), DCP__LIST_FIELD(10), DCP__LIST_FIELD(11),
+    DCP__LIST_FIELD(12), DCP__LIST_FIELD(13), DCP__LIST_FIELD(14), DCP__LIST_FIELD(15),
+    {offsetof(dcp_config, head_count), DCP__FIELD_I32}};
+/* the table lists every entry of the size list */
+typedef char dcp__list_fields_complete[DCP_CP_SIZE_LIST_CAPACITY == 16 ? 1 : -1];
 
 /* A view's scalars; its arrays follow them. */
 #define DCP__VIEW_FIELD(name, kind) {offsetof(dcp_rank_view, name), DCP__FIELD_##kind}
@@ -11678,7 +12403,7 @@ DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
     return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "sample %d is in no group", (int)sample);
 }
 
-#define DCP__COMPARED_CONFIG_INTS 13
+#define DCP__COMPARED_CONFIG_INTS 15
 
 static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
                                        dcp_error *error)
@@ -11686,22 +12411,29 @@ static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
     const int64_t ints_a[DCP__COMPARED_CONFIG_INTS] = {
         a->ranks, a->max_tokens_per_rank, a->min_cp, a->max_cp, a->microbatch_multiple,
         a->pad_multiple_cp1, a->pad_multiple, (int64_t)a->strategy, a->improve_moves,
-        (int64_t)a->ring_charge, a->sync_ranks, (int64_t)a->cp_sizes, a->cover_ranks};
+        (int64_t)a->ring_charge, a->sync_ranks, (int64_t)a->cp_sizes, a->cover_ranks,
+        a->cp_size_count, a->head_count};
     const int64_t ints_b[DCP__COMPARED_CONFIG_INTS] = {
         b->ranks, b->max_tokens_per_rank, b->min_cp, b->max_cp, b->microbatch_multiple,
         b->pad_multiple_cp1, b->pad_multiple, (int64_t)b->strategy, b->improve_moves,
-        (int64_t)b->ring_charge, b->sync_ranks, (int64_t)b->cp_sizes, b->cover_ranks};
+        (int64_t)b->ring_charge, b->sync_ranks, (int64_t)b->cp_sizes, b->cover_ranks,
+        b->cp_size_count, b->head_count};
     const char *names[DCP__COMPARED_CONFIG_INTS] = {
         "ranks", "max_tokens_per_rank", "min_cp", "max_cp", "microbatch_multiple",
         "pad_multiple_cp1", "pad_multiple", "strategy", "improve_moves", "ring_charge",
-        "sync_ranks", "cp_sizes", "cover_ranks"}; /* the same groups under another E are
-                                                      another step */
+        "sync_ranks", "cp_sizes", "cover_ranks", "cp_size_count",
+        "head_count"}; /* the same groups under another E are another step */
     int i;
     for (i = 0; i < DCP__COMPARED_CONFIG_INTS; i++)
         if (ints_a[i] != ints_b[i])
             return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
                                  "plans differ: config %s %lld vs %lld", names[i],
                                  (long long)ints_a[i], (long long)ints_b[i]);
+    for (i = 0; i < DCP_CP_SIZE_LIST_CAPACITY; i++)
+        if (a->cp_size_list[i] != b->cp_size_list[i])
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "plans differ: config cp_size_list[%d] %d vs %d", (int)i,
+                                 (int)a->cp_size_list[i], (int)b->cp_size_list[i]);
     if (a->cost.attn_coeff != b->cost.attn_coeff || a->cost.linear_coeff != b->cost.linear_coeff ||
         a->cost.ring_step_cost != b->cost.ring_step_cost)
         return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "plans differ: cost models");
