@@ -8999,6 +8999,26 @@ static void dcp__sort_longest_first(const dcp__sets *x, int32_t *ids, int32_t n)
     for (i = 0; i < n; i++) ids[i] = x->keyed[i].id;
 }
 
+/* The plan of a config's placements, sample by sample, from microbatch base on. */
+static void dcp__sets_take_plan(const dcp_plan *plan, const int32_t *ids, int32_t base,
+                                dcp__placement *placements)
+{
+    int32_t k, g, i;
+    for (k = 0; k < plan->num_microbatches; k++)
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
+            const dcp_group *group = &plan->groups[g];
+            for (i = 0; i < group->sample_count; i++) {
+                const int32_t p = plan->group_samples[group->sample_offset + i];
+                const int32_t s = ids ? ids[p] : p;
+                placements[s].microbatch = base + k;
+                placements[s].first_rank = group->first_rank;
+                placements[s].cp = group->cp;
+                placements[s].order = i;
+                placements[s].sample = s;
+            }
+        }
+}
+
 /* The plan on the buddy tree of the samples that fit a power of two (x->ids[0 .. n)) under
    `strategy`, as placements from microbatch base on: *microbatches of them. */
 static dcp_status dcp__sets_tree(dcp__sets *x, dcp_strategy strategy, int32_t n, int32_t base,
@@ -9008,25 +9028,14 @@ static dcp_status dcp__sets_tree(dcp__sets *x, dcp_strategy strategy, int32_t n,
     dcp_config inner = x->inner;
     dcp_plan *plan = NULL;
     dcp_status status;
-    int32_t k, g, i;
+    int32_t i;
     *microbatches = 0;
     if (n == 0) return DCP_OK;
     for (i = 0; i < n; i++) x->sub_lengths[i] = x->lengths[x->ids[i]];
     inner.strategy = strategy;
     if ((status = dcp__plan_pow2(&inner, x->sub_lengths, n, &plan, error)) != DCP_OK)
         return status;
-    for (k = 0; k < plan->num_microbatches; k++)
-        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
-            const dcp_group *group = &plan->groups[g];
-            for (i = 0; i < group->sample_count; i++) {
-                const int32_t s = x->ids[plan->group_samples[group->sample_offset + i]];
-                placements[s].microbatch = base + k;
-                placements[s].first_rank = group->first_rank;
-                placements[s].cp = group->cp;
-                placements[s].order = i;
-                placements[s].sample = s;
-            }
-        }
+    dcp__sets_take_plan(plan, x->ids, base, placements);
     *microbatches = plan->num_microbatches;
     dcp_plan_destroy(plan);
     return DCP_OK;
@@ -9803,6 +9812,32 @@ static dcp_status dcp__sets_widen_slack(dcp__sets *x, dcp__placement *placements
                            placements, microbatches, error);
 }
 
+/* Under ANY, Megatron's sizes are a subset: their plan (the pool first, the buddy tree below
+   it) is a candidate, so every size is never behind Megatron's sizes, within the same
+   min_cp and max_cp. Not built where min_cp is none of Megatron's sizes. */
+static int dcp__sets_any(const dcp__sets *x) { return x->config->cp_sizes == DCP_CP_SIZES_ANY; }
+
+static dcp_status dcp__sets_megatron_sizes(dcp__sets *x, dcp__placement *placements,
+                                           int32_t *microbatches, dcp_error *error)
+{
+    dcp_config sizes = *x->config, resolved;
+    dcp_plan *plan = NULL;
+    dcp_status status;
+    *microbatches = 0;
+    sizes.cp_sizes = DCP_CP_SIZES_MEGATRON;
+    while (sizes.max_cp > sizes.min_cp && !dcp__cp_in_set(&sizes, sizes.max_cp))
+        sizes.max_cp--; /* the largest of Megatron's sizes within max_cp */
+    if (dcp_config_resolve(&sizes, &resolved, NULL) != DCP_OK) return DCP_OK;
+    status = dcp_plan_create(&resolved, x->lengths, x->count, &plan, NULL);
+    if (status == DCP_ERROR_OUT_OF_MEMORY || status == DCP_ERROR_OVERFLOW)
+        return dcp_error_set(error, status, "planning Megatron's sizes as a candidate failed");
+    if (status != DCP_OK) return DCP_OK; /* e.g. a sample only a size of ANY fits */
+    dcp__sets_take_plan(plan, NULL, 0, placements);
+    *microbatches = plan->num_microbatches;
+    dcp_plan_destroy(plan);
+    return DCP_OK;
+}
+
 static int dcp__sets_everywhere(const dcp__sets *x)
 {
     (void)x;
@@ -9831,6 +9866,7 @@ static const dcp__sets_entry dcp__sets_table[] = {
     {"interval fill, widened at half the bound", dcp__sets_on_ranges, dcp__sets_widen_half},
     {"interval fill, widened at an eighth", dcp__sets_on_ranges, dcp__sets_widen_eighth},
     {"interval fill, widened at half, slack", dcp__sets_on_ranges, dcp__sets_widen_slack},
+    {"Megatron's sizes", dcp__sets_any, dcp__sets_megatron_sizes},
 };
 #define DCP__SETS_CANDIDATES DCP__COUNT(dcp__sets_table)
 
