@@ -103,6 +103,8 @@
        dcp_plan_create(config, lengths, n, &plan, err)   allocates the plan (config.allocator)
        dcp_plan_destroy(plan)
        dcp_plan_validate(plan, err)               every invariant of docs/DESIGN.md section 1
+       dcp_plan_trusted(plan, err)                O(1) for a plan the library made or read
+                                                  (sealed), else dcp_plan_validate
        dcp_plan_simulate(plan, cost, &stats, err) step times under the plan's sync_ranks E,
                                                   E = 1 (DAG) and E = D (barrier), lower
                                                   bounds; allocates scratch, frees it
@@ -648,6 +650,12 @@ typedef struct dcp_plan {
     dcp_group *groups;          /* [num_groups] microbatch by microbatch, by first_rank */
     int32_t *group_samples;     /* [N] sample ids (0-based input positions), group by group:
                                    each sample exactly once */
+    uint64_t seal;              /* set by the library on a plan it made or read (creation,
+                                   deserialization), which it then trusts without validating
+                                   it again (dcp_plan_trusted); a plan built by hand, or a copy
+                                   of the struct, is validated in full at each use. A sealed
+                                   plan is read-only: a caller that changes one anyway sets
+                                   seal to 0 first, so that it is validated again. */
 } dcp_plan;
 
 typedef struct dcp_plan_stats {
@@ -675,6 +683,11 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
                                   int32_t count, dcp_plan **plan, dcp_error *error);
 DCPDEF void dcp_plan_destroy(dcp_plan *plan);
 DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error);
+/* DCP_OK at once for a plan the library made or read, as it made or read it (sealed: see
+   dcp_plan.seal); any other plan is validated in full (dcp_plan_validate). Every function
+   below that takes a plan checks it this way, so a plan is validated once, where it enters:
+   its creation, its deserialization, or a first use when built by hand. */
+DCPDEF dcp_status dcp_plan_trusted(const dcp_plan *plan, dcp_error *error);
 /* cost NULL: the plan's own model. Allocates scratch (the plan's allocator), frees it. */
 DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *cost,
                                     dcp_plan_stats *stats, dcp_error *error);
@@ -3742,6 +3755,21 @@ DCPDEF void dcp_plan_destroy(dcp_plan *plan)
     }
 }
 
+/* The seal: a constant mixed with the plan's own address and its arrays', so that a copy of
+   the struct elsewhere, or a plan whose arrays were swapped, is not taken for the plan the
+   library sealed. */
+#define DCP__PLAN_SEAL UINT64_C(0x9e3779b97f4a7c15)
+static uint64_t dcp__plan_seal_of(const dcp_plan *plan)
+{
+    return DCP__PLAN_SEAL ^ (uint64_t)(uintptr_t)plan ^
+           ((uint64_t)(uintptr_t)plan->groups << 1) ^
+           ((uint64_t)(uintptr_t)plan->group_samples << 2) ^
+           ((uint64_t)(uintptr_t)plan->microbatch_offsets << 3) ^
+           ((uint64_t)(uintptr_t)plan->sample_lengths << 4);
+}
+
+static void dcp__plan_seal(dcp_plan *plan) { plan->seal = dcp__plan_seal_of(plan); }
+
 static dcp_plan *dcp__plan_alloc(const dcp_config *config, int32_t num_samples,
                                  int32_t num_microbatches, int32_t num_groups, dcp_error *error)
 {
@@ -3865,6 +3893,7 @@ static dcp_status dcp__plan_build(const dcp_config *config, const int64_t *lengt
         plan->group_samples[i] = p->sample;
     }
     while (k < num_microbatches) plan->microbatch_offsets[++k] = groups;
+    dcp__plan_seal(plan); /* made by the planner: trusted from here on */
     *out = plan;
     return DCP_OK;
 }
@@ -10100,6 +10129,13 @@ DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error)
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
+DCPDEF dcp_status dcp_plan_trusted(const dcp_plan *plan, dcp_error *error)
+{
+    if (plan && plan->seal != 0 && plan->seal == dcp__plan_seal_of(plan))
+        return dcp_error_clear(error);
+    return dcp_plan_validate(plan, error);
+}
+
 /* --------------------------------------------------------------------------- simulator */
 
 /* Validates the plan and the optional cost override; *config gets the model to use. */
@@ -10107,7 +10143,7 @@ static dcp_status dcp__simulation_setup(const dcp_plan *plan, const dcp_cost_mod
                                         dcp_config *config, double **finish, dcp_error *error)
 {
     dcp_status status;
-    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    if ((status = dcp_plan_trusted(plan, error)) != DCP_OK) return status;
     if ((status = dcp__check_sync_ranks(plan->config.sync_ranks, plan->config.ranks, error)) !=
         DCP_OK)
         return status;
@@ -10378,7 +10414,7 @@ static dcp_status dcp__svg_check(const dcp_plan *const *plans, int32_t count, co
     for (i = 0; i < count; i++) {
         if (!plans[i])
             return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plans[%d] is NULL", (int)i);
-        if ((status = dcp_plan_validate(plans[i], error)) != DCP_OK) {
+        if ((status = dcp_plan_trusted(plans[i], error)) != DCP_OK) {
             if (error) {
                 char reason[DCP_ERROR_MESSAGE_CAPACITY];
                 memcpy(reason, error->message, sizeof reason);
@@ -11320,7 +11356,7 @@ static int32_t dcp__group_of(const dcp_plan *plan, int32_t rank, int32_t k)
 static dcp_status dcp__locate(const dcp_plan *plan, int32_t rank, int32_t microbatch,
                               int32_t *group, dcp_error *error)
 {
-    dcp_status status = dcp_plan_validate(plan, error);
+    dcp_status status = dcp_plan_trusted(plan, error);
     if (status != DCP_OK) return status;
     if (rank < 0 || rank >= plan->config.ranks)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)",
@@ -11837,7 +11873,7 @@ DCPDEF dcp_status dcp_reroute_create(const dcp_plan *plan, const int32_t *holder
     if (!reroute)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute must not be NULL");
     *reroute = NULL;
-    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    if ((status = dcp_plan_trusted(plan, error)) != DCP_OK) return status;
     if (!holders)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "holders must not be NULL");
     if (rank < 0 || rank >= plan->config.ranks)
@@ -12182,7 +12218,7 @@ static void dcp__put_plan(dcp__writer *w, const void *plan)
 DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
                                      size_t *size, dcp_error *error)
 {
-    dcp_status status = dcp_plan_validate(plan, error);
+    dcp_status status = dcp_plan_trusted(plan, error);
     if (status != DCP_OK) return status;
     return dcp__serialize(dcp__plan_magic, dcp__put_plan, plan, buffer, capacity, size, error);
 }
@@ -12268,6 +12304,7 @@ DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA, "plan: %s",
                              error ? error->message : "invalid");
     }
+    dcp__plan_seal(p); /* validated in full: trusted from here on */
     *plan = p;
     return dcp_error_clear(error);
 }
@@ -12363,7 +12400,7 @@ DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *st
     int32_t g, i;
     dcp_status status;
     if (!stats) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "stats must not be NULL");
-    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    if ((status = dcp_plan_trusted(plan, error)) != DCP_OK) return status;
     memset(stats, 0, sizeof *stats);
     for (g = 0; g < plan->num_groups; g++) {
         const dcp_group *group = &plan->groups[g];

@@ -59,7 +59,7 @@ class Plan(ctypes.Structure):
     _fields_ = [("config", Config), ("num_samples", c_int32), ("sample_lengths", c_int64_p),
                 ("num_microbatches", c_int32), ("num_groups", c_int32),
                 ("microbatch_offsets", c_int32_p), ("groups", ctypes.POINTER(Group)),
-                ("group_samples", c_int32_p)]
+                ("group_samples", c_int32_p), ("seal", ctypes.c_uint64)]
 
 
 class PlanStats(ctypes.Structure):

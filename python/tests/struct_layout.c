@@ -58,6 +58,7 @@ static void planner_structs(void)
     FIELD(dcp_plan, microbatch_offsets);
     FIELD(dcp_plan, groups);
     FIELD(dcp_plan, group_samples);
+    FIELD(dcp_plan, seal);
     SIZE(dcp_plan_stats);
     FIELD(dcp_plan_stats, step_seconds);
     FIELD(dcp_plan_stats, dag_seconds);
