@@ -369,11 +369,11 @@ bench-megatron-core: $(MEGATRON_VENV)/installed $(MEGATRON_NEXT_VENV)/installed 
                      $(BUILD)/plan_bench
 	mkdir -p $(BUILD)/bench-lengths
 	$(BUILD)/plan_bench --dump-lengths $(BUILD)/bench-lengths
-	for python in $(MEGATRON_PYTHON) $(MEGATRON_NEXT_PYTHON); do \
+	status=0; for python in $(MEGATRON_PYTHON) $(MEGATRON_NEXT_PYTHON); do \
 	    DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
 	        $$python bench/megatron_core_compare.py --lengths-dir $(BUILD)/bench-lengths \
-	        || exit 1; \
-	done
+	        || status=1; \
+	done; exit $$status
 
 # ---- the planner's guarantee on random workloads (issue 28) ----------------------------------
 # tests/test_plan_guarantee.c (plain and ASan/UBSan, fewer workloads under the sanitizers) in

@@ -248,7 +248,8 @@ def megatron_answer(batch, ranks, tokens):
 
 
 def libdcp_answer(batch, ranks, tokens):
-    """("answer", ...) or ("refuses", ScheduleInputError) or ("unsupported", text)."""
+    """("answer", ...), ("refuses", ScheduleInputError), ("unsupported", text) or ("crashes",
+    text: any other exception)."""
     try:
         scheduler = M.LibdcpCPScheduler(tokens, PoolStandIn(ranks), check_agreement=False)
     except libdcp.UnsupportedError as refusal:  # an odd pool: no Megatron configuration
@@ -257,6 +258,8 @@ def libdcp_answer(batch, ranks, tokens):
         return "answer", scheduler.get_groups_and_subsamples(list(batch), None)
     except M.ScheduleInputError as refusal:
         return "refuses", refusal
+    except Exception as failure:  # anything else stops a training run: a failure below
+        return "crashes", f"{type(failure).__name__}: {failure}"
 
 
 def run_case(case):
@@ -273,7 +276,10 @@ def run_case(case):
     kind, answer = libdcp_answer(batch, ranks, tokens)
     case["failure"] = None
     exists = schedule_exists(batch, ranks, tokens)
-    if kind == "unsupported":
+    if kind == "crashes":
+        case["libdcp"] = "crashes"
+        case["failure"] = f"crashes: {answer}"
+    elif kind == "unsupported":
         case["libdcp"] = "unsupported"
         if ranks % 2 == 0 or ranks == 1:
             case["failure"] = f"UnsupportedError on a pool Megatron builds: {answer}"
@@ -313,6 +319,22 @@ def describe(case):
             f"lengths={lengths if len(lengths) <= 24 else lengths[:24] + ['...']}")
 
 
+def blocks(case, name):
+    """A schedule in short: per group, 'position:first+c' for each sample (position in the
+    batch, its first rank and its number of holders)."""
+    position = {s: i for i, (s, _) in enumerate(case["batch"])}
+    out = []
+    for group in case[f"{name}_groups"]:
+        holders = {}
+        for r, items in enumerate(group):
+            for s in items:
+                holders.setdefault(s, []).append(r)
+        out.append(" ".join(f"{position[s]}:{h[0]}+{len(h)}" for s, h in
+                            sorted(holders.items(), key=lambda item: position[item[0]])))
+    text = " | ".join(out)
+    return text if len(text) <= 400 else text[:400] + " ..."
+
+
 class ContractFuzzer(unittest.TestCase):
     """CASES random cases; libdcp keeps the contract and is total over Megatron's runnable
     answers; its step is never longer than Megatron's where both run."""
@@ -333,14 +355,16 @@ class ContractFuzzer(unittest.TestCase):
 
     def test_contract_and_totality(self):
         failures = [c for c in self.cases if c["failure"]]
-        refusals = sum(c["megatron"] == "runs" and c["libdcp"] != "runs" for c in self.cases)
+        refusals = sum(c["megatron"] == "runs" and c["libdcp"] in ("refuses", "crashes",
+                                                                   "unsupported")
+                       for c in self.cases)
         violations = sum(c["libdcp"] == "violates" for c in self.cases)
         print(f"libdcp: {refusals} refusals of batches Megatron runs, {violations} contract "
               f"violations, {len(failures)} failures in all")
         for c in failures[:SLOWER_SHOWN]:
             print(f"  {c['failure']}\n    {describe(c)}")
-        self.assertEqual(failures, [], f"{len(failures)} cases break libdcp's contract or "
-                         f"totality (seed {SEED})")
+        self.assertEqual(len(failures), 0, f"cases that break libdcp's contract or totality "
+                         f"(seed {SEED})")
         kinds = Counter(c["kind"] for c in self.cases)
         self.assertTrue(all(kinds[k] for k in KINDS), kinds)  # every kind was drawn
         self.assertTrue(any(c["ranks"] == 1 for c in self.cases))
@@ -359,7 +383,7 @@ class ContractFuzzer(unittest.TestCase):
         slower = [(r, both[i]) for r, i in ratios if r < 1 - STEP_TOLERANCE]
         for r, c in slower[:SLOWER_SHOWN]:
             print(f"  libdcp slower: ratio {r:.6f}, {describe(c)}\n"
-                  f"    Megatron {c['megatron_groups']}\n    libdcp   {c['libdcp_groups']}")
+                  f"    Megatron {blocks(c, 'megatron')}\n    libdcp   {blocks(c, 'libdcp')}")
         self.assertEqual(len(slower), 0, f"libdcp's step is longer on {len(slower)} batches")
 
 
