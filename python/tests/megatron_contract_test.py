@@ -387,5 +387,35 @@ class ContractFuzzer(unittest.TestCase):
         self.assertEqual(len(slower), 0, f"libdcp's step is longer on {len(slower)} batches")
 
 
+class ReleaseFacts(unittest.TestCase):
+    """What libdcp.megatron states about the installed release, read from its code."""
+
+    def test_communicator_sizes_are_create_hybrid_dp_cp_groups(self):
+        """parallel_state.create_hybrid_dp_cp_groups (with a recording create_group), plus 1
+        and the whole group, is hybrid_cp_sizes and this file's communicator_sizes."""
+        from megatron.core import parallel_state
+        real = parallel_state.create_group
+        parallel_state.create_group = lambda ranks, **kwargs: len(ranks)
+        try:
+            for ranks in list(range(2, LARGEST_POOL + 1, 2)) + list(NAMED_SIZES):
+                groups = parallel_state.create_hybrid_dp_cp_groups(0, list(range(ranks)), None)
+                sizes = set(groups) | {1, ranks}
+                self.assertEqual(tuple(sorted(sizes)), M.hybrid_cp_sizes(ranks), ranks)
+                self.assertEqual(sizes, communicator_sizes(ranks), ranks)
+        finally:
+            parallel_state.create_group = real
+
+    def test_the_release_table_describes_the_installed_release(self):
+        import inspect
+
+        from megatron.core.pipeline_parallel import hybrid_cp_schedule, schedules
+        release = M.RELEASES[M.installed_release()]
+        passes = "cp_group_size=cp_group_size" in inspect.getsource(
+            hybrid_cp_schedule.hybrid_context_parallel_forward_backward)
+        self.assertEqual(passes, release.forward_step_cp_group_size)
+        takes = "model_type" in inspect.signature(schedules.backward_step).parameters
+        self.assertEqual(takes, release.backward_step_model_type)
+
+
 if __name__ == "__main__":
     unittest.main()
