@@ -44,6 +44,8 @@
        DCP_FREE(ptr)       matching free (free); define both or neither
        DCP_NO_REFERENCE    leave out the CPU reference kernels (declarations and code)
        DCP_NO_DISTRIBUTED  leave out the distributed logic (what dcp_nccl.h builds on)
+       DCP_PLANNER_TRACE(phase, begin)  profiling hook: called before (1) and after (0) each
+                           phase of the planner (bench/plan_bench --profile); empty default
    With both, a planner-only user compiles the planner, the data-loader layers, the operation
    contracts and the CUDA declarations; every combination is compiled and run by make test.
    An allocator may also be passed at run time (dcp_config.allocator, dcp_allocator).
@@ -101,6 +103,8 @@
        dcp_plan_create(config, lengths, n, &plan, err)   allocates the plan (config.allocator)
        dcp_plan_destroy(plan)
        dcp_plan_validate(plan, err)               every invariant of docs/DESIGN.md section 1
+       dcp_plan_trusted(plan, err)                O(1) for a plan the library made or read
+                                                  (sealed), else dcp_plan_validate
        dcp_plan_simulate(plan, cost, &stats, err) step times under the plan's sync_ranks E,
                                                   E = 1 (DAG) and E = D (barrier), lower
                                                   bounds; allocates scratch, frees it
@@ -410,16 +414,26 @@ typedef enum dcp_ring_charge {
 } dcp_ring_charge;
 
 /* Which CP sizes the planner may give a group (dcp_config.cp_sizes). A group of size c is
-   always the contiguous ranks [first_rank, first_rank + c) with first_rank a multiple of c. */
+   the contiguous ranks [first_rank, first_rank + c); under POW2 and MEGATRON first_rank is a
+   multiple of c (aligned blocks, which nest: a fixed set of communicators), under ANY and
+   LIST any rank with the group inside the pool (dcp_nccl.h runs every group on one
+   communicator). */
 typedef enum dcp_cp_sizes {
-    DCP_CP_SIZES_POW2 = 0,    /* powers of two in [min_cp, max_cp] (the default) */
-    DCP_CP_SIZES_MEGATRON = 1 /* the sizes Megatron-Core builds hybrid-CP communicators for
-                                 on a DP x CP group of D ranks
-                                 (parallel_state.create_hybrid_dp_cp_groups): 2^i for
-                                 i < floor(log2 D), and D itself (the whole group), so a pool
-                                 that is not a power of two can put a sample on all its ranks;
-                                 within [min_cp, max_cp] */
+    DCP_CP_SIZES_POW2 = 0,     /* powers of two in [min_cp, max_cp] (the default) */
+    DCP_CP_SIZES_MEGATRON = 1, /* the sizes Megatron-Core builds hybrid-CP communicators for
+                                  on a DP x CP group of D ranks
+                                  (parallel_state.create_hybrid_dp_cp_groups): 2^i for
+                                  i < floor(log2 D), and D itself (the whole group), so a pool
+                                  that is not a power of two can put a sample on all its
+                                  ranks; within [min_cp, max_cp] */
+    DCP_CP_SIZES_ANY = 2,      /* every size in [min_cp, max_cp] */
+    DCP_CP_SIZES_LIST = 3      /* the sizes of config.cp_size_list, within [min_cp, max_cp] */
 } dcp_cp_sizes;
+
+/* Most sizes an explicit list (DCP_CP_SIZES_LIST) names; largest head count
+   (dcp_config.head_count) the set takes. */
+#define DCP_CP_SIZE_LIST_CAPACITY 16
+#define DCP_MAX_HEAD_COUNT (1 << 16)
 
 typedef enum dcp_strategy {
     DCP_STRATEGY_DYNAMIC = 0, /* our planner: global view, minimises the simulated step */
@@ -439,7 +453,8 @@ typedef struct dcp_config {
                                     expert-parallel size: MoE layers within EP blocks. A power of
                                     two dividing ranks, or ranks itself; default (0) ranks. The
                                     planner minimises the step time under this E. */
-    int32_t min_cp;              /* smallest CP size, one of cp_sizes' sizes; default 1 */
+    int32_t min_cp;              /* smallest CP size, one of cp_sizes' sizes; default the
+                                    smallest (1 but for a list) */
     int32_t max_cp;              /* largest CP size, one of cp_sizes' sizes <= ranks; default
                                     the largest such (POW2: the largest power of two <= ranks;
                                     MEGATRON: ranks) */
@@ -456,6 +471,14 @@ typedef struct dcp_config {
                                     E > 1 it bounds the unloading phases too (64 block
                                     positions or samples examined per move) */
     dcp_cp_sizes cp_sizes;       /* the CP sizes a group may have; default DCP_CP_SIZES_POW2 */
+    int32_t cp_size_count;       /* DCP_CP_SIZES_LIST: the sizes in cp_size_list, 1 ..
+                                    DCP_CP_SIZE_LIST_CAPACITY; else 0 */
+    int32_t cp_size_list[DCP_CP_SIZE_LIST_CAPACITY]; /* DCP_CP_SIZES_LIST: increasing sizes in
+                                    [1, ranks] in the first cp_size_count entries, the rest 0 */
+    int32_t head_count;          /* heads a group's head-parallel all-to-all splits among its
+                                    ranks (hybrid models, dcp_a2a_*): every CP size must divide
+                                    it, whatever the set; 0 (default): no such constraint; at
+                                    most DCP_MAX_HEAD_COUNT */
     int32_t cover_ranks;         /* 1: every rank holds at least one sample somewhere in the
                                     plan (Megatron's hybrid schedule runs a sub-sample on every
                                     rank); samples are widened or moved onto idle ranks, and a
@@ -484,7 +507,8 @@ DCPDEF int dcp_cp_size_allowed(const dcp_config *resolved, int32_t cp);
 /* The next larger CP size of the resolved config after cp (0 when none): `for (c = min_cp; c;
    c = dcp_cp_size_next(&config, c))` visits every allowed size in increasing order. */
 DCPDEF int32_t dcp_cp_size_next(const dcp_config *resolved, int32_t cp);
-DCPDEF const char *dcp_cp_sizes_name(dcp_cp_sizes sizes); /* "pow2", "megatron"; "unknown" */
+DCPDEF const char *dcp_cp_sizes_name(dcp_cp_sizes sizes); /* "pow2", "megatron", "any", "list";
+                                                            else "unknown" */
 /* Smallest allowed CP size c (dcp_cp_size_allowed) with padded(L, c)/c <= M;
    DCP_ERROR_INFEASIBLE when even max_cp does not fit. */
 DCPDEF dcp_status dcp_cp_size_min(const dcp_config *config, int64_t length, int32_t *cp,
@@ -626,6 +650,12 @@ typedef struct dcp_plan {
     dcp_group *groups;          /* [num_groups] microbatch by microbatch, by first_rank */
     int32_t *group_samples;     /* [N] sample ids (0-based input positions), group by group:
                                    each sample exactly once */
+    uint64_t seal;              /* set by the library on a plan it made or read (creation,
+                                   deserialization), which it then trusts without validating
+                                   it again (dcp_plan_trusted); a plan built by hand, or a copy
+                                   of the struct, is validated in full at each use. A sealed
+                                   plan is read-only: a caller that changes one anyway sets
+                                   seal to 0 first, so that it is validated again. */
 } dcp_plan;
 
 typedef struct dcp_plan_stats {
@@ -653,6 +683,11 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
                                   int32_t count, dcp_plan **plan, dcp_error *error);
 DCPDEF void dcp_plan_destroy(dcp_plan *plan);
 DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error);
+/* DCP_OK at once for a plan the library made or read, as it made or read it (sealed: see
+   dcp_plan.seal); any other plan is validated in full (dcp_plan_validate). Every function
+   below that takes a plan checks it this way, so a plan is validated once, where it enters:
+   its creation, its deserialization, or a first use when built by hand. */
+DCPDEF dcp_status dcp_plan_trusted(const dcp_plan *plan, dcp_error *error);
 /* cost NULL: the plan's own model. Allocates scratch (the plan's allocator), frees it. */
 DCPDEF dcp_status dcp_plan_simulate(const dcp_plan *plan, const dcp_cost_model *cost,
                                     dcp_plan_stats *stats, dcp_error *error);
@@ -672,6 +707,13 @@ DCPDEF dcp_status dcp_plan_schedule_durations(const dcp_plan *plan, const double
 DCPDEF dcp_status dcp_plan_step_time(const dcp_plan *plan, const dcp_cost_model *cost,
                                      int32_t sync_ranks, double *seconds, dcp_error *error);
 DCPDEF const char *dcp_strategy_name(dcp_strategy strategy);
+/* The CP sizes the plan's groups use, increasing, into sizes[] and the samples at each into
+   samples[] (either may be NULL), at most capacity of them; *count receives how many there
+   are (more than capacity: DCP_ERROR_INVALID_ARGUMENT after filling capacity). The plan's
+   histogram by size (dcp_plan_stats.samples_per_cp_level counts by floor(log2 cp), which
+   sizes that are not powers of two share). No allocation. */
+DCPDEF dcp_status dcp_plan_cp_histogram(const dcp_plan *plan, int32_t *sizes, int32_t *samples,
+                                        int32_t capacity, int32_t *count, dcp_error *error);
 
 /* The timeline picture (what `dcp-plan --svg` and Python's Plan.svg() show), drawn here so that
    every front end shows the same thing: SVG text, one panel per plan, stacked on one time
@@ -956,7 +998,7 @@ DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute);
    every invariant and names what is wrong; it never looks for sentinel values. */
 #define DCP_FORMAT_VERSION 4 /* 2: the config carries sync_ranks; 3: and ring_charge, and an idle
                                  rank view has cp 0, first_rank and rank_in_group DCP_NO_GROUP;
-                                 4: and cp_sizes and cover_ranks */
+                                 4: and cp_sizes, cover_ranks, the size list and head_count */
 
 /* *size receives the bytes the plan takes; a NULL buffer only asks for it, a buffer of fewer
    bytes (capacity) is DCP_ERROR_INVALID_ARGUMENT. */
@@ -2070,6 +2112,21 @@ static void dcp__free_list(const dcp_allocator *allocator, void *const *list, si
     for (i = 0; i < count; i++) dcp_free(allocator, list[i]);
 }
 
+/* DCP_PLANNER_TRACE(phase, begin): an option macro for profiling, called with each planner
+   phase's name (a string literal) before (begin 1) and after (begin 0) it runs: the tables,
+   each baseline, each entry of the search table, the final choice (bench/plan_bench
+   --profile). Empty by default. */
+#ifndef DCP_PLANNER_TRACE
+#define DCP_PLANNER_TRACE(phase, begin) ((void)0)
+#endif
+
+/* A rare path kept out of its hot caller, so that the caller inlines where it is used. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DCP__OUT_OF_LINE __attribute__((noinline))
+#else
+#define DCP__OUT_OF_LINE
+#endif
+
 static int dcp__log2_int(int64_t x) /* floor(log2 x) for x >= 1: exact on a power of two */
 {
     int level = 0;
@@ -2272,14 +2329,35 @@ static int32_t dcp__megatron_pow2_top(int32_t ranks)
     return top;
 }
 
-/* Whether cp is one of cp_sizes' sizes on config's pool, whatever min_cp and max_cp say. */
+static int dcp__cp_listed(const dcp_config *config, int64_t cp)
+{
+    int32_t i;
+    for (i = 0; i < config->cp_size_count && i < DCP_CP_SIZE_LIST_CAPACITY; i++)
+        if (config->cp_size_list[i] == cp) return 1;
+    return 0;
+}
+
+/* Whether cp is one of cp_sizes' sizes on config's pool (dividing head_count when it is
+   set), whatever min_cp and max_cp say. */
 static int dcp__cp_in_set(const dcp_config *config, int64_t cp)
 {
     if (cp < 1 || cp > config->ranks) return 0;
-    if (config->cp_sizes == DCP_CP_SIZES_MEGATRON)
+    if (config->head_count > 0 && config->head_count % cp != 0) return 0;
+    switch (config->cp_sizes) {
+    case DCP_CP_SIZES_MEGATRON:
         return cp == config->ranks ||
                (dcp_is_pow2(cp) && cp <= dcp__megatron_pow2_top(config->ranks));
+    case DCP_CP_SIZES_ANY: return 1;
+    case DCP_CP_SIZES_LIST: return dcp__cp_listed(config, cp);
+    case DCP_CP_SIZES_POW2: break;
+    }
     return dcp_is_pow2(cp);
+}
+
+/* Whether groups are aligned blocks (POW2 and MEGATRON: first_rank a multiple of cp). */
+static int dcp__cp_aligned(const dcp_config *config)
+{
+    return config->cp_sizes == DCP_CP_SIZES_POW2 || config->cp_sizes == DCP_CP_SIZES_MEGATRON;
 }
 
 DCPDEF int dcp_cp_size_allowed(const dcp_config *resolved, int32_t cp)
@@ -2288,15 +2366,43 @@ DCPDEF int dcp_cp_size_allowed(const dcp_config *resolved, int32_t cp)
            dcp__cp_in_set(resolved, cp);
 }
 
-DCPDEF int32_t dcp_cp_size_next(const dcp_config *resolved, int32_t cp)
+/* The next size of the set after cp: of a list, the next entry; of every size, the next
+   (dividing head_count: at most DCP_MAX_HEAD_COUNT steps); of the aligned sets, the next
+   allowed power of two, then the pool. */
+static DCP__OUT_OF_LINE int32_t dcp__cp_next_slow(const dcp_config *resolved, int32_t cp)
 {
-    int64_t next = 1;
-    if (!resolved || cp >= resolved->max_cp) return 0;
-    if (cp < resolved->min_cp) return resolved->min_cp;
-    while (next <= cp) next *= 2; /* the powers of two above cp, then the pool */
-    for (; next <= resolved->max_cp; next *= 2)
+    int64_t next;
+    int32_t i;
+    if (resolved->cp_sizes == DCP_CP_SIZES_LIST) {
+        for (i = 0; i < resolved->cp_size_count && i < DCP_CP_SIZE_LIST_CAPACITY; i++)
+            if (resolved->cp_size_list[i] > cp && dcp__cp_in_set(resolved, resolved->cp_size_list[i]))
+                return resolved->cp_size_list[i] <= resolved->max_cp ? resolved->cp_size_list[i] : 0;
+        return 0;
+    }
+    if (resolved->cp_sizes == DCP_CP_SIZES_ANY) {
+        for (next = (int64_t)cp + 1; next <= resolved->max_cp; next++)
+            if (dcp__cp_in_set(resolved, next)) return (int32_t)next;
+        return 0;
+    }
+    for (next = INT64_C(2) << dcp__log2_int(cp); next <= resolved->max_cp; next *= 2)
         if (dcp__cp_in_set(resolved, next)) return (int32_t)next;
     return dcp__cp_in_set(resolved, resolved->max_cp) ? resolved->max_cp : 0;
+}
+
+/* dcp_cp_size_next of a resolved config inside the planner's loops (per sample and size): the
+   next power of two first. */
+static int32_t dcp__cp_next(const dcp_config *resolved, int32_t cp)
+{
+    if (cp >= resolved->max_cp) return 0;
+    if (cp < resolved->min_cp) return resolved->min_cp;
+    if (resolved->cp_sizes == DCP_CP_SIZES_POW2 && resolved->head_count == 0 && dcp_is_pow2(cp))
+        return 2 * cp;
+    return dcp__cp_next_slow(resolved, cp);
+}
+
+DCPDEF int32_t dcp_cp_size_next(const dcp_config *resolved, int32_t cp)
+{
+    return resolved ? dcp__cp_next(resolved, cp) : 0;
 }
 
 DCPDEF const char *dcp_cp_sizes_name(dcp_cp_sizes sizes)
@@ -2304,18 +2410,21 @@ DCPDEF const char *dcp_cp_sizes_name(dcp_cp_sizes sizes)
     switch (sizes) {
     case DCP_CP_SIZES_POW2: return "pow2";
     case DCP_CP_SIZES_MEGATRON: return "megatron";
+    case DCP_CP_SIZES_ANY: return "any";
+    case DCP_CP_SIZES_LIST: return "list";
     }
     return "unknown";
 }
 
-/* The largest allowed power-of-two size (0 when min_cp exceeds every one): the top of the
-   buddy tree the planner's own searches run on. */
+/* The top of the buddy tree the planner's own searches run on: the powers of two of the set
+   from min_cp up, while none is missing (0 when min_cp is none). */
 static int32_t dcp__pow2_top(const dcp_config *config)
 {
-    int32_t top = config->max_cp;
-    while (top >= config->min_cp && !(dcp_is_pow2(top) && dcp__cp_in_set(config, top)))
-        top = dcp_is_pow2(top) ? top / 2 : (int32_t)(INT64_C(1) << dcp__log2_int(top));
-    return top >= config->min_cp ? top : 0;
+    int32_t top = config->min_cp;
+    if (!dcp_is_pow2(top) || !dcp__cp_in_set(config, top)) return 0;
+    while ((int64_t)top * 2 <= config->max_cp && dcp__cp_in_set(config, (int64_t)top * 2))
+        top *= 2;
+    return top;
 }
 
 /* The size of a group of the whole pool when the pool is not a power of two and the config
@@ -2332,15 +2441,98 @@ static int32_t dcp__pool_cp(const dcp_config *config)
 static dcp_status dcp__check_size_field(const dcp_config *config, const char *name,
                                         int32_t value, dcp_error *error)
 {
-    if (config->cp_sizes == DCP_CP_SIZES_POW2 || dcp_is_pow2(config->ranks))
+    if (dcp__cp_in_set(config, value) || (value > config->ranks && dcp_is_pow2(value) &&
+                                          config->cp_sizes == DCP_CP_SIZES_POW2))
+        return DCP_OK; /* a power of two above the pool: the range check's message */
+    if (config->head_count > 0 && value >= 1 && config->head_count % value != 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "%s %d does not divide head_count %d", name, (int)value,
+                             (int)config->head_count);
+    if (config->cp_sizes == DCP_CP_SIZES_POW2 ||
+        (config->cp_sizes == DCP_CP_SIZES_MEGATRON && dcp_is_pow2(config->ranks)))
         return dcp__check_pow2_field(name, value, error);
-    if (!dcp__cp_in_set(config, value))
+    if (config->cp_sizes == DCP_CP_SIZES_MEGATRON && value <= config->ranks)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "%s must be a CP size of cp_sizes megatron on %d ranks (a power of "
                              "two <= %d, or %d), got %d",
                              name, (int)config->ranks, (int)dcp__megatron_pow2_top(config->ranks),
                              (int)config->ranks, (int)value);
+    if (config->cp_sizes == DCP_CP_SIZES_LIST && value <= config->ranks)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "%s %d is not in cp_size_list", name, (int)value);
+    return DCP_OK; /* above the pool: the range check names it */
+}
+
+/* cp_sizes, the list and head_count of a config being resolved. */
+static dcp_status dcp__check_cp_set(const dcp_config *c, dcp_error *error)
+{
+    int32_t i;
+    if (c->cp_sizes != DCP_CP_SIZES_POW2 && c->cp_sizes != DCP_CP_SIZES_MEGATRON &&
+        c->cp_sizes != DCP_CP_SIZES_ANY && c->cp_sizes != DCP_CP_SIZES_LIST)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp_sizes %d is not a dcp_cp_sizes (0 pow2, 1 megatron, 2 any, 3 "
+                             "list)",
+                             (int)c->cp_sizes);
+    if (c->head_count < 0 || c->head_count > DCP_MAX_HEAD_COUNT)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "head_count must be in [0, %d], got %d", DCP_MAX_HEAD_COUNT,
+                             (int)c->head_count);
+    if (c->cp_sizes == DCP_CP_SIZES_LIST &&
+        (c->cp_size_count < 1 || c->cp_size_count > DCP_CP_SIZE_LIST_CAPACITY))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp_size_count must be in [1, %d] with cp_sizes list, got %d",
+                             DCP_CP_SIZE_LIST_CAPACITY, (int)c->cp_size_count);
+    if (c->cp_sizes != DCP_CP_SIZES_LIST && c->cp_size_count != 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "cp_size_count must be 0 unless cp_sizes is list, got %d",
+                             (int)c->cp_size_count);
+    for (i = 0; i < DCP_CP_SIZE_LIST_CAPACITY; i++) {
+        const int32_t size = c->cp_size_list[i];
+        if (i >= c->cp_size_count && size != 0)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "cp_size_list[%d] = %d past cp_size_count %d must be 0", (int)i,
+                                 (int)size, (int)c->cp_size_count);
+        if (i < c->cp_size_count &&
+            (size < 1 || size > c->ranks || (i > 0 && size <= c->cp_size_list[i - 1])))
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "cp_size_list[%d] = %d: the sizes must increase within [1, "
+                                 "ranks %d]",
+                                 (int)i, (int)size, (int)c->ranks);
+    }
     return DCP_OK;
+}
+
+/* The smallest and the largest size of a checked set on the pool; 0 when it has none (a list
+   none of whose sizes divides head_count). */
+static void dcp__cp_set_range(const dcp_config *c, int32_t *smallest, int32_t *largest)
+{
+    int64_t size;
+    int32_t i;
+    *smallest = *largest = 0;
+    if (c->cp_sizes == DCP_CP_SIZES_LIST) {
+        for (i = 0; i < c->cp_size_count; i++)
+            if (dcp__cp_in_set(c, c->cp_size_list[i])) {
+                if (*smallest == 0) *smallest = c->cp_size_list[i];
+                *largest = c->cp_size_list[i];
+            }
+        return;
+    }
+    *smallest = 1;
+    if (c->cp_sizes == DCP_CP_SIZES_ANY && c->head_count > 0) { /* the largest divisor <= D */
+        for (size = 1; size * size <= c->head_count; size++) {
+            if (c->head_count % size != 0) continue;
+            if (size <= c->ranks && size > *largest) *largest = (int32_t)size;
+            if (c->head_count / size <= c->ranks && c->head_count / size > *largest)
+                *largest = (int32_t)(c->head_count / size);
+        }
+        return;
+    }
+    if (dcp__cp_in_set(c, c->ranks)) {
+        *largest = c->ranks;
+        return;
+    }
+    for (size = 1; size * 2 <= c->ranks && dcp__cp_in_set(c, size * 2); size *= 2) {}
+    *largest = (int32_t)size;
 }
 
 /* A group's cp argument: a size of the set no larger than max_cp (smaller than min_cp is
@@ -2393,18 +2585,19 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
                              (long long)DCP_MAX_SAMPLE_LENGTH, (long long)c.max_tokens_per_rank);
     if (c.sync_ranks == 0) c.sync_ranks = c.ranks;
     if ((status = dcp__check_sync_ranks(c.sync_ranks, c.ranks, error)) != DCP_OK) return status;
-    if (c.cp_sizes != DCP_CP_SIZES_POW2 && c.cp_sizes != DCP_CP_SIZES_MEGATRON)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "cp_sizes %d is not a dcp_cp_sizes (0 pow2, 1 megatron)",
-                             (int)c.cp_sizes);
+    if ((status = dcp__check_cp_set(&c, error)) != DCP_OK) return status;
     if (c.cover_ranks != 0 && c.cover_ranks != 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "cover_ranks must be 0 or 1, got %d",
                              (int)c.cover_ranks);
-    if (c.min_cp == 0) c.min_cp = 1;
-    if (c.max_cp == 0) {
-        c.max_cp = 1;
-        while (c.max_cp * 2 <= c.ranks) c.max_cp *= 2;
-        if (dcp__cp_in_set(&c, c.ranks)) c.max_cp = c.ranks;
+    if (c.min_cp == 0 || c.max_cp == 0) {
+        int32_t smallest, largest;
+        dcp__cp_set_range(&c, &smallest, &largest);
+        if (smallest == 0)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "cp_size_list has no size that divides head_count %d",
+                                 (int)c.head_count);
+        if (c.min_cp == 0) c.min_cp = smallest;
+        if (c.max_cp == 0) c.max_cp = largest;
     }
     if ((status = dcp__check_size_field(&c, "min_cp", c.min_cp, error)) != DCP_OK) return status;
     if ((status = dcp__check_size_field(&c, "max_cp", c.max_cp, error)) != DCP_OK) return status;
@@ -2446,21 +2639,31 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
     return dcp_error_clear(error);
 }
 
+/* lcm(a, b) by Euclid, out of the hot path: the padding of a group size that is not a power
+   of two (the whole pool under cp_sizes MEGATRON). */
+static DCP__OUT_OF_LINE int64_t dcp__lcm_slow(int64_t a, int64_t b)
+{
+    return a / dcp__gcd(a, b) * b;
+}
+
 /* lcm(c > 1 ? 2c : pad_multiple_cp1, pad_multiple) of a resolved config. For c > 1 the base
    is a power of two, whose gcd with any number is a power of two too: no loop on the hot path. */
-static int64_t dcp__pad_multiple(const dcp_config *config, int32_t cp)
+static inline int64_t dcp__pad_multiple(const dcp_config *config, int32_t cp)
 {
     int64_t user = config->pad_multiple;
-    if (cp > 1 && dcp_is_pow2(cp)) {
+    if (cp > 1) {
         int64_t base = 2 * (int64_t)cp, lowest_bit = user & -user;
+        if (base & (base - 1)) return dcp__lcm_slow(base, user); /* a pool's size */
         return base / (lowest_bit < base ? lowest_bit : base) * user;
     }
-    if (cp > 1) return 2 * (int64_t)cp / dcp__gcd(2 * (int64_t)cp, user) * user;
     return config->pad_multiple_cp1 / dcp__gcd(config->pad_multiple_cp1, user) * user;
 }
 
+/* length rounded up to a multiple; a power-of-two multiple (the usual padding) by a mask, as
+   the planner's tables round every sample at every size. */
 static int64_t dcp__round_up(int64_t length, int64_t multiple)
 {
+    if ((multiple & (multiple - 1)) == 0) return (length + multiple - 1) & ~(multiple - 1);
     return (length + multiple - 1) / multiple * multiple;
 }
 
@@ -2495,7 +2698,7 @@ DCPDEF dcp_status dcp_padded_length(const dcp_config *config, int64_t length, in
 static int32_t dcp__cp_min(const dcp_config *config, int64_t length)
 {
     int32_t cp;
-    for (cp = config->min_cp; cp > 0; cp = dcp_cp_size_next(config, cp))
+    for (cp = config->min_cp; cp > 0; cp = dcp__cp_next(config, cp))
         if (dcp__padded(config, length, cp) / cp <= config->max_tokens_per_rank) return cp;
     return 0;
 }
@@ -2528,6 +2731,9 @@ static double dcp__sample_seconds(const dcp_cost_model *cost, double attention,
                                   int64_t padded_length, int32_t cp)
 {
     double linear = dcp__exact(cost->linear_coeff * (double)padded_length);
+    /* by a power of two, multiplying by its exact reciprocal is the same scaling as the
+       division, to the bit, at a fraction of its latency */
+    if (cp > 0 && dcp_is_pow2(cp)) return (attention + linear) * (1.0 / (double)cp);
     return (attention + linear) / (double)(cp > 0 ? cp : 1);
 }
 
@@ -2587,6 +2793,19 @@ static double dcp__alone_seconds(const dcp_config *config, int64_t length, int32
                                     cp);
 }
 
+/* A lower bound on a sample's best time alone over sizes in [cp_min, max_cp] of a range set,
+   whose sizes may be too many to try: g(c) = work / c + G (c - 1), padding left out, over
+   every real c in the range, is below the time at any allowed size. g is convex, smallest at
+   sqrt(work / G). */
+static double dcp__relaxed_alone_seconds(const dcp_config *config, double work, int32_t cp_min)
+{
+    const double ring = config->cost.ring_step_cost;
+    double c = ring > 0.0 ? sqrt(work / ring) : (double)config->max_cp;
+    if (c < (double)cp_min) c = (double)cp_min;
+    if (c > (double)config->max_cp) c = (double)config->max_cp;
+    return work / c + ring * (c - 1.0);
+}
+
 /* The sample's best per-rank time over its feasible CP sizes. Padding only adds, so at cp
    the time is at least g(cp) = (a L^2 + b L) / cp + G (cp - 1), which grows with cp once
    G cp^2 >= a L^2 + b L: from there on, a g(cp) at or above the best so far ends the search
@@ -2596,9 +2815,11 @@ static double dcp__best_alone_seconds(const dcp_config *config, double attention
 {
     const double work = attention + config->cost.linear_coeff * (double)length;
     const double ring = config->cost.ring_step_cost;
-    double best = dcp__alone_seconds_given(config, attention, length, cp_min);
+    double best;
     int32_t cp;
-    for (cp = dcp_cp_size_next(config, cp_min); cp > 0; cp = dcp_cp_size_next(config, cp)) {
+    if (!dcp__cp_aligned(config)) return dcp__relaxed_alone_seconds(config, work, cp_min);
+    best = dcp__alone_seconds_given(config, attention, length, cp_min);
+    for (cp = dcp__cp_next(config, cp_min); cp > 0; cp = dcp__cp_next(config, cp)) {
         const double c = (double)cp;
         double t;
         if (ring * c * c >= work && work / c + ring * (c - 1.0) >= best) break;
@@ -2608,12 +2829,20 @@ static double dcp__best_alone_seconds(const dcp_config *config, double attention
     return best;
 }
 
+/* Whether the bound lets every sample reach every rank: with a group of the whole pool
+   (dcp__pool_cp), or groups on any range (ANY, LIST: counting every rank is an upper bound on
+   the ranks their sizes can tile, so the bound stays a bound). */
+static int dcp__bound_flat(const dcp_config *config)
+{
+    return dcp__pool_cp(config) || !dcp__cp_aligned(config);
+}
+
 /* Ranks that aligned blocks of cp ranks cover: the only ranks a sample of CP size >= cp can
    use. For cp = min_cp these are the usable ranks. A group of the whole pool (dcp__pool_cp)
    reaches every rank. */
 static int32_t dcp__ranks_covered(const dcp_config *config, int32_t cp)
 {
-    return dcp__pool_cp(config) ? config->ranks : config->ranks / cp * cp;
+    return dcp__bound_flat(config) ? config->ranks : config->ranks / cp * cp;
 }
 
 /* The lower bound counts work per power-of-two level of minimum CP size, each over the ranks
@@ -2621,7 +2850,7 @@ static int32_t dcp__ranks_covered(const dcp_config *config, int32_t cp)
    rank, so all samples share one level (0). */
 static void dcp__bound_levels(const dcp_config *config, int32_t *lowest, int32_t *top)
 {
-    if (dcp__pool_cp(config)) {
+    if (dcp__bound_flat(config)) {
         *lowest = *top = 0;
         return;
     }
@@ -2631,7 +2860,7 @@ static void dcp__bound_levels(const dcp_config *config, int32_t *lowest, int32_t
 
 static int32_t dcp__bound_level(const dcp_config *config, int32_t cp_min)
 {
-    return dcp__pool_cp(config) ? 0 : dcp__log2_int(cp_min);
+    return dcp__bound_flat(config) ? 0 : dcp__log2_int(cp_min);
 }
 
 static int32_t dcp__usable_ranks(const dcp_config *config)
@@ -2644,8 +2873,9 @@ static int32_t dcp__usable_ranks(const dcp_config *config)
    c >= 2 divides the next size's), and at 1 the lesser of sizes 1 and 2. */
 static int64_t dcp__bound_tokens(const dcp_config *config, int64_t length, int32_t cp_min)
 {
-    const int32_t pool = dcp__pool_cp(config), next = dcp_cp_size_next(config, cp_min);
+    const int32_t pool = dcp__pool_cp(config), next = dcp__cp_next(config, cp_min);
     int64_t tokens = dcp__padded(config, length, cp_min);
+    if (!dcp__cp_aligned(config)) return length; /* sizes of every padding: none below L */
     if (cp_min == 1 && next > 0 && dcp__padded(config, length, next) < tokens)
         tokens = dcp__padded(config, length, next);
     /* the pool's multiple 2 D need not be one of the powers of two's */
@@ -2707,6 +2937,78 @@ static double dcp__bound_work(const dcp_config *config, double attention, int64_
         if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);                     \
     }
 
+/* Ids sorted by key, ties by increasing id (a total order: qsort is then deterministic
+   everywhere): the planners' sample ids by decreasing work or tokens, the exchange's receives
+   by increasing peer. */
+typedef struct dcp__keyed {
+    int64_t key;
+    int32_t id;
+} dcp__keyed;
+
+/* key_sign 1: increasing keys; -1: decreasing. */
+static int dcp__keyed_compare(const void *a, const void *b, int key_sign)
+{
+    const dcp__keyed *x = (const dcp__keyed *)a, *y = (const dcp__keyed *)b;
+    if (x->key != y->key) return x->key < y->key ? -key_sign : key_sign;
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+static int dcp__keyed_descending(const void *a, const void *b)
+{
+    return dcp__keyed_compare(a, b, -1);
+}
+
+static int dcp__keyed_ascending(const void *a, const void *b)
+{
+    return dcp__keyed_compare(a, b, 1);
+}
+
+static int dcp__keyed_before(const dcp__keyed *x, const dcp__keyed *y)
+{
+    return x->key != y->key ? x->key > y->key : x->id < y->id;
+}
+DCP__DEFINE_SORT(dcp__keyed_sort, dcp__keyed, dcp__keyed_before)
+
+/* A stable least-significant-digit radix sort of keyed entries whose keys are >= 0 and whose
+   ids ascend in the input: by decreasing key, ties by increasing id, which is
+   dcp__keyed_sort's order, in DCP__RADIX_DIGITS passes of O(count) (a digit every key shares
+   is skipped) instead of a merge sort's log2(count). scratch: [count]. */
+#define DCP__RADIX_BITS 8
+#define DCP__RADIX_BUCKETS (1 << DCP__RADIX_BITS)
+#define DCP__RADIX_DIGITS (64 / DCP__RADIX_BITS)
+/* Below this many entries the passes' fixed cost (DCP__RADIX_BUCKETS per digit) outweighs
+   the merge sort's log2(count) passes. */
+#define DCP__RADIX_MIN_COUNT 1024
+static void dcp__keyed_radix_sort(dcp__keyed *keys, dcp__keyed *scratch, int32_t count)
+{
+    int32_t counts[DCP__RADIX_DIGITS][DCP__RADIX_BUCKETS], d, b, i;
+    dcp__keyed *from = keys, *to = scratch, *swap;
+    memset(counts, 0, sizeof counts);
+    for (i = 0; i < count; i++) { /* ascending in ~key is descending in key */
+        uint64_t inverted = ~(uint64_t)keys[i].key;
+        for (d = 0; d < DCP__RADIX_DIGITS; d++)
+            counts[d][(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++;
+    }
+    for (d = 0; d < DCP__RADIX_DIGITS; d++) {
+        int32_t at = 0, *offset = counts[d];
+        for (b = 0; b < DCP__RADIX_BUCKETS && offset[b] < count; b++) {}
+        if (b < DCP__RADIX_BUCKETS) continue; /* every key has this digit */
+        for (b = 0; b < DCP__RADIX_BUCKETS; b++) {
+            int32_t in_bucket = offset[b];
+            offset[b] = at;
+            at += in_bucket;
+        }
+        for (i = 0; i < count; i++) {
+            uint64_t inverted = ~(uint64_t)from[i].key;
+            to[offset[(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++] = from[i];
+        }
+        swap = from;
+        from = to;
+        to = swap;
+    }
+    if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);
+}
+
 /* One sample as the barrier bound sees it: its best time and the tokens it stores at least. */
 typedef struct dcp__bound_item {
     double seconds;
@@ -2715,12 +3017,25 @@ typedef struct dcp__bound_item {
     int32_t id;
 } dcp__bound_item;
 
-/* Slowest first, ties by id: a total order. */
-static int dcp__bound_item_before(const dcp__bound_item *x, const dcp__bound_item *y)
+/* The items slowest first, ties by id (a total order): by the bits of their seconds (>= 0,
+   so ordered as the values) through dcp__keyed's sorts, the radix one on large batches (the
+   merge sort of the items was a tenth of a large plan's bound). keyed: [2 count]; scratch:
+   [count]. */
+static void dcp__bound_items_sort(dcp__bound_item *items, dcp__bound_item *scratch,
+                                  dcp__keyed *keyed, int32_t count)
 {
-    return x->seconds != y->seconds ? x->seconds > y->seconds : x->id < y->id;
+    int32_t i;
+    for (i = 0; i < count; i++) {
+        uint64_t bits;
+        memcpy(&bits, &items[i].seconds, sizeof bits);
+        keyed[i].key = (int64_t)bits;
+        keyed[i].id = i;
+    }
+    if (count >= DCP__RADIX_MIN_COUNT) dcp__keyed_radix_sort(keyed, keyed + count, count);
+    else dcp__keyed_sort(keyed, keyed + count, count);
+    for (i = 0; i < count; i++) scratch[i] = items[keyed[i].id];
+    memcpy(items, scratch, (size_t)count * sizeof *items);
 }
-DCP__DEFINE_SORT(dcp__bound_item_sort, dcp__bound_item, dcp__bound_item_before)
 
 /* The barrier bound of the samples needing >= 2^level ranks, items slowest first. Let n(x) be
    the number of (block, microbatch) pairs whose slowest group takes longer than x: a group
@@ -2785,6 +3100,7 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
     double work_at[DCP_CP_LEVELS], longest = 0.0;
     int32_t i, b, level, lowest, top, barrier = 0;
     dcp__bound_item *items = NULL, *scratch = NULL;
+    dcp__keyed *keyed = NULL;
     dcp__bound_levels(config, &lowest, &top);
     for (b = 0; b < bounds; b++) barrier |= syncs[b] > 1;
     if (barrier) {
@@ -2792,9 +3108,11 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
                                                     sizeof *items, "lower bound", error);
         scratch = (dcp__bound_item *)dcp__alloc_array(&config->allocator, (size_t)count,
                                                       sizeof *scratch, "lower bound", error);
-        if (!items || !scratch) {
-            dcp_free(&config->allocator, items);
-            dcp_free(&config->allocator, scratch);
+        keyed = (dcp__keyed *)dcp__alloc_array(&config->allocator, 2 * (size_t)count,
+                                               sizeof *keyed, "lower bound", error);
+        if (!items || !scratch || !keyed) {
+            void *list[] = {items, scratch, keyed};
+            dcp__free_list(&config->allocator, list, DCP__COUNT(list));
             return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
         }
     }
@@ -2813,7 +3131,7 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
             items[i].id = i;
         }
     }
-    if (items) dcp__bound_item_sort(items, scratch, count);
+    if (items) dcp__bound_items_sort(items, scratch, keyed, count);
     for (b = 0; b < bounds; b++) {
         double work = 0.0, bound = longest;
         for (level = top; level >= lowest; level--) { /* work of the samples needing >= 2^level */
@@ -2830,6 +3148,7 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
     }
     dcp_free(&config->allocator, items);
     dcp_free(&config->allocator, scratch);
+    dcp_free(&config->allocator, keyed);
     return DCP_OK;
 }
 
@@ -3339,6 +3658,71 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
    Every pass above is needed by some row of bench/plan_bench or make bench-megatron (without
    it, some row plans slower) or, for the tree's extra candidates, by random E = 1 batches. */
 
+/* ------------------------------------------------------------------------ planner tuning
+   Every threshold that steers the planner's effort, in one place. Each is either a budget
+   (plans stay byte-identical on every machine: counted in samples, moves or positions, never
+   in time) or the point where a costlier candidate stops paying; bench/RESULTS.md ("Planner
+   tuning") has the measurements each value rests on. tests/test_plan_golden.c fails when a
+   change here changes any of its plans. */
+
+/* Stopping. A plan within 1 / DCP__BALANCED_EFFICIENCY of the lower bound is balanced: below
+   that the planner spends more effort (more candidates, more microbatches), above it keeps
+   the cheapest result (the baselines are compared either way). A plan within
+   DCP__BOUND_MET_EFFICIENCY of it is optimal to the ticks' rounding and ends the search. The
+   tree's local search stops within DCP__IMPROVE_DONE_EFFICIENCY: what is left is a few parts
+   in ten thousand, while at thousands of samples per rank each move walks up to
+   DCP__SWAP_CANDIDATES samples. */
+#define DCP__BALANCED_EFFICIENCY 0.98
+#define DCP__BOUND_MET_EFFICIENCY (1.0 - 1e-9)
+#define DCP__IMPROVE_DONE_EFFICIENCY 0.999
+
+/* The tree planner (E = 1). Its candidates widen samples whose time alone exceeds the target
+   step over these divisors. Up to DCP__SEARCH_BOTH_MAX_SAMPLES samples both builds of a
+   candidate (at the memory floor and looser) are improved before they are compared. A swap
+   looks at a node's latest DCP__SWAP_CANDIDATES samples; a node of at most
+   DCP__REPACK_MAX_SAMPLES samples may be split or scattered. */
+#define DCP__WIDEN_HALF_DIVISOR 2
+#define DCP__WIDEN_EIGHTH_DIVISOR 8
+#define DCP__SEARCH_BOTH_MAX_SAMPLES 4096
+#define DCP__SWAP_CANDIDATES 1024
+#define DCP__REPACK_MAX_SAMPLES 16
+
+/* The search under E > 1. The fills try DCP__FILL_CANDIDATE_SAMPLES / samples variants, at
+   least 2, at most all (16 up to 1,024 samples, 2 from 8,192): a plan-time budget that keeps
+   large batches near-linear. Up to DCP__LOCKSTEP_FULL_SAMPLES samples the costlier candidates
+   run (the tree's plan; between the extremes the plan for E = D and the block unloading).
+   The block-wide plan is built up to DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK samples a block of
+   E ranks on average, the packing-aware candidate up to DCP__PACKING_MAX_SAMPLES samples, its
+   cap DCP__PACKING_CAP_SLACK above the longest sample's (Megatron's
+   _DYNAMIC_CP_WORKLOAD_CAP_DELTA). */
+#define DCP__FILL_CANDIDATE_SAMPLES (1 << 14)
+#define DCP__LOCKSTEP_FULL_SAMPLES 4096
+#define DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK 1024
+#define DCP__PACKING_MAX_SAMPLES 1024
+#define DCP__PACKING_CAP_SLACK 0.05
+
+/* The unloading (E = D; block by block between the extremes): at most DCP__UNLOAD_MAX_CELLS
+   microbatch-rank cells of state; DCP__UNLOAD_POSITIONS_PER_MOVE block positions or samples
+   examined per improve_moves unit, at most DCP__UNLOAD_MAX_STEPS a pass and
+   DCP__UNLOAD_PASSES passes' worth in all; plans of at most DCP__UNLOAD_SMALL_CELLS cells try
+   both orders of the passes, larger ones stop swapping after DCP__UNLOAD_SWAP_MAX_STEPS; a
+   block move that needs a simulation counts DCP__BLOCK_SIMULATION_WEIGHT positions. */
+#define DCP__UNLOAD_MAX_CELLS (1 << 22)
+#define DCP__UNLOAD_POSITIONS_PER_MOVE 64
+#define DCP__UNLOAD_MAX_STEPS (INT64_C(1) << 21)
+#define DCP__UNLOAD_PASSES 2
+#define DCP__UNLOAD_SMALL_CELLS 4096
+#define DCP__UNLOAD_SWAP_MAX_STEPS (INT64_C(1) << 19)
+#define DCP__BLOCK_SIMULATION_WEIGHT 4
+
+/* The Megatron port is built while samples x ranks stays within DCP__MEGATRON_MAX_CELLS (it
+   scans, per microbatch, every sample left and its size's open groups: O(K N D) at worst). */
+#define DCP__MEGATRON_MAX_CELLS (INT64_C(1) << 20)
+
+/* Speed only, plans unchanged: a tree node's first bin index has DCP__BIN_INDEX_FIRST_LEAVES
+   leaves, so most nodes allocate once. */
+#define DCP__BIN_INDEX_FIRST_LEAVES 16
+
 /* ---------------------------------------------------------------------- plan assembly
    Every strategy produces, per sample, (microbatch, first_rank, cp) and an order key; one
    function turns that into the plan arrays, so all strategies share one output path. */
@@ -3370,6 +3754,21 @@ DCPDEF void dcp_plan_destroy(dcp_plan *plan)
         dcp__free_list(&allocator, list, DCP__COUNT(list));
     }
 }
+
+/* The seal: a constant mixed with the plan's own address and its arrays', so that a copy of
+   the struct elsewhere, or a plan whose arrays were swapped, is not taken for the plan the
+   library sealed. */
+#define DCP__PLAN_SEAL UINT64_C(0x9e3779b97f4a7c15)
+static uint64_t dcp__plan_seal_of(const dcp_plan *plan)
+{
+    return DCP__PLAN_SEAL ^ (uint64_t)(uintptr_t)plan ^
+           ((uint64_t)(uintptr_t)plan->groups << 1) ^
+           ((uint64_t)(uintptr_t)plan->group_samples << 2) ^
+           ((uint64_t)(uintptr_t)plan->microbatch_offsets << 3) ^
+           ((uint64_t)(uintptr_t)plan->sample_lengths << 4);
+}
+
+static void dcp__plan_seal(dcp_plan *plan) { plan->seal = dcp__plan_seal_of(plan); }
 
 static dcp_plan *dcp__plan_alloc(const dcp_config *config, int32_t num_samples,
                                  int32_t num_microbatches, int32_t num_groups, dcp_error *error)
@@ -3494,6 +3893,7 @@ static dcp_status dcp__plan_build(const dcp_config *config, const int64_t *lengt
         plan->group_samples[i] = p->sample;
     }
     while (k < num_microbatches) plan->microbatch_offsets[++k] = groups;
+    dcp__plan_seal(plan); /* made by the planner: trusted from here on */
     *out = plan;
     return DCP_OK;
 }
@@ -3582,7 +3982,7 @@ static void dcp__batch_tabulate(dcp__batch *batch, double scale)
         for (; level < batch->levels; level++) {
             int32_t cp = (int32_t)1 << level;
             int64_t padded = dcp__round_up(length, multiple[level]);
-            tokens[level] = padded / cp;
+            tokens[level] = padded >> level; /* cp = 2^level */
             ticks[level] = dcp__to_ticks(dcp__sample_seconds(&config->cost, attention, padded, cp) +
                                              (per_sample ? ring[level] : 0.0),
                                          scale);
@@ -3655,38 +4055,6 @@ static int64_t dcp__sample_tokens(const dcp__batch *batch, int32_t sample, int32
     return batch->tokens[(size_t)sample * (size_t)batch->levels + (size_t)level];
 }
 
-/* Ids sorted by key, ties by increasing id (a total order: qsort is then deterministic
-   everywhere): the planners' sample ids by decreasing work or tokens, the exchange's receives
-   by increasing peer. */
-typedef struct dcp__keyed {
-    int64_t key;
-    int32_t id;
-} dcp__keyed;
-
-/* key_sign 1: increasing keys; -1: decreasing. */
-static int dcp__keyed_compare(const void *a, const void *b, int key_sign)
-{
-    const dcp__keyed *x = (const dcp__keyed *)a, *y = (const dcp__keyed *)b;
-    if (x->key != y->key) return x->key < y->key ? -key_sign : key_sign;
-    return x->id < y->id ? -1 : (x->id > y->id);
-}
-
-static int dcp__keyed_descending(const void *a, const void *b)
-{
-    return dcp__keyed_compare(a, b, -1);
-}
-
-static int dcp__keyed_ascending(const void *a, const void *b)
-{
-    return dcp__keyed_compare(a, b, 1);
-}
-
-static int dcp__keyed_before(const dcp__keyed *x, const dcp__keyed *y)
-{
-    return x->key != y->key ? x->key > y->key : x->id < y->id;
-}
-DCP__DEFINE_SORT(dcp__keyed_sort, dcp__keyed, dcp__keyed_before)
-
 /* ---------------------------------------------------------------- baseline: static CP
    Every sample at the CP size the longest needs; D / c data-parallel replicas; samples dealt
    in input order to the replica with the fewest tokens so far (token-balanced THD packing),
@@ -3741,30 +4109,29 @@ static void dcp__static_free(const dcp_allocator *a, dcp__static_scratch *x)
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
-static dcp_status dcp__static_alloc(dcp__static_scratch *x, const dcp__batch *batch,
-                                    int32_t replicas, dcp_error *error)
+static dcp_status dcp__static_alloc(dcp__static_scratch *x, const dcp_allocator *a,
+                                    int32_t count, int32_t replicas, dcp_error *error)
 {
-    const dcp_allocator *a = &batch->config->allocator;
     x->heap = (int32_t *)dcp__alloc_array(a, (size_t)replicas, sizeof(int32_t), "static", error);
     x->replica_tokens = (int64_t *)dcp__alloc_array(a, (size_t)replicas, sizeof(int64_t),
                                                     "static", error);
     x->first = (int32_t *)dcp__alloc_array(a, (size_t)replicas + 1, sizeof(int32_t), "static",
                                            error);
     x->fill = (int32_t *)dcp__alloc_array(a, (size_t)replicas, sizeof(int32_t), "static", error);
-    x->replica_of = (int32_t *)dcp__alloc_array(a, (size_t)batch->count, sizeof(int32_t),
-                                                "static", error);
+    x->replica_of = (int32_t *)dcp__alloc_array(a, (size_t)count, sizeof(int32_t), "static",
+                                                error);
     /* a segment tree of rooms per replica: at most as many bins as its samples, rounded up
        to a power of two, two nodes per leaf */
-    x->room = (int64_t *)dcp__alloc_array(a, 4 * (size_t)batch->count + 2 * (size_t)replicas,
+    x->room = (int64_t *)dcp__alloc_array(a, 4 * (size_t)count + 2 * (size_t)replicas,
                                           sizeof(int64_t), "static bins", error);
     if (!x->heap || !x->replica_tokens || !x->first || !x->fill || !x->replica_of || !x->room)
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     return DCP_OK;
 }
 
-/* Deals samples in input order to the replica with the fewest tokens (lowest index on ties);
-   counts each replica's samples in first[]. */
-static void dcp__static_deal(dcp__static_scratch *x, const dcp__batch *batch, int32_t level,
+/* Deals samples (per-rank tokens[count]) in input order to the replica with the fewest tokens
+   (lowest index on ties); counts each replica's samples in first[]. */
+static void dcp__static_deal(dcp__static_scratch *x, const int64_t *tokens, int32_t count,
                              int32_t replicas)
 {
     int32_t i, r;
@@ -3773,10 +4140,10 @@ static void dcp__static_deal(dcp__static_scratch *x, const dcp__batch *batch, in
         x->replica_tokens[r] = 0;
         x->first[r] = 0;
     }
-    for (i = 0; i < batch->count; i++) {
+    for (i = 0; i < count; i++) {
         int32_t best = x->heap[0];
         x->replica_of[i] = best;
-        x->replica_tokens[best] += dcp__sample_tokens(batch, i, level);
+        x->replica_tokens[best] += tokens[i];
         x->first[best]++;
         dcp__static_sift(x->heap, replicas, x->replica_tokens);
     }
@@ -3799,25 +4166,23 @@ static void dcp__static_trees(dcp__static_scratch *x, int32_t replicas, int64_t 
     }
 }
 
-static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *placements,
+/* Static CP at size cp: every sample (per-rank tokens[count] at cp) on one of the D / cp
+   replicas [r cp, (r + 1) cp), dealt and packed first fit (the static baseline's plan). */
+static dcp_status dcp__static_pack(const dcp_config *config, const int64_t *tokens,
+                                   int32_t count, int32_t cp, dcp__placement *placements,
                                    int32_t *num_microbatches, dcp_error *error)
 {
-    const dcp_config *config = batch->config;
-    int32_t cp = config->min_cp, level, replicas, i, most = 0;
+    const int32_t replicas = config->ranks / cp;
+    int32_t i, most = 0;
     dcp__static_scratch x;
     dcp_status status;
     memset(&x, 0, sizeof x);
-    for (i = 0; i < batch->count; i++)
-        if (batch->cp_min[i] > cp) cp = batch->cp_min[i];
-    level = dcp__log2_int(cp);
-    replicas = config->ranks / cp;
-    if ((status = dcp__static_alloc(&x, batch, replicas, error)) == DCP_OK) {
-        dcp__static_deal(&x, batch, level, replicas);
+    if ((status = dcp__static_alloc(&x, &config->allocator, count, replicas, error)) == DCP_OK) {
+        dcp__static_deal(&x, tokens, count, replicas);
         dcp__static_trees(&x, replicas, config->max_tokens_per_rank);
-        for (i = 0; i < batch->count; i++) {
+        for (i = 0; i < count; i++) {
             int32_t r = x.replica_of[i];
-            int32_t k = dcp__static_first_fit(x.room + x.first[r] - 1, x.fill[r],
-                                              dcp__sample_tokens(batch, i, level));
+            int32_t k = dcp__static_first_fit(x.room + x.first[r] - 1, x.fill[r], tokens[i]);
             placements[i].microbatch = k;
             placements[i].first_rank = r * cp;
             placements[i].cp = cp;
@@ -3828,6 +4193,26 @@ static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *plac
         *num_microbatches = most;
     }
     dcp__static_free(&config->allocator, &x);
+    return status;
+}
+
+/* The static baseline: every sample at the CP size the longest needs. */
+static dcp_status dcp__plan_static(const dcp__batch *batch, dcp__placement *placements,
+                                   int32_t *num_microbatches, dcp_error *error)
+{
+    const dcp_config *config = batch->config;
+    int32_t cp = config->min_cp, level, i;
+    int64_t *tokens = (int64_t *)dcp__alloc_array(&config->allocator, (size_t)batch->count,
+                                                  sizeof(int64_t), "static", error);
+    dcp_status status;
+    if (!tokens) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    for (i = 0; i < batch->count; i++)
+        if (batch->cp_min[i] > cp) cp = batch->cp_min[i];
+    level = dcp__log2_int(cp);
+    for (i = 0; i < batch->count; i++) tokens[i] = dcp__sample_tokens(batch, i, level);
+    status = dcp__static_pack(config, tokens, batch->count, cp, placements, num_microbatches,
+                              error);
+    dcp_free(&config->allocator, tokens);
     return status;
 }
 
@@ -3898,46 +4283,6 @@ static int32_t dcp__leaf_base(int32_t ranks)
     int32_t base = 1;
     while (base < ranks) base *= 2;
     return base;
-}
-
-/* A stable least-significant-digit radix sort of keyed entries whose keys are >= 0 and whose
-   ids ascend in the input: by decreasing key, ties by increasing id, which is
-   dcp__keyed_sort's order, in DCP__RADIX_DIGITS passes of O(count) (a digit every key shares
-   is skipped) instead of a merge sort's log2(count). scratch: [count]. */
-#define DCP__RADIX_BITS 8
-#define DCP__RADIX_BUCKETS (1 << DCP__RADIX_BITS)
-#define DCP__RADIX_DIGITS (64 / DCP__RADIX_BITS)
-/* Below this many entries the passes' fixed cost (DCP__RADIX_BUCKETS per digit) outweighs
-   the merge sort's log2(count) passes. */
-#define DCP__RADIX_MIN_COUNT 1024
-static void dcp__keyed_radix_sort(dcp__keyed *keys, dcp__keyed *scratch, int32_t count)
-{
-    int32_t counts[DCP__RADIX_DIGITS][DCP__RADIX_BUCKETS], d, b, i;
-    dcp__keyed *from = keys, *to = scratch, *swap;
-    memset(counts, 0, sizeof counts);
-    for (i = 0; i < count; i++) { /* ascending in ~key is descending in key */
-        uint64_t inverted = ~(uint64_t)keys[i].key;
-        for (d = 0; d < DCP__RADIX_DIGITS; d++)
-            counts[d][(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++;
-    }
-    for (d = 0; d < DCP__RADIX_DIGITS; d++) {
-        int32_t at = 0, *offset = counts[d];
-        for (b = 0; b < DCP__RADIX_BUCKETS && offset[b] < count; b++) {}
-        if (b < DCP__RADIX_BUCKETS) continue; /* every key has this digit */
-        for (b = 0; b < DCP__RADIX_BUCKETS; b++) {
-            int32_t in_bucket = offset[b];
-            offset[b] = at;
-            at += in_bucket;
-        }
-        for (i = 0; i < count; i++) {
-            uint64_t inverted = ~(uint64_t)from[i].key;
-            to[offset[(inverted >> (d * DCP__RADIX_BITS)) & (DCP__RADIX_BUCKETS - 1)]++] = from[i];
-        }
-        swap = from;
-        from = to;
-        to = swap;
-    }
-    if (from != keys) memcpy(keys, from, (size_t)count * sizeof *keys);
 }
 
 /* Within each run of equal keys of a level-major order (ticks that agree but in their low
@@ -4018,10 +4363,6 @@ typedef struct dcp__open_group {
    level-j nodes below n (counted from n), min_bins and max_free (largest room in a non-empty
    bin) the same way. These let the search prune whole subtrees. */
 
-/* A plan whose step is within 1 / DCP__BALANCED_EFFICIENCY of the lower bound is balanced:
-   below that the planner spends more effort (more candidates, more microbatches); above it,
-   it keeps the cheapest result (the baselines are compared either way). */
-#define DCP__BALANCED_EFFICIENCY 0.98
 
 #define DCP__TICKS_NONE (INT64_MIN / 4)
 #define DCP__BINS_INF (INT32_MAX / 4)
@@ -4477,7 +4818,6 @@ static void dcp__tree_bin_changed(dcp__tree *tree, int32_t n, int32_t b)
 
 /* Doubles node n's bin tree (its leaves keep their bins); 0 when memory is short. A node's
    first tree has room for a few microbatches' bins, so most nodes allocate once. */
-#define DCP__BIN_INDEX_FIRST_LEAVES 16
 static int dcp__tree_bin_index_grow(dcp__tree *tree, int32_t n, dcp_error *error)
 {
     dcp__bin_index *x = &tree->bin_index[n];
@@ -4882,7 +5222,6 @@ static int dcp__try_place(dcp__tree *tree, int32_t x, int32_t n, int32_t level,
 
 /* Swaps s (on node a) with a smaller sample of the least-loaded node b of its level when
    both nodes then end below T; returns 1 when swapped, else leaves both where they were. */
-#define DCP__SWAP_CANDIDATES 1024
 static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32_t *budget,
                          dcp_status *status, dcp_error *error)
 {
@@ -4928,7 +5267,6 @@ static int dcp__try_swap(dcp__tree *tree, int32_t s, int32_t a, int64_t T, int32
    level it may take. These split a crowded wide group into narrower ones, or spread or merge
    samples, which no single move can do. Kept if every rank it touched ends below T; otherwise
    every sample returns to its own bin. */
-#define DCP__REPACK_MAX_SAMPLES 16
 
 typedef enum dcp__repack_mode { DCP__SPLIT, DCP__SCATTER } dcp__repack_mode;
 
@@ -4990,11 +5328,6 @@ static int dcp__try_repack(dcp__tree *tree, int32_t a, dcp__repack_mode mode, in
 /* Tries, for the samples on the critical rank's path from the leaf up, a move, then a swap;
    then a split and a scatter of each node on the path. Stops when the critical rank cannot be
    improved or the budget is spent. */
-/* The local search stops within this fraction of the lower bound: what is left is a few parts
-   in ten thousand, while at thousands of samples per rank each further move walks up to
-   DCP__SWAP_CANDIDATES samples (1e6 samples on 32 ranks: 8.5 s with the search, 2.1 s
-   without, the same efficiency to four digits). */
-#define DCP__IMPROVE_DONE_EFFICIENCY 0.999
 
 /* A step within 1 / DCP__IMPROVE_DONE_EFFICIENCY of the lower bound: nothing left to do. */
 static int dcp__improved(const dcp__batch *batch, int64_t step_ticks)
@@ -5225,9 +5558,9 @@ static void dcp__candidate_levels(const dcp__batch *batch, dcp__candidate candid
     if (candidate == DCP__UNIFORM)
         for (s = 0; s < batch->count; s++) levels[s] = top;
     else if (candidate == DCP__WIDEN_HALF)
-        dcp__widen_levels(batch, target / 2, levels);
+        dcp__widen_levels(batch, target / DCP__WIDEN_HALF_DIVISOR, levels);
     else if (candidate == DCP__WIDEN_EIGHTH)
-        dcp__widen_levels(batch, target / 8, levels);
+        dcp__widen_levels(batch, target / DCP__WIDEN_EIGHTH_DIVISOR, levels);
 }
 
 /* Smallest microbatch count the memory cap allows for these levels, rounded to the multiple. */
@@ -5259,8 +5592,6 @@ static int dcp__balanced(const dcp__batch *batch, int64_t step_ticks)
            DCP__BALANCED_EFFICIENCY * (double)step_ticks * batch->tick_seconds;
 }
 
-/* Up to this many samples, both builds of a candidate are improved (see below). */
-#define DCP__SEARCH_BOTH_MAX_SAMPLES 4096
 
 static void dcp__tree_swap(dcp__tree *a, dcp__tree *b)
 {
@@ -5273,8 +5604,8 @@ static void dcp__tree_swap(dcp__tree *a, dcp__tree *b)
    a second tree, initialised on first use). The build starts at the memory floor's microbatch
    count. A floor the samples fill tightly builds unbalanced: the last, short samples find
    room only on loaded ranks, and when the limit grows halfway through, the samples placed
-   before it were packed for the smaller one (a Pareto batch of 8,192 samples on 1,024 ranks:
-   0.815 of the bound from 5 microbatches grown to 6, 0.961 built at 6). So when the build at
+   before it were packed for the smaller one (bench/RESULTS.md, "Planner tuning"). So when the
+   build at
    the floor is not within 0.1% of the bound, a second build starts at the limit the first
    ended at (one multiple more when it never grew), in the second tree. Up to
    DCP__SEARCH_BOTH_MAX_SAMPLES samples both are improved and the faster kept: the local
@@ -5396,8 +5727,8 @@ static dcp_status dcp__plan_dynamic(const dcp__batch *batch, dcp__placement *pla
 /* The lockstep search's block-wide candidate (1 < E <= max_cp): the tree planner with every
    group at least E ranks wide. Such a group covers whole blocks of E ranks, so every rank of
    a block finishes each microbatch at the same time and the lockstep adds no wait: the plan's
-   step under E is its E = 1 step, which the tree balances (8,192 samples on 1,024 ranks, E =
-   8: Pareto 0.882 -> 0.98 of the bound, lognormal 0.912 -> 0.984). */
+   step under E is its E = 1 step, which the tree balances (bench/RESULTS.md, "Planner
+   tuning"). */
 static dcp_status dcp__plan_block_wide(const dcp__batch *batch, dcp__placement *placements,
                                        int32_t *num_microbatches, dcp_error *error)
 {
@@ -6132,12 +6463,8 @@ static const dcp__fill_variant dcp__fill_variants[] = {
     {1, 1, 1, 2}, {2, 1, 1, 4}, {1, 1, 0, 1}, {0, 1, 1, 4}, {1, 2, 1, 4}, {2, 1, 1, 2},
     {1, 1, 1, 1}, {1, 2, 1, 2}, {2, 1, 0, 1}, {2, 1, 1, 1}};
 #define DCP__FILL_CANDIDATES ((int32_t)(sizeof dcp__fill_variants / sizeof dcp__fill_variants[0]))
-/* Candidates tried: DCP__FILL_CANDIDATE_SAMPLES / samples, at least 2 (a plan-time budget that
-   keeps large batches near-linear), at most all: 16 up to 1024 samples, 2 from 8192. The
-   second variant (widen at T/2, fill up to 2T) is the one that wins among the fills on the
-   bench's heavy-tailed 8192-sample batch (L² model); elsewhere at that size greedy +
-   unloading beat every fill. */
-#define DCP__FILL_CANDIDATE_SAMPLES (1 << 14)
+/* Candidates tried: DCP__FILL_CANDIDATE_SAMPLES / samples, at least 2, at most all (see the
+   tuning block). */
 
 static int32_t dcp__fill_candidate_count(int32_t samples)
 {
@@ -6247,7 +6574,6 @@ static int dcp__sync_balanced(const dcp__batch *batch, int64_t step_ticks)
 }
 
 /* A step at the lower bound (to the ticks' rounding) is optimal: nothing can improve it. */
-#define DCP__BOUND_MET_EFFICIENCY (1.0 - 1e-9)
 static int dcp__sync_bound_met(const dcp__batch *batch, int64_t step_ticks)
 {
     return batch->sync_bound >=
@@ -6322,11 +6648,8 @@ static dcp_status dcp__fill_widest(const dcp__batch *batch, int32_t region_level
    L^2 / c; its cap is the per-rank time of M tokens of samples no longer than the longest left;
    and it spends idle ranks widening the slowest group while that shortens it (Megatron widens
    the smallest group until no rank is idle). It packs microbatches up to the memory floor
-   where the fills stop at the slowest sample's time: on the bench's seed-lognormal and
-   qwen-longtail batches (default model, E = D) Megatron's plans beat ours by 1.2% and 0.7%
-   before it. O(K N (groups + levels)): for batches up to DCP__PACKING_MAX_SAMPLES. */
-#define DCP__PACKING_CAP_SLACK 0.05 /* Megatron's _DYNAMIC_CP_WORKLOAD_CAP_DELTA */
-#define DCP__PACKING_MAX_SAMPLES 1024
+   where the fills stop at the slowest sample's time (bench/RESULTS.md, "Planner tuning").
+   O(K N (groups + levels)): for batches up to DCP__PACKING_MAX_SAMPLES. */
 
 typedef struct dcp__packing {
     const dcp__batch *batch;
@@ -6552,7 +6875,6 @@ static dcp_status dcp__plan_packing(const dcp__batch *batch, dcp__placement *pla
    would pass DCP__MEGATRON_MAX_CELLS (dcp__megatron_affordable: it scans, per microbatch,
    every sample left and its size's open groups, O(K N D) at worst). */
 #define DCP__MEGATRON_PAD_PER_RANK 2 /* lengths padded to a multiple of 2 D */
-#define DCP__MEGATRON_MAX_CELLS (INT64_C(1) << 20)
 
 typedef struct dcp__megatron {
     const dcp__batch *batch;
@@ -6857,10 +7179,9 @@ static dcp_status dcp__plan_megatron(const dcp__batch *batch, dcp__placement *pl
     return DCP_OK;
 }
 /* The baselines' placements, planned once per dynamic plan: greedy's, static's and
-   Megatron's (when built). The lockstep search unloads from greedy's (starting the unloading
-   from Megatron's plan, the better start before unloading, ended lower on the bench's E = D
-   rows: pareto-96 0.952 of the bound against 0.978), and the final choice compares all three
-   plans with the planner's. */
+   Megatron's (when built). The lockstep search unloads from greedy's (starting from Megatron's
+   plan, the better start before unloading, ended lower: bench/RESULTS.md, "Planner tuning"),
+   and the final choice compares all three plans with the planner's. */
 typedef struct dcp__baselines {
     dcp__placement *greedy, *static_cp, *megatron; /* [count] each */
     int32_t greedy_microbatches, static_microbatches, megatron_microbatches; /* 0: not built */
@@ -6887,18 +7208,25 @@ static dcp_status dcp__plan_baselines(const dcp__batch *batch, dcp__baselines *b
                                                      error);
     if (!b->greedy || !b->static_cp || !b->megatron)
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    DCP_PLANNER_TRACE("greedy baseline", 1);
     status = dcp__plan_greedy(batch, b->greedy, &b->greedy_microbatches, error);
+    DCP_PLANNER_TRACE("greedy baseline", 0);
+    DCP_PLANNER_TRACE("static baseline", 1);
     if (status == DCP_OK)
         status = dcp__plan_static(batch, b->static_cp, &b->static_microbatches, error);
+    DCP_PLANNER_TRACE("static baseline", 0);
+    DCP_PLANNER_TRACE("Megatron's scheduler", 1);
     if (status == DCP_OK)
         status = dcp__plan_megatron(batch, b->megatron, &b->megatron_microbatches, error);
+    DCP_PLANNER_TRACE("Megatron's scheduler", 0);
     return status;
 }
 
 typedef struct dcp__lockstep {
     dcp__step_scratch step;
     int32_t *levels;
-    int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels, for the fills */
+    int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels, for the fills (the
+                               search fills it before the first fill) */
     dcp__placement *best;
 } dcp__lockstep;
 
@@ -6909,8 +7237,8 @@ static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
     dcp__free_list(a, list, DCP__COUNT(list));
 }
 
-/* The search's scratch, and the samples by ticks at their minimum levels (for the fills); 0
-   when memory is short. */
+/* The search's scratch (minimal_order: room for the samples by ticks at their minimum levels,
+   which the fills sort into it); 0 when memory is short. */
 static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
 {
     const dcp_allocator *a = &batch->config->allocator;
@@ -6930,8 +7258,7 @@ static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_err
     x->best = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "lockstep",
                                                  error);
     return x->step.order && x->step.offsets && x->step.stamp && x->step.cp && x->step.finish &&
-           x->step.load && x->levels && x->minimal_order && x->best &&
-           dcp__order_by_ticks(batch, NULL, 0, x->minimal_order, error) == DCP_OK;
+           x->step.load && x->levels && x->minimal_order && x->best;
 }
 
 /* Keeps the placements when they are faster under E (ties keep the earlier). */
@@ -6953,13 +7280,6 @@ static void dcp__lockstep_keep(const dcp__batch *batch, dcp__lockstep *x,
    slowest group (in a group of its CP size with room, or on a free aligned block) lowers the
    sum and raises nothing: the move is kept. Bounded by improve_moves (in block positions
    examined) and by DCP__UNLOAD_MAX_CELLS microbatch-rank cells of state. */
-#define DCP__UNLOAD_MAX_CELLS (1 << 22)
-/* Block positions and samples the unloading may examine per improve_moves unit, and at most
-   per pass (each pass costs a few milliseconds at most: the unloading converges within it on
-   the bench's batches up to 8192 samples; larger ones stop earlier, e.g. 32768 x 4096 at
-   efficiency 0.91 instead of 0.96, which keeps 10^5 samples within 0.2 s). */
-#define DCP__UNLOAD_POSITIONS_PER_MOVE 64
-#define DCP__UNLOAD_MAX_STEPS (INT64_C(1) << 21)
 
 typedef struct dcp__unload {
     const dcp__batch *batch;
@@ -7164,11 +7484,6 @@ static int32_t dcp__unload_target_bits(dcp__unload_state *u, int32_t k, int32_t 
    microbatch k with room under the slowest time, or (fresh) free aligned block, or -1;
    charges the budget the block positions it scanned. */
 /* Kept out of line so that its caller, mostly the pruning, inlines into the passes' loops. */
-#if defined(__GNUC__) || defined(__clang__)
-#define DCP__OUT_OF_LINE __attribute__((noinline))
-#else
-#define DCP__OUT_OF_LINE
-#endif
 static DCP__OUT_OF_LINE int32_t dcp__unload_target_scan(dcp__unload_state *u, int32_t k,
                                                         int32_t j, int64_t ticks, int64_t tokens,
                                                         int fresh, int64_t *budget)
@@ -7848,12 +8163,10 @@ static int64_t dcp__unload_budget(const dcp__batch *batch)
 /* Runs the unloading on placements under E = D: the lowering pass and the moves and swaps
    (in that order, or the other with run_first), in turn while they lower the sum of the
    microbatches' slowest times, within DCP__UNLOAD_PASSES times the budget in all; leaves them
-   unchanged when the state cannot be built (see dcp__unload_open). */
-#define DCP__UNLOAD_PASSES 2
-/* Small plans: both orders of the passes are tried and swaps are bounded by the budget only;
-   larger ones lower first and their swaps stop after DCP__UNLOAD_SWAP_MAX_STEPS. */
-#define DCP__UNLOAD_SMALL_CELLS 4096
-#define DCP__UNLOAD_SWAP_MAX_STEPS (INT64_C(1) << 19)
+   unchanged when the state cannot be built (see dcp__unload_open). Small plans (at most
+   DCP__UNLOAD_SMALL_CELLS cells): both orders of the passes are tried and swaps are bounded
+   by the budget only; larger ones lower first and their swaps stop after
+   DCP__UNLOAD_SWAP_MAX_STEPS. */
 static int32_t dcp__unload_ordered(const dcp__batch *batch, dcp__placement *placements,
                                    int32_t microbatches, int run_first)
 {
@@ -7926,8 +8239,6 @@ static int32_t dcp__unload_best(const dcp__batch *batch, dcp__placement *placeme
    E = D unloading does per microbatch. Groups wider than E couple blocks, so every move is
    simulated under E and kept only when it lowers (the step, the sum of the blocks' finishes);
    each kept move lowers that pair, so the pass ends. Bounded like the unloading. */
-
-#define DCP__BLOCK_SIMULATION_WEIGHT 4
 
 /* The slowest group time in block [first, first + sync) of microbatch k, groups wider than
    the block included (0 when none). */
@@ -8137,240 +8448,349 @@ static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *place
     return microbatches;
 }
 
-/* Up to this many samples the lockstep search (E > 1) also runs its costlier candidates: the
-   tree planner's plan (made for E = 1; under E = D only when the fills are not balanced) and,
-   between the extremes, the plan made for E = D and the block unloading. Above it they
-   rarely pay: on 8,192 lognormal samples on 1,024 ranks under E = 8 they took 155M of 231M
-   instructions for 0.003% of the step (greedy's plan unloaded under E = D was the best by far),
-   and under E = D the tree's plans were the slowest candidate but one on the bench's
-   8,192-sample batches. */
-#define DCP__LOCKSTEP_FULL_SAMPLES 4096
 
-/* The packing-aware plan, unloaded (one order of the passes: both cost twice as much for the
-   same plans on the bench's batches), against the unloaded best of the other candidates: each
-   reaches its own local optimum, so they are compared after unloading. */
-static dcp_status dcp__packing_candidate(const dcp__batch *batch, dcp__placement *placements,
-                                         dcp__lockstep *x, int32_t *best_microbatches,
-                                         int64_t *best_step, dcp_error *error)
+
+/* ------------------------------------------------------------------- the candidate table
+   The dynamic planner's search is one table of candidates (dcp__search_table), each an entry
+   {name, applies, build}, run in order by one driver (dcp__search_run): an entry that applies
+   builds its placements and offers them to dcp__lockstep_keep, which keeps the fastest under
+   the config's E in integer ticks (ties to the earlier). The conditions that stop the search
+   (a plan at the lower bound; a balanced block-wide plan on a large batch) are part of each
+   entry's `applies`, so what runs for a batch is read off the table. The plan made for E = D,
+   a candidate between the extremes, is the same table run on the batch under E = D. The final
+   choice (dcp__plan_fastest) then compares the search's plan with the baselines' in seconds.
+   bench/plan_bench --profile times each entry (DCP_PLANNER_TRACE). */
+
+
+typedef struct dcp__search {
+    const dcp__batch *batch;
+    const dcp__baselines *baselines;
+    dcp__placement *placements; /* [count] the candidate being built */
+    dcp__lockstep x;            /* x.best: the best so far; scratch */
+    int ordered;                /* x.minimal_order computed (the fills need it) */
+    int32_t best_microbatches;  /* 0: no plan yet */
+    int64_t best_step;          /* its step under E, ticks */
+    dcp__placement *wide;       /* [count] the block-wide plan, compared last, or NULL */
+    int32_t wide_microbatches;
+    int64_t wide_step;
+    int wide_ends_search;       /* a balanced block-wide plan on a large batch */
+} dcp__search;
+
+typedef struct dcp__search_entry {
+    const char *name;
+    int (*applies)(const dcp__search *s);
+    dcp_status (*build)(dcp__search *s, dcp_error *error);
+} dcp__search_entry;
+
+static void dcp__search_keep(dcp__search *s, const dcp__placement *placements,
+                             int32_t microbatches)
 {
-    int32_t microbatches;
-    dcp_status status = dcp__plan_packing(batch, placements, &microbatches, error);
+    dcp__lockstep_keep(s->batch, &s->x, placements, microbatches, &s->best_step,
+                       &s->best_microbatches);
+}
+
+/* A best plan at the lower bound (to the ticks' rounding) ends the search: nothing beats it. */
+static int dcp__search_done(const dcp__search *s)
+{
+    return s->best_microbatches > 0 && dcp__sync_bound_met(s->batch, s->best_step);
+}
+
+static int dcp__search_lockstep(const dcp__search *s) { return s->batch->config->sync_ranks > 1; }
+
+static int dcp__search_between(const dcp__search *s)
+{
+    return dcp__search_lockstep(s) && s->batch->config->sync_ranks < s->batch->config->ranks;
+}
+
+/* The costlier candidates after the fills: not once a plan meets the bound or a balanced
+   block-wide plan ends a large batch's search. */
+static int dcp__search_goes_on(const dcp__search *s)
+{
+    return dcp__search_lockstep(s) && !s->wide_ends_search && !dcp__search_done(s);
+}
+
+/* E = 1: the widest fill when every sample is fastest on the widest CP size (no ring cost),
+   kept only when it meets the lower bound; then nothing beats it and the tree planner is not
+   run (heavy-8192x1024 under the L^2 model, bench/RESULTS.md). */
+static int dcp__search_dag_widest_applies(const dcp__search *s)
+{
+    return !dcp__search_lockstep(s) && dcp__width_is_free(s->batch);
+}
+
+static dcp_status dcp__search_dag_widest(dcp__search *s, dcp_error *error)
+{
+    int32_t microbatches = 0;
+    dcp_status status = dcp__fill_widest(s->batch, -1, s->x.levels, s->placements,
+                                         &microbatches, error);
+    if (status == DCP_OK && microbatches > 0 &&
+        dcp__sync_bound_met(s->batch, dcp__placement_step_ticks(s->batch, s->placements,
+                                                                microbatches, &s->x.step)))
+        dcp__search_keep(s, s->placements, microbatches);
+    return status;
+}
+
+/* E = 1: the tree planner (its own candidates: dcp__dynamic_search). */
+static int dcp__search_dag_tree_applies(const dcp__search *s)
+{
+    return !dcp__search_lockstep(s) && !dcp__search_done(s);
+}
+
+static dcp_status dcp__search_dag_tree(dcp__search *s, dcp_error *error)
+{
+    int32_t microbatches = 0;
+    dcp_status status = dcp__plan_dynamic(s->batch, s->placements, &microbatches, error);
+    if (status == DCP_OK) dcp__search_keep(s, s->placements, microbatches);
+    return status;
+}
+
+/* E > 1: the widest fill first (when it exists it is usually balanced, and the searches
+   after it then stop early); on a pool that is not a power of two, unloaded. */
+static int dcp__search_widest_applies(const dcp__search *s)
+{
+    return dcp__search_lockstep(s) && dcp__width_is_free(s->batch);
+}
+
+static dcp_status dcp__search_widest(dcp__search *s, dcp_error *error)
+{
+    const dcp__batch *batch = s->batch;
+    const int32_t sync = batch->config->sync_ranks, ranks = batch->config->ranks;
+    int32_t microbatches = 0;
+    dcp_status status = dcp__fill_widest(batch, sync < ranks ? dcp__log2_int(sync) : -1,
+                                         s->x.levels, s->placements, &microbatches, error);
     if (status != DCP_OK) return status;
-    microbatches = dcp__unload(batch, placements, microbatches);
-    dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+    if (microbatches > 0 && !dcp_is_pow2(ranks))
+        microbatches = dcp__unload(batch, s->placements, microbatches);
+    if (microbatches > 0) dcp__search_keep(s, s->placements, microbatches);
     return DCP_OK;
 }
 
-/* The fill candidates: the widest fill first (when it exists it is usually balanced, and the
-   searches after it then stop early), then the fills of each region. */
-static dcp_status dcp__lockstep_fills(const dcp__batch *batch, dcp__placement *placements,
-                                      dcp__lockstep *x, int32_t *best_microbatches,
-                                      int64_t *best_step, dcp_error *error)
+/* E > 1: the fill-to-the-top variants of each region (E, and for E < D the pool), until the
+   best is balanced. */
+static dcp_status dcp__search_fills(dcp__search *s, dcp_error *error)
 {
+    const dcp__batch *batch = s->batch;
     const int32_t sync = batch->config->sync_ranks, ranks = batch->config->ranks;
     const int32_t region_count = sync < ranks ? 2 : 1;
     int32_t regions[2], microbatches = 0, r, w;
     dcp__fill fill;
-    dcp_status status = DCP_OK;
-    if (dcp__width_is_free(batch))
-        status = dcp__fill_widest(batch, sync < ranks ? dcp__log2_int(sync) : -1, x->levels,
-                                  placements, &microbatches, error);
-    if (status != DCP_OK) return status;
-    if (microbatches > 0 && !dcp_is_pow2(ranks)) microbatches = dcp__unload(batch, placements, microbatches);
-    if (microbatches > 0)
-        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+    dcp_status status;
+    if (!s->ordered) {
+        status = dcp__order_by_ticks(batch, NULL, 0, s->x.minimal_order, error);
+        if (status != DCP_OK) return status;
+        s->ordered = 1;
+    }
     if ((status = dcp__fill_init(&fill, batch, error)) != DCP_OK) return status;
-    fill.minimal_order = x->minimal_order;
+    fill.minimal_order = s->x.minimal_order;
     regions[0] = sync < ranks ? dcp__log2_int(sync) : fill.root_level;
     regions[1] = fill.root_level;
     for (r = 0; r < region_count; r++)
         for (w = 0; w < dcp__fill_candidate_count(batch->count); w++) {
-            if (*best_microbatches > 0 && dcp__sync_balanced(batch, *best_step)) break;
-            dcp__fill_candidate(&fill, w, regions[r], x->levels, placements, &microbatches);
-            dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+            if (s->best_microbatches > 0 && dcp__sync_balanced(batch, s->best_step)) break;
+            dcp__fill_candidate(&fill, w, regions[r], s->x.levels, s->placements, &microbatches);
+            dcp__search_keep(s, s->placements, microbatches);
         }
     dcp__fill_free(&fill);
     return DCP_OK;
 }
 
-/* The unloading of the best plan so far: under E = D it replaces the best (then the
-   packing-aware candidate competes with it); under E < D it is one more candidate. */
-static dcp_status dcp__lockstep_unloaded(const dcp__batch *batch, dcp__placement *placements,
-                                         dcp__lockstep *x, int32_t *best_microbatches,
-                                         int64_t *best_step, dcp_error *error)
+/* Between the extremes with E <= max_cp, up to DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK samples
+   a block, while the fills are more than 2% above the bound: the block-wide plan (the tree
+   planner with every group at least E ranks wide), kept apart and compared last (unloading
+   made it slower under E on four of the five 8,192-sample bench batches), so that it can only
+   add a faster plan; above DCP__LOCKSTEP_FULL_SAMPLES samples, when it is balanced, the
+   costlier candidates are not run (they cost several times more and were slower there). */
+static int dcp__search_block_wide_applies(const dcp__search *s)
 {
-    int32_t microbatches;
-    if (batch->config->sync_ranks < batch->config->ranks) {
-        memcpy(placements, x->best, (size_t)batch->count * sizeof *placements);
-        microbatches = dcp__unload(batch, placements, *best_microbatches);
-        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
-        return DCP_OK;
-    }
-    if (!dcp__sync_bound_met(batch, *best_step)) /* the widest fill often is */
-        *best_microbatches =
-            dcp__unload_best(batch, x->best, *best_microbatches, placements, &x->step);
-    *best_step = dcp__placement_step_ticks(batch, x->best, *best_microbatches, &x->step);
-    if (batch->count <= DCP__PACKING_MAX_SAMPLES && !dcp__sync_balanced(batch, *best_step))
-        return dcp__packing_candidate(batch, placements, x, best_microbatches, best_step, error);
+    const dcp_config *config = s->batch->config;
+    return dcp__search_between(s) && config->sync_ranks <= config->max_cp &&
+           (int64_t)s->batch->count * config->sync_ranks <=
+               (int64_t)DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK * config->ranks &&
+           !dcp__sync_balanced(s->batch, s->best_step);
+}
+
+static dcp_status dcp__search_block_wide(dcp__search *s, dcp_error *error)
+{
+    const dcp__batch *batch = s->batch;
+    dcp_status status;
+    s->wide = (dcp__placement *)dcp__alloc_array(&batch->config->allocator, (size_t)batch->count,
+                                                 sizeof *s->wide, "block-wide", error);
+    if (!s->wide) return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    status = dcp__plan_block_wide(batch, s->wide, &s->wide_microbatches, error);
+    if (status != DCP_OK) return status;
+    s->wide_step = dcp__placement_step_ticks(batch, s->wide, s->wide_microbatches, &s->x.step);
+    s->wide_ends_search = batch->count > DCP__LOCKSTEP_FULL_SAMPLES &&
+                          dcp__sync_balanced(batch, s->wide_step);
     return DCP_OK;
 }
 
-/* A best plan at the lower bound (to the ticks' rounding) ends the search: nothing beats it. */
-static int dcp__lockstep_done(const dcp__batch *batch, int32_t best_microbatches,
-                              int64_t best_step)
+/* E > 1: the tree planner's plan (its E = 1 plan; under E = D only while unbalanced) up to
+   DCP__LOCKSTEP_FULL_SAMPLES samples, and the greedy baseline's plan, which the unloading
+   may improve on. */
+static dcp_status dcp__search_tree_and_greedy(dcp__search *s, dcp_error *error)
 {
-    return best_microbatches > 0 && dcp__sync_bound_met(batch, best_step);
-}
-
-/* The search's candidates after the fills (see dcp__lockstep_search). */
-static dcp_status dcp__lockstep_after_fills(const dcp__batch *batch,
-                                            const dcp__baselines *baselines,
-                                            dcp__placement *placements, dcp__lockstep *x,
-                                            int32_t *best_microbatches, int64_t *best_step,
-                                            dcp_error *error)
-{
-    const int full = batch->count <= DCP__LOCKSTEP_FULL_SAMPLES;
+    const dcp__batch *batch = s->batch;
     int32_t microbatches = 0;
-    dcp_status status;
-    if (dcp__lockstep_done(batch, *best_microbatches, *best_step)) return DCP_OK;
-    if (full && (batch->config->sync_ranks < batch->config->ranks ||
-                 !dcp__sync_balanced(batch, *best_step))) {
-        status = dcp__plan_dynamic(batch, placements, &microbatches, error);
+    if (batch->count <= DCP__LOCKSTEP_FULL_SAMPLES &&
+        (dcp__search_between(s) || !dcp__sync_balanced(batch, s->best_step))) {
+        dcp_status status = dcp__plan_dynamic(batch, s->placements, &microbatches, error);
         if (status != DCP_OK) return status;
-        dcp__lockstep_keep(batch, x, placements, microbatches, best_step, best_microbatches);
+        dcp__search_keep(s, s->placements, microbatches);
     }
-    /* the greedy baseline's plan: unloading may improve on it */
-    dcp__lockstep_keep(batch, x, baselines->greedy, baselines->greedy_microbatches, best_step,
-                       best_microbatches);
-    if (dcp__lockstep_done(batch, *best_microbatches, *best_step)) return DCP_OK;
-    return dcp__lockstep_unloaded(batch, placements, x, best_microbatches, best_step, error);
+    dcp__search_keep(s, s->baselines->greedy, s->baselines->greedy_microbatches);
+    return DCP_OK;
 }
 
-/* The search under the batch's E: leaves its best placements in x->best, their microbatch
-   count and step in ticks under E in *best_microbatches and *best_step. */
-static dcp_status dcp__lockstep_search(const dcp__batch *batch, const dcp__baselines *baselines,
-                                       dcp__placement *placements, dcp__lockstep *x,
-                                       int32_t *best_microbatches, int64_t *best_step,
-                                       dcp_error *error)
+/* The packing-aware plan, unloaded (one order of the passes: both cost twice as much for the
+   same plans on the bench's batches), against the unloaded best of the other candidates: each
+   reaches its own local optimum, so they are compared after unloading. */
+static dcp_status dcp__search_packing(dcp__search *s, dcp_error *error)
 {
-    dcp_status status;
-    *best_microbatches = 0;
-    *best_step = 0;
-    status = dcp__lockstep_fills(batch, placements, x, best_microbatches, best_step, error);
-    if (status != DCP_OK) return status;
-    return dcp__lockstep_after_fills(batch, baselines, placements, x, best_microbatches,
-                                     best_step, error);
-}
-
-/* Between the extremes (1 < E < D) the plan made for E = D is a candidate too, evaluated
-   under E: the plan is then never slower under E than either extreme's plan. */
-static dcp_status dcp__lockstep_barrier_candidate(const dcp__batch *batch,
-                                                  const dcp__baselines *baselines,
-                                                  dcp__placement *placements, dcp__lockstep *x,
-                                                  int32_t *best_microbatches,
-                                                  int64_t *best_step, dcp_error *error)
-{
-    dcp_config barrier_config = *batch->config;
-    dcp__batch barrier = *batch;
-    dcp__lockstep y;
     int32_t microbatches;
-    int64_t step;
+    dcp_status status = dcp__plan_packing(s->batch, s->placements, &microbatches, error);
+    if (status != DCP_OK) return status;
+    microbatches = dcp__unload(s->batch, s->placements, microbatches);
+    dcp__search_keep(s, s->placements, microbatches);
+    return DCP_OK;
+}
+
+/* The unloading of the best plan so far: under E < D one more candidate; under E = D it
+   replaces the best, and then, up to DCP__PACKING_MAX_SAMPLES samples while unbalanced, the
+   packing-aware candidate competes with it. */
+static dcp_status dcp__search_unloading(dcp__search *s, dcp_error *error)
+{
+    const dcp__batch *batch = s->batch;
+    int32_t microbatches;
+    if (dcp__search_between(s)) {
+        memcpy(s->placements, s->x.best, (size_t)batch->count * sizeof *s->placements);
+        microbatches = dcp__unload(batch, s->placements, s->best_microbatches);
+        dcp__search_keep(s, s->placements, microbatches);
+        return DCP_OK;
+    }
+    if (!dcp__sync_bound_met(batch, s->best_step)) /* the widest fill often is */
+        s->best_microbatches =
+            dcp__unload_best(batch, s->x.best, s->best_microbatches, s->placements, &s->x.step);
+    s->best_step = dcp__placement_step_ticks(batch, s->x.best, s->best_microbatches, &s->x.step);
+    if (batch->count <= DCP__PACKING_MAX_SAMPLES && !dcp__sync_balanced(batch, s->best_step))
+        return dcp__search_packing(s, error);
+    return DCP_OK;
+}
+
+/* Between the extremes, up to DCP__LOCKSTEP_FULL_SAMPLES samples: the plan made for E = D
+   (this table run under E = D), evaluated under E, so that the plan is never slower under E
+   than either extreme's plan; then the best, unloaded block by block. */
+static int dcp__search_between_applies(const dcp__search *s)
+{
+    return dcp__search_between(s) && s->batch->count <= DCP__LOCKSTEP_FULL_SAMPLES &&
+           dcp__search_goes_on(s);
+}
+
+static dcp_status dcp__search_init(dcp__search *s, const dcp__batch *batch,
+                                   const dcp__baselines *baselines, dcp__placement *placements,
+                                   dcp_error *error);
+static void dcp__search_free(dcp__search *s);
+static dcp_status dcp__search_run(dcp__search *s, dcp_error *error);
+
+static dcp_status dcp__search_barrier(dcp__search *s, dcp_error *error)
+{
+    dcp_config barrier_config = *s->batch->config;
+    dcp__batch barrier = *s->batch;
+    dcp__search y;
     dcp_status status;
     barrier_config.sync_ranks = barrier_config.ranks;
     barrier.config = &barrier_config;
-    barrier.sync_bound = batch->barrier_bound;
-    memset(&y, 0, sizeof y);
-    if (!dcp__lockstep_init(&barrier, &y, error))
-        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    else
-        status = dcp__lockstep_search(&barrier, baselines, placements, &y, &microbatches, &step,
-                                      error);
-    if (status == DCP_OK)
-        dcp__lockstep_keep(batch, x, y.best, microbatches, best_step, best_microbatches);
-    dcp__lockstep_free(&batch->config->allocator, &y);
+    barrier.sync_bound = s->batch->barrier_bound;
+    status = dcp__search_init(&y, &barrier, s->baselines, s->placements, error);
+    if (status == DCP_OK) status = dcp__search_run(&y, error);
+    if (status == DCP_OK) dcp__search_keep(s, y.x.best, y.best_microbatches);
+    dcp__search_free(&y);
     return status;
 }
 
-/* The lockstep planner's candidates after the fills but the block-wide one, the best into
-   x->best. */
-static dcp_status dcp__lockstep_candidates(const dcp__batch *batch,
-                                           const dcp__baselines *baselines,
-                                           dcp__placement *placements, dcp__lockstep *x,
-                                           int32_t *best_microbatches, int64_t *best_step,
-                                           dcp_error *error)
+static dcp_status dcp__search_block_unloading(dcp__search *s, dcp_error *error)
 {
-    const dcp_config *config = batch->config;
-    dcp_status status = dcp__lockstep_after_fills(batch, baselines, placements, x,
-                                                  best_microbatches, best_step, error);
-    if (status == DCP_OK && config->sync_ranks < config->ranks &&
-        batch->count <= DCP__LOCKSTEP_FULL_SAMPLES &&
-        !dcp__lockstep_done(batch, *best_microbatches, *best_step)) {
-        status = dcp__lockstep_barrier_candidate(batch, baselines, placements, x,
-                                                 best_microbatches, best_step, error);
-        if (status == DCP_OK && !dcp__lockstep_done(batch, *best_microbatches, *best_step)) {
-            int32_t unloaded; /* the best, unloaded block by block */
-            memcpy(placements, x->best, (size_t)batch->count * sizeof *placements);
-            unloaded = dcp__unload_blocks(batch, placements, *best_microbatches, &x->step);
-            dcp__lockstep_keep(batch, x, placements, unloaded, best_step, best_microbatches);
-        }
-    }
-    return status;
+    int32_t unloaded;
+    (void)error;
+    memcpy(s->placements, s->x.best, (size_t)s->batch->count * sizeof *s->placements);
+    unloaded = dcp__unload_blocks(s->batch, s->placements, s->best_microbatches, &s->x.step);
+    dcp__search_keep(s, s->placements, unloaded);
+    return DCP_OK;
 }
 
-/* Samples a block of E ranks holds on average above which the block-wide plan is not built:
-   with that many the fills' staircase is already fine (10^6 samples on 32 ranks, E = 8: the
-   fills 0.967 of the bound, 0.998 once unloaded; the block-wide plan 0.978, in 0.7 s). */
-#define DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK 1024
+static int dcp__search_wide_built(const dcp__search *s) { return s->wide != NULL; }
 
-/* The lockstep planner's placements (E > 1) into placements, their count in *microbatches.
-   Between the extremes with E <= max_cp, up to DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK samples a
-   block, after the fills (cheap, and where they are balanced the costlier candidates are not
-   needed) and while their best is more than 2% above the bound, the block-wide plan: above
-   DCP__LOCKSTEP_FULL_SAMPLES, when it is balanced the search ends there (the other candidates
-   cost several times more and were slower on plan_bench's 8,192-sample batches); otherwise the
-   other candidates run as they would without it, and it is compared with their best at the
-   end, neither unloaded (the unloading made it slower under E on four of those five batches)
-   nor changing which plan the others unload, so that it can only add a faster plan. */
-static dcp_status dcp__plan_lockstep(const dcp__batch *batch, const dcp__baselines *baselines,
-                                     dcp__placement *placements, int32_t *microbatches,
-                                     dcp_error *error)
+static dcp_status dcp__search_keep_wide(dcp__search *s, dcp_error *error)
 {
-    const dcp_config *config = batch->config;
-    int32_t best_microbatches = 0, wide_microbatches = 0;
-    int64_t best_step = 0, wide_step = 0;
-    dcp__placement *wide = NULL;
-    dcp__lockstep x;
-    dcp_status status;
-    memset(&x, 0, sizeof x);
-    if (!dcp__lockstep_init(batch, &x, error)) {
-        dcp__lockstep_free(&config->allocator, &x);
+    (void)error;
+    dcp__search_keep(s, s->wide, s->wide_microbatches);
+    return DCP_OK;
+}
+
+static int dcp__search_always(const dcp__search *s) { return dcp__search_lockstep(s); }
+
+/* The table, in the order it runs; bench/RESULTS.md ("Planner: where the time goes") has each
+   entry's share of the plan time on the bench's batches. */
+static const dcp__search_entry dcp__search_table[] = {
+    {"E = 1: widest fill at the bound", dcp__search_dag_widest_applies, dcp__search_dag_widest},
+    {"E = 1: tree planner", dcp__search_dag_tree_applies, dcp__search_dag_tree},
+    {"widest fill", dcp__search_widest_applies, dcp__search_widest},
+    {"fills", dcp__search_always, dcp__search_fills},
+    {"block-wide plan", dcp__search_block_wide_applies, dcp__search_block_wide},
+    {"tree plan and greedy", dcp__search_goes_on, dcp__search_tree_and_greedy},
+    {"unloading", dcp__search_goes_on, dcp__search_unloading},
+    {"plan for E = D", dcp__search_between_applies, dcp__search_barrier},
+    {"block unloading", dcp__search_between_applies, dcp__search_block_unloading},
+    {"block-wide plan, compared", dcp__search_wide_built, dcp__search_keep_wide},
+};
+
+static dcp_status dcp__search_init(dcp__search *s, const dcp__batch *batch,
+                                   const dcp__baselines *baselines, dcp__placement *placements,
+                                   dcp_error *error)
+{
+    memset(s, 0, sizeof *s);
+    s->batch = batch;
+    s->baselines = baselines;
+    s->placements = placements;
+    if (!dcp__lockstep_init(batch, &s->x, error)) {
+        dcp__lockstep_free(&batch->config->allocator, &s->x);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
-    status = dcp__lockstep_fills(batch, placements, &x, &best_microbatches, &best_step, error);
-    if (status == DCP_OK && config->sync_ranks < config->ranks &&
-        config->sync_ranks <= config->max_cp &&
-        (int64_t)batch->count * config->sync_ranks <=
-            (int64_t)DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK * config->ranks &&
-        !dcp__sync_balanced(batch, best_step)) {
-        wide = (dcp__placement *)dcp__alloc_array(&config->allocator, (size_t)batch->count,
-                                                  sizeof *wide, "block-wide", error);
-        status = wide ? dcp__plan_block_wide(batch, wide, &wide_microbatches, error)
-                      : (error ? error->status : DCP_ERROR_OUT_OF_MEMORY);
-        if (status == DCP_OK)
-            wide_step = dcp__placement_step_ticks(batch, wide, wide_microbatches, &x.step);
+    return DCP_OK;
+}
+
+static void dcp__search_free(dcp__search *s)
+{
+    dcp_free(&s->batch->config->allocator, s->wide);
+    dcp__lockstep_free(&s->batch->config->allocator, &s->x);
+}
+
+static dcp_status dcp__search_run(dcp__search *s, dcp_error *error)
+{
+    dcp_status status = DCP_OK;
+    size_t i;
+    for (i = 0; i < DCP__COUNT(dcp__search_table) && status == DCP_OK; i++) {
+        if (!dcp__search_table[i].applies(s)) continue;
+        DCP_PLANNER_TRACE(dcp__search_table[i].name, 1);
+        status = dcp__search_table[i].build(s, error);
+        DCP_PLANNER_TRACE(dcp__search_table[i].name, 0);
     }
-    if (status == DCP_OK && !(wide && batch->count > DCP__LOCKSTEP_FULL_SAMPLES &&
-                              dcp__sync_balanced(batch, wide_step)))
-        status = dcp__lockstep_candidates(batch, baselines, placements, &x, &best_microbatches,
-                                          &best_step, error);
-    if (status == DCP_OK && wide)
-        dcp__lockstep_keep(batch, &x, wide, wide_microbatches, &best_step, &best_microbatches);
+    return status;
+}
+
+/* The dynamic planner's placements under the batch's E, before the final choice. */
+static dcp_status dcp__plan_dynamic_placements(const dcp__batch *batch,
+                                               const dcp__baselines *baselines,
+                                               dcp__placement *placements,
+                                               int32_t *microbatches, dcp_error *error)
+{
+    dcp__search s;
+    dcp_status status = dcp__search_init(&s, batch, baselines, placements, error);
+    if (status != DCP_OK) return status;
+    status = dcp__search_run(&s, error);
     if (status == DCP_OK) {
-        memcpy(placements, x.best, (size_t)batch->count * sizeof *placements);
-        *microbatches = best_microbatches;
+        memcpy(placements, s.x.best, (size_t)batch->count * sizeof *placements);
+        *microbatches = s.best_microbatches;
     }
-    dcp_free(&config->allocator, wide);
-    dcp__lockstep_free(&config->allocator, &x);
+    dcp__search_free(&s);
     return status;
 }
 
@@ -8384,45 +8804,6 @@ DCPDEF const char *dcp_strategy_name(dcp_strategy strategy)
     case DCP_STRATEGY_GREEDY: return "greedy";
     }
     return "unknown";
-}
-
-/* The widest fill under E = 1: when every sample is fastest on the widest CP size (no ring
-   cost) and the fill meets the lower bound, nothing beats it, and the tree planner is not run.
-   *microbatches 0 when it is not built or not optimal. */
-static dcp_status dcp__plan_widest_if_optimal(const dcp__batch *batch,
-                                              dcp__placement *placements, int32_t *microbatches,
-                                              dcp_error *error)
-{
-    dcp__lockstep x;
-    dcp_status status;
-    *microbatches = 0;
-    if (!dcp__width_is_free(batch)) return DCP_OK; /* before the scratch is allocated */
-    memset(&x, 0, sizeof x);
-    if (!dcp__lockstep_init(batch, &x, error))
-        status = error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
-    else
-        status = dcp__fill_widest(batch, -1, x.levels, placements, microbatches, error);
-    if (status == DCP_OK && *microbatches > 0 &&
-        !dcp__sync_bound_met(batch,
-                             dcp__placement_step_ticks(batch, placements, *microbatches, &x.step)))
-        *microbatches = 0;
-    dcp__lockstep_free(&batch->config->allocator, &x);
-    return status;
-}
-
-/* The dynamic planner's placements under the batch's E, before the final choice. */
-static dcp_status dcp__plan_dynamic_placements(const dcp__batch *batch,
-                                               const dcp__baselines *baselines,
-                                               dcp__placement *placements,
-                                               int32_t *microbatches, dcp_error *error)
-{
-    dcp_status status;
-    if (batch->config->sync_ranks > 1)
-        return dcp__plan_lockstep(batch, baselines, placements, microbatches, error);
-    status = dcp__plan_widest_if_optimal(batch, placements, microbatches, error);
-    if (status == DCP_OK && *microbatches == 0)
-        status = dcp__plan_dynamic(batch, placements, microbatches, error);
-    return status;
 }
 
 /* The final choice: builds the plan of each candidate in turn (its placements are sorted in
@@ -8483,8 +8864,10 @@ static dcp_status dcp__plan_dynamic_strategy(const dcp__batch *batch, dcp__place
         microbatches[1] = baselines.greedy_microbatches;
         microbatches[2] = baselines.static_microbatches;
         microbatches[3] = baselines.megatron_microbatches;
+        DCP_PLANNER_TRACE("final choice", 1);
         status = dcp__plan_fastest(batch, candidates, microbatches,
                                    baselines.megatron_microbatches > 0 ? 4 : 3, plan, error);
+        DCP_PLANNER_TRACE("final choice", 0);
     }
     dcp__baselines_free(&batch->config->allocator, &baselines);
     return status;
@@ -8514,7 +8897,10 @@ static dcp_status dcp__plan_pow2(const dcp_config *c, const int64_t *lengths, in
     dcp__batch batch;
     dcp__placement *placements;
     dcp_status status;
-    if ((status = dcp__batch_init(&batch, c, lengths, count, error)) != DCP_OK) return status;
+    DCP_PLANNER_TRACE("tables and bounds", 1);
+    status = dcp__batch_init(&batch, c, lengths, count, error);
+    DCP_PLANNER_TRACE("tables and bounds", 0);
+    if (status != DCP_OK) return status;
     placements = (dcp__placement *)dcp__alloc_array(&c->allocator, (size_t)count,
                                                     sizeof *placements, "placements", error);
     if (!placements) {
@@ -8642,6 +9028,26 @@ static void dcp__sort_longest_first(const dcp__sets *x, int32_t *ids, int32_t n)
     for (i = 0; i < n; i++) ids[i] = x->keyed[i].id;
 }
 
+/* The plan of a config's placements, sample by sample, from microbatch base on. */
+static void dcp__sets_take_plan(const dcp_plan *plan, const int32_t *ids, int32_t base,
+                                dcp__placement *placements)
+{
+    int32_t k, g, i;
+    for (k = 0; k < plan->num_microbatches; k++)
+        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
+            const dcp_group *group = &plan->groups[g];
+            for (i = 0; i < group->sample_count; i++) {
+                const int32_t p = plan->group_samples[group->sample_offset + i];
+                const int32_t s = ids ? ids[p] : p;
+                placements[s].microbatch = base + k;
+                placements[s].first_rank = group->first_rank;
+                placements[s].cp = group->cp;
+                placements[s].order = i;
+                placements[s].sample = s;
+            }
+        }
+}
+
 /* The plan on the buddy tree of the samples that fit a power of two (x->ids[0 .. n)) under
    `strategy`, as placements from microbatch base on: *microbatches of them. */
 static dcp_status dcp__sets_tree(dcp__sets *x, dcp_strategy strategy, int32_t n, int32_t base,
@@ -8651,32 +9057,32 @@ static dcp_status dcp__sets_tree(dcp__sets *x, dcp_strategy strategy, int32_t n,
     dcp_config inner = x->inner;
     dcp_plan *plan = NULL;
     dcp_status status;
-    int32_t k, g, i;
+    int32_t i;
     *microbatches = 0;
     if (n == 0) return DCP_OK;
     for (i = 0; i < n; i++) x->sub_lengths[i] = x->lengths[x->ids[i]];
     inner.strategy = strategy;
     if ((status = dcp__plan_pow2(&inner, x->sub_lengths, n, &plan, error)) != DCP_OK)
         return status;
-    for (k = 0; k < plan->num_microbatches; k++)
-        for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
-            const dcp_group *group = &plan->groups[g];
-            for (i = 0; i < group->sample_count; i++) {
-                const int32_t s = x->ids[plan->group_samples[group->sample_offset + i]];
-                placements[s].microbatch = base + k;
-                placements[s].first_rank = group->first_rank;
-                placements[s].cp = group->cp;
-                placements[s].order = i;
-                placements[s].sample = s;
-            }
-        }
+    dcp__sets_take_plan(plan, x->ids, base, placements);
     *microbatches = plan->num_microbatches;
     dcp_plan_destroy(plan);
     return DCP_OK;
 }
 
-/* The split candidate: the samples that fit no power of two on the pool, packed first, the
-   others planned on the buddy tree under `strategy` after them. */
+/* Whether sample s fits no power of two of the tree (it needs the pool, or a size of a range
+   set beyond the tree). */
+static int dcp__sets_off_tree(const dcp__sets *x, int32_t s)
+{
+    return x->inner.max_cp == 0 || x->cp_min[s] > x->inner.max_cp;
+}
+
+static dcp_status dcp__sets_off_tree_fill(dcp__sets *x, int32_t n, dcp__placement *placements,
+                                          int32_t *microbatches, dcp_error *error);
+
+/* The split candidate: the samples that fit no power of two of the tree on the pool (on a
+   range set: by the interval fill), packed first, the others planned on the buddy tree under
+   `strategy` after them. */
 static dcp_status dcp__sets_split(dcp__sets *x, dcp_strategy strategy,
                                   dcp__placement *placements, int32_t *microbatches,
                                   dcp_error *error)
@@ -8684,14 +9090,15 @@ static dcp_status dcp__sets_split(dcp__sets *x, dcp_strategy strategy,
     int32_t s, n = 0, on_pool = 0, bins = 0, tree = 0;
     dcp_status status = DCP_OK;
     for (s = 0; s < x->count; s++)
-        if (x->pool && x->cp_min[s] == x->pool) x->ids[n++] = s;
-    if (n > 0) {
+        if (dcp__sets_off_tree(x, s)) x->ids[n++] = s;
+    if (n > 0 && x->pool) {
         dcp__sort_longest_first(x, x->ids, n);
         status = dcp__pack_first_fit(x, x->ids, n, x->pool, 0, placements, &bins, error);
-    }
+    } else if (n > 0)
+        status = dcp__sets_off_tree_fill(x, n, placements, &bins, error);
     on_pool = n;
     for (s = 0, n = 0; s < x->count; s++)
-        if (!(x->pool && x->cp_min[s] == x->pool)) x->ids[n++] = s;
+        if (!dcp__sets_off_tree(x, s)) x->ids[n++] = s;
     if (status == DCP_OK) status = dcp__sets_tree(x, strategy, n, bins, placements, &tree, error);
     *microbatches = on_pool + n > 0 ? bins + tree : 0;
     return status;
@@ -8779,9 +9186,35 @@ static int dcp__cover_alloc(dcp__cover *c, const dcp__sets *x, dcp__placement *p
     return c->sorted && c->scratch && c->reach && c->seconds;
 }
 
-/* The largest aligned block of an allowed size whose ranks all hold nothing (the first on
-   ties) into c->block, c->size; 0 when every rank holds a sample, -1 when idle ranks remain
-   but no allowed block fits them. */
+/* The largest block of an allowed size inside the idle run [from, to) into c->block, c->size
+   when larger than the one there: aligned powers of two on the aligned sets, any range of an
+   allowed size (its start at the run's) on the others. */
+static void dcp__cover_block_in(dcp__cover *c, int32_t from, int32_t to)
+{
+    const dcp_config *config = c->x->config;
+    int32_t z;
+    if (!dcp__cp_aligned(config)) {
+        int32_t best = 0;
+        for (z = config->min_cp; z > 0 && z <= to - from; z = dcp__cp_next(config, z)) best = z;
+        if (best > c->size) {
+            c->block = from;
+            c->size = best;
+        }
+        return;
+    }
+    for (z = (int32_t)(INT64_C(1) << dcp__log2_int(to - from)); z > c->size; z /= 2) {
+        int32_t start = (from + z - 1) / z * z;
+        if (start + z <= to && dcp_cp_size_allowed(config, z)) {
+            c->block = start;
+            c->size = z;
+            return;
+        }
+    }
+}
+
+/* The largest block of an allowed size whose ranks all hold nothing (the first on ties) into
+   c->block, c->size; 0 when every rank holds a sample, -1 when idle ranks remain but no
+   allowed block fits them. */
 static int dcp__cover_idle_block(dcp__cover *c)
 {
     const dcp_config *config = c->x->config;
@@ -8802,16 +9235,8 @@ static int dcp__cover_idle_block(dcp__cover *c)
         }
         if (!busy && idle_from < 0) idle_from = r;
         if (busy && idle_from >= 0) { /* the idle run [idle_from, r) */
-            int32_t z = (int32_t)(INT64_C(1) << dcp__log2_int(r - idle_from));
             any = 1;
-            for (; z > c->size; z /= 2) {
-                int32_t start = (idle_from + z - 1) / z * z;
-                if (start + z <= r && dcp_cp_size_allowed(config, z)) {
-                    c->block = start;
-                    c->size = z;
-                    break;
-                }
-            }
+            dcp__cover_block_in(c, idle_from, r);
             idle_from = -1;
         }
     }
@@ -8892,11 +9317,24 @@ static int dcp__cover_widen_to(dcp__cover *c, int32_t lo, int32_t size)
     return 1;
 }
 
-/* Step 1 over the blocks holding B, smallest first: the powers of two, then the pool. */
+/* Step 1 over the blocks holding B, smallest first: the powers of two, then the pool; on a
+   range set every larger allowed size, reaching from B's start rightwards or from its end
+   leftwards. */
 static int dcp__cover_widen(dcp__cover *c)
 {
     const dcp_config *config = c->x->config;
     int64_t size;
+    if (!dcp__cp_aligned(config)) {
+        int32_t z;
+        for (z = dcp__cp_next(config, c->size); z > 0; z = dcp__cp_next(config, z)) {
+            int32_t right = c->block, left = c->block + c->size - z;
+            if (right + z > config->ranks) right = config->ranks - z;
+            if (left < 0) left = 0;
+            if (dcp__cover_widen_to(c, right, z) || (left != right && dcp__cover_widen_to(c, left, z)))
+                return 1;
+        }
+        return 0;
+    }
     for (size = 2 * (int64_t)c->size; size <= config->max_cp; size *= 2) {
         const int32_t lo = c->block / (int32_t)size * (int32_t)size;
         if (lo + size <= config->ranks && dcp_cp_size_allowed(config, (int32_t)size) &&
@@ -8991,9 +9429,309 @@ static dcp_status dcp__cover_ranks(const dcp__sets *x, dcp__placement *placement
     return DCP_OK;
 }
 
-/* ------------------------------------------------------------------ the driver */
+/* ------------------------------------------- planner: the interval fill (any CP size set)
+   The buddy tree holds aligned powers of two only. For the sets ANY and LIST a group is any
+   range [first_rank, first_rank + c) of an allowed size c, and the interval fill plans them:
+   each sample gets a width from a menu of the set's sizes (its smallest that fits, or wider
+   while that shortens it above a target, or the widest), and each microbatch is filled to the
+   top as the buddy tree's fills do, on a line of ranks instead of a tree: the slowest sample
+   left opens it at rank 0 and fixes its time T, its group takes more samples of its width
+   while they finish within T (times a slack) and fit the memory cap, and the next free ranks
+   go to the slowest sample left of any width that fits them and finishes within T, until no
+   sample does. Per width the samples sit slowest first (tokens falling with them), so "the
+   slowest that fits" is two binary searches and a union-find skip: O(N W log N) for W menu
+   widths. Its plans are candidates of the final choice, beside the buddy tree's plan on the
+   set's powers of two. */
 
-enum { DCP__SETS_CANDIDATES = 5 }; /* split, widest, Megatron's; greedy's and static's split */
+/* Widths the fill may use: every size of the set up to this many; beyond, the sizes that
+   divide the pool (they tile it), the powers of two and max_cp. */
+#define DCP__GFILL_MAX_WIDTHS 64
+#define DCP__GFILL_INFINITY HUGE_VAL
+
+typedef struct dcp__gfill_entry {
+    double seconds; /* the sample's time at the width (its own ring under DCP_RING_PER_SAMPLE) */
+    int64_t tokens; /* per rank at the width */
+    int32_t sample;
+} dcp__gfill_entry;
+
+typedef struct dcp__gfill {
+    const dcp__sets *x;
+    int32_t widths[DCP__GFILL_MAX_WIDTHS], width_count;
+    double group_ring[DCP__GFILL_MAX_WIDTHS]; /* a group's ring (0 under per-sample charge) */
+    int32_t begin[DCP__GFILL_MAX_WIDTHS + 1]; /* width m: entries [begin[m], begin[m + 1]) */
+    dcp__gfill_entry *entries;                /* [count] by width, each slowest first */
+    int32_t *alive;   /* [count + W] union-find: the next entry not placed (run ends: sentinels) */
+    int32_t *width_of; /* [count] the sample's width index */
+    dcp__keyed *keyed; /* [2 count] */
+} dcp__gfill;
+
+static void dcp__gfill_free(dcp__gfill *f)
+{
+    void *list[] = {f->entries, f->alive, f->width_of, f->keyed};
+    dcp__free_list(&f->x->config->allocator, list, DCP__COUNT(list));
+}
+
+/* The menu of widths: see DCP__GFILL_MAX_WIDTHS. */
+static void dcp__gfill_menu(dcp__gfill *f)
+{
+    const dcp_config *config = f->x->config;
+    int32_t cp, all = 0;
+    for (cp = config->min_cp; cp > 0; cp = dcp__cp_next(config, cp)) all++;
+    f->width_count = 0;
+    for (cp = config->min_cp; cp > 0 && f->width_count < DCP__GFILL_MAX_WIDTHS;
+         cp = dcp__cp_next(config, cp))
+        if (all <= DCP__GFILL_MAX_WIDTHS || config->ranks % cp == 0 || dcp_is_pow2(cp) ||
+            cp == config->max_cp)
+            f->widths[f->width_count++] = cp;
+    for (cp = 0; cp < f->width_count; cp++)
+        f->group_ring[cp] = config->ring_charge == DCP_RING_PER_SAMPLE
+                                ? 0.0
+                                : dcp_cost_ring_seconds(&config->cost, f->widths[cp]);
+}
+
+static dcp_status dcp__gfill_init(dcp__gfill *f, const dcp__sets *x, dcp_error *error)
+{
+    const dcp_allocator *a = &x->config->allocator;
+    const size_t count = (size_t)x->count;
+    memset(f, 0, sizeof *f);
+    f->x = x;
+    dcp__gfill_menu(f);
+    f->entries = (dcp__gfill_entry *)dcp__alloc_array(a, count, sizeof *f->entries, "fill",
+                                                      error);
+    f->alive = (int32_t *)dcp__alloc_array(a, count + DCP__GFILL_MAX_WIDTHS + 1,
+                                           sizeof(int32_t), "fill", error);
+    f->width_of = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "fill", error);
+    f->keyed = (dcp__keyed *)dcp__alloc_array(a, 2 * count, sizeof *f->keyed, "fill", error);
+    if (!f->entries || !f->alive || !f->width_of || !f->keyed) {
+        dcp__gfill_free(f);
+        return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
+    }
+    return DCP_OK;
+}
+
+/* A sample's time alone at width index m (its compute, and its ring when charged per
+   sample), and whether it fits the memory cap there. */
+static double dcp__gfill_seconds(const dcp__gfill *f, int32_t s, int32_t m)
+{
+    const dcp_config *config = f->x->config;
+    const int64_t length = f->x->lengths[s];
+    double seconds = dcp__sample_seconds(&config->cost, dcp__attention_seconds(&config->cost,
+                                                                                length),
+                                         dcp__padded(config, length, f->widths[m]),
+                                         f->widths[m]);
+    if (config->ring_charge == DCP_RING_PER_SAMPLE)
+        seconds += dcp_cost_ring_seconds(&config->cost, f->widths[m]);
+    return seconds;
+}
+
+static int dcp__gfill_fits(const dcp__gfill *f, int32_t s, int32_t m)
+{
+    return f->widths[m] >= f->x->cp_min[s] &&
+           dcp__tokens_at(f->x->config, f->x->lengths[s], f->widths[m]) <=
+               f->x->config->max_tokens_per_rank;
+}
+
+/* Width choices of a variant. */
+typedef enum dcp__gfill_width { DCP__GFILL_NARROW, DCP__GFILL_WIDEN, DCP__GFILL_WIDEST } dcp__gfill_width;
+
+/* Sample s's width index: its narrowest fitting width, then (WIDEN) wider while its time
+   alone (group ring included) exceeds target and the next width is faster, or (WIDEST) the
+   widest fitting. -1 when no width of the menu fits. */
+static int32_t dcp__gfill_width_of(const dcp__gfill *f, int32_t s, dcp__gfill_width how,
+                                   double target)
+{
+    int32_t m, chosen = -1;
+    for (m = 0; m < f->width_count; m++) {
+        if (!dcp__gfill_fits(f, s, m)) continue;
+        if (chosen < 0) {
+            chosen = m;
+            if (how == DCP__GFILL_NARROW) break;
+            continue;
+        }
+        if (how == DCP__GFILL_WIDEST) {
+            chosen = m;
+            continue;
+        }
+        if (dcp__gfill_seconds(f, s, chosen) + f->group_ring[chosen] <= target ||
+            dcp__gfill_seconds(f, s, m) + f->group_ring[m] >=
+                dcp__gfill_seconds(f, s, chosen) + f->group_ring[chosen])
+            break;
+        chosen = m;
+    }
+    return chosen;
+}
+
+/* Sorts the samples ids[0 .. n) into per-width runs, each slowest first (ties by id), and
+   resets the union-find; 0 when a sample fits no width. */
+static int dcp__gfill_prepare(dcp__gfill *f, const int32_t *ids, int32_t n, dcp__gfill_width how,
+                              double target)
+{
+    int32_t i, m, at;
+    int32_t counts[DCP__GFILL_MAX_WIDTHS + 1];
+    memset(counts, 0, sizeof counts);
+    for (i = 0; i < n; i++) {
+        const int32_t s = ids[i];
+        f->width_of[s] = dcp__gfill_width_of(f, s, how, target);
+        if (f->width_of[s] < 0) return 0;
+        counts[f->width_of[s]]++;
+    }
+    for (m = 0, at = 0; m < f->width_count; m++) {
+        f->begin[m] = at;
+        at += counts[m];
+    }
+    f->begin[f->width_count] = at;
+    for (m = 0; m < f->width_count; m++) {
+        int32_t k = 0;
+        for (i = 0; i < n; i++) { /* the run's keys: the bits of the seconds (>= 0) */
+            const int32_t s = ids[i];
+            double seconds;
+            uint64_t bits;
+            if (f->width_of[s] != m) continue;
+            seconds = dcp__gfill_seconds(f, s, m);
+            memcpy(&bits, &seconds, sizeof bits);
+            f->keyed[k].key = (int64_t)bits;
+            f->keyed[k].id = s;
+            k++;
+        }
+        dcp__keyed_sort(f->keyed, f->keyed + k, k);
+        for (i = 0; i < k; i++) {
+            dcp__gfill_entry *e = &f->entries[f->begin[m] + i];
+            e->sample = f->keyed[i].id;
+            e->seconds = dcp__gfill_seconds(f, e->sample, m);
+            e->tokens = dcp__tokens_at(f->x->config, f->x->lengths[e->sample], f->widths[m]);
+        }
+    }
+    for (i = 0; i <= n + f->width_count; i++) f->alive[i] = i; /* entry p at p + m */
+    return 1;
+}
+
+/* Union-find with path halving over the positions p + m of width m's entries. */
+static int32_t dcp__gfill_find(dcp__gfill *f, int32_t slot)
+{
+    while (f->alive[slot] != slot) {
+        f->alive[slot] = f->alive[f->alive[slot]];
+        slot = f->alive[slot];
+    }
+    return slot;
+}
+
+/* The slowest entry of width m not yet placed with seconds <= time and tokens <= tokens: its
+   position, or -1. */
+static int32_t dcp__gfill_take(dcp__gfill *f, int32_t m, double time, int64_t tokens)
+{
+    int32_t lo = f->begin[m], hi = f->begin[m + 1], a = lo, b = hi, slot;
+    while (a < b) { /* first with seconds <= time */
+        int32_t mid = a + (b - a) / 2;
+        if (f->entries[mid].seconds > time) a = mid + 1;
+        else b = mid;
+    }
+    lo = a;
+    a = f->begin[m];
+    b = hi;
+    while (a < b) { /* first with tokens <= tokens */
+        int32_t mid = a + (b - a) / 2;
+        if (f->entries[mid].tokens > tokens) a = mid + 1;
+        else b = mid;
+    }
+    if (a > lo) lo = a;
+    slot = dcp__gfill_find(f, lo + m);
+    return slot - m < hi ? slot - m : -1;
+}
+
+static void dcp__gfill_place(dcp__gfill *f, int32_t p, int32_t m, int32_t microbatch,
+                             int32_t first_rank, int32_t order, dcp__placement *placements)
+{
+    const int32_t s = f->entries[p].sample;
+    f->alive[p + m] = p + m + 1;
+    placements[s].microbatch = microbatch;
+    placements[s].first_rank = first_rank;
+    placements[s].cp = f->widths[m];
+    placements[s].order = order;
+    placements[s].sample = s;
+}
+
+/* Opens a group of width m at first_rank with entry p and fills it up to `cap` seconds and
+   the memory cap with more entries of its width. Returns how many it holds. */
+static int32_t dcp__gfill_group(dcp__gfill *f, int32_t p, int32_t m, int32_t microbatch,
+                                int32_t first_rank, double cap, dcp__placement *placements)
+{
+    const int64_t room = f->x->config->max_tokens_per_rank;
+    double time = f->group_ring[m] + f->entries[p].seconds;
+    int64_t tokens = f->entries[p].tokens;
+    int32_t held = 1;
+    dcp__gfill_place(f, p, m, microbatch, first_rank, 0, placements);
+    while ((p = dcp__gfill_take(f, m, cap - time, room - tokens)) >= 0) {
+        dcp__gfill_place(f, p, m, microbatch, first_rank, held++, placements);
+        time += f->entries[p].seconds;
+        tokens += f->entries[p].tokens;
+    }
+    return held;
+}
+
+/* One microbatch: the slowest entry left opens it; the free ranks after each group go to the
+   slowest entry of any width they hold that finishes within the cap. Returns the samples
+   placed. */
+static int32_t dcp__gfill_microbatch(dcp__gfill *f, int32_t microbatch, double slack,
+                                     dcp__placement *placements)
+{
+    const int64_t room = f->x->config->max_tokens_per_rank;
+    const int32_t ranks = f->x->config->ranks;
+    int32_t m, first = 0, placed = 0, open_width = -1, open_at = -1;
+    double cap;
+    for (m = 0; m < f->width_count; m++) { /* the slowest left */
+        int32_t p = dcp__gfill_take(f, m, DCP__GFILL_INFINITY, room);
+        if (p >= 0 && (open_at < 0 || f->entries[p].seconds > f->entries[open_at].seconds)) {
+            open_at = p;
+            open_width = m;
+        }
+    }
+    if (open_at < 0) return 0;
+    cap = (f->group_ring[open_width] + f->entries[open_at].seconds) * (1.0 + slack);
+    placed += dcp__gfill_group(f, open_at, open_width, microbatch, 0, cap, placements);
+    first = f->widths[open_width];
+    for (;;) {
+        int32_t best = -1, best_width = -1;
+        for (m = 0; m < f->width_count && first + f->widths[m] <= ranks; m++) {
+            int32_t p = dcp__gfill_take(f, m, cap - f->group_ring[m], room);
+            if (p >= 0 && (best < 0 || f->entries[p].seconds > f->entries[best].seconds)) {
+                best = p;
+                best_width = m;
+            }
+        }
+        if (best < 0) break;
+        placed += dcp__gfill_group(f, best, best_width, microbatch, first, cap, placements);
+        first += f->widths[best_width];
+    }
+    return placed;
+}
+
+/* The interval fill of samples ids[0 .. n) from microbatch base on: *microbatches of them (0
+   when a sample fits no width of the menu). */
+static void dcp__gfill_run(dcp__gfill *f, const int32_t *ids, int32_t n, dcp__gfill_width how,
+                           double target, double slack, int32_t base,
+                           dcp__placement *placements, int32_t *microbatches)
+{
+    int32_t left = n, k = 0;
+    *microbatches = 0;
+    if (!dcp__gfill_prepare(f, ids, n, how, target)) return;
+    while (left > 0) left -= dcp__gfill_microbatch(f, base + k++, slack, placements);
+    *microbatches = k;
+}
+
+/* The split's samples beyond the tree on a range set: the interval fill at their narrowest
+   widths, into microbatches of their own. x->ids[0 .. n) holds them. */
+static dcp_status dcp__sets_off_tree_fill(dcp__sets *x, int32_t n, dcp__placement *placements,
+                                          int32_t *microbatches, dcp_error *error)
+{
+    dcp__gfill f;
+    dcp_status status = dcp__gfill_init(&f, x, error);
+    if (status != DCP_OK) return status;
+    dcp__gfill_run(&f, x->ids, n, DCP__GFILL_NARROW, 0.0, 0.0, 0, placements, microbatches);
+    dcp__gfill_free(&f);
+    return DCP_OK;
+}
+
+/* ------------------------------------------------------------------ the candidates */
 
 /* Whether some sample fits no power of two: the static baseline then runs every sample on
    the whole pool (the CP size the longest needs). */
@@ -9005,31 +9743,178 @@ static int dcp__sets_needs_pool(const dcp__sets *x)
     return 0;
 }
 
+/* The interval fill of every sample, one variant. */
+static dcp_status dcp__sets_gfill(dcp__sets *x, dcp__gfill_width how, double target_share,
+                                  double slack, dcp__placement *placements,
+                                  int32_t *microbatches, dcp_error *error)
+{
+    dcp__gfill f;
+    double target = 0.0;
+    int32_t s;
+    dcp_status status = dcp__gfill_init(&f, x, error);
+    if (status != DCP_OK) return status;
+    if (how == DCP__GFILL_WIDEN)
+        status = dcp__lower_bounds(x->config, x->lengths, x->count, x->cp_min,
+                                   &x->config->sync_ranks, 1, &target, error);
+    for (s = 0; s < x->count; s++) x->ids[s] = s;
+    if (status == DCP_OK)
+        dcp__gfill_run(&f, x->ids, x->count, how, target * target_share, slack, 0, placements,
+                       microbatches);
+    dcp__gfill_free(&f);
+    return status;
+}
+
+/* The greedy baseline of the set: on the aligned sets the buddy tree's greedy after the
+   pool's samples; on the others the interval fill at every sample's narrowest width (one
+   microbatch at a time, the slowest first, the rest where they fit). */
+static dcp_status dcp__sets_greedy(dcp__sets *x, dcp__placement *placements,
+                                   int32_t *microbatches, dcp_error *error)
+{
+    if (dcp__cp_aligned(x->config))
+        return dcp__sets_split(x, DCP_STRATEGY_GREEDY, placements, microbatches, error);
+    return dcp__sets_gfill(x, DCP__GFILL_NARROW, 0.0, 0.0, placements, microbatches, error);
+}
+
+/* The static baseline of the set: every sample at the CP size the longest needs. */
+static dcp_status dcp__sets_static(dcp__sets *x, dcp__placement *placements,
+                                   int32_t *microbatches, dcp_error *error)
+{
+    int32_t s, cp = x->config->min_cp;
+    int64_t *tokens;
+    dcp_status status;
+    if (dcp__cp_aligned(x->config))
+        return dcp__sets_needs_pool(x)
+                   ? dcp__sets_widest(x, 0, placements, microbatches, error)
+                   : dcp__sets_split(x, DCP_STRATEGY_STATIC, placements, microbatches, error);
+    for (s = 0; s < x->count; s++)
+        if (x->cp_min[s] > cp) cp = x->cp_min[s];
+    tokens = x->sub_lengths; /* scratch of count int64 */
+    for (s = 0; s < x->count; s++) tokens[s] = dcp__tokens_at(x->config, x->lengths[s], cp);
+    status = dcp__static_pack(x->config, tokens, x->count, cp, placements, microbatches, error);
+    return status;
+}
+
+static dcp_status dcp__sets_split_dynamic(dcp__sets *x, dcp__placement *placements,
+                                          int32_t *microbatches, dcp_error *error)
+{
+    return dcp__sets_split(x, DCP_STRATEGY_DYNAMIC, placements, microbatches, error);
+}
+
+static dcp_status dcp__sets_widest_first(dcp__sets *x, dcp__placement *placements,
+                                         int32_t *microbatches, dcp_error *error)
+{
+    if (dcp__cp_aligned(x->config))
+        return dcp__sets_widest(x, 1, placements, microbatches, error);
+    return dcp__sets_gfill(x, DCP__GFILL_WIDEST, 0.0, 0.0, placements, microbatches, error);
+}
+
+static dcp_status dcp__sets_megatron(dcp__sets *x, dcp__placement *placements,
+                                     int32_t *microbatches, dcp_error *error)
+{
+    dcp__batch batch = dcp__sets_batch(x);
+    return dcp__plan_megatron(&batch, placements, microbatches, error);
+}
+
+/* The interval fill's widening variants (on the sets ANY and LIST): samples whose time alone
+   exceeds the lower bound over DCP__WIDEN_HALF_DIVISOR / DCP__WIDEN_EIGHTH_DIVISOR widened,
+   and the first also with groups filled up to DCP__GFILL_SLACK above the microbatch's
+   opening time (as the buddy tree's fills do). */
+#define DCP__GFILL_SLACK 0.5
+static dcp_status dcp__sets_widen_half(dcp__sets *x, dcp__placement *placements,
+                                       int32_t *microbatches, dcp_error *error)
+{
+    return dcp__sets_gfill(x, DCP__GFILL_WIDEN, 1.0 / DCP__WIDEN_HALF_DIVISOR, 0.0, placements,
+                           microbatches, error);
+}
+
+static dcp_status dcp__sets_widen_eighth(dcp__sets *x, dcp__placement *placements,
+                                         int32_t *microbatches, dcp_error *error)
+{
+    return dcp__sets_gfill(x, DCP__GFILL_WIDEN, 1.0 / DCP__WIDEN_EIGHTH_DIVISOR, 0.0,
+                           placements, microbatches, error);
+}
+
+static dcp_status dcp__sets_widen_slack(dcp__sets *x, dcp__placement *placements,
+                                        int32_t *microbatches, dcp_error *error)
+{
+    return dcp__sets_gfill(x, DCP__GFILL_WIDEN, 1.0 / DCP__WIDEN_HALF_DIVISOR, DCP__GFILL_SLACK,
+                           placements, microbatches, error);
+}
+
+/* Under ANY, Megatron's sizes are a subset: their plan (the pool first, the buddy tree below
+   it) is a candidate, so every size is never behind Megatron's sizes, within the same
+   min_cp and max_cp. Not built where min_cp is none of Megatron's sizes. */
+static int dcp__sets_any(const dcp__sets *x) { return x->config->cp_sizes == DCP_CP_SIZES_ANY; }
+
+static dcp_status dcp__sets_megatron_sizes(dcp__sets *x, dcp__placement *placements,
+                                           int32_t *microbatches, dcp_error *error)
+{
+    dcp_config sizes = *x->config, resolved;
+    dcp_plan *plan = NULL;
+    dcp_status status;
+    *microbatches = 0;
+    sizes.cp_sizes = DCP_CP_SIZES_MEGATRON;
+    while (sizes.max_cp > sizes.min_cp && !dcp__cp_in_set(&sizes, sizes.max_cp))
+        sizes.max_cp--; /* the largest of Megatron's sizes within max_cp */
+    if (dcp_config_resolve(&sizes, &resolved, NULL) != DCP_OK) return DCP_OK;
+    status = dcp_plan_create(&resolved, x->lengths, x->count, &plan, NULL);
+    if (status == DCP_ERROR_OUT_OF_MEMORY || status == DCP_ERROR_OVERFLOW)
+        return dcp_error_set(error, status, "planning Megatron's sizes as a candidate failed");
+    if (status != DCP_OK) return DCP_OK; /* e.g. a sample only a size of ANY fits */
+    dcp__sets_take_plan(plan, NULL, 0, placements);
+    *microbatches = plan->num_microbatches;
+    dcp_plan_destroy(plan);
+    return DCP_OK;
+}
+
+static int dcp__sets_everywhere(const dcp__sets *x)
+{
+    (void)x;
+    return 1;
+}
+
+static int dcp__sets_on_ranges(const dcp__sets *x) { return !dcp__cp_aligned(x->config); }
+
+typedef struct dcp__sets_entry {
+    const char *name;
+    int (*applies)(const dcp__sets *x);
+    dcp_status (*build)(dcp__sets *x, dcp__placement *placements, int32_t *microbatches,
+                        dcp_error *error);
+} dcp__sets_entry;
+
+/* The dynamic strategy's candidates on this path, in order (ties go to the earlier): the
+   split, the widest, Megatron's scheduler, the baselines themselves (so that the guarantee
+   holds to the bit, after a repair too), and on ranges the interval fill's variants. */
+static const dcp__sets_entry dcp__sets_table[] = {
+    {"split: the pool's samples, then the buddy tree", dcp__sets_everywhere,
+     dcp__sets_split_dynamic},
+    {"widest", dcp__sets_everywhere, dcp__sets_widest_first},
+    {"Megatron's scheduler", dcp__sets_everywhere, dcp__sets_megatron},
+    {"greedy baseline", dcp__sets_everywhere, dcp__sets_greedy},
+    {"static baseline", dcp__sets_everywhere, dcp__sets_static},
+    {"interval fill, widened at half the bound", dcp__sets_on_ranges, dcp__sets_widen_half},
+    {"interval fill, widened at an eighth", dcp__sets_on_ranges, dcp__sets_widen_eighth},
+    {"interval fill, widened at half, slack", dcp__sets_on_ranges, dcp__sets_widen_slack},
+    {"Megatron's sizes", dcp__sets_any, dcp__sets_megatron_sizes},
+};
+#define DCP__SETS_CANDIDATES DCP__COUNT(dcp__sets_table)
+
 /* Candidate `which` of the strategy into placements; *microbatches 0 when not built. */
 static dcp_status dcp__sets_candidate(dcp__sets *x, dcp_strategy strategy, int32_t which,
                                       dcp__placement *placements, int32_t *microbatches,
                                       dcp_error *error)
 {
-    dcp__batch batch;
+    dcp_status status = DCP_OK;
     *microbatches = 0;
-    if (strategy == DCP_STRATEGY_STATIC && which == 0)
-        return dcp__sets_needs_pool(x) ? dcp__sets_widest(x, 0, placements, microbatches, error)
-                                       : dcp__sets_split(x, strategy, placements, microbatches,
-                                                         error);
-    if (strategy == DCP_STRATEGY_GREEDY && which == 0)
-        return dcp__sets_split(x, strategy, placements, microbatches, error);
-    if (strategy != DCP_STRATEGY_DYNAMIC) return DCP_OK;
-    switch (which) {
-    case 0: return dcp__sets_split(x, strategy, placements, microbatches, error);
-    case 1: return dcp__sets_widest(x, 1, placements, microbatches, error);
-    case 2:
-        batch = dcp__sets_batch(x);
-        return dcp__plan_megatron(&batch, placements, microbatches, error);
-    case 3: /* the baselines themselves: the guarantee holds to the bit, and after a repair */
-        return dcp__sets_candidate(x, DCP_STRATEGY_GREEDY, 0, placements, microbatches, error);
-    default:
-        return dcp__sets_candidate(x, DCP_STRATEGY_STATIC, 0, placements, microbatches, error);
-    }
+    if (strategy == DCP_STRATEGY_STATIC)
+        return which == 0 ? dcp__sets_static(x, placements, microbatches, error) : DCP_OK;
+    if (strategy == DCP_STRATEGY_GREEDY)
+        return which == 0 ? dcp__sets_greedy(x, placements, microbatches, error) : DCP_OK;
+    if (!dcp__sets_table[which].applies(x)) return DCP_OK;
+    DCP_PLANNER_TRACE(dcp__sets_table[which].name, 1);
+    status = dcp__sets_table[which].build(x, placements, microbatches, error);
+    DCP_PLANNER_TRACE(dcp__sets_table[which].name, 0);
+    return status;
 }
 
 /* dcp_plan_create for a config with a group of the whole pool outside the buddy tree or with
@@ -9083,7 +9968,7 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
     *plan = NULL;
     if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
     if (count < 1 || !lengths) return dcp__check_samples(&c, lengths, count, NULL, error);
-    if (dcp__pool_cp(&c) || c.cover_ranks)
+    if (dcp__pool_cp(&c) || c.cover_ranks || !dcp__cp_aligned(&c))
         status = dcp__plan_sets(&c, lengths, count, plan, error);
     else
         status = dcp__plan_pow2(&c, lengths, count, plan, error);
@@ -9131,11 +10016,13 @@ static dcp_status dcp__validate_group(const dcp_plan *plan, int32_t k, const dcp
                              "cp_sizes %s in [%d, %d]",
                              (int)k, (int)g->first_rank, (int)g->cp,
                              dcp_cp_sizes_name(c->cp_sizes), (int)c->min_cp, (int)c->max_cp);
-    if (g->first_rank < 0 || g->first_rank % g->cp != 0 || g->first_rank > c->ranks - g->cp)
+    if (g->first_rank < 0 || (dcp__cp_aligned(c) && g->first_rank % g->cp != 0) ||
+        g->first_rank > c->ranks - g->cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
-                             "microbatch %d: group at rank %d with cp %d is not an aligned block "
-                             "of the %d ranks",
-                             (int)k, (int)g->first_rank, (int)g->cp, (int)c->ranks);
+                             "microbatch %d: group at rank %d with cp %d is not %s of the %d "
+                             "ranks",
+                             (int)k, (int)g->first_rank, (int)g->cp,
+                             dcp__cp_aligned(c) ? "an aligned block" : "a range", (int)c->ranks);
     if (g->sample_count < 1 || g->sample_offset != expected_offset ||
         g->sample_count > plan->num_samples - expected_offset)
         return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
@@ -9242,6 +10129,13 @@ DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error)
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
+DCPDEF dcp_status dcp_plan_trusted(const dcp_plan *plan, dcp_error *error)
+{
+    if (plan && plan->seal != 0 && plan->seal == dcp__plan_seal_of(plan))
+        return dcp_error_clear(error);
+    return dcp_plan_validate(plan, error);
+}
+
 /* --------------------------------------------------------------------------- simulator */
 
 /* Validates the plan and the optional cost override; *config gets the model to use. */
@@ -9249,7 +10143,7 @@ static dcp_status dcp__simulation_setup(const dcp_plan *plan, const dcp_cost_mod
                                         dcp_config *config, double **finish, dcp_error *error)
 {
     dcp_status status;
-    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    if ((status = dcp_plan_trusted(plan, error)) != DCP_OK) return status;
     if ((status = dcp__check_sync_ranks(plan->config.sync_ranks, plan->config.ranks, error)) !=
         DCP_OK)
         return status;
@@ -9453,7 +10347,15 @@ static void dcp__text_escaped(dcp__text *t, const char *text)
         }
 }
 
+/* The CP sizes all panels use, increasing: their colours and the legend. */
+#define DCP__SVG_MAX_SIZES 64
+typedef struct dcp__svg_sizes {
+    int32_t cp[DCP__SVG_MAX_SIZES];
+    int32_t count;
+} dcp__svg_sizes;
+
 typedef struct dcp__svg_panel {
+    const dcp__svg_sizes *sizes;
     const dcp_plan *plan;
     dcp_plan_stats stats;
     const char *title;
@@ -9467,10 +10369,13 @@ typedef struct dcp__svg_panel {
     double x_scale;      /* px per ms */
 } dcp__svg_panel;
 
-static const char *dcp__svg_color(int32_t cp)
+/* A size's colour: by its place among the sizes the panels use (the last colour for every
+   size past the palette). */
+static const char *dcp__svg_color(const dcp__svg_sizes *sizes, int32_t cp)
 {
-    int level = dcp__log2_int(cp);
-    return dcp__svg_colors[level < DCP__SVG_COLOR_COUNT ? level : DCP__SVG_COLOR_COUNT - 1];
+    int32_t i;
+    for (i = 0; i < sizes->count && sizes->cp[i] != cp; i++) {}
+    return dcp__svg_colors[i < DCP__SVG_COLOR_COUNT ? i : DCP__SVG_COLOR_COUNT - 1];
 }
 
 /* 1, 2 or 5 times a power of ten, giving about DCP__SVG_TARGET_TICKS ticks over span. */
@@ -9509,7 +10414,7 @@ static dcp_status dcp__svg_check(const dcp_plan *const *plans, int32_t count, co
     for (i = 0; i < count; i++) {
         if (!plans[i])
             return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plans[%d] is NULL", (int)i);
-        if ((status = dcp_plan_validate(plans[i], error)) != DCP_OK) {
+        if ((status = dcp_plan_trusted(plans[i], error)) != DCP_OK) {
             if (error) {
                 char reason[DCP_ERROR_MESSAGE_CAPACITY];
                 memcpy(reason, error->message, sizeof reason);
@@ -9676,7 +10581,7 @@ static void dcp__svg_groups(dcp__text *t, const dcp__svg_panel *p)
             double x = dcp__svg_x(p, p->start[g]), y = p->top + group->first_rank * p->row;
             double w = dcp__svg_x(p, p->end[g]) - x, h = group->cp * p->row;
             dcp__text_printf(t, "<rect x='%.3f' y='%.3f' width='%.3f' height='%.3f' fill='%s'",
-                             x, y, w, h, dcp__svg_color(group->cp));
+                             x, y, w, h, dcp__svg_color(p->sizes, group->cp));
             if (stroked)
                 dcp__text_printf(t, " stroke='white' stroke-width='%.1f'", DCP__SVG_BOX_STROKE);
             dcp__text_printf(t, ">");
@@ -9739,31 +10644,36 @@ static void dcp__svg_lower_bound(dcp__text *t, const dcp__svg_panel *p)
                      p->stats.lower_bound_seconds * 1e3);
 }
 
-/* The CP size of a level's groups (floor(log2 cp) = level; a plan has at most one size a
-   level: the powers of two, and the whole pool where it is none). */
-static int32_t dcp__svg_level_size(const dcp__svg_panel *panels, int32_t count, int32_t level)
+/* The sizes the panels' plans use, increasing (the first DCP__SVG_MAX_SIZES). */
+static void dcp__svg_collect_sizes(dcp__svg_sizes *sizes, const dcp_plan *const *plans,
+                                   int32_t count)
 {
-    int32_t i, g;
+    int32_t i, g, j;
+    sizes->count = 0;
     for (i = 0; i < count; i++)
-        for (g = 0; g < panels[i].plan->num_groups; g++)
-            if (dcp__log2_int(panels[i].plan->groups[g].cp) == level)
-                return panels[i].plan->groups[g].cp;
-    return (int32_t)1 << level;
+        for (g = 0; g < plans[i]->num_groups; g++) {
+            const int32_t cp = plans[i]->groups[g].cp;
+            for (j = 0; j < sizes->count && sizes->cp[j] < cp; j++) {}
+            if ((j < sizes->count && sizes->cp[j] == cp) || sizes->count == DCP__SVG_MAX_SIZES)
+                continue;
+            memmove(&sizes->cp[j + 1], &sizes->cp[j], (size_t)(sizes->count - j) * sizeof(int32_t));
+            sizes->cp[j] = cp;
+            sizes->count++;
+        }
 }
 
 /* The CP sizes any panel uses, then the two kinds of line and what a box's number means. */
 static void dcp__svg_legend(dcp__text *t, const dcp__svg_panel *panels, int32_t count)
 {
+    const dcp__svg_sizes *sizes = panels[0].sizes;
     double x = DCP__SVG_MARGIN_LEFT + DCP__SVG_PLOT_WIDTH + 20.0, y = panels[0].top;
-    int32_t level, i;
-    for (level = 0; level < DCP_CP_LEVELS; level++) {
-        int used = 0;
-        for (i = 0; i < count; i++) used |= panels[i].stats.samples_per_cp_level[level] > 0;
-        if (!used) continue;
+    int32_t i;
+    (void)count;
+    for (i = 0; i < sizes->count; i++) {
         dcp__text_printf(t, "<rect x='%.0f' y='%.0f' width='14' height='14' fill='%s'/>\n", x, y,
-                         dcp__svg_color((int32_t)1 << level));
+                         dcp__svg_color(sizes, sizes->cp[i]));
         dcp__text_printf(t, "<text x='%.0f' y='%.0f' font-size='12'>cp %d</text>\n", x + 20.0,
-                         y + 11.0, (int)dcp__svg_level_size(panels, count, level));
+                         y + 11.0, (int)sizes->cp[i]);
         y += DCP__SVG_LEGEND_STEP;
     }
     y += 8.0;
@@ -9857,14 +10767,18 @@ DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *
                                size_t capacity, size_t *size, dcp_error *error)
 {
     dcp__svg_panel panels[DCP_PLAN_SVG_MAX_PLANS];
+    dcp__svg_sizes sizes;
     dcp__text text;
     double axis_ms, height;
     int32_t i;
     dcp_status status;
     if ((status = dcp__svg_check(plans, count, buffer, size, error)) != DCP_OK) return status;
     memset(panels, 0, sizeof panels);
-    for (i = 0; i < count && status == DCP_OK; i++)
+    dcp__svg_collect_sizes(&sizes, plans, count);
+    for (i = 0; i < count && status == DCP_OK; i++) {
+        panels[i].sizes = &sizes;
         status = dcp__svg_panel_init(&panels[i], plans[i], titles ? titles[i] : NULL, cost, error);
+    }
     if (status == DCP_OK) {
         height = dcp__svg_layout(panels, count, &axis_ms);
         text.data = buffer;
@@ -9880,6 +10794,44 @@ DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *
         dcp_free(&plans[i]->config.allocator, panels[i].end_band);
     }
     return status;
+}
+
+/* ------------------------------------------------------------------ plan histogram */
+
+DCPDEF dcp_status dcp_plan_cp_histogram(const dcp_plan *plan, int32_t *sizes, int32_t *samples,
+                                        int32_t capacity, int32_t *count, dcp_error *error)
+{
+    int32_t g, n = 0, below = 0;
+    if (!plan || !count)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan and count must be set");
+    if (capacity < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "capacity must be >= 0, got %d", (int)capacity);
+    *count = 0;
+    /* the distinct sizes in increasing order, one pass per size: below is the last size
+       listed, the next is the smallest above it (sizes are few: at most the set's) */
+    for (;;) {
+        int32_t next = 0, held = 0;
+        for (g = 0; g < plan->num_groups; g++) {
+            const int32_t cp = plan->groups[g].cp;
+            if (cp > below && (next == 0 || cp < next)) next = cp;
+        }
+        if (next == 0) break;
+        for (g = 0; g < plan->num_groups; g++)
+            if (plan->groups[g].cp == next) held += plan->groups[g].sample_count;
+        if (n < capacity) {
+            if (sizes) sizes[n] = next;
+            if (samples) samples[n] = held;
+        }
+        n++;
+        below = next;
+    }
+    *count = n;
+    if (n > capacity && (sizes || samples))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "the plan uses %d CP sizes, more than capacity %d", (int)n,
+                             (int)capacity);
+    return dcp_error_clear(error);
 }
 
 /* ------------------------------------------------------------- sequence-length sources */
@@ -10404,7 +11356,7 @@ static int32_t dcp__group_of(const dcp_plan *plan, int32_t rank, int32_t k)
 static dcp_status dcp__locate(const dcp_plan *plan, int32_t rank, int32_t microbatch,
                               int32_t *group, dcp_error *error)
 {
-    dcp_status status = dcp_plan_validate(plan, error);
+    dcp_status status = dcp_plan_trusted(plan, error);
     if (status != DCP_OK) return status;
     if (rank < 0 || rank >= plan->config.ranks)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank %d outside [0, %d)",
@@ -10535,12 +11487,12 @@ static dcp_status dcp__view_check_header(const dcp_rank_view *v, dcp_error *erro
     if (v->idle && (status = dcp__view_check_idle(v, error)) != DCP_OK) return status;
     if (!v->idle &&
         (v->cp < 1 || v->cp > DCP_MAX_RANKS || v->first_rank < 0 ||
-         v->first_rank % v->cp != 0 || v->rank_in_group != v->rank - v->first_rank ||
-         v->rank_in_group < 0 || v->rank_in_group >= v->cp))
+         v->rank_in_group != v->rank - v->first_rank || v->rank_in_group < 0 ||
+         v->rank_in_group >= v->cp))
         return dcp_error_set(
             error, DCP_ERROR_INVALID_ARGUMENT,
             "view of rank %d: group (first_rank %d, cp %d, rank_in_group %d) is not "
-            "an aligned group containing the rank",
+            "a group containing the rank",
             (int)v->rank, (int)v->first_rank, (int)v->cp, (int)v->rank_in_group);
     if (!v->idle && v->num_samples < 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
@@ -10921,7 +11873,7 @@ DCPDEF dcp_status dcp_reroute_create(const dcp_plan *plan, const int32_t *holder
     if (!reroute)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "reroute must not be NULL");
     *reroute = NULL;
-    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    if ((status = dcp_plan_trusted(plan, error)) != DCP_OK) return status;
     if (!holders)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "holders must not be NULL");
     if (rank < 0 || rank >= plan->config.ranks)
@@ -10965,8 +11917,9 @@ static const unsigned char dcp__view_magic[8] = {'D', 'C', 'P', 'V', 'I', 'E', '
 #define DCP__CHECKSUM_BYTES 8 /* FNV-1a, 64 bits */
 /* The records of the two bodies, in the order dcp__put_config / _plan_body / _view write
    them; tests/test_thd.c checks serialized sizes against them. */
-#define DCP__CONFIG_I32_FIELDS 12 /* ranks, min_cp ... sync_ranks, ring_charge, cp_sizes,
-                                     cover_ranks */
+#define DCP__CONFIG_I32_FIELDS (14 + DCP_CP_SIZE_LIST_CAPACITY) /* ranks, min_cp ...
+                                     sync_ranks, ring_charge, cp_sizes, cover_ranks,
+                                     cp_size_count, cp_size_list, head_count */
 #define DCP__CONFIG_F64_FIELDS 3 /* the cost model */
 #define DCP__CONFIG_BYTES                                                                       \
     (DCP__CONFIG_I32_FIELDS * DCP__I32_BYTES + DCP__I64_BYTES +                                 \
@@ -11133,6 +12086,8 @@ typedef struct dcp__field {
 } dcp__field;
 
 #define DCP__COST_FIELD(name) (offsetof(dcp_config, cost) + offsetof(dcp_cost_model, name))
+#define DCP__LIST_FIELD(i)                                                                      \
+    {offsetof(dcp_config, cp_size_list) + (i) * sizeof(int32_t), DCP__FIELD_I32}
 
 static const dcp__field dcp__config_fields[] = {
     {offsetof(dcp_config, ranks), DCP__FIELD_I32},
@@ -11150,7 +12105,15 @@ static const dcp__field dcp__config_fields[] = {
     {DCP__COST_FIELD(ring_step_cost), DCP__FIELD_F64},
     {offsetof(dcp_config, ring_charge), DCP__FIELD_RING_CHARGE},
     {offsetof(dcp_config, cp_sizes), DCP__FIELD_CP_SIZES},
-    {offsetof(dcp_config, cover_ranks), DCP__FIELD_I32}};
+    {offsetof(dcp_config, cover_ranks), DCP__FIELD_I32},
+    {offsetof(dcp_config, cp_size_count), DCP__FIELD_I32},
+    DCP__LIST_FIELD(0), DCP__LIST_FIELD(1), DCP__LIST_FIELD(2), DCP__LIST_FIELD(3),
+    DCP__LIST_FIELD(4), DCP__LIST_FIELD(5), DCP__LIST_FIELD(6), DCP__LIST_FIELD(7),
+    DCP__LIST_FIELD(8), DCP__LIST_FIELD(9), DCP__LIST_FIELD(10), DCP__LIST_FIELD(11),
+    DCP__LIST_FIELD(12), DCP__LIST_FIELD(13), DCP__LIST_FIELD(14), DCP__LIST_FIELD(15),
+    {offsetof(dcp_config, head_count), DCP__FIELD_I32}};
+/* the table lists every entry of the size list */
+typedef char dcp__list_fields_complete[DCP_CP_SIZE_LIST_CAPACITY == 16 ? 1 : -1];
 
 /* A view's scalars; its arrays follow them. */
 #define DCP__VIEW_FIELD(name, kind) {offsetof(dcp_rank_view, name), DCP__FIELD_##kind}
@@ -11255,7 +12218,7 @@ static void dcp__put_plan(dcp__writer *w, const void *plan)
 DCPDEF dcp_status dcp_plan_serialize(const dcp_plan *plan, void *buffer, size_t capacity,
                                      size_t *size, dcp_error *error)
 {
-    dcp_status status = dcp_plan_validate(plan, error);
+    dcp_status status = dcp_plan_trusted(plan, error);
     if (status != DCP_OK) return status;
     return dcp__serialize(dcp__plan_magic, dcp__put_plan, plan, buffer, capacity, size, error);
 }
@@ -11341,6 +12304,7 @@ DCPDEF dcp_status dcp_plan_deserialize(const void *buffer, size_t size,
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA, "plan: %s",
                              error ? error->message : "invalid");
     }
+    dcp__plan_seal(p); /* validated in full: trusted from here on */
     *plan = p;
     return dcp_error_clear(error);
 }
@@ -11436,7 +12400,7 @@ DCPDEF dcp_status dcp_plan_flops_stats(const dcp_plan *plan, dcp_flops_stats *st
     int32_t g, i;
     dcp_status status;
     if (!stats) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "stats must not be NULL");
-    if ((status = dcp_plan_validate(plan, error)) != DCP_OK) return status;
+    if ((status = dcp_plan_trusted(plan, error)) != DCP_OK) return status;
     memset(stats, 0, sizeof *stats);
     for (g = 0; g < plan->num_groups; g++) {
         const dcp_group *group = &plan->groups[g];
@@ -11512,7 +12476,7 @@ DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
     return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "sample %d is in no group", (int)sample);
 }
 
-#define DCP__COMPARED_CONFIG_INTS 13
+#define DCP__COMPARED_CONFIG_INTS 15
 
 static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
                                        dcp_error *error)
@@ -11520,22 +12484,29 @@ static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
     const int64_t ints_a[DCP__COMPARED_CONFIG_INTS] = {
         a->ranks, a->max_tokens_per_rank, a->min_cp, a->max_cp, a->microbatch_multiple,
         a->pad_multiple_cp1, a->pad_multiple, (int64_t)a->strategy, a->improve_moves,
-        (int64_t)a->ring_charge, a->sync_ranks, (int64_t)a->cp_sizes, a->cover_ranks};
+        (int64_t)a->ring_charge, a->sync_ranks, (int64_t)a->cp_sizes, a->cover_ranks,
+        a->cp_size_count, a->head_count};
     const int64_t ints_b[DCP__COMPARED_CONFIG_INTS] = {
         b->ranks, b->max_tokens_per_rank, b->min_cp, b->max_cp, b->microbatch_multiple,
         b->pad_multiple_cp1, b->pad_multiple, (int64_t)b->strategy, b->improve_moves,
-        (int64_t)b->ring_charge, b->sync_ranks, (int64_t)b->cp_sizes, b->cover_ranks};
+        (int64_t)b->ring_charge, b->sync_ranks, (int64_t)b->cp_sizes, b->cover_ranks,
+        b->cp_size_count, b->head_count};
     const char *names[DCP__COMPARED_CONFIG_INTS] = {
         "ranks", "max_tokens_per_rank", "min_cp", "max_cp", "microbatch_multiple",
         "pad_multiple_cp1", "pad_multiple", "strategy", "improve_moves", "ring_charge",
-        "sync_ranks", "cp_sizes", "cover_ranks"}; /* the same groups under another E are
-                                                      another step */
+        "sync_ranks", "cp_sizes", "cover_ranks", "cp_size_count",
+        "head_count"}; /* the same groups under another E are another step */
     int i;
     for (i = 0; i < DCP__COMPARED_CONFIG_INTS; i++)
         if (ints_a[i] != ints_b[i])
             return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
                                  "plans differ: config %s %lld vs %lld", names[i],
                                  (long long)ints_a[i], (long long)ints_b[i]);
+    for (i = 0; i < DCP_CP_SIZE_LIST_CAPACITY; i++)
+        if (a->cp_size_list[i] != b->cp_size_list[i])
+            return dcp_error_set(error, DCP_ERROR_INVALID_PLAN,
+                                 "plans differ: config cp_size_list[%d] %d vs %d", (int)i,
+                                 (int)a->cp_size_list[i], (int)b->cp_size_list[i]);
     if (a->cost.attn_coeff != b->cost.attn_coeff || a->cost.linear_coeff != b->cost.linear_coeff ||
         a->cost.ring_step_cost != b->cost.ring_step_cost)
         return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "plans differ: cost models");

@@ -9,7 +9,11 @@
    samples per rank and ranks.
 
    Usage: build/plan_bench [--quick] [--repeat N] [--dump-lengths DIR] [--megatron DIR]
-                           [--target SHAPE MODEL E]
+                           [--target SHAPE MODEL E] [--profile [WORKLOAD]] [--sizes]
+   --profile plans one sweep workload (default heavy-8192x1024) --repeat times and prints the
+   median wall time of each planner phase (the tables, each baseline, each entry of the search
+   table, nested entries by their path, the final choice): where the plan time goes. --sizes
+   plans every workload with the powers of two, Megatron's CP sizes and every size.
    --quick skips the sweep points and targets above 100,000 samples. --target plans one
    plan-time target once (SHAPE narrow|lognormal|pareto|bimodal|mixture, MODEL default|L2-only,
    E 1..1024 or 0 for D) and prints its row: what `valgrind --tool=callgrind` counts the
@@ -21,6 +25,9 @@
    plan of each to DIR/NAME.megatron.txt. --megatron then evaluates those plans and ours under
    E = D with both models, with dcp_plan_simulate (`make bench-megatron` runs all three). */
 #define _POSIX_C_SOURCE 199309L
+/* --profile times the planner's phases through dcp.h's DCP_PLANNER_TRACE hook. */
+static void profile_trace(const char *phase, int begin);
+#define DCP_PLANNER_TRACE(phase, begin) profile_trace(phase, begin)
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 
@@ -153,9 +160,22 @@ static int compare_doubles(const void *a, const void *b)
 
 /* Plans `repeat` times under sync ranks E (median wall time), validates and simulates the
    last plan; *plan_out keeps it when not NULL. */
+static int run_sized(const workload *w, const dcp_cost_model *cost, dcp_strategy strategy,
+                     int32_t sync, dcp_cp_sizes sizes, const int64_t *lengths, int repeat,
+                     dcp_plan_stats *stats, double *plan_seconds, dcp_plan **plan_out);
+
 static int run_strategy(const workload *w, const dcp_cost_model *cost, dcp_strategy strategy,
                         int32_t sync, const int64_t *lengths, int repeat, dcp_plan_stats *stats,
                         double *plan_seconds, dcp_plan **plan_out)
+{
+    return run_sized(w, cost, strategy, sync, DCP_CP_SIZES_POW2, lengths, repeat, stats,
+                     plan_seconds, plan_out);
+}
+
+/* run_strategy with the CP sizes of `sizes`. */
+static int run_sized(const workload *w, const dcp_cost_model *cost, dcp_strategy strategy,
+                     int32_t sync, dcp_cp_sizes sizes, const int64_t *lengths, int repeat,
+                     dcp_plan_stats *stats, double *plan_seconds, dcp_plan **plan_out)
 {
     dcp_config config;
     dcp_plan *plan = NULL;
@@ -168,6 +188,7 @@ static int run_strategy(const workload *w, const dcp_cost_model *cost, dcp_strat
     config.sync_ranks = sync;
     if (cost) config.cost = *cost;
     config.strategy = strategy;
+    config.cp_sizes = sizes;
     if (repeat > 64) repeat = 64;
     for (i = 0; i < repeat; i++) {
         double start = now_seconds();
@@ -721,6 +742,166 @@ static int megatron_table(const char *dir)
     return slower ? 1 : 0;
 }
 
+/* ------------------------------------------------------------------------------ --sizes */
+/* The CP-size sets against each other (issue 37): every workload of the tables and of the
+   non-power-of-two pools, both models, E = 1 and E = D, planned with the powers of two,
+   Megatron's sizes and every size; the steps and what the other sets buy (pow2 step / the
+   set's step: above 1 when the set is faster). Efficiencies are against each set's own bound
+   (every size's is flat: all ranks reachable), so the steps are what compares. */
+static int sizes_table(void)
+{
+    static const dcp_cp_sizes sets[3] = {DCP_CP_SIZES_POW2, DCP_CP_SIZES_MEGATRON,
+                                         DCP_CP_SIZES_ANY};
+    static const int32_t syncs[2] = {1, 0};
+    int failures = 0, m, e, k, part;
+    double log_gain[2][2] = {{0, 0}, {0, 0}}; /* [pool kind][set - 1] */
+    int rows[2] = {0, 0};
+    printf("\nCP sizes: steps with the powers of two, Megatron's sizes and every size; gain = "
+           "pow2 step / the set's\n");
+    printf("%-17s %-8s %5s %5s %2s | %10s %10s %10s | %8s %8s | %6s\n", "workload", "model", "N",
+           "D", "E", "pow2", "megatron", "any", "gain-meg", "gain-any", "eff-any");
+    for (part = 0; part < 2; part++) {
+        const workload *list = part ? non_power_workloads : workloads;
+        size_t n = part ? sizeof non_power_workloads / sizeof non_power_workloads[0]
+                        : sizeof workloads / sizeof workloads[0], w;
+        for (w = 0; w < n; w++) {
+            const workload *wl = &list[w];
+            int64_t *lengths = (int64_t *)malloc((size_t)wl->count * sizeof *lengths);
+            const int power = (wl->ranks & (wl->ranks - 1)) == 0;
+            if (!lengths || !make_lengths(wl, lengths)) return failures + 1;
+            for (m = 0; m < 2; m++)
+                for (e = 0; e < 2; e++) {
+                    dcp_plan_stats st[3];
+                    double seconds, unit = m == 0 ? 1e3 : 1e-9;
+                    int ok = 1;
+                    for (k = 0; k < 3; k++)
+                        ok &= run_sized(wl, &models[m], DCP_STRATEGY_DYNAMIC, syncs[e], sets[k],
+                                        lengths, 1, &st[k], &seconds, NULL);
+                    if (!ok) {
+                        failures++;
+                        continue;
+                    }
+                    printf("%-17s %-8s %5d %5d %2s | %10.3f %10.3f %10.3f | %7.4fx %7.4fx | "
+                           "%6.4f\n",
+                           wl->name, model_names[m], (int)wl->count, (int)wl->ranks,
+                           e ? "D" : "1", st[0].step_seconds * unit, st[1].step_seconds * unit,
+                           st[2].step_seconds * unit, st[0].step_seconds / st[1].step_seconds,
+                           st[0].step_seconds / st[2].step_seconds, st[2].efficiency);
+                    for (k = 1; k < 3; k++)
+                        log_gain[!power][k - 1] += log(st[0].step_seconds / st[k].step_seconds);
+                    rows[!power]++;
+                }
+            free(lengths);
+        }
+    }
+    for (k = 0; k < 2; k++)
+        printf("geomean gain on %s pools (%d rows): megatron %.4fx, any %.4fx\n",
+               k ? "non-power-of-two" : "power-of-two", rows[k],
+               rows[k] ? exp(log_gain[k][0] / rows[k]) : 1.0,
+               rows[k] ? exp(log_gain[k][1] / rows[k]) : 1.0);
+    printf("steps: ms (default model), 1e9 x L^2 units (L2-only); eff-any = every size's bound "
+           "/ its step\n");
+    return failures;
+}
+
+/* ------------------------------------------------------------------------------ --profile */
+#define PROFILE_MAX_PHASES 48
+#define PROFILE_MAX_DEPTH 8
+#define PROFILE_MAX_RUNS 64
+#define PROFILE_NAME_CAPACITY 192
+
+typedef struct profile_state {
+    int on, run, depth, phases;
+    const char *stack[PROFILE_MAX_DEPTH];
+    double start[PROFILE_MAX_DEPTH];
+    char names[PROFILE_MAX_PHASES][PROFILE_NAME_CAPACITY];
+    double seconds[PROFILE_MAX_PHASES][PROFILE_MAX_RUNS]; /* per phase and run */
+} profile_state;
+
+static profile_state profile;
+
+/* The phase's index by its path ("plan for E = D > fills"), added on first sight. */
+static int profile_phase(void)
+{
+    char path[PROFILE_NAME_CAPACITY] = "";
+    int d, i;
+    for (d = 0; d < profile.depth; d++) {
+        size_t used = strlen(path);
+        snprintf(path + used, sizeof path - used, "%s%s", d ? " > " : "", profile.stack[d]);
+    }
+    for (i = 0; i < profile.phases; i++)
+        if (strcmp(profile.names[i], path) == 0) return i;
+    if (profile.phases == PROFILE_MAX_PHASES) return -1;
+    snprintf(profile.names[profile.phases], PROFILE_NAME_CAPACITY, "%s", path);
+    return profile.phases++;
+}
+
+static void profile_trace(const char *phase, int begin)
+{
+    int index;
+    if (!profile.on) return;
+    if (begin) {
+        if (profile.depth < PROFILE_MAX_DEPTH) {
+            profile.stack[profile.depth] = phase;
+            profile.start[profile.depth] = now_seconds();
+        }
+        profile.depth++;
+        return;
+    }
+    if (profile.depth > PROFILE_MAX_DEPTH) {
+        profile.depth--;
+        return;
+    }
+    index = profile_phase();
+    if (index >= 0)
+        profile.seconds[index][profile.run] += now_seconds() - profile.start[profile.depth - 1];
+    profile.depth--;
+}
+
+static double median_of(double *values, int count)
+{
+    qsort(values, (size_t)count, sizeof *values, compare_doubles);
+    return values[count / 2];
+}
+
+static int profile_workload(const char *name, int repeat)
+{
+    static int64_t lengths[1000000];
+    const workload *w = NULL;
+    double total[PROFILE_MAX_RUNS], whole;
+    dcp_plan_stats stats;
+    size_t i;
+    int run, p;
+    for (i = 0; i < sizeof sweep / sizeof sweep[0]; i++)
+        if (strcmp(sweep[i].name, name) == 0) w = &sweep[i];
+    if (!w || !make_lengths(w, lengths)) {
+        fprintf(stderr, "plan_bench: --profile: no sweep workload %s\n", name);
+        return 2;
+    }
+    if (repeat > PROFILE_MAX_RUNS) repeat = PROFILE_MAX_RUNS;
+    memset(&profile, 0, sizeof profile);
+    for (run = 0; run < repeat; run++) {
+        dcp_plan *plan = NULL;
+        profile.run = run;
+        profile.on = 1;
+        if (!run_strategy(w, NULL, DCP_STRATEGY_DYNAMIC, 0, lengths, 1, &stats, &total[run],
+                          &plan))
+            return 1;
+        profile.on = 0;
+        dcp_plan_destroy(plan);
+    }
+    whole = median_of(total, repeat);
+    printf("%s (%d samples, %d ranks, default model and E): median of %d plans %.2f ms, "
+           "efficiency %.4f\n", w->name, (int)w->count, (int)w->ranks, repeat, whole * 1e3,
+           stats.efficiency);
+    printf("%-60s %9s %7s\n", "phase (nested: by path)", "median-ms", "share");
+    for (p = 0; p < profile.phases; p++) {
+        double ms = median_of(profile.seconds[p], repeat) * 1e3;
+        printf("%-60s %9.3f %6.1f%%\n", profile.names[p], ms, 100.0 * ms / (whole * 1e3));
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int quick = 0, repeat = 5, failures = 0, i, count_d = 0, count_1 = 0;
@@ -736,9 +917,15 @@ int main(int argc, char **argv)
             return megatron_table(argv[++i]);
         else if (strcmp(argv[i], "--target") == 0 && i + 3 < argc)
             return one_target(argv[i + 1], argv[i + 2], argv[i + 3]);
+        else if (strcmp(argv[i], "--sizes") == 0)
+            return sizes_table() ? 1 : 0;
+        else if (strcmp(argv[i], "--profile") == 0)
+            return profile_workload(i + 1 < argc ? argv[i + 1] : "heavy-8192x1024", repeat);
         else {
             fprintf(stderr, "usage: %s [--quick] [--repeat N] [--dump-lengths DIR] "
-                    "[--megatron DIR] [--target SHAPE MODEL E]\n", argv[0]);
+                    "[--megatron DIR] [--target SHAPE MODEL E] [--profile [WORKLOAD]] "
+                    "[--sizes]\n",
+                    argv[0]);
             return 2;
         }
     }

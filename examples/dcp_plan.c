@@ -60,7 +60,7 @@ typedef enum flag_id {
     FLAG_HELP, FLAG_VERSION, FLAG_LENGTHS, FLAG_LOGNORMAL, FLAG_SEED, FLAG_RANKS, FLAG_MAX_TOKENS,
     FLAG_SYNC, FLAG_MIN_CP, FLAG_MAX_CP, FLAG_MULTIPLE, FLAG_PAD_CP1, FLAG_PAD, FLAG_ATTN,
     FLAG_LINEAR, FLAG_RING, FLAG_RING_CHARGE, FLAG_STRATEGY, FLAG_IMPROVE, FLAG_CP_SIZES,
-    FLAG_COVER, FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_SAVE_PLAN, FLAG_RANK, FLAG_MICROBATCH
+    FLAG_COVER, FLAG_HEADS, FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_SAVE_PLAN, FLAG_RANK, FLAG_MICROBATCH
 } flag_id;
 
 typedef struct flag_spec {
@@ -112,10 +112,14 @@ static const flag_spec flags[] = {
      "planner (default dynamic); static and greedy are the baselines"},
     {FLAG_IMPROVE, "--improve-moves", "N",
      "local-search budget in evaluated moves (default 0: 8 per sample + 256; < 0: none)"},
-    {FLAG_CP_SIZES, "--cp-sizes", "pow2|megatron",
-     "the CP sizes a group may have: pow2, the powers of two (the default), or megatron,\n"
-     "      the sizes Megatron-Core builds hybrid-CP groups for (2^i < 2^floor(log2 D), and D:\n"
-     "      a group of all D ranks where D is not a power of two)"},
+    {FLAG_CP_SIZES, "--cp-sizes", "pow2|megatron|any|LIST",
+     "the CP sizes a group may have: pow2, the powers of two (the default); megatron, the\n"
+     "      sizes Megatron-Core builds hybrid-CP groups for (2^i < 2^floor(log2 D), and D: a\n"
+     "      group of all D ranks where D is not a power of two); any, every size (groups on\n"
+     "      any range of ranks); or LIST, increasing sizes such as 3,6,12 (at most 16)"},
+    {FLAG_HEADS, "--head-count", "H",
+     "heads a hybrid model's all-to-all splits among a group's ranks: every CP size must\n"
+     "      divide H (default 0: no such constraint)"},
     {FLAG_COVER, "--cover-ranks", "0|1",
      "1: every rank holds a sample somewhere in the plan, as Megatron-Core's hybrid\n"
      "      schedule needs (default 0)"},
@@ -227,14 +231,39 @@ static int parse_strategy(const char *text, dcp_strategy *strategy)
     return 1;
 }
 
-static int parse_cp_sizes(const char *text, dcp_cp_sizes *sizes)
+static int parse_int32(const char *flag, const char *text, long long lo, long long hi,
+                       int32_t *value);
+
+/* --cp-sizes: a set by name, or a comma-separated list of sizes (DCP_CP_SIZES_LIST; the
+   library checks that they increase and fit the pool). */
+static int parse_cp_sizes(const char *text, dcp_config *c)
 {
-    if (strcmp(text, dcp_cp_sizes_name(DCP_CP_SIZES_POW2)) == 0) *sizes = DCP_CP_SIZES_POW2;
-    else if (strcmp(text, dcp_cp_sizes_name(DCP_CP_SIZES_MEGATRON)) == 0)
-        *sizes = DCP_CP_SIZES_MEGATRON;
-    else {
-        fprintf(stderr, "dcp-plan: --cp-sizes must be pow2 or megatron, got '%s'\n", text);
-        return 0;
+    static const dcp_cp_sizes named[] = {DCP_CP_SIZES_POW2, DCP_CP_SIZES_MEGATRON,
+                                         DCP_CP_SIZES_ANY};
+    char item[32];
+    const char *at = text;
+    size_t i;
+    for (i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (strcmp(text, dcp_cp_sizes_name(named[i])) == 0) {
+            c->cp_sizes = named[i];
+            return 1;
+        }
+    c->cp_sizes = DCP_CP_SIZES_LIST;
+    c->cp_size_count = 0;
+    while (*at) {
+        size_t length = strcspn(at, ",");
+        if (c->cp_size_count == DCP_CP_SIZE_LIST_CAPACITY || length == 0 ||
+            length >= sizeof item) {
+            fprintf(stderr, "dcp-plan: --cp-sizes must be pow2, megatron, any or up to %d "
+                    "comma-separated sizes, got '%s'\n", DCP_CP_SIZE_LIST_CAPACITY, text);
+            return 0;
+        }
+        memcpy(item, at, length);
+        item[length] = '\0';
+        if (!parse_int32("--cp-sizes", item, 1, DCP_MAX_RANKS,
+                         &c->cp_size_list[c->cp_size_count++]))
+            return 0;
+        at += length + (at[length] == ',');
     }
     return 1;
 }
@@ -313,7 +342,8 @@ static int parse_value(options *o, const flag_spec *flag, const char *value)
     case FLAG_LINEAR: ok = parse_double(flag->name, value, &c->cost.linear_coeff); break;
     case FLAG_RING: ok = parse_double(flag->name, value, &c->cost.ring_step_cost); break;
     case FLAG_RING_CHARGE: ok = parse_ring_charge(value, &c->ring_charge); break;
-    case FLAG_CP_SIZES: ok = parse_cp_sizes(value, &c->cp_sizes); break;
+    case FLAG_CP_SIZES: ok = parse_cp_sizes(value, c); break;
+    case FLAG_HEADS: ok = parse_default_field(flag, value, DCP_MAX_HEAD_COUNT, &c->head_count); break;
     case FLAG_COVER: ok = parse_int32(flag->name, value, 0, 1, &c->cover_ranks); break;
     case FLAG_RANK:
         ok = parse_int32(flag->name, value, 0, DCP_MAX_RANKS - 1, &o->view_rank);
@@ -535,13 +565,25 @@ static int plan_with(const dcp_config *config, dcp_strategy strategy, const int6
     return 1;
 }
 
-/* The one CP size of a static plan. */
-static int plan_single_cp(const dcp_plan_stats *stats)
+/* The plan's CP sizes and the samples at each (dcp_plan_cp_histogram), at most
+   HISTOGRAM_CAPACITY sizes shown (a plan uses a few). */
+#define HISTOGRAM_CAPACITY 64
+typedef struct histogram {
+    int32_t sizes[HISTOGRAM_CAPACITY], samples[HISTOGRAM_CAPACITY], count;
+} histogram;
+
+static void plan_histogram(const dcp_plan *plan, histogram *h)
 {
-    int level, cp = 1;
-    for (level = 0; level < DCP_CP_LEVELS; level++)
-        if (stats->samples_per_cp_level[level] > 0) cp = 1 << level;
-    return cp;
+    dcp_plan_cp_histogram(plan, h->sizes, h->samples, HISTOGRAM_CAPACITY, &h->count, NULL);
+    if (h->count > HISTOGRAM_CAPACITY) h->count = HISTOGRAM_CAPACITY;
+}
+
+/* The one CP size of a static plan. */
+static int plan_single_cp(const dcp_plan *plan)
+{
+    histogram h;
+    plan_histogram(plan, &h);
+    return h.count > 0 ? h.sizes[h.count - 1] : 1;
 }
 
 static double dag_efficiency(const dcp_plan_stats *s)
@@ -566,12 +608,18 @@ static void print_int64_array(const char *key, const int64_t *values, int32_t co
     printf("]");
 }
 
-static void print_int32_array(const char *key, const int32_t *values, int32_t count)
+static void print_int32_values(const int32_t *values, int32_t count)
 {
     int32_t i;
-    printf("\"%s\":[", key);
+    printf("[");
     for (i = 0; i < count; i++) printf("%s%d", i ? "," : "", (int)values[i]);
     printf("]");
+}
+
+static void print_int32_array(const char *key, const int32_t *values, int32_t count)
+{
+    printf("\"%s\":", key);
+    print_int32_values(values, count);
 }
 
 static void print_config_json(const dcp_config *c)
@@ -580,13 +628,17 @@ static void print_config_json(const dcp_config *c)
            "\"min_cp\":%d,\"max_cp\":%d,\"microbatch_multiple\":%d,\"pad_multiple_cp1\":%d,"
            "\"pad_multiple\":%d,\"cost\":{\"attn_coeff\":%.17g,\"linear_coeff\":%.17g,"
            "\"ring_step_cost\":%.17g},\"ring_charge\":\"%s\",\"strategy\":\"%s\","
-           "\"improve_moves\":%d,\"cp_sizes\":\"%s\",\"cover_ranks\":%d}",
+           "\"improve_moves\":%d,\"cp_sizes\":",
            (int)c->ranks, (long long)c->max_tokens_per_rank, (int)c->sync_ranks, (int)c->min_cp,
            (int)c->max_cp, (int)c->microbatch_multiple, (int)c->pad_multiple_cp1,
            (int)c->pad_multiple, c->cost.attn_coeff, c->cost.linear_coeff,
            c->cost.ring_step_cost, c->ring_charge == DCP_RING_PER_SAMPLE ? "sample" : "group",
-           dcp_strategy_name(c->strategy), (int)c->improve_moves, dcp_cp_sizes_name(c->cp_sizes),
-           (int)c->cover_ranks);
+           dcp_strategy_name(c->strategy), (int)c->improve_moves);
+    if (c->cp_sizes == DCP_CP_SIZES_LIST)
+        print_int32_values(c->cp_size_list, c->cp_size_count);
+    else
+        printf("\"%s\"", dcp_cp_sizes_name(c->cp_sizes));
+    printf(",\"cover_ranks\":%d,\"head_count\":%d}", (int)c->cover_ranks, (int)c->head_count);
 }
 
 /* Each sample's padded length at the CP size of its group; 0 on allocation failure. */
@@ -626,18 +678,17 @@ static void print_groups_json(const dcp_plan *plan, const double *start, const d
     printf("]");
 }
 
-static void print_stats_json(const dcp_plan_stats *s)
+static void print_stats_json(const dcp_plan *plan, const dcp_plan_stats *s)
 {
-    int level, first = 1;
+    histogram h;
+    int32_t i;
+    plan_histogram(plan, &h);
     printf("\"valid_tokens\":%lld,\"padded_tokens\":%lld,\"num_microbatches\":%d,"
            "\"num_groups\":%d,\"idle_rank_microbatches\":%d,\"cp_histogram\":{",
            (long long)s->valid_tokens, (long long)s->padded_tokens, (int)s->num_microbatches,
            (int)s->num_groups, (int)s->idle_rank_microbatches);
-    for (level = 0; level < DCP_CP_LEVELS; level++)
-        if (s->samples_per_cp_level[level] > 0) {
-            printf("%s\"%d\":%d", first ? "" : ",", 1 << level, (int)s->samples_per_cp_level[level]);
-            first = 0;
-        }
+    for (i = 0; i < h.count; i++)
+        printf("%s\"%d\":%d", i ? "," : "", (int)h.sizes[i], (int)h.samples[i]);
     printf("},\"sync_ranks\":%d,\"step_seconds\":%.9g,\"lower_bound_seconds\":%.9g,"
            "\"efficiency\":%.6f,\"dag_seconds\":%.9g,\"dag_lower_bound_seconds\":%.9g,"
            "\"dag_efficiency\":%.6f,\"barrier_seconds\":%.9g,"
@@ -652,7 +703,7 @@ static void print_baselines_json(const result *r, const result *static_plan,
 {
     printf("\"baselines\":{\"static\":{\"cp\":%d,\"step_seconds\":%.9g,\"speedup\":%.6f},"
            "\"greedy\":{\"step_seconds\":%.9g,\"speedup\":%.6f}}",
-           plan_single_cp(&static_plan->stats), static_plan->stats.step_seconds,
+           plan_single_cp(static_plan->plan), static_plan->stats.step_seconds,
            static_plan->stats.step_seconds / r->stats.step_seconds,
            greedy_plan->stats.step_seconds,
            greedy_plan->stats.step_seconds / r->stats.step_seconds);
@@ -680,7 +731,7 @@ static int print_json(const result *r, const result *static_plan, const result *
         printf(",");
         print_groups_json(plan, start, end);
         printf(",");
-        print_stats_json(&r->stats);
+        print_stats_json(r->plan, &r->stats);
         printf(",");
         print_baselines_json(r, static_plan, greedy_plan);
         printf(",\"plan_seconds\":%.6g}\n", r->plan_seconds);
@@ -696,17 +747,17 @@ static void print_summary(const result *r, const result *static_plan, const resu
 {
     const dcp_plan *plan = r->plan;
     const dcp_plan_stats *s = &r->stats;
-    int level;
+    histogram h;
+    int32_t i;
     printf("dcp-plan: %d samples, %lld valid tokens, %d ranks, max %lld padded tokens per rank, "
            "strategy %s\n",
            (int)plan->num_samples, (long long)s->valid_tokens, (int)plan->config.ranks,
            (long long)plan->config.max_tokens_per_rank, dcp_strategy_name(plan->config.strategy));
     printf("  microbatches    %d (%d groups, %d idle rank-microbatches)\n",
            (int)s->num_microbatches, (int)s->num_groups, (int)s->idle_rank_microbatches);
+    plan_histogram(plan, &h);
     printf("  cp histogram   ");
-    for (level = 0; level < DCP_CP_LEVELS; level++)
-        if (s->samples_per_cp_level[level] > 0)
-            printf(" cp=%d: %d samples;", 1 << level, (int)s->samples_per_cp_level[level]);
+    for (i = 0; i < h.count; i++) printf(" cp=%d: %d samples;", (int)h.sizes[i], (int)h.samples[i]);
     printf("\n");
     printf("  step time       %.3f ms under sync ranks E = %d (blocks of E ranks in lockstep)\n",
            s->step_seconds * 1e3, (int)s->sync_ranks);
@@ -720,7 +771,7 @@ static void print_summary(const result *r, const result *static_plan, const resu
            (int)s->sync_ranks);
     printf("  efficiency      %.4f (lower bound / step time)\n", s->efficiency);
     printf("  static CP=%-5d %.3f ms, speed-up over static %.3fx\n",
-           plan_single_cp(&static_plan->stats), static_plan->stats.step_seconds * 1e3,
+           plan_single_cp(static_plan->plan), static_plan->stats.step_seconds * 1e3,
            static_plan->stats.step_seconds / s->step_seconds);
     printf("  greedy          %.3f ms, speed-up over greedy %.3fx\n",
            greedy_plan->stats.step_seconds * 1e3,

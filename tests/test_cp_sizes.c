@@ -76,7 +76,7 @@ static void sizes_outside_the_set_are_named(void)
 {
     dcp_config c = megatron_config(48, 4096, 0), resolved;
     dcp_error error;
-    int64_t padded;
+    int64_t padded = 0;
     c.max_cp = 32; /* a power of two Megatron builds no group for on 48 ranks */
     CHECK_EQ(dcp_config_resolve(&c, &resolved, &error), DCP_ERROR_INVALID_ARGUMENT);
     CHECK_CONTAINS(error.message, "max_cp");
@@ -297,6 +297,140 @@ static void lower_bound_uses_the_whole_pool(void)
     CHECK_NEAR(bound, 4.0 * 3200.0 * 3200.0 / 48.0, 1e-6);
 }
 
+/* ANY: every size; LIST: the listed ones; head_count: sizes that divide it. Defaults come
+   from the set (a list's smallest and largest). */
+static void any_and_list_sizes(void)
+{
+    static const int32_t any12_heads6[] = {1, 2, 3, 6}, list[] = {3, 6, 12};
+    static const int32_t pow2_heads12[] = {1, 2, 4};
+    dcp_config c = make_config(12, 4096), resolved;
+    dcp_error error;
+    c.cp_sizes = DCP_CP_SIZES_ANY;
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+    CHECK_EQ(resolved.min_cp, 1);
+    CHECK_EQ(resolved.max_cp, 12);
+    CHECK(dcp_cp_size_allowed(&resolved, 5) && dcp_cp_size_allowed(&resolved, 12));
+    c.head_count = 6;
+    check_sizes(&c, any12_heads6, TEST_COUNT(any12_heads6));
+    c.max_cp = 4; /* does not divide 6 */
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "head_count 6");
+    c = make_config(12, 4096);
+    c.head_count = 12;
+    check_sizes(&c, pow2_heads12, TEST_COUNT(pow2_heads12));
+    c = make_config(12, 4096);
+    c.cp_sizes = DCP_CP_SIZES_LIST;
+    c.cp_size_count = 3;
+    c.cp_size_list[0] = 3;
+    c.cp_size_list[1] = 6;
+    c.cp_size_list[2] = 12;
+    check_sizes(&c, list, TEST_COUNT(list));
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
+    CHECK_EQ(resolved.min_cp, 3);
+    c.cp_size_list[1] = 2; /* not increasing */
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "cp_size_list[1] = 2");
+    c.cp_size_list[1] = 6;
+    c.cp_size_list[3] = 24; /* past the count */
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "past cp_size_count");
+    c.cp_size_list[3] = 0;
+    c.cp_size_count = 0;
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "cp_size_count");
+    c.cp_size_count = 3;
+    c.head_count = 5; /* no listed size divides it */
+    CHECK_EQ(dcp_config_resolve(&c, &resolved, &error), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(error.message, "head_count 5");
+}
+
+/* On ANY and LIST a group is any range of an allowed size; the validator takes it there and
+   refuses a size outside the set; every plan's groups are sizes of the set, and a lengths
+   that only a size beyond the powers of two fits plans (a sample of 20,000 tokens at 2,048 a
+   rank on 12 ranks needs 10: none of 1, 2, 4, 8). */
+static void ranges_plan_and_validate(void)
+{
+    const int64_t lengths[4] = {20000, 3000, 700, 700};
+    const int32_t offsets[2] = {0, 3}, samples[3] = {0, 1, 2};
+    const dcp_group groups[3] = {{0, 3, 0, 1}, {3, 5, 1, 1}, {8, 4, 2, 1}};
+    const int64_t three[3] = {10, 10, 10};
+    dcp_config c = make_config(12, 2048);
+    dcp_plan *plan;
+    dcp_error error;
+    int32_t g;
+    c.cp_sizes = DCP_CP_SIZES_ANY;
+    plan = manual_plan(&c, three, 3, 1, offsets, groups, 3, samples);
+    CHECK_EQ(dcp_plan_validate(plan, &error), DCP_OK); /* [3, 8) is no aligned block of 5 */
+    plan->config.cp_sizes = DCP_CP_SIZES_POW2;
+    plan->config.max_cp = 8;
+    CHECK_EQ(dcp_plan_validate(plan, &error), DCP_ERROR_INVALID_PLAN);
+    dcp_plan_destroy(plan);
+    plan = plan_or_null(&c, lengths, 4);
+    CHECK(plan != NULL);
+    if (plan) {
+        CHECK_EQ(dcp_plan_validate(plan, NULL), DCP_OK);
+        for (g = 0; g < plan->num_groups; g++) {
+            CHECK(dcp_cp_size_allowed(&plan->config, plan->groups[g].cp));
+            if (plan->group_samples[plan->groups[g].sample_offset] == 0)
+                CHECK(plan->groups[g].cp >= 10);
+        }
+        dcp_plan_destroy(plan);
+    }
+    c.cp_sizes = DCP_CP_SIZES_POW2; /* 16 > 12 ranks: no power of two fits the first */
+    CHECK_EQ(dcp_plan_create(&c, lengths, 4, &plan, &error), DCP_ERROR_INFEASIBLE);
+}
+
+/* Every size against the powers of two on a pool that is not one, under the L^2 model (no
+   ring: width costs nothing): a group of all 48 ranks per microbatch meets the work bound,
+   which the powers of two (32 + 16) cannot. */
+static void any_meets_the_bound_where_pow2_cannot(void)
+{
+    dcp_lognormal dist = {4096.0, 1.4, 256, 65536};
+    int64_t lengths[384];
+    dcp_config c = make_config(48, 4096);
+    dcp_plan *any, *pow2;
+    dcp_plan_stats a, p;
+    dcp_lengths_lognormal(&dist, SIZES_SEED, lengths, 384, NULL);
+    c.cost.attn_coeff = 1.0;
+    pow2 = plan_or_null(&c, lengths, 384);
+    c.cp_sizes = DCP_CP_SIZES_ANY;
+    any = plan_or_null(&c, lengths, 384);
+    CHECK(any != NULL && pow2 != NULL);
+    if (any && pow2) {
+        CHECK_EQ(dcp_plan_simulate(any, NULL, &a, NULL), DCP_OK);
+        CHECK_EQ(dcp_plan_simulate(pow2, NULL, &p, NULL), DCP_OK);
+        printf("    48 ranks, L^2 model, E = D: any %.4f of the bound, pow2 %.4f\n",
+               a.efficiency, p.efficiency);
+        CHECK(a.efficiency > 0.9999);
+        CHECK(a.step_seconds < p.step_seconds);
+    }
+    dcp_plan_destroy(any);
+    dcp_plan_destroy(pow2);
+}
+
+/* dcp_plan_cp_histogram: the sizes in increasing order and the samples at each. */
+static void histogram_by_size(void)
+{
+    const int64_t lengths[4] = {10, 10, 10, 10};
+    const int32_t offsets[3] = {0, 2, 3}, samples[4] = {0, 1, 2, 3};
+    const dcp_group groups[3] = {{0, 6, 0, 2}, {6, 3, 2, 1}, {0, 3, 3, 1}};
+    dcp_config c = make_config(12, 100);
+    int32_t sizes[2], counts[2], n = 0;
+    dcp_plan *plan;
+    c.cp_sizes = DCP_CP_SIZES_ANY;
+    plan = manual_plan(&c, lengths, 4, 2, offsets, groups, 3, samples);
+    CHECK_EQ(dcp_plan_cp_histogram(plan, NULL, NULL, 0, &n, NULL), DCP_OK);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(dcp_plan_cp_histogram(plan, sizes, counts, 2, &n, NULL), DCP_OK);
+    CHECK_EQ(sizes[0], 3);
+    CHECK_EQ(counts[0], 2);
+    CHECK_EQ(sizes[1], 6);
+    CHECK_EQ(counts[1], 2);
+    CHECK_EQ(dcp_plan_cp_histogram(plan, sizes, counts, 1, &n, NULL), DCP_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ(sizes[0], 3);
+    dcp_plan_destroy(plan);
+}
+
 /* The exchange format carries cp_sizes and cover_ranks, and a group of the whole pool. */
 static void format_carries_the_set(void)
 {
@@ -335,6 +469,10 @@ int main(int argc, char **argv)
         {"cover_that_cannot_be_is_an_error", cover_that_cannot_be_is_an_error},
         {"lower_bound_uses_the_whole_pool", lower_bound_uses_the_whole_pool},
         {"format_carries_the_set", format_carries_the_set},
+        {"any_and_list_sizes", any_and_list_sizes},
+        {"ranges_plan_and_validate", ranges_plan_and_validate},
+        {"any_meets_the_bound_where_pow2_cannot", any_meets_the_bound_where_pow2_cannot},
+        {"histogram_by_size", histogram_by_size},
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }

@@ -154,6 +154,7 @@ static dcp_status view_create_broken_plan(dcp_error *error)
     dcp_rank_view *view = NULL;
     dcp_status status;
     plan->groups[0].cp = 3;
+    plan->seal = 0; /* changed by hand: validated again at its next use */
     status = dcp_rank_view_create(plan, 0, 0, &view, error);
     plan->groups[0].cp = 1; /* whatever it was, destroy reads no group */
     dcp_plan_destroy(plan);

@@ -8,7 +8,8 @@
    2 to 1,024 ranks, powers of two or not; the five length shapes; both models; memory caps
    tight to loose; both ring charges; microbatch multiples), each planned under E = 1, a power
    of two between and D by the dynamic planner, and by greedy and static; GOLDEN_SETS more with
-   Megatron's CP sizes, half covering every rank; and the plan-time rows of bench/plan_bench.c
+   Megatron's CP sizes, half covering every rank; GOLDEN_RANGES with every size or a list of
+   sizes (groups on any range); and the plan-time rows of bench/plan_bench.c
    (8,192 samples on 1,024 ranks). The seed is fixed: the file holds the plans of these very
    workloads. */
 #define DCP_IMPLEMENTATION
@@ -20,6 +21,8 @@
 #define GOLDEN_FILE "tests/plan_golden.txt"
 #define GOLDEN_RANDOM 240
 #define GOLDEN_SETS 80
+#define GOLDEN_RANGES 80
+#define GOLDEN_LIST_SIZES 4
 #define GOLDEN_MAX_SAMPLES 512
 #define GOLDEN_MAX_RANKS 1024
 #define GOLDEN_MIN_CAP 64
@@ -174,6 +177,35 @@ static void golden_large(golden_run *run)
         }
 }
 
+#ifndef GOLDEN_POW2_ONLY
+/* Every size (even workloads, half of them covering every rank) or a list holding the
+   largest power of two the lengths were drawn for (odd). */
+static void golden_ranges(dcp_rng *rng, dcp_config *config, int32_t index)
+{
+    dcp_config drawn;
+    int32_t i, extra, sizes[GOLDEN_LIST_SIZES + 1], n = 0, j, k;
+    dcp_config_resolve(config, &drawn, NULL);
+    if (index % 2 == 0) {
+        config->cp_sizes = DCP_CP_SIZES_ANY;
+        config->cover_ranks = index % 4 == 0;
+        return;
+    }
+    sizes[n++] = drawn.max_cp;
+    extra = (int32_t)dcp_rng_below(rng, GOLDEN_LIST_SIZES + 1);
+    for (i = 0; i < extra; i++) sizes[n++] = 1 + (int32_t)dcp_rng_below(rng, (uint64_t)drawn.max_cp);
+    for (i = 1; i < n; i++)
+        for (j = i; j > 0 && sizes[j] < sizes[j - 1]; j--) {
+            k = sizes[j];
+            sizes[j] = sizes[j - 1];
+            sizes[j - 1] = k;
+        }
+    config->cp_sizes = DCP_CP_SIZES_LIST;
+    for (i = 0; i < n; i++)
+        if (config->cp_size_count == 0 || config->cp_size_list[config->cp_size_count - 1] != sizes[i])
+            config->cp_size_list[config->cp_size_count++] = sizes[i];
+}
+#endif
+
 static void golden_all(golden_run *run)
 {
     dcp_config config;
@@ -191,11 +223,16 @@ static void golden_all(golden_run *run)
         config.cover_ranks = i % 2;
         golden_workload(run, "megatron", i, config, golden_lengths, count, between);
     }
+    for (i = 0; i < GOLDEN_RANGES; i++) {
+        golden_draw(&rng, &config, golden_lengths, &count, &between);
+        golden_ranges(&rng, &config, i);
+        golden_workload(run, "ranges", i, config, golden_lengths, count, between);
+    }
 #endif
     golden_large(run);
 }
 
-enum { GOLDEN_CAPACITY = (GOLDEN_RANDOM + GOLDEN_SETS) * 5 + 8 };
+enum { GOLDEN_CAPACITY = (GOLDEN_RANDOM + GOLDEN_SETS + GOLDEN_RANGES) * 5 + 8 };
 static golden_case golden_cases[GOLDEN_CAPACITY];
 
 static int golden_write(const char *path)

@@ -7,10 +7,11 @@
    E = 1, a power of two strictly between (where the pool has one) and D; memory caps from
    below the typical length (wide CP sizes forced) to many samples per rank; microbatch
    multiples 1 to 8; sometimes a smaller max_cp, a larger min_cp or padding multiples; a
-   third of them with the ring charged per sample, and a third with Megatron's CP sizes
-   (cp_sizes MEGATRON: a group of the whole pool where it is not a power of two), half of those
-   with every rank busy (cover_ranks), each drawn from a stream of its own, so that the
-   workloads are those drawn without them.
+   third of them with the ring charged per sample, and a third with another set of CP sizes
+   (cp_sizes MEGATRON: a group of the whole pool where it is not a power of two; ANY: every
+   size, groups on any range; LIST: a random list), half of those with every rank busy
+   (cover_ranks), each drawn from a stream of its own, so that the workloads are those drawn
+   without them.
    Under the sanitizers (the -san build) fewer workloads, the same draws for those. */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
@@ -37,6 +38,7 @@
 /* Megatron's CP sizes' own stream and share; half of those cover every rank */
 #define GUARANTEE_SETS_STREAM UINT64_C(0x53455453) /* "SETS" */
 #define GUARANTEE_SETS_SHARE 3
+#define GUARANTEE_LIST_SIZES 5 /* sizes a random list adds to the largest */
 #define GUARANTEE_MAX_SAMPLES 512
 #define GUARANTEE_MAX_RANKS 1024
 #define GUARANTEE_MAX_MULTIPLE 8
@@ -162,16 +164,38 @@ static dcp_plan *megatron_plan_of(const guarantee_workload *w)
     return plan;
 }
 
-/* Megatron's CP sizes (and max_cp back to its default: a power of two below the pool may be
-   none of them), and with `cover` every rank busy. */
-static void use_megatron_sizes(guarantee_workload *w, int cover)
+/* Another set of CP sizes for the workload, and with `cover` every rank busy. max_cp and
+   min_cp go back to their defaults where the set lacks them (under cover max_cp always: the
+   whole pool is then a group of MEGATRON and ANY). A list keeps the largest size the lengths
+   were drawn for, so that they stay feasible, and adds random others. */
+static void use_sizes(guarantee_workload *w, dcp_cp_sizes kind, int cover, dcp_rng *rng)
 {
-    dcp_config sizes = make_config(w->config.ranks, 1), resolved;
-    sizes.cp_sizes = DCP_CP_SIZES_MEGATRON;
+    dcp_config sizes = make_config(w->config.ranks, 1), drawn, resolved;
+    int32_t i, extra;
+    dcp_config_resolve(&w->config, &drawn, NULL);
+    sizes.cp_sizes = kind;
+    if (kind == DCP_CP_SIZES_LIST) {
+        int32_t list[GUARANTEE_LIST_SIZES + 1], n = 0, k, j;
+        list[n++] = drawn.max_cp;
+        extra = (int32_t)dcp_rng_below(rng, GUARANTEE_LIST_SIZES);
+        for (i = 0; i < extra; i++) list[n++] = 1 + (int32_t)dcp_rng_below(rng, (uint64_t)drawn.max_cp);
+        for (i = 1; i < n; i++) /* sort, unique */
+            for (j = i; j > 0 && list[j] < list[j - 1]; j--) {
+                k = list[j];
+                list[j] = list[j - 1];
+                list[j - 1] = k;
+            }
+        for (i = 0; i < n; i++)
+            if (sizes.cp_size_count == 0 || sizes.cp_size_list[sizes.cp_size_count - 1] != list[i])
+                sizes.cp_size_list[sizes.cp_size_count++] = list[i];
+    }
     dcp_config_resolve(&sizes, &resolved, NULL);
-    w->config.cp_sizes = DCP_CP_SIZES_MEGATRON;
-    w->config.cover_ranks = cover;
-    if (cover || !dcp_cp_size_allowed(&resolved, w->config.max_cp)) w->config.max_cp = 0;
+    w->config.cp_sizes = kind;
+    w->config.cp_size_count = sizes.cp_size_count;
+    memcpy(w->config.cp_size_list, sizes.cp_size_list, sizeof sizes.cp_size_list);
+    w->config.cover_ranks = cover && kind != DCP_CP_SIZES_LIST;
+    if (w->config.cover_ranks || !dcp_cp_size_allowed(&resolved, w->config.max_cp))
+        w->config.max_cp = 0;
     if (w->config.min_cp > 0 && !dcp_cp_size_allowed(&resolved, w->config.min_cp))
         w->config.min_cp = 0;
 }
@@ -252,9 +276,13 @@ static void dynamic_never_behind_a_baseline(void)
         if (dcp_rng_below(&charge_rng, GUARANTEE_PER_SAMPLE_SHARE) == 0)
             w.config.ring_charge = DCP_RING_PER_SAMPLE;
         per_sample += w.config.ring_charge == DCP_RING_PER_SAMPLE;
-        if (dcp_rng_below(&sets_rng, GUARANTEE_SETS_SHARE) == 0)
-            use_megatron_sizes(&w, (int)dcp_rng_below(&sets_rng, 2));
-        megatron += w.config.cp_sizes == DCP_CP_SIZES_MEGATRON;
+        if (dcp_rng_below(&sets_rng, GUARANTEE_SETS_SHARE) == 0) {
+            static const dcp_cp_sizes kinds[] = {DCP_CP_SIZES_MEGATRON, DCP_CP_SIZES_ANY,
+                                                 DCP_CP_SIZES_LIST};
+            const dcp_cp_sizes kind = kinds[dcp_rng_below(&sets_rng, TEST_COUNT(kinds))];
+            use_sizes(&w, kind, (int)dcp_rng_below(&sets_rng, 2), &sets_rng);
+        }
+        megatron += w.config.cp_sizes != DCP_CP_SIZES_POW2;
         covered += w.config.cover_ranks;
         syncs[SYNC_ONE] = 1;
         syncs[SYNC_BETWEEN] = draw_between(&rng, w.config.ranks);
@@ -271,7 +299,7 @@ static void dynamic_never_behind_a_baseline(void)
         for (m = 0; m < 3; m++) dcp_plan_destroy(baselines[m]);
     }
     printf("    %d workloads (%d on pools not a power of two, %d with the ring per sample, %d "
-           "with Megatron's CP sizes, %d of them covering every rank; shapes",
+           "with other CP sizes (Megatron's, any, a list), %d covering every rank; shapes",
            (int)index, (int)non_power, (int)per_sample, (int)megatron, (int)covered);
     for (m = 0; m < LENGTH_SHAPES; m++) printf(" %s %d", length_shape_names[m], (int)shapes[m]);
     printf(")\n");

@@ -1319,9 +1319,12 @@ static void layout_rejects_bad_fields(void)
     CHECK_REJECTED(dcp_thd_layout_validate(&layout, NULL, &error), DCP_ERROR_INVALID_ARGUMENT,
                    "cu_seqlens_padded", "decreases");
     layout.cu_seqlens_padded = good_padded;
-    layout.cp = 3;
+    layout.cp = 0;
     CHECK_REJECTED(dcp_thd_layout_validate(&layout, NULL, &error), DCP_ERROR_INVALID_ARGUMENT,
-                   "cp", "got 3");
+                   "cp", "got 0");
+    layout.cp = 3; /* any size (cp_sizes ANY), but its padding multiple 2 cp still holds */
+    CHECK_REJECTED(dcp_thd_layout_validate(&layout, NULL, &error), DCP_ERROR_INVALID_ARGUMENT,
+                   "padded length 4", "2 cp = 6");
     layout.cp = 1;
     layout.num_sequences = -1;
     CHECK_REJECTED(dcp_thd_layout_validate(&layout, NULL, &error), DCP_ERROR_INVALID_ARGUMENT,

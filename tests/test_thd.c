@@ -614,6 +614,50 @@ static void pad_to_alignment_extends_the_last_sequence(void)
     CHECK_EQ(dcp_pad_to_alignment(cu, 0, 4096, &added, &error), DCP_ERROR_INVALID_ARGUMENT);
 }
 
+/* A plan is validated where it enters: a plan the planner made or the reader read is sealed
+   and trusted at every use after (a rank view then allocates only its own arrays: the
+   validator's scratch is the difference); a copy of the struct elsewhere, or a plan whose seal
+   was cleared before a change, is validated in full, so a planted break is still found. */
+static void plan_is_validated_once(void)
+{
+    const int64_t lengths[6] = {5000, 3000, 900, 800, 700, 100};
+    counting_allocator counter = {0, 0, -1};
+    dcp_config c = make_config(8, 2048);
+    dcp_plan *plan = NULL, copy;
+    dcp_rank_view *view = NULL;
+    dcp_error error;
+    long sealed, unsealed;
+    int32_t kept;
+    c.allocator.alloc = counting_alloc;
+    c.allocator.free = counting_free;
+    c.allocator.user = &counter;
+    CHECK_EQ(dcp_plan_create(&c, lengths, 6, &plan, NULL), DCP_OK);
+    if (!plan) return;
+    CHECK(plan->seal != 0);
+    CHECK_EQ(dcp_plan_trusted(plan, &error), DCP_OK);
+    sealed = counter.allocations;
+    CHECK_EQ(dcp_rank_view_create(plan, 0, 0, &view, NULL), DCP_OK);
+    sealed = counter.allocations - sealed;
+    dcp_rank_view_destroy(view);
+    plan->seal = 0;
+    unsealed = counter.allocations;
+    CHECK_EQ(dcp_rank_view_create(plan, 0, 0, &view, NULL), DCP_OK);
+    unsealed = counter.allocations - unsealed;
+    dcp_rank_view_destroy(view);
+    CHECK(unsealed > sealed); /* the validator's scratch: validated in full */
+    kept = plan->groups[0].cp;
+    plan->groups[0].cp = 3; /* unsealed and broken: found */
+    CHECK_EQ(dcp_rank_view_create(plan, 0, 0, &view, &error), DCP_ERROR_INVALID_PLAN);
+    plan->groups[0].cp = kept;
+    dcp__plan_seal(plan);
+    memcpy(&copy, plan, sizeof copy); /* its seal names the original's address */
+    copy.num_microbatches = 0;
+    CHECK_EQ(dcp_plan_trusted(&copy, &error), DCP_ERROR_INVALID_PLAN);
+    CHECK_EQ(dcp_plan_trusted(plan, &error), DCP_OK);
+    dcp_plan_destroy(plan);
+    CHECK_EQ(counter.allocations, counter.frees);
+}
+
 int main(int argc, char **argv)
 {
     static const test_case tests[] = {
@@ -631,6 +675,7 @@ int main(int argc, char **argv)
         {"flops_stats_by_hand", flops_stats_by_hand},
         {"flops_stats_overflow_is_an_error", flops_stats_overflow_is_an_error},
         {"pad_to_alignment_extends_the_last_sequence", pad_to_alignment_extends_the_last_sequence},
+        {"plan_is_validated_once", plan_is_validated_once},
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }

@@ -131,6 +131,7 @@ SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "dcp_padded_length": (ctypes.c_int, [P(S.Config), _i64, _i32, P(_i64), _ERR]),
     "dcp_cp_size_min": (ctypes.c_int, [P(S.Config), _i64, P(_i32), _ERR]),
     "dcp_cp_size_next": (_i32, [P(S.Config), _i32]),
+    "dcp_plan_cp_histogram": (ctypes.c_int, [P(S.Plan), P(_i32), P(_i32), _i32, P(_i32), _ERR]),
     "dcp_cost_sample_seconds": (_dbl, [P(S.CostModel), _i64, _i64, _i32]),
     "dcp_cost_ring_seconds": (_dbl, [P(S.CostModel), _i32]),
     "dcp_lower_bound": (ctypes.c_int, [P(S.Config), P(_i64), _i32, P(_dbl), _ERR]),

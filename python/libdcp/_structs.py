@@ -18,9 +18,11 @@ CP_LEVELS = 21                # DCP_CP_LEVELS
 DEFAULT_SEED = 1              # DCP_DEFAULT_SEED: the seed when none is given, as dcp-plan's
 NO_GROUP = -1                 # DCP_NO_GROUP: first_rank and rank_in_group of an idle view
 ROW_RUNS_PER_SAMPLE = 3       # DCP_ROW_RUNS_PER_SAMPLE
+CP_SIZE_LIST_CAPACITY = 16    # DCP_CP_SIZE_LIST_CAPACITY
 CONSTANTS = {"DCP_ERROR_MESSAGE_CAPACITY": ERROR_MESSAGE_CAPACITY, "DCP_CP_LEVELS": CP_LEVELS,
              "DCP_DEFAULT_SEED": DEFAULT_SEED, "DCP_NO_GROUP": NO_GROUP,
-             "DCP_ROW_RUNS_PER_SAMPLE": ROW_RUNS_PER_SAMPLE}
+             "DCP_ROW_RUNS_PER_SAMPLE": ROW_RUNS_PER_SAMPLE,
+             "DCP_CP_SIZE_LIST_CAPACITY": CP_SIZE_LIST_CAPACITY}
 
 
 class Error(ctypes.Structure):
@@ -44,7 +46,8 @@ class Config(ctypes.Structure):
                 ("ring_charge", c_enum),  # dcp_ring_charge (issue 28)
                 ("strategy", c_enum), ("improve_moves", c_int32),
                 ("cp_sizes", c_enum),  # dcp_cp_sizes
-                ("cover_ranks", c_int32), ("allocator", Allocator)]
+                ("cp_size_count", c_int32), ("cp_size_list", c_int32 * CP_SIZE_LIST_CAPACITY),
+                ("head_count", c_int32), ("cover_ranks", c_int32), ("allocator", Allocator)]
 
 
 class Group(ctypes.Structure):
@@ -56,7 +59,7 @@ class Plan(ctypes.Structure):
     _fields_ = [("config", Config), ("num_samples", c_int32), ("sample_lengths", c_int64_p),
                 ("num_microbatches", c_int32), ("num_groups", c_int32),
                 ("microbatch_offsets", c_int32_p), ("groups", ctypes.POINTER(Group)),
-                ("group_samples", c_int32_p)]
+                ("group_samples", c_int32_p), ("seal", ctypes.c_uint64)]
 
 
 class PlanStats(ctypes.Structure):

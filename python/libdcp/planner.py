@@ -18,14 +18,17 @@ STRATEGIES = {"dynamic": 0, "static": 1, "greedy": 2}  # dcp_strategy, by name
 STRATEGY_NAMES = {value: name for name, value in STRATEGIES.items()}
 RING_CHARGES = {"group": 0, "sample": 1}  # dcp_ring_charge, by name
 RING_CHARGE_NAMES = {value: name for name, value in RING_CHARGES.items()}
-CP_SIZES = {"pow2": 0, "megatron": 1}  # dcp_cp_sizes, by name
+CP_SIZES = {"pow2": 0, "megatron": 1, "any": 2, "list": 3}  # dcp_cp_sizes, by name
 CP_SIZES_NAMES = {value: name for name, value in CP_SIZES.items()}
 TRANSFER_SEND, TRANSFER_RECV, TRANSFER_COPY = 0, 1, 2    # dcp_transfer_kind
 DEFAULT_SEED, NO_GROUP = S.DEFAULT_SEED, S.NO_GROUP
 
-# dcp_config fields a caller sets by name; the allocator is the library's own business. Built
+# dcp_config fields a caller sets by name; the allocator is the library's own business, and the
+# explicit size list is given as cp_sizes=[...] (cp_size_count and cp_size_list follow). Built
 # from the ctypes mirror, so a field added to dcp_config is accepted here without more code.
-CONFIG_FIELDS = tuple(f[0] for f in S.Config._fields_ if f[0] != "allocator")
+_LIST_FIELDS = ("cp_size_count", "cp_size_list")
+CONFIG_FIELDS = tuple(f[0] for f in S.Config._fields_
+                      if f[0] != "allocator" and f[0] not in _LIST_FIELDS)
 COST_FIELDS = tuple(f[0] for f in S.CostModel._fields_)
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -162,8 +165,10 @@ def make_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config
     means the C default, exactly as in C and in dcp-plan. ``strategy`` takes "dynamic",
     "static" or "greedy"; ``ring_charge`` "group" (a group's ring once per microbatch, the
     default) or "sample" (every sample its own ring: one forward per sample, as Megatron-Core
-    0.16 runs them); ``cp_sizes`` "pow2" (the default) or "megatron" (the CP sizes
-    Megatron-Core has communicators for: powers of two below 2^floor(log2 D), and D);
+    0.16 runs them); ``cp_sizes`` "pow2" (the default), "megatron" (the CP sizes
+    Megatron-Core has communicators for: powers of two below 2^floor(log2 D), and D), "any"
+    (every size; groups on any range of ranks) or a sequence of sizes; ``head_count`` the heads
+    a hybrid model's all-to-all splits (every CP size must divide it);
     ``cover_ranks`` True to put a sample on every rank; ``cost`` a mapping with attn_coeff (s per valid token^2), linear_coeff
     (s per stored token) and ring_step_cost (s per ring step), those left out 0 (all three 0:
     the default model)."""
@@ -179,6 +184,12 @@ def make_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config
             value = _enum_value(name, value, STRATEGIES)
         elif name == "ring_charge":
             value = _enum_value(name, value, RING_CHARGES)
+        elif name == "cp_sizes" and not isinstance(value, (str, int)):
+            sizes = _size_list(value)
+            c.cp_size_count = len(sizes)
+            for i, size in enumerate(sizes):
+                c.cp_size_list[i] = size
+            value = CP_SIZES["list"]
         elif name == "cp_sizes":
             value = _enum_value(name, value, CP_SIZES)
         elif name == "cover_ranks" and isinstance(value, bool):
@@ -191,12 +202,29 @@ def make_config(ranks: int, max_tokens_per_rank: int, **config: Any) -> S.Config
     return c
 
 
+def _size_list(value: Any) -> List[int]:
+    """cp_sizes given as a sequence of sizes (DCP_CP_SIZES_LIST), checked as ints."""
+    try:
+        sizes = [check_int(f"cp_sizes[{i}]", size, ctypes.c_int32) for i, size in enumerate(value)]
+    except TypeError as failure:
+        if "cp_sizes[" in str(failure):
+            raise
+        raise TypeError(f"cp_sizes must be 'pow2', 'megatron', 'any' or a sequence of sizes, got "
+                        f"{type(value).__name__}") from failure
+    if not 1 <= len(sizes) <= S.CP_SIZE_LIST_CAPACITY:
+        raise ValueError(f"cp_sizes lists {len(sizes)} sizes; a list holds 1 to "
+                         f"{S.CP_SIZE_LIST_CAPACITY}")
+    return sizes
+
+
 def _config_dict(c: S.Config) -> Dict[str, Any]:
     out: Dict[str, Any] = {name: getattr(c, name) for name in CONFIG_FIELDS}
     out["cost"] = {name: getattr(c.cost, name) for name in COST_FIELDS}
     out["strategy"] = STRATEGY_NAMES.get(c.strategy, c.strategy)
     out["ring_charge"] = RING_CHARGE_NAMES.get(c.ring_charge, c.ring_charge)
     out["cp_sizes"] = CP_SIZES_NAMES.get(c.cp_sizes, c.cp_sizes)
+    if c.cp_sizes == CP_SIZES["list"]:
+        out["cp_sizes"] = [c.cp_size_list[i] for i in range(c.cp_size_count)]
     return out
 
 
@@ -693,10 +721,18 @@ class Plan:
                 s.barrier_lower_bound_seconds / s.barrier_seconds if s.barrier_seconds > 0
                 else 1.0,
                 s.busy_seconds, s.num_microbatches, s.num_groups, s.idle_rank_microbatches,
-                {1 << level: s.samples_per_cp_level[level] for level in range(S.CP_LEVELS)
-                 if s.samples_per_cp_level[level]},
+                self._cp_histogram(),
                 s.valid_tokens, s.padded_tokens, s.max_rank_tokens)
         return self._stats
+
+    def _cp_histogram(self) -> Dict[int, int]:
+        """Samples per CP size (dcp_plan_cp_histogram)."""
+        count = ctypes.c_int32()
+        cpu().call("dcp_plan_cp_histogram", self._pointer, None, None, 0, ctypes.byref(count))
+        sizes, samples = (ctypes.c_int32 * count.value)(), (ctypes.c_int32 * count.value)()
+        cpu().call("dcp_plan_cp_histogram", self._pointer, sizes, samples, count.value,
+                   ctypes.byref(count))
+        return dict(zip(sizes, samples))
 
     @property
     def step_seconds(self) -> float:

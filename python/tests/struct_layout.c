@@ -40,6 +40,9 @@ static void planner_structs(void)
     FIELD(dcp_config, improve_moves);
     FIELD(dcp_config, cp_sizes);
     FIELD(dcp_config, cover_ranks);
+    FIELD(dcp_config, cp_size_count);
+    FIELD(dcp_config, cp_size_list);
+    FIELD(dcp_config, head_count);
     FIELD(dcp_config, allocator);
     SIZE(dcp_group);
     FIELD(dcp_group, first_rank);
@@ -55,6 +58,7 @@ static void planner_structs(void)
     FIELD(dcp_plan, microbatch_offsets);
     FIELD(dcp_plan, groups);
     FIELD(dcp_plan, group_samples);
+    FIELD(dcp_plan, seal);
     SIZE(dcp_plan_stats);
     FIELD(dcp_plan_stats, step_seconds);
     FIELD(dcp_plan_stats, dag_seconds);
@@ -154,6 +158,7 @@ static void constants(void)
     CONSTANT(DCP_DEFAULT_SEED);
     CONSTANT(DCP_NO_GROUP);
     CONSTANT(DCP_ROW_RUNS_PER_SAMPLE);
+    CONSTANT(DCP_CP_SIZE_LIST_CAPACITY);
     CONSTANT(DCP_VERSION_MAJOR);
     CONSTANT(DCP_VERSION_MINOR);
     CONSTANT(DCP_VERSION_PATCH);
