@@ -30,9 +30,10 @@ from torch import Tensor
 from . import _structs as S
 from ._library import cpu, cuda, library_path
 
-HALF_ALL, HALF_FIRST, HALF_SECOND = 0, 1, 2      # dcp_half
+HALF_ALL, HALF_FIRST, HALF_SECOND = S.HALF_ALL, S.HALF_FIRST, S.HALF_SECOND  # dcp_half
 ROPE_ROTATE_HALF, ROPE_INTERLEAVED = 0, 1         # dcp_rope_style
-_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # dcp_dtype
+_DTYPES = {torch.float32: S.DTYPE_FLOAT32, torch.bfloat16: S.DTYPE_BFLOAT16,
+           torch.float16: S.DTYPE_FLOAT16}  # dcp_dtype
 
 
 @dataclass(frozen=True)
