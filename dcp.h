@@ -2166,7 +2166,7 @@ static int64_t dcp__gcd(int64_t a, int64_t b)
 
 /* Forces a double through memory so that the compiler cannot fuse it into an FMA with the
    next operation: plans and generated lengths must be bit-identical on every machine. */
-static double dcp__exact(double x)
+static double dcp__unfused(double x)
 {
     volatile double stored = x;
     return stored;
@@ -2230,13 +2230,13 @@ static double dcp__exp(double x)
     int i;
     if (x > 709.0) return HUGE_VAL;
     if (x < -745.0) return 0.0;
-    k = floor(dcp__exact(x / dcp__ln2_hi) + 0.5);
-    r = dcp__exact(x - dcp__exact(k * dcp__ln2_hi)) - dcp__exact(k * dcp__ln2_lo);
+    k = floor(dcp__unfused(x / dcp__ln2_hi) + 0.5);
+    r = dcp__unfused(x - dcp__unfused(k * dcp__ln2_hi)) - dcp__unfused(k * dcp__ln2_lo);
     /* |r| <= ln2/2: the Taylor series to r^17 is exact to double precision */
     term = 1.0;
     sum = 1.0;
     for (i = 1; i <= 17; i++) {
-        term = dcp__exact(term * r) / (double)i;
+        term = dcp__unfused(term * r) / (double)i;
         sum += term;
     }
     return ldexp(sum, (int)k);
@@ -2252,25 +2252,25 @@ static double dcp__log(double x) /* x > 0 and finite */
         exponent--;
     }
     s = (m - 1.0) / (m + 1.0); /* log m = 2 atanh(s), |s| <= 0.1716 */
-    s2 = dcp__exact(s * s);
+    s2 = dcp__unfused(s * s);
     power = s;
     sum = s;
     for (i = 3; i <= 41; i += 2) {
-        power = dcp__exact(power * s2);
+        power = dcp__unfused(power * s2);
         sum += power / (double)i;
     }
-    return dcp__exact((double)exponent * dcp__ln2_hi) +
-           (dcp__exact((double)exponent * dcp__ln2_lo) + dcp__exact(2.0 * sum));
+    return dcp__unfused((double)exponent * dcp__ln2_hi) +
+           (dcp__unfused((double)exponent * dcp__ln2_lo) + dcp__unfused(2.0 * sum));
 }
 
 DCPDEF double dcp_rng_normal(dcp_rng *rng)
 {
     for (;;) {
-        double u = dcp__exact(2.0 * dcp_rng_uniform(rng)) - 1.0;
-        double v = dcp__exact(2.0 * dcp_rng_uniform(rng)) - 1.0;
-        double s = dcp__exact(u * u) + dcp__exact(v * v);
+        double u = dcp__unfused(2.0 * dcp_rng_uniform(rng)) - 1.0;
+        double v = dcp__unfused(2.0 * dcp_rng_uniform(rng)) - 1.0;
+        double s = dcp__unfused(u * u) + dcp__unfused(v * v);
         if (s > 0.0 && s < 1.0)
-            return dcp__exact(u * sqrt(dcp__exact(-2.0 * dcp__log(s)) / s));
+            return dcp__unfused(u * sqrt(dcp__unfused(-2.0 * dcp__log(s)) / s));
     }
 }
 
@@ -2722,7 +2722,7 @@ DCPDEF dcp_status dcp_cp_size_min(const dcp_config *config, int64_t length, int3
 static double dcp__attention_seconds(const dcp_cost_model *cost, int64_t length)
 {
     double l = (double)length;
-    return dcp__exact(cost->attn_coeff * dcp__exact(l * l));
+    return dcp__unfused(cost->attn_coeff * dcp__unfused(l * l));
 }
 
 /* Every per-rank compute time goes through here, so the planner's tables, the lower bound
@@ -2730,7 +2730,7 @@ static double dcp__attention_seconds(const dcp_cost_model *cost, int64_t length)
 static double dcp__sample_seconds(const dcp_cost_model *cost, double attention,
                                   int64_t padded_length, int32_t cp)
 {
-    double linear = dcp__exact(cost->linear_coeff * (double)padded_length);
+    double linear = dcp__unfused(cost->linear_coeff * (double)padded_length);
     /* by a power of two, multiplying by its exact reciprocal is the same scaling as the
        division, to the bit, at a fraction of its latency */
     if (cp > 0 && dcp_is_pow2(cp)) return (attention + linear) * (1.0 / (double)cp);
@@ -2745,7 +2745,7 @@ DCPDEF double dcp_cost_sample_seconds(const dcp_cost_model *cost, int64_t length
 
 DCPDEF double dcp_cost_ring_seconds(const dcp_cost_model *cost, int32_t cp)
 {
-    return cp > 1 ? dcp__exact(cost->ring_step_cost * (double)(cp - 1)) : 0.0;
+    return cp > 1 ? dcp__unfused(cost->ring_step_cost * (double)(cp - 1)) : 0.0;
 }
 
 /* Validates the planner's inputs and computes every sample's minimum CP size. The message of
@@ -2871,7 +2871,7 @@ static int32_t dcp__usable_ranks(const dcp_config *config)
 /* The fewest tokens a sample stores on any CP size it may take: its padded length at its
    minimum CP size, as padding only grows with the size from 2 on (every padding multiple of
    c >= 2 divides the next size's), and at 1 the lesser of sizes 1 and 2. */
-static int64_t dcp__bound_tokens(const dcp_config *config, int64_t length, int32_t cp_min)
+static int64_t dcp__fewest_tokens(const dcp_config *config, int64_t length, int32_t cp_min)
 {
     const int32_t pool = dcp__pool_cp(config), next = dcp__cp_next(config, cp_min);
     int64_t tokens = dcp__padded(config, length, cp_min);
@@ -2893,10 +2893,10 @@ static double dcp__bound_work(const dcp_config *config, double attention, int64_
                               int32_t cp_min)
 {
     const double stored = (double)tokens, steps = (double)(cp_min - 1);
-    double work = attention + dcp__exact(config->cost.linear_coeff * stored);
+    double work = attention + dcp__unfused(config->cost.linear_coeff * stored);
     double ring = config->ring_charge == DCP_RING_PER_SAMPLE
-                      ? dcp__exact(config->cost.ring_step_cost * steps) * (double)cp_min
-                      : dcp__exact(config->cost.ring_step_cost * steps) * stored /
+                      ? dcp__unfused(config->cost.ring_step_cost * steps) * (double)cp_min
+                      : dcp__unfused(config->cost.ring_step_cost * steps) * stored /
                             (double)config->max_tokens_per_rank;
     return work + ring;
 }
@@ -3042,7 +3042,7 @@ static void dcp__bound_items_sort(dcp__bound_item *items, dcp__bound_item *scrat
    holding a sample slower than x (its best time alone, over every CP size, exceeds x) takes
    longer than x, and each pair holds at most cap = min(E, ranks covered) M tokens, so
    n(x) >= ceil(Tok(x) / cap) for the Tok(x) tokens (each sample's fewest padded tokens,
-   dcp__bound_tokens: the memory cap counts padded tokens) of the samples slower than x. When one block covers every usable rank (E at least
+   dcp__fewest_tokens: the memory cap counts padded tokens) of the samples slower than x. When one block covers every usable rank (E at least
    the ranks covered), no group spans two blocks, so two samples of more than cap / 2 tokens
    never share a pair: n(x) is also at least the count of such samples slower than x (the
    bin-packing bound; it binds when long samples cannot pair up). A block's step is at least
@@ -3120,7 +3120,7 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
     for (i = 0; i < count; i++) {
         double attention = dcp__attention_seconds(&config->cost, lengths[i]);
         double alone = dcp__best_alone_seconds(config, attention, lengths[i], cp_min[i]);
-        int64_t tokens = dcp__bound_tokens(config, lengths[i], cp_min[i]);
+        int64_t tokens = dcp__fewest_tokens(config, lengths[i], cp_min[i]);
         int32_t own = dcp__bound_level(config, cp_min[i]);
         work_at[own] += dcp__bound_work(config, attention, tokens, cp_min[i]);
         if (alone > longest) longest = alone;
@@ -3935,7 +3935,7 @@ static void dcp__batch_free(dcp__batch *batch)
    the batch, and converting it unchecked would overflow int64. */
 static int64_t dcp__to_ticks(double seconds, double scale)
 {
-    const double ticks = dcp__exact(seconds * scale) + 0.5;
+    const double ticks = dcp__unfused(seconds * scale) + 0.5;
     return ticks < (double)DCP__TICKS_INF ? (int64_t)ticks : DCP__TICKS_INF;
 }
 
@@ -5747,7 +5747,7 @@ static double dcp__group_seconds(const dcp_plan *plan, const dcp_cost_model *cos
 {
     const double ring = dcp_cost_ring_seconds(cost, g->cp);
     double seconds = plan->config.ring_charge == DCP_RING_PER_SAMPLE
-                         ? dcp__exact(ring * (double)g->sample_count)
+                         ? dcp__unfused(ring * (double)g->sample_count)
                          : ring;
     int32_t i;
     *tokens = 0;
@@ -7222,15 +7222,17 @@ static dcp_status dcp__plan_baselines(const dcp__batch *batch, dcp__baselines *b
     return status;
 }
 
-typedef struct dcp__lockstep {
+/* What the search's candidates share: the step evaluator's scratch, a level per sample, the
+   samples by ticks (the fills' order) and the best placements so far. */
+typedef struct dcp__search_scratch {
     dcp__step_scratch step;
     int32_t *levels;
     int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels, for the fills (the
                                search fills it before the first fill) */
     dcp__placement *best;
-} dcp__lockstep;
+} dcp__search_scratch;
 
-static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
+static void dcp__search_scratch_free(const dcp_allocator *a, dcp__search_scratch *x)
 {
     void *list[] = {x->step.order, x->step.offsets, x->step.stamp, x->step.cp,
                     x->step.finish, x->step.load, x->levels, x->minimal_order, x->best};
@@ -7239,30 +7241,30 @@ static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
 
 /* The search's scratch (minimal_order: room for the samples by ticks at their minimum levels,
    which the fills sort into it); 0 when memory is short. */
-static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
+static int dcp__search_scratch_init(const dcp__batch *batch, dcp__search_scratch *x, dcp_error *error)
 {
     const dcp_allocator *a = &batch->config->allocator;
     size_t count = (size_t)batch->count, ranks = (size_t)batch->config->ranks;
-    x->step.order = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
+    x->step.order = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "search", error);
     /* a fill has at most one microbatch per sample; the tree rounds up to the multiple */
     x->step.offsets = (int32_t *)dcp__alloc_array(
-        a, count + (size_t)batch->config->microbatch_multiple + 1, sizeof(int32_t), "lockstep",
+        a, count + (size_t)batch->config->microbatch_multiple + 1, sizeof(int32_t), "search",
         error);
-    x->step.stamp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "lockstep", error);
-    x->step.cp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "lockstep", error);
-    x->step.finish = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
-    x->step.load = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
-    x->levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
+    x->step.stamp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "search", error);
+    x->step.cp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "search", error);
+    x->step.finish = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "search", error);
+    x->step.load = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "search", error);
+    x->levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "search", error);
     x->minimal_order =
-        (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
-    x->best = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "lockstep",
+        (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "search", error);
+    x->best = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "search",
                                                  error);
     return x->step.order && x->step.offsets && x->step.stamp && x->step.cp && x->step.finish &&
            x->step.load && x->levels && x->minimal_order && x->best;
 }
 
 /* Keeps the placements when they are faster under E (ties keep the earlier). */
-static void dcp__lockstep_keep(const dcp__batch *batch, dcp__lockstep *x,
+static void dcp__keep_faster(const dcp__batch *batch, dcp__search_scratch *x,
                                const dcp__placement *placements, int32_t microbatches,
                                int64_t *best_step, int32_t *best_microbatches)
 {
@@ -8453,7 +8455,7 @@ static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *place
 /* ------------------------------------------------------------------- the candidate table
    The dynamic planner's search is one table of candidates (dcp__search_table), each an entry
    {name, applies, build}, run in order by one driver (dcp__search_run): an entry that applies
-   builds its placements and offers them to dcp__lockstep_keep, which keeps the fastest under
+   builds its placements and offers them to dcp__keep_faster, which keeps the fastest under
    the config's E in integer ticks (ties to the earlier). The conditions that stop the search
    (a plan at the lower bound; a balanced block-wide plan on a large batch) are part of each
    entry's `applies`, so what runs for a batch is read off the table. The plan made for E = D,
@@ -8466,7 +8468,7 @@ typedef struct dcp__search {
     const dcp__batch *batch;
     const dcp__baselines *baselines;
     dcp__placement *placements; /* [count] the candidate being built */
-    dcp__lockstep x;            /* x.best: the best so far; scratch */
+    dcp__search_scratch x;            /* x.best: the best so far; scratch */
     int ordered;                /* x.minimal_order computed (the fills need it) */
     int32_t best_microbatches;  /* 0: no plan yet */
     int64_t best_step;          /* its step under E, ticks */
@@ -8485,7 +8487,7 @@ typedef struct dcp__search_entry {
 static void dcp__search_keep(dcp__search *s, const dcp__placement *placements,
                              int32_t microbatches)
 {
-    dcp__lockstep_keep(s->batch, &s->x, placements, microbatches, &s->best_step,
+    dcp__keep_faster(s->batch, &s->x, placements, microbatches, &s->best_step,
                        &s->best_microbatches);
 }
 
@@ -8750,8 +8752,8 @@ static dcp_status dcp__search_init(dcp__search *s, const dcp__batch *batch,
     s->batch = batch;
     s->baselines = baselines;
     s->placements = placements;
-    if (!dcp__lockstep_init(batch, &s->x, error)) {
-        dcp__lockstep_free(&batch->config->allocator, &s->x);
+    if (!dcp__search_scratch_init(batch, &s->x, error)) {
+        dcp__search_scratch_free(&batch->config->allocator, &s->x);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     return DCP_OK;
@@ -8760,7 +8762,7 @@ static dcp_status dcp__search_init(dcp__search *s, const dcp__batch *batch,
 static void dcp__search_free(dcp__search *s)
 {
     dcp_free(&s->batch->config->allocator, s->wide);
-    dcp__lockstep_free(&s->batch->config->allocator, &s->x);
+    dcp__search_scratch_free(&s->batch->config->allocator, &s->x);
 }
 
 static dcp_status dcp__search_run(dcp__search *s, dcp_error *error)
@@ -11141,8 +11143,8 @@ DCPDEF dcp_status dcp_rng_lognormal_length(dcp_rng *rng, const dcp_lognormal *d,
     if (!rng || !length)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
     if ((status = dcp__check_lognormal(d, error)) != DCP_OK) return status;
-    mu = dcp__log(d->mean) - dcp__exact(d->sigma * d->sigma) / 2.0;
-    *length = dcp__round_clip(dcp__exp(mu + dcp__exact(d->sigma * dcp_rng_normal(rng))),
+    mu = dcp__log(d->mean) - dcp__unfused(d->sigma * d->sigma) / 2.0;
+    *length = dcp__round_clip(dcp__exp(mu + dcp__unfused(d->sigma * dcp_rng_normal(rng))),
                               d->min_length, d->max_length);
     return dcp_error_clear(error);
 }
@@ -11179,7 +11181,7 @@ DCPDEF dcp_status dcp_rng_loguniform_length(dcp_rng *rng, int64_t min_length,
     /* uniform in log over [min, max + 1), floored: every integer gets its share */
     lo = dcp__log((double)min_length);
     hi = dcp__log((double)max_length + 1.0);
-    *length = dcp__round_clip(floor(dcp__exp(lo + dcp__exact((hi - lo) * dcp_rng_uniform(rng)))),
+    *length = dcp__round_clip(floor(dcp__exp(lo + dcp__unfused((hi - lo) * dcp_rng_uniform(rng)))),
                               min_length, max_length);
     return dcp_error_clear(error);
 }
