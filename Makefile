@@ -336,7 +336,7 @@ $(MEGATRON_VENV)/installed: $(MEGATRON_REQUIREMENTS) | $(BUILD)
 	$(PYTHON3) -m venv $(MEGATRON_VENV)
 	$(MEGATRON_PYTHON) -m pip install -q -r $(MEGATRON_REQUIREMENTS)
 	touch $@
-test-megatron: $(MEGATRON_VENV)/installed $(BUILD)/libdcp.so
+test-megatron: $(MEGATRON_VENV)/installed $(BUILD)/libdcp.so $(BUILD)/dcp-plan
 	@start=$$(date +%s); \
 	DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
 	    $(MEGATRON_PYTHON) -B python/tests/run.py megatron_core_test.py; status=$$?; \

@@ -12,6 +12,10 @@ CPU_ENV = "DCP_LIBRARY"          # full path of a libdcp.so to use instead of th
 CUDA_ENV = "DCP_CUDA_LIBRARY"    # full path of a libdcp_cuda.so
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Where `pip install ./python` puts the native files (libdcp.so, libdcp_cuda.so, the dcp-plan
+# program): a folder without __init__.py, so that pkgutil (and help(libdcp)) does not list
+# libdcp.so as an importable submodule named "libdcp".
+NATIVE_DIR = os.path.join(_PACKAGE_DIR, "_native")
 # python/libdcp/ -> the repository's build/ (an editable install or PYTHONPATH=python).
 _REPO_BUILD = os.path.normpath(os.path.join(_PACKAGE_DIR, "..", "..", "build"))
 
@@ -89,13 +93,13 @@ def raise_for(status: int, error: S.Error, function: str) -> None:
 
 
 def candidates(name: str, env: str) -> List[str]:
-    """Paths tried, in order: the environment variable (an explicit choice wins), next to the
-    package (`pip install ./python` builds libdcp.so there), the repository's
-    build/ (editable install, PYTHONPATH=python)."""
+    """Paths tried, in order: the environment variable (an explicit choice wins), the
+    package's _native/ folder (`pip install ./python` builds libdcp.so and dcp-plan there),
+    the repository's build/ (editable install, PYTHONPATH=python)."""
     paths = []
     if os.environ.get(env):
         paths.append(os.environ[env])
-    paths.append(os.path.join(_PACKAGE_DIR, name))
+    paths.append(os.path.join(NATIVE_DIR, name))
     paths.append(os.path.join(_REPO_BUILD, name))
     return paths
 
