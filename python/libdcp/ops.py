@@ -24,11 +24,13 @@ import math
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-import torch
-from torch import Tensor
+from ._extras import import_torch
 
-from . import _structs as S
-from ._library import cpu, cuda, library_path
+torch = import_torch("libdcp.ops")
+from torch import Tensor  # noqa: E402 (after the check that names the [torch] extra)
+
+from . import _structs as S  # noqa: E402
+from ._library import cpu, cuda, library_path  # noqa: E402
 
 HALF_ALL, HALF_FIRST, HALF_SECOND = 0, 1, 2      # dcp_half
 ROPE_ROTATE_HALF, ROPE_INTERLEAVED = 0, 1         # dcp_rope_style
