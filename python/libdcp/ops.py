@@ -40,7 +40,15 @@ _DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # dcp_dtype
 @dataclass(frozen=True)
 class Layout:
     """A THD layout of whole (global) sequences split over cp ranks, as the ops take it:
-    int32 cu_seqlens / cu_seqlens_padded on the device and the same values on the CPU."""
+    int32 cu_seqlens / cu_seqlens_padded on the device and the same values on the CPU.
+
+    Attributes:
+        cu_seqlens: cumulative valid lengths of the whole sequences (int32, on the device).
+        cu_seqlens_padded: the same for the padded lengths (int32, on the device).
+        cu_seqlens_cpu, cu_seqlens_padded_cpu: the same values on the CPU, which the library
+            validates and sizes launches from (no read-back from the device).
+        cp: the ranks the sequences are split over.
+    """
     cu_seqlens: Tensor
     cu_seqlens_padded: Tensor
     cu_seqlens_cpu: Tensor
@@ -63,9 +71,11 @@ class Layout:
 
     @property
     def local_rows(self) -> int:
+        """Rows of one rank's buffer: cu_seqlens_padded[-1] / cp."""
         return int(self.cu_seqlens_padded_cpu[-1]) // self.cp
 
     def args(self) -> tuple:
+        """The five layout arguments of the custom ops, in their order."""
         return (self.cu_seqlens, self.cu_seqlens_padded, self.cu_seqlens_cpu,
                 self.cu_seqlens_padded_cpu, self.cp)
 
