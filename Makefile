@@ -324,8 +324,9 @@ $(BUILD)/test_wgmma: tests/test_wgmma.cu tests/test.h tests/cuda_test_util.h tes
 # installed from PyPI once, reused while the list is unchanged), then
 # python/tests/megatron_core_test.py: megatron-core's own data-loader wrapper and hybrid-CP
 # schedule on 4 and 8 gloo ranks with its scheduler and with libdcp's, bad input, the per-token
-# loss example, and `pip install ./python` / `pip wheel ./python` in fresh environments. Prints
-# its time. `make bench-megatron-core` runs bench/megatron_core_compare.py (bench/RESULTS.md).
+# loss example, and `pip install ./python` / `pip wheel ./python` in fresh environments; and
+# python/tests/ring_attention_test.py: python/examples/ring_attention.py's torch.distributed ring
+# over libdcp views at 2 and 4 gloo ranks against attention without CP. Prints its time. `make bench-megatron-core` runs bench/megatron_core_compare.py (bench/RESULTS.md).
 PYTHON3 ?= python3
 MEGATRON_VENV := $(BUILD)/venv-megatron
 MEGATRON_REQUIREMENTS := python/tests/megatron-requirements.txt
@@ -339,7 +340,8 @@ $(MEGATRON_VENV)/installed: $(MEGATRON_REQUIREMENTS) | $(BUILD)
 test-megatron: $(MEGATRON_VENV)/installed $(BUILD)/libdcp.so $(BUILD)/dcp-plan
 	@start=$$(date +%s); \
 	DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
-	    $(MEGATRON_PYTHON) -B python/tests/run.py megatron_core_test.py; status=$$?; \
+	    $(MEGATRON_PYTHON) -B python/tests/run.py megatron_core_test.py ring_attention_test.py; \
+	    status=$$?; \
 	echo "test-megatron: $$(( $$(date +%s) - start )) s"; exit $$status
 bench-megatron-core: $(MEGATRON_VENV)/installed $(BUILD)/libdcp.so $(BUILD)/plan_bench
 	mkdir -p $(BUILD)/bench-lengths
