@@ -355,12 +355,15 @@ def run_rank(rank: int, world: int, args: argparse.Namespace, port: int) -> None
                             init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=COMMUNICATION_TIMEOUT_SECONDS))
     try:
-        worst, padding = check_rank(rank, world, args, device)
+        worst, padding, microbatches, cp_sizes = check_rank(rank, world, args, device)
         # every rank learns the worst errors of the pool, so all agree on the verdict
         table = torch.tensor([e for pair in worst for e in pair] + [padding],
                              dtype=torch.float64, device=device)
         dist.all_reduce(table, op=dist.ReduceOp.MAX)
         values = table.tolist()
+        # rank 0 prints every rank's line: processes writing to one pipe would mix theirs
+        summaries: List[Any] = [None] * world
+        dist.all_gather_object(summaries, (microbatches, cp_sizes))
     finally:
         dist.destroy_process_group()
     worst = [(values[2 * i], values[2 * i + 1]) for i in range(len(CHECKED))]
@@ -369,6 +372,8 @@ def run_rank(rank: int, world: int, args: argparse.Namespace, port: int) -> None
     failed = [name for name, (norm, top) in zip(CHECKED, worst)
               if not (norm <= norm_bound and top <= max_bound)]  # NaN fails too
     if rank == 0:
+        for member, (microbatches, cp_sizes) in enumerate(summaries):
+            print(f"rank {member}: {microbatches} microbatches, cp sizes run {cp_sizes}")
         print(f"ring attention, {world} ranks, {args.dtype}, {args.attention} attention, "
               f"seed {args.seed}: " + ", ".join(f"{name} {norm:.1e} (max {top:.1e})"
                                                 for name, (norm, top) in zip(CHECKED, worst)) +
@@ -380,9 +385,10 @@ def run_rank(rank: int, world: int, args: argparse.Namespace, port: int) -> None
 
 
 def check_rank(rank: int, world: int, args: argparse.Namespace, device: torch.device
-               ) -> Tuple[List[Tuple[float, float]], float]:
+               ) -> Tuple[List[Tuple[float, float]], float, int, List[int]]:
     """Runs every microbatch this rank has a group in; returns the worst (norm, max) error of
-    out, dq, dk, dv over them, and the largest absolute value on a padding row."""
+    out, dq, dk, dv over them, the largest absolute value on a padding row, the plan's
+    microbatch count and the CP sizes this rank ran."""
     dtype = DTYPES[args.dtype]
     generator = torch.Generator().manual_seed(args.seed)  # the same batch on every rank
     longest = int(LONGEST_SHARE * world * MAX_TOKENS_PER_RANK)
@@ -434,9 +440,7 @@ def check_rank(rank: int, world: int, args: argparse.Namespace, device: torch.de
             padding = got[~valid]
             if padding.numel():
                 padding_value = max(padding_value, padding.abs().max().item())
-    print(f"rank {rank}: {plan.num_microbatches} microbatches, cp sizes run "
-          f"{sorted(cp_sizes)}", flush=True)
-    return worst, padding_value
+    return worst, padding_value, plan.num_microbatches, sorted(cp_sizes)
 
 
 def main(argv: Sequence[str]) -> int:
