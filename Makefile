@@ -332,7 +332,9 @@ $(BUILD)/test_wgmma: tests/test_wgmma.cu tests/test.h tests/cuda_test_util.h tes
 # the schedule at 8 and 16 ranks) and python/tests/megatron_contract_test.py (the contract
 # fuzzer and the step property against Megatron's scheduler). Once, with the first release's
 # Python: python/tests/torch_package_test.py (the per-token loss example, `pip install ./python`
-# and `pip wheel ./python` in fresh environments). Prints its time. MEGATRON_VENV /
+# and `pip wheel ./python` in fresh environments; python/tests/ring_attention_test.py:
+# python/examples/ring_attention.py's torch.distributed ring over libdcp views at 2 and 4 gloo
+# ranks against attention without CP). Prints its time. MEGATRON_VENV /
 # MEGATRON_NEXT_VENV point at existing environments. `make bench-megatron-core` runs
 # bench/megatron_core_compare.py under both releases (bench/RESULTS.md).
 PYTHON3 ?= python3
@@ -355,7 +357,8 @@ $(MEGATRON_NEXT_VENV)/installed: $(MEGATRON_NEXT_REQUIREMENTS) | $(BUILD)
 	    "$$python312" -m venv $(MEGATRON_NEXT_VENV)
 	$(MEGATRON_NEXT_PYTHON) -m pip install -q -r $(MEGATRON_NEXT_REQUIREMENTS)
 	touch $@
-test-megatron: $(MEGATRON_VENV)/installed $(MEGATRON_NEXT_VENV)/installed $(BUILD)/libdcp.so
+test-megatron: $(MEGATRON_VENV)/installed $(MEGATRON_NEXT_VENV)/installed $(BUILD)/libdcp.so \
+               $(BUILD)/dcp-plan
 	@start=$$(date +%s); status=0; \
 	for python in $(MEGATRON_PYTHON) $(MEGATRON_NEXT_PYTHON); do \
 	    echo "test-megatron: $$($$python -c 'from importlib import metadata; print("megatron-core", metadata.version("megatron-core"))')"; \
@@ -363,7 +366,8 @@ test-megatron: $(MEGATRON_VENV)/installed $(MEGATRON_NEXT_VENV)/installed $(BUIL
 	        $$python -B python/tests/run.py $(MEGATRON_RELEASE_TESTS) || status=1; \
 	done; \
 	DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
-	    $(MEGATRON_PYTHON) -B python/tests/run.py torch_package_test.py || status=1; \
+	    $(MEGATRON_PYTHON) -B python/tests/run.py torch_package_test.py ring_attention_test.py || \
+	    status=1; \
 	echo "test-megatron: $$(( $$(date +%s) - start )) s"; exit $$status
 bench-megatron-core: $(MEGATRON_VENV)/installed $(MEGATRON_NEXT_VENV)/installed $(BUILD)/libdcp.so \
                      $(BUILD)/plan_bench
