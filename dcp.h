@@ -3712,7 +3712,7 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
 #define DCP__UNLOAD_MAX_STEPS (INT64_C(1) << 21)
 #define DCP__UNLOAD_PASSES 2
 #define DCP__UNLOAD_SMALL_CELLS 4096
-#define DCP__UNLOAD_SWAP_MAX_STEPS (INT64_C(1) << 19)
+#define DCP__UNLOAD_SWAP_MAX_STEPS (INT64_C(1) << 17)
 #define DCP__BLOCK_SIMULATION_WEIGHT 4
 
 /* The Megatron port is built while samples x ranks stays within DCP__MEGATRON_MAX_CELLS (it
