@@ -210,9 +210,13 @@ static void parser_survives_random_input(void)
     }
 }
 
+/* The round trip's file sits beside the program (argv[0] + ".input.csv"): the plain and the
+   sanitizer builds run side by side under make test and must not share it. */
+static char round_trip_path[4096] = "test_lengths.input.csv";
+
 static void read_file_round_trip(void)
 {
-    const char *path = "build/test_lengths_input.csv";
+    const char *path = round_trip_path;
     FILE *f = fopen(path, "w");
     int64_t *lengths = NULL;
     int32_t count = 0;
@@ -245,5 +249,7 @@ int main(int argc, char **argv)
         {"parser_survives_random_input", parser_survives_random_input},
         {"read_file_round_trip", read_file_round_trip},
     };
+    if (argc > 0 && strlen(argv[0]) + sizeof ".input.csv" <= sizeof round_trip_path)
+        snprintf(round_trip_path, sizeof round_trip_path, "%s.input.csv", argv[0]);
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }
