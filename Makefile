@@ -121,9 +121,17 @@ $(BUILD)/switches-%: tests/test_switches.c tests/test.h dcp.h | $(BUILD)
 	$(CC) $(C_FLAGS) $(SWITCH_FLAGS_$*) $< -o $@ -lm
 
 # Compiled once (~95 s on 2 cores), position-independent so that the executables and the
-# Python benches' shared library link the same object.
+# Python benches' shared library link the same object. It keeps what the CPU execution model
+# and the kernel report read of the device code (DEVICE_KEEP): the PTX (each kernel's
+# __launch_bounds__), the cubins (SASS) and ptxas's resource usage per kernel and architecture
+# (ptxas.txt: registers, spills, static shared memory; its other lines are shown as usual).
+DEVICE_KEEP := $(BUILD)/dcp_cuda-keep
 $(BUILD)/dcp_cuda.o: dcp_cuda.cu dcp.h | $(BUILD)
-	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fPIC -c $< -o $@
+	rm -rf $(DEVICE_KEEP) && mkdir -p $(DEVICE_KEEP)
+	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fPIC -Xptxas -v --keep --keep-dir $(DEVICE_KEEP) -c $< \
+	    -o $@ 2> $(DEVICE_KEEP)/ptxas.txt || { cat $(DEVICE_KEEP)/ptxas.txt; exit 1; }
+	@grep -v '^ptxas info\|bytes stack frame' $(DEVICE_KEEP)/ptxas.txt >&2 || true
+	rm -f $(DEVICE_KEEP)/*.ii $(DEVICE_KEEP)/*.cudafe1.*
 
 $(BUILD)/test_cuda: tests/test_cuda.cu tests/test.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
@@ -416,17 +424,20 @@ SCRIPT_TESTS += tests/test_documented.sh
 # test on the hardware).
 CLANGXX ?= clang++
 CUDA_CPU := tests/cuda_cpu
-CUDA_CPU_HEADERS := $(CUDA_CPU)/cuda_cpu.h $(CUDA_CPU)/model.h
-CUDA_CPU_PARTS := executor checkers device runtime
+CUDA_CPU_HEADERS := $(CUDA_CPU)/cuda_cpu.h $(CUDA_CPU)/model.h $(CUDA_CPU)/profile.h
+CUDA_CPU_PARTS := executor checkers device runtime memory profile
 # -fno-strict-aliasing: device code reads a bf16 pair as a 32-bit word, which host C++ forbids
 CUDA_CPU_CXX := -std=c++14 $(WARNINGS) -fno-strict-aliasing -DDCP_CUDA_CPU -I$(CUDA_CPU) \
                 -isystem $(CUDA_HOME)/include
 # enum left out: the tests pass out-of-range enum values to the C API, which checks them
 CUDA_CPU_SANITIZE := -fsanitize=address,undefined -fno-sanitize=enum -fno-sanitize-recover=all \
                      -fno-omit-frame-pointer -g
-# ASan's checks as calls with our prefix: tests/cuda_cpu/checkers.cc sees each access first
+# ASan's checks as calls with our prefix: tests/cuda_cpu/checkers.cc sees each access first;
+# every access, even a store to an address the same basic block already loaded (ASan's default
+# checks an address once per block: the store of a read-modify-write would go unseen)
 CUDA_CPU_SHADOW := -mllvm -asan-instrumentation-with-call-threshold=0 \
-                   -mllvm -asan-memory-access-callback-prefix=dcp_cuda_cpu_access_
+                   -mllvm -asan-memory-access-callback-prefix=dcp_cuda_cpu_access_ \
+                   -mllvm -asan-opt-same-temp=0
 # dcp.h's implementation once, optimised and unsanitised (its own -san tests check it): the
 # references the kernels are compared with run fast; the test files' own DCP_IMPLEMENTATION
 # is turned off by its include guard. The object libdcp_cuda.so links (position-independent).
@@ -445,12 +456,18 @@ GPU_PRESENT := $(if $(shell nvidia-smi -L 2>/dev/null | grep GPU),yes,)
 $(BUILD)/cuda_cpu:
 	mkdir -p $@
 # The model's own parts under ASan (the fibers announce their stacks to it) without UBSan's
-# checks in the per-lane loops; the checkers under neither: they run on every shared access.
+# checks in the per-lane loops; the checkers and the global shadow under neither: they run on
+# every access.
 $(BUILD)/cuda_cpu/%-checked.o: $(CUDA_CPU)/%.cc $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
 	$(CLANGXX) $(CUDA_CPU_CXX) -fsanitize=address -fno-omit-frame-pointer -g -O2 \
 	    -DDCP_CUDA_CPU_SHADOW -c $< -o $@
-$(BUILD)/cuda_cpu/checkers-checked.o: $(CUDA_CPU)/checkers.cc $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+CUDA_CPU_UNSANITIZED := checkers memory profile
+$(CUDA_CPU_UNSANITIZED:%=$(BUILD)/cuda_cpu/%-checked.o): $(BUILD)/cuda_cpu/%-checked.o: \
+                                   $(CUDA_CPU)/%.cc $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
 	$(CLANGXX) $(CUDA_CPU_CXX) -g -O2 -DDCP_CUDA_CPU_SHADOW -c $< -o $@
+# the executor's table of the kernels' registers and launch bounds (generated: make kernel-limits)
+$(BUILD)/cuda_cpu/executor-checked.o $(BUILD)/cuda_cpu/executor.o $(BUILD)/cuda_cpu/executor-pic.o: \
+    $(CUDA_CPU)/kernel_limits.inc
 $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o): $(BUILD)/cuda_cpu/%.o: $(CUDA_CPU)/%.cc \
                                                 $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
 	$(CXX) $(CUDA_CPU_CXX) -O2 -c $< -o $@
@@ -485,6 +502,17 @@ $(BUILD)/test_cuda_primitives: tests/test_cuda_primitives.cu tests/test.h tests/
 GPU_TESTS += $(BUILD)/test_cuda_primitives # test-gpu and sanitize-gpu run it
 test-gpu sanitize-gpu: $(BUILD)/test_cuda_primitives
 
+# The model's own checks (tests/cuda_cpu/test_model.cc): each blind spot of issue 35 closed, a
+# kernel with the fault each (global races, misaligned vectors, a one-element overrun, a launch
+# beyond __launch_bounds__, occupancy from registers); dcp_cuda.cu's kernels by their symbols.
+$(BUILD)/cuda_cpu/test_model.o: $(CUDA_CPU)/test_model.cc tests/test.h dcp.h $(CUDA_CPU_HEADERS) \
+                                | $(BUILD)/cuda_cpu
+	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) -I. $(CUDA_CPU_SEPARATE_IMPLEMENTATION) $(CUDA_CPU_SANITIZE) \
+	    $(CUDA_CPU_SHADOW) -O1 -c $< -o $@
+$(BUILD)/test_cuda_model-cpu: $(BUILD)/cuda_cpu/test_model.o $(CUDA_CPU_CHECKED) \
+                              $(BUILD)/cuda_cpu/dcp_cuda-checked.o
+	$(CUDA_CPU_LINK) $< $(BUILD)/cuda_cpu/dcp_cuda-checked.o -o $@ -lm -ldl
+CUDA_CPU_RUNS += $(BUILD)/test_cuda_model-cpu
 ifeq ($(CUDA_CPU_READY),yes)
 all: $(CUDA_CPU_RUNS)
 TEST_PROGRAMS += $(CUDA_CPU_RUNS)
@@ -495,6 +523,14 @@ else
 TEST_PROGRAMS := $(filter-out $(CUDA_CPU_TESTS:%=$(BUILD)/%),$(TEST_PROGRAMS))
 endif
 endif
+
+# The model's table of each kernel's registers, __launch_bounds__ and static shared memory
+# (tests/cuda_cpu/kernel_limits.inc) comes from the device build: `make kernel-limits` writes it,
+# tests/test_kernel_limits.sh (make test) fails when it is stale.
+.PHONY: kernel-limits
+kernel-limits: $(BUILD)/dcp_cuda.o
+	$(PYTHON3) $(CUDA_CPU)/kernel_limits.py $(DEVICE_KEEP) > $(CUDA_CPU)/kernel_limits.inc
+SCRIPT_TESTS += tests/test_kernel_limits.sh
 .PHONY: report-cuda-cpu
 report-skips: report-cuda-cpu
 report-cuda-cpu:
@@ -557,7 +593,9 @@ SCRIPT_TESTS += tests/test_gpu_round.sh
 # tests/cuda_cpu/runtime.cc. build/test_nccl_gpu-cpu: test_nccl_gpu's tests on one rank, and
 # its multi-rank roll at 2 and 4 ranks as threads, under both profiles in `make test`.
 CUDA_CPU_TRANSPORT := $(BUILD)/cuda_cpu/executor-checked.o $(BUILD)/cuda_cpu/checkers-checked.o \
-                      $(BUILD)/cuda_cpu/device-checked.o $(CUDA_CPU_IMPLEMENTATION)
+                      $(BUILD)/cuda_cpu/device-checked.o $(BUILD)/cuda_cpu/memory-checked.o \
+                      $(BUILD)/cuda_cpu/profile-checked.o \
+                      $(CUDA_CPU_IMPLEMENTATION)
 # -Wno-unused-function: the transport's test interface is there for programs that use more of it
 CUDA_CPU_TRANSPORT_CXX := -Itests/fake_nccl -Wno-unused-function \
                           -DFAKE_NCCL_CUDA_RUNTIME='"$(CUDA_HOME)/include/cuda_runtime.h"'

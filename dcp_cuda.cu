@@ -244,6 +244,26 @@ template <> __device__ __forceinline__ __half dcp_cuda__from_float<__half>(float
     return __float2half_rn(x);
 }
 
+/* Every access wider than 4 bytes (a vector type, a pack of elements) goes through these two:
+   one load or store of the type's whole width on the device (LDG/STG/LDS/STS .64 or .128),
+   which faults unless the address is aligned to that width. On the CPU execution model the
+   model checks that alignment first: the host compiler splits an aggregate into its fields,
+   so the access itself would pass at any address. */
+template <typename V> __device__ __forceinline__ V dcp_cuda__vload(const V *p)
+{
+#ifdef DCP_CUDA_CPU
+    dcp_cuda_cpu_vector_access(p, sizeof(V), false);
+#endif
+    return *p;
+}
+template <typename V> __device__ __forceinline__ void dcp_cuda__vstore(V *p, const V &value)
+{
+#ifdef DCP_CUDA_CPU
+    dcp_cuda_cpu_vector_access(p, sizeof(V), true);
+#endif
+    *p = value;
+}
+
 /* V consecutive elements moved as one access: 16 bytes when V * sizeof(T) == 16 (the
    pointer must then be 16-byte aligned, which every launcher checks before choosing V). */
 template <typename T, int V> struct alignas(sizeof(T) * V) dcp_cuda__pack {
@@ -253,7 +273,8 @@ template <typename T, int V> struct alignas(sizeof(T) * V) dcp_cuda__pack {
 template <typename T, int V>
 __device__ __forceinline__ void dcp_cuda__load(const T *p, float (&out)[V])
 {
-    const dcp_cuda__pack<T, V> pack = *reinterpret_cast<const dcp_cuda__pack<T, V> *>(p);
+    const dcp_cuda__pack<T, V> pack =
+        dcp_cuda__vload(reinterpret_cast<const dcp_cuda__pack<T, V> *>(p));
 #pragma unroll
     for (int i = 0; i < V; i++) out[i] = dcp_cuda__to_float(pack.v[i]);
 }
@@ -264,7 +285,7 @@ __device__ __forceinline__ void dcp_cuda__store(T *p, const float (&in)[V])
     dcp_cuda__pack<T, V> pack;
 #pragma unroll
     for (int i = 0; i < V; i++) pack.v[i] = dcp_cuda__from_float<T>(in[i]);
-    *reinterpret_cast<dcp_cuda__pack<T, V> *>(p) = pack;
+    dcp_cuda__vstore(reinterpret_cast<dcp_cuda__pack<T, V> *>(p), pack);
 }
 
 template <typename T, int V> __device__ __forceinline__ void dcp_cuda__store_zero(T *p)
@@ -401,7 +422,7 @@ __device__ __forceinline__ void dcp_cuda__rope_pairs(const dcp_cuda__rope_args &
         dcp_cuda__load<T, V>(x + second, w);
 #pragma unroll
         for (int i = 0; i < V; i++) {
-            const float2 cs = angle[first + i];
+            const float2 cs = dcp_cuda__vload(angle + first + i);
             const float p = u[i], q = w[i];
             u[i] = p * cs.x - q * cs.y;
             w[i] = q * cs.x + p * cs.y;
@@ -426,7 +447,7 @@ __device__ __forceinline__ void dcp_cuda__rope_pairs(const dcp_cuda__rope_args &
                                                   u + l * (PV / LOADS)));
 #pragma unroll
             for (int i = 0; i < PV / 2; i++) {
-                const float2 cs = angle[first / 2 + i];
+                const float2 cs = dcp_cuda__vload(angle + first / 2 + i);
                 const float p = u[2 * i], q = u[2 * i + 1];
                 u[2 * i] = p * cs.x - q * cs.y;
                 u[2 * i + 1] = q * cs.x + p * cs.y;
@@ -463,7 +484,7 @@ __global__ void __launch_bounds__(DCP_CUDA__ROPE_THREADS)
                                            : pow(a.theta_base, -2.0 * f / a.rotary_dim);
         double s, c;
         sincos((double)p * inv_freq, &s, &c);
-        angles[i] = make_float2((float)c, (float)(a.direction * s));
+        dcp_cuda__vstore(angles + i, make_float2((float)c, (float)(a.direction * s)));
     }
     __syncthreads();
     const int32_t heads = a.q_heads + a.k_heads, units = a.pair_units + a.copy_units;
@@ -968,7 +989,8 @@ __device__ __forceinline__ void dcp_cuda__conv_forward_rows(
 #pragma unroll
         for (int i = 0; i < CHUNK; i++)
             if (t + i < end)
-                raw[i] = *reinterpret_cast<const dcp_cuda__pack<T, V> *>(x + (t + i) * channels);
+                raw[i] = dcp_cuda__vload(
+                    reinterpret_cast<const dcp_cuda__pack<T, V> *>(x + (t + i) * channels));
 #pragma unroll
         for (int i = 0; i < CHUNK; i++) {
             if (t + i >= end) break;
@@ -1025,9 +1047,10 @@ __device__ __forceinline__ void dcp_cuda__conv_backward_rows(
 #pragma unroll
         for (int i = 0; i < CHUNK; i++)
             if (r0 + i < compute_end) {
-                raw_x[i] = *reinterpret_cast<const dcp_cuda__pack<T, V> *>(x + (r0 + i) * channels);
-                raw_dy[i] =
-                    *reinterpret_cast<const dcp_cuda__pack<T, V> *>(dy + (r0 + i) * channels);
+                raw_x[i] = dcp_cuda__vload(
+                    reinterpret_cast<const dcp_cuda__pack<T, V> *>(x + (r0 + i) * channels));
+                raw_dy[i] = dcp_cuda__vload(
+                    reinterpret_cast<const dcp_cuda__pack<T, V> *>(dy + (r0 + i) * channels));
             }
 #pragma unroll
         for (int i = 0; i < CHUNK; i++) {
@@ -1903,7 +1926,7 @@ __global__ void __launch_bounds__(DCP_CUDA__SCHEDULE_THREADS)
         if (tiles <= 0) continue;
         const int32_t base = atomicAdd(&cursor[dcp_cuda__schedule_bucket(tiles)], tiles);
         for (int32_t t = 0; t < tiles && base + t < capacity; t++)
-            entries[base + t] = make_int2(j, tiles - 1 - t);
+            dcp_cuda__vstore(entries + base + t, make_int2(j, tiles - 1 - t));
     }
 }
 
@@ -2059,7 +2082,7 @@ __device__ __forceinline__ bool dcp_cuda__attn_tile_of(const dcp_cuda__attn_args
                                                        dcp_cuda__seq_view *s, int64_t *first)
 {
     if ((int32_t)blockIdx.x >= *a.count) return false;
-    const int2 entry = a.entries[blockIdx.x];
+    const int2 entry = dcp_cuda__vload(a.entries + blockIdx.x);
     *s = dcp_cuda__seq_of(a, entry.x);
     *first = (kv ? s->k_begin : s->q_begin) + (int64_t)entry.y * DCP_CUDA__TILE;
     return true;
@@ -2486,8 +2509,9 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         for (int d = 0; d < K::HEAD_BLOCKS; d++) {
             const float x = o[d][2 * row] * inv, y = o[d][2 * row + 1] * inv;
             if (a.out_fp32)
-                *reinterpret_cast<float2 *>(static_cast<float *>(a.o) + at + d * 8) =
-                    make_float2(x, y);
+                dcp_cuda__vstore(
+                    reinterpret_cast<float2 *>(static_cast<float *>(a.o) + at + d * 8),
+                    make_float2(x, y));
             else
                 *reinterpret_cast<uint32_t *>(static_cast<T *>(a.o) + at + d * 8) =
                     dcp_cuda__pack2<T>(x, y);
@@ -3460,9 +3484,9 @@ __global__ void __launch_bounds__(DCP_CUDA__A2A_THREADS) dcp_cuda__a2a_kernel(dc
             if (k >= seg.rows) continue; /* a list shorter than total_rows: never outside it */
             local = (V *)(a.local + seg.local_offset + k * a.local_pitch) + unit;
             message = (V *)(a.message + seg.message_offset) + k * a.units_per_row + unit;
-            if (s >= a.copies) *local = V();
-            else if (a.pack) *message = *local;
-            else *local = *message;
+            if (s >= a.copies) dcp_cuda__vstore(local, V());
+            else if (a.pack) dcp_cuda__vstore(message, dcp_cuda__vload(local));
+            else dcp_cuda__vstore(local, dcp_cuda__vload(message));
         }
         __syncthreads(); /* range is rewritten by the next tile */
     }
@@ -3572,7 +3596,8 @@ __global__ void __launch_bounds__(DCP_CUDA__ROLL_THREADS)
         const int64_t padded = (int64_t)a.cu_seqlens_padded[seq + 1] - a.cu_seqlens_padded[seq];
         const int64_t row = a.cu_seqlens_padded[seq] / a.cp +
                             half * (padded / ((int64_t)a.cp * DCP_MTP_ROLL_HALVES));
-        if (row >= 0 && row < a.rows) boundaries[t] = in[row * a.words + word];
+        if (row >= 0 && row < a.rows)
+            dcp_cuda__vstore(boundaries + t, dcp_cuda__vload(in + row * a.words + word));
     }
 }
 
@@ -3606,12 +3631,12 @@ __global__ void __launch_bounds__(DCP_CUDA__ROLL_THREADS)
         Word value = Word(); /* the fill: zero bytes */
         if (source >= 0) {
             if (source >= a.rows) continue; /* device arrays disagree with the host sizes */
-            value = in[source * a.words + word];
+            value = dcp_cuda__vload(in + source * a.words + word);
         } else if (source < -1) {
             if (!received) continue; /* the caller fills it (the CPU reference's contract) */
-            value = received[(-2 - source) * a.words + word];
+            value = dcp_cuda__vload(received + (-2 - source) * a.words + word);
         }
-        out[t] = value;
+        dcp_cuda__vstore(out + t, value);
     }
 }
 
@@ -4127,7 +4152,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_sm90_traits<D>::THREADS, 1)
         ~(uintptr_t)(L::ATOM_BYTES - 1));
     unsigned char *sq = base, *sk = sq + K::Q_BYTES, *sv = sk + K::STAGES * K::KV_BYTES;
     if ((int32_t)blockIdx.x >= *a.count) return;
-    const int2 entry = a.entries[blockIdx.x];
+    const int2 entry = dcp_cuda__vload(a.entries + blockIdx.x);
     const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, entry.x);
     const int64_t q0 = s.q_begin + (int64_t)entry.y * K::TILE_ROWS;
     const int32_t head = blockIdx.y;

@@ -2,10 +2,12 @@
 # Mutation check of the kernel tests on the CPU execution model (tests/cuda_cpu): do they catch
 # the bugs they exist to catch? Each mutant is dcp_cuda.cu with one planted bug: a wrong
 # softmax scale, a causal mask off by one row, a dropped key tile, a dq without its scale, a
-# conv1d tap missing in the forward and in dx; and three faults only a checker or a bound
-# finds: a missing __syncthreads in the attention forward's tile loop (racecheck), a read of
-# a cp.async buffer before its wait (the cp.async check), a key-tile count one short (a wrong
-# result). For each: the source is patched into $BUILD/mutants/NAME/ (the text to replace must
+# conv1d tap missing in the forward and in dx; and faults only a checker or a bound finds: a
+# missing __syncthreads in the attention forward's tile loop (racecheck), a read of a cp.async
+# buffer before its wait (the cp.async check), a key-tile count one short (a wrong result), the
+# backward's atomicAdd into dq as a plain += (the global shadow: blocks race), the conv1d
+# alignment guard removed (16-byte loads of misaligned tensors: the alignment check), a fill
+# one element past its buffer's end (the poisoned bytes after a cudaMalloc's size). For each: the source is patched into $BUILD/mutants/NAME/ (the text to replace must
 # occur exactly once, else the script fails: a kernel was rewritten, update its mutant here),
 # compiled as the model's checked build, linked with the test program's object, and run under
 # DCP_TEST_SEED (default 1) with the test names given. The test must FAIL (a wrong result, a
@@ -34,6 +36,9 @@ conv_dx_missing_tap|test_cuda_kernels|conv1d_boundaries|for (int k = 0; k < W; k
 forward_missing_syncthreads|test_cuda_attention|attention_long_pack|        __syncthreads(); /* this stage is free for the load two tiles ahead */|        /* the barrier that frees this stage is missing */
 read_before_cp_async_wait|test_cuda_attention|attention_ring_step_views|    dcp_cuda__cp_async_wait<1>(); /* Q has landed */|    dcp_cuda__cp_async_wait<2>(); /* Q may still be in flight */
 key_tiles_one_short|test_cuda_attention|attention_ring_step_views|    return k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin + K::TILE_KEYS - 1) / K::TILE_KEYS)|    return k_stop > s.k_begin ? (int32_t)((k_stop - s.k_begin) / K::TILE_KEYS)
+dq_plain_add|test_cuda_attention|attention_steps|                    atomicAdd(a.dq + at[e >> 1] + (2 * dp + j) * 8 + (e & 1),|                    [](float *p, float v) { *p += v; }(a.dq + at[e >> 1] + (2 * dp + j) * 8 + (e & 1),
+conv_alignment_guard_removed|test_cuda_kernels|conv1d_boundaries|    g->vector_width = vector && p->channels % V == 0 ? V : 1;|    g->vector_width = (vector + 1) && p->channels % V == 0 ? V : 1;
+fill_one_past_the_end|test_cuda_kernels|merge_shapes|    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;|    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i <= count;
 END
 )
 
