@@ -513,6 +513,47 @@ $(BUILD)/test_cuda_model-cpu: $(BUILD)/cuda_cpu/test_model.o $(CUDA_CPU_CHECKED)
                               $(BUILD)/cuda_cpu/dcp_cuda-checked.o
 	$(CUDA_CPU_LINK) $< $(BUILD)/cuda_cpu/dcp_cuda-checked.o -o $@ -lm -ldl
 CUDA_CPU_RUNS += $(BUILD)/test_cuda_model-cpu
+# The kernel profile (tests/cuda_cpu/kernel_report.cc): dcp_cuda.cu's kernels on fixed shapes on
+# the model with its profile on, and their speed-of-light bounds on an A100 and an H100. make test
+# runs its small shapes against tests/cuda_cpu/kernel_thresholds.txt (coalescing and bank-conflict
+# efficiency per kernel: build/kernel_report-cpu-check); `make kernel-report` writes the report's
+# shapes with the device build's SASS figures into bench/RESULTS.md's last section.
+KERNEL_THRESHOLDS := $(CUDA_CPU)/kernel_thresholds.txt
+$(BUILD)/cuda_cpu/kernel_report.o: $(CUDA_CPU)/kernel_report.cc dcp.h $(CUDA_CPU_HEADERS) \
+                                   | $(BUILD)/cuda_cpu
+	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) -I. $(CUDA_CPU_SEPARATE_IMPLEMENTATION) $(CUDA_CPU_SANITIZE) \
+	    $(CUDA_CPU_SHADOW) -O1 -c $< -o $@
+$(BUILD)/kernel_report-cpu: $(BUILD)/cuda_cpu/kernel_report.o $(CUDA_CPU_CHECKED) \
+                            $(BUILD)/cuda_cpu/dcp_cuda-checked.o
+	$(CUDA_CPU_LINK) $< $(BUILD)/cuda_cpu/dcp_cuda-checked.o -o $@ -lm
+$(BUILD)/kernel_report-cpu-check: $(BUILD)/kernel_report-cpu $(KERNEL_THRESHOLDS)
+	printf '#!/bin/sh\nexec "$$(dirname "$$0")/%s" --check "%s"\n' "$(<F)" \
+	    "$(abspath $(KERNEL_THRESHOLDS))" > $@
+	chmod +x $@
+CUDA_CPU_RUNS += $(BUILD)/kernel_report-cpu-check
+# The same cases on a GPU, each operation timed (the GPU round's step 6): a round's
+# kernel-times.tsv, given as MEASURED, sets the times beside the bounds in make kernel-report.
+$(BUILD)/kernel_report: $(CUDA_CPU)/kernel_report.cc dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -I. -x cu $< -x none $(BUILD)/dcp_cuda.o -o $@
+gpu-round-build: $(BUILD)/kernel_report
+MEASURED ?=
+# cuobjdump for the static SASS: the toolkit's, else PyPI's (nvidia-cuda-cuobjdump) in a venv
+SASS_VENV := $(BUILD)/venv-sass
+$(SASS_VENV)/installed:
+	$(PYTHON3) -m venv $(SASS_VENV) && $(SASS_VENV)/bin/pip install -q nvidia-cuda-cuobjdump
+	touch $@
+.PHONY: kernel-report
+kernel-report: $(BUILD)/kernel_report-cpu $(BUILD)/dcp_cuda.o \
+               $(if $(wildcard $(CUDA_HOME)/bin/cuobjdump),,$(SASS_VENV)/installed)
+	$(BUILD)/kernel_report-cpu --markdown $(BUILD)/kernel-report.md \
+	    --kernels $(BUILD)/kernel-report.kernels $(if $(MEASURED),--measured $(MEASURED))
+	$$(ls $(CUDA_HOME)/bin/cuobjdump $(SASS_VENV)/lib/python*/site-packages/nvidia/cu*/bin/cuobjdump \
+	    2>/dev/null | head -n 1) -sass $(BUILD)/dcp_cuda.o > $(BUILD)/dcp_cuda.sass
+	$(PYTHON3) $(CUDA_CPU)/sass_profile.py $(BUILD)/dcp_cuda.sass $(CUDA_CPU)/kernel_limits.inc \
+	    $(BUILD)/kernel-report.kernels > $(BUILD)/kernel-report-sass.md
+	$(PYTHON3) $(CUDA_CPU)/results_section.py bench/RESULTS.md $(BUILD)/kernel-report.md \
+	    $(BUILD)/kernel-report-sass.md "make kernel-report"
+	cat $(BUILD)/kernel-report.md $(BUILD)/kernel-report-sass.md
 ifeq ($(CUDA_CPU_READY),yes)
 all: $(CUDA_CPU_RUNS)
 TEST_PROGRAMS += $(CUDA_CPU_RUNS)
@@ -523,6 +564,7 @@ else
 TEST_PROGRAMS := $(filter-out $(CUDA_CPU_TESTS:%=$(BUILD)/%),$(TEST_PROGRAMS))
 endif
 endif
+
 
 # The model's table of each kernel's registers, __launch_bounds__ and static shared memory
 # (tests/cuda_cpu/kernel_limits.inc) comes from the device build: `make kernel-limits` writes it,
@@ -542,10 +584,13 @@ endif
 
 # Planted bugs (tests/mutants.sh): each mutant of dcp_cuda.cu, compiled as the checked build,
 # must make its test fail on the model. A few minutes: one compile of dcp_cuda.cu per mutant.
+# MUTANTS_PART=K/N runs the K-th of N equal parts (the GPU round's calls last 10 minutes).
+MUTANTS_PART ?=
 test-mutants: $(CUDA_CPU_CHECKED) $(BUILD)/cuda_cpu/test_cuda_attention.o \
-              $(BUILD)/cuda_cpu/test_cuda_kernels.o
+              $(BUILD)/cuda_cpu/test_cuda_kernels.o $(BUILD)/cuda_cpu/kernel_report.o
 	CUDA_CPU_COMPILE="$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SANITIZE) $(CUDA_CPU_SHADOW) -O1" \
-	    CUDA_CPU_LINK="$(CUDA_CPU_LINK)" BUILD=$(BUILD) sh tests/mutants.sh
+	    CUDA_CPU_LINK="$(CUDA_CPU_LINK)" BUILD=$(BUILD) MUTANTS_PART=$(MUTANTS_PART) \
+	    sh tests/mutants.sh
 
 # ---- the GPU round: everything that needs a GPU, in one command (issue 29) -------------------
 # `make gpu-round` on a machine with a GPU (docs/gpu-round.md): builds for the device it finds

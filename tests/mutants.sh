@@ -7,13 +7,17 @@
 # buffer before its wait (the cp.async check), a key-tile count one short (a wrong result), the
 # backward's atomicAdd into dq as a plain += (the global shadow: blocks race), the conv1d
 # alignment guard removed (16-byte loads of misaligned tensors: the alignment check), a fill
-# one element past its buffer's end (the poisoned bytes after a cudaMalloc's size). For each: the source is patched into $BUILD/mutants/NAME/ (the text to replace must
+# one element past its buffer's end (the poisoned bytes after a cudaMalloc's size); and two
+# that only cost speed, which the kernel profile's thresholds catch (build/kernel_report-cpu
+# --check): conv1d lanes strided across channel groups (uncoalesced loads) and the attention
+# tiles' row padding removed (ldmatrix rows in the same banks). For each: the source is patched into $BUILD/mutants/NAME/ (the text to replace must
 # occur exactly once, else the script fails: a kernel was rewritten, update its mutant here),
 # compiled as the model's checked build, linked with the test program's object, and run under
 # DCP_TEST_SEED (default 1) with the test names given. The test must FAIL (a wrong result, a
 # checker's report, an ASan error); a mutant it passes SURVIVED and the script exits non-zero.
 # No GPU is needed. Nothing here touches the working tree's dcp_cuda.cu.
 #   usage: sh tests/mutants.sh [NAME...]       (make test-mutants; all mutants when no NAME)
+#          MUTANTS_PART=K/N: the K-th of N equal parts of the list (make test-mutants MUTANTS_PART=1/2)
 #   env:   CUDA_CPU_COMPILE (compiler and flags of build/cuda_cpu/dcp_cuda-checked.o),
 #          CUDA_CPU_LINK (linker, flags and the model's objects), BUILD (default build),
 #          DCP_TEST_SEED
@@ -39,12 +43,21 @@ key_tiles_one_short|test_cuda_attention|attention_ring_step_views|    return k_s
 dq_plain_add|test_cuda_attention|attention_steps|                    atomicAdd(a.dq + at[e >> 1] + (2 * dp + j) * 8 + (e & 1),|                    [](float *p, float v) { *p += v; }(a.dq + at[e >> 1] + (2 * dp + j) * 8 + (e & 1),
 conv_alignment_guard_removed|test_cuda_kernels|conv1d_boundaries|    g->vector_width = vector && p->channels % V == 0 ? V : 1;|    g->vector_width = (vector + 1) && p->channels % V == 0 ? V : 1;
 fill_one_past_the_end|test_cuda_kernels|merge_shapes|    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;|    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i <= count;
+conv_loads_uncoalesced|kernel_report|--check tests/cuda_cpu/kernel_thresholds.txt|    run->c0 = ((int64_t)blockIdx.y * DCP_CUDA__CONV_LANES + threadIdx.x) * V;|    run->c0 = ((int64_t)threadIdx.x * gridDim.y + blockIdx.y) * V;
+attention_tile_bank_conflicts|kernel_report|--check tests/cuda_cpu/kernel_thresholds.txt|    static constexpr int ROW_PAD = DCP_CUDA__VECTOR_BYTES / 2; /* elements of 2 bytes */|    static constexpr int ROW_PAD = 0;
 END
 )
 
-killed=0 survived=0 broken=0
+# MUTANTS_PART=K/N: only the K-th of N equal parts of the list (in order)
+part=${MUTANTS_PART:-1/1}
+part_index=${part%/*} part_count=${part#*/}
+total=$(printf '%s\n' "$MUTANTS" | grep -c .)
+killed=0 survived=0 broken=0 index=0
 for name in $(printf '%s\n' "$MUTANTS" | cut -d'|' -f1); do
     line=$(printf '%s\n' "$MUTANTS" | grep "^$name|")
+    index=$((index + 1))
+    # mutant `index` (from 1) belongs to part ceil(index * part_count / total)
+    [ $(((index * part_count + total - 1) / total)) -eq "$part_index" ] || continue
     if [ $# -gt 0 ]; then
         case " $* " in *" $name "*) ;; *) continue ;; esac
     fi

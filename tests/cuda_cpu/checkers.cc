@@ -159,12 +159,21 @@ static void misaligned(uintptr_t a, size_t bytes, int kind, uintptr_t pc)
     dcp_cuda_cpu_abort_block();
 }
 
+static int memory_class_of(uintptr_t a, bool store)
+{
+    if (shared_address(a)) return store ? DCP_CUDA_CPU_SHARED_STORE : DCP_CUDA_CPU_SHARED_LOAD;
+    if (dcp_cuda_cpu_device_address(a))
+        return store ? DCP_CUDA_CPU_GLOBAL_STORE : DCP_CUDA_CPU_GLOBAL_LOAD;
+    return -1; /* a local: not profiled */
+}
+
 void dcp_cuda_cpu_vector_access(const void *p, size_t bytes, bool store)
 {
-    const uintptr_t a = (uintptr_t)p;
+    const uintptr_t a = (uintptr_t)p, pc = (uintptr_t)__builtin_return_address(0);
     if (bytes > NATURAL_ABOVE && !(bytes & (bytes - 1)) && (a & (bytes - 1)))
-        misaligned(a, bytes, store ? DCP_CUDA_CPU_WRITE : DCP_CUDA_CPU_READ,
-                   (uintptr_t)__builtin_return_address(0));
+        misaligned(a, bytes, store ? DCP_CUDA_CPU_WRITE : DCP_CUDA_CPU_READ, pc);
+    const int memory_class = dcp_cuda_cpu_profiling ? memory_class_of(a, store) : -1;
+    if (memory_class >= 0) dcp_cuda_cpu_profile_wide(a, bytes, memory_class, pc);
 }
 
 #ifndef DCP_CUDA_CPU_SHADOW
@@ -440,15 +449,13 @@ void *__asan_memset(void *, int, uintptr_t);
 /* One access of the instrumented code: shared memory to its shadow, writes of global memory
    to the global shadow (memory.cc); `natural`: the access must be aligned to its size. Most
    accesses are the kernels' own locals (fiber stacks): a narrow load of one costs a compare. */
+/* A plain access of the instrumented code as a request of its lane, unless it is part of the
+   wide access the thread just named (dcp_cuda_cpu_vector_access). */
 static void profile(uintptr_t a, size_t bytes, int kind, uintptr_t pc)
 {
-    const bool store = kind == DCP_CUDA_CPU_WRITE;
-    if (shared_address(a))
-        dcp_cuda_cpu_profile_access(a, bytes, store ? DCP_CUDA_CPU_SHARED_STORE
-                                                    : DCP_CUDA_CPU_SHARED_LOAD, pc);
-    else if (dcp_cuda_cpu_device_address(a))
-        dcp_cuda_cpu_profile_access(a, bytes, store ? DCP_CUDA_CPU_GLOBAL_STORE
-                                                    : DCP_CUDA_CPU_GLOBAL_LOAD, pc);
+    const int memory_class = memory_class_of(a, kind == DCP_CUDA_CPU_WRITE);
+    if (memory_class >= 0 && !dcp_cuda_cpu_profile_split(a, bytes))
+        dcp_cuda_cpu_profile_access(a, bytes, memory_class, pc);
 }
 
 static inline void access(uintptr_t a, size_t bytes, int kind, bool natural, uintptr_t pc)

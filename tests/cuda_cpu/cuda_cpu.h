@@ -167,7 +167,7 @@ static inline float __fdividef(float x, float y)
 /* An access of `bytes` (a vector or pack wider than 4 bytes: one instruction on the device)
    at p: reported unless p is aligned to its width (dcp_cuda.cu's dcp_cuda__vload/vstore). */
 void dcp_cuda_cpu_vector_access(const void *p, size_t bytes, bool store);
-template <typename V> static inline void __stwb(V *address, V value)
+template <typename V> __attribute__((always_inline)) static inline void __stwb(V *address, V value)
 {
     dcp_cuda_cpu_vector_access(address, sizeof(V), true);
     *address = value;

@@ -142,6 +142,10 @@ void dcp_cuda_cpu_profile_block(int warps);
 void dcp_cuda_cpu_profile_block_end(void);
 void dcp_cuda_cpu_profile_sync(uint32_t warps);
 void dcp_cuda_cpu_profile_access(uintptr_t address, size_t bytes, int memory_class, uintptr_t pc);
+/* A wide access as the device issues it (one instruction: dcp_cuda_cpu_vector_access), and
+   whether a host access lies inside the running thread's last one (its split part: skipped). */
+void dcp_cuda_cpu_profile_wide(uintptr_t address, size_t bytes, int memory_class, uintptr_t pc);
+bool dcp_cuda_cpu_profile_split(uintptr_t address, size_t bytes);
 void dcp_cuda_cpu_profile_event(int what, int warps);
 
 #endif

@@ -26,7 +26,8 @@ enum {
     BANK_BYTES = 4,
     WAVEFRONT_BYTES = BANKS * BANK_BYTES, /* what one conflict-free pass serves */
     LDMATRIX_LANES = 8,   /* lanes that name the rows of one 8 x 8 matrix: one phase */
-    MAX_WARPS = 32
+    MAX_WARPS = 32,
+    MAX_THREADS = MAX_WARPS * DCP_CUDA_CPU_WARP_SIZE
 };
 
 /* One lane's part of a request. */
@@ -58,71 +59,80 @@ static std::vector<kernel_state> kernels; /* in order of first launch */
 static std::map<const void *, size_t> kernel_index;
 static kernel_state *running;
 static warp_requests warps[MAX_WARPS];
+/* Per thread, the bytes its last wide access covered (dcp_cuda.cu's dcp_cuda__vload/vstore, one
+   device instruction of 8 or 16 bytes): the host compiler splits such an aggregate access into
+   its fields, whose own callbacks are not requests of their own. */
+static uintptr_t covered_begin[MAX_THREADS], covered_end[MAX_THREADS];
 
 /* ---------------------------------------------------------------------- measures */
+
+/* The lanes' byte ranges merged (sorted by address): the distinct bytes they name, and the
+   distinct units of `unit` bytes those cover (appended to `units`, sorted and unique). */
+static uint64_t distinct_bytes(std::vector<lane_access> &lanes, uintptr_t unit,
+                               std::vector<uintptr_t> &units)
+{
+    std::sort(lanes.begin(), lanes.end(), [](const lane_access &a, const lane_access &b) {
+        return a.address < b.address;
+    });
+    uint64_t bytes = 0;
+    uintptr_t covered = 0; /* bytes below this are counted */
+    for (const lane_access &a : lanes) {
+        const uintptr_t begin = std::max(a.address, covered), end = a.address + a.bytes;
+        if (end <= begin) continue;
+        bytes += end - begin;
+        covered = end;
+        for (uintptr_t u = begin / unit; u <= (end - 1) / unit; u++)
+            if (units.empty() || units.back() != u) units.push_back(u);
+    }
+    return bytes;
+}
 
 static void measure_global(const request &r, dcp_cuda_cpu_memory_figures &f,
                            std::unordered_set<uintptr_t> &touched)
 {
-    std::unordered_set<uintptr_t> sectors, bytes;
-    for (const lane_access &a : r.lanes)
-        for (uint32_t i = 0; i < a.bytes; i++) {
-            bytes.insert(a.address + i);
-            sectors.insert((a.address + i) / SECTOR_BYTES);
-        }
+    std::vector<lane_access> lanes = r.lanes;
+    std::vector<uintptr_t> sectors;
+    const uint64_t bytes = distinct_bytes(lanes, SECTOR_BYTES, sectors);
     for (uintptr_t s : sectors) touched.insert(s);
-    f.bytes += bytes.size();
+    f.bytes += bytes;
     f.units += sectors.size();
-    f.ideal_units += (bytes.size() + SECTOR_BYTES - 1) / SECTOR_BYTES;
+    f.ideal_units += (bytes + SECTOR_BYTES - 1) / SECTOR_BYTES;
 }
 
 /* Wavefronts of one phase: the most distinct words one bank serves (a word several lanes
    name is read once: a broadcast). */
-static uint64_t phase_wavefronts(const lane_access *lanes, size_t count)
+static uint64_t phase_wavefronts(std::vector<lane_access> lanes)
 {
-    std::unordered_set<uintptr_t> words[BANKS];
-    size_t most = 0;
-    for (size_t i = 0; i < count; i++)
-        for (uintptr_t w = lanes[i].address / BANK_BYTES;
-             w <= (lanes[i].address + lanes[i].bytes - 1) / BANK_BYTES; w++) {
-            std::unordered_set<uintptr_t> &bank = words[w % BANKS];
-            bank.insert(w);
-            most = std::max(most, bank.size());
-        }
+    std::vector<uintptr_t> words;
+    distinct_bytes(lanes, BANK_BYTES, words);
+    uint64_t per_bank[BANKS] = {}, most = 0;
+    for (uintptr_t w : words) most = std::max(most, ++per_bank[w % BANKS]);
     return most;
 }
 
 /* Lanes per phase: a warp's request is served in phases of 128 bytes of lanes (32 lanes of 4
    bytes, 16 of 8, 8 of 16); an ldmatrix in one phase per matrix. */
-static size_t phase_lanes(int memory_class, uint32_t widest)
+static uint32_t phase_lanes(int memory_class, uint32_t widest)
 {
     if (memory_class == DCP_CUDA_CPU_LDMATRIX) return LDMATRIX_LANES;
     const uint32_t width = std::max<uint32_t>(widest, BANK_BYTES);
-    return std::max<size_t>(1, WAVEFRONT_BYTES / width);
+    return std::max<uint32_t>(1, WAVEFRONT_BYTES / width);
 }
 
 static void measure_shared(const request &r, int memory_class, dcp_cuda_cpu_memory_figures &f)
 {
-    std::vector<lane_access> lanes = r.lanes;
-    std::sort(lanes.begin(), lanes.end(),
-              [](const lane_access &a, const lane_access &b) { return a.lane < b.lane; });
     uint32_t widest = 0;
-    std::unordered_set<uintptr_t> bytes;
-    for (const lane_access &a : lanes) {
-        widest = std::max(widest, a.bytes);
-        for (uint32_t i = 0; i < a.bytes; i++) bytes.insert(a.address + i);
-    }
-    const size_t per_phase = phase_lanes(memory_class, widest);
-    size_t begin = 0;
-    while (begin < lanes.size()) { /* lanes of one phase: lane / per_phase equal */
-        size_t end = begin;
-        while (end < lanes.size() && lanes[end].lane / per_phase == lanes[begin].lane / per_phase)
-            end++;
-        f.units += phase_wavefronts(&lanes[begin], end - begin);
-        begin = end;
-    }
-    f.bytes += bytes.size();
-    f.ideal_units += (bytes.size() + WAVEFRONT_BYTES - 1) / WAVEFRONT_BYTES;
+    for (const lane_access &a : r.lanes) widest = std::max(widest, a.bytes);
+    const uint32_t per_phase = phase_lanes(memory_class, widest);
+    std::vector<lane_access> phases[DCP_CUDA_CPU_WARP_SIZE];
+    for (const lane_access &a : r.lanes) phases[a.lane / per_phase].push_back(a);
+    for (const std::vector<lane_access> &phase : phases)
+        if (!phase.empty()) f.units += phase_wavefronts(phase);
+    std::vector<lane_access> lanes = r.lanes;
+    std::vector<uintptr_t> words;
+    const uint64_t bytes = distinct_bytes(lanes, BANK_BYTES, words);
+    f.bytes += bytes;
+    f.ideal_units += (bytes + WAVEFRONT_BYTES - 1) / WAVEFRONT_BYTES;
 }
 
 static void measure(const instruction &in)
@@ -169,6 +179,7 @@ void dcp_cuda_cpu_profile_launch(const void *function, const char *name, dim3 gr
 
 void dcp_cuda_cpu_profile_block(int block_warps)
 {
+    memset(covered_end, 0, sizeof covered_end);
     running->figures.blocks++;
     running->figures.warps += (uint64_t)block_warps;
 }
@@ -205,6 +216,23 @@ void dcp_cuda_cpu_profile_access(uintptr_t address, size_t bytes, int memory_cla
     in.requests[k].lanes.push_back({address, (uint32_t)bytes, (uint32_t)lane});
 }
 
+void dcp_cuda_cpu_profile_wide(uintptr_t address, size_t bytes, int memory_class, uintptr_t pc)
+{
+    const int t = dcp_cuda_cpu_running_thread();
+    if (t < 0) return;
+    dcp_cuda_cpu_profile_access(address, bytes, memory_class, pc);
+    covered_begin[t] = address, covered_end[t] = address + bytes;
+}
+
+bool dcp_cuda_cpu_profile_split(uintptr_t address, size_t bytes)
+{
+    const int t = dcp_cuda_cpu_running_thread();
+    if (t < 0) return false;
+    if (address >= covered_begin[t] && address + bytes <= covered_end[t]) return true;
+    covered_end[t] = 0; /* the thread moved on */
+    return false;
+}
+
 /* --------------------------------------------------------------------- the interface */
 
 void dcp_cuda_cpu_profile_begin(void)
@@ -213,6 +241,12 @@ void dcp_cuda_cpu_profile_begin(void)
     kernel_index.clear();
     running = nullptr;
     dcp_cuda_cpu_profiling = true;
+}
+
+void dcp_cuda_cpu_profile_pause(bool paused)
+{
+    cudaDeviceSynchronize(); /* grids run at synchronisations: those enqueued so far, as before */
+    dcp_cuda_cpu_profiling = !paused;
 }
 
 int dcp_cuda_cpu_profile_end(dcp_cuda_cpu_kernel_profile *out, int capacity)

@@ -59,6 +59,9 @@ struct dcp_cuda_cpu_kernel_profile {
 
 /* Collect from now on (what was collected is forgotten). */
 void dcp_cuda_cpu_profile_begin(void);
+/* Leave the grids run from now on out of the profile (true), or take them again (false); the
+   work enqueued before runs first. */
+void dcp_cuda_cpu_profile_pause(bool paused);
 /* Stop; the kernels launched since the begin, in order of their first launch: up to
    `capacity` into out; returns how many there were. */
 int dcp_cuda_cpu_profile_end(struct dcp_cuda_cpu_kernel_profile *out, int capacity);
