@@ -77,7 +77,11 @@ float dcp_cuda_cpu_atomic_add_float(float *address, float value);
 
 enum { DCP_CUDA_CPU_SHFL_IDX, DCP_CUDA_CPU_SHFL_UP, DCP_CUDA_CPU_SHFL_DOWN, DCP_CUDA_CPU_SHFL_XOR };
 
-static inline void __syncthreads(void) { dcp_cuda_cpu_syncthreads(); }
+/* inlined where the kernel calls it: the barrier checks where each thread reached it */
+__attribute__((always_inline)) static inline void __syncthreads(void)
+{
+    dcp_cuda_cpu_syncthreads();
+}
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { dcp_cuda_cpu_syncwarp(mask); }
 
 template <typename T> static inline T dcp_cuda_cpu_shfl_of(unsigned mask, T var, int mode,

@@ -288,6 +288,7 @@ struct warp_state {
 struct barrier_state {
     int arrived = 0, expected = 0;
     uint32_t warps = 0;
+    uintptr_t pc = 0; /* where the phase's first thread reached it */
 };
 
 struct static_variable {
@@ -534,7 +535,23 @@ static void barrier_try_complete(int id)
         barrier_release(id);
 }
 
-void dcp_cuda_cpu_bar_sync(int id, int count)
+/* Threads of one phase must reach the barrier at one place: __syncthreads in divergent code
+   (one in each branch) is undefined on a device (synccheck's "divergent barrier"); the model,
+   which counts arrivals per barrier, would take the two for one. */
+static void check_place(barrier_state &b, int id, uintptr_t pc)
+{
+    if (b.arrived == 0) b.pc = pc;
+    if (b.pc == pc) return;
+    char first[1024], second[1024];
+    dcp_cuda_cpu_symbolize(b.pc, first, sizeof first);
+    dcp_cuda_cpu_symbolize(pc, second, sizeof second);
+    dcp_cuda_cpu_report("synccheck", "barrier %d reached at two places in one phase (divergent "
+                        "__syncthreads: undefined on a device):\n    %s\n    %s", id, first,
+                        second);
+    abort_block();
+}
+
+static void bar_sync(int id, int count, uintptr_t pc)
 {
     engine &e = self_engine();
     thread &me = self_thread();
@@ -542,6 +559,7 @@ void dcp_cuda_cpu_bar_sync(int id, int count)
         dcp_cuda_cpu_trap("bar.sync with a barrier id outside 0..15 or a count that is not a "
                           "positive multiple of 32");
     barrier_state &b = e.barriers[id];
+    check_place(b, id, pc);
     if (b.arrived == 0) b.expected = count;
     else if (b.expected != count) {
         dcp_cuda_cpu_report("barrier", "bar.sync %d reached with thread counts %d and %d in the "
@@ -556,7 +574,11 @@ void dcp_cuda_cpu_bar_sync(int id, int count)
     if (me.state != RUNNABLE) schedule(false);
 }
 
-void dcp_cuda_cpu_syncthreads(void) { dcp_cuda_cpu_bar_sync(0, -1); }
+void dcp_cuda_cpu_bar_sync(int id, int count)
+{
+    bar_sync(id, count, (uintptr_t)__builtin_return_address(0));
+}
+void dcp_cuda_cpu_syncthreads(void) { bar_sync(0, -1, (uintptr_t)__builtin_return_address(0)); }
 
 /* ------------------------------------------------------------------- collectives */
 
@@ -568,7 +590,9 @@ static void complete_collective(warp_state &w, int warp, collective_fn fn)
     fn(w);
     for (int lane = 0; lane < WARP_SIZE; lane++)
         if (w.mask >> lane & 1) e.threads[warp * WARP_SIZE + lane].state = RUNNABLE;
-    dcp_cuda_cpu_shadow_sync_warps(1u << warp);
+    /* only __syncwarp orders memory among its lanes: a shuffle, vote, ldmatrix or mma is a
+       rendezvous of values, not a fence (the PTX memory model), so the shadow is not told */
+    if (w.kind == SYNCWARP) dcp_cuda_cpu_shadow_sync_warps(1u << warp);
     if (dcp_cuda_cpu_profiling) {
         dcp_cuda_cpu_profile_sync(1u << warp);
         if (w.kind != LDMATRIX) /* a memory instruction: measured as one */

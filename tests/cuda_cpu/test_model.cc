@@ -1,7 +1,8 @@
 /* test_model.cc - the CPU execution model's own checks, each a kernel with the fault it exists
    to catch (issue 35): global-memory races between blocks and warps (and what orders them),
-   vector accesses at misaligned addresses, a one-element overrun of a cudaMalloc buffer, a
-   launch beyond a kernel's __launch_bounds__, occupancy from registers. Built as the checked
+   vector accesses at misaligned addresses, a one-element overrun of a cudaMalloc buffer,
+   __syncthreads at two places in divergent code, a launch beyond a kernel's __launch_bounds__,
+   occupancy from registers. Built as the checked
    build (the kernels here go through the same shadows as dcp_cuda.cu's) and linked with
    dcp_cuda.cu's checked object, whose kernels it reaches by their symbols to launch them with
    the device build's limits. build/test_cuda_model-cpu; ends with "N passed, M failed". */
@@ -247,6 +248,30 @@ static void overrun_by_one_element(void)
     CHECK_CONTAINS(reports, "write_up_to");
 }
 
+/* ------------------------------------------------------------------ divergent barriers */
+
+/* warp 0 waits at one __syncthreads, warp 1 at another: undefined on a device */
+__global__ void divergent_barriers(float *p)
+{
+    if (threadIdx.x < WARP) {
+        p[threadIdx.x] = 1.0f;
+        __syncthreads();
+    } else {
+        __syncthreads();
+        p[threadIdx.x] = 2.0f;
+    }
+}
+
+static void divergent_syncthreads(void)
+{
+    char reports[CAPTURE_BYTES];
+    float *p = device_floats(BLOCK);
+    CHECK_EQ(run(reports, divergent_barriers, 1, BLOCK, p), cudaErrorLaunchFailure);
+    CHECK_CONTAINS(reports, "synccheck");
+    CHECK_CONTAINS(reports, "test_model.cc");
+    cudaFree(p);
+}
+
 /* ---------------------------------------------------- launch limits and occupancy */
 
 /* A kernel of dcp_cuda.cu (linked in) by its mangled name. */
@@ -317,6 +342,7 @@ int main(int argc, char **argv)
         {"global_kernel_boundary_orders", global_kernel_boundary_orders},
         {"vector_access_misaligned", vector_access_misaligned},
         {"overrun_by_one_element", overrun_by_one_element},
+        {"divergent_syncthreads", divergent_syncthreads},
         {"launch_bounds_refused", launch_bounds_refused},
         {"occupancy_from_registers", occupancy_from_registers},
     };
