@@ -249,14 +249,20 @@ template <> __device__ __forceinline__ __half dcp_cuda__from_float<__half>(float
    which faults unless the address is aligned to that width. On the CPU execution model the
    model checks that alignment first: the host compiler splits an aggregate into its fields,
    so the access itself would pass at any address. */
-template <typename V> __device__ __forceinline__ V dcp_cuda__vload(const V *p)
+#ifdef DCP_CUDA_CPU /* inlined where the access is, so that the model's report names its line */
+#define DCP_CUDA__AT_CALLER __attribute__((always_inline))
+#else
+#define DCP_CUDA__AT_CALLER
+#endif
+template <typename V> __device__ __forceinline__ DCP_CUDA__AT_CALLER V dcp_cuda__vload(const V *p)
 {
 #ifdef DCP_CUDA_CPU
     dcp_cuda_cpu_vector_access(p, sizeof(V), false);
 #endif
     return *p;
 }
-template <typename V> __device__ __forceinline__ void dcp_cuda__vstore(V *p, const V &value)
+template <typename V>
+__device__ __forceinline__ DCP_CUDA__AT_CALLER void dcp_cuda__vstore(V *p, const V &value)
 {
 #ifdef DCP_CUDA_CPU
     dcp_cuda_cpu_vector_access(p, sizeof(V), true);
@@ -405,6 +411,19 @@ struct dcp_cuda__rope_args {
     double direction;                    /* +1 forward, -1 backward */
 };
 
+/* Where pair `pair` of a row sits in the block's (cos, sin) table: the G pairs one unit rotates
+   (G = V rotate-half, V / 2 interleaved) lie pairs / G slots apart, so that the lanes of a warp,
+   which hold consecutive units, read consecutive words for the same i. (The kernel report:
+   stored in pair order, a lane's G consecutive pairs put the lanes 2G words apart, an 8-way
+   bank conflict on every angle read.) */
+template <int STYLE, int V> struct dcp_cuda__rope_angles {
+    static constexpr int G = STYLE == DCP_ROPE_ROTATE_HALF ? V : (V == 1 ? 1 : V / 2);
+    static __device__ __forceinline__ int32_t slot(int32_t pair, int32_t pairs)
+    {
+        return (pair % G) * (pairs / G) + pair / G;
+    }
+};
+
 /* Rotated unit `unit` of one head: x and y point at the head's first element. */
 template <typename T, int STYLE, int V>
 __device__ __forceinline__ void dcp_cuda__rope_pairs(const dcp_cuda__rope_args &a, const T *x,
@@ -422,7 +441,8 @@ __device__ __forceinline__ void dcp_cuda__rope_pairs(const dcp_cuda__rope_args &
         dcp_cuda__load<T, V>(x + second, w);
 #pragma unroll
         for (int i = 0; i < V; i++) {
-            const float2 cs = dcp_cuda__vload(angle + first + i);
+            const float2 cs =
+                dcp_cuda__vload(angle + dcp_cuda__rope_angles<STYLE, V>::slot(first + i, a.pairs));
             const float p = u[i], q = w[i];
             u[i] = p * cs.x - q * cs.y;
             w[i] = q * cs.x + p * cs.y;
@@ -447,7 +467,8 @@ __device__ __forceinline__ void dcp_cuda__rope_pairs(const dcp_cuda__rope_args &
                                                   u + l * (PV / LOADS)));
 #pragma unroll
             for (int i = 0; i < PV / 2; i++) {
-                const float2 cs = dcp_cuda__vload(angle + first / 2 + i);
+                const float2 cs = dcp_cuda__vload(
+                    angle + dcp_cuda__rope_angles<STYLE, V>::slot(first / 2 + i, a.pairs));
                 const float p = u[2 * i], q = u[2 * i + 1];
                 u[2 * i] = p * cs.x - q * cs.y;
                 u[2 * i + 1] = q * cs.x + p * cs.y;
@@ -484,7 +505,8 @@ __global__ void __launch_bounds__(DCP_CUDA__ROPE_THREADS)
                                            : pow(a.theta_base, -2.0 * f / a.rotary_dim);
         double s, c;
         sincos((double)p * inv_freq, &s, &c);
-        dcp_cuda__vstore(angles + i, make_float2((float)c, (float)(a.direction * s)));
+        dcp_cuda__vstore(angles + r * a.pairs + dcp_cuda__rope_angles<STYLE, V>::slot(f, a.pairs),
+                         make_float2((float)c, (float)(a.direction * s)));
     }
     __syncthreads();
     const int32_t heads = a.q_heads + a.k_heads, units = a.pair_units + a.copy_units;
@@ -764,6 +786,7 @@ struct dcp_cuda__conv_args {
     int64_t total_rows;
     int64_t rows_per_warp;
     int32_t channels, silu;
+    int32_t vector_weights; /* weight and bias 16-byte aligned (the lane's taps by vectors) */
     const void *x, *dy;
     const float *weight, *bias;
     void *out;      /* y (forward) or dx (backward) */
@@ -927,11 +950,35 @@ template <> __device__ __forceinline__ float dcp_cuda__conv_sigmoid<float>(float
     return 1.0f / (1.0f + expf(-z));
 }
 
-/* Weights of the lane's V channels ([channels, W] in memory) and their biases. */
+/* Weights of the lane's V channels ([channels, W] in memory) and their biases. The lane's V x W
+   taps and V biases are contiguous: with V a multiple of 4 they move as 16-byte vectors (the
+   kernel report: a scalar tap per lane and request touched 32 sectors for 128 bytes, most of
+   the forward's load sectors at the runs' lengths), else one float at a time. */
 template <int V, int W>
 __device__ __forceinline__ void dcp_cuda__conv_weights(const dcp_cuda__conv_args &a, int64_t c0,
                                                        float (&w)[W][V], float (&b)[V])
 {
+    constexpr int FLOATS = DCP_CUDA__VECTOR_BYTES / (int)sizeof(float);
+    if (V % FLOATS == 0 && a.vector_weights) {
+        float taps[V * W];
+#pragma unroll
+        for (int i = 0; i < V * W; i += FLOATS)
+            dcp_cuda__load<float, FLOATS>(a.weight + c0 * W + i,
+                                          *reinterpret_cast<float(*)[FLOATS]>(taps + i));
+#pragma unroll
+        for (int v = 0; v < V; v++)
+#pragma unroll
+            for (int k = 0; k < W; k++) w[k][v] = taps[v * W + k];
+#pragma unroll
+        for (int v = 0; v < V; v += FLOATS) {
+            if (a.bias) dcp_cuda__load<float, FLOATS>(a.bias + c0 + v,
+                                                      *reinterpret_cast<float(*)[FLOATS]>(b + v));
+            else
+#pragma unroll
+                for (int i = 0; i < FLOATS; i++) b[v + i] = 0.0f;
+        }
+        return;
+    }
 #pragma unroll
     for (int v = 0; v < V; v++) {
 #pragma unroll
@@ -1268,7 +1315,17 @@ static dcp_cuda__conv_args dcp_cuda__conv_args_of(const dcp_conv1d_params *p,
     a.rows_per_warp = g->rows_per_warp;
     a.channels = p->channels;
     a.silu = p->silu;
+    a.vector_weights = 0; /* the caller's pointers decide (dcp_cuda__conv_bind_weights) */
     return a;
+}
+
+/* The weights and biases of a call, and whether they may move as 16-byte vectors. */
+static void dcp_cuda__conv_bind_weights(dcp_cuda__conv_args *a, const float *weight,
+                                        const float *bias)
+{
+    a->weight = weight, a->bias = bias;
+    a->vector_weights = dcp_cuda__aligned(weight, DCP_CUDA__VECTOR_BYTES) &&
+                        (!bias || dcp_cuda__aligned(bias, DCP_CUDA__VECTOR_BYTES));
 }
 
 /* The kernel of one direction and width, and the kernel for a width known at run time: W's, or
@@ -1358,7 +1415,8 @@ extern "C" dcp_status dcp_cuda_conv1d_forward(const dcp_conv1d_params *params,
         return status;
     if (g.slices == 0) return dcp_error_clear(error);
     a = dcp_cuda__conv_args_of(&p, layout, total_rows, &g);
-    a.x = x, a.weight = weight, a.bias = bias, a.out = y;
+    a.x = x, a.out = y;
+    dcp_cuda__conv_bind_weights(&a, weight, bias);
     return dcp_cuda__conv_launch(a, dtype, p.width, 0, &g, (cudaStream_t)stream, error);
 }
 
@@ -1399,7 +1457,8 @@ extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
                              "(dcp_cuda_conv1d_workspace_size)",
                              workspace, workspace_bytes, needed, DCP_CUDA__VECTOR_BYTES);
     a = dcp_cuda__conv_args_of(&p, layout, total_rows, &g);
-    a.x = x, a.weight = weight, a.bias = bias, a.dy = dy, a.out = dx;
+    a.x = x, a.dy = dy, a.out = dx;
+    dcp_cuda__conv_bind_weights(&a, weight, bias);
     a.partial = (float *)workspace;
     if (g.slices > 0 &&
         (status = dcp_cuda__conv_launch(a, dtype, p.width, 1, &g, s, error)) != DCP_OK)
@@ -1812,6 +1871,7 @@ struct dcp_cuda__attn_args {
     int32_t out_fp32; /* forward: o is float32 (else dtype) */
     float *lse_out;
     float *dq, *dk, *dv, *delta;
+    int32_t paired_gradients; /* dq, dk, dv 8-byte aligned: a lane adds its pairs as float2 */
     const int32_t *count; /* schedule: number of entries, then the entries */
     const int2 *entries;
 };
@@ -2116,7 +2176,8 @@ __device__ __forceinline__ float dcp_cuda__exp2_scaled(float x, float scale, flo
 #endif
 }
 
-/* Rows [first, first + ROWS) of a view into a shared tile (row stride D + 8): view row r is
+/* Rows [first, first + ROWS) of a view into a shared tile (the traits' padded row stride, so
+   that ldmatrix rows hit distinct banks): view row r is
    row offset + r of the [rows, heads, D] tensor at `head_base` (its head already applied);
    rows at or past `valid` are zero-filled by cp.async and never read. Each thread copies the
    same 16-byte column of every pass, so its addresses are one base plus constants (no
@@ -2126,10 +2187,12 @@ __device__ __forceinline__ void dcp_cuda__load_tile(T *tile, const T *head_base,
                                                     int64_t row_stride, int64_t offset,
                                                     int64_t first, int64_t valid)
 {
-    constexpr int CHUNKS = D / 8, STRIDE = D + 8, ROWS_PER_PASS = THREADS / CHUNKS;
+    constexpr int CHUNK = DCP_CUDA__VECTOR_BYTES / (int)sizeof(T); /* elements of a cp.async */
+    constexpr int CHUNKS = D / CHUNK, STRIDE = dcp_cuda__attn_traits<D>::STRIDE;
+    constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
     static_assert(THREADS % CHUNKS == 0 && ROWS % ROWS_PER_PASS == 0,
                   "every thread copies one column of every pass");
-    const int row = threadIdx.x / CHUNKS, column = (threadIdx.x % CHUNKS) * 8;
+    const int row = threadIdx.x / CHUNKS, column = (threadIdx.x % CHUNKS) * CHUNK;
     const int64_t rows_left = valid - first - row; /* this thread's valid rows */
     const T *src = head_base + (offset + first + row) * row_stride + column;
     T *dst = tile + row * STRIDE + column;
@@ -2138,7 +2201,7 @@ __device__ __forceinline__ void dcp_cuda__load_tile(T *tile, const T *head_base,
         const bool ok = pass * ROWS_PER_PASS < rows_left;
         dcp_cuda__cp_async16(dst + pass * ROWS_PER_PASS * STRIDE,
                              ok ? src + pass * ROWS_PER_PASS * row_stride : head_base,
-                             ok ? 16 : 0);
+                             ok ? DCP_CUDA__VECTOR_BYTES : 0);
     }
 }
 
@@ -2675,6 +2738,21 @@ __device__ __forceinline__ int32_t dcp_cuda__first_q_tile(const dcp_cuda__attn_a
     return lo;
 }
 
+/* g[0], g[1] += x, y: a lane's two adjacent gradient columns of the m16n8 C layout (2t, 2t + 1)
+   as one 8-byte load and store where the gradients allow it (the report: scalar adds left half
+   of each 32-byte sector a warp's store touched unused), else as two 4-byte ones. */
+__device__ __forceinline__ void dcp_cuda__add_pair(float *g, float x, float y, bool paired)
+{
+    if (paired) {
+        float2 sum = dcp_cuda__vload(reinterpret_cast<const float2 *>(g));
+        sum.x += x, sum.y += y;
+        dcp_cuda__vstore(reinterpret_cast<float2 *>(g), sum);
+    } else {
+        g[0] += x;
+        g[1] += y;
+    }
+}
+
 /* deterministic = 0: dq += scale dS K for the warp's 16 query rows of a q tile, dS (queries x
    keys) in shared memory, K (keys x D) the key tile; 16 columns at a time (few registers),
    float32 atomics into dq for the valid rows of the q view. */
@@ -2835,10 +2913,10 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         const int64_t at = ((s.offset + key[e]) * a.kv_heads + kv_head) * D + 2 * t;
 #pragma unroll
         for (int d = 0; d < K::HEAD_BLOCKS; d++) {
-            a.dk[at + d * 8] += a.scale * dk[d][2 * e];
-            a.dk[at + d * 8 + 1] += a.scale * dk[d][2 * e + 1];
-            a.dv[at + d * 8] += dv[d][2 * e];
-            a.dv[at + d * 8 + 1] += dv[d][2 * e + 1];
+            const int64_t column = at + d * DCP_CUDA__MMA_N;
+            dcp_cuda__add_pair(a.dk + column, a.scale * dk[d][2 * e], a.scale * dk[d][2 * e + 1],
+                               a.paired_gradients);
+            dcp_cuda__add_pair(a.dv + column, dv[d][2 * e], dv[d][2 * e + 1], a.paired_gradients);
         }
     }
 }
@@ -2904,10 +2982,9 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         if (index >= s.q_valid) continue;
         const int64_t at = ((s.offset + index) * a.heads + b.head) * D + 2 * t;
 #pragma unroll
-        for (int d = 0; d < K::HEAD_BLOCKS; d++) {
-            a.dq[at + d * 8] += a.scale * dq[d][2 * e];
-            a.dq[at + d * 8 + 1] += a.scale * dq[d][2 * e + 1];
-        }
+        for (int d = 0; d < K::HEAD_BLOCKS; d++)
+            dcp_cuda__add_pair(a.dq + at + d * DCP_CUDA__MMA_N, a.scale * dq[d][2 * e],
+                               a.scale * dq[d][2 * e + 1], a.paired_gradients);
     }
 }
 
@@ -3241,6 +3318,8 @@ extern "C" dcp_status dcp_cuda_attention_backward(
         return status;
     a.out = out, a.dout = dout, a.lse = lse;
     a.dq = dq, a.dk = dk, a.dv = dv;
+    a.paired_gradients = dcp_cuda__aligned(dq, sizeof(float2)) &&
+                         dcp_cuda__aligned(dk, sizeof(float2)) && dcp_cuda__aligned(dv, sizeof(float2));
     if (layout->local_rows == 0) return dcp_error_clear(error);
     return dcp_cuda__with_attn_shape(dtype, p.head_dim, [&](auto element, auto head_dim) {
         return dcp_cuda__attn_backward_launch<decltype(element), decltype(head_dim)::value>(
