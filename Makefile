@@ -564,8 +564,6 @@ else
 TEST_PROGRAMS := $(filter-out $(CUDA_CPU_TESTS:%=$(BUILD)/%),$(TEST_PROGRAMS))
 endif
 endif
-
-
 # The model's table of each kernel's registers, __launch_bounds__ and static shared memory
 # (tests/cuda_cpu/kernel_limits.inc) comes from the device build: `make kernel-limits` writes it,
 # tests/test_kernel_limits.sh (make test) fails when it is stale.
@@ -585,7 +583,9 @@ endif
 # Planted bugs (tests/mutants.sh): each mutant of dcp_cuda.cu, compiled as the checked build,
 # must make its test fail on the model. A few minutes: one compile of dcp_cuda.cu per mutant.
 # MUTANTS_PART=K/N runs the K-th of N equal parts (the GPU round's calls last 10 minutes).
+# make test checks only that every mutant still applies (tests/test_mutants_apply.sh, seconds).
 MUTANTS_PART ?=
+SCRIPT_TESTS += tests/test_mutants_apply.sh
 test-mutants: $(CUDA_CPU_CHECKED) $(BUILD)/cuda_cpu/test_cuda_attention.o \
               $(BUILD)/cuda_cpu/test_cuda_kernels.o $(BUILD)/cuda_cpu/kernel_report.o
 	CUDA_CPU_COMPILE="$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SANITIZE) $(CUDA_CPU_SHADOW) -O1" \

@@ -18,13 +18,17 @@
 # No GPU is needed. Nothing here touches the working tree's dcp_cuda.cu.
 #   usage: sh tests/mutants.sh [NAME...]       (make test-mutants; all mutants when no NAME)
 #          MUTANTS_PART=K/N: the K-th of N equal parts of the list (make test-mutants MUTANTS_PART=1/2)
+#          MUTANTS_APPLY_ONLY=1: only check that every mutant's text occurs once in dcp_cuda.cu
+#          (seconds, no compile: make test runs it, tests/test_mutants_apply.sh, so that a rewrite
+#          of a kernel cannot leave a mutant that no longer applies)
 #   env:   CUDA_CPU_COMPILE (compiler and flags of build/cuda_cpu/dcp_cuda-checked.o),
 #          CUDA_CPU_LINK (linker, flags and the model's objects), BUILD (default build),
 #          DCP_TEST_SEED
 BUILD=${BUILD:-build}
 export DCP_TEST_SEED=${DCP_TEST_SEED:-1}
 root=$(cd "$(dirname "$0")/.." && pwd)
-if [ -z "$CUDA_CPU_COMPILE" ] || [ -z "$CUDA_CPU_LINK" ]; then
+apply_only=${MUTANTS_APPLY_ONLY:-0}
+if [ "$apply_only" != 1 ] && { [ -z "$CUDA_CPU_COMPILE" ] || [ -z "$CUDA_CPU_LINK" ]; }; then
     echo "CUDA_CPU_COMPILE and CUDA_CPU_LINK are not set: run it as make test-mutants"
     exit 1
 fi
@@ -34,7 +38,7 @@ MUTANTS=$(cat <<'END'
 scale_without_log2e|test_cuda_attention|attention_steps|a.scale_log2 = (float)(p->softmax_scale * DCP_CUDA__LOG2E);|a.scale_log2 = (float)(p->softmax_scale);
 mask_past_diagonal|test_cuda_attention|attention_ring_step_views|    const int64_t seen = dcp_cuda__valid_rows(s.padded, q_pos + 1, a.cp, a.kv_rank);|    const int64_t seen = dcp_cuda__valid_rows(s.padded, q_pos + 2, a.cp, a.kv_rank);
 drop_second_key_tile|test_cuda_attention|attention_long_pack|        if (k0 + K::TILE_KEYS > unmasked_end) dcp_cuda__mask_keys(sc, k0, limit);|        if (k0 + K::TILE_KEYS > unmasked_end) dcp_cuda__mask_keys(sc, k0, limit); { const int32_t none[2] = {0, 0}; if (tile == 1) dcp_cuda__mask_keys(sc, k0, none); }
-dq_without_scale|test_cuda_attention|attention_steps|            a.dq[at + d * 8] += a.scale * dq[d][2 * e];|            a.dq[at + d * 8] += dq[d][2 * e];
+dq_without_scale|test_cuda_attention|attention_steps|            dcp_cuda__add_pair(a.dq + at + d * DCP_CUDA__MMA_N, a.scale * dq[d][2 * e],|            dcp_cuda__add_pair(a.dq + at + d * DCP_CUDA__MMA_N, dq[d][2 * e],
 conv_forward_missing_tap|test_cuda_kernels|conv1d_boundaries|for (int k = 0; k < W; k++) pre = fmaf(w[k][v], window[i + k][v], pre);|for (int k = 0; k < W; k++) if (k != W - 2) pre = fmaf(w[k][v], window[i + k][v], pre);
 conv_dx_missing_tap|test_cuda_kernels|conv1d_boundaries|for (int k = 0; k < W; k++) sum = fmaf(w[k][v], gw[H - k][v], sum);|for (int k = 0; k < W; k++) if (k != 1) sum = fmaf(w[k][v], gw[H - k][v], sum);
 forward_missing_syncthreads|test_cuda_attention|attention_long_pack|        __syncthreads(); /* this stage is free for the load two tiles ahead */|        /* the barrier that frees this stage is missing */
@@ -81,6 +85,11 @@ PY
         broken=$((broken + 1))
         continue
     fi
+    if [ "$apply_only" = 1 ]; then
+        echo "ok   mutant $name applies"
+        killed=$((killed + 1))
+        continue
+    fi
     # -I the tree's root: the copy includes dcp.h by a relative name
     if ! $CUDA_CPU_COMPILE -I"$root" -c "$dir/dcp_cuda.cu" -o "$dir/dcp_cuda.o" ||
        ! $CUDA_CPU_LINK "$root/$BUILD/cuda_cpu/$program.o" "$dir/dcp_cuda.o" -o "$dir/$program" -lm; then
@@ -98,5 +107,10 @@ PY
         killed=$((killed + 1))
     fi
 done
+if [ "$apply_only" = 1 ]; then
+    echo "$killed passed, $broken failed"
+    [ "$broken" -eq 0 ]
+    exit
+fi
 echo "$killed killed, $survived survived, $broken broken"
 [ "$survived" -eq 0 ] && [ "$broken" -eq 0 ]
