@@ -123,9 +123,17 @@ $(BUILD)/switches-%: tests/test_switches.c tests/test.h dcp.h | $(BUILD)
 	$(CC) $(C_FLAGS) $(SWITCH_FLAGS_$*) $< -o $@ -lm
 
 # Compiled once (~95 s on 2 cores), position-independent so that the executables and the
-# Python benches' shared library link the same object.
+# Python benches' shared library link the same object. It keeps what the CPU execution model
+# and the kernel report read of the device code (DEVICE_KEEP): the PTX (each kernel's
+# __launch_bounds__), the cubins (SASS) and ptxas's resource usage per kernel and architecture
+# (ptxas.txt: registers, spills, static shared memory; its other lines are shown as usual).
+DEVICE_KEEP := $(BUILD)/dcp_cuda-keep
 $(BUILD)/dcp_cuda.o: dcp_cuda.cu dcp.h | $(BUILD)
-	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fPIC -c $< -o $@
+	rm -rf $(DEVICE_KEEP) && mkdir -p $(DEVICE_KEEP)
+	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fPIC -Xptxas -v --keep --keep-dir $(DEVICE_KEEP) -c $< \
+	    -o $@ 2> $(DEVICE_KEEP)/ptxas.txt || { cat $(DEVICE_KEEP)/ptxas.txt; exit 1; }
+	@grep -v '^ptxas info\|bytes stack frame' $(DEVICE_KEEP)/ptxas.txt >&2 || true
+	rm -f $(DEVICE_KEEP)/*.ii $(DEVICE_KEEP)/*.cudafe1.*
 
 $(BUILD)/test_cuda: tests/test_cuda.cu tests/test.h dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
@@ -458,17 +466,20 @@ SCRIPT_TESTS += tests/test_documented.sh
 # test on the hardware).
 CLANGXX ?= clang++
 CUDA_CPU := tests/cuda_cpu
-CUDA_CPU_HEADERS := $(CUDA_CPU)/cuda_cpu.h $(CUDA_CPU)/model.h
-CUDA_CPU_PARTS := executor checkers device runtime
+CUDA_CPU_HEADERS := $(CUDA_CPU)/cuda_cpu.h $(CUDA_CPU)/model.h $(CUDA_CPU)/profile.h
+CUDA_CPU_PARTS := executor checkers device runtime memory profile
 # -fno-strict-aliasing: device code reads a bf16 pair as a 32-bit word, which host C++ forbids
 CUDA_CPU_CXX := -std=c++14 $(WARNINGS) -fno-strict-aliasing -DDCP_CUDA_CPU -I$(CUDA_CPU) \
                 -isystem $(CUDA_HOME)/include
 # enum left out: the tests pass out-of-range enum values to the C API, which checks them
 CUDA_CPU_SANITIZE := -fsanitize=address,undefined -fno-sanitize=enum -fno-sanitize-recover=all \
                      -fno-omit-frame-pointer -g
-# ASan's checks as calls with our prefix: tests/cuda_cpu/checkers.cc sees each access first
+# ASan's checks as calls with our prefix: tests/cuda_cpu/checkers.cc sees each access first;
+# every access, even a store to an address the same basic block already loaded (ASan's default
+# checks an address once per block: the store of a read-modify-write would go unseen)
 CUDA_CPU_SHADOW := -mllvm -asan-instrumentation-with-call-threshold=0 \
-                   -mllvm -asan-memory-access-callback-prefix=dcp_cuda_cpu_access_
+                   -mllvm -asan-memory-access-callback-prefix=dcp_cuda_cpu_access_ \
+                   -mllvm -asan-opt-same-temp=0
 # dcp.h's implementation once, optimised and unsanitised (its own -san tests check it): the
 # references the kernels are compared with run fast; the test files' own DCP_IMPLEMENTATION
 # is turned off by its include guard. The object libdcp_cuda.so links (position-independent).
@@ -487,12 +498,18 @@ GPU_PRESENT := $(if $(shell nvidia-smi -L 2>/dev/null | grep GPU),yes,)
 $(BUILD)/cuda_cpu:
 	mkdir -p $@
 # The model's own parts under ASan (the fibers announce their stacks to it) without UBSan's
-# checks in the per-lane loops; the checkers under neither: they run on every shared access.
+# checks in the per-lane loops; the checkers and the global shadow under neither: they run on
+# every access.
 $(BUILD)/cuda_cpu/%-checked.o: $(CUDA_CPU)/%.cc $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
 	$(CLANGXX) $(CUDA_CPU_CXX) -fsanitize=address -fno-omit-frame-pointer -g -O2 \
 	    -DDCP_CUDA_CPU_SHADOW -c $< -o $@
-$(BUILD)/cuda_cpu/checkers-checked.o: $(CUDA_CPU)/checkers.cc $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
+CUDA_CPU_UNSANITIZED := checkers memory profile
+$(CUDA_CPU_UNSANITIZED:%=$(BUILD)/cuda_cpu/%-checked.o): $(BUILD)/cuda_cpu/%-checked.o: \
+                                   $(CUDA_CPU)/%.cc $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
 	$(CLANGXX) $(CUDA_CPU_CXX) -g -O2 -DDCP_CUDA_CPU_SHADOW -c $< -o $@
+# the executor's table of the kernels' registers and launch bounds (generated: make kernel-limits)
+$(BUILD)/cuda_cpu/executor-checked.o $(BUILD)/cuda_cpu/executor.o $(BUILD)/cuda_cpu/executor-pic.o: \
+    $(CUDA_CPU)/kernel_limits.inc
 $(CUDA_CPU_PARTS:%=$(BUILD)/cuda_cpu/%.o): $(BUILD)/cuda_cpu/%.o: $(CUDA_CPU)/%.cc \
                                                 $(CUDA_CPU_HEADERS) | $(BUILD)/cuda_cpu
 	$(CXX) $(CUDA_CPU_CXX) -O2 -c $< -o $@
@@ -527,6 +544,58 @@ $(BUILD)/test_cuda_primitives: tests/test_cuda_primitives.cu tests/test.h tests/
 GPU_TESTS += $(BUILD)/test_cuda_primitives # test-gpu and sanitize-gpu run it
 test-gpu sanitize-gpu: $(BUILD)/test_cuda_primitives
 
+# The model's own checks (tests/cuda_cpu/test_model.cc): each blind spot of issue 35 closed, a
+# kernel with the fault each (global races, misaligned vectors, a one-element overrun, a launch
+# beyond __launch_bounds__, occupancy from registers); dcp_cuda.cu's kernels by their symbols.
+$(BUILD)/cuda_cpu/test_model.o: $(CUDA_CPU)/test_model.cc tests/test.h dcp.h $(CUDA_CPU_HEADERS) \
+                                | $(BUILD)/cuda_cpu
+	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) -I. $(CUDA_CPU_SEPARATE_IMPLEMENTATION) $(CUDA_CPU_SANITIZE) \
+	    $(CUDA_CPU_SHADOW) -O1 -c $< -o $@
+$(BUILD)/test_cuda_model-cpu: $(BUILD)/cuda_cpu/test_model.o $(CUDA_CPU_CHECKED) \
+                              $(BUILD)/cuda_cpu/dcp_cuda-checked.o
+	$(CUDA_CPU_LINK) $< $(BUILD)/cuda_cpu/dcp_cuda-checked.o -o $@ -lm -ldl
+CUDA_CPU_RUNS += $(BUILD)/test_cuda_model-cpu
+# The kernel profile (tests/cuda_cpu/kernel_report.cc): dcp_cuda.cu's kernels on fixed shapes on
+# the model with its profile on, and their speed-of-light bounds on an A100 and an H100. make test
+# runs its small shapes against tests/cuda_cpu/kernel_thresholds.txt (coalescing and bank-conflict
+# efficiency per kernel: build/kernel_report-cpu-check); `make kernel-report` writes the report's
+# shapes with the device build's SASS figures into bench/RESULTS.md's last section.
+KERNEL_THRESHOLDS := $(CUDA_CPU)/kernel_thresholds.txt
+$(BUILD)/cuda_cpu/kernel_report.o: $(CUDA_CPU)/kernel_report.cc dcp.h $(CUDA_CPU_HEADERS) \
+                                   | $(BUILD)/cuda_cpu
+	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) -I. $(CUDA_CPU_SEPARATE_IMPLEMENTATION) $(CUDA_CPU_SANITIZE) \
+	    $(CUDA_CPU_SHADOW) -O1 -c $< -o $@
+$(BUILD)/kernel_report-cpu: $(BUILD)/cuda_cpu/kernel_report.o $(CUDA_CPU_CHECKED) \
+                            $(BUILD)/cuda_cpu/dcp_cuda-checked.o
+	$(CUDA_CPU_LINK) $< $(BUILD)/cuda_cpu/dcp_cuda-checked.o -o $@ -lm
+$(BUILD)/kernel_report-cpu-check: $(BUILD)/kernel_report-cpu $(KERNEL_THRESHOLDS)
+	printf '#!/bin/sh\nexec "$$(dirname "$$0")/%s" --check "%s"\n' "$(<F)" \
+	    "$(abspath $(KERNEL_THRESHOLDS))" > $@
+	chmod +x $@
+CUDA_CPU_RUNS += $(BUILD)/kernel_report-cpu-check
+# The same cases on a GPU, each operation timed (the GPU round's step 6): a round's
+# kernel-times.tsv, given as MEASURED, sets the times beside the bounds in make kernel-report.
+$(BUILD)/kernel_report: $(CUDA_CPU)/kernel_report.cc dcp.h $(BUILD)/dcp_cuda.o | $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) -I. -x cu $< -x none $(BUILD)/dcp_cuda.o -o $@
+gpu-round-build: $(BUILD)/kernel_report
+MEASURED ?=
+# cuobjdump for the static SASS: the toolkit's, else PyPI's (nvidia-cuda-cuobjdump) in a venv
+SASS_VENV := $(BUILD)/venv-sass
+$(SASS_VENV)/installed:
+	$(PYTHON3) -m venv $(SASS_VENV) && $(SASS_VENV)/bin/pip install -q nvidia-cuda-cuobjdump
+	touch $@
+.PHONY: kernel-report
+kernel-report: $(BUILD)/kernel_report-cpu $(BUILD)/dcp_cuda.o \
+               $(if $(wildcard $(CUDA_HOME)/bin/cuobjdump),,$(SASS_VENV)/installed)
+	$(BUILD)/kernel_report-cpu --markdown $(BUILD)/kernel-report.md \
+	    --kernels $(BUILD)/kernel-report.kernels $(if $(MEASURED),--measured $(MEASURED))
+	$$(ls $(CUDA_HOME)/bin/cuobjdump $(SASS_VENV)/lib/python*/site-packages/nvidia/cu*/bin/cuobjdump \
+	    2>/dev/null | head -n 1) -sass $(BUILD)/dcp_cuda.o > $(BUILD)/dcp_cuda.sass
+	$(PYTHON3) $(CUDA_CPU)/sass_profile.py $(BUILD)/dcp_cuda.sass $(CUDA_CPU)/kernel_limits.inc \
+	    $(BUILD)/kernel-report.kernels > $(BUILD)/kernel-report-sass.md
+	$(PYTHON3) $(CUDA_CPU)/results_section.py bench/RESULTS.md $(BUILD)/kernel-report.md \
+	    $(BUILD)/kernel-report-sass.md "make kernel-report"
+	cat $(BUILD)/kernel-report.md $(BUILD)/kernel-report-sass.md
 ifeq ($(CUDA_CPU_READY),yes)
 all: $(CUDA_CPU_RUNS)
 TEST_PROGRAMS += $(CUDA_CPU_RUNS)
@@ -537,6 +606,13 @@ else
 TEST_PROGRAMS := $(filter-out $(CUDA_CPU_TESTS:%=$(BUILD)/%),$(TEST_PROGRAMS))
 endif
 endif
+# The model's table of each kernel's registers, __launch_bounds__ and static shared memory
+# (tests/cuda_cpu/kernel_limits.inc) comes from the device build: `make kernel-limits` writes it,
+# tests/test_kernel_limits.sh (make test) fails when it is stale.
+.PHONY: kernel-limits
+kernel-limits: $(BUILD)/dcp_cuda.o
+	$(PYTHON3) $(CUDA_CPU)/kernel_limits.py $(DEVICE_KEEP) > $(CUDA_CPU)/kernel_limits.inc
+SCRIPT_TESTS += tests/test_kernel_limits.sh
 .PHONY: report-cuda-cpu
 report-skips: report-cuda-cpu
 report-cuda-cpu:
@@ -548,10 +624,15 @@ endif
 
 # Planted bugs (tests/mutants.sh): each mutant of dcp_cuda.cu, compiled as the checked build,
 # must make its test fail on the model. A few minutes: one compile of dcp_cuda.cu per mutant.
+# MUTANTS_PART=K/N runs the K-th of N equal parts (the GPU round's calls last 10 minutes).
+# make test checks only that every mutant still applies (tests/test_mutants_apply.sh, seconds).
+MUTANTS_PART ?=
+SCRIPT_TESTS += tests/test_mutants_apply.sh
 test-mutants: $(CUDA_CPU_CHECKED) $(BUILD)/cuda_cpu/test_cuda_attention.o \
-              $(BUILD)/cuda_cpu/test_cuda_kernels.o
+              $(BUILD)/cuda_cpu/test_cuda_kernels.o $(BUILD)/cuda_cpu/kernel_report.o
 	CUDA_CPU_COMPILE="$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_SANITIZE) $(CUDA_CPU_SHADOW) -O1" \
-	    CUDA_CPU_LINK="$(CUDA_CPU_LINK)" BUILD=$(BUILD) sh tests/mutants.sh
+	    CUDA_CPU_LINK="$(CUDA_CPU_LINK)" BUILD=$(BUILD) MUTANTS_PART=$(MUTANTS_PART) \
+	    sh tests/mutants.sh
 
 # ---- the GPU round: everything that needs a GPU, in one command (issue 29) -------------------
 # `make gpu-round` on a machine with a GPU (docs/gpu-round.md): builds for the device it finds
@@ -599,7 +680,9 @@ SCRIPT_TESTS += tests/test_gpu_round.sh
 # tests/cuda_cpu/runtime.cc. build/test_nccl_gpu-cpu: test_nccl_gpu's tests on one rank, and
 # its multi-rank roll at 2 and 4 ranks as threads, under both profiles in `make test`.
 CUDA_CPU_TRANSPORT := $(BUILD)/cuda_cpu/executor-checked.o $(BUILD)/cuda_cpu/checkers-checked.o \
-                      $(BUILD)/cuda_cpu/device-checked.o $(CUDA_CPU_IMPLEMENTATION)
+                      $(BUILD)/cuda_cpu/device-checked.o $(BUILD)/cuda_cpu/memory-checked.o \
+                      $(BUILD)/cuda_cpu/profile-checked.o \
+                      $(CUDA_CPU_IMPLEMENTATION)
 # -Wno-unused-function: the transport's test interface is there for programs that use more of it
 CUDA_CPU_TRANSPORT_CXX := -Itests/fake_nccl -Wno-unused-function \
                           -DFAKE_NCCL_CUDA_RUNTIME='"$(CUDA_HOME)/include/cuda_runtime.h"'

@@ -244,6 +244,32 @@ template <> __device__ __forceinline__ __half dcp_cuda__from_float<__half>(float
     return __float2half_rn(x);
 }
 
+/* Every access wider than 4 bytes (a vector type, a pack of elements) goes through these two:
+   one load or store of the type's whole width on the device (LDG/STG/LDS/STS .64 or .128),
+   which faults unless the address is aligned to that width. On the CPU execution model the
+   model checks that alignment first: the host compiler splits an aggregate into its fields,
+   so the access itself would pass at any address. */
+#ifdef DCP_CUDA_CPU /* inlined where the access is, so that the model's report names its line */
+#define DCP_CUDA__AT_CALLER __attribute__((always_inline))
+#else
+#define DCP_CUDA__AT_CALLER
+#endif
+template <typename V> __device__ __forceinline__ DCP_CUDA__AT_CALLER V dcp_cuda__vload(const V *p)
+{
+#ifdef DCP_CUDA_CPU
+    dcp_cuda_cpu_vector_access(p, sizeof(V), false);
+#endif
+    return *p;
+}
+template <typename V>
+__device__ __forceinline__ DCP_CUDA__AT_CALLER void dcp_cuda__vstore(V *p, const V &value)
+{
+#ifdef DCP_CUDA_CPU
+    dcp_cuda_cpu_vector_access(p, sizeof(V), true);
+#endif
+    *p = value;
+}
+
 /* V consecutive elements moved as one access: 16 bytes when V * sizeof(T) == 16 (the
    pointer must then be 16-byte aligned, which every launcher checks before choosing V). */
 template <typename T, int V> struct alignas(sizeof(T) * V) dcp_cuda__pack {
@@ -253,7 +279,8 @@ template <typename T, int V> struct alignas(sizeof(T) * V) dcp_cuda__pack {
 template <typename T, int V>
 __device__ __forceinline__ void dcp_cuda__load(const T *p, float (&out)[V])
 {
-    const dcp_cuda__pack<T, V> pack = *reinterpret_cast<const dcp_cuda__pack<T, V> *>(p);
+    const dcp_cuda__pack<T, V> pack =
+        dcp_cuda__vload(reinterpret_cast<const dcp_cuda__pack<T, V> *>(p));
 #pragma unroll
     for (int i = 0; i < V; i++) out[i] = dcp_cuda__to_float(pack.v[i]);
 }
@@ -264,7 +291,7 @@ __device__ __forceinline__ void dcp_cuda__store(T *p, const float (&in)[V])
     dcp_cuda__pack<T, V> pack;
 #pragma unroll
     for (int i = 0; i < V; i++) pack.v[i] = dcp_cuda__from_float<T>(in[i]);
-    *reinterpret_cast<dcp_cuda__pack<T, V> *>(p) = pack;
+    dcp_cuda__vstore(reinterpret_cast<dcp_cuda__pack<T, V> *>(p), pack);
 }
 
 template <typename T, int V> __device__ __forceinline__ void dcp_cuda__store_zero(T *p)
@@ -384,6 +411,19 @@ struct dcp_cuda__rope_args {
     double direction;                    /* +1 forward, -1 backward */
 };
 
+/* Where pair `pair` of a row sits in the block's (cos, sin) table: the G pairs one unit rotates
+   (G = V rotate-half, V / 2 interleaved) lie pairs / G slots apart, so that the lanes of a warp,
+   which hold consecutive units, read consecutive words for the same i. (The kernel report:
+   stored in pair order, a lane's G consecutive pairs put the lanes 2G words apart, an 8-way
+   bank conflict on every angle read.) */
+template <int STYLE, int V> struct dcp_cuda__rope_angles {
+    static constexpr int G = STYLE == DCP_ROPE_ROTATE_HALF ? V : (V == 1 ? 1 : V / 2);
+    static __device__ __forceinline__ int32_t slot(int32_t pair, int32_t pairs)
+    {
+        return (pair % G) * (pairs / G) + pair / G;
+    }
+};
+
 /* Rotated unit `unit` of one head: x and y point at the head's first element. */
 template <typename T, int STYLE, int V>
 __device__ __forceinline__ void dcp_cuda__rope_pairs(const dcp_cuda__rope_args &a, const T *x,
@@ -401,7 +441,8 @@ __device__ __forceinline__ void dcp_cuda__rope_pairs(const dcp_cuda__rope_args &
         dcp_cuda__load<T, V>(x + second, w);
 #pragma unroll
         for (int i = 0; i < V; i++) {
-            const float2 cs = angle[first + i];
+            const float2 cs =
+                dcp_cuda__vload(angle + dcp_cuda__rope_angles<STYLE, V>::slot(first + i, a.pairs));
             const float p = u[i], q = w[i];
             u[i] = p * cs.x - q * cs.y;
             w[i] = q * cs.x + p * cs.y;
@@ -426,7 +467,8 @@ __device__ __forceinline__ void dcp_cuda__rope_pairs(const dcp_cuda__rope_args &
                                                   u + l * (PV / LOADS)));
 #pragma unroll
             for (int i = 0; i < PV / 2; i++) {
-                const float2 cs = angle[first / 2 + i];
+                const float2 cs = dcp_cuda__vload(
+                    angle + dcp_cuda__rope_angles<STYLE, V>::slot(first / 2 + i, a.pairs));
                 const float p = u[2 * i], q = u[2 * i + 1];
                 u[2 * i] = p * cs.x - q * cs.y;
                 u[2 * i + 1] = q * cs.x + p * cs.y;
@@ -463,7 +505,8 @@ __global__ void __launch_bounds__(DCP_CUDA__ROPE_THREADS)
                                            : pow(a.theta_base, -2.0 * f / a.rotary_dim);
         double s, c;
         sincos((double)p * inv_freq, &s, &c);
-        angles[i] = make_float2((float)c, (float)(a.direction * s));
+        dcp_cuda__vstore(angles + r * a.pairs + dcp_cuda__rope_angles<STYLE, V>::slot(f, a.pairs),
+                         make_float2((float)c, (float)(a.direction * s)));
     }
     __syncthreads();
     const int32_t heads = a.q_heads + a.k_heads, units = a.pair_units + a.copy_units;
@@ -743,6 +786,7 @@ struct dcp_cuda__conv_args {
     int64_t total_rows;
     int64_t rows_per_warp;
     int32_t channels, silu;
+    int32_t vector_weights; /* weight and bias 16-byte aligned (the lane's taps by vectors) */
     const void *x, *dy;
     const float *weight, *bias;
     void *out;      /* y (forward) or dx (backward) */
@@ -906,11 +950,35 @@ template <> __device__ __forceinline__ float dcp_cuda__conv_sigmoid<float>(float
     return 1.0f / (1.0f + expf(-z));
 }
 
-/* Weights of the lane's V channels ([channels, W] in memory) and their biases. */
+/* Weights of the lane's V channels ([channels, W] in memory) and their biases. The lane's V x W
+   taps and V biases are contiguous: with V a multiple of 4 they move as 16-byte vectors (the
+   kernel report: a scalar tap per lane and request touched 32 sectors for 128 bytes, most of
+   the forward's load sectors at the runs' lengths), else one float at a time. */
 template <int V, int W>
 __device__ __forceinline__ void dcp_cuda__conv_weights(const dcp_cuda__conv_args &a, int64_t c0,
                                                        float (&w)[W][V], float (&b)[V])
 {
+    constexpr int FLOATS = DCP_CUDA__VECTOR_BYTES / (int)sizeof(float);
+    if (V % FLOATS == 0 && a.vector_weights) {
+        float taps[V * W];
+#pragma unroll
+        for (int i = 0; i < V * W; i += FLOATS)
+            dcp_cuda__load<float, FLOATS>(a.weight + c0 * W + i,
+                                          *reinterpret_cast<float(*)[FLOATS]>(taps + i));
+#pragma unroll
+        for (int v = 0; v < V; v++)
+#pragma unroll
+            for (int k = 0; k < W; k++) w[k][v] = taps[v * W + k];
+#pragma unroll
+        for (int v = 0; v < V; v += FLOATS) {
+            if (a.bias) dcp_cuda__load<float, FLOATS>(a.bias + c0 + v,
+                                                      *reinterpret_cast<float(*)[FLOATS]>(b + v));
+            else
+#pragma unroll
+                for (int i = 0; i < FLOATS; i++) b[v + i] = 0.0f;
+        }
+        return;
+    }
 #pragma unroll
     for (int v = 0; v < V; v++) {
 #pragma unroll
@@ -968,7 +1036,8 @@ __device__ __forceinline__ void dcp_cuda__conv_forward_rows(
 #pragma unroll
         for (int i = 0; i < CHUNK; i++)
             if (t + i < end)
-                raw[i] = *reinterpret_cast<const dcp_cuda__pack<T, V> *>(x + (t + i) * channels);
+                raw[i] = dcp_cuda__vload(
+                    reinterpret_cast<const dcp_cuda__pack<T, V> *>(x + (t + i) * channels));
 #pragma unroll
         for (int i = 0; i < CHUNK; i++) {
             if (t + i >= end) break;
@@ -1025,9 +1094,10 @@ __device__ __forceinline__ void dcp_cuda__conv_backward_rows(
 #pragma unroll
         for (int i = 0; i < CHUNK; i++)
             if (r0 + i < compute_end) {
-                raw_x[i] = *reinterpret_cast<const dcp_cuda__pack<T, V> *>(x + (r0 + i) * channels);
-                raw_dy[i] =
-                    *reinterpret_cast<const dcp_cuda__pack<T, V> *>(dy + (r0 + i) * channels);
+                raw_x[i] = dcp_cuda__vload(
+                    reinterpret_cast<const dcp_cuda__pack<T, V> *>(x + (r0 + i) * channels));
+                raw_dy[i] = dcp_cuda__vload(
+                    reinterpret_cast<const dcp_cuda__pack<T, V> *>(dy + (r0 + i) * channels));
             }
 #pragma unroll
         for (int i = 0; i < CHUNK; i++) {
@@ -1245,7 +1315,17 @@ static dcp_cuda__conv_args dcp_cuda__conv_args_of(const dcp_conv1d_params *p,
     a.rows_per_warp = g->rows_per_warp;
     a.channels = p->channels;
     a.silu = p->silu;
+    a.vector_weights = 0; /* the caller's pointers decide (dcp_cuda__conv_bind_weights) */
     return a;
+}
+
+/* The weights and biases of a call, and whether they may move as 16-byte vectors. */
+static void dcp_cuda__conv_bind_weights(dcp_cuda__conv_args *a, const float *weight,
+                                        const float *bias)
+{
+    a->weight = weight, a->bias = bias;
+    a->vector_weights = dcp_cuda__aligned(weight, DCP_CUDA__VECTOR_BYTES) &&
+                        (!bias || dcp_cuda__aligned(bias, DCP_CUDA__VECTOR_BYTES));
 }
 
 /* The kernel of one direction and width, and the kernel for a width known at run time: W's, or
@@ -1335,7 +1415,8 @@ extern "C" dcp_status dcp_cuda_conv1d_forward(const dcp_conv1d_params *params,
         return status;
     if (g.slices == 0) return dcp_error_clear(error);
     a = dcp_cuda__conv_args_of(&p, layout, total_rows, &g);
-    a.x = x, a.weight = weight, a.bias = bias, a.out = y;
+    a.x = x, a.out = y;
+    dcp_cuda__conv_bind_weights(&a, weight, bias);
     return dcp_cuda__conv_launch(a, dtype, p.width, 0, &g, (cudaStream_t)stream, error);
 }
 
@@ -1376,7 +1457,8 @@ extern "C" dcp_status dcp_cuda_conv1d_backward(const dcp_conv1d_params *params,
                              "(dcp_cuda_conv1d_workspace_size)",
                              workspace, workspace_bytes, needed, DCP_CUDA__VECTOR_BYTES);
     a = dcp_cuda__conv_args_of(&p, layout, total_rows, &g);
-    a.x = x, a.weight = weight, a.bias = bias, a.dy = dy, a.out = dx;
+    a.x = x, a.dy = dy, a.out = dx;
+    dcp_cuda__conv_bind_weights(&a, weight, bias);
     a.partial = (float *)workspace;
     if (g.slices > 0 &&
         (status = dcp_cuda__conv_launch(a, dtype, p.width, 1, &g, s, error)) != DCP_OK)
@@ -1789,6 +1871,7 @@ struct dcp_cuda__attn_args {
     int32_t out_fp32; /* forward: o is float32 (else dtype) */
     float *lse_out;
     float *dq, *dk, *dv, *delta;
+    int32_t paired_gradients; /* dq, dk, dv 8-byte aligned: a lane adds its pairs as float2 */
     const int32_t *count; /* schedule: number of entries, then the entries */
     const int2 *entries;
 };
@@ -1903,7 +1986,7 @@ __global__ void __launch_bounds__(DCP_CUDA__SCHEDULE_THREADS)
         if (tiles <= 0) continue;
         const int32_t base = atomicAdd(&cursor[dcp_cuda__schedule_bucket(tiles)], tiles);
         for (int32_t t = 0; t < tiles && base + t < capacity; t++)
-            entries[base + t] = make_int2(j, tiles - 1 - t);
+            dcp_cuda__vstore(entries + base + t, make_int2(j, tiles - 1 - t));
     }
 }
 
@@ -2059,7 +2142,7 @@ __device__ __forceinline__ bool dcp_cuda__attn_tile_of(const dcp_cuda__attn_args
                                                        dcp_cuda__seq_view *s, int64_t *first)
 {
     if ((int32_t)blockIdx.x >= *a.count) return false;
-    const int2 entry = a.entries[blockIdx.x];
+    const int2 entry = dcp_cuda__vload(a.entries + blockIdx.x);
     *s = dcp_cuda__seq_of(a, entry.x);
     *first = (kv ? s->k_begin : s->q_begin) + (int64_t)entry.y * DCP_CUDA__TILE;
     return true;
@@ -2093,7 +2176,8 @@ __device__ __forceinline__ float dcp_cuda__exp2_scaled(float x, float scale, flo
 #endif
 }
 
-/* Rows [first, first + ROWS) of a view into a shared tile (row stride D + 8): view row r is
+/* Rows [first, first + ROWS) of a view into a shared tile (the traits' padded row stride, so
+   that ldmatrix rows hit distinct banks): view row r is
    row offset + r of the [rows, heads, D] tensor at `head_base` (its head already applied);
    rows at or past `valid` are zero-filled by cp.async and never read. Each thread copies the
    same 16-byte column of every pass, so its addresses are one base plus constants (no
@@ -2103,10 +2187,12 @@ __device__ __forceinline__ void dcp_cuda__load_tile(T *tile, const T *head_base,
                                                     int64_t row_stride, int64_t offset,
                                                     int64_t first, int64_t valid)
 {
-    constexpr int CHUNKS = D / 8, STRIDE = D + 8, ROWS_PER_PASS = THREADS / CHUNKS;
+    constexpr int CHUNK = DCP_CUDA__VECTOR_BYTES / (int)sizeof(T); /* elements of a cp.async */
+    constexpr int CHUNKS = D / CHUNK, STRIDE = dcp_cuda__attn_traits<D>::STRIDE;
+    constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
     static_assert(THREADS % CHUNKS == 0 && ROWS % ROWS_PER_PASS == 0,
                   "every thread copies one column of every pass");
-    const int row = threadIdx.x / CHUNKS, column = (threadIdx.x % CHUNKS) * 8;
+    const int row = threadIdx.x / CHUNKS, column = (threadIdx.x % CHUNKS) * CHUNK;
     const int64_t rows_left = valid - first - row; /* this thread's valid rows */
     const T *src = head_base + (offset + first + row) * row_stride + column;
     T *dst = tile + row * STRIDE + column;
@@ -2115,7 +2201,7 @@ __device__ __forceinline__ void dcp_cuda__load_tile(T *tile, const T *head_base,
         const bool ok = pass * ROWS_PER_PASS < rows_left;
         dcp_cuda__cp_async16(dst + pass * ROWS_PER_PASS * STRIDE,
                              ok ? src + pass * ROWS_PER_PASS * row_stride : head_base,
-                             ok ? 16 : 0);
+                             ok ? DCP_CUDA__VECTOR_BYTES : 0);
     }
 }
 
@@ -2486,8 +2572,9 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         for (int d = 0; d < K::HEAD_BLOCKS; d++) {
             const float x = o[d][2 * row] * inv, y = o[d][2 * row + 1] * inv;
             if (a.out_fp32)
-                *reinterpret_cast<float2 *>(static_cast<float *>(a.o) + at + d * 8) =
-                    make_float2(x, y);
+                dcp_cuda__vstore(
+                    reinterpret_cast<float2 *>(static_cast<float *>(a.o) + at + d * 8),
+                    make_float2(x, y));
             else
                 *reinterpret_cast<uint32_t *>(static_cast<T *>(a.o) + at + d * 8) =
                     dcp_cuda__pack2<T>(x, y);
@@ -2651,6 +2738,21 @@ __device__ __forceinline__ int32_t dcp_cuda__first_q_tile(const dcp_cuda__attn_a
     return lo;
 }
 
+/* g[0], g[1] += x, y: a lane's two adjacent gradient columns of the m16n8 C layout (2t, 2t + 1)
+   as one 8-byte load and store where the gradients allow it (the report: scalar adds left half
+   of each 32-byte sector a warp's store touched unused), else as two 4-byte ones. */
+__device__ __forceinline__ void dcp_cuda__add_pair(float *g, float x, float y, bool paired)
+{
+    if (paired) {
+        float2 sum = dcp_cuda__vload(reinterpret_cast<const float2 *>(g));
+        sum.x += x, sum.y += y;
+        dcp_cuda__vstore(reinterpret_cast<float2 *>(g), sum);
+    } else {
+        g[0] += x;
+        g[1] += y;
+    }
+}
+
 /* deterministic = 0: dq += scale dS K for the warp's 16 query rows of a q tile, dS (queries x
    keys) in shared memory, K (keys x D) the key tile; 16 columns at a time (few registers),
    float32 atomics into dq for the valid rows of the q view. */
@@ -2811,10 +2913,10 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         const int64_t at = ((s.offset + key[e]) * a.kv_heads + kv_head) * D + 2 * t;
 #pragma unroll
         for (int d = 0; d < K::HEAD_BLOCKS; d++) {
-            a.dk[at + d * 8] += a.scale * dk[d][2 * e];
-            a.dk[at + d * 8 + 1] += a.scale * dk[d][2 * e + 1];
-            a.dv[at + d * 8] += dv[d][2 * e];
-            a.dv[at + d * 8 + 1] += dv[d][2 * e + 1];
+            const int64_t column = at + d * DCP_CUDA__MMA_N;
+            dcp_cuda__add_pair(a.dk + column, a.scale * dk[d][2 * e], a.scale * dk[d][2 * e + 1],
+                               a.paired_gradients);
+            dcp_cuda__add_pair(a.dv + column, dv[d][2 * e], dv[d][2 * e + 1], a.paired_gradients);
         }
     }
 }
@@ -2880,10 +2982,9 @@ __global__ void __launch_bounds__(dcp_cuda__attn_traits<D>::THREADS)
         if (index >= s.q_valid) continue;
         const int64_t at = ((s.offset + index) * a.heads + b.head) * D + 2 * t;
 #pragma unroll
-        for (int d = 0; d < K::HEAD_BLOCKS; d++) {
-            a.dq[at + d * 8] += a.scale * dq[d][2 * e];
-            a.dq[at + d * 8 + 1] += a.scale * dq[d][2 * e + 1];
-        }
+        for (int d = 0; d < K::HEAD_BLOCKS; d++)
+            dcp_cuda__add_pair(a.dq + at + d * DCP_CUDA__MMA_N, a.scale * dq[d][2 * e],
+                               a.scale * dq[d][2 * e + 1], a.paired_gradients);
     }
 }
 
@@ -3217,6 +3318,8 @@ extern "C" dcp_status dcp_cuda_attention_backward(
         return status;
     a.out = out, a.dout = dout, a.lse = lse;
     a.dq = dq, a.dk = dk, a.dv = dv;
+    a.paired_gradients = dcp_cuda__aligned(dq, sizeof(float2)) &&
+                         dcp_cuda__aligned(dk, sizeof(float2)) && dcp_cuda__aligned(dv, sizeof(float2));
     if (layout->local_rows == 0) return dcp_error_clear(error);
     return dcp_cuda__with_attn_shape(dtype, p.head_dim, [&](auto element, auto head_dim) {
         return dcp_cuda__attn_backward_launch<decltype(element), decltype(head_dim)::value>(
@@ -3460,9 +3563,9 @@ __global__ void __launch_bounds__(DCP_CUDA__A2A_THREADS) dcp_cuda__a2a_kernel(dc
             if (k >= seg.rows) continue; /* a list shorter than total_rows: never outside it */
             local = (V *)(a.local + seg.local_offset + k * a.local_pitch) + unit;
             message = (V *)(a.message + seg.message_offset) + k * a.units_per_row + unit;
-            if (s >= a.copies) *local = V();
-            else if (a.pack) *message = *local;
-            else *local = *message;
+            if (s >= a.copies) dcp_cuda__vstore(local, V());
+            else if (a.pack) dcp_cuda__vstore(message, dcp_cuda__vload(local));
+            else dcp_cuda__vstore(local, dcp_cuda__vload(message));
         }
         __syncthreads(); /* range is rewritten by the next tile */
     }
@@ -3572,7 +3675,8 @@ __global__ void __launch_bounds__(DCP_CUDA__ROLL_THREADS)
         const int64_t padded = (int64_t)a.cu_seqlens_padded[seq + 1] - a.cu_seqlens_padded[seq];
         const int64_t row = a.cu_seqlens_padded[seq] / a.cp +
                             half * (padded / ((int64_t)a.cp * DCP_MTP_ROLL_HALVES));
-        if (row >= 0 && row < a.rows) boundaries[t] = in[row * a.words + word];
+        if (row >= 0 && row < a.rows)
+            dcp_cuda__vstore(boundaries + t, dcp_cuda__vload(in + row * a.words + word));
     }
 }
 
@@ -3606,12 +3710,12 @@ __global__ void __launch_bounds__(DCP_CUDA__ROLL_THREADS)
         Word value = Word(); /* the fill: zero bytes */
         if (source >= 0) {
             if (source >= a.rows) continue; /* device arrays disagree with the host sizes */
-            value = in[source * a.words + word];
+            value = dcp_cuda__vload(in + source * a.words + word);
         } else if (source < -1) {
             if (!received) continue; /* the caller fills it (the CPU reference's contract) */
-            value = received[(-2 - source) * a.words + word];
+            value = dcp_cuda__vload(received + (-2 - source) * a.words + word);
         }
-        out[t] = value;
+        dcp_cuda__vstore(out + t, value);
     }
 }
 
@@ -4127,7 +4231,7 @@ __global__ void __launch_bounds__(dcp_cuda__attn_sm90_traits<D>::THREADS, 1)
         ~(uintptr_t)(L::ATOM_BYTES - 1));
     unsigned char *sq = base, *sk = sq + K::Q_BYTES, *sv = sk + K::STAGES * K::KV_BYTES;
     if ((int32_t)blockIdx.x >= *a.count) return;
-    const int2 entry = a.entries[blockIdx.x];
+    const int2 entry = dcp_cuda__vload(a.entries + blockIdx.x);
     const dcp_cuda__seq_view s = dcp_cuda__seq_of(a, entry.x);
     const int64_t q0 = s.q_begin + (int64_t)entry.y * K::TILE_ROWS;
     const int32_t head = blockIdx.y;

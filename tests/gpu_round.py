@@ -47,6 +47,7 @@ BUILD_LIMIT_S = 480         # the build on the lent machine (16 cores; dcp_cuda.
 SUMMARY_RESERVE_S = 15      # of TIME_BUDGET, kept for the last summary and the logs' bundle
 MIN_COMMAND_S = 30          # with less of TIME_BUDGET left, a longer command waits for a later call
 SEEDS, SEEDS_PER_COMMAND = 20, 5
+MUTANT_PARTS = 2            # fourteen mutants, each a compile: two calls of under 10 minutes
 # compute capabilities the default build (sm_80 and sm_90a cubins) runs natively
 NATIVE_CAPABILITIES = ("8.0", "8.6", "8.7", "8.9", "9.0")
 PTX_ARCH = "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80"
@@ -156,12 +157,18 @@ def steps(build: str) -> List[Step]:
         Step("compute-sanitizer memcheck, racecheck, initcheck over every GPU test",
              sanitizer_commands(build)),
         Step("make test-mutants (every planted bug killed)", [
-            Command("mutants", "{make} test-mutants", "{make} -n test-mutants >/dev/null", 600)],
+            Command(f"mutants, part {k} of {MUTANT_PARTS}",
+                    f"{{make}} test-mutants MUTANTS_PART={k}/{MUTANT_PARTS}",
+                    f"{{make}} -n test-mutants MUTANTS_PART={k}/{MUTANT_PARTS} >/dev/null", 540)
+            for k in range(1, MUTANT_PARTS + 1)],
              "runs on the CPU execution model (tests/cuda_cpu): no GPU needed"),
-        Step("the primitives' parity test on the GPU (issue 26)", [
+        Step("the primitives' parity test on the GPU (issue 26), and the wgmma products", [
             Command(os.path.basename(primitives),
                     f"DCP_TEST_NO_SKIPS=1 sh tests/run_tests.sh {primitives}",
-                    None, 120, rule=primitives)]),
+                    None, 120, rule=primitives),
+            Command("test_wgmma (sm_90a's products: a skip fails it on a Hopper device)",
+                    "sh tests/run_tests.sh {build}/test_wgmma", None, 120,
+                    rule=f"{build}/test_wgmma")]),
         Step("make test-multirank at 2, 4, 6, 8 ranks; the ring example 20 times each", [
             Command("test-multirank", "MULTIRANK_REPEAT={ring_repeat} {make} test-multirank",
                     "{make} -n test-multirank >/dev/null && sh -n tests/multirank.sh", 570)]),
@@ -177,7 +184,11 @@ def steps(build: str) -> List[Step]:
                     "{python} bench/kernels_bench.py --repeat 21",
                     "{python} bench/kernels_bench.py --repeat 21 --dry-run", 300, bench=True),
             Command("a2a_bench, 8 ranks (against a plain all-to-all)", a2a_launch(8),
-                    "test -x {build}/a2a_bench", 180, bench=True)]),
+                    "test -x {build}/a2a_bench", 180, bench=True),
+            Command("kernel_report: the kernel profile's cases timed (beside the model's bounds: "
+                    "make kernel-report MEASURED=kernel-times.tsv)",
+                    "{build}/kernel_report --repeat 11 --measured-out {logs}/kernel-times.tsv",
+                    None, 240, rule=f"{build}/kernel_report", bench=True)]),
         Step("the Python ops tests and train_tiny.py on the real ops", [
             Command("test_ops.py (none may skip)", no_skip(
                         PYTHON_ENV + "{python} -B python/tests/run.py test_ops.py", "ops",

@@ -23,6 +23,7 @@
    - bounds: an access to the arena outside the dynamic and static shared memory the block
      has (ASan then stops the program: the arena is poisoned there). */
 #include "model.h"
+#include "profile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +86,7 @@ static void describe_offset(size_t offset, char *out, size_t size)
 /* "file:line:column in function", the innermost frame first and the ones it was inlined into
    after it (the twin's wrapper, the helper, the kernel), at most SYMBOL_FRAMES of them. */
 enum { SYMBOL_FRAMES = 4 };
-static void symbolize(uintptr_t pc, char *out, size_t size)
+void dcp_cuda_cpu_symbolize(uintptr_t pc, char *out, size_t size)
 {
 #ifdef DCP_CUDA_CPU_SHADOW /* linked with ASan's runtime, which symbolizes */
     if (pc) {
@@ -113,7 +114,7 @@ long dcp_cuda_cpu_shared_check(const void *address, size_t bytes, const char *in
         return (long)(p - arena);
     dcp_cuda_cpu_block_name(where, sizeof where);
     dcp_cuda_cpu_thread_name(dcp_cuda_cpu_running_thread(), who, sizeof who);
-    symbolize(pc, at, sizeof at);
+    dcp_cuda_cpu_symbolize(pc, at, sizeof at);
     if (p >= arena && p < arena + capacity) describe_offset((size_t)(p - arena), what, sizeof what);
     else snprintf(what, sizeof what, "not a shared-memory address");
     dcp_cuda_cpu_report("bounds", "%s of %zu bytes at %p (%s) by %s in %s, at %s", instruction,
@@ -128,6 +129,51 @@ static void bind_arena(unsigned char *base, size_t bytes)
     region_count = 0;
     arena_begin = (uintptr_t)base;
     arena_span = bytes;
+}
+
+static inline bool shared_address(uintptr_t a) { return a - arena_begin < arena_span; }
+
+/* ------------------------------------------------------------------------ alignment
+   An access wider than 4 bytes (an 8- or 16-byte vector, a pack: LDG/STG/LDS/STS .64/.128 on
+   the device) must be aligned to its width, or the device faults with a misaligned address;
+   the host would just do it. dcp_cuda.cu's wide accesses name their width
+   (dcp_cuda_cpu_vector_access); in the checked build the access callbacks also check every
+   8- and 16-byte load and store the compiler kept whole. A misaligned access stops its block,
+   as the device's fault does (the host access would not be reached on a device). */
+enum { NATURAL_ABOVE = 4 }; /* accesses wider than this are vectors */
+static void misaligned(uintptr_t a, size_t bytes, int kind, uintptr_t pc)
+{
+    const int t = dcp_cuda_cpu_running_thread();
+    if (t < 0) return; /* host code */
+    char where[256], who[96], at[1024];
+    dcp_cuda_cpu_block_name(where, sizeof where);
+    dcp_cuda_cpu_thread_name(t, who, sizeof who);
+    dcp_cuda_cpu_symbolize(pc, at, sizeof at);
+    const char *space = shared_address(a)                ? "shared"
+                        : dcp_cuda_cpu_device_address(a) ? "global"
+                                                         : "local";
+    dcp_cuda_cpu_report("alignment", "%zu-byte %s of %s memory at %p, which is not %zu-byte "
+                        "aligned (misaligned address on a device) in %s, %s, at %s", bytes,
+                        kind == DCP_CUDA_CPU_READ ? "load" : "store", space, (void *)a, bytes,
+                        where, who, at);
+    dcp_cuda_cpu_abort_block();
+}
+
+static int memory_class_of(uintptr_t a, bool store)
+{
+    if (shared_address(a)) return store ? DCP_CUDA_CPU_SHARED_STORE : DCP_CUDA_CPU_SHARED_LOAD;
+    if (dcp_cuda_cpu_device_address(a))
+        return store ? DCP_CUDA_CPU_GLOBAL_STORE : DCP_CUDA_CPU_GLOBAL_LOAD;
+    return -1; /* a local: not profiled */
+}
+
+void dcp_cuda_cpu_vector_access(const void *p, size_t bytes, bool store)
+{
+    const uintptr_t a = (uintptr_t)p, pc = (uintptr_t)__builtin_return_address(0);
+    if (bytes > NATURAL_ABOVE && !(bytes & (bytes - 1)) && (a & (bytes - 1)))
+        misaligned(a, bytes, store ? DCP_CUDA_CPU_WRITE : DCP_CUDA_CPU_READ, pc);
+    const int memory_class = dcp_cuda_cpu_profiling ? memory_class_of(a, store) : -1;
+    if (memory_class >= 0) dcp_cuda_cpu_profile_wide(a, bytes, memory_class, pc);
 }
 
 #ifndef DCP_CUDA_CPU_SHADOW
@@ -207,6 +253,11 @@ static inline bool ordered(uint32_t stamp, int earlier_warp, int later_warp)
 {
     return all_synced > stamp || pair_synced[earlier_warp][later_warp] > stamp;
 }
+uint32_t dcp_cuda_cpu_shadow_stamp(void) { return sequence; }
+bool dcp_cuda_cpu_shadow_ordered(uint32_t stamp, int earlier_warp, int later_warp)
+{
+    return ordered(stamp, earlier_warp, later_warp);
+}
 
 void dcp_cuda_cpu_shadow_block(unsigned char *base, size_t bytes)
 {
@@ -237,8 +288,8 @@ static void hazard(int kind, size_t offset, int earlier, uintptr_t earlier_pc, i
 {
     char where[256], what[160], a[128], b[96], at_a[1024], at_b[1024];
     at_a[0] = 0;
-    if (earlier >= 0) symbolize(earlier_pc, at_a, sizeof at_a);
-    symbolize(later_pc, at_b, sizeof at_b);
+    if (earlier >= 0) dcp_cuda_cpu_symbolize(earlier_pc, at_a, sizeof at_a);
+    dcp_cuda_cpu_symbolize(later_pc, at_b, sizeof at_b);
     for (const printed &p : printed_hazards)
         if (p.kind == kind && p.first == at_a && p.second == at_b) return;
     printed_hazards.push_back({kind, at_a, at_b});
@@ -394,14 +445,35 @@ void *__asan_memmove(void *, const void *, uintptr_t);
 void *__asan_memset(void *, int, uintptr_t);
 }
 
-static inline bool shared_address(uintptr_t a) { return a - arena_begin < arena_span; }
+
+/* One access of the instrumented code: shared memory to its shadow, writes of global memory
+   to the global shadow (memory.cc); `natural`: the access must be aligned to its size. Most
+   accesses are the kernels' own locals (fiber stacks): a narrow load of one costs a compare. */
+/* A plain access of the instrumented code as a request of its lane, unless it is part of the
+   wide access the thread just named (dcp_cuda_cpu_vector_access). */
+static void profile(uintptr_t a, size_t bytes, int kind, uintptr_t pc)
+{
+    const int memory_class = memory_class_of(a, kind == DCP_CUDA_CPU_WRITE);
+    if (memory_class >= 0 && !dcp_cuda_cpu_profile_split(a, bytes))
+        dcp_cuda_cpu_profile_access(a, bytes, memory_class, pc);
+}
+
+static inline void access(uintptr_t a, size_t bytes, int kind, bool natural, uintptr_t pc)
+{
+    if (dcp_cuda_cpu_profiling) profile(a, bytes, kind, pc);
+    if (shared_address(a)) {
+        if (natural && (a & (bytes - 1))) misaligned(a, bytes, kind, pc);
+        dcp_cuda_cpu_shadow_access((const void *)a, bytes, kind, pc);
+    } else if ((natural || kind == DCP_CUDA_CPU_WRITE) && dcp_cuda_cpu_device_address(a)) {
+        if (natural && (a & (bytes - 1))) misaligned(a, bytes, kind, pc);
+        if (kind == DCP_CUDA_CPU_WRITE) dcp_cuda_cpu_global_write((const void *)a, bytes, false, pc);
+    }
+}
 
 #define DCP_CUDA_CPU_ACCESS(name, bytes, kind)                                                     \
     extern "C" void dcp_cuda_cpu_access_##name(uintptr_t a)                                        \
     {                                                                                              \
-        if (shared_address(a))                                                                     \
-            dcp_cuda_cpu_shadow_access((const void *)a, bytes, kind,                               \
-                                       (uintptr_t)__builtin_return_address(0));                    \
+        access(a, bytes, kind, bytes > NATURAL_ABOVE, (uintptr_t)__builtin_return_address(0));    \
         __asan_##name(a);                                                                          \
     }
 DCP_CUDA_CPU_ACCESS(load1, 1, DCP_CUDA_CPU_READ)
@@ -418,37 +490,31 @@ DCP_CUDA_CPU_ACCESS(store16, 16, DCP_CUDA_CPU_WRITE)
 
 extern "C" void dcp_cuda_cpu_access_loadN(uintptr_t a, uintptr_t n)
 {
-    if (shared_address(a))
-        dcp_cuda_cpu_shadow_access((const void *)a, n, DCP_CUDA_CPU_READ,
-                                   (uintptr_t)__builtin_return_address(0));
+    access(a, n, DCP_CUDA_CPU_READ, false, (uintptr_t)__builtin_return_address(0));
     __asan_loadN(a, n);
 }
 extern "C" void dcp_cuda_cpu_access_storeN(uintptr_t a, uintptr_t n)
 {
-    if (shared_address(a))
-        dcp_cuda_cpu_shadow_access((const void *)a, n, DCP_CUDA_CPU_WRITE,
-                                   (uintptr_t)__builtin_return_address(0));
+    access(a, n, DCP_CUDA_CPU_WRITE, false, (uintptr_t)__builtin_return_address(0));
     __asan_storeN(a, n);
 }
 extern "C" void *dcp_cuda_cpu_access_memcpy(void *d, const void *s, uintptr_t n)
 {
     const uintptr_t pc = (uintptr_t)__builtin_return_address(0);
-    if (shared_address((uintptr_t)s)) dcp_cuda_cpu_shadow_access(s, n, DCP_CUDA_CPU_READ, pc);
-    if (shared_address((uintptr_t)d)) dcp_cuda_cpu_shadow_access(d, n, DCP_CUDA_CPU_WRITE, pc);
+    access((uintptr_t)s, n, DCP_CUDA_CPU_READ, false, pc);
+    access((uintptr_t)d, n, DCP_CUDA_CPU_WRITE, false, pc);
     return __asan_memcpy(d, s, n);
 }
 extern "C" void *dcp_cuda_cpu_access_memmove(void *d, const void *s, uintptr_t n)
 {
     const uintptr_t pc = (uintptr_t)__builtin_return_address(0);
-    if (shared_address((uintptr_t)s)) dcp_cuda_cpu_shadow_access(s, n, DCP_CUDA_CPU_READ, pc);
-    if (shared_address((uintptr_t)d)) dcp_cuda_cpu_shadow_access(d, n, DCP_CUDA_CPU_WRITE, pc);
+    access((uintptr_t)s, n, DCP_CUDA_CPU_READ, false, pc);
+    access((uintptr_t)d, n, DCP_CUDA_CPU_WRITE, false, pc);
     return __asan_memmove(d, s, n);
 }
 extern "C" void *dcp_cuda_cpu_access_memset(void *d, int value, uintptr_t n)
 {
-    if (shared_address((uintptr_t)d))
-        dcp_cuda_cpu_shadow_access(d, n, DCP_CUDA_CPU_WRITE,
-                                   (uintptr_t)__builtin_return_address(0));
+    access((uintptr_t)d, n, DCP_CUDA_CPU_WRITE, false, (uintptr_t)__builtin_return_address(0));
     return __asan_memset(d, value, n);
 }
 

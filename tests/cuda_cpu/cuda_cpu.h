@@ -77,7 +77,11 @@ float dcp_cuda_cpu_atomic_add_float(float *address, float value);
 
 enum { DCP_CUDA_CPU_SHFL_IDX, DCP_CUDA_CPU_SHFL_UP, DCP_CUDA_CPU_SHFL_DOWN, DCP_CUDA_CPU_SHFL_XOR };
 
-static inline void __syncthreads(void) { dcp_cuda_cpu_syncthreads(); }
+/* inlined where the kernel calls it: the barrier checks where each thread reached it */
+__attribute__((always_inline)) static inline void __syncthreads(void)
+{
+    dcp_cuda_cpu_syncthreads();
+}
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { dcp_cuda_cpu_syncwarp(mask); }
 
 template <typename T> static inline T dcp_cuda_cpu_shfl_of(unsigned mask, T var, int mode,
@@ -164,7 +168,14 @@ static inline float __fdividef(float x, float y)
     const float big = 8.50705917302346159e+37f; /* 2^126 */
     return fabsf(y) > big && isfinite(y) ? 0.0f : x / y;
 }
-template <typename V> static inline void __stwb(V *address, V value) { *address = value; }
+/* An access of `bytes` (a vector or pack wider than 4 bytes: one instruction on the device)
+   at p: reported unless p is aligned to its width (dcp_cuda.cu's dcp_cuda__vload/vstore). */
+void dcp_cuda_cpu_vector_access(const void *p, size_t bytes, bool store);
+template <typename V> __attribute__((always_inline)) static inline void __stwb(V *address, V value)
+{
+    dcp_cuda_cpu_vector_access(address, sizeof(V), true);
+    *address = value;
+}
 /* A shared address's offset in the 32-bit shared window (the block's arena). */
 size_t dcp_cuda_cpu_shared_offset(const void *p);
 static inline size_t __cvta_generic_to_shared(const void *p) { return dcp_cuda_cpu_shared_offset(p); }

@@ -80,6 +80,8 @@ static const struct {
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+    {cudaErrorLaunchOutOfResources, "cudaErrorLaunchOutOfResources",
+     "too many resources requested for launch"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
 };
 

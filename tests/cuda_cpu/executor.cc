@@ -8,6 +8,7 @@
    the twins report their shared accesses explicitly, attributed to the kernel code that issued
    them. */
 #include "model.h"
+#include "profile.h"
 
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -86,16 +87,42 @@ const char *dcp_cuda_cpu_profile_name(void) { return dcp_cuda_cpu_profile_in_for
 /* ----------------------------------------------------------------- process-wide state
    The registry of kernels (their attributes), the seed, the counters: shared by every OS
    thread that launches; one grid runs at a time (grid_lock). */
+/* What the device build says of a kernel (tests/cuda_cpu/kernel_limits.inc, generated from
+   ptxas's resource usage and the PTX by kernel_limits.py; test_kernel_limits.sh fails when it
+   is stale): per mangled name and architecture of its SASS. */
+struct kernel_limits {
+    const char *name;
+    int arch;        /* 80: the sm_80 SASS (A100, L40S profiles), 90: sm_90a (H100) */
+    int registers;   /* per thread */
+    int max_threads; /* __launch_bounds__'s first argument (.maxntid), 0 without */
+    int min_blocks;  /* its second (.minnctapersm), 0 without */
+    int static_shared, barriers, stack, spill_stores, spill_loads; /* bytes, except barriers */
+};
+static const kernel_limits KERNEL_LIMITS[] = {
+#include "kernel_limits.inc"
+};
+
+/* Register allocation as the CUDA occupancy calculator has it for compute capability 8.x and
+   9.0: registers go to warps in units of 256 (8 per thread), and warps to an SM's schedulers
+   in groups of 4; shared memory to blocks in units of 128 bytes. */
+enum { REGISTER_UNIT = 256, WARP_ALLOCATION_GRANULARITY = 4, SHARED_ALLOCATION_UNIT = 128 };
+static const int HOPPER_MAJOR = 9; /* profiles from this compute capability run sm_90a SASS */
+static const int ARCH_AMPERE = 80, ARCH_HOPPER = 90;
+
 struct function_info {
     int max_dynamic_shared = -1; /* cudaFuncAttributeMaxDynamicSharedMemorySize, once set */
     long static_shared = -1;     /* bytes, once a block has run to its end */
+    const kernel_limits *limits = nullptr; /* none for a kernel outside dcp_cuda.cu */
+    const void *address = nullptr;         /* the kernel's function */
     char name[160] = "";
 };
 
-/* Static shared memory of a kernel as known so far, and the dynamic shared memory a launch may
-   ask: what the attribute allows, else 48 KB less the static. */
+/* Static shared memory of a kernel: the device build's, else as the model has seen it so far;
+   and the dynamic shared memory a launch may ask: what the attribute allows, else 48 KB less
+   the static. */
 static size_t static_of(const function_info &f)
 {
+    if (f.limits) return (size_t)f.limits->static_shared;
     return f.static_shared > 0 ? (size_t)f.static_shared : 0;
 }
 static size_t max_dynamic_of(const function_info &f)
@@ -117,24 +144,59 @@ void dcp_cuda_cpu_set_seed(uint64_t value)
 }
 uint64_t dcp_cuda_cpu_faults(void) { return faults; }
 
-/* The kernel's demangled name (its symbol: executables link with -rdynamic). */
-static void name_function(const void *function, char *out, size_t size)
+/* The device build's limits of a kernel (by its mangled name) for the profile in force. */
+static const kernel_limits *limits_of(const char *mangled)
+{
+    const int arch = dcp_cuda_cpu_profile_in_force()->major >= HOPPER_MAJOR ? ARCH_HOPPER
+                                                                            : ARCH_AMPERE;
+    for (const kernel_limits &k : KERNEL_LIMITS)
+        if (k.arch == arch && strcmp(k.name, mangled) == 0) return &k;
+    return nullptr;
+}
+
+/* The kernel's demangled name and its limits (its symbol: executables link with -rdynamic). */
+static void describe_function(const void *function, function_info &f)
 {
     Dl_info info;
-    snprintf(out, size, "kernel %p", function);
+    snprintf(f.name, sizeof f.name, "kernel %p", function);
     if (dladdr(function, &info) && info.dli_sname) {
         int status = 0;
         char *demangled = abi::__cxa_demangle(info.dli_sname, NULL, NULL, &status);
-        snprintf(out, size, "%s", status == 0 && demangled ? demangled : info.dli_sname);
+        snprintf(f.name, sizeof f.name, "%s",
+                 status == 0 && demangled ? demangled : info.dli_sname);
         free(demangled);
+        f.limits = limits_of(info.dli_sname);
     }
 }
 
 static function_info &info_of(const void *function)
 {
     function_info &info = registry[function];
-    if (!info.name[0]) name_function(function, info.name, sizeof info.name);
+    info.address = function;
+    if (!info.name[0]) describe_function(function, info);
     return info;
+}
+
+/* Registers a warp of the kernel holds, as allocated (0 when unknown). */
+static int warp_registers(const function_info &f)
+{
+    if (!f.limits) return 0;
+    const int per_warp = f.limits->registers * WARP_SIZE;
+    return (per_warp + REGISTER_UNIT - 1) / REGISTER_UNIT * REGISTER_UNIT;
+}
+
+/* Threads a block of the kernel may have: its __launch_bounds__, and what its registers
+   allow, within the device's limit. */
+static int max_threads_of(const function_info &f)
+{
+    const dcp_cuda_cpu_profile &p = *dcp_cuda_cpu_profile_in_force();
+    int n = p.max_threads_per_block;
+    if (f.limits && f.limits->max_threads > 0 && f.limits->max_threads < n)
+        n = f.limits->max_threads;
+    const int per_warp = warp_registers(f);
+    if (per_warp > 0 && p.registers_per_block / per_warp * WARP_SIZE < n)
+        n = p.registers_per_block / per_warp * WARP_SIZE;
+    return n;
 }
 
 /* ------------------------------------------------------------------------- fibers
@@ -226,6 +288,7 @@ struct warp_state {
 struct barrier_state {
     int arrived = 0, expected = 0;
     uint32_t warps = 0;
+    uintptr_t pc = 0; /* where the phase's first thread reached it */
 };
 
 struct static_variable {
@@ -401,6 +464,9 @@ static void schedule(bool finished)
     switch_to_runner(me.f, true);
 }
 
+[[noreturn]] static void abort_block(void);
+void dcp_cuda_cpu_abort_block(void) { abort_block(); }
+
 [[noreturn]] static void abort_block(void)
 {
     engine &e = self_engine();
@@ -454,6 +520,10 @@ static void barrier_release(int id)
             e.threads[i].state = RUNNABLE;
     if ((b.warps & all) == all) dcp_cuda_cpu_shadow_sync_all();
     else dcp_cuda_cpu_shadow_sync_warps(b.warps);
+    if (dcp_cuda_cpu_profiling) {
+        dcp_cuda_cpu_profile_sync(b.warps);
+        dcp_cuda_cpu_profile_event(DCP_CUDA_CPU_EVENT_BARRIER, __builtin_popcount(b.warps));
+    }
     b.arrived = 0, b.warps = 0;
 }
 
@@ -465,7 +535,23 @@ static void barrier_try_complete(int id)
         barrier_release(id);
 }
 
-void dcp_cuda_cpu_bar_sync(int id, int count)
+/* Threads of one phase must reach the barrier at one place: __syncthreads in divergent code
+   (one in each branch) is undefined on a device (synccheck's "divergent barrier"); the model,
+   which counts arrivals per barrier, would take the two for one. */
+static void check_place(barrier_state &b, int id, uintptr_t pc)
+{
+    if (b.arrived == 0) b.pc = pc;
+    if (b.pc == pc) return;
+    char first[1024], second[1024];
+    dcp_cuda_cpu_symbolize(b.pc, first, sizeof first);
+    dcp_cuda_cpu_symbolize(pc, second, sizeof second);
+    dcp_cuda_cpu_report("synccheck", "barrier %d reached at two places in one phase (divergent "
+                        "__syncthreads: undefined on a device):\n    %s\n    %s", id, first,
+                        second);
+    abort_block();
+}
+
+static void bar_sync(int id, int count, uintptr_t pc)
 {
     engine &e = self_engine();
     thread &me = self_thread();
@@ -473,6 +559,7 @@ void dcp_cuda_cpu_bar_sync(int id, int count)
         dcp_cuda_cpu_trap("bar.sync with a barrier id outside 0..15 or a count that is not a "
                           "positive multiple of 32");
     barrier_state &b = e.barriers[id];
+    check_place(b, id, pc);
     if (b.arrived == 0) b.expected = count;
     else if (b.expected != count) {
         dcp_cuda_cpu_report("barrier", "bar.sync %d reached with thread counts %d and %d in the "
@@ -487,7 +574,11 @@ void dcp_cuda_cpu_bar_sync(int id, int count)
     if (me.state != RUNNABLE) schedule(false);
 }
 
-void dcp_cuda_cpu_syncthreads(void) { dcp_cuda_cpu_bar_sync(0, -1); }
+void dcp_cuda_cpu_bar_sync(int id, int count)
+{
+    bar_sync(id, count, (uintptr_t)__builtin_return_address(0));
+}
+void dcp_cuda_cpu_syncthreads(void) { bar_sync(0, -1, (uintptr_t)__builtin_return_address(0)); }
 
 /* ------------------------------------------------------------------- collectives */
 
@@ -499,7 +590,15 @@ static void complete_collective(warp_state &w, int warp, collective_fn fn)
     fn(w);
     for (int lane = 0; lane < WARP_SIZE; lane++)
         if (w.mask >> lane & 1) e.threads[warp * WARP_SIZE + lane].state = RUNNABLE;
-    dcp_cuda_cpu_shadow_sync_warps(1u << warp);
+    /* only __syncwarp orders memory among its lanes: a shuffle, vote, ldmatrix or mma is a
+       rendezvous of values, not a fence (the PTX memory model), so the shadow is not told */
+    if (w.kind == SYNCWARP) dcp_cuda_cpu_shadow_sync_warps(1u << warp);
+    if (dcp_cuda_cpu_profiling) {
+        dcp_cuda_cpu_profile_sync(1u << warp);
+        if (w.kind != LDMATRIX) /* a memory instruction: measured as one */
+            dcp_cuda_cpu_profile_event(w.kind == MMA ? DCP_CUDA_CPU_EVENT_MMA
+                                                     : DCP_CUDA_CPU_EVENT_COLLECTIVE, 1);
+    }
     w.arrived = 0;
 }
 
@@ -660,14 +759,32 @@ size_t dcp_cuda_cpu_shared_offset(const void *p)
 }
 
 /* ------------------------------------------------------------------------ atomics
-   Fibers of one OS thread never run at once and grids are serialised, so a read-modify-write
-   is atomic as written; the shadow records it as atomic (atomics do not race each other). */
+   Real atomics (a host thread of a multi-rank program may touch the same memory while a grid
+   runs), recorded as atomics by the shadows: atomics do not race each other, and a plain
+   access races an atomic as it would any write. */
+template <typename T> static T atomic_fetch_add(T *address, T value)
+{
+    return __atomic_fetch_add(address, value, __ATOMIC_RELAXED);
+}
+static float atomic_fetch_add(float *address, float value)
+{
+    float old, sum;
+    __atomic_load(address, &old, __ATOMIC_RELAXED);
+    do sum = old + value;
+    while (!__atomic_compare_exchange(address, &old, &sum, true, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED));
+    return old;
+}
 template <typename T> static T atomic_add(T *address, T value, uintptr_t pc)
 {
     dcp_cuda_cpu_shadow_access(address, sizeof(T), DCP_CUDA_CPU_ATOMIC, pc);
-    const T old = *address;
-    *address = old + value;
-    return old;
+    if (dcp_cuda_cpu_device_address((uintptr_t)address)) {
+        dcp_cuda_cpu_global_write(address, sizeof(T), true, pc);
+        if (dcp_cuda_cpu_profiling)
+            dcp_cuda_cpu_profile_access((uintptr_t)address, sizeof(T), DCP_CUDA_CPU_GLOBAL_ATOMIC,
+                                        pc);
+    }
+    return atomic_fetch_add(address, value);
 }
 int dcp_cuda_cpu_atomic_add_int(int *a, int v)
 {
@@ -715,6 +832,12 @@ void dcp_cuda_cpu_cp_async16(void *shared, const void *global, int32_t src_bytes
     c.pc = pc;
     me.copies.push_back(c);
     dcp_cuda_cpu_shadow_access(shared, COPY_BYTES, DCP_CUDA_CPU_PENDING, pc);
+    if (dcp_cuda_cpu_profiling) {
+        if (src_bytes > 0) /* a zero fill reads nothing */
+            dcp_cuda_cpu_profile_access((uintptr_t)global, (size_t)src_bytes,
+                                        DCP_CUDA_CPU_CP_ASYNC_GLOBAL, pc);
+        dcp_cuda_cpu_profile_access((uintptr_t)shared, COPY_BYTES, DCP_CUDA_CPU_CP_ASYNC_SHARED, pc);
+    }
     memset(shared, POISON, COPY_BYTES);
 }
 
@@ -770,6 +893,8 @@ void dcp_cuda_cpu_ldmatrix_x4(uint32_t (&r)[4], const void *row, bool transpose)
     if (dcp_cuda_cpu_shared_check(row, LDMATRIX_ROW_BYTES, "ldmatrix", pc) < 0) abort_block();
     /* the row is read by the lane that names it */
     dcp_cuda_cpu_shadow_access(row, LDMATRIX_ROW_BYTES, DCP_CUDA_CPU_READ, pc);
+    if (dcp_cuda_cpu_profiling)
+        dcp_cuda_cpu_profile_access((uintptr_t)row, LDMATRIX_ROW_BYTES, DCP_CUDA_CPU_LDMATRIX, pc);
     collective(LDMATRIX, FULL_MASK, transpose, NULL, 0, row, pc, r, 4, ldmatrix_fn);
 }
 
@@ -912,6 +1037,8 @@ static void begin_block(engine &e, uint64_t linear)
     memset(e.arena, POISON, e.dynamic_shared);
     dcp_cuda_cpu_shadow_block(e.arena, e.capacity);
     dcp_cuda_cpu_shadow_allocated(0, e.dynamic_shared);
+    dcp_cuda_cpu_global_block(e.block_index);
+    if (dcp_cuda_cpu_profiling) dcp_cuda_cpu_profile_block(e.warps);
     for (int i = 0; i < e.count; i++) {
         thread &t = e.threads[i];
         t.id = i, t.warp = i / WARP_SIZE, t.lane = i % WARP_SIZE;
@@ -937,6 +1064,7 @@ static void run_block(engine &e, uint64_t linear)
     e.running = &e.threads[0];
     dcp_cuda_cpu_self = &e.threads[0].view;
     switch_fiber(e.runner, e.threads[0].f, false, e.threads[0].f.stack, STACK_BYTES);
+    if (dcp_cuda_cpu_profiling) dcp_cuda_cpu_profile_block_end();
     if (e.aborted) {
 #ifdef DCP_CUDA_CPU_ASAN
         /* fibers left mid-frame keep their frames' redzones poisoned */
@@ -975,6 +1103,10 @@ static void run_grid(void *data)
                                                      (e.capacity + ARENA_ALIGNMENT - 1) /
                                                          ARENA_ALIGNMENT * ARENA_ALIGNMENT);
         }
+        dcp_cuda_cpu_global_launch();
+        if (dcp_cuda_cpu_profiling)
+            dcp_cuda_cpu_profile_launch(e.function->address, e.function->name, e.grid, e.block,
+                                        e.dynamic_shared);
         /* blocks in an order drawn from the seed and the launch number */
         const uint64_t blocks = (uint64_t)e.grid.x * e.grid.y * e.grid.z;
         std::vector<uint64_t> order(blocks);
@@ -1006,6 +1138,9 @@ static cudaError_t check_launch(const function_info &f, dim3 grid, dim3 block, s
        its static shared memory, within the device's limit per block */
     if (shared > max_dynamic_of(f) || shared + static_of(f) > p.shared_per_block_optin)
         return cudaErrorInvalidValue;
+    /* more threads than its __launch_bounds__ or its registers allow: "too many resources
+       requested for launch" */
+    if (threads > (uint64_t)max_threads_of(f)) return cudaErrorLaunchOutOfResources;
     return cudaSuccess;
 }
 
@@ -1056,28 +1191,30 @@ cudaError_t dcp_cuda_cpu_func_set_attribute(const void *function, cudaFuncAttrib
     }
 }
 
-/* The model runs no binary: it reports the sm_80 code every kernel has (binaryVersion 80),
-   and a static shared size once a block of the kernel has run (0 before). */
+/* The device build's figures of the kernel's SASS for this profile (kernel_limits.inc); a
+   kernel the table does not have (a test's own): sm_80 code, no registers, and the static
+   shared size the model has seen once a block of it ran (0 before). */
 cudaError_t dcp_cuda_cpu_func_get_attributes(cudaFuncAttributes *a, const void *function)
 {
-    const dcp_cuda_cpu_profile &p = *dcp_cuda_cpu_profile_in_force();
     std::lock_guard<std::mutex> lock(registry_lock);
     if (!a) return cudaErrorInvalidValue;
     if (!function) return cudaErrorInvalidDeviceFunction;
     const function_info &f = info_of(function);
     memset(a, 0, sizeof *a);
     a->sharedSizeBytes = static_of(f);
-    a->maxThreadsPerBlock = p.max_threads_per_block;
-    a->numRegs = 0;
-    a->ptxVersion = 80;
-    a->binaryVersion = 80;
+    a->maxThreadsPerBlock = max_threads_of(f);
+    a->numRegs = f.limits ? f.limits->registers : 0;
+    a->localSizeBytes = f.limits ? (size_t)f.limits->stack : 0;
+    a->ptxVersion = f.limits ? f.limits->arch : ARCH_AMPERE;
+    a->binaryVersion = a->ptxVersion;
     a->maxDynamicSharedSizeBytes = (int)max_dynamic_of(f);
     a->preferredShmemCarveout = -1;
     return cudaSuccess;
 }
 
-/* Blocks per multiprocessor as threads, block slots and shared memory allow (registers are
-   not modelled: the model has no register allocation). */
+/* Blocks per multiprocessor as threads, block slots, registers (the device build's, as
+   allocated: REGISTER_UNIT per warp, warps in WARP_ALLOCATION_GRANULARITY) and shared memory
+   (in SHARED_ALLOCATION_UNIT, with the runtime's reserve per block) allow. */
 cudaError_t dcp_cuda_cpu_occupancy(int *blocks, const void *function, int block_size,
                                    size_t dynamic_shared)
 {
@@ -1085,17 +1222,28 @@ cudaError_t dcp_cuda_cpu_occupancy(int *blocks, const void *function, int block_
     if (!blocks || block_size <= 0 || block_size > p.max_threads_per_block)
         return cudaErrorInvalidValue;
     size_t statics;
+    int per_warp, max_threads;
     {
         std::lock_guard<std::mutex> lock(registry_lock);
-        statics = static_of(info_of(function));
+        const function_info &f = info_of(function);
+        statics = static_of(f);
+        per_warp = warp_registers(f);
+        max_threads = max_threads_of(f);
     }
     const int warps = (block_size + WARP_SIZE - 1) / WARP_SIZE;
     int n = p.max_blocks_per_multiprocessor;
     const int by_threads = p.max_threads_per_multiprocessor / (warps * WARP_SIZE);
-    const size_t per_block = dynamic_shared + statics + p.reserved_shared_per_block;
+    const size_t used = dynamic_shared + statics;
+    const size_t per_block = (used + SHARED_ALLOCATION_UNIT - 1) / SHARED_ALLOCATION_UNIT *
+                                 SHARED_ALLOCATION_UNIT + p.reserved_shared_per_block;
     const int by_shared = (int)(p.shared_per_multiprocessor / per_block);
     if (by_threads < n) n = by_threads;
     if (by_shared < n) n = by_shared;
-    *blocks = dynamic_shared + statics > p.shared_per_block_optin ? 0 : n;
+    if (per_warp > 0) {
+        const int warps_by_registers = p.registers_per_multiprocessor / per_warp /
+                                       WARP_ALLOCATION_GRANULARITY * WARP_ALLOCATION_GRANULARITY;
+        if (warps_by_registers / warps < n) n = warps_by_registers / warps;
+    }
+    *blocks = used > p.shared_per_block_optin || block_size > max_threads ? 0 : n;
     return cudaSuccess;
 }

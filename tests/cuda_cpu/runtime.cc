@@ -2,10 +2,10 @@
    (tests/cuda_cpu). Declarations are the toolkit's (cuda_runtime_api.h); a program links this
    instead of libcudart.
 
-   One device (the profile of DCP_CUDA_CPU_DEVICE). Device memory is host memory (malloc:
-   under ASan, a kernel's access outside an allocation or after cudaFree is ASan's error);
-   cudaMalloc fills new memory with 0xFF bytes (NaN in every float type), as a stale value
-   would show. Streams share one queue in issue order, which runs at the next synchronising
+   One device (the profile of DCP_CUDA_CPU_DEVICE). Device memory is host memory in the
+   model's device region (memory.cc: under ASan, a kernel's access past the requested size of
+   an allocation or after cudaFree is ASan's error); cudaMalloc fills new memory with 0xFF
+   bytes (NaN in every float type), as a stale value would show. Streams share one queue in issue order, which runs at the next synchronising
    call (cudaDeviceSynchronize, cudaStreamSynchronize, cudaStreamQuery, cudaEventSynchronize,
    cudaEventQuery, the synchronous cudaMemcpy and cudaMemset, cudaFree): work really runs
    after the call that enqueued it, so a host read that skips a synchronisation sees stale
@@ -29,8 +29,6 @@
 #include <map>
 #include <mutex>
 
-static const unsigned char FRESH = 0xFF;  /* new device memory: NaN in every float type */
-static const size_t MALLOC_ALIGNMENT = 256; /* as cudaMalloc */
 
 struct CUstream_st {
     unsigned flags;
@@ -167,10 +165,8 @@ cudaError_t cudaMalloc(void **pointer, size_t bytes)
 {
     RUNTIME_ENTER();
     if (!pointer) return fail(cudaErrorInvalidValue);
-    const size_t rounded = (bytes + MALLOC_ALIGNMENT - 1) / MALLOC_ALIGNMENT * MALLOC_ALIGNMENT;
-    void *p = aligned_alloc(MALLOC_ALIGNMENT, rounded ? rounded : MALLOC_ALIGNMENT);
+    void *p = dcp_cuda_cpu_device_malloc(bytes);
     if (!p) return fail(cudaErrorMemoryAllocation);
-    memset(p, FRESH, bytes);
     device_allocations[(uintptr_t)p] = bytes ? bytes : 1;
     *pointer = p;
     return cudaSuccess;
@@ -184,8 +180,8 @@ cudaError_t cudaFree(void *pointer)
     if (it == device_allocations.end()) return fail(cudaErrorInvalidDevicePointer);
     /* cudaFree waits for the device */
     if (drain() != cudaSuccess) return fail(dcp_cuda_cpu_sticky());
+    dcp_cuda_cpu_device_free(pointer, it->second);
     device_allocations.erase(it);
-    free(pointer);
     return cudaSuccess;
 }
 
