@@ -17,12 +17,14 @@
    Build: cc -std=c99 -O2 examples/dcp_plan.c -o dcp-plan -lm   (or `make`, as build/dcp-plan)
    Contract: exit 0 with the output on stdout (and a line on stderr per file written); or exit
    2 (bad usage or input) or 1 (no plan possible) with exactly one line on stderr and nothing
-   on stdout. Options take their value as the next argument or after '=' (--ranks=16). The
+   on stdout. Options take their value as the next argument or after '=' (--ranks=16); each
+   is given at most once, and a number is the whole value (no space around it). The
    JSON output is described in docs/cli-json.md. */
 #define _POSIX_C_SOURCE 199309L
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <stdio.h>
@@ -43,6 +45,14 @@ typedef struct output_file {
     int created; /* this run opened (created or truncated) the path */
 } output_file;
 
+typedef enum flag_id {
+    FLAG_HELP, FLAG_VERSION, FLAG_LENGTHS, FLAG_LOGNORMAL, FLAG_SEED, FLAG_RANKS, FLAG_MAX_TOKENS,
+    FLAG_SYNC, FLAG_MIN_CP, FLAG_MAX_CP, FLAG_MULTIPLE, FLAG_PAD_CP1, FLAG_PAD, FLAG_ATTN,
+    FLAG_LINEAR, FLAG_RING, FLAG_RING_CHARGE, FLAG_STRATEGY, FLAG_IMPROVE, FLAG_CP_SIZES,
+    FLAG_COVER, FLAG_HEADS, FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_SAVE_PLAN, FLAG_RANK,
+    FLAG_MICROBATCH, FLAG_ID_COUNT
+} flag_id;
+
 typedef struct options {
     const char *lengths_path;
     const char *lognormal_spec;
@@ -52,16 +62,10 @@ typedef struct options {
     int have_seed, have_ranks, have_max_tokens;
     int32_t view_rank, view_microbatch; /* -1 when not asked for */
     dcp_config config;
+    unsigned char seen[FLAG_ID_COUNT]; /* a repeated option is refused, never overwritten */
 } options;
 
 /* ----------------------------------------------------------------------------- options */
-
-typedef enum flag_id {
-    FLAG_HELP, FLAG_VERSION, FLAG_LENGTHS, FLAG_LOGNORMAL, FLAG_SEED, FLAG_RANKS, FLAG_MAX_TOKENS,
-    FLAG_SYNC, FLAG_MIN_CP, FLAG_MAX_CP, FLAG_MULTIPLE, FLAG_PAD_CP1, FLAG_PAD, FLAG_ATTN,
-    FLAG_LINEAR, FLAG_RING, FLAG_RING_CHARGE, FLAG_STRATEGY, FLAG_IMPROVE, FLAG_CP_SIZES,
-    FLAG_COVER, FLAG_HEADS, FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_SAVE_PLAN, FLAG_RANK, FLAG_MICROBATCH
-} flag_id;
 
 typedef struct flag_spec {
     flag_id id;
@@ -157,8 +161,9 @@ static void help(void)
     int i;
     usage(stdout);
     printf("\nPlans which sample runs on how many ranks (its CP size) in which microbatch.\n"
-           "Options (a value follows as the next argument or after '='; each dcp_config field\n"
-           "is the option of its name, and 0 means its default as in C and Python):\n");
+           "Options (a value follows as the next argument or after '=', a number with no space\n"
+           "around it; each option at most once; each dcp_config field is the option of its\n"
+           "name, and 0 means its default as in C and Python):\n");
     for (i = 0; i < FLAG_COUNT; i++)
         printf("  %s%s%s\n      %s\n", flags[i].name, flags[i].metavar ? " " : "",
                flags[i].metavar ? flags[i].metavar : "", flags[i].help);
@@ -177,6 +182,15 @@ static int fail_usage(const char *format, const char *a, const char *b)
     return EXIT_USAGE;
 }
 
+/* strtoll and strtod skip leading white space but stop at trailing: " 4" would pass where
+   "4 " fails. A number is the whole argument, so neither is taken. */
+static int has_surrounding_space(const char *text)
+{
+    size_t length = strlen(text);
+    return length > 0 && (isspace((unsigned char)text[0]) ||
+                          isspace((unsigned char)text[length - 1]));
+}
+
 /* Whole-string integer in [lo, hi]; no silent truncation. */
 static int parse_int(const char *flag, const char *text, long long lo, long long hi,
                      long long *value)
@@ -185,7 +199,7 @@ static int parse_int(const char *flag, const char *text, long long lo, long long
     long long v;
     errno = 0;
     v = strtoll(text, &end, 10);
-    if (end == text || *end != '\0') {
+    if (end == text || *end != '\0' || has_surrounding_space(text)) {
         fprintf(stderr, "dcp-plan: %s expects an integer, got '%s'\n", flag, text);
         return 0;
     }
@@ -204,7 +218,7 @@ static int parse_double(const char *flag, const char *text, double *value)
     double v;
     errno = 0;
     v = strtod(text, &end);
-    if (end == text || *end != '\0' || !(v == v)) {
+    if (end == text || *end != '\0' || !(v == v) || has_surrounding_space(text)) {
         fprintf(stderr, "dcp-plan: %s expects a number, got '%s'\n", flag, text);
         return 0;
     }
@@ -400,6 +414,8 @@ static int parse_argument(options *o, int argc, char **argv, int *i)
     else
         return fail_usage("unknown option %.40s... (see --help)%s", arg, "");
     if (!(flag = find_flag(name))) return fail_usage("unknown option %s (see --help)%s", name, "");
+    if (o->seen[flag->id]++)
+        return fail_usage("%s is given more than once (give each option once)%s", name, "");
     if (!flag->metavar) {
         if (value) return fail_usage("%s takes no value, got '%s'", name, value);
         return parse_switch(o, flag);

@@ -243,6 +243,30 @@ expect_error "ranks not a number" 2 "--ranks expects an integer, got '4x'" \
     --lengths "$work/lengths.txt" --ranks 4x --max-tokens-per-rank 4096
 expect_error "ranks beyond 32 bits" 2 "--ranks must be in [1, 1048576], got 99999999999" \
     --lengths "$work/lengths.txt" --ranks 99999999999 --max-tokens-per-rank 4096
+# strict numbers: no white space around a value (strtoll/strtod would skip it in front only)
+expect_error "ranks with a leading space" 2 "--ranks expects an integer, got ' 4'" \
+    --lengths "$work/lengths.txt" --ranks " 4" --max-tokens-per-rank 4096
+expect_error "ranks with a trailing space" 2 "--ranks expects an integer, got '4 '" \
+    --lengths "$work/lengths.txt" --ranks "4 " --max-tokens-per-rank 4096
+expect_error "ranks with a leading tab after =" 2 "--ranks expects an integer, got '	4'" \
+    --lengths "$work/lengths.txt" "--ranks=	4" --max-tokens-per-rank 4096
+expect_error "coefficient with a leading space" 2 "--attn-coeff expects a number, got ' 1e-9'" \
+    --lengths "$work/lengths.txt" $common --attn-coeff " 1e-9"
+expect_error "coefficient with a trailing tab" 2 "--linear-coeff expects a number, got '1e-9	'" \
+    --lengths "$work/lengths.txt" $common --linear-coeff "1e-9	"
+expect_error "lognormal field with a space" 2 "--lognormal MIN expects an integer, got ' 1024'" \
+    --lognormal "4096,1.1, 1024,8192,16" $common
+expect_error "cp size with a space" 2 "--cp-sizes expects an integer, got ' 2'" \
+    --lengths "$work/lengths.txt" $common --cp-sizes "1, 2"
+# a repeated option is an error naming it, never "the last one wins"
+expect_error "repeated option" 2 "--ranks is given more than once" \
+    --lengths "$work/lengths.txt" --ranks 4 --max-tokens-per-rank 4096 --ranks=8
+expect_error "repeated option, same value" 2 "--max-tokens-per-rank is given more than once" \
+    --lengths "$work/lengths.txt" $common --max-tokens-per-rank 4096
+expect_error "repeated switch" 2 "--json is given more than once" \
+    --lengths "$work/lengths.txt" $common --json --json
+expect_error "repeated output" 2 "--svg is given more than once" \
+    --lengths "$work/lengths.txt" $common --svg "$work/a.svg" --svg "$work/b.svg"
 expect_error "bad strategy" 2 "--strategy must be dynamic, static or greedy" \
     --lengths "$work/lengths.txt" $common --strategy best
 expect_error "bad coefficient" 2 "--attn-coeff expects a number, got 'nan'" \
