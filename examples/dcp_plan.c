@@ -40,6 +40,12 @@
 #define EXIT_USAGE 2
 #define FLAG_NAME_CAPACITY 64
 #define LOGNORMAL_FIELDS 5
+/* --memory-limit: the suffixes K, M, G, T step by 2^10; the longest number is 19 digits */
+#define BITS_PER_UNIT_STEP 10
+#define BYTES_TEXT_CAPACITY 32
+#define BYTES_PER_GIB 1073741824.0
+/* a run plans its strategy, static and greedy, and dynamic with --compare */
+enum run_plan { PLAN_CHOSEN, PLAN_STATIC, PLAN_GREEDY, PLAN_DYNAMIC, MAX_RUN_PLANS };
 
 /* The files a run writes (section "files": each replaced only when the whole run succeeded). */
 enum output_kind { OUTPUT_SVG, OUTPUT_SAVED_PLAN, OUTPUT_TEXT, OUTPUT_COUNT };
@@ -58,7 +64,7 @@ typedef enum flag_id {
     FLAG_SYNC, FLAG_MIN_CP, FLAG_MAX_CP, FLAG_MULTIPLE, FLAG_PAD_CP1, FLAG_PAD, FLAG_ATTN,
     FLAG_LINEAR, FLAG_RING, FLAG_RING_CHARGE, FLAG_STRATEGY, FLAG_IMPROVE, FLAG_CP_SIZES,
     FLAG_COVER, FLAG_HEADS, FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_SAVE_PLAN, FLAG_RANK,
-    FLAG_MICROBATCH, FLAG_OUTPUT, FLAG_ID_COUNT
+    FLAG_MICROBATCH, FLAG_OUTPUT, FLAG_MEMORY_LIMIT, FLAG_ID_COUNT
 } flag_id;
 
 typedef struct options {
@@ -135,6 +141,10 @@ static const flag_spec flags[] = {
     {FLAG_COVER, "--cover-ranks", "0|1",
      "1: every rank holds a sample somewhere in the plan, as Megatron-Core's hybrid\n"
      "      schedule needs (default 0)"},
+    {FLAG_MEMORY_LIMIT, "--memory-limit", "BYTES",
+     "the most memory the run may need, in bytes or with a suffix K, M, G or T (powers of\n"
+     "      1024); a larger input is refused at once, with the estimate, before anything is\n"
+     "      allocated (default 0: 8G)"},
     {FLAG_JSON, "--json", NULL,
      "print the plan (or the rank view) as one JSON line (docs/cli-json.md)"},
     {FLAG_SVG, "--svg", "FILE", "also write the plan as an SVG timeline (ranks x time in ms)"},
@@ -201,15 +211,21 @@ static int has_surrounding_space(const char *text)
                           isspace((unsigned char)text[length - 1]));
 }
 
+/* 1 when text is an integer and nothing else; errno is ERANGE when it is beyond long long. */
+static int read_integer(const char *text, long long *value)
+{
+    char *end;
+    errno = 0;
+    *value = strtoll(text, &end, 10);
+    return end != text && *end == '\0' && !has_surrounding_space(text);
+}
+
 /* Whole-string integer in [lo, hi]; no silent truncation. */
 static int parse_int(const char *flag, const char *text, long long lo, long long hi,
                      long long *value)
 {
-    char *end;
     long long v;
-    errno = 0;
-    v = strtoll(text, &end, 10);
-    if (end == text || *end != '\0' || has_surrounding_space(text)) {
+    if (!read_integer(text, &v)) {
         fprintf(stderr, "dcp-plan: %s expects an integer, got '%s'\n", flag, text);
         return 0;
     }
@@ -240,6 +256,33 @@ static int parse_double(const char *flag, const char *text, double *value)
         return 0;
     }
     *value = v;
+    return 1;
+}
+
+/* BYTES: a whole number, or one followed by K, M, G or T (2^10, 2^20, 2^30, 2^40 bytes). */
+static int parse_bytes(const char *flag, const char *text, int64_t *value)
+{
+    static const char units[] = "KMGT";
+    char number[BYTES_TEXT_CAPACITY];
+    size_t length = strlen(text);
+    const char *unit = length ? strchr(units, text[length - 1]) : NULL;
+    int shift = unit && *unit ? BITS_PER_UNIT_STEP * (int)(unit - units + 1) : 0;
+    long long v;
+    if (shift) length--;
+    if (length >= sizeof number) length = sizeof number - 1; /* too long: refused below */
+    memcpy(number, text, length);
+    number[length] = '\0';
+    if (!read_integer(number, &v) || v < 0) {
+        fprintf(stderr, "dcp-plan: %s expects a byte count (digits, then optionally K, M, G or "
+                        "T), got '%s'\n", flag, text);
+        return 0;
+    }
+    if (errno == ERANGE || v > (INT64_MAX >> shift)) {
+        fprintf(stderr, "dcp-plan: %s must be at most %lld bytes, got '%s'\n", flag,
+                (long long)INT64_MAX, text);
+        return 0;
+    }
+    *value = (int64_t)v << shift;
     return 1;
 }
 
@@ -372,6 +415,7 @@ static int parse_value(options *o, const flag_spec *flag, const char *value)
         ok = parse_default_field(flag, value, DCP_MAX_HEAD_COUNT, &c->head_count);
         break;
     case FLAG_COVER: ok = parse_int32(flag->name, value, 0, 1, &c->cover_ranks); break;
+    case FLAG_MEMORY_LIMIT: ok = parse_bytes(flag->name, value, &c->memory_limit); break;
     case FLAG_RANK:
         ok = parse_int32(flag->name, value, 0, DCP_MAX_RANKS - 1, &o->view_rank);
         break;
@@ -497,6 +541,48 @@ static int parse_options(int argc, char **argv, options *o)
 
 /* ----------------------------------------------------------------------------- lengths */
 
+/* The strategies a run plans: the chosen one; static and greedy for the summary, the JSON and
+   --compare; dynamic as well for --compare when another strategy was chosen. */
+static int32_t run_strategies(const options *o, dcp_strategy strategies[MAX_RUN_PLANS])
+{
+    int32_t n = 0;
+    strategies[n++] = o->config.strategy;
+    if (o->view_rank < 0 || o->compare) {
+        strategies[n++] = DCP_STRATEGY_STATIC;
+        strategies[n++] = DCP_STRATEGY_GREEDY;
+    }
+    if (o->compare && o->config.strategy != DCP_STRATEGY_DYNAMIC)
+        strategies[n++] = DCP_STRATEGY_DYNAMIC;
+    return n;
+}
+
+/* The run's memory, bounded before the lengths are allocated (--lognormal) or planned
+   (--lengths): the lengths, and the library's bound for each plan the run makes (each plan
+   lives on to the output). Refused with one line: exit 1, as the library's own refusal. */
+static int check_memory(const options *o, int32_t count)
+{
+    dcp_strategy strategies[MAX_RUN_PLANS];
+    int32_t plans = run_strategies(o, strategies), i;
+    int64_t need = (int64_t)count * (int64_t)sizeof(int64_t), bytes = 0;
+    dcp_config c = o->config, resolved;
+    dcp_error error;
+    for (i = 0; i < plans; i++) {
+        c.strategy = strategies[i];
+        if (dcp_plan_memory_estimate(&c, count, &bytes, &error) != DCP_OK) {
+            fprintf(stderr, "dcp-plan: %s\n", error.message);
+            return EXIT_USAGE;
+        }
+        need += bytes;
+    }
+    dcp_config_resolve(&c, &resolved, NULL); /* check_options resolved it already */
+    if (need <= resolved.memory_limit) return EXIT_SUCCESS;
+    fprintf(stderr, "dcp-plan: %d samples on %d ranks need about %.1f GiB (lengths and %d plans) "
+                    "> memory limit %.1f GiB (--memory-limit)\n",
+            (int)count, (int)resolved.ranks, (double)need / BYTES_PER_GIB, (int)plans,
+            (double)resolved.memory_limit / BYTES_PER_GIB);
+    return EXIT_PLAN_FAILED;
+}
+
 /* MEAN,SIGMA,MIN,MAX,COUNT */
 static int lognormal_lengths(const options *o, int64_t **lengths, int32_t *count)
 {
@@ -531,6 +617,7 @@ static int lognormal_lengths(const options *o, int64_t **lengths, int32_t *count
     distribution.sigma = sigma;
     distribution.min_length = min_length;
     distribution.max_length = max_length;
+    if ((i = check_memory(o, (int32_t)n)) != EXIT_SUCCESS) return i;
     *lengths = (int64_t *)malloc((size_t)n * sizeof **lengths);
     if (!*lengths) {
         fprintf(stderr, "dcp-plan: cannot allocate %lld lengths\n", n);
@@ -571,7 +658,7 @@ static int file_lengths(const options *o, int64_t **lengths, int32_t *count)
             return EXIT_PLAN_FAILED;
         }
     dcp_free(NULL, lines);
-    return EXIT_SUCCESS;
+    return check_memory(o, *count);
 }
 
 /* ------------------------------------------------------------------------------ plans */
@@ -685,7 +772,8 @@ static void print_config_json(FILE *out, const dcp_config *c)
         print_int32_values(out, c->cp_size_list, c->cp_size_count);
     else
         fprintf(out, "\"%s\"", dcp_cp_sizes_name(c->cp_sizes));
-    fprintf(out, ",\"cover_ranks\":%d,\"head_count\":%d}", (int)c->cover_ranks, (int)c->head_count);
+    fprintf(out, ",\"cover_ranks\":%d,\"head_count\":%d,\"memory_limit\":%lld}",
+            (int)c->cover_ranks, (int)c->head_count, (long long)c->memory_limit);
 }
 
 /* Each sample's padded length at the CP size of its group; 0 on allocation failure. */
@@ -1126,8 +1214,8 @@ typedef struct run_state {
     options o;
     int64_t *lengths;
     int32_t count;
-    result chosen, baselines[2], compare_dynamic; /* baselines: static, greedy */
-    int have_baselines, have_compare_dynamic;
+    result plans[MAX_RUN_PLANS]; /* in run_strategies' order: chosen, static, greedy, dynamic */
+    int32_t plan_count;
     json_times times;  /* with --json and no --rank */
     view_rows view;    /* with --rank */
     bytes svg, saved;  /* the contents of --svg and --save-plan */
@@ -1139,12 +1227,13 @@ static int make_svg(run_state *s)
 {
     svg_request request;
     dcp_error error;
-    request.plans[0] = s->chosen.plan;
+    request.plans[0] = s->plans[PLAN_CHOSEN].plan;
     request.count = 1;
     if (s->o.compare) {
-        request.plans[0] = s->baselines[0].plan;
-        request.plans[1] = s->baselines[1].plan;
-        request.plans[2] = s->have_compare_dynamic ? s->compare_dynamic.plan : s->chosen.plan;
+        request.plans[0] = s->plans[PLAN_STATIC].plan;
+        request.plans[1] = s->plans[PLAN_GREEDY].plan;
+        request.plans[2] =
+            s->plans[s->plan_count > PLAN_DYNAMIC ? PLAN_DYNAMIC : PLAN_CHOSEN].plan;
         request.count = 3;
     }
     if (!(s->svg.data = fill_buffer(fill_svg, &request, &s->svg.size, &error))) {
@@ -1158,7 +1247,7 @@ static int make_svg(run_state *s)
 static int make_saved_plan(run_state *s)
 {
     dcp_error error;
-    if (!(s->saved.data = fill_buffer(fill_plan, s->chosen.plan, &s->saved.size, &error))) {
+    if (!(s->saved.data = fill_buffer(fill_plan, s->plans[PLAN_CHOSEN].plan, &s->saved.size, &error))) {
         fprintf(stderr, "dcp-plan: --save-plan: %s\n", error.message);
         return 0;
     }
@@ -1171,9 +1260,11 @@ static void print_result(FILE *out, const run_state *s)
     if (s->o.view_rank >= 0)
         print_view(out, &s->o, &s->view);
     else if (s->o.json)
-        print_json(out, &s->chosen, &s->baselines[0], &s->baselines[1], &s->times);
+        print_json(out, &s->plans[PLAN_CHOSEN], &s->plans[PLAN_STATIC], &s->plans[PLAN_GREEDY],
+                   &s->times);
     else
-        print_summary(out, &s->chosen, &s->baselines[0], &s->baselines[1]);
+        print_summary(out, &s->plans[PLAN_CHOSEN], &s->plans[PLAN_STATIC],
+                      &s->plans[PLAN_GREEDY]);
 }
 
 static void write_content(FILE *file, const run_state *s, int kind)
@@ -1229,38 +1320,24 @@ static int commit_outputs(run_state *s)
     return ok;
 }
 
-/* Plans what the output needs: the chosen strategy; the baselines for the summary, the JSON
-   and --compare; dynamic as well for --compare when another strategy was chosen. */
+/* Plans what the output needs (run_strategies). */
 static int plan_all(run_state *s)
 {
-    int need_baselines = s->o.view_rank < 0 || s->o.compare;
-    if (!plan_with(&s->o.config, s->o.config.strategy, s->lengths, s->count, &s->chosen))
-        return EXIT_PLAN_FAILED;
-    if (need_baselines) {
-        if (!plan_with(&s->o.config, DCP_STRATEGY_STATIC, s->lengths, s->count,
-                       &s->baselines[0]))
+    dcp_strategy strategies[MAX_RUN_PLANS];
+    int32_t count = run_strategies(&s->o, strategies);
+    for (s->plan_count = 0; s->plan_count < count; s->plan_count++)
+        if (!plan_with(&s->o.config, strategies[s->plan_count], s->lengths, s->count,
+                       &s->plans[s->plan_count]))
             return EXIT_PLAN_FAILED;
-        if (!plan_with(&s->o.config, DCP_STRATEGY_GREEDY, s->lengths, s->count,
-                       &s->baselines[1])) {
-            dcp_plan_destroy(s->baselines[0].plan);
-            return EXIT_PLAN_FAILED;
-        }
-        s->have_baselines = 1;
-    }
-    if (s->o.compare && s->o.config.strategy != DCP_STRATEGY_DYNAMIC) {
-        if (!plan_with(&s->o.config, DCP_STRATEGY_DYNAMIC, s->lengths, s->count,
-                       &s->compare_dynamic))
-            return EXIT_PLAN_FAILED;
-        s->have_compare_dynamic = 1;
-    }
     return EXIT_SUCCESS;
 }
 
 /* Everything the outputs print, made and checked before the first byte is written. */
 static int make_outputs(run_state *s)
 {
-    if (s->o.view_rank >= 0) return view_rows_make(&s->o, s->chosen.plan, &s->view);
-    if (s->o.json && !json_times_make(s->chosen.plan, &s->times)) return EXIT_PLAN_FAILED;
+    const dcp_plan *chosen = s->plans[PLAN_CHOSEN].plan;
+    if (s->o.view_rank >= 0) return view_rows_make(&s->o, chosen, &s->view);
+    if (s->o.json && !json_times_make(chosen, &s->times)) return EXIT_PLAN_FAILED;
     if (s->o.outputs[OUTPUT_SVG].path && !make_svg(s)) return EXIT_PLAN_FAILED;
     if (s->o.outputs[OUTPUT_SAVED_PLAN].path && !make_saved_plan(s)) return EXIT_PLAN_FAILED;
     return EXIT_SUCCESS;
@@ -1269,12 +1346,7 @@ static int make_outputs(run_state *s)
 static void run_free(run_state *s)
 {
     int k;
-    dcp_plan_destroy(s->chosen.plan);
-    if (s->have_baselines) {
-        dcp_plan_destroy(s->baselines[0].plan);
-        dcp_plan_destroy(s->baselines[1].plan);
-    }
-    if (s->have_compare_dynamic) dcp_plan_destroy(s->compare_dynamic.plan);
+    for (k = 0; k < s->plan_count; k++) dcp_plan_destroy(s->plans[k].plan);
     dcp_free(NULL, s->lengths);
     json_times_free(&s->times);
     view_rows_free(&s->view);

@@ -401,6 +401,8 @@ for kind in svg plan json text all; do
         --lengths "$work/two.txt" $common --rank 16 --microbatch 0
     check_survives "microbatch out of range" 2 "microbatch 9 outside" $kind \
         --lengths "$work/two.txt" $common --rank 0 --microbatch 9
+    check_survives "memory cap" 1 "> memory limit 0.0 GiB (--memory-limit)" $kind \
+        --lengths "$work/two.txt" $common --memory-limit 1K
     # another output: unwritable (found at the start), or failing as the last step writes it
     # (/dev/full, a device, is written in place after the temporaries)
     case $kind in svg) other=--save-plan ;; all) continue ;; *) other=--svg ;; esac
@@ -444,6 +446,34 @@ expect_error "a folder as output" 2 "--output: cannot write $atomic: Is a direct
     --lengths "$work/two.txt" $common --output "$atomic"
 expect_error "--output and --svg on one path" 2 "--svg and --output both name $atomic/x" \
     --lengths "$work/two.txt" $common --output "$atomic/x" --svg "$atomic/x"
+
+
+# Memory bounded up front (issue 36): 10^8 samples on 1,024 ranks are refused in under a
+# second with the estimate and the limit, before the lengths are allocated; --memory-limit
+# raises the cap (suffixes K, M, G, T) and the JSON config carries it
+start=$(date +%s%N)
+expect_error "10^8 samples refused" 1 "100000000 samples on 1024 ranks need about" \
+    --lognormal 4096,1.1,1024,8192,100000000 --ranks 1024 --max-tokens-per-rank 4096
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+if [ "$elapsed_ms" -lt 1000 ] && grep -q "GiB (lengths and 3 plans) > memory limit 8.0 GiB (--memory-limit)$" "$work/err"; then
+    pass "10^8 samples refused in $elapsed_ms ms, naming the estimate and the limit"
+else
+    fail "10^8 samples refused in $elapsed_ms ms: $(cat "$work/err")"
+fi
+expect_error "a limit below the plan's estimate" 1 "> memory limit 0.1 GiB (--memory-limit)" \
+    --lognormal 4096,1.1,1024,8192,100000 --ranks 1024 --max-tokens-per-rank 4096 --memory-limit 100M
+expect_error "--lengths checked after reading" 1 "3 samples on 16 ranks need about" \
+    --lengths "$work/lengths.txt" $common --memory-limit 2K
+expect_error "memory limit with a space" 2 "--memory-limit expects a byte count (digits, then optionally K, M, G or T), got '8 G'" \
+    --lengths "$work/lengths.txt" $common --memory-limit "8 G"
+expect_error "memory limit beyond int64" 2 "--memory-limit must be at most 9223372036854775807 bytes, got '9999999999T'" \
+    --lengths "$work/lengths.txt" $common --memory-limit 9999999999T
+if "$plan" --lengths "$work/lengths.txt" $common --memory-limit 3G --json | grep -q '"memory_limit":3221225472}' &&
+    "$plan" --lengths "$work/lengths.txt" $common --json | grep -q '"memory_limit":8589934592}'; then
+    pass "--memory-limit 3G in the JSON config, 8 GiB by default"
+else
+    fail "--memory-limit in the JSON config"
+fi
 
 # --flag=value, a UTF-8 BOM, a CSV header naming a column
 printf '\357\273\277100\n200\n' >"$work/bom.txt"
