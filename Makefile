@@ -736,3 +736,14 @@ test-torch-cpu: $(MEGATRON_VENV)/installed $(BUILD)/libdcp_cuda-cpu.so $(BUILD)/
 ifeq ($(HAVE_NVCC),yes) # the toolkit's headers
 test-megatron: test-torch-cpu
 endif
+
+# ---- the memory bound (issue 36) --------------------------------------------------------------
+# tests/test_memory.c: dcp_plan_memory_estimate against the peak a counting allocator measures
+# over strategies, CP sets, E and sizes, and config.memory_limit's refusal before any
+# allocation. Plain build only: a grid of plans, whose code the planner tests' sanitizer builds
+# cover.
+MEMORY_TEST := $(BUILD)/test_memory
+TEST_PROGRAMS += $(MEMORY_TEST)
+SEEDED_TESTS += $(MEMORY_TEST)
+all: $(MEMORY_TEST)
+test-seeds: $(MEMORY_TEST)

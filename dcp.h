@@ -100,7 +100,10 @@
        dcp_cost_fit_measurements(m, n, options, &fit, err)  non-negative least squares of the
                                                   three coefficients, residuals, standard errors
    Planner
-       dcp_plan_create(config, lengths, n, &plan, err)   allocates the plan (config.allocator)
+       dcp_plan_create(config, lengths, n, &plan, err)   allocates the plan (config.allocator);
+                                                  refuses, before allocating, a plan whose
+                                                  bound exceeds config.memory_limit (8 GiB)
+       dcp_plan_memory_estimate(config, n, &bytes, err)  that bound: linear in n and the ranks
        dcp_plan_destroy(plan)
        dcp_plan_validate(plan, err)               every invariant of docs/DESIGN.md section 1
        dcp_plan_trusted(plan, err)                O(1) for a plan the library made or read
@@ -485,10 +488,19 @@ typedef struct dcp_config {
                                     batch no plan can cover is DCP_ERROR_INFEASIBLE. 0 (the
                                     default): ranks may stay idle for the whole batch */
     dcp_allocator allocator;     /* zero: DCP_MALLOC / DCP_FREE */
+    int64_t memory_limit;        /* bytes a plan may need (dcp_plan_memory_estimate): a larger
+                                    request fails at once, before any allocation, with
+                                    DCP_ERROR_OUT_OF_MEMORY naming the estimate and this limit,
+                                    instead of growing until the system kills the process;
+                                    default (0) DCP_DEFAULT_MEMORY_LIMIT (8 GiB), INT64_MAX for
+                                    no limit; > 0 once resolved */
 } dcp_config;
 
 #define DCP_DEFAULT_IMPROVE_MOVES_PER_SAMPLE 8
 #define DCP_DEFAULT_IMPROVE_MOVES_BASE 256
+/* dcp_config.memory_limit's default: far above any training batch's plan (a million samples
+   on 1,024 ranks need under 0.5 GiB), far below what makes a machine swap. */
+#define DCP_DEFAULT_MEMORY_LIMIT (INT64_C(8) << 30)
 
 /* An all-default config (every field zero), the one initialiser that compiles warning-free
    in C and C++ alike (`dcp_config config = {0};` trips g++ -Wmissing-field-initializers):
@@ -679,8 +691,23 @@ typedef struct dcp_plan_stats {
     int64_t max_rank_tokens;    /* largest padded local token count of a rank in a microbatch */
 } dcp_plan_stats;
 
+/* Plans lengths[0 .. count) under config into a new *plan (config.allocator; release with
+   dcp_plan_destroy). Before it allocates anything it bounds the memory it will need
+   (dcp_plan_memory_estimate) and refuses a request above config.memory_limit with
+   DCP_ERROR_OUT_OF_MEMORY naming both ("plan of 100000000 samples on 1024 ranks needs about
+   115.0 GiB > memory limit 8.0 GiB (config.memory_limit)"); a failed allocation is
+   DCP_ERROR_OUT_OF_MEMORY too. */
 DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengths,
                                   int32_t count, dcp_plan **plan, dcp_error *error);
+/* An upper bound on the bytes dcp_plan_create allocates at its peak (its scratch and the plan
+   it returns) for count samples of any lengths under config: linear in count and in the
+   ranks, each with a factor of the CP levels (log2 max_cp + 1), plus a bounded table of the
+   E = D unloading. tests/test_memory.c measures the real peak with a counting allocator over
+   strategies, CP sets, E and sizes, and fails if one exceeds it. DCP_ERROR_INVALID_ARGUMENT
+   for a config dcp_config_resolve refuses, a count < 1 or a NULL bytes. No allocation;
+   thread-safe. */
+DCPDEF dcp_status dcp_plan_memory_estimate(const dcp_config *config, int32_t count,
+                                           int64_t *bytes, dcp_error *error);
 DCPDEF void dcp_plan_destroy(dcp_plan *plan);
 DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error);
 /* DCP_OK at once for a plan the library made or read, as it made or read it (sealed: see
@@ -998,7 +1025,8 @@ DCPDEF void dcp_reroute_destroy(dcp_reroute *reroute);
    every invariant and names what is wrong; it never looks for sentinel values. */
 #define DCP_FORMAT_VERSION 4 /* 2: the config carries sync_ranks; 3: and ring_charge, and an idle
                                  rank view has cp 0, first_rank and rank_in_group DCP_NO_GROUP;
-                                 4: and cp_sizes, cover_ranks, the size list and head_count */
+                                 4: and cp_sizes, cover_ranks, the size list, head_count and
+                                 memory_limit */
 
 /* *size receives the bytes the plan takes; a NULL buffer only asks for it, a buffer of fewer
    bytes (capacity) is DCP_ERROR_INVALID_ARGUMENT. */
@@ -2635,6 +2663,11 @@ DCPDEF dcp_status dcp_config_resolve(const dcp_config *config, dcp_config *resol
     if ((c.allocator.alloc == NULL) != (c.allocator.free == NULL))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "allocator needs both alloc and free, or neither");
+    if (c.memory_limit < 0)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "memory_limit must be >= 0 bytes (0: the default), got %lld",
+                             (long long)c.memory_limit);
+    if (c.memory_limit == 0) c.memory_limit = DCP_DEFAULT_MEMORY_LIMIT;
     *resolved = c;
     return dcp_error_clear(error);
 }
@@ -10227,6 +10260,98 @@ static dcp_status dcp__plan_sets(const dcp_config *config, const int64_t *length
     return status;
 }
 
+/* ----------------------------------------------------------------------- memory bound
+   dcp_plan_create's peak, bounded before it allocates (config.memory_limit), so that a huge
+   input fails at once with a message instead of growing until the system kills the process.
+   The planner's arrays are of six kinds: per sample (orders, placements, the plan), per
+   sample and CP level L = log2 max_cp + 1 (the batch's token and tick tables), per leaf of
+   the rank tree (the ranks rounded up to a power of two), per leaf and level (the cells of
+   the dynamic search's trees, two alive at once), and the E = D unloading's table: per
+   microbatch x rank cell and per microbatch, where microbatches <= samples and no table is
+   built beyond DCP__UNLOAD_MAX_CELLS cells. Each strategy has a model of its own, and a second
+   one where it plans on CP sets (dcp__plans_on_sets), whose arrays differ. The figures are
+   1.25 times the smallest upper bound (a linear program) over the peaks a counting allocator
+   measured with every strategy, CP set, E, cover_ranks and four length shapes, 1 to 10^6
+   samples on 2 to 2^20 ranks (the dynamic search's bytes per unloading microbatch 1.5 times:
+   lengths drawn otherwise came within 8% of 1.25); tests/test_memory.c fails when a peak
+   exceeds the bound (bench/RESULTS.md, "Memory bound"). */
+typedef struct dcp__memory_model {
+    int64_t base, per_sample, per_sample_level, per_leaf, per_leaf_level, per_unload_cell,
+        per_unload_microbatch;
+} dcp__memory_model;
+
+/* [strategy][planned on CP sets] */
+static const dcp__memory_model dcp__memory_models[3][2] = {
+    /* DCP_STRATEGY_DYNAMIC */ {{8105, 0, 112, 545, 126, 53, 1386},
+                                {11680, 0, 39, 558, 124, 53, 1386}},
+    /* DCP_STRATEGY_STATIC */ {{191, 105, 20, 45, 1, 0, 1}, {191, 189, 20, 45, 1, 0, 2}},
+    /* DCP_STRATEGY_GREEDY */ {{1160, 176, 20, 145, 1, 0, 0}, {1161, 260, 20, 145, 1, 1, 0}}};
+
+/* The planner of CP sets (a group of the whole pool, cover_ranks, or groups on ranges)
+   rather than the buddy tree of the powers of two. */
+static int dcp__plans_on_sets(const dcp_config *c)
+{
+    return dcp__pool_cp(c) || c->cover_ranks || !dcp__cp_aligned(c);
+}
+
+/* The bound of a resolved config; below 2^53 bytes for any count and config (2^31 samples x
+   a few KiB), so int64 holds it and a double prints it exactly enough. */
+static int64_t dcp__memory_bound(const dcp_config *c, int32_t count)
+{
+    const dcp__memory_model *m = &dcp__memory_models[c->strategy][dcp__plans_on_sets(c)];
+    const int64_t samples = count, levels = dcp__log2_int(c->max_cp) + 1;
+    const int64_t leaves = dcp__leaf_base(c->ranks);
+    int64_t cells = samples * c->ranks, microbatches = samples;
+    if (cells > DCP__UNLOAD_MAX_CELLS) cells = DCP__UNLOAD_MAX_CELLS;
+    if (microbatches > DCP__UNLOAD_MAX_CELLS / c->ranks)
+        microbatches = DCP__UNLOAD_MAX_CELLS / c->ranks;
+    return m->base + samples * (m->per_sample + m->per_sample_level * levels) +
+           leaves * (m->per_leaf + m->per_leaf_level * levels) + cells * m->per_unload_cell +
+           microbatches * m->per_unload_microbatch;
+}
+
+DCPDEF dcp_status dcp_plan_memory_estimate(const dcp_config *config, int32_t count,
+                                           int64_t *bytes, dcp_error *error)
+{
+    dcp_config c;
+    dcp_status status;
+    if (!bytes) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "bytes must not be NULL");
+    if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
+    if (count < 1)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "count must be >= 1, got %d",
+                             (int)count);
+    *bytes = dcp__memory_bound(&c, count);
+    return dcp_error_clear(error);
+}
+
+/* A byte count in the largest binary unit it reaches (2^10 steps), for messages; returns the
+   decimals to print it with (none for bytes). */
+static int dcp__binary_size(int64_t bytes, double *value, const char **unit)
+{
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    size_t i = 0;
+    *value = (double)bytes;
+    while (*value >= 1024.0 && i + 1 < sizeof units / sizeof units[0]) *value /= 1024.0, i++;
+    *unit = units[i];
+    return i > 0;
+}
+
+static dcp_status dcp__check_memory(const dcp_config *c, int32_t count, dcp_error *error)
+{
+    int64_t need = dcp__memory_bound(c, count);
+    const char *need_unit, *limit_unit;
+    double need_value, limit_value;
+    int need_decimals, limit_decimals;
+    if (need <= c->memory_limit) return DCP_OK;
+    need_decimals = dcp__binary_size(need, &need_value, &need_unit);
+    limit_decimals = dcp__binary_size(c->memory_limit, &limit_value, &limit_unit);
+    return dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY,
+                         "plan of %d samples on %d ranks needs about %.*f %s > memory limit "
+                         "%.*f %s (config.memory_limit)",
+                         (int)count, (int)c->ranks, need_decimals, need_value, need_unit,
+                         limit_decimals, limit_value, limit_unit);
+}
+
 DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengths,
                                   int32_t count, dcp_plan **plan, dcp_error *error)
 {
@@ -10236,7 +10361,8 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
     *plan = NULL;
     if ((status = dcp_config_resolve(config, &c, error)) != DCP_OK) return status;
     if (count < 1 || !lengths) return dcp__check_samples(&c, lengths, count, NULL, error);
-    if (dcp__pool_cp(&c) || c.cover_ranks || !dcp__cp_aligned(&c))
+    if ((status = dcp__check_memory(&c, count, error)) != DCP_OK) return status;
+    if (dcp__plans_on_sets(&c))
         status = dcp__plan_sets(&c, lengths, count, plan, error);
     else
         status = dcp__plan_pow2(&c, lengths, count, plan, error);
@@ -12188,9 +12314,10 @@ static const unsigned char dcp__view_magic[8] = {'D', 'C', 'P', 'V', 'I', 'E', '
 #define DCP__CONFIG_I32_FIELDS (14 + DCP_CP_SIZE_LIST_CAPACITY) /* ranks, min_cp ...
                                      sync_ranks, ring_charge, cp_sizes, cover_ranks,
                                      cp_size_count, cp_size_list, head_count */
+#define DCP__CONFIG_I64_FIELDS 2 /* max_tokens_per_rank, memory_limit */
 #define DCP__CONFIG_F64_FIELDS 3 /* the cost model */
 #define DCP__CONFIG_BYTES                                                                       \
-    (DCP__CONFIG_I32_FIELDS * DCP__I32_BYTES + DCP__I64_BYTES +                                 \
+    (DCP__CONFIG_I32_FIELDS * DCP__I32_BYTES + DCP__CONFIG_I64_FIELDS * DCP__I64_BYTES +        \
      DCP__CONFIG_F64_FIELDS * DCP__F64_BYTES)
 #define DCP__PLAN_COUNTS 3 /* samples, microbatches, groups (int32 each) */
 #define DCP__PLAN_SAMPLE_BYTES (DCP__I64_BYTES + DCP__I32_BYTES) /* length, group slot */
@@ -12379,7 +12506,8 @@ static const dcp__field dcp__config_fields[] = {
     DCP__LIST_FIELD(4), DCP__LIST_FIELD(5), DCP__LIST_FIELD(6), DCP__LIST_FIELD(7),
     DCP__LIST_FIELD(8), DCP__LIST_FIELD(9), DCP__LIST_FIELD(10), DCP__LIST_FIELD(11),
     DCP__LIST_FIELD(12), DCP__LIST_FIELD(13), DCP__LIST_FIELD(14), DCP__LIST_FIELD(15),
-    {offsetof(dcp_config, head_count), DCP__FIELD_I32}};
+    {offsetof(dcp_config, head_count), DCP__FIELD_I32},
+    {offsetof(dcp_config, memory_limit), DCP__FIELD_I64}};
 /* the table lists every entry of the size list */
 typedef char dcp__list_fields_complete[DCP_CP_SIZE_LIST_CAPACITY == 16 ? 1 : -1];
 
@@ -12503,7 +12631,7 @@ static dcp_status dcp__check_serialized_config(const dcp_config *c, dcp_error *e
         resolved.microbatch_multiple != c->microbatch_multiple ||
         resolved.pad_multiple_cp1 != c->pad_multiple_cp1 ||
         resolved.pad_multiple != c->pad_multiple || resolved.sync_ranks != c->sync_ranks ||
-        dcp__all_zero_cost(&c->cost))
+        resolved.memory_limit != c->memory_limit || dcp__all_zero_cost(&c->cost))
         return dcp_error_set(error, DCP_ERROR_CORRUPT_DATA,
                              "plan config holds unresolved defaults");
     return DCP_OK;
@@ -12744,7 +12872,7 @@ DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
     return dcp_error_set(error, DCP_ERROR_INVALID_PLAN, "sample %d is in no group", (int)sample);
 }
 
-#define DCP__COMPARED_CONFIG_INTS 15
+#define DCP__COMPARED_CONFIG_INTS 16
 
 static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
                                        dcp_error *error)
@@ -12753,17 +12881,17 @@ static dcp_status dcp__compare_configs(const dcp_config *a, const dcp_config *b,
         a->ranks, a->max_tokens_per_rank, a->min_cp, a->max_cp, a->microbatch_multiple,
         a->pad_multiple_cp1, a->pad_multiple, (int64_t)a->strategy, a->improve_moves,
         (int64_t)a->ring_charge, a->sync_ranks, (int64_t)a->cp_sizes, a->cover_ranks,
-        a->cp_size_count, a->head_count};
+        a->cp_size_count, a->head_count, a->memory_limit};
     const int64_t ints_b[DCP__COMPARED_CONFIG_INTS] = {
         b->ranks, b->max_tokens_per_rank, b->min_cp, b->max_cp, b->microbatch_multiple,
         b->pad_multiple_cp1, b->pad_multiple, (int64_t)b->strategy, b->improve_moves,
         (int64_t)b->ring_charge, b->sync_ranks, (int64_t)b->cp_sizes, b->cover_ranks,
-        b->cp_size_count, b->head_count};
+        b->cp_size_count, b->head_count, b->memory_limit};
     const char *names[DCP__COMPARED_CONFIG_INTS] = {
         "ranks", "max_tokens_per_rank", "min_cp", "max_cp", "microbatch_multiple",
         "pad_multiple_cp1", "pad_multiple", "strategy", "improve_moves", "ring_charge",
-        "sync_ranks", "cp_sizes", "cover_ranks", "cp_size_count",
-        "head_count"}; /* the same groups under another E are another step */
+        "sync_ranks", "cp_sizes", "cover_ranks", "cp_size_count", "head_count",
+        "memory_limit"}; /* the same groups under another E are another step */
     int i;
     for (i = 0; i < DCP__COMPARED_CONFIG_INTS; i++)
         if (ints_a[i] != ints_b[i])

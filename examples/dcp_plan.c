@@ -5,7 +5,8 @@
             [--microbatch-multiple K] [--pad-multiple-cp1 K] [--pad-multiple K]
             [--attn-coeff A] [--linear-coeff B] [--ring-step-cost G] [--ring-charge group|sample]
             [--strategy dynamic|static|greedy] [--improve-moves N]
-            [--json] [--svg FILE [--compare]] [--save-plan FILE] [--rank R --microbatch K]
+            [--json] [--svg FILE [--compare]] [--save-plan FILE] [--output FILE]
+            [--rank R --microbatch K]
    dcp-plan --help | --version
 
    Every dcp_config field is an option of the same name and meaning (0 is the library's
@@ -17,51 +18,68 @@
    Build: cc -std=c99 -O2 examples/dcp_plan.c -o dcp-plan -lm   (or `make`, as build/dcp-plan)
    Contract: exit 0 with the output on stdout (and a line on stderr per file written); or exit
    2 (bad usage or input) or 1 (no plan possible) with exactly one line on stderr and nothing
-   on stdout. Options take their value as the next argument or after '=' (--ranks=16). The
+   on stdout. Options take their value as the next argument or after '=' (--ranks=16); each
+   is given at most once, and a number is the whole value (no space around it). The
    JSON output is described in docs/cli-json.md. */
-#define _POSIX_C_SOURCE 199309L
+#define _XOPEN_SOURCE 700 /* POSIX 2008 with realpath: mkstemp, fchmod, fsync, sigaction */
 #define DCP_IMPLEMENTATION
 #include "../dcp.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXIT_PLAN_FAILED 1
 #define EXIT_USAGE 2
 #define FLAG_NAME_CAPACITY 64
 #define LOGNORMAL_FIELDS 5
+/* --memory-limit: the suffixes K, M, G, T step by 2^10; the longest number is 19 digits */
+#define BITS_PER_UNIT_STEP 10
+#define BYTES_TEXT_CAPACITY 32
+#define BYTES_PER_GIB 1073741824.0
+/* a run plans its strategy, static and greedy, and dynamic with --compare */
+enum run_plan { PLAN_CHOSEN, PLAN_STATIC, PLAN_GREEDY, PLAN_DYNAMIC, MAX_RUN_PLANS };
 
-/* A file the run writes: opened before anything is planned (an unwritable path fails at once),
-   removed again if the run fails (never a half-written file). */
+/* The files a run writes (section "files": each replaced only when the whole run succeeded). */
+enum output_kind { OUTPUT_SVG, OUTPUT_SAVED_PLAN, OUTPUT_TEXT, OUTPUT_COUNT };
+
 typedef struct output_file {
-    const char *path;
-    FILE *file;
-    int created; /* this run opened (created or truncated) the path */
+    const char *flag, *path; /* the option and its value; path NULL when not asked for */
+    char *target;            /* the file replaced: path, or the file its symbolic link names */
+    char *temp;              /* the temporary beside target while it exists */
+    int in_place;            /* an existing non-regular file (/dev/null, a pipe): written as is */
+    mode_t mode;             /* the permissions the replaced file keeps, or a new file's */
+    size_t size;             /* bytes written */
 } output_file;
-
-typedef struct options {
-    const char *lengths_path;
-    const char *lognormal_spec;
-    output_file svg, saved_plan;
-    uint64_t seed;
-    int json, compare;
-    int have_seed, have_ranks, have_max_tokens;
-    int32_t view_rank, view_microbatch; /* -1 when not asked for */
-    dcp_config config;
-} options;
-
-/* ----------------------------------------------------------------------------- options */
 
 typedef enum flag_id {
     FLAG_HELP, FLAG_VERSION, FLAG_LENGTHS, FLAG_LOGNORMAL, FLAG_SEED, FLAG_RANKS, FLAG_MAX_TOKENS,
     FLAG_SYNC, FLAG_MIN_CP, FLAG_MAX_CP, FLAG_MULTIPLE, FLAG_PAD_CP1, FLAG_PAD, FLAG_ATTN,
     FLAG_LINEAR, FLAG_RING, FLAG_RING_CHARGE, FLAG_STRATEGY, FLAG_IMPROVE, FLAG_CP_SIZES,
-    FLAG_COVER, FLAG_HEADS, FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_SAVE_PLAN, FLAG_RANK, FLAG_MICROBATCH
+    FLAG_COVER, FLAG_HEADS, FLAG_JSON, FLAG_SVG, FLAG_COMPARE, FLAG_SAVE_PLAN, FLAG_RANK,
+    FLAG_MICROBATCH, FLAG_OUTPUT, FLAG_MEMORY_LIMIT, FLAG_ID_COUNT
 } flag_id;
+
+typedef struct options {
+    const char *lengths_path;
+    const char *lognormal_spec;
+    output_file outputs[OUTPUT_COUNT];
+    uint64_t seed;
+    int json, compare;
+    int have_seed, have_ranks, have_max_tokens;
+    int32_t view_rank, view_microbatch; /* -1 when not asked for */
+    dcp_config config;
+    unsigned char seen[FLAG_ID_COUNT]; /* a repeated option is refused, never overwritten */
+} options;
+
+/* ----------------------------------------------------------------------------- options */
 
 typedef struct flag_spec {
     flag_id id;
@@ -123,6 +141,10 @@ static const flag_spec flags[] = {
     {FLAG_COVER, "--cover-ranks", "0|1",
      "1: every rank holds a sample somewhere in the plan, as Megatron-Core's hybrid\n"
      "      schedule needs (default 0)"},
+    {FLAG_MEMORY_LIMIT, "--memory-limit", "BYTES",
+     "the most memory the run may need, in bytes or with a suffix K, M, G or T (powers of\n"
+     "      1024); a larger input is refused at once, with the estimate, before anything is\n"
+     "      allocated (default 0: 8G)"},
     {FLAG_JSON, "--json", NULL,
      "print the plan (or the rank view) as one JSON line (docs/cli-json.md)"},
     {FLAG_SVG, "--svg", "FILE", "also write the plan as an SVG timeline (ranks x time in ms)"},
@@ -131,6 +153,8 @@ static const flag_spec flags[] = {
     {FLAG_SAVE_PLAN, "--save-plan", "FILE",
      "also write the plan in the exchange format (dcp_plan_serialize; Python reads it\n"
      "      with libdcp.Plan.from_bytes)"},
+    {FLAG_OUTPUT, "--output", "FILE",
+     "write what would go to stdout (the summary, the JSON or the rank view) to FILE"},
     {FLAG_RANK, "--rank", "R", "with --microbatch: print what rank R receives (0-based)"},
     {FLAG_MICROBATCH, "--microbatch", "K", "the microbatch of --rank (0-based)"},
     {FLAG_VERSION, "--version", NULL, "print the version and exit"},
@@ -147,7 +171,7 @@ static void usage(FILE *out)
           "                [--ring-step-cost G] [--ring-charge group|sample]\n"
           "                [--strategy dynamic|static|greedy]\n"
           "                [--improve-moves N] [--json] [--svg FILE [--compare]]\n"
-          "                [--save-plan FILE] [--rank R --microbatch K]\n"
+          "                [--save-plan FILE] [--output FILE] [--rank R --microbatch K]\n"
           "       dcp-plan --help | --version\n",
           out);
 }
@@ -157,8 +181,9 @@ static void help(void)
     int i;
     usage(stdout);
     printf("\nPlans which sample runs on how many ranks (its CP size) in which microbatch.\n"
-           "Options (a value follows as the next argument or after '='; each dcp_config field\n"
-           "is the option of its name, and 0 means its default as in C and Python):\n");
+           "Options (a value follows as the next argument or after '=', a number with no space\n"
+           "around it; each option at most once; each dcp_config field is the option of its\n"
+           "name, and 0 means its default as in C and Python):\n");
     for (i = 0; i < FLAG_COUNT; i++)
         printf("  %s%s%s\n      %s\n", flags[i].name, flags[i].metavar ? " " : "",
                flags[i].metavar ? flags[i].metavar : "", flags[i].help);
@@ -177,15 +202,30 @@ static int fail_usage(const char *format, const char *a, const char *b)
     return EXIT_USAGE;
 }
 
+/* strtoll and strtod skip leading white space but stop at trailing: " 4" would pass where
+   "4 " fails. A number is the whole argument, so neither is taken. */
+static int has_surrounding_space(const char *text)
+{
+    size_t length = strlen(text);
+    return length > 0 && (isspace((unsigned char)text[0]) ||
+                          isspace((unsigned char)text[length - 1]));
+}
+
+/* 1 when text is an integer and nothing else; errno is ERANGE when it is beyond long long. */
+static int read_integer(const char *text, long long *value)
+{
+    char *end;
+    errno = 0;
+    *value = strtoll(text, &end, 10);
+    return end != text && *end == '\0' && !has_surrounding_space(text);
+}
+
 /* Whole-string integer in [lo, hi]; no silent truncation. */
 static int parse_int(const char *flag, const char *text, long long lo, long long hi,
                      long long *value)
 {
-    char *end;
     long long v;
-    errno = 0;
-    v = strtoll(text, &end, 10);
-    if (end == text || *end != '\0') {
+    if (!read_integer(text, &v)) {
         fprintf(stderr, "dcp-plan: %s expects an integer, got '%s'\n", flag, text);
         return 0;
     }
@@ -204,7 +244,7 @@ static int parse_double(const char *flag, const char *text, double *value)
     double v;
     errno = 0;
     v = strtod(text, &end);
-    if (end == text || *end != '\0' || !(v == v)) {
+    if (end == text || *end != '\0' || !(v == v) || has_surrounding_space(text)) {
         fprintf(stderr, "dcp-plan: %s expects a number, got '%s'\n", flag, text);
         return 0;
     }
@@ -216,6 +256,33 @@ static int parse_double(const char *flag, const char *text, double *value)
         return 0;
     }
     *value = v;
+    return 1;
+}
+
+/* BYTES: a whole number, or one followed by K, M, G or T (2^10, 2^20, 2^30, 2^40 bytes). */
+static int parse_bytes(const char *flag, const char *text, int64_t *value)
+{
+    static const char units[] = "KMGT";
+    char number[BYTES_TEXT_CAPACITY];
+    size_t length = strlen(text);
+    const char *unit = length ? strchr(units, text[length - 1]) : NULL;
+    int shift = unit && *unit ? BITS_PER_UNIT_STEP * (int)(unit - units + 1) : 0;
+    long long v;
+    if (shift) length--;
+    if (length >= sizeof number) length = sizeof number - 1; /* too long: refused below */
+    memcpy(number, text, length);
+    number[length] = '\0';
+    if (!read_integer(number, &v) || v < 0) {
+        fprintf(stderr, "dcp-plan: %s expects a byte count (digits, then optionally K, M, G or "
+                        "T), got '%s'\n", flag, text);
+        return 0;
+    }
+    if (errno == ERANGE || v > (INT64_MAX >> shift)) {
+        fprintf(stderr, "dcp-plan: %s must be at most %lld bytes, got '%s'\n", flag,
+                (long long)INT64_MAX, text);
+        return 0;
+    }
+    *value = (int64_t)v << shift;
     return 1;
 }
 
@@ -306,8 +373,9 @@ static int parse_value(options *o, const flag_spec *flag, const char *value)
     switch (flag->id) {
     case FLAG_LENGTHS: o->lengths_path = value; break;
     case FLAG_LOGNORMAL: o->lognormal_spec = value; break;
-    case FLAG_SVG: o->svg.path = value; break;
-    case FLAG_SAVE_PLAN: o->saved_plan.path = value; break;
+    case FLAG_SVG: o->outputs[OUTPUT_SVG].path = value; break;
+    case FLAG_SAVE_PLAN: o->outputs[OUTPUT_SAVED_PLAN].path = value; break;
+    case FLAG_OUTPUT: o->outputs[OUTPUT_TEXT].path = value; break;
     case FLAG_SEED:
         ok = parse_int(flag->name, value, 0, INT64_MAX, &v);
         o->seed = (uint64_t)v;
@@ -343,8 +411,11 @@ static int parse_value(options *o, const flag_spec *flag, const char *value)
     case FLAG_RING: ok = parse_double(flag->name, value, &c->cost.ring_step_cost); break;
     case FLAG_RING_CHARGE: ok = parse_ring_charge(value, &c->ring_charge); break;
     case FLAG_CP_SIZES: ok = parse_cp_sizes(value, c); break;
-    case FLAG_HEADS: ok = parse_default_field(flag, value, DCP_MAX_HEAD_COUNT, &c->head_count); break;
+    case FLAG_HEADS:
+        ok = parse_default_field(flag, value, DCP_MAX_HEAD_COUNT, &c->head_count);
+        break;
     case FLAG_COVER: ok = parse_int32(flag->name, value, 0, 1, &c->cover_ranks); break;
+    case FLAG_MEMORY_LIMIT: ok = parse_bytes(flag->name, value, &c->memory_limit); break;
     case FLAG_RANK:
         ok = parse_int32(flag->name, value, 0, DCP_MAX_RANKS - 1, &o->view_rank);
         break;
@@ -400,6 +471,8 @@ static int parse_argument(options *o, int argc, char **argv, int *i)
     else
         return fail_usage("unknown option %.40s... (see --help)%s", arg, "");
     if (!(flag = find_flag(name))) return fail_usage("unknown option %s (see --help)%s", name, "");
+    if (o->seen[flag->id]++)
+        return fail_usage("%s is given more than once (give each option once)%s", name, "");
     if (!flag->metavar) {
         if (value) return fail_usage("%s takes no value, got '%s'", name, value);
         return parse_switch(o, flag);
@@ -411,6 +484,21 @@ static int parse_argument(options *o, int argc, char **argv, int *i)
             return fail_usage("%s needs a value, got the option %s", name, value);
     }
     return parse_value(o, flag, value);
+}
+
+/* Two outputs on one path would replace each other. */
+static int check_output_paths(const options *o)
+{
+    int a, b;
+    for (a = 0; a < OUTPUT_COUNT; a++)
+        for (b = a + 1; b < OUTPUT_COUNT; b++)
+            if (o->outputs[a].path && o->outputs[b].path &&
+                strcmp(o->outputs[a].path, o->outputs[b].path) == 0) {
+                fprintf(stderr, "dcp-plan: %s and %s both name %s\n", o->outputs[a].flag,
+                        o->outputs[b].flag, o->outputs[a].path);
+                return 0;
+            }
+    return 1;
 }
 
 /* What depends on several options, and the library's own check of the config. */
@@ -428,10 +516,9 @@ static int check_options(const options *o)
     if (!o->have_max_tokens) return fail_usage("--max-tokens-per-rank M is required%s%s", "", "");
     if ((o->view_rank < 0) != (o->view_microbatch < 0))
         return fail_usage("--rank and --microbatch go together%s%s", "", "");
-    if (o->compare && !o->svg.path)
+    if (o->compare && !o->outputs[OUTPUT_SVG].path)
         return fail_usage("--compare draws into --svg FILE%s%s", "", "");
-    if (o->svg.path && o->saved_plan.path && strcmp(o->svg.path, o->saved_plan.path) == 0)
-        return fail_usage("--svg and --save-plan both name %s%s", o->svg.path, "");
+    if (!check_output_paths(o)) return EXIT_USAGE;
     if (dcp_config_resolve(&o->config, &resolved, &error) != DCP_OK)
         return fail_usage("%s%s", error.message, "");
     return EXIT_SUCCESS;
@@ -444,12 +531,57 @@ static int parse_options(int argc, char **argv, options *o)
     o->config = dcp_config_init(); /* every field 0: the library's defaults */
     o->seed = DCP_DEFAULT_SEED;
     o->view_rank = o->view_microbatch = -1;
+    o->outputs[OUTPUT_SVG].flag = "--svg";
+    o->outputs[OUTPUT_SAVED_PLAN].flag = "--save-plan";
+    o->outputs[OUTPUT_TEXT].flag = "--output";
     for (i = 1; i < argc; i++)
         if ((status = parse_argument(o, argc, argv, &i)) != EXIT_SUCCESS) return status;
     return check_options(o);
 }
 
 /* ----------------------------------------------------------------------------- lengths */
+
+/* The strategies a run plans: the chosen one; static and greedy for the summary, the JSON and
+   --compare; dynamic as well for --compare when another strategy was chosen. */
+static int32_t run_strategies(const options *o, dcp_strategy strategies[MAX_RUN_PLANS])
+{
+    int32_t n = 0;
+    strategies[n++] = o->config.strategy;
+    if (o->view_rank < 0 || o->compare) {
+        strategies[n++] = DCP_STRATEGY_STATIC;
+        strategies[n++] = DCP_STRATEGY_GREEDY;
+    }
+    if (o->compare && o->config.strategy != DCP_STRATEGY_DYNAMIC)
+        strategies[n++] = DCP_STRATEGY_DYNAMIC;
+    return n;
+}
+
+/* The run's memory, bounded before the lengths are allocated (--lognormal) or planned
+   (--lengths): the lengths, and the library's bound for each plan the run makes (each plan
+   lives on to the output). Refused with one line: exit 1, as the library's own refusal. */
+static int check_memory(const options *o, int32_t count)
+{
+    dcp_strategy strategies[MAX_RUN_PLANS];
+    int32_t plans = run_strategies(o, strategies), i;
+    int64_t need = (int64_t)count * (int64_t)sizeof(int64_t), bytes = 0;
+    dcp_config c = o->config, resolved;
+    dcp_error error;
+    for (i = 0; i < plans; i++) {
+        c.strategy = strategies[i];
+        if (dcp_plan_memory_estimate(&c, count, &bytes, &error) != DCP_OK) {
+            fprintf(stderr, "dcp-plan: %s\n", error.message);
+            return EXIT_USAGE;
+        }
+        need += bytes;
+    }
+    dcp_config_resolve(&c, &resolved, NULL); /* check_options resolved it already */
+    if (need <= resolved.memory_limit) return EXIT_SUCCESS;
+    fprintf(stderr, "dcp-plan: %d samples on %d ranks need about %.1f GiB (lengths and %d plans) "
+                    "> memory limit %.1f GiB (--memory-limit)\n",
+            (int)count, (int)resolved.ranks, (double)need / BYTES_PER_GIB, (int)plans,
+            (double)resolved.memory_limit / BYTES_PER_GIB);
+    return EXIT_PLAN_FAILED;
+}
 
 /* MEAN,SIGMA,MIN,MAX,COUNT */
 static int lognormal_lengths(const options *o, int64_t **lengths, int32_t *count)
@@ -485,6 +617,7 @@ static int lognormal_lengths(const options *o, int64_t **lengths, int32_t *count
     distribution.sigma = sigma;
     distribution.min_length = min_length;
     distribution.max_length = max_length;
+    if ((i = check_memory(o, (int32_t)n)) != EXIT_SUCCESS) return i;
     *lengths = (int64_t *)malloc((size_t)n * sizeof **lengths);
     if (!*lengths) {
         fprintf(stderr, "dcp-plan: cannot allocate %lld lengths\n", n);
@@ -525,7 +658,7 @@ static int file_lengths(const options *o, int64_t **lengths, int32_t *count)
             return EXIT_PLAN_FAILED;
         }
     dcp_free(NULL, lines);
-    return EXIT_SUCCESS;
+    return check_memory(o, *count);
 }
 
 /* ------------------------------------------------------------------------------ plans */
@@ -600,46 +733,48 @@ static double barrier_efficiency(const dcp_plan_stats *s)
    One object on one line, keys as in docs/cli-json.md (tests/test_cli.sh checks the output
    against docs/dcp-plan.schema.json). */
 
-static void print_int64_array(const char *key, const int64_t *values, int32_t count)
+static void print_int64_array(FILE *out, const char *key, const int64_t *values, int32_t count)
 {
     int32_t i;
-    printf("\"%s\":[", key);
-    for (i = 0; i < count; i++) printf("%s%lld", i ? "," : "", (long long)values[i]);
-    printf("]");
+    fprintf(out, "\"%s\":[", key);
+    for (i = 0; i < count; i++) fprintf(out, "%s%lld", i ? "," : "", (long long)values[i]);
+    fprintf(out, "]");
 }
 
-static void print_int32_values(const int32_t *values, int32_t count)
+static void print_int32_values(FILE *out, const int32_t *values, int32_t count)
 {
     int32_t i;
-    printf("[");
-    for (i = 0; i < count; i++) printf("%s%d", i ? "," : "", (int)values[i]);
-    printf("]");
+    fprintf(out, "[");
+    for (i = 0; i < count; i++) fprintf(out, "%s%d", i ? "," : "", (int)values[i]);
+    fprintf(out, "]");
 }
 
-static void print_int32_array(const char *key, const int32_t *values, int32_t count)
+static void print_int32_array(FILE *out, const char *key, const int32_t *values, int32_t count)
 {
-    printf("\"%s\":", key);
-    print_int32_values(values, count);
+    fprintf(out, "\"%s\":", key);
+    print_int32_values(out, values, count);
 }
 
-static void print_config_json(const dcp_config *c)
+static void print_config_json(FILE *out, const dcp_config *c)
 {
-    printf("\"config\":{\"ranks\":%d,\"max_tokens_per_rank\":%lld,\"sync_ranks\":%d,"
-           "\"min_cp\":%d,\"max_cp\":%d,\"microbatch_multiple\":%d,\"pad_multiple_cp1\":%d,"
-           "\"pad_multiple\":%d,\"cost\":{\"attn_coeff\":%.17g,\"linear_coeff\":%.17g,"
-           "\"ring_step_cost\":%.17g},\"ring_charge\":\"%s\",\"strategy\":\"%s\","
-           "\"improve_moves\":%d,\"cp_sizes\":",
-           (int)c->ranks, (long long)c->max_tokens_per_rank, (int)c->sync_ranks, (int)c->min_cp,
-           (int)c->max_cp, (int)c->microbatch_multiple, (int)c->pad_multiple_cp1,
-           (int)c->pad_multiple, c->cost.attn_coeff, c->cost.linear_coeff,
-           c->cost.ring_step_cost, c->ring_charge == DCP_RING_PER_SAMPLE ? "sample" : "group",
-           dcp_strategy_name(c->strategy), (int)c->improve_moves);
+    fprintf(out, "\"config\":{\"ranks\":%d,\"max_tokens_per_rank\":%lld,\"sync_ranks\":%d,"
+                 "\"min_cp\":%d,\"max_cp\":%d,\"microbatch_multiple\":%d,\"pad_multiple_cp1\":%d,"
+                 "\"pad_multiple\":%d,\"cost\":{\"attn_coeff\":%.17g,\"linear_coeff\":%.17g,"
+                 "\"ring_step_cost\":%.17g},\"ring_charge\":\"%s\",\"strategy\":\"%s\","
+                 "\"improve_moves\":%d,\"cp_sizes\":",
+                 (int)c->ranks, (long long)c->max_tokens_per_rank, (int)c->sync_ranks,
+                 (int)c->min_cp, (int)c->max_cp, (int)c->microbatch_multiple,
+                 (int)c->pad_multiple_cp1, (int)c->pad_multiple, c->cost.attn_coeff,
+                 c->cost.linear_coeff, c->cost.ring_step_cost,
+                 c->ring_charge == DCP_RING_PER_SAMPLE ? "sample" : "group",
+                 dcp_strategy_name(c->strategy), (int)c->improve_moves);
     if (c->cp_sizes == DCP_CP_SIZES_LIST)
-        print_int32_values(c->cp_size_list, c->cp_size_count);
+        print_int32_values(out, c->cp_size_list, c->cp_size_count);
     else
-        printf("\"%s\"", dcp_cp_sizes_name(c->cp_sizes));
+        fprintf(out, "\"%s\"", dcp_cp_sizes_name(c->cp_sizes));
     /* the fields in dcp_config's order, as Plan.to_json prints them */
-    printf(",\"head_count\":%d,\"cover_ranks\":%d}", (int)c->head_count, (int)c->cover_ranks);
+    fprintf(out, ",\"head_count\":%d,\"cover_ranks\":%d,\"memory_limit\":%lld}",
+            (int)c->head_count, (int)c->cover_ranks, (long long)c->memory_limit);
 }
 
 /* Each sample's padded length at the CP size of its group; 0 on allocation failure. */
@@ -660,250 +795,375 @@ static int64_t *padded_lengths(const dcp_plan *plan)
     return padded;
 }
 
-static void print_groups_json(const dcp_plan *plan, const double *start, const double *end)
+static void print_groups_json(FILE *out, const dcp_plan *plan, const double *start,
+                              const double *end)
 {
     int32_t k, g;
-    printf("\"microbatches\":[");
+    fprintf(out, "\"microbatches\":[");
     for (k = 0; k < plan->num_microbatches; k++) {
-        printf("%s[", k ? "," : "");
+        fprintf(out, "%s[", k ? "," : "");
         for (g = plan->microbatch_offsets[k]; g < plan->microbatch_offsets[k + 1]; g++) {
             const dcp_group *group = &plan->groups[g];
-            printf("%s{\"first_rank\":%d,\"cp\":%d,", g > plan->microbatch_offsets[k] ? "," : "",
-                   (int)group->first_rank, (int)group->cp);
-            print_int32_array("samples", plan->group_samples + group->sample_offset,
+            fprintf(out, "%s{\"first_rank\":%d,\"cp\":%d,",
+                    g > plan->microbatch_offsets[k] ? "," : "", (int)group->first_rank,
+                    (int)group->cp);
+            print_int32_array(out, "samples", plan->group_samples + group->sample_offset,
                               group->sample_count);
-            printf(",\"start_seconds\":%.9g,\"end_seconds\":%.9g}", start[g], end[g]);
+            fprintf(out, ",\"start_seconds\":%.9g,\"end_seconds\":%.9g}", start[g], end[g]);
         }
-        printf("]");
+        fprintf(out, "]");
     }
-    printf("]");
+    fprintf(out, "]");
 }
 
-static void print_stats_json(const dcp_plan *plan, const dcp_plan_stats *s)
+static void print_stats_json(FILE *out, const dcp_plan *plan, const dcp_plan_stats *s)
 {
     histogram h;
     int32_t i;
     plan_histogram(plan, &h);
-    printf("\"valid_tokens\":%lld,\"padded_tokens\":%lld,\"num_microbatches\":%d,"
-           "\"num_groups\":%d,\"idle_rank_microbatches\":%d,\"cp_histogram\":{",
-           (long long)s->valid_tokens, (long long)s->padded_tokens, (int)s->num_microbatches,
-           (int)s->num_groups, (int)s->idle_rank_microbatches);
+    fprintf(out, "\"valid_tokens\":%lld,\"padded_tokens\":%lld,\"num_microbatches\":%d,"
+                 "\"num_groups\":%d,\"idle_rank_microbatches\":%d,\"cp_histogram\":{",
+                 (long long)s->valid_tokens, (long long)s->padded_tokens, (int)s->num_microbatches,
+                 (int)s->num_groups, (int)s->idle_rank_microbatches);
     for (i = 0; i < h.count; i++)
-        printf("%s\"%d\":%d", i ? "," : "", (int)h.sizes[i], (int)h.samples[i]);
-    printf("},\"sync_ranks\":%d,\"step_seconds\":%.9g,\"lower_bound_seconds\":%.9g,"
-           "\"efficiency\":%.6f,\"dag_seconds\":%.9g,\"dag_lower_bound_seconds\":%.9g,"
-           "\"dag_efficiency\":%.6f,\"barrier_seconds\":%.9g,"
-           "\"barrier_lower_bound_seconds\":%.9g,\"barrier_efficiency\":%.6f",
-           (int)s->sync_ranks, s->step_seconds, s->lower_bound_seconds, s->efficiency,
-           s->dag_seconds, s->dag_lower_bound_seconds, dag_efficiency(s), s->barrier_seconds,
-           s->barrier_lower_bound_seconds, barrier_efficiency(s));
+        fprintf(out, "%s\"%d\":%d", i ? "," : "", (int)h.sizes[i], (int)h.samples[i]);
+    fprintf(out, "},\"sync_ranks\":%d,\"step_seconds\":%.9g,\"lower_bound_seconds\":%.9g,"
+                 "\"efficiency\":%.6f,\"dag_seconds\":%.9g,\"dag_lower_bound_seconds\":%.9g,"
+                 "\"dag_efficiency\":%.6f,\"barrier_seconds\":%.9g,"
+                 "\"barrier_lower_bound_seconds\":%.9g,\"barrier_efficiency\":%.6f",
+                 (int)s->sync_ranks, s->step_seconds, s->lower_bound_seconds, s->efficiency,
+                 s->dag_seconds, s->dag_lower_bound_seconds, dag_efficiency(s), s->barrier_seconds,
+                 s->barrier_lower_bound_seconds, barrier_efficiency(s));
 }
 
-static void print_baselines_json(const result *r, const result *static_plan,
+static void print_baselines_json(FILE *out, const result *r, const result *static_plan,
                                  const result *greedy_plan)
 {
-    printf("\"baselines\":{\"static\":{\"cp\":%d,\"step_seconds\":%.9g,\"speedup\":%.6f},"
-           "\"greedy\":{\"step_seconds\":%.9g,\"speedup\":%.6f}}",
-           plan_single_cp(static_plan->plan), static_plan->stats.step_seconds,
-           static_plan->stats.step_seconds / r->stats.step_seconds,
-           greedy_plan->stats.step_seconds,
-           greedy_plan->stats.step_seconds / r->stats.step_seconds);
+    fprintf(out, "\"baselines\":{\"static\":{\"cp\":%d,\"step_seconds\":%.9g,\"speedup\":%.6f},"
+                 "\"greedy\":{\"step_seconds\":%.9g,\"speedup\":%.6f}}",
+                 plan_single_cp(static_plan->plan), static_plan->stats.step_seconds,
+                 static_plan->stats.step_seconds / r->stats.step_seconds,
+                 greedy_plan->stats.step_seconds,
+                 greedy_plan->stats.step_seconds / r->stats.step_seconds);
 }
 
-static int print_json(const result *r, const result *static_plan, const result *greedy_plan)
+/* What the JSON adds to the plan: each group's start and end under the plan's E and each
+   sample's padded length, made before any output is written (a failure here touches no file). */
+typedef struct json_times {
+    double *start, *end;
+    int64_t *padded;
+} json_times;
+
+static void json_times_free(json_times *t)
+{
+    free(t->start), free(t->end), free(t->padded);
+}
+
+static int json_times_make(const dcp_plan *plan, json_times *t)
+{
+    size_t groups = (size_t)plan->num_groups + 1;
+    dcp_error error;
+    int ok;
+    t->start = (double *)malloc(groups * sizeof *t->start);
+    t->end = (double *)malloc(groups * sizeof *t->end);
+    t->padded = padded_lengths(plan);
+    ok = t->start && t->end && t->padded;
+    if (!ok) snprintf(error.message, sizeof error.message, "out of memory");
+    ok = ok && dcp_plan_schedule(plan, NULL, t->start, t->end, &error) == DCP_OK;
+    if (!ok) fprintf(stderr, "dcp-plan: %s\n", error.message);
+    return ok;
+}
+
+static void print_json(FILE *out, const result *r, const result *static_plan,
+                       const result *greedy_plan, const json_times *t)
 {
     const dcp_plan *plan = r->plan;
-    size_t groups = (size_t)plan->num_groups + 1;
-    double *start = (double *)malloc(groups * sizeof *start);
-    double *end = (double *)malloc(groups * sizeof *end);
-    int64_t *padded = padded_lengths(plan);
-    dcp_error error;
-    int ok = start && end && padded;
-    if (!ok) snprintf(error.message, sizeof error.message, "out of memory");
-    ok = ok && dcp_plan_schedule(plan, NULL, start, end, &error) == DCP_OK;
-    if (ok) {
-        printf("{\"version\":\"%d.%d.%d\",", DCP_VERSION_MAJOR, DCP_VERSION_MINOR,
-               DCP_VERSION_PATCH);
-        print_config_json(&plan->config);
-        printf(",\"samples\":%d,", (int)plan->num_samples);
-        print_int64_array("sample_lengths", plan->sample_lengths, plan->num_samples);
-        printf(",");
-        print_int64_array("padded_lengths", padded, plan->num_samples);
-        printf(",");
-        print_groups_json(plan, start, end);
-        printf(",");
-        print_stats_json(r->plan, &r->stats);
-        printf(",");
-        print_baselines_json(r, static_plan, greedy_plan);
-        printf(",\"plan_seconds\":%.6g}\n", r->plan_seconds);
-    } else
-        fprintf(stderr, "dcp-plan: %s\n", error.message);
-    free(start), free(end), free(padded);
-    return ok ? EXIT_SUCCESS : EXIT_PLAN_FAILED;
+    fprintf(out, "{\"version\":\"%d.%d.%d\",", DCP_VERSION_MAJOR, DCP_VERSION_MINOR,
+            DCP_VERSION_PATCH);
+    print_config_json(out, &plan->config);
+    fprintf(out, ",\"samples\":%d,", (int)plan->num_samples);
+    print_int64_array(out, "sample_lengths", plan->sample_lengths, plan->num_samples);
+    fprintf(out, ",");
+    print_int64_array(out, "padded_lengths", t->padded, plan->num_samples);
+    fprintf(out, ",");
+    print_groups_json(out, plan, t->start, t->end);
+    fprintf(out, ",");
+    print_stats_json(out, r->plan, &r->stats);
+    fprintf(out, ",");
+    print_baselines_json(out, r, static_plan, greedy_plan);
+    fprintf(out, ",\"plan_seconds\":%.6g}\n", r->plan_seconds);
 }
 
 /* ---------------------------------------------------------------------- text summary */
 
-static void print_summary(const result *r, const result *static_plan, const result *greedy_plan)
+static void print_summary(FILE *out, const result *r, const result *static_plan,
+                          const result *greedy_plan)
 {
     const dcp_plan *plan = r->plan;
     const dcp_plan_stats *s = &r->stats;
     histogram h;
     int32_t i;
-    printf("dcp-plan: %d samples, %lld valid tokens, %d ranks, max %lld padded tokens per rank, "
-           "strategy %s\n",
-           (int)plan->num_samples, (long long)s->valid_tokens, (int)plan->config.ranks,
-           (long long)plan->config.max_tokens_per_rank, dcp_strategy_name(plan->config.strategy));
-    printf("  microbatches    %d (%d groups, %d idle rank-microbatches)\n",
-           (int)s->num_microbatches, (int)s->num_groups, (int)s->idle_rank_microbatches);
+    fprintf(out, "dcp-plan: %d samples, %lld valid tokens, %d ranks, max %lld padded tokens per "
+                 "rank, strategy %s\n",
+                 (int)plan->num_samples, (long long)s->valid_tokens, (int)plan->config.ranks,
+                 (long long)plan->config.max_tokens_per_rank,
+                 dcp_strategy_name(plan->config.strategy));
+    fprintf(out, "  microbatches    %d (%d groups, %d idle rank-microbatches)\n",
+                 (int)s->num_microbatches, (int)s->num_groups, (int)s->idle_rank_microbatches);
     plan_histogram(plan, &h);
-    printf("  cp histogram   ");
-    for (i = 0; i < h.count; i++) printf(" cp=%d: %d samples;", (int)h.sizes[i], (int)h.samples[i]);
-    printf("\n");
-    printf("  step time       %.3f ms under sync ranks E = %d (blocks of E ranks in lockstep)\n",
-           s->step_seconds * 1e3, (int)s->sync_ranks);
-    printf("  E = 1 (DAG)     %.3f ms (a group starts when all its ranks are free), "
-           "efficiency %.4f\n",
-           s->dag_seconds * 1e3, dag_efficiency(s));
-    printf("  E = D (barrier) %.3f ms (every microbatch waits for the slowest group), "
-           "efficiency %.4f\n",
-           s->barrier_seconds * 1e3, barrier_efficiency(s));
-    printf("  lower bound     %.3f ms (under E = %d)\n", s->lower_bound_seconds * 1e3,
-           (int)s->sync_ranks);
-    printf("  efficiency      %.4f (lower bound / step time)\n", s->efficiency);
-    printf("  static CP=%-5d %.3f ms, speed-up over static %.3fx\n",
-           plan_single_cp(static_plan->plan), static_plan->stats.step_seconds * 1e3,
-           static_plan->stats.step_seconds / s->step_seconds);
-    printf("  greedy          %.3f ms, speed-up over greedy %.3fx\n",
-           greedy_plan->stats.step_seconds * 1e3,
-           greedy_plan->stats.step_seconds / s->step_seconds);
-    printf("  plan time       %.3f ms\n", r->plan_seconds * 1e3);
+    fprintf(out, "  cp histogram   ");
+    for (i = 0; i < h.count; i++)
+        fprintf(out, " cp=%d: %d samples;", (int)h.sizes[i], (int)h.samples[i]);
+    fprintf(out, "\n");
+    fprintf(out,
+            "  step time       %.3f ms under sync ranks E = %d (blocks of E ranks in lockstep)\n",
+            s->step_seconds * 1e3, (int)s->sync_ranks);
+    fprintf(out, "  E = 1 (DAG)     %.3f ms (a group starts when all its ranks are free), "
+                 "efficiency %.4f\n",
+                 s->dag_seconds * 1e3, dag_efficiency(s));
+    fprintf(out, "  E = D (barrier) %.3f ms (every microbatch waits for the slowest group), "
+                 "efficiency %.4f\n",
+                 s->barrier_seconds * 1e3, barrier_efficiency(s));
+    fprintf(out, "  lower bound     %.3f ms (under E = %d)\n", s->lower_bound_seconds * 1e3,
+                 (int)s->sync_ranks);
+    fprintf(out, "  efficiency      %.4f (lower bound / step time)\n", s->efficiency);
+    fprintf(out, "  static CP=%-5d %.3f ms, speed-up over static %.3fx\n",
+                 plan_single_cp(static_plan->plan), static_plan->stats.step_seconds * 1e3,
+                 static_plan->stats.step_seconds / s->step_seconds);
+    fprintf(out, "  greedy          %.3f ms, speed-up over greedy %.3fx\n",
+                 greedy_plan->stats.step_seconds * 1e3,
+                 greedy_plan->stats.step_seconds / s->step_seconds);
+    fprintf(out, "  plan time       %.3f ms\n", r->plan_seconds * 1e3);
 }
 
 /* ------------------------------------------------------------------------- rank view
    Rows are printed as dcp_rank_view_runs' runs: memory follows the view's samples, not its
    token count, so a view of 2^31 rows prints in constant memory. */
 
-static void print_runs_json(const dcp_rank_view *v, const dcp_row_run *runs, int32_t count)
+static void print_runs_json(FILE *out, const dcp_rank_view *v, const dcp_row_run *runs,
+                            int32_t count)
 {
     int32_t i;
-    printf("\"runs\":[");
+    fprintf(out, "\"runs\":[");
     for (i = 0; i < count; i++)
-        printf("%s{\"first_row\":%lld,\"rows\":%lld,\"sample\":%d,\"position\":%lld}",
-               i ? "," : "", (long long)runs[i].first_row, (long long)runs[i].rows,
-               (int)v->samples[runs[i].slot], (long long)runs[i].position);
-    printf("]");
+        fprintf(out, "%s{\"first_row\":%lld,\"rows\":%lld,\"sample\":%d,\"position\":%lld}",
+                     i ? "," : "", (long long)runs[i].first_row, (long long)runs[i].rows,
+                     (int)v->samples[runs[i].slot], (long long)runs[i].position);
+    fprintf(out, "]");
 }
 
-static void print_view_json(const dcp_rank_view *v, const dcp_row_run *runs, int32_t count)
+static void print_view_json(FILE *out, const dcp_rank_view *v, const dcp_row_run *runs,
+                            int32_t count)
 {
-    printf("{\"rank\":%d,\"microbatch\":%d,\"first_rank\":%d,\"cp\":%d,\"rank_in_group\":%d,"
-           "\"idle\":%s,",
-           (int)v->rank, (int)v->microbatch, (int)v->first_rank, (int)v->cp,
-           (int)v->rank_in_group, v->idle ? "true" : "false");
-    print_int32_array("samples", v->samples, v->num_samples);
-    printf(",");
-    print_int64_array("sample_lengths", v->sample_lengths, v->num_samples);
-    printf(",");
-    print_int32_array("cu_seqlens", v->cu_seqlens, v->num_samples + 1);
-    printf(",");
-    print_int32_array("cu_seqlens_padded", v->cu_seqlens_padded, v->num_samples + 1);
-    printf(",");
-    print_int32_array("local_offsets", v->local_offsets, v->num_samples + 1);
-    printf(",\"max_seqlen\":%d,\"local_tokens\":%lld,\"pad_multiple\":%lld,", (int)v->max_seqlen,
-           (long long)v->local_tokens, (long long)v->pad_multiple);
-    print_runs_json(v, runs, count);
-    printf("}\n");
+    fprintf(out, "{\"rank\":%d,\"microbatch\":%d,\"first_rank\":%d,\"cp\":%d,\"rank_in_group\":%d,"
+                 "\"idle\":%s,",
+                 (int)v->rank, (int)v->microbatch, (int)v->first_rank, (int)v->cp,
+                 (int)v->rank_in_group, v->idle ? "true" : "false");
+    print_int32_array(out, "samples", v->samples, v->num_samples);
+    fprintf(out, ",");
+    print_int64_array(out, "sample_lengths", v->sample_lengths, v->num_samples);
+    fprintf(out, ",");
+    print_int32_array(out, "cu_seqlens", v->cu_seqlens, v->num_samples + 1);
+    fprintf(out, ",");
+    print_int32_array(out, "cu_seqlens_padded", v->cu_seqlens_padded, v->num_samples + 1);
+    fprintf(out, ",");
+    print_int32_array(out, "local_offsets", v->local_offsets, v->num_samples + 1);
+    fprintf(out, ",\"max_seqlen\":%d,\"local_tokens\":%lld,\"pad_multiple\":%lld,",
+            (int)v->max_seqlen, (long long)v->local_tokens, (long long)v->pad_multiple);
+    print_runs_json(out, v, runs, count);
+    fprintf(out, "}\n");
 }
 
-static void print_list(const char *label, const int32_t *values, int32_t count)
+static void print_list(FILE *out, const char *label, const int32_t *values, int32_t count)
 {
     int32_t i;
-    printf("  %-18s", label);
-    for (i = 0; i < count; i++) printf(" %d", (int)values[i]);
-    printf("\n");
+    fprintf(out, "  %-18s", label);
+    for (i = 0; i < count; i++) fprintf(out, " %d", (int)values[i]);
+    fprintf(out, "\n");
 }
 
-static void print_view_summary(const dcp_rank_view *v, const dcp_row_run *runs, int32_t count)
+static void print_view_summary(FILE *out, const dcp_rank_view *v, const dcp_row_run *runs,
+                               int32_t count)
 {
     int32_t i;
     if (v->idle) {
-        printf("rank %d, microbatch %d: idle (no group, no samples: it waits for the "
-               "microbatch's groups)\n",
-               (int)v->rank, (int)v->microbatch);
+        fprintf(out, "rank %d, microbatch %d: idle (no group, no samples: it waits for the "
+                     "microbatch's groups)\n",
+                     (int)v->rank, (int)v->microbatch);
         return;
     }
-    printf("rank %d, microbatch %d: group of ranks %d-%d (cp %d), rank %d in the group\n",
-           (int)v->rank, (int)v->microbatch, (int)v->first_rank, (int)(v->first_rank + v->cp - 1),
-           (int)v->cp, (int)v->rank_in_group);
-    print_list("samples", v->samples, v->num_samples);
-    print_list("cu_seqlens", v->cu_seqlens, v->num_samples + 1);
-    print_list("cu_seqlens_padded", v->cu_seqlens_padded, v->num_samples + 1);
-    print_list("local_offsets", v->local_offsets, v->num_samples + 1);
-    printf("  max_seqlen         %d (padded)\n  local_tokens       %lld\n"
-           "  pad multiple       %lld\n  local rows:\n",
-           (int)v->max_seqlen, (long long)v->local_tokens, (long long)v->pad_multiple);
+    fprintf(out, "rank %d, microbatch %d: group of ranks %d-%d (cp %d), rank %d in the group\n",
+                 (int)v->rank, (int)v->microbatch, (int)v->first_rank,
+                 (int)(v->first_rank + v->cp - 1), (int)v->cp, (int)v->rank_in_group);
+    print_list(out, "samples", v->samples, v->num_samples);
+    print_list(out, "cu_seqlens", v->cu_seqlens, v->num_samples + 1);
+    print_list(out, "cu_seqlens_padded", v->cu_seqlens_padded, v->num_samples + 1);
+    print_list(out, "local_offsets", v->local_offsets, v->num_samples + 1);
+    fprintf(out, "  max_seqlen         %d (padded)\n  local_tokens       %lld\n"
+                 "  pad multiple       %lld\n  local rows:\n",
+                 (int)v->max_seqlen, (long long)v->local_tokens, (long long)v->pad_multiple);
     for (i = 0; i < count; i++) {
         const dcp_row_run *run = &runs[i];
-        printf("    rows %lld-%lld: sample %d, ", (long long)run->first_row,
-               (long long)(run->first_row + run->rows - 1), (int)v->samples[run->slot]);
+        fprintf(out, "    rows %lld-%lld: sample %d, ", (long long)run->first_row,
+                     (long long)(run->first_row + run->rows - 1), (int)v->samples[run->slot]);
         if (run->position < 0)
-            printf("padding\n");
+            fprintf(out, "padding\n");
         else
-            printf("positions %lld-%lld\n", (long long)run->position,
-                   (long long)(run->position + run->rows - 1));
+            fprintf(out, "positions %lld-%lld\n", (long long)run->position,
+                         (long long)(run->position + run->rows - 1));
     }
 }
 
-/* The THD metadata one rank receives for one microbatch. */
-static int print_view(const options *o, const dcp_plan *plan)
+/* The THD metadata one rank receives for one microbatch: the view and its row runs, made
+   (and the rank and microbatch checked against the plan) before any output is written. */
+typedef struct view_rows {
+    dcp_rank_view *view;
+    dcp_row_run *runs;
+    int32_t count;
+} view_rows;
+
+static void view_rows_free(view_rows *v)
 {
-    dcp_rank_view *view = NULL;
-    dcp_row_run *runs = NULL;
-    int32_t count = 0;
+    free(v->runs);
+    dcp_rank_view_destroy(v->view);
+}
+
+static int view_rows_make(const options *o, const dcp_plan *plan, view_rows *v)
+{
     dcp_error error;
     int status = EXIT_USAGE; /* a rank or microbatch outside the plan */
-    if (dcp_rank_view_create(plan, o->view_rank, o->view_microbatch, &view, &error) == DCP_OK) {
+    if (dcp_rank_view_create(plan, o->view_rank, o->view_microbatch, &v->view, &error) ==
+        DCP_OK) {
         status = EXIT_PLAN_FAILED;
-        if (dcp_rank_view_runs(view, NULL, 0, &count, &error) == DCP_OK &&
-            (runs = (dcp_row_run *)malloc(((size_t)count + 1) * sizeof *runs)) != NULL &&
-            dcp_rank_view_runs(view, runs, count, &count, &error) == DCP_OK)
+        if (dcp_rank_view_runs(v->view, NULL, 0, &v->count, &error) == DCP_OK &&
+            (v->runs = (dcp_row_run *)malloc(((size_t)v->count + 1) * sizeof *v->runs)) &&
+            dcp_rank_view_runs(v->view, v->runs, v->count, &v->count, &error) == DCP_OK)
             status = EXIT_SUCCESS;
-        else if (!runs)
+        else if (!v->runs)
             snprintf(error.message, sizeof error.message, "out of memory for %d runs",
-                     (int)count);
+                     (int)v->count);
     }
-    if (status != EXIT_SUCCESS)
-        fprintf(stderr, "dcp-plan: %s\n", error.message);
-    else if (o->json)
-        print_view_json(view, runs, count);
-    else
-        print_view_summary(view, runs, count);
-    free(runs);
-    dcp_rank_view_destroy(view);
+    if (status != EXIT_SUCCESS) fprintf(stderr, "dcp-plan: %s\n", error.message);
     return status;
 }
 
-/* ------------------------------------------------------------------------------- files */
-
-static int open_output(output_file *out, const char *flag)
+static void print_view(FILE *out, const options *o, const view_rows *v)
 {
-    if (!out->path) return 1;
-    if ((out->file = fopen(out->path, "wb")) != NULL) return out->created = 1;
-    fprintf(stderr, "dcp-plan: %s: cannot write %s: %s\n", flag, out->path, strerror(errno));
+    if (o->json)
+        print_view_json(out, v->view, v->runs, v->count);
+    else
+        print_view_summary(out, v->view, v->runs, v->count);
+}
+
+/* ------------------------------------------------------------------------------- files
+   A run replaces a file only once all of it has succeeded. Every check runs and every output
+   is made in memory first; then each output goes to a temporary file beside its target
+   (same directory, so same file system) which is renamed over the target, an atomic step.
+   A failure at any point before the renames leaves every pre-existing file byte-identical
+   and removes the temporaries (also on SIGINT, SIGTERM and SIGHUP). At the start each path
+   is probed by creating and removing a temporary there, so that an unwritable path fails
+   at once rather than after the plan. */
+
+/* A new file's permissions before the umask, as fopen gives them. */
+#define NEW_FILE_MODE 0666
+#define PERMISSION_BITS 07777
+#define TEMP_INFIX ".dcp-plan-"
+#define TEMP_PATTERN "XXXXXX" /* mkstemp's */
+
+/* The temporaries that exist now, for the signal handler; NULL where none. */
+static char *volatile live_temps[OUTPUT_COUNT];
+
+static void remove_temps_on_signal(int signal_number)
+{
+    int k;
+    for (k = 0; k < OUTPUT_COUNT; k++)
+        if (live_temps[k]) unlink(live_temps[k]);
+    raise(signal_number); /* SA_RESETHAND: the default action now, exit by the signal */
+}
+
+static void install_signal_cleanup(void)
+{
+    static const int signals[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction action;
+    size_t i;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = remove_temps_on_signal;
+    action.sa_flags = SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    for (i = 0; i < sizeof signals / sizeof signals[0]; i++) sigaction(signals[i], &action, NULL);
+}
+
+static int output_error(const output_file *out, const char *path, int error_number)
+{
+    fprintf(stderr, "dcp-plan: %s: cannot write %s: %s\n", out->flag, path,
+            strerror(error_number));
     return 0;
 }
 
-/* Writes size bytes, closes the file (on every path) and names it on stderr. */
-static int write_output(output_file *out, const char *flag, const void *data, size_t size)
+/* Creates the temporary beside the target, hidden (".NAME.dcp-plan-XXXXXX"), with the
+   target's permissions; returns its descriptor, or -1 with errno set. */
+static int temp_create(output_file *out, int kind)
 {
-    int written = fwrite(data, 1, size, out->file) == size, closed = fclose(out->file) == 0;
-    out->file = NULL;
-    if (!written || !closed) {
-        fprintf(stderr, "dcp-plan: %s: cannot write %s: %s\n", flag, out->path, strerror(errno));
-        return 0;
+    const char *slash = strrchr(out->target, '/');
+    size_t directory = slash ? (size_t)(slash - out->target) + 1 : 0;
+    size_t size = strlen(out->target) + sizeof "." TEMP_INFIX TEMP_PATTERN;
+    int fd, saved;
+    if (!(out->temp = (char *)malloc(size))) return -1;
+    snprintf(out->temp, size, "%.*s.%s" TEMP_INFIX TEMP_PATTERN, (int)directory, out->target,
+             out->target + directory);
+    if ((fd = mkstemp(out->temp)) < 0 || fchmod(fd, out->mode) != 0) {
+        saved = errno;
+        if (fd >= 0) close(fd), unlink(out->temp);
+        free(out->temp);
+        out->temp = NULL;
+        errno = saved;
+        return -1;
     }
-    fprintf(stderr, "dcp-plan: wrote %s (%zu bytes)\n", out->path, size);
+    live_temps[kind] = out->temp;
+    return fd;
+}
+
+/* Forgets the temporary, removing it first unless it was renamed over the target. */
+static void temp_release(output_file *out, int kind, int renamed)
+{
+    live_temps[kind] = NULL;
+    if (out->temp && !renamed) unlink(out->temp);
+    free(out->temp);
+    out->temp = NULL;
+}
+
+/* Where the bytes go and with which permissions: a symbolic link's file (the link stays;
+   a dangling link is replaced as a file would be); an existing file's own mode, or a new
+   file's default. A target that exists but is no regular file (/dev/null, a pipe) is written
+   in place, after every check. */
+static int output_resolve(output_file *out)
+{
+    struct stat st;
+    mode_t mask = umask(0);
+    umask(mask);
+    out->mode = (mode_t)(NEW_FILE_MODE & ~mask);
+    if (lstat(out->path, &st) == 0 && S_ISLNK(st.st_mode))
+        out->target = realpath(out->path, NULL);
+    if (!out->target && !(out->target = strdup(out->path)))
+        return output_error(out, out->path, ENOMEM);
+    if (stat(out->target, &st) != 0) return 1; /* a new file */
+    if (S_ISDIR(st.st_mode)) return output_error(out, out->path, EISDIR);
+    if (access(out->target, W_OK) != 0) return output_error(out, out->path, errno);
+    out->in_place = !S_ISREG(st.st_mode);
+    out->mode = (mode_t)(st.st_mode & PERMISSION_BITS);
+    return 1;
+}
+
+/* At the start: the target is resolved and a temporary can be created beside it. */
+static int output_check(output_file *out, int kind)
+{
+    int fd;
+    if (!out->path) return 1;
+    if (!output_resolve(out)) return 0;
+    if (out->in_place) return 1;
+    if ((fd = temp_create(out, kind)) < 0) return output_error(out, out->path, errno);
+    close(fd);
+    temp_release(out, kind, 0);
     return 1;
 }
 
@@ -946,131 +1206,182 @@ static dcp_status fill_plan(const void *what, char *buffer, size_t capacity, siz
 
 /* ------------------------------------------------------------------------------- main */
 
+typedef struct bytes {
+    char *data;
+    size_t size;
+} bytes;
+
 typedef struct run_state {
     options o;
     int64_t *lengths;
     int32_t count;
-    result chosen, baselines[2], compare_dynamic; /* baselines: static, greedy */
-    int have_baselines, have_compare_dynamic;
+    result plans[MAX_RUN_PLANS]; /* in run_strategies' order: chosen, static, greedy, dynamic */
+    int32_t plan_count;
+    json_times times;  /* with --json and no --rank */
+    view_rows view;    /* with --rank */
+    bytes svg, saved;  /* the contents of --svg and --save-plan */
 } run_state;
 
-/* The picture is dcp_plan_svg's (one plan, or static, greedy and dynamic on one time scale
-   with --compare); the file is the one main opened. */
-static int write_plan_svg(run_state *s)
+/* The picture is dcp_plan_svg's: one plan, or static, greedy and dynamic on one time scale
+   with --compare. */
+static int make_svg(run_state *s)
 {
     svg_request request;
-    size_t size = 0;
     dcp_error error;
-    char *text;
-    int ok;
-    request.plans[0] = s->chosen.plan;
+    request.plans[0] = s->plans[PLAN_CHOSEN].plan;
     request.count = 1;
     if (s->o.compare) {
-        request.plans[0] = s->baselines[0].plan;
-        request.plans[1] = s->baselines[1].plan;
-        request.plans[2] = s->have_compare_dynamic ? s->compare_dynamic.plan : s->chosen.plan;
+        request.plans[0] = s->plans[PLAN_STATIC].plan;
+        request.plans[1] = s->plans[PLAN_GREEDY].plan;
+        request.plans[2] =
+            s->plans[s->plan_count > PLAN_DYNAMIC ? PLAN_DYNAMIC : PLAN_CHOSEN].plan;
         request.count = 3;
     }
-    if (!(text = fill_buffer(fill_svg, &request, &size, &error))) {
+    if (!(s->svg.data = fill_buffer(fill_svg, &request, &s->svg.size, &error))) {
         fprintf(stderr, "dcp-plan: --svg: %s\n", error.message);
         return 0;
     }
-    ok = write_output(&s->o.svg, "--svg", text, size - 1); /* without the terminating NUL */
-    free(text);
-    return ok;
+    s->svg.size--; /* without the terminating NUL */
+    return 1;
 }
 
-static int write_saved_plan(run_state *s)
+static int make_saved_plan(run_state *s)
 {
-    size_t size = 0;
     dcp_error error;
-    char *bytes = fill_buffer(fill_plan, s->chosen.plan, &size, &error);
-    int ok;
-    if (!bytes) {
+    if (!(s->saved.data = fill_buffer(fill_plan, s->plans[PLAN_CHOSEN].plan, &s->saved.size, &error))) {
         fprintf(stderr, "dcp-plan: --save-plan: %s\n", error.message);
         return 0;
     }
-    ok = write_output(&s->o.saved_plan, "--save-plan", bytes, size);
-    free(bytes);
+    return 1;
+}
+
+/* What goes to stdout, or to --output. */
+static void print_result(FILE *out, const run_state *s)
+{
+    if (s->o.view_rank >= 0)
+        print_view(out, &s->o, &s->view);
+    else if (s->o.json)
+        print_json(out, &s->plans[PLAN_CHOSEN], &s->plans[PLAN_STATIC], &s->plans[PLAN_GREEDY],
+                   &s->times);
+    else
+        print_summary(out, &s->plans[PLAN_CHOSEN], &s->plans[PLAN_STATIC],
+                      &s->plans[PLAN_GREEDY]);
+}
+
+static void write_content(FILE *file, const run_state *s, int kind)
+{
+    const bytes *b = kind == OUTPUT_SVG ? &s->svg : &s->saved;
+    if (kind == OUTPUT_TEXT)
+        print_result(file, s);
+    else
+        fwrite(b->data, 1, b->size, file);
+}
+
+/* One output into its temporary (or in place), flushed to the disk before the rename. */
+static int output_write(output_file *out, const run_state *s, int kind)
+{
+    int fd = out->in_place ? -1 : temp_create(out, kind), ok;
+    FILE *file = out->in_place ? fopen(out->target, "wb") : fd >= 0 ? fdopen(fd, "wb") : NULL;
+    long size;
+    if (!file) {
+        int saved = errno;
+        if (fd >= 0) close(fd);
+        return output_error(out, out->path, saved);
+    }
+    write_content(file, s, kind);
+    size = ftell(file);
+    ok = fflush(file) == 0 && !ferror(file) && (out->in_place || fsync(fileno(file)) == 0);
+    ok = (fclose(file) == 0) && ok;
+    out->size = size < 0 ? 0 : (size_t)size;
+    if (!ok) return output_error(out, out->path, errno);
+    return 1;
+}
+
+/* Writes every output: the temporaries first, the in-place targets next, the renames last.
+   A failure before the renames leaves every file as it was. */
+static int commit_outputs(run_state *s)
+{
+    output_file *outputs = s->o.outputs;
+    int k, pass, ok = 1;
+    for (pass = 0; pass < 2; pass++) /* 0: temporaries, 1: in place */
+        for (k = 0; ok && k < OUTPUT_COUNT; k++)
+            if (outputs[k].path && outputs[k].in_place == pass)
+                ok = output_write(&outputs[k], s, k);
+    for (k = 0; ok && k < OUTPUT_COUNT; k++) {
+        if (!outputs[k].temp) continue;
+        if (rename(outputs[k].temp, outputs[k].target) != 0)
+            ok = output_error(&outputs[k], outputs[k].path, errno);
+        else
+            temp_release(&outputs[k], k, 1);
+    }
+    for (k = 0; k < OUTPUT_COUNT; k++) temp_release(&outputs[k], k, 0);
+    for (k = 0; ok && k < OUTPUT_COUNT; k++)
+        if (outputs[k].path)
+            fprintf(stderr, "dcp-plan: wrote %s (%zu bytes)\n", outputs[k].path, outputs[k].size);
     return ok;
 }
 
-/* Plans what the output needs: the chosen strategy; the baselines for the summary, the JSON
-   and --compare; dynamic as well for --compare when another strategy was chosen. */
+/* Plans what the output needs (run_strategies). */
 static int plan_all(run_state *s)
 {
-    int need_baselines = s->o.view_rank < 0 || s->o.compare;
-    if (!plan_with(&s->o.config, s->o.config.strategy, s->lengths, s->count, &s->chosen))
-        return EXIT_PLAN_FAILED;
-    if (need_baselines) {
-        if (!plan_with(&s->o.config, DCP_STRATEGY_STATIC, s->lengths, s->count,
-                       &s->baselines[0]))
+    dcp_strategy strategies[MAX_RUN_PLANS];
+    int32_t count = run_strategies(&s->o, strategies);
+    for (s->plan_count = 0; s->plan_count < count; s->plan_count++)
+        if (!plan_with(&s->o.config, strategies[s->plan_count], s->lengths, s->count,
+                       &s->plans[s->plan_count]))
             return EXIT_PLAN_FAILED;
-        if (!plan_with(&s->o.config, DCP_STRATEGY_GREEDY, s->lengths, s->count,
-                       &s->baselines[1])) {
-            dcp_plan_destroy(s->baselines[0].plan);
-            return EXIT_PLAN_FAILED;
-        }
-        s->have_baselines = 1;
-    }
-    if (s->o.compare && s->o.config.strategy != DCP_STRATEGY_DYNAMIC) {
-        if (!plan_with(&s->o.config, DCP_STRATEGY_DYNAMIC, s->lengths, s->count,
-                       &s->compare_dynamic))
-            return EXIT_PLAN_FAILED;
-        s->have_compare_dynamic = 1;
-    }
+    return EXIT_SUCCESS;
+}
+
+/* Everything the outputs print, made and checked before the first byte is written. */
+static int make_outputs(run_state *s)
+{
+    const dcp_plan *chosen = s->plans[PLAN_CHOSEN].plan;
+    if (s->o.view_rank >= 0) return view_rows_make(&s->o, chosen, &s->view);
+    if (s->o.json && !json_times_make(chosen, &s->times)) return EXIT_PLAN_FAILED;
+    if (s->o.outputs[OUTPUT_SVG].path && !make_svg(s)) return EXIT_PLAN_FAILED;
+    if (s->o.outputs[OUTPUT_SAVED_PLAN].path && !make_saved_plan(s)) return EXIT_PLAN_FAILED;
     return EXIT_SUCCESS;
 }
 
 static void run_free(run_state *s)
 {
-    dcp_plan_destroy(s->chosen.plan);
-    if (s->have_baselines) {
-        dcp_plan_destroy(s->baselines[0].plan);
-        dcp_plan_destroy(s->baselines[1].plan);
-    }
-    if (s->have_compare_dynamic) dcp_plan_destroy(s->compare_dynamic.plan);
+    int k;
+    for (k = 0; k < s->plan_count; k++) dcp_plan_destroy(s->plans[k].plan);
     dcp_free(NULL, s->lengths);
+    json_times_free(&s->times);
+    view_rows_free(&s->view);
+    free(s->svg.data), free(s->saved.data);
+    for (k = 0; k < OUTPUT_COUNT; k++) free(s->o.outputs[k].target);
 }
 
-/* Plans, writes the files, then prints: everything but the view's own checks fails before
-   the first byte on stdout. */
+/* Reads, plans, makes every output in memory, then writes the files and prints: every
+   failure comes before the first byte written anywhere. */
 static int run(run_state *s)
 {
     int status = s->o.lengths_path ? file_lengths(&s->o, &s->lengths, &s->count)
                                    : lognormal_lengths(&s->o, &s->lengths, &s->count);
     if (status == EXIT_SUCCESS) status = plan_all(s);
-    if (status == EXIT_SUCCESS && s->o.svg.file && !write_plan_svg(s)) status = EXIT_PLAN_FAILED;
-    if (status == EXIT_SUCCESS && s->o.saved_plan.file && !write_saved_plan(s))
-        status = EXIT_PLAN_FAILED;
-    if (status != EXIT_SUCCESS) return status;
-    if (s->o.view_rank >= 0) return print_view(&s->o, s->chosen.plan);
-    if (s->o.json) return print_json(&s->chosen, &s->baselines[0], &s->baselines[1]);
-    print_summary(&s->chosen, &s->baselines[0], &s->baselines[1]);
-    return EXIT_SUCCESS;
+    if (status == EXIT_SUCCESS) status = make_outputs(s);
+    if (status == EXIT_SUCCESS && !commit_outputs(s)) status = EXIT_USAGE;
+    if (status == EXIT_SUCCESS && !s->o.outputs[OUTPUT_TEXT].path) print_result(stdout, s);
+    return status;
 }
 
 int main(int argc, char **argv)
 {
     run_state s;
-    output_file *files[2];
-    int status, i;
+    int status, k;
     memset(&s, 0, sizeof s);
     if (argc == 1) {
         usage(stderr);
         return EXIT_USAGE;
     }
     if ((status = parse_options(argc, argv, &s.o)) != EXIT_SUCCESS) return status;
-    files[0] = &s.o.svg;
-    files[1] = &s.o.saved_plan;
-    if (!open_output(files[0], "--svg") || !open_output(files[1], "--save-plan"))
-        status = EXIT_USAGE;
-    else
-        status = run(&s);
-    for (i = 0; i < 2; i++) {
-        if (files[i]->file) fclose(files[i]->file);
-        if (status != EXIT_SUCCESS && files[i]->created) remove(files[i]->path);
-    }
+    install_signal_cleanup();
+    for (k = 0; k < OUTPUT_COUNT && status == EXIT_SUCCESS; k++)
+        if (!output_check(&s.o.outputs[k], k)) status = EXIT_USAGE;
+    if (status == EXIT_SUCCESS) status = run(&s);
     run_free(&s);
     return status;
 }

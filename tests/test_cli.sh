@@ -243,6 +243,30 @@ expect_error "ranks not a number" 2 "--ranks expects an integer, got '4x'" \
     --lengths "$work/lengths.txt" --ranks 4x --max-tokens-per-rank 4096
 expect_error "ranks beyond 32 bits" 2 "--ranks must be in [1, 1048576], got 99999999999" \
     --lengths "$work/lengths.txt" --ranks 99999999999 --max-tokens-per-rank 4096
+# strict numbers: no white space around a value (strtoll/strtod would skip it in front only)
+expect_error "ranks with a leading space" 2 "--ranks expects an integer, got ' 4'" \
+    --lengths "$work/lengths.txt" --ranks " 4" --max-tokens-per-rank 4096
+expect_error "ranks with a trailing space" 2 "--ranks expects an integer, got '4 '" \
+    --lengths "$work/lengths.txt" --ranks "4 " --max-tokens-per-rank 4096
+expect_error "ranks with a leading tab after =" 2 "--ranks expects an integer, got '	4'" \
+    --lengths "$work/lengths.txt" "--ranks=	4" --max-tokens-per-rank 4096
+expect_error "coefficient with a leading space" 2 "--attn-coeff expects a number, got ' 1e-9'" \
+    --lengths "$work/lengths.txt" $common --attn-coeff " 1e-9"
+expect_error "coefficient with a trailing tab" 2 "--linear-coeff expects a number, got '1e-9	'" \
+    --lengths "$work/lengths.txt" $common --linear-coeff "1e-9	"
+expect_error "lognormal field with a space" 2 "--lognormal MIN expects an integer, got ' 1024'" \
+    --lognormal "4096,1.1, 1024,8192,16" $common
+expect_error "cp size with a space" 2 "--cp-sizes expects an integer, got ' 2'" \
+    --lengths "$work/lengths.txt" $common --cp-sizes "1, 2"
+# a repeated option is an error naming it, never "the last one wins"
+expect_error "repeated option" 2 "--ranks is given more than once" \
+    --lengths "$work/lengths.txt" --ranks 4 --max-tokens-per-rank 4096 --ranks=8
+expect_error "repeated option, same value" 2 "--max-tokens-per-rank is given more than once" \
+    --lengths "$work/lengths.txt" $common --max-tokens-per-rank 4096
+expect_error "repeated switch" 2 "--json is given more than once" \
+    --lengths "$work/lengths.txt" $common --json --json
+expect_error "repeated output" 2 "--svg is given more than once" \
+    --lengths "$work/lengths.txt" $common --svg "$work/a.svg" --svg "$work/b.svg"
 expect_error "bad strategy" 2 "--strategy must be dynamic, static or greedy" \
     --lengths "$work/lengths.txt" $common --strategy best
 expect_error "bad coefficient" 2 "--attn-coeff expects a number, got 'nan'" \
@@ -329,7 +353,127 @@ fi
 echo keep >"$work/kept.svg"
 expect_error "unwritable saved plan after an svg" 2 "cannot write /nonexistent/p.bin" \
     --lengths "$work/two.txt" $common --svg "$work/kept.svg" --save-plan /nonexistent/p.bin
-if [ ! -e "$work/kept.svg" ]; then pass "a path opened for the run is removed when it fails"; else fail "a path opened for the run is removed when it fails"; fi
+if [ "$(cat "$work/kept.svg")" = keep ]; then pass "a file named by a failed run keeps its bytes"; else fail "a file named by a failed run keeps its bytes"; fi
+
+# Outputs are atomic and last (issue 36): for each output kind, alone and all three at once,
+# and each failure class, a file that was there survives byte for byte, stderr has exactly
+# one line, and its folder holds no temporary afterwards.
+atomic=$work/atomic
+rm -rf "$atomic"
+mkdir -p "$atomic"
+printf 'precious\nbytes\n' >"$work/precious"
+# check_survives NAME EXIT NEEDLE OUTPUT-ARGS -- RUN-ARGS: the targets (svg, plan, out in
+# $atomic) start as $work/precious; after the failing run each is unchanged and the folder
+# lists only them.
+check_survives() {
+    what=$1 code=$2 needle=$3 kind=$4
+    shift 4
+    rm -f "$atomic"/* "$atomic"/.[!.]*
+    for target in svg plan out; do cp "$work/precious" "$atomic/$target"; done
+    case $kind in
+        svg) outputs="--svg $atomic/svg" ;;
+        plan) outputs="--save-plan $atomic/plan" ;;
+        json) outputs="--json --output $atomic/out" ;;
+        text) outputs="--output $atomic/out" ;;
+        all) outputs="--svg $atomic/svg --save-plan $atomic/plan --json --output $atomic/out" ;;
+    esac
+    # shellcheck disable=SC2086
+    expect_error "$what, $kind" "$code" "$needle" "$@" $outputs
+    changed=""
+    for target in svg plan out; do
+        cmp -s "$work/precious" "$atomic/$target" || changed="$changed $target"
+    done
+    left=$(ls -A "$atomic" | tr '\n' ' ')
+    if [ -z "$changed" ] && [ "$left" = "out plan svg " ]; then
+        pass "$what, $kind: files byte-identical, no temporary"
+    else
+        fail "$what, $kind: changed:$changed; folder: $left"
+    fi
+}
+for kind in svg plan json text all; do
+    check_survives "bad option" 2 "--ranks expects an integer, got 'x'" $kind \
+        --lengths "$work/two.txt" --ranks x --max-tokens-per-rank 4096
+    check_survives "bad lengths file" 2 'line 2: length "ten" is not a positive integer' $kind \
+        --lengths "$work/word.txt" $common
+    check_survives "infeasible plan" 1 "sample 2 has length 70000" $kind \
+        --lengths "$work/long3.txt" $common
+    check_survives "rank out of range" 2 "rank 16 outside [0, 16)" $kind \
+        --lengths "$work/two.txt" $common --rank 16 --microbatch 0
+    check_survives "microbatch out of range" 2 "microbatch 9 outside" $kind \
+        --lengths "$work/two.txt" $common --rank 0 --microbatch 9
+    check_survives "memory cap" 1 "> memory limit 0.0 GiB (--memory-limit)" $kind \
+        --lengths "$work/two.txt" $common --memory-limit 1K
+    # another output: unwritable (found at the start), or failing as the last step writes it
+    # (/dev/full, a device, is written in place after the temporaries)
+    case $kind in svg) other=--save-plan ;; all) continue ;; *) other=--svg ;; esac
+    check_survives "another output unwritable" 2 "$other: cannot write /nonexistent/x" $kind \
+        --lengths "$work/two.txt" $common $other /nonexistent/x
+    if [ -w /dev/full ]; then
+        check_survives "another output's write fails" 2 "$other: cannot write /dev/full" $kind \
+            --lengths "$work/two.txt" $common $other /dev/full
+    fi
+done
+
+# ... and a run that succeeds replaces them: the SVG, the saved plan and --output's JSON (the
+# same object stdout shows without it), keeping each file's permissions, writing through a
+# symbolic link (the link stays), into /dev/null in place, and no temporary left behind
+rm -f "$atomic"/* "$atomic"/.[!.]*
+for target in svg plan out; do cp "$work/precious" "$atomic/$target"; done
+chmod 640 "$atomic/svg"
+ln -s plan "$atomic/link"
+# shellcheck disable=SC2086
+"$plan" --lengths "$work/two.txt" $common --json >"$work/stdout.json"
+# shellcheck disable=SC2086
+if "$plan" --lengths "$work/two.txt" $common --json --svg "$atomic/svg" --save-plan "$atomic/link" \
+        --output "$atomic/out" >"$work/out" 2>"$work/err" && [ ! -s "$work/out" ] &&
+    [ "$(wc -l <"$work/err")" -eq 3 ] && grep -q "wrote $atomic/out (" "$work/err" &&
+    grep -q "^<svg" "$atomic/svg" && head -c 8 "$atomic/plan" | grep -q DCPPLAN &&
+    [ -L "$atomic/link" ] && [ "$(stat -c %a "$atomic/svg")" = 640 ] &&
+    [ "$(sed 's/"plan_seconds":[^}]*//' "$atomic/out")" = "$(sed 's/"plan_seconds":[^}]*//' "$work/stdout.json")" ] &&
+    [ "$(ls -A "$atomic" | tr '\n' ' ')" = "link out plan svg " ]; then
+    pass "a run that succeeds replaces its files (mode kept, through a link, no temporary)"
+else
+    fail "a run that succeeds replaces its files ($(cat "$work/err"); $(ls -lA "$atomic"))"
+fi
+# shellcheck disable=SC2086
+if "$plan" --lengths "$work/two.txt" $common --svg /dev/null >"$work/out" 2>&1 &&
+    [ -c /dev/null ] && grep -q "wrote /dev/null" "$work/out"; then
+    pass "a device (/dev/null) is written in place"
+else
+    fail "a device (/dev/null) is written in place ($(cat "$work/out"))"
+fi
+expect_error "a folder as output" 2 "--output: cannot write $atomic: Is a directory" \
+    --lengths "$work/two.txt" $common --output "$atomic"
+expect_error "--output and --svg on one path" 2 "--svg and --output both name $atomic/x" \
+    --lengths "$work/two.txt" $common --output "$atomic/x" --svg "$atomic/x"
+
+
+# Memory bounded up front (issue 36): 10^8 samples on 1,024 ranks are refused in under a
+# second with the estimate and the limit, before the lengths are allocated; --memory-limit
+# raises the cap (suffixes K, M, G, T) and the JSON config carries it
+start=$(date +%s%N)
+expect_error "10^8 samples refused" 1 "100000000 samples on 1024 ranks need about" \
+    --lognormal 4096,1.1,1024,8192,100000000 --ranks 1024 --max-tokens-per-rank 4096
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+if [ "$elapsed_ms" -lt 1000 ] && grep -q "GiB (lengths and 3 plans) > memory limit 8.0 GiB (--memory-limit)$" "$work/err"; then
+    pass "10^8 samples refused in $elapsed_ms ms, naming the estimate and the limit"
+else
+    fail "10^8 samples refused in $elapsed_ms ms: $(cat "$work/err")"
+fi
+expect_error "a limit below the plan's estimate" 1 "> memory limit 0.1 GiB (--memory-limit)" \
+    --lognormal 4096,1.1,1024,8192,100000 --ranks 1024 --max-tokens-per-rank 4096 --memory-limit 100M
+expect_error "--lengths checked after reading" 1 "3 samples on 16 ranks need about" \
+    --lengths "$work/lengths.txt" $common --memory-limit 2K
+expect_error "memory limit with a space" 2 "--memory-limit expects a byte count (digits, then optionally K, M, G or T), got '8 G'" \
+    --lengths "$work/lengths.txt" $common --memory-limit "8 G"
+expect_error "memory limit beyond int64" 2 "--memory-limit must be at most 9223372036854775807 bytes, got '9999999999T'" \
+    --lengths "$work/lengths.txt" $common --memory-limit 9999999999T
+if "$plan" --lengths "$work/lengths.txt" $common --memory-limit 3G --json | grep -q '"memory_limit":3221225472}' &&
+    "$plan" --lengths "$work/lengths.txt" $common --json | grep -q '"memory_limit":8589934592}'; then
+    pass "--memory-limit 3G in the JSON config, 8 GiB by default"
+else
+    fail "--memory-limit in the JSON config"
+fi
 
 # --flag=value, a UTF-8 BOM, a CSV header naming a column
 printf '\357\273\277100\n200\n' >"$work/bom.txt"

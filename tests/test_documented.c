@@ -94,6 +94,41 @@ static dcp_status loguniform_bad_range(dcp_error *error)
 
 /* ------------------------------------------------------------------------- planner */
 
+/* A limit below what four samples need: refused before any allocation. */
+static dcp_status plan_create_over_limit(dcp_error *error)
+{
+    const int64_t lengths[] = {1000, 3000, 200, 700};
+    dcp_config c = make_config(4, 1024);
+    dcp_plan *plan = NULL;
+    c.memory_limit = 1;
+    return dcp_plan_create(&c, lengths, 4, &plan, error);
+}
+
+static dcp_status memory_estimate_no_count(dcp_error *error)
+{
+    dcp_config c = make_config(4, 1024);
+    int64_t bytes;
+    return dcp_plan_memory_estimate(&c, 0, &bytes, error);
+}
+
+static dcp_status plan_trusted_made_here(dcp_error *error)
+{
+    dcp_plan *plan = small_plan();
+    dcp_status status = dcp_plan_trusted(plan, error);
+    dcp_plan_destroy(plan);
+    return status;
+}
+
+/* The small plan uses two CP sizes; room for one. */
+static dcp_status histogram_small_capacity(dcp_error *error)
+{
+    dcp_plan *plan = small_plan();
+    int32_t sizes[1], samples[1], count = 0;
+    dcp_status status = dcp_plan_cp_histogram(plan, sizes, samples, 1, &count, error);
+    dcp_plan_destroy(plan);
+    return status;
+}
+
 static dcp_status plan_compare_same(dcp_error *error)
 {
     dcp_plan *a = small_plan(), *b = small_plan();
@@ -387,6 +422,10 @@ static const documented_case cases[] = {
     {"dcp_cost_fit_measurements", DCP_ERROR_OVERFLOW, cost_fit_out_of_range, "attn_coeff"},
     {"dcp_lengths_filter", DCP_ERROR_INVALID_ARGUMENT, lengths_filter_bad_length, "0"},
     {"dcp_rng_loguniform_length", DCP_ERROR_INVALID_ARGUMENT, loguniform_bad_range, "10"},
+    {"dcp_plan_create", DCP_ERROR_OUT_OF_MEMORY, plan_create_over_limit, "memory limit"},
+    {"dcp_plan_memory_estimate", DCP_ERROR_INVALID_ARGUMENT, memory_estimate_no_count, "count"},
+    {"dcp_plan_trusted", DCP_OK, plan_trusted_made_here, NULL},
+    {"dcp_plan_cp_histogram", DCP_ERROR_INVALID_ARGUMENT, histogram_small_capacity, "capacity"},
     {"dcp_plan_compare", DCP_OK, plan_compare_same, NULL},
     {"dcp_plan_compare", DCP_ERROR_INVALID_PLAN, plan_compare_different, "length 200/201"},
     {"dcp_plan_svg", DCP_ERROR_INVALID_ARGUMENT, plan_svg_small_buffer, "too small"},

@@ -61,7 +61,7 @@ fields |= {"attn-coeff", "linear-coeff", "ring-step-cost"}
 missing = sorted(fields - options)
 assert not missing, f"dcp_config fields without a dcp-plan option: {missing}"
 others = {"lengths", "lognormal", "seed", "json", "svg", "compare", "save-plan", "rank",
-          "microbatch", "version", "help"}
+          "microbatch", "version", "help", "output"}
 unknown = sorted(options - fields - others)
 assert not unknown, f"dcp-plan options that are no dcp_config field: {unknown}"
 PY

@@ -49,7 +49,8 @@ class Config(ctypes.Structure):
                 ("strategy", c_enum), ("improve_moves", c_int32),
                 ("cp_sizes", c_enum),  # dcp_cp_sizes
                 ("cp_size_count", c_int32), ("cp_size_list", c_int32 * CP_SIZE_LIST_CAPACITY),
-                ("head_count", c_int32), ("cover_ranks", c_int32), ("allocator", Allocator)]
+                ("head_count", c_int32), ("cover_ranks", c_int32), ("allocator", Allocator),
+                ("memory_limit", c_int64)]
 
 
 class Group(ctypes.Structure):

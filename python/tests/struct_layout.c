@@ -44,6 +44,7 @@ static void planner_structs(void)
     FIELD(dcp_config, cp_size_list);
     FIELD(dcp_config, head_count);
     FIELD(dcp_config, allocator);
+    FIELD(dcp_config, memory_limit);
     SIZE(dcp_group);
     FIELD(dcp_group, first_rank);
     FIELD(dcp_group, cp);
