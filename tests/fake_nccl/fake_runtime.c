@@ -418,7 +418,9 @@ typedef struct fake_split {
     unsigned long sequence;
     int size, deposited, broken; /* size: the members that come (a shrink's excluded do not);
                                     broken: a member was aborted before everyone came */
+    struct fake_group *parent;
     int *color, *key;            /* [parent rank]: NCCL_SPLIT_NOCOLOR until it comes */
+    unsigned char *joined;       /* [parent rank]: 1 once it came, 2 if excluded (shrink) */
     struct fake_group **child; /* [rank]: the child group of that rank's color */
 } fake_split;
 
@@ -431,7 +433,8 @@ typedef struct fake_channel {
     struct fake_channel *next; /* the sender's next channel */
     int to;
     fake_message *head, *tail;
-    unsigned char link; /* FAKE_LINK_* sides */
+    unsigned char link;  /* FAKE_LINK_* sides */
+    unsigned long sends; /* sends posted from -> to so far */
 } fake_channel;
 
 typedef struct fake_group {
@@ -591,6 +594,7 @@ static void fake_post(ncclComm_t comm, fake_part *p)
     fake_message **tail = fake_box(g, comm->rank, p->peer, 1);
     m->next = NULL, m->bytes = p->bytes, m->consumed = 0;
     memcpy(m->data, p->source, p->bytes);
+    fake_channel_of(g, comm->rank, p->peer)->sends++;
     if (*tail) (*tail)->next = m;
     else *head = m;
     *tail = m;
@@ -1133,9 +1137,12 @@ static ncclResult_t fake_job_start(fake_job *job)
 
 /* -- splits: collective over the parent; the child exists once every member has come */
 
+enum { FAKE_JOINED = 1, FAKE_EXCLUDED = 2 };
+
 /* comm joins its communicator's next split (its own count of splits names it), of which
-   `members` ranks of the parent take part (a shrink leaves the excluded ones out). */
-static fake_split *fake_split_join(ncclComm_t comm, int color, int key, int members)
+   `members` ranks of the parent take part: a shrink leaves out excluded[0 .. count). */
+static fake_split *fake_split_join(ncclComm_t comm, int color, int key, int members,
+                                   const int *excluded, int count)
 {
     fake_group *g = comm->group;
     fake_split *s;
@@ -1148,6 +1155,9 @@ static fake_split *fake_split_join(ncclComm_t comm, int color, int key, int memb
         s->color = (int *)malloc((size_t)g->size * sizeof(int));
         s->key = (int *)malloc((size_t)g->size * sizeof(int));
         for (r = 0; r < g->size; r++) s->color[r] = NCCL_SPLIT_NOCOLOR, s->key[r] = 0;
+        s->joined = (unsigned char *)calloc((size_t)g->size, 1);
+        for (r = 0; r < count; r++) s->joined[excluded[r]] = FAKE_EXCLUDED;
+        s->parent = g;
         s->child = (fake_group **)calloc((size_t)g->size, sizeof(fake_group *));
         s->next = g->splits;
         g->splits = s;
@@ -1157,6 +1167,7 @@ static fake_split *fake_split_join(ncclComm_t comm, int color, int key, int memb
                        "split and a shrink, or shrinks of different lists, at once)",
                        comm->rank, s->sequence, s->size, members);
     comm->splits++;
+    s->joined[comm->rank] = FAKE_JOINED;
     s->color[comm->rank] = color, s->key[comm->rank] = key;
     s->deposited++;
     pthread_cond_broadcast(&fake_control);
@@ -1168,7 +1179,13 @@ static fake_split *fake_split_join(ncclComm_t comm, int color, int key, int memb
 static int fake_split_complete(const void *arg)
 {
     const fake_split *s = (const fake_split *)arg;
-    return s->broken ? -1 : s->deposited == s->size;
+    int r;
+    if (s->broken) return -1;
+    if (s->deposited == s->size) return 1;
+    for (r = 0; r < s->parent->size; r++) /* a member it waits for is gone: NCCL's bootstrap
+                                              finds its socket closed */
+        if (!s->joined[r] && s->parent->members[r] && s->parent->members[r]->dead) return -1;
+    return 0;
 }
 
 /* With fake_lock held: this member's child of its split (NULL for NCCL_SPLIT_NOCOLOR), ranked
@@ -1904,7 +1921,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         pthread_mutex_unlock(&fake_lock);
         return result;
     }
-    s = fake_split_join(comm, color, key, comm->group->size);
+    s = fake_split_join(comm, color, key, comm->group->size, NULL, 0);
     result = fake_split_run(comm, s, color, &child_config, newcomm, "ncclCommSplit");
     pthread_mutex_unlock(&fake_lock);
     return result;
@@ -1957,7 +1974,8 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeR
     else child_config = comm->config;
     if (result == ncclSuccess) {
         if (shrinkFlags == NCCL_SHRINK_ABORT) fake_shrink_abort(comm);
-        s = fake_split_join(comm, 0, comm->rank, comm->group->size - excludeRanksCount);
+        s = fake_split_join(comm, 0, comm->rank, comm->group->size - excludeRanksCount,
+                            excludeRanksList, excludeRanksCount);
         result = fake_split_run(comm, s, 0, &child_config, newcomm, "ncclCommShrink");
     }
     pthread_mutex_unlock(&fake_lock);
@@ -2213,6 +2231,32 @@ static ncclConfig_t fake_comm_config(ncclComm_t comm)
     return c;
 }
 
+/* The peers comm's rank has sent to so far and how many sends each (at most cap of them, the
+   number of all returned): what a test compares before and after a phase. */
+static int fake_send_counts(ncclComm_t comm, int *peers, unsigned long *sends, int cap)
+{
+    const fake_channel *c;
+    int n = 0;
+    pthread_mutex_lock(&fake_lock);
+    for (c = comm->group->channels[comm->rank]; c; c = c->next) {
+        if (c->sends == 0) continue;
+        if (n < cap) peers[n] = c->to, sends[n] = c->sends;
+        n++;
+    }
+    pthread_mutex_unlock(&fake_lock);
+    return n;
+}
+
+/* Whether comm's abort flag is up (its kernels quit). */
+static int fake_abort_raised(ncclComm_t comm)
+{
+    int raised;
+    pthread_mutex_lock(&fake_lock);
+    raised = comm->shared->abort;
+    pthread_mutex_unlock(&fake_lock);
+    return raised;
+}
+
 /* Bytes of point-to-point payload comm's sends and receives have moved so far. */
 static void fake_traffic(ncclComm_t comm, unsigned long long *sent, unsigned long long *received)
 {
@@ -2244,7 +2288,7 @@ static void fake_free_group(fake_group *g)
     while (g->splits) {
         fake_split *s = g->splits;
         g->splits = s->next;
-        free(s->color), free(s->key), free(s->child), free(s);
+        free(s->color), free(s->key), free(s->joined), free(s->child), free(s);
     }
     free(g->members), free(g->channels), free(g->ring_ready), free(g);
 }
