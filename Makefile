@@ -320,34 +320,64 @@ $(BUILD)/test_wgmma: tests/test_wgmma.cu tests/test.h tests/cuda_test_util.h tes
                      dcp.h dcp_cuda.cu | $(BUILD)
 	$(NVCC) -std=c++14 -O2 $(WGMMA_TEST_ARCH) -Xcompiler -Wall,-Wextra,-Werror $< -o $@
 
-# ---- libdcp inside Megatron-Core (issue 27) ---------------------------------------------------
-# `make test-megatron` (CI runs it after `make test`): a virtual environment with the pinned
-# test-only packages of python/tests/megatron-requirements.txt (torch, megatron-core 0.16.1;
-# installed from PyPI once, reused while the list is unchanged), then
-# python/tests/megatron_core_test.py: megatron-core's own data-loader wrapper and hybrid-CP
-# schedule on 4 and 8 gloo ranks with its scheduler and with libdcp's, bad input, the per-token
-# loss example, and `pip install ./python` / `pip wheel ./python` in fresh environments. Prints
-# its time. `make bench-megatron-core` runs bench/megatron_core_compare.py (bench/RESULTS.md).
+# ---- libdcp inside Megatron-Core (issues 27, 34) ---------------------------------------------
+# `make test-megatron` (CI runs it after `make test`) tests every release of
+# libdcp.megatron.RELEASES, each in its own virtual environment with its pinned test-only
+# packages (installed from PyPI once, reused while the list is unchanged): megatron-core 0.16.1
+# (python/tests/megatron-requirements.txt, build/venv-megatron, $(PYTHON3)) and 0.19.2
+# (python/tests/megatron-0.19-requirements.txt, build/venv-megatron-0.19, Python 3.12: PYTHON312
+# or found by python/tests/find_python.sh, which fails saying where it looked). Under each:
+# python/tests/megatron_core_test.py (Megatron's own data-loader wrapper and hybrid-CP schedule
+# on 4 and 8 gloo ranks with its scheduler and libdcp's, bad input, real collectives through
+# the schedule at 8 and 16 ranks) and python/tests/megatron_contract_test.py (the contract
+# fuzzer and the step property against Megatron's scheduler). Once, with the first release's
+# Python: python/tests/torch_package_test.py (the per-token loss example, `pip install ./python`
+# and `pip wheel ./python` in fresh environments; python/tests/ring_attention_test.py:
+# python/examples/ring_attention.py's torch.distributed ring over libdcp views at 2 and 4 gloo
+# ranks against attention without CP). Prints its time. MEGATRON_VENV /
+# MEGATRON_NEXT_VENV point at existing environments. `make bench-megatron-core` runs
+# bench/megatron_core_compare.py under both releases (bench/RESULTS.md).
 PYTHON3 ?= python3
 MEGATRON_VENV := $(BUILD)/venv-megatron
 MEGATRON_REQUIREMENTS := python/tests/megatron-requirements.txt
 MEGATRON_PYTHON := $(MEGATRON_VENV)/bin/python
+MEGATRON_NEXT_VENV := $(BUILD)/venv-megatron-0.19
+MEGATRON_NEXT_REQUIREMENTS := python/tests/megatron-0.19-requirements.txt
+MEGATRON_NEXT_PYTHON := $(MEGATRON_NEXT_VENV)/bin/python
+MEGATRON_RELEASE_TESTS := megatron_core_test.py megatron_contract_test.py
 .PHONY: test-megatron bench-megatron-core
 $(MEGATRON_VENV)/installed: $(MEGATRON_REQUIREMENTS) | $(BUILD)
 	rm -rf $(MEGATRON_VENV)
 	$(PYTHON3) -m venv $(MEGATRON_VENV)
 	$(MEGATRON_PYTHON) -m pip install -q -r $(MEGATRON_REQUIREMENTS)
 	touch $@
-test-megatron: $(MEGATRON_VENV)/installed $(BUILD)/libdcp.so
-	@start=$$(date +%s); \
+$(MEGATRON_NEXT_VENV)/installed: $(MEGATRON_NEXT_REQUIREMENTS) | $(BUILD)
+	rm -rf $(MEGATRON_NEXT_VENV)
+	python312="$${PYTHON312:-$$(sh python/tests/find_python.sh 3.12)}" && \
+	    "$$python312" -m venv $(MEGATRON_NEXT_VENV)
+	$(MEGATRON_NEXT_PYTHON) -m pip install -q -r $(MEGATRON_NEXT_REQUIREMENTS)
+	touch $@
+test-megatron: $(MEGATRON_VENV)/installed $(MEGATRON_NEXT_VENV)/installed $(BUILD)/libdcp.so \
+               $(BUILD)/dcp-plan
+	@start=$$(date +%s); status=0; \
+	for python in $(MEGATRON_PYTHON) $(MEGATRON_NEXT_PYTHON); do \
+	    echo "test-megatron: $$($$python -c 'from importlib import metadata; print("megatron-core", metadata.version("megatron-core"))')"; \
+	    DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
+	        $$python -B python/tests/run.py $(MEGATRON_RELEASE_TESTS) || status=1; \
+	done; \
 	DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
-	    $(MEGATRON_PYTHON) -B python/tests/run.py megatron_core_test.py; status=$$?; \
+	    $(MEGATRON_PYTHON) -B python/tests/run.py torch_package_test.py ring_attention_test.py || \
+	    status=1; \
 	echo "test-megatron: $$(( $$(date +%s) - start )) s"; exit $$status
-bench-megatron-core: $(MEGATRON_VENV)/installed $(BUILD)/libdcp.so $(BUILD)/plan_bench
+bench-megatron-core: $(MEGATRON_VENV)/installed $(MEGATRON_NEXT_VENV)/installed $(BUILD)/libdcp.so \
+                     $(BUILD)/plan_bench
 	mkdir -p $(BUILD)/bench-lengths
 	$(BUILD)/plan_bench --dump-lengths $(BUILD)/bench-lengths
-	DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
-	    $(MEGATRON_PYTHON) bench/megatron_core_compare.py --lengths-dir $(BUILD)/bench-lengths
+	status=0; for python in $(MEGATRON_PYTHON) $(MEGATRON_NEXT_PYTHON); do \
+	    DCP_LIBRARY=$(abspath $(BUILD)/libdcp.so) PYTHONWARNINGS=ignore \
+	        $$python bench/megatron_core_compare.py --lengths-dir $(BUILD)/bench-lengths \
+	        || status=1; \
+	done; exit $$status
 
 # ---- the planner's guarantee on random workloads (issue 28) ----------------------------------
 # tests/test_plan_guarantee.c (plain and ASan/UBSan, fewer workloads under the sanitizers) in

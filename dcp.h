@@ -2195,7 +2195,7 @@ static int64_t dcp__gcd(int64_t a, int64_t b)
 
 /* Forces a double through memory so that the compiler cannot fuse it into an FMA with the
    next operation: plans and generated lengths must be bit-identical on every machine. */
-static double dcp__exact(double x)
+static double dcp__unfused(double x)
 {
     volatile double stored = x;
     return stored;
@@ -2259,13 +2259,13 @@ static double dcp__exp(double x)
     int i;
     if (x > 709.0) return HUGE_VAL;
     if (x < -745.0) return 0.0;
-    k = floor(dcp__exact(x / dcp__ln2_hi) + 0.5);
-    r = dcp__exact(x - dcp__exact(k * dcp__ln2_hi)) - dcp__exact(k * dcp__ln2_lo);
+    k = floor(dcp__unfused(x / dcp__ln2_hi) + 0.5);
+    r = dcp__unfused(x - dcp__unfused(k * dcp__ln2_hi)) - dcp__unfused(k * dcp__ln2_lo);
     /* |r| <= ln2/2: the Taylor series to r^17 is exact to double precision */
     term = 1.0;
     sum = 1.0;
     for (i = 1; i <= 17; i++) {
-        term = dcp__exact(term * r) / (double)i;
+        term = dcp__unfused(term * r) / (double)i;
         sum += term;
     }
     return ldexp(sum, (int)k);
@@ -2281,25 +2281,25 @@ static double dcp__log(double x) /* x > 0 and finite */
         exponent--;
     }
     s = (m - 1.0) / (m + 1.0); /* log m = 2 atanh(s), |s| <= 0.1716 */
-    s2 = dcp__exact(s * s);
+    s2 = dcp__unfused(s * s);
     power = s;
     sum = s;
     for (i = 3; i <= 41; i += 2) {
-        power = dcp__exact(power * s2);
+        power = dcp__unfused(power * s2);
         sum += power / (double)i;
     }
-    return dcp__exact((double)exponent * dcp__ln2_hi) +
-           (dcp__exact((double)exponent * dcp__ln2_lo) + dcp__exact(2.0 * sum));
+    return dcp__unfused((double)exponent * dcp__ln2_hi) +
+           (dcp__unfused((double)exponent * dcp__ln2_lo) + dcp__unfused(2.0 * sum));
 }
 
 DCPDEF double dcp_rng_normal(dcp_rng *rng)
 {
     for (;;) {
-        double u = dcp__exact(2.0 * dcp_rng_uniform(rng)) - 1.0;
-        double v = dcp__exact(2.0 * dcp_rng_uniform(rng)) - 1.0;
-        double s = dcp__exact(u * u) + dcp__exact(v * v);
+        double u = dcp__unfused(2.0 * dcp_rng_uniform(rng)) - 1.0;
+        double v = dcp__unfused(2.0 * dcp_rng_uniform(rng)) - 1.0;
+        double s = dcp__unfused(u * u) + dcp__unfused(v * v);
         if (s > 0.0 && s < 1.0)
-            return dcp__exact(u * sqrt(dcp__exact(-2.0 * dcp__log(s)) / s));
+            return dcp__unfused(u * sqrt(dcp__unfused(-2.0 * dcp__log(s)) / s));
     }
 }
 
@@ -2751,7 +2751,7 @@ DCPDEF dcp_status dcp_cp_size_min(const dcp_config *config, int64_t length, int3
 static double dcp__attention_seconds(const dcp_cost_model *cost, int64_t length)
 {
     double l = (double)length;
-    return dcp__exact(cost->attn_coeff * dcp__exact(l * l));
+    return dcp__unfused(cost->attn_coeff * dcp__unfused(l * l));
 }
 
 /* Every per-rank compute time goes through here, so the planner's tables, the lower bound
@@ -2759,7 +2759,7 @@ static double dcp__attention_seconds(const dcp_cost_model *cost, int64_t length)
 static double dcp__sample_seconds(const dcp_cost_model *cost, double attention,
                                   int64_t padded_length, int32_t cp)
 {
-    double linear = dcp__exact(cost->linear_coeff * (double)padded_length);
+    double linear = dcp__unfused(cost->linear_coeff * (double)padded_length);
     /* by a power of two, multiplying by its exact reciprocal is the same scaling as the
        division, to the bit, at a fraction of its latency */
     if (cp > 0 && dcp_is_pow2(cp)) return (attention + linear) * (1.0 / (double)cp);
@@ -2774,7 +2774,7 @@ DCPDEF double dcp_cost_sample_seconds(const dcp_cost_model *cost, int64_t length
 
 DCPDEF double dcp_cost_ring_seconds(const dcp_cost_model *cost, int32_t cp)
 {
-    return cp > 1 ? dcp__exact(cost->ring_step_cost * (double)(cp - 1)) : 0.0;
+    return cp > 1 ? dcp__unfused(cost->ring_step_cost * (double)(cp - 1)) : 0.0;
 }
 
 /* Validates the planner's inputs and computes every sample's minimum CP size. The message of
@@ -2900,7 +2900,7 @@ static int32_t dcp__usable_ranks(const dcp_config *config)
 /* The fewest tokens a sample stores on any CP size it may take: its padded length at its
    minimum CP size, as padding only grows with the size from 2 on (every padding multiple of
    c >= 2 divides the next size's), and at 1 the lesser of sizes 1 and 2. */
-static int64_t dcp__bound_tokens(const dcp_config *config, int64_t length, int32_t cp_min)
+static int64_t dcp__fewest_tokens(const dcp_config *config, int64_t length, int32_t cp_min)
 {
     const int32_t pool = dcp__pool_cp(config), next = dcp__cp_next(config, cp_min);
     int64_t tokens = dcp__padded(config, length, cp_min);
@@ -2922,10 +2922,10 @@ static double dcp__bound_work(const dcp_config *config, double attention, int64_
                               int32_t cp_min)
 {
     const double stored = (double)tokens, steps = (double)(cp_min - 1);
-    double work = attention + dcp__exact(config->cost.linear_coeff * stored);
+    double work = attention + dcp__unfused(config->cost.linear_coeff * stored);
     double ring = config->ring_charge == DCP_RING_PER_SAMPLE
-                      ? dcp__exact(config->cost.ring_step_cost * steps) * (double)cp_min
-                      : dcp__exact(config->cost.ring_step_cost * steps) * stored /
+                      ? dcp__unfused(config->cost.ring_step_cost * steps) * (double)cp_min
+                      : dcp__unfused(config->cost.ring_step_cost * steps) * stored /
                             (double)config->max_tokens_per_rank;
     return work + ring;
 }
@@ -3071,7 +3071,7 @@ static void dcp__bound_items_sort(dcp__bound_item *items, dcp__bound_item *scrat
    holding a sample slower than x (its best time alone, over every CP size, exceeds x) takes
    longer than x, and each pair holds at most cap = min(E, ranks covered) M tokens, so
    n(x) >= ceil(Tok(x) / cap) for the Tok(x) tokens (each sample's fewest padded tokens,
-   dcp__bound_tokens: the memory cap counts padded tokens) of the samples slower than x. When one block covers every usable rank (E at least
+   dcp__fewest_tokens: the memory cap counts padded tokens) of the samples slower than x. When one block covers every usable rank (E at least
    the ranks covered), no group spans two blocks, so two samples of more than cap / 2 tokens
    never share a pair: n(x) is also at least the count of such samples slower than x (the
    bin-packing bound; it binds when long samples cannot pair up). A block's step is at least
@@ -3149,7 +3149,7 @@ static dcp_status dcp__lower_bounds(const dcp_config *config, const int64_t *len
     for (i = 0; i < count; i++) {
         double attention = dcp__attention_seconds(&config->cost, lengths[i]);
         double alone = dcp__best_alone_seconds(config, attention, lengths[i], cp_min[i]);
-        int64_t tokens = dcp__bound_tokens(config, lengths[i], cp_min[i]);
+        int64_t tokens = dcp__fewest_tokens(config, lengths[i], cp_min[i]);
         int32_t own = dcp__bound_level(config, cp_min[i]);
         work_at[own] += dcp__bound_work(config, attention, tokens, cp_min[i]);
         if (alone > longest) longest = alone;
@@ -3741,7 +3741,7 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
 #define DCP__UNLOAD_MAX_STEPS (INT64_C(1) << 21)
 #define DCP__UNLOAD_PASSES 2
 #define DCP__UNLOAD_SMALL_CELLS 4096
-#define DCP__UNLOAD_SWAP_MAX_STEPS (INT64_C(1) << 19)
+#define DCP__UNLOAD_SWAP_MAX_STEPS (INT64_C(1) << 17)
 #define DCP__BLOCK_SIMULATION_WEIGHT 4
 
 /* The Megatron port is built while samples x ranks stays within DCP__MEGATRON_MAX_CELLS (it
@@ -3964,7 +3964,7 @@ static void dcp__batch_free(dcp__batch *batch)
    the batch, and converting it unchecked would overflow int64. */
 static int64_t dcp__to_ticks(double seconds, double scale)
 {
-    const double ticks = dcp__exact(seconds * scale) + 0.5;
+    const double ticks = dcp__unfused(seconds * scale) + 0.5;
     return ticks < (double)DCP__TICKS_INF ? (int64_t)ticks : DCP__TICKS_INF;
 }
 
@@ -5776,7 +5776,7 @@ static double dcp__group_seconds(const dcp_plan *plan, const dcp_cost_model *cos
 {
     const double ring = dcp_cost_ring_seconds(cost, g->cp);
     double seconds = plan->config.ring_charge == DCP_RING_PER_SAMPLE
-                         ? dcp__exact(ring * (double)g->sample_count)
+                         ? dcp__unfused(ring * (double)g->sample_count)
                          : ring;
     int32_t i;
     *tokens = 0;
@@ -7251,15 +7251,17 @@ static dcp_status dcp__plan_baselines(const dcp__batch *batch, dcp__baselines *b
     return status;
 }
 
-typedef struct dcp__lockstep {
+/* What the search's candidates share: the step evaluator's scratch, a level per sample, the
+   samples by ticks (the fills' order) and the best placements so far. */
+typedef struct dcp__search_scratch {
     dcp__step_scratch step;
     int32_t *levels;
     int32_t *minimal_order; /* dcp__order_by_ticks at the minimum levels, for the fills (the
                                search fills it before the first fill) */
     dcp__placement *best;
-} dcp__lockstep;
+} dcp__search_scratch;
 
-static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
+static void dcp__search_scratch_free(const dcp_allocator *a, dcp__search_scratch *x)
 {
     void *list[] = {x->step.order, x->step.offsets, x->step.stamp, x->step.cp,
                     x->step.finish, x->step.load, x->levels, x->minimal_order, x->best};
@@ -7268,30 +7270,30 @@ static void dcp__lockstep_free(const dcp_allocator *a, dcp__lockstep *x)
 
 /* The search's scratch (minimal_order: room for the samples by ticks at their minimum levels,
    which the fills sort into it); 0 when memory is short. */
-static int dcp__lockstep_init(const dcp__batch *batch, dcp__lockstep *x, dcp_error *error)
+static int dcp__search_scratch_init(const dcp__batch *batch, dcp__search_scratch *x, dcp_error *error)
 {
     const dcp_allocator *a = &batch->config->allocator;
     size_t count = (size_t)batch->count, ranks = (size_t)batch->config->ranks;
-    x->step.order = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
+    x->step.order = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "search", error);
     /* a fill has at most one microbatch per sample; the tree rounds up to the multiple */
     x->step.offsets = (int32_t *)dcp__alloc_array(
-        a, count + (size_t)batch->config->microbatch_multiple + 1, sizeof(int32_t), "lockstep",
+        a, count + (size_t)batch->config->microbatch_multiple + 1, sizeof(int32_t), "search",
         error);
-    x->step.stamp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "lockstep", error);
-    x->step.cp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "lockstep", error);
-    x->step.finish = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
-    x->step.load = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "lockstep", error);
-    x->levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
+    x->step.stamp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "search", error);
+    x->step.cp = (int32_t *)dcp__alloc_array(a, ranks, sizeof(int32_t), "search", error);
+    x->step.finish = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "search", error);
+    x->step.load = (int64_t *)dcp__alloc_array(a, ranks, sizeof(int64_t), "search", error);
+    x->levels = (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "search", error);
     x->minimal_order =
-        (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "lockstep", error);
-    x->best = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "lockstep",
+        (int32_t *)dcp__alloc_array(a, count, sizeof(int32_t), "search", error);
+    x->best = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "search",
                                                  error);
     return x->step.order && x->step.offsets && x->step.stamp && x->step.cp && x->step.finish &&
            x->step.load && x->levels && x->minimal_order && x->best;
 }
 
 /* Keeps the placements when they are faster under E (ties keep the earlier). */
-static void dcp__lockstep_keep(const dcp__batch *batch, dcp__lockstep *x,
+static void dcp__keep_faster(const dcp__batch *batch, dcp__search_scratch *x,
                                const dcp__placement *placements, int32_t microbatches,
                                int64_t *best_step, int32_t *best_microbatches)
 {
@@ -8482,7 +8484,7 @@ static int32_t dcp__unload_blocks(const dcp__batch *batch, dcp__placement *place
 /* ------------------------------------------------------------------- the candidate table
    The dynamic planner's search is one table of candidates (dcp__search_table), each an entry
    {name, applies, build}, run in order by one driver (dcp__search_run): an entry that applies
-   builds its placements and offers them to dcp__lockstep_keep, which keeps the fastest under
+   builds its placements and offers them to dcp__keep_faster, which keeps the fastest under
    the config's E in integer ticks (ties to the earlier). The conditions that stop the search
    (a plan at the lower bound; a balanced block-wide plan on a large batch) are part of each
    entry's `applies`, so what runs for a batch is read off the table. The plan made for E = D,
@@ -8495,7 +8497,7 @@ typedef struct dcp__search {
     const dcp__batch *batch;
     const dcp__baselines *baselines;
     dcp__placement *placements; /* [count] the candidate being built */
-    dcp__lockstep x;            /* x.best: the best so far; scratch */
+    dcp__search_scratch x;            /* x.best: the best so far; scratch */
     int ordered;                /* x.minimal_order computed (the fills need it) */
     int32_t best_microbatches;  /* 0: no plan yet */
     int64_t best_step;          /* its step under E, ticks */
@@ -8514,7 +8516,7 @@ typedef struct dcp__search_entry {
 static void dcp__search_keep(dcp__search *s, const dcp__placement *placements,
                              int32_t microbatches)
 {
-    dcp__lockstep_keep(s->batch, &s->x, placements, microbatches, &s->best_step,
+    dcp__keep_faster(s->batch, &s->x, placements, microbatches, &s->best_step,
                        &s->best_microbatches);
 }
 
@@ -8779,8 +8781,8 @@ static dcp_status dcp__search_init(dcp__search *s, const dcp__batch *batch,
     s->batch = batch;
     s->baselines = baselines;
     s->placements = placements;
-    if (!dcp__lockstep_init(batch, &s->x, error)) {
-        dcp__lockstep_free(&batch->config->allocator, &s->x);
+    if (!dcp__search_scratch_init(batch, &s->x, error)) {
+        dcp__search_scratch_free(&batch->config->allocator, &s->x);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     return DCP_OK;
@@ -8789,7 +8791,7 @@ static dcp_status dcp__search_init(dcp__search *s, const dcp__batch *batch,
 static void dcp__search_free(dcp__search *s)
 {
     dcp_free(&s->batch->config->allocator, s->wide);
-    dcp__lockstep_free(&s->batch->config->allocator, &s->x);
+    dcp__search_scratch_free(&s->batch->config->allocator, &s->x);
 }
 
 static dcp_status dcp__search_run(dcp__search *s, dcp_error *error)
@@ -9168,20 +9170,24 @@ static dcp__batch dcp__sets_batch(const dcp__sets *x)
 /* ------------------------------------------------------------------ covering every rank
    A candidate leaves a rank idle for the whole batch when it has fewer groups than ranks can
    hold, e.g. fewer samples than ranks, or a rank whose samples were balanced onto others.
-   Each step takes the largest aligned block B of idle ranks (an allowed size) and
-     1. widens onto it: the smallest aligned allowed block T holding B in which the groups of
-        some microbatch lie inside T and fit |T| together: they become one group of T, the
-        microbatch with the heaviest such group first (under the L^2 cost its ranks then work
-        at most |G| / |T| as long: the work of the groups is shared by more ranks);
-     2. else moves a sample onto it, in its own microbatch: one of a group of two or more, or
-        the only one of a group narrower than B, fitting B and no slower there than its group
-        was, from the heaviest group first.
-     3. else, where the whole pool is an allowed group, gives the sample fastest there a
-        microbatch of its own on it.
-   Each step makes more ranks busy (a widening or a move off a shared group adds B; a move off
-   a narrower group adds B less that group; step 3 all of them), so there are at most D steps,
-   each O(N log N + D).
-   The final choice then compares the repaired candidates by their step. */
+   Each step takes the largest block B of idle ranks of an allowed size and offers ways to
+   put samples on it:
+     - a merge: for an allowed block T holding B (aligned powers of two and the pool on the
+       aligned sets, ranges of the larger sizes on the others), the groups of the microbatch
+       whose groups inside T weigh most become one group of T (under the L^2 cost their work
+       is then shared by more ranks);
+     - a move: a sample of a group of two or more, or the only one of a group narrower than
+       B, that fits B, onto B in its microbatch (from the heaviest groups, at most
+       DCP__COVER_MOVE_OPTIONS);
+     - alone: where the whole pool is an allowed group, the sample fastest there gets a
+       microbatch of its own on it.
+   Up to DCP__COVER_SIMULATED_SAMPLES samples every option is simulated under the config's E
+   and model and the fastest taken (3 samples of 16 tokens or fewer on 6 ranks: three groups
+   of 2, not one of 6 paying its ring); on larger batches the first of a fixed order: a merge
+   onto the smallest block above B, a move no slower on B than its group, the other merges,
+   alone. Each option makes more ranks busy (a merge or a move off a shared group adds B; a
+   move off a narrower group adds B less that group; alone adds them all), so there are at
+   most D steps. The final choice then compares the repaired candidates by their step. */
 
 typedef struct dcp__cover {
     const dcp__sets *x;
@@ -9191,16 +9197,19 @@ typedef struct dcp__cover {
     int32_t *reach;             /* [ranks] */
     double *seconds;            /* [count] per sample: its group's per-rank time */
     int32_t block, size;        /* B */
+    dcp__placement *option_placements, *trial; /* [count] each, when options are simulated */
+    double *finish;             /* [ranks], likewise */
 } dcp__cover;
 
 static void dcp__cover_free(dcp__cover *c)
 {
-    void *list[] = {c->sorted, c->scratch, c->reach, c->seconds};
+    void *list[] = {c->sorted, c->scratch, c->reach, c->seconds, c->option_placements,
+                    c->trial, c->finish};
     dcp__free_list(&c->x->config->allocator, list, DCP__COUNT(list));
 }
 
 static int dcp__cover_alloc(dcp__cover *c, const dcp__sets *x, dcp__placement *placements,
-                            dcp_error *error)
+                            int simulated, dcp_error *error)
 {
     const dcp_allocator *a = &x->config->allocator;
     const size_t count = (size_t)x->count;
@@ -9212,6 +9221,15 @@ static int dcp__cover_alloc(dcp__cover *c, const dcp__sets *x, dcp__placement *p
     c->reach = (int32_t *)dcp__alloc_array(a, (size_t)x->config->ranks, sizeof(int32_t), "cover",
                                            error);
     c->seconds = (double *)dcp__alloc_array(a, count, sizeof(double), "cover", error);
+    if (simulated) {
+        c->option_placements = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement),
+                                                                  "cover", error);
+        c->trial = (dcp__placement *)dcp__alloc_array(a, count, sizeof(dcp__placement), "cover",
+                                                      error);
+        c->finish = (double *)dcp__alloc_array(a, (size_t)x->config->ranks, sizeof(double),
+                                               "cover", error);
+        if (!c->option_placements || !c->trial || !c->finish) return 0;
+    }
     return c->sorted && c->scratch && c->reach && c->seconds;
 }
 
@@ -9317,12 +9335,42 @@ static int dcp__cover_can_merge(const dcp__cover *c, int32_t begin, int32_t end,
     return *weight > 0.0 && tokens <= c->x->config->max_tokens_per_rank;
 }
 
-/* Step 1 of the repair for the block T = [lo, lo + size): the groups of one microbatch inside
-   T (the heaviest such microbatch) become one group of T; 1 when done. */
-static int dcp__cover_widen_to(dcp__cover *c, int32_t lo, int32_t size)
+/* One way to put a sample on B: the groups of a microbatch (sorted[begin .. end)) merged onto
+   T = [lo, lo + size) (MERGE), a sample moved onto B in its microbatch (MOVE), a sample
+   given a microbatch of its own on the whole pool (ALONE), or one microbatch's groups widened
+   until they hold every rank and laid out again (RELAYOUT, as Megatron's fill_empty_gpus
+   widens its groups). */
+typedef enum dcp__cover_kind {
+    DCP__COVER_MERGE,
+    DCP__COVER_MOVE,
+    DCP__COVER_ALONE,
+    DCP__COVER_RELAYOUT
+} dcp__cover_kind;
+
+typedef struct dcp__cover_option {
+    dcp__cover_kind kind;
+    int32_t begin, end, lo, size; /* MERGE; RELAYOUT: the microbatch's runs [begin, end) */
+    int32_t sample;               /* MOVE, ALONE */
+    int late;                     /* tried after the moves when options are not simulated */
+} dcp__cover_option;
+
+/* Up to this many samples every option of a step is simulated and the fastest taken (the cover
+   matters where samples are few: on larger batches the heuristic order decides); at most
+   DCP__COVER_MOVE_OPTIONS moves are offered a step, from the heaviest groups. */
+#define DCP__COVER_SIMULATED_SAMPLES 1024
+#define DCP__COVER_MOVE_OPTIONS 8
+#define DCP__COVER_MERGE_OPTIONS (2 * DCP_CP_LEVELS)
+#define DCP__COVER_RELAYOUT_OPTIONS 4
+#define DCP__COVER_RELAYOUT_GROUPS 256 /* groups of a microbatch laid out again, at most */
+#define DCP__COVER_OPTIONS                                                                      \
+    (DCP__COVER_MERGE_OPTIONS + DCP__COVER_MOVE_OPTIONS + DCP__COVER_RELAYOUT_OPTIONS + 1)
+
+/* The merge onto T = [lo, lo + size): the microbatch whose groups inside T weigh most, or 0. */
+static int dcp__cover_merge_option(dcp__cover *c, int32_t lo, int32_t size, int late,
+                                   dcp__cover_option *option)
 {
     const int32_t count = c->x->count;
-    int32_t begin, best = -1, best_end = 0, i;
+    int32_t begin, best = -1, best_end = 0;
     double best_weight = 0.0;
     for (begin = 0; begin < count;) {
         int32_t end = begin + 1;
@@ -9337,87 +9385,224 @@ static int dcp__cover_widen_to(dcp__cover *c, int32_t lo, int32_t size)
         begin = end;
     }
     if (best < 0) return 0;
-    for (i = best; i < best_end; i++) {
-        dcp__placement *p = &c->placements[c->sorted[i].sample];
-        if (p->first_rank < lo || p->first_rank >= lo + size) continue;
-        p->first_rank = lo;
-        p->cp = size;
-    }
+    option->kind = DCP__COVER_MERGE;
+    option->begin = best;
+    option->end = best_end;
+    option->lo = lo;
+    option->size = size;
+    option->late = late;
     return 1;
 }
 
-/* Step 1 over the blocks holding B, smallest first: the powers of two, then the pool; on a
-   range set every larger allowed size, reaching from B's start rightwards or from its end
-   leftwards. */
-static int dcp__cover_widen(dcp__cover *c)
+/* The merges of a step, smallest T first: the aligned powers of two holding B, then the pool;
+   on a range set every larger size reaching from B's start rightwards or from its end
+   leftwards. Late: every T but the smallest above B. */
+static int32_t dcp__cover_merges(dcp__cover *c, dcp__cover_option *options, int32_t n)
 {
     const dcp_config *config = c->x->config;
     int64_t size;
+    int32_t first = n;
     if (!dcp__cp_aligned(config)) {
         int32_t z;
-        for (z = dcp__cp_next(config, c->size); z > 0; z = dcp__cp_next(config, z)) {
+        for (z = dcp__cp_next(config, c->size); z > 0 && n + 2 <= DCP__COVER_MERGE_OPTIONS;
+             z = dcp__cp_next(config, z)) {
             int32_t right = c->block, left = c->block + c->size - z;
             if (right + z > config->ranks) right = config->ranks - z;
             if (left < 0) left = 0;
-            if (dcp__cover_widen_to(c, right, z) || (left != right && dcp__cover_widen_to(c, left, z)))
-                return 1;
+            n += dcp__cover_merge_option(c, right, z, n > first, &options[n]);
+            if (left != right) n += dcp__cover_merge_option(c, left, z, n > first, &options[n]);
         }
-        return 0;
+        return n;
     }
-    for (size = 2 * (int64_t)c->size; size <= config->max_cp; size *= 2) {
+    for (size = 2 * (int64_t)c->size; size <= config->max_cp && n + 1 < DCP__COVER_MERGE_OPTIONS;
+         size *= 2) {
         const int32_t lo = c->block / (int32_t)size * (int32_t)size;
-        if (lo + size <= config->ranks && dcp_cp_size_allowed(config, (int32_t)size) &&
-            dcp__cover_widen_to(c, lo, (int32_t)size))
-            return 1;
+        if (lo + size <= config->ranks && dcp_cp_size_allowed(config, (int32_t)size))
+            n += dcp__cover_merge_option(c, lo, (int32_t)size, size > 2 * (int64_t)c->size,
+                                         &options[n]);
     }
-    return c->x->pool > 0 && dcp__cover_widen_to(c, 0, c->x->pool);
+    if (c->x->pool > 0) n += dcp__cover_merge_option(c, 0, c->x->pool, 1, &options[n]);
+    return n;
 }
 
-/* Step 2: 1 when a sample moved onto B. */
-static int dcp__cover_move(dcp__cover *c)
+/* The moves of a step: samples of a group of two or more, or the only one of a group
+   narrower than B, that fit B, from the heaviest groups (at most DCP__COVER_MOVE_OPTIONS).
+   Unless simulated, a move is kept only when the sample is no slower on B than its group
+   was. */
+static int32_t dcp__cover_moves(dcp__cover *c, int simulated, dcp__cover_option *options,
+                                int32_t n)
 {
     const dcp_config *config = c->x->config;
-    const int32_t count = c->x->count;
-    int32_t begin, best = -1;
-    double best_group = 0.0, best_alone = 0.0;
+    const int32_t count = c->x->count, first = n;
+    int32_t begin;
     for (begin = 0; begin < count;) {
         int32_t end = begin + 1, i;
         while (end < count && c->sorted[end].microbatch == c->sorted[begin].microbatch &&
                c->sorted[end].first_rank == c->sorted[begin].first_rank)
             end++;
-        if (end - begin >= 2 || c->sorted[begin].cp < c->size)
-            for (i = begin; i < end; i++) {
-                const int32_t s = c->sorted[i].sample;
-                const double group = c->seconds[s];
-                double alone;
-                if (dcp__tokens_at(config, c->x->lengths[s], c->size) > config->max_tokens_per_rank)
-                    continue;
-                alone = dcp__alone_seconds(config, c->x->lengths[s], c->size);
-                if (alone > group) continue;
-                if (best < 0 || group > best_group || (group == best_group && alone > best_alone)) {
-                    best = s;
-                    best_group = group;
-                    best_alone = alone;
-                }
-            }
+        for (i = begin; i < end && (end - begin >= 2 || c->sorted[begin].cp < c->size); i++) {
+            const int32_t s = c->sorted[i].sample;
+            int32_t at;
+            if (dcp__tokens_at(config, c->x->lengths[s], c->size) > config->max_tokens_per_rank)
+                continue;
+            if (!simulated && dcp__alone_seconds(config, c->x->lengths[s], c->size) > c->seconds[s])
+                continue;
+            /* the heaviest groups' samples kept in order; ties keep the earlier */
+            at = n;
+            while (at > first && c->seconds[options[at - 1].sample] < c->seconds[s]) at--;
+            if (at - first >= DCP__COVER_MOVE_OPTIONS) continue;
+            if (n - first == DCP__COVER_MOVE_OPTIONS) n--; /* the lightest gives way */
+            memmove(&options[at + 1], &options[at], (size_t)(n - at) * sizeof *options);
+            options[at].kind = DCP__COVER_MOVE;
+            options[at].sample = s;
+            options[at].late = 0;
+            n++;
+        }
         begin = end;
     }
-    if (best < 0) return 0;
-    c->placements[best].first_rank = c->block;
-    c->placements[best].cp = c->size;
-    c->placements[best].order = 0;
+    return n;
+}
+
+/* A group of the microbatch being laid out again: its runs in sorted[], its size, its time. */
+typedef struct dcp__cover_group {
+    int32_t begin, end, cp;
+    int64_t tokens; /* per rank at cp */
+    double seconds;
+} dcp__cover_group;
+
+/* The time of sorted[begin .. end) as one group of cp ranks, and its tokens per rank. */
+static double dcp__cover_group_seconds(const dcp__cover *c, int32_t begin, int32_t end,
+                                       int32_t cp, int64_t *tokens)
+{
+    const dcp_config *config = c->x->config;
+    double ring = dcp_cost_ring_seconds(&config->cost, cp), seconds = ring;
+    int32_t i;
+    *tokens = 0;
+    for (i = begin; i < end; i++) {
+        const int64_t length = c->x->lengths[c->sorted[i].sample];
+        seconds += dcp_cost_sample_seconds(&config->cost, length,
+                                           dcp__padded(config, length, cp), cp);
+        if (config->ring_charge == DCP_RING_PER_SAMPLE && i > begin) seconds += ring;
+        *tokens += dcp__tokens_at(config, length, cp);
+    }
+    return seconds;
+}
+
+/* Widens the groups of microbatch sorted[begin .. end) until they hold every rank (each step
+   the group whose next size leaves the microbatch's slowest time lowest, then costs least,
+   within the pool and the memory cap) and lays them
+   out widest first from rank 0 (aligned on the aligned sets: descending powers of two from 0
+   are), writing their new places into placements (NULL: only whether it can); 0 when no
+   widening reaches every rank. */
+static int dcp__cover_relayout(const dcp__cover *c, int32_t begin, int32_t end,
+                               dcp__placement *placements)
+{
+    const dcp_config *config = c->x->config;
+    dcp__cover_group groups[DCP__COVER_RELAYOUT_GROUPS];
+    int32_t n = 0, i, used = 0, first = 0;
+    while (begin < end) { /* the microbatch's groups */
+        int32_t stop = begin + 1;
+        while (stop < end && c->sorted[stop].first_rank == c->sorted[begin].first_rank) stop++;
+        if (n == DCP__COVER_RELAYOUT_GROUPS) return 0;
+        groups[n].begin = begin;
+        groups[n].end = stop;
+        groups[n].cp = c->sorted[begin].cp;
+        groups[n].seconds = dcp__cover_group_seconds(c, begin, stop, groups[n].cp, &groups[n].tokens);
+        used += groups[n].cp;
+        n++;
+        begin = stop;
+    }
+    while (used < config->ranks) {
+        int32_t best = -1, best_cp = 0, slowest = 0;
+        double best_seconds = 0.0, best_peak = 0.0, second = 0.0;
+        for (i = 1; i < n; i++) /* the slowest group and the runner-up's time */
+            if (groups[i].seconds > groups[slowest].seconds) slowest = i;
+        for (i = 0; i < n; i++)
+            if (i != slowest && groups[i].seconds > second) second = groups[i].seconds;
+        for (i = 0; i < n; i++) {
+            const int32_t wider = dcp__cp_next(config, groups[i].cp);
+            int64_t tokens;
+            double seconds, peak;
+            if (wider == 0 || used - groups[i].cp + wider > config->ranks) continue;
+            seconds = dcp__cover_group_seconds(c, groups[i].begin, groups[i].end, wider, &tokens);
+            if (tokens > config->max_tokens_per_rank) continue;
+            /* the microbatch's time after it; ties: the widening that costs least */
+            peak = i == slowest ? (seconds > second ? seconds : second)
+                                : (seconds > groups[slowest].seconds ? seconds
+                                                                     : groups[slowest].seconds);
+            if (best < 0 || peak < best_peak ||
+                (peak == best_peak &&
+                 seconds - groups[i].seconds < best_seconds - groups[best].seconds)) {
+                best = i;
+                best_cp = wider;
+                best_seconds = seconds;
+                best_peak = peak;
+            }
+        }
+        if (best < 0) return 0;
+        used += best_cp - groups[best].cp;
+        groups[best].cp = best_cp;
+        groups[best].seconds = best_seconds;
+    }
+    for (i = 1; i < n; i++) { /* widest first, stable */
+        dcp__cover_group g = groups[i];
+        int32_t j = i;
+        for (; j > 0 && groups[j - 1].cp < g.cp; j--) groups[j] = groups[j - 1];
+        groups[j] = g;
+    }
+    for (i = 0; i < n; i++) {
+        int32_t k;
+        if (dcp__cp_aligned(config) && first % groups[i].cp != 0) return 0;
+        for (k = groups[i].begin; placements && k < groups[i].end; k++) {
+            dcp__placement *p = &placements[c->sorted[k].sample];
+            p->first_rank = first;
+            p->cp = groups[i].cp;
+        }
+        first += groups[i].cp;
+    }
     return 1;
 }
 
-/* Step 3, when the whole pool is an allowed group and steps 1 and 2 found nothing (idle
-   ranks no allowed block fits, say the last rank of an odd pool under min_cp 2): the sample
-   fastest on the whole pool gets a microbatch of its own there, appended. 1 when done. */
-static int dcp__cover_pool_alone(dcp__cover *c, int32_t *microbatches)
+/* The relayout options: the microbatches holding the most ranks (at most
+   DCP__COVER_RELAYOUT_OPTIONS, at most DCP__COVER_RELAYOUT_GROUPS groups each). */
+static int32_t dcp__cover_relayouts(dcp__cover *c, dcp__cover_option *options, int32_t n)
+{
+    const int32_t count = c->x->count, first = n;
+    int32_t begin;
+    for (begin = 0; begin < count;) {
+        int32_t end = begin + 1, held = 0, groups = 0, i, at;
+        while (end < count && c->sorted[end].microbatch == c->sorted[begin].microbatch) end++;
+        for (i = begin; i < end; i++)
+            if (i == begin || c->sorted[i].first_rank != c->sorted[i - 1].first_rank) {
+                held += c->sorted[i].cp;
+                groups++;
+            }
+        if (groups <= DCP__COVER_RELAYOUT_GROUPS && dcp__cover_relayout(c, begin, end, NULL)) {
+            at = n;
+            while (at > first && options[at - 1].size < held) at--;
+            if (at - first < DCP__COVER_RELAYOUT_OPTIONS) {
+                if (n - first == DCP__COVER_RELAYOUT_OPTIONS) n--;
+                memmove(&options[at + 1], &options[at], (size_t)(n - at) * sizeof *options);
+                options[at].kind = DCP__COVER_RELAYOUT;
+                options[at].begin = begin;
+                options[at].end = end;
+                options[at].size = held; /* ranks it holds: the order of the options */
+                options[at].late = 1;
+                n++;
+            }
+        }
+        begin = end;
+    }
+    return n;
+}
+
+/* The alone option: the sample fastest on the whole pool, where it is an allowed group. */
+static int32_t dcp__cover_alone(dcp__cover *c, dcp__cover_option *options, int32_t n)
 {
     const dcp_config *config = c->x->config;
     int32_t s, best = -1;
     double best_seconds = 0.0;
-    if (config->max_cp != config->ranks) return 0;
+    if (config->max_cp != config->ranks) return n;
     for (s = 0; s < c->x->count; s++) {
         double seconds;
         if (dcp__tokens_at(config, c->x->lengths[s], config->ranks) > config->max_tokens_per_rank)
@@ -9428,12 +9613,84 @@ static int dcp__cover_pool_alone(dcp__cover *c, int32_t *microbatches)
             best_seconds = seconds;
         }
     }
-    if (best < 0) return 0;
-    c->placements[best].microbatch = (*microbatches)++;
-    c->placements[best].first_rank = 0;
-    c->placements[best].cp = config->ranks;
-    c->placements[best].order = 0;
-    return 1;
+    if (best < 0) return n;
+    options[n].kind = DCP__COVER_ALONE;
+    options[n].sample = best;
+    options[n].late = 1;
+    return n + 1;
+}
+
+static void dcp__cover_apply(dcp__cover *c, const dcp__cover_option *o, dcp__placement *placements,
+                             int32_t *microbatches)
+{
+    int32_t i;
+    switch (o->kind) {
+    case DCP__COVER_MERGE:
+        for (i = o->begin; i < o->end; i++) {
+            dcp__placement *p = &placements[c->sorted[i].sample];
+            if (p->first_rank < o->lo || p->first_rank >= o->lo + o->size) continue;
+            p->first_rank = o->lo;
+            p->cp = o->size;
+        }
+        return;
+    case DCP__COVER_MOVE:
+        placements[o->sample].first_rank = c->block;
+        placements[o->sample].cp = c->size;
+        placements[o->sample].order = 0;
+        return;
+    case DCP__COVER_ALONE:
+        placements[o->sample].microbatch = (*microbatches)++;
+        placements[o->sample].first_rank = 0;
+        placements[o->sample].cp = c->x->config->ranks;
+        placements[o->sample].order = 0;
+        return;
+    case DCP__COVER_RELAYOUT: dcp__cover_relayout(c, o->begin, o->end, placements); return;
+    }
+}
+
+/* The step of placements under the config's E and model (the final choice's own number). */
+static dcp_status dcp__cover_step(dcp__cover *c, const dcp__placement *placements,
+                                  int32_t microbatches, double *step, dcp_error *error)
+{
+    const dcp__sets *x = c->x;
+    dcp_plan *plan = NULL;
+    dcp_status status;
+    memcpy(c->trial, placements, (size_t)x->count * sizeof *c->trial);
+    status = dcp__plan_build(x->config, x->lengths, c->trial, x->count, microbatches, &plan, error);
+    if (status == DCP_OK) *step = dcp__plan_step_seconds(plan, c->finish);
+    dcp_plan_destroy(plan);
+    return status;
+}
+
+/* The option a step takes: simulated, the fastest (ties: the earlier); else the first of the
+   heuristic order (merges onto the smallest block above B, moves, the other merges, alone). */
+static dcp_status dcp__cover_choose(dcp__cover *c, const dcp__cover_option *options, int32_t n,
+                                    int simulated, int32_t microbatches, int32_t *chosen,
+                                    dcp_error *error)
+{
+    double best = 0.0;
+    int32_t i, late;
+    *chosen = -1;
+    if (!simulated) {
+        for (late = 0; late < 2 && *chosen < 0; late++)
+            for (i = 0; i < n && *chosen < 0; i++)
+                if (options[i].late == late) *chosen = i;
+        return DCP_OK;
+    }
+    for (i = 0; i < n; i++) {
+        int32_t k = microbatches;
+        double step = 0.0;
+        dcp_status status;
+        memcpy(c->option_placements, c->placements, (size_t)c->x->count * sizeof *c->placements);
+        dcp__cover_apply(c, &options[i], c->option_placements, &k);
+        if ((status = dcp__cover_step(c, c->option_placements, k, &step, error)) != DCP_OK)
+            return status;
+        if (*chosen < 0 || step < best) {
+            best = step;
+            *chosen = i;
+        }
+    }
+    return DCP_OK;
 }
 
 /* Repairs a candidate of *microbatches until every rank holds a sample: *covered 1, or 0
@@ -9441,21 +9698,32 @@ static int dcp__cover_pool_alone(dcp__cover *c, int32_t *microbatches)
 static dcp_status dcp__cover_ranks(const dcp__sets *x, dcp__placement *placements,
                                    int32_t *microbatches, int *covered, dcp_error *error)
 {
+    const int simulated = x->count <= DCP__COVER_SIMULATED_SAMPLES;
+    dcp__cover_option options[DCP__COVER_OPTIONS];
     dcp__cover c;
+    dcp_status status = DCP_OK;
     int state;
     *covered = 0;
-    if (!dcp__cover_alloc(&c, x, placements, error)) {
+    if (!dcp__cover_alloc(&c, x, placements, simulated, error)) {
         dcp__cover_free(&c);
         return error ? error->status : DCP_ERROR_OUT_OF_MEMORY;
     }
     while ((state = dcp__cover_idle_block(&c)) != 0) {
+        int32_t n = 0, chosen;
         dcp__cover_groups(&c);
-        if (state > 0 && (dcp__cover_widen(&c) || dcp__cover_move(&c))) continue;
-        if (!dcp__cover_pool_alone(&c, microbatches)) break;
+        if (state > 0) {
+            n = dcp__cover_merges(&c, options, n);
+            n = dcp__cover_moves(&c, simulated, options, n);
+        }
+        n = dcp__cover_relayouts(&c, options, n);
+        n = dcp__cover_alone(&c, options, n);
+        status = dcp__cover_choose(&c, options, n, simulated, *microbatches, &chosen, error);
+        if (status != DCP_OK || chosen < 0) break;
+        dcp__cover_apply(&c, &options[chosen], placements, microbatches);
     }
-    *covered = state == 0;
+    *covered = status == DCP_OK && state == 0;
     dcp__cover_free(&c);
-    return DCP_OK;
+    return status;
 }
 
 /* ------------------------------------------- planner: the interval fill (any CP size set)
@@ -10904,8 +11172,8 @@ DCPDEF dcp_status dcp_rng_lognormal_length(dcp_rng *rng, const dcp_lognormal *d,
     if (!rng || !length)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rng and length must not be NULL");
     if ((status = dcp__check_lognormal(d, error)) != DCP_OK) return status;
-    mu = dcp__log(d->mean) - dcp__exact(d->sigma * d->sigma) / 2.0;
-    *length = dcp__round_clip(dcp__exp(mu + dcp__exact(d->sigma * dcp_rng_normal(rng))),
+    mu = dcp__log(d->mean) - dcp__unfused(d->sigma * d->sigma) / 2.0;
+    *length = dcp__round_clip(dcp__exp(mu + dcp__unfused(d->sigma * dcp_rng_normal(rng))),
                               d->min_length, d->max_length);
     return dcp_error_clear(error);
 }
@@ -10942,7 +11210,7 @@ DCPDEF dcp_status dcp_rng_loguniform_length(dcp_rng *rng, int64_t min_length,
     /* uniform in log over [min, max + 1), floored: every integer gets its share */
     lo = dcp__log((double)min_length);
     hi = dcp__log((double)max_length + 1.0);
-    *length = dcp__round_clip(floor(dcp__exp(lo + dcp__exact((hi - lo) * dcp_rng_uniform(rng)))),
+    *length = dcp__round_clip(floor(dcp__exp(lo + dcp__unfused((hi - lo) * dcp_rng_uniform(rng)))),
                               min_length, max_length);
     return dcp_error_clear(error);
 }

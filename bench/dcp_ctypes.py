@@ -6,47 +6,24 @@ import ast
 import ctypes
 import importlib.util
 import os
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIBRARY = os.environ.get("DCP_CUDA_LIBRARY") or os.path.join(HERE, "..", "build",
                                                              "libdcp_cuda.so")
 
-FLOAT32, BFLOAT16, FLOAT16 = 0, 1, 2
-HALF_ALL, HALF_FIRST, HALF_SECOND = 0, 1, 2
+# The structs and enums are libdcp's own mirrors (python/libdcp/_structs.py, checked against
+# the C layout by python/tests/test_planner.py): one set for the package and the benches.
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+from libdcp._structs import (DTYPE_BFLOAT16 as BFLOAT16, DTYPE_FLOAT16 as FLOAT16,  # noqa: E402
+                             DTYPE_FLOAT32 as FLOAT32, HALF_ALL, HALF_FIRST, HALF_SECOND,
+                             AttentionParams, AttentionView, Conv1dParams, CudaLayout, Error,
+                             RopeOptions, ThdLayout)
 
-
-class Error(ctypes.Structure):
-    _fields_ = [("status", ctypes.c_int), ("message", ctypes.c_char * 256)]
-
-
-class ThdLayout(ctypes.Structure):
-    _fields_ = [("num_sequences", ctypes.c_int32), ("cu_seqlens", ctypes.c_void_p),
-                ("cu_seqlens_padded", ctypes.c_void_p), ("cp", ctypes.c_int32)]
-
-
-class CudaLayout(ctypes.Structure):
-    _fields_ = [("thd", ThdLayout), ("local_rows", ctypes.c_int64),
-                ("max_seqlen_padded", ctypes.c_int32)]
-
-
-class RopeOptions(ctypes.Structure):
-    _fields_ = [("style", ctypes.c_int), ("rotary_dim", ctypes.c_int32),
-                ("theta_base", ctypes.c_double), ("inv_freq", ctypes.c_void_p)]
-
-
-class Conv1dParams(ctypes.Structure):
-    _fields_ = [("channels", ctypes.c_int32), ("width", ctypes.c_int32), ("silu", ctypes.c_int32)]
-
-
-class AttentionParams(ctypes.Structure):
-    _fields_ = [("num_heads", ctypes.c_int32), ("num_kv_heads", ctypes.c_int32),
-                ("head_dim", ctypes.c_int32), ("causal", ctypes.c_int32),
-                ("softmax_scale", ctypes.c_double)]
-
-
-class AttentionView(ctypes.Structure):
-    _fields_ = [("q_rank", ctypes.c_int32), ("q_half", ctypes.c_int), ("kv_rank", ctypes.c_int32),
-                ("kv_half", ctypes.c_int)]
+__all__ = ["BFLOAT16", "FLOAT16", "FLOAT32", "HALF_ALL", "HALF_FIRST", "HALF_SECOND",
+           "AttentionParams", "AttentionView", "Conv1dParams", "CudaLayout", "Error",
+           "Library", "RopeOptions", "ThdLayout", "dry_run", "entry_points", "ptr",
+           "repeat_count", "timed"]
 
 
 class Library:
@@ -66,7 +43,8 @@ class Library:
         n = len(cu_host) - 1
         cu = (ctypes.c_int32 * (n + 1))(*cu_host)
         cu_padded = (ctypes.c_int32 * (n + 1))(*cu_padded_host)
-        host = ThdLayout(n, ctypes.cast(cu, ctypes.c_void_p), ctypes.cast(cu_padded, ctypes.c_void_p), cp)
+        host = ThdLayout(n, ctypes.cast(cu, ctypes.POINTER(ctypes.c_int32)),
+                         ctypes.cast(cu_padded, ctypes.POINTER(ctypes.c_int32)), cp)
         layout = CudaLayout()
         self.call("dcp_cuda_layout_init", ctypes.byref(host), ctypes.c_void_p(cu_device.data_ptr()),
                   ctypes.c_void_p(cu_padded_device.data_ptr()), ctypes.byref(layout))

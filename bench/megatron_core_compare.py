@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""megatron-core 0.16.1's own BalancedCPScheduler against libdcp's scheduler (libdcp.megatron),
-both executed as Megatron executes them, on the same batches.
+"""megatron-core's own BalancedCPScheduler (the installed release: 0.16.1 or 0.19.2) against
+libdcp's scheduler (libdcp.megatron), both executed as Megatron executes them, on the same
+batches.
 
 Megatron's schedule is the real package's (get_groups_and_subsamples of its
-BalancedCPScheduler, with a stand-in DP x CP group that has only size()); ours is
+BalancedCPScheduler, with a stand-in DP x CP group that has only size()), "not runnable" where
+it breaks what Megatron's own consumers need (libdcp.megatron.check_sample_id_groups: a CP size
+with no communicator, misaligned holders, a rank empty in the last group); ours is
 LibdcpCPScheduler through the Python binding, mapped onto Megatron's groups (sync model E = 1:
 one group; E = D: one group per microbatch). Both schedules run in libdcp.megatron.execute's
 model of hybrid_context_parallel_forward_backward: in each group every rank runs its
@@ -13,12 +16,15 @@ plans with the L^2 model) and libdcp's simulator (dcp.h's default model, per sub
 forward dcp_cost_sample_seconds + its ring steps; our planner plans with it). Figures: step
 (L^2 units of 1e9, or ms), groups (barriers), the most forwards a rank runs, idle fraction
 (1 - busy / (ranks x step)), and each scheduler's wall time on the batch (median of REPEATS).
+Our planner plans with Megatron's CP sizes (its communicators: powers of two below
+2^floor(log2 D), and D) and every rank holding a sub-sample, as LibdcpCPScheduler does.
 
 Batches: bench/plan_bench's workloads (--lengths-dir, from `build/plan_bench --dump-lengths
 DIR`: the seeds' distributions) and lognormal, Pareto and bimodal batches of SAMPLES_PER_RANK x D
 samples at D = 8 .. 1024 ranks (seeded; M = 4096).
 
-Usage (needs torch and megatron-core: `make bench-megatron-core` builds the venv and runs it):
+Usage (needs torch and megatron-core: `make bench-megatron-core` builds both releases' venvs and
+runs it under each):
     python bench/megatron_core_compare.py --lengths-dir DIR [--quick]   (a markdown table)
 """
 import argparse
@@ -65,9 +71,15 @@ class PoolStandIn:
         return 0
 
 
+def largest_power_of_two_group(ranks):
+    """The generated lengths' cap is this x M, as in earlier rounds (bench/RESULTS.md), so the
+    workloads stay the same batches."""
+    return max(c for c in M.hybrid_cp_sizes(ranks) if c & (c - 1) == 0)
+
+
 def generated(kind, ranks):
     count, rng = SAMPLES_PER_RANK * ranks, random.Random(SEED + ranks)
-    cap = M.megatron_max_cp(ranks) * GENERATED_M
+    cap = largest_power_of_two_group(ranks) * GENERATED_M
     if kind == "lognormal":
         mean, sigma, low, high = LOGNORMAL
         return libdcp.lognormal_lengths(mean, sigma, low, min(high, cap), count, seed=SEED)
@@ -126,7 +138,7 @@ def evaluate(groups, lengths, ranks, tokens, cost):
     if cost == "megatron":
         model = M.megatron_workload
     else:
-        model = libdcp.SampleCost(ranks, tokens, max_cp=M.megatron_max_cp(ranks))
+        model = libdcp.SampleCost(ranks, tokens, cp_sizes="megatron")
     return M.execute(groups, dict(enumerate(lengths)), model)
 
 
@@ -139,9 +151,10 @@ def row(name, ranks, tokens, lengths, cost):
         groups = None
     if groups is not None:
         try:
+            M.check_sample_id_groups(groups, range(len(lengths)), ranks)
             out["meg"] = evaluate(groups, lengths, ranks, tokens, cost)
-        except libdcp.DcpError as failure:  # a CP size dcp.h's cost model cannot price
-            out["meg"], out["meg_error"] = None, f"its plan cannot be priced: {failure}"[:160]
+        except M.ScheduleError as failure:  # Megatron's consumers cannot run it
+            out["meg"], out["meg_error"] = None, f"not runnable: {failure}"[:160]
     for label, sync in (("e1", 1), ("ed", ranks)):
         groups, out[f"t_{label}"] = our_schedule(lengths, ranks, tokens, sync, cost)
         M.check_sample_id_groups(groups, range(len(lengths)), ranks)
@@ -158,7 +171,7 @@ def cells(r):
     meg, e1, ed = r["meg"], r["e1"], r["ed"]
     triple = (lambda f, fmt: "/".join(fmt.format(f(x)) if x else "-" for x in (meg, e1, ed)))
     return (r["name"], str(r["N"]), str(r["D"]), "L^2/c" if r["cost"] == "megatron" else "libdcp",
-            f"{meg.step_seconds * unit:.4g}" if meg else "error",
+            f"{meg.step_seconds * unit:.4g}" if meg else "not runnable",
             f"{e1.step_seconds * unit:.4g}",
             f"{meg.step_seconds / e1.step_seconds:.3f}" if meg else "-",
             f"{ed.step_seconds * unit:.4g}",
@@ -172,6 +185,7 @@ def main(argv):
     parser.add_argument("--lengths-dir", help="build/plan_bench --dump-lengths DIR")
     parser.add_argument("--quick", action="store_true", help=f"D <= {max(QUICK_RANKS)} only")
     args = parser.parse_args(argv)
+    print(f"megatron-core {M.installed_release()}")
     print("| " + " | ".join(HEADER) + " |")
     print("|" + "---|" * len(HEADER), flush=True)
     rows = []

@@ -638,7 +638,8 @@ static void print_config_json(const dcp_config *c)
         print_int32_values(c->cp_size_list, c->cp_size_count);
     else
         printf("\"%s\"", dcp_cp_sizes_name(c->cp_sizes));
-    printf(",\"cover_ranks\":%d,\"head_count\":%d}", (int)c->cover_ranks, (int)c->head_count);
+    /* the fields in dcp_config's order, as Plan.to_json prints them */
+    printf(",\"head_count\":%d,\"cover_ranks\":%d}", (int)c->head_count, (int)c->cover_ranks);
 }
 
 /* Each sample's padded length at the CP size of its group; 0 on allocation failure. */

@@ -408,6 +408,40 @@ static void any_meets_the_bound_where_pow2_cannot(void)
     dcp_plan_destroy(pow2);
 }
 
+/* Issue 37's pool: 48 ranks plan a group of 48 and groups of 12 (a list of those two sizes;
+   and every size, where the sample that needs all 48 gets them). */
+static void pool_of_48_plans_48_and_12(void)
+{
+    const int64_t lengths[5] = {48 * 1024, 12 * 1024, 12 * 1000, 11 * 1024, 9000};
+    dcp_config c = make_config(48, 1024);
+    int32_t sizes[DCP_CP_SIZE_LIST_CAPACITY], samples[DCP_CP_SIZE_LIST_CAPACITY], n = 0;
+    dcp_plan *plan;
+    c.cp_sizes = DCP_CP_SIZES_LIST;
+    c.cp_size_count = 2;
+    c.cp_size_list[0] = 12;
+    c.cp_size_list[1] = 48;
+    plan = plan_or_null(&c, lengths, 5);
+    CHECK(plan != NULL);
+    if (plan) {
+        CHECK_EQ(dcp_plan_cp_histogram(plan, sizes, samples, DCP_CP_SIZE_LIST_CAPACITY, &n, NULL),
+                 DCP_OK);
+        CHECK_EQ(n, 2);
+        CHECK_EQ(sizes[0], 12);
+        CHECK_EQ(sizes[1], 48);
+        dcp_plan_destroy(plan);
+    }
+    c = make_config(48, 1024);
+    c.cp_sizes = DCP_CP_SIZES_ANY;
+    plan = plan_or_null(&c, lengths, 5);
+    CHECK(plan != NULL);
+    if (plan) {
+        CHECK_EQ(dcp_plan_cp_histogram(plan, sizes, samples, DCP_CP_SIZE_LIST_CAPACITY, &n, NULL),
+                 DCP_OK);
+        CHECK(n >= 1 && sizes[n - 1] == 48);
+        dcp_plan_destroy(plan);
+    }
+}
+
 /* dcp_plan_cp_histogram: the sizes in increasing order and the samples at each. */
 static void histogram_by_size(void)
 {
@@ -473,6 +507,7 @@ int main(int argc, char **argv)
         {"ranges_plan_and_validate", ranges_plan_and_validate},
         {"any_meets_the_bound_where_pow2_cannot", any_meets_the_bound_where_pow2_cannot},
         {"histogram_by_size", histogram_by_size},
+        {"pool_of_48_plans_48_and_12", pool_of_48_plans_48_and_12},
     };
     return test_main(tests, TEST_COUNT(tests), argc, argv);
 }

@@ -594,14 +594,14 @@ static void unloading_splits_a_wide_pair(void)
     dcp__placement narrower[2] = {{0, 0, RANKS / 2, 0, 0}, {0, RANKS / 2, RANKS / 2, 0, 1}};
     dcp_config c = make_config(RANKS, 4096), resolved;
     dcp__batch batch;
-    dcp__lockstep x;
+    dcp__search_scratch x;
     dcp_plan *plan = NULL;
     int32_t kept;
     int64_t wide, hand_made;
     CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
     CHECK_EQ(dcp__batch_init(&batch, &resolved, lengths, 2, NULL), DCP_OK);
     memset(&x, 0, sizeof x);
-    CHECK(dcp__lockstep_init(&batch, &x, NULL));
+    CHECK(dcp__search_scratch_init(&batch, &x, NULL));
     wide = dcp__placement_step_ticks(&batch, placements, 1, &x.step);
     hand_made = dcp__placement_step_ticks(&batch, narrower, 1, &x.step);
     CHECK(hand_made < wide); /* the case is one where the wide group does not pay */
@@ -614,7 +614,7 @@ static void unloading_splits_a_wide_pair(void)
     CHECK_EQ(dcp__plan_build(&resolved, lengths, placements, 2, kept, &plan, NULL), DCP_OK);
     CHECK_EQ(dcp_plan_validate(plan, NULL), DCP_OK);
     dcp_plan_destroy(plan);
-    dcp__lockstep_free(&resolved.allocator, &x);
+    dcp__search_scratch_free(&resolved.allocator, &x);
     dcp__batch_free(&batch);
 }
 
@@ -1406,13 +1406,13 @@ static void unloading_never_hurts(void)
         int32_t count = random_workload(&rng, &c, lengths, 200), microbatches = 0;
         dcp__batch batch;
         dcp__fill fill;
-        dcp__lockstep x;
+        dcp__search_scratch x;
         c.sync_ranks = 0;
         CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
         CHECK_EQ(dcp__batch_init(&batch, &resolved, lengths, count, NULL), DCP_OK);
         CHECK_EQ(dcp__fill_init(&fill, &batch, NULL), DCP_OK);
         memset(&x, 0, sizeof x);
-        CHECK(dcp__lockstep_init(&batch, &x, NULL));
+        CHECK(dcp__search_scratch_init(&batch, &x, NULL));
         for (variant = 0; variant < DCP__FILL_CANDIDATES; variant += 3) {
             int64_t before, after;
             dcp_plan *plan = NULL;
@@ -1435,7 +1435,7 @@ static void unloading_never_hurts(void)
             CHECK_EQ(dcp_plan_validate(plan, NULL), DCP_OK);
             dcp_plan_destroy(plan);
         }
-        dcp__lockstep_free(&resolved.allocator, &x);
+        dcp__search_scratch_free(&resolved.allocator, &x);
         dcp__fill_free(&fill);
         dcp__batch_free(&batch);
     }
@@ -1451,7 +1451,7 @@ static void unloading_dissolves_a_microbatch(void)
     dcp__placement placements[3] = {{0, 0, 1, 0, 0}, {0, 1, 1, 0, 1}, {1, 0, 1, 0, 2}};
     dcp_config c, resolved;
     dcp__batch batch;
-    dcp__lockstep x;
+    dcp__search_scratch x;
     int32_t kept, s;
     memset(&c, 0, sizeof c);
     c.ranks = 2;
@@ -1460,7 +1460,7 @@ static void unloading_dissolves_a_microbatch(void)
     CHECK_EQ(dcp_config_resolve(&c, &resolved, NULL), DCP_OK);
     CHECK_EQ(dcp__batch_init(&batch, &resolved, lengths, 3, NULL), DCP_OK);
     memset(&x, 0, sizeof x);
-    CHECK(dcp__lockstep_init(&batch, &x, NULL));
+    CHECK(dcp__search_scratch_init(&batch, &x, NULL));
     CHECK_EQ(dcp__placement_step_ticks(&batch, placements, 2, &x.step),
              dcp__sample_ticks(&batch, 0, 0) + dcp__sample_ticks(&batch, 2, 0));
     kept = dcp__unload(&batch, placements, 2);
@@ -1471,7 +1471,7 @@ static void unloading_dissolves_a_microbatch(void)
     CHECK_EQ(placements[2].first_rank, 1);
     CHECK_EQ(dcp__placement_step_ticks(&batch, placements, kept, &x.step),
              dcp__sample_ticks(&batch, 0, 0));
-    dcp__lockstep_free(&resolved.allocator, &x);
+    dcp__search_scratch_free(&resolved.allocator, &x);
     dcp__batch_free(&batch);
 }
 

@@ -2,7 +2,7 @@
 # The Python package's type hints, checked by mypy (pinned in
 # python/tests/typecheck-requirements.txt, installed from PyPI into build/venv-typecheck once
 # and reused while the list is unchanged): --strict on the planner side (libdcp, _library,
-# _structs, planner, loader), the default checks on the torch ops (torch's own types are not
+# _structs, planner, loader, _json, _extras, _cli, __main__), the default checks on the torch ops (torch's own types are not
 # installed here) and libdcp.megatron (which reads megatron-core's objects untyped). A call with a wrong argument type must be reported, so the hints are not
 # decoration. Skips, saying so, where PyPI cannot be reached. Ends with "N passed, M failed".
 cd "$(dirname "$0")/.." || exit 1
@@ -31,7 +31,8 @@ fail() { failed=$((failed + 1)); echo "FAIL $1"; }
 mypy="$venv/bin/python -m mypy --ignore-missing-imports --cache-dir $venv/mypy-cache"
 p=python/libdcp
 # shellcheck disable=SC2086
-if $mypy --strict $p/__init__.py $p/_library.py $p/_structs.py $p/planner.py $p/loader.py; then
+if $mypy --strict $p/__init__.py $p/_library.py $p/_structs.py $p/planner.py $p/loader.py \
+    $p/_json.py $p/_extras.py $p/_cli.py $p/__main__.py; then
     pass "mypy --strict: the planner side"
 else
     fail "mypy --strict: the planner side"
@@ -56,6 +57,19 @@ if MYPYPATH=python $mypy --strict "$work/misuse.py" >"$work/misuse.out" 2>&1 ||
     fail "mypy reports a wrong argument and a wrong result type ($(cat "$work/misuse.out"))"
 else
     pass "mypy reports a wrong argument and a wrong result type"
+fi
+# PEP 561: a user's type checker reads an installed package's hints only when the package
+# ships py.typed. A package found on PYTHONPATH counts as installed (MYPYPATH would read any
+# source), so from there, without --ignore-missing-imports, the same misuse must be reported;
+# without the marker mypy says "missing library stubs or py.typed marker" instead.
+# shellcheck disable=SC2086
+if (cd "$work" && PYTHONPATH=../../python ../../$venv/bin/python -m mypy --strict \
+        --cache-dir ../../$venv/mypy-cache-installed misuse.py >misuse-installed.out 2>&1) ||
+    ! grep -q 'Argument "ranks" to "plan" has incompatible type "str"; expected "int"' \
+        "$work/misuse-installed.out"; then
+    fail "an installed libdcp is typed: py.typed ($(cat "$work/misuse-installed.out"))"
+else
+    pass "an installed libdcp is typed: py.typed"
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -116,7 +116,7 @@ def main(argv):
     torch.set_default_dtype(torch.float64)
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
-    longest = MAX_TOKENS_PER_RANK * M.megatron_max_cp(args.ranks)
+    longest = MAX_TOKENS_PER_RANK * args.ranks  # the whole pool is one of Megatron's CP groups
     lengths = [min(longest, int(rng.lognormvariate(4.0, 0.9)) + 2) for _ in range(args.samples)]
     ids = rng.sample(range(10 * args.samples), args.samples)
     samples = {s: torch.randint(0, VOCAB, (n,)) for s, n in zip(ids, lengths)}

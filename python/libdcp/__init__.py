@@ -11,8 +11,17 @@ Kernels as torch ops are in ``libdcp.ops`` (needs torch, a GPU and build/libdcp_
 data-loader wrapper is in ``libdcp.loader`` (its token routing is plain Python); the scheduler
 for Megatron-Core's hybrid context parallelism is ``libdcp.megatron``.
 
-Library search order: $DCP_LIBRARY, next to this package (``pip install ./python`` builds it
-there), the repository's build/. See ``libdcp.library_path()``.
+Plans travel as bytes (``Plan.to_bytes``, ``Plan.from_bytes``) and as the JSON of ``dcp-plan
+--json`` (``Plan.to_json``, ``Plan.from_json``, docs/cli-json.md). ``python -m libdcp`` and the
+``dcp-plan`` command the package installs run the C CLI itself.
+
+Constants: ``CONFIG_FIELDS``, the dcp_config fields ``plan()`` takes by name;
+``DEFAULT_SEED``, the seed of ``lognormal_lengths`` and dcp-plan when none is given;
+``NO_GROUP`` (-1), first_rank and rank_in_group of an idle rank's view.
+
+Library search order: $DCP_LIBRARY, the package's _native/ folder (``pip install ./python``
+builds it there), the repository's build/. See ``libdcp.library_path()``. Type checkers read
+the package's hints (it ships py.typed).
 """
 from ._library import (CorruptDataError, CudaError, DcpError, DcpIOError, DcpMemoryError,
                        DcpOverflowError, InfeasibleError, InvalidArgumentError, InvalidPlanError,

@@ -12,6 +12,10 @@ CPU_ENV = "DCP_LIBRARY"          # full path of a libdcp.so to use instead of th
 CUDA_ENV = "DCP_CUDA_LIBRARY"    # full path of a libdcp_cuda.so
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Where `pip install ./python` puts the native files (libdcp.so, libdcp_cuda.so, the dcp-plan
+# program): a folder without __init__.py, so that pkgutil (and help(libdcp)) does not list
+# libdcp.so as an importable submodule named "libdcp".
+NATIVE_DIR = os.path.join(_PACKAGE_DIR, "_native")
 # python/libdcp/ -> the repository's build/ (an editable install or PYTHONPATH=python).
 _REPO_BUILD = os.path.normpath(os.path.join(_PACKAGE_DIR, "..", "..", "build"))
 
@@ -22,52 +26,88 @@ class DcpError(Exception):
     status = -1
 
     def __init__(self, message: str, function: str = ""):
-        super().__init__(f"{function}: {message}" if function else message)
+        self._text = f"{function}: {message}" if function else message
+        super().__init__(self._text)
         self.message = message
         self.function = function
 
+    def __str__(self) -> str:
+        # OSError's own __str__ would print "[Errno None] None: FILE" once filename is set
+        return self._text
+
+    def naming_file(self, path: str) -> "DcpError":
+        """The same error with ``path`` in its message (prefixed, as dcp-plan does, where the
+        library's text names a line but not the file) and, for an OSError, as ``filename``."""
+        message = self.message if path in self.message else f"{path}: {self.message}"
+        named = type(self)(message, self.function)
+        if isinstance(named, OSError):
+            named.filename = path
+        return named
+
 
 class InvalidArgumentError(DcpError, ValueError):
+    """dcp_status 1 (DCP_ERROR_INVALID_ARGUMENT): an argument outside its documented range (the
+    message names it and its value); also a ValueError."""
     status = 1
 
 
 class InfeasibleError(DcpError, ValueError):
+    """dcp_status 2 (DCP_ERROR_INFEASIBLE): no plan exists for the input (a sample longer than
+    max_cp ranks hold, ...); also a ValueError."""
     status = 2
 
 
 class DcpOverflowError(DcpError, OverflowError):
+    """dcp_status 3 (DCP_ERROR_OVERFLOW): a count or a sum of tokens beyond what its C type
+    holds; also an OverflowError."""
     status = 3
 
 
 class DcpMemoryError(DcpError, MemoryError):
+    """dcp_status 4 (DCP_ERROR_OUT_OF_MEMORY): the library's allocator failed; also a
+    MemoryError."""
     status = 4
 
 
 class ParseError(DcpError, ValueError):
+    """dcp_status 5 (DCP_ERROR_PARSE): text that is not a lengths list or CSV (the message
+    names the line, and the file when there is one); also a ValueError."""
     status = 5
 
 
 class DcpIOError(DcpError, OSError):
+    """dcp_status 6 (DCP_ERROR_IO): a file could not be opened or read (the message and
+    ``filename`` name it); also an OSError."""
     status = 6
 
 
 class InvalidPlanError(DcpError, ValueError):
+    """dcp_status 7 (DCP_ERROR_INVALID_PLAN): a plan breaks an invariant of dcp_plan_validate
+    (named in the message); also a ValueError."""
     status = 7
 
 
 class CorruptDataError(DcpError, ValueError):
+    """dcp_status 8 (DCP_ERROR_CORRUPT_DATA): serialized bytes that are truncated, of another
+    version or fail their checksum; also a ValueError."""
     status = 8
 
 
 class UnsupportedError(DcpError, NotImplementedError):
+    """dcp_status 9 (DCP_ERROR_UNSUPPORTED): a feature this build or device does not have; also
+    a NotImplementedError."""
     status = 9
 
 
 class CudaError(DcpError, RuntimeError):
+    """dcp_status 10 (DCP_ERROR_CUDA): a CUDA runtime call failed (the message names the call);
+    also a RuntimeError."""
     status = 10
 
 
 class NcclError(DcpError, RuntimeError):
+    """dcp_status 11 (DCP_ERROR_NCCL): an NCCL call failed (the message names the call); also a
+    RuntimeError."""
     status = 11
 
 
@@ -89,13 +129,13 @@ def raise_for(status: int, error: S.Error, function: str) -> None:
 
 
 def candidates(name: str, env: str) -> List[str]:
-    """Paths tried, in order: the environment variable (an explicit choice wins), next to the
-    package (`pip install ./python` builds libdcp.so there), the repository's
-    build/ (editable install, PYTHONPATH=python)."""
+    """Paths tried, in order: the environment variable (an explicit choice wins), the
+    package's _native/ folder (`pip install ./python` builds libdcp.so and dcp-plan there),
+    the repository's build/ (editable install, PYTHONPATH=python)."""
     paths = []
     if os.environ.get(env):
         paths.append(os.environ[env])
-    paths.append(os.path.join(_PACKAGE_DIR, name))
+    paths.append(os.path.join(NATIVE_DIR, name))
     paths.append(os.path.join(_REPO_BUILD, name))
     return paths
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
                     Tuple, Union)
 
+from ._extras import import_torch
 from .planner import FlopsStats, Plan, RankView, Transfer, plan as make_plan
 
 Sample = Union[Sequence[int], Mapping[str, Any]]  # tokens, or per-token fields by name
@@ -75,7 +76,9 @@ def list_zeros(like: Any) -> Callable[[int], Any]:
 
 
 def torch_zeros(like: Any, device: Any = None) -> Callable[[int], Any]:
-    import torch
+    """Zero buffers of n rows shaped like the torch tensor ``like`` (its trailing dimensions
+    and dtype) on ``device`` (default ``like``'s device)."""
+    torch = import_torch("libdcp.loader.torch_zeros")
     return lambda n: torch.zeros((n,) + tuple(like.shape[1:]), dtype=like.dtype,
                                  device=device if device is not None else like.device)
 
@@ -110,7 +113,7 @@ def torch_p2p_transport(group: Any = None) -> Transport:
     the sends of A to B with B's receives from A in order). Ranks are global ranks of the pool;
     ``group`` the pool's process group (None: the default group). With NCCL the samples must
     already be on this rank's GPU."""
-    import torch
+    torch = import_torch("libdcp.loader.torch_p2p_transport")
     import torch.distributed as dist
 
     def run(outgoing: Dict[int, List[Any]], sizes: Dict[int, List[int]], like: Any
@@ -131,12 +134,25 @@ def torch_p2p_transport(group: Any = None) -> Transport:
 
 @dataclass
 class MicroBatch:
-    """One microbatch of one rank. ``fields`` holds each per-token field packed in THD order
-    (local rows; padding rows 0); cu_seqlens / cu_seqlens_padded describe the group's whole
-    sequences (int32 when torch is used); ``position_ids`` the global position of each local
-    row (padding 0); ``loss_mask`` 1 on valid rows (times a ``loss_mask`` field when the
-    samples carry one); ``group`` the CP group's communicator (from ``cp_groups``) or None at
-    cp 1; ``flops`` the global batch's tokens and sums of squares for MFU."""
+    """One microbatch of one rank, as :class:`DynamicCPLoader` yields it.
+
+    Attributes:
+        microbatch: its index k, 0 .. num_microbatches - 1.
+        num_microbatches: K, the microbatches of this global batch.
+        view: the rank's RankView of this microbatch.
+        fields: each per-token field by name, packed in THD order (local rows; padding 0).
+        cu_seqlens: cumulative valid lengths of the group's whole sequences (int32 tensor
+            when torch is used, else a tuple).
+        cu_seqlens_padded: the same for the padded lengths.
+        max_seqlen: the largest padded length of a whole sequence.
+        position_ids: the global position of each local row (padding 0).
+        loss_mask: 1 on valid rows, 0 on padding (times a ``loss_mask`` field when the
+            samples carry one).
+        cp: the group's size (0 when the rank is idle).
+        rank_in_group: the rank's index in the group (-1 when idle).
+        group: the CP group's communicator (from ``cp_groups``), None at cp 1.
+        flops: the global batch's FlopsStats (tokens and sums of squares, for MFU).
+    """
     microbatch: int
     num_microbatches: int
     view: RankView
@@ -153,7 +169,14 @@ class MicroBatch:
 
     @property
     def tokens(self) -> Any:
+        """The packed ``tokens`` field."""
         return self.fields[TOKENS]
+
+    def __repr__(self) -> str:
+        # the field count, not the names: names are the caller's and of any length
+        return (f"<libdcp.loader.MicroBatch {self.microbatch} of {self.num_microbatches}, "
+                f"rank {self.view.rank}: cp {self.cp}, {self.view.local_tokens} local rows, "
+                f"{len(self.fields)} fields>")
 
 
 def _fields(sample: Sample) -> Dict[str, Any]:
@@ -270,7 +293,7 @@ def torch_all_gather_lengths(group: Any = None, device: Any = None
     """Lengths of every rank's share through two torch.distributed.all_gather calls (counts,
     then the lengths padded to the longest share) on int64 tensors; ``device`` defaults to
     the current GPU with NCCL, else the CPU."""
-    import torch
+    torch = import_torch("libdcp.loader.torch_all_gather_lengths")
     import torch.distributed as dist
 
     def run(mine: List[int]) -> List[List[int]]:
@@ -295,6 +318,7 @@ def make_torch_cp_groups(ranks: int, max_cp: int) -> Callable[[int, int], Any]:
     """Creates the communicator of every aligned block of cp ranks for cp = 2, 4, .., max_cp,
     on every rank in the same order (new_group is collective), and returns the lookup
     ``(first_rank, cp) -> ProcessGroup``."""
+    import_torch("libdcp.loader.make_torch_cp_groups")
     import torch.distributed as dist
     groups: Dict[Tuple[int, int], Any] = {}
     cp = 2

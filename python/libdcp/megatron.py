@@ -1,12 +1,13 @@
-"""libdcp's planner inside Megatron-Core's hybrid context parallelism (megatron-core 0.16).
+"""libdcp's planner inside Megatron-Core's hybrid context parallelism (megatron-core 0.16.1 to
+0.19.2; the releases tested are in RELEASES).
 
-Megatron-Core 0.16.1 schedules hybrid CP with ``BalancedCPScheduler``
+Megatron-Core schedules hybrid CP with ``BalancedCPScheduler``
 (megatron/core/pipeline_parallel/hybrid_cp_schedule.py): ``HybridCPDataLoaderWrapper``
 (megatron/core/datasets/data_schedule.py) all-gathers the sub-sample lengths, calls its
 ``get_groups_and_subsamples`` and reroutes the sub-samples; ``hybrid_context_parallel_forward_
 backward`` then runs, group after group, each rank's sub-samples one forward and backward each
-(CP size = the number of ranks of the group that hold the sub-sample) and a barrier over the
-DP x CP group after every group. :class:`LibdcpCPScheduler` has that interface and answers
+(CP size = the number of ranks of the group that hold the sub-sample, on the communicator
+parallel_state builds for that size) and a barrier over the DP x CP group after every group. :class:`LibdcpCPScheduler` has that interface and answers
 from ``libdcp.plan``; :func:`use_libdcp` makes the wrapper build it::
 
     import libdcp.megatron
@@ -18,8 +19,10 @@ E = 1 (dense models, the default) one group holding each rank's sub-samples in p
 that share a sub-sample meet it in the same order, so the CP collectives pair up without a
 barrier); E = D one group per microbatch (Megatron's barrier is the model's); in between a
 barrier only where the plan already synchronises the pool (around a microbatch with a group of
-all D ranks). Every rank must hold a sub-sample in Megatron's last group (its schedule runs the
-last one outside no_sync): trailing groups are merged until it does, which only drops barriers.
+all D ranks). The planner plans with Megatron's CP sizes (cp_sizes="megatron": the powers of two
+Megatron builds communicators for and the whole pool) and puts a sub-sample on every rank
+(cover_ranks): Megatron's schedule runs the last sub-sample of the last group on every rank, so
+trailing groups are merged until every rank holds one there, which only drops barriers.
 
 Nothing here needs torch except the install (:func:`use_libdcp`) and the check that the ranks
 agree on the lengths (with torch.distributed initialised): the mapping, the checks Megatron's
@@ -27,17 +30,17 @@ code relies on (:func:`check_sample_id_groups`) and the step-time model of Megat
 (:func:`execute`) are plain Python, so the tests run them without torch.
 """
 import hashlib
+import importlib
 import itertools
 import operator
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._library import DcpError, InfeasibleError, InvalidArgumentError, UnsupportedError
 from .planner import Plan, SampleCost, cp_size_min, plan as make_plan
 
-# The release whose interface this module follows (tests pin it).
-MEGATRON_CORE_VERSION = "0.16.1"
 # The default sync model: Megatron's hybrid CP runs dense models (one sub-sample per forward
 # cannot pair an expert-parallel all-to-all across ranks that run different counts).
 DEFAULT_SYNC_RANKS = 1
@@ -47,6 +50,10 @@ DEFAULT_SYNC_RANKS = 1
 DEFAULT_RING_CHARGE = "sample"
 # Digest of a rank's view of the batch that the ranks compare (bytes of blake2b).
 DIGEST_BYTES = 8
+# The planner's CP sizes: those Megatron has communicators for (dcp_config.cp_sizes).
+MEGATRON_CP_SIZES = "megatron"
+# Settings the scheduler fixes because Megatron's schedule needs them (see settings_for).
+FIXED_SETTINGS = {"cp_sizes": MEGATRON_CP_SIZES, "cover_ranks": True}
 
 SampleIdGroups = List[List[List[int]]]  # [group][dp_cp rank] -> sample ids, in run order
 
@@ -66,20 +73,55 @@ class ScheduleError(ValueError):
     last group, or ranks that meet shared samples in different orders (a hang)."""
 
 
-# -- Megatron's CP groups ---------------------------------------------------------------------
+# -- Megatron-Core releases ------------------------------------------------------------------
+# Everything that differs between the releases this module is tested with lives here; the rest
+# of the module uses only what they share (BalancedCPScheduler's interface,
+# HybridCPDataLoaderWrapper's attributes, create_hybrid_dp_cp_groups' sizes, one forward per
+# sub-sample with a barrier after each group).
+@dataclass(frozen=True)
+class Release:
+    """A megatron-core release libdcp.megatron is tested with (`make test-megatron` runs each
+    in its own virtual environment, pinned by ``requirements``): ``python`` the oldest Python
+    it installs on; ``forward_step_cp_group_size`` whether hybrid_context_parallel_forward_
+    backward broadcasts each sub-sample's partner CP size over the TP group and passes it to
+    schedules.forward_step as ``cp_group_size`` (0.19: the loss scaling of the legacy loss
+    path then uses it); ``backward_step_model_type`` whether backward_step still takes
+    model_type (dropped in 0.19)."""
+    version: str
+    python: str
+    requirements: str
+    forward_step_cp_group_size: bool
+    backward_step_model_type: bool
+
+
+RELEASES = {r.version: r for r in (
+    Release("0.16.1", "3.10", "python/tests/megatron-requirements.txt", False, True),
+    Release("0.19.2", "3.12", "python/tests/megatron-0.19-requirements.txt", True, False))}
+# What a user is told to install when Megatron-Core is missing.
+INSTALL_HINT = ("pip install megatron-core==0.19.2 (Python >= 3.12) or megatron-core==0.16.1 "
+                "(Python >= 3.10), with torch")
+WRAPPER_MODULE, WRAPPER_CLASS = "megatron.core.datasets.data_schedule", "HybridCPDataLoaderWrapper"
+
+
+def installed_release() -> Optional[str]:
+    """The installed megatron-core's version, None when it is not installed."""
+    from importlib import metadata
+    try:
+        return metadata.version("megatron-core")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def hybrid_cp_sizes(ranks: int) -> Tuple[int, ...]:
-    """The CP sizes Megatron-Core 0.16.1 has communicators for on a DP x CP group of ``ranks``
-    (parallel_state.create_hybrid_dp_cp_groups: 2, 4, .. below 2^floor(log2 D), and the whole
-    group), with 1: the aligned blocks of each size are the groups a sub-sample can run on."""
+    """The CP sizes Megatron-Core has communicators for on a DP x CP group of ``ranks``
+    (parallel_state.create_hybrid_dp_cp_groups, the same in every release tested: 2^i for
+    1 <= i < floor(log2 D), and the whole group through get_hybrid_data_context_parallel_groups),
+    with 1: the aligned blocks of each size are the groups a sub-sample can run on. libdcp's
+    planner plans with exactly these (cp_sizes="megatron"; libdcp.cp_sizes gives them)."""
     powers = [1]
     while powers[-1] * 4 <= ranks:  # 2^i for 1 <= i < floor(log2 D)
         powers.append(powers[-1] * 2)
     return tuple(sorted(set(powers) | {ranks}))
-
-
-def megatron_max_cp(ranks: int) -> int:
-    """The largest power-of-two CP size Megatron has groups for (libdcp's max_cp)."""
-    return max(c for c in hybrid_cp_sizes(ranks) if c & (c - 1) == 0)
 
 
 # -- settings ---------------------------------------------------------------------------------
@@ -98,7 +140,8 @@ class Settings:
 
     def plan_config(self) -> Dict[str, Any]:
         return dict(self.planner, sync_ranks=self.sync_ranks, min_cp=self.min_cp,
-                    max_cp=self.max_cp, microbatch_multiple=self.microbatch_multiple)
+                    max_cp=self.max_cp, microbatch_multiple=self.microbatch_multiple,
+                    cp_sizes=MEGATRON_CP_SIZES, cover_ranks=True)
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -114,23 +157,27 @@ def settings_for(config: Any, ranks: int, *, sync_ranks: int = DEFAULT_SYNC_RANK
                  check_agreement: bool = True, **planner: Any) -> Settings:
     """Maps Megatron's config (a TransformerConfig or ModelParallelConfig, or anything with
     its attribute names) and the DP x CP size to libdcp's settings; raises UnsupportedError
-    for what Megatron-Core 0.16.1's hybrid CP path or this mapping does not run, and
-    TypeError / ValueError naming a bad setting.
+    for what Megatron-Core's hybrid CP path or this mapping does not run, and TypeError /
+    ValueError naming a bad setting.
 
-    max_seqlen_per_dp_cp_rank -> max_tokens_per_rank; the DP x CP size -> ranks; max_cp at most
-    the largest CP group Megatron builds (:func:`megatron_max_cp`); tensor_model_parallel_size
-    with sequence_parallel -> pad_multiple (Megatron splits a sub-sample over CP and TP);
-    ring_charge DEFAULT_RING_CHARGE (Megatron runs one forward per sub-sample) unless given."""
+    max_seqlen_per_dp_cp_rank -> max_tokens_per_rank; the DP x CP size -> ranks; the CP sizes
+    those Megatron has communicators for (:func:`hybrid_cp_sizes`, the planner's
+    cp_sizes="megatron"), min_cp and max_cp among them (max_cp default the whole pool, so a
+    sample may take every rank as Megatron's fallback does); every rank holding a sub-sample
+    (the planner's cover_ranks: Megatron's schedule runs one on every rank);
+    tensor_model_parallel_size with sequence_parallel -> pad_multiple (Megatron splits a
+    sub-sample over CP and TP); ring_charge DEFAULT_RING_CHARGE (Megatron runs one forward per
+    sub-sample) unless given."""
     ranks = _positive_int("DP x CP size", ranks)
     tokens = _positive_int("config.max_seqlen_per_dp_cp_rank",
                            getattr(config, "max_seqlen_per_dp_cp_rank", None))
     pipeline = getattr(config, "pipeline_model_parallel_size", 1) or 1
     if pipeline > 1 or getattr(config, "virtual_pipeline_model_parallel_size", None):
         raise UnsupportedError(
-            f"pipeline_model_parallel_size={pipeline}: Megatron-Core {MEGATRON_CORE_VERSION} "
-            f"runs hybrid context parallelism only without pipelining "
-            f"(forward_backward_no_pipelining), so neither its scheduler nor libdcp's can be "
-            f"used with PP or VPP; microbatch_multiple is for the planner's own runs")
+            f"pipeline_model_parallel_size={pipeline}: Megatron-Core runs hybrid context "
+            f"parallelism only without pipelining (forward_backward_no_pipelining, releases "
+            f"{', '.join(RELEASES)}), so neither its scheduler nor libdcp's can be used with PP "
+            f"or VPP; microbatch_multiple is for the planner's own runs")
     if getattr(config, "calculate_per_token_loss", True) is False:
         raise UnsupportedError(
             "calculate_per_token_loss=False: under hybrid CP the ranks run different numbers "
@@ -139,17 +186,29 @@ def settings_for(config: Any, ranks: int, *, sync_ranks: int = DEFAULT_SYNC_RANK
     if ranks > 1 and ranks % 2:
         raise UnsupportedError(f"DP x CP size {ranks}: Megatron's hybrid CP needs an even "
                                f"number of ranks (parallel_state.initialize_model_parallel)")
-    largest = megatron_max_cp(ranks)
-    max_cp = largest if max_cp is None else _positive_int("max_cp", max_cp)
-    if max_cp > largest or max_cp & (max_cp - 1):
-        raise UnsupportedError(f"max_cp={max_cp}: Megatron builds CP groups of sizes "
-                               f"{', '.join(map(str, hybrid_cp_sizes(ranks)))} on {ranks} ranks; "
-                               f"libdcp's CP sizes are powers of two, so at most {largest}")
+    for name, value in planner.items():
+        if name in FIXED_SETTINGS and value != FIXED_SETTINGS[name]:
+            raise UnsupportedError(
+                f"{name}={value!r}: libdcp.megatron plans with {name}="
+                f"{FIXED_SETTINGS[name]!r}, because Megatron's hybrid schedule runs a "
+                f"sub-sample on every rank and has communicators only for the sizes "
+                f"{', '.join(map(str, hybrid_cp_sizes(ranks)))} on {ranks} ranks")
+    planner = {k: v for k, v in planner.items() if k not in FIXED_SETTINGS}
+    sizes = hybrid_cp_sizes(ranks)
+    min_cp = _positive_int("min_cp", min_cp)
+    max_cp = ranks if max_cp is None else _positive_int("max_cp", max_cp)
+    for name, value in (("min_cp", min_cp), ("max_cp", max_cp)):
+        if value not in sizes:
+            raise UnsupportedError(f"{name}={value}: Megatron builds CP groups of sizes "
+                                   f"{', '.join(map(str, sizes))} on {ranks} ranks; {name} "
+                                   f"must be one of them")
+    if min_cp > max_cp:
+        raise UnsupportedError(f"min_cp={min_cp} > max_cp={max_cp}")
     sync_ranks = _positive_int("sync_ranks", sync_ranks)
     if "pad_multiple" not in planner and getattr(config, "sequence_parallel", False):
         planner["pad_multiple"] = getattr(config, "tensor_model_parallel_size", 1) or 1
     planner.setdefault("ring_charge", DEFAULT_RING_CHARGE)
-    return Settings(ranks, tokens, sync_ranks, _positive_int("min_cp", min_cp), max_cp,
+    return Settings(ranks, tokens, sync_ranks, min_cp, max_cp,
                     _positive_int("microbatch_multiple", microbatch_multiple),
                     bool(check_agreement), planner)
 
@@ -178,7 +237,8 @@ def group_runs(plan: Plan, sync_ranks: int) -> List[Tuple[int, int]]:
     """The microbatch ranges of Megatron's groups: barrier_runs, with the last range absorbing
     the ones before it until every rank runs a sub-sample in it (a rank empty in the last
     group would crash Megatron's schedule); raises ScheduleError naming the rank when the
-    whole plan leaves one idle."""
+    whole plan leaves one idle (a plan made with cover_ranks, as the scheduler's are, never
+    does)."""
     runs = barrier_runs(plan, sync_ranks)
     busy = [False] * plan.ranks  # in the last range
     last = len(runs)
@@ -191,8 +251,8 @@ def group_runs(plan: Plan, sync_ranks: int) -> List[Tuple[int, int]]:
         raise ScheduleError(
             f"DP x CP rank {busy.index(False)} has no sub-sample in the whole batch "
             f"({plan.num_samples} samples on {plan.ranks} ranks): Megatron's hybrid schedule "
-            f"runs the last sub-sample of the last group on every rank; give the batch more "
-            f"samples or allow larger CP sizes (max_cp)")
+            f"runs the last sub-sample of the last group on every rank, so the plan must "
+            f"cover every rank (dcp_config.cover_ranks)")
     return runs[:last] + [(runs[last][0], runs[-1][1])]
 
 
@@ -298,7 +358,7 @@ def _holders(group: Sequence[Sequence[int]]) -> Dict[int, List[int]]:
 
 def check_sample_id_groups(sample_id_groups: SampleIdGroups, sample_ids: Sequence[int],
                            ranks: int) -> None:
-    """Raises ScheduleError unless Megatron-Core 0.16.1 runs the schedule as meant: one list
+    """Raises ScheduleError unless Megatron-Core runs the schedule as meant: one list
     per rank in every group; every sample id in exactly one group, on the ranks of one of
     Megatron's CP groups (an aligned block of a size in :func:`hybrid_cp_sizes`; its
     local_cp_size is the number of holders), at most once per rank; no other id; every rank
@@ -399,7 +459,7 @@ def execute(sample_id_groups: SampleIdGroups, lengths: Dict[int, int],
 
 # -- the scheduler ----------------------------------------------------------------------------
 class LibdcpCPScheduler:
-    """megatron-core 0.16.1's BalancedCPScheduler, planned by libdcp.
+    """megatron-core's BalancedCPScheduler (0.16.1 to 0.19.2), planned by libdcp.
 
     ``LibdcpCPScheduler(max_seq_len_per_rank, dp_cp_group, **settings)`` takes the arguments
     Megatron's takes (``dp_cp_group`` needs only ``size()`` and, for the agreement check,
@@ -449,13 +509,18 @@ class LibdcpCPScheduler:
         pairs = [_id_and_length(i, pair) for i, pair in enumerate(sample_id_seqlens)]
         if self.settings.check_agreement:
             check_ranks_agree(pairs, self.dp_cp_group)
+        if not pairs:  # every rank alike: they agree on the batch
+            raise ScheduleInputError(
+                f"the batch is empty (no sub-sample on any of the {self.total_hdp_gpus} DP x CP "
+                f"ranks): Megatron's hybrid schedule runs at least one sub-sample on every rank, "
+                f"and its own scheduler returns no group to run")
         ids, lengths = [s for s, _ in pairs], [n for _, n in pairs]
         self._check_ids(ids)
         try:
             plan = make_plan(lengths, self.total_hdp_gpus, self.settings.max_tokens_per_rank,
                              **self.settings.plan_config())
         except (InfeasibleError, InvalidArgumentError) as failure:
-            raise self._input_error(failure, ids) from failure
+            raise self._input_error(failure, ids, lengths) from failure
         positions = plan_groups(plan, self.settings.sync_ranks)
         sample_id_groups = [[[ids[p] for p in items] for items in group] for group in positions]
         groups = [[[lengths[p] for p in items] for items in group] for group in positions]
@@ -475,17 +540,31 @@ class LibdcpCPScheduler:
             raise ScheduleInputError(f"sample id {twice} appears twice {self._where(twice)}",
                                      sample=twice)
 
-    def _input_error(self, failure: DcpError, ids: List[int]) -> Exception:
-        """The planner names a bad sample by its position: name it by id and by the rank
-        that loaded it."""
+    def _input_error(self, failure: DcpError, ids: List[int], lengths: List[int]) -> Exception:
+        """The planner names a bad sample by its position: name it by id and by the rank that
+        loaded it, and say why neither scheduler runs it. A batch the settings cannot cover
+        (every rank holding a sub-sample) names the setting."""
         match = re.match(r"sample (\d+) ", failure.message)
-        if not match or int(match.group(1)) >= len(ids):
-            return failure
-        position = int(match.group(1))
-        sample = ids[position]
-        rank = None if self.source_rank is None else self.source_rank(sample)
-        return ScheduleInputError(f"sample {sample} ({self._where(sample)}): "
-                                  f"{failure.message[match.end():]}", sample=sample, rank=rank)
+        if match and int(match.group(1)) < len(ids):
+            position = int(match.group(1))
+            sample = ids[position]
+            rank = None if self.source_rank is None else self.source_rank(sample)
+            why = ""
+            if lengths[position] >= 1 and self.settings.max_cp == self.total_hdp_gpus:
+                why = (f"; no CP group of the {self.total_hdp_gpus} ranks holds it within "
+                       f"max_seqlen_per_dp_cp_rank, so Megatron's scheduler cannot run it "
+                       f"either")
+            return ScheduleInputError(f"sample {sample} ({self._where(sample)}): "
+                                      f"{failure.message[match.end():]}{why}", sample=sample,
+                                      rank=rank)
+        if failure.message.startswith("cover_ranks"):
+            return ScheduleInputError(
+                f"{len(ids)} samples cannot hold a sub-sample on each of the "
+                f"{self.total_hdp_gpus} ranks with CP sizes up to max_cp="
+                f"{self.settings.max_cp} set in use_libdcp (Megatron's hybrid schedule runs "
+                f"one on every rank; the default max_cp, the whole pool, covers every batch): "
+                f"{failure.message}")
+        return failure
 
 
 def _id_and_length(index: int, pair: Any) -> Tuple[int, int]:
@@ -614,12 +693,37 @@ def install_into(wrapper: Any, **settings: Any) -> LibdcpCPScheduler:
     return scheduler
 
 
+def megatron_wrapper_class() -> Any:
+    """Megatron-Core's HybridCPDataLoaderWrapper; ImportError saying what to install when
+    Megatron-Core (or the torch it needs) is missing or has no hybrid context parallelism,
+    and a warning when the installed release is not one of RELEASES."""
+    try:
+        module = importlib.import_module(WRAPPER_MODULE)
+    except ImportError as missing:
+        raise ImportError(
+            f"libdcp.megatron.use_libdcp() installs libdcp's scheduler into Megatron-Core's "
+            f"{WRAPPER_CLASS}, but {WRAPPER_MODULE} cannot be imported ({missing}); install "
+            f"Megatron-Core: {INSTALL_HINT}") from missing
+    wrapper_class = getattr(module, WRAPPER_CLASS, None)
+    release = installed_release()
+    if wrapper_class is None:
+        raise ImportError(
+            f"megatron-core {release} has no {WRAPPER_MODULE}.{WRAPPER_CLASS} (hybrid context "
+            f"parallelism came in 0.16); install one of the releases libdcp.megatron is tested "
+            f"with: {INSTALL_HINT}")
+    if release not in RELEASES:
+        warnings.warn(f"megatron-core {release} is not a release libdcp.megatron is tested "
+                      f"with ({', '.join(RELEASES)}); its hybrid CP interface may differ",
+                      stacklevel=3)
+    return wrapper_class
+
+
 def use_libdcp(**settings: Any) -> Installation:
     """Makes every HybridCPDataLoaderWrapper built from now on schedule with libdcp (settings
     as :func:`settings_for`: sync_ranks, min_cp, max_cp, microbatch_multiple,
     check_agreement, and dcp_config fields such as cost). Returns the installation: call
     ``restore()`` or use it as a context manager to put Megatron's scheduler back. Settings
     are checked against each wrapper's config when it is built (an unsupported one raises
-    there, before any batch)."""
-    from megatron.core.datasets import data_schedule
-    return Installation(data_schedule.HybridCPDataLoaderWrapper, settings)
+    there, before any batch). Raises ImportError saying what to install when Megatron-Core is
+    missing."""
+    return Installation(megatron_wrapper_class(), settings)

@@ -24,21 +24,32 @@ import math
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-import torch
-from torch import Tensor
+from ._extras import import_torch
 
-from . import _structs as S
-from ._library import cpu, cuda, library_path
+torch = import_torch("libdcp.ops")
+from torch import Tensor  # noqa: E402 (after the check that names the [torch] extra)
 
-HALF_ALL, HALF_FIRST, HALF_SECOND = 0, 1, 2      # dcp_half
+from . import _structs as S  # noqa: E402
+from ._library import cpu, cuda, library_path  # noqa: E402
+
+HALF_ALL, HALF_FIRST, HALF_SECOND = S.HALF_ALL, S.HALF_FIRST, S.HALF_SECOND  # dcp_half
 ROPE_ROTATE_HALF, ROPE_INTERLEAVED = 0, 1         # dcp_rope_style
-_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # dcp_dtype
+_DTYPES = {torch.float32: S.DTYPE_FLOAT32, torch.bfloat16: S.DTYPE_BFLOAT16,
+           torch.float16: S.DTYPE_FLOAT16}  # dcp_dtype
 
 
 @dataclass(frozen=True)
 class Layout:
     """A THD layout of whole (global) sequences split over cp ranks, as the ops take it:
-    int32 cu_seqlens / cu_seqlens_padded on the device and the same values on the CPU."""
+    int32 cu_seqlens / cu_seqlens_padded on the device and the same values on the CPU.
+
+    Attributes:
+        cu_seqlens: cumulative valid lengths of the whole sequences (int32, on the device).
+        cu_seqlens_padded: the same for the padded lengths (int32, on the device).
+        cu_seqlens_cpu, cu_seqlens_padded_cpu: the same values on the CPU, which the library
+            validates and sizes launches from (no read-back from the device).
+        cp: the ranks the sequences are split over.
+    """
     cu_seqlens: Tensor
     cu_seqlens_padded: Tensor
     cu_seqlens_cpu: Tensor
@@ -61,9 +72,11 @@ class Layout:
 
     @property
     def local_rows(self) -> int:
+        """Rows of one rank's buffer: cu_seqlens_padded[-1] / cp."""
         return int(self.cu_seqlens_padded_cpu[-1]) // self.cp
 
     def args(self) -> tuple:
+        """The five layout arguments of the custom ops, in their order."""
         return (self.cu_seqlens, self.cu_seqlens_padded, self.cu_seqlens_cpu,
                 self.cu_seqlens_padded_cpu, self.cp)
 

@@ -8,11 +8,15 @@ OverflowError, so nothing is truncated silently.
 """
 import ctypes
 import operator
+import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import _json
 from . import _structs as S
-from ._library import cpu
+from ._extras import import_torch
+from ._library import DcpError, cpu
 
 STRATEGIES = {"dynamic": 0, "static": 1, "greedy": 2}  # dcp_strategy, by name
 STRATEGY_NAMES = {value: name for name, value in STRATEGIES.items()}
@@ -68,6 +72,56 @@ def check_real(name: str, value: Any) -> float:
                         ) from None
 
 
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` as a bool: True or False (numpy's too); 1, "yes" and None are refused with
+    TypeError naming ``name``, so that a misplaced argument cannot pass as a flag."""
+    if not _is_bool(value):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def check_bytes(name: str, value: Any) -> bytes:
+    """``value``'s bytes: bytes, bytearray, memoryview or any other buffer; a str (text, not
+    bytes) and non-buffers are refused with TypeError naming ``name``."""
+    if isinstance(value, str):
+        raise TypeError(f"{name} must be bytes (a buffer), got str: encode it or pass the "
+                        f"bytes to_bytes() returned")
+    try:
+        return bytes(memoryview(value))
+    except TypeError:
+        raise TypeError(f"{name} must be bytes (a buffer), got {type(value).__name__}"
+                        ) from None
+
+
+def check_path(name: str, value: Any) -> str:
+    """``value`` as a file path: a str, bytes or os.PathLike (pathlib.Path); anything else is
+    refused with TypeError naming ``name`` (None is not the file "None")."""
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"{name} must be a path (str, bytes or os.PathLike), got "
+                        f"{type(value).__name__} {value!r}")
+    return os.fsdecode(value)
+
+
+def check_optional_str(name: str, value: Any) -> Optional[str]:
+    """``value`` when it is a str or None; TypeError naming ``name`` otherwise."""
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or None, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_sequence(name: str, value: Any, of: str) -> List[Any]:
+    """``value``'s items as a list: any iterable but a str or bytes (whose items are
+    characters); TypeError naming ``name`` and what it holds (``of``) otherwise."""
+    if isinstance(value, (str, bytes, bytearray)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of {of}, got {type(value).__name__} "
+                        f"{value!r}")
+    return list(value)
+
+
 class IntArray:
     """A C array of int32 or int64 made from a caller's integers, without a copy where the
     caller's memory already is one (a contiguous writable buffer of native int64: numpy's
@@ -90,7 +144,7 @@ class IntArray:
             if view is not None:
                 self._from_buffer(view)
             else:
-                self._from_items(list(values))
+                self._from_items(check_sequence(name, values, "integers"))
 
     def _from_items(self, items: List[Any]) -> None:
         checked = [check_int(f"{self.name}[{i}]", v, self.ctype) for i, v in enumerate(items)]
@@ -275,11 +329,18 @@ class SampleCost:
         self._cost = ctypes.byref(self._config.cost)
         self._padded = ctypes.c_int64()
 
+    def __repr__(self) -> str:
+        c = self._config
+        return (f"<libdcp.SampleCost ranks {c.ranks}, max_tokens_per_rank "
+                f"{c.max_tokens_per_rank}, cp {c.min_cp}-{c.max_cp}>")
+
     def cost_model(self) -> Dict[str, float]:
         """The resolved coefficients (defaults filled in), as ``plan(cost=...)`` takes them."""
         return {name: getattr(self._config.cost, name) for name in COST_FIELDS}
 
     def padded_length(self, length: int, cp: int) -> int:
+        """dcp_padded_length: the tokens a sample of ``length`` valid tokens is stored as at
+        CP size ``cp`` (padded to the config's multiple at that size)."""
         cpu().call("dcp_padded_length", ctypes.byref(self._config), check_int("length", length),
                    check_int("cp", cp, ctypes.c_int32), ctypes.byref(self._padded))
         return self._padded.value
@@ -293,7 +354,12 @@ class SampleCost:
 
 
 # -- results ---------------------------------------------------------------------------------
-def _short(values: Sequence[Any], most: int = 8) -> str:
+# Values a repr lists before it says "... N in all": repr() stays one line under 200 characters
+# whatever the batch size.
+REPR_ITEMS = 4
+
+
+def _short(values: Sequence[Any], most: int = REPR_ITEMS) -> str:
     """A tuple's repr, shortened to its first values and its length."""
     if len(values) <= most:
         return repr(tuple(values))
@@ -303,7 +369,13 @@ def _short(values: Sequence[Any], most: int = 8) -> str:
 @dataclass(frozen=True)
 class Group:
     """A CP group in one microbatch: ranks first_rank .. first_rank + cp - 1 process
-    ``samples`` (ids = positions in the planned lengths), in buffer order."""
+    ``samples`` (ids = positions in the planned lengths), in buffer order.
+
+    Attributes:
+        first_rank: pool rank of the group's member 0, a multiple of cp.
+        cp: the group's size, a power of two.
+        samples: sample ids, in buffer order.
+    """
     first_rank: int
     cp: int
     samples: Tuple[int, ...]
@@ -317,8 +389,26 @@ class PlanStats:
     """dcp_plan_simulate's result (seconds; tokens). ``step_seconds``, ``lower_bound_seconds``
     and ``efficiency`` are under the plan's sync model E (``sync_ranks``); ``dag_*`` under
     E = 1 (a group starts when its ranks are free: dense models), ``barrier_*`` under E = D
-    (every microbatch waits for its slowest group). ``samples_per_cp`` maps a CP size to the
-    samples planned at it."""
+    (every microbatch waits for its slowest group).
+
+    Attributes:
+        sync_ranks: E, the plan's sync model (1: dense models, ranks: a barrier per
+            microbatch).
+        step_seconds: the simulated step time under E.
+        lower_bound_seconds: a lower bound on any plan's step under E.
+        efficiency: lower_bound_seconds / step_seconds, in (0, 1].
+        dag_seconds, dag_lower_bound_seconds, dag_efficiency: the same under E = 1.
+        barrier_seconds, barrier_lower_bound_seconds, barrier_efficiency: the same under
+            E = D.
+        busy_seconds: the sum over ranks of the time each spends computing.
+        num_microbatches: K, the microbatches of the plan.
+        num_groups: groups over all microbatches.
+        idle_rank_microbatches: (rank, microbatch) pairs with no group.
+        samples_per_cp: CP size -> samples planned at it (sizes not used are absent).
+        valid_tokens: the sum of the sample lengths.
+        padded_tokens: the sum of the stored (padded) lengths.
+        max_rank_tokens: the most padded tokens any rank holds in one microbatch.
+    """
     sync_ranks: int
     step_seconds: float
     lower_bound_seconds: float
@@ -338,10 +428,25 @@ class PlanStats:
     padded_tokens: int
     max_rank_tokens: int
 
+    def __repr__(self) -> str:
+        sizes = sorted(self.samples_per_cp)
+        used = f"cp {sizes[0]}-{sizes[-1]}" if sizes else "no samples"
+        return (f"<libdcp.PlanStats step {self.step_seconds * 1e3:.4g} ms, lower bound "
+                f"{self.lower_bound_seconds * 1e3:.4g} ms, efficiency {self.efficiency:.3f} "
+                f"(E={self.sync_ranks}), {self.num_microbatches} microbatches, "
+                f"{self.num_groups} groups, {used}>")
+
 
 @dataclass(frozen=True)
 class FlopsStats:
-    """Tokens and sums of squared lengths of a global batch, for MFU (dcp_plan_flops_stats)."""
+    """Tokens and sums of squared lengths of a global batch, for MFU (dcp_plan_flops_stats).
+
+    Attributes:
+        valid_tokens: the sum of the valid lengths (linear layers' useful work).
+        padded_tokens: the sum of the padded lengths (the work the ranks do).
+        sum_squared_valid: the sum of valid length squared (attention's useful work).
+        sum_squared_padded: the sum of padded length squared.
+    """
     valid_tokens: int
     padded_tokens: int
     sum_squared_valid: int
@@ -350,9 +455,19 @@ class FlopsStats:
 
 @dataclass(frozen=True)
 class Transfer:
-    """One entry of a rank's reroute list: ``kind`` is "send", "recv" or "copy"; tokens
-    [source_begin, source_end) of ``sample`` (global positions) go to rows from
-    ``destination_row`` of the destination rank's local buffer of ``microbatch``."""
+    """One entry of a rank's reroute list: tokens [source_begin, source_end) of ``sample``
+    (global positions) go to rows from ``destination_row`` of the destination rank's local
+    buffer of ``microbatch``.
+
+    Attributes:
+        kind: "send" (this rank holds the tokens, peer needs them), "recv" (the reverse) or
+            "copy" (both on this rank).
+        peer: the other pool rank (this rank for a copy).
+        microbatch: the microbatch whose buffer receives the tokens.
+        sample: the sample id.
+        source_begin, source_end: the tokens' global positions in the sample, end excluded.
+        destination_row: the first local row they fill on the receiving rank.
+    """
     kind: str
     peer: int
     microbatch: int
@@ -363,6 +478,7 @@ class Transfer:
 
     @property
     def tokens(self) -> int:
+        """The tokens this entry moves (source_end - source_begin)."""
         return self.source_end - self.source_begin
 
 
@@ -372,7 +488,14 @@ _KIND_NAMES = {TRANSFER_SEND: "send", TRANSFER_RECV: "recv", TRANSFER_COPY: "cop
 @dataclass(frozen=True)
 class RowRun:
     """Local rows ``first_row`` .. + ``rows`` of sample ``sample`` (an id) holding global
-    positions from ``position`` on, or padding (``position`` -1): dcp_rank_view_runs."""
+    positions from ``position`` on, or padding (``position`` -1): dcp_rank_view_runs.
+
+    Attributes:
+        first_row: the run's first local row.
+        rows: its row count (>= 1).
+        sample: the id of the sample the rows belong to.
+        position: the global position of first_row, one more per row; -1 for padding.
+    """
     first_row: int
     rows: int
     sample: int
@@ -386,7 +509,18 @@ class VarlenCall:
     of this rank's local q and the key rows ``kv_rows`` of the local k and v of group rank
     ``kv_rank`` (pool rank ``kv_source``: the KV that reached this rank at this step), call
     with :meth:`flash_attn_kwargs`, and merge the calls' outputs into rows ``q_rows`` through
-    their LSEs. Only valid rows take part; padding rows get no output."""
+    their LSEs. Only valid rows take part; padding rows get no output.
+
+    Attributes:
+        step: the ring step, 0 .. cp - 1.
+        kv_rank: group rank whose K, V this step reads: (rank_in_group - step) mod cp.
+        kv_source: the same as a pool rank (first_rank + kv_rank).
+        causal: whether the call needs the causal mask (step 0 of a causal ring only).
+        cu_seqlens_q, cu_seqlens_k: cumulative query and key rows of the call's sequences.
+        max_seqlen_q, max_seqlen_k: the longest query and key run of the call.
+        q_rows: the local query rows, in call order (gather q[q_rows]).
+        kv_rows: the source's local key rows, in call order (gather k[kv_rows], v[kv_rows]).
+    """
     step: int
     kv_rank: int
     kv_source: int
@@ -415,7 +549,7 @@ class VarlenCall:
 def _int32_tensor(values: Sequence[int], device: Any) -> Any:
     if device is None:
         return tuple(values)
-    import torch
+    torch = import_torch("a device for the view's arguments")
     return torch.tensor(list(values), dtype=torch.int32, device=device)
 
 
@@ -424,14 +558,36 @@ class RankView:
     """What rank ``rank`` holds in ``microbatch`` (dcp_rank_view): its group, its samples in
     buffer order and the THD metadata. cu_seqlens and cu_seqlens_padded describe the whole
     (global) sequences, as TransformerEngine takes them; the local buffer has ``local_tokens``
-    rows. Per local row: ``row_samples`` (slot in ``samples``), ``positions`` (global position
-    in its sample, -1 for padding), ``position_ids`` (padding 0), ``loss_mask`` (1 valid,
-    0 padding) and ``token_indices`` (index into the concatenation of the view's samples'
-    valid tokens, -1 for padding); ``runs`` the same rows as runs. sends / receives / copies:
-    this microbatch's reroute entries when the view was made with holders, else None.
-    An idle rank (``idle``) has cp 0, first_rank and rank_in_group NO_GROUP (-1) and no
-    samples: nothing about it looks like a group. See docs/integration.md for the arguments of
-    FlashAttention, TransformerEngine and libdcp.ops."""
+    rows. Per local row: ``row_samples``, ``positions``, :attr:`position_ids`,
+    :attr:`loss_mask` and :attr:`token_indices`; ``runs`` the same rows as runs. An idle rank
+    (``idle``) has cp 0, first_rank and rank_in_group NO_GROUP (-1) and no samples: nothing
+    about it looks like a group. See docs/integration.md for the arguments of FlashAttention,
+    TransformerEngine and libdcp.ops.
+
+    Attributes:
+        rank, microbatch: the pool rank and the microbatch the view is of.
+        first_rank: pool rank of the group's member 0; NO_GROUP (-1) when idle.
+        cp: the group's size; 0 when idle.
+        rank_in_group: rank - first_rank, the index in the group's communicator; -1 when idle.
+        idle: the rank has no group in this microbatch.
+        samples: the group's sample ids, in buffer order.
+        sample_lengths: their valid lengths.
+        pad_multiple: every padded length is a multiple of it (0 when idle).
+        cu_seqlens: cumulative valid lengths of the whole sequences, from 0.
+        cu_seqlens_padded: the same for the padded (stored) lengths.
+        local_offsets: cu_seqlens_padded / cp: where each sample starts in the local buffer.
+        max_seqlen: the largest padded length of a whole sample (0 when idle).
+        local_tokens: rows of this rank's buffer.
+        row_samples: per local row, its sample's slot in ``samples``.
+        positions: per local row, its global position in its sample; -1 for padding.
+        runs: the rows as RowRun runs, in row order (at most three per sample).
+        sends: this microbatch's reroute entries that send tokens this rank holds to the
+            group's ranks (a tuple of Transfer), when the view was made with ``holders``;
+            else None.
+        receives: the entries that bring this rank tokens held elsewhere; None without
+            ``holders``.
+        copies: the entries whose tokens this rank holds itself; None without ``holders``.
+    """
     rank: int
     microbatch: int
     first_rank: int
@@ -463,14 +619,20 @@ class RankView:
 
     @property
     def position_ids(self) -> Tuple[int, ...]:
+        """Per local row, its global position in its sample, padding rows 0: the position
+        ids of RoPE and of the model (``positions`` with -1 clamped to 0)."""
         return tuple(max(p, 0) for p in self.positions)
 
     @property
     def loss_mask(self) -> Tuple[int, ...]:
+        """Per local row, 1 for a valid token and 0 for padding."""
         return tuple(int(p >= 0) for p in self.positions)
 
     @property
     def token_indices(self) -> Tuple[int, ...]:
+        """Per local row, the index of its token in the concatenation of the view's samples'
+        valid tokens (in ``samples`` order), -1 for padding: ``local = tokens[indices]``
+        gathers this rank's buffer from the group's samples laid end to end."""
         starts = [0]
         for length in self.sample_lengths:
             starts.append(starts[-1] + length)
@@ -487,11 +649,16 @@ class RankView:
         """dcp_rank_view_serialize: for TP ranks and pipeline stages that did not plan."""
         return self._serialized
 
+    def to_json(self) -> str:
+        """The view as ``dcp-plan --rank R --microbatch K --json`` prints it (docs/cli-json.md),
+        one line without the newline."""
+        return _json.view_json(self)
+
     def tensors(self, device: Any = None) -> Dict[str, Any]:
         """The metadata as torch tensors (needs torch): cu_seqlens, cu_seqlens_padded,
         local_offsets (int32, as FlashAttention and TransformerEngine take them),
         position_ids, token_indices (int64), loss_mask (float32)."""
-        import torch
+        torch = import_torch("RankView.tensors()")
         i32, i64 = torch.int32, torch.int64
         return {
             "cu_seqlens": torch.tensor(self.cu_seqlens, dtype=i32, device=device),
@@ -510,6 +677,7 @@ class RankView:
     def flash_attn_calls(self, causal: bool = True) -> Tuple[VarlenCall, ...]:
         """The cp calls of flash_attn_varlen_func that compute this rank's attention, one
         per ring step (one at cp 1): dcp_rank_view_varlen_call. Empty when idle."""
+        causal = check_bool("causal", causal)
         if self.idle:
             return ()
         handle = _ViewHandle.from_bytes(self._serialized)
@@ -519,7 +687,7 @@ class RankView:
         call = S.VarlenCall()
         calls = []
         for step in range(self.cp):
-            cpu().call("dcp_rank_view_varlen_call", handle.pointer, step, int(bool(causal)),
+            cpu().call("dcp_rank_view_varlen_call", handle.pointer, step, int(causal),
                        ctypes.byref(call), ctypes.byref(rows))
             m = call.num_sequences
             cu_q, cu_k = _tuple(rows.cu_seqlens_q, m + 1), _tuple(rows.cu_seqlens_k, m + 1)
@@ -534,6 +702,7 @@ class RankView:
 
     @property
     def num_samples(self) -> int:
+        """The group's samples in this microbatch (0 when idle)."""
         return len(self.samples)
 
     def transformer_engine_kwargs(self, causal: bool = True, device: Any = None
@@ -543,6 +712,7 @@ class RankView:
         with the group's communicator, ``group_ranks`` as global ranks and cp_comm_type
         "p2p"): whole-sequence cu_seqlens and cu_seqlens_padded (int32 tensors on ``device``,
         tuples when None) and max_seqlen, which TE divides by the CP size itself."""
+        causal = check_bool("causal", causal)
         self._require_group("attention")
         cu = _int32_tensor(self.cu_seqlens, device)
         cu_padded = _int32_tensor(self.cu_seqlens_padded, device)
@@ -628,17 +798,20 @@ def _view_from_handle(handle: _ViewHandle, reroute: Optional[Sequence[Transfer]]
 
 def rank_view_from_bytes(data: bytes) -> RankView:
     """dcp_rank_view_deserialize: a view another rank serialized (every byte checked)."""
-    return _view_from_handle(_ViewHandle.from_bytes(bytes(data)), None)
+    return _view_from_handle(_ViewHandle.from_bytes(check_bytes("data", data)), None)
 
 
 class Plan:
     """A plan of dcp.h (dcp_plan): K microbatches of CP groups over ``ranks`` ranks. Build it
-    with :func:`plan` or :meth:`from_bytes`. The C plan is freed with the object. Properties
-    are reads (the simulation behind :attr:`stats` runs once); methods do work or take
-    arguments."""
+    with :func:`plan`, :meth:`from_bytes` or :meth:`from_json`. The C plan is freed with the
+    object. Properties are reads (the simulation behind :attr:`stats` runs once); methods do
+    work or take arguments."""
 
-    def __init__(self, pointer: Any):
+    def __init__(self, pointer: Any, plan_seconds: float = 0.0):
+        """Takes ownership of ``pointer``, a dcp_plan * the library made (for the package's
+        own use: build plans with :func:`plan`, :meth:`from_bytes` or :meth:`from_json`)."""
         self._pointer = pointer
+        self._plan_seconds = plan_seconds
         self._stats: Optional[PlanStats] = None
         self._flops: Optional[FlopsStats] = None
 
@@ -663,22 +836,45 @@ class Plan:
 
     @property
     def ranks(self) -> int:
+        """D, the DP x CP ranks of the pool the plan spreads over (config["ranks"])."""
         ranks: int = self._c.config.ranks
         return ranks
 
     @property
     def num_samples(self) -> int:
+        """Samples planned: the length of the lengths given to :func:`plan`."""
         count: int = self._c.num_samples
         return count
 
     @property
     def sample_lengths(self) -> Tuple[int, ...]:
+        """Valid tokens of each sample, by sample id (the order given to :func:`plan`)."""
         return _tuple(self._c.sample_lengths, self._c.num_samples)
 
     @property
     def num_microbatches(self) -> int:
+        """K, the microbatches every rank runs (a multiple of microbatch_multiple)."""
         count: int = self._c.num_microbatches
         return count
+
+    @property
+    def padded_lengths(self) -> Tuple[int, ...]:
+        """Stored tokens of each sample, by sample id: its length padded at the CP size of
+        its group (dcp_padded_length)."""
+        padded = [0] * self.num_samples
+        length, lengths = ctypes.c_int64(), self.sample_lengths
+        for group in self.groups:
+            for s in group.samples:
+                cpu().call("dcp_padded_length", ctypes.byref(self._c.config), lengths[s],
+                           group.cp, ctypes.byref(length))
+                padded[s] = length.value
+        return tuple(padded)
+
+    @property
+    def plan_seconds(self) -> float:
+        """Wall time of dcp_plan_create when :func:`plan` made this plan; what the JSON said
+        for a plan from :meth:`from_json`; 0 for one from :meth:`from_bytes`."""
+        return self._plan_seconds
 
     @property
     def groups(self) -> Tuple[Group, ...]:
@@ -741,6 +937,8 @@ class Plan:
 
     @property
     def lower_bound_seconds(self) -> float:
+        """A lower bound on the step time of any plan of this batch and config under the
+        plan's sync model E, in seconds (efficiency is this over :attr:`step_seconds`)."""
         return self.stats.lower_bound_seconds
 
     @property
@@ -777,6 +975,15 @@ class Plan:
         """dcp_plan_validate: raises InvalidPlanError naming the broken invariant."""
         cpu().call("dcp_plan_validate", self._pointer)
 
+    def _replanned(self, strategy: str) -> "Plan":
+        """The same input and config planned with another strategy (the JSON's baselines)."""
+        config = S.Config.from_buffer_copy(self._c.config)
+        config.strategy = STRATEGIES[strategy]
+        pointer = ctypes.POINTER(S.Plan)()
+        cpu().call("dcp_plan_create", ctypes.byref(config), self._c.sample_lengths,
+                   self._c.num_samples, ctypes.byref(pointer))
+        return Plan(pointer)
+
     # -- exchange --------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         """dcp_plan_serialize: versioned, checksummed little-endian buffer (what
@@ -787,11 +994,31 @@ class Plan:
         lib.call("dcp_plan_serialize", self._pointer, buffer, size, ctypes.byref(size))
         return buffer.raw[:size.value]
 
+    def to_json(self) -> str:
+        """The plan as ``dcp-plan --json`` prints it (docs/cli-json.md, schema
+        docs/dcp-plan.schema.json), one line without the newline: the same text the CLI
+        prints for the same input and config but for ``plan_seconds`` (:attr:`plan_seconds`).
+        Plans the static and greedy baselines, as the CLI does."""
+        return _json.plan_json(self)
+
+    @classmethod
+    def from_json(cls, data: Union[str, bytes, Mapping[str, Any]]) -> "Plan":
+        """The plan a ``dcp-plan --json`` line (or :meth:`to_json`, or that text parsed by
+        json.loads) describes: its config, sample lengths and groups, checked by the library
+        (InvalidPlanError naming a broken invariant, ValueError for a malformed document);
+        the derived keys are recomputed, not read. ``from_json(t).to_json() == t`` for the
+        CLI's output t."""
+        serialized, seconds = _json.plan_from_json(data)
+        made = cls.from_bytes(serialized)
+        made._plan_seconds = seconds
+        return made
+
     @classmethod
     def from_bytes(cls, data: bytes) -> "Plan":
         """dcp_plan_deserialize: every byte and invariant checked (CorruptDataError)."""
+        data = check_bytes("data", data)
         pointer = ctypes.POINTER(S.Plan)()
-        cpu().call("dcp_plan_deserialize", bytes(data), len(data), None, ctypes.byref(pointer))
+        cpu().call("dcp_plan_deserialize", data, len(data), None, ctypes.byref(pointer))
         return cls(pointer)
 
     def reroute(self, holders: Sequence[int], rank: int) -> Tuple[Transfer, ...]:
@@ -834,7 +1061,13 @@ class Plan:
         per-sample buffers (``samples[id]``: any buffer-protocol object, for example an
         array.array, holding sample id's valid tokens; all of one item size), padding rows
         zero bytes. Returns local_tokens x item size bytes."""
-        views = [memoryview(s) for s in samples]
+        views = []
+        for i, sample in enumerate(check_sequence("samples", samples, "buffers")):
+            try:
+                views.append(memoryview(sample))
+            except TypeError:
+                raise TypeError(f"samples[{i}] must be a buffer (bytes, array.array, ...), got "
+                                f"{type(sample).__name__}") from None
         if len(views) != self.num_samples:
             raise ValueError(f"samples has {len(views)} entries, the plan {self.num_samples}")
         element = views[0].itemsize if views else 1
@@ -855,7 +1088,7 @@ class Plan:
         draws): a row per rank, a box per group coloured by CP size and numbered by
         microbatch, sample ids in the hover text, time in ms. :func:`plan_svg` stacks
         several plans on one time scale."""
-        return plan_svg([self], None if title is None else [title])
+        return plan_svg([self], [check_optional_str("title", title)])
 
     def __repr__(self) -> str:
         return (f"<libdcp.Plan {self.strategy}: {self.num_samples} samples on {self.ranks} "
@@ -867,9 +1100,16 @@ def plan_svg(plans: Sequence[Plan], titles: Optional[Sequence[Optional[str]]] = 
     (dcp_plan_svg; `dcp-plan --compare` draws static, greedy and dynamic this way): each panel
     titled ``titles[i]`` (None: the strategy's name) and, with several, how much faster the
     last plan is."""
-    plans = list(plans)
-    if titles is not None and len(titles) != len(plans):
-        raise ValueError(f"titles has {len(titles)} entries, plans {len(plans)}")
+    plans = check_sequence("plans", plans, "Plan objects")
+    for i, one in enumerate(plans):
+        if not isinstance(one, Plan):
+            raise TypeError(f"plans[{i}] must be a libdcp.Plan, got {type(one).__name__} "
+                            f"{one!r}")
+    if titles is not None:
+        titles = [check_optional_str(f"titles[{i}]", t)
+                  for i, t in enumerate(check_sequence("titles", titles, "str or None"))]
+        if len(titles) != len(plans):
+            raise ValueError(f"titles has {len(titles)} entries, plans {len(plans)}")
     pointers = (ctypes.POINTER(S.Plan) * max(len(plans), 1))(*[p._pointer for p in plans])
     names = None if titles is None else (ctypes.c_char_p * max(len(plans), 1))(
         *[None if t is None else str(t).encode("utf-8") for t in titles])
@@ -884,13 +1124,45 @@ def plan_svg(plans: Sequence[Plan], titles: Optional[Sequence[Optional[str]]] = 
 def plan(lengths: Any, ranks: int, max_tokens_per_rank: int, **config: Any) -> Plan:
     """Plans one global batch (dcp_plan_create).
 
-    lengths: valid tokens of each sample (integers: a sequence, or a numpy / torch integer
-    array, read in place when it is contiguous int64); sample ids are positions in it.
-    ranks: D, the DP x CP ranks of the pool. max_tokens_per_rank: M, padded tokens a rank
-    holds per microbatch. config: any other dcp_config field by its C name (sync_ranks,
-    min_cp, max_cp, microbatch_multiple, pad_multiple_cp1, pad_multiple, cost, strategy,
-    ring_charge, improve_moves, cp_sizes, cover_ranks), zero or absent for the C default; an unknown name raises TypeError.
-    Errors of the library raise a DcpError subclass carrying its message (InfeasibleError,
+    Arguments:
+        lengths: valid tokens of each sample (integers: a sequence, or a numpy / torch integer
+            array, read in place when it is contiguous int64); sample ids are positions in it.
+        ranks: D, the DP x CP ranks of the pool.
+        max_tokens_per_rank: M, padded tokens a rank holds per microbatch.
+        config: any other dcp_config field by its C name (``CONFIG_FIELDS``), zero or absent
+            for the C default, as ``dcp-plan``'s option of the same name:
+
+            sync_ranks: E, the sync model the step is minimised under (1: dense models, a
+                group waits only for its own ranks; ranks, the default: a barrier across the
+                pool every microbatch; a power of two between: MoE within blocks of E ranks).
+            min_cp, max_cp: the smallest and largest CP sizes, sizes of cp_sizes (default its
+                smallest and its largest <= ranks).
+            microbatch_multiple: the microbatch count is a multiple of it (VPP; default 1).
+            pad_multiple_cp1: padding multiple of a sample at CP size 1 (default 1).
+            pad_multiple: every padded length is also a multiple of it (the TP size with
+                sequence parallelism; default 1).
+            cost: a mapping of attn_coeff (s per valid token^2), linear_coeff (s per stored
+                token) and ring_step_cost (s per ring step), those left out 0 (all 0: the
+                default model).
+            ring_charge: "group" (a group's ring steps charged once per microbatch, the
+                default) or "sample" (every sample runs its own ring, as Megatron-Core 0.16
+                does).
+            strategy: "dynamic" (the planner, the default), "static" (one CP size for all) or
+                "greedy" (Megatron's one-microbatch-at-a-time greedy); the last two are
+                baselines.
+            improve_moves: the local search's budget in evaluated moves (0: the default,
+                which grows with the sample count; negative: none).
+            cp_sizes: the CP sizes a group may have: "pow2" (the default), "megatron" (the
+                sizes Megatron-Core has hybrid-CP communicators for: powers of two below
+                2^floor(log2 D), and D), "any" (every size; groups on any range of ranks) or
+                a sequence of sizes (at most 16).
+            head_count: heads a hybrid model's all-to-all splits among a group's ranks:
+                every CP size must divide it (0, the default: no such constraint).
+            cover_ranks: True to put a sample on every rank somewhere in the plan (as
+                Megatron's hybrid schedule needs; default False).
+
+    An unknown field name, or a value of the wrong type, raises TypeError naming it. Errors of
+    the library raise a DcpError subclass carrying its message (InfeasibleError,
     InvalidArgumentError, ...).
     """
     c = make_config(ranks, max_tokens_per_rank, **config)
@@ -898,9 +1170,10 @@ def plan(lengths: Any, ranks: int, max_tokens_per_rank: int, **config: Any) -> P
     if array.count > INT32_MAX:
         raise OverflowError(f"lengths has {array.count} samples, more than a plan holds")
     pointer = ctypes.POINTER(S.Plan)()
+    start = time.perf_counter()
     cpu().call("dcp_plan_create", ctypes.byref(c), array.pointer, array.count,
                ctypes.byref(pointer))
-    return Plan(pointer)
+    return Plan(pointer, plan_seconds=time.perf_counter() - start)
 
 
 def _take_lengths(pointer: Any, count: ctypes.c_int32) -> List[int]:
@@ -913,15 +1186,19 @@ def _take_lengths(pointer: Any, count: ctypes.c_int32) -> List[int]:
 def read_lengths(path: str) -> List[int]:
     """dcp_lengths_read_file: one length per line ('#' comments) or a CSV with a length
     column (length, seq_len, seqlen, num_tokens, ...)."""
+    name = check_path("path", path)
     pointer, count = ctypes.POINTER(ctypes.c_int64)(), ctypes.c_int32()
-    cpu().call("dcp_lengths_read_file", str(path).encode(), None, ctypes.byref(pointer),
-               ctypes.byref(count))
+    try:
+        cpu().call("dcp_lengths_read_file", os.fsencode(name), None, ctypes.byref(pointer),
+                   ctypes.byref(count))
+    except DcpError as error:  # the library's parse errors name the line, not the file
+        raise error.naming_file(name) from None
     return _take_lengths(pointer, count)
 
 
 def parse_lengths(text: Union[str, bytes]) -> List[int]:
     """dcp_lengths_parse on text in the formats of :func:`read_lengths`."""
-    data = text.encode() if isinstance(text, str) else bytes(text)
+    data = text.encode() if isinstance(text, str) else check_bytes("text", text)
     pointer, count = ctypes.POINTER(ctypes.c_int64)(), ctypes.c_int32()
     cpu().call("dcp_lengths_parse", data, len(data), None, ctypes.byref(pointer),
                ctypes.byref(count))
@@ -935,6 +1212,8 @@ def lognormal_lengths(mean: float, sigma: float, min_length: int, max_length: in
     ``lognormal_lengths(4096, 1.1, 1024, 8192, 256)`` is ``--lognormal
     4096,1.1,1024,8192,256``."""
     count = check_int("count", count, ctypes.c_int32)
+    if count < 1:  # C accepts 0 (an empty array); dcp-plan refuses --lognormal COUNT 0
+        raise ValueError(f"count must be >= 1 (a batch has at least one sample), got {count}")
     if check_int("seed", seed) < 0:
         raise OverflowError(f"seed is {seed}, must be >= 0 (a uint64)")
     out = (ctypes.c_int64 * max(count, 1))()
@@ -942,7 +1221,7 @@ def lognormal_lengths(mean: float, sigma: float, min_length: int, max_length: in
                                check_int("min_length", min_length),
                                check_int("max_length", max_length))
     cpu().call("dcp_lengths_lognormal", ctypes.byref(distribution), seed, out, count)
-    return list(out[:count]) if count > 0 else []
+    return list(out[:count])
 
 
 def zigzag_position(padded_length: int, cp: int, rank: int, local_index: int) -> int:

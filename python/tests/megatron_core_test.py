@@ -1,5 +1,6 @@
-"""libdcp.megatron inside the real megatron-core (pinned in python/tests/megatron-requirements.txt;
-`make test-megatron` installs it in build/venv-megatron and runs this file).
+"""libdcp.megatron inside the real megatron-core (each release of libdcp.megatron.RELEASES,
+pinned in its requirements file; `make test-megatron` installs each in its own virtual
+environment and runs this file under each).
 
 Megatron's own HybridCPDataLoaderWrapper.__next__ and hybrid_context_parallel_forward_backward
 run on 4 and 8 CPU processes (gloo; what megatron_worker.py patches is said there), with
@@ -8,20 +9,22 @@ receives exactly the sub-samples its lists name, whole and in order, the union i
 with nothing lost or duplicated, and Megatron's schedule runs each at the CP size and on the CP
 group it was given; for libdcp also the checks of check_sample_id_groups, that the lists are the
 plan's, and the token counts. Bad input (a sample too long, a zero length, ranks that disagree)
-raises the same clear error on every rank, within a timeout (never a hang). Also here because
-they need torch or pip and PyPI: the per-token loss example, and the package built by
-`pip install ./python` and `pip wheel ./python` in fresh virtual environments.
+raises the same clear error on every rank, within a timeout (never a hang). Real collectives:
+at 8 and 16 ranks, 100 batches each scheduled by libdcp and run by Megatron's schedule with its
+own forward_step / backward_step, the stub forward all-gathering the sub-sample's id over the
+holders' communicator: every rank finishes, none waits past the gloo timeout, and the holders
+of every sub-sample gather the same id.
 """
-import glob
 import json
 import os
-import shutil
+import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
-import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
@@ -30,9 +33,9 @@ from libdcp import megatron as M  # noqa: E402
 
 WORKER = os.path.join(HERE, "megatron_worker.py")
 PACKAGE = os.path.join(HERE, "..")
-EXAMPLE = os.path.join(PACKAGE, "examples", "megatron_per_token_loss.py")
 SEED = int(os.environ.get("DCP_TEST_SEED", "1"))
 WORLD_SIZES = (4, 8)
+COLLECTIVE_WORLD_SIZES = (8, 16)
 TIMEOUT_SECONDS = 300  # a hang fails the test instead of stopping `make test-megatron`
 
 
@@ -43,26 +46,27 @@ def free_port():
 
 
 def launch(world, case):
-    """Runs `world` worker processes; returns each rank's JSON result."""
+    """Runs the worker, which forks `world` ranks; returns each rank's JSON result. A run past
+    TIMEOUT_SECONDS is killed (its whole process group) and fails."""
     out = tempfile.mkdtemp(prefix=f"dcp-megatron-{case}-{world}-")
-    port = str(free_port())
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    procs = [subprocess.Popen([sys.executable, WORKER, str(r), str(world), port, out, case,
-                               str(SEED)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT) for r in range(world)]
-    logs = []
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, WORKER, str(world), str(free_port()), out, case,
+                             str(SEED)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        for p in procs:
-            logs.append(p.communicate(timeout=TIMEOUT_SECONDS)[0].decode(errors="replace"))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        log = proc.communicate(timeout=TIMEOUT_SECONDS)[0].decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log = proc.communicate()[0].decode(errors="replace")
+        raise AssertionError(f"{case} on {world} ranks ran past {TIMEOUT_SECONDS} s (a hang); "
+                             f"its log:\n{log[-3000:]}")
+    print(f"{case} on {world} ranks: {time.perf_counter() - started:.1f} s")
     results = []
     for r in range(world):
         path = os.path.join(out, f"rank{r}.json")
         if not os.path.isfile(path):
-            raise AssertionError(f"rank {r} wrote no result; its log:\n{logs[r][-3000:]}")
+            raise AssertionError(f"rank {r} wrote no result; the log:\n{log[-3000:]}")
         with open(path) as f:
             results.append(json.load(f))
         if isinstance(results[-1], dict) and "crash" in results[-1]:
@@ -150,68 +154,39 @@ class RealBadInput(unittest.TestCase):
         self.assertEqual({result["too-long-loaded"]["rank"] for result in per_rank}, {1})
 
 
-class PerTokenLoss(unittest.TestCase):
-    def test_example_matches_the_run_without_cp(self):
-        for ranks in (4, 8):
-            env = dict(os.environ, PYTHONPATH=PACKAGE)
-            done = subprocess.run([sys.executable, EXAMPLE, "--ranks", str(ranks), "--seed",
-                                   str(SEED)], capture_output=True, text=True, env=env)
-            print(done.stdout, end="")
-            self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+class RealCollectives(unittest.TestCase):
+    """libdcp's single barrier-free group relies on the holders of each sub-sample reaching it
+    in one order on overlapping communicators: here every forward blocks on an all-gather over
+    its holders' communicator, so a wrong order is a gloo timeout or a mismatched id."""
 
-
-def fresh_venv(where):
-    """A new virtual environment (base interpreter, nothing of this one's packages)."""
-    subprocess.run([sys.executable, "-m", "venv", where], check=True)
-    return os.path.join(where, "bin", "python")
-
-
-class Packaging(unittest.TestCase):
-    """pip builds libdcp.so itself; the wheel works where the repository is not."""
-    PROBE = ("import libdcp; p = libdcp.plan([100, 5000, 3000], ranks=4, "
-             "max_tokens_per_rank=2048); print(libdcp.library_path(), p.num_microbatches)")
-
-    def setUp(self):
-        self.work = tempfile.mkdtemp(prefix="dcp-package-")
-        # the installed package must not find the checkout's library or sources
-        self.env = {k: v for k, v in os.environ.items()
-                    if k not in ("DCP_LIBRARY", "PYTHONPATH", "DCP_BUILD_DIR")}
-
-    def tearDown(self):
-        shutil.rmtree(self.work, ignore_errors=True)
-
-    def probe(self, python):
-        done = subprocess.run([python, "-c", self.PROBE], cwd=self.work, env=self.env,
-                              capture_output=True, text=True)
-        self.assertEqual(done.returncode, 0, done.stderr)
-        path, _ = done.stdout.split()
-        self.assertTrue(path.startswith(self.work), f"library from {path}, not the venv")
-
-    def test_pip_install_builds_the_library(self):
-        python = fresh_venv(os.path.join(self.work, "install"))
-        subprocess.run([python, "-m", "pip", "install", "-q", PACKAGE], check=True,
-                       env=self.env)
-        self.probe(python)
-
-    def test_wheel_installs_without_the_repository(self):
-        python = fresh_venv(os.path.join(self.work, "build"))
-        wheels = os.path.join(self.work, "wheels")
-        subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, PACKAGE],
-                       check=True, env=self.env)
-        (wheel,) = glob.glob(os.path.join(wheels, "libdcp-*.whl"))
-        with zipfile.ZipFile(wheel) as archive:
-            names = archive.namelist()
-            metadata = archive.read(next(n for n in names if n.endswith("METADATA"))).decode()
-        self.assertIn("libdcp/libdcp.so", names)
-        self.assertIn("Provides-Extra: torch", metadata)
-        self.assertIn('Requires-Dist: torch>=2.4; extra == "torch"', metadata)
-        alone = os.path.join(self.work, "elsewhere")
-        os.makedirs(alone)
-        copied = shutil.copy(wheel, alone)
-        python = fresh_venv(os.path.join(self.work, "user"))
-        subprocess.run([python, "-m", "pip", "install", "-q", copied], check=True,
-                       env=self.env)
-        self.probe(python)
+    def test_holders_meet_every_sub_sample_at_8_and_16_ranks(self):
+        release = M.RELEASES[M.installed_release()]
+        for world in COLLECTIVE_WORLD_SIZES:
+            with self.subTest(world=world):
+                per_rank = launch(world, "collectives")
+                batches = len(per_rank[0])
+                self.assertGreaterEqual(batches, 100)
+                forwards = 0
+                for b in range(batches):
+                    groups = per_rank[0][b]["groups"]
+                    pairs = per_rank[0][b]["pairs"]
+                    M.check_sample_id_groups(groups, [s for s, _ in pairs], world)
+                    for r in range(world):
+                        self.assertEqual(per_rank[r][b]["groups"], groups, f"batch {b}")
+                        wanted = [s for g in groups for s in g[r]]
+                        ran = per_rank[r][b]["forwards"]
+                        self.assertEqual([f[0] for f in ran], wanted,
+                                         f"batch {b}: rank {r} ran another list")
+                        for sample, cp, cp_group_size, ranks, ids in ran:
+                            holders = M._holders(next(g for g in groups if sample in g[r]))
+                            self.assertEqual(ranks, holders[sample] if cp > 1 else [r])
+                            self.assertEqual(ids, [sample] * cp,
+                                             f"batch {b}: sample {sample}'s holders disagree")
+                            expected = cp if release.forward_step_cp_group_size else None
+                            self.assertEqual(cp_group_size, expected)
+                        forwards += len(ran)
+                print(f"{world} ranks: {batches} batches, {forwards} forwards, each "
+                      f"all-gathered over its holders")
 
 
 if __name__ == "__main__":

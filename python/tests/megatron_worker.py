@@ -1,19 +1,25 @@
-"""One rank of tests/megatron_core_test.py: runs megatron-core's own HybridCPDataLoaderWrapper
+"""The ranks of tests/megatron_core_test.py: runs megatron-core's own HybridCPDataLoaderWrapper
 and hybrid_context_parallel_forward_backward on CPU with gloo, with Megatron's scheduler and
-with libdcp's, and writes what this rank saw as JSON for the parent to check.
+with libdcp's, and writes what each rank saw as JSON for the parent to check.
 
-    python megatron_worker.py RANK WORLD PORT OUT_DIR CASE SEED
+    python megatron_worker.py WORLD PORT OUT_DIR CASE SEED
+
+imports torch and megatron-core once (8 CPU seconds) and forks WORLD ranks that inherit them.
 
 What is patched, all because there is no GPU (nothing of the scheduling or routing):
   torch.Tensor.cuda -> the tensor itself; torch.cuda.current_device -> the CPU device (the
   wrapper moves tensors with .cuda() / .to(current_device())); in hybrid_cp_schedule, `torch`
-  is a view whose torch.tensor drops device='cuda' (one literal in the schedule); and
+  is a view whose torch.tensor drops device='cuda' (one literal in the schedule); in "route",
   schedules.forward_step / backward_step (imported by the schedule at call time) are
-  recorders: the model is not what is tested.
+  recorders: the model is not what is tested there.
 Cases: "route" (three global batches, both schedulers, routing and the schedule's run);
-"bad" (too-long, zero, disagree: every rank must raise the same clear error, none hang).
+"bad" (too-long, zero, disagree: every rank must raise the same clear error, none hang);
+"collectives" (COLLECTIVE_BATCHES batches scheduled by libdcp, run by Megatron's schedule with
+its own forward_step and backward_step around a stub model whose forward all-gathers the
+sub-sample's id over the holders' communicator, as TransformerEngine's ring exchanges over it).
 """
 import contextlib
+import datetime
 import json
 import os
 import random
@@ -210,23 +216,171 @@ def too_long_through_wrapper(rank, world):
     return {"type": None}
 
 
-def main(argv):
-    rank, world, port, out_dir, case, seed = (int(argv[0]), int(argv[1]), int(argv[2]), argv[3],
-                                              argv[4], int(argv[5]))
-    dist.init_process_group("gloo", rank=rank, world_size=world,
+COLLECTIVE_BATCHES = 100
+COLLECTIVE_TOKENS = (256, 512, 1000)   # max_seq_len_per_rank choices
+COLLECTIVE_TIMEOUT_MINUTES = 1         # a collective no partner joins fails instead of hanging
+COLLECTIVE_WAIT_SECONDS = 30           # the stub forward's all-gather (Megatron's hybrid
+                                       # groups are built with the default 30-minute timeout)
+COLLECTIVE_SAMPLES_PER_RANK = 3        # at most
+
+
+def collective_batch(rng, world):
+    """One batch, the same on every rank: lognormal or Pareto lengths, sometimes fewer samples
+    than ranks; ids shuffled (not positions)."""
+    tokens = rng.choice(COLLECTIVE_TOKENS)
+    count = rng.randint(1, COLLECTIVE_SAMPLES_PER_RANK * world)
+    if rng.random() < 0.5:
+        lengths = [int(rng.lognormvariate(6.0, 1.2)) for _ in range(count)]
+    else:
+        lengths = [int(tokens / 4 * (1.0 - rng.random()) ** (-1 / 1.2)) for _ in range(count)]
+    lengths = [min(world * tokens, max(1, n)) for n in lengths]
+    ids = rng.sample(range(10 ** 6), count)
+    return tokens, list(zip(ids, lengths))
+
+
+class StubModel(torch.nn.Module):
+    """What Megatron's forward_step and backward_step need of a model: parameters and
+    set_input_tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(()))
+
+    def set_input_tensor(self, tensor):
+        self.input_tensor = tensor
+
+
+class ForwardConfig:
+    """The fields of Megatron's config that forward_step / backward_step read."""
+    timers = None
+    enable_autocast = False
+    calculate_per_token_loss = True
+    grad_scale_func = None
+    deallocate_pipeline_outputs = False
+    num_moe_experts = None
+    mtp_num_layers = None
+
+
+def collectives_case(rank, world, seed):
+    """COLLECTIVE_BATCHES batches: libdcp's schedule (agreement check included) run by Megatron's
+    hybrid_context_parallel_forward_backward with its real forward_step / backward_step; the
+    stub forward all-gathers the sub-sample id over the communicator Megatron picks for its
+    local_cp_size (parallel_state.get_hybrid_data_context_parallel_groups, as
+    get_batch_on_this_hybrid_cp_rank does). Returns, per batch, this rank's forwards as
+    [id, local_cp_size, cp_group_size (0.19) or None, ranks of the communicator, ids gathered]."""
+    from megatron.core import parallel_state
+    from megatron.core.pipeline_parallel import hybrid_cp_schedule
+
+    import libdcp.megatron as libdcp_megatron
+    group = parallel_state.get_data_parallel_group(with_context_parallel=True)
+    rng = random.Random(seed * 7919 + world)  # the same on every rank
+    model, config, records = StubModel(), ForwardConfig(), []
+    for _ in range(COLLECTIVE_BATCHES):
+        tokens, pairs = collective_batch(rng, world)
+        scheduler = libdcp_megatron.LibdcpCPScheduler(tokens, group)
+        sample_id_groups = scheduler.get_groups_and_subsamples(pairs, None)[1]
+        mine = {s for g in sample_id_groups for s in g[rank]}
+        batch = {s: {"id": torch.tensor(s)} for s in mine}
+        forwards = []
+
+        def forward_step_func(data_iterator, model):
+            sample = next(data_iterator)
+            cp, sample_id = int(sample["local_cp_size"]), int(sample["id"])
+            ids = [sample_id]
+            ranks = [dist.get_rank()]
+            if cp > 1:
+                holders = parallel_state.get_hybrid_data_context_parallel_groups(group_size=cp)
+                gathered = [torch.zeros((), dtype=torch.int64) for _ in range(cp)]
+                # blocks until every holder joins; a holder that never does (a wrong order on
+                # overlapping communicators) is a timeout here, not a hang
+                dist.all_gather(gathered, sample["id"], group=holders, async_op=True).wait(
+                    timeout=datetime.timedelta(seconds=COLLECTIVE_WAIT_SECONDS))
+                ids = [int(x) for x in gathered]
+                ranks = dist.get_process_group_ranks(holders)
+            forwards.append([sample_id, cp, None, ranks, ids])
+            output = model.weight * 1.0
+
+            def loss_func(output_tensor):
+                return output_tensor, torch.tensor(1), {"id": sample_id}
+            return output, loss_func
+        forward_step = schedules_forward_step_recording_cp_group_size(forwards)
+        with forward_step:
+            hybrid_cp_schedule.hybrid_context_parallel_forward_backward(
+                forward_step_func, iter([(batch, sample_id_groups)]), model, 1, None, None, [],
+                config, False, None, False, contextlib.nullcontext, 0, lambda *a: False, None)
+        records.append({"groups": sample_id_groups, "forwards": forwards, "tokens": tokens,
+                        "pairs": pairs})
+    return records
+
+
+@contextlib.contextmanager
+def schedules_forward_step_recording_cp_group_size(forwards):
+    """Megatron's own schedules.forward_step, wrapped to note the cp_group_size the schedule
+    passes (0.19 broadcasts the partner CP size and passes it; 0.16 passes none by name)."""
+    from megatron.core.pipeline_parallel import schedules
+    real = schedules.forward_step
+
+    def forward_step(*args, **kwargs):
+        result = real(*args, **kwargs)
+        forwards[-1][2] = kwargs.get("cp_group_size")
+        return result
+    schedules.forward_step = forward_step
+    try:
+        yield
+    finally:
+        schedules.forward_step = real
+
+
+def run_rank(rank, world, port, out_dir, case, seed):
+    torch.set_num_threads(1)  # WORLD processes share the machine's cores
+    timeout = datetime.timedelta(minutes=COLLECTIVE_TIMEOUT_MINUTES)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout,
                             init_method=f"tcp://127.0.0.1:{port}")
     patch_for_cpu()
     from megatron.core import parallel_state
-    parallel_state.initialize_model_parallel(hybrid_context_parallel=True)
+    parallel_state.initialize_model_parallel(hybrid_context_parallel=True,
+                                             distributed_timeout_minutes=COLLECTIVE_TIMEOUT_MINUTES)
     try:
-        result = (route_case(rank, world, seed) if case == "route"
-                  else {bad: bad_input_case(bad, rank, world) for bad in BAD_INPUTS})
+        if case == "route":
+            result = route_case(rank, world, seed)
+        elif case == "collectives":
+            result = collectives_case(rank, world, seed)
+        else:
+            result = {bad: bad_input_case(bad, rank, world) for bad in BAD_INPUTS}
     except Exception:
         result = {"crash": traceback.format_exc()}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
-    dist.destroy_process_group()
-    return 0
+    if "crash" not in result:  # a crashed rank leaves at once: its partners may never join
+        dist.destroy_process_group()
+
+
+def main(argv):
+    """Imports Megatron once, forks the ranks; exits non-zero when a rank did."""
+    world, port, out_dir, case, seed = (int(argv[0]), int(argv[1]), argv[2], argv[3],
+                                        int(argv[4]))
+    import megatron.core.datasets.data_schedule  # noqa: F401  (the ranks inherit it)
+    import megatron.core.pipeline_parallel.hybrid_cp_schedule  # noqa: F401
+    import libdcp.megatron  # noqa: F401
+    children = []
+    for rank in range(world):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                run_rank(rank, world, port, out_dir, case, seed)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        children.append(pid)
+    failed = 0
+    for pid in children:
+        failed |= os.waitpid(pid, 0)[1] != 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ def main(argv):
         suite = loader.discover(HERE, pattern="test_*.py", top_level_dir=HERE)
     sys.path.insert(0, HERE)
     result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+    # a test whose subtests fail is one failed test, not one per subtest
+    failed = len({getattr(test, "test_case", test).id() for test in
+                  [t for t, _ in result.failures + result.errors] + result.unexpectedSuccesses})
     skipped = len(result.skipped)
     passed = result.testsRun - failed - skipped
     if skipped:

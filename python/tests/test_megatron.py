@@ -36,7 +36,7 @@ class Config:
 
 
 def random_batch(rng, ranks, tokens):
-    cap = M.megatron_max_cp(ranks) * tokens
+    cap = ranks * tokens  # the whole pool is one of Megatron's CP groups
     count = rng.randint(ranks, 6 * ranks)
     return [min(cap, max(1, int(rng.lognormvariate(7.5, 1.3)))) for _ in range(count)]
 
@@ -65,8 +65,8 @@ class MappingOverRandomPlans(unittest.TestCase):
         for _ in range(RANDOM_PLANS):
             ranks = self.rng.choice([2, 4, 6, 8, 12, 16, 32])
             lengths = random_batch(self.rng, ranks, 4096)
-            plan = libdcp.plan(lengths, ranks, 4096, sync_ranks=1,
-                               max_cp=M.megatron_max_cp(ranks))
+            plan = libdcp.plan(lengths, ranks, 4096, sync_ranks=1, cp_sizes="megatron",
+                               cover_ranks=True)
             groups = M.plan_groups(plan, 1)
             self.assertEqual(len(groups), 1)
             self.assertEqual(shared_order_violations(groups[0]), [])
@@ -164,23 +164,34 @@ class MappingOverRandomPlans(unittest.TestCase):
 
 class Settings(unittest.TestCase):
     def test_megatron_group_sizes(self):
-        """create_hybrid_dp_cp_groups: 2 .. below 2^floor(log2 D), and D itself."""
+        """create_hybrid_dp_cp_groups: 2 .. below 2^floor(log2 D), and D itself; the planner's
+        cp_sizes="megatron" is the same set on every pool size."""
         self.assertEqual(M.hybrid_cp_sizes(8), (1, 2, 4, 8))
         self.assertEqual(M.hybrid_cp_sizes(12), (1, 2, 4, 12))
         self.assertEqual(M.hybrid_cp_sizes(6), (1, 2, 6))
-        self.assertEqual(M.megatron_max_cp(48), 16)
-        self.assertEqual(M.megatron_max_cp(64), 64)
+        self.assertEqual(M.hybrid_cp_sizes(48), (1, 2, 4, 8, 16, 48))
+        for ranks in range(1, 260):
+            self.assertEqual(libdcp.cp_sizes(ranks, cp_sizes="megatron"),
+                             M.hybrid_cp_sizes(ranks), f"{ranks} ranks")
 
     def test_map_and_refusals(self):
         s = M.settings_for(Config(sequence_parallel=True, tensor_model_parallel_size=4), 16)
         self.assertEqual((s.ranks, s.max_tokens_per_rank, s.max_cp, s.sync_ranks),
                          (16, 4096, 16, 1))
         self.assertEqual(s.planner["pad_multiple"], 4)
+        config = M.settings_for(Config(), 48).plan_config()  # max_cp: the whole pool
+        self.assertEqual((config["max_cp"], config["cp_sizes"], config["cover_ranks"]),
+                         (48, "megatron", True))
+        self.assertEqual(M.settings_for(Config(), 48, max_cp=16, min_cp=2).max_cp, 16)
         refusals = {
             "pipeline_model_parallel_size=2": (Config(pipeline_model_parallel_size=2), 8, {}),
             "calculate_per_token_loss=False": (Config(calculate_per_token_loss=False), 8, {}),
             "even number of ranks": (Config(), 7, {}),
-            "max_cp=8": (Config(), 12, {"max_cp": 8}),
+            "max_cp=8: Megatron builds CP groups of sizes 1, 2, 4, 12 on 12 ranks": (
+                Config(), 12, {"max_cp": 8}),
+            "min_cp=32": (Config(), 48, {"min_cp": 32}),
+            "cover_ranks=False": (Config(), 8, {"cover_ranks": False}),
+            "cp_sizes='pow2'": (Config(), 8, {"cp_sizes": "pow2"}),
         }
         for text, (config, ranks, extra) in refusals.items():
             with self.subTest(text):
@@ -192,6 +203,41 @@ class Settings(unittest.TestCase):
         with self.assertRaises(ValueError) as caught:
             M.settings_for(Config(max_seqlen_per_dp_cp_rank=0), 8)
         self.assertIn("max_seqlen_per_dp_cp_rank", str(caught.exception))
+
+
+class Pool48Ranks(unittest.TestCase):
+    """Issue 34's reproducers: batches Megatron's scheduler runs that the power-of-two planner
+    refused (a sample needing the whole non-power-of-two pool; a rank left empty)."""
+
+    def schedule(self, lengths, ranks, tokens):
+        scheduler = M.LibdcpCPScheduler(tokens, Pool(ranks))
+        groups = scheduler.get_groups_and_subsamples(list(enumerate(lengths)))[1]
+        M.check_sample_id_groups(groups, range(len(lengths)), ranks)
+        return groups
+
+    def test_a_sample_on_the_whole_pool_of_48(self):
+        groups = self.schedule([59599], 48, 2048)  # 59,599 / 2,048 > 16 ranks: all 48
+        self.assertEqual(groups, [[[0]] * 48])
+
+    def test_as_many_samples_as_ranks_cover_every_rank(self):
+        """Megatron returns [[5],[5],[1],[3],[0],[4],[6],[7,2]]; the power-of-two planner
+        left rank 2 empty."""
+        groups = self.schedule([327, 673, 146, 535, 274, 1072, 203, 174], 8, 1000)
+        self.assertTrue(all(groups[-1]))
+
+    def test_fewer_samples_than_ranks(self):
+        rng = random.Random(SEED + 5)
+        for _ in range(40):
+            ranks = rng.choice([2, 6, 8, 12, 24, 48, 96, 128])
+            lengths = [rng.randint(1, 3000) for _ in range(rng.randint(1, ranks))]
+            with self.subTest(ranks=ranks, lengths=lengths):
+                self.schedule(lengths, ranks, 2048)
+
+    def test_a_lowered_max_cp_that_cannot_cover_is_an_input_error(self):
+        scheduler = M.LibdcpCPScheduler(4096, Pool(8), max_cp=4)
+        with self.assertRaises(M.ScheduleInputError) as caught:
+            scheduler.get_groups_and_subsamples([(9, 100)])
+        self.assertIn("max_cp=4 set in use_libdcp", str(caught.exception))
 
 
 class Scheduler(unittest.TestCase):
@@ -250,7 +296,8 @@ class Scheduler(unittest.TestCase):
 
     def test_bad_input_names_the_sample_and_the_rank(self):
         scheduler = M.LibdcpCPScheduler(4096, Pool(8, rank=5))
-        for bad, text in ((0, "has length 0"), (8 * 4096 + 1, "> max_cp 8")):
+        for bad, text in ((0, "has length 0"), (8 * 4096 + 1, "> max_cp 8"),
+                          (8 * 4096 + 1, "Megatron's scheduler cannot run it either")):
             pairs = list(self.pairs)
             pairs[3] = (self.ids[3], bad)
             with self.subTest(bad=bad):
@@ -269,6 +316,9 @@ class Scheduler(unittest.TestCase):
         self.assertEqual(caught.exception.rank, 3)
         with self.assertRaises(M.ScheduleInputError):
             scheduler.get_groups_and_subsamples(self.pairs + [self.pairs[0]], None)
+        with self.assertRaises(M.ScheduleInputError) as caught:
+            scheduler.get_groups_and_subsamples([], None)
+        self.assertIn("the batch is empty", str(caught.exception))
         for bad in ((1, 100.0), (True, 100), ("1", 100), (1,)):
             with self.assertRaises(TypeError) as caught:
                 scheduler.get_groups_and_subsamples(self.pairs + [bad], None)
@@ -299,6 +349,23 @@ class Scheduler(unittest.TestCase):
             self.assertEqual(scheduler.settings.max_cp, 4)
         self.assertIs(Wrapper.__init__, original)
         self.assertEqual(Wrapper().cp_balancing_scheduler, "megatron's")
+
+
+class Releases(unittest.TestCase):
+    ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+    def test_each_release_has_its_pinned_requirements(self):
+        for version, release in M.RELEASES.items():
+            with open(os.path.join(self.ROOT, release.requirements)) as f:
+                pins = [line.strip() for line in f if line.startswith("megatron-core")]
+            self.assertEqual(pins, [f"megatron-core=={version}"])
+
+    @unittest.skipIf(M.installed_release() is not None, "Megatron-Core is installed here")
+    def test_use_libdcp_without_megatron_says_what_to_install(self):
+        with self.assertRaises(ImportError) as caught:
+            M.use_libdcp()
+        self.assertIn("pip install megatron-core==", str(caught.exception))
+        self.assertIsNotNone(caught.exception.__cause__)
 
 
 class TokensAndExecution(unittest.TestCase):
