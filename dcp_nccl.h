@@ -1156,7 +1156,8 @@ static dcp_status dcp_nccl__agree_values(dcp_nccl_set *set, const uint64_t *valu
         cudaMemcpyAsync(both, set->reduction, bytes, cudaMemcpyDeviceToHost, stream));
     DCP_NCCL__TRY(dcp_nccl__wait(set, stream, set->comm, operation, error));
     for (i = 0; i < count && *differ < 0; i++)
-        if (both[i] != ~both[count + i]) *differ = i, *least = ~both[count + i], *greatest = both[i];
+        if (both[i] != ~both[count + i])
+            *differ = i, *least = ~both[count + i], *greatest = both[i];
 done:
     return status == DCP_OK || set->aborted ? status : dcp_nccl__fail(set, status);
 }

@@ -2000,7 +2000,8 @@ static void zero_ring(rank_ctx *ctx, dcp_nccl_set *set, const dcp_nccl_binding *
     params.num_heads = 1, params.head_dim = RING_HEAD_DIM, params.causal = 1;
     cu[1] = cu_padded[1] = PEER_ROWS_PER_RANK * b->cp;
     memset(&layout, 0, sizeof layout);
-    layout.thd.num_sequences = 1, layout.thd.cu_seqlens = cu, layout.thd.cu_seqlens_padded = cu_padded;
+    layout.thd.num_sequences = 1, layout.thd.cu_seqlens = cu;
+    layout.thd.cu_seqlens_padded = cu_padded;
     layout.thd.cp = b->cp, layout.local_rows = PEER_ROWS_PER_RANK;
     layout.max_seqlen_padded = cu_padded[1];
     RANK_CHECK(ctx, dcp_nccl_ring_scratch_size(&params, &layout, DCP_DTYPE_FLOAT32,
