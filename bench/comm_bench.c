@@ -46,8 +46,15 @@
 #define LOGNORMAL_MAX 65536
 /* samples per rank of the peer plans at D ranks */
 #define PEER_SAMPLES_PER_RANK 8
-/* The timeout of the benched sets: generous, thousands of threads share two cores. */
+/* The timeout of the benched sets, and the transport's bound on a host wait: generous,
+   thousands of threads share two cores (a rank's parent in a tree may run minutes later). */
 #define BENCH_TIMEOUT_MS INT64_C(3600000)
+#define BENCH_HANG_MS 3600000.0
+/* The sets' staging buffer: small, as the bench broadcasts nothing (the default 1 MiB, poisoned
+   by the transport's cudaMalloc, is 8 GiB of host memory at 8,192 ranks). */
+#define BENCH_STAGING_BYTES 4096
+/* Ranks of the pool whose rings of every size and position are swept (spread over it). */
+#define SWEEP_RANKS 8
 /* Communicators a rank can make on today's path: one per CP size up to 2^20 ranks. */
 #define LEGACY_MAX_SPLITS 21
 
@@ -128,7 +135,7 @@ static void *bench_rank(void *argument)
     int max_cp = 1;
     fake_bind_rank(a->rank);
     memset(&options, 0, sizeof options);
-    options.timeout_ms = BENCH_TIMEOUT_MS;
+    options.timeout_ms = BENCH_TIMEOUT_MS, options.staging_bytes = BENCH_STAGING_BYTES;
     if (run->switch_plan) options.plan_config = &run->switch_plan->config;
     pthread_barrier_wait(&run->barrier);
     start = now_ms();
@@ -192,6 +199,7 @@ static int run_pool(int ranks, const dcp_plan *switch_plan, int switch_reps)
     run.legacy_held = (long *)calloc((size_t)ranks, sizeof(long));
     pthread_mutex_init(&run.lock, NULL);
     pthread_barrier_init(&run.barrier, NULL, (unsigned)ranks);
+    fake_set_hang_bound(BENCH_HANG_MS);
     fake_job_create(ranks, NULL, pools);
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, RANK_STACK_BYTES);
@@ -312,6 +320,44 @@ static peer_counts plan_peers(const dcp_plan *plan)
     return p;
 }
 
+/* Rings of every size 2 .. D at every position that holds rank r (what a plan under
+   DCP_CP_SIZES_ANY may give it over time): the distinct pool ranks r sends to, in dcp_ring_order
+   and in the former order (r + 1 within the group). */
+static void sweep_rank(int32_t D, int32_t r, unsigned char *seen, long *ring, long *former)
+{
+    int32_t cp, first;
+    memset(seen, 0, (size_t)D);
+    *ring = 0;
+    for (cp = 2; cp <= D; cp++)
+        for (first = r - cp + 1 > 0 ? r - cp + 1 : 0; first <= r && first + cp <= D; first++) {
+            dcp_ring_exchange x;
+            if (dcp_ring_exchange_plan(cp, r - first, 0, &x, NULL) == DCP_OK)
+                add_peer(seen, first + x.next, ring);
+        }
+    memset(seen, 0, (size_t)D);
+    *former = 0;
+    for (cp = 2; cp <= D; cp++)
+        for (first = r - cp + 1 > 0 ? r - cp + 1 : 0; first <= r && first + cp <= D; first++)
+            add_peer(seen, first + (r - first + 1) % cp, former);
+}
+
+static void print_sweep(int32_t D)
+{
+    unsigned char *seen = (unsigned char *)malloc((size_t)D);
+    long ring = 0, former = 0, most_ring = 0, most_former = 0;
+    const double start = now_ms();
+    int32_t i;
+    for (i = 0; i < SWEEP_RANKS; i++) {
+        sweep_rank(D, (int32_t)((int64_t)D * i / SWEEP_RANKS + i % 2), seen, &ring, &former);
+        if (ring > most_ring) most_ring = ring;
+        if (former > most_former) most_former = former;
+    }
+    printf("%6d ranks, rings of every size 2..%d at every position (%d ranks swept): distinct "
+           "send peers per rank, most: %ld in dcp_ring_order, %ld in the former order (%.0f ms)\n",
+           D, D, SWEEP_RANKS, most_ring, most_former, now_ms() - start);
+    free(seen);
+}
+
 static void print_peers(int ranks)
 {
     static const dcp_cp_sizes sets[] = {DCP_CP_SIZES_POW2, DCP_CP_SIZES_ANY};
@@ -330,6 +376,7 @@ static void print_peers(int ranks)
                now_ms() - start);
         dcp_plan_destroy(plan);
     }
+    print_sweep(ranks);
 }
 #else
 static void print_peers(int ranks)
