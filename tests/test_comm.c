@@ -1,6 +1,8 @@
 /* Distributed logic: everything dcp_nccl.h decides, run on simulated ranks on the CPU
-   (docs/DESIGN.md section 6). Communicator slots and ncclCommSplit arguments against the groups of
-   random plans; the per-microbatch switch and the evaluation override (seed 003: train at CP 1,
+   (docs/DESIGN.md section 6). The ring order (a permutation whose neighbours are r +- 1 or
+   r +- 2, so that rings of every size and position reach at most four pool ranks), the tree of
+   broadcasts and reductions, groups of any size and position against the groups of random
+   plans; the per-microbatch switch and the evaluation override (seed 003: train at CP 1,
    evaluate at CP 4, and back, restored on every path); reroute lists executed as NCCL would
    (sends and receives paired by order and byte count only); the ring's peers and double
    buffers, by message passing up to 1024 ranks and by driving the CPU reference kernels the

@@ -1,16 +1,21 @@
 /* dcp_nccl.h's own code on a host transport: tests/fake_nccl stands in for NCCL and the CUDA
    runtime (selected by the include path), the few dcp_cuda entry points the layer calls are
    replaced below by the CPU references of dcp.h (float32 only), and every simulated rank is a
-   thread. The tests run 8 to 512 ranks: set creation, the per-microbatch switch and the
-   evaluation override, plan agreement and broadcast (a bad argument on one rank fails it
-   alone), reroute against the plan's views, ring attention forward and backward against
-   dcp_ring_attention_forward / _backward (blocking and non-blocking communicators; the dK/dV
-   hop overlapped), a peer that dies mid-step (the others return an error within
-   the timeout), and a failure injected at every CUDA/NCCL call of a step (every rank returns,
-   its streams drain, a failed rank's set is aborted), the head-parallel all-to-all and the MTP
-   roll against their CPU references on 64 ranks (each also with a fault at every call), and
-   per-stage field reroutes whose bytes on the wire (counted by the transport) are exactly the
-   stage's. After every clean run each send was received and no protocol rule was broken.
+   thread. The tests run 2 to 512 ranks: set creation (one communicator of its own a rank),
+   the per-microbatch switch and the evaluation override, plan agreement and broadcast (a bad
+   argument on one rank fails it alone), reroute against the plan's views, ring attention
+   forward and backward against dcp_ring_attention_forward / _backward at any group size and
+   position (blocking and non-blocking communicators; the dK/dV hop overlapped; at most four
+   ring peers a rank across sizes, counted by the transport), a peer that dies mid-step (the
+   others return an error within the timeout), a split that fails (NCCL writes its child with
+   the error and raises the pool's abort flag), a set shrunk without a dead rank, a group's own
+   communicator on request, and a failure injected at every CUDA/NCCL call of a step (every
+   rank returns, its streams drain, a failed rank's set is aborted, never the pool: every rank
+   then makes a new set from it and trains on), the head-parallel all-to-all (powers of two,
+   and groups of 3, 6, 12 where the heads divide) and the MTP roll against their CPU
+   references (each also with a fault at every call), and per-stage field reroutes whose bytes
+   on the wire (counted by the transport) are exactly the stage's. After every clean run each
+   send was received and no protocol rule was broken.
    Built with ASan/UBSan by make test, and also as C++, where it checks the RAII override
    guard with exceptions. */
 #define _POSIX_C_SOURCE 200809L
