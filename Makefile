@@ -693,8 +693,9 @@ $(BUILD)/cuda_cpu/test_nccl_gpu.o: tests/test_nccl_gpu.cu tests/test.h tests/tol
 	$(CLANGXX) -x c++ $(CUDA_CPU_CXX) $(CUDA_CPU_TRANSPORT_CXX) $(CUDA_CPU_SEPARATE_IMPLEMENTATION) \
 	    $(CUDA_CPU_SANITIZE) -O1 -c $< -o $@
 # build/ring_attention_nccl-cpu: examples/ring_attention_nccl.cu's ring at 2, 4 and 8 ranks as
-# threads, forward and backward, each rank against the one-rank result
-# (tests/ring_attention_cpu.cc).
+# threads, and with groups of 3, 5 and 6 ranks, forward and backward, each rank against the
+# one-rank result (tests/ring_attention_cpu.cc); `make bench-ring-cpu` adds groups of 12 and a
+# 48-rank pool planning groups of 12 and 48 (minutes: not in make test).
 $(BUILD)/cuda_cpu/ring_attention_nccl.o: tests/ring_attention_cpu.cc \
                                          examples/ring_attention_nccl.cu examples/multiprocess.h \
                                          tests/test.h dcp.h dcp_nccl.h \
@@ -747,3 +748,28 @@ TEST_PROGRAMS += $(MEMORY_TEST)
 SEEDED_TESTS += $(MEMORY_TEST)
 all: $(MEMORY_TEST)
 test-seeds: $(MEMORY_TEST)
+
+# ---- one communicator for every CP group (issue 37) --------------------------------------------
+# bench/comm_bench.c on the host transport (every rank a thread; no GPU, no NCCL): the set's
+# communicators, set-up, ring and all-to-all peers, the per-microbatch switch at 8,192 samples x
+# 1,024 ranks. Built twice, against this tree and against $(BASE)'s dcp.h / dcp_nccl.h (git
+# show), and both run in one command, before and after side by side. Minutes at 8,192 ranks.
+BASE ?= main
+COMM_BENCH_FLAGS := -std=c99 -O2 $(WARNINGS) -Wno-unused-function -Itests/fake_nccl -Ibench
+COMM_BENCH_RANKS ?= 1024 8192
+$(BUILD)/comm_bench: bench/comm_bench.c bench/no_kernels.h dcp.h dcp_nccl.h $(FAKE_NCCL) | $(BUILD)
+	$(CC) $(COMM_BENCH_FLAGS) -I. $< -o $@ -lm -lpthread
+$(BUILD)/comm_bench-base: bench/comm_bench.c bench/no_kernels.h $(FAKE_NCCL) | $(BUILD)
+	mkdir -p $(BUILD)/comm-base
+	git show $(BASE):dcp.h > $(BUILD)/comm-base/dcp.h
+	git show $(BASE):dcp_nccl.h > $(BUILD)/comm-base/dcp_nccl.h
+	$(CC) $(COMM_BENCH_FLAGS) -I$(BUILD)/comm-base $< -o $@ -lm -lpthread
+.PHONY: bench-comm bench-ring-cpu $(BUILD)/comm_bench-base
+bench-comm: $(BUILD)/comm_bench $(BUILD)/comm_bench-base
+	@echo "== $(BASE) (one communicator per CP size)"
+	$(BUILD)/comm_bench-base $(COMM_BENCH_RANKS:%=--ranks %)
+	@echo "== this tree (one communicator)"
+	$(BUILD)/comm_bench $(COMM_BENCH_RANKS:%=--ranks %)
+# the ring on the CPU execution model at cp 12 and in a 48-rank pool of groups of 12 and 48
+bench-ring-cpu: $(BUILD)/ring_attention_nccl-cpu
+	DCP_RING_CPU_LARGE=1 $(BUILD)/ring_attention_nccl-cpu groups_of_12 pool_of_48

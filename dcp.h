@@ -160,26 +160,27 @@
        dcp_reroute_match(lists, ranks, alloc, err)  every send paired with its receive
    Distributed logic (docs/DESIGN.md section 6: what dcp_nccl.h decides, as pure functions; no
    allocation; absent with DCP_NO_DISTRIBUTED)
-       dcp_comm_slot_count(max_cp) / dcp_comm_slot(cp)   communicator slots: one per CP size
-                                                  2..max_cp (slot log2(cp) - 1); cp 1: -1
        dcp_comm_max_cp(config, max_length, &c, err)  largest useful CP size: the planner's
                                                   and the communicator set's max_cp
        dcp_plan_hash(plan, &hash, err)            64-bit hash every rank compares
-       dcp_comm_split_args(D, r, cp, &split, err)  ncclCommSplit's color (r / cp) and key
-                                                  (r % cp); DCP_COMM_NO_COLOR past the last
-                                                  full block
-       dcp_comm_choose(D, max_cp, r, first, cp, idle, &choice, err)   a group's slot and index
+       dcp_comm_choose(D, max_cp, r, first, cp, idle, &choice, err)   a group (any size and
+                                                  position) and r's index in it
        dcp_comm_choose_static(D, max_cp, r, cp, &choice, err)        static CP (evaluation)
-       dcp_plan_rank_group(plan, r, k, &where, err)   r's group and local rows, no view
-       dcp_comm_state_init / dcp_comm_state_switch    the communicator a rank uses now
+       dcp_plan_rank_group(plan, r, k, &where, err)   r's group, its choice and local rows,
+                                                  no view; O(1) on a sealed plan
+       dcp_comm_state_init / _switch / _apply     the group a rank works in now (apply: a
+                                                  choice made already, checked in O(1))
        dcp_comm_override_begin / _end / _run      scoped CP size for evaluation, nested,
                                                   restored on every path (run: callback form)
        dcp_reroute_op_get(list, i, elem, &op, err)  a transfer in bytes and buffer offsets
        dcp_reroute_check(list, n, rows, K, rows, err)  transfers against the caller's buffers
        dcp_reroute_rows_written(list, K, rows, err)  per microbatch, the rows the list writes:
                                                   the smallest buffer dcp_reroute_check takes
-       dcp_ring_exchange_plan(cp, r, s, &x, err)  peers, KV and dK/dV slots of a ring step
+       dcp_ring_exchange_plan(cp, r, s, &x, err)  peers (dcp_ring_order's neighbours), KV and
+                                                  dK/dV slots of a ring step, any cp
        dcp_ring_scratch_layout(shape, pass, &s, err)  scratch regions of a ring pass
+       dcp_comm_tree_node(n, root, i, &node, err)  parent and children of a broadcast or a
+                                                  reduction without collectives (binary heap)
        dcp_metadata_chunks(length, chunk, &n, err)  length check of a metadata broadcast
    Head-parallel all-to-all (the CP <-> head-parallel switch of linear-attention layers;
    no allocation; with the distributed logic)
@@ -209,6 +210,9 @@
        dcp_attention_params_resolve / dcp_attention_view_validate / dcp_rope_options_resolve /
        dcp_conv1d_params_resolve                  the argument checks every entry point, CPU
                                                   or CUDA, shares; defaults filled in
+       dcp_ring_order(cp, position, &rank, err) / dcp_ring_position(cp, rank, &pos, err)
+                                                  the ring order of any cp: 0, 2, 4, ..., 3, 1
+                                                  (neighbours r +- 1, r +- 2)
        dcp_ring_step_plan(cp, rank, step, causal, &plan, err)
                                                   KV source, q and kv halves, mask of a step
    CPU references (docs/DESIGN.md section 5; the contracts of the CUDA kernels; fp32 buffers,
@@ -926,8 +930,9 @@ DCPDEF dcp_status dcp_rank_view_runs(const dcp_rank_view *view, dcp_row_run *run
 /* One ring step of a rank as a call of a varlen attention kernel without context parallelism,
    FlashAttention's flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
    max_seqlen_k, causal=...) with return_attn_probs for the LSE. Step s of a group of cp ranks
-   reads the K and V that started on group rank kv_rank = (rank_in_group - s) mod cp (its local
-   buffer, passed around the ring); the halves and the mask are dcp_ring_step_plan's. The call
+   reads the K and V that started on group rank kv_rank, the rank s places before this one in
+   the ring order (dcp_ring_order; its local buffer, passed around the ring); kv_rank, the
+   halves and the mask are dcp_ring_step_plan's. The call
    takes only valid rows: query rows gathered from this rank's buffer and key rows from
    kv_rank's, sequence by sequence, so that no padding row is ever a key and a causal call has
    equally long query and key runs (FlashAttention aligns its causal mask to the bottom right).
@@ -1084,30 +1089,22 @@ DCPDEF dcp_status dcp_plan_compare(const dcp_plan *a, const dcp_plan *b, dcp_err
 #ifndef DCP_NO_DISTRIBUTED
 /* ========================================================================= distributed logic
    Everything dcp_nccl.h decides, as pure functions tests run on simulated ranks (docs/DESIGN.md
-   section 6): which communicator slot serves a CP size and how ncclCommSplit builds it, which
-   communicator a rank uses in a microbatch and under an evaluation override (restored on every
-   exit path), the byte ranges of a reroute list, the peers and buffer slots of every ring step,
-   the scratch a ring needs, and the framing of a metadata broadcast. The NCCL layer only maps
-   these answers to calls. No allocation; thread-safe on distinct objects. Define
-   DCP_NO_DISTRIBUTED before including dcp.h to leave them out (dcp_nccl.h needs them). */
+   section 6): which group a rank works in during a microbatch and under an evaluation override
+   (restored on every exit path) -- any size and position, all on one communicator of the pool
+   --, the byte ranges of a reroute list, the peers (in a ring order that keeps every rank's
+   neighbours within r +- 2) and buffer slots of every ring step, the scratch a ring needs, the
+   tree of a broadcast or reduction made of point-to-point sends, and the framing of a metadata
+   broadcast. The NCCL layer only maps these answers to calls. No allocation; thread-safe on
+   distinct objects. Define DCP_NO_DISTRIBUTED before including dcp.h to leave them out
+   (dcp_nccl.h needs them). */
 
-/* The color ncclCommSplit takes for "no communicator" (NCCL_SPLIT_NOCOLOR). */
-#define DCP_COMM_NO_COLOR (-1)
-
-/* Slots of a communicator set: one per CP size 2, 4, ..., max_cp (log2(max_cp) of them; CP
-   size 1 needs none). Slot of a CP size: log2(cp) - 1, or -1 for cp 1 and for anything that is
-   not a power of two in [2, DCP_MAX_RANKS]. */
-DCPDEF int32_t dcp_comm_slot_count(int32_t max_cp);
-DCPDEF int32_t dcp_comm_slot(int32_t cp);
-
-/* The largest CP size worth a communicator for samples of at most max_length tokens under
-   config (resolved): the CP size at which such a sample alone runs fastest per the cost model
+/* The largest CP size worth planning for samples of at most max_length tokens under config
+   (resolved): the allowed CP size at which such a sample alone runs fastest per the cost model
    (compute / c against the ring's (c - 1) steps), raised to the smallest feasible one and
    capped at config's max_cp. More ranks never speed up a sample of that length, nor any
    shorter one. Use it as config.max_cp for the planner AND as the communicator set's max_cp:
-   the plans then never pick more (dcp_plan_validate checks it), while the set splits
-   log2(max_cp) communicators instead of log2(ranks). DCP_ERROR_INFEASIBLE when max_length does
-   not fit config at all. max_cp may point at config->max_cp. */
+   the plans then never pick more (dcp_plan_validate checks it). DCP_ERROR_INFEASIBLE when
+   max_length does not fit config at all. max_cp may point at config->max_cp. */
 DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, int32_t *max_cp,
                                   dcp_error *error);
 
@@ -1116,59 +1113,51 @@ DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, 
    it across the pool before the first reroute of a step. */
 DCPDEF dcp_status dcp_plan_hash(const dcp_plan *plan, uint64_t *hash, dcp_error *error);
 
-/* ncclCommSplit's arguments that build the communicator of CP size cp from a pool of `ranks`:
-   color rank / cp and key rank % cp for the ranks of the full aligned blocks of cp ranks;
-   DCP_COMM_NO_COLOR (and key 0) for the ranks past the last full block (ranks not a multiple
-   of cp). size: the ranks the rank's new communicator will have (cp, or 0 with no color). */
-typedef struct dcp_comm_split {
-    int32_t color; /* rank / cp, or DCP_COMM_NO_COLOR */
-    int32_t key;   /* rank % cp (0 with no color): the rank's index in the new communicator */
-    int32_t size;  /* ranks of the new communicator: cp, or 0 with no color */
-} dcp_comm_split;
-
-DCPDEF dcp_status dcp_comm_split_args(int32_t ranks, int32_t rank, int32_t cp,
-                                      dcp_comm_split *split, dcp_error *error);
-
-/* The communicator a rank uses: slot -1 means none (cp 1 or idle: the no-op path). */
+/* The group a rank works in. The NCCL layer runs every group on ONE communicator of the whole
+   pool (its ranks are the pool's), so a group is only a range of pool ranks and the rank's
+   place in it: member j of the group is pool rank first_rank + j. */
 typedef struct dcp_comm_choice {
-    int32_t slot;         /* dcp_comm_slot(cp), or -1 */
-    int32_t cp;           /* group size; 1 when idle */
-    int32_t first_rank;   /* pool rank of the group's member 0 */
-    int32_t rank_in_comm; /* rank - first_rank: the rank in the group and in its communicator */
-    int32_t idle;         /* 1: no group (no samples) */
+    int32_t cp;            /* group size, any in [1, max_cp]; 1 when idle */
+    int32_t first_rank;    /* pool rank of the group's member 0 */
+    int32_t rank_in_group; /* rank - first_rank */
+    int32_t idle;          /* 1: no group (no samples) */
 } dcp_comm_choice;
 
-/* For a group (first_rank, cp) of a plan or a rank view: checks that the group is aligned,
-   inside the pool, contains rank and fits max_cp. An idle rank passes idle 1 with either cp 1
-   and first_rank = rank (a choice's own form) or a rank view's idle form (cp 0, first_rank
-   DCP_NO_GROUP); its choice is the no-op path: slot -1, cp 1, first_rank = rank. */
+/* For a group (first_rank, cp) of a plan or a rank view: checks that it is a range of cp ranks
+   (any cp in [1, max_cp], any position: a plan under DCP_CP_SIZES_ANY places groups anywhere)
+   inside the pool that contains rank. An idle rank passes idle 1 with either cp 1 and
+   first_rank = rank (a choice's own form) or a rank view's idle form (cp 0, first_rank
+   DCP_NO_GROUP); its choice is the no-op path: cp 1, first_rank = rank. max_cp in [1, ranks]. */
 DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
                                   int32_t first_rank, int32_t cp, int32_t idle,
                                   dcp_comm_choice *choice, dcp_error *error);
-/* Static CP size cp for every rank (evaluation): the aligned block of cp ranks holding rank;
+/* Static CP size cp for every rank (evaluation): the block [rank / cp * cp, + cp) holding rank;
    idle when that block is not full (ranks not a multiple of cp). */
 DCPDEF dcp_status dcp_comm_choose_static(int32_t ranks, int32_t max_cp, int32_t rank, int32_t cp,
                                          dcp_comm_choice *choice, dcp_error *error);
 /* The group of `rank` in `microbatch` without building a view (no allocation): group is the
-   index into plan->groups or -1 when idle; local_rows the rows of its local buffer. */
+   index into plan->groups or -1 when idle; local_rows the rows of its local buffer; choice the
+   group as dcp_comm_choose gives it, derived once from the plan (dcp_plan_trusted: O(1) for a
+   plan the library made or read), so that the per-microbatch switch applies it as it is
+   (dcp_comm_state_apply) instead of checking the group a second time. */
 typedef struct dcp_rank_group {
     int32_t group;          /* index into plan->groups, -1 when idle */
-    dcp_comm_choice choice; /* the communicator, as dcp_comm_choose gives it */
+    dcp_comm_choice choice; /* the group, as dcp_comm_choose gives it */
     int64_t local_rows;     /* rows of the rank's local buffer (the view's local_tokens) */
 } dcp_rank_group;
 
 DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_t microbatch,
                                       dcp_rank_group *where, dcp_error *error);
 
-/* Which communicator a rank uses now, and the overrides that pin a CP size for a scope
+/* Which group a rank works in now, and the overrides that pin a CP size for a scope
    (evaluation at another CP size than training: seed 003). The per-microbatch switch sets
    `current` from the plan's group; an override sets it to dcp_comm_choose_static(cp) and, while
    it is open, refuses a group of another CP size (an idle rank is always accepted). Overrides
    nest. dcp_comm_override_end restores exactly the state its begin saved, whatever happened in
    between: call it on every exit path (or use dcp_comm_override_run, whose end is guaranteed). */
 typedef struct dcp_comm_state {
-    int32_t ranks, rank, max_cp; /* the pool's size, this rank, the set's largest CP size */
-    dcp_comm_choice current;     /* the communicator in use now */
+    int32_t ranks, rank, max_cp; /* the pool's size, this rank, the largest CP size in use */
+    dcp_comm_choice current;     /* the group in force now */
     int32_t override_cp; /* 0: no override open */
     int32_t depth;       /* overrides open */
 } dcp_comm_state;
@@ -1180,13 +1169,19 @@ typedef struct dcp_comm_scope {
     int32_t depth; /* 0: not open */
 } dcp_comm_scope;
 
-/* current: the rank alone (cp 1, not idle), no override. */
+/* current: the rank alone (cp 1, not idle), no override. max_cp in [1, ranks]. */
 DCPDEF dcp_status dcp_comm_state_init(dcp_comm_state *state, int32_t ranks, int32_t rank,
                                       int32_t max_cp, dcp_error *error);
-/* Switches to a group; on error the state is unchanged. choice may be NULL. */
+/* Switches to a group (dcp_comm_choose's checks); on error the state is unchanged. choice may
+   be NULL. */
 DCPDEF dcp_status dcp_comm_state_switch(dcp_comm_state *state, int32_t first_rank, int32_t cp,
                                         int32_t idle, dcp_comm_choice *choice, dcp_error *error);
-/* On error (cp not a power of two in [1, max_cp]) neither state nor scope changes. */
+/* Switches to a choice made already (dcp_plan_rank_group's, dcp_comm_choose's): checks in O(1)
+   that it fits the state's pool, rank and max_cp and the open override, without deriving it
+   again; on error the state is unchanged. */
+DCPDEF dcp_status dcp_comm_state_apply(dcp_comm_state *state, const dcp_comm_choice *choice,
+                                       dcp_error *error);
+/* On error (cp not in [1, max_cp]) neither state nor scope changes. */
 DCPDEF dcp_status dcp_comm_override_begin(dcp_comm_state *state, int32_t cp,
                                           dcp_comm_scope *scope, dcp_error *error);
 /* Restores the state saved by begin and closes the scope. Ending a scope that is not the
@@ -1239,9 +1234,11 @@ DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t 
 DCPDEF dcp_status dcp_reroute_rows_written(const dcp_reroute *reroute, int32_t num_microbatches,
                                            int64_t *rows, dcp_error *error);
 
-/* The ring of a group of cp ranks, as the NCCL layer runs it: step s of rank r computes with
-   the KV of rank (r - s) mod cp (dcp_ring_step_plan's kv_rank) while the KV of step s + 1
-   travels from prev to this rank, so every step but the first finds its KV in one of two
+/* The ring of a group of cp ranks (any cp in [1, DCP_MAX_RANKS]), as the NCCL layer runs it,
+   in the ring order of dcp_ring_order: next and prev are the rank's neighbours there (group
+   ranks r +- 1 or r +- 2). Step s of rank r computes with the KV of the rank s places before r
+   in that order (dcp_ring_step_plan's kv_rank) while the KV of step s + 1 travels from prev to
+   this rank, so every step but the first finds its KV in one of two
    scratch slots (double buffering). In the backward pass the dK, dV of a KV travel with it one
    hop behind: step s adds into an accumulator (zero at step 0: the rank's own), sends it to
    next and receives the one of step s + 1 from prev; after the last step the accumulator
@@ -1270,7 +1267,7 @@ typedef enum dcp_ring_pass { DCP_RING_FORWARD = 0, DCP_RING_BACKWARD = 1 } dcp_r
 /* The buffers of one ring pass on one rank; q heads [rows, num_heads, head_dim], k and v
    [rows, num_kv_heads, head_dim] of element_size bytes (the input dtype). */
 typedef struct dcp_ring_shape {
-    int32_t cp;           /* ranks of the ring, a power of two */
+    int32_t cp;           /* ranks of the ring, in [1, DCP_MAX_RANKS] */
     int64_t local_rows;   /* rows of the rank's local buffers */
     int32_t num_heads;    /* query heads */
     int32_t num_kv_heads; /* key and value heads, dividing num_heads */
@@ -1302,6 +1299,24 @@ typedef struct dcp_ring_scratch {
 
 DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_pass pass,
                                           dcp_ring_scratch *scratch, dcp_error *error);
+
+/* The tree of a broadcast or a reduction over n members without a collective (point-to-point
+   sends on the one communicator: the layer never makes NCCL connect rings and trees for
+   collectives there): member `member` of n, the root's index `root`. Members are numbered from
+   the root, i = (member - root) mod n, and linked as a binary heap, parent (i - 1) / 2 and
+   children 2i + 1, 2i + 2, so that a message reaches every member after at most
+   floor(log2 n) hops and each member talks to at most three others. Indices in the answer are
+   members (not heap positions); -1 where there is none. */
+#define DCP_COMM_TREE_ARITY 2
+typedef struct dcp_comm_tree {
+    int32_t parent;                        /* -1 at the root */
+    int32_t children[DCP_COMM_TREE_ARITY]; /* -1 where none */
+    int32_t num_children;                  /* the first num_children entries are set */
+    int32_t depth;                         /* hops from the root */
+} dcp_comm_tree;
+
+DCPDEF dcp_status dcp_comm_tree_node(int32_t n, int32_t root, int32_t member,
+                                     dcp_comm_tree *node, dcp_error *error);
 
 /* Metadata broadcast (plan or rank view to TP ranks and pipeline stages): the root sends the
    length as one uint64 first, then the serialized buffer in chunks of a staging buffer; every
@@ -1592,19 +1607,33 @@ typedef struct dcp_attention_view {
 
 /* Checks params and fills their defaults (num_kv_heads, softmax_scale) into *resolved, as
    every attention entry point, CPU or CUDA, does first; view NULL means all zero, and
-   dcp_attention_view_validate checks its ranks against cp and its halves (which need cp > 1).
-   No allocation. */
+   dcp_attention_view_validate checks cp (any size in [1, DCP_MAX_RANKS]), its ranks against
+   cp and its halves (which need cp > 1). No allocation. */
 DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *params,
                                                dcp_attention_params *resolved,
                                                dcp_error *error);
 DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, int32_t cp,
                                               dcp_error *error);
 
-/* Step `step` of a ring of cp ranks on rank `rank` (docs/DESIGN.md section 5): the KV comes from
-   rank (rank - step) mod cp. Causal: step 0 is the whole local Q against the local KV with the
-   mask; a source below rank gives all local Q against its first half, a source above rank
-   the local second-half Q against all its KV, both without a mask (every key precedes every
-   query there). Non-causal: every step is all against all without a mask. */
+/* The ring order of a group of cp ranks (any cp in [1, DCP_MAX_RANKS]): the even ranks of
+   the group going up, then the odd ones coming down, 0, 2, 4, ..., 5, 3, 1, and back to 0.
+   Each rank's neighbours in that order are ranks r +- 1 or r +- 2, so that, a group being
+   consecutive ranks of the pool, every ring of every size and position sends to at most four
+   peers of the pool: r - 2, r - 1, r + 1, r + 2 (a plain ring r + 1 would reach a different
+   rank for every group size, up to the whole pool across sizes). The zigzag chunks stay by
+   rank: rank r of the group holds chunks r and 2cp - 1 - r whatever its ring position.
+   dcp_ring_order: the rank at ring position `position`; dcp_ring_position: the inverse. */
+DCPDEF dcp_status dcp_ring_order(int32_t cp, int32_t position, int32_t *rank, dcp_error *error);
+DCPDEF dcp_status dcp_ring_position(int32_t cp, int32_t rank, int32_t *position,
+                                    dcp_error *error);
+
+/* Step `step` of a ring of cp ranks (any cp in [1, DCP_MAX_RANKS]) on rank `rank`
+   (docs/DESIGN.md section 5): the KV comes from the rank `step` places before it in the ring
+   order (dcp_ring_order), so that every step passes KV between ring neighbours. Causal: step 0
+   is the whole local Q against the local KV with the mask; a source below rank gives all
+   local Q against its first half, a source above rank the local second-half Q against all
+   its KV, both without a mask (every key precedes every query there). Non-causal: every step
+   is all against all without a mask. */
 typedef struct dcp_ring_step {
     dcp_attention_view view; /* q_rank = rank, kv_rank = the source */
     int32_t causal;          /* 1: the step needs the causal mask */
@@ -13080,17 +13109,9 @@ DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t 
 #ifndef DCP_NO_DISTRIBUTED
 /* ------------------------------------------------------------------- distributed logic */
 
-static int dcp__is_cp(int32_t cp) { return dcp_is_pow2(cp) && cp <= DCP_MAX_RANKS; }
-
-DCPDEF int32_t dcp_comm_slot_count(int32_t max_cp)
-{
-    return dcp__is_cp(max_cp) ? (int32_t)dcp__log2_int(max_cp) : 0;
-}
-
-DCPDEF int32_t dcp_comm_slot(int32_t cp)
-{
-    return dcp__is_cp(cp) && cp >= 2 ? (int32_t)dcp__log2_int(cp) - 1 : -1;
-}
+/* The ring order's helpers live with the operation contracts (always compiled, after this). */
+static dcp_status dcp__check_ring_cp(int32_t cp, dcp_error *error);
+static int32_t dcp__ring_step_from(int32_t cp, int32_t rank, int32_t places);
 
 DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, int32_t *max_cp,
                                   dcp_error *error)
@@ -13112,7 +13133,7 @@ DCPDEF dcp_status dcp_comm_max_cp(const dcp_config *config, int64_t max_length, 
                              (long long)max_length, (int)c.max_cp,
                              (long long)c.max_tokens_per_rank);
     best_seconds = dcp__alone_seconds(&c, max_length, best);
-    for (cp = best * 2; cp <= c.max_cp && cp > 0; cp *= 2) {
+    for (cp = dcp__cp_next(&c, best); cp > 0 && cp <= c.max_cp; cp = dcp__cp_next(&c, cp)) {
         const double seconds = dcp__alone_seconds(&c, max_length, cp);
         if (seconds < best_seconds) best = cp, best_seconds = seconds;
     }
@@ -13171,40 +13192,18 @@ static dcp_status dcp__check_pool(int32_t ranks, int32_t rank, dcp_error *error)
 
 static dcp_status dcp__check_cp(const char *name, int32_t cp, int32_t max_cp, dcp_error *error)
 {
-    if (!dcp__is_cp(cp) || cp > max_cp)
+    if (cp < 1 || cp > max_cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "%s must be a power of two in [1, max_cp %d], got %d", name,
-                             (int)max_cp, (int)cp);
+                             "%s must be in [1, max_cp %d], got %d", name, (int)max_cp, (int)cp);
     return DCP_OK;
 }
 
 static dcp_status dcp__check_max_cp(int32_t ranks, int32_t max_cp, dcp_error *error)
 {
-    if (!dcp__is_cp(max_cp) || max_cp > ranks)
+    if (max_cp < 1 || max_cp > ranks)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "max_cp must be a power of two in [1, ranks %d], got %d", (int)ranks,
-                             (int)max_cp);
+                             "max_cp must be in [1, ranks %d], got %d", (int)ranks, (int)max_cp);
     return DCP_OK;
-}
-
-DCPDEF dcp_status dcp_comm_split_args(int32_t ranks, int32_t rank, int32_t cp,
-                                      dcp_comm_split *split, dcp_error *error)
-{
-    dcp_status status;
-    if (!split) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "split must not be NULL");
-    if ((status = dcp__check_pool(ranks, rank, error)) != DCP_OK ||
-        (status = dcp__check_cp("cp", cp, ranks, error)) != DCP_OK)
-        return status;
-    if (rank < ranks / cp * cp) {
-        split->color = rank / cp;
-        split->key = rank % cp;
-        split->size = cp;
-    } else { /* past the last full block: in no communicator of this size */
-        split->color = DCP_COMM_NO_COLOR;
-        split->key = 0;
-        split->size = 0;
-    }
-    return dcp_error_clear(error);
 }
 
 /* The arguments both choosers take: the pool, max_cp, cp and the output. */
@@ -13219,15 +13218,11 @@ static dcp_status dcp__check_choice(int32_t ranks, int32_t max_cp, int32_t rank,
     return dcp__check_cp("cp", cp, max_cp, error);
 }
 
-DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
-                                  int32_t first_rank, int32_t cp, int32_t idle,
-                                  dcp_comm_choice *choice, dcp_error *error)
+/* A group (first_rank, cp) of rank, cp checked already: a range inside the pool holding rank;
+   an idle rank is alone (cp 1, first_rank = rank). */
+static dcp_status dcp__check_group(int32_t ranks, int32_t rank, int32_t first_rank, int32_t cp,
+                                   int32_t idle, dcp_error *error)
 {
-    dcp_status status;
-    if (idle == 1 && cp == 0 && first_rank == DCP_NO_GROUP) /* a rank view's idle form */
-        cp = 1, first_rank = rank;
-    if ((status = dcp__check_choice(ranks, max_cp, rank, cp, choice, error)) != DCP_OK)
-        return status;
     if (idle != 0 && idle != 1)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "idle must be 0 or 1, got %d",
                              (int)idle);
@@ -13236,17 +13231,35 @@ DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
                              "an idle rank %d must have cp 1 and first_rank %d, got cp %d and "
                              "first_rank %d",
                              (int)rank, (int)rank, (int)cp, (int)first_rank);
-    if (first_rank < 0 || first_rank % cp != 0 || first_rank > ranks - cp || rank < first_rank ||
-        rank - first_rank >= cp)
+    if (first_rank < 0 || first_rank > ranks - cp || rank < first_rank || rank - first_rank >= cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "group (first_rank %d, cp %d) is not an aligned group of the %d ranks "
-                             "that contains rank %d",
+                             "group (first_rank %d, cp %d) is not a range of the %d ranks that "
+                             "contains rank %d",
                              (int)first_rank, (int)cp, (int)ranks, (int)rank);
-    choice->slot = dcp_comm_slot(cp);
-    choice->cp = cp;
-    choice->first_rank = first_rank;
-    choice->rank_in_comm = rank - first_rank;
-    choice->idle = idle;
+    return DCP_OK;
+}
+
+static dcp_comm_choice dcp__choice(int32_t rank, int32_t first_rank, int32_t cp, int32_t idle)
+{
+    dcp_comm_choice c;
+    c.cp = cp;
+    c.first_rank = first_rank;
+    c.rank_in_group = rank - first_rank;
+    c.idle = idle;
+    return c;
+}
+
+DCPDEF dcp_status dcp_comm_choose(int32_t ranks, int32_t max_cp, int32_t rank,
+                                  int32_t first_rank, int32_t cp, int32_t idle,
+                                  dcp_comm_choice *choice, dcp_error *error)
+{
+    dcp_status status;
+    if (idle == 1 && cp == 0 && first_rank == DCP_NO_GROUP) /* a rank view's idle form */
+        cp = 1, first_rank = rank;
+    if ((status = dcp__check_choice(ranks, max_cp, rank, cp, choice, error)) != DCP_OK ||
+        (status = dcp__check_group(ranks, rank, first_rank, cp, idle, error)) != DCP_OK)
+        return status;
+    *choice = dcp__choice(rank, first_rank, cp, idle);
     return dcp_error_clear(error);
 }
 
@@ -13272,17 +13285,19 @@ DCPDEF dcp_status dcp_plan_rank_group(const dcp_plan *plan, int32_t rank, int32_
     if ((status = dcp__locate(plan, rank, microbatch, &g, error)) != DCP_OK) return status;
     where->group = g;
     where->local_rows = 0;
-    if (g < 0)
-        return dcp_comm_choose(plan->config.ranks, plan->config.max_cp, rank, rank, 1, 1,
-                               &where->choice, error);
+    if (g < 0) {
+        where->choice = dcp__choice(rank, rank, 1, 1);
+        return dcp_error_clear(error);
+    }
     group = &plan->groups[g];
     for (i = 0; i < group->sample_count; i++) /* a valid plan keeps these sums in range */
         where->local_rows +=
             dcp__padded(&plan->config,
                         plan->sample_lengths[plan->group_samples[group->sample_offset + i]],
                         group->cp) / group->cp;
-    return dcp_comm_choose(plan->config.ranks, plan->config.max_cp, rank, group->first_rank,
-                           group->cp, 0, &where->choice, error);
+    /* a trusted plan's group is a range of the pool holding rank, of cp <= max_cp */
+    where->choice = dcp__choice(rank, group->first_rank, group->cp, 0);
+    return dcp_error_clear(error);
 }
 
 DCPDEF dcp_status dcp_comm_state_init(dcp_comm_state *state, int32_t ranks, int32_t rank,
@@ -13299,6 +13314,31 @@ DCPDEF dcp_status dcp_comm_state_init(dcp_comm_state *state, int32_t ranks, int3
     return dcp_error_clear(error);
 }
 
+DCPDEF dcp_status dcp_comm_state_apply(dcp_comm_state *state, const dcp_comm_choice *c,
+                                       dcp_error *error)
+{
+    dcp_status status;
+    if (!state || !c)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "state and choice must not be NULL");
+    if ((status = dcp__check_cp("choice cp", c->cp, state->max_cp, error)) != DCP_OK ||
+        (status = dcp__check_group(state->ranks, state->rank, c->first_rank, c->cp, c->idle,
+                                   error)) != DCP_OK)
+        return status;
+    if (c->rank_in_group != state->rank - c->first_rank)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "choice rank_in_group %d, but rank %d of a group from %d is %d",
+                             (int)c->rank_in_group, (int)state->rank, (int)c->first_rank,
+                             (int)(state->rank - c->first_rank));
+    if (state->override_cp != 0 && !c->idle && c->cp != state->override_cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "a group of cp %d while an override pins cp %d: end the override, or "
+                             "plan with min_cp = max_cp = %d",
+                             (int)c->cp, (int)state->override_cp, (int)state->override_cp);
+    state->current = *c;
+    return dcp_error_clear(error);
+}
+
 DCPDEF dcp_status dcp_comm_state_switch(dcp_comm_state *state, int32_t first_rank, int32_t cp,
                                         int32_t idle, dcp_comm_choice *choice, dcp_error *error)
 {
@@ -13307,13 +13347,8 @@ DCPDEF dcp_status dcp_comm_state_switch(dcp_comm_state *state, int32_t first_ran
     if (!state) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "state must not be NULL");
     status = dcp_comm_choose(state->ranks, state->max_cp, state->rank, first_rank, cp, idle, &c,
                              error);
-    if (status != DCP_OK) return status;
-    if (state->override_cp != 0 && !idle && cp != state->override_cp)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "a group of cp %d while an override pins cp %d: end the override, or "
-                             "plan with min_cp = max_cp = %d",
-                             (int)cp, (int)state->override_cp, (int)state->override_cp);
-    state->current = c;
+    if (status != DCP_OK || (status = dcp_comm_state_apply(state, &c, error)) != DCP_OK)
+        return status;
     if (choice) *choice = c;
     return dcp_error_clear(error);
 }
@@ -13500,34 +13535,33 @@ DCPDEF dcp_status dcp_ring_exchange_plan(int32_t cp, int32_t rank, int32_t step,
 {
     dcp_ring_exchange x;
     const int last = step == cp - 1;
+    dcp_status status;
     if (!exchange)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "exchange must not be NULL");
-    if (!dcp__is_cp(cp))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
-                             (int)cp);
+    if ((status = dcp__check_ring_cp(cp, error)) != DCP_OK) return status;
     if (rank < 0 || rank >= cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "rank must be in [0, cp %d), got %d", (int)cp, (int)rank);
     if (step < 0 || step >= cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "step must be in [0, cp %d), got %d", (int)cp, (int)step);
-    x.next = (rank + 1) % cp;
-    x.prev = (rank + cp - 1) % cp;
-    x.kv_source = (rank - step + cp) % cp;
+    /* neighbours and sources in the ring order (dcp_ring_order): r +- 1 or r +- 2 */
+    x.next = dcp__ring_step_from(cp, rank, 1);
+    x.prev = dcp__ring_step_from(cp, rank, -1);
+    x.kv_source = dcp__ring_step_from(cp, rank, -step);
     /* KV of step s >= 1 sits in slot (s - 1) % 2; step s receives step s + 1's into s % 2,
        which step s - 1 read: the receive waits for that step's compute. */
     x.kv_slot = step == 0 ? -1 : (step - 1) % 2;
     x.kv_send = !last;
     x.kv_recv_slot = last ? -1 : step % 2;
-    x.kv_recv_source = last ? -1 : (rank - step - 1 + 2 * cp) % cp;
+    x.kv_recv_source = last ? -1 : dcp__ring_step_from(cp, rank, -step - 1);
     /* dK, dV of the step's KV add into slot s % 2 and leave for next; s + 1's arrive in the
        other slot; with cp 1 the only accumulator never moves. */
     x.dkv_slot = step % 2;
     x.dkv_zero = step == 0;
     x.dkv_send = cp > 1;
     x.dkv_recv_slot = cp > 1 ? (step + 1) % 2 : -1;
-    x.dkv_recv_source = cp > 1 ? (rank - step - 1 + 2 * cp) % cp : -1;
+    x.dkv_recv_source = cp > 1 ? dcp__ring_step_from(cp, rank, -step - 1) : -1;
     x.dkv_home_slot = !last ? -1 : cp > 1 ? x.dkv_recv_slot : x.dkv_slot;
     *exchange = x;
     return dcp_error_clear(error);
@@ -13568,9 +13602,10 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
     if (!shape || !scratch)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "shape and scratch must not be NULL");
-    if (!dcp__is_cp(shape->cp) || shape->local_rows < 0 || shape->num_heads < 1 ||
-        shape->num_kv_heads < 1 || shape->num_heads % shape->num_kv_heads != 0 ||
-        shape->head_dim < 1 || shape->element_size < 1 ||
+    if (shape->cp < 1 || shape->cp > DCP_MAX_RANKS || shape->local_rows < 0 ||
+        shape->num_heads < 1 || shape->num_kv_heads < 1 ||
+        shape->num_heads % shape->num_kv_heads != 0 || shape->head_dim < 1 ||
+        shape->element_size < 1 ||
         shape->element_size > DCP__RING_MAX_ELEMENT_SIZE)
         return dcp_error_set(
             error, DCP_ERROR_INVALID_ARGUMENT,
@@ -13612,6 +13647,33 @@ DCPDEF dcp_status dcp_ring_scratch_layout(const dcp_ring_shape *shape, dcp_ring_
                              (long long)shape->local_rows);
     s.total = end;
     *scratch = s;
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_comm_tree_node(int32_t n, int32_t root, int32_t member,
+                                     dcp_comm_tree *node, dcp_error *error)
+{
+    dcp_comm_tree t;
+    int64_t i, c;
+    int32_t k;
+    if (!node) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "node must not be NULL");
+    if (n < 1 || n > DCP_MAX_RANKS)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "n must be in [1, %d], got %d",
+                             DCP_MAX_RANKS, (int)n);
+    if (root < 0 || root >= n || member < 0 || member >= n)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "root %d and member %d must be in [0, n %d)", (int)root, (int)member,
+                             (int)n);
+    i = ((int64_t)member - root + n) % n; /* heap position: the root is 0 */
+    t.parent = i == 0 ? -1 : (int32_t)(((i - 1) / DCP_COMM_TREE_ARITY + root) % n);
+    t.num_children = 0;
+    for (k = 0; k < DCP_COMM_TREE_ARITY; k++) {
+        c = DCP_COMM_TREE_ARITY * i + 1 + k;
+        t.children[k] = c < n ? (int32_t)((c + root) % n) : -1;
+        t.num_children += c < n;
+    }
+    for (t.depth = 0; i > 0; i = (i - 1) / DCP_COMM_TREE_ARITY) t.depth++;
+    *node = t;
     return dcp_error_clear(error);
 }
 
@@ -14420,15 +14482,66 @@ DCPDEF dcp_status dcp_attention_params_resolve(const dcp_attention_params *param
     return dcp_error_clear(error);
 }
 
+/* A ring's size: any number of ranks in [1, DCP_MAX_RANKS]. */
+static dcp_status dcp__check_ring_cp(int32_t cp, dcp_error *error)
+{
+    if (cp < 1 || cp > DCP_MAX_RANKS)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "cp must be in [1, %d], got %d",
+                             DCP_MAX_RANKS, (int)cp);
+    return DCP_OK;
+}
+
+/* The ring order (see dcp_ring_order): positions [0, evens) hold the even ranks going up,
+   the rest the odd ones coming down from the largest. */
+static int32_t dcp__ring_rank_at(int32_t cp, int32_t position)
+{
+    const int32_t evens = (cp + 1) / 2, top_odd = cp % 2 == 0 ? cp - 1 : cp - 2;
+    return position < evens ? 2 * position : top_odd - 2 * (position - evens);
+}
+
+static int32_t dcp__ring_position_of(int32_t cp, int32_t rank)
+{
+    const int32_t evens = (cp + 1) / 2, top_odd = cp % 2 == 0 ? cp - 1 : cp - 2;
+    return rank % 2 == 0 ? rank / 2 : evens + (top_odd - rank) / 2;
+}
+
+/* The rank `places` positions after rank's in the ring order (negative: before it). */
+static int32_t dcp__ring_step_from(int32_t cp, int32_t rank, int32_t places)
+{
+    const int64_t at = ((int64_t)dcp__ring_position_of(cp, rank) + places) % cp;
+    return dcp__ring_rank_at(cp, (int32_t)(at < 0 ? at + cp : at));
+}
+
+DCPDEF dcp_status dcp_ring_order(int32_t cp, int32_t position, int32_t *rank, dcp_error *error)
+{
+    dcp_status status;
+    if (!rank) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "rank must not be NULL");
+    if ((status = dcp__check_ring_cp(cp, error)) != DCP_OK ||
+        (status = dcp_check_rank("position", position, cp, error)) != DCP_OK)
+        return status;
+    *rank = dcp__ring_rank_at(cp, position);
+    return dcp_error_clear(error);
+}
+
+DCPDEF dcp_status dcp_ring_position(int32_t cp, int32_t rank, int32_t *position,
+                                    dcp_error *error)
+{
+    dcp_status status;
+    if (!position)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "position must not be NULL");
+    if ((status = dcp__check_ring_cp(cp, error)) != DCP_OK ||
+        (status = dcp_check_rank("rank", rank, cp, error)) != DCP_OK)
+        return status;
+    *position = dcp__ring_position_of(cp, rank);
+    return dcp_error_clear(error);
+}
+
 DCPDEF dcp_status dcp_attention_view_validate(const dcp_attention_view *view, int32_t cp,
                                               dcp_error *error)
 {
     dcp_attention_view v;
     dcp_status status;
-    if (!dcp_is_pow2(cp) || cp > DCP_MAX_RANKS)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
-                             (int)cp);
+    if ((status = dcp__check_ring_cp(cp, error)) != DCP_OK) return status;
     if (view) v = *view;
     else memset(&v, 0, sizeof v);
     if ((status = dcp_check_rank("view.q_rank", v.q_rank, cp, error)) != DCP_OK ||
@@ -14444,7 +14557,7 @@ static dcp_ring_step dcp__ring_plan(int32_t cp, int32_t rank, int32_t step, int3
     dcp_ring_step plan;
     memset(&plan, 0, sizeof plan);
     plan.view.q_rank = rank;
-    plan.view.kv_rank = (rank - step + cp) % cp;
+    plan.view.kv_rank = dcp__ring_step_from(cp, rank, -step);
     if (causal && step == 0)
         plan.causal = 1;
     else if (causal && plan.view.kv_rank < rank)
@@ -14459,11 +14572,9 @@ DCPDEF dcp_status dcp_ring_step_plan(int32_t cp, int32_t rank, int32_t step, int
 {
     dcp_status status;
     if (!plan) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "plan must not be NULL");
-    if (!dcp_is_pow2(cp) || cp > DCP_MAX_RANKS)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
-                             (int)cp);
-    if ((status = dcp_check_rank("rank", rank, cp, error)) != DCP_OK) return status;
+    if ((status = dcp__check_ring_cp(cp, error)) != DCP_OK ||
+        (status = dcp_check_rank("rank", rank, cp, error)) != DCP_OK)
+        return status;
     if (step < 0 || step >= cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "step must be in [0, cp %d), got %d", (int)cp, (int)step);

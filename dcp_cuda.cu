@@ -124,9 +124,11 @@ static dcp_status dcp_cuda__check_layout(const dcp_cuda_layout *layout, dcp_erro
     if (n < 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "layout num_sequences must be >= 0, got %d", (int)n);
-    if (!dcp_is_pow2(layout->thd.cp) || layout->thd.cp > DCP_MAX_RANKS)
+    /* any group size: the zigzag split and the kernels' positions hold for every cp (a plan
+       of DCP_CP_SIZES_ANY groups any number of ranks) */
+    if (layout->thd.cp < 1 || layout->thd.cp > DCP_MAX_RANKS)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "layout cp must be a power of two in [1, %d], got %d", DCP_MAX_RANKS,
+                             "layout cp must be in [1, %d], got %d", DCP_MAX_RANKS,
                              (int)layout->thd.cp);
     if (!layout->thd.cu_seqlens || !layout->thd.cu_seqlens_padded)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,

@@ -1,22 +1,29 @@
-/* dcp_nccl.h - the NCCL layer of libdcp: communicators per CP size, the per-microbatch switch,
-   evaluation at another CP size, reroute, ring attention and metadata broadcast. v0.1.0
+/* dcp_nccl.h - the NCCL layer of libdcp: one communicator for every CP group, the
+   per-microbatch switch, evaluation at another CP size, reroute, ring attention, the
+   head-parallel all-to-all, the MTP roll and metadata broadcast. v0.1.0
    Header-only, stb style, on top of dcp.h, nccl.h (2.18 or later) and the CUDA runtime.
 
    WHAT IT DOES
    dcp.h plans which sample runs on how many ranks and derives, as pure functions, everything a
-   rank must do about it (who sends what to whom, in which order, through which communicator,
-   with which buffers). This header carries those answers out with NCCL and CUDA, and nothing
-   more: the decisions are tested on simulated ranks in tests/test_comm.c, and this header's
-   own code runs on a host transport as strict as NCCL (tests/fake_nccl: NCCL and CUDA
-   stand-ins, 1 to 512 ranks as threads, each with a device thread) in tests/test_nccl_host.c.
-   From the caller's DP x CP communicator (the pool) it builds, once, one communicator per CP
-   size 2..max_cp with ncclCommSplit (each with the pool's config, or inheriting it; CP size 1
-   needs none); per microbatch it hands out the group's communicator and the rank's index in
-   it; it can pin a CP size for a scope
-   (evaluation at CP 4 of a model trained at CP 1, and back); it executes reroute lists as one
-   grouped ncclSend/ncclRecv; it runs ring attention over a group with the KV of the next step
-   in flight on a communication stream while the current step computes; it broadcasts plans
-   and rank views, length first, to ranks that did not plan.
+   rank must do about it (who sends what to whom, in which order, with which buffers). This
+   header carries those answers out with NCCL and CUDA, and nothing more: the decisions are
+   tested on simulated ranks in tests/test_comm.c, and this header's own code runs on a host
+   transport as strict as NCCL (tests/fake_nccl: NCCL and CUDA stand-ins, 1 to 1,024 ranks as
+   threads, each with a device thread) in tests/test_nccl_host.c.
+   From the caller's DP x CP communicator (the pool) it makes, once, ONE communicator of its
+   own: the pool split into one piece (its ranks are the pool's). Every group of every size
+   and position -- powers of two, Megatron's sizes, any size (dcp_config.cp_sizes) -- runs on
+   it as point-to-point sends between the group's ranks, translated from the group (member j is
+   rank first_rank + j): the ring in the order of dcp_ring_order (neighbours r +- 1, r +- 2, so
+   that a rank's rings reach at most four peers across all sizes), the reroute, the all-to-all,
+   the MTP roll, and broadcasts and reductions as trees of sends (dcp_comm_tree_node); no
+   collective ever runs on it, so NCCL (2.22 and later, which connects at first use) gives it
+   buffers only for the peers a rank really talks to. Per microbatch it hands out the group
+   (a binding: cp, the rank in the group, first_rank); it can pin a CP size for a scope
+   (evaluation at CP 4 of a model trained at CP 1, and back); it runs ring attention over a
+   group with the KV of the next step in flight on a communication stream while the current
+   step computes. A communicator of a group's own, for a caller who must hand one to another
+   library, is made only on request, at its first request (dcp_nccl_group_comm).
 
    QUICK START (one training step; error checks left out)
        #define DCP_IMPLEMENTATION          // in exactly one file
@@ -26,7 +33,7 @@
 
        dcp_nccl_set *set;                  // at start-up, once: collective over the pool
        dcp_nccl_options options = {0};     // the planner's max_cp, not the pool size
-       options.plan_config = &config;      // config.max_cp = dcp_comm_max_cp(...) ideally
+       options.plan_config = &config;
        options.config = &pool_config;      // the config pool_comm was created with
        dcp_nccl_set_create(pool_comm, &options, &set, &err);
        // per global batch: plan on TP rank 0, broadcast to the other TP ranks
@@ -38,16 +45,15 @@
        dcp_reroute_create(plan, holders, set->rank, &moves, &err);
        dcp_nccl_reroute_execute(set, moves, &buffers, stream, &err);
        for (int k = 0; k < plan->num_microbatches; k++) {
-           dcp_nccl_binding group;         // comm NULL for cp 1 and idle ranks
+           dcp_nccl_binding group;         // cp 1 and idle ranks: no communication
            dcp_nccl_set_switch_plan(set, plan, k, &group, &err);
            dcp_nccl_ring_forward(set, &group, &params, &layout, DCP_DTYPE_BFLOAT16, q, k_, v,
                                  out, lse, scratch, scratch_bytes, stream, &err);
            ...
        }
        dcp_nccl_set_wait(set, stream, &err);   // not cudaStreamSynchronize: it times out
-       int pool_gone = set->pool == NULL;  // after a failure the set has aborted the pool
-       if (dcp_nccl_set_destroy(set, &err) == DCP_ERROR_NCCL) pool_gone = 1;
-       if (!pool_gone) ncclCommDestroy(pool_comm);
+       dcp_nccl_set_destroy(set, &err);        // the pool is the caller's, alive: after a
+       ncclCommDestroy(pool_comm);             // failure, destroy the set and make a new one
 
    BUILDING
    Include dcp.h (without DCP_NO_DISTRIBUTED) and then dcp_nccl.h; define DCP_NCCL_IMPLEMENTATION
@@ -61,6 +67,7 @@
                                        dcp_nccl_options field overrides it per set
        DCP_NCCL_DEFAULT_TIMEOUT_MS     how long a wait lasts before it aborts (10 min); a
                                        dcp_nccl_options field overrides it per set
+       DCP_NCCL_MAX_GROUP_COMMS        most groups' own communicators one set keeps (64)
        DCP_NCCL_NOW_MS()               the wall clock of timeouts, in ms (default: the
                                        monotonic clock where <time.h> declares it, as in C++
                                        or with _POSIX_C_SOURCE >= 199309L; else time(), so
@@ -75,18 +82,25 @@
      the call's text in the dcp_error message.
    - Failures (see tests/test_nccl_host.c, which injects one at every call): an argument
      error is found before a function's first enqueue and changes nothing, except that a
-     broadcast first takes part in every chunk (its peers are in the same collectives) and
+     broadcast first takes part in every chunk (its peers are in the same exchanges) and
      then fails. A CUDA or NCCL error after the first enqueue may leave this rank's half of
-     some traffic posted, so the function aborts before it returns: every communicator of the
-     set, the pool included (and the caller's communicator it ran on), every abort flag
-     raised before any abort waits (ABORTING below). The set then answers every later call
-     with DCP_ERROR_NCCL until dcp_nccl_set_destroy, and set->pool is NULL. Every exit leaves
-     the caller's stream ordered after the communication stream (joined).
-     dcp_nccl_plan_agree's mismatch is not a failure of the transport: the set stays usable.
-   - The pool is the caller's to destroy after dcp_nccl_set_destroy, unless the set aborted
-     it: set->pool was NULL before destroy, or dcp_nccl_set_create / dcp_nccl_set_destroy
-     returned DCP_ERROR_NCCL or DCP_ERROR_CUDA (creation: after a transport failure this
-     rank's peers may wait for it in the agreement or a split, so every rank aborts its pool).
+     some traffic posted, so the function aborts what the set owns before it returns: its
+     communicator and the groups' own ones it made, every abort flag raised before any abort
+     waits (ABORTING below). The caller's pool stays as it was -- usable, and a new set can be
+     made from it (or, where NCCL has ncclCommShrink, from it without the failed ranks:
+     options.exclude_ranks) -- unless the set's communicator shares the pool's abort flag
+     (RESOURCE SHARING), when the pool goes too and set->pool is NULL. A caller's
+     communicator a broadcast ran on is never aborted: after a failure there the caller
+     decides what becomes of it. The set then answers every later call with DCP_ERROR_NCCL
+     until dcp_nccl_set_destroy. Every exit leaves the caller's stream ordered after the
+     communication stream (joined). dcp_nccl_plan_agree's mismatch is not a failure of the
+     transport: the set stays usable.
+   - Set creation is the one exception: it splits the pool, and NCCL ties a split's failure
+     to the parent (a failed split raises the pool's abort flag; one that does not complete
+     keeps the pool busy until the pool is aborted), so when the split itself fails the set
+     aborts the pool (and the child NCCL may have written) and dcp_nccl_set_create returns
+     DCP_ERROR_NCCL saying so: do not destroy the pool then. A failure after the split (its
+     own checks, the agreement) aborts only the new communicator.
    - Waiting and timeouts: nothing of this layer blocks the host in cudaStreamSynchronize.
      Where the host needs a result (set creation, broadcasts, agreement, dcp_nccl_set_wait,
      destroy) it polls cudaStreamQuery and ncclCommGetAsyncError; after options.timeout_ms (or
@@ -94,112 +108,124 @@
      and the communicator. Pageable host copies are issued only on a drained stream (CUDA may
      make them wait for the stream otherwise, without bound). set->timeout_ms may be changed
      between calls. That a peer which never comes costs a timeout, not a hang, HOLDS WITH
-     NON-BLOCKING COMMUNICATORS (the pool's config.blocking = 0, which the splits share):
-     every NCCL call then returns at once (ncclInProgress) and is polled to its end with the
-     same timeout; a split, which runs as the POOL's background job, is polled on the pool,
-     and its child exists once the pool says so. With blocking communicators (NCCL's
+     NON-BLOCKING COMMUNICATORS (the pool's config.blocking = 0, which the set's communicator
+     shares): every NCCL call then returns at once (ncclInProgress) and is polled to its end
+     with the same timeout; the split, which runs as the POOL's background job, is polled on
+     the pool, and its child exists once the pool says so. With blocking communicators (NCCL's
      default) NCCL itself blocks the host, without a timeout, where it documents it:
      ncclCommSplit until every rank of the pool has called it, a first use of a peer until the
-     peer connects (lazy connection; collectives too from NCCL 2.22), a launch while the work
-     queue is full. The layer keeps out of these what it can -- creation agrees over the pool
-     (polled) before it splits; destroy waits for the set's work by polling before
+     peer connects (lazy connection), a launch while the work queue is full, a group's own
+     communicator (ncclCommInitRankConfig) until the group's ranks have all come. The layer
+     keeps out of these what it can -- destroy waits for the set's work by polling before
      ncclCommFinalize (which would wait for it without bound) and aborts instead when it does
-     not pass -- but a blocking rank whose peer stops between the agreement and its split, or
-     before its first use of a peer, hangs in NCCL there.
-   - Streams: functions take the caller's stream and only enqueue work on it (broadcast and
-     set creation also wait for it); the ring's transfers run on the set's own communication
-     stream, ordered against the caller's stream by events, and the call returns with all of
-     them ordered before later work on the caller's stream.
+     not pass -- but a blocking rank whose peer stops before the split, or before its first
+     use of a peer, hangs in NCCL there.
+   - Streams: functions take the caller's stream and only enqueue work on it (broadcasts,
+     agreement and set creation also wait for it); the ring's transfers run on the set's own
+     communication stream, ordered against the caller's stream by events, and the call
+     returns with all of them ordered before later work on the caller's stream. The set's
+     communicator runs its kernels in issue order on each rank: every rank of a group makes
+     the group's calls in the same order (dcp.h gives them the same lists), as with any
+     communicator.
    - Memory: set creation allocates the set (host, options.allocator), a communication stream,
-     four events and the staging buffer (device); broadcasts allocate the received buffer and
-     object (host). Nothing else allocates: the ring takes caller scratch sized by
-     dcp_nccl_ring_scratch_size, reroute takes the caller's buffers.
+     four events, the staging buffer and a small reduction buffer (device); broadcasts allocate
+     the received buffer and object (host). Nothing else allocates: the ring takes caller
+     scratch sized by dcp_nccl_ring_scratch_size, reroute takes the caller's buffers. NCCL's own
+     memory per rank: docs/DESIGN.md section 6.
    - Threads: one set per process and device, used by one thread at a time (the override
      state, the events and the communication stream are the set's); ncclGroupStart/End are
      per thread, so never call into one set from two threads. The layer starts threads of its
      own only to abort under NCCL before 2.22 (ABORTING), and joins them. Thread-safe:
-     dcp_nccl_compiled_version, dcp_nccl_ring_scratch_size and dcp_nccl_set_comm /
-     dcp_nccl_set_current on a set no thread is changing. All ranks of a communicator call
-     its collective functions in the same order with the same sizes; dcp.h gives every rank
-     the same lists, which is what makes that hold, and dcp_nccl_plan_agree checks the plan.
+     dcp_nccl_compiled_version, dcp_nccl_ring_scratch_size and dcp_nccl_set_current on a set
+     no thread is changing. All ranks of a group call its functions in the same order with the
+     same sizes; dcp.h gives every rank the same lists, which is what makes that hold, and
+     dcp_nccl_plan_agree checks the plan.
    - Several ranks on ONE GPU: NCCL refuses two ranks that look like the same host on one
      device; give each process its own NCCL_HOSTID and keep the traffic on sockets
      (NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo). tests/multirank.sh does it for 2..8 ranks.
 
-   RESOURCE SHARING (the split communicators)
+   RESOURCE SHARING (the set's communicator)
    ncclCommSplit takes resource sharing from the PARENT's config: a splitShare set in the
    child's config has no effect. So the pool's creator decides, and the set copies the pool's
-   config (options.config, which must be the one the pool was created with) whole into every
+   config (options.config, which must be the one the pool was created with) whole into its
    split, or passes NULL when options.config is NULL (NCCL then copies the pool's config into
-   the child). Shared (pool splitShare 1, or NCCL_COMM_SPLIT_SHARE_RESOURCES=1): the children
-   use the pool's channels and its abort flag, so a CP ring cannot overlap the DP collectives
-   on the pool (they serialize), and aborting a child aborts the pool, whose later kernels
+   the child). Shared (pool splitShare 1, or NCCL_COMM_SPLIT_SHARE_RESOURCES=1): the child
+   uses the pool's channels and its abort flag, so a CP ring cannot overlap the DP collectives
+   on the pool (they serialize), and aborting the child aborts the pool, whose later kernels
    would quit without an error. The set therefore aborts (and clears) the pool along with its
-   splits whenever they may share its flag: shared, or options.config NULL (the set cannot
-   read the pool's config then; a splitShare set only in an nccl.conf file is not seen
-   either). Not shared (NCCL's default, and this library's recommendation for training): each
-   split costs its own buffers, so keep the splits few: the default max_cp is the planner's
-   max_cp (options.plan_config), and dcp_comm_max_cp gives the largest CP size worth planning
-   for the longest sample, instead of the pool size (at D = 1024 that was 10 pool-wide
-   splits). The memory per communicator both ways has not been measured yet:
-   examples/ring_attention_nccl measures it when DCP_MEASURE_SPLIT_MEMORY=1 (one GPU, N
-   ranks: tests/multirank.sh).
+   communicator whenever they may share its flag: shared, or options.config NULL (the set
+   cannot read the pool's config then; a splitShare set only in an nccl.conf file is not seen
+   either). Not shared (NCCL's default, and this library's recommendation): a failure never
+   touches the pool. The memory of one communicator against the former one per CP size:
+   docs/DESIGN.md section 6; examples/ring_attention_nccl measures it when
+   DCP_MEASURE_SPLIT_MEMORY=1 (one GPU, N ranks: tests/multirank.sh).
 
    ABORTING
    ncclCommAbort raises its communicator's abort flag and then waits for the communicator's
    queued work (its internal stream, which waits for the user streams its kernels sit on).
-   That work can sit behind another communicator's stuck kernel -- a split's ring queued
-   behind a pool reroute that waits for a dead peer -- which only the other's flag releases:
-   aborted one after the other, the first abort could wait forever. So the layer raises every
-   flag before any abort waits: from NCCL 2.22 its aborts share one ncclGroupStart /
-   ncclGroupEnd (an abort in a group only raises the flag, and ncclGroupEnd, always a
-   blocking group then, runs the waits together); before 2.22 an abort in a group still
-   waits at once, so each runs on a thread of its own (POSIX threads; elsewhere one after the
-   other, which can hang as above).
+   That work can sit behind another communicator's stuck kernel -- a group's own
+   communicator's work queued behind the set's, or the pool's when shared -- which only the
+   other's flag releases: aborted one after the other, the first abort could wait forever. So
+   the layer raises every flag before any abort waits: from NCCL 2.22 its aborts share one
+   ncclGroupStart / ncclGroupEnd (an abort in a group only raises the flag, and ncclGroupEnd,
+   always a blocking group then, runs the waits together); before 2.22 an abort in a group
+   still waits at once, so each runs on a thread of its own (POSIX threads; elsewhere one
+   after the other, which can hang as above).
 
    SUPPORTED NCCL VERSIONS
    2.18 or later (ncclCommSplit with a config); set creation checks ncclGetVersion at run time
-   and answers DCP_ERROR_UNSUPPORTED below it. The semantics above were read in the sources of
-   NCCL 2.21.5 and 2.27.7 (src/init.cc, src/group.cc) and are what tests/fake_nccl enforces:
-   the transport behaves as 2.27.7, and make's test_nccl_host-2.21 build as a version before
-   2.22 (the threaded aborts). No GPU run has confirmed them yet (make test-multirank).
+   and answers DCP_ERROR_UNSUPPORTED below it. ncclCommShrink (options.exclude_ranks) needs
+   2.27, at compile time (NCCL_VERSION_CODE) and at run time. The semantics above were read in
+   the sources of NCCL 2.21.5 and 2.27.7 (src/init.cc, src/group.cc) and are what
+   tests/fake_nccl enforces: the transport behaves as 2.27.7, and make's test_nccl_host-2.21
+   build as a version before 2.22 (the threaded aborts, no ncclCommShrink). No GPU run has
+   confirmed them yet (make test-multirank).
 
    REFERENCE
    Communicator set
-       dcp_nccl_set_create(pool, options, &set, err)   collective over pool; checks that every
-                                        rank passed the same max_cp and staging size, then
-                                        splits one communicator per CP size 2..max_cp (color
-                                        rank / c, key rank % c, the pool's config copied or
-                                        NULL; NCCL_SPLIT_NOCOLOR past the last full block);
-                                        set->comms[dcp_comm_slot(c)]. DCP_ERROR_NCCL or _CUDA:
-                                        it has aborted the pool (a split in flight included):
-                                        do not destroy the pool then
+       dcp_nccl_set_create(pool, options, &set, err)   collective over pool: splits it once,
+                                        into one piece (color 0, key rank; the pool's config
+                                        copied, or NULL), or shrinks it without
+                                        options.exclude_ranks; then checks that every rank
+                                        passed the same max_cp and staging size (a reduction
+                                        of point-to-point sends on the new communicator).
+                                        DCP_ERROR_NCCL or _CUDA from the split: it has aborted
+                                        the pool (see CONVENTIONS); from later: only its own
        dcp_nccl_set_destroy(set, err)   waits (polled) for the communication stream and the
                                         caller's stream of the set's last communication, then
-                                        finalizes the split communicators together and destroys
-                                        them (largest first), then the stream, events and
-                                        staging. Work that does not pass within the timeout, or
-                                        a failed finalize: everything aborted, the pool too,
-                                        and DCP_ERROR_NCCL. Otherwise the caller destroys the
-                                        pool after (unless set->pool was NULL already). Wait
-                                        for streams you used for earlier calls first
-                                        (dcp_nccl_set_wait)
-       dcp_nccl_set_comm(set, cp)       the communicator of CP size cp (NULL: cp 1, or none)
-       dcp_nccl_set_check(set, err)     polls ncclCommGetAsyncError on the pool and every split
-       dcp_nccl_set_abort(set, abort_pool, err)  ncclCommAbort on every split communicator, and
-                                        on the pool when abort_pool or when the splits may
-                                        share its abort flag (set->shared_abort; see RESOURCE
-                                        SHARING), every flag raised first; set->pool is NULL
-                                        when the pool went. The set stays destroyable
+                                        finalizes the set's communicators together and
+                                        destroys them, then the stream, events and staging.
+                                        Work that does not pass within the timeout, or a
+                                        failed finalize: they are aborted and DCP_ERROR_NCCL.
+                                        The pool stays the caller's (unless set->pool was
+                                        NULL: shared and aborted). Wait for streams you used
+                                        for earlier calls first (dcp_nccl_set_wait)
+       dcp_nccl_group_comm(set, binding, stream, &comm, err)   the group's own communicator,
+                                        made at the first request for that group: collective
+                                        over the group's ranks (member 0's ncclGetUniqueId
+                                        reaches the others by a tree of sends, then
+                                        ncclCommInitRankConfig); the set keeps and destroys
+                                        it. NULL for cp 1 and idle ranks. For callers who must
+                                        hand a communicator to another library; the layer's
+                                        own calls never need it
+       dcp_nccl_set_check(set, err)     polls ncclCommGetAsyncError on every communicator of the
+                                        set
+       dcp_nccl_set_abort(set, abort_pool, err)  ncclCommAbort on the set's communicators, and
+                                        on the pool when abort_pool or when they may share its
+                                        abort flag (set->shared_abort; see RESOURCE SHARING),
+                                        every flag raised first; set->pool is NULL when the
+                                        pool went. The set stays destroyable
        dcp_nccl_set_wait(set, stream, err)   the polled, timed wait for a stream (instead of
                                         cudaStreamSynchronize); aborts on error or timeout
-       dcp_nccl_plan_agree(set, plan, stream, err)  collective over the pool: one all-reduce of
-                                        dcp_plan_hash; DCP_ERROR_INVALID_PLAN on every rank
-                                        when any differs. Call it before the step's first
-                                        reroute
-   Switch (dcp_nccl_binding: comm, cp, rank, first_rank, idle)
+       dcp_nccl_plan_agree(set, plan, stream, err)  collective over the set's ranks: a
+                                        reduction of dcp_plan_hash (a tree of sends up, one
+                                        down); DCP_ERROR_INVALID_PLAN on every rank when any
+                                        differs. Call it before the step's first reroute
+   Switch (dcp_nccl_binding: cp, rank, first_rank, idle)
        dcp_nccl_set_switch(set, view, &binding, err)          the group of a rank view
        dcp_nccl_set_switch_plan(set, plan, k, &binding, err)  the group in microbatch k
+                                        (dcp_plan_rank_group's choice applied as it is: no
+                                        second check of the plan or the group)
        dcp_nccl_set_current(set, &binding)                    the one in force
    Evaluation at another CP size (seed 003: train CP 1, evaluate CP 4, and back)
        dcp_nccl_override_begin(set, cp, &scope, &binding, err)   pins static CP size cp
@@ -209,38 +235,47 @@
        dcp_nccl_cp_guard (C++)          begin in the constructor, end in the destructor
    Reroute
        dcp_nccl_reroute_execute(set, list, buffers, stream, err)   a dcp_reroute list as one
-                                        ncclGroupStart/End of ncclSend/ncclRecv on the pool
-                                        (bytes as ncclUint8; zero-byte transfers skipped by
-                                        both sides), local copies with cudaMemcpyAsync,
-                                        destination buffers zeroed first when their rows are
-                                        given (padding rows must be zero); every argument and
-                                        every destination checked before anything is enqueued
-                                        buffers.fields (a dcp_field_set): only a pipeline
-                                        stage's fields, each its own size, in one group; none
-                                        (a middle stage): no CUDA or NCCL call at all
+                                        ncclGroupStart/End of ncclSend/ncclRecv on the set's
+                                        communicator (bytes as ncclUint8; zero-byte transfers
+                                        skipped by both sides), local copies with
+                                        cudaMemcpyAsync, destination buffers zeroed first when
+                                        their rows are given (padding rows must be zero);
+                                        every argument and every destination checked before
+                                        anything is enqueued. buffers.fields (a
+                                        dcp_field_set): only a pipeline stage's fields, each
+                                        its own size, in one group; none (a middle stage): no
+                                        CUDA or NCCL call at all
    MTP roll over a binding's group (dcp.h "MTP roll")
        dcp_nccl_mtp_roll_scratch_size(layout, element_size, &bytes, err)   0 at cp 1
        dcp_nccl_mtp_roll(set, binding, layout, element_size, in, out, scratch, scratch_bytes,
                          stream, err)   gather, one group of n boundary elements to and from
                                         each neighbour, shift; cp 1: the shift alone
-   Ring attention over a binding's group
+   Ring attention over a binding's group (any cp; the ring order of dcp_ring_order)
        dcp_nccl_ring_scratch_size(params, layout, dtype, pass, &bytes, err)
        dcp_nccl_ring_forward(set, binding, params, layout, dtype, q, k, v, out, lse, scratch,
                              scratch_bytes, stream, err)
        dcp_nccl_ring_backward(set, binding, params, layout, dtype, q, k, v, out, dout, lse,
                               dq, dk, dv, deterministic, scratch, scratch_bytes, stream, err)
+   Head-parallel all-to-all over a binding's group: dcp_nccl_a2a_* (the section at the end)
    Metadata broadcast (length first, then the bytes in staging-sized chunks; never a sentinel)
        dcp_nccl_broadcast_bytes(set, comm, root, data, size, &received, &received_size,
-                                stream, err)  received: allocated with the set's allocator
+                                stream, err)  comm: a caller's communicator (ncclBroadcast on
+                                        it, e.g. the TP ranks'), or NULL for the set's ranks
+                                        (a tree of sends on the set's communicator); received:
+                                        allocated with the set's allocator
+       dcp_nccl_group_broadcast_bytes(set, binding, root, ...)   the same within a group
+                                        (root: a rank of the group), a tree of sends
        dcp_nccl_broadcast_plan(set, comm, root, plan, &received, stream, err)
        dcp_nccl_broadcast_view(set, comm, root, view, &received, stream, err)
    dcp_nccl_compiled_version()          NCCL_VERSION_CODE this header was compiled against
 
    STATUS
    Compiled as C and under nvcc by `make`; its logic is tested on the CPU by tests/test_comm.c
-   and its own code on the strict host transport by tests/test_nccl_host.c (make test). It has
-   not been run on a GPU yet: make test-gpu (one rank) and make test-multirank (2, 4, 6, 8 ranks
-   on one GPU, and the 2-rank fault runs) are the first runs to make.
+   and its own code on the strict host transport by tests/test_nccl_host.c (make test), its
+   device paths with the kernels on the CPU execution model (build/test_nccl_gpu-cpu,
+   build/ring_attention_nccl-cpu). It has not been run on a GPU yet: make test-gpu (one rank)
+   and make test-multirank (2, 4, 6, 8 ranks on one GPU, and the 2-rank fault runs) are the
+   first runs to make.
 
    LICENSE
    MIT, as dcp.h. */
@@ -273,13 +308,29 @@
 #ifndef DCP_NCCL_DEFAULT_STAGING_BYTES
 #define DCP_NCCL_DEFAULT_STAGING_BYTES ((size_t)1 << 20)
 #endif
-/* How long a set waits for a collective, a ring or a split before it aborts (10 minutes, as
+/* How long a set waits for an exchange, a ring or the split before it aborts (10 minutes, as
    PyTorch's NCCL watchdog); a dcp_nccl_options field overrides it per set. */
 #ifndef DCP_NCCL_DEFAULT_TIMEOUT_MS
 #define DCP_NCCL_DEFAULT_TIMEOUT_MS INT64_C(600000)
 #endif
 /* The smallest staging buffer a set accepts. */
 #define DCP_NCCL_MIN_STAGING_BYTES 64
+/* The most groups' own communicators (dcp_nccl_group_comm) one set keeps: each costs NCCL
+   memory, so a caller asking for every group of every microbatch would be a leak. */
+#ifndef DCP_NCCL_MAX_GROUP_COMMS
+#define DCP_NCCL_MAX_GROUP_COMMS 64
+#endif
+/* ncclCommShrink (options.exclude_ranks) exists from this NCCL version on. */
+#define DCP_NCCL_SHRINK_VERSION 22700
+/* The most ranks options.exclude_ranks may name. */
+#ifndef DCP_NCCL_MAX_EXCLUDED
+#define DCP_NCCL_MAX_EXCLUDED 256
+#endif
+#if NCCL_VERSION_CODE >= DCP_NCCL_SHRINK_VERSION
+#define DCP_NCCL_HAVE_SHRINK 1
+#else
+#define DCP_NCCL_HAVE_SHRINK 0
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -291,77 +342,102 @@ DCP_NCCL_DEF int dcp_nccl_compiled_version(void);
 /* Zero-initialise for the defaults; NULL options mean all defaults. max_cp and staging_bytes
    must be the same on every rank (set creation checks it). */
 typedef struct dcp_nccl_options {
-    int32_t max_cp;             /* power of two <= pool size; default plan_config's resolved
-                                   max_cp when given (a plan never picks more), else the
-                                   largest power of two <= pool size */
+    int32_t max_cp;             /* the largest group, any size in [1, ranks]; default
+                                   plan_config's resolved max_cp when given (a plan never picks
+                                   more), else the ranks. It costs nothing: it only bounds the
+                                   groups the switch and the override accept */
     size_t staging_bytes;       /* >= DCP_NCCL_MIN_STAGING_BYTES; default
                                    DCP_NCCL_DEFAULT_STAGING_BYTES */
-    const ncclConfig_t *config; /* the config the POOL was created with, copied whole into
-                                   every split's config; NULL: every split gets NULL, which in
-                                   NCCL inherits the pool's config (the set then does not know
-                                   the pool's splitShare and treats the splits as sharing its
-                                   abort flag). Resource sharing is decided by the pool's
-                                   splitShare, because NCCL reads the parent's: see RESOURCE
-                                   SHARING. blocking 0 (non-blocking) is what makes the timeout
-                                   hold: see WAITING AND TIMEOUTS */
+    const ncclConfig_t *config; /* the config the POOL was created with, copied whole into the
+                                   split's config; NULL: the split gets NULL, which in NCCL
+                                   inherits the pool's config (the set then does not know the
+                                   pool's splitShare and treats its communicator as sharing
+                                   the pool's abort flag). Resource sharing is decided by the
+                                   pool's splitShare, because NCCL reads the parent's: see
+                                   RESOURCE SHARING. blocking 0 (non-blocking) is what makes
+                                   the timeout hold: see CONVENTIONS */
     const dcp_config *plan_config; /* optional: the planner's config, for the default max_cp
-                                   (dcp_comm_max_cp gives a small one for the lengths) */
+                                   (its ranks must be the set's) */
     int64_t timeout_ms;         /* >= 0; every wait of the set; default
                                    DCP_NCCL_DEFAULT_TIMEOUT_MS */
     dcp_allocator allocator;    /* host memory of the set and of received metadata */
+    const int32_t *exclude_ranks; /* NCCL 2.27+: pool ranks left out (failed ranks after an
+                                   abort): the set's communicator is ncclCommShrink of the pool
+                                   without them, its ranks renumbered in order (set->ranks =
+                                   pool ranks - exclude_count), and only the other ranks call
+                                   dcp_nccl_set_create. Distinct, in the pool, never this rank;
+                                   the same list on every calling rank */
+    int32_t exclude_count;      /* entries of exclude_ranks; 0: a split of the whole pool */
 } dcp_nccl_options;
+
+/* A group's own communicator, made on request (dcp_nccl_group_comm) and kept by the set. */
+typedef struct dcp_nccl_owned_comm {
+    int32_t first_rank, cp; /* the group */
+    ncclComm_t comm;        /* its ranks are the group's ranks 0 .. cp - 1 */
+} dcp_nccl_owned_comm;
 
 /* Read-only for the caller; the functions below change it. */
 typedef struct dcp_nccl_set {
-    ncclComm_t pool;                  /* the caller's DP x CP communicator (not owned); NULL
-                                         once the set aborted it */
-    int32_t ranks, rank, max_cp;
-    int32_t num_slots;                /* dcp_comm_slot_count(max_cp) */
-    ncclComm_t comms[DCP_CP_LEVELS];  /* comms[dcp_comm_slot(c)]: CP size c; NULL for a rank
-                                         past the last full block of c ranks */
-    dcp_comm_state state;             /* the binding in force and the open overrides */
+    ncclComm_t pool;                  /* the caller's DP x CP communicator (not owned), split
+                                         once at creation and not used after; NULL once the
+                                         set aborted it (a failed split, or shared resources) */
+    ncclComm_t comm;                  /* the set's own: the pool in one piece, every group's
+                                         traffic; rank r here is rank r of the set */
+    int32_t ranks, rank, max_cp;      /* the set's ranks (the pool's, less excluded ones) */
+    dcp_comm_state state;             /* the group in force and the open overrides */
+    dcp_nccl_owned_comm group_comms[DCP_NCCL_MAX_GROUP_COMMS]; /* made on request */
+    int32_t num_group_comms;
     cudaStream_t comm_stream;         /* the ring's transfers */
     cudaEvent_t compute_done, comm_done;
     cudaEvent_t dkv_done;             /* the ring backward's last dK/dV hop posted */
     void *staging;                    /* device, staging_bytes */
     size_t staging_bytes;
+    void *reduction;                  /* device: the agreement's values and its children's */
     int32_t aborted;                  /* 1 after dcp_nccl_set_abort or a failure */
     int64_t timeout_ms;               /* options.timeout_ms */
-    ncclConfig_t config;              /* the splits' config: options.config, copied */
-    int32_t inherit_config;           /* 1: options.config was NULL, the splits get NULL */
-    int32_t shared_abort;             /* 1: the splits share the pool's abort flag (or may:
-                                         config inherited), so aborting one aborts the pool */
+    ncclConfig_t config;              /* the split's config: options.config, copied */
+    int32_t inherit_config;           /* 1: options.config was NULL, the split got NULL */
+    int32_t shared_abort;             /* 1: the set's communicator shares the pool's abort flag
+                                         (or may: config inherited), so aborting it aborts the
+                                         pool */
     cudaEvent_t work_done;            /* recorded on the caller's stream after the set's last
                                          communication there (what destroy waits for) */
     dcp_allocator allocator;
 } dcp_nccl_set;
 
-/* The communicator of this rank's group: comm NULL when cp is 1 (the no-op path) or the rank
-   is idle; rank is its index in comm (= rank - first_rank). */
+/* This rank's group: member `rank` of the cp ranks from first_rank (cp 1 when the rank is alone
+   or idle: nothing is sent). Its traffic runs on set->comm, member j being set rank
+   first_rank + j. */
 typedef struct dcp_nccl_binding {
-    ncclComm_t comm;
     int32_t cp;
-    int32_t rank;
-    int32_t first_rank;
+    int32_t rank;       /* in the group: 0 .. cp - 1 */
+    int32_t first_rank; /* set rank of member 0 */
     int32_t idle;
 } dcp_nccl_binding;
 
 DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_options *options,
                                             dcp_nccl_set **set, dcp_error *error);
 DCP_NCCL_DEF dcp_status dcp_nccl_set_destroy(dcp_nccl_set *set, dcp_error *error);
-DCP_NCCL_DEF ncclComm_t dcp_nccl_set_comm(const dcp_nccl_set *set, int32_t cp);
+/* The group's own communicator (binding NULL: the group in force): made at the first request
+   for the group, collective over its ranks, which must all call it (in the same order with
+   the same groups as every collective of the layer); later requests return the same one.
+   *comm NULL for cp 1 and idle ranks. At most DCP_NCCL_MAX_GROUP_COMMS per set
+   (DCP_ERROR_INVALID_ARGUMENT past it, nothing sent). The set owns it: do not destroy it. */
+DCP_NCCL_DEF dcp_status dcp_nccl_group_comm(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                                            cudaStream_t stream, ncclComm_t *comm,
+                                            dcp_error *error);
 DCP_NCCL_DEF dcp_status dcp_nccl_set_check(const dcp_nccl_set *set, dcp_error *error);
 DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool,
                                            dcp_error *error);
 /* The host-side wait that replaces cudaStreamSynchronize: polls the stream and the async
-   errors of the pool and of every split communicator; on an error, or after timeout_ms,
-   aborts the set and the pool (set->pool NULL) and names what failed. */
+   errors of the set's communicators; on an error, or after timeout_ms, aborts them and names
+   what failed. */
 DCP_NCCL_DEF dcp_status dcp_nccl_set_wait(dcp_nccl_set *set, cudaStream_t stream,
                                           dcp_error *error);
-/* Collective over the pool, before the first reroute of a step: every rank's dcp_plan_hash
-   must be the same (one all-reduce of the hash and its complement). A difference, or a rank
-   whose plan is NULL or broken, is DCP_ERROR_INVALID_PLAN on every rank; the set stays
-   usable. */
+/* Collective over the set's ranks, before the first reroute of a step: every rank's
+   dcp_plan_hash must be the same (a reduction of the hash and its complement by a tree of
+   sends, then its result down the tree). A difference, or a rank whose plan is NULL or broken,
+   is DCP_ERROR_INVALID_PLAN on every rank; the set stays usable. */
 DCP_NCCL_DEF dcp_status dcp_nccl_plan_agree(dcp_nccl_set *set, const dcp_plan *plan,
                                             cudaStream_t stream, dcp_error *error);
 
@@ -457,15 +533,28 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     int32_t deterministic, void *scratch, size_t scratch_bytes, cudaStream_t stream,
     dcp_error *error);
 
-/* Collective over comm: the root's bytes reach every rank. The length goes first (one
-   uint64); every rank checks it with dcp_metadata_chunks, so all go on or all stop; then the
-   bytes in chunks of the staging buffer. Non-root ranks receive a buffer allocated with the
-   set's allocator (free it with dcp_free(&set->allocator, ptr)); the root's received may be
-   NULL. A rank that cannot allocate still takes part in every chunk, then fails. */
+/* Collective over comm -- a caller's communicator (ncclBroadcast on it), or NULL for every rank
+   of the set (a tree of sends on set->comm, root a set rank): the root's bytes reach every
+   rank. The length goes first (one uint64); every rank checks it with dcp_metadata_chunks, so
+   all go on or all stop; then the bytes in chunks of the staging buffer. Non-root ranks
+   receive a buffer allocated with the set's allocator (free it with
+   dcp_free(&set->allocator, ptr)); the root's received may be NULL. A rank that cannot
+   allocate still takes part in every chunk, then fails. A transport failure aborts the set's
+   communicators, never the caller's comm, which may then hold this rank's part of the
+   broadcast: the caller decides what becomes of it. */
 DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t comm,
                                                  int32_t root, const void *data, size_t size,
                                                  void **received, size_t *received_size,
                                                  cudaStream_t stream, dcp_error *error);
+/* The same within the binding's group (NULL: the group in force): root is a rank of the group
+   (0 .. cp - 1), the bytes travel a tree of sends on set->comm between the group's ranks
+   only. At cp 1 the root's bytes are copied, nothing is sent. */
+DCP_NCCL_DEF dcp_status dcp_nccl_group_broadcast_bytes(dcp_nccl_set *set,
+                                                       const dcp_nccl_binding *binding,
+                                                       int32_t root, const void *data,
+                                                       size_t size, void **received,
+                                                       size_t *received_size,
+                                                       cudaStream_t stream, dcp_error *error);
 /* plan: read on the root only. received: the validated copy (dcp_plan_deserialize; on a bad
    buffer DCP_ERROR_CORRUPT_DATA names what is wrong), on any rank the root included; NULL
    drops the bytes after the checks (the rank still takes part). A root that cannot serialize
@@ -677,17 +766,22 @@ static void dcp_nccl__pause(void)
 #endif
 }
 
-/* Names a communicator for messages: the pool, a CP size of the set, or the caller's. */
+/* Names a communicator for messages: the pool, the set's own, a group's own, or the caller's. */
 static void dcp_nccl__name(const dcp_nccl_set *set, ncclComm_t comm, char *name, size_t size)
 {
-    int32_t slot;
+    int32_t i;
     if (comm && comm == set->pool) {
-        snprintf(name, size, "pool (%d ranks)", (int)set->ranks);
+        snprintf(name, size, "pool");
         return;
     }
-    for (slot = 0; slot < set->num_slots; slot++)
-        if (comm && comm == set->comms[slot]) {
-            snprintf(name, size, "cp %d", (int)(2 << slot));
+    if (comm && comm == set->comm) {
+        snprintf(name, size, "set's (%d ranks)", (int)set->ranks);
+        return;
+    }
+    for (i = 0; i < set->num_group_comms; i++)
+        if (comm && comm == set->group_comms[i].comm) {
+            snprintf(name, size, "group's (ranks %d..%d)", (int)set->group_comms[i].first_rank,
+                     (int)(set->group_comms[i].first_rank + set->group_comms[i].cp - 1));
             return;
         }
     snprintf(name, size, "caller's");
@@ -702,14 +796,35 @@ static void dcp_nccl__keep(dcp_status status, const dcp_error *scratch, dcp_stat
     if (error) *error = *scratch;
 }
 
+/* The most communicators the set owns: its own and the groups' own ones. */
+#define DCP_NCCL__MAX_OWN (DCP_NCCL_MAX_GROUP_COMMS + 1)
+
+/* The set's own communicators into comms (its own first); their count. */
+static int32_t dcp_nccl__own(const dcp_nccl_set *set, ncclComm_t *comms)
+{
+    int32_t count = 0, i;
+    if (set->comm) comms[count++] = set->comm;
+    for (i = 0; i < set->num_group_comms; i++)
+        if (set->group_comms[i].comm) comms[count++] = set->group_comms[i].comm;
+    return count;
+}
+
+/* Forgets the set's own communicators (they were aborted or destroyed). */
+static void dcp_nccl__forget_own(dcp_nccl_set *set)
+{
+    set->comm = NULL;
+    memset(set->group_comms, 0, sizeof set->group_comms);
+    set->num_group_comms = 0;
+}
+
 /* ------------------------------------------------------------------------------ aborting */
 
 /* From this NCCL version an ncclCommAbort inside ncclGroupStart / ncclGroupEnd only raises its
    communicator's abort flag; the wait for the communicator's queued work (commReclaim) runs in
    ncclGroupEnd, for all of them together, always as a blocking group. */
 #define DCP_NCCL__GROUPED_ABORT_VERSION 22200
-/* The most communicators one abort covers: every split, the pool and a caller's. */
-#define DCP_NCCL__MAX_ABORTS (DCP_CP_LEVELS + 2)
+/* The most communicators one abort covers: the set's own ones and the pool. */
+#define DCP_NCCL__MAX_ABORTS (DCP_NCCL__MAX_OWN + 1)
 
 #if defined(__unix__) || defined(__APPLE__)
 #define DCP_NCCL__ABORT_THREADS 1
@@ -780,25 +895,23 @@ static dcp_status dcp_nccl__abort_all(ncclComm_t *comms, int32_t count, dcp_erro
     return first;
 }
 
-/* Aborts the set's split communicators, the pool when abort_pool or when the splits share its
-   abort flag (aborting them kills it anyway), and extra (a caller's communicator, or NULL),
-   every flag raised before any waits; the set is unusable after, and set->pool is NULL when
-   the pool went. A non-blocking split that was in flight writes its child when its job ends,
-   which the pool's abort makes it do: a child written meanwhile is aborted in a second round. */
-static dcp_status dcp_nccl__abort_set(dcp_nccl_set *set, int32_t abort_pool, ncclComm_t extra,
-                                      dcp_error *error)
+/* Aborts the set's own communicators, and the pool when abort_pool or when the set's
+   communicator shares its abort flag (aborting that kills the pool anyway), every flag raised
+   before any waits; the set is unusable after, and set->pool is NULL when the pool went. A
+   non-blocking split that was in flight (set creation) writes its child when its job ends,
+   which the pool's abort makes it do, with its error: a child written meanwhile is aborted in
+   a second round. */
+static dcp_status dcp_nccl__abort_set(dcp_nccl_set *set, int32_t abort_pool, dcp_error *error)
 {
     ncclComm_t comms[DCP_NCCL__MAX_ABORTS];
     const int32_t with_pool = set->pool && (abort_pool || set->shared_abort);
     dcp_status first = DCP_OK;
     dcp_error scratch;
-    int32_t slot, round, count;
+    int32_t round, count;
     for (round = 0; round < 2; round++) {
-        count = 0;
-        for (slot = set->num_slots - 1; slot >= 0; slot--)
-            if (set->comms[slot]) comms[count++] = set->comms[slot], set->comms[slot] = NULL;
+        count = dcp_nccl__own(set, comms);
+        dcp_nccl__forget_own(set);
         if (round == 0 && with_pool) comms[count++] = set->pool;
-        if (round == 0 && extra && extra != set->pool) comms[count++] = extra;
         if (count == 0) break;
         dcp_nccl__keep(dcp_nccl__abort_all(comms, count, &scratch), &scratch, &first, error);
     }
@@ -807,17 +920,14 @@ static dcp_status dcp_nccl__abort_set(dcp_nccl_set *set, int32_t abort_pool, ncc
     return first;
 }
 
-/* After a failure that may have left traffic half-enqueued: every communicator of the set, the
-   pool included, and comm when it is a caller's, aborted at once (no peer's matching call and
-   no enqueued kernel is left waiting forever, and no abort waits for work another one has not
-   released yet). The set is then unusable (dcp_nccl__usable says so) and set->pool NULL.
-   Returns status unchanged. */
-static dcp_status dcp_nccl__fail(dcp_nccl_set *set, ncclComm_t comm, dcp_status status)
+/* After a failure that may have left traffic half-enqueued: every communicator the set owns
+   aborted at once (no peer's matching call and no enqueued kernel is left waiting forever, and
+   no abort waits for work another one has not released yet); the pool only where it shares
+   their abort flag, a caller's communicator never. The set is then unusable
+   (dcp_nccl__usable says so). Returns status unchanged. */
+static dcp_status dcp_nccl__fail(dcp_nccl_set *set, dcp_status status)
 {
-    int32_t slot;
-    for (slot = 0; slot < set->num_slots; slot++)
-        if (comm == set->comms[slot]) comm = NULL; /* one of the set's */
-    (void)dcp_nccl__abort_set(set, 1, comm, NULL);
+    (void)dcp_nccl__abort_set(set, 0, NULL);
     return status;
 }
 
@@ -847,25 +957,25 @@ static dcp_status dcp_nccl__settle(dcp_nccl_set *set, ncclComm_t comm, int code,
     return dcp_nccl__status(DCP_NCCL__LIB_NCCL, code, call, file, line, error);
 }
 
-/* DCP_ERROR_NCCL naming the first communicator of the set (the pool, then the splits; only comm
-   when it is not NULL) whose asynchronous error is neither ncclSuccess nor ncclInProgress; else
-   DCP_OK. */
+/* DCP_ERROR_NCCL naming the first communicator of the set's own ones (only comm when it is not
+   NULL: a caller's a broadcast runs on) whose asynchronous error is neither ncclSuccess nor
+   ncclInProgress; else DCP_OK. */
 static dcp_status dcp_nccl__async_errors(const dcp_nccl_set *set, ncclComm_t comm,
                                          const char *operation, dcp_error *error)
 {
+    ncclComm_t comms[DCP_NCCL__MAX_OWN];
     char name[48];
-    int32_t slot;
-    for (slot = -1; slot < set->num_slots; slot++) {
-        ncclComm_t c = comm ? (slot < 0 ? comm : NULL)
-                            : (slot < 0 ? set->pool : set->comms[slot]);
+    int32_t i, count;
+    if (comm) comms[0] = comm, count = 1;
+    else count = dcp_nccl__own(set, comms);
+    for (i = 0; i < count; i++) {
         ncclResult_t async = ncclSuccess;
-        if (!c) continue;
-        if (ncclCommGetAsyncError(c, &async) != ncclSuccess) async = ncclInternalError;
+        if (ncclCommGetAsyncError(comms[i], &async) != ncclSuccess) async = ncclInternalError;
         if (async == ncclSuccess || async == ncclInProgress) continue;
-        dcp_nccl__name(set, c, name, sizeof name);
+        dcp_nccl__name(set, comms[i], name, sizeof name);
         return dcp_error_set(error, DCP_ERROR_NCCL,
-                             "%s: asynchronous error on the %s communicator: %s (%d); the set "
-                             "was aborted",
+                             "%s: asynchronous error on the %s communicator: %s (%d); the set's "
+                             "communicators were aborted",
                              operation, name, ncclGetErrorString(async), (int)async);
     }
     return DCP_OK;
@@ -875,7 +985,7 @@ static dcp_status dcp_nccl__async_errors(const dcp_nccl_set *set, ncclComm_t com
    valid one) has passed everything enqueued before it, without blocking the host: polls
    cudaEventQuery / cudaStreamQuery and the asynchronous errors of comm (of every communicator
    of the set when comm is NULL). On an asynchronous error, or when the set's timeout passes (a
-   peer died or left the collective early), aborts as dcp_nccl__fail does and names the
+   peer died or left the exchange early), aborts as dcp_nccl__fail does and names the
    communicator and the operation. */
 static dcp_status dcp_nccl__wait_for(dcp_nccl_set *set, cudaStream_t stream, cudaEvent_t event,
                                      ncclComm_t comm, const char *operation, dcp_error *error)
@@ -888,18 +998,18 @@ static dcp_status dcp_nccl__wait_for(dcp_nccl_set *set, cudaStream_t stream, cud
         if (query == cudaSuccess) return DCP_OK;
         if (query != cudaErrorNotReady) {
             status = DCP_NCCL__QUIET_CUDA(query, error);
-            return dcp_nccl__fail(set, comm, status);
+            return dcp_nccl__fail(set, status);
         }
         if ((status = dcp_nccl__async_errors(set, comm, operation, error)) != DCP_OK)
-            return dcp_nccl__fail(set, comm, status);
+            return dcp_nccl__fail(set, status);
         if (dcp_nccl__now_ms() - start > (double)set->timeout_ms) {
             if (comm) dcp_nccl__name(set, comm, name, sizeof name);
             else snprintf(name, sizeof name, "set's");
             status = dcp_error_set(error, DCP_ERROR_NCCL,
                                    "%s on the %s communicator did not finish in %lld ms (a peer "
-                                   "died or left early?); the set was aborted",
+                                   "died or left early?); the set's communicators were aborted",
                                    operation, name, (long long)set->timeout_ms);
-            return dcp_nccl__fail(set, comm, status);
+            return dcp_nccl__fail(set, status);
         }
         dcp_nccl__pause();
     }
@@ -933,42 +1043,127 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_wait(dcp_nccl_set *set, cudaStream_t stream
 
 /* ----------------------------------------------------------------------- communicator set */
 
-/* Whether every rank of the pool holds the same values: one all-reduce (max) of (x, ~x) gives
-   max and ~min of each. Host values in, on `stream`, drained first (the copy from pageable
-   memory would wait for it, unbounded); polls (dcp_nccl__wait) for the result, so a peer that
+/* Members of a tree exchange on set->comm (dcp_comm_tree_node): count set ranks from first,
+   the root's member index and this rank's. */
+typedef struct dcp_nccl__tree {
+    int32_t first, count, root, me;
+} dcp_nccl__tree;
+
+static dcp_comm_tree dcp_nccl__node(const dcp_nccl__tree *t)
+{
+    dcp_comm_tree node;
+    (void)dcp_comm_tree_node(t->count, t->root, t->me, &node, NULL); /* checked members */
+    return node;
+}
+
+/* Enqueues the way down a tree: bytes of buffer received from the parent (not at the root),
+   then sent to the children in one group. No host wait: the stream orders the two. */
+static dcp_status dcp_nccl__tree_down(dcp_nccl_set *set, const dcp_nccl__tree *t, void *buffer,
+                                      size_t bytes, cudaStream_t stream, dcp_error *error)
+{
+    const dcp_comm_tree node = dcp_nccl__node(t);
+    dcp_status status = DCP_OK;
+    int grouped = 0;
+    int32_t k;
+    if (bytes == 0) return DCP_OK;
+    if (node.parent >= 0)
+        DCP_NCCL__ON(set->comm, ncclRecv(buffer, bytes, ncclUint8, t->first + node.parent,
+                                         set->comm, stream));
+    if (node.num_children == 0) goto done;
+    DCP_NCCL__CHECK_NCCL(ncclGroupStart());
+    grouped = 1;
+    for (k = 0; k < node.num_children; k++)
+        DCP_NCCL__CHECK_NCCL(ncclSend(buffer, bytes, ncclUint8, t->first + node.children[k],
+                                      set->comm, stream));
+    DCP_NCCL__END_GROUP(set->comm);
+done:
+    if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
+    return status;
+}
+
+/* The agreement's values: up to DCP_NCCL__AGREE_MAX of them and their complements (so that
+   one maximum gives both the largest value and the smallest), one slot of the reduction
+   buffer for this rank's and one for each child's. */
+#define DCP_NCCL__AGREE_MAX 4
+#define DCP_NCCL__AGREE_SLOT_BYTES (2 * DCP_NCCL__AGREE_MAX * sizeof(uint64_t))
+#define DCP_NCCL__AGREE_BYTES ((1 + DCP_COMM_TREE_ARITY) * DCP_NCCL__AGREE_SLOT_BYTES)
+
+/* The reduction's way up on this rank: the children's values arrive (one group, polled), are
+   folded into both[0 .. n) by maximum on the host, and the result goes to the parent. */
+static dcp_status dcp_nccl__reduce_up(dcp_nccl_set *set, const dcp_nccl__tree *t, uint64_t *both,
+                                      int32_t n, cudaStream_t stream, const char *operation,
+                                      dcp_error *error)
+{
+    const dcp_comm_tree node = dcp_nccl__node(t);
+    const size_t bytes = (size_t)n * sizeof(uint64_t);
+    unsigned char *slots = (unsigned char *)set->reduction;
+    uint64_t theirs[2 * DCP_NCCL__AGREE_MAX];
+    dcp_status status = DCP_OK;
+    int grouped = 0;
+    int32_t k, i;
+    if (node.num_children > 0) {
+        DCP_NCCL__CHECK_NCCL(ncclGroupStart());
+        grouped = 1;
+        for (k = 0; k < node.num_children; k++)
+            DCP_NCCL__CHECK_NCCL(ncclRecv(slots + (size_t)(1 + k) * DCP_NCCL__AGREE_SLOT_BYTES,
+                                          bytes, ncclUint8, t->first + node.children[k],
+                                          set->comm, stream));
+        DCP_NCCL__END_GROUP(set->comm);
+        DCP_NCCL__TRY(dcp_nccl__wait(set, stream, set->comm, operation, error));
+    }
+    for (k = 0; k < node.num_children; k++) { /* pageable copies: the stream has drained */
+        DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(theirs,
+                                             slots + (size_t)(1 + k) * DCP_NCCL__AGREE_SLOT_BYTES,
+                                             bytes, cudaMemcpyDeviceToHost, stream));
+        DCP_NCCL__TRY(dcp_nccl__wait(set, stream, set->comm, operation, error));
+        for (i = 0; i < n; i++)
+            if (theirs[i] > both[i]) both[i] = theirs[i];
+    }
+    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(slots, both, bytes, cudaMemcpyHostToDevice, stream));
+    if (node.parent >= 0)
+        DCP_NCCL__ON(set->comm, ncclSend(slots, bytes, ncclUint8, t->first + node.parent,
+                                         set->comm, stream));
+done:
+    if (grouped) (void)ncclGroupEnd();
+    return status;
+}
+
+/* Whether every rank of the set holds the same values, without a collective: a reduction of
+   (x, ~x) by maximum up the tree of the set's ranks (dcp_comm_tree_node), its result down the
+   same tree, which gives max and ~min of each. Host values in, on `stream`, drained first (the
+   copies from pageable memory would wait for it, unbounded); every wait polls, so a peer that
    never comes costs a timeout, not a hang. *differ: the first index that differs, or -1;
    least and greatest: its range. */
-#define DCP_NCCL__AGREE_MAX 4
 static dcp_status dcp_nccl__agree_values(dcp_nccl_set *set, const uint64_t *values, int32_t count,
                                          cudaStream_t stream, const char *operation,
                                          int32_t *differ, uint64_t *least, uint64_t *greatest,
                                          dcp_error *error)
 {
     uint64_t both[2 * DCP_NCCL__AGREE_MAX];
+    const size_t bytes = 2 * (size_t)count * sizeof(uint64_t);
+    dcp_nccl__tree t;
     dcp_status status = DCP_OK;
     int32_t i;
     *differ = -1;
+    t.first = 0, t.count = set->ranks, t.root = 0, t.me = set->rank;
     for (i = 0; i < count; i++) both[i] = values[i], both[count + i] = ~values[i];
-    if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
+    if ((status = dcp_nccl__wait(set, stream, set->comm, operation, error)) != DCP_OK)
         return status; /* aborted already */
-    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(set->staging, both, 2 * (size_t)count * sizeof(uint64_t),
-                                         cudaMemcpyHostToDevice, stream));
-    DCP_NCCL__ON(set->pool, ncclAllReduce(set->staging, set->staging, 2 * (size_t)count,
-                                          ncclUint64, ncclMax, set->pool, stream));
-    if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
-        return status;
-    DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(both, set->staging, 2 * (size_t)count * sizeof(uint64_t),
-                                         cudaMemcpyDeviceToHost, stream));
-    if ((status = dcp_nccl__wait(set, stream, set->pool, operation, error)) != DCP_OK)
-        return status;
+    DCP_NCCL__TRY(dcp_nccl__reduce_up(set, &t, both, 2 * count, stream, operation, error));
+    DCP_NCCL__TRY(dcp_nccl__tree_down(set, &t, set->reduction, bytes, stream, error));
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, set->comm, operation, error));
+    DCP_NCCL__CHECK_CUDA(
+        cudaMemcpyAsync(both, set->reduction, bytes, cudaMemcpyDeviceToHost, stream));
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, set->comm, operation, error));
     for (i = 0; i < count && *differ < 0; i++)
-        if (both[i] != ~both[count + i]) *differ = i, *least = ~both[count + i], *greatest = both[i];
+        if (both[i] != ~both[count + i])
+            *differ = i, *least = ~both[count + i], *greatest = both[i];
 done:
-    return status == DCP_OK ? status : dcp_nccl__fail(set, set->pool, status);
+    return status == DCP_OK || set->aborted ? status : dcp_nccl__fail(set, status);
 }
 
-/* Every rank must split with the same max_cp and broadcast with the same staging size, or
-   the collectives would not match. */
+/* Every rank must bound its groups by the same max_cp and broadcast with the same staging
+   size, or the exchanges would not match. */
 static dcp_status dcp_nccl__agree(dcp_nccl_set *set, dcp_error *error)
 {
     static const char *const names[2] = {"max_cp", "staging_bytes"};
@@ -1010,51 +1205,129 @@ DCP_NCCL_DEF dcp_status dcp_nccl_plan_agree(dcp_nccl_set *set, const dcp_plan *p
     return dcp_error_clear(error);
 }
 
-/* ncclCommSplit for every CP size 2..max_cp, in the same order on every rank, each with the
-   set's config (the pool's, copied whole) or NULL (the pool's, inherited). A split runs as the
-   POOL's group job: on a non-blocking pool it answers ncclInProgress, the child stays NULL
-   until the job ends, and its progress shows on the pool, which is polled. */
-static dcp_status dcp_nccl__split(dcp_nccl_set *set, dcp_error *error)
+/* The call that makes the set's communicator from the pool: ncclCommShrink without the
+   excluded ranks (NCCL 2.27+; NCCL sorts the list it takes, so it gets a copy), else
+   ncclCommSplit into one piece (color 0, key the pool rank: the ranks stay the pool's). */
+static int dcp_nccl__split_call(dcp_nccl_set *set, const dcp_nccl_options *o, int32_t pool_rank,
+                                ncclConfig_t *config)
 {
-    dcp_status status = DCP_OK;
-    int32_t slot;
-    for (slot = 0; slot < set->num_slots; slot++) {
-        const int32_t cp = (int32_t)2 << slot;
-        ncclConfig_t config = set->config;
-        dcp_comm_split split;
-        int count = 0, user_rank = 0, code;
-        DCP_NCCL__TRY(dcp_comm_split_args(set->ranks, set->rank, cp, &split, error));
-        code = DCP_NCCL__CALL_NCCL(ncclCommSplit(
-            set->pool, split.color == DCP_COMM_NO_COLOR ? NCCL_SPLIT_NOCOLOR : split.color,
-            split.key, &set->comms[slot], set->inherit_config ? NULL : &config));
-        DCP_NCCL__TRY(dcp_nccl__settle(set, set->pool, code, "ncclCommSplit", __FILE__, __LINE__,
-                                       error));
-        if (split.size == 0) {
-            set->comms[slot] = NULL;
-            continue;
-        }
-        DCP_NCCL__CHECK_NCCL(ncclCommCount(set->comms[slot], &count));
-        DCP_NCCL__CHECK_NCCL(ncclCommUserRank(set->comms[slot], &user_rank));
-        if (count != split.size || user_rank != split.key) {
-            status = dcp_error_set(error, DCP_ERROR_NCCL,
-                                   "the cp %d communicator has %d ranks with this one at %d; "
-                                   "expected %d and %d",
-                                   (int)cp, count, user_rank, (int)split.size, (int)split.key);
-            goto done;
-        }
+#if DCP_NCCL_HAVE_SHRINK
+    if (o->exclude_count > 0) {
+        int excluded[DCP_NCCL_MAX_EXCLUDED];
+        int32_t i;
+        for (i = 0; i < o->exclude_count; i++) excluded[i] = (int)o->exclude_ranks[i];
+        return DCP_NCCL__CALL_NCCL(ncclCommShrink(set->pool, excluded, (int)o->exclude_count,
+                                                  &set->comm, config, NCCL_SHRINK_DEFAULT));
     }
+#endif
+    (void)o;
+    return DCP_NCCL__CALL_NCCL(ncclCommSplit(set->pool, 0, (int)pool_rank, &set->comm, config));
+}
+
+/* The set's communicator, made once; collective over the pool. It runs as the POOL's group
+   job: on a non-blocking pool the call answers ncclInProgress, set->comm stays NULL until the
+   job ends (NCCL writes it then, with its error when the job failed), and the job's progress
+   shows on the pool, which is polled. *pool_lost stays 1 unless the split completes: a failed
+   split raised the pool's abort flag (NCCL's group job does), a pending one keeps it busy. */
+static dcp_status dcp_nccl__split(dcp_nccl_set *set, const dcp_nccl_options *o,
+                                  int32_t pool_rank, int *pool_lost, dcp_error *error)
+{
+    ncclConfig_t config = set->config;
+    dcp_status status = DCP_OK;
+    int count = 0, user_rank = 0, code;
+    *pool_lost = 1;
+    code = dcp_nccl__split_call(set, o, pool_rank, set->inherit_config ? NULL : &config);
+    DCP_NCCL__TRY(dcp_nccl__settle(set, set->pool, code,
+                                   o->exclude_count > 0 ? "ncclCommShrink" : "ncclCommSplit",
+                                   __FILE__, __LINE__, error));
+    *pool_lost = 0;
+    if (!set->comm) {
+        status = dcp_error_set(error, DCP_ERROR_NCCL, "the pool's split gave no communicator");
+        goto done;
+    }
+    DCP_NCCL__CHECK_NCCL(ncclCommCount(set->comm, &count));
+    DCP_NCCL__CHECK_NCCL(ncclCommUserRank(set->comm, &user_rank));
+    if (count != set->ranks || user_rank != set->rank)
+        status = dcp_error_set(error, DCP_ERROR_NCCL,
+                               "the set's communicator has %d ranks with this one at %d; "
+                               "expected %d and %d",
+                               count, user_rank, (int)set->ranks, (int)set->rank);
 done:
     return status;
 }
 
+/* Whether the NCCL library in use has ncclCommShrink. */
+static int dcp_nccl__can_shrink(void)
+{
+    int version = 0;
+    return ncclGetVersion(&version) == ncclSuccess && version >= DCP_NCCL_SHRINK_VERSION;
+}
+
+/* options.exclude_ranks against the pool: distinct ranks of the pool, not this one; the
+   set's ranks and this rank's place among them (the pool's, the excluded taken out). */
+static dcp_status dcp_nccl__exclusions(const dcp_nccl_options *o, int pool_ranks, int pool_rank,
+                                       int *ranks, int *rank, dcp_error *error)
+{
+    int32_t i, j, below = 0;
+    if (o->exclude_count < 0 || o->exclude_count >= pool_ranks ||
+        o->exclude_count > DCP_NCCL_MAX_EXCLUDED || (o->exclude_count > 0 && !o->exclude_ranks))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "exclude_count %d must be in [0, min(%d, pool ranks %d - 1)] with "
+                             "exclude_ranks set",
+                             (int)o->exclude_count, DCP_NCCL_MAX_EXCLUDED, pool_ranks);
+    for (i = 0; i < o->exclude_count; i++) {
+        const int32_t r = o->exclude_ranks[i];
+        if (r < 0 || r >= pool_ranks || r == pool_rank)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "exclude_ranks[%d] = %d: a rank of the pool of %d other than "
+                                 "this one (%d)",
+                                 (int)i, (int)r, pool_ranks, pool_rank);
+        for (j = 0; j < i; j++)
+            if (o->exclude_ranks[j] == r)
+                return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                     "exclude_ranks names rank %d twice", (int)r);
+        below += r < pool_rank;
+    }
+    if (o->exclude_count > 0 && (!DCP_NCCL_HAVE_SHRINK || !dcp_nccl__can_shrink()))
+        return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
+                             "exclude_ranks needs ncclCommShrink (NCCL %d or later; compiled "
+                             "against %d)",
+                             DCP_NCCL_SHRINK_VERSION, NCCL_VERSION_CODE);
+    *ranks = pool_ranks - (int)o->exclude_count;
+    *rank = pool_rank - below;
+    return DCP_OK;
+}
+
+/* The default max_cp: plan_config's (a plan of it never picks more), else every rank; any
+   value must be a group size of the set. */
+static dcp_status dcp_nccl__max_cp(dcp_nccl_options *o, int ranks, dcp_error *error)
+{
+    if (o->max_cp == 0 && o->plan_config) {
+        dcp_config resolved;
+        dcp_status status = dcp_config_resolve(o->plan_config, &resolved, error);
+        if (status != DCP_OK) return status;
+        if (resolved.ranks != ranks)
+            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                                 "plan_config is for %d ranks, the set has %d",
+                                 (int)resolved.ranks, ranks);
+        o->max_cp = resolved.max_cp;
+    }
+    if (o->max_cp == 0) o->max_cp = ranks;
+    if (o->max_cp < 1 || o->max_cp > ranks)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "max_cp must be in [1, ranks %d], got %d", ranks, (int)o->max_cp);
+    return DCP_OK;
+}
+
 /* The options with their defaults filled in, checked against the pool (its size and this
-   rank's place in it are read here) and the NCCL library (its version). */
+   rank's place in it are read here) and the NCCL library (its version); ranks and rank are
+   the set's, pool_rank this rank's in the pool. */
 static dcp_status dcp_nccl__options_resolve(ncclComm_t pool, const dcp_nccl_options *options,
                                             dcp_nccl_options *o, int *ranks, int *rank,
-                                            dcp_error *error)
+                                            int *pool_rank, dcp_error *error)
 {
     dcp_status status = DCP_OK;
-    int version = 0;
+    int version = 0, pool_ranks = 0;
     memset(o, 0, sizeof *o);
     if (options) *o = *options;
     if ((o->allocator.alloc == NULL) != (o->allocator.free == NULL))
@@ -1074,32 +1347,21 @@ static dcp_status dcp_nccl__options_resolve(ncclComm_t pool, const dcp_nccl_opti
         return dcp_error_set(error, DCP_ERROR_UNSUPPORTED,
                              "NCCL %d is older than %d (ncclCommSplit with a config)", version,
                              DCP_NCCL_MIN_VERSION);
-    DCP_NCCL__CHECK_NCCL(ncclCommCount(pool, ranks));
-    DCP_NCCL__CHECK_NCCL(ncclCommUserRank(pool, rank));
+    DCP_NCCL__CHECK_NCCL(ncclCommCount(pool, &pool_ranks));
+    DCP_NCCL__CHECK_NCCL(ncclCommUserRank(pool, pool_rank));
     if (o->timeout_ms == 0) o->timeout_ms = DCP_NCCL_DEFAULT_TIMEOUT_MS;
     if (o->timeout_ms < 0)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "timeout_ms must be >= 0, got %lld",
                              (long long)o->timeout_ms);
-    if (o->max_cp == 0 && o->plan_config) { /* what a plan of that config can pick, no more */
-        dcp_config resolved;
-        if ((status = dcp_config_resolve(o->plan_config, &resolved, error)) != DCP_OK)
-            return status;
-        if (resolved.ranks != *ranks)
-            return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                                 "plan_config is for %d ranks, the pool has %d",
-                                 (int)resolved.ranks, *ranks);
-        o->max_cp = resolved.max_cp;
-    }
-    if (o->max_cp == 0)
-        for (o->max_cp = 1; o->max_cp * 2 <= *ranks && o->max_cp * 2 <= DCP_MAX_RANKS;)
-            o->max_cp *= 2;
+    DCP_NCCL__TRY(dcp_nccl__exclusions(o, pool_ranks, *pool_rank, ranks, rank, error));
+    DCP_NCCL__TRY(dcp_nccl__max_cp(o, *ranks, error));
 done:
     return status;
 }
 
-/* The splits' config, and whether they share the pool's abort flag: NCCL takes splitShare
-   from the parent (the pool) and lets NCCL_COMM_SPLIT_SHARE_RESOURCES override it; with the
-   pool's config unknown (NULL: inherited) the set assumes they do. */
+/* The split's config, and whether the set's communicator shares the pool's abort flag: NCCL
+   takes splitShare from the parent (the pool) and lets NCCL_COMM_SPLIT_SHARE_RESOURCES override
+   it; with the pool's config unknown (NULL: inherited) the set assumes it does. */
 static void dcp_nccl__set_config(dcp_nccl_set *set, const ncclConfig_t *config)
 {
     const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
@@ -1112,7 +1374,7 @@ static void dcp_nccl__set_config(dcp_nccl_set *set, const ncclConfig_t *config)
 }
 
 /* The set's CUDA objects: the communication stream (the highest priority, so that the ring's
-   transfers start while kernels run), its events and the staging buffer. */
+   transfers start while kernels run), its events, the staging and the reduction buffers. */
 static dcp_status dcp_nccl__set_streams(dcp_nccl_set *set, dcp_error *error)
 {
     dcp_status status = DCP_OK;
@@ -1125,6 +1387,7 @@ static dcp_status dcp_nccl__set_streams(dcp_nccl_set *set, dcp_error *error)
     DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->dkv_done, cudaEventDisableTiming));
     DCP_NCCL__CHECK_CUDA(cudaEventCreateWithFlags(&set->work_done, cudaEventDisableTiming));
     DCP_NCCL__CHECK_CUDA(cudaMalloc(&set->staging, set->staging_bytes));
+    DCP_NCCL__CHECK_CUDA(cudaMalloc(&set->reduction, DCP_NCCL__AGREE_BYTES));
 done:
     return status;
 }
@@ -1136,11 +1399,13 @@ static dcp_status dcp_nccl__set_free(dcp_nccl_set *set, dcp_error *error)
     dcp_error scratch;
     cudaEvent_t *const events[] = {&set->compute_done, &set->comm_done, &set->dkv_done,
                                    &set->work_done};
+    void *const buffers[] = {set->staging, set->reduction};
     dcp_allocator allocator = set->allocator;
     size_t i;
-    if (set->staging)
-        dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaFree(set->staging), &scratch), &scratch, &first,
-                       error);
+    for (i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+        if (buffers[i])
+            dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaFree(buffers[i]), &scratch), &scratch, &first,
+                           error);
     for (i = 0; i < sizeof events / sizeof events[0]; i++)
         if (*events[i])
             dcp_nccl__keep(DCP_NCCL__QUIET_CUDA(cudaEventDestroy(*events[i]), &scratch),
@@ -1158,71 +1423,71 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_create(ncclComm_t pool, const dcp_nccl_opti
     dcp_nccl_options o;
     dcp_nccl_set *set = NULL;
     dcp_status status = DCP_OK;
-    int ranks = 0, rank = 0;
+    int ranks = 0, rank = 0, pool_rank = 0, pool_lost = 1;
     if (!out) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
     *out = NULL;
     if (!pool) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "pool must not be NULL");
-    DCP_NCCL__TRY(dcp_nccl__options_resolve(pool, options, &o, &ranks, &rank, error));
+    DCP_NCCL__TRY(dcp_nccl__options_resolve(pool, options, &o, &ranks, &rank, &pool_rank, error));
     set = (dcp_nccl_set *)dcp_alloc(&o.allocator, sizeof *set);
     if (!set) return dcp_error_set(error, DCP_ERROR_OUT_OF_MEMORY, "cannot allocate the set");
     memset(set, 0, sizeof *set);
     set->allocator = o.allocator;
     set->pool = pool;
     set->ranks = ranks, set->rank = rank, set->max_cp = o.max_cp;
-    set->num_slots = dcp_comm_slot_count(o.max_cp);
     set->staging_bytes = o.staging_bytes;
     set->timeout_ms = o.timeout_ms;
     dcp_nccl__set_config(set, o.config);
     DCP_NCCL__TRY(dcp_comm_state_init(&set->state, ranks, rank, o.max_cp, error));
+    DCP_NCCL__TRY(dcp_nccl__split(set, &o, pool_rank, &pool_lost, error));
+    /* from here a failure is this rank's alone: its peers time out in the agreement and abort
+       their own communicators; the pool stays */
     DCP_NCCL__TRY(dcp_nccl__set_streams(set, error));
     DCP_NCCL__TRY(dcp_nccl__agree(set, error));
-    DCP_NCCL__TRY(dcp_nccl__split(set, error));
     *out = set;
     set = NULL;
 done:
-    /* a CUDA or NCCL failure can leave this rank's peers waiting for it in the agreement or a
-       split (and a non-blocking split's job still running): the pool goes too, on every rank */
-    if (status == DCP_ERROR_NCCL || status == DCP_ERROR_CUDA) {
-        if (set) (void)dcp_nccl__abort_set(set, 1, NULL, NULL);
-        else (void)ncclCommAbort(pool);
-    }
+    if (set && !set->aborted && (status == DCP_ERROR_NCCL || status == DCP_ERROR_CUDA))
+        (void)dcp_nccl__abort_set(set, pool_lost, NULL);
+    else if (!set && pool_lost && (status == DCP_ERROR_NCCL || status == DCP_ERROR_CUDA))
+        (void)ncclCommAbort(pool); /* the pool failed before the set existed: its peers' split
+                                      cannot complete, so every rank's pool goes */
     if (set) (void)dcp_nccl__set_free(set, NULL);
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
-/* ncclCommFinalize on every split communicator (largest first, the same order on every rank),
-   all issued before any is polled, so that together they cost one timeout at most. */
+/* ncclCommFinalize on every communicator of the set (the same order on every rank), all
+   issued before any is polled, so that together they cost one timeout at most. */
 static dcp_status dcp_nccl__finalize_all(dcp_nccl_set *set, dcp_error *error)
 {
-    int codes[DCP_CP_LEVELS] = {0}; /* ncclSuccess where no finalize is pending */
+    ncclComm_t comms[DCP_NCCL__MAX_OWN];
+    int codes[DCP_NCCL__MAX_OWN];
     const double start = dcp_nccl__now_ms();
-    int32_t slot, pending = 0;
+    const int32_t count = dcp_nccl__own(set, comms);
+    int32_t i, pending = 0;
     char name[48];
-    for (slot = set->num_slots - 1; slot >= 0; slot--) {
+    for (i = 0; i < count; i++) {
         dcp_status status;
-        if (!set->comms[slot]) continue;
-        codes[slot] = dcp_nccl__nccl_code(ncclCommFinalize(set->comms[slot]));
-        pending += codes[slot] == (int)ncclInProgress;
-        status = codes[slot] == (int)ncclInProgress
+        codes[i] = dcp_nccl__nccl_code(ncclCommFinalize(comms[i]));
+        pending += codes[i] == (int)ncclInProgress;
+        status = codes[i] == (int)ncclInProgress
                      ? DCP_OK
-                     : DCP_NCCL__RESULT(DCP_NCCL__LIB_NCCL, codes[slot], ncclCommFinalize, error);
+                     : DCP_NCCL__RESULT(DCP_NCCL__LIB_NCCL, codes[i], ncclCommFinalize, error);
         if (status != DCP_OK) return status;
     }
     while (pending > 0) {
-        for (slot = 0; slot < set->num_slots; slot++) {
+        for (i = 0; i < count; i++) {
             ncclResult_t async = ncclInProgress;
-            if (!set->comms[slot] || codes[slot] != (int)ncclInProgress) continue;
-            if (ncclCommGetAsyncError(set->comms[slot], &async) != ncclSuccess)
-                async = ncclInternalError;
+            if (codes[i] != (int)ncclInProgress) continue;
+            if (ncclCommGetAsyncError(comms[i], &async) != ncclSuccess) async = ncclInternalError;
             if (async == ncclInProgress) continue;
-            codes[slot] = (int)async, pending--;
+            codes[i] = (int)async, pending--;
             if (async != ncclSuccess)
-                return DCP_NCCL__RESULT(DCP_NCCL__LIB_NCCL, codes[slot], ncclCommFinalize, error);
+                return DCP_NCCL__RESULT(DCP_NCCL__LIB_NCCL, codes[i], ncclCommFinalize, error);
         }
         if (pending > 0 && dcp_nccl__now_ms() - start > (double)set->timeout_ms) {
-            for (slot = 0; slot < set->num_slots && codes[slot] != (int)ncclInProgress; slot++) {
+            for (i = 0; i < count && codes[i] != (int)ncclInProgress; i++) {
             }
-            dcp_nccl__name(set, set->comms[slot], name, sizeof name);
+            dcp_nccl__name(set, comms[i], name, sizeof name);
             return dcp_error_set(error, DCP_ERROR_NCCL,
                                  "ncclCommFinalize on the %s communicator still in progress "
                                  "after %lld ms",
@@ -1233,27 +1498,27 @@ static dcp_status dcp_nccl__finalize_all(dcp_nccl_set *set, dcp_error *error)
     return DCP_OK;
 }
 
-/* The end of the split communicators: once the set's work has passed (polled: a blocking
+/* The end of the set's communicators: once the set's work has passed (polled: a blocking
    ncclCommFinalize would wait for it without bound), finalized together and destroyed. Work
-   that does not pass in time, or a finalize that fails, aborts the set, the pool included. */
+   that does not pass in time, or a finalize that fails, aborts them. */
 static dcp_status dcp_nccl__retire(dcp_nccl_set *set, dcp_error *error)
 {
+    ncclComm_t comms[DCP_NCCL__MAX_OWN];
     dcp_status status, first = DCP_OK;
     dcp_error scratch;
-    int32_t slot;
+    int32_t i, count;
     status = dcp_nccl__wait_for(set, set->comm_stream, NULL, NULL, "dcp_nccl_set_destroy", error);
     if (status == DCP_OK)
         status = dcp_nccl__wait_for(set, NULL, set->work_done, NULL, "dcp_nccl_set_destroy",
                                     error);
     if (status != DCP_OK) return status; /* aborted by the wait */
     if ((status = dcp_nccl__finalize_all(set, error)) != DCP_OK)
-        return dcp_nccl__fail(set, NULL, status);
-    for (slot = set->num_slots - 1; slot >= 0; slot--) {
-        if (!set->comms[slot]) continue;
-        dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclCommDestroy(set->comms[slot]), &scratch),
-                       &scratch, &first, error);
-        set->comms[slot] = NULL;
-    }
+        return dcp_nccl__fail(set, status);
+    count = dcp_nccl__own(set, comms);
+    dcp_nccl__forget_own(set);
+    for (i = 0; i < count; i++)
+        dcp_nccl__keep(DCP_NCCL__QUIET_NCCL(ncclCommDestroy(comms[i]), &scratch), &scratch,
+                       &first, error);
     return first;
 }
 
@@ -1268,32 +1533,25 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_destroy(dcp_nccl_set *set, dcp_error *error
     return first == DCP_OK ? dcp_error_clear(error) : first;
 }
 
-DCP_NCCL_DEF ncclComm_t dcp_nccl_set_comm(const dcp_nccl_set *set, int32_t cp)
-{
-    const int32_t slot = dcp_comm_slot(cp);
-    if (!set || slot < 0 || slot >= set->num_slots) return NULL;
-    return set->comms[slot];
-}
-
 DCP_NCCL_DEF dcp_status dcp_nccl_set_check(const dcp_nccl_set *set, dcp_error *error)
 {
+    ncclComm_t comms[DCP_NCCL__MAX_OWN];
     dcp_status status;
-    int32_t slot;
+    int32_t i, count;
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
-    for (slot = -1; slot < set->num_slots; slot++) {
-        ncclComm_t comm = slot < 0 ? set->pool : set->comms[slot];
+    count = dcp_nccl__own(set, comms);
+    for (i = 0; i < count; i++) {
         ncclResult_t async = ncclSuccess;
-        char name[32];
-        if (!comm) continue;
-        DCP_NCCL__CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
+        char name[48];
+        DCP_NCCL__CHECK_NCCL(ncclCommGetAsyncError(comms[i], &async));
         if (async != ncclSuccess && async != ncclInProgress) {
-            dcp_nccl__name(set, comm, name, sizeof name);
+            dcp_nccl__name(set, comms[i], name, sizeof name);
             return dcp_error_set(error, DCP_ERROR_NCCL,
                                  "asynchronous error on the %s communicator: %s (%d)%s%s; call "
                                  "dcp_nccl_set_abort",
                                  name, ncclGetErrorString(async), (int)async,
-                                 ncclGetLastError(comm) ? ": " : "",
-                                 ncclGetLastError(comm) ? ncclGetLastError(comm) : "");
+                                 ncclGetLastError(comms[i]) ? ": " : "",
+                                 ncclGetLastError(comms[i]) ? ncclGetLastError(comms[i]) : "");
         }
     }
 done:
@@ -1305,7 +1563,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_abort(dcp_nccl_set *set, int32_t abort_pool
 {
     dcp_status status;
     if (!set) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "set must not be NULL");
-    status = dcp_nccl__abort_set(set, abort_pool, NULL, error);
+    status = dcp_nccl__abort_set(set, abort_pool, error);
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
@@ -1318,33 +1576,27 @@ DCP_NCCL_DEF void dcp_nccl_set_current(const dcp_nccl_set *set, dcp_nccl_binding
     memset(binding, 0, sizeof *binding);
     if (!set) return;
     c = &set->state.current;
-    binding->comm = c->slot >= 0 && c->slot < set->num_slots ? set->comms[c->slot] : NULL;
     binding->cp = c->cp;
-    binding->rank = c->rank_in_comm;
+    binding->rank = c->rank_in_group;
     binding->first_rank = c->first_rank;
     binding->idle = c->idle;
-}
-
-static dcp_status dcp_nccl__switch(dcp_nccl_set *set, int32_t first_rank, int32_t cp,
-                                   int32_t idle, dcp_nccl_binding *binding, dcp_error *error)
-{
-    dcp_status status;
-    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
-    status = dcp_comm_state_switch(&set->state, first_rank, cp, idle, NULL, error);
-    if (status != DCP_OK) return status;
-    dcp_nccl_set_current(set, binding);
-    return dcp_error_clear(error);
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_set_switch(dcp_nccl_set *set, const dcp_rank_view *view,
                                             dcp_nccl_binding *binding, dcp_error *error)
 {
+    dcp_status status;
     if (!view) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "view must not be NULL");
-    if (set && view->rank != set->rank)
+    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    if (view->rank != set->rank)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "the view is rank %d's, this is rank %d of the pool", (int)view->rank,
+                             "the view is rank %d's, this is rank %d of the set", (int)view->rank,
                              (int)set->rank);
-    return dcp_nccl__switch(set, view->first_rank, view->cp, view->idle, binding, error);
+    status = dcp_comm_state_switch(&set->state, view->first_rank, view->cp, view->idle, NULL,
+                                   error);
+    if (status != DCP_OK) return status;
+    dcp_nccl_set_current(set, binding);
+    return dcp_error_clear(error);
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_set_switch_plan(dcp_nccl_set *set, const dcp_plan *plan,
@@ -1356,12 +1608,15 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_switch_plan(dcp_nccl_set *set, const dcp_pl
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
     if (plan && plan->config.ranks != set->ranks)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "the plan is for %d ranks, the pool has %d", (int)plan->config.ranks,
+                             "the plan is for %d ranks, the set has %d", (int)plan->config.ranks,
                              (int)set->ranks);
-    status = dcp_plan_rank_group(plan, set->rank, microbatch, &where, error);
-    if (status != DCP_OK) return status;
-    return dcp_nccl__switch(set, where.choice.first_rank, where.choice.cp, where.choice.idle,
-                            binding, error);
+    /* the plan is checked once (dcp_plan_trusted: O(1) when sealed) and its choice applied as
+       it is */
+    if ((status = dcp_plan_rank_group(plan, set->rank, microbatch, &where, error)) != DCP_OK ||
+        (status = dcp_comm_state_apply(&set->state, &where.choice, error)) != DCP_OK)
+        return status;
+    dcp_nccl_set_current(set, binding);
+    return dcp_error_clear(error);
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_override_begin(dcp_nccl_set *set, int32_t cp,
@@ -1544,19 +1799,19 @@ DCP_NCCL_DEF dcp_status dcp_nccl_reroute_execute(dcp_nccl_set *set, const dcp_re
             if (op.kind == DCP_TRANSFER_SEND)
                 DCP_NCCL__CHECK_NCCL(ncclSend(
                     (const unsigned char *)b->sample_data[op.sample] + op.source_offset,
-                    op.bytes, ncclUint8, op.peer, set->pool, stream));
+                    op.bytes, ncclUint8, op.peer, set->comm, stream));
             else if (op.kind == DCP_TRANSFER_RECV)
                 DCP_NCCL__CHECK_NCCL(ncclRecv(
                     (unsigned char *)b->microbatch_data[op.microbatch] + op.destination_offset,
-                    op.bytes, ncclUint8, op.peer, set->pool, stream));
+                    op.bytes, ncclUint8, op.peer, set->comm, stream));
         }
-    DCP_NCCL__END_GROUP(set->pool);
+    DCP_NCCL__END_GROUP(set->comm);
     DCP_NCCL__TRY(dcp_nccl__mark_work(set, stream, error));
 done:
     if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
     /* past the checks, a failure may have left this rank's half of the traffic enqueued:
        abort rather than leave peers waiting for sends that will never come */
-    return status == DCP_OK ? dcp_error_clear(error) : dcp_nccl__fail(set, set->pool, status);
+    return status == DCP_OK ? dcp_error_clear(error) : dcp_nccl__fail(set, status);
 }
 
 /* ------------------------------------------------------------------------------ ring */
@@ -1628,22 +1883,33 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_scratch_size(const dcp_attention_params *p
     return dcp_error_clear(error);
 }
 
-/* The checks every ring call makes before it enqueues anything. */
-/* A binding fit for a group operation on layout: the same cp, and at cp > 1 the group's
-   communicator and a rank in it. `what` names the operation in the message. */
-static dcp_status dcp_nccl__check_binding(const dcp_nccl_binding *b, const dcp_cuda_layout *layout,
-                                          const char *what, dcp_error *error)
+/* A binding fit for a group operation on this rank: at cp > 1 a range of the set's ranks
+   with this rank as member `rank` (its traffic goes to set ranks first_rank + j). `what` names
+   the operation in the message. */
+static dcp_status dcp_nccl__check_group(const dcp_nccl_set *set, const dcp_nccl_binding *b,
+                                        const char *what, dcp_error *error)
+{
+    if (b->cp < 1 || (b->cp > 1 && (b->idle || b->rank < 0 || b->rank >= b->cp ||
+                                    b->first_rank < 0 || b->first_rank > set->ranks - b->cp ||
+                                    b->first_rank + b->rank != set->rank)))
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "a %s needs a group of this rank %d (binding: cp %d, rank %d, "
+                             "first_rank %d, idle %d, of %d ranks)",
+                             what, (int)set->rank, (int)b->cp, (int)b->rank, (int)b->first_rank,
+                             (int)b->idle, (int)set->ranks);
+    return DCP_OK;
+}
+
+/* ... and for layout: the same cp. */
+static dcp_status dcp_nccl__check_binding(const dcp_nccl_set *set, const dcp_nccl_binding *b,
+                                          const dcp_cuda_layout *layout, const char *what,
+                                          dcp_error *error)
 {
     if (layout->thd.cp != b->cp)
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "layout cp %d differs from the binding's cp %d", (int)layout->thd.cp,
                              (int)b->cp);
-    if (b->cp > 1 && (!b->comm || b->rank < 0 || b->rank >= b->cp))
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "a %s of cp %d needs the group's communicator and a rank in it "
-                             "(binding: comm %s, rank %d)",
-                             what, (int)b->cp, b->comm ? "set" : "NULL", (int)b->rank);
-    return DCP_OK;
+    return dcp_nccl__check_group(set, b, what, error);
 }
 
 static dcp_status dcp_nccl__ring_setup(const dcp_nccl_set *set, const dcp_nccl_binding **binding,
@@ -1663,7 +1929,8 @@ static dcp_status dcp_nccl__ring_setup(const dcp_nccl_set *set, const dcp_nccl_b
     b = *binding;
     if ((status = dcp_nccl__ring_layout(ring, params, layout, dtype, pass, error)) != DCP_OK)
         return status;
-    if ((status = dcp_nccl__check_binding(b, layout, "ring", error)) != DCP_OK) return status;
+    if ((status = dcp_nccl__check_binding(set, b, layout, "ring", error)) != DCP_OK)
+        return status;
     if (scratch_bytes < ring->total || (ring->total > 0 && !scratch))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "scratch of %zu bytes at %p; the pass needs %zu "
@@ -1680,7 +1947,8 @@ static void *dcp_nccl__at(void *scratch, size_t offset)
 /* One hop of the ring on the communication stream, once the compute stream has passed the
    last reader of the receiving buffer: `count` pieces of `bytes` each sent to next (send[i];
    none when send is NULL) and received from prev into recv, one after the other (none when
-   recv is NULL), in one NCCL group. */
+   recv is NULL), in one NCCL group on the set's communicator (next and prev are group ranks:
+   set ranks first_rank + next, first_rank + prev). */
 static dcp_status dcp_nccl__post_hop(dcp_nccl_set *set, const dcp_nccl_binding *b,
                                      const dcp_ring_exchange *x, const void *const *send,
                                      void *recv, int32_t count, size_t bytes, dcp_error *error)
@@ -1694,12 +1962,13 @@ static dcp_status dcp_nccl__post_hop(dcp_nccl_set *set, const dcp_nccl_binding *
     DCP_NCCL__CHECK_NCCL(ncclGroupStart());
     grouped = 1;
     for (i = 0; send && i < count; i++)
-        DCP_NCCL__CHECK_NCCL(
-            ncclSend(send[i], bytes, ncclUint8, x->next, b->comm, set->comm_stream));
+        DCP_NCCL__CHECK_NCCL(ncclSend(send[i], bytes, ncclUint8, b->first_rank + x->next,
+                                      set->comm, set->comm_stream));
     for (i = 0; recv && i < count; i++)
         DCP_NCCL__CHECK_NCCL(ncclRecv((unsigned char *)recv + (size_t)i * bytes, bytes,
-                                      ncclUint8, x->prev, b->comm, set->comm_stream));
-    DCP_NCCL__END_GROUP(b->comm);
+                                      ncclUint8, b->first_rank + x->prev, set->comm,
+                                      set->comm_stream));
+    DCP_NCCL__END_GROUP(set->comm);
 done:
     if (grouped) (void)ncclGroupEnd();
     return status;
@@ -1756,12 +2025,12 @@ done:
    posted (a peer waits for a send that never comes): abort (dcp_nccl__fail). In every case
    the caller's stream then waits for the communication stream, so nothing the ring posted
    runs unordered against the caller's later work, and that point is the set's last work. */
-static dcp_status dcp_nccl__ring_exit(dcp_nccl_set *set, ncclComm_t comm, cudaStream_t stream,
-                                      dcp_status status, dcp_error *error)
+static dcp_status dcp_nccl__ring_exit(dcp_nccl_set *set, cudaStream_t stream, dcp_status status,
+                                      dcp_error *error)
 {
     dcp_error scratch;
     dcp_status joined;
-    if (status != DCP_OK) (void)dcp_nccl__fail(set, comm, status);
+    if (status != DCP_OK) (void)dcp_nccl__fail(set, status);
     joined = DCP_NCCL__QUIET_CUDA(cudaEventRecord(set->comm_done, set->comm_stream), &scratch);
     if (joined == DCP_OK)
         joined = DCP_NCCL__QUIET_CUDA(cudaStreamWaitEvent(stream, set->comm_done, 0), &scratch);
@@ -1769,7 +2038,7 @@ static dcp_status dcp_nccl__ring_exit(dcp_nccl_set *set, ncclComm_t comm, cudaSt
         joined = DCP_NCCL__QUIET_CUDA(cudaEventRecord(set->work_done, stream), &scratch);
     if (status == DCP_OK && joined != DCP_OK) {
         if (error) *error = scratch;
-        return dcp_nccl__fail(set, comm, joined);
+        return dcp_nccl__fail(set, joined);
     }
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
@@ -1840,7 +2109,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_forward(
     DCP_NCCL__TRY(dcp_cuda_acc_finalize(params, layout, binding->rank, acc_out, acc_lse, dtype,
                                         out, lse, (void *)stream, error));
 done:
-    return dcp_nccl__ring_exit(set, binding->comm, stream, status, error);
+    return dcp_nccl__ring_exit(set, stream, status, error);
 }
 
 /* What every step of a ring backward pass reads and writes besides the ring's scratch. */
@@ -1937,7 +2206,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_ring_backward(
     DCP_NCCL__TRY(dcp_cuda_convert(home + ring.kv_values, dtype, dv, ring.kv_values,
                                    (void *)stream, error));
 done:
-    return dcp_nccl__ring_exit(set, binding->comm, stream, status, error);
+    return dcp_nccl__ring_exit(set, stream, status, error);
 }
 
 /* ------------------------------------------------------------------------- broadcast */
@@ -1972,18 +2241,44 @@ static void dcp_nccl__broadcast_own_arguments(int is_root, const void *data, siz
                         &reason);
 }
 
+/* Where a broadcast goes: a caller's communicator (comm; collective ncclBroadcast there), or
+   members of the set's own (comm NULL: a tree of sends among the set ranks tree.first ..). root
+   and me are ranks of comm, or member indices of the tree. */
+typedef struct dcp_nccl__target {
+    ncclComm_t comm;
+    dcp_nccl__tree tree;
+} dcp_nccl__target;
+
+/* The communicator a target's waits poll. */
+static ncclComm_t dcp_nccl__target_comm(const dcp_nccl_set *set, const dcp_nccl__target *t)
+{
+    return t->comm ? t->comm : set->comm;
+}
+
+/* bytes of the staging buffer from the root to every member. */
+static dcp_status dcp_nccl__spread(dcp_nccl_set *set, const dcp_nccl__target *t, size_t bytes,
+                                   cudaStream_t stream, dcp_error *error)
+{
+    dcp_status status = DCP_OK;
+    if (!t->comm) return dcp_nccl__tree_down(set, &t->tree, set->staging, bytes, stream, error);
+    DCP_NCCL__ON(t->comm, ncclBroadcast(set->staging, set->staging, bytes, ncclUint8,
+                                        t->tree.root, t->comm, stream));
+done:
+    return status;
+}
+
 /* The root's length reaches every rank (pageable copies would block the host on a stalled
    stream, so the stream is drained by polling before each of them). */
-static dcp_status dcp_nccl__broadcast_length(dcp_nccl_set *set, ncclComm_t comm, int32_t root,
+static dcp_status dcp_nccl__broadcast_length(dcp_nccl_set *set, const dcp_nccl__target *t,
                                              uint64_t *length, cudaStream_t stream,
                                              dcp_error *error)
 {
+    const ncclComm_t comm = dcp_nccl__target_comm(set, t);
     dcp_status status = DCP_OK;
     DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast (the caller's stream)", error));
     DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(set->staging, length, sizeof *length,
                                          cudaMemcpyHostToDevice, stream));
-    DCP_NCCL__ON(comm, ncclBroadcast(set->staging, set->staging, sizeof *length, ncclUint8, root,
-                                     comm, stream));
+    DCP_NCCL__TRY(dcp_nccl__spread(set, t, sizeof *length, stream, error));
     DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the length", error));
     DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(length, set->staging, sizeof *length,
                                          cudaMemcpyDeviceToHost, stream));
@@ -1993,19 +2288,21 @@ done:
 }
 
 /* The chunk of `length` bytes at `begin` through the staging buffer: from data on the root
-   (data NULL elsewhere), into host where a rank keeps the bytes (host NULL otherwise). */
-static dcp_status dcp_nccl__broadcast_chunk(dcp_nccl_set *set, ncclComm_t comm, int32_t root,
+   (data NULL elsewhere), into host where a rank keeps the bytes (host NULL otherwise). The
+   stream has drained (the previous wait). */
+static dcp_status dcp_nccl__broadcast_chunk(dcp_nccl_set *set, const dcp_nccl__target *t,
                                             const void *data, unsigned char *host,
                                             uint64_t length, uint64_t begin,
                                             cudaStream_t stream, dcp_error *error)
 {
     const size_t n = (size_t)(length - begin < set->staging_bytes ? length - begin
                                                                   : set->staging_bytes);
+    const ncclComm_t comm = dcp_nccl__target_comm(set, t);
     dcp_status status = DCP_OK;
     if (data)
         DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(set->staging, (const unsigned char *)data + begin, n,
                                              cudaMemcpyHostToDevice, stream));
-    DCP_NCCL__ON(comm, ncclBroadcast(set->staging, set->staging, n, ncclUint8, root, comm, stream));
+    DCP_NCCL__TRY(dcp_nccl__spread(set, t, n, stream, error));
     DCP_NCCL__TRY(dcp_nccl__wait(set, stream, comm, "broadcast of the bytes", error));
     if (host) {
         DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(host + begin, set->staging, n,
@@ -2016,37 +2313,31 @@ done:
     return status;
 }
 
-DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t comm,
-                                                 int32_t root, const void *data, size_t size,
-                                                 void **received, size_t *received_size,
-                                                 cudaStream_t stream, dcp_error *error)
+/* dcp_nccl_broadcast_bytes on a target whose root and ranks are known. */
+static dcp_status dcp_nccl__broadcast(dcp_nccl_set *set, const dcp_nccl__target *t,
+                                      const void *data, size_t size, void **received,
+                                      size_t *received_size, cudaStream_t stream,
+                                      dcp_error *error)
 {
-    dcp_status status, local = DCP_OK;
+    const int is_root = t->tree.me == t->tree.root;
+    dcp_status status = DCP_OK, local = DCP_OK;
     dcp_error local_error, reason;
     unsigned char *host = NULL;
     uint64_t length = 0, chunks = 0, c;
-    int ranks = 0, me = 0;
-    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
-    if (!comm) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "comm must not be NULL");
     if (received) *received = NULL;
     if (received_size) *received_size = 0;
-    DCP_NCCL__CHECK_NCCL(ncclCommCount(comm, &ranks));
-    DCP_NCCL__CHECK_NCCL(ncclCommUserRank(comm, &me));
-    if (root < 0 || root >= ranks) /* the same answer on every rank that passes the same root */
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "root %d outside [0, %d)",
-                             (int)root, ranks);
-    dcp_nccl__broadcast_own_arguments(me == root, data, size, received, received_size, &local,
+    dcp_nccl__broadcast_own_arguments(is_root, data, size, received, received_size, &local,
                                       &local_error);
     /* 1. the length, one uint64 */
-    length = me == root && local == DCP_OK ? (uint64_t)size : 0;
-    DCP_NCCL__TRY(dcp_nccl__broadcast_length(set, comm, root, &length, stream, error));
+    length = is_root && local == DCP_OK ? (uint64_t)size : 0;
+    DCP_NCCL__TRY(dcp_nccl__broadcast_length(set, t, &length, stream, error));
     /* every rank judges the same length the same way: all go on, or all stop here */
     if ((status = dcp_metadata_chunks(length, set->staging_bytes, &chunks, error)) != DCP_OK) {
         if (local == DCP_OK) return status; /* nothing is in flight: no abort */
         status = DCP_OK; /* this rank's own reason comes first */
         goto done;
     }
-    if (me == root ? received != NULL : (received && received_size)) {
+    if (is_root ? received != NULL : (received && received_size)) {
         host = (unsigned char *)dcp_alloc(&set->allocator, (size_t)length);
         if (!host)
             dcp_nccl__defer(&local, &local_error,
@@ -2058,22 +2349,95 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t c
     /* 2. the bytes, chunk by chunk through the staging buffer; a rank that failed locally
        still takes part, so that no peer waits for it */
     for (c = 0; c < chunks; c++)
-        DCP_NCCL__TRY(dcp_nccl__broadcast_chunk(set, comm, root, me == root ? data : NULL,
-                                                me == root ? NULL : host, length,
+        DCP_NCCL__TRY(dcp_nccl__broadcast_chunk(set, t, is_root ? data : NULL,
+                                                is_root ? NULL : host, length,
                                                 c * set->staging_bytes, stream, error));
     if (local != DCP_OK) goto done;
-    if (me == root && host) memcpy(host, data, (size_t)length);
+    if (is_root && host) memcpy(host, data, (size_t)length);
     if (received) *received = host, host = NULL;
     if (received_size) *received_size = (size_t)length;
 done:
     if (host) dcp_free(&set->allocator, host);
     if (status != DCP_OK) /* a CUDA or NCCL failure mid-way: peers may wait for this rank */
-        return set->aborted ? status : dcp_nccl__fail(set, comm, status);
+        return set->aborted ? status : dcp_nccl__fail(set, status);
     if (local != DCP_OK) {
         if (error) *error = local_error;
         return local;
     }
     return dcp_error_clear(error);
+}
+
+/* The target of a broadcast on comm (a caller's; NULL: every rank of the set). The same root
+   on every rank gives the same answer everywhere. */
+static dcp_status dcp_nccl__target_of(dcp_nccl_set *set, ncclComm_t comm, int32_t root,
+                                      dcp_nccl__target *t, dcp_error *error)
+{
+    dcp_status status = DCP_OK;
+    int ranks = set->ranks, me = set->rank;
+    t->comm = comm;
+    if (comm) {
+        DCP_NCCL__CHECK_NCCL(ncclCommCount(comm, &ranks));
+        DCP_NCCL__CHECK_NCCL(ncclCommUserRank(comm, &me));
+    }
+    t->tree.first = 0, t->tree.count = ranks, t->tree.root = root, t->tree.me = me;
+    if (root < 0 || root >= ranks)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "root %d outside [0, %d)",
+                             (int)root, ranks);
+done:
+    return status;
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_bytes(dcp_nccl_set *set, ncclComm_t comm,
+                                                 int32_t root, const void *data, size_t size,
+                                                 void **received, size_t *received_size,
+                                                 cudaStream_t stream, dcp_error *error)
+{
+    dcp_nccl__target t;
+    dcp_status status;
+    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    if (received) *received = NULL;
+    if (received_size) *received_size = 0;
+    if ((status = dcp_nccl__target_of(set, comm, root, &t, error)) != DCP_OK) return status;
+    return dcp_nccl__broadcast(set, &t, data, size, received, received_size, stream, error);
+}
+
+/* A group target: the binding's group (NULL: the one in force), root a rank of it. */
+static dcp_status dcp_nccl__group_target(const dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                                         int32_t root, dcp_nccl__target *t, dcp_error *error)
+{
+    dcp_nccl_binding current;
+    dcp_status status;
+    if (!binding) dcp_nccl_set_current(set, &current), binding = &current;
+    if ((status = dcp_nccl__check_group(set, binding, "group broadcast", error)) != DCP_OK)
+        return status;
+    if (binding->idle)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "rank %d is idle: it has no group to broadcast in", (int)set->rank);
+    if (root < 0 || root >= binding->cp)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "root %d outside the group's ranks [0, %d)", (int)root,
+                             (int)binding->cp);
+    t->comm = NULL;
+    t->tree.first = binding->first_rank, t->tree.count = binding->cp;
+    t->tree.root = root, t->tree.me = binding->rank;
+    return DCP_OK;
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_group_broadcast_bytes(dcp_nccl_set *set,
+                                                       const dcp_nccl_binding *binding,
+                                                       int32_t root, const void *data,
+                                                       size_t size, void **received,
+                                                       size_t *received_size,
+                                                       cudaStream_t stream, dcp_error *error)
+{
+    dcp_nccl__target t;
+    dcp_status status;
+    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    if (received) *received = NULL;
+    if (received_size) *received_size = 0;
+    if ((status = dcp_nccl__group_target(set, binding, root, &t, error)) != DCP_OK)
+        return status;
+    return dcp_nccl__broadcast(set, &t, data, size, received, received_size, stream, error);
 }
 
 /* Serializes on the root (length 0 on failure, which every rank rejects), broadcasts, and
@@ -2112,11 +2476,12 @@ static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm,
     unsigned char *bytes = NULL;
     void *copy = NULL;
     size_t size = 0, got = 0;
-    int me = 0;
+    dcp_nccl__target t;
+    int me;
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
-    if (!comm) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "comm must not be NULL");
     if (received) *received = NULL;
-    DCP_NCCL__CHECK_NCCL(ncclCommUserRank(comm, &me));
+    if ((status = dcp_nccl__target_of(set, comm, root, &t, error)) != DCP_OK) return status;
+    me = t.tree.me;
     if (me == root) {
         root_status = dcp_nccl__serialize(kind, object, NULL, 0, &size, &root_error);
         if (root_status == DCP_OK) {
@@ -2129,9 +2494,9 @@ static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm,
             root_status = dcp_nccl__serialize(kind, object, bytes, size, &size, &root_error);
         if (root_status != DCP_OK) size = 0; /* every rank will reject length 0 */
     }
-    status = dcp_nccl_broadcast_bytes(set, comm, root, bytes, size,
-                                      me == root && !received ? NULL : (void **)&copy, &got,
-                                      stream, error);
+    status = dcp_nccl__broadcast(set, &t, bytes, size,
+                                 me == root && !received ? NULL : (void **)&copy, &got, stream,
+                                 error);
     if (root_status != DCP_OK) { /* the root's own reason, not the rejected length */
         status = root_status;
         if (error) *error = root_error;
@@ -2168,6 +2533,93 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_view(dcp_nccl_set *set, ncclComm_t co
     return status;
 }
 
+/* --------------------------------------------------------------- a group's own communicator */
+
+/* The group's entry in the set's list, or -1. */
+static int32_t dcp_nccl__group_comm_index(const dcp_nccl_set *set, int32_t first_rank, int32_t cp)
+{
+    int32_t i;
+    for (i = 0; i < set->num_group_comms; i++)
+        if (set->group_comms[i].first_rank == first_rank && set->group_comms[i].cp == cp) return i;
+    return -1;
+}
+
+/* Makes the group's communicator: member 0's unique id reaches the others by a tree of sends on
+   the set's communicator, then every member joins it (ncclCommInitRankConfig with the pool's
+   config, or NCCL's defaults when options.config was NULL), polled on the new communicator.
+   The set records it at once, so that a failure aborts it with the others. */
+static dcp_status dcp_nccl__group_comm_make(dcp_nccl_set *set, const dcp_nccl__target *t,
+                                            cudaStream_t stream, ncclComm_t *made,
+                                            dcp_error *error)
+{
+    dcp_nccl_owned_comm *entry = &set->group_comms[set->num_group_comms];
+    ncclConfig_t config = set->config;
+    ncclUniqueId id;
+    dcp_status status = DCP_OK;
+    uint64_t begin;
+    int count = 0, me = -1, code;
+    memset(&id, 0, sizeof id);
+    if (t->tree.me == 0) DCP_NCCL__CHECK_NCCL(ncclGetUniqueId(&id));
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, set->comm, "dcp_nccl_group_comm", error));
+    for (begin = 0; begin < sizeof id; begin += set->staging_bytes)
+        DCP_NCCL__TRY(dcp_nccl__broadcast_chunk(set, t, t->tree.me == 0 ? &id : NULL,
+                                                t->tree.me == 0 ? NULL : (unsigned char *)&id,
+                                                sizeof id, begin, stream, error));
+    entry->first_rank = t->tree.first, entry->cp = t->tree.count, entry->comm = NULL;
+    set->num_group_comms++;
+    code = DCP_NCCL__CALL_NCCL(ncclCommInitRankConfig(&entry->comm, (int)t->tree.count, id,
+                                                      (int)t->tree.me,
+                                                      set->inherit_config ? NULL : &config));
+    DCP_NCCL__TRY(dcp_nccl__settle(set, entry->comm, code, "ncclCommInitRankConfig", __FILE__,
+                                   __LINE__, error));
+    DCP_NCCL__CHECK_NCCL(ncclCommCount(entry->comm, &count));
+    DCP_NCCL__CHECK_NCCL(ncclCommUserRank(entry->comm, &me));
+    if (count != t->tree.count || me != t->tree.me) {
+        status = dcp_error_set(error, DCP_ERROR_NCCL,
+                               "the group's communicator has %d ranks with this one at %d; "
+                               "expected %d and %d",
+                               count, me, (int)t->tree.count, (int)t->tree.me);
+        goto done;
+    }
+    *made = entry->comm;
+done:
+    return status;
+}
+
+DCP_NCCL_DEF dcp_status dcp_nccl_group_comm(dcp_nccl_set *set, const dcp_nccl_binding *binding,
+                                            cudaStream_t stream, ncclComm_t *comm,
+                                            dcp_error *error)
+{
+    dcp_nccl_binding current;
+    dcp_nccl__target t;
+    dcp_status status;
+    int32_t index;
+    if (!comm) return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT, "comm must not be NULL");
+    *comm = NULL;
+    if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
+    if (!binding) dcp_nccl_set_current(set, &current), binding = &current;
+    if ((status = dcp_nccl__check_group(set, binding, "group communicator", error)) != DCP_OK)
+        return status;
+    if (binding->idle || binding->cp == 1) return dcp_error_clear(error); /* nothing to join */
+    index = dcp_nccl__group_comm_index(set, binding->first_rank, binding->cp);
+    if (index >= 0) {
+        *comm = set->group_comms[index].comm;
+        return dcp_error_clear(error);
+    }
+    if (set->num_group_comms >= DCP_NCCL_MAX_GROUP_COMMS)
+        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
+                             "the set keeps at most %d groups' own communicators "
+                             "(DCP_NCCL_MAX_GROUP_COMMS); group (first_rank %d, cp %d) is one "
+                             "more",
+                             DCP_NCCL_MAX_GROUP_COMMS, (int)binding->first_rank,
+                             (int)binding->cp);
+    (void)dcp_nccl__group_target(set, binding, 0, &t, NULL); /* checked above */
+    status = dcp_nccl__group_comm_make(set, &t, stream, comm, error);
+    if (status == DCP_OK) return dcp_error_clear(error);
+    /* its peers may wait for this rank in the id's tree or the communicator's init */
+    return set->aborted ? status : dcp_nccl__fail(set, status);
+}
+
 #ifdef __cplusplus
 }
 #endif
@@ -2177,9 +2629,9 @@ DCP_NCCL_DEF dcp_status dcp_nccl_broadcast_view(dcp_nccl_set *set, ncclComm_t co
 
 /* ================================================================ head-parallel all-to-all
    The CP <-> head-parallel switch of linear-attention layers (dcp.h "head-parallel all-to-all":
-   what moves where, as segment lists) executed on a group: pack on the device
-   (dcp_cuda_a2a_copy), one ncclGroupStart/End of ncclSend/ncclRecv on the group's
-   communicator, unpack on the device, all on the caller's stream. dcp_nccl_a2a_prepare
+   what moves where, as segment lists) executed on a group of any size: pack on the device
+   (dcp_cuda_a2a_copy), one ncclGroupStart/End of ncclSend/ncclRecv between the group's ranks on
+   the set's communicator, unpack on the device, all on the caller's stream. dcp_nccl_a2a_prepare
    uploads a rank's segment lists once per layout (microbatch); every layer then runs
    dcp_nccl_a2a_cp2hp before and dcp_nccl_a2a_hp2cp after, enqueue only. cp 1: nothing is
    sent and nothing allocated (the two layouts are one buffer). Failures follow the rules of
@@ -2196,7 +2648,8 @@ extern "C" {
    the caller's workspaces, which must outlive it and stay untouched while it is in use. */
 typedef struct dcp_nccl_a2a {
     dcp_a2a_shape shape;              /* dcp_a2a_shape_get of the layout and rank */
-    ncclComm_t comm;                  /* the group's communicator; NULL at cp 1 */
+    int32_t first_rank;               /* set rank of the group's member 0: member j's traffic
+                                         runs on set->comm with set rank first_rank + j */
     const dcp_a2a_segment *cp_segments; /* device: the CP-side list (shape.cp_segments) */
     const dcp_a2a_segment *hp_segments; /* device: the HP-side list (shape.hp_segments) */
     void *cp_message;                 /* device: shape.cp_message_bytes */
@@ -2316,10 +2769,7 @@ static dcp_status dcp_nccl__a2a_prepare_check(dcp_nccl_set *set, const dcp_nccl_
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "layout cp %d must be the binding's cp %d (idle %d)",
                              (int)layout->cp, (int)b->cp, (int)b->idle);
-    if (b->cp > 1 && !b->comm)
-        return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
-                             "a group of cp %d needs its communicator (binding comm NULL)",
-                             (int)b->cp);
+    if ((status = dcp_nccl__check_group(set, b, "all-to-all", error)) != DCP_OK) return status;
     status = dcp_a2a_shape_get(layout, b->rank, channels, channel_bytes, shape, error);
     if (status != DCP_OK) return status;
     if ((status = dcp_nccl__a2a_regions_of(shape, g, error)) != DCP_OK) return status;
@@ -2370,13 +2820,13 @@ DCP_NCCL_DEF dcp_status dcp_nccl_a2a_prepare(dcp_nccl_set *set, const dcp_nccl_b
         (void)dcp_a2a_message_rows(layout, s, &rows, NULL);
         offsets[s + 1] = offsets[s] + rows;
     }
-    a2a->comm = binding->comm;
+    a2a->first_rank = binding->first_rank;
     a2a->cp_segments = (const dcp_a2a_segment *)device_workspace;
     a2a->hp_segments = a2a->cp_segments + a2a->shape.cp_segments;
     a2a->cp_message = (unsigned char *)device_workspace + g.cp_message;
     a2a->hp_message = (unsigned char *)device_workspace + g.hp_message;
     a2a->message_offsets = offsets;
-    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, a2a->comm, "all-to-all prepare (the caller's stream)",
+    DCP_NCCL__TRY(dcp_nccl__wait(set, stream, set->comm, "all-to-all prepare (the caller's stream)",
                                  error));
     DCP_NCCL__CHECK_CUDA(cudaMemcpyAsync(device_workspace, host_workspace, g.segment_bytes,
                                          cudaMemcpyHostToDevice, stream));
@@ -2385,7 +2835,7 @@ done:
     /* as the reroute does past its checks: this rank cannot take part in the group's rounds
        now, so the set is aborted (a failed wait has aborted it already) */
     memset(a2a, 0, sizeof *a2a);
-    return set->aborted ? status : dcp_nccl__fail(set, binding->comm, status);
+    return set->aborted ? status : dcp_nccl__fail(set, status);
 }
 
 /* The checks of an execution; *same: cp 1 with one buffer for both layouts. */
@@ -2394,8 +2844,11 @@ static dcp_status dcp_nccl__a2a_run_check(dcp_nccl_set *set, const dcp_nccl_a2a 
 {
     dcp_status status;
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
-    if (!a2a || a2a->shape.cp < 1 || (a2a->shape.cp > 1 && (!a2a->comm || !a2a->cp_segments ||
-                                                              !a2a->message_offsets)))
+    if (!a2a || a2a->shape.cp < 1 ||
+        (a2a->shape.cp > 1 &&
+         (a2a->first_rank < 0 || a2a->first_rank > set->ranks - a2a->shape.cp ||
+          a2a->first_rank + a2a->shape.rank != set->rank || !a2a->cp_segments ||
+          !a2a->message_offsets)))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "a2a must be filled by dcp_nccl_a2a_prepare");
     if (a2a->shape.hp_rows > 0 && (!in || !out))
@@ -2439,20 +2892,21 @@ static dcp_status dcp_nccl__a2a_run(dcp_nccl_set *set, const dcp_nccl_a2a *a2a, 
     DCP_NCCL__CHECK_NCCL(ncclGroupStart());
     grouped = 1;
     for (j = 0; j < s->cp; j++) {
+        const int peer = (int)(a2a->first_rank + j); /* member j of the group */
         unsigned char *at_cp = cp_message + (size_t)j * mine;
         unsigned char *at_hp = hp_message + (size_t)a2a->message_offsets[j] * s->slice_bytes;
         const size_t theirs =
             (size_t)(a2a->message_offsets[j + 1] - a2a->message_offsets[j]) * s->slice_bytes;
         if (mine > 0 && to_hp)
-            DCP_NCCL__CHECK_NCCL(ncclSend(at_cp, mine, ncclUint8, j, a2a->comm, stream));
+            DCP_NCCL__CHECK_NCCL(ncclSend(at_cp, mine, ncclUint8, peer, set->comm, stream));
         if (theirs > 0 && !to_hp)
-            DCP_NCCL__CHECK_NCCL(ncclSend(at_hp, theirs, ncclUint8, j, a2a->comm, stream));
+            DCP_NCCL__CHECK_NCCL(ncclSend(at_hp, theirs, ncclUint8, peer, set->comm, stream));
         if (theirs > 0 && to_hp)
-            DCP_NCCL__CHECK_NCCL(ncclRecv(at_hp, theirs, ncclUint8, j, a2a->comm, stream));
+            DCP_NCCL__CHECK_NCCL(ncclRecv(at_hp, theirs, ncclUint8, peer, set->comm, stream));
         if (mine > 0 && !to_hp)
-            DCP_NCCL__CHECK_NCCL(ncclRecv(at_cp, mine, ncclUint8, j, a2a->comm, stream));
+            DCP_NCCL__CHECK_NCCL(ncclRecv(at_cp, mine, ncclUint8, peer, set->comm, stream));
     }
-    DCP_NCCL__END_GROUP(a2a->comm);
+    DCP_NCCL__END_GROUP(set->comm);
     DCP_NCCL__TRY(dcp_cuda_a2a_copy(unpack, to_hp ? s->hp_segments : s->cp_segments,
                                     to_hp ? s->hp_copies : s->cp_copies,
                                     to_hp ? s->hp_rows : (int64_t)s->cp * s->cp_rows,
@@ -2464,7 +2918,7 @@ static dcp_status dcp_nccl__a2a_run(dcp_nccl_set *set, const dcp_nccl_a2a *a2a, 
 done:
     if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
     /* past the checks a failure may have left this rank's half of the round posted */
-    return status == DCP_OK ? dcp_error_clear(error) : dcp_nccl__fail(set, a2a->comm, status);
+    return status == DCP_OK ? dcp_error_clear(error) : dcp_nccl__fail(set, status);
 }
 
 DCP_NCCL_DEF dcp_status dcp_nccl_a2a_cp2hp(dcp_nccl_set *set, const dcp_nccl_a2a *a2a,
@@ -2575,7 +3029,8 @@ static dcp_status dcp_nccl__mtp_check(const dcp_nccl_set *set, const dcp_nccl_bi
     if ((status = dcp_nccl__usable(set, error)) != DCP_OK) return status;
     if ((status = dcp_nccl_mtp_roll_scratch_size(layout, element_size, &need, error)) != DCP_OK)
         return status;
-    if ((status = dcp_nccl__check_binding(b, layout, "roll", error)) != DCP_OK) return status;
+    if ((status = dcp_nccl__check_binding(set, b, layout, "roll", error)) != DCP_OK)
+        return status;
     if (layout->local_rows > 0 && (!in || !out))
         return dcp_error_set(error, DCP_ERROR_INVALID_ARGUMENT,
                              "in and out must not be NULL (%lld local rows)",
@@ -2615,21 +3070,23 @@ DCP_NCCL_DEF dcp_status dcp_nccl_mtp_roll(dcp_nccl_set *set, const dcp_nccl_bind
     half = side / DCP_MTP_ROLL_HALVES; /* n elements: one message */
     DCP_NCCL__TRY(dcp_cuda_mtp_roll_gather(layout, b->rank, element_size, in, boundaries, stream,
                                            error));
-    if (half > 0) { /* [0] to and from the previous rank's side, [1] the next's */
+    if (half > 0) { /* [0] to and from the previous rank's side, [1] the next's; the group's
+                       neighbours are set ranks this one - 1 and + 1 */
         DCP_NCCL__CHECK_NCCL(ncclGroupStart());
         grouped = 1;
         if (b->rank > 0) {
             DCP_NCCL__CHECK_NCCL(
-                ncclSend(boundaries, half, ncclUint8, b->rank - 1, b->comm, stream));
+                ncclSend(boundaries, half, ncclUint8, set->rank - 1, set->comm, stream));
             DCP_NCCL__CHECK_NCCL(
-                ncclRecv(received + half, half, ncclUint8, b->rank - 1, b->comm, stream));
+                ncclRecv(received + half, half, ncclUint8, set->rank - 1, set->comm, stream));
         }
         if (b->rank + 1 < b->cp) {
             DCP_NCCL__CHECK_NCCL(
-                ncclSend(boundaries + half, half, ncclUint8, b->rank + 1, b->comm, stream));
-            DCP_NCCL__CHECK_NCCL(ncclRecv(received, half, ncclUint8, b->rank + 1, b->comm, stream));
+                ncclSend(boundaries + half, half, ncclUint8, set->rank + 1, set->comm, stream));
+            DCP_NCCL__CHECK_NCCL(
+                ncclRecv(received, half, ncclUint8, set->rank + 1, set->comm, stream));
         }
-        DCP_NCCL__END_GROUP(b->comm);
+        DCP_NCCL__END_GROUP(set->comm);
     }
     DCP_NCCL__TRY(dcp_cuda_mtp_roll_shift(layout, b->rank, element_size, in, received, out,
                                           stream, error));
@@ -2637,7 +3094,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_mtp_roll(dcp_nccl_set *set, const dcp_nccl_bind
 done:
     if (grouped) (void)ncclGroupEnd(); /* never leave a group open on this thread */
     /* past the checks a failure may leave a neighbour waiting for this rank's boundaries */
-    return status == DCP_OK ? dcp_error_clear(error) : dcp_nccl__fail(set, b->comm, status);
+    return status == DCP_OK ? dcp_error_clear(error) : dcp_nccl__fail(set, status);
 }
 
 #ifdef __cplusplus

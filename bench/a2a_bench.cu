@@ -206,7 +206,8 @@ static int check_group_size(dcp_nccl_set *set, int32_t cp, cudaStream_t stream)
 /* ------------------------------------------------------------------------------- bench */
 
 typedef struct plain_round {
-    ncclComm_t comm;
+    ncclComm_t comm;    /* the set's communicator */
+    int32_t first_rank; /* the group's member 0 there */
     int32_t cp;
     size_t mine;                 /* bytes to every peer */
     const int64_t *offsets;      /* rows of every peer's message, as the all-to-all's */
@@ -220,10 +221,10 @@ static void plain_all_to_all(const plain_round *p, cudaStream_t stream)
     NCCL(ncclGroupStart());
     for (j = 0; j < p->cp; j++) {
         const size_t theirs = (size_t)(p->offsets[j + 1] - p->offsets[j]) * p->slice_bytes;
-        if (p->mine > 0) NCCL(ncclSend(p->send + (size_t)j * p->mine, p->mine, ncclUint8, j,
-                                       p->comm, stream));
+        if (p->mine > 0) NCCL(ncclSend(p->send + (size_t)j * p->mine, p->mine, ncclUint8,
+                                       p->first_rank + j, p->comm, stream));
         if (theirs > 0) NCCL(ncclRecv(p->recv + (size_t)p->offsets[j] * p->slice_bytes, theirs,
-                                      ncclUint8, j, p->comm, stream));
+                                      ncclUint8, p->first_rank + j, p->comm, stream));
     }
     NCCL(ncclGroupEnd());
 }
@@ -291,7 +292,8 @@ static void bench_group_size(dcp_nccl_set *set, int32_t cp, cudaStream_t stream)
     layout_build(&g, lengths, n, cp);
     a2a_open(&r, set, &b, &g.layout, channels, channel_bytes, stream);
     CUDA(cudaMemset(r.cp_buf, 1, (size_t)r.shape.cp_rows * r.shape.row_bytes));
-    p.comm = r.a2a.comm, p.cp = cp, p.offsets = r.a2a.message_offsets;
+    p.comm = set->comm, p.first_rank = r.a2a.first_rank, p.cp = cp;
+    p.offsets = r.a2a.message_offsets;
     p.slice_bytes = r.shape.slice_bytes;
     p.mine = (size_t)r.shape.message_rows * r.shape.slice_bytes;
     CUDA(cudaMalloc(&p.send, r.shape.cp_message_bytes + 1));

@@ -3,7 +3,8 @@
    Rank 0 plans a generated batch and broadcasts the plan; every rank reroutes the samples it
    holds (sample s starts on rank s % WORLD_SIZE, as a data loader would leave it) into its
    microbatch buffers, then runs ring attention forward and backward on each group of each
-   microbatch, switching communicators per microbatch. Each rank then recomputes its groups'
+   microbatch, switching groups per microbatch (all on the set's one communicator; groups of
+   any size when DCP_CP_SIZES allows them). Each rank then recomputes its groups'
    samples whole with the single-rank attention call (cp 1) and compares its rows of out, lse,
    dq, dk and dv. The same binary runs on 1 GPU and on N GPUs of a node unchanged.
 
@@ -28,8 +29,14 @@
        DCP_EXIT_RANK=r             rank r exits (as if killed) after the plan broadcast, in
                                    the middle of the step: the others must fail within the
                                    timeout with the communicator and operation named
-       DCP_MEASURE_SPLIT_MEMORY=1  device memory per split communicator, not shared and
-                                   shared (splitShare in the parent's config), then exit
+       DCP_MEASURE_SPLIT_MEMORY=1  device memory of the set (one communicator, its ring peers
+                                   connected) against the former communicator per CP size
+                                   (all connected), not shared and shared (splitShare in the
+                                   parent's config), then exit
+       DCP_CP_SIZES=s              the planner's CP sizes: pow2 (default), megatron, any, or a
+                                   list such as 12,48 (dcp_config.cp_sizes)
+       DCP_TOKENS_PER_RANK=n       the planner's max_tokens_per_rank (default
+                                   MAX_TOKENS_PER_RANK)
        DCP_TIME_RING=1             per microbatch: the ring backward's time, its step kernels'
                                    alone, and the exposed communication per step
    Exit status 0 when every rank's results match, 1 otherwise. */
@@ -120,8 +127,8 @@ static double pool_mean(double value, ncclComm_t pool, int ranks, cudaStream_t s
 }
 
 /* Evaluation at a static CP size (seed 003), under dcp_nccl_override_run: each group's member
-   0 broadcasts a message naming its group over the pinned communicator; every member must
-   receive its own group's. */
+   0 broadcasts a message naming its group to the group's ranks; every member must receive its
+   own group's. */
 #define EVAL_MESSAGE_BYTES 64
 typedef struct eval_check {
     cudaStream_t stream;
@@ -136,13 +143,13 @@ static dcp_status eval_in_override(dcp_nccl_set *set, const dcp_nccl_binding *bi
     void *received = NULL;
     size_t size = 0;
     dcp_status status;
-    if (!binding->comm) return DCP_OK; /* idle past the last full block */
+    if (binding->idle || binding->cp == 1) return DCP_OK; /* idle past the last full block */
     memset(message, 0, sizeof message);
     snprintf(message, sizeof message, "group of cp %d from rank %d", (int)binding->cp,
              (int)binding->first_rank);
-    status = dcp_nccl_broadcast_bytes(set, binding->comm, 0, message, sizeof message,
-                                      binding->rank == 0 ? NULL : &received, &size,
-                                      check->stream, error);
+    status = dcp_nccl_group_broadcast_bytes(set, binding, 0, message, sizeof message,
+                                            binding->rank == 0 ? NULL : &received, &size,
+                                            check->stream, error);
     if (status != DCP_OK) return status;
     if (binding->rank != 0 && (size != sizeof message || memcmp(received, message, size) != 0))
         check->mismatches++;
@@ -150,24 +157,62 @@ static dcp_status eval_in_override(dcp_nccl_set *set, const dcp_nccl_binding *bi
     return DCP_OK;
 }
 
-/* One small all-reduce on each split communicator, so that NCCL has connected its ring (its
-   buffers are allocated lazily) before memory is read. */
-static void warm_splits(dcp_nccl_set *set, cudaStream_t stream)
+/* One float to and from each of the set's ring peers (ranks r +- 1 and r +- 2: every ring of
+   every size and position, dcp_ring_order), so that NCCL has connected them (it does at first
+   use) before memory is read. */
+#define RING_PEER_REACH 2
+static void warm_set(dcp_nccl_set *set, cudaStream_t stream)
 {
     float *d = NULL;
-    int32_t slot;
-    CUDA(cudaMalloc(&d, sizeof(float)));
-    CUDA(cudaMemsetAsync(d, 0, sizeof(float), stream));
-    for (slot = 0; slot < set->num_slots; slot++)
-        if (set->comms[slot])
-            NCCL(ncclAllReduce(d, d, 1, ncclFloat, ncclSum, set->comms[slot], stream));
+    int32_t offset;
+    CUDA(cudaMalloc(&d, 2 * sizeof(float)));
+    CUDA(cudaMemsetAsync(d, 0, 2 * sizeof(float), stream));
+    NCCL(ncclGroupStart());
+    for (offset = -RING_PEER_REACH; offset <= RING_PEER_REACH; offset++) {
+        const int32_t peer = set->rank + offset;
+        if (offset == 0 || peer < 0 || peer >= set->ranks) continue;
+        NCCL(ncclSend(d, 1, ncclFloat, peer, set->comm, stream));
+        NCCL(ncclRecv(d + 1, 1, ncclFloat, peer, set->comm, stream));
+    }
+    NCCL(ncclGroupEnd());
     TRY(dcp_nccl_set_wait(set, stream, &err));
     CUDA(cudaFree(d));
 }
 
-/* Device memory per split communicator of a set, without and with splitShare in the parent's
-   config: the unshared set splits g_pool itself; the shared one splits a copy of the pool
-   created with splitShare 1. Both sets are destroyed again. Prints one line on rank 0. */
+/* The former set for comparison: one communicator per CP size 2, 4, .. <= ranks, split from
+   parent (color rank / c, key rank % c; past the last full block none), each connected by one
+   all-reduce as its ring would be. Destroys them again; returns how many this rank held. */
+#define LEGACY_MAX_SPLITS 21
+static int legacy_splits(ncclComm_t parent, int rank, int ranks, ncclConfig_t *config,
+                         cudaStream_t stream, size_t *free_after)
+{
+    ncclComm_t comms[LEGACY_MAX_SPLITS];
+    float *d = NULL;
+    int count = 0, c, i;
+    CUDA(cudaMalloc(&d, sizeof(float)));
+    CUDA(cudaMemsetAsync(d, 0, sizeof(float), stream));
+    for (c = 2; c <= ranks && count < LEGACY_MAX_SPLITS; c *= 2) {
+        const int full = rank < ranks / c * c;
+        ncclComm_t child = NULL;
+        NCCL(ncclCommSplit(parent, full ? rank / c : NCCL_SPLIT_NOCOLOR, full ? rank % c : 0,
+                           &child, config));
+        if (child) comms[count++] = child;
+    }
+    for (i = 0; i < count; i++) NCCL(ncclAllReduce(d, d, 1, ncclFloat, ncclSum, comms[i], stream));
+    CUDA(cudaStreamSynchronize(stream));
+    {
+        size_t total = 0;
+        CUDA(cudaMemGetInfo(free_after, &total));
+    }
+    for (i = 0; i < count; i++) NCCL(ncclCommDestroy(comms[i]));
+    CUDA(cudaFree(d));
+    return count;
+}
+
+/* Device memory of the set (one communicator, its ring peers connected) against the former
+   communicator per CP size, without and with splitShare in the parent's config: the unshared
+   runs split g_pool itself; the shared ones a copy of the pool created with splitShare 1.
+   Prints one line per kind on rank 0 (device-wide drop over the ranks on one GPU). */
 static void measure_split_memory(int rank, int ranks, cudaStream_t stream)
 {
     int share;
@@ -177,7 +222,8 @@ static void measure_split_memory(int rank, int ranks, cudaStream_t stream)
         dcp_nccl_set *set = NULL;
         ncclComm_t parent = g_pool;
         size_t free_before = 0, free_after = 0, total = 0;
-        double drop;
+        double drop, legacy_drop;
+        int held;
         config.splitShare = share;
         if (share) NCCL(ncclCommSplit(g_pool, 0, rank, &parent, &config));
         memset(&options, 0, sizeof options);
@@ -186,16 +232,22 @@ static void measure_split_memory(int rank, int ranks, cudaStream_t stream)
         CUDA(cudaMemGetInfo(&free_before, &total));
         (void)pool_mean(0.0, g_pool, ranks, stream);
         TRY(dcp_nccl_set_create(parent, &options, &set, &err));
-        warm_splits(set, stream);
+        warm_set(set, stream);
         (void)pool_mean(0.0, g_pool, ranks, stream);
         CUDA(cudaMemGetInfo(&free_after, &total));
         drop = pool_mean((double)free_before - (double)free_after, g_pool, ranks, stream);
-        if (rank == 0)
-            printf("split memory: splitShare %d: %d split communicators per rank, %.1f MiB per "
-                   "rank, %.1f MiB per communicator (device-wide drop / %d ranks)\n",
-                   share, (int)set->num_slots, drop / 1048576.0,
-                   set->num_slots ? drop / 1048576.0 / set->num_slots : 0.0, ranks);
         TRY(dcp_nccl_set_destroy(set, &err));
+        (void)pool_mean(0.0, g_pool, ranks, stream);
+        CUDA(cudaMemGetInfo(&free_before, &total));
+        (void)pool_mean(0.0, g_pool, ranks, stream);
+        held = legacy_splits(parent, rank, ranks, &config, stream, &free_after);
+        legacy_drop = pool_mean((double)free_before - (double)free_after, g_pool, ranks, stream);
+        if (rank == 0)
+            printf("split memory: splitShare %d: the set, 1 communicator per rank with its ring "
+                   "peers connected: %.1f MiB per rank; the former %d communicators per rank "
+                   "(one per CP size, connected): %.1f MiB per rank (device-wide drop / %d "
+                   "ranks)\n",
+                   share, drop / 1048576.0, held, legacy_drop / 1048576.0, ranks);
         if (share) NCCL(ncclCommDestroy(parent));
     }
 }
@@ -458,6 +510,32 @@ static void time_ring_backward(const dcp_nccl_binding *group, const dcp_attentio
     CUDA(cudaFree(accumulators));
 }
 
+/* The planner's config: the pool, DCP_TOKENS_PER_RANK tokens a rank, the CP sizes of
+   DCP_CP_SIZES (pow2, megatron, any, or a list "12,48"); resolved (max_cp filled in). */
+static dcp_config plan_config_from_env(int ranks)
+{
+    const char *sizes = getenv("DCP_CP_SIZES");
+    dcp_config config, resolved;
+    memset(&config, 0, sizeof config);
+    config.ranks = ranks;
+    config.max_tokens_per_rank = env_int("DCP_TOKENS_PER_RANK", MAX_TOKENS_PER_RANK);
+    config.pad_multiple = 8;
+    if (sizes && strcmp(sizes, "megatron") == 0) config.cp_sizes = DCP_CP_SIZES_MEGATRON;
+    else if (sizes && strcmp(sizes, "any") == 0) config.cp_sizes = DCP_CP_SIZES_ANY;
+    else if (sizes && strcmp(sizes, "pow2") != 0 && *sizes) {
+        const char *at = sizes;
+        char *end = NULL;
+        config.cp_sizes = DCP_CP_SIZES_LIST;
+        while (*at && config.cp_size_count < DCP_CP_SIZE_LIST_CAPACITY) {
+            config.cp_size_list[config.cp_size_count++] = (int32_t)strtol(at, &end, 10);
+            if (end == at) die("DCP_CP_SIZES", "pow2, megatron, any or a list such as 12,48");
+            at = *end == ',' ? end + 1 : end;
+        }
+    }
+    TRY(dcp_config_resolve(&config, &resolved, &err));
+    return resolved;
+}
+
 /* One rank's whole run; 0 when every rank's results match. */
 static int ring_rank_main(int rank, int ranks, int local_rank, const char *id_path)
 {
@@ -474,6 +552,7 @@ static int ring_rank_main(int rank, int ranks, int local_rank, const char *id_pa
     size_t scratch_bytes = 0;
     void *scratch = NULL;
     errors worst = {0, 0, 0, 0, 0};
+    dcp_config config;
     int failed, *d_failed;
     g_rank = rank;
     if (rank < 0 || rank >= ranks) die("RANK and WORLD_SIZE", "need 0 <= RANK < WORLD_SIZE");
@@ -495,40 +574,46 @@ static int ring_rank_main(int rank, int ranks, int local_rank, const char *id_pa
         NCCL(ncclCommDestroy(g_pool));
         return 0;
     }
+    config = plan_config_from_env(ranks);
     memset(&set_options, 0, sizeof set_options);
-    set_options.config = &pool_config; /* the splits get the pool's config */
+    set_options.config = &pool_config; /* the set's communicator gets the pool's config */
+    set_options.plan_config = &config; /* its groups: the plan's sizes */
     set_options.timeout_ms = env_int("DCP_TIMEOUT_MS", 0);
     if (dcp_nccl_set_create(g_pool, &set_options, &g_set, &err) != DCP_OK) {
         if (err.status == DCP_ERROR_NCCL || err.status == DCP_ERROR_CUDA)
-            g_pool = NULL; /* the failed creation aborted it */
+            g_pool = NULL; /* a failed split: the set aborted the pool (NCCL raised its flag) */
         die("dcp_nccl_set_create", err.message);
     }
     max_cp = g_set->max_cp;
 
-    /* plan on rank 0, broadcast, and check it equals the plan this rank would make */
+    /* plan on rank 0, broadcast over the set's ranks, and check it equals this rank's plan */
     {
-        dcp_config config;
         dcp_lognormal dist;
         int64_t lengths[SAMPLES];
+        int32_t sizes[DCP_CP_SIZE_LIST_CAPACITY], counts[DCP_CP_SIZE_LIST_CAPACITY], n = 0, i;
         dcp_plan *mine = NULL;
         size_t a = 0, b = 0;
-        dist.mean = 0.4 * MAX_TOKENS_PER_RANK * max_cp;
+        dist.mean = 0.4 * (double)config.max_tokens_per_rank * max_cp;
         dist.sigma = 1.0;
         dist.min_length = 16;
-        dist.max_length = (int64_t)MAX_TOKENS_PER_RANK * max_cp;
+        dist.max_length = config.max_tokens_per_rank * max_cp;
         TRY(dcp_lengths_lognormal(&dist, SEED, lengths, SAMPLES, &err));
-        memset(&config, 0, sizeof config);
-        config.ranks = ranks;
-        config.max_tokens_per_rank = MAX_TOKENS_PER_RANK;
-        config.pad_multiple = 8;
         TRY(dcp_plan_create(&config, lengths, SAMPLES, &mine, &err));
-        TRY(dcp_nccl_broadcast_plan(g_set, g_pool, 0, mine, &plan, stream, &err));
+        TRY(dcp_nccl_broadcast_plan(g_set, NULL, 0, rank == 0 ? mine : NULL, &plan, stream,
+                                    &err));
         TRY(dcp_plan_serialize(mine, NULL, 0, &a, &err));
         TRY(dcp_plan_serialize(plan, NULL, 0, &b, &err));
         if (a != b) die("broadcast plan", "differs from the local plan");
-        if (rank == 0)
-            printf("%d ranks (max cp %d), %d samples, %d microbatches, %d groups\n", ranks,
-                   max_cp, SAMPLES, plan->num_microbatches, plan->num_groups);
+        (void)dcp_plan_cp_histogram(plan, sizes, counts, DCP_CP_SIZE_LIST_CAPACITY, &n, NULL);
+        if (rank == 0) {
+            printf("%d ranks (max cp %d, sizes %s), %d samples, %d microbatches, %d groups; "
+                   "samples by group size:",
+                   ranks, max_cp, dcp_cp_sizes_name(config.cp_sizes), SAMPLES,
+                   plan->num_microbatches, plan->num_groups);
+            for (i = 0; i < n && i < DCP_CP_SIZE_LIST_CAPACITY; i++)
+                printf(" %d x%d", (int)sizes[i], (int)counts[i]);
+            printf("\n");
+        }
         dcp_plan_destroy(mine);
     }
     TRY(dcp_nccl_plan_agree(g_set, plan, stream, &err)); /* before the step's first reroute */
@@ -678,10 +763,12 @@ static int ring_rank_main(int rank, int ranks, int local_rank, const char *id_pa
     free(rows);
     dcp_reroute_destroy(moves);
     dcp_plan_destroy(plan);
-    { /* the split communicators before the pool */
+    { /* the set's communicator before the pool, which a failure leaves alone unless the
+         set's communicator shares its abort flag (set->pool NULL then) */
+        const int pool_gone = g_set->pool == NULL;
         const dcp_status destroyed = dcp_nccl_set_destroy(g_set, &err);
         g_set = NULL;
-        if (destroyed == DCP_ERROR_NCCL) g_pool = NULL; /* it had to abort, the pool too */
+        if (pool_gone) g_pool = NULL;
         if (destroyed != DCP_OK) die("dcp_nccl_set_destroy", err.message);
     }
     nccl_settle(g_pool, ncclCommFinalize(g_pool), "ncclCommFinalize");

@@ -11,8 +11,10 @@
 #   - once with rank N/2 exiting mid-step (DCP_EXIT_RANK): every other rank must exit 1
 #     within the set's timeout (DCP_TIMEOUT_MS, 20 s here) plus slack, naming the failure,
 #     and never hang;
-# then the exposed communication of the ring backward per step at 4 and 8 ranks
-# (DCP_TIME_RING) and the split-communicator memory at 8 ranks (printed, not judged), the
+# then groups of every size (DCP_CP_SIZES=any at 6 ranks, the list 3,5 at 8: groups of 3 and 5
+# anywhere in the pool, all on the set's one communicator), the exposed communication of the
+# ring backward per step at 4 and 8 ranks (DCP_TIME_RING) and the device memory of the set's
+# one communicator against the former one per CP size at 8 ranks (printed, not judged), the
 # head-parallel all-to-all (A2A_PROGRAM, default build/a2a_bench) at 2, 4 and 8 ranks, and
 # the MTP roll at 2, 4 and 8 ranks (build/test_nccl_gpu in multi-rank mode), and the faults of
 # issue 31 as 2-process runs of build/test_nccl_gpu (DCP_MULTIRANK_TEST=fault-...): a split one
@@ -97,6 +99,16 @@ for n in 2 4 6 8; do
     verdict $ok "rank $dead of $n exits mid-step: the others fail in ${seconds} s"
 done
 
+for sizes in "6 any" "8 3,5"; do # groups of sizes that are not powers of two
+    set -- $sizes
+    launch "$1" "sizes-$1" DCP_CP_SIZES=$2
+    ok=1
+    for f in "$work/sizes-$1".status.*; do [ "$(cat "$f")" = 0 ] || ok=0; done
+    grep -q "all ranks match" "$work/sizes-$1.out.0" || ok=0
+    grep -h "samples by group size" "$work/sizes-$1.out.0"
+    verdict $ok "ring example, $1 ranks, CP sizes $2"
+done
+
 for n in 4 8; do # exposed communication of the ring backward (printed, not judged)
     launch "$n" "timing-$n" DCP_TIME_RING=1
     ok=1
@@ -109,7 +121,7 @@ launch 8 memory DCP_MEASURE_SPLIT_MEMORY=1
 ok=1
 for f in "$work/memory".status.*; do [ "$(cat "$f")" = 0 ] || ok=0; done
 grep "split memory" "$work/memory.out.0"
-verdict $ok "split communicator memory, 8 ranks"
+verdict $ok "the set's communicator memory against one per CP size, 8 ranks"
 
 # The head-parallel all-to-all (bench/a2a_bench, A2A_PROGRAM): with DCP_A2A_CHECK=1 every
 # group size c = 2..N against dcp_a2a_cp2hp and back, at N = 2, 4, 8; then its bandwidth table

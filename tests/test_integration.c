@@ -181,10 +181,12 @@ static void check_rank_calls(const dcp_rank_view *view, const group_buffers *b, 
     for (i = 0; i < rows * HEADS; i++) acc_lse[i] = -INFINITY;
     for (step = 0; step < view->cp; step++) {
         dcp_varlen_call call;
+        dcp_ring_step plan;
         float *q, *k, *v;
         double *out, *lse;
         CHECK_EQ(dcp_rank_view_varlen_call(view, step, causal, &call, &at, NULL), DCP_OK);
-        CHECK_EQ(call.kv_rank, (r - step + view->cp) % view->cp);
+        CHECK_EQ(dcp_ring_step_plan(view->cp, r, step, 1, &plan, NULL), DCP_OK);
+        CHECK_EQ(call.kv_rank, plan.view.kv_rank); /* the ring order's source */
         CHECK(call.causal == (causal && step == 0));
         q = (float *)malloc((size_t)(call.total_q + 1) * HEADS * HEAD_DIM * sizeof(float));
         k = (float *)malloc((size_t)(call.total_k + 1) * KV_HEADS * HEAD_DIM * sizeof(float));
@@ -395,7 +397,7 @@ static void idle_view_is_not_a_group(void)
     CHECK_EQ(dcp_rank_view_validate(&copy, &error), DCP_ERROR_INVALID_ARGUMENT);
 #ifndef DCP_NO_DISTRIBUTED
     CHECK_EQ(dcp_comm_choose(4, 1, 3, v->first_rank, v->cp, v->idle, &choice, NULL), DCP_OK);
-    CHECK_EQ(choice.slot, -1);
+    CHECK_EQ(choice.cp, 1);
     CHECK_EQ(choice.idle, 1);
     CHECK_EQ(dcp_comm_choose(4, 1, 3, DCP_NO_GROUP, 0, 0, &choice, &error),
              DCP_ERROR_INVALID_ARGUMENT); /* not idle: cp 0 is no group */

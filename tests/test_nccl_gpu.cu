@@ -1,7 +1,8 @@
 /* make test-gpu: every path of dcp_nccl.h on one rank and one GPU (NCCL refuses two ranks on
    one GPU; the multi-rank logic is tests/test_comm.c's, on simulated ranks). A set on a pool of
-   one (no split communicators), the switch and the evaluation override, a reroute to itself,
-   a ring of one against the CPU reference, plan and view broadcasts through a small staging
+   one (its one communicator: the pool split in one piece), the switch and the evaluation
+   override, a reroute to itself, a ring of one against the CPU reference, plan and view
+   broadcasts through a small staging
    buffer, the async-error poll, the abort path and the checking macro, the MTP roll's kernels
    (the ranks of a group on one device) and its cp 1 path, a pipeline stage's field set through
    the reroute. With WORLD_SIZE > 1 in the environment it is one process of tests/multirank.sh's
@@ -126,14 +127,13 @@ static void set_switch_and_override(void)
     if (!set) return;
     CHECK_EQ(set->ranks, 1);
     CHECK_EQ(set->max_cp, 1);
-    CHECK_EQ(set->num_slots, 0); /* no size-1 communicator */
-    CHECK(dcp_nccl_set_comm(set, 1) == NULL);
-    CHECK(dcp_nccl_set_comm(set, 2) == NULL);
+    CHECK(set->comm != NULL); /* its one communicator: the pool of one in one piece */
+    CHECK_EQ(set->num_group_comms, 0);
     CHECK_EQ(dcp_nccl_set_check(set, &error), DCP_OK);
     plan = plan_of_one(6, 64);
     CHECK_EQ(dcp_nccl_set_switch_plan(set, plan, 0, &b, &error), DCP_OK);
-    CHECK(b.comm == NULL);
     CHECK_EQ(b.cp, 1);
+    CHECK_EQ(b.first_rank, 0);
     CHECK_EQ(b.rank, 0);
     CHECK_EQ(dcp_nccl_set_switch_plan(set, plan, plan->num_microbatches, &b, &error),
              DCP_ERROR_INVALID_ARGUMENT);
@@ -577,7 +577,9 @@ static void checking_macro_names_the_call(void)
     CHECK_EQ(dcp_nccl_reroute_execute(set, list, &buffers, 0, &error), DCP_ERROR_CUDA);
     CHECK_CONTAINS(error.message, "cudaMemsetAsync");
     CHECK_CONTAINS(error.message, "dcp_nccl.h:");
-    CHECK(set->aborted && set->pool == NULL); /* a failure after the checks aborts the pool */
+    /* a failure after the checks aborts the set; the pool too here, since options.config
+       NULL leaves the set assuming the pool's abort flag is shared */
+    CHECK(set->aborted && set->pool == NULL);
 #ifdef DCP_CUDA_CPU /* the transport saw the set of host memory, and nothing else */
     {
         const char *text = "";
@@ -905,13 +907,14 @@ static int mtp_roll_multirank(multirank *m)
         fprintf(stderr, "rank %d: %s\n", m->rank, error.message);
         return 1;
     }
-    for (cp = 2; cp <= set->max_cp; cp *= 2, level++) {
+    for (cp = 2; cp <= set->max_cp; cp++, level++) { /* every group size, 3 included */
         dcp_comm_scope scope;
         dcp_nccl_binding binding;
         roll_buffers b;
         const size_t size = mtp_gpu_sizes[level % (sizeof mtp_gpu_sizes / sizeof mtp_gpu_sizes[0])];
         unsigned char *got;
         int ok;
+        if (m->rank / cp * cp + cp > m->ranks) continue; /* past the last full group: idle */
         memset(&scope, 0, sizeof scope);
         ok = roll_buffers_make(&b, cp, m->rank, size, MTP_GPU_SEED + 2) &&
              dcp_nccl_override_begin(set, cp, &scope, &binding, &error) == DCP_OK &&
@@ -983,8 +986,8 @@ static int fault_split(multirank *m)
 }
 
 /* Fault 3 (blocking or not): after a clean roll rank 1 stays alive but absent; rank 0 rolls
-   again and destroys the set, which must abort (the pool too) within its timeout instead of
-   waiting in ncclCommFinalize. Rank 1 then destroys its own set and pool. */
+   again and destroys the set, which must abort its communicator (not the pool) within its
+   timeout instead of waiting in ncclCommFinalize. Rank 1 then destroys its own set and pool. */
 static int fault_absent(multirank *m, const char *name)
 {
     dcp_nccl_set *set = NULL;
@@ -996,7 +999,7 @@ static int fault_absent(multirank *m, const char *name)
              roll_buffers_make(&b, 2, m->rank, 8, FAULT_SEED);
     if (!ok) return fault_verdict(m, name, 0, &error);
     dcp_nccl_set_current(set, &binding);
-    binding.comm = dcp_nccl_set_comm(set, 2), binding.cp = 2, binding.rank = m->rank;
+    binding.cp = 2, binding.first_rank = 0, binding.rank = m->rank;
     ok = roll_enqueue(set, &binding, &b, m->stream, &error) == DCP_OK &&
          dcp_nccl_set_wait(set, m->stream, &error) == DCP_OK;
     if (m->rank == 1) {
@@ -1005,15 +1008,17 @@ static int fault_absent(multirank *m, const char *name)
         start = now_ms();
         ok = ok && roll_enqueue(set, &binding, &b, m->stream, &error) == DCP_OK &&
              dcp_nccl_set_destroy(set, &error) == DCP_ERROR_NCCL &&
-             now_ms() - start < FAULT_TIMEOUT_MS + FAULT_SLACK_MS; /* the pool went too */
+             now_ms() - start < FAULT_TIMEOUT_MS + FAULT_SLACK_MS &&
+             ncclCommDestroy(m->pool) == ncclSuccess; /* aborted the set, never the pool */
     }
     roll_buffers_free(&b);
     return fault_verdict(m, name, ok, &error);
 }
 
 /* Fault 2 (blocking): rank 1 holds every sample. After a clean step rank 0 reroutes again (a
-   pool kernel waiting for the absent rank 1), rolls on cp 2 behind it on the same stream and
-   waits: the wait times out and must raise every abort before any abort waits. */
+   kernel of the set's communicator waiting for the absent rank 1), rolls on cp 2 behind it on
+   the same stream and waits: the wait times out and aborts the set's communicator, not the
+   pool. */
 static int fault_abort_order(multirank *m)
 {
     dcp_config config;
@@ -1053,7 +1058,7 @@ static int fault_abort_order(multirank *m)
     buffers.num_microbatches = plan->num_microbatches, buffers.microbatch_data = micro;
     buffers.microbatch_rows = rows;
     dcp_nccl_set_current(set, &binding);
-    binding.comm = dcp_nccl_set_comm(set, 2), binding.cp = 2, binding.rank = m->rank;
+    binding.cp = 2, binding.first_rank = 0, binding.rank = m->rank;
     ok = ok && dcp_nccl_reroute_execute(set, list, &buffers, m->stream, &error) == DCP_OK &&
          roll_enqueue(set, &binding, &b, m->stream, &error) == DCP_OK &&
          dcp_nccl_set_wait(set, m->stream, &error) == DCP_OK;
@@ -1064,8 +1069,9 @@ static int fault_abort_order(multirank *m)
         ok = ok && dcp_nccl_reroute_execute(set, list, &buffers, m->stream, &error) == DCP_OK &&
              roll_enqueue(set, &binding, &b, m->stream, &error) == DCP_OK &&
              dcp_nccl_set_wait(set, m->stream, &error) == DCP_ERROR_NCCL &&
-             now_ms() - start < FAULT_TIMEOUT_MS + FAULT_SLACK_MS && set->pool == NULL;
+             now_ms() - start < FAULT_TIMEOUT_MS + FAULT_SLACK_MS && set->pool == m->pool;
         (void)dcp_nccl_set_destroy(set, NULL);
+        ok = ok && ncclCommDestroy(m->pool) == ncclSuccess; /* the pool stays the caller's */
     }
     for (s = 0; s < plan->num_samples; s++) cudaFree(samples[s]);
     for (k = 0; k < plan->num_microbatches; k++) cudaFree(micro[k]);
@@ -1075,9 +1081,9 @@ static int fault_abort_order(multirank *m)
     return fault_verdict(m, "abort-order", ok, &error);
 }
 
-/* Fault 4: the pool created with splitShare 1 (or 0); the set's splits aborted alone. Shared,
-   the pool's abort flag went with them: the set must report the pool gone (set->pool NULL);
-   unshared, the pool stays and its all-reduce sums. */
+/* Fault 4: the pool created with splitShare 1 (or 0); the set's communicator aborted alone.
+   Shared, the pool's abort flag went with it: the set must report the pool gone (set->pool
+   NULL); unshared, the pool stays and its all-reduce sums. */
 static int fault_shared_abort(multirank *m, const char *name)
 {
     const int shared = m->config.splitShare == 1;

@@ -1,16 +1,21 @@
 /* dcp_nccl.h's own code on a host transport: tests/fake_nccl stands in for NCCL and the CUDA
    runtime (selected by the include path), the few dcp_cuda entry points the layer calls are
    replaced below by the CPU references of dcp.h (float32 only), and every simulated rank is a
-   thread. The tests run 8 to 512 ranks: set creation, the per-microbatch switch and the
-   evaluation override, plan agreement and broadcast (a bad argument on one rank fails it
-   alone), reroute against the plan's views, ring attention forward and backward against
-   dcp_ring_attention_forward / _backward (blocking and non-blocking communicators; the dK/dV
-   hop overlapped), a peer that dies mid-step (the others return an error within
-   the timeout), and a failure injected at every CUDA/NCCL call of a step (every rank returns,
-   its streams drain, a failed rank's set is aborted), the head-parallel all-to-all and the MTP
-   roll against their CPU references on 64 ranks (each also with a fault at every call), and
-   per-stage field reroutes whose bytes on the wire (counted by the transport) are exactly the
-   stage's. After every clean run each send was received and no protocol rule was broken.
+   thread. The tests run 2 to 512 ranks: set creation (one communicator of its own a rank),
+   the per-microbatch switch and the evaluation override, plan agreement and broadcast (a bad
+   argument on one rank fails it alone), reroute against the plan's views, ring attention
+   forward and backward against dcp_ring_attention_forward / _backward at any group size and
+   position (blocking and non-blocking communicators; the dK/dV hop overlapped; at most four
+   ring peers a rank across sizes, counted by the transport), a peer that dies mid-step (the
+   others return an error within the timeout), a split that fails (NCCL writes its child with
+   the error and raises the pool's abort flag), a set shrunk without a dead rank, a group's own
+   communicator on request, and a failure injected at every CUDA/NCCL call of a step (every
+   rank returns, its streams drain, a failed rank's set is aborted, never the pool: every rank
+   then makes a new set from it and trains on), the head-parallel all-to-all (powers of two,
+   and groups of 3, 6, 12 where the heads divide) and the MTP roll against their CPU
+   references (each also with a fault at every call), and per-stage field reroutes whose bytes
+   on the wire (counted by the transport) are exactly the stage's. After every clean run each
+   send was received and no protocol rule was broken.
    Built with ASan/UBSan by make test, and also as C++, where it checks the RAII override
    guard with exceptions. */
 #define _POSIX_C_SOURCE 200809L
@@ -880,15 +885,15 @@ static void control_check_switches(rank_ctx *ctx, dcp_nccl_set *set, const dcp_p
         RANK_CHECK(ctx, dcp_plan_rank_group(plan, ctx->rank, k, &where, NULL) == DCP_OK);
         RANK_CHECK(ctx, dcp_nccl_set_switch_plan(set, plan, k, &b, &err) == DCP_OK);
         RANK_CHECK(ctx, b.cp == where.choice.cp && b.idle == where.choice.idle);
-        RANK_CHECK(ctx, b.comm == (b.cp > 1 ? dcp_nccl_set_comm(set, b.cp) : NULL));
-        RANK_CHECK(ctx, b.rank == where.choice.rank_in_comm);
+        RANK_CHECK(ctx, b.first_rank == where.choice.first_rank);
+        RANK_CHECK(ctx, b.rank == where.choice.rank_in_group);
         if (!where.choice.idle && where.choice.cp != 4) other_cp_microbatch = k;
     }
     dcp_nccl_set_current(set, &before);
     /* evaluation at CP 4: static blocks of 4, other groups refused, then restored exactly */
     memset(&scope, 0, sizeof scope);
     RANK_CHECK(ctx, dcp_nccl_override_begin(set, 4, &scope, &b, &err) == DCP_OK);
-    RANK_CHECK(ctx, b.cp == 4 && b.rank == ctx->rank % 4 && b.comm == dcp_nccl_set_comm(set, 4));
+    RANK_CHECK(ctx, b.cp == 4 && b.rank == ctx->rank % 4 && b.first_rank == ctx->rank / 4 * 4);
     if (other_cp_microbatch >= 0)
         RANK_CHECK(ctx, dcp_nccl_set_switch_plan(set, plan, other_cp_microbatch, &b, &err) ==
                             DCP_ERROR_INVALID_ARGUMENT);
@@ -906,25 +911,22 @@ static void control_rank(rank_ctx *ctx)
     cudaStream_t stream;
     dcp_error err;
     uint64_t hash = 0;
-    int32_t cp;
     o.staging_bytes = 256; /* many chunks per broadcast */
     o.plan_config = &t->plan->config;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     ctx->status = dcp_nccl_set_create(ctx->pool, &o, &set, &err);
     RANK_CHECK(ctx, ctx->status == DCP_OK);
     if (set) {
+        int count = 0, me = -1;
+        long made = 0, alive = 0;
         RANK_CHECK(ctx, set->max_cp == t->plan->config.max_cp);
-        for (cp = 2; cp <= set->max_cp; cp *= 2) {
-            ncclComm_t comm = dcp_nccl_set_comm(set, cp);
-            int count = 0, me = -1;
-            RANK_CHECK(ctx, (comm != NULL) == (ctx->rank / cp * cp + cp <= ctx->ranks));
-            if (!comm) continue;
-            RANK_CHECK(ctx, ncclCommCount(comm, &count) == ncclSuccess && count == cp);
-            RANK_CHECK(ctx, ncclCommUserRank(comm, &me) == ncclSuccess && me == ctx->rank % cp);
-        }
-        RANK_CHECK(ctx, dcp_nccl_broadcast_plan(set, set->pool, 0,
-                                                ctx->rank == 0 ? t->plan : NULL, &got, stream,
-                                                &err) == DCP_OK);
+        /* one communicator of its own, the pool's ranks in the pool's order */
+        RANK_CHECK(ctx, ncclCommCount(set->comm, &count) == ncclSuccess && count == ctx->ranks);
+        RANK_CHECK(ctx, ncclCommUserRank(set->comm, &me) == ncclSuccess && me == ctx->rank);
+        fake_comm_tally(ctx->rank, &made, &alive);
+        RANK_CHECK(ctx, made == 1 && alive == 1);
+        RANK_CHECK(ctx, dcp_nccl_broadcast_plan(set, NULL, 0, ctx->rank == 0 ? t->plan : NULL,
+                                                &got, stream, &err) == DCP_OK);
         RANK_CHECK(ctx, got && dcp_plan_hash(got, &hash, NULL) == DCP_OK && hash == t->hash);
         RANK_CHECK(ctx, dcp_nccl_plan_agree(set, got, stream, &err) == DCP_OK);
         if (got) control_check_switches(ctx, set, got);
@@ -1123,6 +1125,8 @@ typedef struct ring_test {
     float **q, **k, **v, **dout, **out, **lse, **dq, **dk, **dv;
     const ncclConfig_t *config; /* NULL: blocking defaults */
     int dies;                   /* rank that dies mid-step, or -1 */
+    int32_t first;              /* the groups: [first + i cp, first + (i + 1) cp) while they
+                                   fit; the ranks outside are idle. 0: the override's blocks */
 } ring_test;
 
 static float *random_floats(dcp_rng *rng, int64_t n)
@@ -1133,14 +1137,15 @@ static float *random_floats(dcp_rng *rng, int64_t n)
     return x;
 }
 
-static void ring_test_init(ring_test *t, int32_t ranks, int32_t cp, uint64_t seed)
+static void ring_test_init_at(ring_test *t, int32_t ranks, int32_t cp, int32_t first,
+                              uint64_t seed)
 {
     static const int32_t lengths[RING_SEQUENCES] = {13, 40, 7};
     dcp_rng rng;
     int32_t i, g, r;
     const int64_t qw = RING_HEADS * RING_HEAD_DIM, kw = RING_KV_HEADS * RING_HEAD_DIM;
     memset(t, 0, sizeof *t);
-    t->cp = cp, t->dies = -1;
+    t->cp = cp, t->dies = -1, t->first = first;
     t->params.num_heads = RING_HEADS, t->params.num_kv_heads = RING_KV_HEADS;
     t->params.head_dim = RING_HEAD_DIM, t->params.causal = 1;
     for (i = 0; i < RING_SEQUENCES; i++) { /* padded to a multiple of 2 cp */
@@ -1168,7 +1173,7 @@ static void ring_test_init(ring_test *t, int32_t ranks, int32_t cp, uint64_t see
         t->dk[r] = (float *)malloc((size_t)(t->local_rows * kw) * sizeof(float));
         t->dv[r] = (float *)malloc((size_t)(t->local_rows * kw) * sizeof(float));
     }
-    for (g = 0; g + cp <= ranks; g += cp) { /* each group's reference, different data */
+    for (g = first; g + cp <= ranks; g += cp) { /* each group's reference, different data */
         const float *const *cq = (const float *const *)&t->q[g];
         const float *const *ck = (const float *const *)&t->k[g];
         const float *const *cv = (const float *const *)&t->v[g];
@@ -1182,6 +1187,11 @@ static void ring_test_init(ring_test *t, int32_t ranks, int32_t cp, uint64_t see
                                              &t->dk[g], &t->dv[g], NULL),
                  DCP_OK);
     }
+}
+
+static void ring_test_init(ring_test *t, int32_t ranks, int32_t cp, uint64_t seed)
+{
+    ring_test_init_at(t, ranks, cp, 0, seed);
 }
 
 static void ring_test_free(ring_test *t, int32_t ranks)
@@ -1264,13 +1274,49 @@ static dcp_status ring_backward(dcp_nccl_set *set, const dcp_nccl_binding *bindi
                                   stream, err);
 }
 
-/* One rank's ring pass under an evaluation override of CP cp: forward, backward, wait. A rank
-   that `dies` enqueues its forward and vanishes (aborts and leaves) before any of it runs. */
+/* The rank's group in a ring test: the evaluation override's block of cp ranks (first 0),
+   or the group from first that holds it, switched to as a rank view would give it (groups of
+   an ANY plan sit anywhere). 0: the rank is idle. */
+static int ring_bind(rank_ctx *ctx, dcp_nccl_set *set, const ring_test *t, dcp_comm_scope *scope,
+                     dcp_nccl_binding *binding)
+{
+    const int32_t in = ctx->rank - t->first;
+    dcp_rank_view view;
+    dcp_error err;
+    memset(scope, 0, sizeof *scope);
+    if (t->first == 0) {
+        RANK_CHECK(ctx, dcp_nccl_override_begin(set, t->cp, scope, binding, &err) == DCP_OK);
+        return !binding->idle;
+    }
+    memset(&view, 0, sizeof view);
+    view.rank = ctx->rank, view.idle = 1, view.first_rank = view.rank_in_group = DCP_NO_GROUP;
+    if (in >= 0 && in / t->cp < (ctx->ranks - t->first) / t->cp) {
+        view.idle = 0, view.cp = t->cp;
+        view.first_rank = t->first + in / t->cp * t->cp, view.rank_in_group = in % t->cp;
+    }
+    RANK_CHECK(ctx, dcp_nccl_set_switch(set, &view, binding, &err) == DCP_OK);
+    return !binding->idle;
+}
+
+/* The ring's results on this rank against the CPU ring of its group. */
+static void ring_results_match(rank_ctx *ctx, const ring_test *t, const ring_buffers *b)
+{
+    const int64_t qw = RING_HEADS * RING_HEAD_DIM, kw = RING_KV_HEADS * RING_HEAD_DIM;
+    float *const *expected[] = {t->out, t->lse, t->dq, t->dk, t->dv};
+    static const int slots[] = {RING_OUT, RING_LSE, RING_DQ, RING_DK, RING_DV};
+    const int64_t widths[] = {qw, RING_HEADS, qw, kw, kw};
+    int i;
+    for (i = 0; i < TEST_COUNT(slots); i++)
+        RANK_CHECK(ctx, relative_error((float *)b->d[slots[i]], expected[i][ctx->rank],
+                                       t->local_rows * widths[i]) <= RING_TOLERANCE);
+}
+
+/* One rank's ring pass on its group (ring_bind): forward, backward, wait. A rank that `dies`
+   enqueues its forward and vanishes (aborts and leaves) before any of it runs. */
 static void ring_rank(rank_ctx *ctx)
 {
     const ring_test *t = (const ring_test *)ctx->test;
-    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, t->cp, t->config);
-    const int64_t qw = RING_HEADS * RING_HEAD_DIM, kw = RING_KV_HEADS * RING_HEAD_DIM;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, t->first ? 0 : t->cp, t->config);
     dcp_nccl_set *set = NULL;
     dcp_nccl_binding binding;
     dcp_comm_scope scope;
@@ -1279,7 +1325,7 @@ static void ring_rank(rank_ctx *ctx)
     dcp_error err;
     const int r = ctx->rank;
     double start;
-    int pool_aborted;
+    int pool_aborted, grouped;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
     if (!set) {
@@ -1288,27 +1334,22 @@ static void ring_rank(rank_ctx *ctx)
     }
     if (t->dies >= 0) set->timeout_ms = FAILURE_TIMEOUT_MS;
     ring_buffers_make(t, r, stream, &b);
-    memset(&scope, 0, sizeof scope);
-    RANK_CHECK(ctx, dcp_nccl_override_begin(set, t->cp, &scope, &binding, &err) == DCP_OK);
+    grouped = ring_bind(ctx, set, t, &scope, &binding);
     start = fake_now_ms();
-    ctx->status = ring_forward(set, &binding, t, &b, stream, &err);
+    ctx->status = grouped ? ring_forward(set, &binding, t, &b, stream, &err) : DCP_OK;
     if (r == t->dies) { /* gone mid-step: nothing it enqueued ever runs against its peers */
         (void)dcp_nccl_set_abort(set, 1, NULL);
-    } else {
+    } else if (grouped) {
         if (ctx->status == DCP_OK) ctx->status = ring_backward(set, NULL, t, &b, stream, &err);
         if (ctx->status == DCP_OK) ctx->status = dcp_nccl_set_wait(set, stream, &err);
     }
     ctx->elapsed_ms = fake_now_ms() - start;
     if (ctx->status != DCP_OK) snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
-    RANK_CHECK(ctx, dcp_nccl_override_end(set, &scope, &err) == DCP_OK);
+    if (t->first == 0) RANK_CHECK(ctx, dcp_nccl_override_end(set, &scope, &err) == DCP_OK);
     RANK_CHECK(ctx, stream_drains(stream)); /* joined: nothing left waiting forever */
     if (t->dies < 0) {
         RANK_CHECK(ctx, ctx->status == DCP_OK);
-        RANK_CHECK(ctx, relative_error((float *)b.d[RING_OUT], t->out[r], t->local_rows * qw) <= RING_TOLERANCE);
-        RANK_CHECK(ctx, relative_error((float *)b.d[RING_LSE], t->lse[r], t->local_rows * RING_HEADS) <= RING_TOLERANCE);
-        RANK_CHECK(ctx, relative_error((float *)b.d[RING_DQ], t->dq[r], t->local_rows * qw) <= RING_TOLERANCE);
-        RANK_CHECK(ctx, relative_error((float *)b.d[RING_DK], t->dk[r], t->local_rows * kw) <= RING_TOLERANCE);
-        RANK_CHECK(ctx, relative_error((float *)b.d[RING_DV], t->dv[r], t->local_rows * kw) <= RING_TOLERANCE);
+        if (grouped) ring_results_match(ctx, t, &b);
     }
     pool_aborted = set->pool == NULL;
     RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
@@ -1317,21 +1358,26 @@ static void ring_rank(rank_ctx *ctx)
     ring_buffers_free(&b);
 }
 
-static void ring_run(int32_t ranks, int32_t cp, int blocking, uint64_t seed)
+static void ring_run_at(int32_t ranks, int32_t cp, int32_t first, int blocking, uint64_t seed)
 {
     rank_ctx *ctx = (rank_ctx *)calloc((size_t)ranks, sizeof(rank_ctx));
     ring_test t;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = blocking;
-    printf("  %d ranks, cp %d, %s, seed %llu\n", (int)ranks, (int)cp,
+    printf("  %d ranks, cp %d from rank %d, %s, seed %llu\n", (int)ranks, (int)cp, (int)first,
            blocking ? "blocking" : "non-blocking", (unsigned long long)seed);
-    ring_test_init(&t, ranks, cp, seed);
+    ring_test_init_at(&t, ranks, cp, first, seed);
     t.config = &config;
     CHECK_EQ(run_ranks(ranks, blocking, ring_rank, &t, ctx), 0);
     CHECK(job_clean());
     fake_job_destroy();
     ring_test_free(&t, ranks);
     free(ctx);
+}
+
+static void ring_run(int32_t ranks, int32_t cp, int blocking, uint64_t seed)
+{
+    ring_run_at(ranks, cp, 0, blocking, seed);
 }
 
 static void ring_64_ranks_equals_cpu_ring(void) { ring_run(64, 8, 1, HOST_SEED + 2); }
@@ -1367,7 +1413,8 @@ static void dead_peer_in_ring_times_out(void)
     ring_test_free(&t, RANKS);
 }
 
-/* The root of a broadcast dies before it: the others return an error within the timeout. */
+/* The root of a broadcast over the set's ranks dies before it: the others return an error
+   within the timeout (the root's children at once, the rest when their wait times out). */
 static void dead_root_rank(rank_ctx *ctx)
 {
     const dcp_plan *plan = (const dcp_plan *)ctx->test;
@@ -1386,7 +1433,7 @@ static void dead_root_rank(rank_ctx *ctx)
     if (ctx->rank == 0)
         (void)dcp_nccl_set_abort(set, 1, NULL); /* gone */
     else {
-        ctx->status = dcp_nccl_broadcast_plan(set, set->pool, 0, NULL, &got, stream, &err);
+        ctx->status = dcp_nccl_broadcast_plan(set, NULL, 0, NULL, &got, stream, &err);
         snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
         RANK_CHECK(ctx, got == NULL);
         RANK_CHECK(ctx, set->aborted == 1);
@@ -1408,11 +1455,11 @@ static void dead_root_broadcast_times_out(void)
     CHECK_EQ(run_ranks(RANKS, 1, dead_root_rank, NULL, ctx), 0);
     for (r = 1; r < RANKS; r++) {
         CHECK_EQ(ctx[r].status, DCP_ERROR_NCCL);
-        CHECK_CONTAINS(ctx[r].message, "broadcast");
-        CHECK_CONTAINS(ctx[r].message, "pool");
+        CHECK(strstr(ctx[r].message, "broadcast") || strstr(ctx[r].message, "ncclRecv"));
         CHECK(ctx[r].elapsed_ms < FAILURE_TIMEOUT_MS + TIMEOUT_SLACK_MS);
     }
-    printf("  rank 1: %s\n", ctx[1].message);
+    printf("  rank 1: %s\n  rank %d: %s\n", ctx[1].message, RANKS - 1,
+           ctx[RANKS - 1].message);
     fake_job_destroy();
 }
 
@@ -1624,9 +1671,8 @@ static int absent_ring_start(rank_ctx *ctx, dcp_nccl_set **set, dcp_nccl_binding
     RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, set, &err) == DCP_OK);
     if (!*set) return 0;
     ring_buffers_make(&t->ring, ctx->rank, stream, b);
-    dcp_nccl_set_current(*set, binding);
-    binding->comm = dcp_nccl_set_comm(*set, ABSENT_RANKS), binding->cp = ABSENT_RANKS;
-    binding->rank = ctx->rank;
+    dcp_nccl_set_current(*set, binding); /* every rank in the one group of the pool */
+    binding->cp = ABSENT_RANKS, binding->first_rank = 0, binding->rank = ctx->rank;
     RANK_CHECK(ctx, ring_forward(*set, binding, &t->ring, b, stream, &err) == DCP_OK);
     RANK_CHECK(ctx, dcp_nccl_set_wait(*set, stream, &err) == DCP_OK);
     (*set)->timeout_ms = FAILURE_TIMEOUT_MS;
@@ -1662,9 +1708,10 @@ static void ring_absent_rank(rank_ctx *ctx)
     if (ctx->rank != ABSENT_RANK) {
         start = fake_now_ms();
         RANK_CHECK(ctx, ring_forward(set, &binding, &t->ring, &b, stream, &err) == DCP_OK);
-        absent_note(ctx, start, dcp_nccl_set_destroy(set, &err), &err); /* the pool went too */
+        absent_note(ctx, start, dcp_nccl_set_destroy(set, &err), &err); /* aborted, not the pool */
         RANK_CHECK(ctx, stream_drains(stream));
         barrier(ctx);
+        RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
     } else
         absent_rank_returns(ctx, set);
     cudaStreamDestroy(stream);
@@ -1709,7 +1756,7 @@ static void reroute_absent_rank(rank_ctx *ctx)
     if (!set || !r.moves) return;
     ring_buffers_make(&t->ring, ctx->rank, stream, &b);
     dcp_nccl_set_current(set, &binding);
-    binding.comm = dcp_nccl_set_comm(set, ABSENT_RANKS), binding.cp = ABSENT_RANKS;
+    binding.cp = ABSENT_RANKS, binding.first_rank = 0;
     binding.rank = ctx->rank;
     RANK_CHECK(ctx, dcp_nccl_reroute_execute(set, r.moves, &r.buffers, stream, &err) == DCP_OK);
     RANK_CHECK(ctx, ring_forward(set, &binding, &t->ring, &b, stream, &err) == DCP_OK);
@@ -1731,9 +1778,11 @@ static void reroute_absent_rank(rank_ctx *ctx)
         RANK_CHECK(ctx, dcp_nccl_reroute_execute(set, r.moves, &r.buffers, stream, &err) == DCP_OK);
         RANK_CHECK(ctx, ring_forward(set, &binding, &t->ring, &b, stream, &err) == DCP_OK);
         absent_note(ctx, start, dcp_nccl_set_wait(set, stream, &err), &err);
-        RANK_CHECK(ctx, set->pool == NULL && stream_drains(stream));
+        /* the failure took the set's communicator, never the pool (not shared) */
+        RANK_CHECK(ctx, set->aborted && set->pool != NULL && stream_drains(stream));
         (void)dcp_nccl_set_destroy(set, NULL);
         barrier(ctx);
+        RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
     } else
         absent_rank_returns(ctx, set);
     cudaStreamDestroy(stream);
@@ -1833,8 +1882,10 @@ static void agree_busy_rank(rank_ctx *ctx)
     if (ctx->rank == 0) fake_enqueue_host(stream, absent_kernel, NULL);
     start = fake_now_ms();
     absent_note(ctx, start, dcp_nccl_plan_agree(set, t->plan, stream, &err), &err);
-    RANK_CHECK(ctx, set->aborted && set->pool == NULL && stream_drains(stream));
+    RANK_CHECK(ctx, set->aborted && set->pool == ctx->pool); /* the pool is not the set's */
+    RANK_CHECK(ctx, stream_drains(stream));
     (void)dcp_nccl_set_destroy(set, NULL);
+    RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
     cudaStreamDestroy(stream);
 }
 
@@ -1859,16 +1910,13 @@ static void null_config_rank(rank_ctx *ctx)
     const ncclConfig_t pool = fake_comm_config(ctx->pool);
     dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ABSENT_RANKS, NULL);
     dcp_nccl_set *set = NULL;
+    ncclConfig_t got;
     dcp_error err;
-    int32_t cp;
     RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
     if (!set) return;
-    for (cp = 2; cp <= ABSENT_RANKS; cp *= 2) {
-        const ncclConfig_t got = fake_comm_config(dcp_nccl_set_comm(set, cp));
-        RANK_CHECK(ctx, got.blocking == pool.blocking &&
-                            got.cgaClusterSize == pool.cgaClusterSize &&
-                            got.splitShare == pool.splitShare);
-    }
+    got = fake_comm_config(set->comm);
+    RANK_CHECK(ctx, got.blocking == pool.blocking && got.cgaClusterSize == pool.cgaClusterSize &&
+                        got.splitShare == pool.splitShare);
     RANK_CHECK(ctx, dcp_nccl_set_abort(set, 0, &err) == DCP_OK && set->pool == NULL);
     RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
 }
@@ -1897,14 +1945,14 @@ static void async_error_ring_rank(rank_ctx *ctx)
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     if (!absent_ring_start(ctx, &set, &binding, &b, stream)) return;
     if (ctx->rank == 0) {
-        fake_inject_async_error(binding.comm, ncclRemoteError);
+        fake_inject_async_error(set->comm, ncclRemoteError);
         RANK_CHECK(ctx, dcp_nccl_set_check(set, &err) == DCP_ERROR_NCCL);
-        RANK_CHECK(ctx, strstr(err.message, "cp 4") && strstr(err.message, "remote process"));
+        RANK_CHECK(ctx, strstr(err.message, "set's") && strstr(err.message, "remote process"));
     }
     start = fake_now_ms();
     RANK_CHECK(ctx, ring_forward(set, &binding, &t->ring, &b, stream, &err) == DCP_OK);
     absent_note(ctx, start, dcp_nccl_set_wait(set, stream, &err), &err);
-    if (ctx->rank == 0) RANK_CHECK(ctx, strstr(ctx->message, "asynchronous error on the cp 4"));
+    if (ctx->rank == 0) RANK_CHECK(ctx, strstr(ctx->message, "asynchronous error on the set's"));
     RANK_CHECK(ctx, set->aborted && stream_drains(stream));
     (void)dcp_nccl_set_destroy(set, NULL);
     cudaStreamDestroy(stream);
@@ -1921,11 +1969,373 @@ static void async_error_aborts_the_set(void)
     ring_test_free(&t.ring, ABSENT_RANKS);
 }
 
+/* ---------------------------------------- any size and position on the set's one communicator */
+
+/* Sizes that are not powers of two, on the override's blocks; one blocking pool of each. */
+static void ring_any_size_equals_cpu_ring(void)
+{
+    ring_run(12, 3, 1, HOST_SEED + 40);
+    ring_run(10, 5, 0, HOST_SEED + 41);
+    ring_run(12, 6, 1, HOST_SEED + 42);
+    ring_run(12, 12, 1, HOST_SEED + 43);
+}
+
+/* Groups that do not start at a multiple of their size (as an ANY plan places them), ranks
+   before and after them idle. */
+static void ring_unaligned_groups_equal_cpu_ring(void)
+{
+    ring_run_at(11, 3, 1, 1, HOST_SEED + 44);
+    ring_run_at(13, 5, 2, 0, HOST_SEED + 45);
+}
+
+/* One rank's forward ring on its group with zero inputs (a sequence of 4 rows a rank), for
+   the traffic it makes. */
+#define PEER_ROWS_PER_RANK 4
+static void zero_ring(rank_ctx *ctx, dcp_nccl_set *set, const dcp_nccl_binding *b,
+                      cudaStream_t stream)
+{
+    int32_t cu[2] = {0, 0}, cu_padded[2] = {0, 0};
+    dcp_attention_params params;
+    dcp_cuda_layout layout;
+    size_t scratch_bytes = 0;
+    void *q = NULL, *out = NULL, *scratch = NULL;
+    float *lse = NULL;
+    dcp_error err;
+    memset(&params, 0, sizeof params);
+    params.num_heads = 1, params.head_dim = RING_HEAD_DIM, params.causal = 1;
+    cu[1] = cu_padded[1] = PEER_ROWS_PER_RANK * b->cp;
+    memset(&layout, 0, sizeof layout);
+    layout.thd.num_sequences = 1, layout.thd.cu_seqlens = cu;
+    layout.thd.cu_seqlens_padded = cu_padded;
+    layout.thd.cp = b->cp, layout.local_rows = PEER_ROWS_PER_RANK;
+    layout.max_seqlen_padded = cu_padded[1];
+    RANK_CHECK(ctx, dcp_nccl_ring_scratch_size(&params, &layout, DCP_DTYPE_FLOAT32,
+                                               DCP_RING_FORWARD, &scratch_bytes, &err) == DCP_OK);
+    cudaMalloc(&q, PEER_ROWS_PER_RANK * RING_HEAD_DIM * sizeof(float));
+    cudaMalloc(&out, PEER_ROWS_PER_RANK * RING_HEAD_DIM * sizeof(float));
+    cudaMalloc((void **)&lse, PEER_ROWS_PER_RANK * sizeof(float));
+    cudaMalloc(&scratch, scratch_bytes + 1);
+    cudaMemsetAsync(q, 0, PEER_ROWS_PER_RANK * RING_HEAD_DIM * sizeof(float), stream);
+    RANK_CHECK(ctx, dcp_nccl_ring_forward(set, b, &params, &layout, DCP_DTYPE_FLOAT32, q, q, q,
+                                          out, lse, scratch, scratch_bytes, stream,
+                                          &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
+    cudaFree(q), cudaFree(out), cudaFree(lse), cudaFree(scratch);
+}
+
+/* The sends this rank made on comm since `before` (peers and counts from fake_send_counts):
+   the peers whose count grew, into grew[]; how many. */
+#define PEER_CAP 64
+static int peers_since(ncclComm_t comm, const int *peers, const unsigned long *before, int n,
+                       int *grew)
+{
+    int now_peers[PEER_CAP], count, i, j, found = 0;
+    unsigned long now[PEER_CAP];
+    count = fake_send_counts(comm, now_peers, now, PEER_CAP);
+    for (i = 0; i < count && i < PEER_CAP; i++) {
+        unsigned long was = 0;
+        for (j = 0; j < n; j++)
+            if (peers[j] == now_peers[i]) was = before[j];
+        if (now[i] > was) grew[found++] = now_peers[i];
+    }
+    return found;
+}
+
+/* Rings of every size 2 .. PEER_RANKS at four positions each, one after another on one set:
+   the pool ranks each rank sent to in them, counted by the transport, are at most four, all
+   within r +- 2 (a plain ring order, r + 1 in the group, would reach a new rank for every
+   size). */
+#define PEER_RANKS 16
+static void peer_rank(rank_ctx *ctx)
+{
+    const ncclConfig_t config = pool_config(1, NCCL_CONFIG_UNDEF_INT);
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, &config);
+    dcp_nccl_set *set = NULL;
+    int peers[PEER_CAP], grew[PEER_CAP], n, i, count;
+    unsigned long before[PEER_CAP];
+    cudaStream_t stream;
+    dcp_error err;
+    int32_t cp, first;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    n = fake_send_counts(set->comm, peers, before, PEER_CAP); /* the agreement's tree */
+    for (cp = 2; cp <= PEER_RANKS; cp++)
+        for (first = 0; first < 4 && first + cp <= PEER_RANKS; first++) {
+            ring_test t; /* only its cp and first: ring_bind's view */
+            dcp_comm_scope scope;
+            dcp_nccl_binding b;
+            memset(&t, 0, sizeof t);
+            t.cp = cp, t.first = first;
+            if (first == 0) { /* the override's blocks, then back */
+                if (ring_bind(ctx, set, &t, &scope, &b)) zero_ring(ctx, set, &b, stream);
+                RANK_CHECK(ctx, dcp_nccl_override_end(set, &scope, &err) == DCP_OK);
+            } else if (ring_bind(ctx, set, &t, &scope, &b))
+                zero_ring(ctx, set, &b, stream);
+        }
+    count = peers_since(set->comm, peers, before, n, grew);
+    RANK_CHECK(ctx, count <= 4);
+    for (i = 0; i < count; i++) RANK_CHECK(ctx, abs(grew[i] - ctx->rank) <= 2);
+    ctx->calls = count;
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+}
+
+static void rings_of_every_size_send_to_at_most_four_peers(void)
+{
+    static rank_ctx ctx[PEER_RANKS];
+    long most = 0;
+    int r;
+    CHECK_EQ(run_ranks(PEER_RANKS, 1, peer_rank, NULL, ctx), 0);
+    for (r = 0; r < PEER_RANKS; r++)
+        if (ctx[r].calls > most) most = ctx[r].calls;
+    printf("  most pool ranks one rank's rings sent to: %ld\n", most);
+    CHECK(most <= 4);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+
+/* ------------------------------------------------------- a split that fails, NCCL's way */
+
+/* The transport: a rank of the parent is gone before the others split it; their split fails,
+   and as NCCL does, each still gets its child (with the error as its state) and the parent's
+   abort flag is up. Non-blocking (the group job) and blocking alike. */
+static void failed_split_rank(rank_ctx *ctx)
+{
+    ncclComm_t child = NULL;
+    long made = 0, alive = 0;
+    ncclResult_t async = ncclSuccess, code;
+    if (ctx->rank == 2) { /* gone */
+        RANK_CHECK(ctx, ncclCommAbort(ctx->pool) == ncclSuccess);
+        barrier(ctx);
+        return;
+    }
+    barrier(ctx);
+    code = ncclCommSplit(ctx->pool, 0, ctx->rank, &child, NULL);
+    if (code == ncclInProgress) code = settled(ctx->pool);
+    RANK_CHECK(ctx, code == ncclRemoteError);
+    RANK_CHECK(ctx, child != NULL); /* written all the same */
+    if (child) RANK_CHECK(ctx, ncclCommGetAsyncError(child, &async) == ncclSuccess &&
+                                   async == ncclRemoteError);
+    RANK_CHECK(ctx, fake_abort_raised(ctx->pool));
+    if (child) RANK_CHECK(ctx, ncclCommAbort(child) == ncclSuccess);
+    RANK_CHECK(ctx, ncclCommAbort(ctx->pool) == ncclSuccess);
+    fake_comm_tally(ctx->rank, &made, &alive);
+    RANK_CHECK(ctx, made == 1 && alive == 0);
+}
+
+static void transport_failed_split_writes_child_and_raises_parent_flag(void)
+{
+    int blocking;
+    for (blocking = 0; blocking < 2; blocking++) {
+        const ncclConfig_t config = pool_config(blocking, 0);
+        transport_run(3, &config, failed_split_rank, 0);
+        CHECK(job_clean());
+        fake_job_destroy();
+    }
+}
+
+/* The layer's path for it: a pool rank is gone before set creation; every other rank's
+   dcp_nccl_set_create fails naming the split, has aborted the child NCCL wrote (no
+   communicator of its own left alive) and the pool, whose abort flag NCCL raised. */
+static void split_failed_rank(rank_ctx *ctx)
+{
+    const absent_test *t = (const absent_test *)ctx->test;
+    dcp_nccl_options o = options_with(FAILURE_TIMEOUT_MS, 0, &t->config);
+    dcp_nccl_set *set = NULL;
+    long made = 0, alive = 0;
+    dcp_error err;
+    double start;
+    if (ctx->rank == ABSENT_RANK) {
+        RANK_CHECK(ctx, ncclCommAbort(ctx->pool) == ncclSuccess);
+        barrier(ctx);
+        return;
+    }
+    barrier(ctx);
+    start = fake_now_ms();
+    absent_note(ctx, start, dcp_nccl_set_create(ctx->pool, &o, &set, &err), &err);
+    RANK_CHECK(ctx, set == NULL);
+    fake_comm_tally(ctx->rank, &made, &alive);
+    RANK_CHECK(ctx, made == 1 && alive == 0); /* the failed child aborted, not leaked */
+}
+
+static void failed_split_aborts_its_child_and_the_pool(void)
+{
+    absent_test t;
+    int blocking;
+    memset(&t, 0, sizeof t);
+    for (blocking = 0; blocking < 2; blocking++) {
+        printf("  %s\n", blocking ? "blocking" : "non-blocking");
+        t.config = pool_config(blocking, 0);
+        absent_run(&t, split_failed_rank, "ncclCommSplit");
+    }
+}
+
+/* ------------------------------------------------- after a failure: rebuild without a rank */
+
+#if DCP_NCCL_HAVE_SHRINK
+#define SHRINK_RANKS 8
+#define SHRINK_DEAD 5
+
+typedef struct shrink_test {
+    ring_test before; /* SHRINK_RANKS ranks in one group */
+    ring_test after;  /* SHRINK_RANKS - 1 ranks in one group, by their new ranks */
+    ncclConfig_t config;
+} shrink_test;
+
+/* Rank SHRINK_DEAD dies in a ring (aborts its set and its pool, and leaves); the others' ring
+   times out and aborts their sets, never their pools; they then build a set from the pool
+   without the dead rank (ncclCommShrink), renumbered, and its ring gives the CPU ring's
+   results. */
+static void shrink_rank(rank_ctx *ctx)
+{
+    const shrink_test *t = (const shrink_test *)ctx->test;
+    const int32_t dead = SHRINK_DEAD;
+    dcp_nccl_options o = options_with(FAILURE_TIMEOUT_MS, 0, &t->config);
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding b;
+    dcp_comm_scope scope;
+    ring_buffers buffers;
+    cudaStream_t stream;
+    dcp_error err;
+    dcp_status status;
+    rank_ctx renamed;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    ring_buffers_make(&t->before, ctx->rank, stream, &buffers);
+    RANK_CHECK(ctx, ring_bind(ctx, set, &t->before, &scope, &b));
+    if (ctx->rank == dead) {
+        (void)dcp_nccl_set_abort(set, 1, NULL); /* gone, pool and all */
+        (void)dcp_nccl_set_destroy(set, NULL);
+        ring_buffers_free(&buffers);
+        cudaStreamDestroy(stream);
+        return;
+    }
+    /* the dead rank's ring neighbours fail at once (their first hop cannot connect), the others
+       when their wait times out */
+    status = ring_forward(set, &b, &t->before, &buffers, stream, &err);
+    if (status == DCP_OK) status = dcp_nccl_set_wait(set, stream, &err);
+    RANK_CHECK(ctx, status == DCP_ERROR_NCCL);
+    RANK_CHECK(ctx, set->aborted && set->pool == ctx->pool && stream_drains(stream));
+    (void)dcp_nccl_set_destroy(set, NULL);
+    ring_buffers_free(&buffers);
+    /* the rebuilt set: the pool without the dead rank */
+    o.timeout_ms = CLEAN_TIMEOUT_MS, o.exclude_ranks = &dead, o.exclude_count = 1;
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    RANK_CHECK(ctx, set->ranks == SHRINK_RANKS - 1);
+    RANK_CHECK(ctx, set->rank == ctx->rank - (ctx->rank > dead));
+    renamed = *ctx, renamed.rank = set->rank, renamed.ranks = set->ranks;
+    ring_buffers_make(&t->after, set->rank, stream, &buffers);
+    RANK_CHECK(ctx, ring_bind(&renamed, set, &t->after, &scope, &b));
+    RANK_CHECK(ctx, ring_forward(set, &b, &t->after, &buffers, stream, &err) == DCP_OK);
+    RANK_CHECK(ctx, ring_backward(set, &b, &t->after, &buffers, stream, &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
+    ring_results_match(&renamed, &t->after, &buffers);
+    ctx->failures += renamed.failures;
+    RANK_CHECK(ctx, dcp_nccl_override_end(set, &scope, &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    RANK_CHECK(ctx, ncclCommDestroy(ctx->pool) == ncclSuccess);
+    ring_buffers_free(&buffers);
+    cudaStreamDestroy(stream);
+}
+
+static void shrink_rebuilds_the_set_without_a_dead_rank(void)
+{
+    static rank_ctx ctx[SHRINK_RANKS];
+    shrink_test t;
+    ring_test_init(&t.before, SHRINK_RANKS, SHRINK_RANKS, HOST_SEED + 46);
+    ring_test_init(&t.after, SHRINK_RANKS - 1, SHRINK_RANKS - 1, HOST_SEED + 47);
+    t.config = pool_config(1, 0);
+    CHECK_EQ(run_ranks_with(SHRINK_RANKS, &t.config, shrink_rank, &t, ctx), 0);
+    CHECK(no_hang_no_misuse());
+    fake_job_destroy();
+    ring_test_free(&t.before, SHRINK_RANKS);
+    ring_test_free(&t.after, SHRINK_RANKS - 1);
+}
+#endif
+
+/* ---------------------------------------- a group's own communicator, only on request */
+
+#define GROUP_RANKS 12
+#define GROUP_CP 3
+#define GROUP_ROOT 2
+#define GROUP_MESSAGE_BYTES 64 /* >= DCP_METADATA_MIN_BYTES: a broadcast takes libdcp buffers */
+
+/* Every rank asks for its group's own communicator (groups of 3 of 12): a communicator of the
+   group's ranks, made once (the second request returns it), that works (an all-reduce sums
+   3); the group broadcast reaches every member from member 2; at cp 1 there is none, and the
+   broadcast copies. The set made two communicators on this rank, and destroy ends both. */
+static void group_comm_rank(rank_ctx *ctx)
+{
+    const ncclConfig_t config = pool_config(1, NCCL_CONFIG_UNDEF_INT);
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, &config);
+    dcp_nccl_set *set = NULL;
+    dcp_nccl_binding b;
+    dcp_comm_scope scope;
+    ncclComm_t comm = NULL, again = NULL;
+    char message[GROUP_MESSAGE_BYTES];
+    void *received = NULL;
+    size_t size = 0;
+    int32_t *x = device_int(1);
+    int count = 0, me = -1;
+    long made = 0, alive = 0;
+    cudaStream_t stream;
+    dcp_error err;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
+    if (!set) return;
+    memset(&scope, 0, sizeof scope);
+    RANK_CHECK(ctx, dcp_nccl_override_begin(set, GROUP_CP, &scope, &b, &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_group_comm(set, NULL, stream, &comm, &err) == DCP_OK && comm);
+    RANK_CHECK(ctx, dcp_nccl_group_comm(set, &b, stream, &again, &err) == DCP_OK && again == comm);
+    RANK_CHECK(ctx, ncclCommCount(comm, &count) == ncclSuccess && count == GROUP_CP);
+    RANK_CHECK(ctx, ncclCommUserRank(comm, &me) == ncclSuccess && me == b.rank);
+    RANK_CHECK(ctx, ncclAllReduce(x, x, 1, ncclInt32, ncclSum, comm, stream) == ncclSuccess);
+    RANK_CHECK(ctx, stream_drains(stream) && *x == GROUP_CP);
+    memset(message, 0, sizeof message);
+    snprintf(message, sizeof message, "group from %d", (int)b.first_rank);
+    RANK_CHECK(ctx, dcp_nccl_group_broadcast_bytes(set, &b, GROUP_ROOT, message, sizeof message,
+                                                   b.rank == GROUP_ROOT ? NULL : &received,
+                                                   &size, stream, &err) == DCP_OK);
+    RANK_CHECK(ctx, b.rank == GROUP_ROOT ||
+                        (size == sizeof message && memcmp(received, message, size) == 0));
+    if (received) dcp_free(&set->allocator, received), received = NULL;
+    RANK_CHECK(ctx, dcp_nccl_group_broadcast_bytes(set, &b, GROUP_CP, message, sizeof message,
+                                                   NULL, NULL, stream,
+                                                   &err) == DCP_ERROR_INVALID_ARGUMENT);
+    RANK_CHECK(ctx, dcp_nccl_override_end(set, &scope, &err) == DCP_OK);
+    RANK_CHECK(ctx, dcp_nccl_group_comm(set, NULL, stream, &comm, &err) == DCP_OK && !comm);
+    RANK_CHECK(ctx, dcp_nccl_group_broadcast_bytes(set, NULL, 0, message, sizeof message,
+                                                   &received, &size, stream, &err) == DCP_OK);
+    RANK_CHECK(ctx, size == sizeof message && received && memcmp(received, message, size) == 0);
+    if (received) dcp_free(&set->allocator, received);
+    fake_comm_tally(ctx->rank, &made, &alive);
+    RANK_CHECK(ctx, made == 2 && alive == 2);
+    RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
+    fake_comm_tally(ctx->rank, &made, &alive);
+    RANK_CHECK(ctx, alive == 0);
+    pool_destroy(ctx, 0);
+    cudaStreamDestroy(stream);
+    cudaFree(x);
+}
+
+static void group_comm_and_broadcast_on_request(void)
+{
+    static rank_ctx ctx[GROUP_RANKS];
+    CHECK_EQ(run_ranks(GROUP_RANKS, 1, group_comm_rank, NULL, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+}
+
 /* -------------------------------------------------- a failure injected at every call */
 
 typedef struct fault_test {
     ring_test ring;
     const dcp_plan *plan;
+    ncclConfig_t config; /* the pools' (known to the set: a failure never touches the pool) */
     int faulty_rank;
     long fault_at; /* 0: none (the counting run) */
 } fault_test;
@@ -1956,7 +2366,7 @@ static dcp_status fault_step(rank_ctx *ctx, dcp_nccl_set *set, cudaStream_t stre
     RANK_CHECK(ctx, ended == DCP_OK);
     if (status != DCP_OK) return status;
     if ((status = dcp_nccl_set_wait(set, stream, err)) != DCP_OK) return status;
-    status = dcp_nccl_broadcast_bytes(set, set->pool, 0, bytes, sizeof bytes,
+    status = dcp_nccl_broadcast_bytes(set, NULL, 0, bytes, sizeof bytes,
                                       ctx->rank == 0 ? NULL : &received, &received_size, stream,
                                       err);
     if (status == DCP_OK && ctx->rank != 0)
@@ -1965,17 +2375,49 @@ static dcp_status fault_step(rank_ctx *ctx, dcp_nccl_set *set, cudaStream_t stre
     return status;
 }
 
+/* The ring's results on this rank equal the CPU ring's. */
+static void fault_results_match(rank_ctx *ctx, const ring_test *ring, const ring_buffers *b)
+{
+    const int64_t qw = RING_HEADS * RING_HEAD_DIM, kw = RING_KV_HEADS * RING_HEAD_DIM;
+    RANK_CHECK(ctx, relative_error((float *)b->d[RING_OUT], ring->out[ctx->rank],
+                                   ring->local_rows * qw) <= RING_TOLERANCE);
+    RANK_CHECK(ctx, relative_error((float *)b->d[RING_DK], ring->dk[ctx->rank],
+                                   ring->local_rows * kw) <= RING_TOLERANCE);
+}
+
+/* After the faulty step, failed or not: the pool is untouched (the set's config says it is not
+   shared), so every rank destroys its set, makes a new one from the same pool and trains on:
+   the same step, clean, gives the CPU ring's results; the pool's own all-reduce still sums. */
+static void fault_recreate_and_train_on(rank_ctx *ctx, dcp_nccl_set *set, ring_buffers *b,
+                                        cudaStream_t stream)
+{
+    const fault_test *t = (const fault_test *)ctx->test;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, t->ring.cp, &t->config);
+    dcp_nccl_set *again = NULL;
+    int32_t *x = device_int(1);
+    dcp_error err;
+    RANK_CHECK(ctx, set->pool == ctx->pool); /* never aborted by the set */
+    (void)dcp_nccl_set_destroy(set, NULL);
+    RANK_CHECK(ctx, ncclAllReduce(x, x, 1, ncclInt32, ncclSum, ctx->pool, stream) == ncclSuccess);
+    RANK_CHECK(ctx, stream_drains(stream) && *x == ctx->ranks);
+    RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &again, &err) == DCP_OK);
+    if (again) {
+        RANK_CHECK(ctx, fault_step(ctx, again, stream, b, &err) == DCP_OK);
+        fault_results_match(ctx, &t->ring, b);
+        RANK_CHECK(ctx, dcp_nccl_set_destroy(again, &err) == DCP_OK);
+    }
+    cudaFree(x);
+}
+
 static void fault_rank(rank_ctx *ctx)
 {
     const fault_test *t = (const fault_test *)ctx->test;
     const ring_test *ring = &t->ring;
-    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ring->cp, NULL);
-    const int64_t qw = RING_HEADS * RING_HEAD_DIM, kw = RING_KV_HEADS * RING_HEAD_DIM;
+    dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ring->cp, &t->config);
     dcp_nccl_set *set = NULL;
     ring_buffers b;
     cudaStream_t stream;
     dcp_error err;
-    int pool_aborted;
     double start;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
@@ -1993,18 +2435,13 @@ static void fault_rank(rank_ctx *ctx)
         snprintf(ctx->message, sizeof ctx->message, "%s", err.message);
         /* a failed step leaves the set aborted (never half-enqueued traffic) ... */
         RANK_CHECK(ctx, set->aborted == 1);
-    } else if (t->fault_at == 0) {
-        RANK_CHECK(ctx, relative_error((float *)b.d[RING_OUT], ring->out[ctx->rank],
-                                       ring->local_rows * qw) <= RING_TOLERANCE);
-        RANK_CHECK(ctx, relative_error((float *)b.d[RING_DK], ring->dk[ctx->rank],
-                                       ring->local_rows * kw) <= RING_TOLERANCE);
-    }
+    } else if (t->fault_at == 0)
+        fault_results_match(ctx, ring, &b);
     /* ... and the streams joined: everything enqueued drains */
     RANK_CHECK(ctx, stream_drains(stream));
     RANK_CHECK(ctx, ctx->elapsed_ms < 4 * FAILURE_TIMEOUT_MS + TIMEOUT_SLACK_MS);
-    pool_aborted = set->pool == NULL;
-    (void)dcp_nccl_set_destroy(set, NULL);
-    pool_destroy(ctx, pool_aborted);
+    fault_recreate_and_train_on(ctx, set, &b, stream);
+    pool_destroy(ctx, 0);
     cudaStreamDestroy(stream);
     ring_buffers_free(&b);
 }
@@ -2024,6 +2461,7 @@ static void fault_at_every_call_leaves_ranks_consistent(void)
     memset(&t, 0, sizeof t);
     ring_test_init(&t.ring, RANKS, 4, HOST_SEED + 9);
     t.plan = host_plan(RANKS, 48, 12, HOST_SEED + 10);
+    t.config = pool_config(1, NCCL_CONFIG_UNDEF_INT); /* as run_ranks makes the pools */
     t.faulty_rank = 1;
     CHECK(t.plan != NULL);
     if (!t.plan) return;
@@ -2075,7 +2513,7 @@ static void guard_rank(rank_ctx *ctx)
         dcp_nccl_cp_guard guard(set, 4);
         RANK_CHECK(ctx, guard.status() == DCP_OK && guard.binding().cp == 4);
         dcp_nccl_set_current(set, &now);
-        RANK_CHECK(ctx, now.cp == 4 && now.comm == dcp_nccl_set_comm(set, 4));
+        RANK_CHECK(ctx, now.cp == 4 && now.first_rank == ctx->rank / 4 * 4);
         throw guard_escape();
     } catch (const guard_escape &) {
     }
@@ -2084,7 +2522,7 @@ static void guard_rank(rank_ctx *ctx)
     { /* a failed begin opens nothing and its destructor ends nothing */
         dcp_nccl_cp_guard outer(set, 2);
         {
-            dcp_nccl_cp_guard bad(set, 3);
+            dcp_nccl_cp_guard bad(set, 0);
             RANK_CHECK(ctx, bad.status() == DCP_ERROR_INVALID_ARGUMENT);
         }
         RANK_CHECK(ctx, set->state.depth == 1 && set->state.override_cp == 2);
@@ -2263,9 +2701,16 @@ static void a2a_microbatch(rank_ctx *ctx, dcp_nccl_set *set, const dcp_plan *pla
     dcp_rank_view_destroy(view);
 }
 
+/* A plan's all-to-alls with `channels` channels (divisible by every group size). */
+typedef struct a2a_test {
+    const dcp_plan *plan;
+    int32_t channels;
+} a2a_test;
+
 static void a2a_rank(rank_ctx *ctx)
 {
-    const dcp_plan *plan = (const dcp_plan *)ctx->test;
+    const a2a_test *t = (const a2a_test *)ctx->test;
+    const dcp_plan *plan = t->plan;
     dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, 0, NULL);
     dcp_nccl_set *set = NULL;
     cudaStream_t stream;
@@ -2275,30 +2720,31 @@ static void a2a_rank(rank_ctx *ctx)
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
     if (set) {
-        /* channels divisible by every CP size of the plan */
         for (k = 0; k < plan->num_microbatches; k++)
-            a2a_microbatch(ctx, set, plan, k, 2 * set->max_cp, stream);
+            a2a_microbatch(ctx, set, plan, k, t->channels, stream);
         RANK_CHECK(ctx, dcp_nccl_set_destroy(set, &err) == DCP_OK);
     }
     pool_destroy(ctx, 0);
     cudaStreamDestroy(stream);
 }
 
-/* A plan whose groups span c = 1 .. A2A_MAX_CP: lengths up to A2A_MAX_CP x M tokens. */
+/* A plan whose groups span c = 1 .. A2A_MAX_CP (of the size set `sizes`; head_count, when
+   not 0, admits only the sizes dividing it): lengths up to A2A_MAX_CP x M tokens. */
 #define A2A_MAX_CP 16
 #define A2A_TOKENS_PER_RANK 24
-static dcp_plan *a2a_plan(int32_t ranks, uint64_t seed)
+static dcp_plan *a2a_plan(int32_t ranks, uint64_t seed, dcp_cp_sizes sizes, int32_t head_count)
 {
     dcp_config c = make_config(ranks, A2A_TOKENS_PER_RANK);
     int64_t lengths[160];
     dcp_plan *plan = NULL;
     dcp_rng rng;
     int32_t i;
-    c.max_cp = A2A_MAX_CP;
+    c.max_cp = head_count ? head_count : A2A_MAX_CP;
+    c.cp_sizes = sizes, c.head_count = head_count;
     dcp_rng_seed(&rng, seed);
     for (i = 0; i < 160; i++) /* mostly short, every tenth near the largest group's room */
         lengths[i] = 1 + (int64_t)dcp_rng_below(&rng, i % 10 == 0
-                                                          ? A2A_MAX_CP * A2A_TOKENS_PER_RANK - 40
+                                                          ? c.max_cp * A2A_TOKENS_PER_RANK - 40
                                                           : 3 * A2A_TOKENS_PER_RANK);
     if (dcp_plan_create(&c, lengths, 160, &plan, NULL) != DCP_OK) plan = NULL;
     return plan;
@@ -2308,7 +2754,8 @@ static void a2a_64_ranks_equals_cpu_reference(void)
 {
     enum { RANKS = 64 };
     static rank_ctx ctx[RANKS];
-    dcp_plan *plan = a2a_plan(RANKS, HOST_SEED + 7);
+    dcp_plan *plan = a2a_plan(RANKS, HOST_SEED + 7, DCP_CP_SIZES_POW2, 0);
+    a2a_test t;
     int32_t i, largest = 1;
     printf("  seed %d\n", HOST_SEED + 7);
     CHECK(plan != NULL);
@@ -2317,7 +2764,36 @@ static void a2a_64_ranks_equals_cpu_reference(void)
         if (plan->groups[i].cp > largest) largest = plan->groups[i].cp;
     printf("  %d microbatches, largest group %d\n", (int)plan->num_microbatches, (int)largest);
     CHECK(largest >= 8); /* the plan exercises wide groups */
-    CHECK_EQ(run_ranks(RANKS, 1, a2a_rank, plan, ctx), 0);
+    t.plan = plan, t.channels = 2 * A2A_MAX_CP; /* divisible by every power of two to 16 */
+    CHECK_EQ(run_ranks(RANKS, 1, a2a_rank, &t, ctx), 0);
+    CHECK(job_clean());
+    fake_job_destroy();
+    dcp_plan_destroy(plan);
+}
+
+/* Group sizes that are not powers of two where the heads divide: 12 heads on 36 ranks with
+   every size allowed (dcp_config.head_count: 1, 2, 3, 4, 6 and 12), the channels (heads x 2)
+   split c ways. */
+#define A2A_HEADS 12
+static void a2a_non_power_of_two_groups_equal_cpu_reference(void)
+{
+    enum { RANKS = 36 };
+    static rank_ctx ctx[RANKS];
+    dcp_plan *plan = a2a_plan(RANKS, HOST_SEED + 8, DCP_CP_SIZES_ANY, A2A_HEADS);
+    a2a_test t;
+    int32_t i, odd = 0;
+    printf("  seed %d\n", HOST_SEED + 8);
+    CHECK(plan != NULL);
+    if (!plan) return;
+    for (i = 0; i < plan->num_groups; i++) {
+        CHECK_EQ(A2A_HEADS % plan->groups[i].cp, 0);
+        odd += !dcp_is_pow2(plan->groups[i].cp);
+    }
+    printf("  %d groups, %d of a size that is not a power of two\n", (int)plan->num_groups,
+           (int)odd);
+    CHECK(odd > 0);
+    t.plan = plan, t.channels = 2 * A2A_HEADS;
+    CHECK_EQ(run_ranks(RANKS, 1, a2a_rank, &t, ctx), 0);
     CHECK(job_clean());
     fake_job_destroy();
     dcp_plan_destroy(plan);
@@ -2524,22 +3000,25 @@ dcp_status dcp_cuda_mtp_roll_shift(const dcp_cuda_layout *layout, int32_t rank,
 }
 
 #define ROLL_MAX_CP 64
-/* Element sizes the roll runs with, by log2(cp): ids, labels, a loss mask, odd records. */
-static const size_t roll_sizes[] = {8, 4, 1, 12, 2, 16, 8};
+/* The group sizes the roll runs at (powers of two and others), and the element size of each:
+   ids, labels, a loss mask, odd records. */
+static const int32_t roll_cps[] = {1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64};
+static const size_t roll_sizes[] = {8, 4, 1, 12, 2, 16, 8, 4, 1, 12, 8};
 
-/* Every rank rolls its buffer of every static CP size 1 .. 64 through dcp_nccl_mtp_roll (its
-   group's communicator from an evaluation override) and compares with the CPU reference of
-   its group, computed here from the same pack. */
+/* Every rank rolls its buffer at every static CP size of roll_cps through dcp_nccl_mtp_roll
+   (its group from an evaluation override) and compares with the CPU reference of its group,
+   computed here from the same pack. */
 static void roll_rank(rank_ctx *ctx)
 {
     dcp_nccl_options o = options_with(CLEAN_TIMEOUT_MS, ROLL_MAX_CP, NULL);
     dcp_nccl_set *set = NULL;
     cudaStream_t stream;
     dcp_error err;
-    int32_t cp, level = 0;
+    int32_t level;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     RANK_CHECK(ctx, dcp_nccl_set_create(ctx->pool, &o, &set, &err) == DCP_OK);
-    for (cp = 1; set && cp <= ROLL_MAX_CP; cp *= 2, level++) {
+    for (level = 0; set && level < TEST_COUNT(roll_cps); level++) {
+        const int32_t cp = roll_cps[level];
         dcp_comm_scope scope;
         dcp_nccl_binding binding;
         mtp_pack p;
@@ -2550,6 +3029,12 @@ static void roll_rank(rank_ctx *ctx)
         size_t bytes;
         memset(&scope, 0, sizeof scope);
         memset(&binding, 0, sizeof binding);
+        if (ctx->rank / cp * cp + cp > ctx->ranks) { /* past the last full block: idle */
+            RANK_CHECK(ctx, dcp_nccl_override_begin(set, cp, &scope, &binding, &err) == DCP_OK);
+            RANK_CHECK(ctx, binding.idle == 1);
+            RANK_CHECK(ctx, dcp_nccl_override_end(set, &scope, &err) == DCP_OK);
+            continue;
+        }
         RANK_CHECK(ctx, mtp_pack_make(&p, HOST_SEED + 20, cp, ctx->rank / cp, roll_sizes[level]));
         layout.thd = p.thd; /* "device" arrays are host memory here */
         layout.local_rows = p.local_rows, layout.max_seqlen_padded = p.max_seqlen_padded;
@@ -2760,10 +3245,10 @@ static void stage_rank(rank_ctx *ctx)
             buffers.field_microbatch_data[f] = (void *const *)micro[f];
         }
         RANK_CHECK(ctx, dcp_reroute_field_bytes(moves, &fields, &want, NULL) == DCP_OK);
-        fake_traffic(ctx->pool, &sent0, &received0);
+        fake_traffic(set->comm, &sent0, &received0); /* the reroute runs there */
         RANK_CHECK(ctx, dcp_nccl_reroute_execute(set, moves, &buffers, stream, &err) == DCP_OK);
         RANK_CHECK(ctx, dcp_nccl_set_wait(set, stream, &err) == DCP_OK);
-        fake_traffic(ctx->pool, &sent1, &received1);
+        fake_traffic(set->comm, &sent1, &received1);
         RANK_CHECK(ctx, sent1 - sent0 == want.send && received1 - received0 == want.recv);
         if (stage == 1) RANK_CHECK(ctx, want.send + want.recv + want.copy == 0);
         for (k = 0; k < K; k++) { /* each field's buffers hold the view's pack of that field */
@@ -2819,6 +3304,7 @@ int main(int argc, char **argv)
         {"abort_with_ring_behind_stuck_reroute", abort_with_ring_behind_stuck_reroute},
         {"shared_split_abort_then_pool_allreduce", shared_split_abort_then_pool_allreduce},
         {"dead_peer_in_ring_times_out", dead_peer_in_ring_times_out},
+        {"failed_split_aborts_its_child_and_the_pool", failed_split_aborts_its_child_and_the_pool},
         {"fault_at_every_call_leaves_ranks_consistent",
          fault_at_every_call_leaves_ranks_consistent},
     };
@@ -2843,6 +3329,18 @@ int main(int argc, char **argv)
         {"ring_64_ranks_equals_cpu_ring", ring_64_ranks_equals_cpu_ring},
         {"ring_cp2_and_cp4_equal_cpu_ring", ring_cp2_and_cp4_equal_cpu_ring},
         {"ring_nonblocking_communicators", ring_nonblocking_communicators},
+        {"ring_any_size_equals_cpu_ring", ring_any_size_equals_cpu_ring},
+        {"ring_unaligned_groups_equal_cpu_ring", ring_unaligned_groups_equal_cpu_ring},
+        {"rings_of_every_size_send_to_at_most_four_peers",
+         rings_of_every_size_send_to_at_most_four_peers},
+        {"transport_failed_split_writes_child_and_raises_parent_flag",
+         transport_failed_split_writes_child_and_raises_parent_flag},
+        {"failed_split_aborts_its_child_and_the_pool", failed_split_aborts_its_child_and_the_pool},
+#if DCP_NCCL_HAVE_SHRINK
+        {"shrink_rebuilds_the_set_without_a_dead_rank",
+         shrink_rebuilds_the_set_without_a_dead_rank},
+#endif
+        {"group_comm_and_broadcast_on_request", group_comm_and_broadcast_on_request},
         {"dead_peer_in_ring_times_out", dead_peer_in_ring_times_out},
         {"dead_root_broadcast_times_out", dead_root_broadcast_times_out},
         {"plan_disagreement_fails_every_rank", plan_disagreement_fails_every_rank},
@@ -2857,6 +3355,8 @@ int main(int argc, char **argv)
         {"fault_at_every_call_leaves_ranks_consistent",
          fault_at_every_call_leaves_ranks_consistent},
         {"a2a_64_ranks_equals_cpu_reference", a2a_64_ranks_equals_cpu_reference},
+        {"a2a_non_power_of_two_groups_equal_cpu_reference",
+         a2a_non_power_of_two_groups_equal_cpu_reference},
         {"a2a_cp1_is_a_no_op", a2a_cp1_is_a_no_op},
         {"a2a_fault_at_every_call", a2a_fault_at_every_call},
         {"mtp_roll_64_ranks_equals_reference", mtp_roll_64_ranks_equals_reference},

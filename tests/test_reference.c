@@ -474,12 +474,13 @@ static void seed003_same_batch_any_cp(void)
 
 static void ring_step_plan_table(void)
 {
-    /* cp 4, causal: per rank and step the source, q half, kv half, mask */
+    /* cp 4, causal: per rank and step the source, q half, kv half, mask; the ring order is
+       0 2 3 1 (dcp_ring_order), so step s reads the rank s places before in it */
     static const int32_t expected[4][4][4] = {
-        {{0, 0, 0, 1}, {3, 2, 0, 0}, {2, 2, 0, 0}, {1, 2, 0, 0}},
-        {{1, 0, 0, 1}, {0, 0, 1, 0}, {3, 2, 0, 0}, {2, 2, 0, 0}},
-        {{2, 0, 0, 1}, {1, 0, 1, 0}, {0, 0, 1, 0}, {3, 2, 0, 0}},
-        {{3, 0, 0, 1}, {2, 0, 1, 0}, {1, 0, 1, 0}, {0, 0, 1, 0}}};
+        {{0, 0, 0, 1}, {1, 2, 0, 0}, {3, 2, 0, 0}, {2, 2, 0, 0}},
+        {{1, 0, 0, 1}, {3, 2, 0, 0}, {2, 2, 0, 0}, {0, 0, 1, 0}},
+        {{2, 0, 0, 1}, {0, 0, 1, 0}, {1, 0, 1, 0}, {3, 2, 0, 0}},
+        {{3, 0, 0, 1}, {2, 0, 1, 0}, {0, 0, 1, 0}, {1, 0, 1, 0}}};
     dcp_ring_step plan;
     int32_t rank, step;
     for (rank = 0; rank < 4; rank++)
@@ -500,6 +501,16 @@ static void ring_step_plan_table(void)
     CHECK(plan.view.kv_rank == 0 && plan.view.q_half == DCP_HALF_ALL && plan.causal == 1);
 }
 
+/* The KV source of a ring step: the rank `step` places before `rank` in the ring order (the
+   steps below run in the ring's order, so that their merges round as the ring's do). */
+static int32_t ring_source(int32_t cp, int32_t rank, int32_t step)
+{
+    int32_t position = 0, source = 0;
+    CHECK_EQ(dcp_ring_position(cp, rank, &position, NULL), DCP_OK);
+    CHECK_EQ(dcp_ring_order(cp, (position - step + cp) % cp, &source, NULL), DCP_OK);
+    return source;
+}
+
 /* One rank's result of running every ring step as whole buffers with the position mask,
    merged through the public accumulator: what the plan's halves and unmasked steps must
    reproduce. Backward adds dq into this rank and dk, dv into the sources. */
@@ -514,7 +525,7 @@ static void run_position_masked_steps(const attention_case *c, const pack *p, in
     CHECK_EQ(dcp_attention_acc_init(&c->params, &layout, b[rank].out, b[rank].lse, NULL),
              DCP_OK);
     for (step = 0; step < p->cp; step++) {
-        view.kv_rank = (rank - step + p->cp) % p->cp;
+        view.kv_rank = ring_source(p->cp, rank, step);
         CHECK_EQ(dcp_attention_forward(&c->params, &layout, &view, b[rank].q,
                                        b[view.kv_rank].k, b[view.kv_rank].v, partial,
                                        partial_lse, NULL), DCP_OK);
@@ -534,7 +545,7 @@ static void backward_position_masked_steps(const attention_case *c, const pack *
     memset(&view, 0, sizeof view);
     view.q_rank = rank;
     for (step = 0; step < p->cp; step++) {
-        view.kv_rank = (rank - step + p->cp) % p->cp;
+        view.kv_rank = ring_source(p->cp, rank, step);
         CHECK_EQ(dcp_attention_backward(&c->params, &layout, &view, b[rank].q,
                                         b[view.kv_rank].k, b[view.kv_rank].v, b[rank].out,
                                         b[rank].dout, b[rank].lse, b[rank].dq,
@@ -1432,8 +1443,8 @@ static void ring_rejects_bad_arguments(void)
     params.num_heads = 1;
     params.head_dim = 4;
     half_allocator.free = NULL;
-    CHECK_REJECTED(dcp_ring_step_plan(3, 0, 0, 1, &plan, &error), DCP_ERROR_INVALID_ARGUMENT,
-                   "cp", "got 3");
+    CHECK_REJECTED(dcp_ring_step_plan(0, 0, 0, 1, &plan, &error), DCP_ERROR_INVALID_ARGUMENT,
+                   "cp", "got 0");
     CHECK_REJECTED(dcp_ring_step_plan(4, 4, 0, 1, &plan, &error), DCP_ERROR_INVALID_ARGUMENT,
                    "rank", "got 4");
     CHECK_REJECTED(dcp_ring_step_plan(4, 1, -1, 1, &plan, &error), DCP_ERROR_INVALID_ARGUMENT,

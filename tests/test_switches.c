@@ -39,23 +39,24 @@ static void references_are_in(void)
 #endif
 
 #ifdef DCP_NO_DISTRIBUTED
-#if defined(DCP_METADATA_MIN_BYTES) || defined(DCP_COMM_NO_COLOR)
+#if defined(DCP_METADATA_MIN_BYTES) || defined(DCP_COMM_TREE_ARITY)
 #error "DCP_NO_DISTRIBUTED must leave out the distributed logic's macros"
 #endif
 typedef int dcp_comm_state;
-static int dcp_comm_slot(int x) { return x + 5; }
+static int dcp_comm_tree_node(int x) { return x + 5; }
 static int dcp_ring_exchange_plan(int x) { return x + 6; }
 
 static void distributed_logic_is_left_out(void)
 {
     dcp_comm_state state = 1;
-    CHECK_EQ(dcp_comm_slot(state) + dcp_ring_exchange_plan(2), 14);
+    CHECK_EQ(dcp_comm_tree_node(state) + dcp_ring_exchange_plan(2), 14);
 }
 #else
 static void distributed_logic_is_in(void)
 {
-    CHECK_EQ(dcp_comm_slot(1), -1);
-    CHECK_EQ(dcp_comm_slot(8), 2);
+    dcp_comm_tree node;
+    CHECK_EQ(dcp_comm_tree_node(8, 0, 3, &node, NULL), DCP_OK);
+    CHECK_EQ(node.parent, 1);
 }
 #endif
 
@@ -76,7 +77,7 @@ static void contracts_remain(void)
     params.head_dim = DCP_MAX_HEAD_DIM + 1;
     CHECK_EQ(dcp_attention_params_resolve(&params, &resolved, NULL), DCP_ERROR_INVALID_ARGUMENT);
     CHECK_EQ(dcp_ring_step_plan(4, 1, 2, 1, &step, NULL), DCP_OK);
-    CHECK_EQ(step.view.kv_rank, 3);
+    CHECK_EQ(step.view.kv_rank, 2); /* the ring order 0 2 3 1: two places before 1 */
     conv.channels = 16;
     CHECK_EQ(dcp_conv1d_params_resolve(&conv, &conv_resolved, NULL), DCP_OK);
     CHECK_EQ(conv_resolved.width, DCP_DEFAULT_CONV1D_WIDTH);

@@ -1,10 +1,12 @@
 """Ring attention over a libdcp rank view with torch.distributed, for FlashAttention users:
 forward and backward, the local attention a parameter, checked against attention without CP.
 
-A CP group of cp ranks runs each microbatch as a ring of cp steps. Step s on group member r
-uses the K, V that started on member (r - s) mod cp: each step every member sends the K, V it
-holds to member r + 1 and receives member r - 1's (one ``batch_isend_irecv``, posted before the
-step's attention so the transfer overlaps it). Which rows take part in a step, which mask it
+A CP group of cp ranks runs each microbatch as a ring of cp steps, in libdcp's ring order
+(dcp_ring_order: members 0, 2, 4, ..., then the odd ones coming down, so a rank's neighbours are
+members r +- 1 or r +- 2). Step s on a member uses the K, V that started on the member s places
+before it in that order: each step every member sends the K, V it holds to the next member and
+receives the previous one's (one ``batch_isend_irecv``, posted before the step's attention so
+the transfer overlaps it). Which rows take part in a step, which mask it
 needs and whose K, V it reads are libdcp's (``RankView.flash_attn_calls``, built on
 dcp_ring_step_plan and dcp_rank_view_varlen_call): nothing about the zigzag split is re-derived
 here. The steps' partial outputs merge through their log-sum-exps. Backward (a hand-written
@@ -173,9 +175,10 @@ class RingSteps:
 
     Attributes:
         calls: per step s, (q_rows, kv_rows, call): the local query rows, the rows of the K, V
-            that step s brings (member (r - s) mod cp's), and the attention arguments.
-        send_to: global rank of member r + 1 (mod cp): where this rank's K, V go each step.
-        receive_from: global rank of member r - 1 (mod cp).
+            that step s brings (the member's s places before this one in the ring order), and
+            the attention arguments.
+        send_to: global rank of the next member in the ring order: where this rank's K, V go.
+        receive_from: global rank of the previous member.
         group: the process group the ranks are global ranks of (None: the default group).
     """
     calls: List[Tuple[torch.Tensor, torch.Tensor, Call]]
@@ -190,17 +193,24 @@ class RingSteps:
         """``global_rank`` maps a pool rank (view.group_ranks) to its rank in ``group``."""
         if view.idle:
             raise ValueError(f"rank {view.rank} is idle in microbatch {view.microbatch}")
-        calls = []
-        for step, call in enumerate(view.flash_attn_calls(causal)):
-            # the rotation below delivers member (r - s)'s K, V at step s: libdcp must agree
-            assert call.kv_rank == (view.rank_in_group - step) % view.cp, (call, view)
+        calls, sources = [], []
+        for call in view.flash_attn_calls(causal):
+            sources.append(call.kv_rank)
             arguments = dict(call.flash_attn_kwargs(device), softmax_scale=softmax_scale)
             calls.append((torch.tensor(call.q_rows, dtype=torch.long, device=device),
                           torch.tensor(call.kv_rows, dtype=torch.long, device=device),
                           arguments))
+        # libdcp's steps read the K, V of the member s places before this one in its ring
+        # order, every member once, this one's first: so step 1's source is the previous
+        # member and step cp - 1's the next (the one to which this K, V goes for its step 1),
+        # and passing K, V on to it delivers every step's K, V as libdcp reads it
+        assert sources[0] == view.rank_in_group and sorted(sources) == list(range(view.cp)), \
+            (sources, view)
+        following = sources[-1] if view.cp > 1 else view.rank_in_group
+        preceding = sources[1] if view.cp > 1 else view.rank_in_group
         members = view.group_ranks
-        return cls(calls, global_rank(members[(view.rank_in_group + 1) % view.cp]),
-                   global_rank(members[(view.rank_in_group - 1) % view.cp]), group)
+        return cls(calls, global_rank(members[following]), global_rank(members[preceding]),
+                   group)
 
     def pass_on(self, tensor: torch.Tensor) -> Tuple[torch.Tensor, List[Any]]:
         """Sends ``tensor`` to the next member and receives the previous member's into a new
@@ -250,9 +260,10 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, steps: RingS
 def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   out: torch.Tensor, lse: torch.Tensor, steps: RingSteps, attention: Any
                   ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dQ, dK, dV of this rank's rows. At step s this rank holds member (r - s)'s K, V and
-    that K, V's dK, dV accumulator; after the step the accumulator moves on with the ring
-    (member r + 1 works on the same K, V at step s + 1), and after the last step one more move
+    """dQ, dK, dV of this rank's rows. At step s this rank holds the K, V of the member s places
+    before it in the ring order and that K, V's dK, dV accumulator; after the step the
+    accumulator moves on with the ring (the next member works on the same K, V at step s + 1),
+    and after the last step one more move
     brings every accumulator home."""
     work = _accumulator_dtype(q.dtype)
     dq = torch.zeros(q.shape, dtype=work, device=q.device)

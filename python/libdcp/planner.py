@@ -513,7 +513,8 @@ class VarlenCall:
 
     Attributes:
         step: the ring step, 0 .. cp - 1.
-        kv_rank: group rank whose K, V this step reads: (rank_in_group - step) mod cp.
+        kv_rank: group rank whose K, V this step reads: the rank ``step`` places before this
+            one in libdcp's ring order (dcp_ring_order: 0, 2, 4, ..., 5, 3, 1).
         kv_source: the same as a pool rank (first_rank + kv_rank).
         causal: whether the call needs the causal mask (step 0 of a causal ring only).
         cu_seqlens_q, cu_seqlens_k: cumulative query and key rows of the call's sequences.

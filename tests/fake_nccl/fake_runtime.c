@@ -160,6 +160,7 @@ typedef struct fake_device {
     fake_block *blocks;
     int running_kernels;
     unsigned long launches;          /* communication kernels launched on it so far */
+    long comms_made;                 /* communicators its rank made (split, shrink, init) */
     const struct fake_op *next_kernel; /* of those that could start now, the first launched */
     int shutdown;
 } fake_device;
@@ -415,21 +416,34 @@ struct fake_group;
 typedef struct fake_split {
     struct fake_split *next;
     unsigned long sequence;
-    int size, deposited, broken; /* broken: a member was aborted before everyone came */
-    int *color, *key;
+    int size, deposited, broken; /* size: the members that come (a shrink's excluded do not);
+                                    broken: a member was aborted before everyone came */
+    struct fake_group *parent;
+    int *color, *key;            /* [parent rank]: NCCL_SPLIT_NOCOLOR until it comes */
+    unsigned char *joined;       /* [parent rank]: 1 once it came, 2 if excluded (shrink) */
     struct fake_group **child; /* [rank]: the child group of that rank's color */
 } fake_split;
 
 enum { FAKE_LINK_SEND = 1, FAKE_LINK_RECV = 2, FAKE_LINKED = 3 };
 
+/* The point-to-point state of one ordered pair (from, to): its mailbox and connection. Kept per
+   sender in a list of the peers it has used, so that a group of thousands of ranks costs what
+   its ranks really talk to, not size^2 (a rank of the layer talks to a handful). */
+typedef struct fake_channel {
+    struct fake_channel *next; /* the sender's next channel */
+    int to;
+    fake_message *head, *tail;
+    unsigned char link;  /* FAKE_LINK_* sides */
+    unsigned long sends; /* sends posted from -> to so far */
+} fake_channel;
+
 typedef struct fake_group {
     struct fake_group *next_of_job;
     unsigned long init_id; /* joined by ncclCommInitRankConfig with this id; 0: not */
     int size;
-    ncclComm_t *members;                         /* [rank], once each exists */
-    fake_message **mailbox_head, **mailbox_tail; /* [from * size + to] */
-    unsigned char *link;                         /* [from * size + to]: FAKE_LINK_* sides */
-    unsigned char *ring_ready;                   /* [rank]: its collectives connected */
+    ncclComm_t *members;       /* [rank], once each exists */
+    fake_channel **channels;   /* [from]: the channels from that rank */
+    unsigned char *ring_ready; /* [rank]: its collectives connected */
     int ring_members;
     fake_collective *collectives;
     fake_split *splits;
@@ -455,6 +469,8 @@ struct fake_comm {
     int jobs;              /* background threads working for it */
     int outstanding;       /* kernels launched and not done */
     int finalized, dead;   /* dead: destroyed or aborted */
+    int made;              /* 1: made by a rank (split, shrink, ncclCommInitRankConfig), not by
+                              the test's job */
     unsigned long collectives, splits;
     unsigned long long sent_bytes, received_bytes; /* point-to-point payload that ran */
 };
@@ -550,9 +566,24 @@ static void fake_reduce(const fake_collective *c, int size, ncclDataType_t type,
     }
 }
 
+/* The channel from -> to, made at its first use. With fake_lock held. */
+static fake_channel *fake_channel_of(fake_group *g, int from, int to)
+{
+    fake_channel *c;
+    for (c = g->channels[from]; c && c->to != to; c = c->next) {
+    }
+    if (c) return c;
+    c = (fake_channel *)calloc(1, sizeof *c);
+    c->to = to;
+    c->next = g->channels[from];
+    g->channels[from] = c;
+    return c;
+}
+
 static fake_message **fake_box(fake_group *g, int from, int to, int tail)
 {
-    return tail ? &g->mailbox_tail[from * g->size + to] : &g->mailbox_head[from * g->size + to];
+    fake_channel *c = fake_channel_of(g, from, to);
+    return tail ? &c->tail : &c->head;
 }
 
 static void fake_post(ncclComm_t comm, fake_part *p)
@@ -563,6 +594,7 @@ static void fake_post(ncclComm_t comm, fake_part *p)
     fake_message **tail = fake_box(g, comm->rank, p->peer, 1);
     m->next = NULL, m->bytes = p->bytes, m->consumed = 0;
     memcpy(m->data, p->source, p->bytes);
+    fake_channel_of(g, comm->rank, p->peer)->sends++;
     if (*tail) (*tail)->next = m;
     else *head = m;
     *tail = m;
@@ -858,12 +890,9 @@ static ncclResult_t fake_config_resolve(const ncclConfig_t *given, ncclConfig_t 
 static fake_group *fake_group_new(int size)
 {
     fake_group *g = (fake_group *)calloc(1, sizeof *g);
-    const size_t pairs = (size_t)size * (size_t)size;
     g->size = size;
     g->members = (ncclComm_t *)calloc((size_t)size, sizeof(ncclComm_t));
-    g->mailbox_head = (fake_message **)calloc(pairs, sizeof(fake_message *));
-    g->mailbox_tail = (fake_message **)calloc(pairs, sizeof(fake_message *));
-    g->link = (unsigned char *)calloc(pairs, 1);
+    g->channels = (fake_channel **)calloc((size_t)size, sizeof(fake_channel *));
     g->ring_ready = (unsigned char *)calloc((size_t)size, 1);
     g->next_of_job = fake_groups;
     fake_groups = g;
@@ -887,6 +916,13 @@ static ncclComm_t fake_comm_new(fake_group *group, int rank, fake_device *device
     c->next_of_job = fake_comms;
     fake_comms = c;
     return c;
+}
+
+/* Marks a communicator a rank made (not the test's job): fake_comm_tally counts them. */
+static ncclComm_t fake_comm_made(ncclComm_t comm)
+{
+    comm->made = 1;
+    return comm;
 }
 
 /* With fake_lock held: a usable communicator, or a violation naming the call. */
@@ -920,8 +956,8 @@ static void fake_connect_sides(const fake_op *k)
     const int me = k->comm->rank;
     const fake_part *p;
     for (p = k->parts; p; p = p->next) {
-        if (p->kind == FAKE_SEND) g->link[me * g->size + p->peer] |= FAKE_LINK_SEND;
-        else if (p->kind == FAKE_RECV) g->link[p->peer * g->size + me] |= FAKE_LINK_RECV;
+        if (p->kind == FAKE_SEND) fake_channel_of(g, me, p->peer)->link |= FAKE_LINK_SEND;
+        else if (p->kind == FAKE_RECV) fake_channel_of(g, p->peer, me)->link |= FAKE_LINK_RECV;
         else if (!g->ring_ready[me]) g->ring_ready[me] = 1, g->ring_members++;
     }
     pthread_cond_broadcast(&fake_control);
@@ -931,14 +967,14 @@ static void fake_connect_sides(const fake_op *k)
    its communicator (NCCL's connection attempt then fails: ncclRemoteError); 0: not yet. */
 static int fake_connected(const fake_op *k)
 {
-    const fake_group *g = k->comm->group;
+    fake_group *g = k->comm->group;
     const int me = k->comm->rank;
     const fake_part *p;
     int r;
     for (p = k->parts; p; p = p->next) {
-        if (p->kind == FAKE_SEND && g->link[me * g->size + p->peer] != FAKE_LINKED)
+        if (p->kind == FAKE_SEND && fake_channel_of(g, me, p->peer)->link != FAKE_LINKED)
             return g->members[p->peer] && g->members[p->peer]->dead ? -1 : 0;
-        if (p->kind == FAKE_RECV && g->link[p->peer * g->size + me] != FAKE_LINKED)
+        if (p->kind == FAKE_RECV && fake_channel_of(g, p->peer, me)->link != FAKE_LINKED)
             return g->members[p->peer] && g->members[p->peer]->dead ? -1 : 0;
         if ((p->kind == FAKE_ALLREDUCE || p->kind == FAKE_BROADCAST) && g->ring_members < g->size) {
             for (r = 0; r < g->size; r++)
@@ -1038,6 +1074,9 @@ static int fake_job_wait(int (*ready)(const void *), const void *arg, const nccl
 
 static ncclComm_t fake_split_child(ncclComm_t parent, fake_split *s, int color,
                                    const ncclConfig_t *config);
+static ncclComm_t fake_split_failed(ncclComm_t parent, int color, const ncclConfig_t *config,
+                                    ncclResult_t error);
+static void fake_raise_abort(ncclComm_t comm);
 static int fake_split_complete(const void *arg);
 static int fake_drained(const void *arg);
 
@@ -1047,12 +1086,14 @@ static void *fake_job_main(void *arg)
     ncclResult_t result = ncclSuccess;
     pthread_mutex_lock(&fake_lock);
     switch (job->kind) {
-    case FAKE_JOB_SPLIT:
+    case FAKE_JOB_SPLIT: /* *newcomm is the caller's memory, written when the job ends */
         if (fake_job_wait(fake_split_complete, job->split, job->comm) > 0)
             *job->newcomm = fake_split_child(job->comm, job->split, job->color,
-                                             &job->child_config); /* the caller's memory */
-        else
+                                             &job->child_config);
+        else {
             result = ncclRemoteError;
+            *job->newcomm = fake_split_failed(job->comm, job->color, &job->child_config, result);
+        }
         break;
     case FAKE_JOB_LAUNCH:
         if (fake_job_wait(fake_launchable, job->kernels, job->comm) > 0)
@@ -1096,22 +1137,37 @@ static ncclResult_t fake_job_start(fake_job *job)
 
 /* -- splits: collective over the parent; the child exists once every member has come */
 
-static fake_split *fake_split_join(ncclComm_t comm, int color, int key)
+enum { FAKE_JOINED = 1, FAKE_EXCLUDED = 2 };
+
+/* comm joins its communicator's next split (its own count of splits names it), of which
+   `members` ranks of the parent take part: a shrink leaves out excluded[0 .. count). */
+static fake_split *fake_split_join(ncclComm_t comm, int color, int key, int members,
+                                   const int *excluded, int count)
 {
     fake_group *g = comm->group;
     fake_split *s;
+    int r;
     for (s = g->splits; s && s->sequence != comm->splits; s = s->next) {
     }
     if (!s) {
         s = (fake_split *)calloc(1, sizeof *s);
-        s->sequence = comm->splits, s->size = g->size;
+        s->sequence = comm->splits, s->size = members;
         s->color = (int *)malloc((size_t)g->size * sizeof(int));
         s->key = (int *)malloc((size_t)g->size * sizeof(int));
+        for (r = 0; r < g->size; r++) s->color[r] = NCCL_SPLIT_NOCOLOR, s->key[r] = 0;
+        s->joined = (unsigned char *)calloc((size_t)g->size, 1);
+        for (r = 0; r < count; r++) s->joined[excluded[r]] = FAKE_EXCLUDED;
+        s->parent = g;
         s->child = (fake_group **)calloc((size_t)g->size, sizeof(fake_group *));
         s->next = g->splits;
         g->splits = s;
     }
+    if (s->size != members)
+        fake_violation(FAKE_PROTOCOL, "rank %d: split %lu of %d members joined as one of %d (a "
+                       "split and a shrink, or shrinks of different lists, at once)",
+                       comm->rank, s->sequence, s->size, members);
     comm->splits++;
+    s->joined[comm->rank] = FAKE_JOINED;
     s->color[comm->rank] = color, s->key[comm->rank] = key;
     s->deposited++;
     pthread_cond_broadcast(&fake_control);
@@ -1123,7 +1179,13 @@ static fake_split *fake_split_join(ncclComm_t comm, int color, int key)
 static int fake_split_complete(const void *arg)
 {
     const fake_split *s = (const fake_split *)arg;
-    return s->broken ? -1 : s->deposited == s->size;
+    int r;
+    if (s->broken) return -1;
+    if (s->deposited == s->size) return 1;
+    for (r = 0; r < s->parent->size; r++) /* a member it waits for is gone: NCCL's bootstrap
+                                              finds its socket closed */
+        if (!s->joined[r] && s->parent->members[r] && s->parent->members[r]->dead) return -1;
+    return 0;
 }
 
 /* With fake_lock held: this member's child of its split (NULL for NCCL_SPLIT_NOCOLOR), ranked
@@ -1145,8 +1207,25 @@ static ncclComm_t fake_split_child(ncclComm_t parent, fake_split *s, int color,
         for (r = 0; r < g->size; r++)
             if (s->color[r] == color) s->child[r] = child;
     }
-    return fake_comm_new(s->child[me], index, parent->device, config,
-                         parent->config.splitShare ? parent->shared : NULL);
+    parent->device->comms_made++;
+    return fake_comm_made(fake_comm_new(s->child[me], index, parent->device, config,
+                                        parent->config.splitShare ? parent->shared : NULL));
+}
+
+/* What NCCL does when a split's group job fails (src/init.cc ncclCommInitRankFunc,
+   src/group.cc asyncJobLaunch): the child is written all the same, its init state the error,
+   and the failed job raises the PARENT's abort flag, so that the parent's kernels quit. With
+   fake_lock held. */
+static ncclComm_t fake_split_failed(ncclComm_t parent, int color, const ncclConfig_t *config,
+                                    ncclResult_t error)
+{
+    ncclComm_t child;
+    fake_raise_abort(parent);
+    if (color == NCCL_SPLIT_NOCOLOR) return NULL; /* NCCL made no child */
+    child = fake_comm_made(fake_comm_new(fake_group_new(1), 0, parent->device, config, NULL));
+    child->state = error;
+    parent->device->comms_made++;
+    return child;
 }
 
 /* Predicates of host waits and jobs (fake_lock held). */
@@ -1796,6 +1875,33 @@ ncclResult_t ncclBroadcast(const void *send, void *receive, size_t count, ncclDa
                                 stream, "ncclBroadcast");
 }
 
+/* The rest of a split (or shrink) once comm has joined s: the PARENT's mode decides whether
+   it is the parent's group job (non-blocking) or blocks the host until every member came;
+   either way a failure writes the child with its error and raises the parent's abort flag
+   (fake_split_failed). With fake_lock held. */
+static ncclResult_t fake_split_run(ncclComm_t comm, fake_split *s, int color,
+                                   const ncclConfig_t *child_config, ncclComm_t *newcomm,
+                                   const char *call)
+{
+    char what[96];
+    int r;
+    if (!comm->config.blocking) {
+        fake_job *job = (fake_job *)calloc(1, sizeof *job);
+        job->kind = FAKE_JOB_SPLIT, job->comm = comm, job->split = s, job->color = color;
+        job->child_config = *child_config, job->newcomm = newcomm;
+        return fake_job_start(job);
+    }
+    snprintf(what, sizeof what, "%s (a rank of the parent has not called it)", call);
+    r = fake_block_host(fake_split_complete, s, comm->rank, what);
+    if (r > 0) {
+        *newcomm = fake_split_child(comm, s, color, child_config);
+        return ncclSuccess;
+    }
+    if (r == 0) return ncclSystemError; /* the transport's bound: NCCL would wait forever */
+    *newcomm = fake_split_failed(comm, color, child_config, ncclRemoteError);
+    return ncclRemoteError;
+}
+
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                            ncclConfig_t *config)
 {
@@ -1815,21 +1921,67 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         pthread_mutex_unlock(&fake_lock);
         return result;
     }
-    s = fake_split_join(comm, color, key);
-    if (!comm->config.blocking) { /* the PARENT's mode decides: the split is its group job */
-        fake_job *job = (fake_job *)calloc(1, sizeof *job);
-        job->kind = FAKE_JOB_SPLIT, job->comm = comm, job->split = s, job->color = color;
-        job->child_config = child_config, job->newcomm = newcomm;
-        result = fake_job_start(job);
-    } else {
-        const int r = fake_block_host(fake_split_complete, s, comm->rank,
-                                      "ncclCommSplit (a rank of the parent has not called it)");
-        if (r > 0) *newcomm = fake_split_child(comm, s, color, &child_config);
-        else result = r < 0 ? ncclRemoteError : ncclSystemError;
+    s = fake_split_join(comm, color, key, comm->group->size, NULL, 0);
+    result = fake_split_run(comm, s, color, &child_config, newcomm, "ncclCommSplit");
+    pthread_mutex_unlock(&fake_lock);
+    return result;
+}
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+static int fake_int_order(const void *a, const void *b)
+{
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* NCCL_SHRINK_ABORT: the parent's running kernels quit first (its flag raised until its work
+   has drained, then lowered), as NCCL does before it shrinks. With fake_lock held. */
+static void fake_shrink_abort(ncclComm_t comm)
+{
+    comm->shared->abort = 1;
+    fake_wake_all();
+    (void)fake_block_host(fake_drained, comm, comm->rank, "ncclCommShrink (NCCL_SHRINK_ABORT)");
+    comm->shared->abort = 0;
+}
+
+/* As NCCL 2.27: a split of the ranks not in the list (color 0, key their rank: the order
+   kept), collective over them only; the caller may not be in the list; NCCL sorts the list in
+   place. */
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                            ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
+{
+    ncclConfig_t child_config;
+    ncclResult_t result = ncclSuccess;
+    fake_split *s;
+    int i;
+    if (!comm || !newcomm || !excludeRanksList || excludeRanksCount <= 0 ||
+        excludeRanksCount >= comm->group->size ||
+        (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT))
+        return ncclInvalidArgument;
+    qsort(excludeRanksList, (size_t)excludeRanksCount, sizeof(int), fake_int_order);
+    for (i = 0; i < excludeRanksCount; i++)
+        if (excludeRanksList[i] < 0 || excludeRanksList[i] >= comm->group->size ||
+            excludeRanksList[i] == comm->rank ||
+            (i > 0 && excludeRanksList[i] == excludeRanksList[i - 1]))
+            return ncclInvalidArgument;
+    pthread_mutex_lock(&fake_lock);
+    if (!fake_comm_ready(comm, "ncclCommShrink")) {
+        pthread_mutex_unlock(&fake_lock);
+        return ncclInvalidArgument;
+    }
+    *newcomm = NULL;
+    if (config) result = fake_config_resolve(config, &child_config);
+    else child_config = comm->config;
+    if (result == ncclSuccess) {
+        if (shrinkFlags == NCCL_SHRINK_ABORT) fake_shrink_abort(comm);
+        s = fake_split_join(comm, 0, comm->rank, comm->group->size - excludeRanksCount,
+                            excludeRanksList, excludeRanksCount);
+        result = fake_split_run(comm, s, 0, &child_config, newcomm, "ncclCommShrink");
     }
     pthread_mutex_unlock(&fake_lock);
     return result;
 }
+#endif
 ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
     ncclResult_t result = ncclSuccess;
@@ -1944,7 +2096,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
                        "that has it already or differs in size", rank, nranks, g->size);
         return ncclInvalidArgument;
     }
-    *comm = fake_comm_new(g, rank, d, &resolved, NULL);
+    *comm = fake_comm_made(fake_comm_new(g, rank, d, &resolved, NULL));
+    d->comms_made++;
     /* as NCCL, until every rank has joined (non-blocking ones too: their call then returns
        ncclSuccess, which NCCL allows) */
     if (fake_block_host(fake_group_complete, g, rank, "ncclCommInitRankConfig") <= 0) {
@@ -2025,9 +2178,11 @@ static long fake_undelivered(void)
     int i;
     pthread_mutex_lock(&fake_lock);
     for (g = fake_groups; g; g = g->next_of_job)
-        for (i = 0; i < g->size * g->size; i++) {
-            fake_message *m;
-            for (m = g->mailbox_head[i]; m; m = m->next) n++;
+        for (i = 0; i < g->size; i++) {
+            const fake_channel *c;
+            const fake_message *m;
+            for (c = g->channels[i]; c; c = c->next)
+                for (m = c->head; m; m = m->next) n++;
         }
     pthread_mutex_unlock(&fake_lock);
     return n;
@@ -2040,6 +2195,19 @@ static int fake_violations(const char **text)
     return fake_violation_total();
 }
 static int fake_violation_count(fake_violation_kind kind) { return fake_violation_counts[kind]; }
+
+/* Of rank's device: the communicators its rank made (splits, shrinks, ncclCommInitRankConfig;
+   the job's own pools are not counted), and those of them alive now (neither destroyed nor
+   aborted). */
+static void fake_comm_tally(int rank, long *made, long *alive)
+{
+    const struct fake_comm *c;
+    pthread_mutex_lock(&fake_lock);
+    *made = fake_devices[rank].comms_made, *alive = 0;
+    for (c = fake_comms; c; c = c->next_of_job)
+        if (c->made && c->device == &fake_devices[rank] && !c->dead) (*alive)++;
+    pthread_mutex_unlock(&fake_lock);
+}
 
 /* Host waits and stuck sends past ms count as hangs (FAKE_DEFAULT_HANG_MS until changed). */
 static void fake_set_hang_bound(double ms) { fake_hang_ms = ms; }
@@ -2063,6 +2231,32 @@ static ncclConfig_t fake_comm_config(ncclComm_t comm)
     return c;
 }
 
+/* The peers comm's rank has sent to so far and how many sends each (at most cap of them, the
+   number of all returned): what a test compares before and after a phase. */
+static int fake_send_counts(ncclComm_t comm, int *peers, unsigned long *sends, int cap)
+{
+    const fake_channel *c;
+    int n = 0;
+    pthread_mutex_lock(&fake_lock);
+    for (c = comm->group->channels[comm->rank]; c; c = c->next) {
+        if (c->sends == 0) continue;
+        if (n < cap) peers[n] = c->to, sends[n] = c->sends;
+        n++;
+    }
+    pthread_mutex_unlock(&fake_lock);
+    return n;
+}
+
+/* Whether comm's abort flag is up (its kernels quit). */
+static int fake_abort_raised(ncclComm_t comm)
+{
+    int raised;
+    pthread_mutex_lock(&fake_lock);
+    raised = comm->shared->abort;
+    pthread_mutex_unlock(&fake_lock);
+    return raised;
+}
+
 /* Bytes of point-to-point payload comm's sends and receives have moved so far. */
 static void fake_traffic(ncclComm_t comm, unsigned long long *sent, unsigned long long *received)
 {
@@ -2074,11 +2268,16 @@ static void fake_traffic(ncclComm_t comm, unsigned long long *sent, unsigned lon
 static void fake_free_group(fake_group *g)
 {
     int i;
-    for (i = 0; i < g->size * g->size; i++)
-        while (g->mailbox_head[i]) {
-            fake_message *m = g->mailbox_head[i];
-            g->mailbox_head[i] = m->next;
-            free(m);
+    for (i = 0; i < g->size; i++)
+        while (g->channels[i]) {
+            fake_channel *c = g->channels[i];
+            g->channels[i] = c->next;
+            while (c->head) {
+                fake_message *m = c->head;
+                c->head = m->next;
+                free(m);
+            }
+            free(c);
         }
     while (g->collectives) {
         fake_collective *c = g->collectives;
@@ -2089,10 +2288,9 @@ static void fake_free_group(fake_group *g)
     while (g->splits) {
         fake_split *s = g->splits;
         g->splits = s->next;
-        free(s->color), free(s->key), free(s->child), free(s);
+        free(s->color), free(s->key), free(s->joined), free(s->child), free(s);
     }
-    free(g->members), free(g->mailbox_head), free(g->mailbox_tail), free(g->link);
-    free(g->ring_ready), free(g);
+    free(g->members), free(g->channels), free(g->ring_ready), free(g);
 }
 
 static void fake_free_device(fake_device *d)

@@ -21,6 +21,10 @@
      completes (until then *newcomm is NULL) and its progress shows on the PARENT, whose
      config decides whether a split blocks; any other call on a communicator still in progress
      fails with ncclInvalidArgument.
+   - A split that fails (a member aborted its parent before all came) writes its child all the
+     same, with the error as its state, and raises the PARENT's abort flag, as NCCL's group job
+     does (src/group.cc asyncJobLaunch); the caller has to abort both. ncclCommShrink (from
+     2.27) is a split of the ranks not excluded, collective over them only.
    - ncclCommAbort raises the abort flag (running kernels quit without an error; so do later
      ones of the same flag, under splitShare the parent's and its children's) and then waits
      for the communicator's queued work and background thread. Inside ncclGroupStart /
@@ -122,6 +126,14 @@ ncclResult_t ncclCommCount(ncclComm_t comm, int *count);
 ncclResult_t ncclCommUserRank(ncclComm_t comm, int *rank);
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *child,
                            ncclConfig_t *config);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#define NCCL_SHRINK_DEFAULT 0x00 /* shrink the parent */
+#define NCCL_SHRINK_ABORT 0x01   /* the parent's running operations quit first */
+/* The parent without excludeRanksList's ranks (sorted in place), the order kept; collective
+   over the ranks that stay, which alone call it; a split in every other respect. */
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                            ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+#endif
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
