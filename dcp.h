@@ -3688,8 +3688,8 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
      scatter, over a best-first search of the tree: O(log^2 D) a find; improve_moves, and it
      stops at 0.1% of the bound). Candidates: every sample at its minimum CP size, and while
      the best is more than 2% above the bound samples widened above half the target step,
-     every sample at the largest minimum and widening above an eighth (on random E = 1
-     batches without the last two, 351 of 1,500 plans were slower, by up to 28%).
+     every sample at the largest minimum and widening above an eighth (bench/RESULTS.md,
+     "Planner tuning", says what each candidate gains).
 
    E > 1 (blocks of E ranks in lockstep; E = D the barrier; dcp__plan_lockstep), candidates
    compared in ticks under E, in this order, stopping once one meets the lower bound:
@@ -3700,8 +3700,7 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
      and with at most DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK samples a block: the block-wide
      plan, the tree planner's build with every sample on at least E ranks (two candidates, no
      local search): no block then waits for one of its ranks, so its step under E is its
-     E = 1 step (8,192 samples on 1,024 ranks, E = 8: 0.88-0.97 of the bound before, 0.98
-     with it). Above DCP__LOCKSTEP_FULL_SAMPLES samples, when it is balanced the search ends
+     E = 1 step. Above DCP__LOCKSTEP_FULL_SAMPLES samples, when it is balanced the search ends
      there; else the candidates below run as without it, and it is compared with their best
      last.
    - up to DCP__LOCKSTEP_FULL_SAMPLES samples: the tree planner's plan (its E = 1 plan; under
@@ -5575,9 +5574,8 @@ done:
    samples whose per-rank time alone exceeds target / 2 widened (their CP size doubled while
    that shortens them), every sample at the largest minimum (one shared ring per microbatch, a
    balanced static CP), and stronger widening. The local search then moves, widens and narrows
-   single samples. (The widened candidate came first until the plan-time targets: the two
-   always ran, and on 8,192 samples x 1,024 ranks the minimal one, balanced, won; on every
-   bench row and 1,110 of 1,119 random plans the order changes nothing.) */
+   single samples. (The minimal candidate comes first because it is often balanced already;
+   bench/RESULTS.md, "Planner tuning", has what the order changes.) */
 
 typedef enum dcp__candidate {
     DCP__MINIMAL,
@@ -8660,7 +8658,7 @@ static dcp_status dcp__search_fills(dcp__search *s, dcp_error *error)
 /* Between the extremes with E <= max_cp, up to DCP__BLOCK_WIDE_MAX_SAMPLES_PER_BLOCK samples
    a block, while the fills are more than 2% above the bound: the block-wide plan (the tree
    planner with every group at least E ranks wide), kept apart and compared last (unloading
-   made it slower under E on four of the five 8,192-sample bench batches), so that it can only
+   it can make it slower under E: bench/RESULTS.md, "Planner tuning"), so that it can only
    add a faster plan; above DCP__LOCKSTEP_FULL_SAMPLES samples, when it is balanced, the
    costlier candidates are not run (they cost several times more and were slower there). */
 static int dcp__search_block_wide_applies(const dcp__search *s)

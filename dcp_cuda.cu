@@ -1,7 +1,7 @@
 /* dcp_cuda.cu - the CUDA kernels of libdcp, one translation unit.
 
    Build: nvcc -O2 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a \
-          -c dcp_cuda.cu -o dcp_cuda.o      (or `make`, as build/dcp_cuda.o)
+          -c dcp_cuda.cu -o dcp_cuda.o      (or `make cuda`, as build/dcp_cuda.o)
    and link it with the file that defines DCP_IMPLEMENTATION (this unit calls public dcp_
    functions of dcp.h: the operation contracts, which every switch keeps, so that file must
    only not define DCP_STATIC). Every
@@ -15,8 +15,10 @@
    total_rows), so arrays that disagree with the host sizes give wrong values but never an
    access outside the buffers. dcp_cuda_layout_init builds a layout from checked host arrays.
 
-   Sections: basics (errors, dtypes, vectors, rows of a layout) -> RoPE -> conv1d -> LSE merge
-   and conversion -> attention. */
+   Sections: basics (errors, host checks, element types, rows of a layout) -> RoPE -> conv1d ->
+   LSE merge and conversion -> attention (tile schedule, tensor-core primitives, forward,
+   backward, host side, the virtual ring driver) -> ring helpers -> head-parallel all-to-all ->
+   MTP roll -> attention on Hopper (sm_90a: swizzled tiles, wgmma, forward, TMA). */
 #include "dcp.h"
 
 #include <cuda_bf16.h>

@@ -767,7 +767,7 @@ static void dcp_nccl__pause(void)
 }
 
 /* Names a communicator for messages: the pool, the set's own, a group's own, or the caller's. */
-static void dcp_nccl__name(const dcp_nccl_set *set, ncclComm_t comm, char *name, size_t size)
+static void dcp_nccl__comm_name(const dcp_nccl_set *set, ncclComm_t comm, char *name, size_t size)
 {
     int32_t i;
     if (comm && comm == set->pool) {
@@ -947,7 +947,7 @@ static dcp_status dcp_nccl__settle(dcp_nccl_set *set, ncclComm_t comm, int code,
         code = (int)async;
         if (code != (int)ncclInProgress) break;
         if (dcp_nccl__now_ms() - start > (double)set->timeout_ms) {
-            dcp_nccl__name(set, comm, name, sizeof name);
+            dcp_nccl__comm_name(set, comm, name, sizeof name);
             return dcp_error_set(error, DCP_ERROR_NCCL,
                                  "%s on the %s communicator still in progress after %lld ms",
                                  call, name, (long long)set->timeout_ms);
@@ -972,7 +972,7 @@ static dcp_status dcp_nccl__async_errors(const dcp_nccl_set *set, ncclComm_t com
         ncclResult_t async = ncclSuccess;
         if (ncclCommGetAsyncError(comms[i], &async) != ncclSuccess) async = ncclInternalError;
         if (async == ncclSuccess || async == ncclInProgress) continue;
-        dcp_nccl__name(set, comms[i], name, sizeof name);
+        dcp_nccl__comm_name(set, comms[i], name, sizeof name);
         return dcp_error_set(error, DCP_ERROR_NCCL,
                              "%s: asynchronous error on the %s communicator: %s (%d); the set's "
                              "communicators were aborted",
@@ -1003,7 +1003,7 @@ static dcp_status dcp_nccl__wait_for(dcp_nccl_set *set, cudaStream_t stream, cud
         if ((status = dcp_nccl__async_errors(set, comm, operation, error)) != DCP_OK)
             return dcp_nccl__fail(set, status);
         if (dcp_nccl__now_ms() - start > (double)set->timeout_ms) {
-            if (comm) dcp_nccl__name(set, comm, name, sizeof name);
+            if (comm) dcp_nccl__comm_name(set, comm, name, sizeof name);
             else snprintf(name, sizeof name, "set's");
             status = dcp_error_set(error, DCP_ERROR_NCCL,
                                    "%s on the %s communicator did not finish in %lld ms (a peer "
@@ -1487,7 +1487,7 @@ static dcp_status dcp_nccl__finalize_all(dcp_nccl_set *set, dcp_error *error)
         if (pending > 0 && dcp_nccl__now_ms() - start > (double)set->timeout_ms) {
             for (i = 0; i < count && codes[i] != (int)ncclInProgress; i++) {
             }
-            dcp_nccl__name(set, comms[i], name, sizeof name);
+            dcp_nccl__comm_name(set, comms[i], name, sizeof name);
             return dcp_error_set(error, DCP_ERROR_NCCL,
                                  "ncclCommFinalize on the %s communicator still in progress "
                                  "after %lld ms",
@@ -1545,7 +1545,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_set_check(const dcp_nccl_set *set, dcp_error *e
         char name[48];
         DCP_NCCL__CHECK_NCCL(ncclCommGetAsyncError(comms[i], &async));
         if (async != ncclSuccess && async != ncclInProgress) {
-            dcp_nccl__name(set, comms[i], name, sizeof name);
+            dcp_nccl__comm_name(set, comms[i], name, sizeof name);
             return dcp_error_set(error, DCP_ERROR_NCCL,
                                  "asynchronous error on the %s communicator: %s (%d)%s%s; call "
                                  "dcp_nccl_set_abort",
@@ -2440,8 +2440,7 @@ DCP_NCCL_DEF dcp_status dcp_nccl_group_broadcast_bytes(dcp_nccl_set *set,
     return dcp_nccl__broadcast(set, &t, data, size, received, received_size, stream, error);
 }
 
-/* Serializes on the root (length 0 on failure, which every rank rejects), broadcasts, and
-   hands the bytes to the deserializer. */
+/* The two objects a broadcast carries, serialized by their own functions. */
 typedef enum dcp_nccl__object_kind { DCP_NCCL__PLAN, DCP_NCCL__VIEW } dcp_nccl__object_kind;
 
 static dcp_status dcp_nccl__serialize(dcp_nccl__object_kind kind, const void *object,
@@ -2466,6 +2465,8 @@ static dcp_status dcp_nccl__deserialize(dcp_nccl__object_kind kind, const void *
     return status;
 }
 
+/* Serializes on the root (length 0 on failure, which every rank rejects), broadcasts, and
+   hands the bytes to the deserializer. */
 static dcp_status dcp_nccl__broadcast_object(dcp_nccl_set *set, ncclComm_t comm, int32_t root,
                                              const void *object, void **received,
                                              dcp_nccl__object_kind kind,

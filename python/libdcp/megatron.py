@@ -220,10 +220,17 @@ def _pool_lockstep(groups: Sequence[Any], ranks: int, sync_ranks: int) -> bool:
     return sync_ranks >= ranks or any(g.cp >= ranks for g in groups)
 
 
-def barrier_runs(plan: Plan, sync_ranks: int) -> List[Tuple[int, int]]:
+def _sync_ranks(plan: Plan, sync_ranks: Optional[int]) -> int:
+    """E: the one given (to see the plan under another sync model), else the plan's own."""
+    return plan.sync_ranks if sync_ranks is None else _positive_int("sync_ranks", sync_ranks)
+
+
+def barrier_runs(plan: Plan, sync_ranks: Optional[int] = None) -> List[Tuple[int, int]]:
     """Microbatch ranges [begin, end) that become one Megatron group each: E = 1 one range;
     otherwise a range ends where the plan synchronises the pool anyway (before and after a
-    microbatch that runs it in lockstep), so Megatron's barriers cost nothing E does not."""
+    microbatch that runs it in lockstep), so Megatron's barriers cost nothing E does not.
+    ``sync_ranks`` None: the plan's own E (Plan.sync_ranks)."""
+    sync_ranks = _sync_ranks(plan, sync_ranks)
     k = plan.num_microbatches
     if sync_ranks <= 1 or k == 0:
         return [(0, k)]
@@ -233,7 +240,7 @@ def barrier_runs(plan: Plan, sync_ranks: int) -> List[Tuple[int, int]]:
     return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
-def group_runs(plan: Plan, sync_ranks: int) -> List[Tuple[int, int]]:
+def group_runs(plan: Plan, sync_ranks: Optional[int] = None) -> List[Tuple[int, int]]:
     """The microbatch ranges of Megatron's groups: barrier_runs, with the last range absorbing
     the ones before it until every rank runs a sub-sample in it (a rank empty in the last
     group would crash Megatron's schedule); raises ScheduleError naming the rank when the
@@ -256,7 +263,7 @@ def group_runs(plan: Plan, sync_ranks: int) -> List[Tuple[int, int]]:
     return runs[:last] + [(runs[last][0], runs[-1][1])]
 
 
-def plan_groups(plan: Plan, sync_ranks: int) -> List[List[List[int]]]:
+def plan_groups(plan: Plan, sync_ranks: Optional[int] = None) -> List[List[List[int]]]:
     """The plan as Megatron's groups (one per range of :func:`group_runs`): [group][rank] ->
     sample positions in plan order (by microbatch, then as packed in the group)."""
     microbatches = plan.microbatches
@@ -321,7 +328,8 @@ def _add_shares(shares: List[int], first: int, cp: int, length: int) -> None:
         add(2 * cp - 1 - full, 2 * cp - full, rest)
 
 
-def plan_token_counts(plan: Plan, sync_ranks: int, lengths: Sequence[int]) -> TokenCounts:
+def plan_token_counts(plan: Plan, lengths: Sequence[int],
+                      sync_ranks: Optional[int] = None) -> TokenCounts:
     """token_counts of plan_groups(plan, sync_ranks) without the per-rank lists: O(samples +
     groups x ranks of their run), where the lists hold up to samples x ranks entries."""
     counts = []
@@ -521,11 +529,11 @@ class LibdcpCPScheduler:
                              **self.settings.plan_config())
         except (InfeasibleError, InvalidArgumentError) as failure:
             raise self._input_error(failure, ids, lengths) from failure
-        positions = plan_groups(plan, self.settings.sync_ranks)
+        positions = plan_groups(plan)
         sample_id_groups = [[[ids[p] for p in items] for items in group] for group in positions]
         groups = [[[lengths[p] for p in items] for items in group] for group in positions]
         self.last_plan, self.last_sample_ids = plan, tuple(ids)
-        self.last_tokens = plan_token_counts(plan, self.settings.sync_ranks, lengths)
+        self.last_tokens = plan_token_counts(plan, lengths)
         self.num_subsamples = len(pairs)
         return groups, sample_id_groups
 

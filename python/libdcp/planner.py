@@ -842,6 +842,13 @@ class Plan:
         return ranks
 
     @property
+    def sync_ranks(self) -> int:
+        """E, the sync model the plan was made for (config["sync_ranks"], resolved: 1 for dense
+        models, ranks for a barrier per microbatch)."""
+        sync: int = self._c.config.sync_ranks
+        return sync
+
+    @property
     def num_samples(self) -> int:
         """Samples planned: the length of the lengths given to :func:`plan`."""
         count: int = self._c.num_samples

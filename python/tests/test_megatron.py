@@ -99,10 +99,11 @@ class MappingOverRandomPlans(unittest.TestCase):
             for sync in (1, 2, ranks):
                 plan = libdcp.plan(lengths, ranks, 2048, sync_ranks=sync)
                 from_lists = M.token_counts(M.plan_groups(plan, sync), dict(enumerate(lengths)))
-                self.assertEqual(M.plan_token_counts(plan, sync, lengths), from_lists)
+                self.assertEqual(M.plan_token_counts(plan, lengths, sync), from_lists)
+                self.assertEqual(M.plan_token_counts(plan, lengths), from_lists)  # plan's E
         for length in range(1, 70):  # one sample on 8 ranks: every rank's share
             plan = libdcp.plan([length], 8, 16, min_cp=8)
-            counts = M.plan_token_counts(plan, 1, [length]).group_rank_tokens[0]
+            counts = M.plan_token_counts(plan, [length], 1).group_rank_tokens[0]
             self.assertEqual(list(counts), [M.local_valid_tokens(length, 8, r) for r in range(8)])
 
     def test_barriers_only_where_the_pool_is_in_lockstep(self):
@@ -115,6 +116,10 @@ class MappingOverRandomPlans(unittest.TestCase):
                 self.assertFalse(any(lockstep[begin:end]))
         self.assertEqual(M.barrier_runs(plan, 1), [(0, plan.num_microbatches)])
         self.assertEqual(len(M.barrier_runs(plan, 8)), plan.num_microbatches)
+        self.assertEqual(plan.sync_ranks, 2)
+        self.assertEqual(M.barrier_runs(plan), runs)  # the plan's own E when none is given
+        with self.assertRaises(ValueError):
+            M.barrier_runs(plan, 0)
 
     def test_a_planted_order_swap_is_caught(self):
         """The checks fail on a broken mapping: one rank's shared samples swapped."""

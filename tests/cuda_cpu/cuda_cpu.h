@@ -2,7 +2,7 @@
    (or a test with kernels of its own) is compiled as host C++ with -DDCP_CUDA_CPU
    -Itests/cuda_cpu.
 
-   The model has three parts (tests/cuda_cpu/README below; the implementation files):
+   The model's parts (docs/cpu-model.md says what each checks):
    - executor.cc: a grid runs block after block (in an order drawn from the seed); the threads
      of a block run as cooperative fibers; barriers and warp collectives (shuffles, votes,
      ldmatrix, mma) are rendezvous of the threads they name; every PTX instruction dcp_cuda.cu
@@ -11,10 +11,20 @@
      the launches as those devices do. In the checked build (clang, ASan) a shadow of the
      arena reports races, reads of unwritten bytes and of cp.async destinations before their
      wait, and out-of-bounds shared accesses (checkers.cc).
-   - runtime.cc: the CUDA runtime API over host memory (cudaMalloc, streams in order, events,
-     errors, device and function attributes); a launch reaches it only as a host function
+   - checkers.cc: the shadows' checks every instrumented access goes through (shared memory;
+     global memory with memory.cc).
+   - memory.cc: where cudaMalloc's bytes live (one device region, exact sizes, redzones) and the
+     global-memory race checker.
+   - profile.cc (profile.h): the kernel profile, off unless asked (coalescing, bank conflicts,
+     DRAM sectors, the speed-of-light bounds of make kernel-report).
+   - device.cc: what the device is (profiles, attributes, occupancy, error state), for either
+     stream runtime.
+   - runtime.cc: the CUDA runtime API over host memory for one process (cudaMalloc, streams in
+     order, events); the host NCCL transport's fake_runtime.c is the other stream runtime, one
+     device thread per simulated rank. A launch reaches either only as a host function
      enqueued on a stream (cudaLaunchHostFunc), so any runtime that runs host functions in
      stream order can carry the executor's grids.
+   - model.h: the interface between these parts.
    - this header: the CUDA builtins kernels use (threadIdx, __syncthreads, __shfl_xor_sync,
      atomicAdd, ...), the PTX twins, the static shared memory macro and the launch template.
 
