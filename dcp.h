@@ -50,6 +50,16 @@
    contracts and the CUDA declarations; every combination is compiled and run by make test.
    An allocator may also be passed at run time (dcp_config.allocator, dcp_allocator).
 
+   SOURCES
+   This file is generated: its parts live in src/ of the libdcp repository, one file per
+   domain (base.h: basics, workload model, calibration; planner.h, planner_lockstep.h,
+   planner_sets.h: the planner; plan_readers.h: validator, simulator, SVG; views.h: length
+   sources, THD views, reroute, exchange format; distributed.h: what dcp_nccl.h builds on;
+   reference.h: operation contracts and CPU references; cuda.h: dcp_cuda.cu's declarations),
+   each holding its declarations and its implementation. Edit those and run `make amalgamate`
+   (tools/amalgamate.py); make test fails while this file is not what src/ makes. Banners of
+   the form "-- src/NAME --" say which part a line comes from. To vendor, copy this one file.
+
    CONVENTIONS
    - Every fallible function returns a dcp_status (DCP_OK = 0). When the dcp_error pointer is
      not NULL it receives a message naming the argument and the value at fault, e.g.
@@ -296,6 +306,7 @@
 extern "C" {
 #endif
 
+/* -- src/base.h -- */
 /* ==================================================================================== basics
    Status codes, error messages, allocator hooks and the generator. */
 
@@ -638,6 +649,7 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
                                             int32_t count, const dcp_cost_fit_options *options,
                                             dcp_cost_fit *fit, dcp_error *error);
 
+/* -- src/planner.h -- */
 /* =================================================================================== planner
    A plan lists K microbatches; microbatch k holds groups (first_rank, cp) that are aligned
    (first_rank % cp == 0) and disjoint; ranks in no group are idle in that microbatch. The
@@ -713,6 +725,7 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
 DCPDEF dcp_status dcp_plan_memory_estimate(const dcp_config *config, int32_t count,
                                            int64_t *bytes, dcp_error *error);
 DCPDEF void dcp_plan_destroy(dcp_plan *plan);
+/* -- src/plan_readers.h -- */
 DCPDEF dcp_status dcp_plan_validate(const dcp_plan *plan, dcp_error *error);
 /* DCP_OK at once for a plan the library made or read, as it made or read it (sealed: see
    dcp_plan.seal); any other plan is validated in full (dcp_plan_validate). Every function
@@ -766,6 +779,7 @@ DCPDEF dcp_status dcp_plan_svg(const dcp_plan *const *plans, const char *const *
                                int32_t count, const dcp_cost_model *cost, char *buffer,
                                size_t capacity, size_t *size, dcp_error *error);
 
+/* -- src/views.h -- */
 /* ================================================================== sequence-length sources */
 
 /* Megatron's convention: mu = ln(mean) - sigma^2 / 2, L = exp(mu + sigma Z) rounded to the
@@ -1086,6 +1100,7 @@ DCPDEF dcp_status dcp_plan_sample_location(const dcp_plan *plan, int32_t sample,
    DCP_ERROR_INVALID_PLAN with a message naming the first difference. */
 DCPDEF dcp_status dcp_plan_compare(const dcp_plan *a, const dcp_plan *b, dcp_error *error);
 
+/* -- src/distributed.h -- */
 #ifndef DCP_NO_DISTRIBUTED
 /* ========================================================================= distributed logic
    Everything dcp_nccl.h decides, as pure functions tests run on simulated ranks (docs/DESIGN.md
@@ -1562,6 +1577,7 @@ DCPDEF dcp_status dcp_rank_view_unpack_fields(const dcp_rank_view *view,
 
 #endif /* DCP_NO_DISTRIBUTED */
 
+/* -- src/reference.h -- */
 /* ======================================================================= operation contracts
    The arguments every attention, RoPE and conv1d entry point takes, CPU reference or CUDA
    kernel alike, and the checks they all run first: element types, operation parameters with
@@ -1780,6 +1796,7 @@ DCPDEF dcp_status dcp_conv1d_backward(const dcp_conv1d_params *params,
                                       float *dbias, dcp_error *error);
 #endif /* DCP_NO_REFERENCE */
 
+/* -- src/cuda.h -- */
 /* ======================================================================= CUDA declarations
    Defined in dcp_cuda.cu (compile it with nvcc and link it); never behind DCP_STATIC, because
    that translation unit is separate. Device pointers and a stream in, a dcp_status out. */
@@ -2055,6 +2072,7 @@ DCP_CUDA_DEF dcp_status dcp_cuda_mtp_roll_shift(const dcp_cuda_layout *layout, i
 extern "C" {
 #endif
 
+/* -- src/base.h -- */
 /* ------------------------------------------------------------------------------ basics */
 
 DCPDEF const char *dcp_status_string(dcp_status status)
@@ -3660,6 +3678,7 @@ DCPDEF dcp_status dcp_cost_fit_measurements(const dcp_cost_measurement *measurem
     return dcp_error_clear(error);
 }
 
+/* -- src/planner.h -- */
 /* ---------------------------------------------------------------- planner: the whole at a glance
    dcp_plan_create (DCP_STRATEGY_DYNAMIC) builds candidates, each a placement of every sample,
    and returns the fastest. N samples, D ranks, K microbatches, L = log2(max_cp) + 1 levels;
@@ -6234,6 +6253,7 @@ static void dcp__fill_run(dcp__fill *f, const int32_t *levels, const int32_t *or
     *num_microbatches = f->microbatch;
 }
 
+/* -- src/planner_lockstep.h -- */
 /* ---------------------------------------------------------------- baseline: greedy
    Megatron's manner: build one microbatch at a time. Samples are taken longest-work first at
    their minimum CP size; each goes to a new group on a free aligned block when one exists
@@ -8975,6 +8995,7 @@ static dcp_status dcp__plan_pow2(const dcp_config *c, const int64_t *lengths, in
     return status;
 }
 
+/* -- src/planner_sets.h -- */
 /* ------------------------------------------- planner: CP sizes beyond the buddy tree, and
    every rank busy
    The planner's searches run on the buddy tree of aligned power-of-two blocks. Two configs
@@ -10396,6 +10417,7 @@ DCPDEF dcp_status dcp_plan_create(const dcp_config *config, const int64_t *lengt
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
 
+/* -- src/plan_readers.h -- */
 /* --------------------------------------------------------------------------- validator */
 
 static dcp_status dcp__validate_shape(const dcp_plan *plan, dcp_error *error)
@@ -11255,6 +11277,7 @@ DCPDEF dcp_status dcp_plan_cp_histogram(const dcp_plan *plan, int32_t *sizes, in
     return dcp_error_clear(error);
 }
 
+/* -- src/views.h -- */
 /* ------------------------------------------------------------- sequence-length sources */
 
 /* Below INT64_MAX (9.2e18) with room: a draw near the mean still fits a length. */
@@ -13104,6 +13127,7 @@ DCPDEF dcp_status dcp_reroute_match(const dcp_reroute *const *reroutes, int32_t 
     dcp_free(allocator, keys);
     return status == DCP_OK ? dcp_error_clear(error) : status;
 }
+/* -- src/distributed.h -- */
 #ifndef DCP_NO_DISTRIBUTED
 /* ------------------------------------------------------------------- distributed logic */
 
@@ -14398,6 +14422,7 @@ DCPDEF dcp_status dcp_rank_view_unpack_fields(const dcp_rank_view *view,
 
 #endif /* DCP_NO_DISTRIBUTED */
 
+/* -- src/reference.h -- */
 /* ----------------------------------------------------------------- operation contracts
    The checks every attention, RoPE and conv1d entry point runs first, CPU or CUDA. */
 
