@@ -70,6 +70,7 @@ typedef struct pool_run {
     double *set_ms, *legacy_ms;  /* [rank] */
     long *set_made, *legacy_made, *legacy_held;
     double switch_ns;            /* rank 0's mean per switch */
+    double switch_unsealed_ns;   /* the same on an unsealed copy, validated at every call */
     int failures;
     pthread_mutex_t lock;
 } pool_run;
@@ -87,10 +88,19 @@ static void note_failure(pool_run *run, int rank, const char *what, const char *
     pthread_mutex_unlock(&run->lock);
 }
 
-/* Rank 0 switches through every microbatch of the plan switch_reps times; the mean per call. */
-static void time_switch(pool_run *run, dcp_nccl_set *set)
+/* The plan as every use saw it before plans were validated once: a copy of the struct with its
+   seal cleared, which the library validates in full at each use (dcp_plan_trusted). */
+static dcp_plan unsealed_copy(const dcp_plan *plan)
 {
-    const dcp_plan *plan = run->switch_plan;
+    dcp_plan copy = *plan;
+    copy.seal = 0;
+    return copy;
+}
+
+/* Rank 0 switches through every microbatch of `plan` switch_reps times; the mean per call in
+   ns, or a negative value after a failure. */
+static double mean_switch_ns(pool_run *run, dcp_nccl_set *set, const dcp_plan *plan)
+{
     dcp_nccl_binding binding;
     dcp_error err;
     double start = now_ms();
@@ -99,9 +109,17 @@ static void time_switch(pool_run *run, dcp_nccl_set *set)
         for (k = 0; k < plan->num_microbatches; k++, calls++)
             if (dcp_nccl_set_switch_plan(set, plan, k, &binding, &err) != DCP_OK) {
                 note_failure(run, 0, "dcp_nccl_set_switch_plan", err.message);
-                return;
+                return -1.0;
             }
-    run->switch_ns = (now_ms() - start) * 1e6 / (calls ? calls : 1);
+    return (now_ms() - start) * 1e6 / (calls ? calls : 1);
+}
+
+/* The switch on the sealed plan, and on its unsealed copy (validated at every call). */
+static void time_switch(pool_run *run, dcp_nccl_set *set)
+{
+    const dcp_plan copy = unsealed_copy(run->switch_plan);
+    run->switch_ns = mean_switch_ns(run, set, run->switch_plan);
+    run->switch_unsealed_ns = mean_switch_ns(run, set, &copy);
 }
 
 /* Today's path: one split of the pool per CP size 2, 4, .. max_cp; returns how many this rank
@@ -227,9 +245,12 @@ static int run_pool(int ranks, const dcp_plan *switch_plan, int switch_reps)
            (now_ms() - wall) / 1e3);
     if (switch_plan)
         printf("        switch (dcp_nccl_set_switch_plan), %d samples x %d ranks, %d "
-               "microbatches: %.0f ns per call (rank 0, mean of %d passes)\n",
+               "microbatches: %.0f ns per call (rank 0, mean of %d passes); validated in full "
+               "at every call (an unsealed copy, as before plans were validated once): %.0f ns, "
+               "ratio %.0f\n",
                switch_plan->num_samples, ranks, switch_plan->num_microbatches, run.switch_ns,
-               switch_reps);
+               switch_reps, run.switch_unsealed_ns,
+               run.switch_unsealed_ns / (run.switch_ns > 0 ? run.switch_ns : 1.0));
     pthread_barrier_destroy(&run.barrier);
     pthread_mutex_destroy(&run.lock);
     free(run.set_ms), free(run.legacy_ms), free(run.set_made), free(run.legacy_made);
@@ -385,6 +406,37 @@ static void print_peers(int ranks)
 }
 #endif
 
+/* Rank 0's view of every microbatch (dcp_rank_view_create and destroy), on the sealed plan
+   and on its unsealed copy; the mean per view in ns, each of `reps` passes. */
+static double views_ns(const dcp_plan *plan, int reps)
+{
+    dcp_rank_view *view = NULL;
+    dcp_error err;
+    double start = now_ms();
+    int rep, k, calls = 0;
+    for (rep = 0; rep < reps; rep++)
+        for (k = 0; k < plan->num_microbatches; k++, calls++) {
+            if (dcp_rank_view_create(plan, 0, k, &view, &err) != DCP_OK) {
+                fprintf(stderr, "dcp_rank_view_create: %s\n", err.message);
+                return -1.0;
+            }
+            dcp_rank_view_destroy(view);
+        }
+    return (now_ms() - start) * 1e6 / (calls ? calls : 1);
+}
+
+static int print_views(const dcp_plan *plan, int reps)
+{
+    const dcp_plan copy = unsealed_copy(plan);
+    const double sealed = views_ns(plan, reps), unsealed = views_ns(&copy, reps);
+    printf("rank view (dcp_rank_view_create + destroy, rank 0, every microbatch), %d samples x %d "
+           "ranks: %.0f ns per view (mean of %d passes); validated in full at every call (an "
+           "unsealed copy): %.0f ns, ratio %.0f\n",
+           plan->num_samples, plan->config.ranks, sealed, reps, unsealed,
+           unsealed / (sealed > 0 ? sealed : 1.0));
+    return sealed < 0 || unsealed < 0;
+}
+
 int main(int argc, char **argv)
 {
     int pools[BENCH_MAX_POOLS], count = 0, threads = 1, reps = DEFAULT_SWITCH_REPS, i,
@@ -411,6 +463,7 @@ int main(int argc, char **argv)
         dcp_plan *plan =
             pools[i] == SWITCH_RANKS ? bench_plan(SWITCH_RANKS, SWITCH_SAMPLES, DCP_CP_SIZES_POW2)
                                      : NULL;
+        if (plan) failures += print_views(plan, reps);
         failures += run_pool(pools[i], plan, reps);
         dcp_plan_destroy(plan);
     }
