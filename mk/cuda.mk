@@ -74,7 +74,7 @@ $(BUILD)/test_wgmma: tests/test_wgmma.cu tests/test.h tests/cuda_test_util.h tes
 $(BUILD)/kernels_bench $(BUILD)/attention_bench: $(BUILD)/%: bench/%.cu bench/bench_util.h dcp.h \
                                                  $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) $(NVCC_FLAGS) $< $(BUILD)/dcp_cuda.o -o $@
-# The cost-model calibration (README "Calibrating the cost model"): the host side both share
+# The cost-model calibration (docs/calibration.md): the host side both share
 # is tested by test_calibrate without a GPU.
 $(BUILD)/calibrate $(BUILD)/plan_vs_exec: $(BUILD)/%: bench/%.cu bench/layer_timer.h \
         bench/bench_util.h bench/calibrate_grid.h bench/plan_exec.h dcp.h $(BUILD)/dcp_cuda.o \

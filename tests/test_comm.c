@@ -1309,7 +1309,7 @@ static void comm_max_cp_is_the_fastest_useful_cp(void)
     CHECK(max_cp >= 8 && max_cp < 1024);
     CHECK_EQ(dcp_comm_max_cp(&config, 0, &max_cp, &error), DCP_ERROR_INVALID_ARGUMENT);
     CHECK_EQ(dcp_comm_max_cp(&config, 32768, NULL, &error), DCP_ERROR_INVALID_ARGUMENT);
-    /* in place, as the README does it: the config's own max_cp caps the answer */
+    /* in place, as docs/nccl.md's training step does it: the config's own max_cp caps the answer */
     config.max_cp = 16;
     CHECK_EQ(dcp_comm_max_cp(&config, 1000000, &config.max_cp, &error), DCP_ERROR_INFEASIBLE);
     config.max_cp = 16;

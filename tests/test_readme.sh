@@ -107,9 +107,10 @@ else
 fi
 # Every in-page link of the README and of docs/*.md ("(#anchor)", "(FILE.md#anchor)") names a
 # heading that exists there, spelled as GitHub derives anchors (lower case, punctuation but
-# hyphens dropped, spaces to hyphens), so the newcomer path's links do not rot when sections move.
+# hyphens dropped, spaces to hyphens), so the newcomer path's links do not rot when sections move;
+# every relative link of those and of bench/*.md ("(PATH)") names a file that exists.
 if command -v python3 >/dev/null 2>&1; then
-    python3 - README.md docs/*.md >"$work/anchors.out" 2>&1 <<'PY'
+    python3 - README.md docs/*.md bench/*.md >"$work/anchors.out" 2>&1 <<'PY'
 import os, re, sys
 def anchors(path):
     heads = re.findall(r"^#+ (.*)$", open(path).read(), re.M)
@@ -122,9 +123,14 @@ for path in sys.argv[1:]:
         if not os.path.exists(where) or anchor not in anchors(where):
             bad += 1
             print(f"FAIL {path}: link to {target or ''}#{anchor} names no heading")
+    text = re.sub(r"```.*?```", "", open(path).read(), flags=re.S)
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)\s]*)?\)", text):
+        if not re.match(r"[a-z]+:", target) and \
+                not os.path.exists(os.path.normpath(os.path.join(os.path.dirname(path), target))):
+            print(f"FAIL {path}: link to {target} names no file")
 PY
     cat "$work/anchors.out"
-    if [ -s "$work/anchors.out" ]; then fail "in-page links"; else pass "every in-page link names a heading"; fi
+    if [ -s "$work/anchors.out" ]; then fail "in-page links"; else pass "every in-page link names a heading, every relative link a file"; fi
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
