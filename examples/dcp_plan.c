@@ -169,9 +169,11 @@ static void usage(FILE *out)
           "                [--max-cp K] [--microbatch-multiple K] [--pad-multiple-cp1 K]\n"
           "                [--pad-multiple K] [--attn-coeff A] [--linear-coeff B]\n"
           "                [--ring-step-cost G] [--ring-charge group|sample]\n"
-          "                [--strategy dynamic|static|greedy]\n"
-          "                [--improve-moves N] [--json] [--svg FILE [--compare]]\n"
-          "                [--save-plan FILE] [--output FILE] [--rank R --microbatch K]\n"
+          "                [--strategy dynamic|static|greedy] [--improve-moves N]\n"
+          "                [--cp-sizes pow2|megatron|any|LIST] [--head-count H]\n"
+          "                [--cover-ranks 0|1] [--memory-limit BYTES]\n"
+          "                [--json] [--svg FILE [--compare]] [--save-plan FILE]\n"
+          "                [--output FILE] [--rank R --microbatch K]\n"
           "       dcp-plan --help | --version\n",
           out);
 }

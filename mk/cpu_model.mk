@@ -85,11 +85,18 @@ $(CUDA_CPU_TESTS:%=$(BUILD)/cuda_cpu/%.o): $(BUILD)/cuda_cpu/%.o: tests/%.cu tes
 $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu): $(BUILD)/%-cpu: $(BUILD)/cuda_cpu/%.o $(CUDA_CPU_CHECKED) \
                                     $(BUILD)/cuda_cpu/dcp_cuda-checked.o
 	$(CUDA_CPU_LINK) $< $(BUILD)/cuda_cpu/dcp_cuda-checked.o -o $@ -lm
-# Both profiles: the program under DCP_CUDA_CPU_DEVICE=sm_80 and =sm_89, side by side.
+# Both profiles: the program under DCP_CUDA_CPU_DEVICE=sm_80 and =sm_89, side by side, every
+# test under each; or, for a program named in CUDA_CPU_PROFILES_<name>, its tests shared out
+# between the two (PROFILE=NAME,..., tests/cuda_cpu/profiles.sh). The ring example's cases are
+# the same kernels on more ranks, and the kernels' own tests run in full under both profiles:
+# its rings of 2, 4 and 8 run under sm_80, its odd and mixed groups under sm_89.
+CUDA_CPU_PROFILES := sm_80 sm_89
+CUDA_CPU_PROFILES_ring_attention_nccl := sm_80=ring_of sm_89=groups_of
 $(CUDA_CPU_PROFILED:%=$(BUILD)/%-cpu-profiles): $(BUILD)/%-cpu-profiles: $(BUILD)/%-cpu \
-                                             $(CUDA_CPU)/profiles.sh
-	printf '#!/bin/sh\nexec sh "%s" "$$(dirname "$$0")/%s" sm_80 sm_89\n' \
-	    "$(abspath $(CUDA_CPU)/profiles.sh)" "$(<F)" > $@
+                                             $(CUDA_CPU)/profiles.sh mk/cpu_model.mk
+	printf '#!/bin/sh\nexec sh "%s" "$$(dirname "$$0")/%s" %s\n' \
+	    "$(abspath $(CUDA_CPU)/profiles.sh)" "$(<F)" \
+	    "$(or $(CUDA_CPU_PROFILES_$*),$(CUDA_CPU_PROFILES))" > $@
 	chmod +x $@
 # The primitives' parity test on the model: g++'s host build of dcp_cuda.cu, which it includes.
 $(BUILD)/test_cuda_primitives-cpu: tests/test_cuda_primitives.cu tests/test.h tests/tolerance.h \

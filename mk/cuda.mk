@@ -43,8 +43,6 @@ $(BUILD)/dcp_cuda.o: dcp_cuda.cu dcp.h | $(BUILD)
 
 # dcp_cuda.cu and the dcp.h implementation as one shared library, for the Python benches and
 # the Python package's torch ops.
-$(BUILD)/dcp_impl-pic.o: bench/dcp_impl.c dcp.h | $(BUILD)
-	$(CC) $(C_FLAGS) -fPIC -c $< -o $@
 $(CUDA_LIBRARY): $(BUILD)/dcp_impl-pic.o $(BUILD)/dcp_cuda.o | $(BUILD)
 	$(NVCC) -shared $^ -o $@ -lcudart
 
