@@ -537,9 +537,15 @@ static void barrier_try_complete(int id)
 
 /* Threads of one phase must reach the barrier at one place: __syncthreads in divergent code
    (one in each branch) is undefined on a device (synccheck's "divergent barrier"); the model,
-   which counts arrivals per barrier, would take the two for one. */
+   which counts arrivals per barrier, would take the two for one. The place is the call's pc,
+   which holds in the checked build (clang -O1); g++'s optimiser duplicated a barrier of
+   test_cuda_primitives into two copies, so the plain build does not check. */
 static void check_place(barrier_state &b, int id, uintptr_t pc)
 {
+#ifndef DCP_CUDA_CPU_SHADOW
+    (void)b, (void)id, (void)pc;
+    return;
+#endif
     if (b.arrived == 0) b.pc = pc;
     if (b.pc == pc) return;
     char first[1024], second[1024];
