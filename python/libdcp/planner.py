@@ -1168,6 +1168,9 @@ def plan(lengths: Any, ranks: int, max_tokens_per_rank: int, **config: Any) -> P
                 every CP size must divide it (0, the default: no such constraint).
             cover_ranks: True to put a sample on every rank somewhere in the plan (as
                 Megatron's hybrid schedule needs; default False).
+            memory_limit: bytes the plan may need (dcp_plan_memory_estimate, checked before
+                any allocation): a larger request raises DcpMemoryError naming the estimate
+                and the limit (default 8 GiB; 2**63 - 1: none).
 
     An unknown field name, or a value of the wrong type, raises TypeError naming it. Errors of
     the library raise a DcpError subclass carrying its message (InfeasibleError,
