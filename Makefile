@@ -71,5 +71,12 @@ else ifneq ($(GPU_PRESENT),yes)
 	@echo "not run (no GPU: nvidia-smi lists none): $(filter-out $(MODEL_LESS_TESTS:%=$(BUILD)/%),$(GPU_TEST_PROGRAMS)); their tests run on the CPU execution model: $(CUDA_CPU_RUNS)"
 endif
 
+# Why the CUDA parts are skipped here, empty where nvcc is found: the scripts that make test
+# runs ask it (tests/test_gpu_round.sh, tests/test_calibrate_benches.sh), so that they skip
+# what make skips, for the same reason.
+.PHONY: cuda-skip-reason
+cuda-skip-reason:
+	@echo '$(if $(HAVE_NVCC),,$(CUDA_SKIP_REASON))'
+
 clean:
 	rm -rf $(BUILD)

@@ -8,7 +8,8 @@
 # inside it) with its .json and -logs.tar.gz beside it. A later call of the same commit merges
 # into the same OUT; `make gpu-round-merge ROUNDS="a.json b.json"` merges calls brought back
 # from elsewhere. DRY_RUN=1 (make test runs it: tests/test_gpu_round.sh) runs each command's
-# wiring check and marks every step "not run: no GPU". COMMIT names the commit where the tree
+# wiring check and marks every step "not run: no GPU"; without nvcc it skips the commands that
+# need the CUDA builds, saying why (CUDA_SKIP_REASON). COMMIT names the commit where the tree
 # has no .git.
 OUT ?= $(BUILD)/gpu-round.md
 STEPS ?=
@@ -28,7 +29,7 @@ gpu-round: $(if $(GPU_ROUND_DRY),tests)
 	    $(if $(STEPS),--steps '$(STEPS)') --out '$(OUT)' --logs '$(GPU_ROUND_LOGS)' \
 	    --build $(BUILD) --make '$(MAKE)' --sanitizer '$(GPU_ROUND_SANITIZER)' \
 	    --time-budget $(TIME_BUDGET) $(if $(COMMIT),--commit $(COMMIT)) \
-	    $(if $(GPU_ROUND_DRY),--dry-run) \
+	    $(if $(GPU_ROUND_DRY),--dry-run) $(if $(HAVE_NVCC),,--no-cuda '$(CUDA_SKIP_REASON)') \
 	    --command 'make gpu-round$(if $(STEPS), STEPS=$(STEPS))$(if $(GPU_ROUND_DRY), DRY_RUN=1)'
 gpu-round-merge:
 	GPU_ROUND_GPU_TESTS="$(GPU_TESTS) $(BUILD)/test_nccl_gpu" $(PYTHON3) tests/gpu_round.py \

@@ -46,9 +46,11 @@ SWITCH_FLAGS_planner-only := -DDCP_NO_REFERENCE -DDCP_NO_DISTRIBUTED
 # What the script tests run besides the library's parts: the C side of the frontends' check and
 # the struct-layout dump the Python package's ctypes mirrors are compared with.
 TEST_TOOLS := $(BUILD)/frontend-cases $(BUILD)/dcp-struct-layout
+# tests/test_no_cuda.sh: make test's no-CUDA path (NVCC and CUDA_HOME pointed at nothing), so
+# that a header-only user's make test, which skips every CUDA part, cannot break unseen here
 SCRIPT_TESTS := tests/test_cli.sh tests/test_readme.sh tests/test_loader.sh tests/test_python.sh \
                 tests/test_frontends.sh tests/test_typecheck.sh tests/test_svg.sh \
-                tests/test_documented.sh tests/test_amalgamation.sh
+                tests/test_documented.sh tests/test_amalgamation.sh tests/test_no_cuda.sh
 
 # The subject parts add their programs (mk/cuda.mk, mk/cpu_model.mk, mk/nccl.mk) to
 # TEST_PROGRAMS, their scripts to SCRIPT_TESTS, and what the scripts need to TEST_BUILDS; the

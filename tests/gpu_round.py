@@ -11,8 +11,14 @@ one .tar.gz; the raw logs stay in LOGS.
 
 --dry-run (make gpu-round DRY_RUN=1, run by make test) runs every command in its wiring mode
 instead (the binaries exist or make has a rule for them, the scripts import, the arguments are
-accepted) and marks every step "not run: no GPU". --merge combines the JSON of calls that ran
-different steps (a lent machine allows about 10 minutes a call) into one summary.
+accepted) and marks every step "not run: no GPU". Where this machine has no CUDA (the Makefile
+passes --no-cuda with the reason: nvcc or the toolkit is missing), the commands that run a CUDA
+build (the benches, the kernel report, the calibration, the CUDA library's ops) cannot be
+wired: the dry run marks them skipped with that reason instead of failing, as make test skips
+the CUDA programs.
+
+--merge combines the JSON of calls that ran different steps (a lent machine allows about 10
+minutes a call) into one summary.
 
 Standard library only: it runs on the CI machine and on the lent GPU machine alike."""
 import argparse
@@ -37,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORMAT_VERSION = 1
 NO_GPU = "not run: no GPU"
 NOT_BUILT = "not built yet"
+SKIPPED = "skipped"
 MEMORY_POLL_SECONDS = 1.0
 FIGURE_LINES = 60           # a bench's table in the summary: its last lines
 LOG_BUNDLE_BYTES = 2 << 20  # per log in the .tar.gz: the head and the tail when larger
@@ -59,13 +66,15 @@ class Command:
     check beyond `rule`). Both are shell text formatted with {build}, {make}, {python}, {logs},
     {sanitizer}, {nproc} and {ring_repeat}. `rule`: a make target the command needs; the dry
     run asks make whether it can build it, and a real run reports NOT_BUILT when make has no
-    rule for it. `bench`: its table goes into the summary."""
+    rule for it. `bench`: its table goes into the summary. `cuda`: its wiring needs nvcc's
+    builds."""
     name: str
     run: str
     dry: Optional[str]
     limit_s: int
     rule: Optional[str] = None
     bench: bool = False
+    cuda: bool = False  # its dry form runs a CUDA build (nvcc's): skipped under --no-cuda
 
 
 @dataclasses.dataclass
@@ -174,39 +183,44 @@ def steps(build: str) -> List[Step]:
                     "{make} -n test-multirank >/dev/null && sh -n tests/multirank.sh", 570)]),
         Step("benches: attention, conv1d, RoPE, merge, finalize, FLA, the all-to-all", [
             Command("attention_bench", "{build}/attention_bench --repeat 11",
-                    "{build}/attention_bench --repeat 11", 240, bench=True),
+                    "{build}/attention_bench --repeat 11", 240, bench=True, cuda=True),
             Command("attention_bench.py (SDPA flash, cuDNN)",
                     "{python} bench/attention_bench.py --repeat 11",
-                    "{python} bench/attention_bench.py --repeat 11 --dry-run", 360, bench=True),
+                    "{python} bench/attention_bench.py --repeat 11 --dry-run", 360, bench=True,
+                    cuda=True),
             Command("kernels_bench", "{build}/kernels_bench --repeat 21",
-                    "{build}/kernels_bench --repeat 21", 180, bench=True),
+                    "{build}/kernels_bench --repeat 21", 180, bench=True, cuda=True),
             Command("kernels_bench.py (PyTorch, FLA)",
                     "{python} bench/kernels_bench.py --repeat 21",
-                    "{python} bench/kernels_bench.py --repeat 21 --dry-run", 300, bench=True),
+                    "{python} bench/kernels_bench.py --repeat 21 --dry-run", 300, bench=True,
+                    cuda=True),
             Command("a2a_bench, 8 ranks (against a plain all-to-all)", a2a_launch(8),
-                    "test -x {build}/a2a_bench", 180, bench=True),
+                    "test -x {build}/a2a_bench", 180, bench=True, cuda=True),
             Command("kernel_report: the kernel profile's cases timed (beside the model's bounds: "
                     "make kernel-report MEASURED=kernel-times.tsv)",
                     "{build}/kernel_report --repeat 11 --measured-out {logs}/kernel-times.tsv",
-                    None, 240, rule=f"{build}/kernel_report", bench=True)]),
+                    None, 240, rule=f"{build}/kernel_report", bench=True,
+                    cuda=True)]),
         Step("the Python ops tests and train_tiny.py on the real ops", [
             Command("test_ops.py (none may skip)", no_skip(
                         PYTHON_ENV + "{python} -B python/tests/run.py test_ops.py", "ops",
                         "^[0-9]* skipped$"),
                     PYTHON_ENV + "{python} -c 'from libdcp import _library; _library.cpu(); "
-                    "_library.cuda()' && {python} -m py_compile python/tests/test_ops.py", 300),
+                    "_library.cuda()' && {python} -m py_compile python/tests/test_ops.py", 300,
+                    cuda=True),
             Command("train_tiny.py", PYTHON_ENV + "{python} python/examples/train_tiny.py",
                     "{python} -m py_compile python/examples/train_tiny.py", 240)]),
         Step("calibration, then predicted against executed step times", [
             Command("calibrate", "{build}/calibrate --iterations 5",
-                    "{build}/calibrate --iterations 5", 360, bench=True),
+                    "{build}/calibrate --iterations 5", 360, bench=True, cuda=True),
             Command("plan_vs_exec, E = 1", CALIBRATED_FLAGS +
                     "{build}/plan_vs_exec --iterations 5 $flags",
-                    "{build}/plan_vs_exec --iterations 5 --dry-run >/dev/null", 240, bench=True),
+                    "{build}/plan_vs_exec --iterations 5 --dry-run >/dev/null", 240, bench=True,
+                    cuda=True),
             Command("plan_vs_exec, E = D", CALIBRATED_FLAGS +
                     "{build}/plan_vs_exec --iterations 5 --sync-ranks 0 $flags",
                     "{build}/plan_vs_exec --iterations 5 --sync-ranks 0 --dry-run >/dev/null",
-                    240, bench=True)]),
+                    240, bench=True, cuda=True)]),
     ]
 
 
@@ -424,7 +438,9 @@ class Round:
         log = f"{number}-{index}-{slug(command.name)}.log"
         record = {"name": command.name, "limit_s": command.limit_s, "log": log,
                   "command": self.text(command.run)}
-        if self.args.dry_run:
+        if self.args.dry_run and command.cuda and self.args.no_cuda:
+            record.update(result=NO_GPU, skipped=self.args.no_cuda)
+        elif self.args.dry_run:
             record = self.dry_command(command, record)
         elif command.rule and not os.path.exists(command.rule) and \
                 not make_has_rule(command.rule, self.fields):
@@ -502,8 +518,13 @@ def step_result(records: List[Optional[Dict]]) -> str:
     ran = [r for r in records if r]
     if not ran:
         return "not run yet"
-    if all(r["result"] == NO_GPU for r in ran):
+    skipped = [r["skipped"] for r in ran if r.get("skipped")]
+    if skipped and len(skipped) == len(ran):
+        result = f"{NO_GPU}; {SKIPPED}: {skipped[0]}"
+    elif all(r["result"] == NO_GPU for r in ran):
         result = f"{NO_GPU}; " + ("wiring FAILED" if any(map(failed, ran)) else "wired")
+        if skipped:
+            result += f" ({len(skipped)} of {len(ran)} commands {SKIPPED}: {skipped[0]})"
     elif any(map(failed, ran)):
         result = f"FAIL ({sum(map(failed, ran))} of {len(ran)} commands)"
     else:
@@ -590,7 +611,8 @@ def step_section(number: int, step: Step, records: List[Optional[Dict]]) -> List
             name = step.commands[k - 1].name if k <= len(step.commands) else "?"
             lines.append(f"| {number}.{k} | {name} | not run yet | | | | |")
             continue
-        result = r["result"] + ("" if r.get("wired", True) else "; wiring FAILED")
+        result = r["result"] + ("" if r.get("wired", True) else "; wiring FAILED") + \
+            (f"; {SKIPPED}: {r['skipped']}" if r.get("skipped") else "")
         peak = r.get("peak_mib")
         lines.append(f"| {number}.{k} | {r['name']} | {result} | {r.get('seconds', '')} | "
                      f"{r['limit_s']} | {'-' if peak is None else peak} | {r['log']} |")
@@ -671,6 +693,8 @@ def arguments(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--logs", default="build/gpu-round-logs", help="the raw logs' folder")
     parser.add_argument("--build", default="build", help="make's BUILD")
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--no-cuda", default="", metavar="REASON",
+                        help="no CUDA here (why): the dry run skips the commands of CUDA builds")
     parser.add_argument("--time-budget", type=int, default=0,
                         help="seconds for the whole call, build included (0: none)")
     parser.add_argument("--merge", nargs="+", metavar="JSON",

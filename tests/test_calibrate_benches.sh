@@ -2,17 +2,21 @@
 # bench/plan_vs_exec's host path end to end without a GPU: --dry-run lets the model's
 # durations stand in for the measured ones, so for every workload and strategy the predicted
 # and "measured" step times must agree and the rankings must be the same; bad flags must be
-# refused before any GPU work. The bench is built only where nvcc is (make's CUDA part);
-# without it the test is skipped. Ends with "N passed, M failed".
+# refused before any GPU work. The bench is built only where nvcc is (make's CUDA part):
+# where make finds no nvcc (`make cuda-skip-reason` says why) the test is skipped with that
+# reason, as make skips the bench. Ends with "N passed, M failed". DCP_TEST_WORK: its folder
+# (tests/test_no_cuda.sh runs it beside make test's own run).
 cd "$(dirname "$0")/.." || exit 1
 bench=build/plan_vs_exec
-work=build/calibrate-benches-test
+work=${DCP_TEST_WORK:-build/calibrate-benches-test}
 passed=0 failed=0
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; }
 
-if [ ! -x "$bench" ]; then
-    echo "no $bench (built only with nvcc): skipped"
+no_cuda=$(make --no-print-directory -s cuda-skip-reason)
+[ -z "$no_cuda" ] && [ ! -x "$bench" ] && no_cuda="no $bench (make tests builds it)"
+if [ -n "$no_cuda" ]; then
+    echo "skip $bench --dry-run (predicted = executed, flags refused): $no_cuda"
     echo "1 skipped"
     echo "0 passed, 0 failed"
     exit 0
