@@ -17,7 +17,7 @@ CUDA_CPU_CXX := -std=c++14 $(WARNINGS) -fno-strict-aliasing -DDCP_CUDA_CPU -I$(C
                 -isystem $(CUDA_HOME)/include
 # enum left out: the tests pass out-of-range enum values to the C API, which checks them
 CUDA_CPU_SANITIZE := -fsanitize=address,undefined -fno-sanitize=enum -fno-sanitize-recover=all \
-                     -fno-omit-frame-pointer -g
+                     -fno-omit-frame-pointer -g1
 # ASan's checks as calls with our prefix: tests/cuda_cpu/checkers.cc sees each access first;
 # every access, even a store to an address the same basic block already loaded (ASan's default
 # checks an address once per block: the store of a read-modify-write would go unseen)
@@ -87,11 +87,26 @@ $(CUDA_CPU_TESTS:%=$(BUILD)/%-cpu): $(BUILD)/%-cpu: $(BUILD)/cuda_cpu/%.o $(CUDA
 	$(CUDA_CPU_LINK) $< $(BUILD)/cuda_cpu/dcp_cuda-checked.o -o $@ -lm
 # Both profiles: the program under DCP_CUDA_CPU_DEVICE=sm_80 and =sm_89, side by side, every
 # test under each; or, for a program named in CUDA_CPU_PROFILES_<name>, its tests shared out
-# between the two (PROFILE=NAME,..., tests/cuda_cpu/profiles.sh). The ring example's cases are
-# the same kernels on more ranks, and the kernels' own tests run in full under both profiles:
-# its rings of 2, 4 and 8 run under sm_80, its odd and mixed groups under sm_89.
+# between the two (PROFILE=NAME,...: the tests whose names contain a NAME, or with -NAME all
+# but those, tests/test.h; profiles.sh), where running a case twice checks nothing more. The
+# sm_80 run leaves out (-NAME) what only sm_89 runs, so that a test added later runs there.
+# What differs between the profiles is the shared memory a block may have (163 KB, 99 KB),
+# which only the attention backward at head dim 128 asks about (one stage or two,
+# dcp_cuda__bwd_stages), and the launch limits every launch meets:
+# - the attention test runs attention_steps (head dims 64 and 128, forward and backward) under
+#   both; the rest but the long pack under sm_80; the long pack (its backward at head dim 128)
+#   under sm_89;
+# - the RoPE, conv1d, merge and convert kernels ask for no profile-dependent shared memory: the
+#   argument checks and each family's shape tests run under sm_89, the rest under sm_80;
+# - the ring example's cases are the attention kernels on more ranks: its rings of 2, 4 and 8
+#   run under sm_80, its odd and mixed groups under sm_89.
 CUDA_CPU_PROFILES := sm_80 sm_89
-CUDA_CPU_PROFILES_ring_attention_nccl := sm_80=ring_of sm_89=groups_of
+CUDA_CPU_PROFILES_test_cuda_attention := sm_80=-attention_long_pack \
+                                         sm_89=attention_steps,attention_long_pack
+CUDA_CPU_PROFILES_test_cuda_kernels := \
+    sm_80=-rope_shapes,-rope_single_tensor,-conv1d_shapes,-conv1d_boundaries,-merge_shapes,-convert \
+    sm_89=arguments,rope_shapes,rope_single_tensor,conv1d_shapes,conv1d_boundaries,merge_shapes,convert
+CUDA_CPU_PROFILES_ring_attention_nccl := sm_80=-groups_of sm_89=groups_of
 $(CUDA_CPU_PROFILED:%=$(BUILD)/%-cpu-profiles): $(BUILD)/%-cpu-profiles: $(BUILD)/%-cpu \
                                              $(CUDA_CPU)/profiles.sh mk/cpu_model.mk
 	printf '#!/bin/sh\nexec sh "%s" "$$(dirname "$$0")/%s" %s\n' \

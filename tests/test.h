@@ -153,14 +153,25 @@ typedef struct test_case {
     void (*run)(void);
 } test_case;
 
+/* Which tests a run's arguments select: none, every test; NAME, the tests whose names contain
+   it; -NAME leaves those out (out of every test when no NAME is given), so that a test added
+   later runs under a selection that only leaves others out. */
+static int test_selected(const char *name, int argc, char **argv)
+{
+    int a, named = 0, selected = 0;
+    for (a = 1; a < argc; a++)
+        if (argv[a][0] != '-') named = 1, selected |= strstr(name, argv[a]) != NULL;
+    if (!named) selected = 1;
+    for (a = 1; a < argc; a++)
+        if (argv[a][0] == '-' && argv[a][1] && strstr(name, argv[a] + 1)) selected = 0;
+    return selected;
+}
+
 static int test_main(const test_case *tests, int count, int argc, char **argv)
 {
-    int i, a, passed = 0, failed = 0, skipped = 0;
+    int i, passed = 0, failed = 0, skipped = 0;
     for (i = 0; i < count; i++) {
-        int selected = argc <= 1;
-        for (a = 1; a < argc; a++)
-            if (strstr(tests[i].name, argv[a])) selected = 1;
-        if (!selected) continue;
+        if (!test_selected(tests[i].name, argc, argv)) continue;
         test_current_failures = 0;
         test_skip_reason = NULL;
         tests[i].run();

@@ -4,10 +4,10 @@
 # one after the other, and ends with the lines tests/run_tests.sh reads: "N skipped" and
 # "N passed, M failed" summed over both. Exits non-zero when either run failed.
 #   usage: sh tests/cuda_cpu/profiles.sh PROGRAM [PROFILE[=NAME,...]...]
-# (default profiles: sm_80 sm_89). PROFILE=NAME,... runs only the tests whose names contain one
-# of the NAMEs under that profile (the program's own selection), so that a program whose cases
-# do not depend on the profile can share its cases out between the two instead of running all
-# twice.
+# (default profiles: sm_80 sm_89). PROFILE=NAME,... runs under that profile only the tests the
+# NAMEs select (the program's own selection, tests/test.h: NAME the tests whose names contain
+# it, -NAME all but those), so that a program whose cases do not depend on the profile can
+# share its cases out between the two instead of running all twice.
 program=$1
 shift
 [ $# -gt 0 ] || set -- sm_80 sm_89
